@@ -1,0 +1,370 @@
+#include "config/document.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/quantity.hpp"
+
+namespace cs::config {
+namespace {
+
+SourceLocation mark_location(const std::string& file, const YAML::Mark& mark) {
+    if (mark.is_null() || mark.line < 0) return SourceLocation{file, 0, 0};
+    return SourceLocation{file, mark.line + 1, mark.column + 1};
+}
+
+std::string describe(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Null:
+            return "nothing";
+        case YAML::NodeType::Scalar:
+            return "\"" + n.Scalar() + "\"";
+        case YAML::NodeType::Sequence:
+            return "a list";
+        case YAML::NodeType::Map:
+            return "a mapping";
+        default:
+            return "an undefined value";
+    }
+}
+
+}  // namespace
+
+std::filesystem::path Document::resolve(const std::string& relative) const {
+    std::filesystem::path p(relative);
+    if (p.is_absolute()) return p;
+    return (folder / p).lexically_normal();
+}
+
+Document parse_document(const std::string& text, const std::string& display_path,
+                        const std::filesystem::path& folder) {
+    Document doc;
+    doc.display_path = display_path;
+    doc.folder = folder;
+    try {
+        doc.root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+        throw ConfigError(mark_location(display_path, e.mark), "invalid YAML: " + e.msg);
+    }
+    if (!doc.root.IsMap())
+        throw ConfigError(SourceLocation{display_path, 1, 1},
+                          "expected a YAML mapping of keys to values at the top level, found " +
+                              describe(doc.root));
+    return doc;
+}
+
+Document load_document(const std::filesystem::path& path) {
+    const std::string shown = path.string();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        throw ConfigError(SourceLocation{shown, 0, 0}, "no such file");
+    if (std::filesystem::is_directory(path, ec))
+        throw ConfigError(SourceLocation{shown, 0, 0}, "is a directory, expected a YAML file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(SourceLocation{shown, 0, 0}, "cannot be read");
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto folder = path.parent_path();
+    if (folder.empty()) folder = ".";
+    return parse_document(text.str(), shown, folder);
+}
+
+std::pair<std::string, std::string> split_assignment(const std::string& assignment) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError(SourceLocation{"--set " + assignment, 0, 0},
+                          "expected key=value, for example parallelism.tp=4");
+    return {assignment.substr(0, eq), assignment.substr(eq + 1)};
+}
+
+void apply_override(Document& doc, const std::string& key, const std::string& value) {
+    const SourceLocation where{"--set " + key + "=" + value, 0, 0};
+    YAML::Node parsed;
+    try {
+        parsed = YAML::Load(value);
+    } catch (const YAML::ParserException& e) {
+        throw ConfigError(where, "the value is not valid YAML: " + e.msg);
+    }
+    std::vector<std::string> parts;
+    std::string part;
+    std::istringstream ss(key);
+    while (std::getline(ss, part, '.')) {
+        if (part.empty()) throw ConfigError(where, "empty component in the key '" + key + "'");
+        parts.push_back(part);
+    }
+    // Walk with non-const nodes on purpose: this is the one place that edits a document.
+    YAML::Node cur = doc.root;
+    std::string walked;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        const std::string& p = parts[i];
+        const bool last = i + 1 == parts.size();
+        walked += (walked.empty() ? "" : ".") + p;
+        if (cur.IsSequence()) {
+            char* end = nullptr;
+            const long idx = std::strtol(p.c_str(), &end, 10);
+            if (*end != '\0' || idx < 0 || static_cast<std::size_t>(idx) >= cur.size())
+                throw ConfigError(where, "'" + walked + "' indexes a list of " +
+                                             std::to_string(cur.size()) +
+                                             " entries; use an index from 0 to " +
+                                             std::to_string(cur.size() == 0 ? 0 : cur.size() - 1));
+            if (last) {
+                cur[idx] = parsed;
+            } else {
+                YAML::Node next = cur[idx];
+                cur.reset(next);
+            }
+            continue;
+        }
+        if (!cur.IsMap() && !cur.IsNull())
+            throw ConfigError(where, "'" + walked.substr(0, walked.rfind('.')) +
+                                         "' holds a single value, not a mapping with keys");
+        if (last) {
+            cur[p] = parsed;
+        } else {
+            YAML::Node next = cur[p];
+            if (!next.IsDefined() || next.IsNull()) {
+                cur[p] = YAML::Node(YAML::NodeType::Map);
+                next = cur[p];
+            }
+            cur.reset(next);
+        }
+    }
+    doc.overrides[key] = value;
+}
+
+// ---- Reader ---------------------------------------------------------------------------------
+
+Reader::Reader(const Document& doc, YAML::Node node, std::string key_path)
+    : doc_(&doc), node_(std::move(node)), path_(std::move(key_path)) {}
+
+Reader root_reader(const Document& doc) { return Reader(doc, doc.root, ""); }
+
+std::string Reader::child_path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+}
+
+SourceLocation Reader::location() const {
+    auto it = doc_->overrides.find(path_);
+    if (it != doc_->overrides.end()) return SourceLocation{"--set " + it->first + "=" + it->second};
+    return mark_location(doc_->display_path, node_.Mark());
+}
+
+SourceLocation Reader::location(const std::string& key) const {
+    const std::string full = child_path(key);
+    auto it = doc_->overrides.find(full);
+    if (it != doc_->overrides.end()) return SourceLocation{"--set " + it->first + "=" + it->second};
+    const YAML::Node& cn = node_;
+    const YAML::Node v = cn[key];
+    if (v.IsDefined() && !v.Mark().is_null()) return mark_location(doc_->display_path, v.Mark());
+    // Inserted by --set under a parent that was overridden, or missing: point at the mapping.
+    for (const auto& [k, text] : doc_->overrides)
+        if (full.rfind(k + ".", 0) == 0) return SourceLocation{"--set " + k + "=" + text};
+    return location();
+}
+
+void Reader::fail(const std::string& key, const std::string& message) const {
+    throw ConfigError(location(key), "'" + child_path(key) + "': " + message);
+}
+
+void Reader::fail_here(const std::string& message) const {
+    throw ConfigError(location(), (path_.empty() ? std::string() : "'" + path_ + "': ") + message);
+}
+
+bool Reader::has(const std::string& key) const {
+    if (!accepted_.count(key)) {
+        accepted_.insert(key);
+        accepted_order_.push_back(key);
+    }
+    const YAML::Node& cn = node_;
+    const YAML::Node v = cn[key];
+    return v.IsDefined() && !v.IsNull();
+}
+
+const YAML::Node Reader::value(const std::string& key) const {
+    has(key);
+    const YAML::Node& cn = node_;
+    return cn[key];
+}
+
+std::string Reader::scalar_text(const std::string& key, const char* expected) const {
+    const YAML::Node v = value(key);
+    if (!v.IsDefined() || v.IsNull()) fail(key, std::string("missing; expected ") + expected);
+    if (!v.IsScalar()) fail(key, std::string("expected ") + expected + ", found " + describe(v));
+    return v.Scalar();
+}
+
+std::string Reader::string(const std::string& key) const { return scalar_text(key, "a string"); }
+
+std::string Reader::string_or(const std::string& key, const std::string& fallback) const {
+    return has(key) ? string(key) : fallback;
+}
+
+std::int64_t Reader::integer(const std::string& key) const {
+    const std::string text = scalar_text(key, "a whole number");
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE)
+        fail(key, "expected a whole number, found \"" + text + "\"");
+    return v;
+}
+
+std::int64_t Reader::integer_or(const std::string& key, std::int64_t fallback) const {
+    return has(key) ? integer(key) : fallback;
+}
+
+std::int64_t Reader::count(const std::string& key, std::int64_t min_value) const {
+    const auto v = integer(key);
+    if (v < min_value)
+        fail(key, "must be at least " + std::to_string(min_value) + ", found " + std::to_string(v));
+    return v;
+}
+
+std::int64_t Reader::count_or(const std::string& key, std::int64_t fallback,
+                              std::int64_t min_value) const {
+    return has(key) ? count(key, min_value) : fallback;
+}
+
+double Reader::number(const std::string& key) const {
+    const std::string text = scalar_text(key, "a number");
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(v))
+        fail(key, "expected a plain number, found \"" + text + "\"");
+    return v;
+}
+
+double Reader::number_or(const std::string& key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+}
+
+bool Reader::boolean_or(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const std::string text = scalar_text(key, "true or false");
+    if (text == "true") return true;
+    if (text == "false") return false;
+    fail(key, "expected true or false, found \"" + text + "\"");
+}
+
+std::string join_alternatives(const std::vector<std::string>& options) {
+    std::string out;
+    for (std::size_t i = 0; i < options.size(); ++i) {
+        if (i > 0) out += (i + 1 == options.size()) ? " or " : ", ";
+        out += options[i];
+    }
+    return out;
+}
+
+std::string Reader::choice(const std::string& key, std::initializer_list<const char*> options,
+                           const char* fallback) const {
+    std::vector<std::string> names(options.begin(), options.end());
+    if (!has(key)) {
+        if (fallback) return fallback;
+        fail(key, "missing; expected one of " + join_alternatives(names));
+    }
+    const std::string text = scalar_text(key, "a name");
+    for (const auto& n : names)
+        if (n == text) return text;
+    fail(key, "unknown value \"" + text + "\"; expected " + join_alternatives(names));
+}
+
+namespace {
+template <typename T, typename Parse>
+T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const char* units,
+                  const char* what) {
+    const YAML::Node v = r.value(key);
+    if (!v.IsDefined() || v.IsNull()) r.fail(key, std::string("missing; expected ") + what);
+    if (!v.IsScalar()) r.fail(key, std::string("expected ") + what);
+    const std::string text = v.Scalar();
+    auto parsed = parse(text);
+    if (!parsed) {
+        char* end = nullptr;
+        std::strtod(text.c_str(), &end);
+        const bool bare_number = !text.empty() && *end == '\0';
+        r.fail(key, std::string(bare_number ? "missing unit in \"" : "cannot read \"") + text +
+                        "\" as " + what + "; accepted units: " + units);
+    }
+    return *parsed;
+}
+}  // namespace
+
+Time Reader::time(const std::string& key) const {
+    return parse_with_unit<Time>(*this, key, parse_time, kTimeUnits, "a duration");
+}
+std::optional<Time> Reader::time_opt(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    return time(key);
+}
+Bytes Reader::bytes(const std::string& key) const {
+    return parse_with_unit<Bytes>(*this, key, parse_bytes, kBytesUnits, "a size");
+}
+std::optional<Bytes> Reader::bytes_opt(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    return bytes(key);
+}
+Bandwidth Reader::bandwidth(const std::string& key) const {
+    auto bw = parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits,
+                                         "a bandwidth");
+    if (!(bw.bytes_per_s > 0)) fail(key, "a bandwidth must be greater than zero");
+    return bw;
+}
+std::optional<Bandwidth> Reader::bandwidth_opt(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    return bandwidth(key);
+}
+FlopRate Reader::flop_rate(const std::string& key) const {
+    auto r = parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits,
+                                       "a compute rate");
+    if (!(r.flops_per_s > 0)) fail(key, "a compute rate must be greater than zero");
+    return r;
+}
+
+Reader Reader::map(const std::string& key) const {
+    const YAML::Node v = value(key);
+    if (!v.IsDefined() || v.IsNull()) fail(key, "missing; expected a mapping of keys to values");
+    if (!v.IsMap()) fail(key, "expected a mapping of keys to values, found " + describe(v));
+    return Reader(*doc_, v, child_path(key));
+}
+
+std::optional<Reader> Reader::map_opt(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    return map(key);
+}
+
+std::vector<Reader> Reader::list_of_maps(const std::string& key) const {
+    const YAML::Node v = value(key);
+    std::vector<Reader> out;
+    if (!v.IsDefined() || v.IsNull()) return out;
+    if (!v.IsSequence()) fail(key, "expected a list, found " + describe(v));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node item = v[i];
+        Reader r(*doc_, item, child_path(key) + "." + std::to_string(i));
+        if (!item.IsMap()) r.fail_here("expected a mapping of keys to values, found " + describe(item));
+        out.push_back(r);
+    }
+    return out;
+}
+
+std::vector<std::string> Reader::keys() const {
+    std::vector<std::string> out;
+    const YAML::Node& cn = node_;
+    for (auto it = cn.begin(); it != cn.end(); ++it) out.push_back(it->first.Scalar());
+    return out;
+}
+
+void Reader::finish() const {
+    const YAML::Node& cn = node_;
+    for (auto it = cn.begin(); it != cn.end(); ++it) {
+        const std::string k = it->first.Scalar();
+        if (accepted_.count(k)) continue;
+        SourceLocation where = mark_location(doc_->display_path, it->first.Mark());
+        auto ov = doc_->overrides.find(child_path(k));
+        if (ov != doc_->overrides.end()) where = SourceLocation{"--set " + ov->first + "=" + ov->second};
+        std::vector<std::string> names(accepted_order_.begin(), accepted_order_.end());
+        throw ConfigError(where, "unknown key '" + child_path(k) + "'; accepted keys here: " +
+                                     join_alternatives(names));
+    }
+}
+
+}  // namespace cs::config

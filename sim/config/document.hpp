@@ -1,0 +1,114 @@
+// Loading YAML documents and reading them strictly.
+//
+// A Document is one parsed YAML file plus the `--set` overrides applied to it. A Reader is a view
+// of one mapping inside a document that records every key it is asked for; finish() then rejects
+// any key nobody asked for, listing the accepted ones. Every error names file:line:column (or the
+// `--set` argument the value came from) and what would have been accepted.
+//
+// Readers only ever look at `const YAML::Node`s: a lookup on a non-const yaml-cpp node inserts the
+// key and would hide typos.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "core/units.hpp"
+
+namespace cs::config {
+
+struct Document {
+    std::string display_path;      // as shown in messages
+    std::filesystem::path folder;  // relative paths inside the document resolve against this
+    YAML::Node root;
+    // dotted key -> the text given on the command line, for locating errors in overridden values
+    std::map<std::string, std::string> overrides;
+
+    std::filesystem::path resolve(const std::string& relative) const;
+};
+
+// Reads and parses a YAML file. Throws ConfigError for a missing/unreadable file or bad YAML.
+Document load_document(const std::filesystem::path& path);
+// Parses YAML text (for tests and inline documents) under a display name.
+Document parse_document(const std::string& text, const std::string& display_path,
+                        const std::filesystem::path& folder = ".");
+
+// Splits "a.b.c=value" (as given to --set); throws ConfigError when there is no '=' or no key.
+std::pair<std::string, std::string> split_assignment(const std::string& assignment);
+// Sets dotted key `key` (e.g. "parallelism.tp", "links.0.bandwidth") to the YAML value `value`,
+// creating missing mappings on the way. Throws ConfigError if the path crosses a scalar.
+void apply_override(Document& doc, const std::string& key, const std::string& value);
+
+class Reader {
+public:
+    Reader(const Document& doc, YAML::Node node, std::string key_path);
+
+    // Location of this mapping, or of one of its keys' values.
+    SourceLocation location() const;
+    SourceLocation location(const std::string& key) const;
+    [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+    [[noreturn]] void fail_here(const std::string& message) const;
+
+    bool has(const std::string& key) const;
+    const YAML::Node value(const std::string& key) const;  // marks the key as accepted
+
+    std::string string(const std::string& key) const;
+    std::string string_or(const std::string& key, const std::string& fallback) const;
+    std::int64_t integer(const std::string& key) const;
+    std::int64_t integer_or(const std::string& key, std::int64_t fallback) const;
+    // Positive integer (>= min_value).
+    std::int64_t count(const std::string& key, std::int64_t min_value = 1) const;
+    std::int64_t count_or(const std::string& key, std::int64_t fallback,
+                          std::int64_t min_value = 1) const;
+    double number(const std::string& key) const;
+    double number_or(const std::string& key, double fallback) const;
+    bool boolean_or(const std::string& key, bool fallback) const;
+    std::string choice(const std::string& key, std::initializer_list<const char*> options,
+                       const char* fallback = nullptr) const;
+
+    Time time(const std::string& key) const;
+    std::optional<Time> time_opt(const std::string& key) const;
+    Bytes bytes(const std::string& key) const;
+    std::optional<Bytes> bytes_opt(const std::string& key) const;
+    Bandwidth bandwidth(const std::string& key) const;  // must be > 0
+    std::optional<Bandwidth> bandwidth_opt(const std::string& key) const;
+    FlopRate flop_rate(const std::string& key) const;  // must be > 0
+
+    Reader map(const std::string& key) const;  // the key must hold a mapping
+    std::optional<Reader> map_opt(const std::string& key) const;
+    std::vector<Reader> list_of_maps(const std::string& key) const;
+    // The mapping's keys in document order (for mappings whose keys are names, e.g. gpu_models).
+    std::vector<std::string> keys() const;
+
+    // Throws for any key of this mapping that no accessor above asked for.
+    void finish() const;
+
+    const Document& document() const { return *doc_; }
+    const std::string& key_path() const { return path_; }
+
+private:
+    std::string child_path(const std::string& key) const;
+    std::string scalar_text(const std::string& key, const char* expected) const;
+
+    const Document* doc_;
+    YAML::Node node_;
+    std::string path_;
+    mutable std::set<std::string> accepted_;
+    mutable std::vector<std::string> accepted_order_;
+};
+
+// Reads the whole mapping at the root of a document.
+Reader root_reader(const Document& doc);
+
+// "a, b or c" for error messages.
+std::string join_alternatives(const std::vector<std::string>& options);
+
+}  // namespace cs::config

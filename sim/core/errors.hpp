@@ -1,0 +1,46 @@
+// Error types. Library code throws; only the CLI catches, prints and chooses the exit code
+// (ConfigError -> 2, anything else -> 1).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "core/units.hpp"
+
+namespace cs {
+
+// Where in an input a problem was found. line/column are 1-based; 0 means unknown.
+struct SourceLocation {
+    std::string file;  // as the user named it, or "--set" / "<command line>"
+    int line = 0;
+    int column = 0;
+    std::string render() const;  // "file:line:column" (omitting unknown parts)
+};
+
+// Bad input of any kind: a missing file, bad YAML, an unknown key, a wrong unit, an impossible
+// layout. what() is the complete message shown to the user.
+class ConfigError : public std::runtime_error {
+public:
+    ConfigError(const SourceLocation& where, const std::string& message);
+    explicit ConfigError(const std::string& message);  // for errors with no place in a file
+    const SourceLocation& where() const { return where_; }
+    const std::string& message() const { return message_; }
+
+private:
+    SourceLocation where_;
+    std::string message_;
+};
+
+// A broken invariant found while simulating (time going backwards, overflow, a deadlocked
+// schedule). Carries the simulated time and the component that noticed.
+class SimulationError : public std::runtime_error {
+public:
+    SimulationError(const std::string& component, const std::string& message,
+                    Time at = Time::zero());
+    Time at() const { return at_; }
+
+private:
+    Time at_;
+};
+
+}  // namespace cs

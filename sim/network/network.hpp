@@ -1,0 +1,97 @@
+// The network model: point-to-point transfers and collectives between GPUs, replayed on the
+// engine over a frozen Cluster.
+//
+// Clients (the replay layer) start transfers with a 64-bit token and are called back through
+// TransferClient when the last byte has arrived. Three fidelities:
+//   ideal       every transfer completes at the time it starts;
+//   analytical  alpha-beta per route (sum of hop latencies + bytes / bottleneck bandwidth), no
+//               sharing between transfers;
+//   flow        every transfer is a flow on its route; flows sharing a directed link share its
+//               capacity max-min fairly, recomputed whenever a flow starts or ends.
+// Collectives are decomposed into point-to-point steps the way NCCL runs them (ring, tree,
+// hierarchical, pairwise all-to-all, NVLS), each step a set of flows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/units.hpp"
+#include "engine/simulation.hpp"
+#include "topology/cluster.hpp"
+
+namespace cs::network {
+
+enum class Fidelity : std::uint8_t { Ideal, Analytical, Flow };
+enum class CollectiveKind : std::uint8_t {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Broadcast,
+    SendRecv
+};
+enum class Algorithm : std::uint8_t { Auto, Ring, Tree, Hierarchical, Nvls, Pairwise, Direct };
+
+const char* collective_name(CollectiveKind k);  // "all_reduce", "all_gather", ...
+const char* algorithm_name(Algorithm a);        // "auto", "ring", "tree", ...
+
+struct NetworkConfig {
+    Fidelity fidelity = Fidelity::Flow;
+    // Fixed software cost per collective step / p2p message (NCCL protocol overhead), added once
+    // per step on top of link latencies. Calibrated in docs/validation.md.
+    Time step_overhead = Time::zero();
+};
+
+// Called when a transfer or collective finishes, with the token it was started with.
+class TransferClient {
+public:
+    virtual ~TransferClient() = default;
+    virtual void on_transfer_done(Simulation& sim, std::uint64_t token) = 0;
+};
+
+// Measurement hooks; the network never computes metrics itself.
+class NetworkObserver {
+public:
+    virtual ~NetworkObserver() = default;
+    // The total rate on a directed link changed to `bytes_per_s` with `flows` active flows.
+    virtual void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) {
+        (void)at, (void)link, (void)bytes_per_s, (void)flows;
+    }
+};
+
+using GroupId = std::uint32_t;
+
+class Network {
+public:
+    virtual ~Network() = default;
+    virtual void set_client(TransferClient* client) = 0;
+    virtual void add_observer(NetworkObserver* observer) = 0;
+
+    // Registers a communicator (global GPU numbers, in ring order). Groups are reused across calls.
+    virtual GroupId register_group(std::vector<int> ranks) = 0;
+
+    // One message of `size` bytes from GPU src to GPU dst.
+    virtual void send(int src, int dst, Bytes size, std::uint64_t token) = 0;
+    // A collective on a group, started when all its members are ready (the caller synchronises).
+    // `size` follows nccl-tests' size column: the per-rank buffer for all_reduce, the total output
+    // for all_gather, the total input for reduce_scatter, the per-rank send buffer for all_to_all.
+    virtual void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
+                            std::uint64_t token) = 0;
+
+    // Per directed link statistics, valid after the simulation ran.
+    struct LinkStats {
+        double bytes = 0;
+        Time busy;          // time with at least one flow
+        Time shared;        // time with two or more flows
+        int max_concurrent_flows = 0;
+    };
+    virtual const std::vector<LinkStats>& link_stats() const = 0;
+};
+
+// Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it.
+std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,
+                                      const NetworkConfig& config);
+
+}  // namespace cs::network

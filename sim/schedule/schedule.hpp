@@ -1,0 +1,74 @@
+// Pipeline schedules: for every pipeline device (stage), the order in which it runs the passes
+// of every microbatch on each of its model chunks.
+//
+// Vocabulary
+//  - p devices (pipeline ranks) 0..p-1, m microbatches 0..m-1.
+//  - The model is cut into V = p * v "virtual stages" 0..V-1 that every microbatch traverses in
+//    order forward and in reverse order backward. Each device holds v model chunks 0..v-1; the
+//    schedule's placement says which virtual stage a (device, chunk) runs for a given microbatch
+//    (microbatch-dependent only for bidirectional schedules such as DualPipe).
+//  - Passes: F (forward), B (full backward), or, for schedules that split the backward, Bi
+//    (input gradient, feeds the previous virtual stage) and Bw (weight gradient, local only).
+//
+// Dependencies (enforced by the replay layer, not here):
+//  F(vs, i) needs F(vs-1, i) (activation); B/Bi(vs, i) needs B/Bi(vs+1, i) (gradient) and
+//  F(vs, i); Bw(vs, i) needs Bi(vs, i). Every (vs, i) gets exactly one F and one B (or one Bi and
+//  one Bw) somewhere in the orders.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cs::schedule {
+
+enum class Pass : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight };
+
+const char* pass_letter(Pass p);  // "F", "B", "B", "W"
+
+struct PipelineOp {
+    Pass pass;
+    std::int32_t microbatch;
+    std::int32_t chunk;  // model chunk on this device, 0..v-1
+    bool operator==(const PipelineOp&) const = default;
+};
+
+struct PipelineShape {
+    int devices = 1;       // p
+    int microbatches = 1;  // m
+    int chunks = 1;        // v, model chunks per device
+};
+
+struct Placement {
+    int device;
+    int chunk;
+};
+
+class Schedule {
+public:
+    virtual ~Schedule() = default;
+    // The name as users write it: "gpipe", "1f1b", "interleaved", "zb-h1", ...
+    virtual std::string name() const = 0;
+    // Chunks per device this schedule uses for a requested vpp (1 for schedules without virtual
+    // stages, vpp for interleaved, 2 for V-shaped schedules).
+    virtual int chunks_for(int requested_vpp) const = 0;
+    // Empty if the shape is valid; otherwise a message naming what is wrong and what would work.
+    virtual std::string check(const PipelineShape& shape) const = 0;
+    // Whether passes are split into Bi + Bw.
+    virtual bool splits_backward() const { return false; }
+    // Op order of one device. Precondition: check(shape) is empty.
+    virtual std::vector<PipelineOp> order(const PipelineShape& shape, int device) const = 0;
+    // Virtual stage of (device, chunk) for microbatch `microbatch`.
+    virtual int virtual_stage(const PipelineShape& shape, int device, int chunk,
+                              int microbatch) const;
+    // Inverse of virtual_stage.
+    virtual Placement place(const PipelineShape& shape, int virtual_stage, int microbatch) const;
+};
+
+// Known schedule names, for messages: "gpipe, 1f1b, interleaved, ...".
+std::vector<std::string> schedule_names();
+// nullptr if the name is unknown.
+std::unique_ptr<Schedule> make_schedule(const std::string& name);
+
+}  // namespace cs::schedule

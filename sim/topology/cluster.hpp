@@ -1,0 +1,128 @@
+// The frozen cluster: devices and directed links in a Boost graph, GPU numbering and routing.
+//
+// Built once by ClusterBuilder (from a TopologySpec, see topology_spec.hpp) and immutable after.
+// Every physical link becomes two directed links, one per direction, each with the full
+// per-direction capacity (count x bandwidth). GPUs are numbered 0..gpu_count()-1 in topology order
+// (explicit devices in the order listed; generated clusters node-major).
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace cs::topology {
+
+enum class DeviceKind : std::uint8_t { Gpu, NvSwitch, Nic, PcieSwitch, Switch };
+enum class LinkKind : std::uint8_t { NvLink, NvSwitch, Pcie, InfiniBand, Ethernet };
+
+const char* device_kind_name(DeviceKind k);  // "gpu", "nvswitch", "nic", "pcie_switch", "switch"
+const char* link_kind_name(LinkKind k);      // "nvlink", "nvswitch", "pcie", "infiniband", "ethernet"
+
+struct GpuModel {
+    std::string name;
+    FlopRate peak_fp32;
+    FlopRate peak_bf16;
+    FlopRate peak_fp16;
+    FlopRate peak_fp8;
+    Bytes hbm;
+    Bandwidth hbm_bandwidth;
+};
+
+using DeviceIndex = std::uint32_t;
+using LinkId = std::uint32_t;  // one direction of a physical link
+inline constexpr std::uint32_t kNone = 0xffffffffu;
+
+struct Device {
+    std::string id;
+    DeviceKind kind = DeviceKind::Gpu;
+    std::int32_t node = -1;      // node (server) index, -1 for fabric switches
+    std::int32_t gpu = -1;       // global GPU number for GPUs, else -1
+    std::int32_t model = -1;     // index into Cluster::gpu_models() for GPUs
+    std::int32_t tier = 0;       // fabric tier for switches (1 = leaf), 0 otherwise
+};
+
+struct Link {
+    DeviceIndex from = 0;
+    DeviceIndex to = 0;
+    LinkKind kind = LinkKind::NvLink;
+    Bandwidth bandwidth;  // capacity of this direction: count x per-link bandwidth
+    Time latency;
+    std::int32_t count = 1;
+    LinkId reverse = kNone;
+    bool inter_node = false;  // true when the link leaves a node (NIC or fabric)
+    std::string name;         // "gpu0->gpu1"
+};
+
+struct VertexProps {
+    DeviceIndex device = 0;
+};
+struct EdgeProps {
+    LinkId link = 0;
+};
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps,
+                                    EdgeProps>;
+
+class Cluster {
+public:
+    const std::vector<Device>& devices() const { return devices_; }
+    const std::vector<Link>& links() const { return links_; }
+    const std::vector<GpuModel>& gpu_models() const { return models_; }
+    const Graph& graph() const { return graph_; }
+
+    int gpu_count() const { return static_cast<int>(gpu_devices_.size()); }
+    DeviceIndex gpu_device(int gpu) const { return gpu_devices_.at(static_cast<std::size_t>(gpu)); }
+    int node_of_gpu(int gpu) const { return devices_[gpu_device(gpu)].node; }
+    int node_count() const { return node_count_; }
+    const GpuModel& gpu_model(int gpu) const {
+        return models_[static_cast<std::size_t>(devices_[gpu_device(gpu)].model)];
+    }
+    // Devices by id; kNone if unknown.
+    DeviceIndex find_device(const std::string& id) const;
+
+    // Appends to `out` the directed links of a path from GPU `src` to GPU `dst` (empty when equal).
+    // Shortest path in hops that never passes through another GPU; among equal-cost paths the
+    // choice at each hop is a deterministic hash of (src, dst, flow_id). Throws SimulationError
+    // if no path exists.
+    void route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    // Sum of link latencies along a route.
+    Time route_latency(const std::vector<LinkId>& route) const;
+    // Smallest capacity along a route.
+    Bandwidth route_bandwidth(const std::vector<LinkId>& route) const;
+
+private:
+    friend class ClusterBuilder;
+    const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
+
+    std::vector<Device> devices_;
+    std::vector<Link> links_;
+    std::vector<GpuModel> models_;
+    std::vector<DeviceIndex> gpu_devices_;
+    std::unordered_map<std::string, DeviceIndex> by_id_;
+    std::vector<std::vector<LinkId>> out_links_;  // per device, sorted by link id
+    Graph graph_;
+    int node_count_ = 0;
+    // Hop-count tables per destination device, filled on first use (routes are computed on
+    // demand; no all-pairs table). Mutable cache only; results do not depend on fill order.
+    mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> hops_cache_;
+};
+
+class ClusterBuilder {
+public:
+    // Returns the model's index; a model with the same name is reused.
+    int add_gpu_model(const GpuModel& model);
+    DeviceIndex add_device(Device device);
+    // Adds both directions of a physical link; returns the forward direction's id.
+    LinkId add_link(DeviceIndex from, DeviceIndex to, LinkKind kind, Bandwidth per_link,
+                    Time latency, int count = 1);
+    // Freezes into a Cluster: numbers GPUs in insertion order, builds the Boost graph.
+    Cluster build();
+
+private:
+    Cluster c_;
+};
+
+}  // namespace cs::topology

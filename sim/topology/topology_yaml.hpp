@@ -1,0 +1,20 @@
+// Topology documents (YAML) -> TopologySpec -> frozen Cluster. The schema is documented in
+// docs/yaml-reference.md. Parsing is strict (config::Reader); building checks connectivity.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/document.hpp"
+#include "topology/cluster.hpp"
+
+namespace cs::topology {
+
+// The bundled GPU catalogue (A100-SXM4-80GB, H100-SXM, H200-SXM, ...), under their usual names.
+const std::vector<GpuModel>& gpu_catalog();
+
+// Parses and builds the cluster a topology document describes. Throws ConfigError naming
+// file:line:column for any problem (unknown keys or devices, missing units, disconnected GPUs...).
+Cluster load_cluster(const config::Document& doc);
+
+}  // namespace cs::topology
