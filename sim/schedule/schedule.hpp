@@ -46,7 +46,7 @@ struct Placement {
 };
 
 class Schedule {
-public:
+  public:
     virtual ~Schedule() = default;
     // The name as users write it: "gpipe", "1f1b", "interleaved", "zb-h1", ...
     virtual std::string name() const = 0;
@@ -70,5 +70,12 @@ public:
 std::vector<std::string> schedule_names();
 // nullptr if the name is unknown.
 std::unique_ptr<Schedule> make_schedule(const std::string& name);
+
+// Most chunk activations device `device` holds at once under `schedule`: the maximum over its op
+// order of forwards started minus activations released. An activation is released when its
+// Backward ends, or, for schedules that split the backward, when its BackwardWeight ends (the
+// weight gradient still reads the stored inputs). Independent of op durations, because a device
+// runs its ops one after another in order. Precondition: schedule.check(shape) is empty.
+int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& shape, int device);
 
 }  // namespace cs::schedule

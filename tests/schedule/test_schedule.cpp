@@ -1,0 +1,374 @@
+// Contract tests over every schedule of schedule_names(), plus the closed forms of each schedule.
+// The replay layer is not used: a tiny list-scheduling simulator below runs the per-device orders
+// with unit-time passes and the dependencies of schedule.hpp's header comment.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "schedule/schedule.hpp"
+
+using namespace cs::schedule;
+
+namespace {
+
+struct Costs {
+    long forward = 1;
+    long backward = 2;         // full backward
+    long backward_input = 1;   // split backward: B
+    long backward_weight = 1;  // split backward: W
+};
+
+struct Run {
+    bool completed = false;
+    long makespan = 0;
+    std::vector<long> busy;  // per device
+    std::string stuck;       // the first op of each device that could not run, if not completed
+};
+
+// Every device runs its order one op at a time; an op starts when the device is free and every
+// op it depends on has ended. Start times do not depend on the order in which devices are
+// visited, so sweeping until nothing moves gives the unique as-soon-as-possible execution.
+Run simulate(const Schedule& schedule, const PipelineShape& shape, const Costs& costs) {
+    const int p = shape.devices;
+    const int m = shape.microbatches;
+    const int stages = p * shape.chunks;
+    enum Kind { kForward, kGradient, kWeight };  // kGradient: Backward or BackwardInput
+    std::vector<long> ends(3 * static_cast<std::size_t>(stages) * m, -1);
+    auto end_of = [&](Kind kind, int vs, int i) -> long& {
+        return ends[(static_cast<std::size_t>(kind) * stages + vs) * m + i];
+    };
+    std::vector<std::vector<PipelineOp>> orders;
+    for (int d = 0; d < p; ++d)
+        orders.push_back(schedule.order(shape, d));
+    std::vector<std::size_t> next(p, 0);
+    std::vector<long> clock(p, 0);
+    Run run;
+    run.busy.assign(p, 0);
+    bool moved = true;
+    while (moved) {
+        moved = false;
+        for (int d = 0; d < p; ++d) {
+            while (next[d] < orders[d].size()) {
+                const PipelineOp& op = orders[d][next[d]];
+                const int vs = schedule.virtual_stage(shape, d, op.chunk, op.microbatch);
+                const int i = op.microbatch;
+                std::vector<long> deps;
+                long cost = 0;
+                Kind kind = kForward;
+                switch (op.pass) {
+                    case Pass::Forward:
+                        if (vs > 0) deps.push_back(end_of(kForward, vs - 1, i));
+                        cost = costs.forward;
+                        break;
+                    case Pass::Backward:
+                    case Pass::BackwardInput:
+                        deps.push_back(end_of(kForward, vs, i));
+                        if (vs < stages - 1) deps.push_back(end_of(kGradient, vs + 1, i));
+                        cost = op.pass == Pass::Backward ? costs.backward : costs.backward_input;
+                        kind = kGradient;
+                        break;
+                    case Pass::BackwardWeight:
+                        deps.push_back(end_of(kGradient, vs, i));
+                        cost = costs.backward_weight;
+                        kind = kWeight;
+                        break;
+                }
+                if (std::any_of(deps.begin(), deps.end(), [](long e) { return e < 0; })) break;
+                long start = clock[d];
+                for (long e : deps)
+                    start = std::max(start, e);
+                clock[d] = start + cost;
+                run.busy[d] += cost;
+                end_of(kind, vs, i) = clock[d];
+                ++next[d];
+                moved = true;
+            }
+        }
+    }
+    run.completed = true;
+    for (int d = 0; d < p; ++d) {
+        if (next[d] < orders[d].size()) {
+            run.completed = false;
+            const PipelineOp& op = orders[d][next[d]];
+            run.stuck += "device " + std::to_string(d) + " at " + pass_letter(op.pass) +
+                         std::to_string(op.microbatch) + "c" + std::to_string(op.chunk) + "; ";
+        }
+        run.makespan = std::max(run.makespan, clock[d]);
+    }
+    return run;
+}
+
+std::string describe(const std::string& name, const PipelineShape& s) {
+    return name + " p=" + std::to_string(s.devices) + " m=" + std::to_string(s.microbatches) +
+           " v=" + std::to_string(s.chunks);
+}
+
+// Every shape with p in 1..8, m in 1..32 and v from chunks_for(1..4) that the schedule accepts.
+std::vector<PipelineShape> accepted_shapes(const Schedule& schedule) {
+    std::set<int> chunk_counts;
+    for (int vpp = 1; vpp <= 4; ++vpp)
+        chunk_counts.insert(schedule.chunks_for(vpp));
+    std::vector<PipelineShape> shapes;
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 32; ++m) {
+            for (int v : chunk_counts) {
+                PipelineShape shape{p, m, v};
+                if (schedule.check(shape).empty()) shapes.push_back(shape);
+            }
+        }
+    }
+    return shapes;
+}
+
+}  // namespace
+
+TEST_CASE("factory knows every listed name and nothing else") {
+    const std::vector<std::string> names = schedule_names();
+    for (const char* expected : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+        CHECK(std::find(names.begin(), names.end(), expected) != names.end());
+    }
+    for (const std::string& name : names) {
+        auto schedule = make_schedule(name);
+        REQUIRE(schedule != nullptr);
+        CHECK(schedule->name() == name);
+    }
+    CHECK(make_schedule("pipedream") == nullptr);
+    CHECK(make_schedule("") == nullptr);
+}
+
+TEST_CASE("contract: every (virtual stage, microbatch) runs F and B once, and the orders run") {
+    for (const std::string& name : schedule_names()) {
+        auto schedule = make_schedule(name);
+        const std::vector<PipelineShape> shapes = accepted_shapes(*schedule);
+        // Each schedule accepts some shape in the range (interleaved: m a multiple of p, v >= 2).
+        REQUIRE_MESSAGE(!shapes.empty(), name);
+        for (const PipelineShape& shape : shapes) {
+            INFO(describe(name, shape));
+            const int p = shape.devices;
+            const int m = shape.microbatches;
+            const int stages = p * shape.chunks;
+            // Placement: (device, chunk) <-> virtual stage is a bijection for each microbatch.
+            for (int i = 0; i < m; ++i) {
+                std::set<int> seen;
+                for (int d = 0; d < p; ++d) {
+                    for (int c = 0; c < shape.chunks; ++c) {
+                        const int vs = schedule->virtual_stage(shape, d, c, i);
+                        REQUIRE(vs >= 0);
+                        REQUIRE(vs < stages);
+                        seen.insert(vs);
+                        const Placement back = schedule->place(shape, vs, i);
+                        CHECK(back.device == d);
+                        CHECK(back.chunk == c);
+                    }
+                }
+                CHECK(static_cast<int>(seen.size()) == stages);
+            }
+            // Pass counts per (pass, virtual stage, microbatch).
+            std::map<std::tuple<Pass, int, int>, int> count;
+            for (int d = 0; d < p; ++d) {
+                for (const PipelineOp& op : schedule->order(shape, d)) {
+                    REQUIRE(op.chunk >= 0);
+                    REQUIRE(op.chunk < shape.chunks);
+                    REQUIRE(op.microbatch >= 0);
+                    REQUIRE(op.microbatch < m);
+                    const bool split_pass =
+                        op.pass == Pass::BackwardInput || op.pass == Pass::BackwardWeight;
+                    if (op.pass != Pass::Forward) CHECK(split_pass == schedule->splits_backward());
+                    const int vs = schedule->virtual_stage(shape, d, op.chunk, op.microbatch);
+                    ++count[{op.pass, vs, op.microbatch}];
+                }
+            }
+            // Expected: stages * m forwards and as many of each backward pass, each exactly once.
+            const std::vector<Pass> passes =
+                schedule->splits_backward()
+                    ? std::vector<Pass>{Pass::Forward, Pass::BackwardInput, Pass::BackwardWeight}
+                    : std::vector<Pass>{Pass::Forward, Pass::Backward};
+            CHECK(count.size() == passes.size() * static_cast<std::size_t>(stages) * m);
+            for (Pass pass : passes) {
+                for (int vs = 0; vs < stages; ++vs) {
+                    for (int i = 0; i < m; ++i)
+                        CHECK(count[{pass, vs, i}] == 1);
+                }
+            }
+            const Run run = simulate(*schedule, shape, Costs{});
+            CHECK_MESSAGE(run.completed, run.stuck);
+            // Peak in-flight activations is at least one (every device runs a forward) and at
+            // most everything the device ever holds (m microbatches on each of its chunks).
+            for (int d = 0; d < p; ++d) {
+                const int peak = peak_inflight_microbatches(*schedule, shape, d);
+                CHECK(peak >= 1);
+                CHECK(peak <= m * shape.chunks);
+            }
+        }
+    }
+}
+
+TEST_CASE("contract: rejected shapes say so, and order() refuses them") {
+    for (const std::string& name : schedule_names()) {
+        auto schedule = make_schedule(name);
+        for (const PipelineShape& bad :
+             {PipelineShape{0, 4, schedule->chunks_for(2)},
+              PipelineShape{4, 0, schedule->chunks_for(2)}, PipelineShape{4, 4, 0}}) {
+            INFO(describe(name, bad));
+            const std::string message = schedule->check(bad);
+            CHECK(message.find(name) == 0);
+            CHECK_THROWS_AS(schedule->order(bad, 0), cs::SimulationError);
+        }
+        PipelineShape fine{4, 8, schedule->chunks_for(2)};
+        REQUIRE(schedule->check(fine).empty());
+        CHECK_THROWS_AS(schedule->order(fine, 4), cs::SimulationError);
+    }
+}
+
+TEST_CASE("gpipe and 1f1b: makespan (m+p-1)(F+B), F=1, B=2") {
+    // Closed form (published.md 1.2, DESIGN.md): every stage works m(F+B) and idles (p-1)(F+B)
+    // in the fill and the drain. F=1, B=2 gives 3(m+p-1).
+    for (const char* name : {"gpipe", "1f1b"}) {
+        auto schedule = make_schedule(name);
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = 1; m <= 32; ++m) {
+                const PipelineShape shape{p, m, 1};
+                INFO(describe(name, shape));
+                const Run run = simulate(*schedule, shape, Costs{1, 2, 1, 1});
+                REQUIRE(run.completed);
+                CHECK(run.makespan == (m + p - 1) * 3L);
+            }
+        }
+    }
+}
+
+TEST_CASE("interleaved: makespan (v*m+p-1)(F+B)/v with whole-stage F=v, B=2v") {
+    // Per chunk F=1, B=2, so a whole stage costs F=v, B=2v and (v*m+p-1)(v+2v)/v = 3(v*m+p-1).
+    auto schedule = make_schedule("interleaved");
+    for (int p = 1; p <= 8; ++p) {
+        for (int v = 2; v <= 4; ++v) {
+            for (int m = p; m <= 32; m += p) {
+                const PipelineShape shape{p, m, v};
+                INFO(describe("interleaved", shape));
+                REQUIRE(schedule->check(shape).empty());
+                const Run run = simulate(*schedule, shape, Costs{1, 2, 1, 1});
+                REQUIRE(run.completed);
+                CHECK(run.makespan == 3L * (v * m + p - 1));
+            }
+        }
+    }
+}
+
+TEST_CASE("interleaved: Megatron's order, p=2, v=2, m=4, by hand") {
+    // Megatron's virtual microbatch table (groups of p=2 per chunk):
+    //   k        0 1 2 3 4 5 6 7
+    //   mb       0 1 0 1 2 3 2 3
+    //   chunk    0 0 1 1 0 0 1 1   (backward chunk = 1 - chunk)
+    // Device 0: warm-up (2-0-1)*2 + (2-1)*2 = 4 forwards k=0..3, then (F k+4, B k) for k=0..3,
+    // then backwards k=4..7. Device 1: warm-up 0*2 + 2 = 2.
+    auto schedule = make_schedule("interleaved");
+    const PipelineShape shape{2, 4, 2};
+    auto F = [](int i, int c) { return PipelineOp{Pass::Forward, i, c}; };
+    auto B = [](int i, int c) { return PipelineOp{Pass::Backward, i, c}; };
+    const std::vector<PipelineOp> device0 = {F(0, 0), F(1, 0), F(0, 1), F(1, 1),  // warm-up
+                                             F(2, 0), B(0, 1), F(3, 0), B(1, 1),
+                                             F(2, 1), B(0, 0),                     // steady
+                                             F(3, 1), B(1, 0),                     //
+                                             B(2, 1), B(3, 1), B(2, 0), B(3, 0)};  // cool-down
+    const std::vector<PipelineOp> device1 = {F(0, 0), F(1, 0),                     // warm-up
+                                             F(0, 1), B(0, 1), F(1, 1), B(1, 1), F(2, 0),
+                                             B(0, 0), F(3, 0),                             // steady
+                                             B(1, 0), F(2, 1), B(2, 1), F(3, 1), B(3, 1),  //
+                                             B(2, 0), B(3, 0)};  // cool-down
+    CHECK(schedule->order(shape, 0) == device0);
+    CHECK(schedule->order(shape, 1) == device1);
+    // Default placement: virtual stage = chunk * p + device.
+    CHECK(schedule->virtual_stage(shape, 1, 1, 0) == 3);
+    CHECK(schedule->place(shape, 2, 0).device == 0);
+    CHECK(schedule->place(shape, 2, 0).chunk == 1);
+}
+
+TEST_CASE("interleaved: messages say what is wrong and what would be accepted") {
+    auto schedule = make_schedule("interleaved");
+    CHECK(schedule->check({4, 6, 2}) ==
+          "interleaved needs microbatches to be a multiple of pipeline stages (p=4): m=6 is not; "
+          "use 4, 8, 12, ...");
+    const std::string one_chunk = schedule->check({4, 8, 1});
+    CHECK(one_chunk.find("vpp >= 2") != std::string::npos);
+    CHECK(one_chunk.find("vpp=1 given") != std::string::npos);
+    CHECK(schedule->chunks_for(3) == 3);
+    CHECK(make_schedule("1f1b")->check({4, 8, 2}).find("use v=1") != std::string::npos);
+}
+
+TEST_CASE("zb-h1: bubble (p-1)(F+B-W) for m >= p, W <= B") {
+    // Published.md 4.2: ZB-H1's bubble per stage is (p-1)(T_F + T_B - T_W), so with every stage
+    // busy m(F+B+W) the makespan is m(F+B+W) + (p-1)(F+B-W). Checked for three cost sets.
+    auto schedule = make_schedule("zb-h1");
+    for (const Costs& costs : {Costs{1, 0, 1, 1}, Costs{2, 0, 2, 1}, Costs{3, 0, 2, 2}}) {
+        const long f = costs.forward;
+        const long b = costs.backward_input;
+        const long w = costs.backward_weight;
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = p; m <= 32; ++m) {
+                const PipelineShape shape{p, m, 1};
+                INFO(describe("zb-h1", shape) << " F=" << f << " B=" << b << " W=" << w);
+                const Run run = simulate(*schedule, shape, costs);
+                REQUIRE(run.completed);
+                CHECK(run.makespan == m * (f + b + w) + (p - 1) * (f + b - w));
+                for (long busy : run.busy)
+                    CHECK(busy == m * (f + b + w));
+            }
+        }
+    }
+}
+
+TEST_CASE("zb-h1: never more than p activations held, like 1f1b") {
+    // Stage s starts p-s forwards before its first B and holds back s W passes: p at most.
+    auto zb = make_schedule("zb-h1");
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 32; ++m) {
+            for (int d = 0; d < p; ++d) {
+                INFO("p=" << p << " m=" << m << " device " << d);
+                CHECK(peak_inflight_microbatches(*zb, {p, m, 1}, d) == std::min(p, m));
+            }
+        }
+    }
+}
+
+TEST_CASE("peak in-flight activations: 1f1b min(p-s, m), gpipe m, interleaved warm-up + 1") {
+    auto one_f_one_b = make_schedule("1f1b");
+    auto gpipe = make_schedule("gpipe");
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 32; ++m) {
+            for (int d = 0; d < p; ++d) {
+                INFO("p=" << p << " m=" << m << " device " << d);
+                // 1F1B: p-s-1 warm-up forwards plus the first steady forward before a backward.
+                CHECK(peak_inflight_microbatches(*one_f_one_b, {p, m, 1}, d) == std::min(p - d, m));
+                // GPipe: every forward before any backward.
+                CHECK(peak_inflight_microbatches(*gpipe, {p, m, 1}, d) == m);
+            }
+        }
+    }
+    auto interleaved = make_schedule("interleaved");
+    for (int p = 1; p <= 8; ++p) {
+        for (int v = 2; v <= 4; ++v) {
+            for (int m = p; m <= 32; m += p) {
+                // Megatron's warm-up W = (p-s-1)*2 + (v-1)*p forwards, then one more forward
+                // before the first backward; all m*v if the warm-up covers everything.
+                const int device0 = std::min((p - 1) * 2 + (v - 1) * p + 1, m * v);
+                CHECK(peak_inflight_microbatches(*interleaved, {p, m, v}, 0) == device0);
+            }
+        }
+    }
+}
+
+TEST_CASE("1f1b order follows Megatron: p=4, m=8, stage 1") {
+    // Warm-up p-s-1 = 2 forwards, then (F i+2, B i) for i=0..5, then B6, B7.
+    auto schedule = make_schedule("1f1b");
+    std::string letters;
+    for (const PipelineOp& op : schedule->order({4, 8, 1}, 1)) {
+        letters += pass_letter(op.pass) + std::to_string(op.microbatch) + " ";
+    }
+    CHECK(letters == "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7 ");
+}
