@@ -372,3 +372,56 @@ TEST_CASE("1f1b order follows Megatron: p=4, m=8, stage 1") {
     }
     CHECK(letters == "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7 ");
 }
+
+TEST_CASE("zb-v: V placement, device s holds virtual stages s and 2p-1-s") {
+    auto schedule = make_schedule("zb-v");
+    CHECK(schedule->chunks_for(1) == 2);
+    CHECK(schedule->chunks_for(4) == 2);
+    const PipelineShape shape{4, 8, 2};
+    CHECK(schedule->virtual_stage(shape, 0, 1, 0) == 7);
+    CHECK(schedule->virtual_stage(shape, 3, 1, 5) == 4);
+    CHECK(schedule->place(shape, 5, 0).device == 2);
+    CHECK(schedule->place(shape, 5, 0).chunk == 1);
+    CHECK(schedule->check({4, 8, 3}).find("use v=2") != std::string::npos);
+}
+
+TEST_CASE("zb-v: idle (p-1)F per device for m >= 2p-1 when F = B and W <= B") {
+    // With chunk times F = B = W (or W = B/2), the handcrafted ZB-V keeps every device busy
+    // except for the ramp: device p-1's first forward (virtual stage p-1) cannot start before
+    // p-1 chunk forwards, and the V returns that idle at the end of device 0. Every device works
+    // 2m(F+B+W), so the makespan is 2m(F+B+W) + (p-1)F. Needs m >= 2p-1 microbatches to fill
+    // the V. (ZB-V's table entry "0 when T_F = T_B = T_W" leaves out this ramp.)
+    auto schedule = make_schedule("zb-v");
+    for (const Costs& costs : {Costs{1, 0, 1, 1}, Costs{2, 0, 2, 1}}) {
+        const long f = costs.forward;
+        const long b = costs.backward_input;
+        const long w = costs.backward_weight;
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = 2 * p - 1; m <= 32; ++m) {
+                const PipelineShape shape{p, m, 2};
+                INFO(describe("zb-v", shape) << " F=" << f << " B=" << b << " W=" << w);
+                const Run run = simulate(*schedule, shape, costs);
+                REQUIRE(run.completed);
+                CHECK(run.makespan == 2L * m * (f + b + w) + (p - 1) * f);
+            }
+        }
+    }
+}
+
+TEST_CASE("zb-v: at most 2p chunk activations (p whole stages) held, like 1f1b") {
+    // Device 0 runs 2p-1 chunk-0 forwards and then one chunk-1 forward before its first W
+    // releases anything, once m >= 2p; published.md 4.2 gives ZB-V's peak as p*M_B (whole
+    // stage), i.e. 2p chunk activations.
+    auto schedule = make_schedule("zb-v");
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 32; ++m) {
+            INFO("p=" << p << " m=" << m);
+            int peak = 0;
+            for (int d = 0; d < p; ++d) {
+                peak = std::max(peak, peak_inflight_microbatches(*schedule, {p, m, 2}, d));
+            }
+            CHECK(peak <= 2 * p);
+            if (m >= 2 * p) CHECK(peak_inflight_microbatches(*schedule, {p, m, 2}, 0) == 2 * p);
+        }
+    }
+}
