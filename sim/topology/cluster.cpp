@@ -9,22 +9,32 @@ namespace cs::topology {
 
 const char* device_kind_name(DeviceKind k) {
     switch (k) {
-        case DeviceKind::Gpu: return "gpu";
-        case DeviceKind::NvSwitch: return "nvswitch";
-        case DeviceKind::Nic: return "nic";
-        case DeviceKind::PcieSwitch: return "pcie_switch";
-        case DeviceKind::Switch: return "switch";
+        case DeviceKind::Gpu:
+            return "gpu";
+        case DeviceKind::NvSwitch:
+            return "nvswitch";
+        case DeviceKind::Nic:
+            return "nic";
+        case DeviceKind::PcieSwitch:
+            return "pcie_switch";
+        case DeviceKind::Switch:
+            return "switch";
     }
     return "?";
 }
 
 const char* link_kind_name(LinkKind k) {
     switch (k) {
-        case LinkKind::NvLink: return "nvlink";
-        case LinkKind::NvSwitch: return "nvswitch";
-        case LinkKind::Pcie: return "pcie";
-        case LinkKind::InfiniBand: return "infiniband";
-        case LinkKind::Ethernet: return "ethernet";
+        case LinkKind::NvLink:
+            return "nvlink";
+        case LinkKind::NvSwitch:
+            return "nvswitch";
+        case LinkKind::Pcie:
+            return "pcie";
+        case LinkKind::InfiniBand:
+            return "infiniband";
+        case LinkKind::Ethernet:
+            return "ethernet";
     }
     return "?";
 }
@@ -58,7 +68,8 @@ const std::vector<std::int32_t>& Cluster::hops_to(DeviceIndex dst) const {
 
 namespace {
 std::uint64_t hash3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-    std::uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL) * 0xbf58476d1ce4e5b9ULL ^
+    std::uint64_t x = a * 0x9e3779b97f4a7c15ULL ^
+                      (b + 0x632be59bd9b4e019ULL) * 0xbf58476d1ce4e5b9ULL ^
                       (c + 0x94d049bb133111ebULL);
     x ^= x >> 31;
     x *= 0xd6e8feb86659fd93ULL;
@@ -82,10 +93,10 @@ void Cluster::route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>
             const DeviceIndex next = links_[l].to;
             if (hops[next] == hops[cur] - 1) candidates.push_back(l);
         }
-        const LinkId pick =
-            candidates[hash3(static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst),
-                             flow_id, cur) %
-                       candidates.size()];
+        const LinkId pick = candidates[hash3(static_cast<std::uint64_t>(src) << 32 |
+                                                 static_cast<std::uint32_t>(dst),
+                                             flow_id, cur) %
+                                       candidates.size()];
         out.push_back(pick);
         cur = links_[pick].to;
     }
@@ -93,14 +104,16 @@ void Cluster::route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>
 
 Time Cluster::route_latency(const std::vector<LinkId>& route) const {
     Time t = Time::zero();
-    for (LinkId l : route) t += links_[l].latency;
+    for (LinkId l : route)
+        t += links_[l].latency;
     return t;
 }
 
 Bandwidth Cluster::route_bandwidth(const std::vector<LinkId>& route) const {
     if (route.empty()) return Bandwidth{0};
     double bw = links_[route.front()].bandwidth.bytes_per_s;
-    for (LinkId l : route) bw = std::min(bw, links_[l].bandwidth.bytes_per_s);
+    for (LinkId l : route)
+        bw = std::min(bw, links_[l].bandwidth.bytes_per_s);
     return Bandwidth{bw};
 }
 
@@ -123,16 +136,18 @@ DeviceIndex ClusterBuilder::add_device(Device device) {
     return idx;
 }
 
-LinkId ClusterBuilder::add_link(DeviceIndex from, DeviceIndex to, LinkKind kind,
-                                Bandwidth per_link, Time latency, int count) {
+LinkId ClusterBuilder::add_link(DeviceIndex from, DeviceIndex to, LinkKind kind, Bandwidth per_link,
+                                Time latency, int count) {
     const auto id = static_cast<LinkId>(c_.links_.size());
     const bool inter = c_.devices_[from].node != c_.devices_[to].node ||
                        c_.devices_[from].node < 0 || c_.devices_[to].node < 0;
     const Bandwidth total{per_link.bytes_per_s * count};
-    Link fwd{from, to, kind, total, latency, count, id + 1, inter,
-             c_.devices_[from].id + "->" + c_.devices_[to].id};
-    Link rev{to, from, kind, total, latency, count, id, inter,
-             c_.devices_[to].id + "->" + c_.devices_[from].id};
+    Link fwd{from,   to,      kind,
+             total,  latency, count,
+             id + 1, inter,   c_.devices_[from].id + "->" + c_.devices_[to].id};
+    Link rev{to,    from,    kind,
+             total, latency, count,
+             id,    inter,   c_.devices_[to].id + "->" + c_.devices_[from].id};
     c_.links_.push_back(std::move(fwd));
     c_.links_.push_back(std::move(rev));
     return id;

@@ -20,7 +20,7 @@ enum class DeviceKind : std::uint8_t { Gpu, NvSwitch, Nic, PcieSwitch, Switch };
 enum class LinkKind : std::uint8_t { NvLink, NvSwitch, Pcie, InfiniBand, Ethernet };
 
 const char* device_kind_name(DeviceKind k);  // "gpu", "nvswitch", "nic", "pcie_switch", "switch"
-const char* link_kind_name(LinkKind k);      // "nvlink", "nvswitch", "pcie", "infiniband", "ethernet"
+const char* link_kind_name(LinkKind k);  // "nvlink", "nvswitch", "pcie", "infiniband", "ethernet"
 
 struct GpuModel {
     std::string name;
@@ -39,10 +39,10 @@ inline constexpr std::uint32_t kNone = 0xffffffffu;
 struct Device {
     std::string id;
     DeviceKind kind = DeviceKind::Gpu;
-    std::int32_t node = -1;      // node (server) index, -1 for fabric switches
-    std::int32_t gpu = -1;       // global GPU number for GPUs, else -1
-    std::int32_t model = -1;     // index into Cluster::gpu_models() for GPUs
-    std::int32_t tier = 0;       // fabric tier for switches (1 = leaf), 0 otherwise
+    std::int32_t node = -1;   // node (server) index, -1 for fabric switches
+    std::int32_t gpu = -1;    // global GPU number for GPUs, else -1
+    std::int32_t model = -1;  // index into Cluster::gpu_models() for GPUs
+    std::int32_t tier = 0;    // fabric tier for switches (1 = leaf), 0 otherwise
 };
 
 struct Link {
@@ -63,11 +63,11 @@ struct VertexProps {
 struct EdgeProps {
     LinkId link = 0;
 };
-using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps,
-                                    EdgeProps>;
+using Graph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps, EdgeProps>;
 
 class Cluster {
-public:
+  public:
     const std::vector<Device>& devices() const { return devices_; }
     const std::vector<Link>& links() const { return links_; }
     const std::vector<GpuModel>& gpu_models() const { return models_; }
@@ -93,7 +93,7 @@ public:
     // Smallest capacity along a route.
     Bandwidth route_bandwidth(const std::vector<LinkId>& route) const;
 
-private:
+  private:
     friend class ClusterBuilder;
     const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
 
@@ -111,7 +111,7 @@ private:
 };
 
 class ClusterBuilder {
-public:
+  public:
     // Returns the model's index; a model with the same name is reused.
     int add_gpu_model(const GpuModel& model);
     DeviceIndex add_device(Device device);
@@ -121,7 +121,7 @@ public:
     // Freezes into a Cluster: numbers GPUs in insertion order, builds the Boost graph.
     Cluster build();
 
-private:
+  private:
     Cluster c_;
 };
 

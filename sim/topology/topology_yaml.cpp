@@ -1,0 +1,331 @@
+#include "topology/topology_yaml.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "topology/topology_spec.hpp"
+
+namespace cs::topology {
+
+namespace {
+
+GpuModel make_model(const char* name, double fp32_tflops, double bf16_tflops, double fp16_tflops,
+                    double fp8_tflops, double hbm_gb, double hbm_tb_per_s) {
+    GpuModel m;
+    m.name = name;
+    m.peak_fp32 = FlopRate{fp32_tflops * 1e12};
+    m.peak_bf16 = FlopRate{bf16_tflops * 1e12};
+    m.peak_fp16 = FlopRate{fp16_tflops * 1e12};
+    m.peak_fp8 = FlopRate{fp8_tflops * 1e12};
+    m.hbm = Bytes{static_cast<std::int64_t>(std::llround(hbm_gb * 1e9))};
+    m.hbm_bandwidth = Bandwidth{hbm_tb_per_s * 1e12};
+    return m;
+}
+
+// Short names accepted for catalogue entries.
+struct Alias {
+    const char* alias;
+    const char* name;
+};
+constexpr Alias kAliases[] = {
+    {"A100", "A100-SXM4-80GB"}, {"A100-SXM", "A100-SXM4-80GB"}, {"A100-PCIE", "A100-PCIE-80GB"},
+    {"H100", "H100-SXM"},       {"H200", "H200-SXM"},           {"H800", "H800-SXM"},
+};
+
+DeviceKind parse_device_kind(const config::Reader& r, const std::string& key) {
+    const std::string k = r.choice(key, {"gpu", "nvswitch", "nic", "pcie_switch", "switch"});
+    if (k == "gpu") return DeviceKind::Gpu;
+    if (k == "nvswitch") return DeviceKind::NvSwitch;
+    if (k == "nic") return DeviceKind::Nic;
+    if (k == "pcie_switch") return DeviceKind::PcieSwitch;
+    return DeviceKind::Switch;
+}
+
+LinkKind parse_link_kind(const config::Reader& r, const std::string& key, const char* fallback) {
+    const std::string k =
+        r.choice(key, {"nvlink", "nvswitch", "pcie", "infiniband", "ethernet"}, fallback);
+    if (k == "nvlink") return LinkKind::NvLink;
+    if (k == "nvswitch") return LinkKind::NvSwitch;
+    if (k == "pcie") return LinkKind::Pcie;
+    if (k == "infiniband") return LinkKind::InfiniBand;
+    return LinkKind::Ethernet;
+}
+
+int as_int(const config::Reader& r, const std::string& key, std::int64_t v) {
+    if (v > 100'000'000) r.fail(key, "is too large (at most 100000000)");
+    return static_cast<int>(v);
+}
+
+GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
+    GpuModelSpec s;
+    s.where = r.location();
+    s.model.name = name;
+    const config::Reader peak = r.map("peak");
+    s.model.peak_bf16 = peak.flop_rate("bf16");
+    s.model.peak_fp16 = peak.has("fp16") ? peak.flop_rate("fp16") : s.model.peak_bf16;
+    if (peak.has("fp8")) s.model.peak_fp8 = peak.flop_rate("fp8");
+    if (peak.has("fp32")) s.model.peak_fp32 = peak.flop_rate("fp32");
+    peak.finish();
+    s.model.hbm = r.bytes("hbm");
+    if (s.model.hbm.value <= 0) r.fail("hbm", "must be greater than zero");
+    s.model.hbm_bandwidth = r.bandwidth("hbm_bandwidth");
+    r.finish();
+    return s;
+}
+
+DeviceSpec parse_device(const config::Reader& r) {
+    DeviceSpec d;
+    d.where = r.location();
+    d.id = r.string("id");
+    if (d.id.empty()) r.fail("id", "must not be empty");
+    d.kind = parse_device_kind(r, "type");
+    if (d.kind == DeviceKind::Gpu) {
+        d.model = r.string("model");
+        d.model_where = r.location("model");
+    } else if (r.has("model")) {
+        r.fail("model", "only devices of type gpu have a model");
+    }
+    const std::int64_t fallback = d.kind == DeviceKind::Switch ? -1 : 0;
+    const std::int64_t node = r.integer_or("node", fallback);
+    if (node < -1) r.fail("node", "must be a node index (0, 1, ...) or -1 for the fabric");
+    if (node < 0 && d.kind != DeviceKind::Switch)
+        r.fail("node", "only switches may sit outside a node (node -1)");
+    d.node = as_int(r, "node", node);
+    r.finish();
+    return d;
+}
+
+LinkSpec parse_link(const config::Reader& r) {
+    LinkSpec l;
+    l.where = r.location();
+    l.from = r.string("from");
+    l.from_where = r.location("from");
+    l.to = r.string("to");
+    l.to_where = r.location("to");
+    l.kind = parse_link_kind(r, "kind", nullptr);
+    l.bandwidth = r.bandwidth("bandwidth");
+    l.latency = r.time_opt("latency").value_or(Time::us(1));
+    l.count = as_int(r, "count", r.count_or("count", 1));
+    r.finish();
+    return l;
+}
+
+IntraSpec parse_intra(const config::Reader& r) {
+    IntraSpec s;
+    s.where = r.location();
+    const std::string k = r.choice("kind", {"nvswitch", "nvlink", "pcie"});
+    s.kind = k == "nvswitch" ? IntraKind::NvSwitch
+             : k == "nvlink" ? IntraKind::NvLinkMesh
+                             : IntraKind::Pcie;
+    s.bandwidth = r.bandwidth("bandwidth");
+    const Time default_latency = s.kind == IntraKind::NvSwitch ? Time::ns(500) : Time::us(1);
+    s.latency = r.time_opt("latency").value_or(default_latency);
+    if (s.kind == IntraKind::NvLinkMesh) s.count = as_int(r, "count", r.count_or("count", 1));
+    if (s.kind == IntraKind::Pcie)
+        s.pcie_switches = as_int(r, "switches", r.count_or("switches", 1));
+    r.finish();
+    return s;
+}
+
+NicSpec parse_nics(const config::Reader& r, int gpus) {
+    NicSpec s;
+    s.where = r.location();
+    s.count = as_int(r, "count", r.count("count", 0));
+    s.kind = parse_link_kind(r, "kind", "infiniband");
+    if (s.kind != LinkKind::InfiniBand && s.kind != LinkKind::Ethernet)
+        r.fail("kind", "a NIC is infiniband or ethernet");
+    if (s.count > 0)
+        s.bandwidth = r.bandwidth("bandwidth");
+    else
+        r.has("bandwidth");
+    s.latency = r.time_opt("latency").value_or(Time::us(1));
+    s.pcie_bandwidth = r.bandwidth_opt("pcie_bandwidth").value_or(Bandwidth{64e9});
+    s.pcie_latency = r.time_opt("pcie_latency").value_or(Time::us(1));
+    s.rail_optimized = r.boolean_or("rail_optimized", false);
+    if (r.has("serves")) {
+        const YAML::Node list = r.value("serves");
+        auto bad = [&](const std::string& why) {
+            r.fail("serves", why + "; expected one list of local GPU indices (0.." +
+                                 std::to_string(gpus - 1) + ") per NIC, e.g. [[0, 1], [2, 3]]");
+        };
+        if (!list.IsSequence()) bad("not a list");
+        if (static_cast<int>(list.size()) != s.count)
+            bad("has " + std::to_string(list.size()) + " entries for " + std::to_string(s.count) +
+                " NICs");
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const YAML::Node item = list[i];
+            if (!item.IsSequence() || item.size() == 0)
+                bad("entry " + std::to_string(i) + " is not a list");
+            std::vector<int> gpus_of_nic;
+            for (std::size_t j = 0; j < item.size(); ++j) {
+                const YAML::Node g = item[j];
+                int v = -1;
+                try {
+                    v = g.as<int>();
+                } catch (const YAML::Exception&) {
+                    bad("entry " + std::to_string(i) + " holds \"" +
+                        (g.IsScalar() ? g.Scalar() : std::string("a list")) + "\"");
+                }
+                if (v < 0 || v >= gpus) bad("GPU " + std::to_string(v) + " is not in the node");
+                gpus_of_nic.push_back(v);
+            }
+            s.serves.push_back(std::move(gpus_of_nic));
+        }
+    } else if (s.count > 0) {
+        // NIC k serves a contiguous block of GPUs; with more NICs than GPUs, GPU k mod gpus.
+        for (int k = 0; k < s.count; ++k) {
+            std::vector<int> block;
+            if (s.count <= gpus) {
+                for (int g = 0; g < gpus; ++g)
+                    if (static_cast<long long>(g) * s.count / gpus == k) block.push_back(g);
+            } else {
+                block.push_back(k % gpus);
+            }
+            s.serves.push_back(std::move(block));
+        }
+    }
+    r.finish();
+    return s;
+}
+
+NodeSpec parse_node(const config::Reader& r) {
+    NodeSpec n;
+    n.where = r.location();
+    n.gpus = as_int(r, "gpus", r.count("gpus"));
+    n.gpu_model = r.string("gpu_model");
+    n.gpu_model_where = r.location("gpu_model");
+    if (auto intra = r.map_opt("intra")) {
+        n.intra = parse_intra(*intra);
+    } else if (n.gpus > 1) {
+        r.fail("intra",
+               "missing; a node with several GPUs needs an intra-node fabric, e.g. "
+               "{kind: nvswitch, bandwidth: 450GB/s}");
+    }
+    if (auto nics = r.map_opt("nics")) n.nics = parse_nics(*nics, n.gpus);
+    r.finish();
+    return n;
+}
+
+TierSpec parse_tier(const config::Reader& r) {
+    TierSpec t;
+    t.present = true;
+    t.where = r.location();
+    if (r.has("down")) {
+        t.down = as_int(r, "down", r.count("down"));
+        t.down_where = r.location("down");
+    }
+    if (r.has("up")) {
+        t.up = as_int(r, "up", r.count("up"));
+        t.up_where = r.location("up");
+    }
+    if (r.has("oversubscription")) {
+        const double o = r.number("oversubscription");
+        if (!(o >= 1.0))
+            r.fail("oversubscription",
+                   "must be at least 1 (down capacity : up capacity, 1 = full bisection)");
+        t.oversubscription = o;
+    }
+    t.bandwidth = r.bandwidth_opt("bandwidth");
+    if (r.has("radix")) t.radix = as_int(r, "radix", r.count("radix"));
+    r.finish();
+    return t;
+}
+
+FabricSpec parse_fabric(const config::Reader& r) {
+    FabricSpec f;
+    f.where = r.location();
+    const std::string k = r.choice("kind", {"single_switch", "leaf_spine", "fat_tree"});
+    f.kind = k == "single_switch" ? FabricKind::SingleSwitch
+             : k == "leaf_spine"  ? FabricKind::LeafSpine
+                                  : FabricKind::FatTree;
+    f.latency = r.time_opt("latency").value_or(Time::us(1));
+    if (f.kind == FabricKind::SingleSwitch) {
+        if (r.has("ports")) {
+            f.ports = as_int(r, "ports", r.count("ports"));
+            f.ports_where = r.location("ports");
+        }
+    } else {
+        f.leaf = parse_tier(r.map("leaf"));
+        if (auto spine = r.map_opt("spine")) f.spine = parse_tier(*spine);
+        if (f.kind == FabricKind::FatTree) {
+            if (!f.spine.present)
+                r.fail("spine", "missing; a fat_tree needs spine: {down: <leaves per pod>}");
+            if (auto core = r.map_opt("core")) f.core = parse_tier(*core);
+        }
+    }
+    r.finish();
+    return f;
+}
+
+}  // namespace
+
+const std::vector<GpuModel>& gpu_catalog() {
+    // Dense peaks (no sparsity). Sources: shared/validation/published.md section 7.1 (NVIDIA
+    // datasheets via MLENG, NARAYANAN21); A100-PCIE-80GB from NVIDIA's A100 datasheet (same
+    // tensor cores as SXM, 1,935 GB/s HBM2e). H800's peaks are not published: taken as H100's.
+    static const std::vector<GpuModel> catalog = {
+        make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039),
+        make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935),
+        make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35),
+        make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8),
+        make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35),
+    };
+    return catalog;
+}
+
+const GpuModel* find_catalog_model(const std::string& name) {
+    std::string resolved = name;
+    for (const auto& a : kAliases)
+        if (name == a.alias) resolved = a.name;
+    for (const auto& m : gpu_catalog())
+        if (m.name == resolved) return &m;
+    return nullptr;
+}
+
+std::vector<std::string> catalog_names() {
+    std::vector<std::string> out;
+    for (const auto& m : gpu_catalog())
+        out.push_back(m.name);
+    for (const auto& a : kAliases)
+        out.emplace_back(a.alias);
+    return out;
+}
+
+TopologySpec parse_topology(const config::Document& doc) {
+    const config::Reader root = config::root_reader(doc);
+    TopologySpec spec;
+    spec.where = root.location();
+    spec.name = root.string_or("name", "");
+    root.has("description");
+    if (auto models = root.map_opt("gpu_models")) {
+        for (const auto& name : models->keys())
+            spec.gpu_models.push_back(parse_gpu_model(models->map(name), name));
+        models->finish();
+    }
+    for (const auto& d : root.list_of_maps("devices"))
+        spec.devices.push_back(parse_device(d));
+    for (const auto& l : root.list_of_maps("links"))
+        spec.links.push_back(parse_link(l));
+    if (auto node = root.map_opt("node")) {
+        spec.node = parse_node(*node);
+        spec.nodes = as_int(root, "nodes", root.count("nodes"));
+        spec.nodes_where = root.location("nodes");
+    } else if (root.has("nodes")) {
+        root.fail("nodes", "needs a node template: node: {gpus: 8, gpu_model: H100-SXM, ...}");
+    }
+    if (auto fabric = root.map_opt("fabric")) {
+        if (!spec.node)
+            fabric->fail_here("a fabric connects generated nodes; add node: {...} and nodes: N");
+        spec.fabric = parse_fabric(*fabric);
+    }
+    if (spec.devices.empty() && !spec.node)
+        root.fail_here("describes no GPUs; give devices and links, or node, nodes and fabric");
+    root.finish();
+    return spec;
+}
+
+Cluster load_cluster(const config::Document& doc) {
+    return build_cluster(parse_topology(doc));
+}
+
+}  // namespace cs::topology
