@@ -13,6 +13,7 @@ std::unique_ptr<Schedule> make_one_f_one_b();
 std::unique_ptr<Schedule> make_interleaved();
 std::unique_ptr<Schedule> make_zb_h1();
 std::unique_ptr<Schedule> make_zb_v();
+std::unique_ptr<Schedule> make_dualpipev();
 
 // Empty if p, m and v are all at least 1; otherwise what is wrong, prefixed by the schedule name.
 std::string check_positive(const std::string& name, const PipelineShape& shape);

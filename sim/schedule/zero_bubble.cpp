@@ -1,6 +1,7 @@
 // The zero-bubble family of Qi et al. (ICLR 2024): the backward split into B (input gradient,
 // on the critical path) and W (weight gradient, free to move).
 #include <algorithm>
+#include <deque>
 
 #include "schedule/builtin.hpp"
 
@@ -49,13 +50,11 @@ class ZeroBubbleH1 final : public Schedule {
     }
 };
 
-// ZB-V (Qi et al., arXiv 2401.10241 section 6): two chunks per device in a V, device s holding
-// virtual stages s and 2p-1-s, so the first and last virtual stages share device 0. The order is
-// the handcrafted one (as in PyTorch's ScheduleZBVZeroBubble), generated for
-// max(m, 2p-1) microbatches and then filtered down to the m that exist.
-class ZeroBubbleV final : public Schedule {
+// Two chunks per device in a V: device s holds virtual stage s (chunk 0) and 2p-1-s (chunk 1),
+// so the first and the last virtual stage share device 0. The backward is always split; a
+// schedule that runs a full backward emits its B and W back to back.
+class VShaped : public Schedule {
   public:
-    std::string name() const override { return "zb-v"; }
     int chunks_for(int /*requested_vpp*/) const override { return 2; }
     std::string check(const PipelineShape& shape) const override {
         return check_fixed_chunks(name(), shape, 2);
@@ -70,6 +69,14 @@ class ZeroBubbleV final : public Schedule {
         if (virtual_stage < shape.devices) return Placement{virtual_stage, 0};
         return Placement{2 * shape.devices - 1 - virtual_stage, 1};
     }
+};
+
+// ZB-V (Qi et al., arXiv 2401.10241 section 6) in its handcrafted order (as PyTorch's
+// ScheduleZBVZeroBubble builds it), generated for max(m, 2p-1) microbatches and then filtered
+// down to the m that exist.
+class ZeroBubbleV final : public VShaped {
+  public:
+    std::string name() const override { return "zb-v"; }
     std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
         require_valid(*this, shape, device);
         const int p = shape.devices;
@@ -126,8 +133,95 @@ class ZeroBubbleV final : public Schedule {
     }
 };
 
+// DualPipeV (Sea AI Lab's cut-in-half DualPipe, deepseek-ai/DualPipe dualpipev.py), in its eight
+// steps. Chunk 0 ("phase 0") carries microbatches down the devices, chunk 1 back up. Its
+// overlapped forward-and-backward pairs run here as the forward followed by a full backward (B
+// then W). Backwards marked "deferred" leave their W in a FIFO that the explicit W steps drain.
+class DualPipeV final : public VShaped {
+  public:
+    std::string name() const override { return "dualpipev"; }
+    std::string check(const PipelineShape& shape) const override {
+        std::string problem = VShaped::check(shape);
+        if (!problem.empty()) return problem;
+        if (shape.microbatches < 2 * shape.devices) {
+            return "dualpipev needs at least 2p microbatches (p=" + std::to_string(shape.devices) +
+                   "): m=" + std::to_string(shape.microbatches) +
+                   " is too few; use m >= " + std::to_string(2 * shape.devices);
+        }
+        return {};
+    }
+    std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        const int p = shape.devices;
+        const int m = shape.microbatches;
+        const int r = device;
+        int forwards[2] = {0, 0};
+        int backwards[2] = {0, 0};
+        std::deque<PipelineOp> deferred_weights;
+        std::vector<PipelineOp> ops;
+        ops.reserve(6 * static_cast<std::size_t>(m));
+        auto f = [&](int c) { ops.push_back(PipelineOp{Pass::Forward, forwards[c]++, c}); };
+        auto b = [&](int c, bool defer_weight) {
+            const int microbatch = backwards[c]++;
+            ops.push_back(PipelineOp{Pass::BackwardInput, microbatch, c});
+            const PipelineOp weight{Pass::BackwardWeight, microbatch, c};
+            if (defer_weight) {
+                deferred_weights.push_back(weight);
+            } else {
+                ops.push_back(weight);
+            }
+        };
+        auto w = [&] {
+            ops.push_back(deferred_weights.front());
+            deferred_weights.pop_front();
+        };
+        for (int k = 0; k < 2 * (p - r - 1); ++k)
+            f(0);                          // 1: F0
+        for (int k = 0; k < r + 1; ++k) {  // 2: F0 F1
+            f(0);
+            f(1);
+        }
+        for (int k = 0; k < p - r - 1; ++k) {  // 3: B1 W F1
+            b(1, true);
+            w();
+            f(1);
+        }
+        for (int k = 0; k < m - 2 * p + r + 1; ++k) {  // 4: F0&B1, F1&B0
+            f(0);
+            b(1, false);
+            f(1);
+            b(0, false);
+        }
+        for (int k = 0; k < p - r - 1; ++k) {  // 5: B1, F1&B0
+            b(1, false);
+            f(1);
+            b(0, false);
+        }
+        // 6: B1 B0, deferring W from the middle of the step on (before B1 on odd devices,
+        // after it on even ones), so that r + 1 weight passes are left for the end.
+        const int step6 = r + 1;
+        bool defer = false;
+        for (int k = 0; k < step6; ++k) {
+            if (k == step6 / 2 && r % 2 == 1) defer = true;
+            b(1, defer);
+            if (k == step6 / 2 && r % 2 == 0) defer = true;
+            b(0, defer);
+        }
+        for (int k = 0; k < p - r - 1; ++k) {  // 7: W B0
+            w();
+            b(0, true);
+        }
+        while (!deferred_weights.empty())
+            w();  // 8: the r + 1 remaining W
+        return ops;
+    }
+};
+
 }  // namespace
 
+std::unique_ptr<Schedule> make_dualpipev() {
+    return std::make_unique<DualPipeV>();
+}
 std::unique_ptr<Schedule> make_zb_h1() {
     return std::make_unique<ZeroBubbleH1>();
 }

@@ -130,7 +130,7 @@ std::vector<PipelineShape> accepted_shapes(const Schedule& schedule) {
 
 TEST_CASE("factory knows every listed name and nothing else") {
     const std::vector<std::string> names = schedule_names();
-    for (const char* expected : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+    for (const char* expected : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}) {
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     }
     for (const std::string& name : names) {
@@ -422,6 +422,57 @@ TEST_CASE("zb-v: at most 2p chunk activations (p whole stages) held, like 1f1b")
             }
             CHECK(peak <= 2 * p);
             if (m >= 2 * p) CHECK(peak_inflight_microbatches(*schedule, {p, m, 2}, 0) == 2 * p);
+        }
+    }
+}
+
+TEST_CASE("dualpipev: needs m >= 2p, says so") {
+    auto schedule = make_schedule("dualpipev");
+    CHECK(schedule->check({4, 7, 2}) ==
+          "dualpipev needs at least 2p microbatches (p=4): m=7 is too few; use m >= 8");
+    CHECK(schedule->check({4, 8, 2}).empty());
+    CHECK(schedule->chunks_for(3) == 2);
+    CHECK(schedule->virtual_stage({4, 8, 2}, 1, 1, 0) == 6);
+}
+
+TEST_CASE("dualpipev: reaches the ramp bound when F = B = W, stays within DeepSeek-V3's bubble") {
+    // Lower bound: device p-1 cannot start before its first forward (virtual stage p-1) has had
+    // p-1 chunk forwards upstream, and every device works 2m(F+B+W); so the makespan is at
+    // least 2m(F+B+W) + (p-1)F. With F = B = W = 1 DualPipeV attains it. For other costs,
+    // DeepSeek-V3 Table 2 (published.md 5.1) bounds the bubble by (p-1)(F&B + Bfull - 3W) with
+    // p = PP/2 devices; here F&B is not overlapped, so F&B = F + B + W and Bfull = B + W.
+    auto schedule = make_schedule("dualpipev");
+    for (const Costs& costs :
+         {Costs{1, 0, 1, 1}, Costs{2, 0, 2, 1}, Costs{2, 0, 1, 1}, Costs{1, 0, 2, 1}}) {
+        const long f = costs.forward;
+        const long b = costs.backward_input;
+        const long w = costs.backward_weight;
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = 2 * p; m <= 32; ++m) {
+                const PipelineShape shape{p, m, 2};
+                INFO(describe("dualpipev", shape) << " F=" << f << " B=" << b << " W=" << w);
+                const Run run = simulate(*schedule, shape, costs);
+                REQUIRE(run.completed);
+                const long work = 2L * m * (f + b + w);
+                CHECK(run.makespan >= work + (p - 1) * f);
+                CHECK(run.makespan <= work + (p - 1) * ((f + b + w) + (b + w) - 3 * w));
+                if (f == b && b == w) CHECK(run.makespan == work + (p - 1) * f);
+            }
+        }
+    }
+}
+
+TEST_CASE("dualpipev: 2p+1 chunk activations held, DeepSeek-V3's PP+1") {
+    // Steps 1-2 run 2(p-r-1) + 2(r+1) = 2p forwards before anything is released; step 3 frees
+    // one (its W) before each new forward; step 4 opens with a forward: 2p+1. DeepSeek-V3
+    // Table 2 gives PP+1 stage activations with PP = 2p stages of one chunk each.
+    auto schedule = make_schedule("dualpipev");
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 2 * p; m <= 32; ++m) {
+            for (int d = 0; d < p; ++d) {
+                INFO("p=" << p << " m=" << m << " device " << d);
+                CHECK(peak_inflight_microbatches(*schedule, {p, m, 2}, d) == 2 * p + 1);
+            }
         }
     }
 }
