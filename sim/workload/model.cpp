@@ -1,0 +1,207 @@
+#include "workload/model.hpp"
+
+#include <algorithm>
+#include <optional>
+
+namespace cs::workload {
+
+const char* precision_name(Precision p) {
+    switch (p) {
+        case Precision::Bf16:
+            return "bf16";
+        case Precision::Fp16:
+            return "fp16";
+        case Precision::Fp8:
+            return "fp8";
+        case Precision::Fp32:
+            return "fp32";
+    }
+    return "?";
+}
+
+const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::None:
+            return "none";
+        case Recompute::Selective:
+            return "selective";
+        case Recompute::Full:
+            return "full";
+    }
+    return "?";
+}
+
+namespace {
+
+// The keys of a model mapping, each unset until some file or the inline mapping gives it. The
+// inline keys are read after the `from` file, so they override it.
+struct ModelKeys {
+    std::optional<std::string> name, family, norm, activation;
+    std::optional<int> layers, hidden_size, attention_heads, kv_heads, head_dim, ffn_hidden_size,
+        vocab_size, position_embeddings, experts, top_k, moe_ffn_hidden_size, shared_experts,
+        dense_layers;
+    std::optional<bool> tied_embeddings, bias;
+};
+
+void read_int(const config::Reader& r, const char* key, std::optional<int>& out, int min_value) {
+    if (r.has(key)) out = static_cast<int>(r.count(key, min_value));
+}
+
+void read_keys(const config::Reader& r, ModelKeys& k) {
+    if (r.has("name")) k.name = r.string("name");
+    if (r.has("family")) k.family = r.choice("family", {"gpt", "llama", "moe"});
+    if (r.has("norm")) k.norm = r.choice("norm", {"layernorm", "rmsnorm"});
+    if (r.has("activation")) k.activation = r.choice("activation", {"gelu", "swiglu"});
+    read_int(r, "layers", k.layers, 1);
+    read_int(r, "hidden_size", k.hidden_size, 1);
+    read_int(r, "attention_heads", k.attention_heads, 1);
+    read_int(r, "kv_heads", k.kv_heads, 1);
+    read_int(r, "head_dim", k.head_dim, 1);
+    read_int(r, "ffn_hidden_size", k.ffn_hidden_size, 1);
+    read_int(r, "vocab_size", k.vocab_size, 0);
+    read_int(r, "position_embeddings", k.position_embeddings, 0);
+    read_int(r, "experts", k.experts, 0);
+    read_int(r, "top_k", k.top_k, 1);
+    read_int(r, "moe_ffn_hidden_size", k.moe_ffn_hidden_size, 1);
+    read_int(r, "shared_experts", k.shared_experts, 0);
+    read_int(r, "dense_layers", k.dense_layers, 0);
+    if (r.has("tied_embeddings")) k.tied_embeddings = r.boolean_or("tied_embeddings", false);
+    if (r.has("bias")) k.bias = r.boolean_or("bias", false);
+}
+
+std::vector<std::string> bundled_names(const std::filesystem::path& dir) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Resolves `from:`: a value naming a file (a '/' or a .yaml suffix) is relative to the document;
+// a bare name is a bundled model.
+std::filesystem::path resolve_from(const config::Reader& r) {
+    const std::string from = r.string("from");
+    const bool is_path = from.find('/') != std::string::npos ||
+                         (from.size() > 5 && from.substr(from.size() - 5) == ".yaml");
+    if (is_path) return r.document().resolve(from);
+    const auto dir = bundled_models_dir(r.document().folder);
+    if (dir.empty())
+        r.fail("from", "no bundled model folder (workloads/models) found above " +
+                           r.document().folder.string() + "; give a path such as models/" + from +
+                           ".yaml");
+    const auto file = dir / (from + ".yaml");
+    std::error_code ec;
+    if (!std::filesystem::exists(file, ec)) {
+        r.fail("from", "unknown bundled model \"" + from +
+                           "\"; bundled models: " + config::join_alternatives(bundled_names(dir)));
+    }
+    return file;
+}
+
+// Cross-key errors are reported at the key in the inline mapping when it was given there, else at
+// the model mapping itself.
+[[noreturn]] void fail_at(const config::Reader& model, const char* key,
+                          const std::string& message) {
+    if (model.has(key)) model.fail(key, message);
+    model.fail_here(message);
+}
+
+}  // namespace
+
+std::filesystem::path bundled_models_dir(const std::filesystem::path& start) {
+    std::error_code ec;
+    auto dir = std::filesystem::absolute(start, ec);
+    if (ec) return {};
+    dir = dir.lexically_normal();
+    while (true) {
+        const auto candidate = dir / "workloads" / "models";
+        if (std::filesystem::is_directory(candidate, ec)) return candidate;
+        if (dir.filename() == "workloads" && std::filesystem::is_directory(dir / "models", ec))
+            return dir / "models";
+        if (!dir.has_parent_path() || dir.parent_path() == dir) return {};
+        dir = dir.parent_path();
+    }
+}
+
+ModelSpec parse_model(const config::Reader& model) {
+    ModelKeys k;
+    std::string file_stem;
+    if (model.has("from")) {
+        const auto file = resolve_from(model);
+        const config::Document base = config::load_document(file);
+        const config::Reader base_reader = config::root_reader(base);
+        read_keys(base_reader, k);
+        base_reader.finish();  // a model file may not itself use `from`
+        file_stem = file.stem().string();
+    }
+    read_keys(model, k);
+    model.finish();
+
+    auto fail = [&](const char* key, const std::string& message) { fail_at(model, key, message); };
+    auto require = [&](const std::optional<int>& v, const char* key) {
+        if (!v) fail_at(model, key, std::string("missing '") + key + "'");
+        return v.value_or(0);
+    };
+
+    ModelSpec m;
+    m.family = k.family.value_or("gpt");
+    m.name = k.name ? *k.name : (file_stem.empty() ? "custom" : file_stem);
+    const bool gpt = m.family == "gpt";
+    m.layers = require(k.layers, "layers");
+    m.hidden_size = require(k.hidden_size, "hidden_size");
+    m.attention_heads = require(k.attention_heads, "attention_heads");
+    m.kv_heads = k.kv_heads.value_or(m.attention_heads);
+    if (!k.head_dim && m.hidden_size % m.attention_heads != 0)
+        fail("attention_heads", "hidden_size " + std::to_string(m.hidden_size) +
+                                    " is not a multiple of attention_heads " +
+                                    std::to_string(m.attention_heads) + "; give head_dim");
+    m.head_dim = k.head_dim.value_or(m.hidden_size / m.attention_heads);
+    if (m.attention_heads % m.kv_heads != 0)
+        fail("kv_heads", "attention_heads " + std::to_string(m.attention_heads) +
+                             " is not a multiple of kv_heads " + std::to_string(m.kv_heads));
+    m.vocab_size = k.vocab_size.value_or(0);
+    m.position_embeddings = k.position_embeddings.value_or(0);
+    m.norm = (k.norm ? *k.norm == "layernorm" : gpt) ? Norm::LayerNorm : Norm::RmsNorm;
+    m.activation =
+        (k.activation ? *k.activation == "gelu" : gpt) ? Activation::Gelu : Activation::SwiGlu;
+    m.bias = k.bias.value_or(gpt);
+    m.tied_embeddings = k.tied_embeddings.value_or(gpt);
+
+    m.experts = k.experts.value_or(0);
+    if (m.family == "moe" && m.experts == 0)
+        fail("experts", "family moe needs 'experts' (the number of routed experts, > 0)");
+    if (m.experts == 0) {
+        for (const char* key : {"top_k", "moe_ffn_hidden_size", "shared_experts", "dense_layers"})
+            if (model.has(key)) model.fail(key, std::string("'") + key + "' needs 'experts' > 0");
+    } else {
+        m.top_k = require(k.top_k, "top_k");
+        if (m.top_k > m.experts)
+            fail("top_k", "top_k " + std::to_string(m.top_k) + " exceeds experts " +
+                              std::to_string(m.experts));
+        m.shared_experts = k.shared_experts.value_or(0);
+        m.dense_layers = k.dense_layers.value_or(0);
+        if (m.dense_layers >= m.layers)
+            fail("dense_layers", "dense_layers " + std::to_string(m.dense_layers) +
+                                     " leaves no MoE layer in " + std::to_string(m.layers) +
+                                     " layers");
+    }
+
+    // Dense MLP width: gpt defaults to 4h. Llama's own rule (8h/3 scaled by a multiplier and
+    // rounded to a multiple) has per-model constants, so llama and moe models state it.
+    if (k.ffn_hidden_size) {
+        m.ffn_hidden_size = *k.ffn_hidden_size;
+    } else if (gpt) {
+        m.ffn_hidden_size = 4 * m.hidden_size;
+    } else if (m.experts > 0 && m.dense_layers == 0 && k.moe_ffn_hidden_size) {
+        m.ffn_hidden_size = *k.moe_ffn_hidden_size;
+    } else {
+        fail("ffn_hidden_size", "family " + m.family +
+                                    " needs 'ffn_hidden_size' (the MLP width; gpt defaults to "
+                                    "4 x hidden_size)");
+    }
+    if (m.experts > 0) m.moe_ffn_hidden_size = k.moe_ffn_hidden_size.value_or(m.ffn_hidden_size);
+    return m;
+}
+
+}  // namespace cs::workload

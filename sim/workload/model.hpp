@@ -1,0 +1,55 @@
+// Transformer model descriptions (GPT, Llama, MoE) and the arithmetic on them: parameter counts,
+// per-layer operations with FLOPs and HBM bytes, and memory per GPU.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "config/document.hpp"
+#include "core/units.hpp"
+
+namespace cs::workload {
+
+enum class Norm : std::uint8_t { LayerNorm, RmsNorm };
+enum class Activation : std::uint8_t { Gelu, SwiGlu };
+enum class Precision : std::uint8_t { Bf16, Fp16, Fp8, Fp32 };
+enum class Recompute : std::uint8_t { None, Selective, Full };
+
+const char* precision_name(Precision p);
+const char* recompute_name(Recompute r);
+
+struct ModelSpec {
+    std::string name = "custom";
+    std::string family = "gpt";  // gpt | llama | moe (moe: experts > 0)
+    int layers = 0;
+    int hidden_size = 0;
+    int attention_heads = 0;
+    int kv_heads = 0;         // = attention_heads unless grouped-query attention
+    int head_dim = 0;         // = hidden_size / attention_heads unless given
+    int ffn_hidden_size = 0;  // dense MLP width (4h for gpt by default)
+    int vocab_size = 0;       // 0: no embedding or output layer
+    Norm norm = Norm::LayerNorm;
+    Activation activation = Activation::Gelu;
+    bool tied_embeddings = false;  // output layer shares the word embedding (gpt default)
+    bool bias = false;             // linear layers carry biases (gpt default)
+    int position_embeddings = 0;   // learned absolute positions (0: rotary, no parameters)
+    // Mixture of experts (experts == 0: dense).
+    int experts = 0;
+    int top_k = 0;
+    int moe_ffn_hidden_size = 0;
+    int shared_experts = 0;
+    int dense_layers = 0;  // leading layers that stay dense in an MoE model
+};
+
+// Parses `model:` (inline keys, or `from:` a model file plus inline overrides). `from` takes a
+// path relative to the document (`from: models/x.yaml`) or a bundled model name (`from:
+// llama3-70b`), looked up in bundled_models_dir(document folder). Throws ConfigError.
+ModelSpec parse_model(const config::Reader& model);
+
+// The bundled model folder: the first `workloads/models` found in `start` or one of its parents
+// (so experiments anywhere inside the source tree find it); empty when there is none.
+std::filesystem::path bundled_models_dir(const std::filesystem::path& start);
+
+}  // namespace cs::workload
