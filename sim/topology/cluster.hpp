@@ -84,9 +84,18 @@ class Cluster {
     DeviceIndex find_device(const std::string& id) const;
 
     // Appends to `out` the directed links of a path from GPU `src` to GPU `dst` (empty when equal).
-    // Shortest path in hops that never passes through another GPU; among equal-cost paths the
-    // choice at each hop is a deterministic hash of (src, dst, flow_id). Throws SimulationError
-    // if no path exists.
+    // Shortest path in hops that never passes through another GPU; traffic between two GPUs of
+    // one node stays inside the node when the node connects them (NVLink, NVSwitch, PCIe), and
+    // traffic between nodes never transits a third node. Among equal-cost paths the choice at
+    // each hop is a deterministic hash of (src, dst, flow_id), so different flow ids spread over
+    // all equal-cost paths. Throws SimulationError if no path exists.
+    //
+    // Cost: when every link is inside a node, inside the fabric (devices with node -1) or joins
+    // the two (all generated clusters), a route needs only BFS inside the two nodes and hop tables
+    // over the fabric switches cached per destination-side fabric switch: memory grows with
+    // (fabric switches reached from NICs) x (fabric switches), never with GPU pairs. Other
+    // topologies fall back to one hop table per destination GPU. The caches make route() not
+    // thread-safe; results never depend on what is cached.
     void route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     // Sum of link latencies along a route.
     Time route_latency(const std::vector<LinkId>& route) const;
@@ -96,6 +105,11 @@ class Cluster {
   private:
     friend class ClusterBuilder;
     const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
+    const std::vector<std::int32_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
+    bool route_in_node(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    void route_two_level(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    void route_general(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    void index_structure();
 
     std::vector<Device> devices_;
     std::vector<Link> links_;
@@ -103,6 +117,16 @@ class Cluster {
     std::vector<DeviceIndex> gpu_devices_;
     std::unordered_map<std::string, DeviceIndex> by_id_;
     std::vector<std::vector<LinkId>> out_links_;  // per device, sorted by link id
+    std::vector<std::vector<LinkId>> in_links_;   // per device, sorted by link id
+    // Two-level structure (see route()): devices per node, each device's index inside its node
+    // (or inside the fabric for node -1), links entering and leaving each node.
+    bool two_level_ = false;
+    std::vector<std::vector<DeviceIndex>> node_devices_;
+    std::vector<std::int32_t> local_index_;
+    std::vector<DeviceIndex> fabric_devices_;
+    std::vector<std::vector<LinkId>> node_entries_;  // fabric -> node links, per node
+    std::vector<std::vector<LinkId>> node_exits_;    // node -> fabric links, per node
+    mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> fabric_hops_cache_;
     Graph graph_;
     int node_count_ = 0;
     // Hop-count tables per destination device, filled on first use (routes are computed on
