@@ -1,0 +1,134 @@
+#include "workload/memory.hpp"
+
+#include <cmath>
+
+#include "workload/flops.hpp"
+
+namespace cs::workload {
+namespace {
+
+using I = std::int64_t;
+
+constexpr double kWeightBytes = 2;      // bf16/fp16 (fp8 training keeps bf16 weights too)
+constexpr double kGradientBytes = 4;    // fp32 gradient buffer
+constexpr double kOptimizerBytes = 12;  // fp32 master weights + Adam m + v
+
+// Bytes per token of the activations an MLP of width f stores beyond its input: the first
+// GEMM's output and the activation's output (SwiGLU: gate and up outputs, then their product).
+double mlp_activation_bytes_per_token(const ModelSpec& m, double f) {
+    return m.activation == Activation::SwiGlu ? 6 * f : 4 * f;
+}
+
+Bytes ceil_bytes(double b) {
+    return Bytes{static_cast<I>(std::ceil(b))};
+}
+
+// Parameters of one GPU split into the dense part (sharded over dp by the distributed optimizer)
+// and the routed experts (sharded over the expert-data-parallel replicas, dp / ep).
+struct Parameters {
+    I dense = 0;
+    I experts = 0;
+};
+
+Parameters stage_parameters(const ModelSpec& m, const ParallelLayout& layout, int first_layer,
+                            int layers_on_stage, bool has_embedding, bool has_output) {
+    const I tp = layout.tp;
+    const I norms = 2 * final_norm_parameter_count(m);  // the two norms of a layer, replicated
+    Parameters p;
+    for (int i = 0; i < layers_on_stage; ++i) {
+        const bool moe = is_moe_layer(m, first_layer + i);
+        const I all = layer_parameter_count(m, moe);
+        if (moe) {
+            const I routed = routed_expert_parameter_count(m);
+            const I router = I{m.hidden_size} * m.experts;  // replicated
+            p.experts += routed / (tp * layout.ep);
+            p.dense += (all - routed - router - norms) / tp + router + norms;
+        } else {
+            p.dense += (all - norms) / tp + norms;
+        }
+    }
+    const I word = I{m.vocab_size} * m.hidden_size;
+    if (has_embedding) p.dense += word / tp + I{m.position_embeddings} * m.hidden_size;
+    if (has_output) {
+        // An untied output layer has its own weight; a tied one is a copy of the word embedding
+        // on the last stage when the embedding sits on another stage (Megatron-LM keeps both in
+        // sync with an all-reduce).
+        if (!m.tied_embeddings || !has_embedding) p.dense += word / tp;
+        p.dense += final_norm_parameter_count(m);
+    }
+    return p;
+}
+
+}  // namespace
+
+Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
+                             const TrainingSpec& training, bool moe_layer) {
+    const double t = layout.tp;
+    const double s = static_cast<double>(training.seq_length) / layout.cp;
+    const double b = training.micro_batch_size;
+    const double h = m.hidden_size;
+    const double sb = s * b;
+    const bool sp = layout.sequence_parallel && layout.tp > 1;
+    if (training.recompute == Recompute::Full) return ceil_bytes(2 * sb * h / (sp ? t : 1));
+
+    // Kept whole by every TP rank unless sequence parallel: the two norm inputs (2h each), the
+    // QKV and MLP inputs (2h each) and the two dropout masks (1 byte each): 10·sbh.
+    const double replicated = 10 * h;
+    // Split over TP ranks: Q and K (2 bytes each), V, the projection input, and the MLP's
+    // intermediate tensors. GPT: 8h + 16h = 24h.
+    const double q = static_cast<double>(m.attention_heads) * m.head_dim;
+    const double kv = static_cast<double>(m.kv_heads) * m.head_dim;
+    double split = 4 * q + 4 * kv;
+    if (moe_layer) {
+        // Each token is dispatched to top_k experts, whose inputs and intermediates are stored.
+        const double f = m.moe_ffn_hidden_size;
+        split += m.top_k * (2 * h + mlp_activation_bytes_per_token(m, f)) +
+                 m.shared_experts * mlp_activation_bytes_per_token(m, f);
+    } else {
+        split += mlp_activation_bytes_per_token(m, m.ffn_hidden_size);
+    }
+    double per_token = sp ? (replicated + split) / t : replicated + split / t;
+    double total = sb * per_token;
+    // Softmax output (2 bytes), its dropout mask (1) and the dropout output (2) per score:
+    // 5·a·s²·b, split over TP ranks. Selective recomputation recomputes them instead.
+    if (training.recompute == Recompute::None) total += 5.0 * m.attention_heads * s * s * b / t;
+    return ceil_bytes(total);
+}
+
+std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout, int first_layer,
+                                int layers_on_stage, bool has_embedding, bool has_output) {
+    const auto p =
+        stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
+    return p.dense + p.experts;
+}
+
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
+                               int inflight_microbatches, bool has_embedding, bool has_output) {
+    const auto& m = spec.model;
+    const auto& layout = spec.layout;
+    const int first_layer = stage * layers_on_stage;
+    const auto p =
+        stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
+    const double dense = static_cast<double>(p.dense);
+    const double experts = static_cast<double>(p.experts);
+    MemoryBreakdown r;
+    r.parameters = ceil_bytes(kWeightBytes * (dense + experts));
+    r.gradients = ceil_bytes(kGradientBytes * (dense + experts));
+    double dense_shards = 1, expert_shards = 1;
+    if (layout.distributed_optimizer) {
+        dense_shards = static_cast<double>(layout.dp) * layout.cp;
+        expert_shards = std::max(1.0, dense_shards / layout.ep);
+    }
+    r.optimizer_states =
+        ceil_bytes(kOptimizerBytes * (dense / dense_shards + experts / expert_shards));
+    double activations = 0;
+    for (int i = 0; i < layers_on_stage; ++i)
+        activations += static_cast<double>(
+            layer_activation_bytes(m, layout, spec.training, is_moe_layer(m, first_layer + i))
+                .value);
+    r.activations = ceil_bytes(activations * inflight_microbatches);
+    r.total = r.parameters + r.gradients + r.optimizer_states + r.activations;
+    return r;
+}
+
+}  // namespace cs::workload

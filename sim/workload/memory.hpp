@@ -1,0 +1,42 @@
+// Memory per GPU: model states (parameters, gradients, optimizer states) and activations.
+//
+// Model states follow Megatron-LM's mixed-precision Adam: 2 bytes per parameter for the bf16/fp16
+// weights, 4 for the fp32 gradient buffer, 12 for the fp32 master weights and the two Adam moments
+// (18 bytes per parameter; with the distributed optimizer the 12 are sharded over the
+// data-parallel replicas: 6 + 12/d, as Megatron-LM's documentation states).
+//
+// Activations follow Korthikanti et al. 2022, Table 2 (bytes per layer per microbatch, s·b·h
+// units, 2-byte activations and 1-byte dropout masks), generalised to grouped-query attention,
+// SwiGLU and MoE MLPs by counting the same stored tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "core/units.hpp"
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::workload {
+
+// Activation bytes one transformer layer keeps on one GPU for one in-flight microbatch, for the
+// layout's tp, sequence parallelism and cp (which divides s) and the training's recompute. For
+// GPT these are Korthikanti Table 2:
+//   none:      sbh(10 + 24/t + 5as/(ht))      with sp: sbh(34/t + 5as/(ht))
+//   selective: sbh(10 + 24/t)                 with sp: sbh(34/t)
+//   full:      2sbh                           with sp: 2sbh/t
+Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
+                             const TrainingSpec& training, bool moe_layer);
+
+// Parameters held by one GPU of pipeline stage `stage` holding `layers_on_stage` layers (the
+// stage's first layer index is stage * layers_on_stage, which decides which layers are MoE),
+// with the embedding and/or output layer. Dense weights are split over tp; routed experts over
+// ep x tp.
+std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout, int first_layer,
+                                int layers_on_stage, bool has_embedding, bool has_output);
+
+// Memory of one GPU of pipeline stage `stage` holding `layers_on_stage` layers, with
+// `inflight_microbatches` microbatches' activations held at its peak (the schedule's number).
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
+                               int inflight_microbatches, bool has_embedding, bool has_output);
+
+}  // namespace cs::workload
