@@ -37,23 +37,45 @@ enum class Algorithm : std::uint8_t { Auto, Ring, Tree, Hierarchical, Nvls, Pair
 const char* collective_name(CollectiveKind k);  // "all_reduce", "all_gather", ...
 const char* algorithm_name(Algorithm a);        // "auto", "ring", "tree", ...
 
+const char* fidelity_name(Fidelity f);  // "ideal", "analytical", "flow"
+
+// Calibrated against ../shared/validation/h200-calibration.json (nccl_two_gpus), see
+// docs/network.md for the fit and the comparison table. Obtained by a minimax fit of
+// t = 2 x (step_overhead + hop latency) + S / (efficiency x 450 GB/s) to the 2-GPU ring
+// all-reduce times from 16 MiB to 1 GiB after subtracting the ~50 us Python launch
+// (kHostLaunchOverhead), which is host time and not part of the network model.
+inline constexpr double kCalibratedNvLinkEfficiency = 0.66;
+inline constexpr Time kCalibratedStepOverhead = Time::ns(7500);
+// The launch of a collective from Python measured in the same file (median time of all sizes
+// up to 4 MiB is ~70 us of which ~50 us is launch). Used only to compare with those
+// measurements; the network never adds it.
+inline constexpr Time kHostLaunchOverhead = Time::us(50);
+
 struct NetworkConfig {
     Fidelity fidelity = Fidelity::Flow;
     // Fixed software cost per collective step / p2p message (NCCL protocol overhead), added once
     // per step on top of link latencies. Calibrated in docs/validation.md.
     Time step_overhead = Time::zero();
+    // Fraction of a link's capacity that transfers achieve, per topology::LinkKind (nvlink,
+    // nvswitch, pcie, infiniband, ethernet). 1 = the nominal capacity.
+    double link_efficiency[5] = {1, 1, 1, 1, 1};
+
+    // The defaults above are the nominal hardware (no overhead, full capacity), which the
+    // closed-form tests use. calibrated() returns the fitted values for NVLink/NVSwitch (the only
+    // link kinds with calibration data); other kinds stay at nominal capacity.
+    static NetworkConfig calibrated(Fidelity fidelity = Fidelity::Flow);
 };
 
 // Called when a transfer or collective finishes, with the token it was started with.
 class TransferClient {
-public:
+  public:
     virtual ~TransferClient() = default;
     virtual void on_transfer_done(Simulation& sim, std::uint64_t token) = 0;
 };
 
 // Measurement hooks; the network never computes metrics itself.
 class NetworkObserver {
-public:
+  public:
     virtual ~NetworkObserver() = default;
     // The total rate on a directed link changed to `bytes_per_s` with `flows` active flows.
     virtual void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) {
@@ -64,7 +86,7 @@ public:
 using GroupId = std::uint32_t;
 
 class Network {
-public:
+  public:
     virtual ~Network() = default;
     virtual void set_client(TransferClient* client) = 0;
     virtual void add_observer(NetworkObserver* observer) = 0;
@@ -83,12 +105,23 @@ public:
     // Per directed link statistics, valid after the simulation ran.
     struct LinkStats {
         double bytes = 0;
-        Time busy;          // time with at least one flow
-        Time shared;        // time with two or more flows
+        Time busy;    // time with at least one flow
+        Time shared;  // time with two or more flows
         int max_concurrent_flows = 0;
     };
     virtual const std::vector<LinkStats>& link_stats() const = 0;
 };
+
+// nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for
+// all_gather, reduce_scatter and all_to_all, 1 for broadcast and sendrecv).
+double busbw_factor(CollectiveKind kind, int ranks);
+
+// The algorithm Algorithm::Auto resolves to, as NCCL would choose by size and topology:
+//   all_reduce   one node: NVLS when the node's GPUs hang off NVSwitches and n > 4, else ring;
+//                several nodes: tree below 64 MiB, ring from 64 MiB up;
+//   all_gather, reduce_scatter, broadcast: ring; all_to_all: pairwise; sendrecv: direct.
+Algorithm choose_algorithm(const topology::Cluster& cluster, CollectiveKind kind,
+                           const std::vector<int>& ranks, Bytes size);
 
 // Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it.
 std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,

@@ -1,0 +1,46 @@
+// Decomposition of collectives into phases of concurrent flows, the way NCCL runs them.
+//
+// NCCL pipelines every algorithm: a ring all-reduce's 2(n-1) steps of S/n stream through each
+// ring edge back to back, so in bandwidth terms each edge carries one continuous transfer of
+// 2(n-1)/n x S. A Phase therefore holds one flow per edge with the total bytes that edge carries
+// and the number of pipeline steps, each of which costs one step overhead plus the edge latency
+// (NetworkConfig::step_overhead). Phases run one after the other (hierarchical all-reduce has
+// three; pairwise all-to-all has n-1).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/units.hpp"
+#include "network/network.hpp"
+#include "topology/cluster.hpp"
+
+namespace cs::network {
+
+struct FlowTemplate {
+    std::vector<topology::LinkId> path;  // directed links, GPU (or switch port) to GPU
+    double bytes_per_size = 0;           // bytes of this flow per byte of the collective's size
+};
+
+struct Phase {
+    int steps = 1;  // pipeline steps (each pays step_overhead + latency)
+    Time latency;   // the largest route latency among the phase's flows
+    std::vector<FlowTemplate> flows;
+};
+
+struct Plan {
+    Algorithm algorithm = Algorithm::Ring;
+    std::vector<Phase> phases;
+};
+
+// Checks that `algo` applies to `kind` on `ranks` (resolving Auto) and returns the concrete
+// algorithm. Throws ConfigError naming the algorithms that would apply.
+Algorithm resolve_algorithm(const topology::Cluster& cluster, CollectiveKind kind,
+                            const std::vector<int>& ranks, Bytes size, Algorithm algo);
+
+// Builds the plan of a collective with a concrete algorithm. `salt` varies ECMP choices between
+// groups deterministically.
+Plan build_plan(const topology::Cluster& cluster, CollectiveKind kind, Algorithm algo,
+                const std::vector<int>& ranks, std::uint64_t salt);
+
+}  // namespace cs::network

@@ -1,0 +1,366 @@
+#include "network/network.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/errors.hpp"
+#include "network/collectives.hpp"
+#include "network/flow_solver.hpp"
+
+namespace cs::network {
+
+using topology::Cluster;
+using topology::LinkId;
+
+const char* collective_name(CollectiveKind k) {
+    switch (k) {
+        case CollectiveKind::AllReduce:
+            return "all_reduce";
+        case CollectiveKind::AllGather:
+            return "all_gather";
+        case CollectiveKind::ReduceScatter:
+            return "reduce_scatter";
+        case CollectiveKind::AllToAll:
+            return "all_to_all";
+        case CollectiveKind::Broadcast:
+            return "broadcast";
+        case CollectiveKind::SendRecv:
+            return "sendrecv";
+    }
+    return "?";
+}
+
+const char* algorithm_name(Algorithm a) {
+    switch (a) {
+        case Algorithm::Auto:
+            return "auto";
+        case Algorithm::Ring:
+            return "ring";
+        case Algorithm::Tree:
+            return "tree";
+        case Algorithm::Hierarchical:
+            return "hierarchical";
+        case Algorithm::Nvls:
+            return "nvls";
+        case Algorithm::Pairwise:
+            return "pairwise";
+        case Algorithm::Direct:
+            return "direct";
+    }
+    return "?";
+}
+
+const char* fidelity_name(Fidelity f) {
+    switch (f) {
+        case Fidelity::Ideal:
+            return "ideal";
+        case Fidelity::Analytical:
+            return "analytical";
+        case Fidelity::Flow:
+            return "flow";
+    }
+    return "?";
+}
+
+NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
+    NetworkConfig c;
+    c.fidelity = fidelity;
+    c.step_overhead = kCalibratedStepOverhead;
+    c.link_efficiency[static_cast<int>(topology::LinkKind::NvLink)] = kCalibratedNvLinkEfficiency;
+    c.link_efficiency[static_cast<int>(topology::LinkKind::NvSwitch)] = kCalibratedNvLinkEfficiency;
+    return c;
+}
+
+double busbw_factor(CollectiveKind kind, int ranks) {
+    const double n = ranks;
+    if (ranks < 2) return 1.0;
+    switch (kind) {
+        case CollectiveKind::AllReduce:
+            return 2 * (n - 1) / n;
+        case CollectiveKind::AllGather:
+        case CollectiveKind::ReduceScatter:
+        case CollectiveKind::AllToAll:
+            return (n - 1) / n;
+        case CollectiveKind::Broadcast:
+        case CollectiveKind::SendRecv:
+            return 1.0;
+    }
+    return 1.0;
+}
+
+Algorithm choose_algorithm(const Cluster& cluster, CollectiveKind kind,
+                           const std::vector<int>& ranks, Bytes size) {
+    return resolve_algorithm(cluster, kind, ranks, size, Algorithm::Auto);
+}
+
+namespace {
+
+enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion };
+
+class NetworkImpl final : public Network, public EventHandler {
+  public:
+    NetworkImpl(Simulation& sim, const Cluster& cluster, const NetworkConfig& config)
+        : sim_(sim), cluster_(cluster), config_(config) {
+        handler_ = sim_.add_handler(*this);
+        const auto& links = cluster_.links();
+        capacity_.resize(links.size());
+        for (std::size_t l = 0; l < links.size(); ++l) {
+            const double eff = config_.link_efficiency[static_cast<int>(links[l].kind)];
+            if (!(eff > 0 && eff <= 1))
+                throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                  std::to_string(eff));
+            capacity_[l] = links[l].bandwidth.bytes_per_s * eff;
+        }
+        stats_.resize(links.size());
+        if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);
+    }
+
+    void set_client(TransferClient* client) override { client_ = client; }
+    void add_observer(NetworkObserver* observer) override { observers_.push_back(observer); }
+
+    GroupId register_group(std::vector<int> ranks) override {
+        if (ranks.empty()) throw ConfigError("a communicator needs at least one rank");
+        for (int r : ranks)
+            check_gpu(r);
+        std::vector<int> sorted = ranks;
+        std::sort(sorted.begin(), sorted.end());
+        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+            throw ConfigError("a communicator lists a GPU twice");
+        groups_.push_back(std::move(ranks));
+        return static_cast<GroupId>(groups_.size() - 1);
+    }
+
+    void send(int src, int dst, Bytes size, std::uint64_t token) override {
+        check_gpu(src);
+        check_gpu(dst);
+        const std::uint64_t key =
+            static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
+        auto it = p2p_plans_.find(key);
+        if (it == p2p_plans_.end()) {
+            Plan plan;
+            plan.algorithm = Algorithm::Direct;
+            if (src != dst) {
+                Phase p;
+                FlowTemplate t;
+                cluster_.route(src, dst, key, t.path);
+                t.bytes_per_size = 1.0;
+                p.latency = cluster_.route_latency(t.path);
+                p.flows.push_back(std::move(t));
+                plan.phases.push_back(std::move(p));
+            }
+            it = p2p_plans_.emplace(key, std::move(plan)).first;
+        }
+        start(it->second, size, token);
+    }
+
+    void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
+                    std::uint64_t token) override {
+        if (group >= groups_.size())
+            throw SimulationError("network", "collective on an unregistered group", sim_.now());
+        const auto& ranks = groups_[group];
+        const Algorithm resolved = resolve_algorithm(cluster_, kind, ranks, size, algo);
+        const std::uint64_t key = static_cast<std::uint64_t>(group) << 16 |
+                                  static_cast<std::uint64_t>(kind) << 8 |
+                                  static_cast<std::uint64_t>(resolved);
+        auto it = plans_.find(key);
+        if (it == plans_.end())
+            it = plans_.emplace(key, build_plan(cluster_, kind, resolved, ranks, group)).first;
+        start(it->second, size, token);
+    }
+
+    const std::vector<LinkStats>& link_stats() const override {
+        if (solver_) {
+            const auto& acct = solver_->accounts();
+            for (std::size_t l = 0; l < acct.size(); ++l)
+                stats_[l] = {acct[l].bytes, acct[l].busy, acct[l].shared,
+                             acct[l].max_concurrent_flows};
+        }
+        return stats_;
+    }
+
+    void on_event(Simulation& sim, const Event& e) override {
+        switch (e.kind) {
+            case kDone:
+                release(static_cast<std::uint32_t>(e.a));
+                break;
+            case kPhaseStart:
+                start_phase(static_cast<std::uint32_t>(e.a));
+                break;
+            case kRecompute:
+                recompute_scheduled_ = false;
+                solver_->recompute(sim.now(), observers_);
+                schedule_next_completion();
+                break;
+            case kCompletion:
+                if (e.b == completion_version_) complete_flows();
+                break;
+            default:
+                throw SimulationError("network", "unknown event kind", sim.now());
+        }
+        flush_callbacks(sim);
+    }
+
+  private:
+    struct Op {
+        const Plan* plan = nullptr;
+        double size = 0;
+        std::uint64_t token = 0;
+        std::uint32_t phase = 0;
+        std::uint32_t outstanding = 0;
+    };
+
+    void check_gpu(int gpu) const {
+        if (gpu < 0 || gpu >= cluster_.gpu_count())
+            throw ConfigError("GPU " + std::to_string(gpu) + " does not exist (the cluster has " +
+                              std::to_string(cluster_.gpu_count()) + " GPUs)");
+    }
+
+    Time phase_delay(const Phase& p) const {
+        return (config_.step_overhead + p.latency) * static_cast<std::int64_t>(p.steps);
+    }
+
+    double bottleneck(const std::vector<LinkId>& path) const {
+        double bw = capacity_[path.front()];
+        for (LinkId l : path)
+            bw = std::min(bw, capacity_[l]);
+        return bw;
+    }
+
+    std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
+        std::uint32_t id;
+        if (!free_ops_.empty()) {
+            id = free_ops_.back();
+            free_ops_.pop_back();
+        } else {
+            id = static_cast<std::uint32_t>(ops_.size());
+            ops_.emplace_back();
+        }
+        ops_[id] = Op{&plan, static_cast<double>(size.value), token, 0, 0};
+        return id;
+    }
+
+    void start(const Plan& plan, Bytes size, std::uint64_t token) {
+        if (size.value < 0)
+            throw SimulationError("network", "a transfer of negative size", sim_.now());
+        const std::uint32_t op = allocate(plan, size, token);
+        const double bytes = static_cast<double>(size.value);
+        if (config_.fidelity == Fidelity::Flow && !plan.phases.empty()) {
+            sim_.schedule_in(phase_delay(plan.phases.front()), handler_, kPhaseStart, op);
+            return;
+        }
+        Time total = Time::zero();
+        for (const Phase& p : plan.phases) {
+            Time longest = Time::zero();
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0) continue;
+                const Time t = transfer_time(fb, Bandwidth{bottleneck(f.path)});
+                longest = std::max(longest, t);
+                for (LinkId l : f.path) {
+                    stats_[l].bytes += fb;
+                    if (config_.fidelity == Fidelity::Analytical) stats_[l].busy += t;
+                }
+            }
+            if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
+        }
+        // Even a zero-cost transfer completes through an event, never inside send().
+        sim_.schedule_in(total, handler_, kDone, op);
+    }
+
+    void start_phase(std::uint32_t id) {
+        Op& op = ops_[id];
+        const Phase& p = op.plan->phases[op.phase];
+        for (const FlowTemplate& f : p.flows) {
+            const double bytes = f.bytes_per_size * op.size;
+            if (bytes <= 0) continue;
+            solver_->add(f.path, bytes, id, sim_.now());
+            ++op.outstanding;
+        }
+        if (op.outstanding == 0) advance(id);
+        ensure_recompute();
+    }
+
+    void advance(std::uint32_t id) {
+        Op& op = ops_[id];
+        if (++op.phase < op.plan->phases.size()) {
+            sim_.schedule_in(phase_delay(op.plan->phases[op.phase]), handler_, kPhaseStart, id);
+            return;
+        }
+        release(id);
+    }
+
+    void release(std::uint32_t id) {
+        done_tokens_.push_back(ops_[id].token);
+        free_ops_.push_back(id);
+    }
+
+    void complete_flows() {
+        scheduled_completion_ = Time::max();
+        const Time now = sim_.now();
+        for (;;) {
+            const auto f = solver_->next_finishing();
+            if (f == FlowSolver::kNoFlow || solver_->finish_time(f) > now) break;
+            const std::uint32_t id = solver_->owner(f);
+            solver_->remove(f);
+            if (--ops_[id].outstanding == 0) advance(id);
+        }
+        ensure_recompute();
+        if (!solver_->dirty()) schedule_next_completion();
+    }
+
+    void ensure_recompute() {
+        if (recompute_scheduled_ || !solver_->dirty()) return;
+        recompute_scheduled_ = true;
+        sim_.schedule_in(Time::zero(), handler_, kRecompute);
+    }
+
+    void schedule_next_completion() {
+        const auto f = solver_->next_finishing();
+        if (f == FlowSolver::kNoFlow) return;
+        const Time t = solver_->finish_time(f);
+        if (t == scheduled_completion_) return;
+        scheduled_completion_ = t;
+        sim_.schedule_at(t, handler_, kCompletion, 0, ++completion_version_);
+    }
+
+    void flush_callbacks(Simulation& sim) {
+        if (done_tokens_.empty()) return;
+        // Same-time completions are reported in token order, whatever order they finished in.
+        std::sort(done_tokens_.begin(), done_tokens_.end());
+        callback_batch_.swap(done_tokens_);
+        done_tokens_.clear();
+        if (client_)
+            for (std::uint64_t token : callback_batch_)
+                client_->on_transfer_done(sim, token);
+        callback_batch_.clear();
+    }
+
+    Simulation& sim_;
+    const Cluster& cluster_;
+    NetworkConfig config_;
+    HandlerId handler_ = 0;
+    TransferClient* client_ = nullptr;
+    std::vector<NetworkObserver*> observers_;
+    std::vector<double> capacity_;
+    std::vector<std::vector<int>> groups_;
+    std::unordered_map<std::uint64_t, Plan> plans_;
+    std::unordered_map<std::uint64_t, Plan> p2p_plans_;
+    std::vector<Op> ops_;
+    std::vector<std::uint32_t> free_ops_;
+    std::unique_ptr<FlowSolver> solver_;
+    mutable std::vector<LinkStats> stats_;
+    std::vector<std::uint64_t> done_tokens_;
+    std::vector<std::uint64_t> callback_batch_;
+    bool recompute_scheduled_ = false;
+    Time scheduled_completion_ = Time::max();
+    std::uint64_t completion_version_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Network> make_network(Simulation& sim, const Cluster& cluster,
+                                      const NetworkConfig& config) {
+    return std::make_unique<NetworkImpl>(sim, cluster, config);
+}
+
+}  // namespace cs::network

@@ -1,0 +1,106 @@
+// Max-min fair sharing in the flow solver, on bare links (no topology, no engine).
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "network/flow_solver.hpp"
+#include "network/network.hpp"
+
+using namespace cs;
+using network::FlowSolver;
+
+namespace {
+const std::vector<network::NetworkObserver*> kNoObservers;
+
+struct RateLog : network::NetworkObserver {
+    std::vector<std::tuple<std::int64_t, topology::LinkId, double, int>> seen;
+    void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override {
+        seen.emplace_back(at.count_ps(), link, bytes_per_s, flows);
+    }
+};
+}  // namespace
+
+TEST_CASE("two flows on one link get half each") {
+    FlowSolver s({100e9});
+    const auto a = s.add({0}, 1e9, 0, Time::zero());
+    const auto b = s.add({0}, 1e9, 1, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    // 100 GB/s shared by 2 flows -> 50 GB/s each; 1 GB at 50 GB/s = 20 ms.
+    CHECK(s.rate(a) == doctest::Approx(50e9));
+    CHECK(s.rate(b) == doctest::Approx(50e9));
+    CHECK(s.finish_time(a) == Time::ms(20));
+}
+
+TEST_CASE("a flow bottlenecked elsewhere leaves its share to the others") {
+    // Link 0: 100 GB/s carries flows f1, f2, f3; link 1: 30 GB/s carries f2 only.
+    // Progressive filling: fair shares are 100/3 = 33.3 on link 0 and 30/1 on link 1, so link 1
+    // saturates first and fixes f2 at 30. Link 0 has 70 left for f1 and f3: 35 each.
+    FlowSolver s({100e9, 30e9});
+    const auto f1 = s.add({0}, 1e9, 0, Time::zero());
+    const auto f2 = s.add({0, 1}, 1e9, 1, Time::zero());
+    const auto f3 = s.add({0}, 1e9, 2, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.rate(f1) == doctest::Approx(35e9));
+    CHECK(s.rate(f2) == doctest::Approx(30e9));
+    CHECK(s.rate(f3) == doctest::Approx(35e9));
+}
+
+TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is kept") {
+    // 100 GB/s link, flows of 0.5 GB and 1 GB from t=0: 50 GB/s each. The small one ends at
+    // 0.5/50 = 10 ms; the big one has sent 0.5 GB and gets 100 GB/s: 0.5/100 = 5 ms more -> 15 ms.
+    FlowSolver s({100e9});
+    const auto small = s.add({0}, 0.5e9, 0, Time::zero());
+    const auto big = s.add({0}, 1e9, 1, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.next_finishing() == small);
+    CHECK(s.finish_time(small) == Time::ms(10));
+    s.remove(small);
+    s.recompute(Time::ms(10), kNoObservers);
+    CHECK(s.rate(big) == doctest::Approx(100e9));
+    CHECK(s.finish_time(big) == Time::ms(15));
+}
+
+TEST_CASE("only the connected set of flows is re-rated") {
+    // Links 0 and 1 are disjoint; flows on link 1 do not see a change on link 0.
+    FlowSolver s({100e9, 100e9});
+    s.add({0}, 1e9, 0, Time::zero());
+    s.add({1}, 1e9, 1, Time::zero());
+    s.add({1}, 1e9, 2, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    const auto before = s.rerated_flows();  // 3: the first solve sees everything
+    CHECK(before == 3);
+    s.add({0}, 1e9, 3, Time::ms(1));
+    s.recompute(Time::ms(1), kNoObservers);
+    // Only the two flows on link 0 were touched.
+    CHECK(s.rerated_flows() - before == 2);
+}
+
+TEST_CASE("link accounts and rate notifications") {
+    // Same scenario as above (0.5 GB and 1 GB on 100 GB/s): busy 0..15 ms, shared 0..10 ms,
+    // 1.5 GB in total, at most 2 flows. Rate notifications: 100 GB/s with 2 flows at 0,
+    // 100 GB/s with 1 flow at 10 ms, 0 with 0 flows at 15 ms.
+    FlowSolver s({100e9});
+    RateLog log;
+    const std::vector<network::NetworkObserver*> obs{&log};
+    const auto small = s.add({0}, 0.5e9, 0, Time::zero());
+    const auto big = s.add({0}, 1e9, 1, Time::zero());
+    s.recompute(Time::zero(), obs);
+    s.remove(small);
+    s.recompute(Time::ms(10), obs);
+    s.remove(big);
+    s.recompute(Time::ms(15), obs);
+    const auto& a = s.accounts()[0];
+    CHECK(a.bytes == doctest::Approx(1.5e9));
+    CHECK(a.busy == Time::ms(15));
+    CHECK(a.shared == Time::ms(10));
+    CHECK(a.max_concurrent_flows == 2);
+    REQUIRE(log.seen.size() == 3);
+    CHECK(std::get<0>(log.seen[0]) == 0);
+    CHECK(std::get<2>(log.seen[0]) == doctest::Approx(100e9));
+    CHECK(std::get<3>(log.seen[0]) == 2);
+    CHECK(std::get<0>(log.seen[1]) == Time::ms(10).count_ps());
+    CHECK(std::get<3>(log.seen[1]) == 1);
+    CHECK(std::get<0>(log.seen[2]) == Time::ms(15).count_ps());
+    CHECK(std::get<2>(log.seen[2]) == 0.0);
+    CHECK(std::get<3>(log.seen[2]) == 0);
+}

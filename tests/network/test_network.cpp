@@ -1,0 +1,365 @@
+// The network on hand-built clusters: p2p sends, contention between transfers, collectives with
+// closed-form times, fidelities and determinism.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "network/network.hpp"
+
+using namespace cs;
+using namespace cs::network;
+using topology::Cluster;
+using topology::ClusterBuilder;
+using topology::Device;
+using topology::DeviceKind;
+using topology::LinkKind;
+
+namespace {
+
+constexpr double GB = 1e9;
+
+Device gpu(const std::string& id, int node) {
+    Device d;
+    d.id = id;
+    d.kind = DeviceKind::Gpu;
+    d.node = node;
+    d.model = 0;
+    return d;
+}
+Device box(const std::string& id, DeviceKind kind, int node) {
+    Device d;
+    d.id = id;
+    d.kind = kind;
+    d.node = node;
+    return d;
+}
+
+void add_model(ClusterBuilder& b) {
+    b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}});
+}
+
+// Two GPUs joined by one link of `bw` bytes/s each way and `lat` latency.
+Cluster pair(double bw, Time lat) {
+    ClusterBuilder b;
+    add_model(b);
+    const auto g0 = b.add_device(gpu("gpu0", 0));
+    const auto g1 = b.add_device(gpu("gpu1", 0));
+    b.add_link(g0, g1, LinkKind::NvLink, Bandwidth{bw}, lat);
+    return b.build();
+}
+
+// n GPUs on one NVSwitch; every GPU-switch link has `bw` each way and latency `lat`.
+Cluster switch_node(int n, double bw, Time lat) {
+    ClusterBuilder b;
+    add_model(b);
+    std::vector<topology::DeviceIndex> g;
+    for (int i = 0; i < n; ++i)
+        g.push_back(b.add_device(gpu("gpu" + std::to_string(i), 0)));
+    const auto sw = b.add_device(box("nvswitch", DeviceKind::NvSwitch, 0));
+    for (auto d : g)
+        b.add_link(d, sw, LinkKind::NvSwitch, Bandwidth{bw}, lat);
+    return b.build();
+}
+
+// Two nodes of two GPUs. Inside a node the GPUs share an NVLink of `nv` each way. GPU g has its
+// own NIC (rail) behind a `pcie` link; every NIC has an `ib` link to one fabric switch. No latency.
+Cluster two_nodes(double nv, double pcie, double ib) {
+    ClusterBuilder b;
+    add_model(b);
+    std::vector<topology::DeviceIndex> g, nic;
+    for (int i = 0; i < 4; ++i)
+        g.push_back(b.add_device(gpu("gpu" + std::to_string(i), i / 2)));
+    for (int i = 0; i < 4; ++i)
+        nic.push_back(b.add_device(box("nic" + std::to_string(i), DeviceKind::Nic, i / 2)));
+    const auto sw = b.add_device(box("leaf", DeviceKind::Switch, -1));
+    b.add_link(g[0], g[1], LinkKind::NvLink, Bandwidth{nv}, Time::zero());
+    b.add_link(g[2], g[3], LinkKind::NvLink, Bandwidth{nv}, Time::zero());
+    for (int i = 0; i < 4; ++i) {
+        b.add_link(g[i], nic[i], LinkKind::Pcie, Bandwidth{pcie}, Time::zero());
+        b.add_link(nic[i], sw, LinkKind::InfiniBand, Bandwidth{ib}, Time::zero());
+    }
+    return b.build();
+}
+
+// Records when each token completed.
+struct Recorder : TransferClient {
+    std::map<std::uint64_t, Time> done;
+    std::vector<std::uint64_t> order;
+    void on_transfer_done(Simulation& sim, std::uint64_t token) override {
+        done[token] = sim.now();
+        order.push_back(token);
+    }
+};
+
+NetworkConfig flow_config(Time step_overhead = Time::zero()) {
+    NetworkConfig c;
+    c.fidelity = Fidelity::Flow;
+    c.step_overhead = step_overhead;
+    return c;
+}
+
+Time run_collective(const Cluster& c, const NetworkConfig& cfg, CollectiveKind kind,
+                    std::vector<int> ranks, Bytes size, Algorithm algo) {
+    Simulation sim;
+    auto net = make_network(sim, c, cfg);
+    Recorder rec;
+    net->set_client(&rec);
+    const auto g = net->register_group(std::move(ranks));
+    net->collective(kind, g, size, algo, 7);
+    sim.run();
+    REQUIRE(rec.done.count(7) == 1);
+    return rec.done[7];
+}
+
+}  // namespace
+
+TEST_CASE("a send takes latency plus size over bandwidth, both directions at full rate") {
+    const Cluster c = pair(100 * GB, Time::us(1));
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    Recorder rec;
+    net->set_client(&rec);
+    // 1 GB at 100 GB/s = 10 ms, plus 1 us of latency. The reverse direction is its own link.
+    net->send(0, 1, Bytes{1'000'000'000}, 1);
+    net->send(1, 0, Bytes{1'000'000'000}, 2);
+    CHECK(rec.done.empty());  // completions come from events, never from inside send()
+    sim.run();
+    CHECK(rec.done[1] == Time::ms(10) + Time::us(1));
+    CHECK(rec.done[2] == Time::ms(10) + Time::us(1));
+}
+
+TEST_CASE("two sends on one link share it; a finished one hands over its bandwidth") {
+    const Cluster c = pair(100 * GB, Time::us(1));
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    Recorder rec;
+    net->set_client(&rec);
+    net->send(0, 1, Bytes{500'000'000}, 1);
+    net->send(0, 1, Bytes{1'000'000'000}, 2);
+    sim.run();
+    // Both start at 1 us at 50 GB/s: 0.5 GB ends after 10 ms; the 1 GB one has 0.5 GB left at
+    // 100 GB/s: 5 ms more.
+    CHECK(rec.done[1] == Time::us(1) + Time::ms(10));
+    CHECK(rec.done[2] == Time::us(1) + Time::ms(15));
+    const auto& st = net->link_stats()[0];  // gpu0->gpu1
+    CHECK(st.bytes == doctest::Approx(1.5e9));
+    CHECK(st.busy == Time::ms(15));
+    CHECK(st.shared == Time::ms(10));
+    CHECK(st.max_concurrent_flows == 2);
+    CHECK(net->link_stats()[1].bytes == 0.0);  // the reverse direction stayed idle
+}
+
+TEST_CASE("a data-parallel all-reduce and pipeline sends sharing a NIC slow each other") {
+    // two_nodes: NVLink 200 GB/s, PCIe 1000 GB/s, IB 50 GB/s. DP all-reduce between GPU 0
+    // (node 0) and GPU 2 (node 1) of 1 GB: ring with n = 2, each direction carries
+    // 2(n-1)/n x S = 1 GB. A pipeline send GPU 0 -> GPU 3 of 0.5 GB leaves through GPU 0's NIC
+    // too (GPU 0 -> nic0 -> leaf -> nic3 -> GPU 3):
+    //   nic0->leaf carries AR(0->2) and P(0->3): 25 GB/s each.
+    //   AR(2->0) runs alone at 50 GB/s and ends at 20 ms.
+    //   P ends when 0.5 GB went at 25 GB/s: 20 ms. AR(0->2) has sent 0.5 GB by then and gets
+    //   50 GB/s for the remaining 0.5 GB: 10 ms more -> the all-reduce ends at 30 ms.
+    // Alone, the all-reduce takes 1 GB / 50 GB/s = 20 ms and the send 0.5 / 50 = 10 ms: each
+    // is slowed by 10 ms.
+    const Cluster c = two_nodes(200 * GB, 1000 * GB, 50 * GB);
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    Recorder rec;
+    net->set_client(&rec);
+    const auto dp = net->register_group({0, 2});
+    net->collective(CollectiveKind::AllReduce, dp, Bytes{1'000'000'000}, Algorithm::Ring, 1);
+    net->send(0, 3, Bytes{500'000'000}, 2);
+    sim.run();
+    CHECK(rec.done[1] == Time::ms(30));
+    CHECK(rec.done[2] == Time::ms(20));
+    // Alone.
+    CHECK(run_collective(c, flow_config(), CollectiveKind::AllReduce, {0, 2}, Bytes{1'000'000'000},
+                         Algorithm::Ring) == Time::ms(20));
+}
+
+TEST_CASE("ring all-reduce on an uncontended ring: 2(n-1)/n x S/B plus latency terms") {
+    // 4 GPUs on an NVSwitch, 100 GB/s and 1 us per GPU-switch link, step overhead 3 us.
+    // Every ring edge is GPU -> switch -> GPU (2 us) and each GPU link carries one ring edge.
+    // S = 400 MB: 2(n-1) = 6 steps x (3 + 2) us = 30 us, plus 2 x 3/4 x 400 MB / 100 GB/s = 6 ms.
+    const Cluster c = switch_node(4, 100 * GB, Time::us(1));
+    const auto cfg = flow_config(Time::us(3));
+    const Time expect = Time::ms(6) + Time::us(30);
+    CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{400'000'000},
+                         Algorithm::Ring) == expect);
+    // The analytical model has no sharing to account for and gives the same figure.
+    auto analytical = cfg;
+    analytical.fidelity = Fidelity::Analytical;
+    CHECK(run_collective(c, analytical, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{400'000'000},
+                         Algorithm::Ring) == expect);
+    // Ideal: zero.
+    auto ideal = cfg;
+    ideal.fidelity = Fidelity::Ideal;
+    CHECK(run_collective(c, ideal, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{400'000'000},
+                         Algorithm::Ring) == Time::zero());
+}
+
+TEST_CASE("ring all-gather, reduce-scatter, broadcast, sendrecv and all-to-all") {
+    // Same 4-GPU switch node, 100 GB/s, 1 us per link (2 us per GPU-GPU route), no overhead.
+    const Cluster c = switch_node(4, 100 * GB, Time::us(1));
+    const auto cfg = flow_config();
+    const std::vector<int> r{0, 1, 2, 3};
+    const Bytes s{400'000'000};
+    // all_gather of 400 MB output: n-1 = 3 steps x 2 us + 3/4 x 400 MB / 100 GB/s = 3 ms.
+    CHECK(run_collective(c, cfg, CollectiveKind::AllGather, r, s, Algorithm::Auto) ==
+          Time::ms(3) + Time::us(6));
+    CHECK(run_collective(c, cfg, CollectiveKind::ReduceScatter, r, s, Algorithm::Ring) ==
+          Time::ms(3) + Time::us(6));
+    // broadcast: chain of 3 edges, each carrying 400 MB (4 ms), 3 steps x 2 us.
+    CHECK(run_collective(c, cfg, CollectiveKind::Broadcast, r, s, Algorithm::Auto) ==
+          Time::ms(4) + Time::us(6));
+    // sendrecv: each rank sends 400 MB to the next: 1 step, 2 us + 4 ms.
+    CHECK(run_collective(c, cfg, CollectiveKind::SendRecv, r, s, Algorithm::Auto) ==
+          Time::ms(4) + Time::us(2));
+    // all_to_all pairwise: 3 phases; in each, every GPU sends 100 MB to one peer and receives
+    // 100 MB from another: 2 us + 1 ms per phase.
+    CHECK(run_collective(c, cfg, CollectiveKind::AllToAll, r, s, Algorithm::Pairwise) ==
+          (Time::ms(1) + Time::us(2)) * 3);
+    // all_to_all direct: all 3 x 100 MB leave each GPU's link at once: 2 us + 3 ms.
+    CHECK(run_collective(c, cfg, CollectiveKind::AllToAll, r, s, Algorithm::Direct) ==
+          Time::ms(3) + Time::us(2));
+}
+
+TEST_CASE("NVLS all-reduce: every GPU sends and receives S(n+1)/n through the switch") {
+    // 8 GPUs, 100 GB/s per GPU-switch link, 1 us, step overhead 2 us. S = 800 MB:
+    // 900 MB / 100 GB/s = 9 ms, plus 2 steps x (2 us + 1 us link latency) = 6 us.
+    // busbw = S / t x 2(n-1)/n = 800 MB / 9.006 ms x 1.75 = 155.5 GB/s for 100 GB/s links
+    // (ring would give at most 100 GB/s).
+    const Cluster c = switch_node(8, 100 * GB, Time::us(1));
+    const Time t = run_collective(c, flow_config(Time::us(2)), CollectiveKind::AllReduce,
+                                  {0, 1, 2, 3, 4, 5, 6, 7}, Bytes{800'000'000}, Algorithm::Nvls);
+    CHECK(t == Time::ms(9) + Time::us(6));
+    // Auto picks NVLS on an NVSwitch node above 4 GPUs, ring at 4 or fewer.
+    CHECK(choose_algorithm(c, CollectiveKind::AllReduce, {0, 1, 2, 3, 4, 5, 6, 7},
+                           Bytes{1 << 20}) == Algorithm::Nvls);
+    CHECK(choose_algorithm(c, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{1 << 20}) ==
+          Algorithm::Ring);
+}
+
+TEST_CASE("multi-node all-reduce: hierarchical, tree and flat ring") {
+    // two_nodes with NVLink 200 GB/s, PCIe 1000 GB/s, IB 50 GB/s, S = 1 GB, no latency.
+    // Hierarchical: intra-node reduce-scatter (each NVLink direction carries S/2: 2.5 ms), then
+    // per rail an all-reduce of S/2 between 2 nodes (each direction 2(m-1)/m x S/2 = 0.5 GB over
+    // 50 GB/s: 10 ms; the rails use different NICs), then intra all-gather (2.5 ms): 15 ms.
+    // Tree: the same intra phases; per rail two trees each moving S/4 up and S/4 down the one
+    // inter-node edge, so each direction carries 0.5 GB: 10 ms. Also 15 ms.
+    // Flat ring 0-1-2-3: every edge carries 2(n-1)/n x S = 1.5 GB; the IB edges at 50 GB/s: 30 ms.
+    const Cluster c = two_nodes(200 * GB, 1000 * GB, 50 * GB);
+    const std::vector<int> r{0, 1, 2, 3};
+    const Bytes s{1'000'000'000};
+    CHECK(run_collective(c, flow_config(), CollectiveKind::AllReduce, r, s,
+                         Algorithm::Hierarchical) == Time::ms(15));
+    CHECK(run_collective(c, flow_config(), CollectiveKind::AllReduce, r, s, Algorithm::Tree) ==
+          Time::ms(15));
+    CHECK(run_collective(c, flow_config(), CollectiveKind::AllReduce, r, s, Algorithm::Ring) ==
+          Time::ms(30));
+    // Auto: tree below 64 MiB, ring from 64 MiB up on several nodes.
+    CHECK(choose_algorithm(c, CollectiveKind::AllReduce, r, Bytes{1 << 20}) == Algorithm::Tree);
+    CHECK(choose_algorithm(c, CollectiveKind::AllReduce, r, s) == Algorithm::Ring);
+    // NVLS needs an NVSwitch node.
+    CHECK_THROWS_AS(
+        run_collective(c, flow_config(), CollectiveKind::AllReduce, r, s, Algorithm::Nvls),
+        ConfigError);
+}
+
+TEST_CASE("every algorithm of every collective completes on every fidelity") {
+    const Cluster c = two_nodes(200 * GB, 1000 * GB, 50 * GB);
+    const Cluster sw = switch_node(8, 100 * GB, Time::us(1));
+    const CollectiveKind kinds[] = {CollectiveKind::AllReduce,     CollectiveKind::AllGather,
+                                    CollectiveKind::ReduceScatter, CollectiveKind::AllToAll,
+                                    CollectiveKind::Broadcast,     CollectiveKind::SendRecv};
+    const Algorithm algos[] = {Algorithm::Auto,         Algorithm::Ring, Algorithm::Tree,
+                               Algorithm::Hierarchical, Algorithm::Nvls, Algorithm::Pairwise,
+                               Algorithm::Direct};
+    for (const Cluster* cl : {&c, &sw}) {
+        std::vector<int> r;
+        for (int i = 0; i < cl->gpu_count(); ++i)
+            r.push_back(i);
+        for (auto k : kinds)
+            for (auto a : algos) {
+                Algorithm resolved;
+                try {
+                    resolved = network::choose_algorithm(*cl, k, r, Bytes{1 << 20});
+                    if (a != Algorithm::Auto) {
+                        // throws ConfigError when `a` does not apply
+                        auto cfg = flow_config();
+                        cfg.fidelity = Fidelity::Ideal;
+                        run_collective(*cl, cfg, k, r, Bytes{1 << 20}, a);
+                        resolved = a;
+                    }
+                } catch (const ConfigError&) {
+                    continue;
+                }
+                CAPTURE(collective_name(k));
+                CAPTURE(algorithm_name(resolved));
+                Time prev = Time::max();
+                for (Fidelity f : {Fidelity::Flow, Fidelity::Analytical, Fidelity::Ideal}) {
+                    auto cfg = flow_config(Time::us(1));
+                    cfg.fidelity = f;
+                    const Time t = run_collective(*cl, cfg, k, r, Bytes{1 << 20}, a);
+                    // flow >= analytical (sharing only slows) >= ideal = 0
+                    CHECK(t <= prev);
+                    prev = t;
+                }
+                CHECK(prev == Time::zero());
+            }
+    }
+}
+
+namespace {
+struct Scenario {
+    std::vector<std::pair<std::uint64_t, std::int64_t>> run(bool shuffle) {
+        const Cluster c = two_nodes(200 * GB, 300 * GB, 50 * GB);
+        Simulation sim;
+        if (shuffle) sim.set_tie_shuffle(12345);
+        auto net = make_network(sim, c, flow_config(Time::us(2)));
+        Recorder rec;
+        net->set_client(&rec);
+        const auto all = net->register_group({0, 1, 2, 3});
+        const auto dp = net->register_group({1, 3});
+        for (std::uint64_t i = 0; i < 6; ++i) {
+            net->collective(CollectiveKind::AllReduce, all, Bytes{100'000'000 + 7 * int(i)},
+                            i % 2 ? Algorithm::Ring : Algorithm::Tree, 100 + i);
+            net->collective(CollectiveKind::AllToAll, dp, Bytes{30'000'000}, Algorithm::Auto,
+                            200 + i);
+            net->send(static_cast<int>(i % 4), static_cast<int>((i + 1) % 4), Bytes{50'000'000},
+                      300 + i);
+        }
+        sim.run();
+        std::vector<std::pair<std::uint64_t, std::int64_t>> out;
+        for (auto t : rec.order)
+            out.emplace_back(t, rec.done[t].count_ps());
+        return out;
+    }
+};
+}  // namespace
+
+TEST_CASE("determinism: the same input gives identical completion times") {
+    Scenario s;
+    const auto a = s.run(false);
+    const auto b = s.run(false);
+    REQUIRE(a.size() == 18);
+    CHECK(a == b);
+    // Shuffling same-time event ties changes nothing either.
+    auto sorted = [](std::vector<std::pair<std::uint64_t, std::int64_t>> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+    };
+    CHECK(sorted(s.run(true)) == sorted(a));
+}
+
+TEST_CASE("bad input is reported") {
+    const Cluster c = pair(100 * GB, Time::us(1));
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    CHECK_THROWS_AS(net->send(0, 5, Bytes{1}, 1), ConfigError);
+    CHECK_THROWS_AS(net->register_group({0, 0}), ConfigError);
+    CHECK_THROWS_AS(net->collective(CollectiveKind::AllReduce, net->register_group({0, 1}),
+                                    Bytes{1}, Algorithm::Pairwise, 1),
+                    ConfigError);
+}
