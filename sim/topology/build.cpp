@@ -347,6 +347,7 @@ class Builder {
                     f.spine.where,
                     "fabric port counts do not add up: " + std::to_string(leaf_count) +
                         " leaves exceed the spine radix " + std::to_string(*f.spine.radix));
+            if (leaf_count == 1) return;  // one leaf needs no spines
             for (int j = 0; j < leaf_up.up; ++j) {
                 const DeviceIndex spine = add_switch("spine" + std::to_string(j), 2);
                 for (DeviceIndex leaf : leaves)
@@ -376,9 +377,12 @@ class Builder {
             throw ConfigError(f.core.where,
                               "fabric port counts do not add up: " + std::to_string(pods) +
                                   " pods exceed the core radix " + std::to_string(*f.core.radix));
-        // Planes: spine j of every pod connects to the spine_up.up cores of plane j.
+        if (leaf_count == 1) return;  // one leaf needs no spines
+        // Planes: spine j of every pod connects to the spine_up.up cores of plane j. A fabric that
+        // fits in one pod needs no cores.
         std::vector<DeviceIndex> cores;
-        for (int j = 0; j < leaf_up.up; ++j)
+        const int core_planes = pods > 1 ? leaf_up.up : 0;
+        for (int j = 0; j < core_planes; ++j)
             for (int c = 0; c < spine_up.up; ++c)
                 cores.push_back(add_switch("core" + std::to_string(j * spine_up.up + c), 3));
         for (int p = 0; p < pods; ++p) {
@@ -389,7 +393,7 @@ class Builder {
                      ++l)
                     b_.add_link(leaves[static_cast<std::size_t>(l)], spine, kind, leaf_up.bandwidth,
                                 f.latency);
-                for (int c = 0; c < spine_up.up; ++c)
+                for (int c = 0; c < spine_up.up && pods > 1; ++c)
                     b_.add_link(spine, cores[static_cast<std::size_t>(j * spine_up.up + c)], kind,
                                 spine_up.bandwidth, f.latency);
             }
