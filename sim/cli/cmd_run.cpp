@@ -1,0 +1,74 @@
+// clustersim run [EXPERIMENT.yaml] [--set key=value]... [--json FILE] [--trace FILE]
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.hpp"
+#include "cli/simulate.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+
+namespace cs::cli {
+
+namespace {
+struct RunArgs {
+    std::string experiment;
+    std::vector<std::string> sets;
+    std::string json;
+    std::string trace;
+    std::string schedule;
+};
+
+// Shows the simulated time on stderr when a run takes over a second and stderr is a terminal.
+std::function<void(Time)> progress_reporter() {
+    if (!::isatty(STDERR_FILENO)) return {};
+    const auto start = std::chrono::steady_clock::now();
+    return [start, shown = false](Time t) mutable {
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (wall < 1.0) return;
+        std::cerr << "\rsimulated " << format_time(t) << " (" << static_cast<int>(wall)
+                  << " s)   " << std::flush;
+        shown = true;
+    };
+}
+
+void run(const RunArgs& a) {
+    std::filesystem::path path = a.experiment.empty()
+                                     ? data_root() / "workloads" / "default.yaml"
+                                     : std::filesystem::path(a.experiment);
+    auto spec = workload::load_experiment(path, a.sets);
+    for (const auto& w : spec.warnings) spdlog::warn("{}", w);
+    SimulateOptions opt;
+    opt.schedule = a.schedule;
+    if (!a.trace.empty()) opt.trace = a.trace;
+    opt.progress = progress_reporter();
+    const auto summary = simulate(spec, opt);
+    if (opt.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
+    if (!a.json.empty())
+        write_file_atomically(a.json, [&](std::ostream& out) {
+            out << report::to_json(summary).dump(2) << "\n";
+        });
+    std::cout << "experiment            " << spec.source << "\n";
+    report::print_summary(std::cout, summary);
+    if (!a.trace.empty())
+        std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
+}
+}  // namespace
+
+void register_run(CLI::App& app) {
+    auto args = std::make_shared<RunArgs>();
+    auto* cmd = app.add_subcommand("run", "Simulate one training iteration of an experiment");
+    cmd->add_option("experiment", args->experiment,
+                    "Experiment YAML (default: the bundled workloads/default.yaml)");
+    cmd->add_option("--set", args->sets, "Override a key: parallelism.tp=4, topology.nodes=8")
+        ->type_name("KEY=VALUE");
+    cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule");
+    cmd->add_option("--json", args->json, "Write the summary as JSON");
+    cmd->add_option("--trace", args->trace, "Write a Chrome/Perfetto JSON trace");
+    cmd->callback([args] { run(*args); });
+}
+
+}  // namespace cs::cli

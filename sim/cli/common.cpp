@@ -1,0 +1,70 @@
+#include <unistd.h>
+
+#include <climits>
+
+#include "cli/commands.hpp"
+#include "core/errors.hpp"
+
+#ifndef CLUSTERSIM_SOURCE_DIR
+#define CLUSTERSIM_SOURCE_DIR ""
+#endif
+
+namespace cs::cli {
+
+std::filesystem::path data_root() {
+    namespace fs = std::filesystem;
+    const auto has_default = [](const fs::path& p) {
+        std::error_code ec;
+        return fs::is_regular_file(p / "workloads" / "default.yaml", ec);
+    };
+    if (const char* env = std::getenv("CLUSTERSIM_DATA"); env && *env) {
+        if (has_default(env)) return fs::path(env);
+        throw ConfigError("CLUSTERSIM_DATA=" + std::string(env) +
+                          " does not contain workloads/default.yaml");
+    }
+    char exe[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        for (fs::path p = fs::path(exe).parent_path(); !p.empty(); p = p.parent_path()) {
+            if (has_default(p)) return p;
+            if (has_default(p / "share" / "clustersim")) return p / "share" / "clustersim";
+            if (p == p.root_path()) break;
+        }
+    }
+    if (has_default(CLUSTERSIM_SOURCE_DIR)) return CLUSTERSIM_SOURCE_DIR;
+    throw ConfigError(
+        "cannot find the bundled workloads/default.yaml next to the executable or in the source "
+        "tree; set CLUSTERSIM_DATA to the clustersim folder or name an experiment file");
+}
+
+std::vector<int> parse_rank_list(const std::string& text, const std::string& option) {
+    std::vector<int> out;
+    const SourceLocation where{option + " " + text};
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+        const std::size_t comma = text.find(',', pos);
+        const std::string part =
+            text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        const std::size_t dash = part.find('-');
+        auto to_int = [&](const std::string& s) {
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos ||
+                s.size() > 9)
+                throw ConfigError(where, "expected GPU numbers like 0-7 or 0,2,4 or 0-3,8-11; "
+                                         "cannot read \"" + s + "\"");
+            return std::stoi(s);
+        };
+        if (dash == std::string::npos) {
+            out.push_back(to_int(part));
+        } else {
+            const int a = to_int(part.substr(0, dash)), b = to_int(part.substr(dash + 1));
+            if (b < a) throw ConfigError(where, "range " + part + " runs backwards");
+            for (int r = a; r <= b; ++r) out.push_back(r);
+        }
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+    }
+    return out;
+}
+
+}  // namespace cs::cli

@@ -1,0 +1,64 @@
+#include "cli/simulate.hpp"
+
+#include <chrono>
+#include <spdlog/spdlog.h>
+
+#include "config/document.hpp"
+#include "report/chrome_trace.hpp"
+#include "schedule/schedule.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::cli {
+
+report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOptions& options) {
+    const auto wall_start = std::chrono::steady_clock::now();
+    const std::string name = options.schedule.empty() ? spec.schedule : options.schedule;
+    auto sched = schedule::make_schedule(name);
+    if (!sched)
+        throw ConfigError(spec.schedule_where, "unknown schedule \"" + name + "\"; expected " +
+                                                   config::join_alternatives(
+                                                       schedule::schedule_names()));
+    const int chunks = sched->chunks_for(spec.layout.vpp);
+    if (spec.layout.vpp > 1 && chunks == 1)
+        spdlog::warn("schedule {} has no virtual stages: vpp = {} is ignored", name,
+                     spec.layout.vpp);
+    schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
+    if (auto problem = sched->check(shape); !problem.empty())
+        throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
+
+    const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
+    const workload::IterationPlan plan =
+        workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+
+    replay::Replay replay(spec, plan, *sched, shape);
+    report::MetricsObserver metrics(replay.workers().size());
+    replay.add_observer(metrics);
+    std::unique_ptr<report::ChromeTraceWriter> trace;
+    if (options.trace) {
+        trace = std::make_unique<report::ChromeTraceWriter>(*options.trace, replay, *spec.cluster);
+        replay.add_observer(*trace);
+    }
+    const replay::ReplayResult result = replay.run();
+
+    report::SummaryInputs in;
+    in.spec = &spec;
+    in.plan = &plan;
+    in.replay = &replay;
+    in.metrics = &metrics;
+    in.result = result;
+    in.schedule = name;
+    for (int s = 0; s < shape.devices; ++s)
+        in.peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
+    report::Summary summary = report::summarize(in);
+    if (trace) {
+        auto meta = report::to_json(summary);
+        meta.erase("wall_time_s");
+        meta.erase("links");
+        trace->finish(meta.dump());
+    }
+    summary.wall_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    return summary;
+}
+
+}  // namespace cs::cli

@@ -1,0 +1,26 @@
+// One simulated iteration of an experiment under one schedule: the pipeline shared by `run`,
+// `compare` and `validate`.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "report/summary.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::cli {
+
+struct SimulateOptions {
+    std::string schedule;                        // empty: the experiment's own
+    std::optional<std::filesystem::path> trace;  // Chrome JSON trace
+    // Called now and then during long runs with the simulated time reached.
+    std::function<void(Time)> progress;
+};
+
+// Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
+// do not split), SimulationError for internal failures.
+report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOptions& options);
+
+}  // namespace cs::cli

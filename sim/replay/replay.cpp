@@ -1,0 +1,408 @@
+#include "replay/replay.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+
+namespace cs::replay {
+
+using schedule::Pass;
+
+// ---- CollectiveCosts --------------------------------------------------------------------------
+
+namespace {
+struct DoneFlag final : network::TransferClient {
+    bool done = false;
+    void on_transfer_done(Simulation&, std::uint64_t) override { done = true; }
+};
+}  // namespace
+
+CollectiveCosts::CollectiveCosts(const topology::Cluster& cluster,
+                                 const network::NetworkConfig& config)
+    : cluster_(cluster), config_(config) {}
+
+Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size) {
+    if (group.size() <= 1 || size.value <= 0 || config_.fidelity == network::Fidelity::Ideal)
+        return Time::zero();
+    const auto key = std::make_tuple(static_cast<int>(kind), group, size.value);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    Simulation sim;
+    auto net = network::make_network(sim, cluster_, config_);
+    DoneFlag flag;
+    net->set_client(&flag);
+    const auto g = net->register_group(group);
+    net->collective(kind, g, size, network::Algorithm::Auto, 0);
+    sim.run();
+    if (!flag.done) throw SimulationError("replay", "an isolated collective never completed");
+    return cache_.emplace(key, sim.now()).first->second;
+}
+
+// ---- Replay state -----------------------------------------------------------------------------
+
+namespace {
+enum EventKind : std::uint32_t { kPassDone = 1, kOptimizerDone = 2, kLocalDelivery = 3 };
+}
+
+struct Replay::WorkerState {
+    std::size_t cursor = 0;
+    bool busy = false;
+    bool finished_ops = false;
+    Time idle_since = Time::zero();
+    PassRecord current;
+    std::vector<std::uint8_t> arrived;          // [arrival_key]
+    std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1
+    std::vector<int> backward_done;             // per chunk
+    int dp_done = 0;                            // chunks whose gradients are synchronised
+    bool optimizer_started = false;
+    bool optimizer_done = false;
+    Time last_compute_end = Time::zero();
+};
+
+struct Replay::Message {
+    TransferRecord record;
+    int remaining = 0;
+    int key = -1;    // arrival key at the destination (p2p)
+    int stage = -1;  // DP: the stage whose replicas all wait for it
+};
+
+Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+               const schedule::Schedule& schedule, const schedule::PipelineShape& shape)
+    : spec_(spec),
+      plan_(plan),
+      schedule_(schedule),
+      shape_(shape),
+      layout_(spec.layout),
+      costs_(*spec.cluster, spec.network) {
+    handler_ = sim_.add_handler(*this);
+    network_ = network::make_network(sim_, *spec.cluster, spec.network);
+    network_->set_client(this);
+
+    const int members = layout_.tp * layout_.cp;
+    // Rank layout, innermost first. Megatron-LM's default puts tp innermost, then cp, dp, pp.
+    auto rank_of = [&](int t, int c, int d, int s) {
+        const auto& o = layout_.order;
+        if (o == "tp-dp-cp-pp") return t + layout_.tp * (d + layout_.dp * (c + layout_.cp * s));
+        if (o == "tp-pp-dp") return t + layout_.tp * (s + layout_.pp * (d + layout_.dp * c));
+        if (o == "tp-cp-pp-dp") return t + layout_.tp * (c + layout_.cp * (s + layout_.pp * d));
+        return t + layout_.tp * (c + layout_.cp * (d + layout_.dp * s));
+    };
+    for (int s = 0; s < layout_.pp; ++s)
+        for (int d = 0; d < layout_.dp; ++d) {
+            Worker w;
+            w.stage = s;
+            w.dp = d;
+            for (int c = 0; c < layout_.cp; ++c)
+                for (int t = 0; t < layout_.tp; ++t) w.gpus.push_back(rank_of(t, c, d, s));
+            workers_.push_back(std::move(w));
+        }
+    orders_.resize(static_cast<std::size_t>(layout_.pp));
+    for (int s = 0; s < layout_.pp; ++s) orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
+
+    const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
+    states_.resize(workers_.size());
+    for (auto& st : states_) {
+        st.arrived.assign(keys, 0);
+        st.pending_message.assign(keys, -1);
+        st.backward_done.assign(static_cast<std::size_t>(shape_.chunks), 0);
+    }
+    if (layout_.dp > 1)
+        for (int s = 0; s < layout_.pp; ++s)
+            for (int m = 0; m < members; ++m) {
+                std::vector<int> ranks;
+                for (int d = 0; d < layout_.dp; ++d)
+                    ranks.push_back(workers_[static_cast<std::size_t>(worker_of(s, d))]
+                                        .gpus[static_cast<std::size_t>(m)]);
+                dp_groups_.push_back(network_->register_group(std::move(ranks)));
+            }
+}
+
+Replay::~Replay() = default;
+
+void Replay::add_network_observer(network::NetworkObserver& observer) {
+    network_->add_observer(&observer);
+}
+
+int Replay::arrival_key(int chunk, int microbatch, bool gradient) const {
+    return (chunk * shape_.microbatches + microbatch) * 2 + (gradient ? 1 : 0);
+}
+
+const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int vs) const {
+    const auto& c = plan_.virtual_stages[static_cast<std::size_t>(vs)];
+    switch (op.pass) {
+        case Pass::Forward: return c.forward;
+        case Pass::Backward: return c.backward;
+        case Pass::BackwardInput: return c.backward_input;
+        case Pass::BackwardWeight: return c.backward_weight;
+    }
+    return c.forward;
+}
+
+Time Replay::pass_compute(const workload::PassPlan& plan) const { return plan.compute_time(); }
+
+Time Replay::pass_collective(const workload::PassPlan& plan) {
+    auto it = pass_comm_cache_.find(&plan);
+    if (it != pass_comm_cache_.end()) return it->second;
+    // All workers have the same shape, so worker 0's groups stand for every worker's.
+    const Worker& w = workers_.front();
+    Time total = Time::zero();
+    for (const auto& step : plan.steps) {
+        if (step.kind != workload::Step::Kind::Collective) continue;
+        std::vector<int> group;
+        switch (step.group) {
+            case workload::GroupKind::Tp:
+                group.assign(w.gpus.begin(), w.gpus.begin() + layout_.tp);
+                break;
+            case workload::GroupKind::Cp:
+                for (int c = 0; c < layout_.cp; ++c)
+                    group.push_back(w.gpus[static_cast<std::size_t>(c * layout_.tp)]);
+                break;
+            case workload::GroupKind::Ep:
+            case workload::GroupKind::Dp:
+                for (int d = 0; d < std::min(layout_.ep, layout_.dp); ++d)
+                    group.push_back(workers_[static_cast<std::size_t>(worker_of(0, d))].gpus[0]);
+                break;
+        }
+        total += costs_.cost(step.collective, group, step.size) * step.repeat;
+    }
+    pass_comm_cache_.emplace(&plan, total);
+    return total;
+}
+
+void Replay::emit_idle(int worker, Time until, IdleCause cause) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (until > st.idle_since)
+        for (auto* o : observers_) o->on_idle(worker, st.idle_since, until, cause);
+    st.idle_since = until;
+}
+
+void Replay::try_start(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (st.busy || st.finished_ops) return;
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    if (st.cursor >= order.size()) {
+        st.finished_ops = true;
+        maybe_start_optimizer(worker);
+        return;
+    }
+    const auto& op = order[st.cursor];
+    const int vs = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
+    const int last_vs = shape_.devices * shape_.chunks - 1;
+    int need = -1;
+    if (op.pass == Pass::Forward && vs > 0) need = arrival_key(op.chunk, op.microbatch, false);
+    if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs)
+        need = arrival_key(op.chunk, op.microbatch, true);
+    if (need >= 0 && !st.arrived[static_cast<std::size_t>(need)]) return;  // woken by deliver()
+
+    const Time now = sim_.now();
+    emit_idle(worker, now, IdleCause::Pipeline);
+    const auto& plan = pass_plan(op, vs);
+    PassRecord& r = st.current;
+    r = PassRecord{};
+    r.worker = worker;
+    r.virtual_stage = vs;
+    r.chunk = op.chunk;
+    r.microbatch = op.microbatch;
+    r.pass = op.pass;
+    r.start = now;
+    r.compute = pass_compute(plan);
+    r.collective = pass_collective(plan);
+    r.end = now + r.compute + r.collective;
+    r.plan = &plan;
+    r.id = next_pass_id_++;
+    if (need >= 0) {
+        const int msg = st.pending_message[static_cast<std::size_t>(need)];
+        if (msg >= 0) {
+            auto& rec = messages_[static_cast<std::size_t>(msg)].record;
+            rec.to_pass = r.id;
+            for (auto* o : observers_) o->on_transfer(rec);
+        }
+    }
+    st.busy = true;
+    ++st.cursor;
+    sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
+}
+
+void Replay::deliver(int worker, int key) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    st.arrived[static_cast<std::size_t>(key)] = 1;
+    try_start(worker);
+}
+
+void Replay::finish_pass(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const PassRecord r = st.current;
+    st.busy = false;
+    st.idle_since = r.end;
+    st.last_compute_end = r.end;
+    end_time_ = std::max(end_time_, r.end);
+    for (auto* o : observers_) o->on_pass(r);
+
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const int last_vs = shape_.devices * shape_.chunks - 1;
+    int target_vs = -1;
+    bool gradient = false;
+    if (r.pass == Pass::Forward && r.virtual_stage < last_vs) target_vs = r.virtual_stage + 1;
+    if ((r.pass == Pass::Backward || r.pass == Pass::BackwardInput) && r.virtual_stage > 0) {
+        target_vs = r.virtual_stage - 1;
+        gradient = true;
+    }
+    if (target_vs >= 0) {
+        const auto place = schedule_.place(shape_, target_vs, r.microbatch);
+        const int dst = worker_of(place.device, w.dp);
+        const int key = arrival_key(place.chunk, r.microbatch, gradient);
+        Message msg;
+        msg.record.kind =
+            gradient ? TransferRecord::Kind::Gradient : TransferRecord::Kind::Activation;
+        msg.record.src_worker = worker;
+        msg.record.dst_worker = dst;
+        msg.record.microbatch = r.microbatch;
+        msg.record.virtual_stage = target_vs;
+        msg.record.bytes =
+            plan_.virtual_stages[static_cast<std::size_t>(gradient ? target_vs : r.virtual_stage)]
+                .activation_bytes;
+        msg.record.start = r.end;
+        msg.record.from_pass = r.id;
+        msg.key = key;
+        const auto id = static_cast<std::int32_t>(messages_.size());
+        states_[static_cast<std::size_t>(dst)].pending_message[static_cast<std::size_t>(key)] = id;
+        if (dst == worker) {
+            msg.record.end = r.end;
+            messages_.push_back(msg);
+            sim_.schedule_at(r.end, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
+        } else {
+            const auto& dw = workers_[static_cast<std::size_t>(dst)];
+            msg.remaining = static_cast<int>(w.gpus.size());
+            messages_.push_back(msg);
+            for (std::size_t g = 0; g < w.gpus.size(); ++g)
+                network_->send(w.gpus[g], dw.gpus[g], msg.record.bytes,
+                               static_cast<std::uint64_t>(id));
+        }
+    }
+
+    const bool completes_gradients =
+        (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
+    if (completes_gradients &&
+        ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches)
+        start_dp_sync(worker, r.chunk);
+    try_start(worker);
+}
+
+void Replay::start_dp_sync(int worker, int chunk) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
+    if (layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
+        ++st.dp_done;
+        return;
+    }
+    // The collective starts once every replica of the stage has finished this chunk's backward
+    // passes; the last replica to get there launches it for all.
+    int ready = 0;
+    for (int d = 0; d < layout_.dp; ++d)
+        if (states_[static_cast<std::size_t>(worker_of(w.stage, d))]
+                .backward_done[static_cast<std::size_t>(chunk)] == shape_.microbatches)
+            ++ready;
+    if (ready < layout_.dp) return;
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpGradients;
+    msg.record.src_worker = msg.record.dst_worker = worker;
+    msg.record.bytes = dev.dp_gradient_bytes;
+    msg.record.start = sim_.now();
+    msg.stage = w.stage;
+    const int members = layout_.tp * layout_.cp;
+    msg.remaining = members;
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                     : network::CollectiveKind::AllReduce;
+    for (int m = 0; m < members; ++m)
+        network_->collective(kind, dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
+                             dev.dp_gradient_bytes, network::Algorithm::Auto, id);
+}
+
+void Replay::maybe_start_optimizer(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (!st.finished_ops || st.optimizer_started || st.dp_done < shape_.chunks) return;
+    st.optimizer_started = true;
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const Time step = plan_.devices[static_cast<std::size_t>(w.stage)].optimizer_step;
+    // Time between the last backward and the optimizer step waits on DP synchronisation.
+    emit_idle(worker, sim_.now(), IdleCause::Collective);
+    sim_.schedule_at(sim_.now() + step, handler_, kOptimizerDone, static_cast<std::uint64_t>(worker));
+}
+
+void Replay::on_event(Simulation& sim, const Event& event) {
+    switch (event.kind) {
+        case kPassDone:
+            finish_pass(static_cast<int>(event.a));
+            break;
+        case kOptimizerDone: {
+            const int worker = static_cast<int>(event.a);
+            auto& st = states_[static_cast<std::size_t>(worker)];
+            const Time start = st.idle_since;
+            if (sim.now() > start)
+                for (auto* o : observers_) o->on_optimizer(worker, start, sim.now());
+            st.idle_since = sim.now();
+            st.last_compute_end = sim.now();
+            st.optimizer_done = true;
+            end_time_ = std::max(end_time_, sim.now());
+            break;
+        }
+        case kLocalDelivery: {
+            const auto& msg = messages_[event.a];
+            deliver(msg.record.dst_worker, msg.key);
+            break;
+        }
+        default:
+            throw SimulationError("replay", "unknown event kind", sim.now());
+    }
+}
+
+void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
+    auto& msg = messages_[static_cast<std::size_t>(token)];
+    if (--msg.remaining > 0) return;
+    msg.record.end = sim.now();
+    end_time_ = std::max(end_time_, sim.now());
+    if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
+        for (auto* o : observers_) o->on_transfer(msg.record);
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int w = worker_of(msg.stage, d);
+            ++states_[static_cast<std::size_t>(w)].dp_done;
+            maybe_start_optimizer(w);
+        }
+        return;
+    }
+    deliver(msg.record.dst_worker, msg.key);
+}
+
+ReplayResult Replay::run() {
+    for (std::size_t w = 0; w < workers_.size(); ++w) try_start(static_cast<int>(w));
+    sim_.run();
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+        const auto& st = states_[w];
+        if (!st.finished_ops || !st.optimizer_done) {
+            const auto& order = orders_[static_cast<std::size_t>(workers_[w].stage)];
+            std::string what = "deadlock: pipeline stage " + std::to_string(workers_[w].stage) +
+                               " stopped";
+            if (st.cursor < order.size()) {
+                const auto& op = order[st.cursor];
+                what += " before " + std::string(schedule::pass_letter(op.pass)) +
+                        std::to_string(op.microbatch) + " of chunk " + std::to_string(op.chunk) +
+                        ", which never received its input";
+            } else {
+                what += " waiting for data-parallel gradient synchronisation";
+            }
+            throw SimulationError("replay", what + " (schedule " + schedule_.name() + ")",
+                                  sim_.now());
+        }
+    }
+    // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
+    for (auto* o : observers_) o->on_iteration_end(end_time_);
+    return ReplayResult{end_time_, sim_.events_processed()};
+}
+
+}  // namespace cs::replay

@@ -1,0 +1,144 @@
+// Replays one training iteration as events: every pipeline worker runs its schedule's op order,
+// passes wait for the activations and gradients they need, transfers go over the network model,
+// data-parallel gradient synchronisation and the optimizer step close the iteration.
+//
+// A worker is the group of tp x cp GPUs that run one pipeline stage of one data-parallel replica
+// in lockstep (they execute the same program; their TP and CP collectives synchronise them). A
+// worker's passes are costed once: compute steps from the plan, blocking TP/CP/EP collectives by
+// running that collective alone on the network model (CollectiveCosts). Pipeline transfers and DP
+// collectives are issued on the shared network per GPU, so they contend for links with each other.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "engine/simulation.hpp"
+#include "network/network.hpp"
+#include "schedule/schedule.hpp"
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::replay {
+
+enum class IdleCause : std::uint8_t {
+    Pipeline,    // waiting for another stage's activation or gradient, warm-up and cool-down
+    Collective,  // waiting for the worker's own collectives (TP/CP/EP inside passes, DP at the end)
+};
+
+struct Worker {
+    int stage = 0;
+    int dp = 0;
+    std::vector<int> gpus;  // tp x cp GPU numbers, tp index innermost
+};
+
+struct PassRecord {
+    int worker = 0;
+    int virtual_stage = 0;
+    int chunk = 0;
+    int microbatch = 0;
+    schedule::Pass pass = schedule::Pass::Forward;
+    Time start, end;
+    Time compute;     // part of [start, end) spent computing
+    Time collective;  // part spent in blocking collectives
+    const workload::PassPlan* plan = nullptr;
+    std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
+};
+
+struct TransferRecord {
+    enum class Kind : std::uint8_t { Activation, Gradient, DpGradients, DpParameters } kind;
+    int src_worker = 0, dst_worker = 0;  // dst = src for DP collectives
+    int microbatch = -1;
+    int virtual_stage = -1;  // the receiving virtual stage for p2p
+    Bytes bytes;             // per GPU
+    Time start, end;
+    std::uint64_t from_pass = 0, to_pass = 0;  // PassRecord ids (to_pass filled for p2p)
+};
+
+class ReplayObserver {
+public:
+    virtual ~ReplayObserver() = default;
+    virtual void on_pass(const PassRecord& pass) { (void)pass; }
+    virtual void on_idle(int worker, Time start, Time end, IdleCause cause) {
+        (void)worker, (void)start, (void)end, (void)cause;
+    }
+    virtual void on_optimizer(int worker, Time start, Time end) {
+        (void)worker, (void)start, (void)end;
+    }
+    // Called when the receiving pass starts (so to_pass is known) or, for DP, when it ends.
+    virtual void on_transfer(const TransferRecord& transfer) { (void)transfer; }
+    virtual void on_iteration_end(Time end) { (void)end; }
+};
+
+// Cost of a collective run alone on the network model (cached per kind, group shape and size).
+class CollectiveCosts {
+public:
+    CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config);
+    Time cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size);
+
+private:
+    const topology::Cluster& cluster_;
+    network::NetworkConfig config_;
+    std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
+};
+
+struct ReplayResult {
+    Time iteration_time;        // first op start (t = 0) to last op end
+    std::uint64_t events = 0;   // engine events processed
+};
+
+class Replay final : public EventHandler, public network::TransferClient {
+public:
+    Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+           const schedule::Schedule& schedule, const schedule::PipelineShape& shape);
+    ~Replay() override;
+
+    void add_observer(ReplayObserver& observer) { observers_.push_back(&observer); }
+    void add_network_observer(network::NetworkObserver& observer);
+    ReplayResult run();
+
+    const std::vector<Worker>& workers() const { return workers_; }
+    const network::Network& network() const { return *network_; }
+    // The time a pass of `plan` occupies the compute stream (compute + blocking collectives).
+    Time pass_compute(const workload::PassPlan& plan) const;
+    Time pass_collective(const workload::PassPlan& plan);
+
+    void on_event(Simulation& sim, const Event& event) override;
+    void on_transfer_done(Simulation& sim, std::uint64_t token) override;
+
+private:
+    struct WorkerState;
+    struct Message;
+    void try_start(int worker);
+    void finish_pass(int worker);
+    void deliver(int worker, int key);
+    void start_dp_sync(int worker, int chunk);
+    void maybe_start_optimizer(int worker);
+    void emit_idle(int worker, Time until, IdleCause cause);
+    int worker_of(int stage, int dp) const { return stage * layout_.dp + dp; }
+    int arrival_key(int chunk, int microbatch, bool gradient) const;
+    const workload::PassPlan& pass_plan(const schedule::PipelineOp& op, int vs) const;
+
+    const workload::ExperimentSpec& spec_;
+    const workload::IterationPlan& plan_;
+    const schedule::Schedule& schedule_;
+    schedule::PipelineShape shape_;
+    workload::ParallelLayout layout_;
+    Simulation sim_;
+    HandlerId handler_ = 0;
+    std::unique_ptr<network::Network> network_;
+    CollectiveCosts costs_;
+    std::vector<std::vector<schedule::PipelineOp>> orders_;  // per stage, shared by dp replicas
+    std::vector<Worker> workers_;
+    std::vector<WorkerState> states_;
+    std::vector<Message> messages_;
+    std::vector<ReplayObserver*> observers_;
+    std::map<const workload::PassPlan*, Time> pass_comm_cache_;
+    std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
+    std::uint64_t next_pass_id_ = 1;
+    Time end_time_ = Time::zero();
+};
+
+}  // namespace cs::replay

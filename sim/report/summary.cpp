@@ -1,0 +1,224 @@
+#include "report/summary.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cs::report {
+
+MetricsObserver::MetricsObserver(std::size_t workers) : workers_(workers) {}
+
+void MetricsObserver::on_pass(const replay::PassRecord& pass) {
+    auto& w = workers_[static_cast<std::size_t>(pass.worker)];
+    w.compute += pass.compute;
+    w.collective += pass.collective;
+}
+
+void MetricsObserver::on_idle(int worker, Time start, Time end, replay::IdleCause cause) {
+    auto& w = workers_[static_cast<std::size_t>(worker)];
+    (cause == replay::IdleCause::Pipeline ? w.idle_pipeline : w.idle_collective) += end - start;
+}
+
+void MetricsObserver::on_optimizer(int worker, Time start, Time end) {
+    workers_[static_cast<std::size_t>(worker)].compute += end - start;
+}
+
+void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
+    using K = replay::TransferRecord::Kind;
+    if (t.kind == K::Activation || t.kind == K::Gradient)
+        p2p_bytes_ += static_cast<double>(t.bytes.value);
+}
+
+Summary summarize(const SummaryInputs& in) {
+    const auto& spec = *in.spec;
+    const auto& plan = *in.plan;
+    const auto& workers = in.replay->workers();
+    const auto& per = in.metrics->per_worker();
+    Summary s;
+    s.schedule = in.schedule;
+    const double T = in.result.iteration_time.seconds();
+    s.iteration_time_s = T;
+    s.world_size = spec.layout.world_size();
+    s.microbatches = plan.microbatches;
+    s.tp = spec.layout.tp;
+    s.pp = spec.layout.pp;
+    s.dp = spec.layout.dp;
+    s.cp = spec.layout.cp;
+    s.ep = spec.layout.ep;
+    s.vpp = plan.chunks;
+    s.events = in.result.events;
+
+    // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
+    std::vector<StageSummary> stages(static_cast<std::size_t>(spec.layout.pp));
+    std::vector<int> count(stages.size(), 0);
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+        auto& st = stages[static_cast<std::size_t>(workers[w].stage)];
+        const auto& p = per[w];
+        st.busy_s += p.compute.seconds();
+        if (T > 0) {
+            st.bubble_fraction += p.idle_pipeline.seconds() / T;
+            st.exposed_comm_fraction += (p.collective + p.idle_collective).seconds() / T;
+            st.idle_fraction += (T - p.compute.seconds()) / T;
+        }
+        ++count[static_cast<std::size_t>(workers[w].stage)];
+    }
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+        auto& st = stages[i];
+        st.stage = static_cast<int>(i);
+        const double n = count[i] > 0 ? count[i] : 1;
+        st.busy_s /= n;
+        st.bubble_fraction /= n;
+        st.exposed_comm_fraction /= n;
+        st.idle_fraction /= n;
+        if (i < in.peak_inflight.size()) {
+            st.peak_inflight_microbatches = in.peak_inflight[i];
+            // Activation memory of one chunk's microbatch, times the chunks in flight.
+            std::int64_t per_chunk = 0;
+            for (std::size_t vs = 0; vs < plan.virtual_stages.size(); ++vs)
+                if (static_cast<int>(vs % stages.size()) == static_cast<int>(i))
+                    per_chunk = std::max(per_chunk, plan.virtual_stages[vs].activation_memory.value);
+            st.peak_activation_bytes = per_chunk * in.peak_inflight[i];
+        }
+        s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
+        s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
+        s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());
+    }
+    s.stages = std::move(stages);
+
+    const auto& gpu = spec.cluster->gpu_model(0);
+    double peak = gpu.peak_bf16.flops_per_s;
+    if (spec.training.precision == workload::Precision::Fp16) peak = gpu.peak_fp16.flops_per_s;
+    if (spec.training.precision == workload::Precision::Fp8) peak = gpu.peak_fp8.flops_per_s;
+    if (T > 0 && peak > 0) {
+        s.mfu = plan.model_flops_per_iteration.value / (T * s.world_size * peak);
+        s.hfu = plan.hardware_flops_per_iteration.value / (T * s.world_size * peak);
+    }
+    if (T > 0) {
+        s.tokens_per_s = static_cast<double>(plan.tokens_per_iteration) / T;
+        s.tflops_per_gpu = plan.model_flops_per_iteration.value / (T * s.world_size) * 1e-12;
+    }
+    const double gpus_per_worker = static_cast<double>(spec.layout.tp * spec.layout.cp);
+    s.p2p_bytes = in.metrics->p2p_bytes_per_gpu() * gpus_per_worker;
+
+    const auto& links = spec.cluster->links();
+    const auto& stats = in.replay->network().link_stats();
+    for (std::size_t l = 0; l < links.size() && l < stats.size(); ++l) {
+        const auto& st = stats[l];
+        if (st.bytes <= 0) continue;
+        LinkSummary ls;
+        ls.name = links[l].name;
+        ls.kind = topology::link_kind_name(links[l].kind);
+        ls.bytes = st.bytes;
+        ls.busy_s = st.busy.seconds();
+        ls.shared_s = st.shared.seconds();
+        ls.max_concurrent_flows = st.max_concurrent_flows;
+        ls.utilization = T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;
+        s.links.push_back(std::move(ls));
+    }
+    std::stable_sort(s.links.begin(), s.links.end(), [](const LinkSummary& a, const LinkSummary& b) {
+        return a.utilization > b.utilization;
+    });
+    for (const auto& d : plan.devices)
+        if (d.memory.total > s.memory.total) s.memory = d.memory;
+    return s;
+}
+
+nlohmann::ordered_json to_json(const Summary& s) {
+    nlohmann::ordered_json j;
+    j["schedule"] = s.schedule;
+    j["iteration_time_s"] = s.iteration_time_s;
+    j["bubble_fraction"] = s.bubble_fraction;
+    j["exposed_comm_fraction"] = s.exposed_comm_fraction;
+    j["idle_fraction"] = s.idle_fraction;
+    j["mfu"] = s.mfu;
+    j["hfu"] = s.hfu;
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["tflops_per_gpu"] = s.tflops_per_gpu;
+    j["world_size"] = s.world_size;
+    j["microbatches"] = s.microbatches;
+    j["parallelism"] = {{"tp", s.tp}, {"pp", s.pp}, {"dp", s.dp},
+                        {"cp", s.cp}, {"ep", s.ep}, {"vpp", s.vpp}};
+    j["p2p_bytes"] = s.p2p_bytes;
+    auto& stages = j["stages"] = nlohmann::ordered_json::array();
+    for (const auto& st : s.stages)
+        stages.push_back({{"stage", st.stage},
+                          {"busy_s", st.busy_s},
+                          {"bubble_fraction", st.bubble_fraction},
+                          {"exposed_comm_fraction", st.exposed_comm_fraction},
+                          {"idle_fraction", st.idle_fraction},
+                          {"peak_inflight_microbatches", st.peak_inflight_microbatches},
+                          {"peak_activation_bytes", st.peak_activation_bytes}});
+    auto& links = j["links"] = nlohmann::ordered_json::array();
+    for (const auto& l : s.links)
+        links.push_back({{"name", l.name},
+                         {"kind", l.kind},
+                         {"bytes", l.bytes},
+                         {"busy_s", l.busy_s},
+                         {"utilization", l.utilization},
+                         {"shared_s", l.shared_s},
+                         {"max_concurrent_flows", l.max_concurrent_flows}});
+    j["memory_per_gpu_bytes"] = {{"parameters", s.memory.parameters.value},
+                                 {"gradients", s.memory.gradients.value},
+                                 {"optimizer_states", s.memory.optimizer_states.value},
+                                 {"activations", s.memory.activations.value},
+                                 {"total", s.memory.total.value}};
+    j["events"] = s.events;
+    j["wall_time_s"] = s.wall_time_s;
+    return j;
+}
+
+namespace {
+std::string pct(double f) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f%%", f * 100);
+    return b;
+}
+std::string num(double v, const char* fmt = "%.4g") {
+    char b[64];
+    std::snprintf(b, sizeof b, fmt, v);
+    return b;
+}
+}  // namespace
+
+void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
+    out << "schedule              " << s.schedule << "\n"
+        << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp
+        << " cp=" << s.cp << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size
+        << " GPUs, " << s.microbatches << " microbatches)\n"
+        << "iteration time        " << format_time(Time::from_seconds_ceil(s.iteration_time_s))
+        << "\n"
+        << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
+        << "exposed comm fraction " << pct(s.exposed_comm_fraction) << "\n"
+        << "idle fraction         " << pct(s.idle_fraction) << "\n"
+        << "MFU / HFU             " << pct(s.mfu) << " / " << pct(s.hfu) << "\n"
+        << "throughput            " << num(s.tokens_per_s, "%.0f") << " tokens/s, "
+        << num(s.tflops_per_gpu, "%.1f") << " TFLOP/s per GPU\n";
+    if (s.memory.total.value > 0)
+        out << "memory per GPU        " << format_bytes(s.memory.total) << " (params "
+            << format_bytes(s.memory.parameters) << ", grads " << format_bytes(s.memory.gradients)
+            << ", optimizer " << format_bytes(s.memory.optimizer_states) << ", activations "
+            << format_bytes(s.memory.activations) << ")\n";
+    out << "\nstage   busy        bubble   exposed comm   idle     peak in-flight\n";
+    for (const auto& st : s.stages) {
+        char line[160];
+        std::snprintf(line, sizeof line, "%-7d %-11s %-8s %-14s %-8s %d\n", st.stage,
+                      format_time(Time::from_seconds_ceil(st.busy_s)).c_str(),
+                      pct(st.bubble_fraction).c_str(), pct(st.exposed_comm_fraction).c_str(),
+                      pct(st.idle_fraction).c_str(), st.peak_inflight_microbatches);
+        out << line;
+    }
+    if (!s.links.empty()) {
+        out << "\nbusiest links (" << s.links.size() << " carried traffic)\n"
+            << "link                                   kind        bytes        util     max flows\n";
+        for (std::size_t i = 0; i < s.links.size() && i < max_links; ++i) {
+            const auto& l = s.links[i];
+            char line[200];
+            std::snprintf(line, sizeof line, "%-38s %-11s %-12s %-8s %d\n", l.name.c_str(),
+                          l.kind.c_str(),
+                          format_bytes(Bytes{static_cast<std::int64_t>(l.bytes)}).c_str(),
+                          pct(l.utilization).c_str(), l.max_concurrent_flows);
+            out << line;
+        }
+    }
+}
+
+}  // namespace cs::report

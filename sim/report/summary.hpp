@@ -1,0 +1,93 @@
+// Metrics of one simulated iteration, collected by observing the replay (the models never compute
+// metrics), and their renderings: the summary JSON of DESIGN.md's contract and a text table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "replay/replay.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::report {
+
+struct StageSummary {
+    int stage = 0;
+    double busy_s = 0;  // compute time per GPU of the stage
+    double bubble_fraction = 0;
+    double exposed_comm_fraction = 0;
+    double idle_fraction = 0;
+    int peak_inflight_microbatches = 0;
+    std::int64_t peak_activation_bytes = 0;
+};
+
+struct LinkSummary {
+    std::string name;
+    std::string kind;
+    double bytes = 0;
+    double busy_s = 0;
+    double utilization = 0;  // bytes / (capacity x iteration time)
+    double shared_s = 0;
+    int max_concurrent_flows = 0;
+};
+
+struct Summary {
+    std::string schedule;
+    double iteration_time_s = 0;
+    double bubble_fraction = 0;
+    double exposed_comm_fraction = 0;
+    double idle_fraction = 0;
+    double mfu = 0;
+    double hfu = 0;
+    double tokens_per_s = 0;
+    double tflops_per_gpu = 0;
+    int world_size = 0;
+    int microbatches = 0;
+    int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+    double p2p_bytes = 0;  // pipeline activations and gradients, all GPUs
+    double dp_bytes = 0;   // per-GPU gradient bytes synchronised, summed over GPUs
+    std::vector<StageSummary> stages;
+    std::vector<LinkSummary> links;
+    workload::MemoryBreakdown memory;  // worst GPU
+    std::uint64_t events = 0;
+    double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)
+};
+
+// Accumulates per-worker busy, collective and idle time from replay notifications.
+class MetricsObserver final : public replay::ReplayObserver {
+public:
+    explicit MetricsObserver(std::size_t workers);
+    void on_pass(const replay::PassRecord& pass) override;
+    void on_idle(int worker, Time start, Time end, replay::IdleCause cause) override;
+    void on_optimizer(int worker, Time start, Time end) override;
+    void on_transfer(const replay::TransferRecord& transfer) override;
+
+    struct PerWorker {
+        Time compute, collective, idle_pipeline, idle_collective;
+    };
+    const std::vector<PerWorker>& per_worker() const { return workers_; }
+    double p2p_bytes_per_gpu() const { return p2p_bytes_; }
+
+private:
+    std::vector<PerWorker> workers_;
+    double p2p_bytes_ = 0;
+};
+
+struct SummaryInputs {
+    const workload::ExperimentSpec* spec = nullptr;
+    const workload::IterationPlan* plan = nullptr;
+    const replay::Replay* replay = nullptr;
+    const MetricsObserver* metrics = nullptr;
+    replay::ReplayResult result;
+    std::string schedule;
+    std::vector<int> peak_inflight;  // per stage, in chunk activations
+};
+
+Summary summarize(const SummaryInputs& in);
+
+nlohmann::ordered_json to_json(const Summary& s);
+// The readable table printed by `clustersim run`. Links: the `max_links` busiest.
+void print_summary(std::ostream& out, const Summary& s, std::size_t max_links = 8);
+
+}  // namespace cs::report

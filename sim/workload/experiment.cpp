@@ -1,0 +1,217 @@
+#include "workload/experiment.hpp"
+
+#include "topology/topology_yaml.hpp"
+
+namespace cs::workload {
+namespace {
+
+ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec) {
+    ParallelLayout l;
+    l.tp = static_cast<int>(r.count_or("tp", 1));
+    l.pp = static_cast<int>(r.count_or("pp", 1));
+    l.cp = static_cast<int>(r.count_or("cp", 1));
+    l.ep = static_cast<int>(r.count_or("ep", 1));
+    l.vpp = static_cast<int>(r.count_or("vpp", 1));
+    l.sequence_parallel = r.boolean_or("sequence_parallel", false);
+    l.distributed_optimizer = r.boolean_or("distributed_optimizer", false);
+    l.order = r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"},
+                       "tp-cp-dp-pp");
+    const int model_parallel = l.tp * l.pp * l.cp;
+    if (r.has("dp")) {
+        l.dp = static_cast<int>(r.count("dp"));
+        if (l.world_size() != world)
+            r.fail("dp", "tp x pp x dp x cp = " + std::to_string(l.tp) + " x " +
+                             std::to_string(l.pp) + " x " + std::to_string(l.dp) + " x " +
+                             std::to_string(l.cp) + " = " + std::to_string(l.world_size()) +
+                             " GPUs, but the topology has " + std::to_string(world) +
+                             (world % model_parallel == 0
+                                  ? "; use dp: " + std::to_string(world / model_parallel)
+                                  : ""));
+    } else {
+        if (world % model_parallel != 0)
+            r.fail_here("tp x pp x cp = " + std::to_string(model_parallel) +
+                        " does not divide the topology's " + std::to_string(world) +
+                        " GPUs; choose tp, pp and cp whose product divides " +
+                        std::to_string(world));
+        l.dp = world / model_parallel;
+    }
+    if (l.ep > 1 && (l.dp * l.cp) % l.ep != 0)
+        r.fail("ep", "expert parallelism " + std::to_string(l.ep) +
+                         " must divide dp x cp = " + std::to_string(l.dp * l.cp));
+    if (l.sequence_parallel && l.tp == 1)
+        spec.warnings.push_back("sequence_parallel has no effect with tp = 1");
+    r.finish();
+    return l;
+}
+
+TrainingSpec parse_training(const config::Reader& r) {
+    TrainingSpec t;
+    t.micro_batch_size = static_cast<int>(r.count_or("micro_batch_size", 1));
+    t.global_batch_size = static_cast<int>(r.count("global_batch_size"));
+    t.seq_length = static_cast<int>(r.count_or("seq_length", 2048));
+    const auto rc = r.choice("recompute", {"none", "selective", "full"}, "none");
+    t.recompute = rc == "full" ? Recompute::Full
+                  : rc == "selective" ? Recompute::Selective
+                                      : Recompute::None;
+    const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
+    t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
+    r.finish();
+    return t;
+}
+
+ComputeSpec parse_compute(const config::Reader& r) {
+    ComputeSpec c;
+    const auto kind = r.choice("model", {"roofline", "profile"}, "roofline");
+    if (kind == "profile") {
+        c.kind = ComputeSpec::Kind::Profile;
+        auto& p = c.profile;
+        p.layer_forward = r.time_opt("layer_forward");
+        p.layer_backward = r.time_opt("layer_backward");
+        p.layer_backward_input = r.time_opt("layer_backward_input");
+        p.layer_backward_weight = r.time_opt("layer_backward_weight");
+        p.stage_forward = r.time_opt("stage_forward");
+        p.stage_backward = r.time_opt("stage_backward");
+        p.embedding_forward = r.time_opt("embedding_forward").value_or(Time::zero());
+        p.embedding_backward = r.time_opt("embedding_backward").value_or(Time::zero());
+        p.output_forward = r.time_opt("output_forward").value_or(Time::zero());
+        p.output_backward = r.time_opt("output_backward").value_or(Time::zero());
+        p.optimizer_step = r.time_opt("optimizer_step").value_or(Time::zero());
+        p.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+        const bool per_layer = p.layer_forward.has_value();
+        const bool per_stage = p.stage_forward.has_value();
+        if (per_layer == per_stage)
+            r.fail_here(per_layer ? "give either layer_forward/layer_backward or "
+                                    "stage_forward/stage_backward, not both"
+                                  : "profile compute needs layer_forward (with layer_backward, or "
+                                    "layer_backward_input and layer_backward_weight) or "
+                                    "stage_forward and stage_backward");
+        if (per_layer) {
+            const bool split = p.layer_backward_input || p.layer_backward_weight;
+            if (p.layer_backward && split)
+                r.fail("layer_backward", "give layer_backward or layer_backward_input + "
+                                         "layer_backward_weight, not both");
+            if (!p.layer_backward && !(p.layer_backward_input && p.layer_backward_weight))
+                r.fail_here("missing layer_backward (or both layer_backward_input and "
+                            "layer_backward_weight)");
+            if (p.stage_backward) r.fail("stage_backward", "stage_backward goes with stage_forward");
+        } else {
+            if (!p.stage_backward) r.fail_here("missing stage_backward (stage_forward is given)");
+            if (p.layer_backward || p.layer_backward_input || p.layer_backward_weight)
+                r.fail_here("layer_backward* keys go with layer_forward, not stage_forward");
+        }
+    } else {
+        auto& f = c.roofline;
+        f.efficiency_scale = r.number_or("efficiency_scale", 1.0);
+        if (f.efficiency_scale <= 0 || f.efficiency_scale > 2)
+            r.fail("efficiency_scale", "must be in (0, 2]");
+        f.launch_overhead = r.time_opt("launch_overhead").value_or(f.launch_overhead);
+        f.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+    }
+    r.finish();
+    return c;
+}
+
+network::NetworkConfig parse_network(const config::Reader& r) {
+    network::NetworkConfig n;
+    const auto kind = r.choice("model", {"flow", "analytical", "ideal"}, "flow");
+    n.fidelity = kind == "ideal"        ? network::Fidelity::Ideal
+                 : kind == "analytical" ? network::Fidelity::Analytical
+                                        : network::Fidelity::Flow;
+    if (auto t = r.time_opt("step_overhead")) n.step_overhead = *t;
+    r.finish();
+    return n;
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const std::filesystem::path& path,
+                               const std::vector<std::string>& overrides) {
+    ExperimentSpec spec;
+    config::Document doc = config::load_document(path);
+    spec.source = doc.display_path;
+
+    std::vector<std::pair<std::string, std::string>> topo_overrides;
+    for (const auto& o : overrides) {
+        auto [key, value] = config::split_assignment(o);
+        if (key.rfind("topology.", 0) == 0) {
+            topo_overrides.emplace_back(key.substr(9), value);
+            continue;
+        }
+        config::apply_override(doc, key, value);
+    }
+    const config::Reader root = config::root_reader(doc);
+
+    // The topology: a path (resolved against the experiment's folder) or an inline mapping.
+    const YAML::Node topo_node = root.value("topology");
+    if (!topo_node.IsDefined() || topo_node.IsNull())
+        root.fail("topology", "missing; expected the path of a topology file, e.g. "
+                              "../topologies/h200-2gpu-nvlink.yaml");
+    std::shared_ptr<topology::Cluster> cluster;
+    if (topo_node.IsScalar()) {
+        config::Document tdoc;
+        try {
+            tdoc = config::load_document(doc.resolve(topo_node.Scalar()));
+        } catch (const ConfigError& e) {
+            if (e.where().line > 0) throw;
+            throw ConfigError(root.location("topology"),
+                              "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
+                                  doc.resolve(topo_node.Scalar()).string() + "): " + e.message());
+        }
+        for (const auto& [k, v] : topo_overrides) config::apply_override(tdoc, k, v);
+        spec.topology_source = tdoc.display_path;
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+    } else if (topo_node.IsMap()) {
+        // Inline topology: overrides address it as topology.<key> within the experiment itself.
+        for (const auto& [k, v] : topo_overrides) config::apply_override(doc, "topology." + k, v);
+        config::Document tdoc = doc;
+        tdoc.root = doc.root["topology"];
+        tdoc.overrides.clear();
+        for (const auto& [k, v] : topo_overrides) tdoc.overrides[k] = v;
+        spec.topology_source = doc.display_path;
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+    } else {
+        root.fail("topology", "expected a file path or a mapping");
+    }
+    spec.cluster = cluster;
+
+    spec.model = parse_model(root.map("model"));
+    spec.layout_where = root.location("parallelism");
+    spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec);
+    spec.training = parse_training(root.map("training"));
+    spec.schedule_where = root.location("schedule");
+    spec.schedule = root.string_or("schedule", "1f1b");
+    if (auto c = root.map_opt("compute")) spec.compute = parse_compute(*c);
+    if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
+    root.has("name");
+    root.has("description");
+    root.finish();
+
+    // Checks that need several sections together.
+    const auto& m = spec.model;
+    const auto& l = spec.layout;
+    const auto& t = spec.training;
+    const config::Reader par = root.map("parallelism");
+    if (m.attention_heads % l.tp != 0)
+        par.fail("tp", "attention_heads (" + std::to_string(m.attention_heads) +
+                           ") must be divisible by tp (" + std::to_string(l.tp) + ")");
+    if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
+        par.fail("tp", "kv_heads (" + std::to_string(m.kv_heads) + ") and tp (" +
+                           std::to_string(l.tp) + ") must divide one another");
+    if (m.experts > 0 && m.experts % l.ep != 0)
+        par.fail("ep", "experts (" + std::to_string(m.experts) + ") must be divisible by ep (" +
+                           std::to_string(l.ep) + ")");
+    if (t.seq_length % l.cp != 0 || (l.cp > 1 && t.seq_length % (2 * l.cp) != 0))
+        par.fail("cp", "seq_length (" + std::to_string(t.seq_length) +
+                           ") must be divisible by 2 x cp for context parallelism");
+    const config::Reader tr = root.map("training");
+    const int per_step = t.micro_batch_size * l.dp;
+    if (t.global_batch_size % per_step != 0)
+        tr.fail("global_batch_size",
+                "global_batch_size (" + std::to_string(t.global_batch_size) +
+                    ") must be a multiple of micro_batch_size x dp = " +
+                    std::to_string(t.micro_batch_size) + " x " + std::to_string(l.dp) + " = " +
+                    std::to_string(per_step));
+    return spec;
+}
+
+}  // namespace cs::workload

@@ -1,0 +1,82 @@
+// An experiment: topology + model + parallel layout + training settings + schedule + compute and
+// network models, parsed strictly from YAML (schema in docs/yaml-reference.md).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/document.hpp"
+#include "network/network.hpp"
+#include "topology/cluster.hpp"
+#include "workload/model.hpp"
+
+namespace cs::workload {
+
+struct ParallelLayout {
+    int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+    bool sequence_parallel = false;
+    bool distributed_optimizer = false;
+    // Rank order from innermost to outermost (Megatron-LM default: tp, cp, dp, pp; experts use
+    // ep inside dp). Letters: "tp-cp-dp-pp".
+    std::string order = "tp-cp-dp-pp";
+    int world_size() const { return tp * pp * dp * cp; }
+};
+
+struct TrainingSpec {
+    int micro_batch_size = 1;
+    int global_batch_size = 1;
+    int seq_length = 2048;
+    Recompute recompute = Recompute::None;
+    Precision precision = Precision::Bf16;
+    int microbatches(const ParallelLayout& l) const {
+        return global_batch_size / (micro_batch_size * l.dp);
+    }
+};
+
+// compute: {model: profile, ...}: measured times; nothing is added beyond them.
+struct ProfileCompute {
+    std::optional<Time> layer_forward, layer_backward, layer_backward_input, layer_backward_weight;
+    std::optional<Time> stage_forward, stage_backward;
+    Time embedding_forward, embedding_backward;  // first stage, once per microbatch
+    Time output_forward, output_backward;        // last stage, once per microbatch
+    Time optimizer_step;                         // every GPU, once per iteration
+    Time op_overhead;                            // added to every compute op
+};
+
+// compute: {model: roofline, ...}: times from FLOPs and bytes on the GPU's peaks.
+struct RooflineCompute {
+    double efficiency_scale = 1.0;  // multiplies the calibrated GEMM efficiency curve
+    Time launch_overhead = Time::ns(4000);
+    Time op_overhead;               // extra fixed cost per compute op (default 0)
+};
+
+struct ComputeSpec {
+    enum class Kind : std::uint8_t { Profile, Roofline } kind = Kind::Roofline;
+    ProfileCompute profile;
+    RooflineCompute roofline;
+};
+
+struct ExperimentSpec {
+    std::string source;            // display path of the experiment file
+    std::string topology_source;   // display path of the topology file (or the experiment's)
+    std::shared_ptr<const topology::Cluster> cluster;
+    ModelSpec model;
+    ParallelLayout layout;
+    TrainingSpec training;
+    std::string schedule = "1f1b";
+    SourceLocation schedule_where;  // for errors about the schedule found later
+    SourceLocation layout_where;    // location of `parallelism`, for layout errors
+    ComputeSpec compute;
+    network::NetworkConfig network;
+    std::vector<std::string> warnings;  // non-fatal notes to show the user
+};
+
+// Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
+// `topology.` go to the referenced topology file). Throws ConfigError.
+ExperimentSpec load_experiment(const std::filesystem::path& path,
+                               const std::vector<std::string>& overrides);
+
+}  // namespace cs::workload

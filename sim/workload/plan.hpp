@@ -1,0 +1,83 @@
+// The plan of one training iteration: what every pipeline stage does per microbatch and per
+// iteration, independent of the schedule's order. Ranks that do the same work (the TP ranks of a
+// stage, the DP replicas) share one plan entry instead of each holding a copy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/units.hpp"
+#include "network/network.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::workload {
+
+enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp };
+const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
+
+// One step of a pass on the compute stream: a kernel, or a collective that the compute stream
+// waits for (TP/CP/EP collectives sit on the critical path of the layer).
+struct Step {
+    enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
+    const char* label = "";   // static string: "layer", "qkv", "attention", "all-reduce tp", ...
+    Time duration;            // compute only
+    Flops model_flops;        // compute only: counted for MFU
+    Flops hardware_flops;     // compute only: including recomputation (HFU)
+    Bytes hbm_bytes;          // compute only
+    network::CollectiveKind collective = network::CollectiveKind::AllReduce;
+    GroupKind group = GroupKind::Tp;
+    Bytes size;               // collective only, nccl-tests size semantics
+    int repeat = 1;           // the step is executed `repeat` times back to back (e.g. per layer)
+};
+
+struct PassPlan {
+    std::vector<Step> steps;
+    Time compute_time() const;  // sum of compute durations x repeat
+    Flops model_flops() const;
+    Flops hardware_flops() const;
+};
+
+// Work of one model chunk (a contiguous range of layers) for one microbatch.
+struct ChunkPlan {
+    int first_layer = 0;
+    int layers = 0;
+    PassPlan forward;
+    PassPlan backward;         // full backward (input + weight gradients)
+    PassPlan backward_input;   // for schedules that split the backward
+    PassPlan backward_weight;
+    Bytes activation_bytes;    // p2p activation sent to the next virtual stage (per GPU)
+    Bytes activation_memory;   // activation memory held per in-flight microbatch (per GPU)
+};
+
+struct MemoryBreakdown {
+    Bytes parameters, gradients, optimizer_states, activations, total;
+};
+
+// Per pipeline device: what does not depend on the microbatch.
+struct StagePlan {
+    Bytes dp_gradient_bytes;        // per GPU and per model chunk, synchronised across dp
+    bool dp_sharded = false;        // distributed optimizer: reduce-scatter + all-gather
+    Time optimizer_step;
+    MemoryBreakdown memory;         // filled by the memory model (activations per schedule)
+};
+
+struct IterationPlan {
+    int stages = 1;
+    int chunks = 1;
+    int microbatches = 1;
+    std::vector<ChunkPlan> virtual_stages;  // [virtual stage], p x chunks of them
+    std::vector<StagePlan> devices;         // [pipeline stage]
+    Flops model_flops_per_iteration;     // whole cluster
+    Flops hardware_flops_per_iteration;
+    std::int64_t tokens_per_iteration = 0;
+};
+
+// Builds the plan for `chunks` model chunks per device; `device_of(vs)` is the schedule's placement
+// of virtual stage vs; `split_backward` fills backward_input and backward_weight. Throws
+// ConfigError for layouts that cannot run (located at the experiment's parallelism key).
+IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
+                             const std::function<int(int)>& device_of);
+
+}  // namespace cs::workload
