@@ -1,0 +1,431 @@
+#include "workload/roofline.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.hpp"
+#include "workload/flops.hpp"
+#include "workload/memory.hpp"
+
+namespace cs::workload {
+namespace {
+
+using I = std::int64_t;
+using network::CollectiveKind;
+
+constexpr I kActivationBytes = 2;  // activations stay 16-bit, also in fp8 training
+
+double dim_factor(double x, const RooflineCalibration& cal) {
+    const double p = cal.gemm_dim_exponent;
+    const double xp = std::pow(x, p);
+    return xp / (xp + std::pow(cal.gemm_half_dim, p));
+}
+
+Bandwidth achievable_hbm(const topology::GpuModel& gpu) {
+    return Bandwidth{gpu.hbm_bandwidth.bytes_per_s * default_calibration().hbm_fraction};
+}
+
+Time overheads(const RooflineCompute& compute) {
+    return compute.launch_overhead + compute.op_overhead;
+}
+
+Time roofline_time(Flops executed, FlopRate rate, Bytes bytes, const topology::GpuModel& gpu,
+                   const RooflineCompute& compute) {
+    const Time math = executed.value > 0 ? compute_time(executed, rate) : Time::zero();
+    const Time memory = transfer_time(bytes, achievable_hbm(gpu));
+    return std::max(math, memory) + overheads(compute);
+}
+
+FlopRate scaled(FlopRate peak, double fraction) {
+    return FlopRate{peak.flops_per_s * fraction};
+}
+
+// Builds the steps of one pass. `recompute` marks steps that re-execute forward work during the
+// backward pass: they count as hardware FLOPs only.
+class PassBuilder {
+  public:
+    PassBuilder(const topology::GpuModel& gpu, const RooflineCompute& compute, Precision precision)
+        : gpu_(gpu), compute_(compute), precision_(precision) {}
+
+    void gemm(PassPlan& pass, const char* label, GemmShape shape, bool recompute = false,
+              int repeat = 1) {
+        if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) return;
+        Step s;
+        s.label = label;
+        const int element = precision_ == Precision::Fp8 ? 1 : 2;
+        s.duration = gemm_time(shape, precision_, gpu_, compute_, element);
+        s.hardware_flops = shape.flops();
+        s.model_flops = recompute ? Flops{} : shape.flops();
+        s.hbm_bytes = Bytes{element * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
+        s.repeat = repeat;
+        pass.steps.push_back(s);
+    }
+
+    // Flash attention: `model` FLOPs as counted for MFU, `executed` as run (causal skips the
+    // masked half), at the attention efficiency, always on the 16-bit tensor cores.
+    void attention(PassPlan& pass, const char* label, Flops model, Flops executed, Bytes bytes,
+                   double fraction, bool recompute = false) {
+        Step s;
+        s.label = label;
+        const FlopRate rate =
+            scaled(peak_rate(gpu_, Precision::Bf16), fraction * compute_.efficiency_scale);
+        s.duration = roofline_time(executed, rate, bytes, gpu_, compute_);
+        s.hardware_flops = model;
+        s.model_flops = recompute ? Flops{} : model;
+        s.hbm_bytes = bytes;
+        pass.steps.push_back(s);
+    }
+
+    void memory(PassPlan& pass, const char* label, Bytes bytes, int repeat = 1) {
+        if (bytes.value <= 0) return;
+        Step s;
+        s.label = label;
+        s.duration = memory_bound_time(bytes, gpu_, compute_);
+        s.hbm_bytes = bytes;
+        s.repeat = repeat;
+        pass.steps.push_back(s);
+    }
+
+    static void collective(PassPlan& pass, const char* label, CollectiveKind kind, GroupKind group,
+                           Bytes size) {
+        Step s;
+        s.kind = Step::Kind::Collective;
+        s.label = label;
+        s.collective = kind;
+        s.group = group;
+        s.size = size;
+        pass.steps.push_back(s);
+    }
+
+  private:
+    const topology::GpuModel& gpu_;
+    const RooflineCompute& compute_;
+    Precision precision_;
+};
+
+void append(PassPlan& to, const PassPlan& from) {
+    to.steps.insert(to.steps.end(), from.steps.begin(), from.steps.end());
+}
+
+// Per-GPU sizes of one microbatch through one layer.
+struct Dims {
+    I t, tokens, norm_tokens, h, q, kv, seq_local, seq_full, b;
+    bool sp;
+};
+
+Dims dims_of(const ModelSpec& m, const ParallelLayout& layout, const TrainingSpec& training) {
+    Dims d{};
+    d.t = layout.tp;
+    d.b = training.micro_batch_size;
+    d.seq_full = training.seq_length;
+    d.seq_local = training.seq_length / layout.cp;
+    d.tokens = d.b * d.seq_local;
+    d.sp = layout.sequence_parallel && layout.tp > 1;
+    d.norm_tokens = d.sp ? d.tokens / d.t : d.tokens;
+    d.h = m.hidden_size;
+    d.q = I{m.attention_heads} * m.head_dim;
+    d.kv = I{m.kv_heads} * m.head_dim;
+    return d;
+}
+
+// The TP collectives around a tensor-parallel block: entering (forward all-gather with SP) and
+// leaving (all-reduce, or reduce-scatter with SP). Backward mirrors them.
+void tp_enter(PassPlan& pass, const Dims& d, Bytes size) {
+    if (d.t > 1 && d.sp)
+        PassBuilder::collective(pass, "all-gather tp", CollectiveKind::AllGather, GroupKind::Tp,
+                                size);
+}
+void tp_leave(PassPlan& pass, const Dims& d, Bytes size) {
+    if (d.t <= 1) return;
+    if (d.sp)
+        PassBuilder::collective(pass, "reduce-scatter tp", CollectiveKind::ReduceScatter,
+                                GroupKind::Tp, size);
+    else
+        PassBuilder::collective(pass, "all-reduce tp", CollectiveKind::AllReduce, GroupKind::Tp,
+                                size);
+}
+
+// The forward ops of one layer. With `recompute` the same ops are emitted as re-executed work.
+void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
+                   const ParallelLayout& layout, const Dims& d, bool moe_layer, bool recompute) {
+    const I e = kActivationBytes;
+    const Bytes hidden_full{d.tokens * d.h * e};
+    const Bytes norm_io{4 * d.norm_tokens * d.h};  // read + write 2-byte tensors
+    const Bytes residual_io{3 * d.norm_tokens * d.h * e};
+    const auto rc = [recompute](const char* normal, const char* again) {
+        return recompute ? again : normal;
+    };
+
+    pb.memory(pass, rc("norm", "recompute norm"), norm_io);
+    tp_enter(pass, d, hidden_full);
+    pb.gemm(pass, rc("qkv", "recompute qkv"), {d.tokens, (d.q + 2 * d.kv) / d.t, d.h}, recompute);
+    if (layout.cp > 1)
+        PassBuilder::collective(pass, "all-gather cp", CollectiveKind::AllGather, GroupKind::Cp,
+                                Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});
+    {
+        // Local queries against all keys; causal attention computes half the score matrix.
+        const double model = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
+        const Bytes io{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t};
+        pb.attention(pass, rc("attention", "recompute attention"), Flops{model}, Flops{model / 2},
+                     io, default_calibration().attention_forward_fraction, recompute);
+    }
+    pb.gemm(pass, rc("proj", "recompute proj"), {d.tokens, d.h, d.q / d.t}, recompute);
+    tp_leave(pass, d, hidden_full);
+    pb.memory(pass, rc("residual", "recompute residual"), residual_io);
+    pb.memory(pass, rc("norm", "recompute norm"), norm_io);
+    tp_enter(pass, d, hidden_full);
+    const bool swiglu = m.activation == Activation::SwiGlu;
+    const I up_factor = swiglu ? 2 : 1;
+    const I act_io_factor = swiglu ? 3 : 2;  // read gate+up, write product | read, write
+    if (!moe_layer) {
+        const I f = m.ffn_hidden_size / d.t;
+        pb.gemm(pass, rc("fc1", "recompute fc1"), {d.tokens, up_factor * f, d.h}, recompute);
+        pb.memory(pass, rc("activation", "recompute activation"),
+                  Bytes{act_io_factor * d.tokens * f * e});
+        pb.gemm(pass, rc("fc2", "recompute fc2"), {d.tokens, d.h, f}, recompute);
+    } else {
+        const I f = m.moe_ffn_hidden_size / d.t;
+        pb.gemm(pass, rc("router", "recompute router"), {d.tokens, m.experts, d.h}, recompute);
+        const Bytes routed{d.tokens * m.top_k * d.h * e};
+        if (layout.ep > 1)
+            PassBuilder::collective(pass, "all-to-all ep dispatch", CollectiveKind::AllToAll,
+                                    GroupKind::Ep, routed);
+        const I local_experts = std::max<I>(1, m.experts / layout.ep);
+        // Balanced routing: the ep ranks' tokens x top_k spread evenly over the experts.
+        const I per_expert =
+            std::max<I>(1, (d.tokens * m.top_k * layout.ep + m.experts - 1) / m.experts);
+        const int rep = static_cast<int>(local_experts);
+        pb.gemm(pass, rc("expert fc1", "recompute expert fc1"), {per_expert, up_factor * f, d.h},
+                recompute, rep);
+        pb.memory(pass, rc("expert activation", "recompute expert activation"),
+                  Bytes{act_io_factor * per_expert * f * e}, rep);
+        pb.gemm(pass, rc("expert fc2", "recompute expert fc2"), {per_expert, d.h, f}, recompute,
+                rep);
+        if (layout.ep > 1)
+            PassBuilder::collective(pass, "all-to-all ep combine", CollectiveKind::AllToAll,
+                                    GroupKind::Ep, routed);
+        if (m.shared_experts > 0) {
+            const I fs = I{m.shared_experts} * f;
+            pb.gemm(pass, rc("shared fc1", "recompute shared fc1"), {d.tokens, up_factor * fs, d.h},
+                    recompute);
+            pb.memory(pass, rc("shared activation", "recompute shared activation"),
+                      Bytes{act_io_factor * d.tokens * fs * e});
+            pb.gemm(pass, rc("shared fc2", "recompute shared fc2"), {d.tokens, d.h, fs}, recompute);
+        }
+    }
+    tp_leave(pass, d, hidden_full);
+    pb.memory(pass, rc("residual", "recompute residual"), residual_io);
+}
+
+// dgrad and wgrad of a forward GEMM {m, n, k}: dX[m,k] = dY[m,n] W^T, dW[k,n] = X^T dY.
+void gemm_backward(PassPlan& input, PassPlan& weight, PassBuilder& pb, const char* dgrad,
+                   const char* wgrad, GemmShape fwd, int repeat = 1) {
+    pb.gemm(input, dgrad, {fwd.m, fwd.k, fwd.n}, false, repeat);
+    pb.gemm(weight, wgrad, {fwd.k, fwd.n, fwd.m}, false, repeat);
+}
+
+}  // namespace
+
+const RooflineCalibration& default_calibration() {
+    static const RooflineCalibration cal;
+    return cal;
+}
+
+FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision) {
+    FlopRate r;
+    switch (precision) {
+        case Precision::Bf16:
+            r = gpu.peak_bf16;
+            break;
+        case Precision::Fp16:
+            r = gpu.peak_fp16.flops_per_s > 0 ? gpu.peak_fp16 : gpu.peak_bf16;
+            break;
+        case Precision::Fp8:
+            r = gpu.peak_fp8.flops_per_s > 0 ? gpu.peak_fp8 : gpu.peak_bf16;
+            break;
+        case Precision::Fp32:
+            r = gpu.peak_fp32;
+            break;
+    }
+    if (r.flops_per_s <= 0)
+        throw SimulationError(
+            "roofline", "GPU model " + gpu.name + " has no " + precision_name(precision) + " peak");
+    return r;
+}
+
+double gemm_efficiency(const GemmShape& shape, Precision precision,
+                       const RooflineCalibration& cal) {
+    const double cap =
+        precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : cal.gemm_peak_fraction_16bit;
+    return cap * dim_factor(static_cast<double>(shape.m), cal) *
+           dim_factor(static_cast<double>(shape.n), cal) *
+           dim_factor(static_cast<double>(shape.k), cal);
+}
+
+Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
+               const RooflineCompute& compute, int element_bytes) {
+    const double eff = gemm_efficiency(shape, precision) * compute.efficiency_scale;
+    const FlopRate rate = scaled(peak_rate(gpu, precision), eff);
+    const Bytes bytes{element_bytes * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
+    return roofline_time(shape.flops(), rate, bytes, gpu, compute);
+}
+
+Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute) {
+    return transfer_time(bytes, achievable_hbm(gpu)) + overheads(compute);
+}
+
+LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
+                           const TrainingSpec& training, const topology::GpuModel& gpu,
+                           const RooflineCompute& compute, bool moe_layer) {
+    const Dims d = dims_of(model, layout, training);
+    const I e = kActivationBytes;
+    PassBuilder pb(gpu, compute, training.precision);
+    LayerPasses r;
+    layer_forward(r.forward, pb, model, layout, d, moe_layer, false);
+
+    PassPlan& in = r.backward_input;
+    PassPlan& w = r.backward_weight;
+    if (training.recompute == Recompute::Full) {
+        layer_forward(in, pb, model, layout, d, moe_layer, true);
+    } else if (training.recompute == Recompute::Selective) {
+        const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
+        pb.attention(in, "recompute attention", Flops{fwd}, Flops{fwd / 2},
+                     Bytes{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t},
+                     default_calibration().attention_forward_fraction, true);
+    }
+
+    const Bytes hidden_full{d.tokens * d.h * e};
+    const Bytes norm_bwd_io{6 * d.norm_tokens * d.h};      // read x, dy; write dx
+    const Bytes residual_io{3 * d.norm_tokens * d.h * e};  // add the two gradient branches
+    const bool swiglu = model.activation == Activation::SwiGlu;
+    const I up_factor = swiglu ? 2 : 1;
+    // Activation backward reads its inputs and the output gradient, writes the input gradients.
+    const I act_bwd_factor = swiglu ? 5 : 3;
+
+    // MLP block, last op first. Entering the block backward mirrors leaving it forward.
+    if (d.t > 1 && d.sp)
+        PassBuilder::collective(in, "all-gather tp", CollectiveKind::AllGather, GroupKind::Tp,
+                                hidden_full);
+    if (!moe_layer) {
+        const I f = model.ffn_hidden_size / d.t;
+        gemm_backward(in, w, pb, "fc2 dgrad", "fc2 wgrad", {d.tokens, d.h, f});
+        pb.memory(in, "activation bwd", Bytes{act_bwd_factor * d.tokens * f * e});
+        gemm_backward(in, w, pb, "fc1 dgrad", "fc1 wgrad", {d.tokens, up_factor * f, d.h});
+    } else {
+        const I f = model.moe_ffn_hidden_size / d.t;
+        if (model.shared_experts > 0) {
+            const I fs = I{model.shared_experts} * f;
+            gemm_backward(in, w, pb, "shared fc2 dgrad", "shared fc2 wgrad", {d.tokens, d.h, fs});
+            pb.memory(in, "shared activation bwd", Bytes{act_bwd_factor * d.tokens * fs * e});
+            gemm_backward(in, w, pb, "shared fc1 dgrad", "shared fc1 wgrad",
+                          {d.tokens, up_factor * fs, d.h});
+        }
+        const Bytes routed{d.tokens * model.top_k * d.h * e};
+        if (layout.ep > 1)
+            PassBuilder::collective(in, "all-to-all ep combine bwd", CollectiveKind::AllToAll,
+                                    GroupKind::Ep, routed);
+        const I local_experts = std::max<I>(1, model.experts / layout.ep);
+        const I per_expert = std::max<I>(
+            1, (d.tokens * model.top_k * layout.ep + model.experts - 1) / model.experts);
+        const int rep = static_cast<int>(local_experts);
+        gemm_backward(in, w, pb, "expert fc2 dgrad", "expert fc2 wgrad", {per_expert, d.h, f}, rep);
+        pb.memory(in, "expert activation bwd", Bytes{act_bwd_factor * per_expert * f * e}, rep);
+        gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad",
+                      {per_expert, up_factor * f, d.h}, rep);
+        if (layout.ep > 1)
+            PassBuilder::collective(in, "all-to-all ep dispatch bwd", CollectiveKind::AllToAll,
+                                    GroupKind::Ep, routed);
+        gemm_backward(in, w, pb, "router dgrad", "router wgrad", {d.tokens, model.experts, d.h});
+    }
+    tp_leave(in, d, hidden_full);
+    pb.memory(in, "norm bwd", norm_bwd_io);
+    pb.memory(in, "residual bwd", residual_io);
+
+    // Attention block.
+    if (d.t > 1 && d.sp)
+        PassBuilder::collective(in, "all-gather tp", CollectiveKind::AllGather, GroupKind::Tp,
+                                hidden_full);
+    gemm_backward(in, w, pb, "proj dgrad", "proj wgrad", {d.tokens, d.h, d.q / d.t});
+    {
+        // FlashAttention backward: 2x the forward in model FLOPs; it executes 2.5x the forward's
+        // (causal-halved) FLOPs because it recomputes the score matrix.
+        const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
+        const Bytes io{e * d.tokens * (4 * d.q + 4 * d.kv) / d.t};
+        pb.attention(in, "attention bwd", Flops{2 * fwd}, Flops{2.5 * fwd / 2}, io,
+                     default_calibration().attention_backward_fraction);
+    }
+    if (layout.cp > 1)
+        PassBuilder::collective(in, "reduce-scatter cp", CollectiveKind::ReduceScatter,
+                                GroupKind::Cp, Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});
+    gemm_backward(in, w, pb, "qkv dgrad", "qkv wgrad", {d.tokens, (d.q + 2 * d.kv) / d.t, d.h});
+    tp_leave(in, d, hidden_full);
+    pb.memory(in, "norm bwd", norm_bwd_io);
+    pb.memory(in, "residual bwd", residual_io);
+
+    append(r.backward, r.backward_input);
+    append(r.backward, r.backward_weight);
+    r.activation_memory = layer_activation_bytes(model, layout, training, moe_layer);
+    r.activation_send = Bytes{d.norm_tokens * d.h * e};
+    return r;
+}
+
+LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& layout,
+                               const TrainingSpec& training, const topology::GpuModel& gpu,
+                               const RooflineCompute& compute) {
+    const Dims d = dims_of(model, layout, training);
+    const I e = kActivationBytes;
+    PassBuilder pb(gpu, compute, training.precision);
+    LayerPasses r;
+    if (model.vocab_size == 0) return r;
+    // Gather rows of the (vocab-parallel) table, add positions: read + write the hidden states.
+    pb.memory(r.forward, "embedding", Bytes{2 * d.tokens * d.h * e});
+    tp_leave(r.forward, d, Bytes{d.tokens * d.h * e});
+    if (d.t > 1 && d.sp)
+        PassBuilder::collective(r.backward_weight, "all-gather tp", CollectiveKind::AllGather,
+                                GroupKind::Tp, Bytes{d.tokens * d.h * e});
+    // Scatter-add of the output gradient into the table's gradient (read-modify-write rows).
+    pb.memory(r.backward_weight, "embedding wgrad", Bytes{3 * d.tokens * d.h * e});
+    append(r.backward, r.backward_weight);
+    r.activation_send = Bytes{d.norm_tokens * d.h * e};
+    return r;
+}
+
+LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& layout,
+                                  const TrainingSpec& training, const topology::GpuModel& gpu,
+                                  const RooflineCompute& compute) {
+    const Dims d = dims_of(model, layout, training);
+    const I e = kActivationBytes;
+    PassBuilder pb(gpu, compute, training.precision);
+    LayerPasses r;
+    if (model.vocab_size == 0) return r;
+    const I v = (I{model.vocab_size} + d.t - 1) / d.t;
+    const Bytes hidden_full{d.tokens * d.h * e};
+    pb.memory(r.forward, "final norm", Bytes{4 * d.norm_tokens * d.h});
+    tp_enter(r.forward, d, hidden_full);
+    pb.gemm(r.forward, "logits", {d.tokens, v, d.h});
+    // Vocab-parallel cross entropy: fp32 logits read twice (max, then exp-sum), with all-reduces
+    // of the per-token max, sum and target logit over the TP group.
+    pb.memory(r.forward, "cross entropy", Bytes{2 * d.tokens * v * 4});
+    if (d.t > 1)
+        PassBuilder::collective(r.forward, "all-reduce tp", CollectiveKind::AllReduce,
+                                GroupKind::Tp, Bytes{3 * d.tokens * 4});
+
+    pb.memory(r.backward_input, "cross entropy bwd", Bytes{d.tokens * v * (4 + e)});
+    gemm_backward(r.backward_input, r.backward_weight, pb, "logits dgrad", "logits wgrad",
+                  {d.tokens, v, d.h});
+    tp_leave(r.backward_input, d, hidden_full);
+    pb.memory(r.backward_input, "final norm bwd", Bytes{6 * d.norm_tokens * d.h});
+    append(r.backward, r.backward_input);
+    append(r.backward, r.backward_weight);
+    // Logits in fp32 for the loss, split over TP.
+    r.activation_memory = Bytes{d.tokens * v * 4};
+    return r;
+}
+
+Time roofline_optimizer_step(std::int64_t parameters, const topology::GpuModel& gpu,
+                             const RooflineCompute& compute) {
+    if (parameters <= 0) return Time::zero();
+    return memory_bound_time(Bytes{30 * parameters}, gpu, compute);
+}
+
+}  // namespace cs::workload

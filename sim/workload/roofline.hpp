@@ -1,0 +1,92 @@
+// The roofline compute-time model and the ops of one transformer layer on one GPU.
+//
+// Each compute op takes max(executed FLOPs / (peak x efficiency), HBM bytes / achievable HBM
+// bandwidth) + launch overhead (+ op overhead). GEMM efficiency is a smooth function of the GEMM
+// shape fitted on the H200 GEMM microbenchmarks of validation/h200-calibration.json, capped by the
+// published achievable ("MAMF") GEMM throughput; flash attention has its own efficiency from
+// published FlashAttention-2 figures. docs/compute-model.md derives every constant and tabulates
+// the error against the measured H200 transformer layers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/units.hpp"
+#include "topology/cluster.hpp"
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::workload {
+
+// C[m,n] = A[m,k] · B[k,n].
+struct GemmShape {
+    std::int64_t m = 0, n = 0, k = 0;
+    Flops flops() const {
+        return Flops{2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                     static_cast<double>(k)};
+    }
+};
+
+// Calibrated constants (see docs/compute-model.md for their sources).
+struct RooflineCalibration {
+    double gemm_peak_fraction_16bit = 0.803;    // H100 SXM bf16 MAMF 794.5 / 989 TFLOP/s
+    double gemm_peak_fraction_fp8 = 0.734;      // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
+    double gemm_half_dim = 650;                 // per-dimension half-efficiency size (fit)
+    double gemm_dim_exponent = 2;               // steepness of the per-dimension factor (fit)
+    double attention_forward_fraction = 0.30;   // FlashAttention-2, causal, hd 128, s 2k, H100
+    double attention_backward_fraction = 0.27;  // the same, backward
+    double hbm_fraction = 0.865;                // H200 device copy 4150.7 GB/s of 4.8 TB/s
+};
+const RooflineCalibration& default_calibration();
+
+// Fraction of the peak a GEMM of this shape reaches at this precision (before efficiency_scale):
+// peak_fraction(precision) x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p).
+double gemm_efficiency(const GemmShape& shape, Precision precision,
+                       const RooflineCalibration& cal = default_calibration());
+
+// The GPU's dense peak at a precision.
+FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision);
+
+// Time of one GEMM: max(flops / (peak x efficiency x scale), bytes / HBM) + overheads. The bytes
+// are the operands and the result at `element_bytes` each.
+Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
+               const RooflineCompute& compute, int element_bytes = 2);
+// Time of a memory-bound op moving `bytes` through HBM, + overheads.
+Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute);
+
+// The work of one model piece (a transformer layer, the embedding, the output layer) on one GPU
+// for one microbatch. backward = backward_input followed by backward_weight (for schedules that
+// split them); recomputation sits at the start of backward and backward_input.
+struct LayerPasses {
+    PassPlan forward, backward, backward_input, backward_weight;
+    Bytes activation_memory;  // held per in-flight microbatch (Korthikanti Table 2)
+    Bytes activation_send;    // the activation passed to the next pipeline stage
+};
+
+// One transformer layer on one GPU of the layout (tp, sp, cp, ep applied) for one microbatch.
+// Ops: norm, qkv, attention (flash attention; causal, so half the score matrix is computed while
+// model FLOPs count all of it as Narayanan eq. 3 does), proj, residual, norm, MLP or router +
+// expert GEMMs, activation, residual; collectives: TP all-reduce (or all-gather/reduce-scatter
+// with sequence parallelism), CP K/V all-gather / reduce-scatter, EP all-to-all dispatch and
+// combine.
+LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
+                           const TrainingSpec& training, const topology::GpuModel& gpu,
+                           const RooflineCompute& compute, bool moe_layer);
+
+// Embedding lookup (first stage): memory-bound gather forward, scatter-add of the gradient
+// backward (weight gradient), with the TP all-reduce of the vocab-parallel embedding.
+LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& layout,
+                               const TrainingSpec& training, const topology::GpuModel& gpu,
+                               const RooflineCompute& compute);
+
+// Final norm, logits GEMM (2·b·s·h·V / tp) and cross-entropy (last stage).
+LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& layout,
+                                  const TrainingSpec& training, const topology::GpuModel& gpu,
+                                  const RooflineCompute& compute);
+
+// Adam update of `parameters` parameters held (or owned, with the distributed optimizer) by one
+// GPU: HBM-bound, 30 bytes per parameter (read fp32 gradient, master weight, m, v; write master,
+// m, v and the 2-byte model weight).
+Time roofline_optimizer_step(std::int64_t parameters, const topology::GpuModel& gpu,
+                             const RooflineCompute& compute);
+
+}  // namespace cs::workload

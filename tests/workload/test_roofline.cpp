@@ -1,0 +1,265 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "workload/flops.hpp"
+#include "workload/memory.hpp"
+#include "workload/roofline.hpp"
+
+using namespace cs;
+using namespace cs::workload;
+
+namespace {
+
+// H200 SXM datasheet (published.md §7.1).
+topology::GpuModel h200() {
+    topology::GpuModel g;
+    g.name = "H200";
+    g.peak_bf16 = FlopRate{989e12};
+    g.peak_fp16 = FlopRate{989e12};
+    g.peak_fp8 = FlopRate{1979e12};
+    g.peak_fp32 = FlopRate{67e12};
+    g.hbm = Bytes{141'000'000'000};
+    g.hbm_bandwidth = Bandwidth{4.8e12};
+    return g;
+}
+
+ModelSpec gpt_layer(int h, int heads) {
+    ModelSpec m;
+    m.layers = 1;
+    m.hidden_size = h;
+    m.attention_heads = heads;
+    m.kv_heads = heads;
+    m.head_dim = h / heads;
+    m.ffn_hidden_size = 4 * h;
+    m.bias = true;
+    return m;
+}
+
+double compute_ms(const PassPlan& p) {
+    double s = 0;
+    for (const auto& st : p.steps)
+        if (st.kind == Step::Kind::Compute) s += st.duration.seconds() * st.repeat;
+    return s * 1e3;
+}
+double model_flops(const PassPlan& p) {
+    double s = 0;
+    for (const auto& st : p.steps)
+        s += st.model_flops.value * st.repeat;
+    return s;
+}
+double hardware_flops(const PassPlan& p) {
+    double s = 0;
+    for (const auto& st : p.steps)
+        s += st.hardware_flops.value * st.repeat;
+    return s;
+}
+int count(const PassPlan& p, network::CollectiveKind k, GroupKind g) {
+    int n = 0;
+    for (const auto& st : p.steps)
+        if (st.kind == Step::Kind::Collective && st.collective == k && st.group == g) ++n;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("GEMM efficiency: small GEMMs are inefficient, large ones reach the MAMF cap") {
+    const double tiny = gemm_efficiency({512, 512, 512}, Precision::Bf16);
+    const double mid = gemm_efficiency({2048, 2048, 2048}, Precision::Bf16);
+    const double big = gemm_efficiency({16384, 16384, 16384}, Precision::Bf16);
+    CHECK(tiny < mid);
+    CHECK(mid < big);
+    // f(x) = x^2/(x^2 + 650^2) per dimension: f(16384)^3 = 0.99843^3 = 0.9953 of the 0.803 cap.
+    CHECK(big ==
+          doctest::Approx(0.803 * std::pow(16384.0 * 16384 / (16384.0 * 16384 + 650 * 650), 3)));
+    CHECK(gemm_efficiency({16384, 16384, 16384}, Precision::Fp8) / big ==
+          doctest::Approx(0.734 / 0.803));
+}
+
+TEST_CASE("GEMM times against the H200 bf16 GEMM microbenchmarks (the fitting data)") {
+    // validation/h200-calibration.json, gemm_bf16: m, n, k, median ms. The benchmark's timed call
+    // has a fixed floor (~16-20 us even for 512^3), fitted as a 16 us per-call overhead; the fit
+    // leaves every row within 13%.
+    struct Row {
+        int m, n, k;
+        double ms;
+    };
+    const Row rows[] = {
+        {8192, 8192, 8192, 1.4547680020332336},   {2048, 12288, 4096, 0.2940319925546646},
+        {2048, 4096, 4096, 0.11134399846196175},  {2048, 16384, 4096, 0.4098079949617386},
+        {2048, 4096, 16384, 0.38782399892807007}, {4096, 24576, 8192, 2.196463942527771},
+        {4096, 8192, 8192, 0.8395200073719025},   {4096, 32768, 8192, 3.1828800439834595},
+        {4096, 8192, 32768, 3.1089439392089844},  {2048, 6144, 2048, 0.10310400277376175},
+        {2048, 2048, 2048, 0.046063998714089394}, {1024, 1024, 1024, 0.022591999731957912},
+        {512, 512, 512, 0.021871999837458134}};
+    RooflineCompute bench;
+    bench.launch_overhead = Time::us(16);
+    for (const auto& r : rows) {
+        CAPTURE(r.m);
+        CAPTURE(r.n);
+        CAPTURE(r.k);
+        const double predicted =
+            gemm_time({r.m, r.n, r.k}, Precision::Bf16, h200(), bench).seconds() * 1e3;
+        CHECK(std::abs(predicted / r.ms - 1) < 0.13);
+    }
+}
+
+TEST_CASE("roofline layer forward times against the measured H200 transformer layers") {
+    // validation/h200-calibration.json, transformer_layer_bf16 (one GPT block, one GPU, bf16).
+    // The forward pass is predicted within 15% on every row. The backward pass is predicted
+    // 14-39% short: see docs/compute-model.md (the measured PyTorch-eager backward runs at
+    // 2.5-2.9x its forward where GEMM arithmetic gives 2x); the bound below records that gap.
+    struct Row {
+        int h, heads, s, mbs;
+        double fwd_ms, bwd_ms;
+    };
+    const Row rows[] = {{4096, 32, 2048, 1, 1.3056959509849548, 3.319712221622467},
+                        {4096, 32, 4096, 1, 2.608687996864319, 6.852880358695984},
+                        {2048, 16, 2048, 1, 0.5184639990329742, 1.4781599938869476},
+                        {8192, 64, 2048, 1, 4.436511993408203, 12.708703994750977},
+                        {4096, 32, 2048, 2, 2.489824056625366, 6.286847829818726}};
+    for (const auto& r : rows) {
+        CAPTURE(r.h);
+        CAPTURE(r.s);
+        CAPTURE(r.mbs);
+        TrainingSpec t;
+        t.seq_length = r.s;
+        t.micro_batch_size = r.mbs;
+        const auto p = roofline_layer(gpt_layer(r.h, r.heads), ParallelLayout{}, t, h200(),
+                                      RooflineCompute{}, false);
+        CHECK(std::abs(compute_ms(p.forward) / r.fwd_ms - 1) < 0.15);
+        const double bwd_error = compute_ms(p.backward) / r.bwd_ms - 1;
+        CHECK(bwd_error < 0);
+        CHECK(bwd_error > -0.40);
+    }
+}
+
+TEST_CASE("layer FLOPs: model FLOPs per GPU are the layer's FLOPs over tp; backward twice") {
+    const auto m = gpt_layer(4096, 32);
+    ParallelLayout l;
+    l.tp = 4;
+    TrainingSpec t;
+    t.seq_length = 2048;
+    t.micro_batch_size = 2;
+    const auto p = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    // 24 b s h^2 + 4 b s^2 h, split over 4 TP ranks.
+    const double fwd = layer_forward_flops(m, false, 2, 2048).value / 4;
+    CHECK(model_flops(p.forward) == doctest::Approx(fwd));
+    CHECK(model_flops(p.backward) == doctest::Approx(2 * fwd));
+    CHECK(hardware_flops(p.backward) == doctest::Approx(2 * fwd));
+    CHECK(model_flops(p.backward_input) + model_flops(p.backward_weight) ==
+          doctest::Approx(2 * fwd));
+    // Weight gradients: one GEMM per forward GEMM, 24 b s h^2 / tp in all.
+    CHECK(model_flops(p.backward_weight) == doctest::Approx(24.0 * 2 * 2048 * 4096.0 * 4096 / 4));
+
+    t.recompute = Recompute::Full;
+    const auto full = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    CHECK(model_flops(full.backward) == doctest::Approx(2 * fwd));
+    CHECK(hardware_flops(full.backward) == doctest::Approx(3 * fwd));
+    CHECK(compute_ms(full.backward) > compute_ms(p.backward) + 0.99 * compute_ms(p.forward));
+
+    t.recompute = Recompute::Selective;
+    const auto sel = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    // + the attention core forward: 4 b s^2 h / tp.
+    CHECK(hardware_flops(sel.backward) - model_flops(sel.backward) ==
+          doctest::Approx(4.0 * 2 * 2048 * 2048 * 4096 / 4));
+}
+
+TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scatter with SP") {
+    using network::CollectiveKind;
+    const auto m = gpt_layer(1024, 16);
+    ParallelLayout l;
+    l.tp = 8;
+    TrainingSpec t;
+    t.seq_length = 512;
+    t.micro_batch_size = 2;
+    const auto plain = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    CHECK(count(plain.forward, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
+    CHECK(count(plain.backward, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
+    CHECK(count(plain.backward_input, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
+    CHECK(count(plain.backward_weight, CollectiveKind::AllReduce, GroupKind::Tp) == 0);
+    for (const auto& st : plain.forward.steps)
+        if (st.kind == Step::Kind::Collective) CHECK(st.size.value == 2 * 512 * 1024 * 2);  // bsh*2
+    // Without SP every TP rank sends the whole activation to the next stage: b s h 2 bytes.
+    CHECK(plain.activation_send.value == 2 * 512 * 1024 * 2);
+
+    l.sequence_parallel = true;
+    const auto sp = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    CHECK(count(sp.forward, CollectiveKind::AllReduce, GroupKind::Tp) == 0);
+    CHECK(count(sp.forward, CollectiveKind::AllGather, GroupKind::Tp) == 2);
+    CHECK(count(sp.forward, CollectiveKind::ReduceScatter, GroupKind::Tp) == 2);
+    CHECK(count(sp.backward, CollectiveKind::AllGather, GroupKind::Tp) == 2);
+    CHECK(count(sp.backward, CollectiveKind::ReduceScatter, GroupKind::Tp) == 2);
+    CHECK(sp.activation_send.value == 2 * 512 * 1024 * 2 / 8);
+    // Korthikanti Table 2, TP + SP: sbh(34/t + 5as/(ht)) = 1048576*(4.25 + 5*16*512/8192).
+    CHECK(sp.activation_memory.value == 1048576 * 425 / 100 + 1048576 * 5);
+
+    l.tp = 1;
+    l.sequence_parallel = false;
+    const auto single = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    for (const auto& st : single.forward.steps)
+        CHECK(st.kind == Step::Kind::Compute);
+}
+
+TEST_CASE("CP exchanges K/V; EP dispatches and combines with all-to-all") {
+    using network::CollectiveKind;
+    ModelSpec m = gpt_layer(1024, 16);
+    m.kv_heads = 4;
+    m.experts = 8;
+    m.top_k = 2;
+    m.moe_ffn_hidden_size = 512;
+    ParallelLayout l;
+    l.cp = 2;
+    l.ep = 4;
+    TrainingSpec t;
+    t.seq_length = 1024;
+    t.micro_batch_size = 1;
+    const auto p = roofline_layer(m, l, t, h200(), RooflineCompute{}, true);
+    CHECK(count(p.forward, CollectiveKind::AllGather, GroupKind::Cp) == 1);
+    CHECK(count(p.backward, CollectiveKind::ReduceScatter, GroupKind::Cp) == 1);
+    CHECK(count(p.forward, CollectiveKind::AllToAll, GroupKind::Ep) == 2);
+    CHECK(count(p.backward, CollectiveKind::AllToAll, GroupKind::Ep) == 2);
+    for (const auto& st : p.forward.steps) {
+        // K and V of the whole sequence: 1 * 1024 * 2 * (4 heads * 64) * 2 bytes.
+        if (st.group == GroupKind::Cp && st.kind == Step::Kind::Collective)
+            CHECK(st.size.value == 1024 * 2 * 256 * 2);
+        // Local tokens (512) x top_k x h x 2 bytes.
+        if (st.group == GroupKind::Ep && st.kind == Step::Kind::Collective)
+            CHECK(st.size.value == 512 * 2 * 1024 * 2);
+        // 2 local experts, each gets 512 tokens * top_k 2 * ep 4 / 8 experts = 512 tokens.
+        if (std::string(st.label) == "expert fc1") {
+            CHECK(st.repeat == 2);
+            CHECK(st.model_flops.value == doctest::Approx(2.0 * 512 * 512 * 1024));
+        }
+    }
+    // Model FLOPs: local queries (512) against all 1024 keys, plus GEMMs of the local tokens.
+    const double tokens = 512;
+    const double weights = static_cast<double>(layer_matmul_weights_per_token(m, true));
+    CHECK(model_flops(p.forward) ==
+          doctest::Approx(2 * tokens * weights + 4.0 * 512 * 1024 * 1024));
+}
+
+TEST_CASE("embedding, output layer and optimizer step") {
+    ModelSpec m = gpt_layer(4096, 32);
+    m.vocab_size = 51200;
+    ParallelLayout l;
+    l.tp = 2;
+    TrainingSpec t;
+    t.seq_length = 2048;
+    t.micro_batch_size = 1;
+    const auto out = roofline_output_layer(m, l, t, h200(), RooflineCompute{});
+    // Logits: 2 b s h V / tp forward, twice that backward.
+    const double logits = 2.0 * 2048 * 4096 * 51200 / 2;
+    CHECK(model_flops(out.forward) == doctest::Approx(logits));
+    CHECK(model_flops(out.backward) == doctest::Approx(2 * logits));
+    const auto emb = roofline_embedding(m, l, t, h200(), RooflineCompute{});
+    CHECK(model_flops(emb.forward) == 0);
+    CHECK(count(emb.forward, network::CollectiveKind::AllReduce, GroupKind::Tp) == 1);
+    CHECK(emb.backward_input.steps.empty());
+    // Adam: 30 bytes per parameter at 0.865 x 4.8 TB/s, + 4 us launch: 1e9 params ->
+    // 30e9 / 4.152e12 s = 7.225 ms.
+    const Time step = roofline_optimizer_step(1'000'000'000, h200(), RooflineCompute{});
+    CHECK(step.seconds() == doctest::Approx(30e9 / (4.8e12 * 0.865) + 4e-6));
+    m.vocab_size = 0;
+    CHECK(roofline_output_layer(m, l, t, h200(), RooflineCompute{}).forward.steps.empty());
+}
