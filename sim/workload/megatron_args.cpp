@@ -1,0 +1,245 @@
+#include "workload/megatron_args.hpp"
+
+#include <cctype>
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "core/errors.hpp"
+
+namespace cs::workload {
+namespace {
+
+const SourceLocation kWhere{"--megatron-args", 0, 0};
+
+[[noreturn]] void bad(const std::string& message) {
+    throw ConfigError(kWhere, message);
+}
+
+// Shell-like splitting: whitespace separates, quotes group, a backslash escapes the next
+// character (so "\\\n" continuations vanish).
+std::vector<std::string> split_words(const std::string& text) {
+    std::vector<std::string> words;
+    std::string cur;
+    bool in_word = false;
+    char quote = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quote) {
+            if (c == quote)
+                quote = 0;
+            else
+                cur += c;
+            continue;
+        }
+        if (c == '\\' && i + 1 < text.size()) {
+            const char next = text[++i];
+            if (next != '\n') {
+                cur += next;
+                in_word = true;
+            }
+            continue;
+        }
+        if (c == '\'' || c == '"') {
+            quote = c;
+            in_word = true;
+            continue;
+        }
+        if (std::isspace(static_cast<unsigned char>(c))) {
+            if (in_word) words.push_back(cur);
+            cur.clear();
+            in_word = false;
+            continue;
+        }
+        cur += c;
+        in_word = true;
+    }
+    if (quote) bad(std::string("unterminated ") + quote + " quote");
+    if (in_word) words.push_back(cur);
+    return words;
+}
+
+bool is_flag(const std::string& w) {
+    return w.size() > 2 && w[0] == '-' && w[1] == '-';
+}
+
+std::int64_t positive(const std::string& flag, const std::string& value) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+        v = std::stoll(value, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != value.size() || value.empty() || v < 1)
+        bad(flag + ": expected a positive integer, found \"" + value + "\"");
+    return v;
+}
+
+// Flags with a value that map one-to-one onto an integer key.
+const std::map<std::string, std::string>& integer_flags() {
+    static const std::map<std::string, std::string> m = {
+        {"--tensor-model-parallel-size", "parallelism.tp"},
+        {"--pipeline-model-parallel-size", "parallelism.pp"},
+        {"--context-parallel-size", "parallelism.cp"},
+        {"--expert-model-parallel-size", "parallelism.ep"},
+        {"--num-virtual-stages-per-pipeline-rank", "parallelism.vpp"},
+        {"--num-layers", "model.layers"},
+        {"--hidden-size", "model.hidden_size"},
+        {"--num-attention-heads", "model.attention_heads"},
+        {"--ffn-hidden-size", "model.ffn_hidden_size"},
+        {"--kv-channels", "model.head_dim"},
+        {"--vocab-size", "model.vocab_size"},
+        {"--num-experts", "model.experts"},
+        {"--moe-router-topk", "model.top_k"},
+        {"--moe-ffn-hidden-size", "model.moe_ffn_hidden_size"},
+        {"--seq-length", "training.seq_length"},
+        {"--micro-batch-size", "training.micro_batch_size"},
+        {"--global-batch-size", "training.global_batch_size"},
+    };
+    return m;
+}
+
+// Flags without a value that set a fixed key.
+const std::map<std::string, std::string>& switch_flags() {
+    static const std::map<std::string, std::string> m = {
+        {"--sequence-parallel", "parallelism.sequence_parallel=true"},
+        {"--use-distributed-optimizer", "parallelism.distributed_optimizer=true"},
+        {"--fp16", "training.precision=fp16"},
+        {"--bf16", "training.precision=bf16"},
+        {"--recompute-activations", "training.recompute=selective"},
+        {"--checkpoint-activations", "training.recompute=full"},
+        {"--swiglu", "model.activation=swiglu"},
+        {"--untie-embeddings-and-output-weights", "model.tied_embeddings=false"},
+        {"--disable-bias-linear", "model.bias=false"},
+    };
+    return m;
+}
+
+}  // namespace
+
+std::vector<std::string> megatron_args_to_overrides(const std::string& args,
+                                                    std::vector<std::string>& warnings) {
+    const auto words = split_words(args);
+    std::vector<std::string> out;
+    std::optional<std::int64_t> layers, pp, layers_per_virtual_stage, query_groups, shared_size,
+        moe_ffn, max_positions;
+    bool group_query_attention = false;
+    std::string position_type = "learned_absolute";
+
+    for (std::size_t i = 0; i < words.size(); ++i) {
+        std::string flag = words[i];
+        if (!is_flag(flag)) {
+            warnings.push_back("ignored stray argument \"" + flag + "\" (not after a flag)");
+            continue;
+        }
+        std::optional<std::string> inline_value;
+        if (const auto eq = flag.find('='); eq != std::string::npos) {
+            inline_value = flag.substr(eq + 1);
+            flag = flag.substr(0, eq);
+        }
+        // The value of a flag: `--flag=value`, else the next word unless it is another flag.
+        const auto has_next = [&] { return i + 1 < words.size() && !is_flag(words[i + 1]); };
+        const auto value = [&]() -> std::string {
+            if (inline_value) return *inline_value;
+            if (!has_next()) bad(flag + ": missing value");
+            return words[++i];
+        };
+
+        if (const auto it = integer_flags().find(flag); it != integer_flags().end()) {
+            const auto v = positive(flag, value());
+            out.push_back(it->second + "=" + std::to_string(v));
+            if (flag == "--num-layers") layers = v;
+            if (flag == "--pipeline-model-parallel-size") pp = v;
+            if (flag == "--moe-ffn-hidden-size") moe_ffn = v;
+        } else if (const auto sw = switch_flags().find(flag); sw != switch_flags().end()) {
+            if (inline_value) bad(flag + " takes no value");
+            out.push_back(sw->second);
+        } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
+            layers_per_virtual_stage = positive(flag, value());
+        } else if (flag == "--num-query-groups") {
+            query_groups = positive(flag, value());
+        } else if (flag == "--group-query-attention") {
+            group_query_attention = true;
+        } else if (flag == "--recompute-granularity") {
+            const auto v = value();
+            if (v != "full" && v != "selective")
+                bad(flag + ": expected full or selective, found \"" + v + "\"");
+            out.push_back("training.recompute=" + v);
+        } else if (flag == "--activations-checkpoint-method" || flag == "--recompute-method") {
+            // uniform/block choose how full recomputation groups layers; clustersim recomputes
+            // every layer in full.
+            const auto v = value();
+            if (flag == "--activations-checkpoint-method") out.push_back("training.recompute=full");
+            if (v == "block")
+                warnings.push_back(flag +
+                                   " block: partial recomputation is modelled as full "
+                                   "recomputation of every layer");
+        } else if (flag == "--recompute-num-layers" ||
+                   flag == "--activations-checkpoint-num-layers") {
+            value();
+            warnings.push_back(flag + ": recomputation is modelled on every layer");
+        } else if (flag == "--fp8-format") {
+            value();
+            out.push_back("training.precision=fp8");
+        } else if (flag == "--normalization") {
+            const auto v = value();
+            if (v == "LayerNorm")
+                out.push_back("model.norm=layernorm");
+            else if (v == "RMSNorm")
+                out.push_back("model.norm=rmsnorm");
+            else
+                bad(flag + ": expected LayerNorm or RMSNorm, found \"" + v + "\"");
+        } else if (flag == "--position-embedding-type") {
+            position_type = value();
+        } else if (flag == "--max-position-embeddings") {
+            max_positions = positive(flag, value());
+        } else if (flag == "--moe-shared-expert-intermediate-size") {
+            shared_size = positive(flag, value());
+        } else {
+            // Unknown: consume its value, if any, so that it is not mistaken for a stray word.
+            if (!inline_value && has_next()) ++i;
+            warnings.push_back(flag + ": not used by clustersim (ignored)");
+        }
+    }
+
+    if (query_groups) {
+        if (group_query_attention)
+            out.push_back("model.kv_heads=" + std::to_string(*query_groups));
+        else
+            warnings.push_back(
+                "--num-query-groups without --group-query-attention: ignored, as Megatron-LM "
+                "does");
+    }
+    if (max_positions) {
+        if (position_type == "learned_absolute")
+            out.push_back("model.position_embeddings=" + std::to_string(*max_positions));
+    } else if (position_type != "learned_absolute") {
+        out.push_back("model.position_embeddings=0");
+    }
+    if (shared_size) {
+        if (!moe_ffn || *shared_size % *moe_ffn != 0)
+            warnings.push_back("--moe-shared-expert-intermediate-size " +
+                               std::to_string(*shared_size) +
+                               ": needs --moe-ffn-hidden-size dividing it to count shared "
+                               "experts (ignored)");
+        else
+            out.push_back("model.shared_experts=" + std::to_string(*shared_size / *moe_ffn));
+    }
+    if (layers_per_virtual_stage) {
+        if (!layers || !pp) {
+            bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "
+                "--pipeline-model-parallel-size to derive the virtual stages");
+        }
+        const std::int64_t per_stage = *layers / *pp;
+        if (*layers % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
+            bad("--num-layers-per-virtual-pipeline-stage " +
+                std::to_string(*layers_per_virtual_stage) + " does not divide the " +
+                std::to_string(*layers) + " layers over " + std::to_string(*pp) +
+                " pipeline stages evenly");
+        out.push_back("parallelism.vpp=" + std::to_string(per_stage / *layers_per_virtual_stage));
+    }
+    return out;
+}
+
+}  // namespace cs::workload

@@ -1,0 +1,118 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "workload/megatron_args.hpp"
+
+using namespace cs;
+using namespace cs::workload;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+TEST_CASE("Narayanan Table 1 145.6B script flags become overrides") {
+    // Flags of run_table_1.sh for the 145.6B row (published.md §1.3), as a script writes them.
+    const std::string args =
+        "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 \\\n"
+        "  --num-layers 80 --hidden-size 12288 --num-attention-heads 96 \\\n"
+        "  --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 2 \\\n"
+        "  --global-batch-size 2304 --num-layers-per-virtual-pipeline-stage 5 \\\n"
+        "  --fp16 --activations-checkpoint-method uniform --lr 6.0e-5 --DDP-impl local";
+    std::vector<std::string> warnings;
+    const auto o = megatron_args_to_overrides(args, warnings);
+    const std::vector<std::string> expected = {
+        "parallelism.tp=8", "parallelism.pp=8", "model.layers=80", "model.hidden_size=12288",
+        "model.attention_heads=96", "training.seq_length=2048", "training.micro_batch_size=2",
+        "training.global_batch_size=2304", "training.precision=fp16", "training.recompute=full",
+        // learned positions for 2048 tokens; vpp = 80 layers / 8 stages / 5 per virtual stage.
+        "model.position_embeddings=2048", "parallelism.vpp=2"};
+    CHECK(o == expected);
+    // The flags clustersim has no use for are named, each once.
+    CHECK(warnings == std::vector<std::string>{"--lr: not used by clustersim (ignored)",
+                                               "--DDP-impl: not used by clustersim (ignored)"});
+}
+
+TEST_CASE("Llama/MoE flags, --flag=value, quoting, GQA and recompute granularity") {
+    std::vector<std::string> warnings;
+    const auto o = megatron_args_to_overrides(
+        "--num-layers=32 --group-query-attention --num-query-groups 8 --swiglu "
+        "--normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear "
+        "--position-embedding-type rope --num-experts 8 --moe-router-topk 2 "
+        "--moe-ffn-hidden-size 14336 --expert-model-parallel-size 8 --context-parallel-size 2 "
+        "--sequence-parallel --use-distributed-optimizer --bf16 --recompute-granularity "
+        "selective --data-path '/my data/x' --vocab-size 32000",
+        warnings);
+    for (const char* s :
+         {"model.layers=32", "model.kv_heads=8", "model.activation=swiglu", "model.norm=rmsnorm",
+          "model.tied_embeddings=false", "model.bias=false", "model.position_embeddings=0",
+          "model.experts=8", "model.top_k=2", "model.moe_ffn_hidden_size=14336", "parallelism.ep=8",
+          "parallelism.cp=2", "parallelism.sequence_parallel=true",
+          "parallelism.distributed_optimizer=true", "training.precision=bf16",
+          "training.recompute=selective", "model.vocab_size=32000"}) {
+        CAPTURE(s);
+        CHECK(contains(o, s));
+    }
+    // The quoted path is one value of the unknown flag, not a stray word.
+    CHECK(warnings == std::vector<std::string>{"--data-path: not used by clustersim (ignored)"});
+}
+
+TEST_CASE("query groups without --group-query-attention are ignored with a warning") {
+    std::vector<std::string> warnings;
+    const auto o = megatron_args_to_overrides("--num-query-groups 8", warnings);
+    CHECK(o.empty());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("--num-query-groups without --group-query-attention") == 0);
+}
+
+TEST_CASE("malformed values and impossible virtual stages are errors") {
+    std::vector<std::string> w;
+    CHECK(error_of([&] { megatron_args_to_overrides("--tensor-model-parallel-size eight", w); }) ==
+          "--megatron-args: --tensor-model-parallel-size: expected a positive integer, found "
+          "\"eight\"");
+    CHECK(error_of([&] { megatron_args_to_overrides("--num-layers", w); }) ==
+          "--megatron-args: --num-layers: missing value");
+    CHECK(error_of([&] {
+              megatron_args_to_overrides("--recompute-granularity some", w);
+          }).find("expected full or selective") != std::string::npos);
+    // 24 layers over 4 stages = 6 per stage, not a multiple of 4 per virtual stage.
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 24 --pipeline-model-parallel-size 4 "
+                  "--num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          }).find("does not divide the 24 layers over 4 pipeline stages") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides("--num-layers-per-virtual-pipeline-stage 2", w);
+          }).find("needs --num-layers and --pipeline-model-parallel-size") != std::string::npos);
+    CHECK(error_of([&] { megatron_args_to_overrides("--fp16 'open", w); }).find("unterminated") !=
+          std::string::npos);
+}
+
+TEST_CASE("shared experts from the shared intermediate size") {
+    std::vector<std::string> warnings;
+    auto o = megatron_args_to_overrides(
+        "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 4096", warnings);
+    CHECK(contains(o, "model.shared_experts=2"));
+    CHECK(warnings.empty());
+    o = megatron_args_to_overrides("--moe-shared-expert-intermediate-size 4096", warnings);
+    CHECK_FALSE(contains(o, "model.shared_experts=2"));
+    CHECK(warnings.size() == 1);
+}
