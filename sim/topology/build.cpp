@@ -191,9 +191,25 @@ class Builder {
                               "nics: {count: 8, kind: infiniband, bandwidth: 400Gbps}");
         (void)rails;
         nic_devices_.assign(static_cast<std::size_t>(spec_.nodes), {});
+        shape_.first_node = first_generated_node_;
+        shape_.nodes = spec_.nodes;
+        shape_.gpus_per_node = n.gpus;
+        shape_.nics_per_node = n.nics.count;
+        shape_.nic_bandwidth = n.nics.bandwidth;
+        shape_.intra_bandwidth = n.intra.bandwidth;
+        if (n.gpus > 1 || n.intra.kind == IntraKind::Pcie) {
+            shape_.intra = n.intra.kind == IntraKind::NvSwitch     ? "nvswitch"
+                           : n.intra.kind == IntraKind::NvLinkMesh ? "nvlink"
+                                                                   : "pcie";
+            if (n.intra.kind == IntraKind::NvLinkMesh)
+                shape_.intra_bandwidth = Bandwidth{n.intra.bandwidth.bytes_per_s * n.intra.count};
+            if (n.intra.kind == IntraKind::Pcie)
+                shape_.pcie_switches = std::min(n.intra.pcie_switches, n.gpus);
+        }
         for (int k = 0; k < spec_.nodes; ++k)
             add_node(k, model);
         if (spec_.fabric) add_fabric();
+        b_.set_generated_shape(shape_);
     }
 
     void add_node(int k, int model) {
@@ -297,6 +313,7 @@ class Builder {
                                       std::to_string(nics.count) + " NICs need " +
                                       std::to_string(total_nics) +
                                       "; use leaf_spine or fat_tree, or fewer nodes");
+            shape_.fabric = "single_switch";
             const DeviceIndex sw = add_switch("switch", 1);
             for (const auto& node_nics : nic_devices_)
                 for (DeviceIndex nic : node_nics)
@@ -335,7 +352,15 @@ class Builder {
                             nics.latency);
             }
 
+        shape_.fabric = f.kind == FabricKind::LeafSpine ? "leaf_spine" : "fat_tree";
+        shape_.leaf_groups = groups;
+        shape_.rails = rails;
+        shape_.leaves = leaf_count;
+        shape_.leaf_up = leaf_count > 1 ? leaf_up.up : 0;
+        shape_.leaf_up_bandwidth = leaf_up.bandwidth;
         if (f.kind == FabricKind::LeafSpine) {
+            shape_.pods = 1;
+            shape_.spines_per_pod = shape_.leaf_up;
             if (f.spine.present && f.spine.down && leaf_count > *f.spine.down)
                 throw ConfigError(f.spine.down_where,
                                   "fabric port counts do not add up: " + std::to_string(nodes) +
@@ -377,6 +402,11 @@ class Builder {
             throw ConfigError(f.core.where,
                               "fabric port counts do not add up: " + std::to_string(pods) +
                                   " pods exceed the core radix " + std::to_string(*f.core.radix));
+        shape_.pods = pods;
+        shape_.spines_per_pod = shape_.leaf_up;
+        shape_.spine_up = pods > 1 ? spine_up.up : 0;
+        shape_.spine_up_bandwidth = spine_up.bandwidth;
+        shape_.cores = pods > 1 ? leaf_up.up * spine_up.up : 0;
         if (leaf_count == 1) return;  // one leaf needs no spines
         // Planes: spine j of every pod connects to the spine_up.up cores of plane j. A fabric that
         // fits in one pod needs no cores.
@@ -408,6 +438,7 @@ class Builder {
     std::unordered_map<std::string, SourceLocation> ids_;
     std::unordered_map<std::string, DeviceIndex> index_of_;
     std::vector<std::vector<DeviceIndex>> nic_devices_;  // per generated node
+    GeneratedShape shape_;
     int first_generated_node_ = 0;
 };
 

@@ -126,8 +126,9 @@ void Cluster::route_general(int src, int dst, std::uint64_t flow_id,
 namespace {
 // Reverse BFS inside one node towards `target`: dist[local index] in hops, kFar if unreachable.
 // GPUs other than the target are reached but never expanded (no path transits a GPU).
-void node_bfs(const std::vector<Device>& devices, const std::vector<Link>& links,
-              const std::vector<std::vector<LinkId>>& in_links,
+template <typename Arc>
+void node_bfs(const std::vector<std::uint32_t>& in_offsets, const std::vector<Arc>& in_arcs,
+              const std::vector<std::int32_t>& node_of, const std::vector<std::uint8_t>& is_gpu,
               const std::vector<std::int32_t>& local, int node, DeviceIndex target,
               std::vector<std::int32_t>& dist, std::vector<DeviceIndex>& queue) {
     queue.clear();
@@ -135,11 +136,11 @@ void node_bfs(const std::vector<Device>& devices, const std::vector<Link>& links
     queue.push_back(target);
     for (std::size_t head = 0; head < queue.size(); ++head) {
         const DeviceIndex v = queue[head];
-        if (v != target && devices[v].kind == DeviceKind::Gpu) continue;
+        if (v != target && is_gpu[v]) continue;
         const std::int32_t dv = dist[static_cast<std::size_t>(local[v])];
-        for (LinkId l : in_links[v]) {
-            const DeviceIndex u = links[l].from;
-            if (devices[u].node != node) continue;
+        for (std::uint32_t i = in_offsets[v]; i < in_offsets[v + 1]; ++i) {
+            const DeviceIndex u = in_arcs[i].other;
+            if (node_of[u] != node) continue;
             auto& du = dist[static_cast<std::size_t>(local[u])];
             if (du != kFar) continue;
             du = dv + 1;
@@ -155,17 +156,17 @@ bool Cluster::route_in_node(int src, int dst, std::uint64_t flow_id,
     const int node = devices_[s].node;
     std::vector<std::int32_t> dist(node_devices_[static_cast<std::size_t>(node)].size(), kFar);
     std::vector<DeviceIndex> queue;
-    node_bfs(devices_, links_, in_links_, local_index_, node, d, dist, queue);
+    node_bfs(in_offsets_, in_arcs_, node_of_device_, is_gpu_, local_index_, node, d, dist, queue);
     auto dist_of = [&](DeviceIndex v) { return dist[static_cast<std::size_t>(local_index_[v])]; };
     if (dist_of(s) == kFar) return false;
     std::vector<LinkId> candidates;
     for (DeviceIndex cur = s; cur != d;) {
         candidates.clear();
-        for (LinkId l : out_links_[cur]) {
-            const DeviceIndex next = links_[l].to;
-            if (devices_[next].node == node && dist_of(next) == dist_of(cur) - 1 &&
-                (next == d || devices_[next].kind != DeviceKind::Gpu))
-                candidates.push_back(l);
+        for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i) {
+            const DeviceIndex next = out_arcs_[i].other;
+            if (node_of_device_[next] == node && dist_of(next) == dist_of(cur) - 1 &&
+                (next == d || !is_gpu_[next]))
+                candidates.push_back(out_arcs_[i].link);
         }
         const LinkId chosen = pick(candidates, src, dst, flow_id, cur);
         out.push_back(chosen);
@@ -174,64 +175,70 @@ bool Cluster::route_in_node(int src, int dst, std::uint64_t flow_id,
     return true;
 }
 
-const std::vector<std::int32_t>& Cluster::fabric_hops_to(DeviceIndex target) const {
-    auto it = fabric_hops_cache_.find(target);
-    if (it != fabric_hops_cache_.end()) return it->second;
-    std::vector<std::int32_t> hops(fabric_devices_.size(), kFar);
-    std::vector<DeviceIndex> queue{target};
-    hops[static_cast<std::size_t>(local_index_[target])] = 0;
+const std::vector<std::uint16_t>& Cluster::fabric_hops_to(DeviceIndex target) const {
+    constexpr std::uint16_t kUnreached = 0xffff;
+    const auto t = static_cast<std::uint32_t>(local_index_[target]);
+    auto& hops = fabric_hops_cache_[t];
+    if (!hops.empty()) return hops;
+    hops.assign(fabric_devices_.size(), kUnreached);
+    std::vector<std::uint32_t> queue;
+    queue.reserve(fabric_devices_.size());
+    queue.push_back(t);
+    hops[t] = 0;
     for (std::size_t head = 0; head < queue.size(); ++head) {
-        const DeviceIndex v = queue[head];
-        const std::int32_t dv = hops[static_cast<std::size_t>(local_index_[v])];
-        for (LinkId l : in_links_[v]) {
-            const DeviceIndex u = links_[l].from;
-            if (devices_[u].node >= 0) continue;
-            auto& du = hops[static_cast<std::size_t>(local_index_[u])];
-            if (du != kFar) continue;
-            du = dv + 1;
+        const std::uint32_t v = queue[head];
+        if (hops[v] >= kUnreached - 1)
+            throw SimulationError("topology", "fabric deeper than 65534 hops");
+        const auto next = static_cast<std::uint16_t>(hops[v] + 1);
+        for (std::uint32_t i = fabric_in_offsets_[v]; i < fabric_in_offsets_[v + 1]; ++i) {
+            const std::uint32_t u = fabric_in_[i];
+            if (hops[u] != kUnreached) continue;
+            hops[u] = next;
             queue.push_back(u);
         }
     }
-    return fabric_hops_cache_.emplace(target, std::move(hops)).first->second;
+    return hops;
 }
 
 void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
                               std::vector<LinkId>& out) const {
     const DeviceIndex s = gpu_device(src), d = gpu_device(dst);
-    const int na = devices_[s].node, nb = devices_[d].node;
+    const int na = node_of_device_[s], nb = node_of_device_[d];
     const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
+    RouteScratch& sc = scratch_;
     // Destination side: hops inside node B to the destination GPU.
-    std::vector<std::int32_t> dist_b(node_devices_[static_cast<std::size_t>(nb)].size(), kFar);
-    std::vector<DeviceIndex> queue;
-    node_bfs(devices_, links_, in_links_, local_index_, nb, d, dist_b, queue);
+    sc.dist_b.assign(node_devices_[static_cast<std::size_t>(nb)].size(), kFar);
+    node_bfs(in_offsets_, in_arcs_, node_of_device_, is_gpu_, local_index_, nb, d, sc.dist_b,
+             sc.queue);
     // Fabric switches where traffic may enter node B, with the remaining hops from there.
-    struct Entry {
-        const std::vector<std::int32_t>* hops;
-        std::int32_t cost;
-    };
-    std::vector<std::pair<DeviceIndex, std::int32_t>> entry_cost;
+    sc.entry_cost.clear();
     for (LinkId l : node_entries_[static_cast<std::size_t>(nb)]) {
         const DeviceIndex f = links_[l].to;
-        if (f != d && devices_[f].kind == DeviceKind::Gpu) continue;
-        const std::int32_t c = dist_b[static_cast<std::size_t>(local_index_[f])];
-        if (c == kFar) continue;
-        entry_cost.emplace_back(links_[l].from, c + 1);
+        if (f != d && is_gpu_[f]) continue;
+        const std::int32_t cost = sc.dist_b[static_cast<std::size_t>(local_index_[f])];
+        if (cost == kFar) continue;
+        sc.entry_cost.emplace_back(links_[l].from, cost + 1);
     }
-    std::sort(entry_cost.begin(), entry_cost.end());
-    std::vector<Entry> entries;
-    for (std::size_t i = 0; i < entry_cost.size(); ++i)
-        if (i == 0 || entry_cost[i].first != entry_cost[i - 1].first)
-            entries.push_back({&fabric_hops_to(entry_cost[i].first), entry_cost[i].second});
+    std::sort(sc.entry_cost.begin(), sc.entry_cost.end());
+    sc.entries.clear();
+    for (std::size_t i = 0; i < sc.entry_cost.size(); ++i)
+        if (i == 0 || sc.entry_cost[i].first != sc.entry_cost[i - 1].first)
+            sc.entries.emplace_back(&fabric_hops_to(sc.entry_cost[i].first),
+                                    sc.entry_cost[i].second);
+    const auto& entries = sc.entries;
     auto fabric_dist = [&](DeviceIndex v) {
         std::int32_t best = kFar;
         const auto idx = static_cast<std::size_t>(local_index_[v]);
-        for (const Entry& e : entries)
-            best = std::min(best, (*e.hops)[idx] + e.cost);
+        for (const auto& [hops, cost] : entries) {
+            const std::uint16_t h = (*hops)[idx];
+            if (h != 0xffff) best = std::min(best, static_cast<std::int32_t>(h) + cost);
+        }
         return best;
     };
     // Source side: hops from each device of node A to the destination, leaving through its exits.
     // Nodes are small, so relax to a fixed point.
-    std::vector<std::int32_t> dist_a(devs_a.size(), kFar);
+    auto& dist_a = sc.dist_a;
+    dist_a.assign(devs_a.size(), kFar);
     for (LinkId l : node_exits_[static_cast<std::size_t>(na)]) {
         const DeviceIndex u = links_[l].from;
         auto& du = dist_a[static_cast<std::size_t>(local_index_[u])];
@@ -240,11 +247,11 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     for (bool changed = true; changed;) {
         changed = false;
         for (DeviceIndex v : devs_a) {
-            if (v != s && devices_[v].kind == DeviceKind::Gpu) continue;
+            if (v != s && is_gpu_[v]) continue;
             auto& dv = dist_a[static_cast<std::size_t>(local_index_[v])];
-            for (LinkId l : out_links_[v]) {
-                const DeviceIndex w = links_[l].to;
-                if (devices_[w].node != na || devices_[w].kind == DeviceKind::Gpu) continue;
+            for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+                const DeviceIndex w = out_arcs_[i].other;
+                if (node_of_device_[w] != na || is_gpu_[w]) continue;
                 const std::int32_t via = dist_a[static_cast<std::size_t>(local_index_[w])] + 1;
                 if (via < dv) {
                     dv = via;
@@ -253,10 +260,11 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
             }
         }
     }
+    const auto& dist_b = sc.dist_b;
     auto dist_of = [&](DeviceIndex v) -> std::int32_t {
-        const int n = devices_[v].node;
+        const int n = node_of_device_[v];
         if (n < 0) return fabric_dist(v);
-        if (v != s && v != d && devices_[v].kind == DeviceKind::Gpu) return kFar;
+        if (is_gpu_[v] && v != s && v != d) return kFar;
         if (n == na) return dist_a[static_cast<std::size_t>(local_index_[v])];
         if (n == nb) return dist_b[static_cast<std::size_t>(local_index_[v])];
         return kFar;
@@ -265,14 +273,16 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     if (remaining >= kFar)
         throw SimulationError("topology", "no path from GPU " + std::to_string(src) + " to GPU " +
                                               std::to_string(dst));
-    std::vector<LinkId> candidates;
+    const std::uint64_t pair = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
+                               static_cast<std::uint32_t>(dst);
+    auto& candidates = sc.candidates;
     for (DeviceIndex cur = s; cur != d; --remaining) {
         candidates.clear();
-        for (LinkId l : out_links_[cur])
-            if (dist_of(links_[l].to) == remaining - 1) candidates.push_back(l);
-        const LinkId chosen = pick(candidates, src, dst, flow_id, cur);
-        out.push_back(chosen);
-        cur = links_[chosen].to;
+        for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i)
+            if (dist_of(out_arcs_[i].other) == remaining - 1) candidates.push_back(i);
+        const Arc& chosen = out_arcs_[candidates[hash3(pair, flow_id, cur) % candidates.size()]];
+        out.push_back(chosen.link);
+        cur = chosen.other;
     }
 }
 
@@ -327,6 +337,10 @@ LinkId ClusterBuilder::add_link(DeviceIndex from, DeviceIndex to, LinkKind kind,
     return id;
 }
 
+void ClusterBuilder::set_generated_shape(const GeneratedShape& shape) {
+    c_.shape_ = shape;
+}
+
 Cluster ClusterBuilder::build() {
     Cluster c = std::move(c_);
     c_ = Cluster{};
@@ -359,6 +373,36 @@ void Cluster::index_structure() {
         local_index_[v] = static_cast<std::int32_t>(group.size());
         group.push_back(static_cast<DeviceIndex>(v));
     }
+    node_of_device_.resize(devices_.size());
+    is_gpu_.resize(devices_.size());
+    for (std::size_t v = 0; v < devices_.size(); ++v) {
+        node_of_device_[v] = devices_[v].node;
+        is_gpu_[v] = devices_[v].kind == DeviceKind::Gpu ? 1 : 0;
+    }
+    auto make_csr = [&](const std::vector<std::vector<LinkId>>& lists, bool outgoing,
+                        std::vector<std::uint32_t>& offsets, std::vector<Arc>& arcs) {
+        offsets.assign(devices_.size() + 1, 0);
+        arcs.clear();
+        arcs.reserve(links_.size());
+        for (std::size_t v = 0; v < devices_.size(); ++v) {
+            for (LinkId l : lists[v])
+                arcs.push_back({l, outgoing ? links_[l].to : links_[l].from});
+            offsets[v + 1] = static_cast<std::uint32_t>(arcs.size());
+        }
+    };
+    make_csr(out_links_, true, out_offsets_, out_arcs_);
+    make_csr(in_links_, false, in_offsets_, in_arcs_);
+    fabric_in_offsets_.assign(fabric_devices_.size() + 1, 0);
+    fabric_in_.clear();
+    for (std::size_t f = 0; f < fabric_devices_.size(); ++f) {
+        for (LinkId l : in_links_[fabric_devices_[f]]) {
+            const DeviceIndex u = links_[l].from;
+            if (devices_[u].node < 0)
+                fabric_in_.push_back(static_cast<std::uint32_t>(local_index_[u]));
+        }
+        fabric_in_offsets_[f + 1] = static_cast<std::uint32_t>(fabric_in_.size());
+    }
+    fabric_hops_cache_.assign(fabric_devices_.size(), {});
     node_entries_.assign(static_cast<std::size_t>(node_count_), {});
     node_exits_.assign(static_cast<std::size_t>(node_count_), {});
     two_level_ = true;

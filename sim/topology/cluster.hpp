@@ -8,6 +8,7 @@
 
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -66,12 +67,38 @@ struct EdgeProps {
 using Graph =
     boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps, EdgeProps>;
 
+// The shape a generator built (node template and fabric tiers), kept so that summaries can
+// derive bisection bandwidth from the structure instead of a max-flow. Absent when the cluster
+// has no generated nodes.
+struct GeneratedShape {
+    std::string fabric = "none";  // none | single_switch | leaf_spine | fat_tree
+    std::string intra = "none";   // none | nvswitch | nvlink | pcie
+    int first_node = 0;           // generated nodes are first_node .. first_node + nodes - 1
+    int nodes = 0;
+    int gpus_per_node = 0;
+    int nics_per_node = 0;
+    Bandwidth nic_bandwidth;    // per NIC and direction
+    Bandwidth intra_bandwidth;  // per GPU (nvswitch, pcie) or per GPU pair (nvlink, bonded)
+    int pcie_switches = 0;
+    int leaf_groups = 0;  // groups of nodes under one leaf (per rail)
+    int rails = 1;
+    int leaves = 0;
+    int leaf_up = 0;
+    Bandwidth leaf_up_bandwidth;
+    int pods = 0;
+    int spines_per_pod = 0;
+    int spine_up = 0;
+    Bandwidth spine_up_bandwidth;
+    int cores = 0;
+};
+
 class Cluster {
   public:
     const std::vector<Device>& devices() const { return devices_; }
     const std::vector<Link>& links() const { return links_; }
     const std::vector<GpuModel>& gpu_models() const { return models_; }
     const Graph& graph() const { return graph_; }
+    const std::optional<GeneratedShape>& generated_shape() const { return shape_; }
 
     int gpu_count() const { return static_cast<int>(gpu_devices_.size()); }
     DeviceIndex gpu_device(int gpu) const { return gpu_devices_.at(static_cast<std::size_t>(gpu)); }
@@ -105,7 +132,7 @@ class Cluster {
   private:
     friend class ClusterBuilder;
     const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
-    const std::vector<std::int32_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
+    const std::vector<std::uint16_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
     bool route_in_node(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     void route_two_level(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     void route_general(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
@@ -126,9 +153,33 @@ class Cluster {
     std::vector<DeviceIndex> fabric_devices_;
     std::vector<std::vector<LinkId>> node_entries_;  // fabric -> node links, per node
     std::vector<std::vector<LinkId>> node_exits_;    // node -> fabric links, per node
-    mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> fabric_hops_cache_;
+    // Fabric-to-fabric in-neighbours in CSR form over fabric-local indices, and per device its
+    // node (-1 for the fabric) and whether it is a GPU, kept compact for the routing loops.
+    std::vector<std::uint32_t> fabric_in_offsets_;
+    std::vector<std::uint32_t> fabric_in_;
+    struct Arc {
+        LinkId link;
+        DeviceIndex other;  // the far end: target for out-arcs, source for in-arcs
+    };
+    std::vector<std::uint32_t> out_offsets_, in_offsets_;  // CSR per device
+    std::vector<Arc> out_arcs_, in_arcs_;
+    std::vector<std::int32_t> node_of_device_;
+    std::vector<std::uint8_t> is_gpu_;
+    // Hop tables per fabric-local target index; empty until first used.
+    // 16-bit hop counts (0xffff = unreachable) keep the tables of a 24k-GPU Clos in cache.
+    mutable std::vector<std::vector<std::uint16_t>> fabric_hops_cache_;
+    // Per-call scratch buffers of route(), kept to avoid allocating on every call.
+    struct RouteScratch {
+        std::vector<std::int32_t> dist_a, dist_b;
+        std::vector<DeviceIndex> queue;
+        std::vector<std::pair<DeviceIndex, std::int32_t>> entry_cost;
+        std::vector<std::pair<const std::vector<std::uint16_t>*, std::int32_t>> entries;
+        std::vector<std::uint32_t> candidates;  // arc indices
+    };
+    mutable RouteScratch scratch_;
     Graph graph_;
     int node_count_ = 0;
+    std::optional<GeneratedShape> shape_;
     // Hop-count tables per destination device, filled on first use (routes are computed on
     // demand; no all-pairs table). Mutable cache only; results do not depend on fill order.
     mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> hops_cache_;
@@ -142,6 +193,7 @@ class ClusterBuilder {
     // Adds both directions of a physical link; returns the forward direction's id.
     LinkId add_link(DeviceIndex from, DeviceIndex to, LinkKind kind, Bandwidth per_link,
                     Time latency, int count = 1);
+    void set_generated_shape(const GeneratedShape& shape);
     // Freezes into a Cluster: numbers GPUs in insertion order, builds the Boost graph.
     Cluster build();
 
