@@ -17,8 +17,9 @@ constexpr I kActivationBytes = 2;  // activations stay 16-bit, also in fp8 train
 
 double dim_factor(double x, const RooflineCalibration& cal) {
     const double p = cal.gemm_dim_exponent;
-    const double xp = std::pow(x, p);
-    return xp / (xp + std::pow(cal.gemm_half_dim, p));
+    const double fitted = std::max(x, cal.gemm_smallest_fitted_dim);
+    const double xp = std::pow(fitted, p);
+    return xp / (xp + std::pow(cal.gemm_half_dim, p)) * (x / fitted);
 }
 
 Bandwidth achievable_hbm(const topology::GpuModel& gpu) {

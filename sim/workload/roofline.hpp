@@ -32,6 +32,7 @@ struct RooflineCalibration {
     double gemm_peak_fraction_fp8 = 0.734;      // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
     double gemm_half_dim = 650;                 // per-dimension half-efficiency size (fit)
     double gemm_dim_exponent = 2;               // steepness of the per-dimension factor (fit)
+    double gemm_smallest_fitted_dim = 512;      // below it the factor falls linearly (tile padding)
     double attention_forward_fraction = 0.30;   // FlashAttention-2, causal, hd 128, s 2k, H100
     double attention_backward_fraction = 0.27;  // the same, backward
     double hbm_fraction = 0.865;                // H200 device copy 4150.7 GB/s of 4.8 TB/s
@@ -39,7 +40,9 @@ struct RooflineCalibration {
 const RooflineCalibration& default_calibration();
 
 // Fraction of the peak a GEMM of this shape reaches at this precision (before efficiency_scale):
-// peak_fraction(precision) x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p).
+// peak_fraction(precision) x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p) for x at least the
+// smallest benchmarked size x_min, f(x_min) x / x_min below it (a skinny GEMM pads its tiles; the
+// fitted curve, quadratic near 0, is not extrapolated there).
 double gemm_efficiency(const GemmShape& shape, Precision precision,
                        const RooflineCalibration& cal = default_calibration());
 

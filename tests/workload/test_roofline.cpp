@@ -74,6 +74,16 @@ TEST_CASE("GEMM efficiency: small GEMMs are inefficient, large ones reach the MA
           doctest::Approx(0.803 * std::pow(16384.0 * 16384 / (16384.0 * 16384 + 650 * 650), 3)));
     CHECK(gemm_efficiency({16384, 16384, 16384}, Precision::Fp8) / big ==
           doctest::Approx(0.734 / 0.803));
+    // Below 512 a dimension's factor falls linearly from f(512) = 512^2/(512^2 + 650^2) = 0.3829:
+    // an MoE router GEMM (4096 tokens, 8 experts, h 4096) keeps f(8) = 0.3829 * 8/512 = 0.00598.
+    const double f4096 = 4096.0 * 4096 / (4096.0 * 4096 + 650 * 650);
+    const double f512 = 512.0 * 512 / (512.0 * 512 + 650 * 650);
+    CHECK(gemm_efficiency({4096, 8, 4096}, Precision::Bf16) ==
+          doctest::Approx(0.803 * f4096 * f4096 * f512 * 8 / 512));
+    CHECK(gemm_efficiency({4096, 511, 4096}, Precision::Bf16) <
+          gemm_efficiency({4096, 512, 4096}, Precision::Bf16));
+    CHECK(gemm_efficiency({4096, 511, 4096}, Precision::Bf16) ==
+          doctest::Approx(gemm_efficiency({4096, 512, 4096}, Precision::Bf16)).epsilon(0.003));
 }
 
 TEST_CASE("GEMM times against the H200 bf16 GEMM microbenchmarks (the fitting data)") {
