@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/errors.hpp"
 
@@ -89,7 +90,6 @@ const std::map<std::string, std::string>& integer_flags() {
         {"--num-attention-heads", "model.attention_heads"},
         {"--ffn-hidden-size", "model.ffn_hidden_size"},
         {"--kv-channels", "model.head_dim"},
-        {"--vocab-size", "model.vocab_size"},
         {"--num-experts", "model.experts"},
         {"--moe-router-topk", "model.top_k"},
         {"--moe-ffn-hidden-size", "model.moe_ffn_hidden_size"},
@@ -122,8 +122,12 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                                                     std::vector<std::string>& warnings) {
     const auto words = split_words(args);
     std::vector<std::string> out;
-    std::optional<std::int64_t> layers, pp, layers_per_virtual_stage, query_groups, shared_size,
-        moe_ffn, max_positions;
+    std::map<std::string, std::int64_t> given;  // integer flags as given
+    std::set<std::string> switches;             // value-less flags as given
+    std::optional<std::int64_t> layers_per_virtual_stage, query_groups, shared_size, max_positions,
+        vocab;
+    std::int64_t vocab_divisor = 128;  // Megatron-LM's --make-vocab-size-divisible-by default
+    bool normalization_given = false;
     bool group_query_attention = false;
     std::string position_type = "learned_absolute";
 
@@ -149,12 +153,11 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         if (const auto it = integer_flags().find(flag); it != integer_flags().end()) {
             const auto v = positive(flag, value());
             out.push_back(it->second + "=" + std::to_string(v));
-            if (flag == "--num-layers") layers = v;
-            if (flag == "--pipeline-model-parallel-size") pp = v;
-            if (flag == "--moe-ffn-hidden-size") moe_ffn = v;
+            given[flag] = v;
         } else if (const auto sw = switch_flags().find(flag); sw != switch_flags().end()) {
             if (inline_value) bad(flag + " takes no value");
             out.push_back(sw->second);
+            switches.insert(flag);
         } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
             layers_per_virtual_stage = positive(flag, value());
         } else if (flag == "--num-query-groups") {
@@ -182,7 +185,17 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         } else if (flag == "--fp8-format") {
             value();
             out.push_back("training.precision=fp8");
+        } else if (flag == "--vocab-size") {
+            vocab = positive(flag, value());
+        } else if (flag == "--make-vocab-size-divisible-by") {
+            vocab_divisor = positive(flag, value());
+        } else if (flag == "--vocab-file" || flag == "--tokenizer-model") {
+            value();
+            warnings.push_back(flag +
+                               ": the tokenizer is not read; the vocabulary size comes from "
+                               "--vocab-size or the experiment's model.vocab_size");
         } else if (flag == "--normalization") {
+            normalization_given = true;
             const auto v = value();
             if (v == "LayerNorm")
                 out.push_back("model.norm=layernorm");
@@ -211,13 +224,19 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                 "--num-query-groups without --group-query-attention: ignored, as Megatron-LM "
                 "does");
     }
-    if (max_positions) {
-        if (position_type == "learned_absolute")
-            out.push_back("model.position_embeddings=" + std::to_string(*max_positions));
-    } else if (position_type != "learned_absolute") {
+    const auto get = [&](const char* f) -> std::optional<std::int64_t> {
+        const auto it = given.find(f);
+        if (it == given.end()) return std::nullopt;
+        return it->second;
+    };
+    const auto seq = get("--seq-length");
+    if (position_type != "learned_absolute")
         out.push_back("model.position_embeddings=0");
-    }
+    else if (max_positions || seq)
+        out.push_back("model.position_embeddings=" +
+                      std::to_string(max_positions ? *max_positions : *seq));
     if (shared_size) {
+        const auto moe_ffn = get("--moe-ffn-hidden-size");
         if (!moe_ffn || *shared_size % *moe_ffn != 0)
             warnings.push_back("--moe-shared-expert-intermediate-size " +
                                std::to_string(*shared_size) +
@@ -226,6 +245,32 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         else
             out.push_back("model.shared_experts=" + std::to_string(*shared_size / *moe_ffn));
     }
+    // When the flags describe the model, Megatron-LM's defaults for the switches they leave out
+    // apply too (they may differ from the experiment file's family defaults).
+    if (const auto h = get("--hidden-size")) {
+        const bool swiglu = switches.count("--swiglu") > 0;
+        if (!get("--ffn-hidden-size"))
+            out.push_back("model.ffn_hidden_size=" +
+                          std::to_string(swiglu ? (4 * *h * 2 / 3) / 64 * 64 : 4 * *h));
+        if (!swiglu) out.push_back("model.activation=gelu");
+        if (!normalization_given) out.push_back("model.norm=layernorm");
+        if (!switches.count("--disable-bias-linear")) out.push_back("model.bias=true");
+        if (!switches.count("--untie-embeddings-and-output-weights"))
+            out.push_back("model.tied_embeddings=true");
+        if (const auto heads = get("--num-attention-heads"); heads && !group_query_attention)
+            out.push_back("model.kv_heads=" + std::to_string(*heads));
+    }
+    if (get("--num-experts") && !get("--moe-router-topk"))
+        out.push_back("model.top_k=2");  // Megatron-LM's default
+    if (vocab) {
+        // Megatron-LM pads the vocabulary to a multiple of divisor x tp.
+        const std::int64_t multiple =
+            vocab_divisor * get("--tensor-model-parallel-size").value_or(1);
+        out.push_back("model.vocab_size=" +
+                      std::to_string((*vocab + multiple - 1) / multiple * multiple));
+    }
+    const auto layers = get("--num-layers");
+    const auto pp = get("--pipeline-model-parallel-size");
     if (layers_per_virtual_stage) {
         if (!layers || !pp) {
             bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "

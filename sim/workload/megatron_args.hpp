@@ -18,6 +18,13 @@ namespace cs::workload {
 // flag it can only approximate, is named in `warnings`; none is dropped silently. Throws
 // ConfigError for a malformed value (e.g. a non-numeric size) or an impossible combination.
 // Reading `@file` is the caller's job.
+//
+// Megatron-LM's own defaults are applied where they differ from clustersim's: when the flags give
+// --hidden-size, the architecture switches they leave out take Megatron's defaults (GELU, 4h MLP
+// or its SwiGLU rule int(8h/3 / 64) * 64, LayerNorm, biases, tied embeddings, kv heads = heads,
+// learned positions for --max-position-embeddings or --seq-length); --num-experts without
+// --moe-router-topk routes to 2; --vocab-size is padded to a multiple of
+// --make-vocab-size-divisible-by (128) x tp, as Megatron pads it.
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                                                     std::vector<std::string>& warnings);
 

@@ -42,8 +42,12 @@ TEST_CASE("Narayanan Table 1 145.6B script flags become overrides") {
         "parallelism.tp=8", "parallelism.pp=8", "model.layers=80", "model.hidden_size=12288",
         "model.attention_heads=96", "training.seq_length=2048", "training.micro_batch_size=2",
         "training.global_batch_size=2304", "training.precision=fp16", "training.recompute=full",
-        // learned positions for 2048 tokens; vpp = 80 layers / 8 stages / 5 per virtual stage.
-        "model.position_embeddings=2048", "parallelism.vpp=2"};
+        // learned positions for 2048 tokens, then Megatron's defaults for the switches not given:
+        // 4h MLP, GELU, LayerNorm, biases, tied embeddings, kv heads = heads;
+        // vpp = 80 layers / 8 stages / 5 per virtual stage.
+        "model.position_embeddings=2048", "model.ffn_hidden_size=49152", "model.activation=gelu",
+        "model.norm=layernorm", "model.bias=true", "model.tied_embeddings=true",
+        "model.kv_heads=96", "parallelism.vpp=2"};
     CHECK(o == expected);
     // The flags clustersim has no use for are named, each once.
     CHECK(warnings == std::vector<std::string>{"--lr: not used by clustersim (ignored)",
@@ -72,6 +76,22 @@ TEST_CASE("Llama/MoE flags, --flag=value, quoting, GQA and recompute granularity
     }
     // The quoted path is one value of the unknown flag, not a stray word.
     CHECK(warnings == std::vector<std::string>{"--data-path: not used by clustersim (ignored)"});
+}
+
+TEST_CASE("Megatron defaults: SwiGLU MLP width, top_k, padded vocabulary") {
+    std::vector<std::string> warnings;
+    const auto o = megatron_args_to_overrides(
+        "--hidden-size 4096 --num-attention-heads 32 --swiglu --num-experts 8 "
+        "--tensor-model-parallel-size 8 --vocab-size 50257 --vocab-file gpt2-vocab.json",
+        warnings);
+    // SwiGLU without --ffn-hidden-size: int(4h * 2/3 / 64) * 64 = int(10922.67 / 64) * 64 = 10880.
+    CHECK(contains(o, "model.ffn_hidden_size=10880"));
+    CHECK_FALSE(contains(o, "model.activation=gelu"));
+    CHECK(contains(o, "model.top_k=2"));
+    // 50257 padded to a multiple of 128 * tp 8 = 1024: 50 * 1024 = 51200.
+    CHECK(contains(o, "model.vocab_size=51200"));
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("--vocab-file: the tokenizer is not read") == 0);
 }
 
 TEST_CASE("query groups without --group-query-attention are ignored with a warning") {
