@@ -28,14 +28,13 @@ std::optional<Bandwidth> structural_bisection(const GeneratedShape& s, int total
         return std::nullopt;
     }
     if (s.fabric == "none") return std::nullopt;
-    const int half = s.nodes / 2;
-    Bandwidth best = times(s.nic_bandwidth, static_cast<double>(half) * s.nics_per_node);
+    // Half of the NIC capacity, and half of the up-link capacity of every tier the cut crosses.
+    Bandwidth best = times(s.nic_bandwidth, 0.5 * s.nodes * s.nics_per_node);
     if (s.leaf_groups >= 2 && s.leaf_up > 0)
-        best = std::min(best, times(s.leaf_up_bandwidth,
-                                    static_cast<double>(s.leaf_groups / 2) * s.rails * s.leaf_up));
+        best = std::min(best, times(s.leaf_up_bandwidth, 0.5 * s.leaves * s.leaf_up));
     if (s.pods >= 2 && s.spine_up > 0)
-        best = std::min(best, times(s.spine_up_bandwidth, static_cast<double>(s.pods / 2) *
-                                                              s.spines_per_pod * s.spine_up));
+        best = std::min(best,
+                        times(s.spine_up_bandwidth, 0.5 * s.pods * s.spines_per_pod * s.spine_up));
     return best;
 }
 

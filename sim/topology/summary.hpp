@@ -23,9 +23,10 @@ struct TopologySummary {
     // Smallest over nodes of (capacity of the links leaving the node) / (GPUs in the node); zero
     // when there is only one node.
     Bandwidth inter_node_bandwidth_per_gpu;
-    // One direction across a cut of the nodes into two halves (in node order, which aligns with
-    // leaves and pods): the smallest of the halves' NIC, leaf up-link and pod up-link capacity;
-    // inside a single node, the node fabric's. Only for generated clusters (from their structure).
+    // One direction across a cut of the cluster into two halves of nodes: the smallest of half
+    // the NIC capacity and half the up-link capacity of each fabric tier the cut crosses (leaves
+    // when there are several leaf groups, spines when there are several pods); inside a single
+    // node, the node fabric's. Only for generated clusters, derived from their structure.
     std::optional<Bandwidth> bisection_bandwidth;
     // Longest route in hops between two GPUs: over all pairs for up to 128 GPUs; otherwise from
     // every GPU of the first node to every GPU of the second and the last node and to one GPU of

@@ -81,3 +81,13 @@ TEST_CASE("dot output names every device and physical link") {
     CHECK(dot.find("d0 [label=\"gpu0\", shape=box]") != std::string::npos);
     CHECK(dot.find("d0 -- d1 [label=\"nvlink 450 GB/s\"]") != std::string::npos);
 }
+
+TEST_CASE("bisection of an odd number of pods is half the up-link capacity") {
+    // DGX A100 SuperPOD, 140 nodes: half the NICs = 70 x 8 x 25 GB/s = 14 TB/s; half the leaf
+    // up-links = 56 x 20 x 25 / 2 = 14 TB/s; half the spine up-links = 7 x 20 x 8 x 25 / 2 =
+    // 14 TB/s: full bisection.
+    const TopologySummary s = summarize(load_bundled("dgx-a100-superpod.yaml"));
+    REQUIRE(s.bisection_bandwidth);
+    CHECK(s.bisection_bandwidth->bytes_per_s == doctest::Approx(14e12));
+    CHECK(s.inter_node_bandwidth_per_gpu.bytes_per_s == doctest::Approx(25e9));
+}
