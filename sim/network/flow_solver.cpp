@@ -123,18 +123,22 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         f.frozen = false;
     }
 
-    // Progressive filling: repeatedly saturate the link with the smallest fair share.
+    // Progressive filling: repeatedly saturate the link with the smallest fair share. Freezing a
+    // flow at the current minimum share r can only raise the share (c - r) / (n - 1) of the other
+    // links it crosses, so heap keys are never too large: a popped entry whose link's share has
+    // grown since is pushed back with the new value instead of pushing on every change.
     share_heap_.clear();
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
+    };
+    auto current_share = [](const Link& link) {
+        return std::max(0.0, link.remaining_capacity) / link.unfrozen;
     };
     for (LinkId l : comp_links_) {
         Link& link = links_[l];
         link.remaining_capacity = link.capacity;
         link.unfrozen = static_cast<std::uint32_t>(link.flows.size());
-        ++link.version;
-        if (link.unfrozen > 0)
-            share_heap_.push_back({link.capacity / link.unfrozen, l, link.version});
+        if (link.unfrozen > 0) share_heap_.push_back({link.capacity / link.unfrozen, l});
     }
     std::make_heap(share_heap_.begin(), share_heap_.end(), share_after);
     while (!share_heap_.empty()) {
@@ -142,8 +146,13 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         const Share top = share_heap_.back();
         share_heap_.pop_back();
         Link& bottleneck = links_[top.link];
-        if (top.version != bottleneck.version || bottleneck.unfrozen == 0) continue;
-        const double rate = std::max(0.0, bottleneck.remaining_capacity) / bottleneck.unfrozen;
+        if (bottleneck.unfrozen == 0) continue;
+        const double rate = current_share(bottleneck);
+        if (rate > top.share) {
+            share_heap_.push_back({rate, top.link});
+            std::push_heap(share_heap_.begin(), share_heap_.end(), share_after);
+            continue;
+        }
         for (FlowId fid : bottleneck.flows) {
             Flow& f = flows_[fid];
             if (f.frozen) continue;
@@ -153,12 +162,6 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
                 Link& link = links_[k];
                 link.remaining_capacity -= rate;
                 --link.unfrozen;
-                ++link.version;
-                if (link.unfrozen > 0 && k != top.link) {
-                    share_heap_.push_back(
-                        {std::max(0.0, link.remaining_capacity) / link.unfrozen, k, link.version});
-                    std::push_heap(share_heap_.begin(), share_heap_.end(), share_after);
-                }
             }
         }
     }

@@ -81,7 +81,6 @@ class FlowSolver {
         // progressive-filling scratch
         double remaining_capacity = 0;
         std::uint32_t unfrozen = 0;
-        std::uint32_t version = 0;
         std::uint32_t epoch = 0;
         // accounting: values in force since acct_since
         double acct_rate = 0;
@@ -112,7 +111,6 @@ class FlowSolver {
     struct Share {
         double share;
         topology::LinkId link;
-        std::uint32_t version;
     };
     std::vector<Share> share_heap_;
 };
