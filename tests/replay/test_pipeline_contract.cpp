@@ -1,0 +1,155 @@
+// Contract test over the schedules replayed as events: with equal stages and an ideal network the
+// iteration time and bubble fraction equal their closed forms exactly, every microbatch runs each
+// pass once per virtual stage, and no pass starts before the passes it depends on have ended.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <tuple>
+
+#include "cli/simulate.hpp"
+#include "replay/replay.hpp"
+#include "schedule/schedule.hpp"
+#include "test_support.hpp"
+#include "workload/plan.hpp"
+
+using namespace cs;
+
+namespace {
+
+// Records every pass and checks the dependency rules of schedule.hpp as passes complete.
+struct Checker final : replay::ReplayObserver {
+    int virtual_stages = 1;
+    std::map<std::tuple<int, int, int, int>, std::pair<Time, Time>> seen;  // (dp, vs, mb, pass)
+    std::map<int, int> stage_of_worker;
+    int violations = 0, duplicates = 0;
+    void on_pass(const replay::PassRecord& p) override {
+        const int pass = static_cast<int>(p.pass);
+        auto key = std::make_tuple(0, p.virtual_stage, p.microbatch, pass);
+        if (!seen.emplace(key, std::make_pair(p.start, p.end)).second) ++duplicates;
+        auto ended_before = [&](int vs, int kind) {
+            auto it = seen.find(std::make_tuple(0, vs, p.microbatch, kind));
+            return it != seen.end() && it->second.second <= p.start;
+        };
+        using schedule::Pass;
+        const int F = static_cast<int>(Pass::Forward), B = static_cast<int>(Pass::Backward),
+                  Bi = static_cast<int>(Pass::BackwardInput);
+        if (p.pass == Pass::Forward && p.virtual_stage > 0 && !ended_before(p.virtual_stage - 1, F))
+            ++violations;
+        if (p.pass == Pass::Backward || p.pass == Pass::BackwardInput) {
+            if (!ended_before(p.virtual_stage, F)) ++violations;
+            if (p.virtual_stage + 1 < virtual_stages &&
+                !ended_before(p.virtual_stage + 1, B) && !ended_before(p.virtual_stage + 1, Bi))
+                ++violations;
+        }
+        if (p.pass == Pass::BackwardWeight && !ended_before(p.virtual_stage, Bi)) ++violations;
+    }
+};
+
+struct Outcome {
+    report::Summary summary;
+    Checker checker;
+};
+
+Outcome run(const workload::ExperimentSpec& spec, const std::string& name) {
+    auto sched = schedule::make_schedule(name);
+    REQUIRE(sched);
+    const int chunks = sched->chunks_for(spec.layout.vpp);
+    schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
+    REQUIRE(sched->check(shape).empty());
+    auto plan = workload::plan_iteration(spec, chunks, sched->splits_backward(), [&](int vs) {
+        return sched->place(shape, vs, 0).device;
+    });
+    replay::Replay replay(spec, plan, *sched, shape);
+    Outcome out;
+    out.checker.virtual_stages = shape.devices * chunks;
+    report::MetricsObserver metrics(replay.workers().size());
+    replay.add_observer(metrics);
+    replay.add_observer(out.checker);
+    const auto result = replay.run();
+    report::SummaryInputs in{&spec, &plan, &replay, &metrics, result, name, {}};
+    out.summary = report::summarize(in);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpipe and 1f1b: (m+p-1)(F+B) and bubble (p-1)/(m+p-1), exactly") {
+    // Per stage with one layer each: F = 3 us, B = 7 us. With an ideal network the first stage
+    // starts at 0, the last microbatch's forward reaches the last stage after (p-1) F, and the
+    // critical path is (m+p-1)(F+B) for both schedules.
+    const Time f = Time::us(3), b = Time::us(7);
+    for (const char* name : {"gpipe", "1f1b"}) {
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = 1; m <= 32; ++m) {
+                auto spec = test::profile_experiment(p, m, p, f, b, network::Fidelity::Ideal);
+                auto out = run(spec, name);
+                const Time expect = (f + b) * (m + p - 1);
+                CAPTURE(name);
+                CAPTURE(p);
+                CAPTURE(m);
+                CHECK(out.summary.iteration_time_s == Time::ps(expect.count_ps()).seconds());
+                const double bubble = static_cast<double>(p - 1) / (m + p - 1);
+                CHECK(out.summary.bubble_fraction == doctest::Approx(bubble).epsilon(1e-12));
+                CHECK(std::abs(out.summary.bubble_fraction - bubble) < 1e-9);
+                CHECK(out.summary.exposed_comm_fraction == 0.0);
+                // Every (virtual stage, microbatch) has exactly one F and one B.
+                CHECK(out.checker.seen.size() == static_cast<std::size_t>(2 * p * m));
+                CHECK(out.checker.duplicates == 0);
+                CHECK(out.checker.violations == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("interleaved 1F1B: (v m + p - 1)(F+B)/v and bubble (p-1)/(v m + p - 1), exactly") {
+    // One layer per chunk, so a whole stage's forward is F = v f and backward B = v b; the closed
+    // form (v m + p - 1)(F + B)/v is (v m + p - 1)(f + b).
+    const Time f = Time::us(3), b = Time::us(7);
+    for (int p = 1; p <= 8; ++p) {
+        for (int v = 2; v <= 4; ++v) {
+            for (int m = p; m <= 4 * p; m += p) {
+                auto spec = test::profile_experiment(p, m, p * v, f, b, network::Fidelity::Ideal);
+                spec.layout.vpp = v;
+                auto out = run(spec, "interleaved");
+                CAPTURE(p);
+                CAPTURE(v);
+                CAPTURE(m);
+                const Time expect = (f + b) * (v * m + p - 1);
+                CHECK(out.summary.iteration_time_s == expect.seconds());
+                const double bubble = static_cast<double>(p - 1) / (v * m + p - 1);
+                CHECK(std::abs(out.summary.bubble_fraction - bubble) < 1e-9);
+                CHECK(out.checker.seen.size() == static_cast<std::size_t>(2 * p * v * m));
+                CHECK(out.checker.duplicates == 0);
+                CHECK(out.checker.violations == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("every schedule runs without deadlock and respects dependencies") {
+    for (const auto& name : schedule::schedule_names()) {
+        auto sched = schedule::make_schedule(name);
+        const bool split = sched->splits_backward();
+        for (int p : {1, 2, 4}) {
+            for (int m : {2 * p, 4 * p}) {
+                auto spec = test::profile_experiment(p, m, 4 * p, Time::us(3), Time::us(7),
+                                                     network::Fidelity::Flow);
+                if (split) {
+                    spec.compute.profile.layer_backward.reset();
+                    spec.compute.profile.layer_backward_input = Time::us(4);
+                    spec.compute.profile.layer_backward_weight = Time::us(3);
+                }
+                spec.layout.vpp = 2;
+                CAPTURE(name);
+                CAPTURE(p);
+                CAPTURE(m);
+                auto out = run(spec, name);
+                const int chunks = sched->chunks_for(2);
+                CHECK(out.checker.violations == 0);
+                CHECK(out.checker.duplicates == 0);
+                CHECK(out.checker.seen.size() ==
+                      static_cast<std::size_t>((split ? 3 : 2) * p * chunks * m));
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+#include <doctest/doctest.h>
+
+#include "cli/simulate.hpp"
+#include "test_support.hpp"
+
+using namespace cs;
+
+TEST_CASE("pipeline transfers over a link add their time to the critical path") {
+    // Two stages, one microbatch, one layer each: F = 3 us, B = 7 us. The activation of
+    // b s h = 1 x 1024 x 1024 values in 16 bits is 2,097,152 bytes; over a 100 GB/s link that is
+    // 20.97152 us, plus the link's 1 us latency. The path is F0, send, F1, B1, send back, B0:
+    // 3 + 21.97152 + 3 + 7 + 21.97152 + 7 = 63.94304 us.
+    auto spec = test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    cli::SimulateOptions opt;
+    opt.schedule = "1f1b";
+    const auto s = cli::simulate(spec, opt);
+    CHECK(s.iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
+    // Each stage computes 10 us; the rest of the 63.94 us is pipeline wait (the network is the
+    // dependency), so bubble = 1 - 10/63.94304 on both stages and nothing is exposed collective.
+    CHECK(s.bubble_fraction == doctest::Approx(1 - 10 / 63.94304).epsilon(1e-9));
+    CHECK(s.exposed_comm_fraction == 0.0);
+    // Both directions of the link carried one 2 MiB message.
+    REQUIRE(s.links.size() == 2);
+    CHECK(s.links[0].bytes == 2097152.0);
+    CHECK(s.p2p_bytes == 2 * 2097152.0);
+}
+
+TEST_CASE("analytical and ideal fidelities") {
+    auto spec =
+        test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Analytical);
+    cli::SimulateOptions opt;
+    // Alpha-beta without contention gives the same single-transfer times as flow: 63.94304 us.
+    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
+    spec.network.fidelity = network::Fidelity::Ideal;
+    // Free transfers: 2 (F + B) = 20 us.
+    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(20e-6).epsilon(1e-12));
+}
+
+TEST_CASE("results are deterministic: two runs give identical summaries") {
+    auto spec = test::profile_experiment(4, 16, 8, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    cli::SimulateOptions opt;
+    auto a = report::to_json(cli::simulate(spec, opt));
+    auto b = report::to_json(cli::simulate(spec, opt));
+    a.erase("wall_time_s");
+    b.erase("wall_time_s");
+    CHECK(a.dump() == b.dump());
+}
+
+TEST_CASE("profile extras: embedding, output layer, optimizer step and op overhead") {
+    // One stage (p = 1), two microbatches, two layers: per microbatch the forward is
+    // embedding 1 us + 2 x (3 us + 0.5 us overhead) + output 2 us... each extra op also pays the
+    // 0.5 us overhead: F = (1+0.5) + 2(3+0.5) + (2+0.5) = 11 us; B = 2(7+0.5) + (4+0.5) + (1+0.5)
+    // = 21 us with output_backward 4 us and embedding_backward 1 us. Optimizer 5 us once:
+    // T = 2 (11 + 21) + 5 = 69 us.
+    auto spec = test::profile_experiment(1, 2, 2, Time::us(3), Time::us(7), network::Fidelity::Ideal);
+    auto& p = spec.compute.profile;
+    p.embedding_forward = Time::us(1);
+    p.embedding_backward = Time::us(1);
+    p.output_forward = Time::us(2);
+    p.output_backward = Time::us(4);
+    p.optimizer_step = Time::us(5);
+    p.op_overhead = Time::ns(500);
+    cli::SimulateOptions opt;
+    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(69e-6).epsilon(1e-12));
+}
