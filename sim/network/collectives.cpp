@@ -118,6 +118,33 @@ void intra_ring(Builder& b, const std::vector<std::vector<int>>& nodes) {
         b.ring(p, n, (local - 1) / local);
 }
 
+// NCCL's rings over several nodes: one ring per channel, C = ranks per node, each carrying 1/C
+// of the data. Channel c enters node i at local rank e_i = (c + i) mod C, visits the node's other
+// ranks and leaves from local rank e_i + 1, so the crossing to node i+1 (entered at e_i + 1)
+// stays on one rail, and every NIC carries exactly one channel each way. One node, or nodes with
+// unequal rank counts: a single ring in group order.
+void multi_ring(Builder& b, Phase& p, const Cluster& cluster, const std::vector<int>& ranks,
+                double per_edge) {
+    const auto nodes = ranks_by_node(cluster, ranks);
+    const std::size_t local = nodes.front().size();
+    if (nodes.size() == 1 || local == 1 || !uniform_nodes(nodes)) {
+        b.ring(p, ranks, per_edge);
+        return;
+    }
+    for (std::size_t c = 0; c < local; ++c) {
+        std::vector<int> ring;
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            const std::size_t enter = (c + i) % local;
+            // enter, enter + 2, ..., enter + local - 1, then enter + 1 (all mod local)
+            ring.push_back(nodes[i][enter]);
+            for (std::size_t k = 2; k < local; ++k)
+                ring.push_back(nodes[i][(enter + k) % local]);
+            ring.push_back(nodes[i][(enter + 1) % local]);
+        }
+        b.ring(p, ring, per_edge / static_cast<double>(local));
+    }
+}
+
 }  // namespace
 
 Algorithm resolve_algorithm(const Cluster& cluster, CollectiveKind kind,
@@ -183,7 +210,7 @@ Plan build_plan(const Cluster& cluster, CollectiveKind kind, Algorithm algo,
         case CollectiveKind::AllReduce:
             if (algo == Algorithm::Ring) {
                 Phase& p = b.phase(2 * static_cast<int>(n - 1));
-                b.ring(p, ranks, 2 * (nd - 1) / nd);
+                multi_ring(b, p, cluster, ranks, 2 * (nd - 1) / nd);
             } else if (algo == Algorithm::Nvls) {
                 // Reduce-scatter with multimem loads (the switch reads every GPU's whole buffer
                 // and returns each GPU its reduced S/n) then all-gather with multimem stores
@@ -242,7 +269,7 @@ Plan build_plan(const Cluster& cluster, CollectiveKind kind, Algorithm algo,
         case CollectiveKind::AllGather:
         case CollectiveKind::ReduceScatter: {
             Phase& p = b.phase(static_cast<int>(n - 1));
-            b.ring(p, ranks, (nd - 1) / nd);
+            multi_ring(b, p, cluster, ranks, (nd - 1) / nd);
             break;
         }
         case CollectiveKind::Broadcast: {
