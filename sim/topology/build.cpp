@@ -113,26 +113,6 @@ class Builder {
                                      " (or define it under gpu_models)");
     }
 
-    DeviceIndex add_device(Device d, const SourceLocation& where) {
-        auto [it, fresh] = ids_.emplace(d.id, where);
-        if (!fresh)
-            throw ConfigError(where, "duplicate device id '" + d.id + "' (first defined at " +
-                                         it->second.render() + ")");
-        return b_.add_device(std::move(d));
-    }
-
-    // Generated devices whose names clash with explicit ones are reported at the explicit one.
-    DeviceIndex add_generated_device(Device d) {
-        auto it = ids_.find(d.id);
-        if (it != ids_.end())
-            throw ConfigError(it->second, "device id '" + d.id +
-                                              "' is also the name of a generated device; "
-                                              "generated names are n<node>.gpu<i>, n<node>.nic<i>, "
-                                              "n<node>.nvswitch, leaf<i>, spine<i>, core<i>...");
-        ids_.emplace(d.id, spec_.node->where);
-        return b_.add_device(std::move(d));
-    }
-
     void add_explicit_devices() {
         for (const auto& d : spec_.devices) {
             Device dev;
@@ -142,7 +122,7 @@ class Builder {
             dev.tier = d.kind == DeviceKind::Switch ? 1 : 0;
             if (d.kind == DeviceKind::Gpu) dev.model = model_index(d.model, d.model_where);
             if (d.node >= first_generated_node_) first_generated_node_ = d.node + 1;
-            add(std::move(dev), false, d.where);
+            add(std::move(dev), false, &d.where);
         }
     }
 
@@ -173,12 +153,23 @@ class Builder {
         throw ConfigError(where, "unknown device '" + id + "'; devices: " + listing);
     }
 
-    DeviceIndex add(Device d, bool generated, const SourceLocation& where = {}) {
-        const std::string id = d.id;
-        const DeviceIndex idx =
-            generated ? add_generated_device(std::move(d)) : add_device(std::move(d), where);
-        index_of_.emplace(id, idx);
-        return idx;
+    // Explicit devices carry their location; generated ones (where == nullptr) may not reuse an
+    // explicit name, which is reported at the explicit device.
+    DeviceIndex add(Device d, bool generated, const SourceLocation* where = nullptr) {
+        auto [it, fresh] = index_of_.emplace(d.id, static_cast<DeviceIndex>(where_of_.size()));
+        if (!fresh) {
+            const SourceLocation* first = where_of_[it->second];
+            if (generated)
+                throw ConfigError(*first, "device id '" + d.id +
+                                              "' is also the name of a generated device; "
+                                              "generated names are n<node>.gpu<i>, "
+                                              "n<node>.nic<i>, n<node>.nvswitch, leaf<i>, "
+                                              "spine<i>, core<i>...");
+            throw ConfigError(*where, "duplicate device id '" + d.id + "' (first defined at " +
+                                          first->render() + ")");
+        }
+        where_of_.push_back(where);
+        return b_.add_device(std::move(d));
     }
 
     void add_generated() {
@@ -435,8 +426,8 @@ class Builder {
     const TopologySpec& spec_;
     ClusterBuilder b_;
     std::unordered_map<std::string, GpuModel> file_models_;
-    std::unordered_map<std::string, SourceLocation> ids_;
     std::unordered_map<std::string, DeviceIndex> index_of_;
+    std::vector<const SourceLocation*> where_of_;        // per device; nullptr when generated
     std::vector<std::vector<DeviceIndex>> nic_devices_;  // per generated node
     GeneratedShape shape_;
     int first_generated_node_ = 0;

@@ -226,15 +226,16 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
             sc.entries.emplace_back(&fabric_hops_to(sc.entry_cost[i].first),
                                     sc.entry_cost[i].second);
     const auto& entries = sc.entries;
-    auto fabric_dist = [&](DeviceIndex v) {
+    auto fabric_dist_local = [&](std::int32_t local) {
         std::int32_t best = kFar;
-        const auto idx = static_cast<std::size_t>(local_index_[v]);
+        const auto idx = static_cast<std::size_t>(local);
         for (const auto& [hops, cost] : entries) {
             const std::uint16_t h = (*hops)[idx];
             if (h != 0xffff) best = std::min(best, static_cast<std::int32_t>(h) + cost);
         }
         return best;
     };
+    auto fabric_dist = [&](DeviceIndex v) { return fabric_dist_local(local_index_[v]); };
     // Source side: hops from each device of node A to the destination, leaving through its exits.
     // Nodes are small, so relax to a fixed point.
     auto& dist_a = sc.dist_a;
@@ -269,6 +270,14 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
         if (n == nb) return dist_b[static_cast<std::size_t>(local_index_[v])];
         return kFar;
     };
+    auto arc_dist = [&](const Arc& a) -> std::int32_t {
+        const int n = a.other_node;
+        if (n < 0) return fabric_dist_local(a.other_local);
+        if (a.other_is_gpu && a.other != s && a.other != d) return kFar;
+        if (n == na) return dist_a[static_cast<std::size_t>(a.other_local)];
+        if (n == nb) return dist_b[static_cast<std::size_t>(a.other_local)];
+        return kFar;
+    };
     std::int32_t remaining = dist_of(s);
     if (remaining >= kFar)
         throw SimulationError("topology", "no path from GPU " + std::to_string(src) + " to GPU " +
@@ -279,7 +288,7 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     for (DeviceIndex cur = s; cur != d; --remaining) {
         candidates.clear();
         for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i)
-            if (dist_of(out_arcs_[i].other) == remaining - 1) candidates.push_back(i);
+            if (arc_dist(out_arcs_[i]) == remaining - 1) candidates.push_back(i);
         const Arc& chosen = out_arcs_[candidates[hash3(pair, flow_id, cur) % candidates.size()]];
         out.push_back(chosen.link);
         cur = chosen.other;
@@ -385,8 +394,11 @@ void Cluster::index_structure() {
         arcs.clear();
         arcs.reserve(links_.size());
         for (std::size_t v = 0; v < devices_.size(); ++v) {
-            for (LinkId l : lists[v])
-                arcs.push_back({l, outgoing ? links_[l].to : links_[l].from});
+            for (LinkId l : lists[v]) {
+                const DeviceIndex other = outgoing ? links_[l].to : links_[l].from;
+                arcs.push_back({l, other, devices_[other].node, local_index_[other],
+                                devices_[other].kind == DeviceKind::Gpu});
+            }
             offsets[v + 1] = static_cast<std::uint32_t>(arcs.size());
         }
     };

@@ -157,9 +157,14 @@ class Cluster {
     // node (-1 for the fabric) and whether it is a GPU, kept compact for the routing loops.
     std::vector<std::uint32_t> fabric_in_offsets_;
     std::vector<std::uint32_t> fabric_in_;
+    // The far end's node, local index and GPU flag are copied into the arc so that scanning a
+    // switch's arcs reads memory in order.
     struct Arc {
         LinkId link;
         DeviceIndex other;  // the far end: target for out-arcs, source for in-arcs
+        std::int32_t other_node;
+        std::int32_t other_local;
+        bool other_is_gpu;
     };
     std::vector<std::uint32_t> out_offsets_, in_offsets_;  // CSR per device
     std::vector<Arc> out_arcs_, in_arcs_;
