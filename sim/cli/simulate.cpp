@@ -38,6 +38,7 @@ report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOpt
         trace = std::make_unique<report::ChromeTraceWriter>(*options.trace, replay, *spec.cluster);
         replay.add_observer(*trace);
     }
+    if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
 
     report::SummaryInputs in;

@@ -17,6 +17,9 @@ struct SimulateOptions {
     std::optional<std::filesystem::path> trace;  // Chrome JSON trace
     // Called now and then during long runs with the simulated time reached.
     std::function<void(Time)> progress;
+    // Called once the replay is built, before it runs: lets callers register extra observers
+    // (which must outlive simulate()) with access to Replay::workers().
+    std::function<void(replay::Replay&)> attach;
 };
 
 // Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
