@@ -181,20 +181,26 @@ const std::vector<std::uint16_t>& Cluster::fabric_hops_to(DeviceIndex target) co
     auto& hops = fabric_hops_cache_[t];
     if (!hops.empty()) return hops;
     hops.assign(fabric_devices_.size(), kUnreached);
-    std::vector<std::uint32_t> queue;
-    queue.reserve(fabric_devices_.size());
-    queue.push_back(t);
-    hops[t] = 0;
-    for (std::size_t head = 0; head < queue.size(); ++head) {
-        const std::uint32_t v = queue[head];
-        if (hops[v] >= kUnreached - 1)
+    std::vector<std::uint32_t> queue(fabric_devices_.size());
+    std::uint32_t* const q = queue.data();
+    std::uint16_t* const h = hops.data();
+    if (q == nullptr || h == nullptr) throw SimulationError("topology", "no fabric to route over");
+    const std::uint32_t* const offsets = fabric_in_offsets_.data();
+    const std::uint32_t* const in = fabric_in_.data();
+    std::size_t tail = 0;
+    q[tail++] = t;
+    h[t] = 0;
+    for (std::size_t head = 0; head < tail; ++head) {
+        const std::uint32_t v = q[head];
+        if (h[v] >= kUnreached - 1)
             throw SimulationError("topology", "fabric deeper than 65534 hops");
-        const auto next = static_cast<std::uint16_t>(hops[v] + 1);
-        for (std::uint32_t i = fabric_in_offsets_[v]; i < fabric_in_offsets_[v + 1]; ++i) {
-            const std::uint32_t u = fabric_in_[i];
-            if (hops[u] != kUnreached) continue;
-            hops[u] = next;
-            queue.push_back(u);
+        const auto next = static_cast<std::uint16_t>(h[v] + 1);
+        for (std::uint32_t i = offsets[v], end = offsets[v + 1]; i < end; ++i) {
+            const std::uint32_t u = in[i];
+            if (h[u] == kUnreached) {
+                h[u] = next;
+                q[tail++] = u;
+            }
         }
     }
     return hops;
