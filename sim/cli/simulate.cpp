@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/document.hpp"
-#include "report/chrome_trace.hpp"
+#include "report/trace_writer.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 
@@ -27,16 +27,29 @@ report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOpt
         throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
 
     const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-    const workload::IterationPlan plan =
+    workload::IterationPlan plan =
         workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+    std::vector<int> peak_inflight;
+    for (int s = 0; s < shape.devices; ++s)
+        peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
+    workload::fill_memory(spec, plan, peak_inflight, device_of);
+    const auto& gpu = spec.cluster->gpu_model(0);
+    for (int s = 0; s < shape.devices; ++s) {
+        const auto& mem = plan.devices[static_cast<std::size_t>(s)].memory;
+        if (gpu.hbm.value > 0 && mem.total > gpu.hbm)
+            spdlog::warn("stage {} needs {} per GPU under {}, more than the {} of HBM of a {}", s,
+                         format_bytes(mem.total), name, format_bytes(gpu.hbm), gpu.name);
+    }
 
     replay::Replay replay(spec, plan, *sched, shape);
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
-    std::unique_ptr<report::ChromeTraceWriter> trace;
+    std::unique_ptr<report::TraceWriter> trace;
     if (options.trace) {
-        trace = std::make_unique<report::ChromeTraceWriter>(*options.trace, replay, *spec.cluster);
+        trace = std::make_unique<report::TraceWriter>(
+            *options.trace, report::TraceContext::of(spec, plan, replay), options.trace_options);
         replay.add_observer(*trace);
+        replay.add_network_observer(*trace);
     }
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
@@ -48,14 +61,13 @@ report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOpt
     in.metrics = &metrics;
     in.result = result;
     in.schedule = name;
-    for (int s = 0; s < shape.devices; ++s)
-        in.peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
+    in.peak_inflight = peak_inflight;
     report::Summary summary = report::summarize(in);
     if (trace) {
         auto meta = report::to_json(summary);
         meta.erase("wall_time_s");
         meta.erase("links");
-        trace->finish(meta.dump());
+        trace->finish(meta);
     }
     summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -1,6 +1,9 @@
 #include "workload/plan.hpp"
 
 #include "core/errors.hpp"
+#include "workload/flops.hpp"
+#include "workload/memory.hpp"
+#include "workload/roofline.hpp"
 
 namespace cs::workload {
 
@@ -35,55 +38,130 @@ Flops PassPlan::hardware_flops() const {
 
 namespace {
 
-// Model FLOPs of one transformer layer's forward pass for one microbatch on the whole TP group:
-// 2 FLOPs per multiply-add of every GEMM plus the attention score and context products.
-//   QKV:        2 b s h (h + 2 kv_heads d)      with d = h / heads
-//   scores+ctx: 4 b s^2 h
-//   projection: 2 b s h^2
-//   MLP:        2 b s h f x (3 for SwiGLU, 2 for GELU); MoE: x top_k experts (+ shared experts)
-// For GPT (f = 4h, kv = heads) this is 24 b s h^2 + 4 b s^2 h (Narayanan et al. eq. 3's term).
-double layer_forward_flops(const ModelSpec& m, const TrainingSpec& t, bool moe) {
-    const double b = t.micro_batch_size, s = t.seq_length, h = m.hidden_size;
-    const double d = h / m.attention_heads;
-    const double qkv = 2 * b * s * h * (h + 2.0 * m.kv_heads * d);
-    const double attn = 4 * b * s * s * h;
-    const double proj = 2 * b * s * h * h;
-    const double mats = m.activation == Activation::SwiGlu ? 3 : 2;
-    double mlp = 0;
-    if (moe) {
-        mlp = 2 * b * s * h * m.moe_ffn_hidden_size * mats * (m.top_k + m.shared_experts);
-        mlp += 2 * b * s * h * m.experts;  // router
-    } else {
-        mlp = 2 * b * s * h * m.ffn_hidden_size * mats;
-    }
-    return qkv + attn + proj + mlp;
-}
-
-// Parameters of one layer (weights and biases/norms), for gradient synchronisation.
-double layer_parameters(const ModelSpec& m, bool moe) {
-    const double h = m.hidden_size, d = h / m.attention_heads;
-    const double mats = m.activation == Activation::SwiGlu ? 3 : 2;
-    double p = h * (h + 2.0 * m.kv_heads * d) + h * h + 4 * h;  // attention + 2 norms
-    if (moe)
-        p += mats * h * m.moe_ffn_hidden_size * (m.experts + m.shared_experts) + h * m.experts;
-    else
-        p += mats * h * m.ffn_hidden_size;
-    return p;
-}
-
-Step compute_step(const char* label, Time duration, double flops, int repeat = 1) {
+Step compute_step(const char* label, Time duration, double model_flops, double hw_flops,
+                  int repeat = 1) {
     Step s;
     s.kind = Step::Kind::Compute;
     s.label = label;
     s.duration = duration;
-    s.model_flops = Flops{flops};
-    s.hardware_flops = Flops{flops};
+    s.model_flops = Flops{model_flops};
+    s.hardware_flops = Flops{hw_flops};
     s.repeat = repeat;
     return s;
 }
 
 void add_if_positive(PassPlan& pass, const char* label, Time duration, Time overhead) {
-    if (duration > Time::zero()) pass.steps.push_back(compute_step(label, duration + overhead, 0));
+    if (duration > Time::zero())
+        pass.steps.push_back(compute_step(label, duration + overhead, 0, 0));
+}
+
+// Appends `layers` copies of `from` to `to`, folding the copies into each step's repeat count.
+void append_repeated(PassPlan& to, const PassPlan& from, int layers) {
+    for (Step s : from.steps) {
+        s.repeat *= layers;
+        to.steps.push_back(s);
+    }
+}
+
+// Runs of consecutive layers of the same kind (dense or MoE) inside [first, first + count).
+template <typename F>
+void for_each_layer_run(const ModelSpec& m, int first, int count, F&& f) {
+    int start = first;
+    while (start < first + count) {
+        const bool moe = is_moe_layer(m, start);
+        int end = start + 1;
+        while (end < first + count && is_moe_layer(m, end) == moe) ++end;
+        f(moe, end - start);
+        start = end;
+    }
+}
+
+void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last,
+                        int chunks, bool split_backward) {
+    const auto& m = spec.model;
+    const auto& t = spec.training;
+    const auto& p = spec.compute.profile;
+    const Time oh = p.op_overhead;
+    const double group = static_cast<double>(spec.layout.tp) * spec.layout.cp;
+    // Profile times carry no FLOPs of their own; the model's FLOPs are attached so that MFU and
+    // the trace's FLOP counts mean the same thing in both compute models.
+    double fwd_flops = 0;
+    for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
+        fwd_flops += layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size,
+                                         t.seq_length).value / group;
+    const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
+    const double recompute = t.recompute == Recompute::Full ? per_layer : 0;
+
+    if (first) add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
+    if (p.layer_forward) {
+        if (split_backward && p.layer_backward)
+            throw ConfigError(spec.schedule_where,
+                              "schedule '" + spec.schedule +
+                                  "' splits the backward pass: give compute.layer_backward_input "
+                                  "and compute.layer_backward_weight instead of layer_backward");
+        c.forward.steps.push_back(
+            compute_step("layer", *p.layer_forward + oh, per_layer, per_layer, c.layers));
+        const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
+        // The weight gradient GEMMs carry half of the backward's 2x-forward FLOPs.
+        if (p.layer_backward) {
+            c.backward.steps.push_back(compute_step("layer", bi + oh, 2 * per_layer,
+                                                    2 * per_layer + recompute, c.layers));
+        } else {
+            const Time bw = *p.layer_backward_weight;
+            c.backward.steps.push_back(compute_step("layer input grad", bi + oh, per_layer,
+                                                    per_layer + recompute, c.layers));
+            c.backward.steps.push_back(
+                compute_step("layer weight grad", bw + oh, per_layer, per_layer, c.layers));
+            c.backward_input.steps.push_back(compute_step("layer input grad", bi + oh, per_layer,
+                                                          per_layer + recompute, c.layers));
+            c.backward_weight.steps.push_back(
+                compute_step("layer weight grad", bw + oh, per_layer, per_layer, c.layers));
+        }
+    } else {
+        if (split_backward)
+            throw ConfigError(spec.schedule_where,
+                              "schedule '" + spec.schedule +
+                                  "' splits the backward pass, which stage_forward/stage_backward "
+                                  "profiles cannot express; give layer_forward, "
+                                  "layer_backward_input and layer_backward_weight");
+        const auto fwd = Time::ps(p.stage_forward->count_ps() / chunks);
+        const auto bwd = Time::ps(p.stage_backward->count_ps() / chunks);
+        c.forward.steps.push_back(compute_step("stage", fwd + oh, fwd_flops, fwd_flops));
+        c.backward.steps.push_back(
+            compute_step("stage", bwd + oh, 2 * fwd_flops, 2 * fwd_flops + recompute * c.layers));
+    }
+    if (last) {
+        add_if_positive(c.forward, "output layer", p.output_forward, oh);
+        add_if_positive(c.backward, "output layer", p.output_backward, oh);
+        if (split_backward) add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
+    }
+    if (first) {
+        add_if_positive(c.backward, "embedding", p.embedding_backward, oh);
+        if (split_backward)
+            add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh);
+    }
+}
+
+void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
+    append_repeated(c.forward, lp.forward, layers);
+    append_repeated(c.backward, lp.backward, layers);
+    append_repeated(c.backward_input, lp.backward_input, layers);
+    append_repeated(c.backward_weight, lp.backward_weight, layers);
+    c.activation_memory += Bytes{lp.activation_memory.value * layers};
+}
+
+void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last) {
+    const auto& gpu = spec.cluster->gpu_model(0);
+    const auto& rc = spec.compute.roofline;
+    if (first && spec.model.vocab_size > 0)
+        append_passes(c, roofline_embedding(spec.model, spec.layout, spec.training, gpu, rc), 1);
+    for_each_layer_run(spec.model, c.first_layer, c.layers, [&](bool moe, int count) {
+        const auto lp = roofline_layer(spec.model, spec.layout, spec.training, gpu, rc, moe);
+        append_passes(c, lp, count);
+        c.activation_bytes = lp.activation_send;
+    });
+    if (last && spec.model.vocab_size > 0)
+        append_passes(c, roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc), 1);
 }
 
 }  // namespace
@@ -105,106 +183,77 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                               " x " + std::to_string(chunks) + " = " + std::to_string(vstages) +
                               " so that every pipeline chunk gets the same number of layers");
     const int per_chunk = m.layers / vstages;
-    const double group = static_cast<double>(l.tp) * l.cp;  // GPUs sharing one layer's work
-    const int elem = 2;  // activations and gradients travel in 16-bit precision
 
     plan.virtual_stages.resize(static_cast<std::size_t>(vstages));
     for (int vs = 0; vs < vstages; ++vs) {
         ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
         c.first_layer = vs * per_chunk;
         c.layers = per_chunk;
-        // Megatron's scatter/gather (and sequence parallelism) send 1/tp of the activation.
+        // Megatron's scatter/gather (and sequence parallelism) send 1/tp of the b s h activation,
+        // in 16-bit precision; context parallelism splits the sequence.
         c.activation_bytes = Bytes{static_cast<std::int64_t>(t.micro_batch_size) * t.seq_length /
-                                   l.cp * m.hidden_size * elem / l.tp};
-        double fwd_flops = 0;
-        for (int layer = c.first_layer; layer < c.first_layer + per_chunk; ++layer) {
-            const bool moe = m.experts > 0 && layer >= m.dense_layers;
-            fwd_flops += layer_forward_flops(m, t, moe) / group;
-        }
-        if (spec.compute.kind != ComputeSpec::Kind::Profile)
-            throw ConfigError(spec.layout_where,
-                              "the roofline compute model is not available in this build; use "
-                              "compute: {model: profile, ...}");
-        const auto& p = spec.compute.profile;
-        const Time oh = p.op_overhead;
+                                   l.cp * m.hidden_size * 2 / l.tp};
         const bool first = vs == 0, last = vs == vstages - 1;
-        if (first) add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
-        if (p.layer_forward) {
-            auto f = compute_step("layer", *p.layer_forward + oh, fwd_flops / per_chunk, per_chunk);
-            c.forward.steps.push_back(f);
-            const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
-            const Time bw = p.layer_backward ? Time::zero() : *p.layer_backward_weight;
-            if (split_backward && p.layer_backward)
-                throw ConfigError(spec.schedule_where,
-                                  "schedule '" + spec.schedule +
-                                      "' splits the backward pass: give compute.layer_backward_input "
-                                      "and compute.layer_backward_weight instead of layer_backward");
-            const double bflops = 2 * fwd_flops / per_chunk;
-            // A full backward is input + weight gradient; weight-gradient GEMMs carry half the
-            // backward FLOPs.
-            c.backward_input.steps.push_back(compute_step("layer", bi + oh, bflops / 2, per_chunk));
-            c.backward_weight.steps.push_back(compute_step("layer", bw + oh, bflops / 2, per_chunk));
-            if (p.layer_backward) {
-                c.backward.steps.push_back(compute_step("layer", bi + oh, bflops, per_chunk));
-            } else {
-                c.backward.steps.push_back(
-                    compute_step("layer input grad", bi + oh, bflops / 2, per_chunk));
-                c.backward.steps.push_back(
-                    compute_step("layer weight grad", bw + oh, bflops / 2, per_chunk));
-            }
+        if (spec.compute.kind == ComputeSpec::Kind::Profile) {
+            plan_profile_chunk(spec, c, first, last, chunks, split_backward);
+            for_each_layer_run(m, c.first_layer, c.layers, [&](bool moe, int count) {
+                c.activation_memory +=
+                    Bytes{layer_activation_bytes(m, l, t, moe).value * count};
+            });
         } else {
-            if (split_backward)
-                throw ConfigError(spec.schedule_where,
-                                  "schedule '" + spec.schedule +
-                                      "' splits the backward pass, which stage_forward/"
-                                      "stage_backward profiles cannot express; give "
-                                      "layer_forward, layer_backward_input, layer_backward_weight");
-            const auto fwd = Time::ps(p.stage_forward->count_ps() / chunks);
-            const auto bwd = Time::ps(p.stage_backward->count_ps() / chunks);
-            c.forward.steps.push_back(compute_step("stage", fwd + oh, fwd_flops));
-            c.backward.steps.push_back(compute_step("stage", bwd + oh, 2 * fwd_flops));
-        }
-        if (last) add_if_positive(c.forward, "output layer", p.output_forward, oh);
-        if (last) {
-            add_if_positive(c.backward, "output layer", p.output_backward, oh);
-            add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
-        }
-        if (first) {
-            add_if_positive(c.backward, "embedding", p.embedding_backward, oh);
-            add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh);
+            plan_roofline_chunk(spec, c, first, last);
         }
     }
 
     plan.devices.resize(static_cast<std::size_t>(l.pp));
     for (int s = 0; s < l.pp; ++s) {
         StagePlan& d = plan.devices[static_cast<std::size_t>(s)];
-        double params = 0;
-        for (int vs = 0; vs < vstages; ++vs) {
-            if (device_of(vs) != s) continue;
-            for (int layer = vs * per_chunk; layer < (vs + 1) * per_chunk; ++layer)
-                params += layer_parameters(m, m.experts > 0 && layer >= m.dense_layers);
-        }
-        params /= l.tp;
-        // Gradients are reduced in 32-bit in Megatron's default (--accumulate-allreduce-grads-in-fp32
-        // is off; bf16 grads) -> 2 bytes each, per chunk.
-        d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(params * 2 / chunks)};
+        std::int64_t params = 0;
+        for (int vs = 0; vs < vstages; ++vs)
+            if (device_of(vs) == s)
+                params += parameters_per_gpu(m, l, vs * per_chunk, per_chunk, vs == 0,
+                                             vs == vstages - 1);
+        // Gradients are reduced in 16-bit (Megatron's default without
+        // --accumulate-allreduce-grads-in-fp32), one bucket per model chunk.
+        d.dp_gradient_bytes = Bytes{params * 2 / chunks};
         d.dp_sharded = l.distributed_optimizer;
-        if (spec.compute.kind == ComputeSpec::Kind::Profile)
-            d.optimizer_step = spec.compute.profile.optimizer_step;
+        d.optimizer_step = spec.compute.kind == ComputeSpec::Kind::Profile
+                               ? spec.compute.profile.optimizer_step
+                               : roofline_optimizer_step(params, spec.cluster->gpu_model(0),
+                                                         spec.compute.roofline);
     }
 
-    double total_fwd = 0;
-    for (int layer = 0; layer < m.layers; ++layer)
-        total_fwd += layer_forward_flops(m, t, m.experts > 0 && layer >= m.dense_layers);
-    total_fwd += 2.0 * t.micro_batch_size * t.seq_length * m.hidden_size * m.vocab_size;  // logits
-    const double per_microbatch = 3 * total_fwd;  // forward + backward (2x forward)
-    const double replicas = static_cast<double>(l.dp) * plan.microbatches;
-    plan.model_flops_per_iteration = Flops{per_microbatch * replicas};
-    double hw = per_microbatch;
-    if (t.recompute == Recompute::Full) hw += total_fwd;
-    plan.hardware_flops_per_iteration = Flops{hw * replicas};
+    const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
+    plan.model_flops_per_iteration = flops.model;
+    plan.hardware_flops_per_iteration = flops.hardware;
     plan.tokens_per_iteration = static_cast<std::int64_t>(t.global_batch_size) * t.seq_length;
     return plan;
+}
+
+void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
+                 const std::vector<int>& peak_inflight_chunks,
+                 const std::function<int(int)>& device_of) {
+    const int vstages = static_cast<int>(plan.virtual_stages.size());
+    const int per_chunk = spec.model.layers / vstages;
+    for (int s = 0; s < plan.stages; ++s) {
+        bool emb = false, out = false;
+        std::int64_t chunk_activation = 0;
+        MemoryBreakdown total;
+        for (int vs = 0; vs < vstages; ++vs) {
+            if (device_of(vs) != s) continue;
+            emb |= vs == 0;
+            out |= vs == vstages - 1;
+            chunk_activation = std::max(
+                chunk_activation, plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+        }
+        // Parameters, gradients and optimizer states of the device's layers; activations are the
+        // schedule's peak number of chunk activations held at once.
+        auto mem = memory_per_gpu(spec, s, per_chunk * plan.chunks, 0, emb, out);
+        mem.activations =
+            Bytes{chunk_activation * peak_inflight_chunks[static_cast<std::size_t>(s)]};
+        mem.total = mem.parameters + mem.gradients + mem.optimizer_states + mem.activations;
+        plan.devices[static_cast<std::size_t>(s)].memory = mem;
+    }
 }
 
 }  // namespace cs::workload

@@ -80,4 +80,10 @@ struct IterationPlan {
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
                              const std::function<int(int)>& device_of);
 
+// Fills every device's MemoryBreakdown: parameters, gradients and optimizer states of its layers
+// plus `peak_inflight_chunks[device]` chunk activations (the schedule's peak).
+void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
+                 const std::vector<int>& peak_inflight_chunks,
+                 const std::function<int(int)>& device_of);
+
 }  // namespace cs::workload

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every Debian package clustersim's build, tests and tools need. Idempotent: packages
+# already present are left alone, and apt is only consulted when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libboost-graph-dev libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
+  doctest-dev libbenchmark-dev
+  protobuf-compiler  # tests decode .pftrace traces with protoc --decode
+  python3            # tools/ scripts (standard library only)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
