@@ -175,12 +175,10 @@ class Builder {
     void add_generated() {
         const NodeSpec& n = *spec_.node;
         const int model = model_index(n.gpu_model, n.gpu_model_where);
-        const int rails = n.nics.rail_optimized ? n.nics.count : 1;
         if (spec_.fabric && n.nics.count == 0)
             throw ConfigError(n.where,
                               "the nodes have no NICs to connect to the fabric; add "
                               "nics: {count: 8, kind: infiniband, bandwidth: 400Gbps}");
-        (void)rails;
         nic_devices_.assign(static_cast<std::size_t>(spec_.nodes), {});
         shape_.first_node = first_generated_node_;
         shape_.nodes = spec_.nodes;
@@ -350,6 +348,10 @@ class Builder {
         shape_.leaf_up = leaf_count > 1 ? leaf_up.up : 0;
         shape_.leaf_up_bandwidth = leaf_up.bandwidth;
         if (f.kind == FabricKind::LeafSpine) {
+            if (f.spine.up || f.spine.oversubscription || f.spine.bandwidth)
+                throw ConfigError(f.spine.where,
+                                  "a leaf_spine's spines are its top tier: they take only down "
+                                  "and radix; for up-links above the spines use fat_tree");
             shape_.pods = 1;
             shape_.spines_per_pod = shape_.leaf_up;
             if (f.spine.present && f.spine.down && leaf_count > *f.spine.down)

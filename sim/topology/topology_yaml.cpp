@@ -134,10 +134,7 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
     s.kind = parse_link_kind(r, "kind", "infiniband");
     if (s.kind != LinkKind::InfiniBand && s.kind != LinkKind::Ethernet)
         r.fail("kind", "a NIC is infiniband or ethernet");
-    if (s.count > 0)
-        s.bandwidth = r.bandwidth("bandwidth");
-    else
-        r.has("bandwidth");
+    if (s.count > 0 || r.has("bandwidth")) s.bandwidth = r.bandwidth("bandwidth");
     s.latency = r.time_opt("latency").value_or(Time::us(1));
     s.pcie_bandwidth = r.bandwidth_opt("pcie_bandwidth").value_or(Bandwidth{64e9});
     s.pcie_latency = r.time_opt("pcie_latency").value_or(Time::us(1));

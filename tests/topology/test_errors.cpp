@@ -144,3 +144,11 @@ TEST_CASE("generated nodes need what they use") {
           "bad.yaml:1:8: 'nodes': needs a node template: node: {gpus: 8, gpu_model: H100-SXM, "
           "...}");
 }
+
+TEST_CASE("a leaf-spine's spines have no up-links") {
+    // The 'spine' mapping opens at line 4, column 52.
+    CHECK(error_of(std::string(kNode) +
+                   "nodes: 4\nfabric: {kind: leaf_spine, leaf: {down: 8}, spine: {up: 4}}\n") ==
+          "bad.yaml:4:52: a leaf_spine's spines are its top tier: they take only down and radix; "
+          "for up-links above the spines use fat_tree");
+}
