@@ -1,10 +1,12 @@
-// Flow-level network at scale: 100,000 concurrent flows between random GPU pairs of the
-// 24,576-GPU RoCE Clos (topologies/roce-h100-clos.yaml), max-min shared. Prints wall time of the
-// first solve (all flows start at once), then of steady-state flow events: the next flow to
-// finish ends, a new random flow starts, and rates are re-solved over the connected set.
+// Flow-level network at scale: 100,000 concurrent flows on the 24,576-GPU RoCE Clos
+// (topologies/roce-h100-clos.yaml), max-min shared. Prints wall time of the first solve (all
+// flows start at once), then of steady-state flow events: the next flow to finish ends, a new
+// flow starts, and rates are re-solved over the connected set. `events` counts random-pair events;
+// the in-node pattern runs 100 times as many.
 //   build/bin/bench_network [TOPOLOGY.yaml] [flows] [events]
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,63 +66,69 @@ int main(int argc, char** argv) {
     std::vector<double> capacity;
     for (const auto& l : cluster.links())
         capacity.push_back(l.bandwidth.bytes_per_s);
-    network::FlowSolver solver(capacity);
-    const std::vector<network::NetworkObserver*> no_observers;
-    Lcg rng;
     const auto gpus = static_cast<std::uint64_t>(cluster.gpu_count());
-    std::vector<topology::LinkId> path_links;
-    std::uint64_t flow_counter = 0;
-    double hops = 0;
-    auto add_random = [&](Time now) {
-        int src, dst;
-        do {
-            src = static_cast<int>(rng.next() % gpus);
-            dst = static_cast<int>(rng.next() % gpus);
-        } while (src == dst);
-        path_links.clear();
-        cluster.route(src, dst, flow_counter++, path_links);
-        hops += static_cast<double>(path_links.size());
-        const double bytes = 1e6 * static_cast<double>(1 + rng.next() % 100);  // 1-100 MB
-        solver.add(path_links, bytes, 0, now);
-    };
+    const std::uint64_t per_node =
+        gpus / static_cast<std::uint64_t>(std::max(1, cluster.node_count()));
 
-    t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < flows; ++i)
-        add_random(Time::zero());
-    const double add_s = seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    solver.recompute(Time::zero(), no_observers);
-    const double first_solve_s = seconds_since(t0);
+    std::printf("bench_network: %s (%d GPUs, %zu directed links)\n", path.c_str(),
+                cluster.gpu_count(), cluster.links().size());
+    std::printf("cluster build %.3f s\n\n", build_s);
+    std::printf("%-11s %8s %6s %10s %12s %10s %14s %12s %9s\n", "pairs", "flows", "hops", "add (s)",
+                "solve (ms)", "events", "per event (ms)", "re-rated/ev", "RSS (MiB)");
+    // Two traffic patterns: uniformly random GPU pairs (every flow connected to every other
+    // through the spines and cores: the worst case for the incremental solve) and pairs inside one
+    // server (connected sets of one node's flows, like tensor-parallel traffic).
+    for (const bool node_local : {false, true}) {
+        network::FlowSolver solver(capacity);
+        const std::vector<network::NetworkObserver*> no_observers;
+        Lcg rng;
+        std::vector<topology::LinkId> path_links;
+        std::uint64_t flow_counter = 0;
+        double hops = 0;
+        auto add_random = [&](Time now) {
+            int src, dst;
+            do {
+                if (node_local) {
+                    const std::uint64_t base = rng.next() % (gpus / per_node) * per_node;
+                    src = static_cast<int>(base + rng.next() % per_node);
+                    dst = static_cast<int>(base + rng.next() % per_node);
+                } else {
+                    src = static_cast<int>(rng.next() % gpus);
+                    dst = static_cast<int>(rng.next() % gpus);
+                }
+            } while (src == dst);
+            path_links.clear();
+            cluster.route(src, dst, flow_counter++, path_links);
+            hops += static_cast<double>(path_links.size());
+            const double bytes = 1e6 * static_cast<double>(1 + rng.next() % 100);  // 1-100 MB
+            solver.add(path_links, bytes, 0, now);
+        };
 
-    const auto rerated_before = solver.rerated_flows();
-    t0 = std::chrono::steady_clock::now();
-    Time now = Time::zero();
-    for (int e = 0; e < events; ++e) {
-        const auto f = solver.next_finishing();
-        now = solver.finish_time(f);
-        solver.remove(f);
-        add_random(now);
-        solver.recompute(now, no_observers);
+        t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < flows; ++i)
+            add_random(Time::zero());
+        const double add_s = seconds_since(t0);
+        t0 = std::chrono::steady_clock::now();
+        solver.recompute(Time::zero(), no_observers);
+        const double first_solve_s = seconds_since(t0);
+
+        const auto rerated_before = solver.rerated_flows();
+        const int n_events = node_local ? events * 100 : events;
+        t0 = std::chrono::steady_clock::now();
+        for (int e = 0; e < n_events; ++e) {
+            const auto f = solver.next_finishing();
+            const Time now = solver.finish_time(f);
+            solver.remove(f);
+            add_random(now);
+            solver.recompute(now, no_observers);
+        }
+        const double events_s = seconds_since(t0);
+        const double rerated =
+            static_cast<double>(solver.rerated_flows() - rerated_before) / n_events;
+        std::printf("%-11s %8d %6.2f %10.3f %12.3f %10d %14.4f %12.0f %9.0f\n",
+                    node_local ? "in-node" : "random", flows,
+                    hops / static_cast<double>(flow_counter), add_s, first_solve_s * 1e3, n_events,
+                    events_s / n_events * 1e3, rerated, peak_rss_mib());
     }
-    const double events_s = seconds_since(t0);
-    const double rerated = static_cast<double>(solver.rerated_flows() - rerated_before) / events;
-
-    std::printf("bench_network: %s\n", path.c_str());
-    std::printf("%-44s %14s\n", "measure", "value");
-    std::printf("%-44s %14d\n", "GPUs", cluster.gpu_count());
-    std::printf("%-44s %14zu\n", "directed links", cluster.links().size());
-    std::printf("%-44s %14d\n", "concurrent flows", flows);
-    std::printf("%-44s %14.2f\n", "mean hops per flow", hops / static_cast<double>(flow_counter));
-    std::printf("%-44s %14.3f\n", "cluster build (s)", build_s);
-    std::printf("%-44s %14.3f\n", "route + add 100k flows (s)", add_s);
-    std::printf("%-44s %14.3f\n", "first rate solve, all flows (ms)", first_solve_s * 1e3);
-    std::printf("%-44s %14d\n", "flow events (end one, start one)", events);
-    std::printf("%-44s %14.3f\n", "time per flow event incl. re-solve (ms)",
-                events_s / events * 1e3);
-    std::printf("%-44s %14.0f\n", "flows re-rated per event (connected set)", rerated);
-    std::printf("%-44s %14.1f\n", "re-rated flows per second (M)",
-                rerated * events / events_s * 1e-6);
-    std::printf("%-44s %14.3f\n", "simulated time reached (ms)", now.seconds() * 1e3);
-    std::printf("%-44s %14.0f\n", "peak RSS (MiB)", peak_rss_mib());
     return 0;
 }

@@ -67,6 +67,7 @@ class FlowSolver {
         std::vector<std::uint32_t> slot;  // index of this flow in links_[path[i]].flows
         double remaining = 0;
         double rate = 0;
+        double previous_rate = 0;  // rate before the recompute in progress
         Time updated;
         Time finish = Time::max();
         std::uint32_t owner = 0;
