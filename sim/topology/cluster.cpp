@@ -284,6 +284,8 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
         if (n == nb) return dist_b[static_cast<std::size_t>(a.other_local)];
         return kFar;
     };
+    const std::uint16_t* single_table = entries.size() == 1 ? entries[0].first->data() : nullptr;
+    const std::int32_t single_cost = entries.size() == 1 ? entries[0].second : 0;
     std::int32_t remaining = dist_of(s);
     if (remaining >= kFar)
         throw SimulationError("topology", "no path from GPU " + std::to_string(src) + " to GPU " +
@@ -293,8 +295,17 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     auto& candidates = sc.candidates;
     for (DeviceIndex cur = s; cur != d; --remaining) {
         candidates.clear();
-        for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i)
-            if (arc_dist(out_arcs_[i]) == remaining - 1) candidates.push_back(i);
+        const std::int32_t want = remaining - 1;
+        for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i) {
+            const Arc& a = out_arcs_[i];
+            // Fast path for the usual single entry switch: one table lookup per arc (an
+            // unreached 0xffff never equals a real hop count).
+            const bool hit =
+                (a.other_node < 0 && single_table)
+                    ? static_cast<std::int32_t>(single_table[a.other_local]) + single_cost == want
+                    : arc_dist(a) == want;
+            if (hit) candidates.push_back(i);
+        }
         const Arc& chosen = out_arcs_[candidates[hash3(pair, flow_id, cur) % candidates.size()]];
         out.push_back(chosen.link);
         cur = chosen.other;
