@@ -16,8 +16,11 @@ namespace {
 struct RunArgs {
     std::string experiment;
     std::vector<std::string> sets;
+    std::string megatron_args;
     std::string json;
     std::string trace;
+    std::string trace_ranks;
+    std::string trace_links = "auto";
     std::string schedule;
 };
 
@@ -39,11 +42,13 @@ void run(const RunArgs& a) {
     std::filesystem::path path = a.experiment.empty()
                                      ? data_root() / "workloads" / "default.yaml"
                                      : std::filesystem::path(a.experiment);
-    auto spec = workload::load_experiment(path, a.sets);
+    auto spec = workload::load_experiment(path, collect_overrides(a.megatron_args, a.sets));
     for (const auto& w : spec.warnings) spdlog::warn("{}", w);
     SimulateOptions opt;
     opt.schedule = a.schedule;
     if (!a.trace.empty()) opt.trace = a.trace;
+    if (!a.trace_ranks.empty()) opt.trace_options.ranks = parse_rank_list(a.trace_ranks, "--trace-ranks");
+    opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
     opt.progress = progress_reporter();
     const auto summary = simulate(spec, opt);
     if (opt.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
@@ -65,9 +70,19 @@ void register_run(CLI::App& app) {
                     "Experiment YAML (default: the bundled workloads/default.yaml)");
     cmd->add_option("--set", args->sets, "Override a key: parallelism.tp=4, topology.nodes=8")
         ->type_name("KEY=VALUE");
+    cmd->add_option("--megatron-args", args->megatron_args,
+                    "Megatron-LM flags (or @FILE) that set the model, layout and training keys")
+        ->type_name("\"--tensor-model-parallel-size 8 ...\"");
     cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule");
     cmd->add_option("--json", args->json, "Write the summary as JSON");
-    cmd->add_option("--trace", args->trace, "Write a Chrome/Perfetto JSON trace");
+    cmd->add_option("--trace", args->trace,
+                    "Write a timeline: FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)");
+    cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
+        ->type_name("RANKS");
+    cmd->add_option("--trace-links", args->trace_links,
+                    "Link utilisation counters: auto (all on one node, else inter-node), "
+                    "inter-node, all, none")
+        ->check(CLI::IsMember({"auto", "inter-node", "all", "none"}));
     cmd->callback([args] { run(*args); });
 }
 

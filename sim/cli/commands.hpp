@@ -23,4 +23,11 @@ std::filesystem::path data_root();
 // Parses "0-7", "0,2,4", "0-3,8-11" into GPU numbers; throws ConfigError naming `option`.
 std::vector<int> parse_rank_list(const std::string& text, const std::string& option);
 
+// The overrides a run applies, in order: those derived from Megatron-LM flags (`args`, or
+// `@file` to read them from a file; empty for none), then the user's --set assignments, which win.
+// Megatron derives dp from the world size, so flags that change the layout also clear `dp`.
+// Unused flags are logged as warnings by name.
+std::vector<std::string> collect_overrides(const std::string& megatron_args,
+                                           const std::vector<std::string>& sets);
+
 }  // namespace cs::cli

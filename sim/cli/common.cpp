@@ -3,7 +3,13 @@
 #include <climits>
 
 #include "cli/commands.hpp"
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "core/errors.hpp"
+#include "workload/megatron_args.hpp"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
 #define CLUSTERSIM_SOURCE_DIR ""
@@ -64,6 +70,34 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
         if (comma == std::string::npos) break;
         pos = comma + 1;
     }
+    return out;
+}
+
+std::vector<std::string> collect_overrides(const std::string& megatron_args,
+                                           const std::vector<std::string>& sets) {
+    std::vector<std::string> out;
+    if (!megatron_args.empty()) {
+        std::string text = megatron_args;
+        if (text.front() == '@') {
+            std::ifstream in(text.substr(1));
+            if (!in)
+                throw ConfigError(SourceLocation{text.substr(1)},
+                                  "cannot read the Megatron-LM arguments file given to "
+                                  "--megatron-args");
+            std::ostringstream buf;
+            buf << in.rdbuf();
+            text = buf.str();
+        }
+        std::vector<std::string> warnings;
+        auto derived = workload::megatron_args_to_overrides(text, warnings);
+        for (const auto& w : warnings) spdlog::warn("--megatron-args: {}", w);
+        bool layout_changed = false;
+        for (const auto& d : derived)
+            if (d.rfind("parallelism.", 0) == 0) layout_changed = true;
+        if (layout_changed) out.push_back("parallelism.dp=~");
+        out.insert(out.end(), derived.begin(), derived.end());
+    }
+    out.insert(out.end(), sets.begin(), sets.end());
     return out;
 }
 

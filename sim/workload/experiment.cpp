@@ -112,11 +112,16 @@ ComputeSpec parse_compute(const config::Reader& r) {
 }
 
 network::NetworkConfig parse_network(const config::Reader& r) {
-    network::NetworkConfig n;
     const auto kind = r.choice("model", {"flow", "analytical", "ideal"}, "flow");
-    n.fidelity = kind == "ideal"        ? network::Fidelity::Ideal
-                 : kind == "analytical" ? network::Fidelity::Analytical
-                                        : network::Fidelity::Flow;
+    const auto fidelity = kind == "ideal"        ? network::Fidelity::Ideal
+                          : kind == "analytical" ? network::Fidelity::Analytical
+                                                 : network::Fidelity::Flow;
+    // `calibration: measured` (default) uses the link efficiencies and per-step overhead fitted on
+    // the NCCL microbenchmarks; `nominal` uses the links' datasheet capacity with no overhead.
+    const auto cal = r.choice("calibration", {"measured", "nominal"}, "measured");
+    network::NetworkConfig n =
+        cal == "measured" ? network::NetworkConfig::calibrated(fidelity) : network::NetworkConfig{};
+    n.fidelity = fidelity;
     if (auto t = r.time_opt("step_overhead")) n.step_overhead = *t;
     r.finish();
     return n;
@@ -181,6 +186,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     spec.schedule_where = root.location("schedule");
     spec.schedule = root.string_or("schedule", "1f1b");
     if (auto c = root.map_opt("compute")) spec.compute = parse_compute(*c);
+    spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
     root.has("name");
     root.has("description");
