@@ -6,6 +6,7 @@
 // nccl-tests output.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
 #include "engine/simulation.hpp"
+#include "network/collectives.hpp"
 #include "network/network.hpp"
 #include "topology/topology_yaml.hpp"
 
@@ -118,6 +120,18 @@ void run(const CollectiveArgs& a) {
     if (ranks.size() < 2 && kind != CollectiveKind::Broadcast)
         throw ConfigError(SourceLocation{"--ranks " + a.ranks}, "a collective needs two ranks");
 
+    // Check everything that can be wrong before the first row is printed.
+    std::vector<Algorithm> used;
+    for (Bytes size : sizes)
+        used.push_back(resolve_algorithm(cluster, kind, ranks, size, algo));
+    if (!a.json.empty()) {
+        const auto folder = std::filesystem::path(a.json).parent_path();
+        std::error_code ec;
+        if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+            throw ConfigError(SourceLocation{"--json " + a.json},
+                              "folder '" + folder.string() + "' does not exist");
+    }
+
     const NetworkConfig config =
         a.nominal ? NetworkConfig{fidelity} : NetworkConfig::calibrated(fidelity);
     const double factor = busbw_factor(kind, static_cast<int>(ranks.size()));
@@ -138,15 +152,14 @@ void run(const CollectiveArgs& a) {
     std::printf("#%11s  %12s  %8s  %10s  %7s  %7s\n", "(B)", "(elements)", "", "(us)", "(GB/s)",
                 "(GB/s)");
     nlohmann::json rows = nlohmann::json::array();
-    for (Bytes size : sizes) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const Bytes size = sizes[i];
         Simulation sim;
         auto net = make_network(sim, cluster, config);
         Client client;
         net->set_client(&client);
         const GroupId g = net->register_group(ranks);
-        const Algorithm used =
-            algo == Algorithm::Auto ? choose_algorithm(cluster, kind, ranks, size) : algo;
-        net->collective(kind, g, size, used, 1);
+        net->collective(kind, g, size, used[i], 1);
         sim.run();
         if (client.done == Time::max())
             throw SimulationError("cli", "the collective never completed", sim.now());
@@ -156,13 +169,13 @@ void run(const CollectiveArgs& a) {
         const double busbw = algbw * factor;
         std::printf("%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
                     static_cast<long long>(size.value), static_cast<long long>(size.value / 4),
-                    "float", seconds * 1e6, algbw, busbw, algorithm_name(used));
+                    "float", seconds * 1e6, algbw, busbw, algorithm_name(used[i]));
         nlohmann::json row;
         row["bytes"] = size.value;
         row["time_s"] = seconds;
         row["algbw_GBps"] = algbw;
         row["busbw_GBps"] = busbw;
-        row["algorithm"] = algorithm_name(used);
+        row["algorithm"] = algorithm_name(used[i]);
         rows.push_back(std::move(row));
     }
     if (!a.json.empty())
