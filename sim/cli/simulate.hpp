@@ -8,13 +8,15 @@
 #include <string>
 
 #include "report/summary.hpp"
+#include "report/trace_writer.hpp"
 #include "workload/experiment.hpp"
 
 namespace cs::cli {
 
 struct SimulateOptions {
     std::string schedule;                        // empty: the experiment's own
-    std::optional<std::filesystem::path> trace;  // Chrome JSON trace
+    std::optional<std::filesystem::path> trace;  // .json (Chrome JSON) or .pftrace (Perfetto)
+    report::TraceOptions trace_options;          // --trace-ranks, --trace-links
     // Called now and then during long runs with the simulated time reached.
     std::function<void(Time)> progress;
     // Called once the replay is built, before it runs: lets callers register extra observers

@@ -1,47 +1,64 @@
-// A Chrome JSON trace (the format ui.perfetto.dev and chrome://tracing open), written as the
-// replay runs: a process per node, a thread (track) per GPU stream, a slice per pass, flow arrows
-// from each pass to the transfer and to the pass that waited for it.
+// The Chrome JSON trace format (what ui.perfetto.dev and chrome://tracing open): one document
+// {"displayTimeUnit": "ns", "traceEvents": [...], "metadata": {...}}, streamed event by event.
 //
-// The writer streams into an AtomicFile; finish() closes the document (so an aborted run leaves
-// no file). Timestamps are microseconds with picosecond digits, printed from integers, so the
-// output is byte-identical across runs.
+// Mapping of the TraceSink model: a process is a JSON process (pid), a slice track is a thread
+// (tid = its uuid, named "<group> <track>" and sorted by declaration order), a slice is a complete
+// event ("X") followed by its children, flows are v1 flow events ("s" / "t" / "f" with bp "e")
+// placed at the start of the slice they bind to and written right after it, so they bind to that
+// slice and not to its children; counters are "C" events of their process, instants "i" events
+// on their thread. Timestamps are microseconds with six decimals, printed from the integer
+// picoseconds, so the output is byte-identical across runs.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <ostream>
 #include <string>
-#include <vector>
 
 #include "core/atomic_file.hpp"
-#include "replay/replay.hpp"
+#include "report/trace_sink.hpp"
 
 namespace cs::report {
 
-class ChromeTraceWriter final : public replay::ReplayObserver {
-public:
-    ChromeTraceWriter(const std::filesystem::path& path, const replay::Replay& replay,
-                      const topology::Cluster& cluster);
-    void on_pass(const replay::PassRecord& pass) override;
-    void on_optimizer(int worker, Time start, Time end) override;
-    void on_transfer(const replay::TransferRecord& transfer) override;
-    void on_iteration_end(Time end) override;
-    // Appends `metadata` (a JSON object text) and commits the file.
-    void finish(const std::string& metadata_json);
+class ChromeJsonSink final : public TraceSink {
+  public:
+    explicit ChromeJsonSink(const std::filesystem::path& path);
+    void process(std::uint64_t uuid, int pid, const std::string& name) override;
+    void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override;
+    void track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override;
+    void counter_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                       const std::string& unit, int rank) override;
+    void slice(const TraceSlice& slice, const std::vector<TraceSlice>& children) override;
+    void instant(std::uint64_t track, Time at, const std::string& name,
+                 const TraceArgs& args) override;
+    void counter(std::uint64_t track, Time at, double value) override;
+    void finish(const TraceArgs& metadata) override;
 
-private:
+  private:
+    struct Track {
+        int pid = 0;
+        std::string name;  // group prefix for groups, full name for tracks, counter name
+        std::string unit;
+    };
     void begin_event();
-    void slice(int gpu, int stream, const std::string& name, Time start, Time end,
-               const std::string& args);
+    void complete(const TraceSlice& s, int pid);
+    const Track& find(std::uint64_t uuid) const;
 
     AtomicFile file_;
     std::ostream& out_;
-    const replay::Replay& replay_;
-    const topology::Cluster& cluster_;
+    std::map<std::uint64_t, Track> tracks_;
     bool first_ = true;
-    std::uint64_t next_flow_ = 1;
+    int next_sort_ = 0;
 };
 
 // "12.345678" (microseconds) from picoseconds, exactly.
 std::string trace_timestamp(Time t);
+// JSON string literal contents: quotes, backslashes and control characters escaped.
+std::string json_escape(const std::string& s);
+// Shortest round-tripping decimal of a double ("%.17g" family), "null" for non-finite values.
+std::string json_number(double v);
 
 }  // namespace cs::report

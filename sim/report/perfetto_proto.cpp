@@ -1,0 +1,250 @@
+#include "report/perfetto_proto.hpp"
+
+#include <cstring>
+
+namespace cs::report {
+
+namespace {
+// Wire types.
+constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2;
+
+// Field numbers (see the header and tests/report/perfetto_subset.proto).
+namespace trace {
+constexpr int kPacket = 1;
+}
+namespace packet {
+constexpr int kTimestamp = 8, kSequenceId = 10, kTrackEvent = 11, kInternedData = 12,
+              kSequenceFlags = 13, kTrackDescriptor = 60;
+constexpr std::uint64_t kIncrementalStateCleared = 1, kNeedsIncrementalState = 2;
+}  // namespace packet
+namespace track_descriptor {
+constexpr int kUuid = 1, kName = 2, kProcess = 3, kParentUuid = 5, kCounter = 8,
+              kChildOrdering = 11, kSiblingOrderRank = 12;
+constexpr std::uint64_t kExplicitOrdering = 3;
+}  // namespace track_descriptor
+namespace process_descriptor {
+constexpr int kPid = 1, kProcessName = 6;
+}
+namespace counter_descriptor {
+constexpr int kUnitName = 6;
+}
+namespace track_event {
+constexpr int kDebugAnnotations = 4, kType = 9, kNameIid = 10, kTrackUuid = 11,
+              kDoubleCounterValue = 44, kFlowIds = 47, kTerminatingFlowIds = 48;
+}
+namespace debug_annotation {
+constexpr int kNameIid = 1, kIntValue = 4, kDoubleValue = 5, kStringValue = 6;
+}
+namespace interned_data {
+constexpr int kEventNames = 2, kDebugAnnotationNames = 3;
+}
+namespace interned_string {  // EventName and DebugAnnotationName share this shape
+constexpr int kIid = 1, kName = 2;
+}
+
+std::uint64_t to_ns(Time t) {
+    return static_cast<std::uint64_t>(t.count_ps() / 1000);
+}
+}  // namespace
+
+void ProtoBuffer::varint(std::uint64_t v) {
+    while (v >= 0x80) {
+        data_ += static_cast<char>((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    data_ += static_cast<char>(v);
+}
+
+void ProtoBuffer::varint_field(int field, std::uint64_t v) {
+    varint(static_cast<std::uint64_t>(field) << 3 | kVarint);
+    varint(v);
+}
+
+void ProtoBuffer::sint_as_varint_field(int field, std::int64_t v) {
+    varint_field(field, static_cast<std::uint64_t>(v));
+}
+
+void ProtoBuffer::fixed64_field(int field, std::uint64_t v) {
+    varint(static_cast<std::uint64_t>(field) << 3 | kFixed64);
+    for (int i = 0; i < 8; ++i)
+        data_ += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+void ProtoBuffer::double_field(int field, double v) {
+    std::uint64_t bits = 0;
+    static_assert(sizeof bits == sizeof v);
+    std::memcpy(&bits, &v, sizeof bits);
+    fixed64_field(field, bits);
+}
+
+void ProtoBuffer::bytes_field(int field, const std::string& bytes) {
+    varint(static_cast<std::uint64_t>(field) << 3 | kLengthDelimited);
+    varint(bytes.size());
+    data_ += bytes;
+}
+
+PerfettoProtoSink::PerfettoProtoSink(const std::filesystem::path& path)
+    : file_(path), out_(file_.stream()) {}
+
+void PerfettoProtoSink::write_packet(const std::string& payload_fields, std::uint64_t flags) {
+    packet_.clear();
+    packet_.varint_field(packet::kSequenceId, 1);
+    if (first_packet_) {
+        flags |= packet::kIncrementalStateCleared;
+        first_packet_ = false;
+    }
+    if (flags != 0) packet_.varint_field(packet::kSequenceFlags, flags);
+    ProtoBuffer framed;
+    framed.bytes_field(trace::kPacket, packet_.data() + payload_fields);
+    out_.write(framed.data().data(), static_cast<std::streamsize>(framed.data().size()));
+}
+
+void PerfettoProtoSink::process(std::uint64_t uuid, int pid, const std::string& name) {
+    ProtoBuffer proc, desc, payload;
+    proc.sint_as_varint_field(process_descriptor::kPid, pid);
+    proc.bytes_field(process_descriptor::kProcessName, name);
+    desc.varint_field(track_descriptor::kUuid, uuid);
+    desc.bytes_field(track_descriptor::kName, name);
+    desc.bytes_field(track_descriptor::kProcess, proc.data());
+    payload.bytes_field(packet::kTrackDescriptor, desc.data());
+    write_packet(payload.data(), 0);
+}
+
+void PerfettoProtoSink::child_track(std::uint64_t uuid, std::uint64_t parent,
+                                    const std::string& name, int rank) {
+    ProtoBuffer desc, payload;
+    desc.varint_field(track_descriptor::kUuid, uuid);
+    desc.bytes_field(track_descriptor::kName, name);
+    desc.varint_field(track_descriptor::kParentUuid, parent);
+    desc.varint_field(track_descriptor::kChildOrdering, track_descriptor::kExplicitOrdering);
+    desc.sint_as_varint_field(track_descriptor::kSiblingOrderRank, rank);
+    payload.bytes_field(packet::kTrackDescriptor, desc.data());
+    write_packet(payload.data(), 0);
+}
+
+void PerfettoProtoSink::group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                              int rank) {
+    child_track(uuid, parent, name, rank);
+}
+
+void PerfettoProtoSink::track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                              int rank) {
+    child_track(uuid, parent, name, rank);
+}
+
+void PerfettoProtoSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
+                                      const std::string& name, const std::string& unit, int rank) {
+    ProtoBuffer counter, desc, payload;
+    counter.bytes_field(counter_descriptor::kUnitName, unit);
+    desc.varint_field(track_descriptor::kUuid, uuid);
+    desc.bytes_field(track_descriptor::kName, name);
+    desc.varint_field(track_descriptor::kParentUuid, parent);
+    desc.bytes_field(track_descriptor::kCounter, counter.data());
+    desc.sint_as_varint_field(track_descriptor::kSiblingOrderRank, rank);
+    payload.bytes_field(packet::kTrackDescriptor, desc.data());
+    write_packet(payload.data(), 0);
+}
+
+std::uint64_t PerfettoProtoSink::event_name(const std::string& name) {
+    auto [it, added] = event_names_.try_emplace(name, event_names_.size() + 1);
+    if (added) {
+        ProtoBuffer entry;
+        entry.varint_field(interned_string::kIid, it->second);
+        entry.bytes_field(interned_string::kName, name);
+        interned_.bytes_field(interned_data::kEventNames, entry.data());
+    }
+    return it->second;
+}
+
+void PerfettoProtoSink::add_args(ProtoBuffer& event, const TraceArgs& args) {
+    for (const auto& a : args) {
+        auto [it, added] = arg_names_.try_emplace(a.key, arg_names_.size() + 1);
+        if (added) {
+            ProtoBuffer entry;
+            entry.varint_field(interned_string::kIid, it->second);
+            entry.bytes_field(interned_string::kName, a.key);
+            interned_.bytes_field(interned_data::kDebugAnnotationNames, entry.data());
+        }
+        ProtoBuffer ann;
+        ann.varint_field(debug_annotation::kNameIid, it->second);
+        switch (a.kind) {
+            case TraceArg::Kind::Int:
+                ann.sint_as_varint_field(debug_annotation::kIntValue, a.int_value);
+                break;
+            case TraceArg::Kind::Double:
+                ann.double_field(debug_annotation::kDoubleValue, a.double_value);
+                break;
+            case TraceArg::Kind::String:
+                ann.bytes_field(debug_annotation::kStringValue, a.string_value);
+                break;
+        }
+        event.bytes_field(track_event::kDebugAnnotations, ann.data());
+    }
+}
+
+void PerfettoProtoSink::event_packet(Time at, const ProtoBuffer& event) {
+    ProtoBuffer payload;
+    payload.varint_field(packet::kTimestamp, to_ns(at));
+    payload.bytes_field(packet::kTrackEvent, event.data());
+    if (!interned_.data().empty()) {
+        payload.bytes_field(packet::kInternedData, interned_.data());
+        interned_.clear();
+    }
+    write_packet(payload.data(), packet::kNeedsIncrementalState);
+}
+
+void PerfettoProtoSink::begin(const TraceSlice& s) {
+    ProtoBuffer event;
+    event.varint_field(track_event::kType, kSliceBegin);
+    event.varint_field(track_event::kTrackUuid, s.track);
+    event.varint_field(track_event::kNameIid, event_name(s.name));
+    add_args(event, s.args);
+    for (const auto& f : s.flows)
+        event.fixed64_field(
+            f.role == FlowRef::Role::End ? track_event::kTerminatingFlowIds : track_event::kFlowIds,
+            f.id);
+    event_packet(s.start, event);
+}
+
+void PerfettoProtoSink::end(std::uint64_t track, Time at) {
+    ProtoBuffer event;
+    event.varint_field(track_event::kType, kSliceEnd);
+    event.varint_field(track_event::kTrackUuid, track);
+    event_packet(at, event);
+}
+
+void PerfettoProtoSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& children) {
+    begin(s);
+    for (const auto& c : children) {
+        begin(c);
+        end(c.track, c.end);
+    }
+    end(s.track, s.end);
+}
+
+void PerfettoProtoSink::instant(std::uint64_t track, Time at, const std::string& name,
+                                const TraceArgs& args) {
+    ProtoBuffer event;
+    event.varint_field(track_event::kType, kInstant);
+    event.varint_field(track_event::kTrackUuid, track);
+    event.varint_field(track_event::kNameIid, event_name(name));
+    add_args(event, args);
+    event_packet(at, event);
+}
+
+void PerfettoProtoSink::counter(std::uint64_t track, Time at, double value) {
+    ProtoBuffer event;
+    event.varint_field(track_event::kType, kCounter);
+    event.varint_field(track_event::kTrackUuid, track);
+    event.double_field(track_event::kDoubleCounterValue, value);
+    event_packet(at, event);
+}
+
+void PerfettoProtoSink::finish(const TraceArgs&) {
+    // The writer already put the metadata on the "summary" instant; the protobuf format has no
+    // trace-level metadata map that TrackEvent producers fill.
+    out_.flush();
+    file_.commit();
+}
+
+}  // namespace cs::report

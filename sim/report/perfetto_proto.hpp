@@ -1,0 +1,86 @@
+// Perfetto's native trace format: a Trace message (repeated TracePacket packet = 1) written as a
+// stream of length-delimited packets, encoded by hand (varints, fixed64, length-delimited
+// fields); no protobuf library. The fields used, with their numbers, are listed in
+// tests/report/perfetto_subset.proto, written from Perfetto's public protos
+// (protos/perfetto/trace/trace_packet.proto, track_event/*.proto, interned_data/*.proto):
+//
+//   TracePacket      timestamp 8, trusted_packet_sequence_id 10, track_event 11,
+//                    interned_data 12, sequence_flags 13, track_descriptor 60
+//   TrackDescriptor  uuid 1, name 2, process 3, parent_uuid 5, counter 8, child_ordering 11,
+//                    sibling_order_rank 12
+//   ProcessDescriptor pid 1, process_name 6;   CounterDescriptor unit_name 6
+//   TrackEvent       debug_annotations 4, type 9, name_iid 10, track_uuid 11,
+//                    double_counter_value 44, flow_ids 47 (fixed64),
+//                    terminating_flow_ids 48 (fixed64)
+//   DebugAnnotation  name_iid 1, int_value 4, double_value 5, string_value 6
+//   InternedData     event_names 2, debug_annotation_names 3 (each: iid 1, name 2)
+//
+// Everything is on one packet sequence (id 1); the first packet clears the incremental state and
+// event and argument names are interned on first use. Timestamps are integer nanoseconds of the
+// default trace clock, truncated from picoseconds (monotonic, so order and nesting survive).
+// A process is a track with a ProcessDescriptor; groups and slice tracks are child tracks with
+// explicit ordering (GPU groups inside a node, streams inside a GPU).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <unordered_map>
+
+#include "core/atomic_file.hpp"
+#include "report/trace_sink.hpp"
+
+namespace cs::report {
+
+// Appends protobuf wire-format fields to a byte string.
+class ProtoBuffer {
+  public:
+    void varint_field(int field, std::uint64_t v);
+    void sint_as_varint_field(int field, std::int64_t v);  // int32/int64 (two's complement)
+    void fixed64_field(int field, std::uint64_t v);
+    void double_field(int field, double v);
+    void bytes_field(int field, const std::string& bytes);  // also strings and sub-messages
+    const std::string& data() const { return data_; }
+    void clear() { data_.clear(); }
+
+  private:
+    void varint(std::uint64_t v);
+    std::string data_;
+};
+
+class PerfettoProtoSink final : public TraceSink {
+  public:
+    explicit PerfettoProtoSink(const std::filesystem::path& path);
+    void process(std::uint64_t uuid, int pid, const std::string& name) override;
+    void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override;
+    void track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override;
+    void counter_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                       const std::string& unit, int rank) override;
+    void slice(const TraceSlice& slice, const std::vector<TraceSlice>& children) override;
+    void instant(std::uint64_t track, Time at, const std::string& name,
+                 const TraceArgs& args) override;
+    void counter(std::uint64_t track, Time at, double value) override;
+    void finish(const TraceArgs& metadata) override;
+
+  private:
+    enum EventType : int { kSliceBegin = 1, kSliceEnd = 2, kInstant = 3, kCounter = 4 };
+    void child_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int rank);
+    void write_packet(const std::string& payload_fields, std::uint64_t sequence_flags);
+    // Writes one TrackEvent packet; `event` holds the TrackEvent fields other than names.
+    void event_packet(Time at, const ProtoBuffer& event);
+    std::uint64_t event_name(const std::string& name);
+    void add_args(ProtoBuffer& event, const TraceArgs& args);
+    void begin(const TraceSlice& s);
+    void end(std::uint64_t track, Time at);
+
+    AtomicFile file_;
+    std::ostream& out_;
+    bool first_packet_ = true;
+    std::unordered_map<std::string, std::uint64_t> event_names_, arg_names_;
+    ProtoBuffer interned_;  // InternedData entries new in the packet being built
+    ProtoBuffer packet_;
+};
+
+}  // namespace cs::report

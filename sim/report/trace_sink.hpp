@@ -1,0 +1,92 @@
+// The format-independent side of trace writing: tracks, slices, flows, counters and instants, as
+// the trace writer (trace_writer.hpp) produces them, and the two sinks that encode them:
+// Chrome JSON (chrome_trace.hpp) and Perfetto's protobuf TracePacket stream (perfetto_proto.hpp).
+//
+// Sinks stream: every call is encoded and written at once, nothing of the trace is kept beyond
+// per-track bookkeeping. A sink writes into an AtomicFile; finish() completes the document and
+// renames it into place, so an aborted run leaves no file.
+//
+// Ordering contract (what the writer guarantees and the sinks rely on):
+//   - a track is declared (process / group / track / counter_track) before its first event, and
+//     its parent before it;
+//   - on one slice track, slices are written in start order and never overlap; children of a
+//     slice lie within it, in order, without overlapping each other;
+//   - events at equal times on one track are written in the order they happen (the end of a
+//     slice before the start of the next one);
+//   - counter values on one counter track are written in time order, at most one per time.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace cs::report {
+
+struct TraceArg {
+    enum class Kind : std::uint8_t { Int, Double, String };
+    std::string key;
+    Kind kind = Kind::Int;
+    std::int64_t int_value = 0;
+    double double_value = 0;
+    std::string string_value;
+
+    static TraceArg integer(std::string key, std::int64_t v);
+    static TraceArg real(std::string key, double v);
+    static TraceArg text(std::string key, std::string v);
+};
+using TraceArgs = std::vector<TraceArg>;
+
+// One end or step of a flow arrow attached to a slice. A flow is Begin on its first slice, Step
+// on every intermediate one and End on its last; ids are unique in a trace and never reused.
+struct FlowRef {
+    enum class Role : std::uint8_t { Begin, Step, End };
+    std::uint64_t id = 0;
+    Role role = Role::Begin;
+};
+
+struct TraceSlice {
+    std::uint64_t track = 0;
+    Time start, end;
+    std::string name;
+    TraceArgs args;
+    std::vector<FlowRef> flows;
+};
+
+class TraceSink {
+  public:
+    virtual ~TraceSink() = default;
+    // A top-level group (a Perfetto process): `pid` is unique and > 0.
+    virtual void process(std::uint64_t uuid, int pid, const std::string& name) = 0;
+    // A group of tracks inside a process or group (a GPU), shown in `rank` order among siblings.
+    virtual void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                       int rank) = 0;
+    // A slice track inside a process or group.
+    virtual void track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                       int rank) = 0;
+    // A counter track inside a process; `unit` is shown beside the values ("%").
+    virtual void counter_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                               const std::string& unit, int rank) = 0;
+    // A slice and the slices nested directly inside it (same track; children carry no flows).
+    virtual void slice(const TraceSlice& slice, const std::vector<TraceSlice>& children) = 0;
+    virtual void instant(std::uint64_t track, Time at, const std::string& name,
+                         const TraceArgs& args) = 0;
+    virtual void counter(std::uint64_t track, Time at, double value) = 0;
+    // Completes the document (`metadata` becomes trace-level metadata where the format has it)
+    // and commits the file.
+    virtual void finish(const TraceArgs& metadata) = 0;
+};
+
+enum class TraceFormat : std::uint8_t { ChromeJson, PerfettoProto };
+
+// By extension: ".json" -> ChromeJson, ".pftrace" / ".perfetto-trace" -> PerfettoProto; throws
+// ConfigError naming the accepted extensions otherwise.
+TraceFormat trace_format_for(const std::filesystem::path& path);
+
+// Opens the file (ConfigError if it cannot be created) and returns the sink for its format.
+std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path);
+
+}  // namespace cs::report

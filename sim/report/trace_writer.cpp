@@ -1,0 +1,630 @@
+#include "report/trace_writer.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/errors.hpp"
+#include "schedule/schedule.hpp"
+
+namespace cs::report {
+
+namespace {
+const char* const kStreamNames[] = {"compute", "tp comm", "cp comm", "ep comm",
+                                    "pp send", "pp recv", "dp comm"};
+constexpr int kClusterPid = 1;
+// Steps are drawn one slice per execution up to this many slices per pass; beyond it, one slice
+// per step covers all its executions (arg "repeat").
+constexpr int kMaxStepSlices = 64;
+// Longest list of peer GPUs written into an argument.
+constexpr std::size_t kMaxPeers = 16;
+
+std::string join_gpus(const std::vector<int>& gpus) {
+    std::string s;
+    for (std::size_t i = 0; i < gpus.size() && i < kMaxPeers; ++i) {
+        if (i) s += ',';
+        s += std::to_string(gpus[i]);
+    }
+    if (gpus.size() > kMaxPeers) s += ",... (" + std::to_string(gpus.size()) + " GPUs)";
+    return s;
+}
+
+double us(Time t) {
+    return static_cast<double>(t.count_ps()) * 1e-6;
+}
+
+void flatten(const nlohmann::json& j, const std::string& prefix, TraceArgs& out) {
+    if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it)
+            flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    } else if (j.is_array()) {
+        for (std::size_t i = 0; i < j.size(); ++i)
+            flatten(j[i], prefix + "[" + std::to_string(i) + "]", out);
+    } else if (j.is_number_integer() || j.is_number_unsigned()) {
+        out.push_back(TraceArg::integer(prefix, j.get<std::int64_t>()));
+    } else if (j.is_number_float()) {
+        out.push_back(TraceArg::real(prefix, j.get<double>()));
+    } else if (j.is_boolean()) {
+        out.push_back(TraceArg::integer(prefix, j.get<bool>() ? 1 : 0));
+    } else if (j.is_string()) {
+        out.push_back(TraceArg::text(prefix, j.get<std::string>()));
+    }
+}
+}  // namespace
+
+std::optional<TraceLinks> trace_links_from_name(const std::string& name) {
+    if (name == "auto") return TraceLinks::Auto;
+    if (name == "inter-node") return TraceLinks::InterNode;
+    if (name == "all") return TraceLinks::All;
+    if (name == "none") return TraceLinks::None;
+    return std::nullopt;
+}
+
+TraceContext TraceContext::of(const workload::ExperimentSpec& spec,
+                              const workload::IterationPlan& plan, const replay::Replay& replay) {
+    TraceContext c;
+    c.cluster = spec.cluster.get();
+    c.workers = replay.workers();
+    c.tp = spec.layout.tp;
+    c.cp = spec.layout.cp;
+    c.dp = spec.layout.dp;
+    for (const auto& vs : plan.virtual_stages) {
+        c.first_layer.push_back(vs.first_layer);
+        c.layers.push_back(vs.layers);
+    }
+    // The replay costs every worker's collectives with worker 0's groups (all workers have the
+    // same shape); the same groups here give the same times.
+    auto costs = std::make_shared<replay::CollectiveCosts>(*spec.cluster, spec.network);
+    const replay::Worker first = c.workers.front();
+    std::vector<int> ep_members;  // first GPU of the first workers: replicas of stage 0
+    for (int d = 0; d < std::min(spec.layout.ep, spec.layout.dp); ++d)
+        ep_members.push_back(c.workers[static_cast<std::size_t>(d)].gpus[0]);
+    const int tp_size = spec.layout.tp, cp_size = spec.layout.cp;
+    c.collective_time = [costs, first, ep_members, tp_size, cp_size](int,
+                                                                     const workload::Step& step) {
+        std::vector<int> group;
+        switch (step.group) {
+            case workload::GroupKind::Tp:
+                group.assign(first.gpus.begin(), first.gpus.begin() + tp_size);
+                break;
+            case workload::GroupKind::Cp:
+                for (int i = 0; i < cp_size; ++i)
+                    group.push_back(first.gpus[static_cast<std::size_t>(i * tp_size)]);
+                break;
+            case workload::GroupKind::Ep:
+            case workload::GroupKind::Dp:
+                group = ep_members;
+                break;
+        }
+        return costs->cost(step.collective, group, step.size);
+    };
+    return c;
+}
+
+TraceWriter::TraceWriter(const std::filesystem::path& path, TraceContext context,
+                         TraceOptions options)
+    : ctx_(std::move(context)), opts_(std::move(options)) {
+    if (!ctx_.cluster) throw SimulationError("trace", "no cluster in the trace context");
+    const auto& cluster = *ctx_.cluster;
+    const int gpus = cluster.gpu_count();
+    traced_gpu_.assign(static_cast<std::size_t>(gpus), opts_.ranks.empty() ? 1 : 0);
+    for (int r : opts_.ranks) {
+        if (r < 0 || r >= gpus)
+            throw ConfigError(SourceLocation{"--trace-ranks"},
+                              "GPU " + std::to_string(r) + " is not in the cluster, which has " +
+                                  std::to_string(gpus) + " GPUs (0-" + std::to_string(gpus - 1) +
+                                  ")");
+        traced_gpu_[static_cast<std::size_t>(r)] = 1;
+    }
+    // Opened after the checks so that bad options leave no file behind.
+    sink_ = make_trace_sink(path);
+
+    worker_traced_.assign(ctx_.workers.size(), 0);
+    for (std::size_t w = 0; w < ctx_.workers.size(); ++w)
+        for (int g : ctx_.workers[w].gpus)
+            if (traced(g)) worker_traced_[w] = 1;
+    queues_.resize(ctx_.workers.size());
+
+    TraceLinks mode = opts_.links;
+    if (mode == TraceLinks::Auto)
+        mode = cluster.node_count() <= 1 ? TraceLinks::All : TraceLinks::InterNode;
+    if (mode != TraceLinks::None) {
+        std::vector<char> traced_node(static_cast<std::size_t>(std::max(cluster.node_count(), 1)),
+                                      opts_.ranks.empty() ? 1 : 0);
+        for (int g = 0; g < gpus; ++g)
+            if (traced(g))
+                traced_node[static_cast<std::size_t>(std::max(cluster.node_of_gpu(g), 0))] = 1;
+        const auto node_traced = [&](int node) {
+            return node >= 0 && node < static_cast<int>(traced_node.size()) &&
+                   traced_node[static_cast<std::size_t>(node)];
+        };
+        links_.resize(cluster.links().size());
+        for (std::size_t l = 0; l < links_.size(); ++l) {
+            const auto& link = cluster.links()[l];
+            if (mode == TraceLinks::InterNode && !link.inter_node) continue;
+            const int a = cluster.devices()[link.from].node, b = cluster.devices()[link.to].node;
+            // With a rank filter, only the links of the traced GPUs' nodes (fabric links have no
+            // node and go with the unfiltered trace).
+            links_[l].traced = opts_.ranks.empty() || node_traced(a) || node_traced(b);
+        }
+    }
+}
+
+TraceWriter::~TraceWriter() = default;
+
+std::uint64_t TraceWriter::process_uuid(int pid) {
+    auto it = processes_.find(pid);
+    if (it != processes_.end()) return it->second;
+    const std::uint64_t uuid = next_uuid_++;
+    sink_->process(uuid, pid, pid == kClusterPid ? "cluster" : "node " + std::to_string(pid - 2));
+    processes_.emplace(pid, uuid);
+    return uuid;
+}
+
+std::uint64_t TraceWriter::gpu_group(int gpu) {
+    if (gpu_groups_.empty()) gpu_groups_.assign(traced_gpu_.size(), 0);
+    auto& g = gpu_groups_[static_cast<std::size_t>(gpu)];
+    if (g) return g;
+    const int pid = pid_of_node(ctx_.cluster->node_of_gpu(gpu));
+    auto it = gpus_groups_.find(pid);
+    if (it == gpus_groups_.end()) {
+        const std::uint64_t proc = process_uuid(pid);
+        const std::uint64_t uuid = next_uuid_++;
+        sink_->group(uuid, proc, "GPUs", 0);
+        it = gpus_groups_.emplace(pid, uuid).first;
+    }
+    g = next_uuid_++;
+    sink_->group(g, it->second, "GPU " + std::to_string(gpu), gpu);
+    return g;
+}
+
+std::uint64_t TraceWriter::lane_track(int gpu, Stream stream, Time start, Time end) {
+    const std::uint64_t key = static_cast<std::uint64_t>(gpu) * kStreams + stream;
+    auto& ends = lane_ends_[key];
+    auto& tracks = lane_tracks_[key];
+    std::size_t lane = 0;
+    // A lane takes the slice only if it starts after everything already on the lane: slices
+    // arrive out of start order (transfers are reported when received), and this keeps each
+    // lane both overlap-free and in start order.
+    while (lane < ends.size() && start < ends[lane])
+        ++lane;
+    if (lane == ends.size()) {
+        const std::uint64_t group = gpu_group(gpu);
+        const std::uint64_t uuid = next_uuid_++;
+        std::string name = kStreamNames[stream];
+        if (lane > 0) name += " " + std::to_string(lane + 1);
+        sink_->track(uuid, group, name, stream * 64 + static_cast<int>(lane));
+        ends.push_back(end);
+        tracks.push_back(uuid);
+    }
+    ends[lane] = std::max(ends[lane], end);
+    return tracks[lane];
+}
+
+std::uint64_t TraceWriter::iteration_track() {
+    if (!iteration_track_) {
+        const std::uint64_t proc = process_uuid(kClusterPid);
+        iteration_track_ = next_uuid_++;
+        sink_->track(iteration_track_, proc, "iteration", 0);
+    }
+    return iteration_track_;
+}
+
+// ---- passes ---------------------------------------------------------------------------------
+
+void TraceWriter::on_pass(const replay::PassRecord& p) {
+    const auto w = static_cast<std::size_t>(p.worker);
+    auto in = incoming_.find(p.id);
+    if (!worker_traced_[w]) {
+        if (in != incoming_.end()) incoming_.erase(in);
+        return;
+    }
+    using schedule::Pass;
+    const int last_vs = static_cast<int>(ctx_.layers.size()) - 1;
+    const bool sends =
+        (p.pass == Pass::Forward && p.virtual_stage < last_vs) ||
+        ((p.pass == Pass::Backward || p.pass == Pass::BackwardInput) && p.virtual_stage > 0);
+    Pending e;
+    e.pass = p;
+    e.resolved = !sends;
+    const std::size_t n = ctx_.workers[w].gpus.size();
+    e.out_flow.assign(n, 0);
+    e.in_flow.assign(n, 0);
+    if (in != incoming_.end()) {
+        e.in_flow = std::move(in->second.flows);
+        e.from_worker = in->second.from_worker;
+        e.in_bytes = in->second.bytes;
+        incoming_.erase(in);
+    }
+    queues_[w].push_back(std::move(e));
+    drain(p.worker);
+}
+
+void TraceWriter::on_optimizer(int worker, Time start, Time end) {
+    const auto w = static_cast<std::size_t>(worker);
+    if (!worker_traced_[w]) return;
+    Pending e;
+    e.optimizer = true;
+    e.pass.worker = worker;
+    e.pass.start = start;
+    e.pass.end = end;
+    e.resolved = true;
+    queues_[w].push_back(std::move(e));
+    drain(worker);
+}
+
+void TraceWriter::drain(int worker) {
+    auto& q = queues_[static_cast<std::size_t>(worker)];
+    while (!q.empty() && q.front().resolved) {
+        emit(q.front());
+        q.pop_front();
+    }
+}
+
+void TraceWriter::emit(Pending& e) {
+    if (!e.optimizer) {
+        emit_pass(e);
+        return;
+    }
+    for (int gpu : ctx_.workers[static_cast<std::size_t>(e.pass.worker)].gpus) {
+        if (!traced(gpu)) continue;
+        TraceSlice s;
+        s.track = lane_track(gpu, kCompute, e.pass.start, e.pass.end);
+        s.start = e.pass.start;
+        s.end = e.pass.end;
+        s.name = "optimizer step";
+        sink_->slice(s, {});
+    }
+}
+
+std::vector<TraceWriter::StepSpan> TraceWriter::step_spans(const replay::PassRecord& p) {
+    std::vector<StepSpan> spans;
+    if (!p.plan) return spans;
+    const auto& steps = p.plan->steps;
+    int executions = 0;
+    Time compute = Time::zero();
+    double collective_bytes = 0;
+    std::vector<Time> once(steps.size(), Time::zero());  // one execution of each step
+    Time from_costs = Time::zero();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto& s = steps[i];
+        executions += s.repeat;
+        if (s.kind == workload::Step::Kind::Compute) {
+            once[i] = s.duration;
+            compute += s.duration * s.repeat;
+        } else {
+            collective_bytes += static_cast<double>(s.size.value) * s.repeat;
+            if (ctx_.collective_time) {
+                once[i] = ctx_.collective_time(p.worker, s);
+                from_costs += once[i] * s.repeat;
+            }
+        }
+    }
+    const Time collective = p.end - p.start - compute;
+    if (from_costs != collective) {
+        // Split the pass's collective time by bytes; the last collective step takes the rest.
+        Time left = collective;
+        std::size_t last = steps.size();
+        for (std::size_t i = 0; i < steps.size(); ++i)
+            if (steps[i].kind == workload::Step::Kind::Collective) last = i;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            const auto& s = steps[i];
+            if (s.kind != workload::Step::Kind::Collective) continue;
+            Time all =
+                i == last || collective_bytes <= 0
+                    ? left
+                    : Time::ps(static_cast<std::int64_t>(
+                          static_cast<double>(collective.count_ps()) *
+                          (static_cast<double>(s.size.value) * s.repeat / collective_bytes)));
+            if (i != last && collective_bytes <= 0) all = Time::zero();
+            all = std::max(Time::zero(), std::min(all, left));
+            left -= all;
+            once[i] = Time::ps(all.count_ps() / s.repeat);
+        }
+    }
+    const bool expand = executions <= kMaxStepSlices;
+    Time t = p.start;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const int reps = expand ? steps[i].repeat : 1;
+        for (int r = 0; r < reps; ++r) {
+            StepSpan span;
+            span.step = &steps[i];
+            span.repeat = expand ? 1 : steps[i].repeat;
+            span.index = r;
+            span.start = std::min(t, p.end);
+            t += once[i] * span.repeat;
+            span.end = std::min(t, p.end);
+            spans.push_back(span);
+        }
+    }
+    return spans;
+}
+
+std::string TraceWriter::group_ranks(int worker, int index, workload::GroupKind group) const {
+    const auto& w = ctx_.workers[static_cast<std::size_t>(worker)];
+    std::vector<int> gpus;
+    const int tp_index = index % ctx_.tp, cp_index = index / ctx_.tp;
+    switch (group) {
+        case workload::GroupKind::Tp:
+            for (int i = 0; i < ctx_.tp; ++i)
+                gpus.push_back(w.gpus[static_cast<std::size_t>(cp_index * ctx_.tp + i)]);
+            break;
+        case workload::GroupKind::Cp:
+            for (int i = 0; i < ctx_.cp; ++i)
+                gpus.push_back(w.gpus[static_cast<std::size_t>(i * ctx_.tp + tp_index)]);
+            break;
+        case workload::GroupKind::Ep:
+        case workload::GroupKind::Dp:
+            for (const auto& other : ctx_.workers)
+                if (other.stage == w.stage)
+                    gpus.push_back(other.gpus[static_cast<std::size_t>(index)]);
+            break;
+    }
+    return join_gpus(gpus);
+}
+
+void TraceWriter::emit_pass(Pending& e) {
+    const auto& p = e.pass;
+    const auto& w = ctx_.workers[static_cast<std::size_t>(p.worker)];
+    const std::string name =
+        std::string(schedule::pass_letter(p.pass)) + std::to_string(p.microbatch);
+    const auto spans = step_spans(p);
+    const auto vs = static_cast<std::size_t>(p.virtual_stage);
+    TraceArgs args{TraceArg::integer("stage", w.stage), TraceArg::integer("chunk", p.chunk),
+                   TraceArg::integer("virtual_stage", p.virtual_stage),
+                   TraceArg::integer("microbatch", p.microbatch),
+                   TraceArg::integer("dp_replica", w.dp)};
+    if (vs < ctx_.layers.size()) {
+        args.push_back(TraceArg::integer("first_layer", ctx_.first_layer[vs]));
+        args.push_back(TraceArg::integer("layers", ctx_.layers[vs]));
+    }
+    if (p.plan) {
+        args.push_back(TraceArg::real("model_flops", p.plan->model_flops().value));
+        args.push_back(TraceArg::real("hardware_flops", p.plan->hardware_flops().value));
+    }
+    args.push_back(TraceArg::real("compute_us", us(p.compute)));
+    args.push_back(TraceArg::real("collective_us", us(p.collective)));
+
+    for (std::size_t g = 0; g < w.gpus.size(); ++g) {
+        const int gpu = w.gpus[g];
+        if (!traced(gpu)) continue;
+        TraceSlice s;
+        s.track = lane_track(gpu, kCompute, p.start, p.end);
+        s.start = p.start;
+        s.end = p.end;
+        s.name = name;
+        s.args = args;
+        if (e.from_worker >= 0) {
+            s.args.push_back(TraceArg::integer(
+                "input_from_gpu", ctx_.workers[static_cast<std::size_t>(e.from_worker)].gpus[g]));
+            s.args.push_back(TraceArg::integer("input_bytes", e.in_bytes.value));
+        }
+        if (e.to_worker >= 0) {
+            s.args.push_back(TraceArg::integer(
+                "output_to_gpu", ctx_.workers[static_cast<std::size_t>(e.to_worker)].gpus[g]));
+            s.args.push_back(TraceArg::integer("output_bytes", e.out_bytes.value));
+        }
+        if (e.in_flow[g]) s.flows.push_back({e.in_flow[g], FlowRef::Role::End});
+        if (e.out_flow[g]) s.flows.push_back({e.out_flow[g], FlowRef::Role::Begin});
+
+        std::vector<TraceSlice> children;
+        children.reserve(spans.size());
+        for (const auto& span : spans) {
+            TraceSlice c;
+            c.track = s.track;
+            c.start = span.start;
+            c.end = span.end;
+            c.name = span.step->label;
+            if (span.step->kind == workload::Step::Kind::Compute) {
+                c.args = {
+                    TraceArg::real("model_flops", span.step->model_flops.value * span.repeat),
+                    TraceArg::real("hbm_bytes",
+                                   static_cast<double>(span.step->hbm_bytes.value) * span.repeat)};
+            } else {
+                c.args = {
+                    TraceArg::text("collective", network::collective_name(span.step->collective)),
+                    TraceArg::text("group", workload::group_kind_name(span.step->group)),
+                    TraceArg::integer("bytes", span.step->size.value)};
+            }
+            if (span.repeat > 1)
+                c.args.push_back(TraceArg::integer("repeat", span.repeat));
+            else if (span.step->repeat > 1)
+                c.args.push_back(TraceArg::integer("execution", span.index));
+            children.push_back(std::move(c));
+        }
+        sink_->slice(s, children);
+
+        for (const auto& span : spans) {
+            if (span.step->kind != workload::Step::Kind::Collective) continue;
+            Stream stream = kTp;
+            switch (span.step->group) {
+                case workload::GroupKind::Tp:
+                    stream = kTp;
+                    break;
+                case workload::GroupKind::Cp:
+                    stream = kCp;
+                    break;
+                case workload::GroupKind::Ep:
+                    stream = kEp;
+                    break;
+                case workload::GroupKind::Dp:
+                    stream = kDp;
+                    break;
+            }
+            TraceSlice c;
+            c.track = lane_track(gpu, stream, span.start, span.end);
+            c.start = span.start;
+            c.end = span.end;
+            c.name = span.step->label;
+            c.args = {TraceArg::text("collective", network::collective_name(span.step->collective)),
+                      TraceArg::text("group", workload::group_kind_name(span.step->group)),
+                      TraceArg::integer("bytes", span.step->size.value),
+                      TraceArg::text("peers",
+                                     group_ranks(p.worker, static_cast<int>(g), span.step->group)),
+                      TraceArg::text("in_pass", name)};
+            if (span.repeat > 1) c.args.push_back(TraceArg::integer("repeat", span.repeat));
+            sink_->slice(c, {});
+        }
+    }
+}
+
+// ---- transfers ------------------------------------------------------------------------------
+
+void TraceWriter::on_transfer(const replay::TransferRecord& t) {
+    using K = replay::TransferRecord::Kind;
+    const auto& src = ctx_.workers[static_cast<std::size_t>(t.src_worker)];
+    if (t.kind == K::DpGradients || t.kind == K::DpParameters) {
+        // One record per stage: the collective runs for every replica of the stage.
+        const char* name = t.kind == K::DpGradients ? "dp gradient sync" : "dp parameter gather";
+        for (std::size_t wi = 0; wi < ctx_.workers.size(); ++wi) {
+            const auto& w = ctx_.workers[wi];
+            if (w.stage != src.stage || !worker_traced_[wi]) continue;
+            for (std::size_t g = 0; g < w.gpus.size(); ++g) {
+                if (!traced(w.gpus[g])) continue;
+                TraceSlice s;
+                s.track = lane_track(w.gpus[g], kDp, t.start, t.end);
+                s.start = t.start;
+                s.end = t.end;
+                s.name = name;
+                s.args = {
+                    TraceArg::integer("stage", w.stage), TraceArg::integer("bytes", t.bytes.value),
+                    TraceArg::integer("replicas", ctx_.dp),
+                    TraceArg::text("peers", group_ranks(static_cast<int>(wi), static_cast<int>(g),
+                                                        workload::GroupKind::Dp))};
+                sink_->slice(s, {});
+            }
+        }
+        return;
+    }
+
+    const auto& dst = ctx_.workers[static_cast<std::size_t>(t.dst_worker)];
+    auto& q = queues_[static_cast<std::size_t>(t.src_worker)];
+    Pending* sender = nullptr;
+    for (auto& e : q)
+        if (!e.optimizer && e.pass.id == t.from_pass) sender = &e;
+    const bool remote = t.src_worker != t.dst_worker;
+    const bool gradient = t.kind == K::Gradient;
+    const std::string mb = std::to_string(t.microbatch);
+    Incoming incoming;
+    incoming.flows.assign(dst.gpus.size(), 0);
+    incoming.from_worker = t.src_worker;
+    incoming.bytes = t.bytes;
+    const bool receiver_traced = worker_traced_[static_cast<std::size_t>(t.dst_worker)] != 0;
+
+    for (std::size_t g = 0; g < src.gpus.size() && g < dst.gpus.size(); ++g) {
+        const int from = src.gpus[g], to = dst.gpus[g];
+        const bool a = sender && traced(from), s = remote && traced(from), r = remote && traced(to),
+                   b = receiver_traced && traced(to);
+        const int ends = a + s + r + b;
+        std::uint64_t flow = ends >= 2 ? next_flow_++ : 0;
+        int seen = 0;
+        const auto role = [&]() {
+            ++seen;
+            return seen == 1      ? FlowRef::Role::Begin
+                   : seen == ends ? FlowRef::Role::End
+                                  : FlowRef::Role::Step;
+        };
+        if (a) {
+            role();
+            sender->out_flow[g] = flow;
+        }
+        const TraceArgs args{TraceArg::integer("bytes", t.bytes.value),
+                             TraceArg::integer("microbatch", t.microbatch),
+                             TraceArg::integer("from_stage", src.stage),
+                             TraceArg::integer("to_stage", dst.stage),
+                             TraceArg::integer("to_virtual_stage", t.virtual_stage),
+                             TraceArg::integer("from_gpu", from),
+                             TraceArg::integer("to_gpu", to)};
+        if (s) {
+            TraceSlice sl;
+            sl.track = lane_track(from, kPpSend, t.start, t.end);
+            sl.start = t.start;
+            sl.end = t.end;
+            sl.name = (gradient ? "send grad " : "send act ") + mb;
+            sl.args = args;
+            if (flow) sl.flows.push_back({flow, role()});
+            sink_->slice(sl, {});
+        }
+        if (r) {
+            TraceSlice sl;
+            sl.track = lane_track(to, kPpRecv, t.start, t.end);
+            sl.start = t.start;
+            sl.end = t.end;
+            sl.name = (gradient ? "recv grad " : "recv act ") + mb;
+            sl.args = args;
+            if (flow) sl.flows.push_back({flow, role()});
+            sink_->slice(sl, {});
+        }
+        if (b) incoming.flows[g] = flow;
+    }
+    if (receiver_traced) incoming_[t.to_pass] = std::move(incoming);
+    if (sender) {
+        sender->resolved = true;
+        sender->to_worker = t.dst_worker;
+        sender->out_bytes = t.bytes;
+        drain(t.src_worker);
+    }
+}
+
+// ---- links, end of iteration ---------------------------------------------------------------
+
+void TraceWriter::flush_link(topology::LinkId id) {
+    auto& st = links_[id];
+    if (!st.pending) return;
+    st.pending = false;
+    if (st.value == st.last) return;
+    if (!st.track) {
+        const auto& cluster = *ctx_.cluster;
+        const auto& link = cluster.links()[id];
+        int node = cluster.devices()[link.from].node;
+        if (node < 0) node = cluster.devices()[link.to].node;
+        const int pid = node < 0 ? kClusterPid : pid_of_node(node);
+        auto it = links_groups_.find(pid);
+        if (it == links_groups_.end()) {
+            const std::uint64_t uuid = next_uuid_++;
+            sink_->group(uuid, process_uuid(pid), "links", 1);
+            it = links_groups_.emplace(pid, uuid).first;
+        }
+        st.track = next_uuid_++;
+        sink_->counter_track(st.track, it->second, link.name, "%", static_cast<int>(id));
+    }
+    sink_->counter(st.track, st.at, st.value);
+    st.last = st.value;
+}
+
+void TraceWriter::on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int) {
+    if (link >= links_.size() || !links_[link].traced) return;
+    auto& st = links_[link];
+    // Several changes at one instant (flows starting and ending together) collapse to the last.
+    if (st.pending && st.at != at) flush_link(link);
+    const double capacity = ctx_.cluster->links()[link].bandwidth.bytes_per_s;
+    st.pending = true;
+    st.at = at;
+    st.value = capacity > 0 ? 100.0 * bytes_per_s / capacity : 0.0;
+}
+
+void TraceWriter::on_iteration_end(Time end) {
+    for (std::size_t w = 0; w < queues_.size(); ++w) {
+        // Anything still waiting has no transfer coming: write it without an outgoing arrow.
+        for (auto& e : queues_[w])
+            emit(e);
+        queues_[w].clear();
+    }
+    for (std::size_t l = 0; l < links_.size(); ++l)
+        flush_link(static_cast<topology::LinkId>(l));
+    end_ = end;
+    finished_iteration_ = true;
+    const std::uint64_t track = iteration_track();
+    sink_->instant(track, Time::zero(), "iteration start", {});
+    sink_->instant(track, end, "iteration end", {TraceArg::real("iteration_time_us", us(end))});
+}
+
+void TraceWriter::finish(const nlohmann::json& summary) {
+    if (!finished_iteration_)
+        throw SimulationError("trace", "finish() before the end of the iteration");
+    TraceArgs flat;
+    flatten(summary, "", flat);
+    sink_->instant(iteration_track(), end_, "summary", flat);
+    sink_->finish(flat);
+}
+
+}  // namespace cs::report

@@ -1,0 +1,151 @@
+// The timeline of one simulated iteration, as Perfetto shows it, written while the replay runs.
+//
+// Layout (docs/traces.md shows a picture):
+//   process "node N" (one per node with a traced GPU)
+//     GPUs / GPU g / compute   passes F12 / B12 / W12 and "optimizer step"; nested inside each
+//                              pass, its steps in order (kernels and the blocking collectives
+//                              the compute stream waits for, e.g. "all-reduce tp")
+//                  / tp comm, cp comm, ep comm   the blocking collectives of the passes
+//                  / pp send, pp recv            pipeline activations and gradients
+//                  / dp comm                     data-parallel gradient synchronisation
+//     links / <link name>       utilisation (%) of each directed link, a counter track
+//   process "cluster": track "iteration" with instants "iteration start", "iteration end" and
+//     "summary" (the summary metrics as arguments); links of the fabric.
+// Flow arrows follow every pipeline dependency, per GPU: the sender's pass -> its "pp send"
+// slice -> the receiver's "pp recv" slice -> the receiver's pass that waited for it (straight
+// from pass to pass when a chunk hands over on the same GPU). Streams whose slices overlap in time
+// (two transfers in flight at once) spill onto extra tracks ("pp send 2").
+//
+// Scale: nothing of the trace is held in memory except, per pipeline worker, the passes whose
+// outgoing transfer has not been received yet (bounded by the schedule's in-flight microbatches),
+// and per link its last value. --trace-ranks keeps only some GPUs (and the links of their nodes);
+// --trace-links keeps inter-node links, all links or none.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "network/network.hpp"
+#include "replay/replay.hpp"
+#include "report/trace_sink.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::report {
+
+enum class TraceLinks : std::uint8_t {
+    Auto,       // all links on a single-node cluster, inter-node links otherwise
+    InterNode,  // links that leave a node (NICs, fabric)
+    All,
+    None
+};
+// "auto", "inter-node", "all", "none"; nullopt for anything else.
+std::optional<TraceLinks> trace_links_from_name(const std::string& name);
+
+struct TraceOptions {
+    std::vector<int> ranks;  // GPUs to trace; empty: every GPU
+    TraceLinks links = TraceLinks::Auto;
+};
+
+// What the writer needs to know about the run besides the notifications.
+struct TraceContext {
+    const topology::Cluster* cluster = nullptr;
+    std::vector<replay::Worker> workers;
+    int tp = 1, cp = 1, dp = 1;
+    std::vector<int> first_layer, layers;  // per virtual stage
+    // The time of one execution of a collective step of a pass. When absent (or when its sum does
+    // not fill the pass), the pass's collective time is split over its collective steps in
+    // proportion to their bytes.
+    std::function<Time(int worker, const workload::Step&)> collective_time;
+
+    // The context of a replay: collective times from the same isolated-collective costing the
+    // replay uses (replay/replay.hpp, CollectiveCosts).
+    static TraceContext of(const workload::ExperimentSpec& spec,
+                           const workload::IterationPlan& plan, const replay::Replay& replay);
+};
+
+class TraceWriter final : public replay::ReplayObserver, public network::NetworkObserver {
+  public:
+    // Opens `path` (format by extension, see trace_format_for). Throws ConfigError for an
+    // unknown extension, an unwritable file or ranks outside the cluster.
+    TraceWriter(const std::filesystem::path& path, TraceContext context, TraceOptions options);
+    ~TraceWriter() override;
+
+    void on_pass(const replay::PassRecord& pass) override;
+    void on_optimizer(int worker, Time start, Time end) override;
+    void on_transfer(const replay::TransferRecord& transfer) override;
+    void on_iteration_end(Time end) override;
+    void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
+
+    // Writes `summary` (a JSON object; nested keys flattened as "a.b" and "a[0].b") as the
+    // arguments of the "summary" instant and as trace metadata, then commits the file.
+    void finish(const nlohmann::json& summary);
+
+  private:
+    enum Stream : int { kCompute, kTp, kCp, kEp, kPpSend, kPpRecv, kDp, kStreams };
+    struct Pending {
+        bool optimizer = false;
+        replay::PassRecord pass;  // pass.start / end also hold the optimizer step's interval
+        bool resolved = false;    // the outgoing transfer (if any) is known
+        std::vector<std::uint64_t> in_flow, out_flow;  // per GPU of the worker, 0 = none
+        int from_worker = -1, to_worker = -1;
+        Bytes in_bytes, out_bytes;
+    };
+    struct Incoming {
+        std::vector<std::uint64_t> flows;  // per GPU of the receiving worker
+        int from_worker = -1;
+        Bytes bytes;
+    };
+    struct LinkState {
+        bool traced = false, pending = false;
+        Time at;
+        double value = 0, last = -1;
+        std::uint64_t track = 0;
+    };
+    struct StepSpan {
+        const workload::Step* step = nullptr;
+        Time start, end;
+        int repeat = 1;  // executions covered by this span
+        int index = 0;   // first execution covered (0-based)
+    };
+
+    bool traced(int gpu) const { return traced_gpu_[static_cast<std::size_t>(gpu)] != 0; }
+    int pid_of_node(int node) const { return node < 0 ? 2 : node + 2; }
+    std::uint64_t process_uuid(int pid);
+    std::uint64_t gpu_group(int gpu);
+    std::uint64_t lane_track(int gpu, Stream stream, Time start, Time end);
+    std::uint64_t iteration_track();
+    void drain(int worker);
+    void emit(Pending& pending);
+    void emit_pass(Pending& pending);
+    std::vector<StepSpan> step_spans(const replay::PassRecord& pass);
+    std::string group_ranks(int worker, int index, workload::GroupKind group) const;
+    void flush_link(topology::LinkId link);
+
+    TraceContext ctx_;
+    TraceOptions opts_;
+    std::unique_ptr<TraceSink> sink_;
+    std::vector<char> traced_gpu_;
+    std::vector<char> worker_traced_;
+    std::uint64_t next_uuid_ = 1;
+    std::uint64_t next_flow_ = 1;
+    std::unordered_map<int, std::uint64_t> processes_, gpus_groups_, links_groups_;
+    std::vector<std::uint64_t> gpu_groups_;
+    std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> lane_tracks_;  // per gpu/stream
+    std::unordered_map<std::uint64_t, std::vector<Time>> lane_ends_;
+    std::uint64_t iteration_track_ = 0;
+    std::vector<std::deque<Pending>> queues_;
+    std::unordered_map<std::uint64_t, Incoming> incoming_;  // by receiving pass id
+    std::vector<LinkState> links_;
+    Time end_ = Time::zero();
+    bool finished_iteration_ = false;
+};
+
+}  // namespace cs::report

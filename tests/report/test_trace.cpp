@@ -1,0 +1,334 @@
+// Chrome JSON traces: well-formed events, nesting without overlap, complete flows, filters,
+// byte-identical output; the writer's expansion of a pass into its steps.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "../replay/test_support.hpp"
+#include "core/errors.hpp"
+#include "report/trace_writer.hpp"
+#include "trace_test_support.hpp"
+
+using namespace cs;
+using nlohmann::json;
+
+namespace {
+
+std::int64_t ps_of(const json& us) {
+    return std::llround(us.get<double>() * 1e6);
+}
+
+json load(const std::filesystem::path& p) {
+    return json::parse(test::read_bytes(p));
+}
+
+struct Span {
+    std::int64_t start, end;
+    std::string name;
+};
+
+// Per (pid, tid): the complete events, checked to nest without partial overlap.
+std::map<std::pair<int, int>, std::vector<Span>> check_slices(const json& events) {
+    std::map<std::pair<int, int>, std::vector<Span>> tracks;
+    for (const auto& e : events) {
+        REQUIRE(e.contains("ph"));
+        REQUIRE(e.contains("pid"));
+        if (e["ph"] != "X") continue;
+        REQUIRE(e["tid"].is_number_integer());
+        REQUIRE(e["ts"].is_number());
+        REQUIRE(e["dur"].is_number());
+        REQUIRE(e["name"].is_string());
+        REQUIRE(e["args"].is_object());
+        const auto start = ps_of(e["ts"]);
+        CHECK(ps_of(e["dur"]) >= 0);
+        tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back(
+            {start, start + ps_of(e["dur"]), e["name"].get<std::string>()});
+    }
+    for (auto& [key, spans] : tracks) {
+        auto sorted = spans;
+        std::stable_sort(sorted.begin(), sorted.end(), [](const Span& a, const Span& b) {
+            return a.start != b.start ? a.start < b.start : a.end > b.end;
+        });
+        std::vector<Span> stack;
+        for (const auto& s : sorted) {
+            while (!stack.empty() && stack.back().end <= s.start)
+                stack.pop_back();
+            // Either disjoint from everything open, or inside the innermost open slice.
+            if (!stack.empty())
+                CHECK_MESSAGE(s.end <= stack.back().end, "slice " << s.name << " at " << s.start
+                                                                  << " overlaps "
+                                                                  << stack.back().name);
+            stack.push_back(s);
+        }
+    }
+    return tracks;
+}
+
+// Every flow id: one "s", one "f", any number of "t", in time order, each bound to the start of
+// a complete event on its thread.
+std::size_t check_flows(const json& events,
+                        const std::map<std::pair<int, int>, std::vector<Span>>& tracks) {
+    struct Flow {
+        int s = 0, f = 0;
+        std::int64_t first = 0, last = 0;
+    };
+    std::map<std::uint64_t, Flow> flows;
+    for (const auto& e : events) {
+        const std::string ph = e["ph"];
+        if (ph != "s" && ph != "t" && ph != "f") continue;
+        const auto ts = ps_of(e["ts"]);
+        auto& f = flows[e["id"].get<std::uint64_t>()];
+        if (ph == "s") {
+            ++f.s;
+            f.first = ts;
+        }
+        if (ph == "f") {
+            ++f.f;
+            f.last = ts;
+            CHECK(e["bp"] == "e");
+        }
+        const auto it = tracks.find({e["pid"].get<int>(), e["tid"].get<int>()});
+        REQUIRE(it != tracks.end());
+        bool bound = false;
+        for (const auto& s : it->second)
+            bound = bound || s.start == ts;
+        CHECK(bound);
+    }
+    for (const auto& [id, f] : flows) {
+        CHECK_MESSAGE(f.s == 1, "flow " << id);
+        CHECK_MESSAGE(f.f == 1, "flow " << id);
+        CHECK(f.first <= f.last);
+    }
+    return flows.size();
+}
+
+std::size_t count_named(const json& events, const std::string& ph, const std::string& prefix,
+                        bool digits_after = true) {
+    std::size_t n = 0;
+    for (const auto& e : events) {
+        if (e["ph"] != ph || !e.contains("name")) continue;
+        const std::string name = e["name"];
+        if (name.rfind(prefix, 0) != 0) continue;
+        if (digits_after &&
+            (name.size() == prefix.size() ||
+             name.find_first_not_of("0123456789", prefix.size()) != std::string::npos))
+            continue;
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("JSON trace of 16 GPUs: processes, passes, steps, flows, counters, metadata") {
+    const auto path = test::trace_dir() / "sixteen.json";
+    const auto summary = test::run_fixture(path);
+    const json doc = load(path);
+    REQUIRE(doc["traceEvents"].is_array());
+    const json& ev = doc["traceEvents"];
+    const auto tracks = check_slices(ev);
+
+    // 16 GPUs x 4 microbatches: 64 forward and 64 backward slices; each pass runs the stage's
+    // 2 layers (8 layers / 4 stages), one nested "layer" slice per layer: (64 + 64) x 2 = 256.
+    CHECK(count_named(ev, "X", "F") == 64);
+    CHECK(count_named(ev, "X", "B") == 64);
+    CHECK(count_named(ev, "X", "layer", false) == 256);
+    // One optimizer step per GPU.
+    CHECK(count_named(ev, "X", "optimizer step", false) == 16);
+    // Pipeline transfers: per replica 3 stage boundaries x 4 microbatches, both directions = 24,
+    // x 2 replicas = 48; each is sent by both TP ranks: 96 send and 96 receive slices.
+    CHECK(count_named(ev, "X", "send act ") == 48);
+    CHECK(count_named(ev, "X", "send grad ") == 48);
+    CHECK(count_named(ev, "X", "recv act ") + count_named(ev, "X", "recv grad ") == 96);
+    // Flows: one per transfer and TP rank, pass -> send -> receive -> pass.
+    CHECK(check_flows(ev, tracks) == 96);
+    std::size_t steps = 0;
+    for (const auto& e : ev)
+        if (e["ph"] == "t") ++steps;
+    CHECK(steps == 2 * 96);
+    // DP gradient sync on every GPU (one chunk per stage).
+    CHECK(count_named(ev, "X", "dp gradient sync", false) == 16);
+
+    // Processes: cluster (pid 1) and the two nodes (pids 2, 3).
+    std::set<std::string> processes;
+    for (const auto& e : ev)
+        if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+    CHECK(processes == std::set<std::string>{"cluster", "node 0", "node 1"});
+
+    // Pass arguments.
+    bool checked_args = false;
+    for (const auto& e : ev) {
+        if (e["ph"] != "X" || e["name"] != "F0" || e["pid"] != 2) continue;
+        const auto& a = e["args"];
+        CHECK(a["layers"] == 2);
+        CHECK(a["microbatch"] == 0);
+        CHECK(a["model_flops"].get<double>() > 0);
+        // 2 layers x 100 us of forward compute.
+        CHECK(a["compute_us"].get<double>() == doctest::Approx(200.0));
+        checked_args = true;
+    }
+    CHECK(checked_args);
+
+    // Counters: inter-node links by default on a multi-node cluster; one value per time per
+    // counter, percentages.
+    std::map<std::string, std::int64_t> last;
+    std::size_t counters = 0;
+    for (const auto& e : ev) {
+        if (e["ph"] != "C") continue;
+        ++counters;
+        const std::string key = std::to_string(e["pid"].get<int>()) + e["name"].get<std::string>();
+        const auto ts = ps_of(e["ts"]);
+        if (last.count(key)) CHECK(ts > last[key]);
+        last[key] = ts;
+        const double v = e["args"]["%"];
+        CHECK(v >= 0.0);
+        CHECK(v <= 100.0 + 1e-9);
+    }
+    CHECK(counters > 0);
+
+    CHECK(count_named(ev, "i", "iteration start", false) == 1);
+    CHECK(count_named(ev, "i", "iteration end", false) == 1);
+    CHECK(doc["metadata"]["iteration_time_s"].get<double>() == summary.iteration_time_s);
+    CHECK(doc["metadata"]["schedule"] == "1f1b");
+    CHECK_FALSE(doc["metadata"].contains("wall_time_s"));
+}
+
+TEST_CASE("traces are byte-identical across runs and do not depend on the output path") {
+    for (const char* ext : {".json", ".pftrace"}) {
+        const auto a = test::trace_dir() / (std::string("first") + ext);
+        std::filesystem::create_directories(test::trace_dir() / "elsewhere");
+        const auto b = test::trace_dir() / "elsewhere" / (std::string("second-name") + ext);
+        test::run_fixture(a);
+        test::run_fixture(b);
+        const auto x = test::read_bytes(a), y = test::read_bytes(b);
+        CHECK(!x.empty());
+        CHECK_MESSAGE(x == y, ext);
+    }
+}
+
+TEST_CASE("--trace-ranks keeps the chosen GPUs, their node's links and their arrows") {
+    const auto path = test::trace_dir() / "ranks.json";
+    report::TraceOptions opt;
+    opt.ranks = {0, 1};  // stage 0 of replica 0 (tp-cp-dp-pp: GPU = tp + 2 dp + 4 stage)
+    test::run_fixture(path, opt);
+    const json doc = load(path);
+    const json& ev = doc["traceEvents"];
+    const auto tracks = check_slices(ev);
+    std::set<std::string> threads;
+    for (const auto& e : ev) {
+        if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"]);
+        if (e["ph"] == "X" || e["ph"] == "C") CHECK(e["pid"].get<int>() <= 2);  // cluster, node 0
+    }
+    for (const auto& t : threads)
+        CHECK_MESSAGE((t == "iteration" || t.rfind("GPU 0 ", 0) == 0 || t.rfind("GPU 1 ", 0) == 0),
+                      t);
+    // Each traced GPU: 4 forwards whose activation leaves (pass -> send), 4 backwards whose
+    // gradient arrives (receive -> pass); the other ends are not traced.
+    CHECK(check_flows(ev, tracks) == 2 * (4 + 4));
+    CHECK(count_named(ev, "X", "F") == 8);
+}
+
+TEST_CASE("--trace-links none / all") {
+    const auto none = test::trace_dir() / "links-none.json";
+    const auto all = test::trace_dir() / "links-all.json";
+    const auto inter = test::trace_dir() / "links-inter.json";
+    report::TraceOptions opt;
+    opt.links = report::TraceLinks::None;
+    test::run_fixture(none, opt);
+    opt.links = report::TraceLinks::All;
+    test::run_fixture(all, opt);
+    opt.links = report::TraceLinks::InterNode;
+    test::run_fixture(inter, opt);
+    const auto names = [](const std::filesystem::path& p) {
+        std::set<std::string> s;
+        const json doc = load(p);
+        for (const auto& e : doc["traceEvents"])
+            if (e["ph"] == "C") s.insert(e["name"].get<std::string>());
+        return s;
+    };
+    CHECK(names(none).empty());
+    const auto a = names(all), i = names(inter);
+    CHECK(!i.empty());
+    // The intra-node (NVSwitch) links carry the TP-rank pipeline and DP traffic inside a node:
+    // "all" shows strictly more links than "inter-node", and every inter-node one.
+    CHECK(a.size() > i.size());
+    for (const auto& n : i)
+        CHECK(a.count(n) == 1);
+}
+
+TEST_CASE("an unknown trace extension is a ConfigError and leaves no file") {
+    const auto path = test::trace_dir() / "trace.txt";
+    CHECK_THROWS_AS(test::run_fixture(path), ConfigError);
+    CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("a pass expands into its steps; blocking collectives also go on the TP track") {
+    using workload::Step;
+    auto cluster = test::chain_cluster(2);
+    workload::PassPlan plan;
+    Step qkv;
+    qkv.label = "qkv";
+    qkv.duration = Time::us(10);
+    Step ar;
+    ar.kind = Step::Kind::Collective;
+    ar.label = "all-reduce tp";
+    ar.collective = network::CollectiveKind::AllReduce;
+    ar.group = workload::GroupKind::Tp;
+    ar.size = Bytes{1 << 20};
+    Step mlp;
+    mlp.label = "mlp";
+    mlp.duration = Time::us(20);
+    mlp.repeat = 2;
+    plan.steps = {qkv, ar, mlp};
+
+    for (bool with_costs : {true, false}) {
+        report::TraceContext ctx;
+        ctx.cluster = cluster.get();
+        ctx.workers = {replay::Worker{0, 0, {0, 1}}};
+        ctx.tp = 2;
+        ctx.first_layer = {0};
+        ctx.layers = {1};
+        if (with_costs) ctx.collective_time = [](int, const Step&) { return Time::us(5); };
+        const auto path = test::trace_dir() / (with_costs ? "steps-a.json" : "steps-b.json");
+        report::TraceWriter w(path, ctx, {});
+        replay::PassRecord p;
+        p.worker = 0;
+        p.start = Time::us(100);
+        p.compute = Time::us(50);    // 10 + 2 x 20
+        p.collective = Time::us(5);  // the all-reduce
+        p.end = Time::us(155);
+        p.plan = &plan;
+        p.id = 1;
+        w.on_pass(p);
+        w.on_iteration_end(p.end);
+        w.finish(json::object());
+
+        const json ev = load(path)["traceEvents"];
+        check_slices(ev);
+        // Expected tiling of [100, 155] us: qkv [100, 110], all-reduce [110, 115],
+        // mlp [115, 135], mlp [135, 155]; the all-reduce again on GPU 0's and GPU 1's TP track.
+        std::map<std::string, std::vector<std::pair<double, double>>> got;
+        std::map<int, std::string> thread_names;
+        for (const auto& e : ev)
+            if (e["ph"] == "M" && e["name"] == "thread_name")
+                thread_names[e["tid"].get<int>()] = e["args"]["name"];
+        for (const auto& e : ev)
+            if (e["ph"] == "X")
+                got[thread_names[e["tid"].get<int>()] + "/" + e["name"].get<std::string>()]
+                    .push_back({e["ts"].get<double>(), e["dur"].get<double>()});
+        using V = std::vector<std::pair<double, double>>;
+        CHECK(got["GPU 0 compute/F0"] == V{{100, 55}});
+        CHECK(got["GPU 0 compute/qkv"] == V{{100, 10}});
+        CHECK(got["GPU 0 compute/all-reduce tp"] == V{{110, 5}});
+        CHECK(got["GPU 0 compute/mlp"] == V{{115, 20}, {135, 20}});
+        CHECK(got["GPU 0 tp comm/all-reduce tp"] == V{{110, 5}});
+        CHECK(got["GPU 1 tp comm/all-reduce tp"] == V{{110, 5}});
+        for (const auto& e : ev)
+            if (e["ph"] == "X" && e["name"] == "all-reduce tp" && e["args"].contains("peers"))
+                CHECK(e["args"]["peers"] == "0,1");
+    }
+}
