@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     app.fallthrough();
     cs::cli::register_run(app);
     cs::cli::register_compare(app);
+    cs::cli::register_validate(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");
