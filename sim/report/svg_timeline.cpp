@@ -249,11 +249,11 @@ void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& pa
                 << " microbatch " << b.microbatch << " chunk " << b.chunk << ": "
                 << format_in(b.start.seconds(), axis) << "-" << format_in(b.end.seconds(), axis)
                 << " " << axis.unit << "</title></rect>\n";
-            // A label only where it fits (about 6.5 px per character at 11 px).
-            if (w >= 6.5 * static_cast<double>(label.size()) + 3)
+            // A label only where it fits (about 6 px per character at 10 px).
+            if (w >= 6.0 * static_cast<double>(label.size()) + 2)
                 out << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
-                    << "\" text-anchor=\"middle\" fill=\"" << (light ? "#222222" : "#ffffff")
-                    << "\">" << label << "</text>\n";
+                    << "\" text-anchor=\"middle\" font-size=\"10\" fill=\""
+                    << (light ? "#222222" : "#ffffff") << "\">" << label << "</text>\n";
         }
         const double axis_y = rows_top + p.rows * (kRowHeight + kRowGap) + 2;
         out << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(axis_y) << "\" x2=\""

@@ -178,6 +178,10 @@ TEST_CASE("svg timeline: blocks scale to the longest iteration") {
     b.schedule = "two<&>";
     b.iteration_time = Time::ms(20);
     b.blocks = {TimelineBlock{1, 3, 1, Pass::BackwardWeight, Time::ms(10), Time::ms(20)}};
+    // The checker itself rejects what it should.
+    CHECK(check_balanced("<g><rect x=\"1\"></g>") != "");
+    CHECK(check_balanced("<g><rect x=\"1\"/>") != "");
+    CHECK(check_balanced("<g><rect x=\"1\"/></g>") == "");
     std::ostringstream out;
     cs::report::write_svg_timelines(out, {a, b});
     const std::string svg = out.str();
