@@ -427,8 +427,9 @@ void write_doc(const std::filesystem::path& file, const std::vector<Family>& fam
             std::stringstream buffer;
             buffer << in.rdbuf();
             const std::string text = buffer.str();
+            // Without the marker the whole file is hand-written text: keep it all.
             const auto at = text.find(kGeneratedMarker);
-            if (at != std::string::npos) intro = text.substr(0, at);
+            intro = at == std::string::npos ? text + "\n" : text.substr(0, at);
         }
     }
     write_file_atomically(file, [&](std::ostream& out) {
