@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     app.fallthrough();
     cs::cli::register_run(app);
     cs::cli::register_compare(app);
+    cs::cli::register_topology(app);
+    cs::cli::register_collective(app);
     cs::cli::register_validate(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");

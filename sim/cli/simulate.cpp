@@ -10,9 +10,13 @@
 
 namespace cs::cli {
 
-report::Summary simulate(const workload::ExperimentSpec& spec, const SimulateOptions& options) {
+report::Summary simulate(const workload::ExperimentSpec& experiment,
+                         const SimulateOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
-    const std::string name = options.schedule.empty() ? spec.schedule : options.schedule;
+    const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
+    // The copy names the schedule actually run, so that messages about it say so.
+    workload::ExperimentSpec spec = experiment;
+    spec.schedule = name;
     auto sched = schedule::make_schedule(name);
     if (!sched)
         throw ConfigError(spec.schedule_where, "unknown schedule \"" + name + "\"; expected " +
