@@ -1,25 +1,38 @@
 #include "report/chrome_trace.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include "core/errors.hpp"
 
 namespace cs::report {
 
-std::string trace_timestamp(Time t) {
-    const std::int64_t ps = t.count_ps();
-    const char* sign = ps < 0 ? "-" : "";
-    const long long a = static_cast<long long>(ps < 0 ? -ps : ps);
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "%s%lld.%06lld", sign, a / 1000000, a % 1000000);
-    return buf;
+namespace {
+// Appends "12.345678" (microseconds, six decimals) for `ps` picoseconds.
+void append_timestamp(std::string& out, std::int64_t ps) {
+    if (ps < 0) {
+        out += '-';
+        ps = -ps;
+    }
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof buf, ps / 1000000);
+    out.append(buf, r.ptr);
+    const std::int64_t frac = ps % 1000000;
+    char digits[7] = {'.', '0', '0', '0', '0', '0', '0'};
+    std::int64_t f = frac;
+    for (int i = 6; i >= 1; --i, f /= 10)
+        digits[i] = static_cast<char>('0' + f % 10);
+    out.append(digits, 7);
 }
 
-std::string json_escape(const std::string& s) {
-    std::string out;
-    out.reserve(s.size());
+void append_int(std::string& out, std::int64_t v) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+}
+
+void append_escaped(std::string& out, const std::string& s) {
     for (char c : s) {
         const auto u = static_cast<unsigned char>(c);
         if (c == '"' || c == '\\') {
@@ -33,48 +46,87 @@ std::string json_escape(const std::string& s) {
             out += c;
         }
     }
+}
+
+void append_number(std::string& out, double v) {
+    if (!std::isfinite(v)) {
+        out += "null";
+        return;
+    }
+    // Shortest decimal that reads back to the same double.
+    char buf[40];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+}
+}  // namespace
+
+std::string trace_timestamp(Time t) {
+    std::string s;
+    append_timestamp(s, t.count_ps());
+    return s;
+}
+
+std::string json_escape(const std::string& s) {
+    std::string out;
+    append_escaped(out, s);
     return out;
 }
 
 std::string json_number(double v) {
-    if (!std::isfinite(v)) return "null";
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.15g", v);
-    if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
+    std::string out;
+    append_number(out, v);
+    return out;
 }
 
 namespace {
-void write_args(std::ostream& out, const TraceArgs& args) {
-    out << '{';
+void append_args(std::string& out, const TraceArgs& args) {
+    out += '{';
     bool first = true;
     for (const auto& a : args) {
-        if (!first) out << ',';
+        if (!first) out += ',';
         first = false;
-        out << '"' << json_escape(a.key) << "\":";
+        out += '"';
+        append_escaped(out, a.key);
+        out += "\":";
         switch (a.kind) {
             case TraceArg::Kind::Int:
-                out << a.int_value;
+                append_int(out, a.int_value);
                 break;
             case TraceArg::Kind::Double:
-                out << json_number(a.double_value);
+                append_number(out, a.double_value);
                 break;
             case TraceArg::Kind::String:
-                out << '"' << json_escape(a.string_value) << '"';
+                out += '"';
+                append_escaped(out, a.string_value);
+                out += '"';
                 break;
         }
     }
-    out << '}';
+    out += '}';
 }
+
+// "pid":P,"tid":T
+void append_thread(std::string& out, int pid, std::uint64_t tid) {
+    out += "\"pid\":";
+    append_int(out, pid);
+    out += ",\"tid\":";
+    append_int(out, static_cast<std::int64_t>(tid));
+}
+
+constexpr std::size_t kFlushBytes = 1 << 16;
 }  // namespace
 
 ChromeJsonSink::ChromeJsonSink(const std::filesystem::path& path)
     : file_(path), out_(file_.stream()) {
-    out_ << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    buf_ = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
 }
 
 void ChromeJsonSink::begin_event() {
-    if (!first_) out_ << ",\n";
+    if (buf_.size() >= kFlushBytes) {
+        out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+        buf_.clear();
+    }
+    if (!first_) buf_ += ",\n";
     first_ = false;
 }
 
@@ -88,11 +140,17 @@ const ChromeJsonSink::Track& ChromeJsonSink::find(std::uint64_t uuid) const {
 void ChromeJsonSink::process(std::uint64_t uuid, int pid, const std::string& name) {
     tracks_[uuid] = Track{pid, "", ""};
     begin_event();
-    out_ << "{\"ph\":\"M\",\"pid\":" << pid << ",\"name\":\"process_name\",\"args\":{\"name\":\""
-         << json_escape(name) << "\"}}";
+    buf_ += "{\"ph\":\"M\",\"pid\":";
+    append_int(buf_, pid);
+    buf_ += ",\"name\":\"process_name\",\"args\":{\"name\":\"";
+    append_escaped(buf_, name);
+    buf_ += "\"}}";
     begin_event();
-    out_ << "{\"ph\":\"M\",\"pid\":" << pid
-         << ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":" << pid << "}}";
+    buf_ += "{\"ph\":\"M\",\"pid\":";
+    append_int(buf_, pid);
+    buf_ += ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":";
+    append_int(buf_, pid);
+    buf_ += "}}";
 }
 
 void ChromeJsonSink::group(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int) {
@@ -104,11 +162,17 @@ void ChromeJsonSink::track(std::uint64_t uuid, std::uint64_t parent, const std::
     const Track& p = find(parent);
     Track t{p.pid, p.name.empty() ? name : p.name + " " + name, ""};
     begin_event();
-    out_ << "{\"ph\":\"M\",\"pid\":" << t.pid << ",\"tid\":" << uuid
-         << ",\"name\":\"thread_name\",\"args\":{\"name\":\"" << json_escape(t.name) << "\"}}";
+    buf_ += "{\"ph\":\"M\",";
+    append_thread(buf_, t.pid, uuid);
+    buf_ += ",\"name\":\"thread_name\",\"args\":{\"name\":\"";
+    append_escaped(buf_, t.name);
+    buf_ += "\"}}";
     begin_event();
-    out_ << "{\"ph\":\"M\",\"pid\":" << t.pid << ",\"tid\":" << uuid
-         << ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":" << next_sort_++ << "}}";
+    buf_ += "{\"ph\":\"M\",";
+    append_thread(buf_, t.pid, uuid);
+    buf_ += ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":";
+    append_int(buf_, next_sort_++);
+    buf_ += "}}";
     tracks_[uuid] = std::move(t);
 }
 
@@ -119,12 +183,17 @@ void ChromeJsonSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
 
 void ChromeJsonSink::complete(const TraceSlice& s, int pid) {
     begin_event();
-    out_ << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << s.track
-         << ",\"ts\":" << trace_timestamp(s.start)
-         << ",\"dur\":" << trace_timestamp(s.end - s.start) << ",\"name\":\"" << json_escape(s.name)
-         << "\",\"args\":";
-    write_args(out_, s.args);
-    out_ << '}';
+    buf_ += "{\"ph\":\"X\",";
+    append_thread(buf_, pid, s.track);
+    buf_ += ",\"ts\":";
+    append_timestamp(buf_, s.start.count_ps());
+    buf_ += ",\"dur\":";
+    append_timestamp(buf_, (s.end - s.start).count_ps());
+    buf_ += ",\"name\":\"";
+    append_escaped(buf_, s.name);
+    buf_ += "\",\"args\":";
+    append_args(buf_, s.args);
+    buf_ += '}';
 }
 
 void ChromeJsonSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& children) {
@@ -135,11 +204,17 @@ void ChromeJsonSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& c
                          : f.role == FlowRef::Role::Step ? "t"
                                                          : "f";
         begin_event();
-        out_ << "{\"ph\":\"" << ph << "\",\"id\":" << f.id << ",\"pid\":" << pid
-             << ",\"tid\":" << s.track << ",\"ts\":" << trace_timestamp(s.start)
-             << ",\"name\":\"dependency\",\"cat\":\"pipeline\"";
-        if (f.role == FlowRef::Role::End) out_ << ",\"bp\":\"e\"";
-        out_ << '}';
+        buf_ += "{\"ph\":\"";
+        buf_ += ph;
+        buf_ += "\",\"id\":";
+        append_int(buf_, static_cast<std::int64_t>(f.id));
+        buf_ += ',';
+        append_thread(buf_, pid, s.track);
+        buf_ += ",\"ts\":";
+        append_timestamp(buf_, s.start.count_ps());
+        buf_ += ",\"name\":\"dependency\",\"cat\":\"pipeline\"";
+        if (f.role == FlowRef::Role::End) buf_ += ",\"bp\":\"e\"";
+        buf_ += '}';
     }
     for (const auto& c : children)
         complete(c, pid);
@@ -149,25 +224,39 @@ void ChromeJsonSink::instant(std::uint64_t track, Time at, const std::string& na
                              const TraceArgs& args) {
     const int pid = find(track).pid;
     begin_event();
-    out_ << "{\"ph\":\"i\",\"s\":\"t\",\"pid\":" << pid << ",\"tid\":" << track
-         << ",\"ts\":" << trace_timestamp(at) << ",\"name\":\"" << json_escape(name)
-         << "\",\"args\":";
-    write_args(out_, args);
-    out_ << '}';
+    buf_ += "{\"ph\":\"i\",\"s\":\"t\",";
+    append_thread(buf_, pid, track);
+    buf_ += ",\"ts\":";
+    append_timestamp(buf_, at.count_ps());
+    buf_ += ",\"name\":\"";
+    append_escaped(buf_, name);
+    buf_ += "\",\"args\":";
+    append_args(buf_, args);
+    buf_ += '}';
 }
 
 void ChromeJsonSink::counter(std::uint64_t track, Time at, double value) {
     const Track& t = find(track);
     begin_event();
-    out_ << "{\"ph\":\"C\",\"pid\":" << t.pid << ",\"ts\":" << trace_timestamp(at) << ",\"name\":\""
-         << json_escape(t.name) << "\",\"args\":{\"" << json_escape(t.unit)
-         << "\":" << json_number(value) << "}}";
+    buf_ += "{\"ph\":\"C\",\"pid\":";
+    append_int(buf_, t.pid);
+    buf_ += ",\"ts\":";
+    append_timestamp(buf_, at.count_ps());
+    buf_ += ",\"name\":\"";
+    append_escaped(buf_, t.name);
+    buf_ += "\",\"args\":{\"";
+    append_escaped(buf_, t.unit);
+    buf_ += "\":";
+    append_number(buf_, value);
+    buf_ += "}}";
 }
 
 void ChromeJsonSink::finish(const TraceArgs& metadata) {
-    out_ << "\n],\"metadata\":";
-    write_args(out_, metadata);
-    out_ << "}\n";
+    buf_ += "\n],\"metadata\":";
+    append_args(buf_, metadata);
+    buf_ += "}\n";
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
     file_.commit();
 }
 

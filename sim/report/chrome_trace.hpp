@@ -12,9 +12,9 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <ostream>
 #include <string>
+#include <unordered_map>
 
 #include "core/atomic_file.hpp"
 #include "report/trace_sink.hpp"
@@ -49,7 +49,8 @@ class ChromeJsonSink final : public TraceSink {
 
     AtomicFile file_;
     std::ostream& out_;
-    std::map<std::uint64_t, Track> tracks_;
+    std::unordered_map<std::uint64_t, Track> tracks_;
+    std::string buf_;  // pending output, written out in blocks
     bool first_ = true;
     int next_sort_ = 0;
 };
@@ -58,7 +59,7 @@ class ChromeJsonSink final : public TraceSink {
 std::string trace_timestamp(Time t);
 // JSON string literal contents: quotes, backslashes and control characters escaped.
 std::string json_escape(const std::string& s);
-// Shortest round-tripping decimal of a double ("%.17g" family), "null" for non-finite values.
+// Shortest decimal that reads back to the same double; "null" for non-finite values.
 std::string json_number(double v);
 
 }  // namespace cs::report

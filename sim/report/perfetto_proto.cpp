@@ -48,11 +48,14 @@ std::uint64_t to_ns(Time t) {
 }  // namespace
 
 void ProtoBuffer::varint(std::uint64_t v) {
+    char buf[10];
+    int n = 0;
     while (v >= 0x80) {
-        data_ += static_cast<char>((v & 0x7f) | 0x80);
+        buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
         v >>= 7;
     }
-    data_ += static_cast<char>(v);
+    buf[n++] = static_cast<char>(v);
+    data_.append(buf, static_cast<std::size_t>(n));
 }
 
 void ProtoBuffer::varint_field(int field, std::uint64_t v) {
@@ -66,8 +69,14 @@ void ProtoBuffer::sint_as_varint_field(int field, std::int64_t v) {
 
 void ProtoBuffer::fixed64_field(int field, std::uint64_t v) {
     varint(static_cast<std::uint64_t>(field) << 3 | kFixed64);
+    char buf[8];
     for (int i = 0; i < 8; ++i)
-        data_ += static_cast<char>((v >> (8 * i)) & 0xff);
+        buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+    data_.append(buf, 8);
+}
+
+void ProtoBuffer::append_raw(const std::string& bytes) {
+    data_ += bytes;
 }
 
 void ProtoBuffer::double_field(int field, double v) {
@@ -94,9 +103,14 @@ void PerfettoProtoSink::write_packet(const std::string& payload_fields, std::uin
         first_packet_ = false;
     }
     if (flags != 0) packet_.varint_field(packet::kSequenceFlags, flags);
-    ProtoBuffer framed;
-    framed.bytes_field(trace::kPacket, packet_.data() + payload_fields);
-    out_.write(framed.data().data(), static_cast<std::streamsize>(framed.data().size()));
+    packet_.append_raw(payload_fields);
+    out_buf_.bytes_field(trace::kPacket, packet_.data());
+    if (out_buf_.data().size() >= (1u << 16)) flush();
+}
+
+void PerfettoProtoSink::flush() {
+    out_.write(out_buf_.data().data(), static_cast<std::streamsize>(out_buf_.data().size()));
+    out_buf_.clear();
 }
 
 void PerfettoProtoSink::process(std::uint64_t uuid, int pid, const std::string& name) {
@@ -243,7 +257,7 @@ void PerfettoProtoSink::counter(std::uint64_t track, Time at, double value) {
 void PerfettoProtoSink::finish(const TraceArgs&) {
     // The writer already put the metadata on the "summary" instant; the protobuf format has no
     // trace-level metadata map that TrackEvent producers fill.
-    out_.flush();
+    flush();
     file_.commit();
 }
 

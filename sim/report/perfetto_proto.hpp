@@ -40,6 +40,7 @@ class ProtoBuffer {
     void fixed64_field(int field, std::uint64_t v);
     void double_field(int field, double v);
     void bytes_field(int field, const std::string& bytes);  // also strings and sub-messages
+    void append_raw(const std::string& bytes);              // already-encoded fields
     const std::string& data() const { return data_; }
     void clear() { data_.clear(); }
 
@@ -80,7 +81,9 @@ class PerfettoProtoSink final : public TraceSink {
     bool first_packet_ = true;
     std::unordered_map<std::string, std::uint64_t> event_names_, arg_names_;
     ProtoBuffer interned_;  // InternedData entries new in the packet being built
+    void flush();
     ProtoBuffer packet_;
+    ProtoBuffer out_buf_;  // encoded packets not yet written out
 };
 
 }  // namespace cs::report

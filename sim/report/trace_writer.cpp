@@ -179,8 +179,9 @@ std::uint64_t TraceWriter::gpu_group(int gpu) {
 
 std::uint64_t TraceWriter::lane_track(int gpu, Stream stream, Time start, Time end) {
     const std::uint64_t key = static_cast<std::uint64_t>(gpu) * kStreams + stream;
-    auto& ends = lane_ends_[key];
-    auto& tracks = lane_tracks_[key];
+    auto& lanes = lanes_[key];
+    auto& ends = lanes.ends;
+    auto& tracks = lanes.tracks;
     std::size_t lane = 0;
     // A lane takes the slice only if it starts after everything already on the lane: slices
     // arrive out of start order (transfers are reported when received), and this keeps each
@@ -384,15 +385,44 @@ void TraceWriter::emit_pass(Pending& e) {
     args.push_back(TraceArg::real("compute_us", us(p.compute)));
     args.push_back(TraceArg::real("collective_us", us(p.collective)));
 
+    // Steps are the same on every GPU of the worker; only their track differs.
+    std::vector<TraceSlice> children;
+    children.reserve(spans.size());
+    for (const auto& span : spans) {
+        TraceSlice c;
+        c.start = span.start;
+        c.end = span.end;
+        c.name = span.step->label;
+        if (span.step->kind == workload::Step::Kind::Compute) {
+            c.args.push_back(
+                TraceArg::real("model_flops", span.step->model_flops.value * span.repeat));
+            if (span.step->hbm_bytes.value > 0)
+                c.args.push_back(TraceArg::real(
+                    "hbm_bytes", static_cast<double>(span.step->hbm_bytes.value) * span.repeat));
+        } else {
+            c.args = {TraceArg::text("collective", network::collective_name(span.step->collective)),
+                      TraceArg::text("group", workload::group_kind_name(span.step->group)),
+                      TraceArg::integer("bytes", span.step->size.value)};
+        }
+        if (span.repeat > 1)
+            c.args.push_back(TraceArg::integer("repeat", span.repeat));
+        else if (span.step->repeat > 1)
+            c.args.push_back(TraceArg::integer("execution", span.index));
+        children.push_back(std::move(c));
+    }
+
+    TraceSlice s;
+    s.start = p.start;
+    s.end = p.end;
+    s.name = name;
+    s.args = std::move(args);
+    const std::size_t base_args = s.args.size();
     for (std::size_t g = 0; g < w.gpus.size(); ++g) {
         const int gpu = w.gpus[g];
         if (!traced(gpu)) continue;
-        TraceSlice s;
         s.track = lane_track(gpu, kCompute, p.start, p.end);
-        s.start = p.start;
-        s.end = p.end;
-        s.name = name;
-        s.args = args;
+        s.args.resize(base_args);
+        s.flows.clear();
         if (e.from_worker >= 0) {
             s.args.push_back(TraceArg::integer(
                 "input_from_gpu", ctx_.workers[static_cast<std::size_t>(e.from_worker)].gpus[g]));
@@ -405,32 +435,8 @@ void TraceWriter::emit_pass(Pending& e) {
         }
         if (e.in_flow[g]) s.flows.push_back({e.in_flow[g], FlowRef::Role::End});
         if (e.out_flow[g]) s.flows.push_back({e.out_flow[g], FlowRef::Role::Begin});
-
-        std::vector<TraceSlice> children;
-        children.reserve(spans.size());
-        for (const auto& span : spans) {
-            TraceSlice c;
+        for (auto& c : children)
             c.track = s.track;
-            c.start = span.start;
-            c.end = span.end;
-            c.name = span.step->label;
-            if (span.step->kind == workload::Step::Kind::Compute) {
-                c.args = {
-                    TraceArg::real("model_flops", span.step->model_flops.value * span.repeat),
-                    TraceArg::real("hbm_bytes",
-                                   static_cast<double>(span.step->hbm_bytes.value) * span.repeat)};
-            } else {
-                c.args = {
-                    TraceArg::text("collective", network::collective_name(span.step->collective)),
-                    TraceArg::text("group", workload::group_kind_name(span.step->group)),
-                    TraceArg::integer("bytes", span.step->size.value)};
-            }
-            if (span.repeat > 1)
-                c.args.push_back(TraceArg::integer("repeat", span.repeat));
-            else if (span.step->repeat > 1)
-                c.args.push_back(TraceArg::integer("execution", span.index));
-            children.push_back(std::move(c));
-        }
         sink_->slice(s, children);
 
         for (const auto& span : spans) {

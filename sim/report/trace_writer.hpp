@@ -138,8 +138,11 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     std::uint64_t next_flow_ = 1;
     std::unordered_map<int, std::uint64_t> processes_, gpus_groups_, links_groups_;
     std::vector<std::uint64_t> gpu_groups_;
-    std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> lane_tracks_;  // per gpu/stream
-    std::unordered_map<std::uint64_t, std::vector<Time>> lane_ends_;
+    struct Lanes {
+        std::vector<Time> ends;  // latest end on each lane
+        std::vector<std::uint64_t> tracks;
+    };
+    std::unordered_map<std::uint64_t, Lanes> lanes_;  // per GPU and stream
     std::uint64_t iteration_track_ = 0;
     std::vector<std::deque<Pending>> queues_;
     std::unordered_map<std::uint64_t, Incoming> incoming_;  // by receiving pass id
