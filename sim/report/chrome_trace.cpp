@@ -138,7 +138,7 @@ const ChromeJsonSink::Track& ChromeJsonSink::find(std::uint64_t uuid) const {
 }
 
 void ChromeJsonSink::process(std::uint64_t uuid, int pid, const std::string& name) {
-    tracks_[uuid] = Track{pid, "", ""};
+    tracks_[uuid] = Track{pid, "", "", 0};
     begin_event();
     buf_ += "{\"ph\":\"M\",\"pid\":";
     append_int(buf_, pid);
@@ -153,14 +153,16 @@ void ChromeJsonSink::process(std::uint64_t uuid, int pid, const std::string& nam
     buf_ += "}}";
 }
 
-void ChromeJsonSink::group(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int) {
+void ChromeJsonSink::group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                           int rank) {
     // Only the innermost group names a thread ("GPU 3" + "compute"); outer groups just nest.
-    tracks_[uuid] = Track{find(parent).pid, name, ""};
+    tracks_[uuid] = Track{find(parent).pid, name, "", rank};
 }
 
-void ChromeJsonSink::track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int) {
+void ChromeJsonSink::track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                           int rank) {
     const Track& p = find(parent);
-    Track t{p.pid, p.name.empty() ? name : p.name + " " + name, ""};
+    Track t{p.pid, p.name.empty() ? name : p.name + " " + name, "", rank};
     begin_event();
     buf_ += "{\"ph\":\"M\",";
     append_thread(buf_, t.pid, uuid);
@@ -171,14 +173,15 @@ void ChromeJsonSink::track(std::uint64_t uuid, std::uint64_t parent, const std::
     buf_ += "{\"ph\":\"M\",";
     append_thread(buf_, t.pid, uuid);
     buf_ += ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":";
-    append_int(buf_, next_sort_++);
+    // Threads sort by their group's rank (the GPU), then their own (the stream).
+    append_int(buf_, static_cast<std::int64_t>(p.rank) * 4096 + rank);
     buf_ += "}}";
     tracks_[uuid] = std::move(t);
 }
 
 void ChromeJsonSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
                                    const std::string& name, const std::string& unit, int) {
-    tracks_[uuid] = Track{find(parent).pid, name, unit};
+    tracks_[uuid] = Track{find(parent).pid, name, unit, 0};
 }
 
 void ChromeJsonSink::complete(const TraceSlice& s, int pid) {

@@ -2,7 +2,7 @@
 // {"displayTimeUnit": "ns", "traceEvents": [...], "metadata": {...}}, streamed event by event.
 //
 // Mapping of the TraceSink model: a process is a JSON process (pid), a slice track is a thread
-// (tid = its uuid, named "<group> <track>" and sorted by declaration order), a slice is a complete
+// (tid = its uuid, named "<group> <track>", sorted by group then track rank), a slice is a complete
 // event ("X") followed by its children, flows are v1 flow events ("s" / "t" / "f" with bp "e")
 // placed at the start of the slice they bind to and written right after it, so they bind to that
 // slice and not to its children; counters are "C" events of their process, instants "i" events
@@ -42,6 +42,7 @@ class ChromeJsonSink final : public TraceSink {
         int pid = 0;
         std::string name;  // group prefix for groups, full name for tracks, counter name
         std::string unit;
+        int rank = 0;  // order among siblings
     };
     void begin_event();
     void complete(const TraceSlice& s, int pid);
@@ -52,7 +53,6 @@ class ChromeJsonSink final : public TraceSink {
     std::unordered_map<std::uint64_t, Track> tracks_;
     std::string buf_;  // pending output, written out in blocks
     bool first_ = true;
-    int next_sort_ = 0;
 };
 
 // "12.345678" (microseconds) from picoseconds, exactly.
