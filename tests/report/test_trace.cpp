@@ -12,6 +12,7 @@
 #include "core/errors.hpp"
 #include "report/trace_writer.hpp"
 #include "trace_test_support.hpp"
+#include "workload/experiment.hpp"
 
 using namespace cs;
 using nlohmann::json;
@@ -331,4 +332,34 @@ TEST_CASE("a pass expands into its steps; blocking collectives also go on the TP
             if (e["ph"] == "X" && e["name"] == "all-reduce tp" && e["args"].contains("peers"))
                 CHECK(e["args"]["peers"] == "0,1");
     }
+}
+
+TEST_CASE("V-shaped placement: chunks handed over on one GPU get pass-to-pass arrows") {
+    const auto spec = workload::load_experiment(
+        std::filesystem::path(CLUSTERSIM_SOURCE_DIR) / "tests/report/sixteen-gpus-v.yaml",
+        {"topology.nodes=2"});
+    const auto path = test::trace_dir() / "zbv.json";
+    cli::SimulateOptions opt;
+    opt.trace = path;
+    cli::simulate(spec, opt);
+    const json doc = load(path);
+    const json& ev = doc["traceEvents"];
+    const auto tracks = check_slices(ev);
+    // 8 virtual stages (4 GPUs x 2 chunks) per replica: 7 boundaries x 8 microbatches in each
+    // direction = 112 dependencies, x 2 replicas x 2 TP ranks = 448 arrows. ZB-V places virtual
+    // stages 3 and 4 on the last GPU, so 8 activations + 8 gradients per replica stay on the GPU:
+    // 16 x 2 x 2 = 64 arrows go straight from pass to pass (2 points), the rest have 4.
+    CHECK(check_flows(ev, tracks) == 448);
+    std::map<std::uint64_t, int> points;
+    for (const auto& e : ev)
+        if (e["ph"] == "s" || e["ph"] == "t" || e["ph"] == "f")
+            ++points[e["id"].get<std::uint64_t>()];
+    int direct = 0, via_network = 0;
+    for (const auto& [id, n] : points) {
+        if (n == 2) ++direct;
+        if (n == 4) ++via_network;
+    }
+    CHECK(direct == 64);
+    CHECK(via_network == 448 - 64);
+    CHECK(count_named(ev, "X", "W") == 16 * 2 * 8);  // a weight pass per GPU, chunk, microbatch
 }
