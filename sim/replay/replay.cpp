@@ -56,6 +56,7 @@ struct Replay::WorkerState {
     int dp_done = 0;                            // chunks whose gradients are synchronised
     bool optimizer_started = false;
     bool optimizer_done = false;
+    bool parameters_done = false;  // distributed optimizer: updated parameters gathered back
     Time last_compute_end = Time::zero();
 };
 
@@ -64,6 +65,7 @@ struct Replay::Message {
     int remaining = 0;
     int key = -1;    // arrival key at the destination (p2p)
     int stage = -1;  // DP: the stage whose replicas all wait for it
+    bool parameters = false;  // DP: the parameter all-gather after a sharded optimizer step
 };
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
@@ -333,6 +335,36 @@ void Replay::maybe_start_optimizer(int worker) {
     sim_.schedule_at(sim_.now() + step, handler_, kOptimizerDone, static_cast<std::uint64_t>(worker));
 }
 
+void Replay::start_parameter_gather(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
+    if (!dev.dp_sharded || layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
+        st.parameters_done = true;
+        return;
+    }
+    // Megatron's distributed optimizer updates a 1/dp shard and all-gathers the updated 16-bit
+    // parameters (without --overlap-param-gather this is exposed before the next forward). The
+    // last replica of the stage to finish its optimizer step launches it for all.
+    for (int d = 0; d < layout_.dp; ++d)
+        if (!states_[static_cast<std::size_t>(worker_of(w.stage, d))].optimizer_done) return;
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpParameters;
+    msg.record.src_worker = msg.record.dst_worker = worker;
+    msg.record.bytes = Bytes{dev.dp_gradient_bytes.value * shape_.chunks};
+    msg.record.start = sim_.now();
+    msg.stage = w.stage;
+    msg.parameters = true;
+    const int members = layout_.tp * layout_.cp;
+    msg.remaining = members;
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    for (int m = 0; m < members; ++m)
+        network_->collective(network::CollectiveKind::AllGather,
+                             dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
+                             msg.record.bytes, network::Algorithm::Auto, id);
+}
+
 void Replay::on_event(Simulation& sim, const Event& event) {
     switch (event.kind) {
         case kPassDone:
@@ -348,6 +380,7 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             st.last_compute_end = sim.now();
             st.optimizer_done = true;
             end_time_ = std::max(end_time_, sim.now());
+            start_parameter_gather(worker);
             break;
         }
         case kLocalDelivery: {
@@ -365,6 +398,15 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     if (--msg.remaining > 0) return;
     msg.record.end = sim.now();
     end_time_ = std::max(end_time_, sim.now());
+    if (msg.stage >= 0 && msg.parameters) {  // sharded optimizer: parameters are back
+        for (auto* o : observers_) o->on_transfer(msg.record);
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int w = worker_of(msg.stage, d);
+            emit_idle(w, sim.now(), IdleCause::Collective);
+            states_[static_cast<std::size_t>(w)].parameters_done = true;
+        }
+        return;
+    }
     if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
         for (auto* o : observers_) o->on_transfer(msg.record);
         for (int d = 0; d < layout_.dp; ++d) {
@@ -382,7 +424,7 @@ ReplayResult Replay::run() {
     sim_.run();
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
-        if (!st.finished_ops || !st.optimizer_done) {
+        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
             const auto& order = orders_[static_cast<std::size_t>(workers_[w].stage)];
             std::string what = "deadlock: pipeline stage " + std::to_string(workers_[w].stage) +
                                " stopped";

@@ -116,6 +116,7 @@ private:
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
     void maybe_start_optimizer(int worker);
+    void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
     int worker_of(int stage, int dp) const { return stage * layout_.dp + dp; }
     int arrival_key(int chunk, int microbatch, bool gradient) const;
