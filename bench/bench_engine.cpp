@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
         const auto t0 = std::chrono::steady_clock::now();
         while (hold.remaining > 0 && sim.step()) {
         }
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double processed = static_cast<double>(sim.events_processed());
         std::printf("%-12llu %-14.0f %-10.3f %-14.3g\n", static_cast<unsigned long long>(depth),
                     processed, s, processed / s);

@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
     const int max_gpus = argc > 1 ? std::atoi(argv[1]) : 16384;
     const std::string experiment =
         argc > 2 ? argv[2] : (cs::cli::data_root() / "workloads" / "default.yaml").string();
-    std::printf("%-7s %-5s %-9s %-9s %-11s %-12s %-10s %-12s\n", "GPUs", "dp", "load s",
-                "sim s", "events", "iteration s", "MFU", "peak RSS MiB");
+    std::printf("%-7s %-5s %-9s %-9s %-11s %-12s %-10s %-12s\n", "GPUs", "dp", "load s", "sim s",
+                "events", "iteration s", "MFU", "peak RSS MiB");
     for (int gpus = 256; gpus <= max_gpus; gpus *= 4) {
         const int dp = gpus / 64;
         const std::vector<std::string> sets = {

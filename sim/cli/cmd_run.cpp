@@ -1,9 +1,9 @@
 // clustersim run [EXPERIMENT.yaml] [--set key=value]... [--json FILE] [--trace FILE]
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <chrono>
 #include <iostream>
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
 #include "cli/simulate.hpp"
@@ -32,30 +32,30 @@ std::function<void(Time)> progress_reporter() {
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (wall < 1.0) return;
-        std::cerr << "\rsimulated " << format_time(t) << " (" << static_cast<int>(wall)
-                  << " s)   " << std::flush;
+        std::cerr << "\rsimulated " << format_time(t) << " (" << static_cast<int>(wall) << " s)   "
+                  << std::flush;
         shown = true;
     };
 }
 
 void run(const RunArgs& a) {
-    std::filesystem::path path = a.experiment.empty()
-                                     ? data_root() / "workloads" / "default.yaml"
-                                     : std::filesystem::path(a.experiment);
+    std::filesystem::path path = a.experiment.empty() ? data_root() / "workloads" / "default.yaml"
+                                                      : std::filesystem::path(a.experiment);
     auto spec = workload::load_experiment(path, collect_overrides(a.megatron_args, a.sets));
-    for (const auto& w : spec.warnings) spdlog::warn("{}", w);
+    for (const auto& w : spec.warnings)
+        spdlog::warn("{}", w);
     SimulateOptions opt;
     opt.schedule = a.schedule;
     if (!a.trace.empty()) opt.trace = a.trace;
-    if (!a.trace_ranks.empty()) opt.trace_options.ranks = parse_rank_list(a.trace_ranks, "--trace-ranks");
+    if (!a.trace_ranks.empty())
+        opt.trace_options.ranks = parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
     opt.progress = progress_reporter();
     const auto summary = simulate(spec, opt);
     if (opt.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     if (!a.json.empty())
-        write_file_atomically(a.json, [&](std::ostream& out) {
-            out << report::to_json(summary).dump(2) << "\n";
-        });
+        write_file_atomically(
+            a.json, [&](std::ostream& out) { out << report::to_json(summary).dump(2) << "\n"; });
     std::cout << "experiment            " << spec.source << "\n";
     report::print_summary(std::cout, summary);
     if (!a.trace.empty())
@@ -75,8 +75,9 @@ void register_run(CLI::App& app) {
         ->type_name("\"--tensor-model-parallel-size 8 ...\"");
     cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule");
     cmd->add_option("--json", args->json, "Write the summary as JSON");
-    cmd->add_option("--trace", args->trace,
-                    "Write a timeline: FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)");
+    cmd->add_option(
+        "--trace", args->trace,
+        "Write a timeline: FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)");
     cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
         ->type_name("RANKS");
     cmd->add_option("--trace-links", args->trace_links,

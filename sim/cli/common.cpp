@@ -2,8 +2,8 @@
 
 #include <climits>
 
-#include "cli/commands.hpp"
 #include <spdlog/spdlog.h>
+#include "cli/commands.hpp"
 
 #include <fstream>
 #include <sstream>
@@ -54,10 +54,11 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
             text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         const std::size_t dash = part.find('-');
         auto to_int = [&](const std::string& s) {
-            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos ||
-                s.size() > 9)
-                throw ConfigError(where, "expected GPU numbers like 0-7 or 0,2,4 or 0-3,8-11; "
-                                         "cannot read \"" + s + "\"");
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 9)
+                throw ConfigError(where,
+                                  "expected GPU numbers like 0-7 or 0,2,4 or 0-3,8-11; "
+                                  "cannot read \"" +
+                                      s + "\"");
             return std::stoi(s);
         };
         if (dash == std::string::npos) {
@@ -65,7 +66,8 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
         } else {
             const int a = to_int(part.substr(0, dash)), b = to_int(part.substr(dash + 1));
             if (b < a) throw ConfigError(where, "range " + part + " runs backwards");
-            for (int r = a; r <= b; ++r) out.push_back(r);
+            for (int r = a; r <= b; ++r)
+                out.push_back(r);
         }
         if (comma == std::string::npos) break;
         pos = comma + 1;
@@ -90,7 +92,8 @@ std::vector<std::string> collect_overrides(const std::string& megatron_args,
         }
         std::vector<std::string> warnings;
         auto derived = workload::megatron_args_to_overrides(text, warnings);
-        for (const auto& w : warnings) spdlog::warn("--megatron-args: {}", w);
+        for (const auto& w : warnings)
+            spdlog::warn("--megatron-args: {}", w);
         bool layout_changed = false;
         for (const auto& d : derived)
             if (d.rfind("parallelism.", 0) == 0) layout_changed = true;

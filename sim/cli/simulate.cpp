@@ -1,7 +1,7 @@
 #include "cli/simulate.hpp"
 
-#include <chrono>
 #include <spdlog/spdlog.h>
+#include <chrono>
 
 #include "config/document.hpp"
 #include "report/trace_writer.hpp"
@@ -19,9 +19,9 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
     spec.schedule = name;
     auto sched = schedule::make_schedule(name);
     if (!sched)
-        throw ConfigError(spec.schedule_where, "unknown schedule \"" + name + "\"; expected " +
-                                                   config::join_alternatives(
-                                                       schedule::schedule_names()));
+        throw ConfigError(spec.schedule_where,
+                          "unknown schedule \"" + name + "\"; expected " +
+                              config::join_alternatives(schedule::schedule_names()));
     const int chunks = sched->chunks_for(spec.layout.vpp);
     if (spec.layout.vpp > 1 && chunks == 1)
         spdlog::warn("schedule {} has no virtual stages: vpp = {} is ignored", name,

@@ -138,7 +138,9 @@ void apply_override(Document& doc, const std::string& key, const std::string& va
 Reader::Reader(const Document& doc, YAML::Node node, std::string key_path)
     : doc_(&doc), node_(std::move(node)), path_(std::move(key_path)) {}
 
-Reader root_reader(const Document& doc) { return Reader(doc, doc.root, ""); }
+Reader root_reader(const Document& doc) {
+    return Reader(doc, doc.root, "");
+}
 
 std::string Reader::child_path(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
@@ -194,7 +196,9 @@ std::string Reader::scalar_text(const std::string& key, const char* expected) co
     return v.Scalar();
 }
 
-std::string Reader::string(const std::string& key) const { return scalar_text(key, "a string"); }
+std::string Reader::string(const std::string& key) const {
+    return scalar_text(key, "a string");
+}
 
 std::string Reader::string_or(const std::string& key, const std::string& fallback) const {
     return has(key) ? string(key) : fallback;
@@ -304,8 +308,8 @@ std::optional<Bytes> Reader::bytes_opt(const std::string& key) const {
     return bytes(key);
 }
 Bandwidth Reader::bandwidth(const std::string& key) const {
-    auto bw = parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits,
-                                         "a bandwidth");
+    auto bw =
+        parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits, "a bandwidth");
     if (!(bw.bytes_per_s > 0)) fail(key, "a bandwidth must be greater than zero");
     return bw;
 }
@@ -314,8 +318,8 @@ std::optional<Bandwidth> Reader::bandwidth_opt(const std::string& key) const {
     return bandwidth(key);
 }
 FlopRate Reader::flop_rate(const std::string& key) const {
-    auto r = parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits,
-                                       "a compute rate");
+    auto r =
+        parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits, "a compute rate");
     if (!(r.flops_per_s > 0)) fail(key, "a compute rate must be greater than zero");
     return r;
 }
@@ -340,7 +344,8 @@ std::vector<Reader> Reader::list_of_maps(const std::string& key) const {
     for (std::size_t i = 0; i < v.size(); ++i) {
         const YAML::Node item = v[i];
         Reader r(*doc_, item, child_path(key) + "." + std::to_string(i));
-        if (!item.IsMap()) r.fail_here("expected a mapping of keys to values, found " + describe(item));
+        if (!item.IsMap())
+            r.fail_here("expected a mapping of keys to values, found " + describe(item));
         out.push_back(r);
     }
     return out;
@@ -349,7 +354,8 @@ std::vector<Reader> Reader::list_of_maps(const std::string& key) const {
 std::vector<std::string> Reader::keys() const {
     std::vector<std::string> out;
     const YAML::Node& cn = node_;
-    for (auto it = cn.begin(); it != cn.end(); ++it) out.push_back(it->first.Scalar());
+    for (auto it = cn.begin(); it != cn.end(); ++it)
+        out.push_back(it->first.Scalar());
     return out;
 }
 
@@ -360,10 +366,11 @@ void Reader::finish() const {
         if (accepted_.count(k)) continue;
         SourceLocation where = mark_location(doc_->display_path, it->first.Mark());
         auto ov = doc_->overrides.find(child_path(k));
-        if (ov != doc_->overrides.end()) where = SourceLocation{"--set " + ov->first + "=" + ov->second};
+        if (ov != doc_->overrides.end())
+            where = SourceLocation{"--set " + ov->first + "=" + ov->second};
         std::vector<std::string> names(accepted_order_.begin(), accepted_order_.end());
-        throw ConfigError(where, "unknown key '" + child_path(k) + "'; accepted keys here: " +
-                                     join_alternatives(names));
+        throw ConfigError(where, "unknown key '" + child_path(k) +
+                                     "'; accepted keys here: " + join_alternatives(names));
     }
 }
 

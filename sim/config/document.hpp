@@ -48,7 +48,7 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 void apply_override(Document& doc, const std::string& key, const std::string& value);
 
 class Reader {
-public:
+  public:
     Reader(const Document& doc, YAML::Node node, std::string key_path);
 
     // Location of this mapping, or of one of its keys' values.
@@ -94,7 +94,7 @@ public:
     const Document& document() const { return *doc_; }
     const std::string& key_path() const { return path_; }
 
-private:
+  private:
     std::string child_path(const std::string& key) const;
     std::string scalar_text(const std::string& key, const char* expected) const;
 

@@ -12,8 +12,8 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
     if (folder.empty()) folder = ".";
     std::error_code ec;
     if (!std::filesystem::is_directory(folder, ec))
-        throw ConfigError(SourceLocation{shown}, "cannot write: folder '" + folder.string() +
-                                                     "' does not exist");
+        throw ConfigError(SourceLocation{shown},
+                          "cannot write: folder '" + folder.string() + "' does not exist");
     if (std::filesystem::is_directory(target_, ec))
         throw ConfigError(SourceLocation{shown}, "cannot write: is a directory");
     tmp_ = target_;
@@ -29,7 +29,9 @@ AtomicFile::~AtomicFile() {
     std::filesystem::remove(tmp_, ec);
 }
 
-std::ostream& AtomicFile::stream() { return *out_; }
+std::ostream& AtomicFile::stream() {
+    return *out_;
+}
 
 void AtomicFile::commit() {
     const std::string shown = target_.string();

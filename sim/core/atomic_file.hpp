@@ -18,7 +18,7 @@ void write_file_atomically(const std::filesystem::path& target,
 // For writers that stream while a simulation runs: the stream goes to a temporary file that
 // commit() renames over the target; destroying an uncommitted AtomicFile removes the temporary.
 class AtomicFile {
-public:
+  public:
     explicit AtomicFile(std::filesystem::path target);  // throws ConfigError like above
     AtomicFile(const AtomicFile&) = delete;
     AtomicFile& operator=(const AtomicFile&) = delete;
@@ -26,7 +26,7 @@ public:
     std::ostream& stream();
     void commit();
 
-private:
+  private:
     std::filesystem::path target_, tmp_;
     std::unique_ptr<std::ofstream> out_;
     bool committed_ = false;

@@ -20,13 +20,13 @@ struct SourceLocation {
 // Bad input of any kind: a missing file, bad YAML, an unknown key, a wrong unit, an impossible
 // layout. what() is the complete message shown to the user.
 class ConfigError : public std::runtime_error {
-public:
+  public:
     ConfigError(const SourceLocation& where, const std::string& message);
     explicit ConfigError(const std::string& message);  // for errors with no place in a file
     const SourceLocation& where() const { return where_; }
     const std::string& message() const { return message_; }
 
-private:
+  private:
     SourceLocation where_;
     std::string message_;
 };
@@ -34,12 +34,12 @@ private:
 // A broken invariant found while simulating (time going backwards, overflow, a deadlocked
 // schedule). Carries the simulated time and the component that noticed.
 class SimulationError : public std::runtime_error {
-public:
+  public:
     SimulationError(const std::string& component, const std::string& message,
                     Time at = Time::zero());
     Time at() const { return at_; }
 
-private:
+  private:
     Time at_;
 };
 

@@ -23,7 +23,8 @@ std::optional<std::pair<double, std::string_view>> split_number(std::string_view
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || !std::isfinite(value) || value < 0) return std::nullopt;
     std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
-    while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+    while (!unit.empty() && unit.front() == ' ')
+        unit.remove_prefix(1);
     return std::make_pair(value, unit);
 }
 
@@ -48,9 +49,9 @@ std::optional<Time> parse_time(std::string_view text) {
 
 std::optional<Bytes> parse_bytes(std::string_view text) {
     static const UnitScale table[] = {
-        {"B", 1},       {"KB", 1e3},           {"MB", 1e6},           {"GB", 1e9},
-        {"TB", 1e12},   {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
-        {"TiB", 1099511627776.0}};
+        {"B", 1},           {"KB", 1e3},           {"MB", 1e6},
+        {"GB", 1e9},        {"TB", 1e12},          {"KiB", 1024.0},
+        {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
     auto s = scaled(text, table);
     if (!s || *s > 9.0e18) return std::nullopt;
     return Bytes{static_cast<std::int64_t>(std::llround(*s))};
@@ -58,9 +59,9 @@ std::optional<Bytes> parse_bytes(std::string_view text) {
 
 std::optional<Bandwidth> parse_bandwidth(std::string_view text) {
     static const UnitScale table[] = {
-        {"bps", 0.125},   {"Kbps", 125.0},  {"Mbps", 1.25e5},       {"Gbps", 1.25e8},
-        {"Tbps", 1.25e11}, {"B/s", 1},      {"KB/s", 1e3},          {"MB/s", 1e6},
-        {"GB/s", 1e9},    {"TB/s", 1e12},   {"KiB/s", 1024.0},      {"MiB/s", 1048576.0},
+        {"bps", 0.125},         {"Kbps", 125.0}, {"Mbps", 1.25e5},  {"Gbps", 1.25e8},
+        {"Tbps", 1.25e11},      {"B/s", 1},      {"KB/s", 1e3},     {"MB/s", 1e6},
+        {"GB/s", 1e9},          {"TB/s", 1e12},  {"KiB/s", 1024.0}, {"MiB/s", 1048576.0},
         {"GiB/s", 1073741824.0}};
     auto s = scaled(text, table);
     if (!s) return std::nullopt;

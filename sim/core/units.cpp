@@ -13,7 +13,8 @@ void throw_time_overflow(const char* what) {
 
 Time Time::from_seconds_ceil(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0)
-        throw SimulationError("core", "a duration must be a finite, non-negative number of seconds");
+        throw SimulationError("core",
+                              "a duration must be a finite, non-negative number of seconds");
     const double ps = std::ceil(seconds * 1e12 - 1e-6);  // tolerate binary noise below 1e-6 ps
     if (ps >= 9.2e18) throw_time_overflow("seconds to Time conversion");
     return Time::ps(ps < 0 ? 0 : static_cast<std::int64_t>(ps));

@@ -18,7 +18,7 @@ namespace cs {
 [[noreturn]] void throw_time_overflow(const char* what);
 
 class Time {
-public:
+  public:
     constexpr Time() = default;
     static constexpr Time ps(std::int64_t v) { return Time{v}; }
     static constexpr Time ns(std::int64_t v) { return Time{v * 1000}; }
@@ -52,7 +52,7 @@ public:
         return Time{r};
     }
 
-private:
+  private:
     constexpr explicit Time(std::int64_t ps) : ps_(ps) {}
     std::int64_t ps_ = 0;
 };

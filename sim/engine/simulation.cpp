@@ -22,8 +22,8 @@ HandlerId Simulation::add_handler(EventHandler& handler) {
 void Simulation::schedule_at(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
                              std::uint64_t b) {
     if (at < now_)
-        throw SimulationError("engine",
-                              "event scheduled in the past (at " + format_time(at) + ")", now_);
+        throw SimulationError("engine", "event scheduled in the past (at " + format_time(at) + ")",
+                              now_);
     if (handler >= handlers_.size())
         throw SimulationError("engine", "event for an unregistered handler", now_);
     const std::uint64_t seq = next_seq_++;
@@ -82,7 +82,8 @@ void Simulation::run() {
 
 void Simulation::run_until(Time limit) {
     stopped_ = false;
-    while (!stopped_ && !heap_.empty() && heap_.front().at <= limit) step();
+    while (!stopped_ && !heap_.empty() && heap_.front().at <= limit)
+        step();
 }
 
 }  // namespace cs

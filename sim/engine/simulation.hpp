@@ -27,13 +27,13 @@ struct Event {
 };
 
 class EventHandler {
-public:
+  public:
     virtual ~EventHandler() = default;
     virtual void on_event(Simulation& sim, const Event& event) = 0;
 };
 
 class Simulation {
-public:
+  public:
     Simulation() = default;
     Simulation(const Simulation&) = delete;
     Simulation& operator=(const Simulation&) = delete;
@@ -69,7 +69,7 @@ public:
         shuffle_seed_ = seed;
     }
 
-private:
+  private:
     static bool before(const Event& x, const Event& y) {
         return x.at < y.at || (x.at == y.at && x.order < y.order);
     }

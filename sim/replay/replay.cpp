@@ -21,7 +21,8 @@ CollectiveCosts::CollectiveCosts(const topology::Cluster& cluster,
                                  const network::NetworkConfig& config)
     : cluster_(cluster), config_(config) {}
 
-Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size) {
+Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>& group,
+                           Bytes size) {
     if (group.size() <= 1 || size.value <= 0 || config_.fidelity == network::Fidelity::Ideal)
         return Time::zero();
     const auto key = std::make_tuple(static_cast<int>(kind), group, size.value);
@@ -63,8 +64,8 @@ struct Replay::WorkerState {
 struct Replay::Message {
     TransferRecord record;
     int remaining = 0;
-    int key = -1;    // arrival key at the destination (p2p)
-    int stage = -1;  // DP: the stage whose replicas all wait for it
+    int key = -1;             // arrival key at the destination (p2p)
+    int stage = -1;           // DP: the stage whose replicas all wait for it
     bool parameters = false;  // DP: the parameter all-gather after a sharded optimizer step
 };
 
@@ -95,11 +96,13 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             w.stage = s;
             w.dp = d;
             for (int c = 0; c < layout_.cp; ++c)
-                for (int t = 0; t < layout_.tp; ++t) w.gpus.push_back(rank_of(t, c, d, s));
+                for (int t = 0; t < layout_.tp; ++t)
+                    w.gpus.push_back(rank_of(t, c, d, s));
             workers_.push_back(std::move(w));
         }
     orders_.resize(static_cast<std::size_t>(layout_.pp));
-    for (int s = 0; s < layout_.pp; ++s) orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
+    for (int s = 0; s < layout_.pp; ++s)
+        orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
 
     const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
     states_.resize(workers_.size());
@@ -132,15 +135,21 @@ int Replay::arrival_key(int chunk, int microbatch, bool gradient) const {
 const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int vs) const {
     const auto& c = plan_.virtual_stages[static_cast<std::size_t>(vs)];
     switch (op.pass) {
-        case Pass::Forward: return c.forward;
-        case Pass::Backward: return c.backward;
-        case Pass::BackwardInput: return c.backward_input;
-        case Pass::BackwardWeight: return c.backward_weight;
+        case Pass::Forward:
+            return c.forward;
+        case Pass::Backward:
+            return c.backward;
+        case Pass::BackwardInput:
+            return c.backward_input;
+        case Pass::BackwardWeight:
+            return c.backward_weight;
     }
     return c.forward;
 }
 
-Time Replay::pass_compute(const workload::PassPlan& plan) const { return plan.compute_time(); }
+Time Replay::pass_compute(const workload::PassPlan& plan) const {
+    return plan.compute_time();
+}
 
 Time Replay::pass_collective(const workload::PassPlan& plan) {
     auto it = pass_comm_cache_.find(&plan);
@@ -174,7 +183,8 @@ Time Replay::pass_collective(const workload::PassPlan& plan) {
 void Replay::emit_idle(int worker, Time until, IdleCause cause) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     if (until > st.idle_since)
-        for (auto* o : observers_) o->on_idle(worker, st.idle_since, until, cause);
+        for (auto* o : observers_)
+            o->on_idle(worker, st.idle_since, until, cause);
     st.idle_since = until;
 }
 
@@ -218,7 +228,8 @@ void Replay::try_start(int worker) {
         if (msg >= 0) {
             auto& rec = messages_[static_cast<std::size_t>(msg)].record;
             rec.to_pass = r.id;
-            for (auto* o : observers_) o->on_transfer(rec);
+            for (auto* o : observers_)
+                o->on_transfer(rec);
         }
     }
     st.busy = true;
@@ -239,7 +250,8 @@ void Replay::finish_pass(int worker) {
     st.idle_since = r.end;
     st.last_compute_end = r.end;
     end_time_ = std::max(end_time_, r.end);
-    for (auto* o : observers_) o->on_pass(r);
+    for (auto* o : observers_)
+        o->on_pass(r);
 
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const int last_vs = shape_.devices * shape_.chunks - 1;
@@ -283,8 +295,7 @@ void Replay::finish_pass(int worker) {
         }
     }
 
-    const bool completes_gradients =
-        (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
+    const bool completes_gradients = (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
     if (completes_gradients &&
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches)
         start_dp_sync(worker, r.chunk);
@@ -332,7 +343,8 @@ void Replay::maybe_start_optimizer(int worker) {
     const Time step = plan_.devices[static_cast<std::size_t>(w.stage)].optimizer_step;
     // Time between the last backward and the optimizer step waits on DP synchronisation.
     emit_idle(worker, sim_.now(), IdleCause::Collective);
-    sim_.schedule_at(sim_.now() + step, handler_, kOptimizerDone, static_cast<std::uint64_t>(worker));
+    sim_.schedule_at(sim_.now() + step, handler_, kOptimizerDone,
+                     static_cast<std::uint64_t>(worker));
 }
 
 void Replay::start_parameter_gather(int worker) {
@@ -375,7 +387,8 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             auto& st = states_[static_cast<std::size_t>(worker)];
             const Time start = st.idle_since;
             if (sim.now() > start)
-                for (auto* o : observers_) o->on_optimizer(worker, start, sim.now());
+                for (auto* o : observers_)
+                    o->on_optimizer(worker, start, sim.now());
             st.idle_since = sim.now();
             st.last_compute_end = sim.now();
             st.optimizer_done = true;
@@ -399,7 +412,8 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     msg.record.end = sim.now();
     end_time_ = std::max(end_time_, sim.now());
     if (msg.stage >= 0 && msg.parameters) {  // sharded optimizer: parameters are back
-        for (auto* o : observers_) o->on_transfer(msg.record);
+        for (auto* o : observers_)
+            o->on_transfer(msg.record);
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(msg.stage, d);
             emit_idle(w, sim.now(), IdleCause::Collective);
@@ -408,7 +422,8 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
         return;
     }
     if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
-        for (auto* o : observers_) o->on_transfer(msg.record);
+        for (auto* o : observers_)
+            o->on_transfer(msg.record);
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(msg.stage, d);
             ++states_[static_cast<std::size_t>(w)].dp_done;
@@ -420,14 +435,15 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
 }
 
 ReplayResult Replay::run() {
-    for (std::size_t w = 0; w < workers_.size(); ++w) try_start(static_cast<int>(w));
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        try_start(static_cast<int>(w));
     sim_.run();
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
         if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
             const auto& order = orders_[static_cast<std::size_t>(workers_[w].stage)];
-            std::string what = "deadlock: pipeline stage " + std::to_string(workers_[w].stage) +
-                               " stopped";
+            std::string what =
+                "deadlock: pipeline stage " + std::to_string(workers_[w].stage) + " stopped";
             if (st.cursor < order.size()) {
                 const auto& op = order[st.cursor];
                 what += " before " + std::string(schedule::pass_letter(op.pass)) +
@@ -443,7 +459,8 @@ ReplayResult Replay::run() {
     // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
     for (std::size_t w = 0; w < workers_.size(); ++w)
         emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
-    for (auto* o : observers_) o->on_iteration_end(end_time_);
+    for (auto* o : observers_)
+        o->on_iteration_end(end_time_);
     return ReplayResult{end_time_, sim_.events_processed()};
 }
 

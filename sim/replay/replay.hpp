@@ -58,7 +58,7 @@ struct TransferRecord {
 };
 
 class ReplayObserver {
-public:
+  public:
     virtual ~ReplayObserver() = default;
     virtual void on_pass(const PassRecord& pass) { (void)pass; }
     virtual void on_idle(int worker, Time start, Time end, IdleCause cause) {
@@ -74,23 +74,23 @@ public:
 
 // Cost of a collective run alone on the network model (cached per kind, group shape and size).
 class CollectiveCosts {
-public:
+  public:
     CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config);
     Time cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size);
 
-private:
+  private:
     const topology::Cluster& cluster_;
     network::NetworkConfig config_;
     std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
 };
 
 struct ReplayResult {
-    Time iteration_time;        // first op start (t = 0) to last op end
-    std::uint64_t events = 0;   // engine events processed
+    Time iteration_time;       // first op start (t = 0) to last op end
+    std::uint64_t events = 0;  // engine events processed
 };
 
 class Replay final : public EventHandler, public network::TransferClient {
-public:
+  public:
     Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
            const schedule::Schedule& schedule, const schedule::PipelineShape& shape);
     ~Replay() override;
@@ -108,7 +108,7 @@ public:
     void on_event(Simulation& sim, const Event& event) override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
-private:
+  private:
     struct WorkerState;
     struct Message;
     void try_start(int worker);

@@ -75,7 +75,8 @@ Summary summarize(const SummaryInputs& in) {
             std::int64_t per_chunk = 0;
             for (std::size_t vs = 0; vs < plan.virtual_stages.size(); ++vs)
                 if (static_cast<int>(vs % stages.size()) == static_cast<int>(i))
-                    per_chunk = std::max(per_chunk, plan.virtual_stages[vs].activation_memory.value);
+                    per_chunk =
+                        std::max(per_chunk, plan.virtual_stages[vs].activation_memory.value);
             st.peak_activation_bytes = per_chunk * in.peak_inflight[i];
         }
         s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
@@ -114,9 +115,9 @@ Summary summarize(const SummaryInputs& in) {
         ls.utilization = T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;
         s.links.push_back(std::move(ls));
     }
-    std::stable_sort(s.links.begin(), s.links.end(), [](const LinkSummary& a, const LinkSummary& b) {
-        return a.utilization > b.utilization;
-    });
+    std::stable_sort(
+        s.links.begin(), s.links.end(),
+        [](const LinkSummary& a, const LinkSummary& b) { return a.utilization > b.utilization; });
     for (const auto& d : plan.devices)
         if (d.memory.total > s.memory.total) s.memory = d.memory;
     return s;
@@ -181,9 +182,9 @@ std::string num(double v, const char* fmt = "%.4g") {
 
 void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
     out << "schedule              " << s.schedule << "\n"
-        << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp
-        << " cp=" << s.cp << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size
-        << " GPUs, " << s.microbatches << " microbatches)\n"
+        << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp << " cp=" << s.cp
+        << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size << " GPUs, "
+        << s.microbatches << " microbatches)\n"
         << "iteration time        " << format_time(Time::from_seconds_ceil(s.iteration_time_s))
         << "\n"
         << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
@@ -208,7 +209,8 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
     }
     if (!s.links.empty()) {
         out << "\nbusiest links (" << s.links.size() << " carried traffic)\n"
-            << "link                                   kind        bytes        util     max flows\n";
+            << "link                                   kind        bytes        util     max "
+               "flows\n";
         for (std::size_t i = 0; i < s.links.size() && i < max_links; ++i) {
             const auto& l = s.links[i];
             char line[200];

@@ -56,7 +56,7 @@ struct Summary {
 
 // Accumulates per-worker busy, collective and idle time from replay notifications.
 class MetricsObserver final : public replay::ReplayObserver {
-public:
+  public:
     explicit MetricsObserver(std::size_t workers);
     void on_pass(const replay::PassRecord& pass) override;
     void on_idle(int worker, Time start, Time end, replay::IdleCause cause) override;
@@ -69,7 +69,7 @@ public:
     const std::vector<PerWorker>& per_worker() const { return workers_; }
     double p2p_bytes_per_gpu() const { return p2p_bytes_; }
 
-private:
+  private:
     std::vector<PerWorker> workers_;
     double p2p_bytes_ = 0;
 };

@@ -14,8 +14,8 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     l.vpp = static_cast<int>(r.count_or("vpp", 1));
     l.sequence_parallel = r.boolean_or("sequence_parallel", false);
     l.distributed_optimizer = r.boolean_or("distributed_optimizer", false);
-    l.order = r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"},
-                       "tp-cp-dp-pp");
+    l.order =
+        r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"}, "tp-cp-dp-pp");
     const int model_parallel = l.tp * l.pp * l.cp;
     if (r.has("dp")) {
         l.dp = static_cast<int>(r.count("dp"));
@@ -50,7 +50,7 @@ TrainingSpec parse_training(const config::Reader& r) {
     t.global_batch_size = static_cast<int>(r.count("global_batch_size"));
     t.seq_length = static_cast<int>(r.count_or("seq_length", 2048));
     const auto rc = r.choice("recompute", {"none", "selective", "full"}, "none");
-    t.recompute = rc == "full" ? Recompute::Full
+    t.recompute = rc == "full"        ? Recompute::Full
                   : rc == "selective" ? Recompute::Selective
                                       : Recompute::None;
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
@@ -88,12 +88,15 @@ ComputeSpec parse_compute(const config::Reader& r) {
         if (per_layer) {
             const bool split = p.layer_backward_input || p.layer_backward_weight;
             if (p.layer_backward && split)
-                r.fail("layer_backward", "give layer_backward or layer_backward_input + "
-                                         "layer_backward_weight, not both");
+                r.fail("layer_backward",
+                       "give layer_backward or layer_backward_input + "
+                       "layer_backward_weight, not both");
             if (!p.layer_backward && !(p.layer_backward_input && p.layer_backward_weight))
-                r.fail_here("missing layer_backward (or both layer_backward_input and "
-                            "layer_backward_weight)");
-            if (p.stage_backward) r.fail("stage_backward", "stage_backward goes with stage_forward");
+                r.fail_here(
+                    "missing layer_backward (or both layer_backward_input and "
+                    "layer_backward_weight)");
+            if (p.stage_backward)
+                r.fail("stage_backward", "stage_backward goes with stage_forward");
         } else {
             if (!p.stage_backward) r.fail_here("missing stage_backward (stage_forward is given)");
             if (p.layer_backward || p.layer_backward_input || p.layer_backward_weight)
@@ -149,8 +152,9 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     // The topology: a path (resolved against the experiment's folder) or an inline mapping.
     const YAML::Node topo_node = root.value("topology");
     if (!topo_node.IsDefined() || topo_node.IsNull())
-        root.fail("topology", "missing; expected the path of a topology file, e.g. "
-                              "../topologies/h200-2gpu-nvlink.yaml");
+        root.fail("topology",
+                  "missing; expected the path of a topology file, e.g. "
+                  "../topologies/h200-2gpu-nvlink.yaml");
     std::shared_ptr<topology::Cluster> cluster;
     if (topo_node.IsScalar()) {
         config::Document tdoc;
@@ -162,16 +166,19 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
                               "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
                                   doc.resolve(topo_node.Scalar()).string() + "): " + e.message());
         }
-        for (const auto& [k, v] : topo_overrides) config::apply_override(tdoc, k, v);
+        for (const auto& [k, v] : topo_overrides)
+            config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
         cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
     } else if (topo_node.IsMap()) {
         // Inline topology: overrides address it as topology.<key> within the experiment itself.
-        for (const auto& [k, v] : topo_overrides) config::apply_override(doc, "topology." + k, v);
+        for (const auto& [k, v] : topo_overrides)
+            config::apply_override(doc, "topology." + k, v);
         config::Document tdoc = doc;
         tdoc.root = doc.root["topology"];
         tdoc.overrides.clear();
-        for (const auto& [k, v] : topo_overrides) tdoc.overrides[k] = v;
+        for (const auto& [k, v] : topo_overrides)
+            tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;
         cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
     } else {
@@ -212,11 +219,10 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     const config::Reader tr = root.map("training");
     const int per_step = t.micro_batch_size * l.dp;
     if (t.global_batch_size % per_step != 0)
-        tr.fail("global_batch_size",
-                "global_batch_size (" + std::to_string(t.global_batch_size) +
-                    ") must be a multiple of micro_batch_size x dp = " +
-                    std::to_string(t.micro_batch_size) + " x " + std::to_string(l.dp) + " = " +
-                    std::to_string(per_step));
+        tr.fail("global_batch_size", "global_batch_size (" + std::to_string(t.global_batch_size) +
+                                         ") must be a multiple of micro_batch_size x dp = " +
+                                         std::to_string(t.micro_batch_size) + " x " +
+                                         std::to_string(l.dp) + " = " + std::to_string(per_step));
     return spec;
 }
 

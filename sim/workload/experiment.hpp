@@ -50,7 +50,7 @@ struct ProfileCompute {
 struct RooflineCompute {
     double efficiency_scale = 1.0;  // multiplies the calibrated GEMM efficiency curve
     Time launch_overhead = Time::ns(4000);
-    Time op_overhead;               // extra fixed cost per compute op (default 0)
+    Time op_overhead;  // extra fixed cost per compute op (default 0)
 };
 
 struct ComputeSpec {
@@ -60,8 +60,8 @@ struct ComputeSpec {
 };
 
 struct ExperimentSpec {
-    std::string source;            // display path of the experiment file
-    std::string topology_source;   // display path of the topology file (or the experiment's)
+    std::string source;           // display path of the experiment file
+    std::string topology_source;  // display path of the topology file (or the experiment's)
     std::shared_ptr<const topology::Cluster> cluster;
     ModelSpec model;
     ParallelLayout layout;

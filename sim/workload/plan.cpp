@@ -9,10 +9,14 @@ namespace cs::workload {
 
 const char* group_kind_name(GroupKind g) {
     switch (g) {
-        case GroupKind::Tp: return "tp";
-        case GroupKind::Cp: return "cp";
-        case GroupKind::Ep: return "ep";
-        case GroupKind::Dp: return "dp";
+        case GroupKind::Tp:
+            return "tp";
+        case GroupKind::Cp:
+            return "cp";
+        case GroupKind::Ep:
+            return "ep";
+        case GroupKind::Dp:
+            return "dp";
     }
     return "?";
 }
@@ -26,13 +30,15 @@ Time PassPlan::compute_time() const {
 
 Flops PassPlan::model_flops() const {
     Flops f;
-    for (const auto& s : steps) f += Flops{s.model_flops.value * s.repeat};
+    for (const auto& s : steps)
+        f += Flops{s.model_flops.value * s.repeat};
     return f;
 }
 
 Flops PassPlan::hardware_flops() const {
     Flops f;
-    for (const auto& s : steps) f += Flops{s.hardware_flops.value * s.repeat};
+    for (const auto& s : steps)
+        f += Flops{s.hardware_flops.value * s.repeat};
     return f;
 }
 
@@ -70,14 +76,15 @@ void for_each_layer_run(const ModelSpec& m, int first, int count, F&& f) {
     while (start < first + count) {
         const bool moe = is_moe_layer(m, start);
         int end = start + 1;
-        while (end < first + count && is_moe_layer(m, end) == moe) ++end;
+        while (end < first + count && is_moe_layer(m, end) == moe)
+            ++end;
         f(moe, end - start);
         start = end;
     }
 }
 
-void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last,
-                        int chunks, bool split_backward) {
+void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last, int chunks,
+                        bool split_backward) {
     const auto& m = spec.model;
     const auto& t = spec.training;
     const auto& p = spec.compute.profile;
@@ -87,8 +94,9 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     // the trace's FLOP counts mean the same thing in both compute models.
     double fwd_flops = 0;
     for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
-        fwd_flops += layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size,
-                                         t.seq_length).value / group;
+        fwd_flops +=
+            layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size, t.seq_length).value /
+            group;
     const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
     const double recompute = t.recompute == Recompute::Full ? per_layer : 0;
 
@@ -104,8 +112,8 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
         const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
         // The weight gradient GEMMs carry half of the backward's 2x-forward FLOPs.
         if (p.layer_backward) {
-            c.backward.steps.push_back(compute_step("layer", bi + oh, 2 * per_layer,
-                                                    2 * per_layer + recompute, c.layers));
+            c.backward.steps.push_back(
+                compute_step("layer", bi + oh, 2 * per_layer, 2 * per_layer + recompute, c.layers));
         } else {
             const Time bw = *p.layer_backward_weight;
             c.backward.steps.push_back(compute_step("layer input grad", bi + oh, per_layer,
@@ -133,7 +141,8 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     if (last) {
         add_if_positive(c.forward, "output layer", p.output_forward, oh);
         add_if_positive(c.backward, "output layer", p.output_backward, oh);
-        if (split_backward) add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
+        if (split_backward)
+            add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
     }
     if (first) {
         add_if_positive(c.backward, "embedding", p.embedding_backward, oh);
@@ -197,8 +206,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         if (spec.compute.kind == ComputeSpec::Kind::Profile) {
             plan_profile_chunk(spec, c, first, last, chunks, split_backward);
             for_each_layer_run(m, c.first_layer, c.layers, [&](bool moe, int count) {
-                c.activation_memory +=
-                    Bytes{layer_activation_bytes(m, l, t, moe).value * count};
+                c.activation_memory += Bytes{layer_activation_bytes(m, l, t, moe).value * count};
             });
         } else {
             plan_roofline_chunk(spec, c, first, last);
@@ -211,8 +219,8 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         std::int64_t params = 0;
         for (int vs = 0; vs < vstages; ++vs)
             if (device_of(vs) == s)
-                params += parameters_per_gpu(m, l, vs * per_chunk, per_chunk, vs == 0,
-                                             vs == vstages - 1);
+                params +=
+                    parameters_per_gpu(m, l, vs * per_chunk, per_chunk, vs == 0, vs == vstages - 1);
         // Gradients are reduced in 16-bit (Megatron's default without
         // --accumulate-allreduce-grads-in-fp32), one bucket per model chunk.
         d.dp_gradient_bytes = Bytes{params * 2 / chunks};
@@ -243,8 +251,9 @@ void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
             if (device_of(vs) != s) continue;
             emb |= vs == 0;
             out |= vs == vstages - 1;
-            chunk_activation = std::max(
-                chunk_activation, plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+            chunk_activation =
+                std::max(chunk_activation,
+                         plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
         }
         // Parameters, gradients and optimizer states of the device's layers; activations are the
         // schedule's peak number of chunk activations held at once.

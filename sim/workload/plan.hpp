@@ -21,15 +21,15 @@ const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
 // waits for (TP/CP/EP collectives sit on the critical path of the layer).
 struct Step {
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
-    const char* label = "";   // static string: "layer", "qkv", "attention", "all-reduce tp", ...
-    Time duration;            // compute only
-    Flops model_flops;        // compute only: counted for MFU
-    Flops hardware_flops;     // compute only: including recomputation (HFU)
-    Bytes hbm_bytes;          // compute only
+    const char* label = "";  // static string: "layer", "qkv", "attention", "all-reduce tp", ...
+    Time duration;           // compute only
+    Flops model_flops;       // compute only: counted for MFU
+    Flops hardware_flops;    // compute only: including recomputation (HFU)
+    Bytes hbm_bytes;         // compute only
     network::CollectiveKind collective = network::CollectiveKind::AllReduce;
     GroupKind group = GroupKind::Tp;
-    Bytes size;               // collective only, nccl-tests size semantics
-    int repeat = 1;           // the step is executed `repeat` times back to back (e.g. per layer)
+    Bytes size;      // collective only, nccl-tests size semantics
+    int repeat = 1;  // the step is executed `repeat` times back to back (e.g. per layer)
 };
 
 struct PassPlan {
@@ -44,11 +44,11 @@ struct ChunkPlan {
     int first_layer = 0;
     int layers = 0;
     PassPlan forward;
-    PassPlan backward;         // full backward (input + weight gradients)
-    PassPlan backward_input;   // for schedules that split the backward
+    PassPlan backward;        // full backward (input + weight gradients)
+    PassPlan backward_input;  // for schedules that split the backward
     PassPlan backward_weight;
-    Bytes activation_bytes;    // p2p activation sent to the next virtual stage (per GPU)
-    Bytes activation_memory;   // activation memory held per in-flight microbatch (per GPU)
+    Bytes activation_bytes;   // p2p activation sent to the next virtual stage (per GPU)
+    Bytes activation_memory;  // activation memory held per in-flight microbatch (per GPU)
 };
 
 struct MemoryBreakdown {
@@ -57,10 +57,10 @@ struct MemoryBreakdown {
 
 // Per pipeline device: what does not depend on the microbatch.
 struct StagePlan {
-    Bytes dp_gradient_bytes;        // per GPU and per model chunk, synchronised across dp
-    bool dp_sharded = false;        // distributed optimizer: reduce-scatter + all-gather
+    Bytes dp_gradient_bytes;  // per GPU and per model chunk, synchronised across dp
+    bool dp_sharded = false;  // distributed optimizer: reduce-scatter + all-gather
     Time optimizer_step;
-    MemoryBreakdown memory;         // filled by the memory model (activations per schedule)
+    MemoryBreakdown memory;  // filled by the memory model (activations per schedule)
 };
 
 struct IterationPlan {
@@ -69,7 +69,7 @@ struct IterationPlan {
     int microbatches = 1;
     std::vector<ChunkPlan> virtual_stages;  // [virtual stage], p x chunks of them
     std::vector<StagePlan> devices;         // [pipeline stage]
-    Flops model_flops_per_iteration;     // whole cluster
+    Flops model_flops_per_iteration;        // whole cluster
     Flops hardware_flops_per_iteration;
     std::int64_t tokens_per_iteration = 0;
 };

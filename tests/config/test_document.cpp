@@ -41,8 +41,9 @@ TEST_CASE("missing units and wrong types are named") {
 
 TEST_CASE("bad YAML reports the parser's position") {
     CHECK(error_of([] { parse_document("a: [1, 2\n", "bad.yaml"); }).rfind("bad.yaml:", 0) == 0);
-    CHECK(error_of([] { parse_document("- 1\n- 2\n", "list.yaml"); })
-              .find("list.yaml:1:1: expected a YAML mapping") == 0);
+    CHECK(error_of([] {
+              parse_document("- 1\n- 2\n", "list.yaml");
+          }).find("list.yaml:1:1: expected a YAML mapping") == 0);
 }
 
 TEST_CASE("--set overrides create and replace keys and are named in errors") {

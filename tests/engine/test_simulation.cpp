@@ -26,7 +26,8 @@ TEST_CASE("events run in (time, insertion) order") {
     sim.schedule_at(Time::ps(5), h, 0, 3);  // same time as payload 1, inserted later
     sim.schedule_at(Time::ps(0), h, 0, 4);
     sim.run();
-    const std::vector<std::pair<std::int64_t, std::uint64_t>> expect{{0, 4}, {3, 2}, {5, 1}, {5, 3}};
+    const std::vector<std::pair<std::int64_t, std::uint64_t>> expect{
+        {0, 4}, {3, 2}, {5, 1}, {5, 3}};
     CHECK(r.seen == expect);
     CHECK(sim.events_processed() == 4);
     CHECK(sim.now() == Time::ps(5));
@@ -64,7 +65,8 @@ TEST_CASE("a large random workload pops in sorted order, also with shuffled ties
         std::uint64_t x = 12345;
         for (int i = 0; i < 20000; ++i) {
             x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            sim.schedule_at(Time::ps(static_cast<std::int64_t>(x >> 54)), 0, 0, static_cast<std::uint64_t>(i));
+            sim.schedule_at(Time::ps(static_cast<std::int64_t>(x >> 54)), 0, 0,
+                            static_cast<std::uint64_t>(i));
         }
         sim.run();
         REQUIRE(r.seen.size() == 20000);

@@ -37,8 +37,8 @@ struct Checker final : replay::ReplayObserver {
             ++violations;
         if (p.pass == Pass::Backward || p.pass == Pass::BackwardInput) {
             if (!ended_before(p.virtual_stage, F)) ++violations;
-            if (p.virtual_stage + 1 < virtual_stages &&
-                !ended_before(p.virtual_stage + 1, B) && !ended_before(p.virtual_stage + 1, Bi))
+            if (p.virtual_stage + 1 < virtual_stages && !ended_before(p.virtual_stage + 1, B) &&
+                !ended_before(p.virtual_stage + 1, Bi))
                 ++violations;
         }
         if (p.pass == Pass::BackwardWeight && !ended_before(p.virtual_stage, Bi)) ++violations;
@@ -56,9 +56,8 @@ Outcome run(const workload::ExperimentSpec& spec, const std::string& name) {
     const int chunks = sched->chunks_for(spec.layout.vpp);
     schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
     REQUIRE(sched->check(shape).empty());
-    auto plan = workload::plan_iteration(spec, chunks, sched->splits_backward(), [&](int vs) {
-        return sched->place(shape, vs, 0).device;
-    });
+    auto plan = workload::plan_iteration(spec, chunks, sched->splits_backward(),
+                                         [&](int vs) { return sched->place(shape, vs, 0).device; });
     replay::Replay replay(spec, plan, *sched, shape);
     Outcome out;
     out.checker.virtual_stages = shape.devices * chunks;

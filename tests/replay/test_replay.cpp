@@ -10,7 +10,8 @@ TEST_CASE("pipeline transfers over a link add their time to the critical path") 
     // b s h = 1 x 1024 x 1024 values in 16 bits is 2,097,152 bytes; over a 100 GB/s link that is
     // 20.97152 us, plus the link's 1 us latency. The path is F0, send, F1, B1, send back, B0:
     // 3 + 21.97152 + 3 + 7 + 21.97152 + 7 = 63.94304 us.
-    auto spec = test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    auto spec =
+        test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
     cli::SimulateOptions opt;
     opt.schedule = "1f1b";
     const auto s = cli::simulate(spec, opt);
@@ -37,7 +38,8 @@ TEST_CASE("analytical and ideal fidelities") {
 }
 
 TEST_CASE("results are deterministic: two runs give identical summaries") {
-    auto spec = test::profile_experiment(4, 16, 8, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    auto spec =
+        test::profile_experiment(4, 16, 8, Time::us(3), Time::us(7), network::Fidelity::Flow);
     cli::SimulateOptions opt;
     auto a = report::to_json(cli::simulate(spec, opt));
     auto b = report::to_json(cli::simulate(spec, opt));
@@ -52,7 +54,8 @@ TEST_CASE("profile extras: embedding, output layer, optimizer step and op overhe
     // 0.5 us overhead: F = (1+0.5) + 2(3+0.5) + (2+0.5) = 11 us; B = 2(7+0.5) + (4+0.5) + (1+0.5)
     // = 21 us with output_backward 4 us and embedding_backward 1 us. Optimizer 5 us once:
     // T = 2 (11 + 21) + 5 = 69 us.
-    auto spec = test::profile_experiment(1, 2, 2, Time::us(3), Time::us(7), network::Fidelity::Ideal);
+    auto spec =
+        test::profile_experiment(1, 2, 2, Time::us(3), Time::us(7), network::Fidelity::Ideal);
     auto& p = spec.compute.profile;
     p.embedding_forward = Time::us(1);
     p.embedding_backward = Time::us(1);
