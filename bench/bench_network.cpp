@@ -14,29 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "config/document.hpp"
 #include "network/flow_solver.hpp"
 #include "network/network.hpp"
 #include "topology/topology_yaml.hpp"
 
 namespace {
-std::string default_topology() {
-    const std::filesystem::path name = "topologies/roce-h100-clos.yaml";
-    std::error_code ec;
-    for (auto start : {std::filesystem::read_symlink("/proc/self/exe", ec).parent_path(),
-                       std::filesystem::current_path(ec)})
-        for (auto dir = start; !dir.empty(); dir = dir.parent_path()) {
-            if (std::filesystem::exists(dir / name, ec)) return (dir / name).string();
-            if (dir == dir.parent_path()) break;
-        }
-    return name.string();
-}
-
-double peak_rss_mib() {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -54,7 +38,8 @@ struct Lcg {
 
 int main(int argc, char** argv) {
     using namespace cs;
-    const std::string path = argc > 1 ? argv[1] : default_topology();
+    const std::string path =
+        argc > 1 ? argv[1] : cs::bench::bundled("topologies/roce-h100-clos.yaml");
     const int flows = argc > 2 ? std::atoi(argv[2]) : 100'000;
     const int events = argc > 3 ? std::atoi(argv[3]) : 2'000;
 
@@ -128,7 +113,7 @@ int main(int argc, char** argv) {
         std::printf("%-11s %8d %6.2f %10.3f %12.3f %10d %14.4f %12.0f %9.0f\n",
                     node_local ? "in-node" : "random", flows,
                     hops / static_cast<double>(flow_counter), add_s, first_solve_s * 1e3, n_events,
-                    events_s / n_events * 1e3, rerated, peak_rss_mib());
+                    events_s / n_events * 1e3, rerated, cs::bench::peak_rss_mib());
     }
     return 0;
 }

@@ -2,13 +2,12 @@
 // default experiment: TP8 x PP8, interleaved, flow-level network) on DGX H100 clusters of 256 to
 // 16,384 GPUs, data parallelism filling the cluster at 16 microbatches per replica.
 //   build/bin/bench_replay [max_gpus] [experiment.yaml]
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "bench_common.hpp"
 #include "cli/commands.hpp"
 #include "cli/simulate.hpp"
 
@@ -28,13 +27,11 @@ int main(int argc, char** argv) {
         const auto t1 = std::chrono::steady_clock::now();
         const auto summary = cs::cli::simulate(spec, {});
         const auto t2 = std::chrono::steady_clock::now();
-        rusage ru{};
-        getrusage(RUSAGE_SELF, &ru);
         std::printf("%-7d %-5d %-9.3f %-9.3f %-11llu %-12.4f %-10.4f %-12.1f\n", gpus, dp,
                     std::chrono::duration<double>(t1 - t0).count(),
                     std::chrono::duration<double>(t2 - t1).count(),
                     static_cast<unsigned long long>(summary.events), summary.iteration_time_s,
-                    summary.mfu, static_cast<double>(ru.ru_maxrss) / 1024.0);
+                    summary.mfu, cs::bench::peak_rss_mib());
     }
     return 0;
 }

@@ -12,41 +12,24 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "config/document.hpp"
 #include "topology/summary.hpp"
 #include "topology/topology_yaml.hpp"
 
 namespace {
-// The bundled file: the first ancestor of the executable's folder (or of the working folder)
-// holding topologies/roce-h100-clos.yaml.
-std::string default_topology() {
-    const std::filesystem::path name = "topologies/roce-h100-clos.yaml";
-    std::error_code ec;
-    for (auto start : {std::filesystem::read_symlink("/proc/self/exe", ec).parent_path(),
-                       std::filesystem::current_path(ec)})
-        for (auto dir = start; !dir.empty(); dir = dir.parent_path()) {
-            if (std::filesystem::exists(dir / name, ec)) return (dir / name).string();
-            if (dir == dir.parent_path()) break;
-        }
-    return name.string();
-}
-
 double cpu_ms() {
     timespec ts{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-double peak_rss_mib() {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
 }  // namespace
 
 int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
-    const std::string path = argc > 1 ? argv[1] : default_topology();
+    const std::string path =
+        argc > 1 ? argv[1] : cs::bench::bundled("topologies/roce-h100-clos.yaml");
     const long pairs = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 100'000;
     try {
         const auto t0 = Clock::now();
@@ -84,7 +67,7 @@ int main(int argc, char** argv) {
                     pairs ? static_cast<double>(hops) / static_cast<double>(pairs) : 0.0,
                     ms(t2, t3), c3 - c2);
         std::printf("| total | %.1f | %.1f |\n", ms(t0, t3), c3 - c0);
-        std::printf("\npeak RSS: %.1f MiB\n", peak_rss_mib());
+        std::printf("\npeak RSS: %.1f MiB\n", cs::bench::peak_rss_mib());
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_topology: %s\n", e.what());
         return 1;
