@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "../error_of.hpp"
+
 #include <functional>
 
 #include "config/document.hpp"
@@ -8,14 +10,7 @@ using namespace cs;
 using namespace cs::config;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using cs::test::error_of;
 }  // namespace
 
 TEST_CASE("strict reader: values, units and unknown keys with file:line:column") {

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "../error_of.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -13,14 +15,7 @@ using namespace cs::workload;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using cs::test::error_of;
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
     return std::find(v.begin(), v.end(), s) != v.end();

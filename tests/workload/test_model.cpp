@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "../error_of.hpp"
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -15,14 +17,7 @@ namespace {
 
 const std::filesystem::path kWorkloads = std::filesystem::path(CLUSTERSIM_SOURCE_DIR) / "workloads";
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using cs::test::error_of;
 
 // Parses `model:` of an experiment text that notionally lives in workloads/.
 ModelSpec model_of(const std::string& text) {
