@@ -129,7 +129,7 @@ std::string layout_text(const workload::ExperimentSpec& spec) {
     o << "; b" << t.micro_batch_size << " B" << t.global_batch_size << " m" << t.microbatches(l)
       << " s" << t.seq_length << "; " << spec.schedule << "; recompute "
       << workload::recompute_name(t.recompute) << ", " << workload::precision_name(t.precision)
-      << "; "
+      << (t.attention == workload::Attention::Unfused ? ", unfused attention" : "") << "; "
       << (spec.compute.kind == workload::ComputeSpec::Kind::Profile ? "profile" : "roofline")
       << "; " << spec.cluster->gpu_count() << " x " << spec.cluster->gpu_model(0).name;
     return o.str();

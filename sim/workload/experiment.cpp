@@ -55,6 +55,9 @@ TrainingSpec parse_training(const config::Reader& r) {
                                       : Recompute::None;
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
+    t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
+                      ? Attention::Unfused
+                      : Attention::Flash;
     r.finish();
     return t;
 }

@@ -31,6 +31,7 @@ struct TrainingSpec {
     int seq_length = 2048;
     Recompute recompute = Recompute::None;
     Precision precision = Precision::Bf16;
+    Attention attention = Attention::Flash;
     int microbatches(const ParallelLayout& l) const {
         return global_batch_size / (micro_batch_size * l.dp);
     }

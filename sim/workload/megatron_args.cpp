@@ -112,6 +112,7 @@ const std::map<std::string, std::string>& switch_flags() {
         {"--swiglu", "model.activation=swiglu"},
         {"--untie-embeddings-and-output-weights", "model.tied_embeddings=false"},
         {"--disable-bias-linear", "model.bias=false"},
+        {"--use-flash-attn", "training.attention=flash"},
     };
     return m;
 }
@@ -182,6 +183,16 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                    flag == "--activations-checkpoint-num-layers") {
             value();
             warnings.push_back(flag + ": recomputation is modelled on every layer");
+        } else if (flag == "--attention-backend") {
+            // Megatron-LM's AttnBackend: flash, fused (cuDNN) and auto run a fused kernel that
+            // keeps no score matrix; unfused and local materialise the scores.
+            const auto v = value();
+            if (v == "unfused" || v == "local")
+                out.push_back("training.attention=unfused");
+            else if (v == "flash" || v == "fused" || v == "auto")
+                out.push_back("training.attention=flash");
+            else
+                bad(flag + ": expected flash, fused, unfused, local or auto, found \"" + v + "\"");
         } else if (flag == "--fp8-format") {
             value();
             out.push_back("training.precision=fp8");

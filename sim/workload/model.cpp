@@ -31,6 +31,10 @@ const char* recompute_name(Recompute r) {
     return "?";
 }
 
+const char* attention_name(Attention a) {
+    return a == Attention::Unfused ? "unfused" : "flash";
+}
+
 namespace {
 
 // The keys of a model mapping, each unset until some file or the inline mapping gives it. The

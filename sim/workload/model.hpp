@@ -16,9 +16,15 @@ enum class Norm : std::uint8_t { LayerNorm, RmsNorm };
 enum class Activation : std::uint8_t { Gelu, SwiGlu };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8, Fp32 };
 enum class Recompute : std::uint8_t { None, Selective, Full };
+// How the attention core runs: one fused FlashAttention-style kernel that never stores the score
+// matrix (modern Megatron-LM, PyTorch SDPA), or unfused batched GEMMs with the a·s² scores, their
+// softmax and dropout in HBM (Megatron-LM before FlashAttention, 2021-2022; the activation memory
+// of Korthikanti et al. Table 2 assumes it).
+enum class Attention : std::uint8_t { Flash, Unfused };
 
 const char* precision_name(Precision p);
 const char* recompute_name(Recompute r);
+const char* attention_name(Attention a);  // "flash", "unfused"
 
 struct ModelSpec {
     std::string name = "custom";

@@ -77,6 +77,23 @@ class PassBuilder {
         pass.steps.push_back(s);
     }
 
+    // A batched GEMM of the unfused attention core (scores or context, all heads in one call) on
+    // the 16-bit tensor cores at the large-GEMM cap: with the head dimension as its short side it
+    // is HBM-bound on every GPU we model, so the bytes decide its time.
+    void batched_gemm(PassPlan& pass, const char* label, Flops flops, Flops model, Bytes bytes,
+                      bool recompute) {
+        Step s;
+        s.label = label;
+        const FlopRate rate =
+            scaled(peak_rate(gpu_, Precision::Bf16),
+                   default_calibration().gemm_peak_fraction_16bit * compute_.efficiency_scale);
+        s.duration = roofline_time(flops, rate, bytes, gpu_, compute_);
+        s.hardware_flops = model;
+        s.model_flops = recompute ? Flops{} : model;
+        s.hbm_bytes = bytes;
+        pass.steps.push_back(s);
+    }
+
     void memory(PassPlan& pass, const char* label, Bytes bytes, int repeat = 1) {
         if (bytes.value <= 0) return;
         Step s;
@@ -110,8 +127,9 @@ void append(PassPlan& to, const PassPlan& from) {
 
 // Per-GPU sizes of one microbatch through one layer.
 struct Dims {
-    I t, tokens, norm_tokens, h, q, kv, seq_local, seq_full, b;
+    I t, tokens, norm_tokens, h, q, kv, seq_local, seq_full, b, head_dim;
     bool sp;
+    Attention attention;
 };
 
 Dims dims_of(const ModelSpec& m, const ParallelLayout& layout, const TrainingSpec& training) {
@@ -126,6 +144,8 @@ Dims dims_of(const ModelSpec& m, const ParallelLayout& layout, const TrainingSpe
     d.h = m.hidden_size;
     d.q = I{m.attention_heads} * m.head_dim;
     d.kv = I{m.kv_heads} * m.head_dim;
+    d.head_dim = m.head_dim;
+    d.attention = training.attention;
     return d;
 }
 
@@ -146,6 +166,69 @@ void tp_leave(PassPlan& pass, const Dims& d, Bytes size) {
                                 size);
 }
 
+// The attention core of one layer, forward. Model FLOPs are 4·b·s_local·s_full·q/t (QK^T and
+// the context product, the whole score matrix, as Narayanan eq. 3 counts them).
+//  flash:   one kernel; causal masking skips half the scores, so it executes half the model
+//           FLOPs, at the flash-attention efficiency; HBM traffic is Q, K, V and the output.
+//  unfused: Megatron-LM's pre-FlashAttention core: the scores bmm writes the N = b·(a/t)·s·s
+//           score matrix, the fused scale-mask-softmax reads and writes it, dropout reads it and
+//           writes its output and a 1-byte mask, the context bmm reads it: 13 bytes per score;
+//           the whole matrix is computed (the mask is applied in the softmax).
+void attention_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool recompute) {
+    const I e = kActivationBytes;
+    const double model = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
+    const auto rc = [recompute](const char* normal, const char* again) {
+        return recompute ? again : normal;
+    };
+    if (d.attention == Attention::Flash) {
+        const Bytes io{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t};
+        pb.attention(pass, rc("attention", "recompute attention"), Flops{model}, Flops{model / 2},
+                     io, default_calibration().attention_forward_fraction, recompute);
+        return;
+    }
+    const double scores = static_cast<double>(d.b) * (d.q / d.head_dim / d.t) * d.seq_local *
+                          static_cast<double>(d.seq_full);
+    const Bytes q_bytes{e * d.tokens * d.q / d.t};
+    const Bytes kv_bytes{e * d.b * d.seq_full * d.kv / d.t};
+    const Bytes score_bytes = Bytes{static_cast<std::int64_t>(std::ceil(scores * e))};
+    pb.batched_gemm(pass, rc("attention scores", "recompute attention scores"), Flops{model / 2},
+                    Flops{model / 2}, q_bytes + kv_bytes + score_bytes, recompute);
+    pb.memory(pass, rc("softmax", "recompute softmax"), score_bytes + score_bytes);
+    pb.memory(pass, rc("attention dropout", "recompute attention dropout"),
+              Bytes{static_cast<std::int64_t>(std::ceil(scores * (2 * e + 1)))});
+    pb.batched_gemm(pass, rc("attention context", "recompute attention context"), Flops{model / 2},
+                    Flops{model / 2}, score_bytes + kv_bytes + q_bytes, recompute);
+}
+
+// The attention core backward: 2 x the forward in model FLOPs.
+//  flash:   it executes 2.5 x the forward's (causal-halved) FLOPs because it recomputes the
+//           scores (5 matmuls against 2).
+//  unfused: context bmm backward (dP writes the scores, dV reads the probabilities), dropout
+//           backward (reads dP and the mask, writes), softmax backward (reads P and dP, writes
+//           dS), scores bmm backward (dQ and dK read dS): 19 bytes per score.
+void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
+    const I e = kActivationBytes;
+    const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
+    if (d.attention == Attention::Flash) {
+        const Bytes io{e * d.tokens * (4 * d.q + 4 * d.kv) / d.t};
+        pb.attention(in, "attention bwd", Flops{2 * fwd}, Flops{2.5 * fwd / 2}, io,
+                     default_calibration().attention_backward_fraction);
+        return;
+    }
+    const double scores = static_cast<double>(d.b) * (d.q / d.head_dim / d.t) * d.seq_local *
+                          static_cast<double>(d.seq_full);
+    const Bytes qkv_bytes{e * (d.tokens * d.q + d.b * d.seq_full * d.kv) / d.t};
+    const auto score_io = [&](double per_score) {
+        return Bytes{static_cast<std::int64_t>(std::ceil(scores * per_score))};
+    };
+    pb.batched_gemm(in, "attention context bwd", Flops{fwd}, Flops{fwd},
+                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false);
+    pb.memory(in, "attention dropout bwd", score_io(2.0 * e + 1));
+    pb.memory(in, "softmax bwd", score_io(3.0 * e));
+    pb.batched_gemm(in, "attention scores bwd", Flops{fwd}, Flops{fwd},
+                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false);
+}
+
 // The forward ops of one layer. With `recompute` the same ops are emitted as re-executed work.
 void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
                    const ParallelLayout& layout, const Dims& d, bool moe_layer, bool recompute) {
@@ -163,13 +246,7 @@ void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
     if (layout.cp > 1)
         PassBuilder::collective(pass, "all-gather cp", CollectiveKind::AllGather, GroupKind::Cp,
                                 Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});
-    {
-        // Local queries against all keys; causal attention computes half the score matrix.
-        const double model = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
-        const Bytes io{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t};
-        pb.attention(pass, rc("attention", "recompute attention"), Flops{model}, Flops{model / 2},
-                     io, default_calibration().attention_forward_fraction, recompute);
-    }
+    attention_forward(pass, pb, d, recompute);
     pb.gemm(pass, rc("proj", "recompute proj"), {d.tokens, d.h, d.q / d.t}, recompute);
     tp_leave(pass, d, hidden_full);
     pb.memory(pass, rc("residual", "recompute residual"), residual_io);
@@ -289,10 +366,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     if (training.recompute == Recompute::Full) {
         layer_forward(in, pb, model, layout, d, moe_layer, true);
     } else if (training.recompute == Recompute::Selective) {
-        const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
-        pb.attention(in, "recompute attention", Flops{fwd}, Flops{fwd / 2},
-                     Bytes{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t},
-                     default_calibration().attention_forward_fraction, true);
+        attention_forward(in, pb, d, true);
     }
 
     const Bytes hidden_full{d.tokens * d.h * e};
@@ -347,14 +421,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
         PassBuilder::collective(in, "all-gather tp", CollectiveKind::AllGather, GroupKind::Tp,
                                 hidden_full);
     gemm_backward(in, w, pb, "proj dgrad", "proj wgrad", {d.tokens, d.h, d.q / d.t});
-    {
-        // FlashAttention backward: 2x the forward in model FLOPs; it executes 2.5x the forward's
-        // (causal-halved) FLOPs because it recomputes the score matrix.
-        const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
-        const Bytes io{e * d.tokens * (4 * d.q + 4 * d.kv) / d.t};
-        pb.attention(in, "attention bwd", Flops{2 * fwd}, Flops{2.5 * fwd / 2}, io,
-                     default_calibration().attention_backward_fraction);
-    }
+    attention_backward(in, pb, d);
     if (layout.cp > 1)
         PassBuilder::collective(in, "reduce-scatter cp", CollectiveKind::ReduceScatter,
                                 GroupKind::Cp, Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});

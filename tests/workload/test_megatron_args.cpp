@@ -131,3 +131,20 @@ TEST_CASE("shared experts from the shared intermediate size") {
     CHECK_FALSE(contains(o, "model.shared_experts=2"));
     CHECK(warnings.size() == 1);
 }
+
+TEST_CASE("attention backend flags choose flash or unfused attention") {
+    std::vector<std::string> w;
+    CHECK(megatron_args_to_overrides("--use-flash-attn", w) ==
+          std::vector<std::string>{"training.attention=flash"});
+    // Megatron-LM's AttnBackend values: unfused and local materialise the scores.
+    for (const char* v : {"unfused", "local"})
+        CHECK(megatron_args_to_overrides(std::string("--attention-backend ") + v, w) ==
+              std::vector<std::string>{"training.attention=unfused"});
+    for (const char* v : {"flash", "fused", "auto"})
+        CHECK(megatron_args_to_overrides(std::string("--attention-backend=") + v, w) ==
+              std::vector<std::string>{"training.attention=flash"});
+    CHECK(error_of([&] { megatron_args_to_overrides("--attention-backend magic", w); }) ==
+          "--megatron-args: --attention-backend: expected flash, fused, unfused, local or auto, "
+          "found \"magic\"");
+    CHECK(w.empty());
+}

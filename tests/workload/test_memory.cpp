@@ -32,6 +32,7 @@ double activation_sbh(const ModelSpec& m, int tp, bool sp, Recompute r) {
     t.seq_length = 2048;
     t.micro_batch_size = 1;
     t.recompute = r;
+    t.attention = Attention::Unfused;  // Table 2 assumes the scores are stored
     const double sbh = 2048.0 * m.hidden_size;
     return static_cast<double>(layer_activation_bytes(m, l, t, false).value) / sbh;
 }
@@ -60,6 +61,24 @@ TEST_CASE("activation memory per layer: Korthikanti Table 2") {
           doctest::Approx(0.70).epsilon(0.01));
 }
 
+TEST_CASE("activation memory: flash attention stores no scores, only the log-sum-exp") {
+    const auto m = gpt(96, 12288, 96, 51200);
+    ParallelLayout l;
+    l.tp = 8;
+    TrainingSpec t;
+    t.seq_length = 2048;
+    t.micro_batch_size = 1;
+    // Flash (the default): TP baseline 10 + 24/t = 13 sbh, plus 4 bytes per head and token split
+    // over TP: 4·a·s·b/t = 4*96*2048/8 bytes.
+    const double sbh = 2048.0 * 12288;
+    CHECK(static_cast<double>(layer_activation_bytes(m, l, t, false).value) ==
+          doctest::Approx(13 * sbh + 4.0 * 96 * 2048 / 8));
+    // Selective recompute is the same as flash without the log-sum-exp: 13 sbh.
+    t.recompute = Recompute::Selective;
+    CHECK(static_cast<double>(layer_activation_bytes(m, l, t, false).value) ==
+          doctest::Approx(13 * sbh));
+}
+
 TEST_CASE("activation memory: cp divides the sequence, GQA and SwiGLU change the stored tensors") {
     auto m = gpt(2, 64, 4, 0);
     ParallelLayout l;
@@ -67,6 +86,7 @@ TEST_CASE("activation memory: cp divides the sequence, GQA and SwiGLU change the
     TrainingSpec t;
     t.seq_length = 32;
     t.micro_batch_size = 1;
+    t.attention = Attention::Unfused;
     // Local s = 16: sbh(34 + 5as/h) = 16*64*34 + 5*4*16*16 = 34816 + 5120.
     CHECK(layer_activation_bytes(m, l, t, false).value == 34816 + 5120);
     // GQA with 1 kv head of 16 dims: the split part 4q + 4kv = 256 + 64 instead of 512, and a

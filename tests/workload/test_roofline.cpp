@@ -175,6 +175,49 @@ TEST_CASE("layer FLOPs: model FLOPs per GPU are the layer's FLOPs over tp; backw
           doctest::Approx(4.0 * 2 * 2048 * 2048 * 4096 / 4));
 }
 
+TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole matrix computed") {
+    // One GPU, h = 1024 with 8 heads of 128, b = 2, s = 1024: N = b·a·s² = 2*8*1024*1024 scores.
+    const auto m = gpt_layer(1024, 8);
+    ParallelLayout l;
+    TrainingSpec t;
+    t.seq_length = 1024;
+    t.micro_batch_size = 2;
+    const auto flash = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    t.attention = Attention::Unfused;
+    const auto unfused = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const double n = 2.0 * 8 * 1024 * 1024;
+    // Both count the same model FLOPs (Narayanan eq. 3 counts the whole score matrix).
+    CHECK(model_flops(unfused.forward) == doctest::Approx(model_flops(flash.forward)));
+    CHECK(model_flops(unfused.backward) == doctest::Approx(model_flops(flash.backward)));
+    double fwd_bytes = 0, bwd_bytes = 0, fwd_attention_ms = 0;
+    const auto is_core = [](const std::string& label) {
+        return label.find("attention") != std::string::npos || label.find("softmax") == 0;
+    };
+    for (const auto& st : unfused.forward.steps)
+        if (is_core(st.label)) {
+            fwd_bytes += static_cast<double>(st.hbm_bytes.value);
+            fwd_attention_ms += st.duration.seconds() * 1e3;
+        }
+    for (const auto& st : unfused.backward.steps)
+        if (is_core(st.label)) bwd_bytes += static_cast<double>(st.hbm_bytes.value);
+    // Q, K, V and the context are b·s·h·2 = 4 MiB each. Forward, the scores bmm reads Q and K and
+    // the context bmm reads V and writes the context: 4 tensors. Backward, each of the two bmm
+    // pairs moves two (Q-sized + K/V-sized) operands: 8 tensors. The rest is per score.
+    const double qkvo = 2.0 * 1024 * 1024 * 2;  // one b·s·h tensor
+    CHECK(fwd_bytes == doctest::Approx(13 * n + 4 * qkvo));
+    CHECK(bwd_bytes == doctest::Approx(19 * n + 8 * qkvo));
+    // HBM-bound: at 0.865 x 4.8 TB/s, plus 4 us per kernel for its 4 kernels.
+    CHECK(fwd_attention_ms ==
+          doctest::Approx((13 * n + 4 * qkvo) / (0.865 * 4.8e12) * 1e3 + 4 * 0.004).epsilon(1e-3));
+    // Selective recomputation re-runs the four forward kernels as hardware FLOPs only.
+    t.recompute = Recompute::Selective;
+    const auto sel = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    CHECK(hardware_flops(sel.backward) - model_flops(sel.backward) ==
+          doctest::Approx(4.0 * 2 * 1024 * 1024 * 1024));
+    CHECK(compute_ms(sel.backward) ==
+          doctest::Approx(compute_ms(unfused.backward) + fwd_attention_ms).epsilon(1e-6));
+}
+
 TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scatter with SP") {
     using network::CollectiveKind;
     const auto m = gpt_layer(1024, 16);
@@ -194,6 +237,7 @@ TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scat
     CHECK(plain.activation_send.value == 2 * 512 * 1024 * 2);
 
     l.sequence_parallel = true;
+    t.attention = Attention::Unfused;  // Table 2's memory counts the stored scores
     const auto sp = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
     CHECK(count(sp.forward, CollectiveKind::AllReduce, GroupKind::Tp) == 0);
     CHECK(count(sp.forward, CollectiveKind::AllGather, GroupKind::Tp) == 2);
