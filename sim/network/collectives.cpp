@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "core/errors.hpp"
@@ -11,6 +12,18 @@ namespace cs::network {
 using topology::Cluster;
 using topology::DeviceKind;
 using topology::LinkId;
+
+std::vector<LinkId> switch_uplinks(const Cluster& cluster, int gpu) {
+    std::vector<LinkId> out;
+    const auto dev = cluster.gpu_device(gpu);
+    const auto& g = cluster.graph();
+    for (auto [e, end] = boost::out_edges(dev, g); e != end; ++e) {
+        const LinkId l = g[*e].link;
+        if (cluster.devices()[cluster.links()[l].to].kind == DeviceKind::NvSwitch) out.push_back(l);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
 
 namespace {
 
@@ -40,19 +53,6 @@ bool uniform_nodes(const std::vector<std::vector<int>>& nodes) {
     return true;
 }
 
-// The GPU's links into NVSwitch devices (empty when it has none).
-std::vector<LinkId> switch_uplinks(const Cluster& cluster, int gpu) {
-    std::vector<LinkId> out;
-    const auto dev = cluster.gpu_device(gpu);
-    const auto& g = cluster.graph();
-    for (auto [e, end] = boost::out_edges(dev, g); e != end; ++e) {
-        const LinkId l = g[*e].link;
-        if (cluster.devices()[cluster.links()[l].to].kind == DeviceKind::NvSwitch) out.push_back(l);
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 bool nvls_applies(const Cluster& cluster, const std::vector<int>& ranks) {
     if (ranks.size() < 2) return false;
     const int node = cluster.node_of_gpu(ranks.front());
@@ -76,10 +76,14 @@ class Builder {
         cluster_.route(src, dst, mix(salt_ ^ mix(++counter_)), t.path);
         add(p, std::move(t), bytes_per_size);
     }
-    void link_flow(Phase& p, LinkId link, double bytes_per_size) {
+    // A flow over one link; `cap`, when given, is a virtual link (no latency) the flow also
+    // passes through.
+    void link_flow(Phase& p, LinkId link, double bytes_per_size,
+                   std::optional<LinkId> cap = std::nullopt) {
         FlowTemplate t;
         t.path.push_back(link);
         add(p, std::move(t), bytes_per_size);
+        if (cap) p.flows.back().path.push_back(*cap);
     }
     // Every edge of a ring over `ring` carries `per_edge` bytes per byte of size.
     void ring(Phase& p, const std::vector<int>& ring, double per_edge) {
@@ -224,8 +228,10 @@ Plan build_plan(const Cluster& cluster, CollectiveKind kind, Algorithm algo,
                         total += cluster.links()[l].bandwidth.bytes_per_s;
                     for (LinkId l : ups) {
                         const double share = cluster.links()[l].bandwidth.bytes_per_s / total;
-                        b.link_flow(p, l, (nd + 1) / nd * share);
-                        b.link_flow(p, cluster.links()[l].reverse, (nd + 1) / nd * share);
+                        b.link_flow(p, l, (nd + 1) / nd * share,
+                                    nvls_virtual_link(cluster, r, true));
+                        b.link_flow(p, cluster.links()[l].reverse, (nd + 1) / nd * share,
+                                    nvls_virtual_link(cluster, r, false));
                     }
                 }
             } else {

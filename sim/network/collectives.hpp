@@ -33,6 +33,18 @@ struct Plan {
     std::vector<Phase> phases;
 };
 
+// NVLS multimem traffic of one GPU passes, besides its NVSwitch ports, through a virtual link per
+// direction that caps it at NetworkConfig::nvls_efficiency x the GPU's nominal switch bandwidth
+// (the rate its SMs issue multimem operations). Virtual links are numbered after the cluster's
+// links, two per GPU; they are never reported as links.
+inline topology::LinkId nvls_virtual_link(const topology::Cluster& cluster, int gpu, bool egress) {
+    return static_cast<topology::LinkId>(cluster.links().size() +
+                                         2 * static_cast<std::size_t>(gpu) + (egress ? 0 : 1));
+}
+
+// The GPU's links to NVSwitches (empty when it has none), in link order.
+std::vector<topology::LinkId> switch_uplinks(const topology::Cluster& cluster, int gpu);
+
 // Checks that `algo` applies to `kind` on `ranks` (resolving Auto) and returns the concrete
 // algorithm. Throws ConfigError naming the algorithms that would apply.
 Algorithm resolve_algorithm(const topology::Cluster& cluster, CollectiveKind kind,

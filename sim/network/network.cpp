@@ -67,7 +67,9 @@ NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
     c.fidelity = fidelity;
     c.step_overhead = kCalibratedStepOverhead;
     c.link_efficiency[static_cast<int>(topology::LinkKind::NvLink)] = kCalibratedNvLinkEfficiency;
-    c.link_efficiency[static_cast<int>(topology::LinkKind::NvSwitch)] = kCalibratedNvLinkEfficiency;
+    c.link_efficiency[static_cast<int>(topology::LinkKind::NvSwitch)] =
+        kCalibratedNvSwitchEfficiency;
+    c.nvls_efficiency = kCalibratedNvlsEfficiency;
     return c;
 }
 
@@ -103,6 +105,7 @@ class NetworkImpl final : public Network, public EventHandler {
         : sim_(sim), cluster_(cluster), config_(config) {
         handler_ = sim_.add_handler(*this);
         const auto& links = cluster_.links();
+        real_links_.links = links.size();
         capacity_.resize(links.size());
         for (std::size_t l = 0; l < links.size(); ++l) {
             const double eff = config_.link_efficiency[static_cast<int>(links[l].kind)];
@@ -111,12 +114,29 @@ class NetworkImpl final : public Network, public EventHandler {
                                   std::to_string(eff));
             capacity_[l] = links[l].bandwidth.bytes_per_s * eff;
         }
-        stats_.resize(links.size());
+        if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
+            throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
+                              std::to_string(config_.nvls_efficiency));
+        // Two virtual links per GPU after the real ones (nvls_virtual_link): its NVLS rate cap.
+        capacity_.resize(links.size() + 2 * static_cast<std::size_t>(cluster_.gpu_count()));
+        for (int gpu = 0; gpu < cluster_.gpu_count(); ++gpu) {
+            double nominal = 0;
+            for (LinkId l : switch_uplinks(cluster_, gpu))
+                nominal += links[l].bandwidth.bytes_per_s;
+            const double cap = nominal > 0 ? nominal * config_.nvls_efficiency : 1.0;
+            capacity_[nvls_virtual_link(cluster_, gpu, true)] = cap;
+            capacity_[nvls_virtual_link(cluster_, gpu, false)] = cap;
+        }
+        stats_.resize(capacity_.size());
+        link_stats_.resize(links.size());
         if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);
     }
 
     void set_client(TransferClient* client) override { client_ = client; }
-    void add_observer(NetworkObserver* observer) override { observers_.push_back(observer); }
+    void add_observer(NetworkObserver* observer) override {
+        real_links_.targets.push_back(observer);
+        observers_.assign(1, &real_links_);
+    }
 
     GroupId register_group(std::vector<int> ranks) override {
         if (ranks.empty()) throw ConfigError("a communicator needs at least one rank");
@@ -169,13 +189,15 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     const std::vector<LinkStats>& link_stats() const override {
-        if (solver_) {
-            const auto& acct = solver_->accounts();
-            for (std::size_t l = 0; l < acct.size(); ++l)
-                stats_[l] = {acct[l].bytes, acct[l].busy, acct[l].shared,
-                             acct[l].max_concurrent_flows};
+        for (std::size_t l = 0; l < link_stats_.size(); ++l) {
+            if (solver_) {
+                const auto& a = solver_->accounts()[l];
+                link_stats_[l] = {a.bytes, a.busy, a.shared, a.max_concurrent_flows};
+            } else {
+                link_stats_[l] = stats_[l];
+            }
         }
-        return stats_;
+        return link_stats_;
     }
 
     void on_event(Simulation& sim, const Event& e) override {
@@ -201,6 +223,17 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
   private:
+    // Passes rate changes of the cluster's links on to the observers, not of virtual links.
+    struct RealLinksOnly final : NetworkObserver {
+        std::size_t links = 0;
+        std::vector<NetworkObserver*> targets;
+        void on_link_rate(Time at, LinkId link, double bytes_per_s, int flows) override {
+            if (link >= links) return;
+            for (NetworkObserver* o : targets)
+                o->on_link_rate(at, link, bytes_per_s, flows);
+        }
+    };
+
     struct Op {
         const Plan* plan = nullptr;
         double size = 0;
@@ -348,7 +381,9 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<Op> ops_;
     std::vector<std::uint32_t> free_ops_;
     std::unique_ptr<FlowSolver> solver_;
-    mutable std::vector<LinkStats> stats_;
+    std::vector<LinkStats> stats_;               // analytical fidelity, real and virtual links
+    mutable std::vector<LinkStats> link_stats_;  // what link_stats() reports: real links only
+    RealLinksOnly real_links_;
     std::vector<std::uint64_t> done_tokens_;
     std::vector<std::uint64_t> callback_batch_;
     bool recompute_scheduled_ = false;

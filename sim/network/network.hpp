@@ -39,17 +39,26 @@ const char* algorithm_name(Algorithm a);        // "auto", "ring", "tree", ...
 
 const char* fidelity_name(Fidelity f);  // "ideal", "analytical", "flow"
 
-// Calibration against ../shared/validation/h200-calibration.json (nccl_two_gpus.all_reduce, two
-// H200 over 18 NVLink 4 links = 450 GB/s per direction, 1 us per hop as in
-// topologies/h200-2gpu-nvlink.yaml). The 2-GPU ring all-reduce takes 2 steps:
+// Calibration (docs/validation.md, "Network calibration"); every constant comes from a
+// microbenchmark, none from the collective checks of issue 4 (8-GPU ring and NVLS busbw).
+//
+// Direct NVLink (`nvlink` links): ../shared/validation/h200-calibration.json,
+// nccl_two_gpus.all_reduce, two H200 over 18 NVLink 4 links = 450 GB/s per direction, 1 us per hop
+// as in topologies/h200-2gpu-nvlink.yaml. The 2-GPU ring all-reduce takes 2 steps:
 //   t = 2 x (step_overhead + 1 us) + S / (efficiency x 450 GB/s).
 // Both constants are the minimax fit of that line to the measured times of every size from
 // 16 MiB to 1 GiB after subtracting kHostLaunchOverhead (max error 7.6%); the smaller sizes
-// are dominated by the launch and were not used. The 8-GPU ring (367.6 GB/s) and NVLS (~480 GB/s)
-// published figures were not fitted; docs/network.md compares them. Other link kinds have no
-// calibration data and keep their nominal capacity.
+// are dominated by the launch and were not used.
 inline constexpr double kCalibratedNvLinkEfficiency = 0.658;
 inline constexpr Time kCalibratedStepOverhead = Time::ns(7300);
+// NVSwitch ports (`nvswitch` links): nvbandwidth's device-to-device copy between two GPUs of an
+// 8 x H200 NVSwitch node, 396.40 GB/s of the port's 450 GB/s per direction (published.md 7.4,
+// MLENG). Applied to every NVSwitch generation (no A100 measurement of its own).
+inline constexpr double kCalibratedNvSwitchEfficiency = 396.40 / 450.0;
+// NVLS (NVLink SHARP) traffic is issued by SMs as multimem loads and stores; no microbenchmark of
+// it is in the data, so its rate per GPU is taken as the NCCL kernels' rate on the direct NVLink
+// (the 2-GPU fit above) times the GPU's nominal NVSwitch bandwidth.
+inline constexpr double kCalibratedNvlsEfficiency = kCalibratedNvLinkEfficiency;
 // The launch of a collective from Python included in those measurements (their own note: about
 // 50 us). Host time: the network never adds it; `clustersim collective --host-overhead 50us`
 // adds it to each row to compare with the measurements as taken.
@@ -63,10 +72,13 @@ struct NetworkConfig {
     // Fraction of a link's capacity that transfers achieve, per topology::LinkKind (nvlink,
     // nvswitch, pcie, infiniband, ethernet). 1 = the nominal capacity.
     double link_efficiency[5] = {1, 1, 1, 1, 1};
+    // Cap on one GPU's NVLS (multimem) traffic per direction, as a fraction of its nominal
+    // NVSwitch bandwidth. 1 = the ports alone limit it.
+    double nvls_efficiency = 1.0;
 
     // The defaults above are the nominal hardware (no overhead, full capacity), which the
-    // closed-form tests use. calibrated() returns the fitted values for NVLink/NVSwitch (the only
-    // link kinds with calibration data); other kinds stay at nominal capacity.
+    // closed-form tests use. calibrated() returns the fitted values for NVLink, NVSwitch and NVLS
+    // (the only ones with calibration data); other link kinds stay at nominal capacity.
     static NetworkConfig calibrated(Fidelity fidelity = Fidelity::Flow);
 };
 

@@ -241,6 +241,40 @@ TEST_CASE("NVLS all-reduce: every GPU sends and receives S(n+1)/n through the sw
           Algorithm::Ring);
 }
 
+TEST_CASE("NVLS rate cap: multimem traffic at nvls_efficiency of the nominal switch bandwidth") {
+    // As above with nvls_efficiency 0.5: each GPU's 900 MB each way runs at 50 GB/s, 18 ms, plus
+    // the same 6 us. The ports themselves stay at full capacity: a ring all-reduce (14 steps of
+    // 2 us + two 1 us hops through the switch, 2 x 7/8 x 800 MB = 1.4 GB per edge at 100 GB/s =
+    // 14 ms) is unchanged by the cap.
+    const Cluster c = switch_node(8, 100 * GB, Time::us(1));
+    NetworkConfig config = flow_config(Time::us(2));
+    config.nvls_efficiency = 0.5;
+    const std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
+    CHECK(run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{800'000'000},
+                         Algorithm::Nvls) == Time::ms(18) + Time::us(6));
+    CHECK(run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{800'000'000},
+                         Algorithm::Ring) == Time::ms(14) + Time::us(56));
+    // Analytical fidelity applies the same cap (bottleneck of the flow's path).
+    config.fidelity = Fidelity::Analytical;
+    CHECK(run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{800'000'000},
+                         Algorithm::Nvls) == Time::ms(18) + Time::us(6));
+    config.nvls_efficiency = 0;
+    CHECK_THROWS_AS(
+        run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{1000}, Algorithm::Nvls),
+        ConfigError);
+}
+
+TEST_CASE("calibrated network: NVLink, NVSwitch and NVLS constants and where they apply") {
+    const NetworkConfig c = NetworkConfig::calibrated();
+    CHECK(c.link_efficiency[static_cast<int>(LinkKind::NvLink)] == 0.658);
+    // nvbandwidth's 396.40 GB/s device-to-device copy of a 450 GB/s NVSwitch port.
+    CHECK(c.link_efficiency[static_cast<int>(LinkKind::NvSwitch)] ==
+          doctest::Approx(0.8809).epsilon(1e-4));
+    CHECK(c.nvls_efficiency == 0.658);
+    CHECK(c.link_efficiency[static_cast<int>(LinkKind::InfiniBand)] == 1.0);
+    CHECK(c.step_overhead == Time::ns(7300));
+}
+
 TEST_CASE("multi-node all-reduce: hierarchical, tree and flat ring") {
     // two_nodes with NVLink 200 GB/s, PCIe 1000 GB/s, IB 50 GB/s, S = 1 GB, no latency.
     // Hierarchical: intra-node reduce-scatter (each NVLink direction carries S/2: 2.5 ms), then
