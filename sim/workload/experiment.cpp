@@ -80,6 +80,10 @@ ComputeSpec parse_compute(const config::Reader& r) {
         p.output_backward = r.time_opt("output_backward").value_or(Time::zero());
         p.optimizer_step = r.time_opt("optimizer_step").value_or(Time::zero());
         p.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+        p.estimate_unprofiled = r.choice("unprofiled", {"zero", "roofline"}, "zero") == "roofline";
+        p.embedding_given = r.has("embedding_forward") || r.has("embedding_backward");
+        p.output_given = r.has("output_forward") || r.has("output_backward");
+        p.optimizer_given = r.has("optimizer_step");
         const bool per_layer = p.layer_forward.has_value();
         const bool per_stage = p.stage_forward.has_value();
         if (per_layer == per_stage)

@@ -45,6 +45,10 @@ struct ProfileCompute {
     Time output_forward, output_backward;        // last stage, once per microbatch
     Time optimizer_step;                         // every GPU, once per iteration
     Time op_overhead;                            // added to every compute op
+    // What the parts without a profiled time cost (embedding, output layer, optimizer step):
+    // nothing, or the roofline model's estimate (`unprofiled: roofline`).
+    bool estimate_unprofiled = false;
+    bool embedding_given = false, output_given = false, optimizer_given = false;
 };
 
 // compute: {model: roofline, ...}: times from FLOPs and bytes on the GPU's peaks.

@@ -83,6 +83,14 @@ void for_each_layer_run(const ModelSpec& m, int first, int count, F&& f) {
     }
 }
 
+void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
+    append_repeated(c.forward, lp.forward, layers);
+    append_repeated(c.backward, lp.backward, layers);
+    append_repeated(c.backward_input, lp.backward_input, layers);
+    append_repeated(c.backward_weight, lp.backward_weight, layers);
+    c.activation_memory += Bytes{lp.activation_memory.value * layers};
+}
+
 void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last, int chunks,
                         bool split_backward) {
     const auto& m = spec.model;
@@ -100,7 +108,15 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
     const double recompute = t.recompute == Recompute::Full ? per_layer : 0;
 
-    if (first) add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
+    // With `unprofiled: roofline` the embedding and output layer that have no profiled time are
+    // the roofline model's (all their passes, appended like the roofline chunk does).
+    const auto& gpu = spec.cluster->gpu_model(0);
+    const bool estimate_embedding = p.estimate_unprofiled && !p.embedding_given && m.vocab_size > 0;
+    const bool estimate_output = p.estimate_unprofiled && !p.output_given && m.vocab_size > 0;
+    if (first && estimate_embedding)
+        append_passes(c, roofline_embedding(m, spec.layout, t, gpu, spec.compute.roofline), 1);
+    if (first && !estimate_embedding)
+        add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
     if (p.layer_forward) {
         if (split_backward && p.layer_backward)
             throw ConfigError(spec.schedule_where,
@@ -138,25 +154,19 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
         c.backward.steps.push_back(
             compute_step("stage", bwd + oh, 2 * fwd_flops, 2 * fwd_flops + recompute * c.layers));
     }
-    if (last) {
+    if (last && estimate_output)
+        append_passes(c, roofline_output_layer(m, spec.layout, t, gpu, spec.compute.roofline), 1);
+    if (last && !estimate_output) {
         add_if_positive(c.forward, "output layer", p.output_forward, oh);
         add_if_positive(c.backward, "output layer", p.output_backward, oh);
         if (split_backward)
             add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
     }
-    if (first) {
+    if (first && !estimate_embedding) {
         add_if_positive(c.backward, "embedding", p.embedding_backward, oh);
         if (split_backward)
             add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh);
     }
-}
-
-void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
-    append_repeated(c.forward, lp.forward, layers);
-    append_repeated(c.backward, lp.backward, layers);
-    append_repeated(c.backward_input, lp.backward_input, layers);
-    append_repeated(c.backward_weight, lp.backward_weight, layers);
-    c.activation_memory += Bytes{lp.activation_memory.value * layers};
 }
 
 void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last) {
@@ -225,10 +235,12 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         // --accumulate-allreduce-grads-in-fp32), one bucket per model chunk.
         d.dp_gradient_bytes = Bytes{params * 2 / chunks};
         d.dp_sharded = l.distributed_optimizer;
-        d.optimizer_step = spec.compute.kind == ComputeSpec::Kind::Profile
-                               ? spec.compute.profile.optimizer_step
-                               : roofline_optimizer_step(params, spec.cluster->gpu_model(0),
-                                                         spec.compute.roofline);
+        const auto& prof = spec.compute.profile;
+        const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
+                              (prof.optimizer_given || !prof.estimate_unprofiled);
+        d.optimizer_step = profiled ? prof.optimizer_step
+                                    : roofline_optimizer_step(params, spec.cluster->gpu_model(0),
+                                                              spec.compute.roofline);
     }
 
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);

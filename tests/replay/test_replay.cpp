@@ -2,6 +2,8 @@
 
 #include "cli/simulate.hpp"
 #include "test_support.hpp"
+#include "workload/plan.hpp"
+#include "workload/roofline.hpp"
 
 using namespace cs;
 
@@ -65,4 +67,51 @@ TEST_CASE("profile extras: embedding, output layer, optimizer step and op overhe
     p.op_overhead = Time::ns(500);
     cli::SimulateOptions opt;
     CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(69e-6).epsilon(1e-12));
+}
+
+TEST_CASE("profile compute: unprofiled parts cost nothing, or the roofline's estimate") {
+    // 2 stages of 2 layers with a 4096-token vocabulary: the embedding sits on the first chunk,
+    // the output layer on the last; every GPU runs an optimizer step.
+    auto spec =
+        test::profile_experiment(2, 4, 4, Time::ms(1), Time::ms(2), network::Fidelity::Ideal);
+    spec.model.vocab_size = 4096;
+    const auto device = [](int vs) { return vs; };
+    const auto sum = [](const workload::PassPlan& p) {
+        Time t = Time::zero();
+        for (const auto& s : p.steps)
+            if (s.kind == workload::Step::Kind::Compute) t += s.duration * s.repeat;
+        return t;
+    };
+    const auto zero = workload::plan_iteration(spec, 1, false, device);
+    // Default: the layers alone, 2 x 1 ms forward and 2 x 2 ms backward per chunk; no optimizer.
+    CHECK(sum(zero.virtual_stages[0].forward) == Time::ms(2));
+    CHECK(sum(zero.virtual_stages[1].backward) == Time::ms(4));
+    CHECK(zero.devices[0].optimizer_step == Time::zero());
+
+    spec.compute.profile.estimate_unprofiled = true;
+    const auto est = workload::plan_iteration(spec, 1, false, device);
+    const auto& gpu = spec.cluster->gpu_model(0);
+    const auto& rc = spec.compute.roofline;
+    const auto emb = workload::roofline_embedding(spec.model, spec.layout, spec.training, gpu, rc);
+    const auto out =
+        workload::roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc);
+    // First chunk: the layers plus the roofline embedding; last chunk: plus the output layer.
+    CHECK(sum(est.virtual_stages[0].forward) == Time::ms(2) + sum(emb.forward));
+    CHECK(sum(est.virtual_stages[0].backward) == Time::ms(4) + sum(emb.backward));
+    CHECK(sum(est.virtual_stages[1].forward) == Time::ms(2) + sum(out.forward));
+    CHECK(sum(est.virtual_stages[1].backward) == Time::ms(4) + sum(out.backward));
+    CHECK(sum(out.forward) > Time::zero());
+    // The optimizer step of each stage's parameters, from the roofline.
+    CHECK(est.devices[0].optimizer_step > Time::zero());
+    CHECK(est.devices[1].optimizer_step > Time::zero());
+
+    // A profiled time wins over the estimate, part by part.
+    spec.compute.profile.output_given = true;
+    spec.compute.profile.output_forward = Time::ms(7);
+    spec.compute.profile.optimizer_given = true;
+    spec.compute.profile.optimizer_step = Time::ms(9);
+    const auto mixed = workload::plan_iteration(spec, 1, false, device);
+    CHECK(sum(mixed.virtual_stages[0].forward) == Time::ms(2) + sum(emb.forward));
+    CHECK(sum(mixed.virtual_stages[1].forward) == Time::ms(2) + Time::ms(7));
+    CHECK(mixed.devices[0].optimizer_step == Time::ms(9));
 }
