@@ -9,19 +9,42 @@ namespace cs::network {
 
 using topology::LinkId;
 
-FlowSolver::FlowSolver(std::vector<double> capacity) {
+namespace {
+// Relative slack of the bottleneck check: a link counts as saturated, and a flow as the fastest
+// on it, within this fraction. Sums of many rates carry rounding errors far below it; a looser
+// check would accept allocations further from the exact one, a tighter one would re-solve flows
+// for rounding noise (costly, never wrong).
+constexpr double kSlack = 1e-10;
+}  // namespace
+
+FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
     links_.resize(capacity.size());
+    loads_.resize(capacity.size());
+    link_state_.resize(capacity.size());
+    link_flows_.resize(capacity.size());
     accounts_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))
             throw SimulationError("network", "link " + std::to_string(l) + " has no capacity");
-        links_[l].capacity = capacity[l];
+        loads_[l].capacity = capacity[l];
     }
 }
 
+void FlowSolver::restride(std::size_t stride) {
+    std::vector<LinkId> links(flows_.size() * stride);
+    std::vector<std::uint32_t> slots(flows_.size() * stride);
+    for (std::size_t f = 0; f < flows_.size(); ++f) {
+        std::copy_n(&hop_links_[f * stride_], state_[f].hops, &links[f * stride]);
+        std::copy_n(&hop_slots_[f * stride_], state_[f].hops, &slots[f * stride]);
+    }
+    hop_links_.swap(links);
+    hop_slots_.swap(slots);
+    stride_ = stride;
+}
+
 void FlowSolver::mark_dirty(LinkId l) {
-    if (links_[l].epoch == epoch_ + 1) return;
-    links_[l].epoch = epoch_ + 1;  // "queued for the next recompute"
+    if (link_state_[l].queued) return;
+    link_state_[l].queued = true;
     dirty_links_.push_back(l);
 }
 
@@ -29,6 +52,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
                                    std::uint32_t owner, Time now) {
     if (path.empty() || !(bytes > 0))
         throw SimulationError("network", "a flow needs a non-empty route and a positive size", now);
+    if (path.size() > stride_) restride(std::max(path.size(), 2 * stride_));
     FlowId id;
     if (!free_.empty()) {
         id = free_.back();
@@ -36,26 +60,33 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     } else {
         id = static_cast<FlowId>(flows_.size());
         flows_.emplace_back();
+        state_.emplace_back();
+        rate_.push_back(0);
+        hop_links_.resize(flows_.size() * stride_);
+        hop_slots_.resize(flows_.size() * stride_);
     }
     Flow& f = flows_[id];
-    f.path.assign(path.begin(), path.end());
-    f.slot.resize(path.size());
+    f = Flow{};
     f.remaining = bytes;
-    f.rate = 0;
     f.updated = now;
-    f.finish = Time::max();
     f.owner = owner;
-    f.frozen = false;
     f.active = true;
+    f.pending = true;
+    state_[id] = FlowState{};
+    state_[id].hops = static_cast<std::uint32_t>(path.size());
+    rate_[id] = 0;
+    new_flows_.push_back(id);
+    LinkId* links = &hop_links_[std::size_t{id} * stride_];
+    std::uint32_t* slots = slots_of(id);
     for (std::size_t i = 0; i < path.size(); ++i) {
-        Link& link = links_[path[i]];
-        f.slot[i] = static_cast<std::uint32_t>(link.flows.size());
-        link.flows.push_back(id);
+        auto& on_link = link_flows_[path[i]];
+        links[i] = path[i];
+        slots[i] = static_cast<std::uint32_t>(on_link.size());
+        on_link.push_back(id);
         LinkAccount& acct = accounts_[path[i]];
         acct.bytes += bytes;
         acct.max_concurrent_flows =
-            std::max(acct.max_concurrent_flows, static_cast<int>(link.flows.size()));
-        mark_dirty(path[i]);
+            std::max(acct.max_concurrent_flows, static_cast<int>(on_link.size()));
     }
     ++active_;
     return id;
@@ -64,82 +95,92 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
 void FlowSolver::remove(FlowId id) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");
-    for (std::size_t i = 0; i < f.path.size(); ++i) {
-        Link& link = links_[f.path[i]];
-        const std::uint32_t s = f.slot[i];
-        const FlowId moved = link.flows.back();
-        link.flows[s] = moved;
-        link.flows.pop_back();
+    const LinkId* path = path_of(id);
+    const std::uint32_t* slots = slots_of(id);
+    for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
+        const LinkId l = path[i];
+        const std::uint32_t s = slots[i];
+        auto& on_link = link_flows_[l];
+        const FlowId moved = on_link.back();
+        on_link[s] = moved;
+        on_link.pop_back();
         if (moved != id) {
-            Flow& m = flows_[moved];
-            for (std::size_t j = 0; j < m.path.size(); ++j)
-                if (m.path[j] == f.path[i]) {
-                    m.slot[j] = s;
+            const LinkId* moved_path = path_of(moved);
+            for (std::uint32_t j = 0; j < state_[moved].hops; ++j)
+                if (moved_path[j] == l) {
+                    slots_of(moved)[j] = s;
                     break;
                 }
         }
-        mark_dirty(f.path[i]);
+        mark_dirty(l);
     }
     heap_erase(id);
     f.active = false;
-    f.rate = 0;
+    f.pending = false;
+    rate_[id] = 0;
     free_.push_back(id);
     --active_;
 }
 
-void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observers) {
-    if (dirty_links_.empty()) return;
-    ++recomputes_;
-    ++epoch_;  // dirty links carry this epoch already: they are the seeds of the search
-    comp_links_.clear();
-    comp_flows_.clear();
-    // Breadth-first search over link -> flows -> links; epoch_ marks "visited".
-    for (LinkId l : dirty_links_)
-        comp_links_.push_back(l);
-    dirty_links_.clear();
-    for (std::size_t i = 0; i < comp_links_.size(); ++i) {
-        for (FlowId fid : links_[comp_links_[i]].flows) {
-            Flow& f = flows_[fid];
-            if (f.epoch == epoch_) continue;
-            f.epoch = epoch_;
-            comp_flows_.push_back(fid);
-            for (LinkId k : f.path) {
-                if (links_[k].epoch == epoch_) continue;
-                links_[k].epoch = epoch_;
-                comp_links_.push_back(k);
-            }
-        }
-    }
-    // A canonical order keeps floating-point results independent of the order of the changes.
-    std::sort(comp_links_.begin(), comp_links_.end());
-    std::sort(comp_flows_.begin(), comp_flows_.end());
-    rerated_ += comp_flows_.size();
+void FlowSolver::take_link(LinkId l) {
+    if (loads_[l].mark == epoch_) return;
+    loads_[l].mark = epoch_;
+    links_[l].members = 0;
+    set_links_.push_back(l);
+}
 
-    for (FlowId fid : comp_flows_) {
-        Flow& f = flows_[fid];
-        if (f.rate > 0 && now > f.updated)
-            f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.updated).seconds());
-        f.updated = now;
-        f.frozen = false;
+void FlowSolver::take_flow(FlowId g) {
+    FlowState& st = state_[g];
+    if (st.mark == epoch_) return;
+    st.mark = epoch_;
+    Flow& f = flows_[g];
+    f.previous_rate = f.pending ? -1.0 : rate_[g];  // a new flow always gets a finish time
+    f.pending = false;
+    set_flows_.push_back(g);
+    const LinkId* path = path_of(g);
+    for (std::uint32_t i = 0; i < st.hops; ++i) {
+        take_link(path[i]);
+        ++links_[path[i]].members;
     }
+}
 
-    // Progressive filling: repeatedly saturate the link with the smallest fair share. Freezing a
-    // flow at the current minimum share r can only raise the share (c - r) / (n - 1) of the other
-    // links it crosses, so heap keys are never too large: a popped entry whose link's share has
-    // grown since is pushed back with the new value instead of pushing on every change.
+// Closes A and L under "shares a link": every flow on a link of L joins A.
+void FlowSolver::take_component() {
+    for (std::size_t i = 0; i < set_links_.size(); ++i)
+        for (FlowId g : link_flows_[set_links_[i]])
+            take_flow(g);
+}
+
+// Progressive filling of the flows of A over the links of L, the other flows held at their rates.
+// Returns whether any held flow crosses a link of L (if none, A is a union of connected sets and
+// the result needs no check).
+bool FlowSolver::fill() {
+    rerated_ += set_flows_.size();
+    for (FlowId g : set_flows_)
+        state_[g].frozen = 0;
+    bool holds = false;
     share_heap_.clear();
+    for (LinkId l : set_links_) {
+        Link& link = links_[l];
+        link.remaining = loads_[l].capacity;
+        link.unfrozen = link.members;
+        const auto& on_link = link_flows_[l];
+        if (link.members < on_link.size()) {
+            holds = true;
+            for (FlowId g : on_link)
+                if (state_[g].mark != epoch_) link.remaining -= rate_[g];
+        }
+        if (link.unfrozen > 0)
+            share_heap_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
+    }
+
+    // Repeatedly saturate the link with the smallest fair share. Freezing a flow at the current
+    // minimum share r can only raise the share (c - r) / (n - 1) of the other links it crosses,
+    // so heap keys are never too large: a popped entry whose link's share has grown since is
+    // pushed back with the new value instead of pushing on every change.
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
     };
-    auto current_share = [](const Link& link) {
-        return std::max(0.0, link.remaining_capacity) / link.unfrozen;
-    };
-    for (LinkId l : comp_links_) {
-        Link& link = links_[l];
-        link.remaining_capacity = link.capacity;
-        link.unfrozen = static_cast<std::uint32_t>(link.flows.size());
-        if (link.unfrozen > 0) share_heap_.push_back({link.capacity / link.unfrozen, l});
-    }
     std::make_heap(share_heap_.begin(), share_heap_.end(), share_after);
     while (!share_heap_.empty()) {
         std::pop_heap(share_heap_.begin(), share_heap_.end(), share_after);
@@ -147,45 +188,139 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         share_heap_.pop_back();
         Link& bottleneck = links_[top.link];
         if (bottleneck.unfrozen == 0) continue;
-        const double rate = current_share(bottleneck);
+        const double rate = std::max(0.0, bottleneck.remaining) / bottleneck.unfrozen;
         if (rate > top.share) {
             share_heap_.push_back({rate, top.link});
             std::push_heap(share_heap_.begin(), share_heap_.end(), share_after);
             continue;
         }
-        for (FlowId fid : bottleneck.flows) {
-            Flow& f = flows_[fid];
-            if (f.frozen) continue;
-            f.frozen = true;
-            f.rate = rate;
-            for (LinkId k : f.path) {
-                Link& link = links_[k];
-                link.remaining_capacity -= rate;
+        for (FlowId g : link_flows_[top.link]) {
+            FlowState& st = state_[g];
+            if (st.frozen) continue;
+            st.frozen = 1;
+            rate_[g] = rate;
+            const LinkId* path = path_of(g);
+            for (std::uint32_t i = 0; i < st.hops; ++i) {
+                Link& link = links_[path[i]];
+                link.remaining -= rate;
                 --link.unfrozen;
             }
         }
     }
+    return holds;
+}
 
-    for (FlowId fid : comp_flows_) {
-        Flow& f = flows_[fid];
-        f.finish = f.remaining <= 0 ? now : now + transfer_time(f.remaining, Bandwidth{f.rate});
-        heap_update(fid);
+void FlowSolver::refresh_links() {
+    for (LinkId l : set_links_) {
+        double total = 0;
+        double max_rate = 0;
+        for (FlowId g : link_flows_[l]) {
+            total += rate_[g];
+            max_rate = std::max(max_rate, rate_[g]);
+        }
+        loads_[l].total = total;
+        loads_[l].max_rate = max_rate;
+    }
+}
+
+bool FlowSolver::has_bottleneck(FlowId g) const {
+    const double rate = rate_[g];
+    const LinkId* path = path_of(g);
+    for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
+        const LinkLoad& load = loads_[path[i]];
+        if (load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack))
+            return true;
+    }
+    return false;
+}
+
+// Checks every flow on a link of L (the only links whose totals changed) for a bottleneck. A held
+// flow without one joins A. A re-solved flow without one is out-rated on its bottleneck by held
+// flows (within A it is the fastest there); those join A. Returns whether A grew.
+bool FlowSolver::grow() {
+    ++check_round_;
+    const std::size_t flows_before = set_flows_.size();
+    bool failed = false;
+    const std::size_t n = set_links_.size();  // L grows below; new links are checked next round
+    for (std::size_t i = 0; i < n; ++i) {
+        for (FlowId g : link_flows_[set_links_[i]]) {
+            FlowState& st = state_[g];
+            if (st.check == check_round_) continue;
+            st.check = check_round_;
+            ++checked_;
+            if (has_bottleneck(g)) continue;
+            failed = true;
+            if (st.mark != epoch_) {
+                take_flow(g);
+                continue;
+            }
+            const LinkId* path = path_of(g);
+            for (std::uint32_t j = 0; j < st.hops; ++j) {
+                const LinkLoad& load = loads_[path[j]];
+                if (load.total < load.capacity * (1 - kSlack)) continue;
+                for (FlowId h : link_flows_[path[j]])
+                    if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
+            }
+        }
+    }
+    if (failed && set_flows_.size() == flows_before) {
+        // Rounding left a check unresolved that no single flow explains: solve the whole
+        // connected set, which needs no check.
+        take_component();
+    }
+    return set_flows_.size() > flows_before;
+}
+
+void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observers) {
+    if (!dirty()) return;
+    ++recomputes_;
+    ++epoch_;
+    set_links_.clear();
+    set_flows_.clear();
+    for (LinkId l : dirty_links_) {
+        link_state_[l].queued = false;
+        take_link(l);
+    }
+    dirty_links_.clear();
+    for (FlowId g : new_flows_)
+        if (flows_[g].pending) take_flow(g);
+    new_flows_.clear();
+    if (strategy_ == Strategy::Component) take_component();
+
+    for (;;) {
+        const bool holds = fill();
+        refresh_links();
+        if (!holds || !grow()) break;
+    }
+    finish(now, observers);
+}
+
+void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers) {
+    for (FlowId g : set_flows_) {
+        Flow& f = flows_[g];
+        const double rate = rate_[g];
+        if (rate == f.previous_rate) continue;
+        if (f.previous_rate > 0 && now > f.updated)
+            f.remaining =
+                std::max(0.0, f.remaining - f.previous_rate * (now - f.updated).seconds());
+        f.updated = now;
+        f.finish = f.remaining <= 0 ? now : now + transfer_time(f.remaining, Bandwidth{rate});
+        heap_update(g);
     }
 
-    for (LinkId l : comp_links_) {
-        Link& link = links_[l];
-        double total = 0;
-        for (FlowId fid : link.flows)
-            total += flows_[fid].rate;
-        const auto count = static_cast<std::uint32_t>(link.flows.size());
-        if (total == link.acct_rate && count == link.acct_flows) continue;
+    if (!observers.empty()) std::sort(set_links_.begin(), set_links_.end());
+    for (LinkId l : set_links_) {
+        const double total = loads_[l].total;
+        const auto count = static_cast<std::uint32_t>(link_flows_[l].size());
+        LinkState& st = link_state_[l];
+        if (total == st.acct_rate && count == st.acct_flows) continue;
         LinkAccount& acct = accounts_[l];
-        const Time span = now - link.acct_since;
-        if (link.acct_flows >= 1) acct.busy += span;
-        if (link.acct_flows >= 2) acct.shared += span;
-        link.acct_rate = total;
-        link.acct_flows = count;
-        link.acct_since = now;
+        const Time span = now - st.acct_since;
+        if (st.acct_flows >= 1) acct.busy += span;
+        if (st.acct_flows >= 2) acct.shared += span;
+        st.acct_rate = total;
+        st.acct_flows = count;
+        st.acct_since = now;
         for (NetworkObserver* o : observers)
             o->on_link_rate(now, l, total, static_cast<int>(count));
     }

@@ -1,14 +1,29 @@
 // Max-min fair sharing of directed links between flows (progressive filling), incremental.
 //
-// Flows are added and removed at the current time; recompute(now) then redistributes bandwidth
-// only over the connected set of flows and links reachable from the links those changes touched
-// (two flows are connected when they share a link). Remaining bytes are advanced lazily: a flow's
-// progress is brought up to date only when its rate is about to change. Finish times are kept in
-// an indexed heap so the owner can ask for the next flow to finish without scanning.
+// Flows are added and removed at the current time; recompute(now) then brings the max-min fair
+// allocation up to date. Two strategies give the same allocation (to floating-point rounding):
+//
+//  - Incremental (default): re-solve only a set A of flows, holding every other flow at its
+//    current rate, then verify the result with the bottleneck characterisation of max-min
+//    fairness (Bertsekas & Gallager, Data Networks, 6.5.2): a feasible allocation is the max-min
+//    fair one iff every flow crosses a saturated link on which no flow has a higher rate. Only
+//    flows on links whose totals changed can lose their bottleneck, so only they are checked;
+//    a flow that fails (or a held flow that out-rates a re-solved flow on its bottleneck) joins A
+//    and A is re-solved. A starts with the new flows and the links of removed flows, and grows
+//    only as far as the change actually propagates.
+//  - Component: re-solve the whole connected set of flows reachable from the changed links (two
+//    flows are connected when they share a link). Kept as the reference the incremental strategy
+//    is tested against.
+//
+// Remaining bytes are advanced lazily: a flow's progress is brought up to date only when its rate
+// changes. Finish times are kept in an indexed heap so the owner can ask for the next flow to
+// finish without scanning. recompute() allocates nothing once its scratch arrays have grown to
+// the largest set seen.
 //
 // The solver knows nothing of the engine; Network drives it from events. All quantities are
 // per direction of a link: capacity in bytes per second, bytes as double (flows carry fractional
-// remainders between rate changes).
+// remainders between rate changes). Results depend only on the sequence of calls (no hashing,
+// no pointer order, no timing).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +40,8 @@ class FlowSolver {
   public:
     using FlowId = std::uint32_t;
 
+    enum class Strategy { Incremental, Component };
+
     struct LinkAccount {
         double bytes = 0;  // bytes of every flow that crossed the link (counted at start)
         Time busy;         // time with at least one flow
@@ -33,86 +50,129 @@ class FlowSolver {
     };
 
     // `capacity[l]` is the usable capacity of directed link l in bytes per second (> 0).
-    explicit FlowSolver(std::vector<double> capacity);
+    explicit FlowSolver(std::vector<double> capacity, Strategy strategy = Strategy::Incremental);
 
-    // Adds a flow of `bytes` (> 0) over `path` (non-empty). `owner` is returned by owner().
+    // Adds a flow of `bytes` (> 0) over `path` (non-empty, no link twice). `owner` is returned by
+    // owner().
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
                Time now);
     // Removes a flow (finished or not).
     void remove(FlowId flow);
-    // Re-solves max-min fair rates for everything connected to links changed since the last call,
-    // updating finish times. Reports links whose total rate or flow count changed to `observers`.
+    // Re-solves max-min fair rates after the adds and removes since the last call, updating the
+    // finish times of flows whose rate changed. Reports links whose total rate or flow count
+    // changed to `observers`, in increasing link order.
     void recompute(Time now, const std::vector<NetworkObserver*>& observers);
-    bool dirty() const { return !dirty_links_.empty(); }
+    bool dirty() const { return !dirty_links_.empty() || !new_flows_.empty(); }
 
     // The flow with the earliest finish time (ties: lowest id), or kNoFlow if none.
     static constexpr FlowId kNoFlow = 0xffffffffu;
     FlowId next_finishing() const { return heap_.empty() ? kNoFlow : heap_.front(); }
     Time finish_time(FlowId f) const { return flows_[f].finish; }
     std::uint32_t owner(FlowId f) const { return flows_[f].owner; }
-    double rate(FlowId f) const { return flows_[f].rate; }
+    // Bytes per second, as of the last recompute().
+    double rate(FlowId f) const { return rate_[f]; }
     std::size_t active_flows() const { return active_; }
 
     // Statistics, complete up to the last recompute().
     const std::vector<LinkAccount>& accounts() const { return accounts_; }
-    double link_rate(topology::LinkId l) const { return links_[l].acct_rate; }
+    double link_rate(topology::LinkId l) const { return link_state_[l].acct_rate; }
 
-    // Work counters for benchmarks: number of recompute() calls and flows re-rated in total.
+    // Work counters for benchmarks: recompute() calls, flows re-rated (summed over every
+    // progressive filling, so a flow re-solved twice in one recompute counts twice), and flows
+    // whose bottleneck was checked.
     std::uint64_t recomputes() const { return recomputes_; }
     std::uint64_t rerated_flows() const { return rerated_; }
+    std::uint64_t checked_flows() const { return checked_; }
 
   private:
-    struct Flow {
-        std::vector<topology::LinkId> path;
-        std::vector<std::uint32_t> slot;  // index of this flow in links_[path[i]].flows
+    // Per-flow and per-link data is split by use so that the loops over hundreds of thousands of
+    // flow-link incidences touch as few cache lines as possible.
+    struct Flow {  // touched when the flow starts, ends or changes rate
         double remaining = 0;
-        double rate = 0;
         double previous_rate = 0;  // rate before the recompute in progress
         Time updated;
         Time finish = Time::max();
         std::uint32_t owner = 0;
         std::uint32_t heap_index = kNoFlow;
-        std::uint32_t epoch = 0;
-        bool frozen = false;
         bool active = false;
+        bool pending = false;  // added since the last recompute
     };
-    struct Link {
-        double capacity = 0;
-        std::vector<FlowId> flows;
-        // progressive-filling scratch
-        double remaining_capacity = 0;
+    struct FlowState {            // read in the solve loops
+        std::uint32_t mark = 0;   // == epoch_: in the re-solved set A of this recompute
+        std::uint32_t check = 0;  // == check_round_: bottleneck checked in this round
+        std::uint32_t hops = 0;
+        std::uint32_t frozen = 1;  // outside fill() every flow is frozen
+    };
+    struct Link {  // progressive-filling scratch
+        double remaining = 0;
         std::uint32_t unfrozen = 0;
-        std::uint32_t epoch = 0;
-        // accounting: values in force since acct_since
-        double acct_rate = 0;
+        std::uint32_t members = 0;  // flows of A on the link
+    };
+    struct LinkLoad {
+        double capacity = 0;
+        double total = 0;        // sum of the rates of its flows, as of the last solve
+        double max_rate = 0;     // largest rate of its flows, as of the last solve
+        std::uint32_t mark = 0;  // == epoch_: in the link set L of this recompute
+    };
+    struct LinkState {
+        double acct_rate = 0;  // values in force since acct_since
         std::uint32_t acct_flows = 0;
         Time acct_since;
+        bool queued = false;  // in dirty_links_
+    };
+    struct Share {
+        double share;
+        topology::LinkId link;
     };
 
+    const topology::LinkId* path_of(FlowId f) const {
+        return &hop_links_[std::size_t{f} * stride_];
+    }
+    std::uint32_t* slots_of(FlowId f) { return &hop_slots_[std::size_t{f} * stride_]; }
+    void restride(std::size_t stride);
     void mark_dirty(topology::LinkId l);
+    void take_flow(FlowId f);
+    void take_link(topology::LinkId l);
+    void take_component();
+    bool fill();
+    void refresh_links();
+    bool grow();
+    bool has_bottleneck(FlowId f) const;
+    void finish(Time now, const std::vector<NetworkObserver*>& observers);
+
     bool heap_less(FlowId a, FlowId b) const;
     void heap_up(std::uint32_t i);
     void heap_down(std::uint32_t i);
     void heap_update(FlowId f);
     void heap_erase(FlowId f);
 
+    Strategy strategy_;
     std::vector<Flow> flows_;
+    std::vector<FlowState> state_;
+    std::vector<double> rate_;
+    // Flow f's path is hop_links_[f * stride_ ...][0 .. hops); hop_slots_ holds, for each hop,
+    // the index of f in link_flows_ of that link.
+    std::vector<topology::LinkId> hop_links_;
+    std::vector<std::uint32_t> hop_slots_;
+    std::size_t stride_ = 4;
     std::vector<FlowId> free_;
     std::vector<Link> links_;
+    std::vector<LinkLoad> loads_;
+    std::vector<LinkState> link_state_;
+    std::vector<std::vector<FlowId>> link_flows_;
     std::vector<LinkAccount> accounts_;
     std::vector<FlowId> heap_;
     std::vector<topology::LinkId> dirty_links_;
+    std::vector<FlowId> new_flows_;
     std::uint32_t epoch_ = 0;
+    std::uint32_t check_round_ = 0;
     std::size_t active_ = 0;
     std::uint64_t recomputes_ = 0;
     std::uint64_t rerated_ = 0;
+    std::uint64_t checked_ = 0;
     // scratch reused across recomputes
-    std::vector<topology::LinkId> comp_links_;
-    std::vector<FlowId> comp_flows_;
-    struct Share {
-        double share;
-        topology::LinkId link;
-    };
+    std::vector<topology::LinkId> set_links_;  // L: links of A's flows and of removed flows
+    std::vector<FlowId> set_flows_;            // A
     std::vector<Share> share_heap_;
 };
 

@@ -60,9 +60,9 @@ TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is ke
     CHECK(s.finish_time(big) == Time::ms(15));
 }
 
-TEST_CASE("only the connected set of flows is re-rated") {
+TEST_CASE("the component strategy re-rates only the connected set of flows") {
     // Links 0 and 1 are disjoint; flows on link 1 do not see a change on link 0.
-    FlowSolver s({100e9, 100e9});
+    FlowSolver s({100e9, 100e9}, FlowSolver::Strategy::Component);
     s.add({0}, 1e9, 0, Time::zero());
     s.add({1}, 1e9, 1, Time::zero());
     s.add({1}, 1e9, 2, Time::zero());

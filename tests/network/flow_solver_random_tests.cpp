@@ -1,0 +1,191 @@
+// The incremental max-min solver against a from-scratch solve, on random links and flows.
+//
+// Reference: textbook progressive filling (Bertsekas & Gallager 6.5.2), written independently of
+// FlowSolver and quadratic on purpose: raise every unfrozen flow's rate together; the link whose
+// fair share (remaining capacity / unfrozen flows) is smallest saturates first and freezes its
+// flows at that share; repeat. The max-min allocation is unique, so after every recompute() each
+// active flow's rate must match the reference to rounding (1e-9 relative).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "network/flow_solver.hpp"
+#include "network/network.hpp"
+
+using namespace cs;
+using network::FlowSolver;
+using topology::LinkId;
+
+namespace {
+const std::vector<network::NetworkObserver*> kNoObservers;
+
+struct Rng {
+    std::uint64_t s;
+    std::uint64_t next() {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        return s >> 33;
+    }
+    std::uint64_t below(std::uint64_t n) { return next() % n; }
+};
+
+std::vector<double> reference_rates(const std::vector<double>& capacity,
+                                    const std::vector<std::vector<LinkId>>& paths) {
+    std::vector<double> rate(paths.size(), 0);
+    std::vector<bool> frozen(paths.size(), false);
+    std::vector<double> remaining = capacity;
+    for (;;) {
+        std::vector<int> unfrozen(capacity.size(), 0);
+        for (std::size_t f = 0; f < paths.size(); ++f)
+            if (!frozen[f])
+                for (LinkId l : paths[f])
+                    ++unfrozen[l];
+        double best = INFINITY;
+        for (std::size_t l = 0; l < capacity.size(); ++l)
+            if (unfrozen[l] > 0) best = std::min(best, std::max(0.0, remaining[l]) / unfrozen[l]);
+        if (best == INFINITY) return rate;
+        std::vector<bool> saturated(capacity.size(), false);
+        for (std::size_t l = 0; l < capacity.size(); ++l)
+            saturated[l] =
+                unfrozen[l] > 0 && std::max(0.0, remaining[l]) / unfrozen[l] <= best * (1 + 1e-13);
+        for (std::size_t f = 0; f < paths.size(); ++f) {
+            if (frozen[f]) continue;
+            const bool hit = std::any_of(paths[f].begin(), paths[f].end(),
+                                         [&](LinkId l) { return saturated[l]; });
+            if (!hit) continue;
+            frozen[f] = true;
+            rate[f] = best;
+            for (LinkId l : paths[f])
+                remaining[l] -= best;
+        }
+    }
+}
+
+struct Scenario {
+    int links;
+    int max_hops;
+    int initial_flows;
+    int steps;
+    bool few_capacities;  // capacities from a short list: many exact ties between fair shares
+};
+
+// Runs one random add/remove sequence on both strategies and checks them against the reference
+// after every recompute. Returns the largest relative difference seen.
+double run(const Scenario& sc, std::uint64_t seed) {
+    Rng rng{seed};
+    std::vector<double> capacity(static_cast<std::size_t>(sc.links));
+    const double choices[] = {25e9, 50e9, 100e9, 400e9};
+    for (double& c : capacity)
+        c = sc.few_capacities ? choices[rng.below(4)]
+                              : 1e9 * (1 + static_cast<double>(rng.below(1000)));
+    FlowSolver incremental(capacity);
+    FlowSolver component(capacity, FlowSolver::Strategy::Component);
+
+    struct Live {
+        FlowSolver::FlowId inc, comp;
+        std::vector<LinkId> path;
+    };
+    std::vector<Live> live;
+    auto add = [&](Time now) {
+        std::vector<LinkId> path;
+        const auto hops = 1 + rng.below(static_cast<std::uint64_t>(sc.max_hops));
+        while (path.size() < hops) {
+            const auto l = static_cast<LinkId>(rng.below(capacity.size()));
+            if (std::find(path.begin(), path.end(), l) == path.end()) path.push_back(l);
+            if (path.size() == capacity.size()) break;
+        }
+        const double bytes = 1e6 * static_cast<double>(1 + rng.below(1000));
+        live.push_back(
+            {incremental.add(path, bytes, 0, now), component.add(path, bytes, 0, now), path});
+    };
+    auto remove_at = [&](std::size_t i) {
+        incremental.remove(live[i].inc);
+        component.remove(live[i].comp);
+        live[i] = live.back();
+        live.pop_back();
+    };
+
+    double worst = 0;
+    Time now = Time::zero();
+    for (int i = 0; i < sc.initial_flows; ++i)
+        add(now);
+    for (int step = 0; step <= sc.steps; ++step) {
+        incremental.recompute(now, kNoObservers);
+        component.recompute(now, kNoObservers);
+        std::vector<std::vector<LinkId>> paths;
+        for (const Live& f : live)
+            paths.push_back(f.path);
+        const auto expected = reference_rates(capacity, paths);
+        for (std::size_t i = 0; i < live.size(); ++i) {
+            const double inc = incremental.rate(live[i].inc);
+            const double comp = component.rate(live[i].comp);
+            const double diff =
+                std::max(std::abs(inc - expected[i]), std::abs(comp - expected[i])) / expected[i];
+            worst = std::max(worst, diff);
+        }
+        std::vector<double> link_total(capacity.size(), 0);
+        for (std::size_t i = 0; i < live.size(); ++i)
+            for (LinkId l : live[i].path)
+                link_total[l] += expected[i];
+        for (std::size_t l = 0; l < capacity.size(); ++l)
+            worst = std::max(
+                worst, std::abs(incremental.link_rate(static_cast<LinkId>(l)) - link_total[l]) /
+                           capacity[l]);
+
+        // Next step: some flows end, some start; sometimes several changes at once.
+        now = now + Time::ns(1 + static_cast<std::int64_t>(rng.below(1000)));
+        const auto changes = 1 + rng.below(3);
+        for (std::uint64_t c = 0; c < changes; ++c) {
+            const bool removing =
+                !live.empty() && (rng.below(2) == 0 || live.size() > 2u * sc.initial_flows);
+            if (removing)
+                remove_at(rng.below(live.size()));
+            else
+                add(now);
+        }
+    }
+    CHECK(incremental.active_flows() == live.size());
+    return worst;
+}
+}  // namespace
+
+TEST_CASE("incremental max-min matches a from-scratch solve on random flow sets") {
+    // Small sets with many ties, medium sets with continuous capacities, and long paths that
+    // chain many links: every scenario runs over many seeds.
+    const Scenario scenarios[] = {
+        {3, 2, 4, 40, true},   {6, 3, 10, 60, true},   {8, 4, 20, 60, false},
+        {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
+    };
+    double worst = 0;
+    for (const Scenario& sc : scenarios)
+        for (std::uint64_t seed = 1; seed <= 60; ++seed)
+            worst = std::max(worst, run(sc, seed * 7919 + static_cast<std::uint64_t>(sc.links)));
+    CHECK(worst <= 1e-9);
+    MESSAGE("largest relative difference from the reference: " << worst);
+}
+
+TEST_CASE("incremental solve re-rates a change on a shared link only as far as it spreads") {
+    // Links 0..3 of 100 GB/s; flows a, b on link 0, c on link 1, d on links 2 and 3.
+    // a and b get 50 each, c and d 100. A third flow on link 0 gives a, b and e 33.3 each and
+    // cannot affect c or d (no shared link): the incremental solve re-rates e, then a and b
+    // (they lose their bottleneck to e), never c or d.
+    FlowSolver s({100e9, 100e9, 100e9, 100e9});
+    const auto a = s.add({0}, 1e9, 0, Time::zero());
+    const auto b = s.add({0}, 1e9, 1, Time::zero());
+    const auto c = s.add({1}, 1e9, 2, Time::zero());
+    const auto d = s.add({2, 3}, 1e9, 3, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.rate(a) == doctest::Approx(50e9));
+    CHECK(s.rate(d) == doctest::Approx(100e9));
+    const auto checked = s.checked_flows();
+    const auto e = s.add({0}, 1e9, 4, Time::ms(1));
+    s.recompute(Time::ms(1), kNoObservers);
+    CHECK(s.rate(a) == doctest::Approx(100e9 / 3));
+    CHECK(s.rate(b) == doctest::Approx(100e9 / 3));
+    CHECK(s.rate(e) == doctest::Approx(100e9 / 3));
+    CHECK(s.rate(c) == doctest::Approx(100e9));
+    // Only the three flows on link 0 were checked, once per round (two rounds).
+    CHECK(s.checked_flows() - checked <= 6);
+}
