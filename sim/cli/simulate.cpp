@@ -38,11 +38,22 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
         peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
     workload::fill_memory(spec, plan, peak_inflight, device_of);
     const auto& gpu = spec.cluster->gpu_model(0);
-    for (int s = 0; s < shape.devices; ++s) {
-        const auto& mem = plan.devices[static_cast<std::size_t>(s)].memory;
-        if (gpu.hbm.value > 0 && mem.total > gpu.hbm)
-            spdlog::warn("stage {} needs {} per GPU under {}, more than the {} of HBM of a {}", s,
-                         format_bytes(mem.total), name, format_bytes(gpu.hbm), gpu.name);
+    // One warning per run of consecutive stages that need the same (too large) memory.
+    for (int s = 0; s < shape.devices;) {
+        const auto need = plan.devices[static_cast<std::size_t>(s)].memory.total;
+        int end = s + 1;
+        while (end < shape.devices &&
+               plan.devices[static_cast<std::size_t>(end)].memory.total == need)
+            ++end;
+        if (gpu.hbm.value > 0 && need > gpu.hbm) {
+            const std::string stages =
+                end - s == 1 ? "stage " + std::to_string(s)
+                             : "stages " + std::to_string(s) + "-" + std::to_string(end - 1);
+            spdlog::warn("{} need{} {} per GPU under {}, more than the {} of HBM of a {}", stages,
+                         end - s == 1 ? "s" : "", format_bytes(need), name, format_bytes(gpu.hbm),
+                         gpu.name);
+        }
+        s = end;
     }
 
     replay::Replay replay(spec, plan, *sched, shape);
