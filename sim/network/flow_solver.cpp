@@ -159,7 +159,7 @@ bool FlowSolver::fill() {
     for (FlowId g : set_flows_)
         state_[g].frozen = 0;
     bool holds = false;
-    share_heap_.clear();
+    share_order_.clear();
     for (LinkId l : set_links_) {
         Link& link = links_[l];
         link.remaining = loads_[l].capacity;
@@ -171,21 +171,32 @@ bool FlowSolver::fill() {
                 if (state_[g].mark != epoch_) link.remaining -= rate_[g];
         }
         if (link.unfrozen > 0)
-            share_heap_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
+            share_order_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
     }
 
     // Repeatedly saturate the link with the smallest fair share. Freezing a flow at the current
     // minimum share r can only raise the share (c - r) / (n - 1) of the other links it crosses,
-    // so heap keys are never too large: a popped entry whose link's share has grown since is
-    // pushed back with the new value instead of pushing on every change.
+    // so keys are never too large: a popped entry whose link's share has grown since is queued
+    // again with the new value instead of re-queueing on every change. The initial shares are
+    // sorted once (most links are popped only to find all their flows frozen elsewhere, and a
+    // sorted array makes that cheap); re-queued entries go to a heap, merged in by key.
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
     };
-    std::make_heap(share_heap_.begin(), share_heap_.end(), share_after);
-    while (!share_heap_.empty()) {
-        std::pop_heap(share_heap_.begin(), share_heap_.end(), share_after);
-        const Share top = share_heap_.back();
-        share_heap_.pop_back();
+    std::sort(share_order_.begin(), share_order_.end(),
+              [&](const Share& x, const Share& y) { return share_after(y, x); });
+    share_heap_.clear();
+    std::size_t next = 0;
+    while (next < share_order_.size() || !share_heap_.empty()) {
+        Share top;
+        if (share_heap_.empty() ||
+            (next < share_order_.size() && share_after(share_heap_.front(), share_order_[next]))) {
+            top = share_order_[next++];
+        } else {
+            std::pop_heap(share_heap_.begin(), share_heap_.end(), share_after);
+            top = share_heap_.back();
+            share_heap_.pop_back();
+        }
         Link& bottleneck = links_[top.link];
         if (bottleneck.unfrozen == 0) continue;
         const double rate = std::max(0.0, bottleneck.remaining) / bottleneck.unfrozen;

@@ -173,7 +173,8 @@ class FlowSolver {
     // scratch reused across recomputes
     std::vector<topology::LinkId> set_links_;  // L: links of A's flows and of removed flows
     std::vector<FlowId> set_flows_;            // A
-    std::vector<Share> share_heap_;
+    std::vector<Share> share_order_;           // initial shares, sorted
+    std::vector<Share> share_heap_;            // shares queued again
 };
 
 }  // namespace cs::network
