@@ -209,20 +209,25 @@ bool FlowSolver::fill() {
             FlowState& st = state_[g];
             if (st.frozen) continue;
             st.frozen = 1;
+            const bool changed = rate_[g] != rate;
             rate_[g] = rate;
             const LinkId* path = path_of(g);
             for (std::uint32_t i = 0; i < st.hops; ++i) {
                 Link& link = links_[path[i]];
                 link.remaining -= rate;
                 --link.unfrozen;
+                if (changed && loads_[path[i]].noted != check_round_ + 1) {
+                    loads_[path[i]].noted = check_round_ + 1;
+                    changed_links_.push_back(path[i]);
+                }
             }
         }
     }
     return holds;
 }
 
-void FlowSolver::refresh_links() {
-    for (LinkId l : set_links_) {
+void FlowSolver::refresh_links(bool all) {
+    for (LinkId l : all ? set_links_ : changed_links_) {
         double total = 0;
         double max_rate = 0;
         for (FlowId g : link_flows_[l]) {
@@ -245,36 +250,50 @@ bool FlowSolver::has_bottleneck(FlowId g) const {
     return false;
 }
 
-// Checks every flow on a link of L (the only links whose totals changed) for a bottleneck. A held
-// flow without one joins A. A re-solved flow without one is out-rated on its bottleneck by held
-// flows (within A it is the fastest there); those join A. Returns whether A grew.
-bool FlowSolver::grow() {
+// Checks flows for a bottleneck: in the first round every flow on a link of L (the links whose
+// totals may differ from the last recompute, when every flow had one), later only flows on links
+// where a rate changed in the last fill and flows that failed in the round before (a flow whose
+// rate and links are unchanged keeps its answer). A held flow without a bottleneck joins A. A
+// re-solved flow without one is out-rated on its bottleneck by held flows (within A it is the
+// fastest there); those join A. Returns whether A grew.
+bool FlowSolver::grow(bool all) {
     ++check_round_;
     const std::size_t flows_before = set_flows_.size();
-    bool failed = false;
-    const std::size_t n = set_links_.size();  // L grows below; new links are checked next round
-    for (std::size_t i = 0; i < n; ++i) {
-        for (FlowId g : link_flows_[set_links_[i]]) {
-            FlowState& st = state_[g];
-            if (st.check == check_round_) continue;
-            st.check = check_round_;
-            ++checked_;
-            if (has_bottleneck(g)) continue;
-            failed = true;
-            if (st.mark != epoch_) {
-                take_flow(g);
-                continue;
-            }
-            const LinkId* path = path_of(g);
-            for (std::uint32_t j = 0; j < st.hops; ++j) {
-                const LinkLoad& load = loads_[path[j]];
-                if (load.total < load.capacity * (1 - kSlack)) continue;
-                for (FlowId h : link_flows_[path[j]])
-                    if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
-            }
+    failed_.clear();
+    auto check = [&](FlowId g) {
+        FlowState& st = state_[g];
+        if (st.check == check_round_) return;
+        st.check = check_round_;
+        ++checked_;
+        if (has_bottleneck(g)) return;
+        failed_.push_back(g);
+        if (st.mark != epoch_) {
+            take_flow(g);
+            return;
         }
+        const LinkId* path = path_of(g);
+        for (std::uint32_t j = 0; j < st.hops; ++j) {
+            const LinkLoad& load = loads_[path[j]];
+            if (load.total < load.capacity * (1 - kSlack)) continue;
+            for (FlowId h : link_flows_[path[j]])
+                if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
+        }
+    };
+    if (all) {
+        const std::size_t n = set_links_.size();  // L grows in take_flow(); new links unchanged
+        for (std::size_t i = 0; i < n; ++i)
+            for (FlowId g : link_flows_[set_links_[i]])
+                check(g);
+    } else {
+        for (LinkId l : changed_links_)
+            for (FlowId g : link_flows_[l])
+                check(g);
+        for (FlowId g : recheck_)
+            check(g);
     }
-    if (failed && set_flows_.size() == flows_before) {
+    changed_links_.clear();
+    recheck_.swap(failed_);
+    if (!recheck_.empty() && set_flows_.size() == flows_before) {
         // Rounding left a check unresolved that no single flow explains: solve the whole
         // connected set, which needs no check.
         take_component();
@@ -298,10 +317,12 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
     new_flows_.clear();
     if (strategy_ == Strategy::Component) take_component();
 
-    for (;;) {
+    changed_links_.clear();
+    recheck_.clear();
+    for (bool first = true;; first = false) {
         const bool holds = fill();
-        refresh_links();
-        if (!holds || !grow()) break;
+        refresh_links(first);
+        if (!holds || !grow(first)) break;
     }
     finish(now, observers);
 }

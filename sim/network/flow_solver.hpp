@@ -110,9 +110,10 @@ class FlowSolver {
     };
     struct LinkLoad {
         double capacity = 0;
-        double total = 0;        // sum of the rates of its flows, as of the last solve
-        double max_rate = 0;     // largest rate of its flows, as of the last solve
-        std::uint32_t mark = 0;  // == epoch_: in the link set L of this recompute
+        double total = 0;         // sum of the rates of its flows, as of the last solve
+        double max_rate = 0;      // largest rate of its flows, as of the last solve
+        std::uint32_t mark = 0;   // == epoch_: in the link set L of this recompute
+        std::uint32_t noted = 0;  // == check_round_ + 1: in changed_links_
     };
     struct LinkState {
         double acct_rate = 0;  // values in force since acct_since
@@ -135,8 +136,8 @@ class FlowSolver {
     void take_link(topology::LinkId l);
     void take_component();
     bool fill();
-    void refresh_links();
-    bool grow();
+    void refresh_links(bool all);
+    bool grow(bool all);
     bool has_bottleneck(FlowId f) const;
     void finish(Time now, const std::vector<NetworkObserver*>& observers);
 
@@ -171,10 +172,13 @@ class FlowSolver {
     std::uint64_t rerated_ = 0;
     std::uint64_t checked_ = 0;
     // scratch reused across recomputes
-    std::vector<topology::LinkId> set_links_;  // L: links of A's flows and of removed flows
-    std::vector<FlowId> set_flows_;            // A
-    std::vector<Share> share_order_;           // initial shares, sorted
-    std::vector<Share> share_heap_;            // shares queued again
+    std::vector<topology::LinkId> set_links_;      // L: links of A's flows and of removed flows
+    std::vector<FlowId> set_flows_;                // A
+    std::vector<topology::LinkId> changed_links_;  // links where a rate changed in the last fill
+    std::vector<FlowId> failed_;                   // flows that failed the check this round
+    std::vector<FlowId> recheck_;                  // ... and in the round before
+    std::vector<Share> share_order_;               // initial shares, sorted
+    std::vector<Share> share_heap_;                // shares queued again
 };
 
 }  // namespace cs::network
