@@ -1,5 +1,7 @@
 #include "engine/simulation.hpp"
 
+#include <cstdint>
+
 #include "core/errors.hpp"
 
 namespace cs {
@@ -12,6 +14,22 @@ std::uint64_t mix(std::uint64_t x) {
     return x ^ (x >> 31);
 }
 constexpr std::size_t kArity = 4;
+constexpr std::size_t kCacheLine = 64;
+
+// (at, order) as one 128-bit comparison, which compiles to cmp/sbb without a branch. Times are
+// never negative (nothing is scheduled before now() >= 0), so comparing them unsigned is exact.
+inline bool before(const Event& x, const Event& y) {
+    __extension__ using Key = unsigned __int128;
+    const Key kx = Key{static_cast<std::uint64_t>(x.at.count_ps())} << 64 | x.order;
+    const Key ky = Key{static_cast<std::uint64_t>(y.at.count_ps())} << 64 | y.order;
+    return kx < ky;
+}
+
+// Branch-free choice: which child is smaller is a coin toss, and a mispredicted branch per heap
+// level cost more than the whole comparison.
+inline std::size_t choose(bool condition, std::size_t if_true, std::size_t if_false) {
+    return if_false ^ ((if_false ^ if_true) & (0 - static_cast<std::size_t>(condition)));
+}
 }  // namespace
 
 HandlerId Simulation::add_handler(EventHandler& handler) {
@@ -27,47 +45,81 @@ void Simulation::schedule_at(Time at, HandlerId handler, std::uint32_t kind, std
     if (handler >= handlers_.size())
         throw SimulationError("engine", "event for an unregistered handler", now_);
     const std::uint64_t seq = next_seq_++;
-    push(Event{at, shuffle_ ? mix(seq ^ shuffle_seed_) : seq, handler, kind, a, b});
+    const Event e{at, shuffle_ ? mix(seq ^ shuffle_seed_) : seq, handler, kind, a, b};
+    if (root_taken_) {
+        root_taken_ = false;
+        sift_from_root(e);
+    } else {
+        push(e);
+    }
 }
 
 void Simulation::push(const Event& e) {
     heap_.push_back(e);
+    Event* h = heap_.data();
     std::size_t i = heap_.size() - 1;
     while (i > 0) {
         const std::size_t parent = (i - 1) / kArity;
-        if (!before(e, heap_[parent])) break;
-        heap_[i] = heap_[parent];
+        if (!before(e, h[parent])) break;
+        h[i] = h[parent];
         i = parent;
     }
-    heap_[i] = e;
+    h[i] = e;
 }
 
-Event Simulation::pop() {
-    Event top = heap_.front();
-    Event last = heap_.back();
-    heap_.pop_back();
+void Simulation::sift_from_root(const Event& e) {
+    Event* h = heap_.data();
     const std::size_t n = heap_.size();
-    if (n == 0) return top;
+    const auto base = reinterpret_cast<std::uintptr_t>(h);
+    // Bottom-up: the hole at the root follows the smaller children down to a leaf, then `e` rises
+    // from there. A new event usually belongs near the bottom, so this saves the comparison with
+    // `e` at every level. The grandchildren are fetched one level ahead because the branch-free
+    // descent gives the processor no speculative loads to overlap (prefetching past the end of
+    // the heap is harmless, hence no bounds check).
     std::size_t i = 0;
     for (;;) {
         const std::size_t first = i * kArity + 1;
-        if (first >= n) break;
-        std::size_t best = first;
-        const std::size_t end = first + kArity < n ? first + kArity : n;
-        for (std::size_t c = first + 1; c < end; ++c)
-            if (before(heap_[c], heap_[best])) best = c;
-        if (!before(heap_[best], last)) break;
-        heap_[i] = heap_[best];
+        if (first + kArity > n) break;
+        const std::uintptr_t grandchildren = base + (first * kArity + 1) * sizeof(Event);
+        for (std::size_t offset = 0; offset < kArity * kArity * sizeof(Event); offset += kCacheLine)
+            __builtin_prefetch(reinterpret_cast<const void*>(grandchildren + offset));
+        const std::size_t min01 = first + before(h[first + 1], h[first]);
+        const std::size_t min23 = first + 2 + before(h[first + 3], h[first + 2]);
+        const std::size_t best = choose(before(h[min23], h[min01]), min23, min01);
+        h[i] = h[best];
         i = best;
     }
-    heap_[i] = last;
-    return top;
+    const std::size_t first = i * kArity + 1;
+    if (first < n) {  // a last node with fewer than kArity children
+        std::size_t best = first;
+        for (std::size_t c = first + 1; c < n; ++c)
+            if (before(h[c], h[best])) best = c;
+        h[i] = h[best];
+        i = best;
+    }
+    while (i > 0) {
+        const std::size_t parent = (i - 1) / kArity;
+        if (!before(e, h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = e;
+}
+
+void Simulation::drop_taken_root() {
+    root_taken_ = false;
+    const Event last = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) sift_from_root(last);
 }
 
 bool Simulation::step() {
+    if (root_taken_) drop_taken_root();
     if (heap_.empty()) return false;
-    const Event e = pop();
+    // A copy: the handler's first schedule_at() overwrites the root.
+    const Event e = heap_.front();
     if (e.at < now_) throw SimulationError("engine", "time went backwards", now_);
+    root_taken_ = true;
     now_ = e.at;
     ++processed_;
     handlers_[e.handler]->on_event(*this, e);
@@ -82,8 +134,11 @@ void Simulation::run() {
 
 void Simulation::run_until(Time limit) {
     stopped_ = false;
-    while (!stopped_ && !heap_.empty() && heap_.front().at <= limit)
+    for (;;) {
+        if (root_taken_) drop_taken_root();
+        if (stopped_ || heap_.empty() || heap_.front().at > limit) break;
         step();
+    }
 }
 
 }  // namespace cs
