@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulate.hpp"
+#include "cli/table.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -48,17 +49,6 @@ std::vector<std::string> parse_schedules(const std::string& text) {
     return names;
 }
 
-std::string pct(double fraction) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f%%", fraction * 100);
-    return buf;
-}
-
-std::string pad(std::string s, std::size_t width) {
-    if (s.size() < width) s.append(width - s.size(), ' ');
-    return s;
-}
-
 void print_table(std::ostream& out, const std::vector<report::Summary>& results) {
     out << pad("schedule", 13) << pad("iteration", 13) << pad("bubble", 9)
         << pad("exposed comm", 14) << pad("MFU", 9) << pad("peak act", 12) << "p2p bytes\n";
@@ -68,8 +58,8 @@ void print_table(std::ostream& out, const std::vector<report::Summary>& results)
             peak = std::max(peak, st.peak_activation_bytes);
         out << pad(r.schedule, 13)
             << pad(format_time(Time::from_seconds_ceil(r.iteration_time_s)), 13)
-            << pad(pct(r.bubble_fraction), 9) << pad(pct(r.exposed_comm_fraction), 14)
-            << pad(pct(r.mfu), 9) << pad(format_bytes(Bytes{peak}), 12)
+            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14)
+            << pad(percent(r.mfu), 9) << pad(format_bytes(Bytes{peak}), 12)
             << format_bytes(Bytes{static_cast<std::int64_t>(r.p2p_bytes)}) << "\n";
     }
 

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "report/svg_timeline.hpp"
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,38 +22,12 @@ namespace {
 const std::string kExperiment =
     std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
 
-// A fresh empty folder per test case.
-fs::path scratch(const std::string& name) {
-    const fs::path dir = fs::temp_directory_path() / ("cs_cli_tests_" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir;
-}
+using cs::test::scratch;
+using cs::test::slurp;
 
 // Runs `clustersim compare ARGS...` in process; returns what it printed on stdout.
 std::string run_compare(std::vector<std::string> args) {
-    CLI::App app{"test"};
-    app.require_subcommand(1);
-    cs::cli::register_compare(app);
-    args.insert(args.begin(), "compare");
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed list
-    std::ostringstream captured;
-    auto* old = std::cout.rdbuf(captured.rdbuf());
-    try {
-        app.parse(reversed);
-    } catch (...) {
-        std::cout.rdbuf(old);
-        throw;
-    }
-    std::cout.rdbuf(old);
-    return captured.str();
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return cs::test::run_cli(cs::cli::register_compare, "compare", std::move(args));
 }
 
 std::size_t count(const std::string& text, const std::string& what) {
