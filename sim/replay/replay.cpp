@@ -1,6 +1,7 @@
 #include "replay/replay.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/errors.hpp"
 
@@ -42,7 +43,12 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
 // ---- Replay state -----------------------------------------------------------------------------
 
 namespace {
-enum EventKind : std::uint32_t { kPassDone = 1, kOptimizerDone = 2, kLocalDelivery = 3 };
+enum EventKind : std::uint32_t {
+    kPassDone = 1,
+    kOptimizerDone = 2,
+    kLocalDelivery = 3,
+    kBucketReady = 4
+};
 }
 
 struct Replay::WorkerState {
@@ -67,6 +73,7 @@ struct Replay::Message {
     int key = -1;             // arrival key at the destination (p2p)
     int stage = -1;           // DP: the stage whose replicas all wait for it
     bool parameters = false;  // DP: the parameter all-gather after a sharded optimizer step
+    int chunk = -1;           // DP with overlapped buckets: the chunk this bucket belongs to
 };
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
@@ -120,6 +127,25 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
                                         .gpus[static_cast<std::size_t>(m)]);
                 dp_groups_.push_back(network_->register_group(std::move(ranks)));
             }
+    // Gradient buckets of --overlap-grad-reduce: each chunk's parameters (its 16-bit gradient
+    // bytes / 2) in buckets of bucket_parameters(), as Megatron-LM's DDP cuts them.
+    bucket_count_.assign(static_cast<std::size_t>(layout_.pp), 1);
+    for (int s = 0; s < layout_.pp; ++s) {
+        const std::int64_t params =
+            plan_.devices[static_cast<std::size_t>(s)].dp_gradient_bytes.value / 2;
+        const std::int64_t per = layout_.bucket_parameters();
+        if (overlaps_dp(s))
+            bucket_count_[static_cast<std::size_t>(s)] =
+                static_cast<int>(std::max<std::int64_t>(1, (params + per - 1) / per));
+        max_buckets_ = std::max(max_buckets_, bucket_count_[static_cast<std::size_t>(s)]);
+    }
+    buckets_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks * max_buckets_), 0);
+    buckets_done_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
+}
+
+bool Replay::overlaps_dp(int stage) const {
+    return layout_.overlap_grad_reduce && layout_.dp > 1 &&
+           plan_.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
 }
 
 Replay::~Replay() = default;
@@ -235,6 +261,67 @@ void Replay::try_start(int worker) {
     st.busy = true;
     ++st.cursor;
     sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
+    const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
+    if (completes_gradients && overlaps_dp(w.stage) &&
+        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1)
+        schedule_buckets(worker, op.chunk, r.start, r.end);
+}
+
+void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
+    // The pass produces the chunk's gradients at an even pace (its layers are alike): bucket b of
+    // K, holding the parameters up to (b + 1) x bucket size, is ready at that fraction of the pass.
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const int buckets = bucket_count_[static_cast<std::size_t>(w.stage)];
+    const double params =
+        static_cast<double>(
+            plan_.devices[static_cast<std::size_t>(w.stage)].dp_gradient_bytes.value) /
+        2;
+    const double per = static_cast<double>(layout_.bucket_parameters());
+    const double span = static_cast<double>((end - start).count_ps());
+    for (int b = 0; b < buckets; ++b) {
+        const double fraction = std::min(1.0, (b + 1) * per / params);
+        const Time at =
+            b + 1 == buckets
+                ? end
+                : start + Time::ps(static_cast<std::int64_t>(std::llround(span * fraction)));
+        sim_.schedule_at(at, handler_, kBucketReady, static_cast<std::uint64_t>(worker),
+                         static_cast<std::uint64_t>(chunk) << 32 | static_cast<std::uint32_t>(b));
+    }
+}
+
+void Replay::bucket_ready(int worker, int chunk, int bucket) {
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
+    const int buckets = bucket_count_[static_cast<std::size_t>(w.stage)];
+    // Launched when every replica of the stage has this bucket (the last one launches it).
+    auto& ready = buckets_ready_[static_cast<std::size_t>(
+        (w.stage * shape_.chunks + chunk) * max_buckets_ + bucket)];
+    if (++ready < layout_.dp) return;
+    // Bytes of bucket b: the share of the chunk's gradient bytes between b and b + 1 bucket sizes.
+    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
+    const double params = total / 2;
+    const double per = static_cast<double>(layout_.bucket_parameters());
+    const auto upto = [&](int b) {
+        return b >= buckets ? dev.dp_gradient_bytes.value
+                            : static_cast<std::int64_t>(
+                                  std::llround(total * std::min(1.0, b * per / params)));
+    };
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpGradients;
+    msg.record.src_worker = msg.record.dst_worker = worker;
+    msg.record.bytes = Bytes{upto(bucket + 1) - upto(bucket)};
+    msg.record.start = sim_.now();
+    msg.stage = w.stage;
+    msg.chunk = chunk;
+    const int members = layout_.tp * layout_.cp;
+    msg.remaining = members;
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                     : network::CollectiveKind::AllReduce;
+    for (int m = 0; m < members; ++m)
+        network_->collective(kind, dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
+                             msg.record.bytes, network::Algorithm::Auto, id);
 }
 
 void Replay::deliver(int worker, int key) {
@@ -297,7 +384,8 @@ void Replay::finish_pass(int worker) {
 
     const bool completes_gradients = (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
     if (completes_gradients &&
-        ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches)
+        ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches &&
+        !overlaps_dp(w.stage))
         start_dp_sync(worker, r.chunk);
     try_start(worker);
 }
@@ -396,6 +484,10 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             start_parameter_gather(worker);
             break;
         }
+        case kBucketReady:
+            bucket_ready(static_cast<int>(event.a), static_cast<int>(event.b >> 32),
+                         static_cast<int>(event.b & 0xffffffffU));
+            break;
         case kLocalDelivery: {
             const auto& msg = messages_[event.a];
             deliver(msg.record.dst_worker, msg.key);
@@ -424,6 +516,11 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
         for (auto* o : observers_)
             o->on_transfer(msg.record);
+        // Overlapped buckets: the chunk is synchronised when its last bucket is.
+        if (msg.chunk >= 0 &&
+            ++buckets_done_[static_cast<std::size_t>(msg.stage * shape_.chunks + msg.chunk)] <
+                bucket_count_[static_cast<std::size_t>(msg.stage)])
+            return;
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(msg.stage, d);
             ++states_[static_cast<std::size_t>(w)].dp_done;

@@ -115,6 +115,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     void finish_pass(int worker);
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
+    // --overlap-grad-reduce: the gradient buckets of a stage's chunk, launched during the last
+    // backward pass of the chunk as they become ready.
+    bool overlaps_dp(int stage) const;
+    void schedule_buckets(int worker, int chunk, Time start, Time end);
+    void bucket_ready(int worker, int chunk, int bucket);
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
@@ -138,6 +143,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<ReplayObserver*> observers_;
     std::map<const workload::PassPlan*, Time> pass_comm_cache_;
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
+    std::vector<int> bucket_count_;            // per stage: gradient buckets per chunk
+    std::vector<int> buckets_ready_;  // [(stage * chunks + chunk) * max buckets + b]: replicas
+    std::vector<int> buckets_done_;   // [stage * chunks + chunk]: buckets synchronised
+    int max_buckets_ = 0;
     std::uint64_t next_pass_id_ = 1;
     Time end_time_ = Time::zero();
 };

@@ -46,7 +46,6 @@ struct Summary {
     int microbatches = 0;
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
     double p2p_bytes = 0;  // pipeline activations and gradients, all GPUs
-    double dp_bytes = 0;   // per-GPU gradient bytes synchronised, summed over GPUs
     std::vector<StageSummary> stages;
     std::vector<LinkSummary> links;
     workload::MemoryBreakdown memory;  // worst GPU

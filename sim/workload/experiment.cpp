@@ -14,6 +14,8 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     l.vpp = static_cast<int>(r.count_or("vpp", 1));
     l.sequence_parallel = r.boolean_or("sequence_parallel", false);
     l.distributed_optimizer = r.boolean_or("distributed_optimizer", false);
+    l.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", false);
+    if (r.has("ddp_bucket_size")) l.ddp_bucket_size = r.count("ddp_bucket_size");
     l.order =
         r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"}, "tp-cp-dp-pp");
     const int model_parallel = l.tp * l.pp * l.cp;

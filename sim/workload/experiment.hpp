@@ -2,6 +2,7 @@
 // network models, parsed strictly from YAML (schema in docs/yaml-reference.md).
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -19,6 +20,14 @@ struct ParallelLayout {
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
     bool sequence_parallel = false;
     bool distributed_optimizer = false;
+    // Megatron-LM's --overlap-grad-reduce: the gradients of the last microbatch's backward pass are
+    // reduced bucket by bucket as they become ready, overlapped with the rest of that pass.
+    bool overlap_grad_reduce = false;
+    std::int64_t ddp_bucket_size = 0;  // parameters per bucket; 0: max(40M, 1M x dp) as Megatron
+    std::int64_t bucket_parameters() const {
+        return ddp_bucket_size > 0 ? ddp_bucket_size
+                                   : std::max<std::int64_t>(40'000'000, 1'000'000LL * dp);
+    }
     // Rank order from innermost to outermost (Megatron-LM default: tp, cp, dp, pp; experts use
     // ep inside dp). Letters: "tp-cp-dp-pp".
     std::string order = "tp-cp-dp-pp";

@@ -85,6 +85,7 @@ const std::map<std::string, std::string>& integer_flags() {
         {"--context-parallel-size", "parallelism.cp"},
         {"--expert-model-parallel-size", "parallelism.ep"},
         {"--num-virtual-stages-per-pipeline-rank", "parallelism.vpp"},
+        {"--ddp-bucket-size", "parallelism.ddp_bucket_size"},
         {"--num-layers", "model.layers"},
         {"--hidden-size", "model.hidden_size"},
         {"--num-attention-heads", "model.attention_heads"},
@@ -105,6 +106,7 @@ const std::map<std::string, std::string>& switch_flags() {
     static const std::map<std::string, std::string> m = {
         {"--sequence-parallel", "parallelism.sequence_parallel=true"},
         {"--use-distributed-optimizer", "parallelism.distributed_optimizer=true"},
+        {"--overlap-grad-reduce", "parallelism.overlap_grad_reduce=true"},
         {"--fp16", "training.precision=fp16"},
         {"--bf16", "training.precision=bf16"},
         {"--recompute-activations", "training.recompute=selective"},

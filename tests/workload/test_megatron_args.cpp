@@ -148,3 +148,11 @@ TEST_CASE("attention backend flags choose flash or unfused attention") {
           "found \"magic\"");
     CHECK(w.empty());
 }
+
+TEST_CASE("gradient-reduction overlap and bucket size flags") {
+    std::vector<std::string> w;
+    CHECK(megatron_args_to_overrides("--overlap-grad-reduce --ddp-bucket-size 50000000", w) ==
+          std::vector<std::string>{"parallelism.overlap_grad_reduce=true",
+                                   "parallelism.ddp_bucket_size=50000000"});
+    CHECK(w.empty());
+}
