@@ -3,8 +3,8 @@
 //
 // Simulates every combination of the varied keys (the cartesian product, in the order given) and
 // ranks the valid ones by throughput. Combinations that are not valid layouts (heads % tp, layers
-// that do not split, a schedule that needs more microbatches, ...) are listed with the reason;
-// they never stop the sweep.
+// that do not split, a schedule that needs more microbatches, ...), or whose simulation fails,
+// are listed with the reason; they never stop the sweep.
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cstdio>
@@ -187,6 +187,9 @@ void sweep(const SweepArgs& a) {
             row.fits = hbm.value <= 0 || row.summary->memory.total <= hbm;
         } catch (const ConfigError& e) {
             row.error = e.what();
+        } catch (const SimulationError& e) {
+            // An internal failure of one combination is reported with it, not for the sweep.
+            row.error = std::string("simulation failed: ") + e.what();
         } catch (...) {
             spdlog::set_level(level);
             throw;

@@ -228,10 +228,10 @@ Plan build_plan(const Cluster& cluster, CollectiveKind kind, Algorithm algo,
                         total += cluster.links()[l].bandwidth.bytes_per_s;
                     for (LinkId l : ups) {
                         const double share = cluster.links()[l].bandwidth.bytes_per_s / total;
-                        b.link_flow(p, l, (nd + 1) / nd * share,
-                                    nvls_virtual_link(cluster, r, true));
-                        b.link_flow(p, cluster.links()[l].reverse, (nd + 1) / nd * share,
-                                    nvls_virtual_link(cluster, r, false));
+                        const LinkId back = cluster.links()[l].reverse;
+                        b.link_flow(p, l, (nd + 1) / nd * share, nvls_virtual_link(cluster, l));
+                        b.link_flow(p, back, (nd + 1) / nd * share,
+                                    nvls_virtual_link(cluster, back));
                     }
                 }
             } else {

@@ -33,13 +33,12 @@ struct Plan {
     std::vector<Phase> phases;
 };
 
-// NVLS multimem traffic of one GPU passes, besides its NVSwitch ports, through a virtual link per
-// direction that caps it at NetworkConfig::nvls_efficiency x the GPU's nominal switch bandwidth
-// (the rate its SMs issue multimem operations). Virtual links are numbered after the cluster's
-// links, two per GPU; they are never reported as links.
-inline topology::LinkId nvls_virtual_link(const topology::Cluster& cluster, int gpu, bool egress) {
-    return static_cast<topology::LinkId>(cluster.links().size() +
-                                         2 * static_cast<std::size_t>(gpu) + (egress ? 0 : 1));
+// NVLS multimem traffic on a GPU-NVSwitch link (either direction) also passes through that
+// link's virtual twin, whose capacity caps it at NetworkConfig::nvls_efficiency x the link's
+// nominal bandwidth (the rate the GPU's SMs issue multimem operations at). Virtual links are
+// numbered after the cluster's links, one per link; they are never reported as links.
+inline topology::LinkId nvls_virtual_link(const topology::Cluster& cluster, topology::LinkId link) {
+    return static_cast<topology::LinkId>(cluster.links().size() + link);
 }
 
 // The GPU's links to NVSwitches (empty when it has none), in link order.

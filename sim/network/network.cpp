@@ -117,16 +117,11 @@ class NetworkImpl final : public Network, public EventHandler {
         if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
             throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
                               std::to_string(config_.nvls_efficiency));
-        // Two virtual links per GPU after the real ones (nvls_virtual_link): its NVLS rate cap.
-        capacity_.resize(links.size() + 2 * static_cast<std::size_t>(cluster_.gpu_count()));
-        for (int gpu = 0; gpu < cluster_.gpu_count(); ++gpu) {
-            double nominal = 0;
-            for (LinkId l : switch_uplinks(cluster_, gpu))
-                nominal += links[l].bandwidth.bytes_per_s;
-            const double cap = nominal > 0 ? nominal * config_.nvls_efficiency : 1.0;
-            capacity_[nvls_virtual_link(cluster_, gpu, true)] = cap;
-            capacity_[nvls_virtual_link(cluster_, gpu, false)] = cap;
-        }
+        // One virtual link per real one after them (nvls_virtual_link): the NVLS rate cap of a
+        // GPU-NVSwitch link; unused (but positive) for the others.
+        capacity_.resize(2 * links.size());
+        for (std::size_t l = 0; l < links.size(); ++l)
+            capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
         stats_.resize(capacity_.size());
         link_stats_.resize(links.size());
         if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);

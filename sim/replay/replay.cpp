@@ -141,6 +141,8 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     }
     buckets_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks * max_buckets_), 0);
     buckets_done_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
+    bucket_queue_.resize(static_cast<std::size_t>(layout_.pp));
+    bucket_busy_.assign(static_cast<std::size_t>(layout_.pp), 0);
 }
 
 bool Replay::overlaps_dp(int stage) const {
@@ -310,17 +312,30 @@ void Replay::bucket_ready(int worker, int chunk, int bucket) {
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = Bytes{upto(bucket + 1) - upto(bucket)};
-    msg.record.start = sim_.now();
     msg.stage = w.stage;
     msg.chunk = chunk;
-    const int members = layout_.tp * layout_.cp;
-    msg.remaining = members;
-    const auto id = static_cast<std::uint64_t>(messages_.size());
+    msg.remaining = layout_.tp * layout_.cp;
+    bucket_queue_[static_cast<std::size_t>(w.stage)].push_back(messages_.size());
     messages_.push_back(msg);
+    launch_bucket(w.stage);
+}
+
+void Replay::launch_bucket(int stage) {
+    // Megatron-LM issues the buckets on one communicator, so they run one after another.
+    auto& queue = bucket_queue_[static_cast<std::size_t>(stage)];
+    auto& busy = bucket_busy_[static_cast<std::size_t>(stage)];
+    if (busy || queue.empty()) return;
+    busy = 1;
+    const std::size_t id = queue.front();
+    queue.pop_front();
+    Message& msg = messages_[id];
+    msg.record.start = sim_.now();
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
     const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                      : network::CollectiveKind::AllReduce;
+    const int members = layout_.tp * layout_.cp;
     for (int m = 0; m < members; ++m)
-        network_->collective(kind, dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
+        network_->collective(kind, dp_groups_[static_cast<std::size_t>(stage * members + m)],
                              msg.record.bytes, network::Algorithm::Auto, id);
 }
 
@@ -516,11 +531,21 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
         for (auto* o : observers_)
             o->on_transfer(msg.record);
-        // Overlapped buckets: the chunk is synchronised when its last bucket is.
-        if (msg.chunk >= 0 &&
-            ++buckets_done_[static_cast<std::size_t>(msg.stage * shape_.chunks + msg.chunk)] <
-                bucket_count_[static_cast<std::size_t>(msg.stage)])
+        // Overlapped buckets: the next one starts; the chunk is synchronised when its last is.
+        if (msg.chunk >= 0) {
+            const int stage = msg.stage, chunk = msg.chunk;  // `msg` may move in launch_bucket
+            bucket_busy_[static_cast<std::size_t>(stage)] = 0;
+            launch_bucket(stage);
+            if (++buckets_done_[static_cast<std::size_t>(stage * shape_.chunks + chunk)] <
+                bucket_count_[static_cast<std::size_t>(stage)])
+                return;
+            for (int d = 0; d < layout_.dp; ++d) {
+                const int w = worker_of(stage, d);
+                ++states_[static_cast<std::size_t>(w)].dp_done;
+                maybe_start_optimizer(w);
+            }
             return;
+        }
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(msg.stage, d);
             ++states_[static_cast<std::size_t>(w)].dp_done;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -120,6 +121,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     bool overlaps_dp(int stage) const;
     void schedule_buckets(int worker, int chunk, Time start, Time end);
     void bucket_ready(int worker, int chunk, int bucket);
+    void launch_bucket(int stage);
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
@@ -147,6 +149,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<int> buckets_ready_;  // [(stage * chunks + chunk) * max buckets + b]: replicas
     std::vector<int> buckets_done_;   // [stage * chunks + chunk]: buckets synchronised
     int max_buckets_ = 0;
+    std::vector<std::deque<std::size_t>> bucket_queue_;  // per stage: ready buckets (messages)
+    std::vector<std::uint8_t> bucket_busy_;              // per stage: a bucket is in flight
     std::uint64_t next_pass_id_ = 1;
     Time end_time_ = Time::zero();
 };

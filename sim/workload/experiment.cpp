@@ -15,7 +15,16 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     l.sequence_parallel = r.boolean_or("sequence_parallel", false);
     l.distributed_optimizer = r.boolean_or("distributed_optimizer", false);
     l.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", false);
-    if (r.has("ddp_bucket_size")) l.ddp_bucket_size = r.count("ddp_bucket_size");
+    if (r.has("ddp_bucket_size")) {
+        // Parameters, as Megatron-LM's --ddp-bucket-size (not bytes or MB): below 100,000 a
+        // model would need millions of buckets, which is a unit mistake, not a layout.
+        l.ddp_bucket_size = r.integer("ddp_bucket_size");
+        if (l.ddp_bucket_size < 100'000)
+            r.fail("ddp_bucket_size",
+                   "counted in parameters (Megatron-LM's --ddp-bucket-size), expected at least "
+                   "100000, found " +
+                       std::to_string(l.ddp_bucket_size));
+    }
     l.order =
         r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"}, "tp-cp-dp-pp");
     const int model_parallel = l.tp * l.pp * l.cp;

@@ -90,12 +90,13 @@ Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
     double per_token = sp ? (replicated + split) / t : replicated + split / t;
     double total = sb * per_token;
     // Unfused attention keeps the softmax output (2 bytes), its dropout mask (1) and the dropout
-    // output (2) per score: 5·a·s²·b, split over TP ranks (Korthikanti Table 2); selective
-    // recomputation recomputes them instead. A flash-attention kernel stores no scores, only the
+    // output (2) per score: 5·a·s²·b, split over TP ranks (Korthikanti Table 2); with context
+    // parallelism each rank scores its s/cp queries against all s keys. Selective recomputation
+    // recomputes them instead. A flash-attention kernel stores no scores, only the
     // per-row log-sum-exp of the softmax (4 bytes per head and token).
     if (training.recompute == Recompute::None) {
         if (training.attention == Attention::Unfused)
-            total += 5.0 * m.attention_heads * s * s * b / t;
+            total += 5.0 * m.attention_heads * s * training.seq_length * b / t;
         else
             total += 4.0 * m.attention_heads * s * b / t;
     }

@@ -264,6 +264,31 @@ TEST_CASE("NVLS rate cap: multimem traffic at nvls_efficiency of the nominal swi
         ConfigError);
 }
 
+TEST_CASE("NVLS rate cap with several NVSwitch links per GPU, flow and analytical alike") {
+    // 4 GPUs, each with a 50 GB/s, 1 us link to each of 2 NVSwitches; nvls_efficiency 0.5. Every
+    // GPU moves S(n+1)/n = 800 MB x 5/4 each way, half on each link, capped at 25 GB/s per link:
+    // 500 MB / 25 GB/s = 20 ms, plus 2 steps x 1 us of latency.
+    ClusterBuilder b;
+    add_model(b);
+    std::vector<topology::DeviceIndex> g;
+    for (int i = 0; i < 4; ++i)
+        g.push_back(b.add_device(gpu("gpu" + std::to_string(i), 0)));
+    for (int k = 0; k < 2; ++k) {
+        const auto sw = b.add_device(box("nvswitch" + std::to_string(k), DeviceKind::NvSwitch, 0));
+        for (auto d : g)
+            b.add_link(d, sw, LinkKind::NvSwitch, Bandwidth{50 * GB}, Time::us(1));
+    }
+    const Cluster c = b.build();
+    NetworkConfig config = flow_config();
+    config.nvls_efficiency = 0.5;
+    const std::vector<int> all{0, 1, 2, 3};
+    CHECK(run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{800'000'000},
+                         Algorithm::Nvls) == Time::ms(20) + Time::us(2));
+    config.fidelity = Fidelity::Analytical;
+    CHECK(run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{800'000'000},
+                         Algorithm::Nvls) == Time::ms(20) + Time::us(2));
+}
+
 TEST_CASE("calibrated network: NVLink, NVSwitch and NVLS constants and where they apply") {
     const NetworkConfig c = NetworkConfig::calibrated();
     CHECK(c.link_efficiency[static_cast<int>(LinkKind::NvLink)] == 0.658);

@@ -150,4 +150,12 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
         g - std::llround(g * 3.0 * static_cast<double>(spec.layout.ddp_bucket_size) / (g / 2));
     CHECK(overlapped.iteration_time_s ==
           doctest::Approx(5e-3 + 2e-6 + last_bucket / 1e11).epsilon(1e-9));
+
+    // With B = 40 us the buckets are ready every 10 us but take about 65 us each: they queue on
+    // the one communicator and run back to back from the first one's readiness at B x f0, f0 =
+    // bucket / parameters: F + B f0 + 4 x 2 us + G / 100 GB/s (the four buckets' bytes sum to G).
+    spec.compute.profile.layer_backward = Time::us(40);
+    const double f0 = static_cast<double>(spec.layout.ddp_bucket_size) / (g / 2);
+    CHECK(cli::simulate(spec, opt).iteration_time_s ==
+          doctest::Approx(1e-3 + 40e-6 * f0 + 8e-6 + g / 1e11).epsilon(1e-9));
 }

@@ -87,15 +87,15 @@ TEST_CASE("activation memory: cp divides the sequence, GQA and SwiGLU change the
     t.seq_length = 32;
     t.micro_batch_size = 1;
     t.attention = Attention::Unfused;
-    // Local s = 16: sbh(34 + 5as/h) = 16*64*34 + 5*4*16*16 = 34816 + 5120.
-    CHECK(layer_activation_bytes(m, l, t, false).value == 34816 + 5120);
+    // Local s = 16 queries against all 32 keys: 16*64*34 + 5*a*16*32 = 34816 + 10240.
+    CHECK(layer_activation_bytes(m, l, t, false).value == 34816 + 10240);
     // GQA with 1 kv head of 16 dims: the split part 4q + 4kv = 256 + 64 instead of 512, and a
     // SwiGLU MLP of width 96 stores 6*96 = 576 instead of 4*4h = 1024 bytes per token:
-    // per token 10*64 + 320 + 576 = 1536; x16 tokens = 24576, + 5120 for the scores.
+    // per token 10*64 + 320 + 576 = 1536; x16 tokens = 24576, + 10240 for the scores.
     m.kv_heads = 1;
     m.activation = Activation::SwiGlu;
     m.ffn_hidden_size = 96;
-    CHECK(layer_activation_bytes(m, l, t, false).value == 24576 + 5120);
+    CHECK(layer_activation_bytes(m, l, t, false).value == 24576 + 10240);
 }
 
 TEST_CASE("memory per GPU: 18 bytes per parameter, 6 + 12/d with the distributed optimizer") {
