@@ -56,8 +56,8 @@ inline constexpr Time kCalibratedStepOverhead = Time::ns(7300);
 // MLENG). Applied to every NVSwitch generation (no A100 measurement of its own).
 inline constexpr double kCalibratedNvSwitchEfficiency = 396.40 / 450.0;
 // NVLS (NVLink SHARP) traffic is issued by SMs as multimem loads and stores; no microbenchmark of
-// it is in the data, so its rate per GPU is taken as the NCCL kernels' rate on the direct NVLink
-// (the 2-GPU fit above) times the GPU's nominal NVSwitch bandwidth.
+// it is in the data, so its rate on each GPU-NVSwitch link is taken as the NCCL kernels' rate on
+// the direct NVLink (the 2-GPU fit above) times the link's nominal bandwidth.
 inline constexpr double kCalibratedNvlsEfficiency = kCalibratedNvLinkEfficiency;
 // The launch of a collective from Python included in those measurements (their own note: about
 // 50 us). Host time: the network never adds it; `clustersim collective --host-overhead 50us`
@@ -72,8 +72,8 @@ struct NetworkConfig {
     // Fraction of a link's capacity that transfers achieve, per topology::LinkKind (nvlink,
     // nvswitch, pcie, infiniband, ethernet). 1 = the nominal capacity.
     double link_efficiency[5] = {1, 1, 1, 1, 1};
-    // Cap on one GPU's NVLS (multimem) traffic per direction, as a fraction of its nominal
-    // NVSwitch bandwidth. 1 = the ports alone limit it.
+    // Cap on NVLS (multimem) traffic on each GPU-NVSwitch link and direction, as a fraction of
+    // the link's nominal bandwidth. 1 = the links' own efficiency alone limits it.
     double nvls_efficiency = 1.0;
 
     // The defaults above are the nominal hardware (no overhead, full capacity), which the
