@@ -56,8 +56,12 @@ void Simulation::schedule_at(Time at, HandlerId handler, std::uint32_t kind, std
 
 void Simulation::push(const Event& e) {
     heap_.push_back(e);
+    sift_up(heap_.size() - 1, e);
+}
+
+// Moves the hole at `i` up past every parent that `e` precedes, then fills it with `e`.
+void Simulation::sift_up(std::size_t i, const Event& e) {
     Event* h = heap_.data();
-    std::size_t i = heap_.size() - 1;
     while (i > 0) {
         const std::size_t parent = (i - 1) / kArity;
         if (!before(e, h[parent])) break;
@@ -97,13 +101,7 @@ void Simulation::sift_from_root(const Event& e) {
         h[i] = h[best];
         i = best;
     }
-    while (i > 0) {
-        const std::size_t parent = (i - 1) / kArity;
-        if (!before(e, h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = e;
+    sift_up(i, e);
 }
 
 void Simulation::drop_taken_root() {

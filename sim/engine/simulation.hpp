@@ -79,6 +79,7 @@ class Simulation {
     void push(const Event& e);
     // Puts `e` in place of the root (which is overwritten) and restores the heap order.
     void sift_from_root(const Event& e);
+    void sift_up(std::size_t i, const Event& e);
     void drop_taken_root();
 
     std::vector<Event> heap_;  // 4-ary min-heap on (at, order)
