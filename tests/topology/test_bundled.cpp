@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "bundled.hpp"
 #include "config/document.hpp"
 #include "topology/topology_yaml.hpp"
 
@@ -11,13 +12,8 @@ using namespace cs;
 using namespace cs::topology;
 
 namespace {
-const std::string kSource = CLUSTERSIM_SOURCE_DIR;
 
-Cluster load_bundled(const std::string& name, const std::string& nodes = "") {
-    auto doc = config::load_document(kSource + "/topologies/" + name);
-    if (!nodes.empty()) config::apply_override(doc, "nodes", nodes);
-    return load_cluster(doc);
-}
+using cs::test::load_bundled;
 
 struct Counts {
     std::map<DeviceKind, int> devices;
