@@ -59,6 +59,17 @@ Parameters stage_parameters(const ModelSpec& m, const ParallelLayout& layout, in
     return p;
 }
 
+// The parameters of `p` whose optimizer state one GPU owns (see optimizer_parameters_per_gpu).
+double owned_parameters(const Parameters& p, const ParallelLayout& layout) {
+    double dense_shards = 1, expert_shards = 1;
+    if (layout.distributed_optimizer) {
+        dense_shards = static_cast<double>(layout.dp) * layout.cp;
+        expert_shards = std::max(1.0, dense_shards / layout.ep);
+    }
+    return static_cast<double>(p.dense) / dense_shards +
+           static_cast<double>(p.experts) / expert_shards;
+}
+
 }  // namespace
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
@@ -110,6 +121,14 @@ std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout
     return p.dense + p.experts;
 }
 
+std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout,
+                                          int first_layer, int layers_on_stage, bool has_embedding,
+                                          bool has_output) {
+    const auto p =
+        stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
+    return static_cast<std::int64_t>(std::ceil(owned_parameters(p, layout)));
+}
+
 MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
                                int inflight_microbatches, bool has_embedding, bool has_output) {
     const auto& m = spec.model;
@@ -122,13 +141,7 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
     MemoryBreakdown r;
     r.parameters = ceil_bytes(kWeightBytes * (dense + experts));
     r.gradients = ceil_bytes(kGradientBytes * (dense + experts));
-    double dense_shards = 1, expert_shards = 1;
-    if (layout.distributed_optimizer) {
-        dense_shards = static_cast<double>(layout.dp) * layout.cp;
-        expert_shards = std::max(1.0, dense_shards / layout.ep);
-    }
-    r.optimizer_states =
-        ceil_bytes(kOptimizerBytes * (dense / dense_shards + experts / expert_shards));
+    r.optimizer_states = ceil_bytes(kOptimizerBytes * owned_parameters(p, layout));
     double activations = 0;
     for (int i = 0; i < layers_on_stage; ++i)
         activations += static_cast<double>(

@@ -34,6 +34,13 @@ Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
 std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout, int first_layer,
                                 int layers_on_stage, bool has_embedding, bool has_output);
 
+// Parameters whose optimizer state (fp32 master weight, Adam m and v) one GPU owns: all of
+// parameters_per_gpu(), or with the distributed optimizer its shard, the dense part divided by
+// dp x cp and the routed experts by max(1, dp x cp / ep) (rounded up).
+std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout,
+                                          int first_layer, int layers_on_stage, bool has_embedding,
+                                          bool has_output);
+
 // Memory of one GPU of pipeline stage `stage` holding `layers_on_stage` layers, with
 // `inflight_microbatches` microbatches' activations held at its peak (the schedule's number).
 MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,

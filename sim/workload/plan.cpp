@@ -226,11 +226,14 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     plan.devices.resize(static_cast<std::size_t>(l.pp));
     for (int s = 0; s < l.pp; ++s) {
         StagePlan& d = plan.devices[static_cast<std::size_t>(s)];
-        std::int64_t params = 0;
+        std::int64_t params = 0, owned = 0;
         for (int vs = 0; vs < vstages; ++vs)
-            if (device_of(vs) == s)
-                params +=
-                    parameters_per_gpu(m, l, vs * per_chunk, per_chunk, vs == 0, vs == vstages - 1);
+            if (device_of(vs) == s) {
+                const int first = vs * per_chunk;
+                const bool embedding = vs == 0, output = vs == vstages - 1;
+                params += parameters_per_gpu(m, l, first, per_chunk, embedding, output);
+                owned += optimizer_parameters_per_gpu(m, l, first, per_chunk, embedding, output);
+            }
         // Gradients are reduced in 16-bit (Megatron's default without
         // --accumulate-allreduce-grads-in-fp32), one bucket per model chunk.
         d.dp_gradient_bytes = Bytes{params * 2 / chunks};
@@ -238,9 +241,10 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         const auto& prof = spec.compute.profile;
         const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
                               (prof.optimizer_given || !prof.estimate_unprofiled);
-        d.optimizer_step = profiled ? prof.optimizer_step
-                                    : roofline_optimizer_step(params, spec.cluster->gpu_model(0),
-                                                              spec.compute.roofline);
+        d.optimizer_step =
+            profiled ? prof.optimizer_step
+                     : roofline_optimizer_step(params, owned, t.precision,
+                                               spec.cluster->gpu_model(0), spec.compute.roofline);
     }
 
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);

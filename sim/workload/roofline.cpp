@@ -490,10 +490,14 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     return r;
 }
 
-Time roofline_optimizer_step(std::int64_t parameters, const topology::GpuModel& gpu,
-                             const RooflineCompute& compute) {
-    if (parameters <= 0) return Time::zero();
-    return memory_bound_time(Bytes{30 * parameters}, gpu, compute);
+Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
+                             const topology::GpuModel& gpu, const RooflineCompute& compute) {
+    if (held <= 0 && owned <= 0) return Time::zero();
+    const double unscale = precision == Precision::Fp16 ? 8 : 0;
+    const double copy = precision == Precision::Fp32 ? 0 : 6;
+    const double bytes =
+        4.0 * static_cast<double>(held) + (unscale + 4 + 28 + copy) * static_cast<double>(owned);
+    return memory_bound_time(Bytes{static_cast<std::int64_t>(bytes)}, gpu, compute);
 }
 
 }  // namespace cs::workload

@@ -86,10 +86,18 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
                                   const TrainingSpec& training, const topology::GpuModel& gpu,
                                   const RooflineCompute& compute);
 
-// Adam update of `parameters` parameters held (or owned, with the distributed optimizer) by one
-// GPU: HBM-bound, 30 bytes per parameter (read fp32 gradient, master weight, m, v; write master,
-// m, v and the 2-byte model weight).
-Time roofline_optimizer_step(std::int64_t parameters, const topology::GpuModel& gpu,
-                             const RooflineCompute& compute);
+// One optimizer step of one GPU as Megatron-LM's mixed-precision Adam runs it, HBM-bound, in
+// bytes per parameter:
+//   zero the fp32 gradient buffer for the next iteration   4 x held
+//   unscale and check for inf/nan (fp16 loss scaling only)  8 x owned  (read + write)
+//   gradient norm for clipping                              4 x owned  (read)
+//   Adam: read gradient, master, m, v; write master, m, v   28 x owned
+//   copy the master weights to the 16-bit weights           6 x owned  (read 4, write 2; not fp32)
+// `held` is parameters_per_gpu(); `owned` is optimizer_parameters_per_gpu() (the shard with the
+// distributed optimizer). fp16 costs 4 + 46 per parameter, bf16 and fp8 4 + 38, fp32 4 + 32.
+// Not counted: the clipping multiply (8 x owned), which runs only in iterations whose gradient
+// norm exceeds --clip-grad.
+Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
+                             const topology::GpuModel& gpu, const RooflineCompute& compute);
 
 }  // namespace cs::workload

@@ -130,6 +130,12 @@ TEST_CASE("memory per GPU: 18 bytes per parameter, 6 + 12/d with the distributed
     CHECK(static_cast<double>(sharded.optimizer_states.value) == doctest::Approx(12 * params / 4));
     CHECK(sharded.parameters == plain.parameters);
     CHECK(sharded.gradients == plain.gradients);
+    // The optimizer step works on the same shard: dp = 4 replicas own params / 4 each.
+    CHECK(static_cast<double>(optimizer_parameters_per_gpu(spec.model, spec.layout, 0, 12, true,
+                                                           false)) == doctest::Approx(params / 4));
+    spec.layout.distributed_optimizer = false;
+    CHECK(optimizer_parameters_per_gpu(spec.model, spec.layout, 0, 12, true, false) ==
+          parameters_per_gpu(spec.model, spec.layout, 0, 12, true, false));
 }
 
 TEST_CASE("memory per GPU: tied output copy on the last stage, experts split over ep x tp") {
