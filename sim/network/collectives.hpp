@@ -20,6 +20,9 @@ namespace cs::network {
 struct FlowTemplate {
     std::vector<topology::LinkId> path;  // directed links, GPU (or switch port) to GPU
     double bytes_per_size = 0;           // bytes of this flow per byte of the collective's size
+    // The flow's own rate limit in bytes per second below its route's bottleneck, 0 = none
+    // (NetworkConfig::op_efficiency; set by the network, not by build_plan).
+    double rate_cap = 0;
 };
 
 struct Phase {
@@ -30,6 +33,8 @@ struct Phase {
 
 struct Plan {
     Algorithm algorithm = Algorithm::Ring;
+    // Paid once before the first phase (NetworkConfig::op_latency; set by the network).
+    Time fixed_latency;
     std::vector<Phase> phases;
 };
 

@@ -30,6 +30,25 @@ FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strate
     }
 }
 
+LinkId FlowSolver::add_link(double capacity) {
+    const auto id = static_cast<LinkId>(loads_.size());
+    links_.emplace_back();
+    loads_.emplace_back();
+    link_state_.emplace_back();
+    link_flows_.emplace_back();
+    accounts_.emplace_back();
+    set_capacity(id, capacity);
+    return id;
+}
+
+void FlowSolver::set_capacity(LinkId link, double capacity) {
+    if (!(capacity > 0))
+        throw SimulationError("network", "link " + std::to_string(link) + " has no capacity");
+    if (!link_flows_[link].empty())
+        throw SimulationError("network", "changing the capacity of a link in use");
+    loads_[link].capacity = capacity;
+}
+
 void FlowSolver::restride(std::size_t stride) {
     std::vector<LinkId> links(flows_.size() * stride);
     std::vector<std::uint32_t> slots(flows_.size() * stride);

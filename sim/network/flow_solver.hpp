@@ -52,6 +52,13 @@ class FlowSolver {
     // `capacity[l]` is the usable capacity of directed link l in bytes per second (> 0).
     explicit FlowSolver(std::vector<double> capacity, Strategy strategy = Strategy::Incremental);
 
+    // Appends a directed link of `capacity` bytes per second (> 0) after the existing ones and
+    // returns its id. Network uses such links as private rate caps: a flow whose own rate is
+    // limited (an NCCL kernel's rate on a link kind) crosses a link of its own with that capacity.
+    topology::LinkId add_link(double capacity);
+    // Changes the capacity of a link that no flow crosses (a cap link being reused).
+    void set_capacity(topology::LinkId link, double capacity);
+
     // Adds a flow of `bytes` (> 0) over `path` (non-empty, no link twice). `owner` is returned by
     // owner().
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,

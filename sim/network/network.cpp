@@ -66,7 +66,17 @@ NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
     NetworkConfig c;
     c.fidelity = fidelity;
     c.step_overhead = kCalibratedStepOverhead;
-    c.link_efficiency[static_cast<int>(topology::LinkKind::NvLink)] = kCalibratedNvLinkEfficiency;
+    const int nvlink = static_cast<int>(topology::LinkKind::NvLink);
+    c.link_efficiency[nvlink] = kCalibratedNvLinkSendRecv;
+    const auto set = [&](CollectiveKind k, double efficiency, Time base) {
+        c.op_efficiency[static_cast<int>(k)][nvlink] = efficiency;
+        c.op_latency[static_cast<int>(k)][nvlink] = base;
+    };
+    set(CollectiveKind::AllReduce, kCalibratedNvLinkAllReduce, Time::zero());
+    set(CollectiveKind::AllGather, kCalibratedNvLinkAllGather, kCalibratedNvLinkAllGatherBase);
+    set(CollectiveKind::ReduceScatter, kCalibratedNvLinkReduceScatter,
+        kCalibratedNvLinkReduceScatterBase);
+    set(CollectiveKind::SendRecv, kCalibratedNvLinkSendRecv, kCalibratedNvLinkSendRecvBase);
     c.link_efficiency[static_cast<int>(topology::LinkKind::NvSwitch)] =
         kCalibratedNvSwitchEfficiency;
     c.nvls_efficiency = kCalibratedNvlsEfficiency;
@@ -114,6 +124,11 @@ class NetworkImpl final : public Network, public EventHandler {
                                   std::to_string(eff));
             capacity_[l] = links[l].bandwidth.bytes_per_s * eff;
         }
+        for (const auto& row : config_.op_efficiency)
+            for (double eff : row)
+                if (!(eff > 0 && eff <= 1))
+                    throw ConfigError("network: operation efficiency must be in (0, 1], got " +
+                                      std::to_string(eff));
         if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
             throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
                               std::to_string(config_.nvls_efficiency));
@@ -163,6 +178,7 @@ class NetworkImpl final : public Network, public EventHandler {
                 p.flows.push_back(std::move(t));
                 plan.phases.push_back(std::move(p));
             }
+            apply_operation(plan, CollectiveKind::SendRecv);
             it = p2p_plans_.emplace(key, std::move(plan)).first;
         }
         start(it->second, size, token);
@@ -178,8 +194,11 @@ class NetworkImpl final : public Network, public EventHandler {
                                   static_cast<std::uint64_t>(kind) << 8 |
                                   static_cast<std::uint64_t>(resolved);
         auto it = plans_.find(key);
-        if (it == plans_.end())
-            it = plans_.emplace(key, build_plan(cluster_, kind, resolved, ranks, group)).first;
+        if (it == plans_.end()) {
+            Plan plan = build_plan(cluster_, kind, resolved, ranks, group);
+            apply_operation(plan, kind);
+            it = plans_.emplace(key, std::move(plan)).first;
+        }
         start(it->second, size, token);
     }
 
@@ -206,6 +225,8 @@ class NetworkImpl final : public Network, public EventHandler {
             case kRecompute:
                 recompute_scheduled_ = false;
                 solver_->recompute(sim.now(), observers_);
+                free_caps_.insert(free_caps_.end(), retired_caps_.begin(), retired_caps_.end());
+                retired_caps_.clear();
                 schedule_next_completion();
                 break;
             case kCompletion:
@@ -254,6 +275,31 @@ class NetworkImpl final : public Network, public EventHandler {
         return bw;
     }
 
+    // The operation's calibration on the plan's links (NetworkConfig::op_efficiency and
+    // op_latency): a rate cap on each flow that one of its links' kinds limits below the route's
+    // bottleneck, and the plan's fixed cost, the largest over the kinds it crosses. Virtual links
+    // (numbered after the cluster's) have no kind and are skipped.
+    void apply_operation(Plan& plan, CollectiveKind kind) const {
+        const auto& links = cluster_.links();
+        const auto& efficiency = config_.op_efficiency[static_cast<int>(kind)];
+        const auto& latency = config_.op_latency[static_cast<int>(kind)];
+        for (Phase& phase : plan.phases)
+            for (FlowTemplate& f : phase.flows) {
+                double cap = bottleneck(f.path);
+                for (LinkId l : f.path) {
+                    if (l >= links.size()) continue;
+                    const int k = static_cast<int>(links[l].kind);
+                    cap = std::min(cap, links[l].bandwidth.bytes_per_s * efficiency[k]);
+                    plan.fixed_latency = std::max(plan.fixed_latency, latency[k]);
+                }
+                f.rate_cap = cap < bottleneck(f.path) ? cap : 0;
+            }
+    }
+
+    double flow_rate(const FlowTemplate& f) const {
+        return f.rate_cap > 0 ? f.rate_cap : bottleneck(f.path);
+    }
+
     std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
         std::uint32_t id;
         if (!free_ops_.empty()) {
@@ -273,16 +319,17 @@ class NetworkImpl final : public Network, public EventHandler {
         const std::uint32_t op = allocate(plan, size, token);
         const double bytes = static_cast<double>(size.value);
         if (config_.fidelity == Fidelity::Flow && !plan.phases.empty()) {
-            sim_.schedule_in(phase_delay(plan.phases.front()), handler_, kPhaseStart, op);
+            sim_.schedule_in(plan.fixed_latency + phase_delay(plan.phases.front()), handler_,
+                             kPhaseStart, op);
             return;
         }
-        Time total = Time::zero();
+        Time total = plan.phases.empty() ? Time::zero() : plan.fixed_latency;
         for (const Phase& p : plan.phases) {
             Time longest = Time::zero();
             for (const FlowTemplate& f : p.flows) {
                 const double fb = f.bytes_per_size * bytes;
                 if (fb <= 0) continue;
-                const Time t = transfer_time(fb, Bandwidth{bottleneck(f.path)});
+                const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
                 longest = std::max(longest, t);
                 for (LinkId l : f.path) {
                     stats_[l].bytes += fb;
@@ -301,7 +348,25 @@ class NetworkImpl final : public Network, public EventHandler {
         for (const FlowTemplate& f : p.flows) {
             const double bytes = f.bytes_per_size * op.size;
             if (bytes <= 0) continue;
-            solver_->add(f.path, bytes, id, sim_.now());
+            if (f.rate_cap > 0) {
+                // The flow's own rate limit: a link of its own with that capacity.
+                LinkId cap;
+                if (free_caps_.empty()) {
+                    cap = solver_->add_link(f.rate_cap);
+                } else {
+                    cap = free_caps_.back();
+                    free_caps_.pop_back();
+                    solver_->set_capacity(cap, f.rate_cap);
+                }
+                capped_path_.assign(f.path.begin(), f.path.end());
+                capped_path_.push_back(cap);
+                const auto flow = solver_->add(capped_path_, bytes, id, sim_.now());
+                if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
+                cap_of_flow_[flow] = cap;
+            } else {
+                const auto flow = solver_->add(f.path, bytes, id, sim_.now());
+                if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
+            }
             ++op.outstanding;
         }
         if (op.outstanding == 0) advance(id);
@@ -330,6 +395,11 @@ class NetworkImpl final : public Network, public EventHandler {
             if (f == FlowSolver::kNoFlow || solver_->finish_time(f) > now) break;
             const std::uint32_t id = solver_->owner(f);
             solver_->remove(f);
+            if (f < cap_of_flow_.size() && cap_of_flow_[f] != kNoCap) {
+                // Reusable once the solver has re-solved without the flow.
+                retired_caps_.push_back(cap_of_flow_[f]);
+                cap_of_flow_[f] = kNoCap;
+            }
             if (--ops_[id].outstanding == 0) advance(id);
         }
         ensure_recompute();
@@ -376,6 +446,12 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<Op> ops_;
     std::vector<std::uint32_t> free_ops_;
     std::unique_ptr<FlowSolver> solver_;
+    // Per-flow rate caps (FlowTemplate::rate_cap) as private solver links, pooled.
+    static constexpr LinkId kNoCap = ~LinkId{0};
+    std::vector<LinkId> cap_of_flow_;  // by solver flow id
+    std::vector<LinkId> free_caps_;
+    std::vector<LinkId> retired_caps_;
+    std::vector<LinkId> capped_path_;
     std::vector<LinkStats> stats_;               // analytical fidelity, real and virtual links
     mutable std::vector<LinkStats> link_stats_;  // what link_stats() reports: real links only
     RealLinksOnly real_links_;

@@ -39,26 +39,43 @@ const char* algorithm_name(Algorithm a);        // "auto", "ring", "tree", ...
 
 const char* fidelity_name(Fidelity f);  // "ideal", "analytical", "flow"
 
-// Calibration (docs/validation.md, "Network calibration"); every constant comes from a
-// microbenchmark, none from the collective checks of issue 4 (8-GPU ring and NVLS busbw).
+inline constexpr int kCollectiveKinds = 6;
+inline constexpr int kLinkKinds = 5;
+
+// Calibration (docs/network.md, "Calibration"); every constant comes from a microbenchmark, none
+// from the collective checks of issue 4 (8-GPU ring and NVLS busbw).
 //
-// Direct NVLink (`nvlink` links): ../shared/validation/h200-calibration.json,
-// nccl_two_gpus.all_reduce, two H200 over 18 NVLink 4 links = 450 GB/s per direction, 1 us per hop
-// as in topologies/h200-2gpu-nvlink.yaml. The 2-GPU ring all-reduce takes 2 steps:
-//   t = 2 x (step_overhead + 1 us) + S / (efficiency x 450 GB/s).
-// Both constants are the minimax fit of that line to the measured times of every size from
-// 16 MiB to 1 GiB after subtracting kHostLaunchOverhead (max error 7.6%); the smaller sizes
-// are dominated by the launch and were not used.
-inline constexpr double kCalibratedNvLinkEfficiency = 0.658;
-inline constexpr Time kCalibratedStepOverhead = Time::ns(7300);
+// Direct NVLink (`nvlink` links): ../shared/validation/h200-calibration.json, nccl_two_gpus, two
+// H200 over 18 NVLink 4 links = 450 GB/s per direction, 1 us per hop as in
+// topologies/h200-2gpu-nvlink.yaml. tools/fit_nccl_2gpu.py fits, per operation, the time
+//   t = base + steps x (step_overhead + 1 us) + wire bytes / (efficiency x 450 GB/s)
+// to every size from 16 MiB to 1 GiB after removing kHostLaunchOverhead (minimax of the relative
+// error; smaller sizes are dominated by the launch). all_reduce (2 steps, no base) sets the step
+// overhead every step pays; the others keep it and fit a fixed cost per collective.
+//   operation        efficiency  base     max error
+//   all_reduce       0.669       -        6.3%   (step overhead 8.6 us)
+//   all_gather       0.590       18 us    6.8%
+//   reduce_scatter   0.563       16.5 us  8.2%
+//   sendrecv         0.701       77 us    9.7%   (also point-to-point sends)
+// The link's own efficiency is the highest of these (sendrecv's copy); the others are per-flow rate
+// caps (NCCL's kernels for them drive the bond more slowly). all_to_all and broadcast have no
+// measurement and get the link's rate.
+inline constexpr double kCalibratedNvLinkAllReduce = 0.669;
+inline constexpr double kCalibratedNvLinkAllGather = 0.590;
+inline constexpr double kCalibratedNvLinkReduceScatter = 0.563;
+inline constexpr double kCalibratedNvLinkSendRecv = 0.701;
+inline constexpr Time kCalibratedNvLinkAllGatherBase = Time::ns(18000);
+inline constexpr Time kCalibratedNvLinkReduceScatterBase = Time::ns(16500);
+inline constexpr Time kCalibratedNvLinkSendRecvBase = Time::ns(77000);
+inline constexpr Time kCalibratedStepOverhead = Time::ns(8600);
 // NVSwitch ports (`nvswitch` links): nvbandwidth's device-to-device copy between two GPUs of an
 // 8 x H200 NVSwitch node, 396.40 GB/s of the port's 450 GB/s per direction (published.md 7.4,
 // MLENG). Applied to every NVSwitch generation (no A100 measurement of its own).
 inline constexpr double kCalibratedNvSwitchEfficiency = 396.40 / 450.0;
 // NVLS (NVLink SHARP) traffic is issued by SMs as multimem loads and stores; no microbenchmark of
-// it is in the data, so its rate on each GPU-NVSwitch link is taken as the NCCL kernels' rate on
-// the direct NVLink (the 2-GPU fit above) times the link's nominal bandwidth.
-inline constexpr double kCalibratedNvlsEfficiency = kCalibratedNvLinkEfficiency;
+// it is in the data, so its rate on each GPU-NVSwitch link is taken as the NCCL all-reduce
+// kernel's rate on the direct NVLink (the fit above) times the link's nominal bandwidth.
+inline constexpr double kCalibratedNvlsEfficiency = kCalibratedNvLinkAllReduce;
 // The launch of a collective from Python included in those measurements (their own note: about
 // 50 us). Host time: the network never adds it; `clustersim collective --host-overhead 50us`
 // adds it to each row to compare with the measurements as taken.
@@ -67,11 +84,19 @@ inline constexpr Time kHostLaunchOverhead = Time::us(50);
 struct NetworkConfig {
     Fidelity fidelity = Fidelity::Flow;
     // Fixed software cost per collective step / p2p message (NCCL protocol overhead), added once
-    // per step on top of link latencies. Calibrated in docs/validation.md.
+    // per step on top of link latencies.
     Time step_overhead = Time::zero();
     // Fraction of a link's capacity that transfers achieve, per topology::LinkKind (nvlink,
     // nvswitch, pcie, infiniband, ethernet). 1 = the nominal capacity.
-    double link_efficiency[5] = {1, 1, 1, 1, 1};
+    double link_efficiency[kLinkKinds] = {1, 1, 1, 1, 1};
+    // Per operation (CollectiveKind; point-to-point sends count as SendRecv) and link kind: the
+    // fraction of a link's nominal bandwidth one flow of that operation reaches at most on links
+    // of that kind (a per-flow rate cap below the link's capacity; 1 = no cap), and a fixed cost
+    // once per collective whose route crosses a link of that kind (the largest over its links).
+    double op_efficiency[kCollectiveKinds][kLinkKinds] = {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+                                                          {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+                                                          {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
+    Time op_latency[kCollectiveKinds][kLinkKinds] = {};
     // Cap on NVLS (multimem) traffic on each GPU-NVSwitch link and direction, as a fraction of
     // the link's nominal bandwidth. 1 = the links' own efficiency alone limits it.
     double nvls_efficiency = 1.0;

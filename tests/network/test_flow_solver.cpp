@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "core/errors.hpp"
 #include "network/flow_solver.hpp"
 #include "network/network.hpp"
 
@@ -43,6 +44,30 @@ TEST_CASE("a flow bottlenecked elsewhere leaves its share to the others") {
     CHECK(s.rate(f1) == doctest::Approx(35e9));
     CHECK(s.rate(f2) == doctest::Approx(30e9));
     CHECK(s.rate(f3) == doctest::Approx(35e9));
+}
+
+TEST_CASE("links added later: a private link caps one flow, and is reused with a new capacity") {
+    // Link 0: 100 GB/s shared by f1 and f2; f2 also crosses an added private link of 30 GB/s, so
+    // f2 gets 30 and f1 the remaining 70. With f2 gone and the private link set to 50 GB/s, a new
+    // flow over it gets 50 and f1 50 (its fair share, no longer 70).
+    FlowSolver s({100e9});
+    const auto cap = s.add_link(30e9);
+    CHECK(cap == 1);
+    const auto f1 = s.add({0}, 1e9, 0, Time::zero());
+    const auto f2 = s.add({0, cap}, 1e9, 1, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.rate(f1) == doctest::Approx(70e9));
+    CHECK(s.rate(f2) == doctest::Approx(30e9));
+    CHECK_THROWS_AS(s.set_capacity(cap, 50e9), SimulationError);  // f2 still crosses it
+    s.remove(f2);
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.rate(f1) == doctest::Approx(100e9));
+    s.set_capacity(cap, 50e9);
+    const auto f3 = s.add({0, cap}, 1e9, 2, Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.rate(f1) == doctest::Approx(50e9));
+    CHECK(s.rate(f3) == doctest::Approx(50e9));
+    CHECK_THROWS_AS(s.add_link(0), SimulationError);
 }
 
 TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is kept") {

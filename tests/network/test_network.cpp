@@ -291,13 +291,85 @@ TEST_CASE("NVLS rate cap with several NVSwitch links per GPU, flow and analytica
 
 TEST_CASE("calibrated network: NVLink, NVSwitch and NVLS constants and where they apply") {
     const NetworkConfig c = NetworkConfig::calibrated();
-    CHECK(c.link_efficiency[static_cast<int>(LinkKind::NvLink)] == 0.658);
+    const int nvlink = static_cast<int>(LinkKind::NvLink);
+    const auto op = [](CollectiveKind k) { return static_cast<int>(k); };
+    // tools/fit_nccl_2gpu.py on the 2-GPU NCCL rows: the link runs at sendrecv's rate, the other
+    // operations are capped below it.
+    CHECK(c.link_efficiency[nvlink] == 0.701);
+    CHECK(c.op_efficiency[op(CollectiveKind::AllReduce)][nvlink] == 0.669);
+    CHECK(c.op_efficiency[op(CollectiveKind::AllGather)][nvlink] == 0.590);
+    CHECK(c.op_efficiency[op(CollectiveKind::ReduceScatter)][nvlink] == 0.563);
+    CHECK(c.op_latency[op(CollectiveKind::SendRecv)][nvlink] == Time::us(77));
+    CHECK(c.op_efficiency[op(CollectiveKind::AllGather)][static_cast<int>(LinkKind::NvSwitch)] ==
+          1.0);
     // nvbandwidth's 396.40 GB/s device-to-device copy of a 450 GB/s NVSwitch port.
     CHECK(c.link_efficiency[static_cast<int>(LinkKind::NvSwitch)] ==
           doctest::Approx(0.8809).epsilon(1e-4));
-    CHECK(c.nvls_efficiency == 0.658);
+    CHECK(c.nvls_efficiency == 0.669);
     CHECK(c.link_efficiency[static_cast<int>(LinkKind::InfiniBand)] == 1.0);
-    CHECK(c.step_overhead == Time::ns(7300));
+    CHECK(c.step_overhead == Time::ns(8600));
+
+    // Two H200 on a direct 450 GB/s NVLink (1 us): all_gather of 2 GB (1 GB per rank crosses
+    // each direction) runs at 0.590 x 450 = 265.5 GB/s: 3.766 ms, plus one step of 8.6 us + 1 us
+    // and the 18 us base.
+    const Cluster bond = pair(450 * GB, Time::us(1));
+    CHECK(run_collective(bond, c, CollectiveKind::AllGather, {0, 1}, Bytes{2'000'000'000},
+                         Algorithm::Ring)
+              .seconds() == doctest::Approx(1e9 / (0.590 * 450e9) + 9.6e-6 + 18e-6));
+    // Through an NVSwitch (two 450 GB/s hops of 1 us): no operation cap and no base, the port
+    // efficiency alone: 1 GB at 396.4 GB/s = 2.523 ms, plus 8.6 us + 2 us.
+    const Cluster sw = switch_node(2, 450 * GB, Time::us(1));
+    CHECK(run_collective(sw, c, CollectiveKind::AllGather, {0, 1}, Bytes{2'000'000'000},
+                         Algorithm::Ring)
+              .seconds() == doctest::Approx(1e9 / 396.40e9 + 10.6e-6));
+}
+
+TEST_CASE("per-operation rate caps and fixed costs apply on their link kind, flow and analytical") {
+    // One 100 GB/s NVLink, 1 us. all_gather is capped at 0.5 of nominal (50 GB/s) with a 10 us
+    // fixed cost: 2 GB total = 1 GB per direction at 50 GB/s = 20 ms, + 1 step of 1 us + 10 us.
+    // all_reduce is not capped: each direction carries S = 1 GB at 100 GB/s = 10 ms + 2 x 1 us.
+    NetworkConfig cfg = flow_config();
+    const int nvlink = static_cast<int>(LinkKind::NvLink);
+    cfg.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] = 0.5;
+    cfg.op_latency[static_cast<int>(CollectiveKind::AllGather)][nvlink] = Time::us(10);
+    const Cluster c = pair(100 * GB, Time::us(1));
+    for (const Fidelity f : {Fidelity::Flow, Fidelity::Analytical}) {
+        cfg.fidelity = f;
+        CHECK(run_collective(c, cfg, CollectiveKind::AllGather, {0, 1}, Bytes{2'000'000'000},
+                             Algorithm::Ring) == Time::ms(20) + Time::us(11));
+        CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1}, Bytes{1'000'000'000},
+                             Algorithm::Ring) == Time::ms(10) + Time::us(2));
+    }
+    // The cap is the flow's own: a send sharing the 0->1 direction takes what the capped flow
+    // leaves. Cap 30 GB/s, no latencies: the send gets 70 GB/s, 1 GB in 14.29 ms; the all_gather
+    // stays at 30 GB/s after that (its cap, not the link, limits it): 1 GB in 33.33 ms.
+    cfg = flow_config();
+    cfg.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] = 0.3;
+    const Cluster z = pair(100 * GB, Time::zero());
+    Simulation sim;
+    auto net = make_network(sim, z, cfg);
+    Recorder rec;
+    net->set_client(&rec);
+    const auto g = net->register_group({0, 1});
+    net->collective(CollectiveKind::AllGather, g, Bytes{2'000'000'000}, Algorithm::Ring, 1);
+    net->send(0, 1, Bytes{1'000'000'000}, 2);
+    sim.run();
+    CHECK(rec.done[2].seconds() == doctest::Approx(1.0 / 70));
+    CHECK(rec.done[1].seconds() == doctest::Approx(1.0 / 30));
+    // A second round reuses the private cap links and gives the same times.
+    net->collective(CollectiveKind::AllGather, g, Bytes{2'000'000'000}, Algorithm::Ring, 3);
+    net->send(0, 1, Bytes{1'000'000'000}, 4);
+    const Time t0 = sim.now();
+    sim.run();
+    CHECK((rec.done[4] - t0).seconds() == doctest::Approx(1.0 / 70));
+    CHECK((rec.done[3] - t0).seconds() == doctest::Approx(1.0 / 30));
+    // Link statistics report the real link only, with both transfers' bytes.
+    CHECK(net->link_stats().size() == z.links().size());
+    CHECK(net->link_stats()[0].bytes == doctest::Approx(4e9));
+    // An operation efficiency outside (0, 1] is a configuration error.
+    cfg.op_efficiency[0][0] = 0;
+    Simulation sim2;
+    CHECK_THROWS_AS(make_network(sim2, z, cfg), ConfigError);
 }
 
 TEST_CASE("multi-node all-reduce: hierarchical, tree and flat ring") {
