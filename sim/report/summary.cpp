@@ -11,6 +11,8 @@ void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     auto& w = workers_[static_cast<std::size_t>(pass.worker)];
     w.compute += pass.compute;
     w.collective += pass.collective;
+    w.first_pass = std::min(w.first_pass, pass.start);
+    w.last_pass_end = std::max(w.last_pass_end, pass.end);
 }
 
 void MetricsObserver::on_idle(int worker, Time start, Time end, replay::IdleCause cause) {
@@ -54,6 +56,8 @@ Summary summarize(const SummaryInputs& in) {
         auto& st = stages[static_cast<std::size_t>(workers[w].stage)];
         const auto& p = per[w];
         st.busy_s += p.compute.seconds();
+        if (p.first_pass != Time::max())
+            st.pass_span_s = std::max(st.pass_span_s, (p.last_pass_end - p.first_pass).seconds());
         if (T > 0) {
             st.bubble_fraction += p.idle_pipeline.seconds() / T;
             st.exposed_comm_fraction += (p.collective + p.idle_collective).seconds() / T;
@@ -143,6 +147,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
     for (const auto& st : s.stages)
         stages.push_back({{"stage", st.stage},
                           {"busy_s", st.busy_s},
+                          {"pass_span_s", st.pass_span_s},
                           {"bubble_fraction", st.bubble_fraction},
                           {"exposed_comm_fraction", st.exposed_comm_fraction},
                           {"idle_fraction", st.idle_fraction},

@@ -15,6 +15,9 @@ namespace cs::report {
 struct StageSummary {
     int stage = 0;
     double busy_s = 0;  // compute time per GPU of the stage
+    // From the stage's first pass start to its last pass end, the longest over its GPUs: the
+    // "execution time" of a stage in the Zero Bubble paper's bubble rate.
+    double pass_span_s = 0;
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
     double idle_fraction = 0;
@@ -64,6 +67,7 @@ class MetricsObserver final : public replay::ReplayObserver {
 
     struct PerWorker {
         Time compute, collective, idle_pipeline, idle_collective;
+        Time first_pass = Time::max(), last_pass_end;  // first_pass is max() until a pass ran
     };
     const std::vector<PerWorker>& per_worker() const { return workers_; }
     double p2p_bytes_per_gpu() const { return p2p_bytes_; }

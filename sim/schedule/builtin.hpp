@@ -12,6 +12,7 @@ std::unique_ptr<Schedule> make_gpipe();
 std::unique_ptr<Schedule> make_one_f_one_b();
 std::unique_ptr<Schedule> make_interleaved();
 std::unique_ptr<Schedule> make_zb_h1();
+std::unique_ptr<Schedule> make_zb_h2();
 std::unique_ptr<Schedule> make_zb_v();
 std::unique_ptr<Schedule> make_dualpipev();
 

@@ -31,7 +31,7 @@ Placement Schedule::place(const PipelineShape& shape, int virtual_stage, int /*m
 }
 
 std::vector<std::string> schedule_names() {
-    return {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
+    return {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"};
 }
 
 std::unique_ptr<Schedule> make_schedule(const std::string& name) {
@@ -39,6 +39,7 @@ std::unique_ptr<Schedule> make_schedule(const std::string& name) {
     if (name == "1f1b") return detail::make_one_f_one_b();
     if (name == "interleaved") return detail::make_interleaved();
     if (name == "zb-h1") return detail::make_zb_h1();
+    if (name == "zb-h2") return detail::make_zb_h2();
     if (name == "zb-v") return detail::make_zb_v();
     if (name == "dualpipev") return detail::make_dualpipev();
     return nullptr;

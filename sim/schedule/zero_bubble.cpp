@@ -3,23 +3,29 @@
 #include <algorithm>
 #include <deque>
 
+#include "core/errors.hpp"
 #include "schedule/builtin.hpp"
 
 namespace cs::schedule::detail {
 namespace {
 
-// ZB-H1, the handcrafted schedule: 1F1B's warm-up and steady state with the full backward
-// replaced by B, and stage s holding back its W passes by s microbatches. The held-back W
-// passes fill the cool-down, where 1F1B idles waiting for gradients. Stage s then has at most
-// (p - s) + s = p microbatches whose activations are not yet released (by W).
-class ZeroBubbleH1 final : public Schedule {
+// One chunk per device, the backward split into B and W (ZB-H1, ZB-H2).
+class SingleChunkSplit : public Schedule {
   public:
-    std::string name() const override { return "zb-h1"; }
     int chunks_for(int /*requested_vpp*/) const override { return 1; }
     std::string check(const PipelineShape& shape) const override {
         return check_fixed_chunks(name(), shape, 1);
     }
     bool splits_backward() const override { return true; }
+};
+
+// ZB-H1, the handcrafted schedule: 1F1B's warm-up and steady state with the full backward
+// replaced by B, and stage s holding back its W passes by s microbatches. The held-back W
+// passes fill the cool-down, where 1F1B idles waiting for gradients. Stage s then has at most
+// (p - s) + s = p microbatches whose activations are not yet released (by W).
+class ZeroBubbleH1 final : public SingleChunkSplit {
+  public:
+    std::string name() const override { return "zb-h1"; }
     std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
         require_valid(*this, shape, device);
         const int m = shape.microbatches;
@@ -46,6 +52,69 @@ class ZeroBubbleH1 final : public Schedule {
             input_grad();
         while (weights < m)
             ops.push_back(PipelineOp{Pass::BackwardWeight, weights++, 0});
+        return ops;
+    }
+};
+
+// ZB-H2, the handcrafted schedule that trades memory for the bubble (Qi et al. section 2.2): up
+// to 2p-1 activations per stage, extra forwards in the warm-up fill the gap before the first B,
+// and W passes are left for the tail. The order is that of list scheduling with unit pass times
+// and free communication: every stage, whenever it is free, runs its next B if the gradient has
+// arrived, else its next F if the input has arrived and it holds fewer than 2p-1 activations
+// (released by W), else its oldest pending W. With T_F = T_B = T_W this leaves no idle time
+// between a stage's first and last pass; run with other times, the longest stage span is
+// m(T_F+T_B+T_W) + (p-1)(T_F+T_B-2T_W) for m >= 2p-1, the paper's bubble.
+class ZeroBubbleH2 final : public SingleChunkSplit {
+  public:
+    std::string name() const override { return "zb-h2"; }
+    std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        const int p = shape.devices;
+        const int m = shape.microbatches;
+        const int limit = 2 * p - 1;
+        const auto at = [m](int stage, int microbatch) {
+            return static_cast<std::size_t>(stage) * static_cast<std::size_t>(m) +
+                   static_cast<std::size_t>(microbatch);
+        };
+        // End step of each stage's F and B of each microbatch; -1 until it has run.
+        std::vector<long> forward_end(at(p, 0), -1);
+        std::vector<long> input_end(at(p, 0), -1);
+        std::vector<int> forwards(p, 0), inputs(p, 0), weights(p, 0);
+        std::vector<long> free_at(p, 0);
+        std::vector<PipelineOp> ops;
+        ops.reserve(3 * static_cast<std::size_t>(m));
+        long remaining = 3L * p * m;
+        // Each step some stage runs a pass (the dependency chains are at most 2p + 3m long).
+        const long last_step = 3L * p * m + 2L * p;
+        for (long t = 0; remaining > 0; ++t) {
+            if (t > last_step)
+                throw SimulationError("schedule", "zb-h2: the unit-time construction stalled");
+            const auto arrived = [t](long end) { return end >= 0 && end <= t; };
+            for (int s = 0; s < p; ++s) {
+                if (free_at[s] > t) continue;
+                PipelineOp op{Pass::BackwardWeight, 0, 0};
+                const int next_input = inputs[s];
+                const bool gradient =
+                    next_input < m && arrived(s == p - 1 ? forward_end[at(s, next_input)]
+                                                         : input_end[at(s + 1, next_input)]);
+                const bool input = forwards[s] < m && forwards[s] - weights[s] < limit &&
+                                   (s == 0 || arrived(forward_end[at(s - 1, forwards[s])]));
+                if (gradient) {
+                    op = PipelineOp{Pass::BackwardInput, inputs[s]++, 0};
+                    input_end[at(s, op.microbatch)] = t + 1;
+                } else if (input) {
+                    op = PipelineOp{Pass::Forward, forwards[s]++, 0};
+                    forward_end[at(s, op.microbatch)] = t + 1;
+                } else if (weights[s] < inputs[s]) {
+                    op = PipelineOp{Pass::BackwardWeight, weights[s]++, 0};
+                } else {
+                    continue;
+                }
+                free_at[s] = t + 1;
+                --remaining;
+                if (s == device) ops.push_back(op);
+            }
+        }
         return ops;
     }
 };
@@ -224,6 +293,9 @@ std::unique_ptr<Schedule> make_dualpipev() {
 }
 std::unique_ptr<Schedule> make_zb_h1() {
     return std::make_unique<ZeroBubbleH1>();
+}
+std::unique_ptr<Schedule> make_zb_h2() {
+    return std::make_unique<ZeroBubbleH2>();
 }
 std::unique_ptr<Schedule> make_zb_v() {
     return std::make_unique<ZeroBubbleV>();

@@ -27,7 +27,16 @@ struct Costs {
 struct Run {
     bool completed = false;
     long makespan = 0;
-    std::vector<long> busy;  // per device
+    std::vector<long> busy;   // per device
+    std::vector<long> first;  // per device: start of its first op (-1 if none ran)
+    // The longest span of a device from the start of its first op to the end of its last.
+    long longest_span() const {
+        long span = 0;
+        for (std::size_t d = 0; d < busy.size(); ++d)
+            if (first[d] >= 0) span = std::max(span, ends[d] - first[d]);
+        return span;
+    }
+    std::vector<long> ends;  // per device: end of its last op
     std::string stuck;       // the first op of each device that could not run, if not completed
 };
 
@@ -50,6 +59,7 @@ Run simulate(const Schedule& schedule, const PipelineShape& shape, const Costs& 
     std::vector<long> clock(p, 0);
     Run run;
     run.busy.assign(p, 0);
+    run.first.assign(p, -1);
     bool moved = true;
     while (moved) {
         moved = false;
@@ -83,6 +93,7 @@ Run simulate(const Schedule& schedule, const PipelineShape& shape, const Costs& 
                 long start = clock[d];
                 for (long e : deps)
                     start = std::max(start, e);
+                if (run.first[d] < 0) run.first[d] = start;
                 clock[d] = start + cost;
                 run.busy[d] += cost;
                 end_of(kind, vs, i) = clock[d];
@@ -101,6 +112,7 @@ Run simulate(const Schedule& schedule, const PipelineShape& shape, const Costs& 
         }
         run.makespan = std::max(run.makespan, clock[d]);
     }
+    run.ends = clock;
     return run;
 }
 
@@ -130,7 +142,8 @@ std::vector<PipelineShape> accepted_shapes(const Schedule& schedule) {
 
 TEST_CASE("factory knows every listed name and nothing else") {
     const std::vector<std::string> names = schedule_names();
-    for (const char* expected : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}) {
+    for (const char* expected :
+         {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"}) {
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     }
     for (const std::string& name : names) {
@@ -332,6 +345,45 @@ TEST_CASE("zb-h1: never more than p activations held, like 1f1b") {
                 INFO("p=" << p << " m=" << m << " device " << d);
                 CHECK(peak_inflight_microbatches(*zb, {p, m, 1}, d) == std::min(p, m));
             }
+        }
+    }
+}
+
+TEST_CASE("zb-h2: stage span m(F+B+W) + (p-1)(F+B-2W), zero bubble with equal times") {
+    // Published.md 4.2: ZB-H2's bubble is (p-1)(T_F + T_B - 2 T_W), measured as the paper does
+    // on the longest stage span (first pass start to last pass end). With F = B = W it is 0:
+    // every stage runs its 3m passes back to back. Holds once m >= 2p-1 (enough microbatches to
+    // fill the longer warm-up); F + B >= 2W in every cost set below.
+    auto schedule = make_schedule("zb-h2");
+    for (const Costs& costs :
+         {Costs{1, 0, 1, 1}, Costs{2, 0, 2, 1}, Costs{3, 0, 2, 2}, Costs{3, 0, 3, 1}}) {
+        const long f = costs.forward;
+        const long b = costs.backward_input;
+        const long w = costs.backward_weight;
+        for (int p = 1; p <= 8; ++p) {
+            for (int m = 2 * p - 1; m <= 32; ++m) {
+                const PipelineShape shape{p, m, 1};
+                INFO(describe("zb-h2", shape) << " F=" << f << " B=" << b << " W=" << w);
+                const Run run = simulate(*schedule, shape, costs);
+                REQUIRE(run.completed);
+                CHECK(run.longest_span() == m * (f + b + w) + (p - 1) * (f + b - 2 * w));
+                for (long busy : run.busy)
+                    CHECK(busy == m * (f + b + w));
+            }
+        }
+    }
+}
+
+TEST_CASE("zb-h2: at most 2p-1 activations held, 2p-1 on the first stage") {
+    // The first stage runs 2p-1 forwards before its first B arrives (published.md 4.2: peak
+    // (2p-1) M_B); later stages start fewer. Capped by m.
+    auto zb = make_schedule("zb-h2");
+    for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 32; ++m) {
+            INFO("p=" << p << " m=" << m);
+            CHECK(peak_inflight_microbatches(*zb, {p, m, 1}, 0) == std::min(2 * p - 1, m));
+            for (int d = 1; d < p; ++d)
+                CHECK(peak_inflight_microbatches(*zb, {p, m, 1}, d) <= std::min(2 * p - 1, m));
         }
     }
 }
