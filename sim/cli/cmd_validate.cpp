@@ -136,9 +136,10 @@ std::string layout_text(const workload::ExperimentSpec& spec) {
 }
 
 // Time of one collective on an otherwise idle cluster (nccl-tests semantics for `size`).
-Time collective_time(const topology::Cluster& cluster, const network::NetworkConfig& config,
-                     network::CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                     network::Algorithm algo) {
+// The simulated time of one transfer started by `start` on a fresh network.
+template <class Start>
+Time transfer_time_alone(const topology::Cluster& cluster, const network::NetworkConfig& config,
+                         Start start) {
     struct Client : network::TransferClient {
         Time done = Time::max();
         void on_transfer_done(Simulation& sim, std::uint64_t) override { done = sim.now(); }
@@ -147,15 +148,23 @@ Time collective_time(const topology::Cluster& cluster, const network::NetworkCon
     auto net = network::make_network(sim, cluster, config);
     Client client;
     net->set_client(&client);
-    const auto group = net->register_group(ranks);
-    const auto used = algo == network::Algorithm::Auto
-                          ? network::choose_algorithm(cluster, kind, ranks, size)
-                          : algo;
-    net->collective(kind, group, size, used, 1);
+    start(*net);
     sim.run();
     if (client.done == Time::max())
-        throw SimulationError("validate", "a collective never completed", sim.now());
+        throw SimulationError("validate", "a transfer never completed", sim.now());
     return client.done;
+}
+
+Time collective_time(const topology::Cluster& cluster, const network::NetworkConfig& config,
+                     network::CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                     network::Algorithm algo) {
+    return transfer_time_alone(cluster, config, [&](network::Network& net) {
+        const auto group = net.register_group(ranks);
+        const auto used = algo == network::Algorithm::Auto
+                              ? network::choose_algorithm(cluster, kind, ranks, size)
+                              : algo;
+        net.collective(kind, group, size, used, 1);
+    });
 }
 
 template <class E>
@@ -289,7 +298,32 @@ void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, Res
     out.note = "efficiency " + number(workload::gemm_efficiency(shape, workload::Precision::Bf16));
 }
 
+// A point-to-point message (`op: send`, ranks "SRC,DST"): GB/s of one direction.
+void run_send(const config::Reader& r, Result& out) {
+    const auto sets = string_list(r, "set");
+    const auto cluster = load_topology(r, sets);
+    const auto ranks = parse_rank_list(r.string("ranks"), r.key_path() + ".ranks");
+    if (ranks.size() != 2) r.fail("ranks", "a send needs two ranks, source and destination");
+    const Bytes size = r.bytes("size");
+    const Time host = require_time(r, "host_overhead");
+    const auto config = network::NetworkConfig::calibrated(network::Fidelity::Flow);
+    const Time t =
+        transfer_time_alone(cluster, config,
+                            [&](network::Network& net) { net.send(ranks[0], ranks[1], size, 1); }) +
+        host;
+    out.predicted = static_cast<double>(size.value) / t.seconds() * 1e-9;
+    out.inputs = "send " + r.string("size") + " from GPU " + std::to_string(ranks[0]) + " to " +
+                 std::to_string(ranks[1]) + " (" + r.string("topology") +
+                 (sets.empty() ? "" : ", " + join(sets, ", ")) + "), calibrated flow network";
+    out.note = "time " + number(t.seconds() * 1e6) + " us" +
+               (host > Time::zero() ? " incl. " + format_time(host) + " host launch" : "");
+}
+
 void run_collective(const config::Reader& r, Result& out) {
+    if (r.string("op") == "send") {
+        run_send(r, out);
+        return;
+    }
     const auto sets = string_list(r, "set");
     const auto cluster = load_topology(r, sets);
     const auto kind = pick(r, "op", kOps);

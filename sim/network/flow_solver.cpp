@@ -31,6 +31,8 @@ FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strate
 }
 
 LinkId FlowSolver::add_link(double capacity) {
+    if (!(capacity > 0))
+        throw SimulationError("network", "an added link needs a positive capacity");
     const auto id = static_cast<LinkId>(loads_.size());
     links_.emplace_back();
     loads_.emplace_back();

@@ -58,6 +58,8 @@ class FlowSolver {
     topology::LinkId add_link(double capacity);
     // Changes the capacity of a link that no flow crosses (a cap link being reused).
     void set_capacity(topology::LinkId link, double capacity);
+    // Links known to the solver: those given to the constructor plus those added.
+    std::size_t link_count() const { return loads_.size(); }
 
     // Adds a flow of `bytes` (> 0) over `path` (non-empty, no link twice). `owner` is returned by
     // owner().

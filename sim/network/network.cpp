@@ -67,7 +67,7 @@ NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
     c.fidelity = fidelity;
     c.step_overhead = kCalibratedStepOverhead;
     const int nvlink = static_cast<int>(topology::LinkKind::NvLink);
-    c.link_efficiency[nvlink] = kCalibratedNvLinkSendRecv;
+    c.link_efficiency[nvlink] = kCalibratedNvLinkSend;
     const auto set = [&](CollectiveKind k, double efficiency, Time base) {
         c.op_efficiency[static_cast<int>(k)][nvlink] = efficiency;
         c.op_latency[static_cast<int>(k)][nvlink] = base;
@@ -178,7 +178,6 @@ class NetworkImpl final : public Network, public EventHandler {
                 p.flows.push_back(std::move(t));
                 plan.phases.push_back(std::move(p));
             }
-            apply_operation(plan, CollectiveKind::SendRecv);
             it = p2p_plans_.emplace(key, std::move(plan)).first;
         }
         start(it->second, size, token);
@@ -323,7 +322,9 @@ class NetworkImpl final : public Network, public EventHandler {
                              kPhaseStart, op);
             return;
         }
-        Time total = plan.phases.empty() ? Time::zero() : plan.fixed_latency;
+        Time total = config_.fidelity == Fidelity::Analytical && !plan.phases.empty()
+                         ? plan.fixed_latency
+                         : Time::zero();
         for (const Phase& p : plan.phases) {
             Time longest = Time::zero();
             for (const FlowTemplate& f : p.flows) {

@@ -49,17 +49,23 @@ inline constexpr int kLinkKinds = 5;
 // H200 over 18 NVLink 4 links = 450 GB/s per direction, 1 us per hop as in
 // topologies/h200-2gpu-nvlink.yaml. tools/fit_nccl_2gpu.py fits, per operation, the time
 //   t = base + steps x (step_overhead + 1 us) + wire bytes / (efficiency x 450 GB/s)
-// to every size from 16 MiB to 1 GiB after removing kHostLaunchOverhead (minimax of the relative
-// error; smaller sizes are dominated by the launch). all_reduce (2 steps, no base) sets the step
-// overhead every step pays; the others keep it and fit a fixed cost per collective.
-//   operation        efficiency  base     max error
-//   all_reduce       0.669       -        6.3%   (step overhead 8.6 us)
-//   all_gather       0.590       18 us    6.8%
-//   reduce_scatter   0.563       16.5 us  8.2%
-//   sendrecv         0.701       77 us    9.7%   (also point-to-point sends)
-// The link's own efficiency is the highest of these (sendrecv's copy); the others are per-flow rate
-// caps (NCCL's kernels for them drive the bond more slowly). all_to_all and broadcast have no
-// measurement and get the link's rate.
+// to the measured sizes after removing kHostLaunchOverhead (minimax of the relative error; sizes
+// below 16 MiB are dominated by the launch). all_reduce (2 steps, no base) sets the step overhead
+// every step pays; the others keep it and fit a fixed cost per collective.
+//   operation            sizes          efficiency  base     max error
+//   all_reduce           16 MiB-1 GiB   0.669       -        6.3%   (step overhead 8.6 us)
+//   all_gather           16 MiB-1 GiB   0.590       18 us    6.8%
+//   reduce_scatter       16 MiB-1 GiB   0.563       16.5 us  8.2%
+//   sendrecv (exchange)  16 MiB-1 GiB   0.701       77 us    9.7%
+//   send (one way)       64 MiB-1 GiB   0.843       0        2.5%
+// A single send is the fastest: its efficiency is the link's own, and point-to-point messages
+// (pipeline activations and gradients) run at it with no fixed cost. The collectives' lower rates
+// are per-flow caps (NCCL's kernels for them drive the bond more slowly). The exchange's 77 us is
+// most likely the launch of its second operation from Python (its floor at small sizes is 80-100
+// us above the others'), which overlaps the transfer by an amount the data does not show; it is
+// kept for the sendrecv collective only. all_to_all and broadcast have no measurement and get the
+// link's rate.
+inline constexpr double kCalibratedNvLinkSend = 0.843;
 inline constexpr double kCalibratedNvLinkAllReduce = 0.669;
 inline constexpr double kCalibratedNvLinkAllGather = 0.590;
 inline constexpr double kCalibratedNvLinkReduceScatter = 0.563;
@@ -89,10 +95,11 @@ struct NetworkConfig {
     // Fraction of a link's capacity that transfers achieve, per topology::LinkKind (nvlink,
     // nvswitch, pcie, infiniband, ethernet). 1 = the nominal capacity.
     double link_efficiency[kLinkKinds] = {1, 1, 1, 1, 1};
-    // Per operation (CollectiveKind; point-to-point sends count as SendRecv) and link kind: the
-    // fraction of a link's nominal bandwidth one flow of that operation reaches at most on links
-    // of that kind (a per-flow rate cap below the link's capacity; 1 = no cap), and a fixed cost
-    // once per collective whose route crosses a link of that kind (the largest over its links).
+    // Per collective (CollectiveKind; point-to-point sends have none and run at the link's
+    // efficiency) and link kind: the fraction of a link's nominal bandwidth one flow of that
+    // operation reaches at most on links of that kind (a per-flow rate cap below the link's
+    // capacity; 1 = no cap), and a fixed cost once per collective whose route crosses a link of
+    // that kind (the largest over its links).
     double op_efficiency[kCollectiveKinds][kLinkKinds] = {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
                                                           {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
                                                           {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};

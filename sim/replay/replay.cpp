@@ -127,12 +127,11 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
                                         .gpus[static_cast<std::size_t>(m)]);
                 dp_groups_.push_back(network_->register_group(std::move(ranks)));
             }
-    // Gradient buckets of --overlap-grad-reduce: each chunk's parameters (its 16-bit gradient
-    // bytes / 2) in buckets of bucket_parameters(), as Megatron-LM's DDP cuts them.
+    // Gradient buckets of --overlap-grad-reduce: each chunk's parameters in buckets of
+    // bucket_parameters(), as Megatron-LM's DDP cuts them.
     bucket_count_.assign(static_cast<std::size_t>(layout_.pp), 1);
     for (int s = 0; s < layout_.pp; ++s) {
-        const std::int64_t params =
-            plan_.devices[static_cast<std::size_t>(s)].dp_gradient_bytes.value / 2;
+        const std::int64_t params = plan_.devices[static_cast<std::size_t>(s)].dp_parameters;
         const std::int64_t per = layout_.bucket_parameters();
         if (overlaps_dp(s))
             bucket_count_[static_cast<std::size_t>(s)] =
@@ -275,9 +274,7 @@ void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const int buckets = bucket_count_[static_cast<std::size_t>(w.stage)];
     const double params =
-        static_cast<double>(
-            plan_.devices[static_cast<std::size_t>(w.stage)].dp_gradient_bytes.value) /
-        2;
+        static_cast<double>(plan_.devices[static_cast<std::size_t>(w.stage)].dp_parameters);
     const double per = static_cast<double>(layout_.bucket_parameters());
     const double span = static_cast<double>((end - start).count_ps());
     for (int b = 0; b < buckets; ++b) {
@@ -301,7 +298,7 @@ void Replay::bucket_ready(int worker, int chunk, int bucket) {
     if (++ready < layout_.dp) return;
     // Bytes of bucket b: the share of the chunk's gradient bytes between b and b + 1 bucket sizes.
     const double total = static_cast<double>(dev.dp_gradient_bytes.value);
-    const double params = total / 2;
+    const double params = static_cast<double>(dev.dp_parameters);
     const double per = static_cast<double>(layout_.bucket_parameters());
     const auto upto = [&](int b) {
         return b >= buckets ? dev.dp_gradient_bytes.value
@@ -466,7 +463,7 @@ void Replay::start_parameter_gather(int worker) {
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpParameters;
     msg.record.src_worker = msg.record.dst_worker = worker;
-    msg.record.bytes = Bytes{dev.dp_gradient_bytes.value * shape_.chunks};
+    msg.record.bytes = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
     msg.record.start = sim_.now();
     msg.stage = w.stage;
     msg.parameters = true;

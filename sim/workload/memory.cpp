@@ -10,7 +10,6 @@ namespace {
 using I = std::int64_t;
 
 constexpr double kWeightBytes = 2;      // bf16/fp16 (fp8 training keeps bf16 weights too)
-constexpr double kGradientBytes = 4;    // fp32 gradient buffer
 constexpr double kOptimizerBytes = 12;  // fp32 master weights + Adam m + v
 
 // Bytes per token of the activations an MLP of width f stores beyond its input: the first
@@ -71,6 +70,10 @@ double owned_parameters(const Parameters& p, const ParallelLayout& layout) {
 }
 
 }  // namespace
+
+double gradient_bytes_per_parameter(Precision precision) {
+    return precision == Precision::Fp16 ? 2 : 4;
+}
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
                              const TrainingSpec& training, bool moe_layer) {
@@ -140,7 +143,8 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
     const double experts = static_cast<double>(p.experts);
     MemoryBreakdown r;
     r.parameters = ceil_bytes(kWeightBytes * (dense + experts));
-    r.gradients = ceil_bytes(kGradientBytes * (dense + experts));
+    r.gradients =
+        ceil_bytes(gradient_bytes_per_parameter(spec.training.precision) * (dense + experts));
     r.optimizer_states = ceil_bytes(kOptimizerBytes * owned_parameters(p, layout));
     double activations = 0;
     for (int i = 0; i < layers_on_stage; ++i)

@@ -1,9 +1,10 @@
 // Memory per GPU: model states (parameters, gradients, optimizer states) and activations.
 //
 // Model states follow Megatron-LM's mixed-precision Adam: 2 bytes per parameter for the bf16/fp16
-// weights, 4 for the fp32 gradient buffer, 12 for the fp32 master weights and the two Adam moments
-// (18 bytes per parameter; with the distributed optimizer the 12 are sharded over the
-// data-parallel replicas: 6 + 12/d, as Megatron-LM's documentation states).
+// weights, the gradient buffer (4 bytes in fp32 for bf16, 2 for fp16:
+// gradient_bytes_per_parameter), 12 for the fp32 master weights and the two Adam moments (18 bytes
+// per parameter in bf16; with the distributed optimizer the 12 are sharded over the data-parallel
+// replicas: 6 + 12/d, as Megatron-LM's documentation states).
 //
 // Activations follow Korthikanti et al. 2022, Table 2 (bytes per layer per microbatch, s·b·h
 // units, 2-byte activations and 1-byte dropout masks), generalised to grouped-query attention,
@@ -17,6 +18,12 @@
 #include "workload/plan.hpp"
 
 namespace cs::workload {
+
+// Bytes per parameter of the gradient buffer, which is also the data type gradients are reduced
+// in across data parallelism: Megatron-LM accumulates and reduces in the parameters' type (2
+// bytes) for fp16, and forces fp32 (4) for bf16 (and so fp8, whose weights are bf16); fp32
+// training keeps fp32 gradients.
+double gradient_bytes_per_parameter(Precision precision);
 
 // Activation bytes one transformer layer keeps on one GPU for one in-flight microbatch, for the
 // layout's tp, sequence parallelism and cp (which divides s) and the training's recompute. For

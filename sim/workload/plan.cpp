@@ -234,9 +234,11 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                 params += parameters_per_gpu(m, l, first, per_chunk, embedding, output);
                 owned += optimizer_parameters_per_gpu(m, l, first, per_chunk, embedding, output);
             }
-        // Gradients are reduced in 16-bit (Megatron's default without
-        // --accumulate-allreduce-grads-in-fp32), one bucket per model chunk.
-        d.dp_gradient_bytes = Bytes{params * 2 / chunks};
+        // One bucket per model chunk, reduced in the gradient buffer's type.
+        d.dp_parameters = params / chunks;
+        d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(
+            static_cast<double>(d.dp_parameters) * gradient_bytes_per_parameter(t.precision))};
+        d.dp_parameter_bytes = Bytes{d.dp_parameters * 2};
         d.dp_sharded = l.distributed_optimizer;
         const auto& prof = spec.compute.profile;
         const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&

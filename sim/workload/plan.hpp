@@ -57,7 +57,12 @@ struct MemoryBreakdown {
 
 // Per pipeline device: what does not depend on the microbatch.
 struct StagePlan {
-    Bytes dp_gradient_bytes;  // per GPU and per model chunk, synchronised across dp
+    // Per GPU and per model chunk: the parameters synchronised across dp, their gradients' bytes
+    // (gradient_bytes_per_parameter) and their 16-bit weights' bytes (the distributed
+    // optimizer's parameter all-gather).
+    std::int64_t dp_parameters = 0;
+    Bytes dp_gradient_bytes;
+    Bytes dp_parameter_bytes;
     bool dp_sharded = false;  // distributed optimizer: reduce-scatter + all-gather
     Time optimizer_step;
     MemoryBreakdown memory;  // filled by the memory model (activations per schedule)

@@ -493,11 +493,18 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute) {
     if (held <= 0 && owned <= 0) return Time::zero();
-    const double unscale = precision == Precision::Fp16 ? 8 : 0;
-    const double copy = precision == Precision::Fp32 ? 0 : 6;
-    const double bytes =
-        4.0 * static_cast<double>(held) + (unscale + 4 + 28 + copy) * static_cast<double>(owned);
-    return memory_bound_time(Bytes{static_cast<std::int64_t>(bytes)}, gpu, compute);
+    const bool fp16 = precision == Precision::Fp16;
+    const double zero_bytes_per_held = gradient_bytes_per_parameter(precision);
+    const double to_fp32_bytes_per_owned = fp16 ? 2 + 4 : 0;
+    const double unscale_bytes_per_owned = fp16 ? 4 + 4 : 0;
+    const double norm_bytes_per_owned = 4;
+    const double adam_bytes_per_owned = 4 * 4 + 3 * 4;
+    const double to_weights_bytes_per_owned = precision == Precision::Fp32 ? 0 : 4 + 2;
+    const double bytes = zero_bytes_per_held * static_cast<double>(held) +
+                         (to_fp32_bytes_per_owned + unscale_bytes_per_owned + norm_bytes_per_owned +
+                          adam_bytes_per_owned + to_weights_bytes_per_owned) *
+                             static_cast<double>(owned);
+    return memory_bound_time(Bytes{static_cast<std::int64_t>(std::ceil(bytes))}, gpu, compute);
 }
 
 }  // namespace cs::workload

@@ -87,16 +87,18 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
                                   const RooflineCompute& compute);
 
 // One optimizer step of one GPU as Megatron-LM's mixed-precision Adam runs it, HBM-bound, in
-// bytes per parameter:
-//   zero the fp32 gradient buffer for the next iteration   4 x held
-//   unscale and check for inf/nan (fp16 loss scaling only)  8 x owned  (read + write)
-//   gradient norm for clipping                              4 x owned  (read)
-//   Adam: read gradient, master, m, v; write master, m, v   28 x owned
-//   copy the master weights to the 16-bit weights           6 x owned  (read 4, write 2; not fp32)
+// bytes per parameter (g = gradient_bytes_per_parameter: 2 in fp16, 4 otherwise):
+//   zero the gradient buffer for the next iteration             g x held
+//   fp16 only: copy the fp16 gradients to fp32 (read 2, write 4) 6 x owned
+//   fp16 only: unscale and check for inf/nan (read + write)      8 x owned
+//   gradient norm for clipping (read)                            4 x owned
+//   Adam: read gradient, master, m, v; write master, m, v        28 x owned
+//   copy the master weights to the 16-bit weights (not fp32)     6 x owned
 // `held` is parameters_per_gpu(); `owned` is optimizer_parameters_per_gpu() (the shard with the
-// distributed optimizer). fp16 costs 4 + 46 per parameter, bf16 and fp8 4 + 38, fp32 4 + 32.
+// distributed optimizer). fp16 costs 2 + 52 per parameter, bf16 and fp8 4 + 38, fp32 4 + 32.
 // Not counted: the clipping multiply (8 x owned), which runs only in iterations whose gradient
-// norm exceeds --clip-grad.
+// norm exceeds --clip-grad, and the NaN check of the gradient buffer that newer Megatron-LM runs
+// before the data-parallel reduction (g x held).
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute);
 

@@ -68,6 +68,7 @@ TEST_CASE("links added later: a private link caps one flow, and is reused with a
     CHECK(s.rate(f1) == doctest::Approx(50e9));
     CHECK(s.rate(f3) == doctest::Approx(50e9));
     CHECK_THROWS_AS(s.add_link(0), SimulationError);
+    CHECK(s.link_count() == 2);  // the refused link was not added
 }
 
 TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is kept") {

@@ -295,7 +295,8 @@ TEST_CASE("calibrated network: NVLink, NVSwitch and NVLS constants and where the
     const auto op = [](CollectiveKind k) { return static_cast<int>(k); };
     // tools/fit_nccl_2gpu.py on the 2-GPU NCCL rows: the link runs at sendrecv's rate, the other
     // operations are capped below it.
-    CHECK(c.link_efficiency[nvlink] == 0.701);
+    CHECK(c.link_efficiency[nvlink] == 0.843);
+    CHECK(c.op_efficiency[op(CollectiveKind::SendRecv)][nvlink] == 0.701);
     CHECK(c.op_efficiency[op(CollectiveKind::AllReduce)][nvlink] == 0.669);
     CHECK(c.op_efficiency[op(CollectiveKind::AllGather)][nvlink] == 0.590);
     CHECK(c.op_efficiency[op(CollectiveKind::ReduceScatter)][nvlink] == 0.563);
@@ -316,6 +317,21 @@ TEST_CASE("calibrated network: NVLink, NVSwitch and NVLS constants and where the
     CHECK(run_collective(bond, c, CollectiveKind::AllGather, {0, 1}, Bytes{2'000'000'000},
                          Algorithm::Ring)
               .seconds() == doctest::Approx(1e9 / (0.590 * 450e9) + 9.6e-6 + 18e-6));
+    // A point-to-point send (a pipeline activation) runs at the link's own rate, the one-way fit,
+    // with no fixed cost: 1 GB at 0.843 x 450 GB/s = 2.636 ms, plus 8.6 us + 1 us. The sendrecv
+    // collective (both directions) pays its cap and its 77 us: 1 GB at 0.701 x 450 GB/s.
+    {
+        Simulation sim;
+        auto net = make_network(sim, bond, c);
+        Recorder rec;
+        net->set_client(&rec);
+        net->send(0, 1, Bytes{1'000'000'000}, 1);
+        sim.run();
+        CHECK(rec.done[1].seconds() == doctest::Approx(1e9 / (0.843 * 450e9) + 9.6e-6));
+    }
+    CHECK(run_collective(bond, c, CollectiveKind::SendRecv, {0, 1}, Bytes{1'000'000'000},
+                         Algorithm::Auto)
+              .seconds() == doctest::Approx(1e9 / (0.701 * 450e9) + 9.6e-6 + 77e-6));
     // Through an NVSwitch (two 450 GB/s hops of 1 us): no operation cap and no base, the port
     // efficiency alone: 1 GB at 396.4 GB/s = 2.523 ms, plus 8.6 us + 2 us.
     const Cluster sw = switch_node(2, 450 * GB, Time::us(1));
@@ -340,6 +356,10 @@ TEST_CASE("per-operation rate caps and fixed costs apply on their link kind, flo
         CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1}, Bytes{1'000'000'000},
                              Algorithm::Ring) == Time::ms(10) + Time::us(2));
     }
+    // The ideal network stays free: no fixed cost either.
+    cfg.fidelity = Fidelity::Ideal;
+    CHECK(run_collective(c, cfg, CollectiveKind::AllGather, {0, 1}, Bytes{2'000'000'000},
+                         Algorithm::Ring) == Time::zero());
     // The cap is the flow's own: a send sharing the 0->1 direction takes what the capped flow
     // leaves. Cap 30 GB/s, no latencies: the send gets 70 GB/s, 1 GB in 14.29 ms; the all_gather
     // stays at 30 GB/s after that (its cap, not the link, limits it): 1 GB in 33.33 ms.
@@ -448,11 +468,19 @@ TEST_CASE("every algorithm of every collective completes on every fidelity") {
 
 namespace {
 struct Scenario {
+    bool capped = false;  // per-operation rate caps on the NVLinks (private solver links)
     std::vector<std::pair<std::uint64_t, std::int64_t>> run(bool shuffle) {
         const Cluster c = two_nodes(200 * GB, 300 * GB, 50 * GB);
         Simulation sim;
         if (shuffle) sim.set_tie_shuffle(12345);
-        auto net = make_network(sim, c, flow_config(Time::us(2)));
+        NetworkConfig cfg = flow_config(Time::us(2));
+        if (capped) {
+            const int nvlink = static_cast<int>(LinkKind::NvLink);
+            cfg.op_efficiency[static_cast<int>(CollectiveKind::AllReduce)][nvlink] = 0.5;
+            cfg.op_efficiency[static_cast<int>(CollectiveKind::AllToAll)][nvlink] = 0.7;
+            cfg.op_latency[static_cast<int>(CollectiveKind::AllToAll)][nvlink] = Time::us(3);
+        }
+        auto net = make_network(sim, c, cfg);
         Recorder rec;
         net->set_client(&rec);
         const auto all = net->register_group({0, 1, 2, 3});
@@ -486,6 +514,11 @@ TEST_CASE("determinism: the same input gives identical completion times") {
         return v;
     };
     CHECK(sorted(s.run(true)) == sorted(a));
+    // The same with per-operation caps: which private link a capped flow gets must not matter.
+    s.capped = true;
+    const auto c = s.run(false);
+    CHECK(c != a);
+    CHECK(sorted(s.run(true)) == sorted(c));
 }
 
 TEST_CASE("bad input is reported") {

@@ -128,14 +128,15 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
     cli::SimulateOptions opt;
     opt.schedule = "1f1b";
     const auto plain = cli::simulate(spec, opt);
-    const double g =
-        static_cast<double>(workload::plan_iteration(spec, 1, false, [](int) { return 0; })
-                                .devices[0]
-                                .dp_gradient_bytes.value);
+    const auto device = workload::plan_iteration(spec, 1, false, [](int) { return 0; }).devices[0];
+    const double g = static_cast<double>(device.dp_gradient_bytes.value);
+    const auto params = device.dp_parameters;
     REQUIRE(g > 1e6);
+    // bf16 (the default): gradients are reduced in fp32, 4 bytes per parameter.
+    CHECK(g == doctest::Approx(4.0 * static_cast<double>(params)));
     CHECK(plain.iteration_time_s == doctest::Approx(5e-3 + 2e-6 + g / 1e11).epsilon(1e-9));
 
-    // Megatron's default bucket, max(40M, 1M x dp) parameters, holds this layer's G / 2
+    // Megatron's default bucket, max(40M, 1M x dp) parameters, holds this layer's G / 4
     // parameters whole: one bucket, ready at the end of the pass, the same time.
     spec.layout.overlap_grad_reduce = true;
     CHECK(cli::simulate(spec, opt).iteration_time_s == plain.iteration_time_s);
@@ -143,11 +144,11 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
     // Buckets of a quarter of the parameters: ready at B/4, B/2, 3B/4 and B. Each takes 2 us +
     // G / 4 / 100 GB/s = about 65 us, well inside the 1 ms between them, so only the last is
     // exposed: the iteration shrinks by the other three buckets' bytes over 100 GB/s.
-    const auto params = static_cast<std::int64_t>(g / 2);
     spec.layout.ddp_bucket_size = (params + 3) / 4;
     const auto overlapped = cli::simulate(spec, opt);
     const double last_bucket =
-        g - std::llround(g * 3.0 * static_cast<double>(spec.layout.ddp_bucket_size) / (g / 2));
+        g - std::llround(g * 3.0 * static_cast<double>(spec.layout.ddp_bucket_size) /
+                         static_cast<double>(params));
     CHECK(overlapped.iteration_time_s ==
           doctest::Approx(5e-3 + 2e-6 + last_bucket / 1e11).epsilon(1e-9));
 
@@ -155,7 +156,8 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
     // the one communicator and run back to back from the first one's readiness at B x f0, f0 =
     // bucket / parameters: F + B f0 + 4 x 2 us + G / 100 GB/s (the four buckets' bytes sum to G).
     spec.compute.profile.layer_backward = Time::us(40);
-    const double f0 = static_cast<double>(spec.layout.ddp_bucket_size) / (g / 2);
+    const double f0 =
+        static_cast<double>(spec.layout.ddp_bucket_size) / static_cast<double>(params);
     CHECK(cli::simulate(spec, opt).iteration_time_s ==
           doctest::Approx(1e-3 + 40e-6 * f0 + 8e-6 + g / 1e11).epsilon(1e-9));
 }

@@ -130,6 +130,11 @@ TEST_CASE("memory per GPU: 18 bytes per parameter, 6 + 12/d with the distributed
     CHECK(static_cast<double>(sharded.optimizer_states.value) == doctest::Approx(12 * params / 4));
     CHECK(sharded.parameters == plain.parameters);
     CHECK(sharded.gradients == plain.gradients);
+    // fp16 keeps a 2-byte gradient buffer (bf16, the default above, an fp32 one).
+    spec.training.precision = Precision::Fp16;
+    CHECK(static_cast<double>(memory_per_gpu(spec, 0, 12, 8, true, false).gradients.value) ==
+          doctest::Approx(2 * params));
+    spec.training.precision = Precision::Bf16;
     // The optimizer step works on the same shard: dp = 4 replicas own params / 4 each.
     CHECK(static_cast<double>(optimizer_parameters_per_gpu(spec.model, spec.layout, 0, 12, true,
                                                            false)) == doctest::Approx(params / 4));
