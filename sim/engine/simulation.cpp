@@ -49,8 +49,11 @@ inline bool before(const K& x, const K& y) {
 
 // Branch-free choice: which child is smaller is a coin toss, and a mispredicted branch per heap
 // level cost more than the whole comparison.
+inline std::size_t mask(bool condition) {
+    return 0 - static_cast<std::size_t>(condition);
+}
 inline std::size_t choose(bool condition, std::size_t if_true, std::size_t if_false) {
-    return if_false ^ ((if_false ^ if_true) & (0 - static_cast<std::size_t>(condition)));
+    return if_false ^ ((if_false ^ if_true) & mask(condition));
 }
 }  // namespace
 
@@ -180,9 +183,9 @@ void Simulation::sift_from_root(Key k) {
     const std::size_t end = size_ * kKey;
     // Moves the smallest of the four children of `hole` up into it; returns its position.
     const auto promote_min_child = [&](std::size_t hole, std::size_t first) {
-        const std::size_t min01 = first + kKey * before(at(first + kKey), at(first));
+        const std::size_t min01 = first + (kKey & mask(before(at(first + kKey), at(first))));
         const std::size_t min23 =
-            first + 2 * kKey + kKey * before(at(first + 3 * kKey), at(first + 2 * kKey));
+            first + 2 * kKey + (kKey & mask(before(at(first + 3 * kKey), at(first + 2 * kKey))));
         const std::size_t best = choose(before(at(min23), at(min01)), min23, min01);
         at(hole) = at(best);
         return best;
@@ -191,9 +194,10 @@ void Simulation::sift_from_root(Key k) {
     // ahead: the branch-free descent gives the processor no speculative loads to overlap
     // (prefetching past the end of the heap is harmless, hence no bounds check).
     const auto descend = [&]<bool kPrefetch>(std::size_t hole) {
+        const std::size_t last_full_first = end - kArity * kKey;  // called with end > that
         for (;;) {
             const std::size_t first = hole * kArity + kKey;
-            if (first + kArity * kKey > end) return hole;
+            if (first > last_full_first) return hole;
             if constexpr (kPrefetch) {
                 const char* grandchildren = base + first * kArity + kKey;
                 for (std::size_t offset = 0; offset < kArity * kArity * kKey; offset += kCacheLine)
