@@ -37,12 +37,10 @@ std::uint32_t mix32(std::uint32_t x) {
     x *= 0x846ca68bU;
     return x ^ (x >> 16);
 }
-}  // namespace
 
-namespace {
 // (at, order, slot) as one 128-bit comparison, which compiles to cmp/sbb without a branch. Times
 // are never negative (nothing is scheduled before now() >= 0), so comparing them unsigned is exact.
-template <class K>
+template <class K>  // K is Simulation::Key, private to the class
 inline bool before(const K& x, const K& y) {
     return std::bit_cast<U128>(x) < std::bit_cast<U128>(y);
 }
