@@ -5,14 +5,18 @@
 // carries a kind and two 64-bit payload words that the handler interprets; no allocation happens
 // per event. Handlers are not owned by the Simulation and must outlive run().
 //
-// The queue is a 4-ary min-heap of events. The event being processed stays at the root while its
-// handler runs: the handler's first schedule_at() replaces it with a single sift from the root
-// (a "hold" costs one pass instead of a pop and a push); if the handler schedules nothing, the
-// root is removed before the next event. Keys are unique, so the processing order is the same as
-// with any other exact priority queue.
+// The queue is a 4-ary min-heap of 16-byte keys (time, order << 32 | slot); the handler, kind and
+// payload words wait in a slot array (slots are recycled through a free list), so the four
+// children of a node fill one 64-byte cache line and a sift moves 16 bytes per level. The event
+// being processed stays at the root while its handler runs: the handler's first schedule_at()
+// reuses its slot and replaces its key with a single sift from the root (a "hold" costs one pass
+// instead of a pop and a push); if the handler schedules nothing, the root is removed before the
+// next event. Keys are unique, so the processing order is the same as with any other exact
+// priority queue.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/units.hpp"
@@ -25,7 +29,9 @@ using HandlerId = std::uint32_t;
 
 struct Event {
     Time at;
-    std::uint64_t order = 0;  // insertion sequence (or its shuffled image in tie-shuffle mode)
+    // Insertion sequence (or its shuffled image in tie-shuffle mode), 32 bits wide: after 2^32
+    // insertions the pending events are relabelled 0, 1, ... in their (time, order) order.
+    std::uint64_t order = 0;
     HandlerId handler = 0;
     std::uint32_t kind = 0;
     std::uint64_t a = 0;
@@ -64,33 +70,64 @@ class Simulation {
 
     Time now() const { return now_; }
     std::uint64_t events_processed() const { return processed_; }
-    std::size_t pending() const { return heap_.size() - (root_taken_ ? 1 : 0); }
-    void reserve(std::size_t events) { heap_.reserve(events); }
+    std::size_t pending() const { return size_ - (root_taken_ ? 1 : 0); }
+    // Preallocates room for `events` pending events.
+    void reserve(std::size_t events);
 
     // Debug switch: order same-time events by a seeded permutation of their insertion sequence
     // instead of the sequence itself. Models must not depend on the order of simultaneous events
     // beyond what their own sequencing guarantees; tests run with this on to prove it.
-    void set_tie_shuffle(std::uint64_t seed) {
-        shuffle_ = true;
-        shuffle_seed_ = seed;
-    }
+    void set_tie_shuffle(std::uint64_t seed);
 
   private:
-    void push(const Event& e);
-    // Puts `e` in place of the root (which is overwritten) and restores the heap order.
-    void sift_from_root(const Event& e);
-    void sift_up(std::size_t i, const Event& e);
-    void drop_taken_root();
+    friend struct SimulationTestAccess;
 
-    std::vector<Event> heap_;  // 4-ary min-heap on (at, order)
-    bool root_taken_ = false;  // heap_.front() is the event being (or last) processed
+    // Heap entry. Compared as one unsigned 128-bit number (time high, order_slot low), hence the
+    // member order on a little-endian machine.
+    struct alignas(16) Key {
+        std::uint64_t order_slot;  // order << 32 | slot in payloads_
+        std::uint64_t at_ps;
+    };
+    struct alignas(32) Payload {  // one per cache-line half, never split across two
+        HandlerId handler;
+        std::uint32_t kind;
+        std::uint64_t a;
+        std::uint64_t b;
+    };
+    struct AlignedDelete {
+        void operator()(Key* p) const;
+    };
+
+    // schedule_at() for an event that gets a new slot and a new place in the heap.
+    void push(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a, std::uint64_t b);
+    // Puts `k` in place of the root (which is overwritten) and restores the heap order.
+    void sift_from_root(Key k);
+    void sift_up(std::size_t i, Key k);
+    void drop_taken_root();
+    void grow_keys(std::size_t capacity);
+    std::uint32_t new_slot();
+    void renumber();
+    std::uint64_t next_order();
+    [[gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
+                                     std::uint64_t a, std::uint64_t b);
+    [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
+
+    // 4-ary min-heap. keys_ points 3 entries into a 64-byte aligned block, so that the children
+    // 4i+1 .. 4i+4 of every node share a cache line.
+    std::unique_ptr<Key[], AlignedDelete> key_block_;
+    Key* keys_ = nullptr;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+    bool root_taken_ = false;  // keys_[0] is the event being (or last) processed
+    std::vector<Payload> payloads_;
+    std::vector<std::uint32_t> free_slots_;
     std::vector<EventHandler*> handlers_;
     Time now_ = Time::zero();
     std::uint64_t next_seq_ = 0;
     std::uint64_t processed_ = 0;
     bool stopped_ = false;
     bool shuffle_ = false;
-    std::uint64_t shuffle_seed_ = 0;
+    std::uint32_t shuffle_key_ = 0;
 };
 
 }  // namespace cs

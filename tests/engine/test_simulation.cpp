@@ -152,3 +152,65 @@ TEST_CASE("pending() excludes the event being processed; run_until stops at the 
     CHECK(sim.pending() == 0);
     CHECK(r.seen.size() == 2);
 }
+
+namespace cs {
+// Reaches the insertion counter, to start a test near the end of the 32-bit orders.
+struct SimulationTestAccess {
+    static std::uint64_t next_seq(const Simulation& sim) { return sim.next_seq_; }
+    static void set_next_seq(Simulation& sim, std::uint64_t seq) { sim.next_seq_ = seq; }
+};
+}  // namespace cs
+
+namespace {
+// Each event schedules 0 to 3 successors (a quarter of them at the same time) and numbers every
+// insertion in `a`; kind and b are functions of a, to show that payloads travel with their keys.
+struct Numbered : EventHandler {
+    std::uint64_t x = 5;
+    std::uint64_t budget = 0;
+    std::uint64_t next_id = 0;
+    std::vector<std::pair<std::int64_t, std::uint64_t>> seen;  // (time ps, insertion index)
+    bool payloads_intact = true;
+    void add(Simulation& sim, Time at, HandlerId h) {
+        sim.schedule_at(at, h, static_cast<std::uint32_t>(next_id % 7), next_id, next_id * 3 + 1);
+        ++next_id;
+    }
+    void on_event(Simulation& sim, const Event& e) override {
+        seen.emplace_back(e.at.count_ps(), e.a);
+        if (e.kind != e.a % 7 || e.b != e.a * 3 + 1) payloads_intact = false;
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const auto fanout = static_cast<int>(x >> 62);
+        for (int k = 0; k < fanout && budget > 0; ++k, --budget) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            const auto delay = static_cast<std::int64_t>((x >> 33) % 4 == 0 ? 0 : (x >> 40) % 50);
+            add(sim, sim.now() + Time::ps(delay), e.handler);
+        }
+    }
+};
+}  // namespace
+
+TEST_CASE("events keep (time, insertion) order when the 32-bit orders run out") {
+    // Orders are 32 bits wide; after 2^32 insertions the engine relabels the pending events by
+    // rank. Starting the counter 2,000 insertions short of 2^32 crosses that point mid-run. The
+    // insertion index in `a` is the true sequence, so without shuffling every processed event
+    // must have a larger (time, a) than the one before it.
+    for (int shuffle = 0; shuffle < 2; ++shuffle) {
+        Simulation sim;
+        Numbered n;
+        const auto h = sim.add_handler(n);
+        if (shuffle) sim.set_tie_shuffle(3);
+        SimulationTestAccess::set_next_seq(sim, (std::uint64_t{1} << 32) - 2'000);
+        n.budget = 20'000;
+        for (int i = 0; i < 64; ++i)
+            n.add(sim, Time::ps(i % 5), h);
+        sim.run();
+        CHECK(SimulationTestAccess::next_seq(sim) < (std::uint64_t{1} << 32));  // relabelled
+        REQUIRE(n.seen.size() == n.next_id);
+        CHECK(n.payloads_intact);
+        bool ordered = true;
+        for (std::size_t i = 1; i < n.seen.size(); ++i) {
+            if (n.seen[i].first < n.seen[i - 1].first) ordered = false;
+            if (!shuffle && n.seen[i] <= n.seen[i - 1]) ordered = false;
+        }
+        CHECK(ordered);
+    }
+}
