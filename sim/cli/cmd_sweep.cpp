@@ -216,10 +216,32 @@ void simulate_row(const std::string& experiment, const std::vector<std::string>&
     }
 }
 
-// One rank's part of the sweep: combination n belongs to rank n % size (neighbours in the
-// enumeration differ in the last key only and cost about the same, so striding balances the
-// ranks). A rank that fails unexpectedly stops and records the combination it failed on, so that
-// it still takes part in the gather and no rank is left waiting.
+// The combinations rank `rank` of `size` simulates, in enumeration order. They are dealt round
+// the ranks in a fixed pseudo-random order: with a stride or blocks, a key's values line up with
+// the ranks (a stride of 2 over micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
+// Every rank computes the same deal, so it costs no message and the output does not depend on it.
+std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
+    // splitmix64's finaliser: a bijection, so the order has no ties.
+    const auto mix = [](std::uint64_t x) {
+        x += 0x9e3779b97f4a7c15;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+        return x ^ (x >> 31);
+    };
+    std::vector<std::pair<std::uint64_t, std::size_t>> order;
+    for (std::size_t n = 0; n < total; ++n)
+        order.emplace_back(mix(n), n);
+    std::sort(order.begin(), order.end());
+    std::vector<std::size_t> mine;
+    for (std::size_t p = static_cast<std::size_t>(rank); p < total;
+         p += static_cast<std::size_t>(size))
+        mine.push_back(order[p].second);
+    std::sort(mine.begin(), mine.end());
+    return mine;
+}
+
+// One rank's part of the sweep. A rank that fails unexpectedly stops and records the combination
+// it failed on, so that it still takes part in the gather and no rank is left waiting.
 struct Share {
     std::vector<Row> rows;                                       // in enumeration order
     std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
@@ -231,8 +253,7 @@ Share simulate_share(const std::string& experiment, const std::vector<std::strin
     // Per-combination warnings (e.g. memory above HBM) become the table's "fits HBM" column.
     const auto level = spdlog::get_level();
     spdlog::set_level(spdlog::level::err);
-    for (std::size_t n = static_cast<std::size_t>(ranks.rank()); n < total;
-         n += static_cast<std::size_t>(ranks.size())) {
+    for (const std::size_t n : dealt_to(ranks.rank(), ranks.size(), total)) {
         Row row;
         row.index = n;
         row.values = combination(axes, n);
