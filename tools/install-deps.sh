@@ -9,6 +9,7 @@ packages=(
   doctest-dev libbenchmark-dev
   protobuf-compiler  # tests decode .pftrace traces with protoc --decode
   python3            # tools/ scripts (standard library only)
+  libopenmpi-dev openmpi-bin  # `mpirun -n N clustersim sweep` shards a sweep over N processes
 )
 
 missing=()

@@ -5,16 +5,23 @@
 // ranks the valid ones by throughput. Combinations that are not valid layouts (heads % tp, layers
 // that do not split, a schedule that needs more microbatches, ...), or whose simulation fails,
 // are listed with the reason; they never stop the sweep.
+//
+// Under `mpirun -n N` the combinations are shared among the N processes; rank 0 gathers the
+// results, ranks them and alone prints and writes files, exactly as one process would.
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 
 #include "cli/commands.hpp"
 #include "cli/simulate.hpp"
+#include "cli/sweep_mpi.hpp"
 #include "cli/table.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
@@ -81,12 +88,32 @@ bool mentions_key(const std::vector<std::string>& sets, const std::string& key) 
                        [&](const std::string& s) { return s.rfind(key + "=", 0) == 0; });
 }
 
+// What a valid combination gave, as the ranking, the table and --json use it. Plain data, because
+// the ranks of an MPI sweep send it to rank 0 (as CBOR, which keeps every double bit for bit).
+struct Result {
+    double tokens_per_s = 0;
+    double iteration_time_s = 0;
+    double mfu = 0;
+    double bubble_fraction = 0;
+    double exposed_comm_fraction = 0;
+    int dp = 1;
+    std::int64_t memory_bytes = 0;  // worst GPU
+    bool fits = true;               // worst GPU's memory within its HBM
+    // report::to_json without wall_time_s, compact: equal texts are the same run. Kept as text
+    // because a summary lists every link and a JSON tree of it is several times larger.
+    std::string summary;
+    double wall_time_s = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Result, tokens_per_s, iteration_time_s, mfu, bubble_fraction,
+                                   exposed_comm_fraction, dp, memory_bytes, fits, summary,
+                                   wall_time_s)
+
 struct Row {
     std::size_t index = 0;            // enumeration order
     std::vector<std::string> values;  // one per axis
-    std::optional<report::Summary> summary;
-    bool fits = true;  // worst GPU's memory within its HBM
+    std::optional<Result> result;     // empty when not valid
     std::string error;
+    std::string source;  // display path of the experiment, when it loaded
 };
 
 // A table cell: padded to `width`, then one space.
@@ -116,7 +143,7 @@ void print_table(std::ostream& out, const std::vector<Axis>& axes,
         << cell("bubble", 7) << cell("exp.comm", 9) << cell("mem/GPU", 9) << "fits HBM\n";
     for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
         const Row& row = *ranked[r];
-        const auto& s = *row.summary;
+        const auto& s = *row.result;
         char tokens[32];
         std::snprintf(tokens, sizeof tokens, "%.0f", s.tokens_per_s);
         out << cell(std::to_string(r + 1), 5);
@@ -126,8 +153,8 @@ void print_table(std::ostream& out, const std::vector<Axis>& axes,
             << cell(format_time(Time::from_seconds_ceil(s.iteration_time_s)), 11)
             << cell(tokens, 10) << cell(percent(s.mfu, 1), 7)
             << cell(percent(s.bubble_fraction, 1), 7)
-            << cell(percent(s.exposed_comm_fraction, 1), 9) << cell(format_bytes(s.memory.total), 9)
-            << (row.fits ? "yes" : "NO") << "\n";
+            << cell(percent(s.exposed_comm_fraction, 1), 9)
+            << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
     }
 }
 
@@ -137,69 +164,170 @@ nlohmann::ordered_json row_json(const std::vector<Axis>& axes, const Row& row) {
     for (std::size_t i = 0; i < axes.size(); ++i)
         settings[axes[i].key] = row.values[i];
     j["settings"] = settings;
-    if (row.summary) {
-        j["fits_hbm"] = row.fits;
-        j["summary"] = report::to_json(*row.summary);
+    if (row.result) {
+        j["fits_hbm"] = row.result->fits;
+        // The text parses back to what to_json gave (numbers are printed to round-trip), and
+        // wall_time_s goes back where to_json puts it: last.
+        auto& summary = j["summary"] = nlohmann::ordered_json::parse(row.result->summary);
+        summary["wall_time_s"] = row.result->wall_time_s;
     } else {
         j["error"] = row.error;
     }
     return j;
 }
 
-void sweep(const SweepArgs& a) {
-    const auto axes = parse_axes(a.vary);
-    std::size_t total = 1;
-    for (const auto& axis : axes)
-        total *= axis.values.size();
+// The values of combination `n`: the last axis varies fastest.
+std::vector<std::string> combination(const std::vector<Axis>& axes, std::size_t n) {
+    std::vector<std::string> values(axes.size());
+    for (std::size_t i = axes.size(); i-- > 0;) {
+        values[i] = axes[i].values[n % axes[i].values.size()];
+        n /= axes[i].values.size();
+    }
+    return values;
+}
 
-    // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
-    std::vector<std::string> base = a.sets;
-    const bool layout_varied = std::any_of(axes.begin(), axes.end(), [](const Axis& x) {
-        return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
-    });
-    const bool dp_given = mentions_key(a.sets, "parallelism.dp") ||
-                          std::any_of(axes.begin(), axes.end(),
-                                      [](const Axis& x) { return x.key == "parallelism.dp"; });
-    if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
+void simulate_row(const std::string& experiment, const std::vector<std::string>& base,
+                  const std::vector<Axis>& axes, Row& row) {
+    std::vector<std::string> overrides = base;
+    for (std::size_t i = 0; i < axes.size(); ++i)
+        overrides.push_back(axes[i].key + "=" + row.values[i]);
+    try {
+        const auto spec = workload::load_experiment(experiment, overrides);
+        row.source = spec.source;
+        const auto s = simulate(spec, SimulateOptions{});
+        const auto hbm = spec.cluster->gpu_model(0).hbm;
+        auto json = report::to_json(s);
+        json.erase("wall_time_s");
+        row.result = Result{.tokens_per_s = s.tokens_per_s,
+                            .iteration_time_s = s.iteration_time_s,
+                            .mfu = s.mfu,
+                            .bubble_fraction = s.bubble_fraction,
+                            .exposed_comm_fraction = s.exposed_comm_fraction,
+                            .dp = s.dp,
+                            .memory_bytes = s.memory.total.value,
+                            .fits = hbm.value <= 0 || s.memory.total <= hbm,
+                            .summary = json.dump(),
+                            .wall_time_s = s.wall_time_s};
+    } catch (const ConfigError& e) {
+        row.error = e.what();
+    } catch (const SimulationError& e) {
+        // An internal failure of one combination is reported with it, not for the sweep.
+        row.error = std::string("simulation failed: ") + e.what();
+    }
+}
 
-    std::vector<Row> rows(total);
-    std::string source;
+// The combinations rank `rank` of `size` simulates, in enumeration order. They are dealt round
+// the ranks in a fixed pseudo-random order: with a stride or blocks, a key's values line up with
+// the ranks (a stride of 2 over micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
+// Every rank computes the same deal, so it costs no message and the output does not depend on it.
+std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
+    // splitmix64's finaliser: a bijection, so the order has no ties.
+    const auto mix = [](std::uint64_t x) {
+        x += 0x9e3779b97f4a7c15;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+        return x ^ (x >> 31);
+    };
+    std::vector<std::pair<std::uint64_t, std::size_t>> order;
+    for (std::size_t n = 0; n < total; ++n)
+        order.emplace_back(mix(n), n);
+    std::sort(order.begin(), order.end());
+    std::vector<std::size_t> mine;
+    for (std::size_t p = static_cast<std::size_t>(rank); p < total;
+         p += static_cast<std::size_t>(size))
+        mine.push_back(order[p].second);
+    std::sort(mine.begin(), mine.end());
+    return mine;
+}
+
+// One rank's part of the sweep. A rank that fails unexpectedly stops and records the combination
+// it failed on, so that it still takes part in the gather and no rank is left waiting.
+struct Share {
+    std::vector<Row> rows;                                       // in enumeration order
+    std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
+};
+
+Share simulate_share(const std::string& experiment, const std::vector<std::string>& base,
+                     const std::vector<Axis>& axes, std::size_t total, const SweepRanks& ranks) {
+    Share share;
     // Per-combination warnings (e.g. memory above HBM) become the table's "fits HBM" column.
     const auto level = spdlog::get_level();
     spdlog::set_level(spdlog::level::err);
-    for (std::size_t n = 0; n < total; ++n) {
-        Row& row = rows[n];
+    for (const std::size_t n : dealt_to(ranks.rank(), ranks.size(), total)) {
+        Row row;
         row.index = n;
-        std::vector<std::string> overrides = base;
-        std::size_t rest = n;
-        row.values.resize(axes.size());
-        for (std::size_t i = axes.size(); i-- > 0;) {
-            row.values[i] = axes[i].values[rest % axes[i].values.size()];
-            rest /= axes[i].values.size();
-        }
-        for (std::size_t i = 0; i < axes.size(); ++i)
-            overrides.push_back(axes[i].key + "=" + row.values[i]);
+        row.values = combination(axes, n);
         try {
-            const auto spec = workload::load_experiment(a.experiment, overrides);
-            source = spec.source;
-            row.summary = simulate(spec, SimulateOptions{});
-            const auto hbm = spec.cluster->gpu_model(0).hbm;
-            row.fits = hbm.value <= 0 || row.summary->memory.total <= hbm;
-        } catch (const ConfigError& e) {
-            row.error = e.what();
-        } catch (const SimulationError& e) {
-            // An internal failure of one combination is reported with it, not for the sweep.
-            row.error = std::string("simulation failed: ") + e.what();
+            simulate_row(experiment, base, axes, row);
+        } catch (const std::exception& e) {
+            share.failure.emplace(n, e.what());
+            break;
         } catch (...) {
-            spdlog::set_level(level);
-            throw;
+            share.failure.emplace(n, "unknown exception");
+            break;
         }
+        share.rows.push_back(std::move(row));
     }
     spdlog::set_level(level);
+    return share;
+}
+
+// A share as CBOR, which keeps every double bit for bit: {"rows": [[index, values, result or
+// null, error, source], ...], "failure": [index, message] or null}.
+std::vector<std::uint8_t> encode(const Share& share) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : share.rows)
+        rows.push_back({r.index, r.values, r.result ? nlohmann::json(*r.result) : nlohmann::json(),
+                        r.error, r.source});
+    nlohmann::json failure;
+    if (share.failure) failure = {share.failure->first, share.failure->second};
+    return nlohmann::json::to_cbor(nlohmann::json{{"rows", rows}, {"failure", failure}});
+}
+
+void decode_into(const std::vector<std::uint8_t>& bytes, Share& merged) {
+    const auto part = nlohmann::json::from_cbor(bytes);
+    for (const auto& r : part.at("rows")) {
+        Row row;
+        row.index = r.at(0).get<std::size_t>();
+        row.values = r.at(1).get<std::vector<std::string>>();
+        if (!r.at(2).is_null()) row.result = r.at(2).get<Result>();
+        row.error = r.at(3).get<std::string>();
+        row.source = r.at(4).get<std::string>();
+        merged.rows.push_back(std::move(row));
+    }
+    const auto& f = part.at("failure");
+    if (!f.is_null() && (!merged.failure || f.at(0).get<std::size_t>() < merged.failure->first))
+        merged.failure.emplace(f.at(0).get<std::size_t>(), f.at(1).get<std::string>());
+}
+
+// Every rank's share, merged on rank 0 in enumeration order so that nothing after depends on the
+// number of ranks; the first failing combination's failure is kept, as one process going through
+// them in order would stop there. Empty on the other ranks. A job of one keeps its share as is.
+std::optional<Share> gather(Share mine, const SweepRanks& ranks) {
+    if (ranks.size() == 1) return mine;
+    auto parts =
+        ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{} : encode(mine));
+    if (ranks.rank() != 0) return std::nullopt;
+    for (std::size_t from = 1; from < parts.size(); ++from) {
+        decode_into(parts[from], mine);
+        std::vector<std::uint8_t>().swap(parts[from]);
+    }
+    std::sort(mine.rows.begin(), mine.rows.end(),
+              [](const Row& x, const Row& y) { return x.index < y.index; });
+    return mine;
+}
+
+// `rows` holds every combination in enumeration order.
+void rank_and_print(const SweepArgs& a, const std::vector<Axis>& axes,
+                    const std::vector<Row>& rows) {
+    const std::size_t total = rows.size();
+    std::string source;
+    for (const auto& r : rows)
+        if (!r.source.empty()) source = r.source;
 
     std::vector<const Row*> ranked;
     for (const auto& r : rows)
-        if (r.summary) ranked.push_back(&r);
+        if (r.result) ranked.push_back(&r);
     if (ranked.empty())
         throw ConfigError(
             SourceLocation{a.experiment},
@@ -207,20 +335,18 @@ void sweep(const SweepArgs& a) {
                 " combinations is a valid experiment; the first fails with: " + rows.front().error);
     // Layouts that fit in HBM first, each group by throughput; ties in enumeration order.
     std::stable_sort(ranked.begin(), ranked.end(), [](const Row* x, const Row* y) {
-        if (x->fits != y->fits) return x->fits;
-        return x->summary->tokens_per_s > y->summary->tokens_per_s;
+        if (x->result->fits != y->result->fits) return x->result->fits;
+        return x->result->tokens_per_s > y->result->tokens_per_s;
     });
     // A combination whose simulation is identical to a better-ranked one's (vpp under a schedule
     // without virtual stages, say) is the same run: it is listed once.
     const std::vector<const Row*> all_ranked = ranked;  // the JSON lists repeats too
     std::size_t repeats = 0;
     {
-        std::map<std::string, const Row*> seen;
+        std::map<std::string_view, const Row*> seen;
         std::vector<const Row*> unique;
         for (const Row* r : ranked) {
-            auto j = report::to_json(*r->summary);
-            j.erase("wall_time_s");
-            if (seen.emplace(j.dump(), r).second)
+            if (seen.emplace(r->result->summary, r).second)
                 unique.push_back(r);
             else
                 ++repeats;
@@ -234,7 +360,7 @@ void sweep(const SweepArgs& a) {
             for (const Row* r : all_ranked)
                 list.push_back(row_json(axes, *r));
             for (const auto& r : rows)
-                if (!r.summary) list.push_back(row_json(axes, r));
+                if (!r.result) list.push_back(row_json(axes, r));
             out << list.dump(2) << "\n";
         });
 
@@ -253,7 +379,7 @@ void sweep(const SweepArgs& a) {
     std::map<std::string, std::pair<std::size_t, const Row*>> reasons;
     std::vector<std::string> order;
     for (const auto& r : rows) {
-        if (r.summary) continue;
+        if (r.result) continue;
         auto [it, fresh] = reasons.emplace(r.error, std::make_pair(0, &r));
         if (fresh) order.push_back(r.error);
         ++it->second.first;
@@ -265,6 +391,39 @@ void sweep(const SweepArgs& a) {
         for (std::size_t i = 0; i < axes.size(); ++i)
             std::cout << " " << short_name(axes[i].key) << "=" << first->values[i];
         std::cout << ": " << reason << "\n";
+    }
+}
+
+void run_sweep(const SweepArgs& a, const SweepRanks& ranks) {
+    const auto axes = parse_axes(a.vary);
+    std::size_t total = 1;
+    for (const auto& axis : axes)
+        total *= axis.values.size();
+
+    // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
+    std::vector<std::string> base = a.sets;
+    const bool layout_varied = std::any_of(axes.begin(), axes.end(), [](const Axis& x) {
+        return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
+    });
+    const bool dp_given = mentions_key(a.sets, "parallelism.dp") ||
+                          std::any_of(axes.begin(), axes.end(),
+                                      [](const Axis& x) { return x.key == "parallelism.dp"; });
+    if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
+
+    const auto all = gather(simulate_share(a.experiment, base, axes, total, ranks), ranks);
+    if (!all) return;  // rank 0 reports
+    if (all->failure) throw std::runtime_error(all->failure->second);
+    rank_and_print(a, axes, all->rows);
+}
+
+void sweep(const SweepArgs& a) {
+    const SweepRanks ranks;
+    try {
+        run_sweep(a, ranks);
+    } catch (const ConfigError&) {
+        // Bad input fails every rank alike before anything is exchanged, and errors found after
+        // the gather are thrown by rank 0 alone: rank 0 reports for all.
+        if (ranks.rank() == 0) throw;
     }
 }
 

@@ -1,0 +1,84 @@
+#include "cli/sweep_mpi.hpp"
+
+#ifdef CLUSTERSIM_WITH_MPI
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#endif
+
+namespace cs::cli {
+
+#ifdef CLUSTERSIM_WITH_MPI
+
+namespace {
+
+// A plain run must not start MPI: Open MPI's singleton MPI_Init takes about 0.6 s and forks a
+// helper. Launchers announce themselves in the environment (Open MPI's mpirun, PMIx and PMI-1/2
+// launchers such as srun or MPICH's mpiexec).
+bool launched_by_mpi() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+        if (std::getenv(name) != nullptr) return true;
+    return false;
+}
+
+constexpr int kTag = 7301;
+// MPI counts are ints: longer buffers go in pieces.
+constexpr std::size_t kPiece = std::size_t{1} << 30;
+
+}  // namespace
+
+SweepRanks::SweepRanks() {
+    if (!launched_by_mpi()) return;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        MPI_Init(nullptr, nullptr);
+        joined_ = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+SweepRanks::~SweepRanks() {
+    if (joined_) MPI_Finalize();
+}
+
+std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
+    std::vector<std::uint8_t> mine) const {
+    if (size_ == 1) return {std::move(mine)};
+    if (rank_ != 0) {
+        const std::uint64_t length = mine.size();
+        MPI_Send(&length, 1, MPI_UINT64_T, 0, kTag, MPI_COMM_WORLD);
+        for (std::size_t at = 0; at < mine.size(); at += kPiece)
+            MPI_Send(mine.data() + at, static_cast<int>(std::min(kPiece, mine.size() - at)),
+                     MPI_BYTE, 0, kTag, MPI_COMM_WORLD);
+        return {};
+    }
+    std::vector<std::vector<std::uint8_t>> all;
+    all.reserve(static_cast<std::size_t>(size_));
+    all.push_back(std::move(mine));
+    for (int from = 1; from < size_; ++from) {
+        std::uint64_t length = 0;
+        MPI_Recv(&length, 1, MPI_UINT64_T, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        auto& bytes = all.emplace_back(length);
+        for (std::size_t at = 0; at < bytes.size(); at += kPiece)
+            MPI_Recv(bytes.data() + at, static_cast<int>(std::min(kPiece, bytes.size() - at)),
+                     MPI_BYTE, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    return all;
+}
+
+#else  // built without MPI: always a job of one
+
+SweepRanks::SweepRanks() = default;
+SweepRanks::~SweepRanks() = default;
+
+std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
+    std::vector<std::uint8_t> mine) const {
+    return {std::move(mine)};
+}
+
+#endif
+
+}  // namespace cs::cli
