@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/sweep_mpi.hpp"
 #include "core/errors.hpp"
 
 int main(int argc, char** argv) {
@@ -37,8 +38,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "clustersim: " << e.what() << "\n"
-                  << "Run 'clustersim --help' or 'clustersim <command> --help' for usage.\n";
+        // Under mpirun every process parses the same command line; rank 0 speaks for all.
+        if (cs::cli::launcher_rank() == 0)
+            std::cerr << "clustersim: " << e.what() << "\n"
+                      << "Run 'clustersim --help' or 'clustersim <command> --help' for usage.\n";
         return 2;
     } catch (const cs::ConfigError& e) {
         std::cerr << "error: " << e.what() << "\n";

@@ -1,13 +1,20 @@
 #include "cli/sweep_mpi.hpp"
 
+#include <cstdlib>
+
 #ifdef CLUSTERSIM_WITH_MPI
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstdlib>
 #endif
 
 namespace cs::cli {
+
+int launcher_rank() {
+    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+        if (const char* value = std::getenv(name)) return std::atoi(value);
+    return 0;
+}
 
 #ifdef CLUSTERSIM_WITH_MPI
 

@@ -7,6 +7,11 @@
 
 namespace cs::cli {
 
+// The rank a launcher (mpirun, mpiexec, srun) gave this process, read from its environment; 0
+// when none did. Needs no MPI: main() uses it to print a command-line error once, not once per
+// process.
+int launcher_rank();
+
 class SweepRanks {
   public:
     // Joins the MPI job when a launcher (mpirun, mpiexec, srun) started this process and the build

@@ -108,6 +108,9 @@ same_as_serial("2 combinations", [experiment, "--vary", "schedule=gpipe,1f1b",
                                   "--set", "network.model=analytical"], ["gpipe", "1f1b"])
 # Found by every rank while parsing, before anything is exchanged.
 fails_once("bad --vary", [experiment, "--vary", "parallelism.tp"], "expected KEY=VALUE1,VALUE2")
+# A command-line error, found by every process's parser in main() before any sweep starts.
+fails_once("unknown option", [experiment, "--vary", "schedule=1f1b", "--no-such-option"],
+          "--no-such-option")
 # Found by rank 0 alone, after the gather.
 fails_once("none valid", [experiment, "--vary", "parallelism.tp=3,5"],
            "none of the 2 combinations is a valid experiment")
