@@ -234,6 +234,7 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
         double cost = 0;
         for (const auto& st : summary.stages)
             cost = std::max(cost, st.pass_span_s);
+        if (!(cost > 0)) throw SimulationError("validate", "no pipeline pass ran");
         out.predicted = (cost - work) / cost;
         out.note = "iteration " + number(t * 1e3) + " ms; longest stage span " +
                    number(cost * 1e3) + " ms; simulator bubble_fraction " +

@@ -84,7 +84,9 @@ class ZeroBubbleH2 final : public SingleChunkSplit {
         std::vector<PipelineOp> ops;
         ops.reserve(3 * static_cast<std::size_t>(m));
         long remaining = 3L * p * m;
-        // Each step some stage runs a pass (the dependency chains are at most 2p + 3m long).
+        // The unit-time run ends within about 3m + 2p steps (each stage's 3m passes after a
+        // ramp of at most 2p); this far looser bound only guards against a stall. Every call
+        // re-runs all p stages, O(p (3m + 2p)) steps, and the replay calls it once per stage.
         const long last_step = 3L * p * m + 2L * p;
         for (long t = 0; remaining > 0; ++t) {
             if (t > last_step)

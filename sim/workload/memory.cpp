@@ -9,8 +9,13 @@ namespace {
 
 using I = std::int64_t;
 
-constexpr double kWeightBytes = 2;      // bf16/fp16 (fp8 training keeps bf16 weights too)
-constexpr double kOptimizerBytes = 12;  // fp32 master weights + Adam m + v
+// Optimizer state per owned parameter: Adam's m and v (fp32), plus in mixed precision the fp32
+// master weight, plus in fp16 the fp32 copy of the gradients the optimizer steps on (Megatron-LM's
+// distributed-optimizer table: fp16 4 + 16/d, bf16 6 + 12/d, fp32 8 + 8/d bytes per parameter).
+double optimizer_bytes_per_parameter(Precision precision) {
+    if (precision == Precision::Fp32) return 4 + 4;
+    return precision == Precision::Fp16 ? 4 + 4 + 4 + 4 : 4 + 4 + 4;
+}
 
 // Bytes per token of the activations an MLP of width f stores beyond its input: the first
 // GEMM's output and the activation's output (SwiGLU: gate and up outputs, then their product).
@@ -73,6 +78,10 @@ double owned_parameters(const Parameters& p, const ParallelLayout& layout) {
 
 double gradient_bytes_per_parameter(Precision precision) {
     return precision == Precision::Fp16 ? 2 : 4;
+}
+
+double weight_bytes_per_parameter(Precision precision) {
+    return precision == Precision::Fp32 ? 4 : 2;
 }
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
@@ -142,10 +151,12 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
     MemoryBreakdown r;
-    r.parameters = ceil_bytes(kWeightBytes * (dense + experts));
+    r.parameters =
+        ceil_bytes(weight_bytes_per_parameter(spec.training.precision) * (dense + experts));
     r.gradients =
         ceil_bytes(gradient_bytes_per_parameter(spec.training.precision) * (dense + experts));
-    r.optimizer_states = ceil_bytes(kOptimizerBytes * owned_parameters(p, layout));
+    r.optimizer_states = ceil_bytes(optimizer_bytes_per_parameter(spec.training.precision) *
+                                    owned_parameters(p, layout));
     double activations = 0;
     for (int i = 0; i < layers_on_stage; ++i)
         activations += static_cast<double>(

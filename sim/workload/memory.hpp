@@ -24,6 +24,9 @@ namespace cs::workload {
 // bytes) for fp16, and forces fp32 (4) for bf16 (and so fp8, whose weights are bf16); fp32
 // training keeps fp32 gradients.
 double gradient_bytes_per_parameter(Precision precision);
+// Bytes per parameter of the model's weights: 2 (bf16, fp16, and fp8 training, which keeps bf16
+// weights), 4 in fp32 training.
+double weight_bytes_per_parameter(Precision precision);
 
 // Activation bytes one transformer layer keeps on one GPU for one in-flight microbatch, for the
 // layout's tp, sequence parallelism and cp (which divides s) and the training's recompute. For

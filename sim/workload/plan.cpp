@@ -238,7 +238,8 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         d.dp_parameters = params / chunks;
         d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(
             static_cast<double>(d.dp_parameters) * gradient_bytes_per_parameter(t.precision))};
-        d.dp_parameter_bytes = Bytes{d.dp_parameters * 2};
+        d.dp_parameter_bytes = Bytes{static_cast<std::int64_t>(
+            static_cast<double>(d.dp_parameters) * weight_bytes_per_parameter(t.precision))};
         d.dp_sharded = l.distributed_optimizer;
         const auto& prof = spec.compute.profile;
         const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&

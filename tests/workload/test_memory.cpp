@@ -130,11 +130,24 @@ TEST_CASE("memory per GPU: 18 bytes per parameter, 6 + 12/d with the distributed
     CHECK(static_cast<double>(sharded.optimizer_states.value) == doctest::Approx(12 * params / 4));
     CHECK(sharded.parameters == plain.parameters);
     CHECK(sharded.gradients == plain.gradients);
-    // fp16 keeps a 2-byte gradient buffer (bf16, the default above, an fp32 one).
-    spec.training.precision = Precision::Fp16;
-    CHECK(static_cast<double>(memory_per_gpu(spec, 0, 12, 8, true, false).gradients.value) ==
-          doctest::Approx(2 * params));
+    // Megatron-LM's distributed-optimizer table, sharded over d = 4: bf16 (above) 6 + 12/d;
+    // fp16 4 + 16/d (2-byte weights and gradients; master, m, v and an fp32 gradient copy);
+    // fp32 8 + 8/d (4-byte weights and gradients; m and v).
+    const auto bytes_per_parameter = [&](Precision precision) {
+        spec.training.precision = precision;
+        const auto m = memory_per_gpu(spec, 0, 12, 8, true, false);
+        return static_cast<double>(m.parameters.value + m.gradients.value +
+                                   m.optimizer_states.value) /
+               params;
+    };
+    CHECK(bytes_per_parameter(Precision::Bf16) == doctest::Approx(6 + 12.0 / 4));
+    CHECK(bytes_per_parameter(Precision::Fp16) == doctest::Approx(4 + 16.0 / 4));
+    CHECK(bytes_per_parameter(Precision::Fp32) == doctest::Approx(8 + 8.0 / 4));
+    spec.layout.distributed_optimizer = false;
+    CHECK(bytes_per_parameter(Precision::Fp16) == doctest::Approx(20));
+    CHECK(bytes_per_parameter(Precision::Fp32) == doctest::Approx(16));
     spec.training.precision = Precision::Bf16;
+    spec.layout.distributed_optimizer = true;
     // The optimizer step works on the same shard: dp = 4 replicas own params / 4 each.
     CHECK(static_cast<double>(optimizer_parameters_per_gpu(spec.model, spec.layout, 0, 12, true,
                                                            false)) == doctest::Approx(params / 4));
