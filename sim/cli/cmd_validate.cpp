@@ -169,13 +169,15 @@ Time collective_time(const topology::Cluster& cluster, const network::NetworkCon
 
 template <class E>
 E pick(const config::Reader& r, const std::string& key,
-       const std::vector<std::pair<const char*, E>>& options) {
+       const std::vector<std::pair<const char*, E>>& options,
+       const std::vector<std::string>& also_accepted = {}) {  // handled by the caller
     const std::string value = r.string(key);
     std::vector<std::string> names;
     for (const auto& [name, e] : options) {
         if (value == name) return e;
         names.emplace_back(name);
     }
+    names.insert(names.end(), also_accepted.begin(), also_accepted.end());
     r.fail(key, "unknown value \"" + value + "\"; expected " + config::join_alternatives(names));
 }
 
@@ -327,7 +329,7 @@ void run_collective(const config::Reader& r, Result& out) {
     }
     const auto sets = string_list(r, "set");
     const auto cluster = load_topology(r, sets);
-    const auto kind = pick(r, "op", kOps);
+    const auto kind = pick(r, "op", kOps, {"send"});
     const auto algo = r.has("algo") ? pick(r, "algo", kAlgos) : network::Algorithm::Auto;
     const auto ranks = parse_rank_list(r.string("ranks"), r.key_path() + ".ranks");
     const Bytes size = r.bytes("size");

@@ -284,14 +284,15 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto& latency = config_.op_latency[static_cast<int>(kind)];
         for (Phase& phase : plan.phases)
             for (FlowTemplate& f : phase.flows) {
-                double cap = bottleneck(f.path);
+                const double route = bottleneck(f.path);
+                double cap = route;
                 for (LinkId l : f.path) {
                     if (l >= links.size()) continue;
                     const int k = static_cast<int>(links[l].kind);
                     cap = std::min(cap, links[l].bandwidth.bytes_per_s * efficiency[k]);
                     plan.fixed_latency = std::max(plan.fixed_latency, latency[k]);
                 }
-                f.rate_cap = cap < bottleneck(f.path) ? cap : 0;
+                f.rate_cap = cap < route ? cap : 0;
             }
     }
 
