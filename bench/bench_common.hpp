@@ -5,14 +5,14 @@
 
 #include <string>
 
-#include "cli/commands.hpp"
+#include "api/inputs.hpp"
 
 namespace cs::bench {
 
 // A bundled file (e.g. "topologies/roce-h100-clos.yaml"), found the way `clustersim run` finds
 // workloads/default.yaml.
 inline std::string bundled(const std::string& relative) {
-    return (cli::data_root() / relative).string();
+    return (api::data_root() / relative).string();
 }
 
 // Peak resident set size of this process so far, in MiB (ru_maxrss is in KiB on Linux).

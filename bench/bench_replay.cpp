@@ -8,13 +8,13 @@
 #include <string>
 
 #include "bench_common.hpp"
-#include "cli/commands.hpp"
-#include "cli/simulate.hpp"
+#include "api/inputs.hpp"
+#include "api/run.hpp"
 
 int main(int argc, char** argv) {
     const int max_gpus = argc > 1 ? std::atoi(argv[1]) : 16384;
     const std::string experiment =
-        argc > 2 ? argv[2] : (cs::cli::data_root() / "workloads" / "default.yaml").string();
+        argc > 2 ? argv[2] : (cs::api::data_root() / "workloads" / "default.yaml").string();
     std::printf("%-7s %-5s %-9s %-9s %-11s %-12s %-10s %-12s\n", "GPUs", "dp", "load s", "sim s",
                 "events", "iteration s", "MFU", "peak RSS MiB");
     for (int gpus = 256; gpus <= max_gpus; gpus *= 4) {
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
         const auto t0 = std::chrono::steady_clock::now();
         const auto spec = cs::workload::load_experiment(experiment, sets);
         const auto t1 = std::chrono::steady_clock::now();
-        const auto summary = cs::cli::simulate(spec, {});
+        const auto summary = cs::api::run(spec, {}).summary;
         const auto t2 = std::chrono::steady_clock::now();
         std::printf("%-7d %-5d %-9.3f %-9.3f %-11llu %-12.4f %-10.4f %-12.1f\n", gpus, dp,
                     std::chrono::duration<double>(t1 - t0).count(),

@@ -1,14 +1,12 @@
 // clustersim run [EXPERIMENT.yaml] [--set key=value]... [--json FILE] [--trace FILE]
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
-#include <chrono>
 #include <iostream>
+#include <memory>
 
+#include "api/inputs.hpp"
+#include "api/run.hpp"
 #include "cli/commands.hpp"
-#include "cli/simulate.hpp"
 #include "core/atomic_file.hpp"
-#include "core/errors.hpp"
 
 namespace cs::cli {
 
@@ -24,40 +22,25 @@ struct RunArgs {
     std::string schedule;
 };
 
-// Shows the simulated time on stderr when a run takes over a second and stderr is a terminal.
-std::function<void(Time)> progress_reporter() {
-    if (!::isatty(STDERR_FILENO)) return {};
-    const auto start = std::chrono::steady_clock::now();
-    return [start, shown = false](Time t) mutable {
-        const double wall =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (wall < 1.0) return;
-        std::cerr << "\rsimulated " << format_time(t) << " (" << static_cast<int>(wall) << " s)   "
-                  << std::flush;
-        shown = true;
-    };
-}
-
 void run(const RunArgs& a) {
-    std::filesystem::path path = a.experiment.empty() ? data_root() / "workloads" / "default.yaml"
-                                                      : std::filesystem::path(a.experiment);
-    auto spec = workload::load_experiment(path, collect_overrides(a.megatron_args, a.sets));
+    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
-    SimulateOptions opt;
+    api::RunOptions opt;
     opt.schedule = a.schedule;
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
-        opt.trace_options.ranks = parse_rank_list(a.trace_ranks, "--trace-ranks");
+        opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
-    opt.progress = progress_reporter();
-    const auto summary = simulate(spec, opt);
-    if (opt.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
+    const auto result = api::run(spec, opt);
+    for (const auto& w : result.warnings)
+        spdlog::warn("{}", w);
     if (!a.json.empty())
-        write_file_atomically(
-            a.json, [&](std::ostream& out) { out << report::to_json(summary).dump(2) << "\n"; });
+        write_file_atomically(a.json, [&](std::ostream& out) {
+            out << report::to_json(result.summary).dump(2) << "\n";
+        });
     std::cout << "experiment            " << spec.source << "\n";
-    report::print_summary(std::cout, summary);
+    report::print_summary(std::cout, result.summary);
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
 }

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/sweep_mpi.hpp"
+#include "api/shard.hpp"
 #include "core/errors.hpp"
 
 int main(int argc, char** argv) {
@@ -39,10 +39,13 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // Under mpirun every process parses the same command line; rank 0 speaks for all.
-        if (cs::cli::launcher_rank() == 0)
+        if (cs::api::launcher_rank() == 0)
             std::cerr << "clustersim: " << e.what() << "\n"
                       << "Run 'clustersim --help' or 'clustersim <command> --help' for usage.\n";
         return 2;
+    } catch (const cs::cli::CommandExit& e) {
+        std::cerr << e.message << "\n";
+        return e.status;
     } catch (const cs::ConfigError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return 2;

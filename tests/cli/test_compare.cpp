@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "report/svg_timeline.hpp"
 #include "support.hpp"
@@ -27,7 +26,7 @@ using cs::test::slurp;
 
 // Runs `clustersim compare ARGS...` in process; returns what it printed on stdout.
 std::string run_compare(std::vector<std::string> args) {
-    return cs::test::run_cli(cs::cli::register_compare, "compare", std::move(args));
+    return cs::test::run_cli("compare", std::move(args));
 }
 
 std::size_t count(const std::string& text, const std::string& what) {

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "support.hpp"
 
@@ -18,7 +17,7 @@ const std::string kExperiment =
     std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
 
 std::string run_sweep(std::vector<std::string> args) {
-    return cs::test::run_cli(cs::cli::register_sweep, "sweep", std::move(args));
+    return cs::test::run_cli("sweep", std::move(args));
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <map>
 #include <tuple>
 
-#include "cli/simulate.hpp"
+#include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "test_support.hpp"

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "cli/simulate.hpp"
+#include "api/run.hpp"
 #include "test_support.hpp"
 #include "workload/plan.hpp"
 #include "workload/roofline.hpp"
@@ -14,9 +14,9 @@ TEST_CASE("pipeline transfers over a link add their time to the critical path") 
     // 3 + 21.97152 + 3 + 7 + 21.97152 + 7 = 63.94304 us.
     auto spec =
         test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
-    cli::SimulateOptions opt;
+    api::RunOptions opt;
     opt.schedule = "1f1b";
-    const auto s = cli::simulate(spec, opt);
+    const auto s = api::run(spec, opt).summary;
     CHECK(s.iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
     // Each stage computes 10 us; the rest of the 63.94 us is pipeline wait (the network is the
     // dependency), so bubble = 1 - 10/63.94304 on both stages and nothing is exposed collective.
@@ -31,20 +31,20 @@ TEST_CASE("pipeline transfers over a link add their time to the critical path") 
 TEST_CASE("analytical and ideal fidelities") {
     auto spec =
         test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Analytical);
-    cli::SimulateOptions opt;
+    api::RunOptions opt;
     // Alpha-beta without contention gives the same single-transfer times as flow: 63.94304 us.
-    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
+    CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
     spec.network.fidelity = network::Fidelity::Ideal;
     // Free transfers: 2 (F + B) = 20 us.
-    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(20e-6).epsilon(1e-12));
+    CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(20e-6).epsilon(1e-12));
 }
 
 TEST_CASE("results are deterministic: two runs give identical summaries") {
     auto spec =
         test::profile_experiment(4, 16, 8, Time::us(3), Time::us(7), network::Fidelity::Flow);
-    cli::SimulateOptions opt;
-    auto a = report::to_json(cli::simulate(spec, opt));
-    auto b = report::to_json(cli::simulate(spec, opt));
+    api::RunOptions opt;
+    auto a = report::to_json(api::run(spec, opt).summary);
+    auto b = report::to_json(api::run(spec, opt).summary);
     a.erase("wall_time_s");
     b.erase("wall_time_s");
     CHECK(a.dump() == b.dump());
@@ -65,8 +65,8 @@ TEST_CASE("profile extras: embedding, output layer, optimizer step and op overhe
     p.output_backward = Time::us(4);
     p.optimizer_step = Time::us(5);
     p.op_overhead = Time::ns(500);
-    cli::SimulateOptions opt;
-    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(69e-6).epsilon(1e-12));
+    api::RunOptions opt;
+    CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(69e-6).epsilon(1e-12));
 }
 
 TEST_CASE("profile compute: unprofiled parts cost nothing, or the roofline's estimate") {
@@ -125,9 +125,9 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
         test::profile_experiment(1, 2, 1, Time::ms(1), Time::ms(4), network::Fidelity::Flow);
     spec.cluster = test::chain_cluster(2);
     spec.layout.dp = 2;
-    cli::SimulateOptions opt;
+    api::RunOptions opt;
     opt.schedule = "1f1b";
-    const auto plain = cli::simulate(spec, opt);
+    const auto plain = api::run(spec, opt).summary;
     const auto device = workload::plan_iteration(spec, 1, false, [](int) { return 0; }).devices[0];
     const double g = static_cast<double>(device.dp_gradient_bytes.value);
     const auto params = device.dp_parameters;
@@ -139,13 +139,13 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
     // Megatron's default bucket, max(40M, 1M x dp) parameters, holds this layer's G / 4
     // parameters whole: one bucket, ready at the end of the pass, the same time.
     spec.layout.overlap_grad_reduce = true;
-    CHECK(cli::simulate(spec, opt).iteration_time_s == plain.iteration_time_s);
+    CHECK(api::run(spec, opt).summary.iteration_time_s == plain.iteration_time_s);
 
     // Buckets of a quarter of the parameters: ready at B/4, B/2, 3B/4 and B. Each takes 2 us +
     // G / 4 / 100 GB/s = about 65 us, well inside the 1 ms between them, so only the last is
     // exposed: the iteration shrinks by the other three buckets' bytes over 100 GB/s.
     spec.layout.ddp_bucket_size = (params + 3) / 4;
-    const auto overlapped = cli::simulate(spec, opt);
+    const auto overlapped = api::run(spec, opt).summary;
     const double last_bucket =
         g - std::llround(g * 3.0 * static_cast<double>(spec.layout.ddp_bucket_size) /
                          static_cast<double>(params));
@@ -158,6 +158,6 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
     spec.compute.profile.layer_backward = Time::us(40);
     const double f0 =
         static_cast<double>(spec.layout.ddp_bucket_size) / static_cast<double>(params);
-    CHECK(cli::simulate(spec, opt).iteration_time_s ==
+    CHECK(api::run(spec, opt).summary.iteration_time_s ==
           doctest::Approx(1e-3 + 40e-6 * f0 + 8e-6 + g / 1e11).epsilon(1e-9));
 }

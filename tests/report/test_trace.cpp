@@ -339,9 +339,9 @@ TEST_CASE("V-shaped placement: chunks handed over on one GPU get pass-to-pass ar
         std::filesystem::path(CLUSTERSIM_SOURCE_DIR) / "tests/report/sixteen-gpus-v.yaml",
         {"topology.nodes=2"});
     const auto path = test::trace_dir() / "zbv.json";
-    cli::SimulateOptions opt;
+    api::RunOptions opt;
     opt.trace = path;
-    cli::simulate(spec, opt);
+    api::run(spec, opt).summary;
     const json doc = load(path);
     const json& ev = doc["traceEvents"];
     const auto tracks = check_slices(ev);

@@ -33,10 +33,10 @@ report::Summary run_fixture(const std::filesystem::path& trace, report::TraceOpt
     const auto spec = workload::load_experiment(
         std::filesystem::path(CLUSTERSIM_SOURCE_DIR) / "tests/report/sixteen-gpus.yaml",
         {"topology.nodes=2"});
-    cli::SimulateOptions opt;
+    api::RunOptions opt;
     opt.trace = trace;
     opt.trace_options = std::move(options);
-    return cli::simulate(spec, opt);
+    return api::run(spec, opt).summary;
 }
 
 std::string TextMessage::field(const std::string& name, const std::string& fallback) const {

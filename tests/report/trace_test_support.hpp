@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/simulate.hpp"
+#include "api/run.hpp"
 
 namespace cs::test {
 

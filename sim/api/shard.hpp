@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace cs::cli {
+namespace cs::api {
 
 // The rank a launcher (mpirun, mpiexec, srun) gave this process, read from its environment; 0
 // when none did. Needs no MPI: main() uses it to print a command-line error once, not once per
@@ -36,4 +36,4 @@ class SweepRanks {
     bool joined_ = false;
 };
 
-}  // namespace cs::cli
+}  // namespace cs::api

@@ -1,4 +1,4 @@
-#include "cli/sweep_mpi.hpp"
+#include "api/shard.hpp"
 
 #include <cstdlib>
 
@@ -8,7 +8,7 @@
 #include <algorithm>
 #endif
 
-namespace cs::cli {
+namespace cs::api {
 
 int launcher_rank() {
     for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
@@ -88,4 +88,4 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
 
 #endif
 
-}  // namespace cs::cli
+}  // namespace cs::api

@@ -1,18 +1,41 @@
-#include "cli/simulate.hpp"
+#include "api/run.hpp"
 
-#include <spdlog/spdlog.h>
 #include <chrono>
 
 #include "config/document.hpp"
-#include "report/trace_writer.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 
-namespace cs::cli {
+namespace cs::api {
 
-report::Summary simulate(const workload::ExperimentSpec& experiment,
-                         const SimulateOptions& options) {
+namespace {
+
+// One warning per run of consecutive stages that need the same (too large) memory.
+void warn_memory(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+                 int devices, std::vector<std::string>& warnings) {
+    const auto& gpu = spec.cluster->gpu_model(0);
+    for (int s = 0; s < devices;) {
+        const auto need = plan.devices[static_cast<std::size_t>(s)].memory.total;
+        int end = s + 1;
+        while (end < devices && plan.devices[static_cast<std::size_t>(end)].memory.total == need)
+            ++end;
+        if (gpu.hbm.value > 0 && need > gpu.hbm) {
+            const std::string stages =
+                end - s == 1 ? "stage " + std::to_string(s)
+                             : "stages " + std::to_string(s) + "-" + std::to_string(end - 1);
+            warnings.push_back(stages + " need" + (end - s == 1 ? "s " : " ") + format_bytes(need) +
+                               " per GPU under " + spec.schedule + ", more than the " +
+                               format_bytes(gpu.hbm) + " of HBM of a " + gpu.name);
+        }
+        s = end;
+    }
+}
+
+}  // namespace
+
+RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
+    RunResult out;
     const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
     // The copy names the schedule actually run, so that messages about it say so.
     workload::ExperimentSpec spec = experiment;
@@ -24,8 +47,8 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
                               config::join_alternatives(schedule::schedule_names()));
     const int chunks = sched->chunks_for(spec.layout.vpp);
     if (spec.layout.vpp > 1 && chunks == 1)
-        spdlog::warn("schedule {} has no virtual stages: vpp = {} is ignored", name,
-                     spec.layout.vpp);
+        out.warnings.push_back("schedule " + name + " has no virtual stages: vpp = " +
+                               std::to_string(spec.layout.vpp) + " is ignored");
     schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
     if (auto problem = sched->check(shape); !problem.empty())
         throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
@@ -37,24 +60,7 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
     for (int s = 0; s < shape.devices; ++s)
         peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
     workload::fill_memory(spec, plan, peak_inflight, device_of);
-    const auto& gpu = spec.cluster->gpu_model(0);
-    // One warning per run of consecutive stages that need the same (too large) memory.
-    for (int s = 0; s < shape.devices;) {
-        const auto need = plan.devices[static_cast<std::size_t>(s)].memory.total;
-        int end = s + 1;
-        while (end < shape.devices &&
-               plan.devices[static_cast<std::size_t>(end)].memory.total == need)
-            ++end;
-        if (gpu.hbm.value > 0 && need > gpu.hbm) {
-            const std::string stages =
-                end - s == 1 ? "stage " + std::to_string(s)
-                             : "stages " + std::to_string(s) + "-" + std::to_string(end - 1);
-            spdlog::warn("{} need{} {} per GPU under {}, more than the {} of HBM of a {}", stages,
-                         end - s == 1 ? "s" : "", format_bytes(need), name, format_bytes(gpu.hbm),
-                         gpu.name);
-        }
-        s = end;
-    }
+    warn_memory(spec, plan, shape.devices, out.warnings);
 
     replay::Replay replay(spec, plan, *sched, shape);
     report::MetricsObserver metrics(replay.workers().size());
@@ -77,16 +83,16 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
-    report::Summary summary = report::summarize(in);
+    out.summary = report::summarize(in);
     if (trace) {
-        auto meta = report::to_json(summary);
+        auto meta = report::to_json(out.summary);
         meta.erase("wall_time_s");
         meta.erase("links");
         trace->finish(meta);
     }
-    summary.wall_time_s =
+    out.summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-    return summary;
+    return out;
 }
 
-}  // namespace cs::cli
+}  // namespace cs::api

@@ -1,10 +1,10 @@
-// Helpers for the plain-text tables the commands print.
+// Small helpers for the plain-text tables that the api's renderings print.
 #pragma once
 
 #include <cstdio>
 #include <string>
 
-namespace cs::cli {
+namespace cs::api {
 
 // `fraction` as a percentage with `decimals` digits: 0.1234 -> "12.34%".
 inline std::string percent(double fraction, int decimals = 2) {
@@ -19,4 +19,4 @@ inline std::string pad(std::string s, std::size_t width) {
     return s;
 }
 
-}  // namespace cs::cli
+}  // namespace cs::api

@@ -1,10 +1,9 @@
+#include "api/inputs.hpp"
+
 #include <unistd.h>
 
 #include <climits>
-
-#include <spdlog/spdlog.h>
-#include "cli/commands.hpp"
-
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -15,7 +14,7 @@
 #define CLUSTERSIM_SOURCE_DIR ""
 #endif
 
-namespace cs::cli {
+namespace cs::api {
 
 std::filesystem::path data_root() {
     namespace fs = std::filesystem;
@@ -42,6 +41,10 @@ std::filesystem::path data_root() {
     throw ConfigError(
         "cannot find the bundled workloads/default.yaml next to the executable or in the source "
         "tree; set CLUSTERSIM_DATA to the clustersim folder or name an experiment file");
+}
+
+std::filesystem::path default_experiment() {
+    return data_root() / "workloads" / "default.yaml";
 }
 
 std::vector<int> parse_rank_list(const std::string& text, const std::string& option) {
@@ -76,7 +79,8 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
 }
 
 std::vector<std::string> collect_overrides(const std::string& megatron_args,
-                                           const std::vector<std::string>& sets) {
+                                           const std::vector<std::string>& sets,
+                                           std::vector<std::string>& warnings) {
     std::vector<std::string> out;
     if (!megatron_args.empty()) {
         std::string text = megatron_args;
@@ -90,10 +94,10 @@ std::vector<std::string> collect_overrides(const std::string& megatron_args,
             buf << in.rdbuf();
             text = buf.str();
         }
-        std::vector<std::string> warnings;
-        auto derived = workload::megatron_args_to_overrides(text, warnings);
-        for (const auto& w : warnings)
-            spdlog::warn("--megatron-args: {}", w);
+        std::vector<std::string> unused;
+        auto derived = workload::megatron_args_to_overrides(text, unused);
+        for (const auto& w : unused)
+            warnings.push_back("--megatron-args: " + w);
         bool layout_changed = false;
         for (const auto& d : derived)
             if (d.rfind("parallelism.", 0) == 0) layout_changed = true;
@@ -104,4 +108,13 @@ std::vector<std::string> collect_overrides(const std::string& megatron_args,
     return out;
 }
 
-}  // namespace cs::cli
+workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
+    std::vector<std::string> warnings;
+    const auto overrides = collect_overrides(request.megatron_args, request.sets, warnings);
+    auto spec = workload::load_experiment(
+        request.path.empty() ? default_experiment() : request.path, overrides);
+    spec.warnings.insert(spec.warnings.begin(), warnings.begin(), warnings.end());
+    return spec;
+}
+
+}  // namespace cs::api

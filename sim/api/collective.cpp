@@ -1,0 +1,128 @@
+#include "api/collective.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "api/topology.hpp"
+#include "core/errors.hpp"
+#include "core/quantity.hpp"
+#include "engine/simulation.hpp"
+
+namespace cs::api {
+
+std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
+    const SourceLocation where{"--sizes " + text};
+    const auto colon = text.find(':');
+    const std::string first = text.substr(0, colon);
+    const std::string last = colon == std::string::npos ? first : text.substr(colon + 1);
+    const auto a = parse_bytes(first), b = parse_bytes(last);
+    if (!a || !b)
+        throw ConfigError(where,
+                          std::string("expected SIZE or FIRST:LAST with units ") + kBytesUnits);
+    if (a->value <= 0 || b->value < a->value)
+        throw ConfigError(where, "sizes must be positive and the last at least the first");
+    if (!(factor > 1))
+        throw ConfigError(SourceLocation{"--step-factor"}, "the step factor must exceed 1");
+    std::vector<Bytes> out;
+    for (double s = static_cast<double>(a->value); s <= static_cast<double>(b->value) * (1 + 1e-12);
+         s *= factor)
+        out.push_back(Bytes{std::llround(s)});
+    return out;
+}
+
+CollectiveReport run_collective(const CollectiveRequest& request) {
+    using namespace network;
+    const auto loaded = load_topology(request.topology, request.sets);
+    const topology::Cluster& cluster = loaded.cluster;
+    std::vector<int> ranks = request.ranks;
+    if (ranks.empty())
+        for (int g = 0; g < cluster.gpu_count(); ++g)
+            ranks.push_back(g);
+    const SourceLocation where{"--ranks " + request.ranks_text};
+    for (int r : ranks)
+        if (r >= cluster.gpu_count())
+            throw ConfigError(where, "GPU " + std::to_string(r) + " does not exist; " +
+                                         loaded.display_path + " has GPUs 0-" +
+                                         std::to_string(cluster.gpu_count() - 1));
+    if (ranks.size() < 2 && request.kind != CollectiveKind::Broadcast)
+        throw ConfigError(where, "a collective needs two ranks");
+
+    std::vector<Algorithm> used;
+    for (Bytes size : request.sizes)
+        used.push_back(resolve_algorithm(cluster, request.kind, ranks, size, request.algorithm));
+
+    const NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
+                                                 : NetworkConfig::calibrated(request.fidelity);
+    const double factor = busbw_factor(request.kind, static_cast<int>(ranks.size()));
+    struct Client : TransferClient {
+        Time done = Time::max();
+        void on_transfer_done(Simulation& sim, std::uint64_t) override { done = sim.now(); }
+    };
+    CollectiveReport report;
+    report.topology = loaded.display_path;
+    report.ranks = static_cast<int>(ranks.size());
+    for (std::size_t i = 0; i < request.sizes.size(); ++i) {
+        const Bytes size = request.sizes[i];
+        Simulation sim;
+        auto net = make_network(sim, cluster, config);
+        Client client;
+        net->set_client(&client);
+        const GroupId g = net->register_group(ranks);
+        net->collective(request.kind, g, size, used[i], 1);
+        sim.run();
+        if (client.done == Time::max())
+            throw SimulationError("collective", "the collective never completed", sim.now());
+        CollectiveRow row;
+        row.size = size;
+        row.time = client.done + request.host_overhead;
+        const double seconds = row.time.seconds();
+        row.algbw_GBps = seconds > 0 ? static_cast<double>(size.value) / seconds * 1e-9 : 0;
+        row.busbw_GBps = row.algbw_GBps * factor;
+        row.algorithm = used[i];
+        report.rows.push_back(row);
+    }
+    return report;
+}
+
+void print_collective(std::ostream& out, const CollectiveRequest& request,
+                      const CollectiveReport& report) {
+    using namespace network;
+    char line[256];
+    out << "# clustersim collective: " << collective_name(request.kind) << " on " << report.ranks
+        << " ranks of " << report.topology << ", network " << fidelity_name(request.fidelity)
+        << " (" << (request.nominal ? "nominal links" : "calibrated") << ")"
+        << (request.host_overhead > Time::zero()
+                ? ", plus " + format_time(request.host_overhead) + " host launch"
+                : std::string())
+        << "\n#\n";
+    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %s\n", "size", "count",
+                  "type", "time", "algbw", "busbw", "algorithm");
+    out << line;
+    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s\n", "(B)", "(elements)", "",
+                  "(us)", "(GB/s)", "(GB/s)");
+    out << line;
+    for (const auto& row : report.rows) {
+        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
+                      static_cast<long long>(row.size.value),
+                      static_cast<long long>(row.size.value / 4), "float",
+                      row.time.seconds() * 1e6, row.algbw_GBps, row.busbw_GBps,
+                      algorithm_name(row.algorithm));
+        out << line;
+    }
+}
+
+nlohmann::json collective_json(const CollectiveReport& report) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : report.rows) {
+        nlohmann::json row;
+        row["bytes"] = r.size.value;
+        row["time_s"] = r.time.seconds();
+        row["algbw_GBps"] = r.algbw_GBps;
+        row["busbw_GBps"] = r.busbw_GBps;
+        row["algorithm"] = network::algorithm_name(r.algorithm);
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+}  // namespace cs::api

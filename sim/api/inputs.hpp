@@ -1,0 +1,44 @@
+// What every front end (CLI, tests, benchmarks, bindings) needs before a run: where the bundled
+// files are, the experiment to load with its overrides, rank lists. Warnings are returned as
+// data; nothing here prints.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "workload/experiment.hpp"
+
+namespace cs::api {
+
+// The folder holding the bundled workloads/ and topologies/: $CLUSTERSIM_DATA, else the first
+// ancestor of the executable's folder that has workloads/default.yaml, else the source tree the
+// library was built from. Throws ConfigError when none exists.
+std::filesystem::path data_root();
+
+// workloads/default.yaml under data_root().
+std::filesystem::path default_experiment();
+
+// Parses "0-7", "0,2,4", "0-3,8-11" into GPU numbers; throws ConfigError naming `option`.
+std::vector<int> parse_rank_list(const std::string& text, const std::string& option);
+
+// The overrides a run applies, in order: those derived from Megatron-LM flags (`megatron_args`,
+// or `@file` to read them from a file; empty for none), then the user's --set assignments, which
+// win. Megatron derives dp from the world size, so flags that change the layout also clear `dp`.
+// Flags that are not used are appended to `warnings`, by name.
+std::vector<std::string> collect_overrides(const std::string& megatron_args,
+                                           const std::vector<std::string>& sets,
+                                           std::vector<std::string>& warnings);
+
+// An experiment and the overrides applied to it, as a front end names them.
+struct ExperimentRequest {
+    std::filesystem::path path;  // empty: default_experiment()
+    std::vector<std::string> sets;
+    std::string megatron_args;
+};
+
+// Loads the experiment with its overrides. The spec's `warnings` gain the Megatron-LM flags that
+// were not used. Throws ConfigError for bad input.
+workload::ExperimentSpec load_experiment(const ExperimentRequest& request);
+
+}  // namespace cs::api

@@ -1,0 +1,42 @@
+// One simulated iteration of an experiment under one schedule: the run pipeline that every front
+// end calls (CLI `run`, `compare`, `sweep`, `validate`, tests, benchmarks).
+//
+//   plan (workload) -> memory (workload) -> replay (engine, network) -> observers (report)
+//   -> summary (report)
+//
+// Warnings come back as data (RunResult::warnings); nothing here prints or exits.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/summary.hpp"
+#include "report/trace_writer.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::api {
+
+struct RunOptions {
+    std::string schedule;                        // empty: the experiment's own
+    std::optional<std::filesystem::path> trace;  // .json (Chrome JSON) or .pftrace (Perfetto)
+    report::TraceOptions trace_options;          // --trace-ranks, --trace-links
+    // Called once the replay is built, before it runs: lets callers register extra observers
+    // (which must outlive run()) with access to Replay::workers().
+    std::function<void(replay::Replay&)> attach;
+};
+
+struct RunResult {
+    report::Summary summary;
+    // Non-fatal notes about this run (a vpp the schedule ignores, stages above HBM), in the order
+    // found. The experiment's own load warnings stay in ExperimentSpec::warnings.
+    std::vector<std::string> warnings;
+};
+
+// Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
+// do not split), SimulationError for internal failures.
+RunResult run(const workload::ExperimentSpec& spec, const RunOptions& options = {});
+
+}  // namespace cs::api

@@ -1,0 +1,35 @@
+// A topology file built, checked and described: what `clustersim topology` shows.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "topology/cluster.hpp"
+#include "topology/summary.hpp"
+
+namespace cs::api {
+
+// A topology file with `--set`-style overrides (paths relative to the topology document), built
+// with every check. Throws ConfigError for bad input.
+struct LoadedTopology {
+    std::string display_path;
+    topology::Cluster cluster;
+};
+LoadedTopology load_topology(const std::filesystem::path& path,
+                             const std::vector<std::string>& sets);
+
+// The text description (GPU count on a line of its own, devices and links by kind, per-GPU
+// bandwidth inside and between nodes, bisection bandwidth, diameter) and its JSON form.
+void print_topology(std::ostream& out, const std::string& display_path,
+                    const topology::TopologySummary& s);
+nlohmann::json topology_json(const topology::TopologySummary& s);
+
+// Graphviz lays out a few thousand vertices at most in reasonable time: to_dot of a larger
+// cluster is refused (ConfigError naming `option`).
+constexpr std::size_t kMaxDotDevices = 5000;
+std::string topology_dot(const topology::Cluster& cluster, const std::string& option);
+
+}  // namespace cs::api

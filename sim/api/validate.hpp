@@ -1,0 +1,55 @@
+// Validation: predictions held against published tables and measured microbenchmarks. The cases
+// live in DIR/cases.yaml (default: the bundled tests/validation), each simulated from its
+// experiment, topology or shape; DIR/known_gaps.txt lists cases known to miss their tolerance.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace cs::api {
+
+struct ValidationFamily {
+    std::string id, title, mode;
+    double tolerance = 0;
+    bool absolute = false;  // error = predicted - published (else predicted / published - 1)
+};
+
+enum class ValidationStatus : std::uint8_t { Pass, Fail, KnownGap, NotReproduced };
+const char* status_name(ValidationStatus s);  // "pass", "FAIL", "known gap", "not reproduced"
+
+struct ValidationCase {
+    std::string id, family, source, unit, inputs, note;
+    double published = 0, predicted = 0, error = 0;
+    bool fitted = false;  // a calibration row: the model was fitted on it
+    ValidationStatus status = ValidationStatus::NotReproduced;
+};
+
+struct ValidateOptions {
+    std::filesystem::path dir;  // empty: the bundled tests/validation
+    std::string only;           // run only cases whose id contains this text
+    // Called after each case is scored, in file order (lets a front end print as it goes).
+    std::function<void(const ValidationCase&, const ValidationFamily&)> on_case;
+};
+
+struct ValidationReport {
+    std::vector<ValidationFamily> families;
+    std::vector<ValidationCase> cases;  // in file order
+    bool failed = false;                // a case is outside its tolerance and not a known gap
+};
+
+// Throws ConfigError for a bad cases file (located, with the accepted values).
+ValidationReport validate(const ValidateOptions& options);
+
+// The two lines per case that `clustersim validate` prints as it goes.
+void print_validation_case(std::ostream& out, const ValidationCase& c, const ValidationFamily& f);
+// The per-family table (cases, pass, fail, gaps, mean and worst error).
+void print_validation_summary(std::ostream& out, const ValidationReport& report);
+// Regenerates a Markdown report (e.g. docs/validation.md), keeping the text above its
+// generated-section marker; written atomically.
+void write_validation_doc(const std::filesystem::path& file, const ValidationReport& report);
+
+}  // namespace cs::api
