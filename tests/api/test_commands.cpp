@@ -1,0 +1,126 @@
+// The other library entry points: sweep, topology, collective, validate.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "api/collective.hpp"
+#include "api/sweep.hpp"
+#include "api/topology.hpp"
+#include "api/validate.hpp"
+#include "core/errors.hpp"
+#include "topology/summary.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
+const std::string kPipeline = kRoot + "/workloads/h200-2gpu-pipeline.yaml";
+const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
+
+}  // namespace
+
+TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed once") {
+    cs::api::SweepOptions options;
+    options.experiment = kPipeline;
+    options.sets = {"network.model=ideal"};
+    options.axes = cs::api::parse_sweep_axes({"schedule=gpipe,interleaved", "parallelism.vpp=1,2"});
+    const cs::api::SweepRanks ranks;  // no launcher: a job of one
+    const auto rows = cs::api::sweep(options, ranks);
+    REQUIRE(rows);
+    REQUIRE(rows->size() == 4);  // enumeration order, the last axis fastest
+    CHECK((*rows)[0].values == std::vector<std::string>{"gpipe", "1"});
+    CHECK((*rows)[3].values == std::vector<std::string>{"interleaved", "2"});
+    // interleaved needs vpp >= 2: row 2 is not valid, with the reason.
+    CHECK_FALSE((*rows)[2].result);
+    CHECK((*rows)[2].error.find("vpp >= 2") != std::string::npos);
+    const auto ranking = cs::api::rank_sweep(*rows, kPipeline);
+    // Ideal network: interleaved 157.26 ms beats GPipe's 166.51 ms (see test_run.cpp); GPipe's
+    // vpp = 2 run is its vpp = 1 run again, so 3 ranked rows are 2 listed and 1 repeat.
+    REQUIRE(ranking.ranked.size() == 3);
+    CHECK(ranking.listed.size() == 2);
+    CHECK(ranking.repeats == 1);
+    CHECK(ranking.listed[0]->values[0] == "interleaved");
+    const auto json = cs::api::sweep_json(options.axes, *rows, ranking);
+    REQUIRE(json.size() == 4);  // ranked rows (repeats included), then the invalid one
+    CHECK(json[3].contains("error"));
+    std::ostringstream text;
+    cs::api::print_sweep(text, options.axes, *rows, ranking, 20);
+    CHECK(text.str().find("4 combinations: 3 simulated, 1 not valid; 1 gave the same result") !=
+          std::string::npos);
+}
+
+TEST_CASE("api::topology: two H200s on 18 bonded NVLinks") {
+    const auto loaded = cs::api::load_topology(kTwoGpus, {});
+    const auto s = cs::topology::summarize(loaded.cluster);
+    CHECK(s.gpus == 2);
+    // 18 links x 25 GB/s = 450 GB/s each way.
+    CHECK(s.intra_node_bandwidth_per_gpu.gb_per_s() == doctest::Approx(450));
+    const auto j = cs::api::topology_json(s);
+    CHECK(j["gpus"] == 2);
+    CHECK(cs::api::topology_dot(loaded.cluster, "--dot x").find("gpu0") != std::string::npos);
+    CHECK_THROWS_AS(cs::api::load_topology(kTwoGpus, {"no_such_key=1"}), cs::ConfigError);
+}
+
+TEST_CASE("api::run_collective: a ring all-reduce on two GPUs by hand") {
+    cs::api::CollectiveRequest request;
+    request.topology = kTwoGpus;
+    request.ranks = {0, 1};
+    request.sizes = cs::api::parse_size_range("1GiB", 2);
+    request.nominal = true;
+    // Ring all-reduce on n = 2: 2(n - 1) = 2 steps of S / n = 512 MiB over one direction of the
+    // 450 GB/s NVLink, 536870912 B / 450e9 B/s = 1.193046471 ms each, plus 1 us latency per step:
+    // 2.388092942 ms. busbw = algbw x 2(n-1)/n = algbw.
+    const auto report = cs::api::run_collective(request);
+    REQUIRE(report.rows.size() == 1);
+    CHECK(report.rows[0].time.seconds() == doctest::Approx(2.388092942e-3).epsilon(1e-9));
+    CHECK(report.rows[0].busbw_GBps == doctest::Approx(report.rows[0].algbw_GBps));
+    // Sizes double from the first to the last.
+    CHECK(cs::api::parse_size_range("1KiB:8KiB", 2).size() == 4);
+    request.ranks = {0, 5};
+    CHECK_THROWS_WITH_AS(cs::api::run_collective(request), doctest::Contains("GPU 5 does not exist"),
+                         cs::ConfigError);
+}
+
+TEST_CASE("api::validate: scores each case against its family's tolerance") {
+    // A cases file of its own: one GEMM whose roofline time is checked against itself twice,
+    // once as published (error 0, pass) and once 50% off (fail).
+    const fs::path dir = fs::temp_directory_path() / "cs_api_validate";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: g, title: GEMMs, mode: microbenchmark, tolerance: 0.1, error: relative}\n"
+        << "cases:\n"
+        << "  - {id: ok, family: g, source: test, kind: gemm, topology: " << kTwoGpus
+        << ", gemm: {m: 4096, n: 4096, k: 4096}, published: 1, unit: ms}\n";
+    const auto first = cs::api::validate({dir, "", {}});
+    REQUIRE(first.cases.size() == 1);
+    const double t = first.cases[0].predicted;
+    CHECK(t > 0);
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: g, title: GEMMs, mode: microbenchmark, tolerance: 0.1, error: relative}\n"
+        << "cases:\n"
+        << "  - {id: same, family: g, source: test, kind: gemm, topology: " << kTwoGpus
+        << ", gemm: {m: 4096, n: 4096, k: 4096}, published: " << t << ", unit: ms}\n"
+        << "  - {id: off, family: g, source: test, kind: gemm, topology: " << kTwoGpus
+        << ", gemm: {m: 4096, n: 4096, k: 4096}, published: " << 2 * t << ", unit: ms}\n";
+    int seen = 0;
+    const auto report = cs::api::validate(
+        {dir, "", [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; }});
+    CHECK(seen == 2);
+    REQUIRE(report.cases.size() == 2);
+    CHECK(report.cases[0].status == cs::api::ValidationStatus::Pass);
+    // predicted / published - 1 = 1/2 - 1 = -0.5, outside 10%.
+    CHECK(report.cases[1].error == doctest::Approx(-0.5).epsilon(1e-6));
+    CHECK(report.cases[1].status == cs::api::ValidationStatus::Fail);
+    CHECK(report.failed);
+    std::ostringstream text;
+    cs::api::print_validation_summary(text, report);
+    // The family row: 2 cases, 1 pass, 1 fail.
+    CHECK(text.str().find("2     1     1") != std::string::npos);
+}

@@ -1,0 +1,106 @@
+// The run library as a front end calls it: run and compare return summaries and warnings as
+// data, experiments load with their overrides.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "api/compare.hpp"
+#include "api/inputs.hpp"
+#include "api/run.hpp"
+#include "core/errors.hpp"
+
+namespace {
+
+const std::string kPipeline =
+    std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
+
+bool contains(const std::vector<std::string>& list, const std::string& text) {
+    return std::any_of(list.begin(), list.end(),
+                       [&](const std::string& s) { return s.find(text) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("api::run: the profile pipeline's closed form, warnings as data") {
+    // h200-2gpu-pipeline: p = 2 stages of 4 layers, F = 4 x 1.3057 ms = 5.2228 ms,
+    // B = 4 x 3.3197 ms = 13.2788 ms per stage, m = 8 microbatches. On the ideal network the
+    // iteration of 1F1B is (m + p - 1)(F + B) = 9 x 18.5016 ms = 166.5144 ms exactly, and its
+    // bubble fraction (p - 1) / (m + p - 1) = 1/9.
+    auto spec = cs::api::load_experiment({kPipeline, {"network.model=ideal"}, ""});
+    cs::api::RunOptions options;
+    options.schedule = "1f1b";
+    const auto result = cs::api::run(spec, options);
+    CHECK(result.summary.schedule == "1f1b");
+    CHECK(result.summary.iteration_time_s == doctest::Approx(0.1665144).epsilon(1e-12));
+    CHECK(result.summary.bubble_fraction == doctest::Approx(1.0 / 9).epsilon(1e-9));
+    // The experiment sets vpp = 2, which 1F1B has no use for: said once, as data.
+    REQUIRE(result.warnings.size() == 1);
+    CHECK(result.warnings[0].find("vpp = 2 is ignored") != std::string::npos);
+    // The experiment's own schedule (interleaved) runs when none is given, and needs no warning.
+    CHECK(cs::api::run(spec).warnings.empty());
+}
+
+TEST_CASE("api::run: a schedule that does not exist is a ConfigError listing the valid ones") {
+    const auto spec = cs::api::load_experiment({kPipeline, {}, ""});
+    cs::api::RunOptions options;
+    options.schedule = "zigzag";
+    try {
+        cs::api::run(spec, options);
+        FAIL("expected a ConfigError");
+    } catch (const cs::ConfigError& e) {
+        const std::string msg = e.what();
+        CHECK(msg.find("zigzag") != std::string::npos);
+        CHECK(msg.find("1f1b") != std::string::npos);
+        CHECK(msg.find("zb-v") != std::string::npos);
+    }
+}
+
+TEST_CASE("api::load_experiment: Megatron-LM flags, then --set, which wins; unused flags warned") {
+    // --pipeline-model-parallel-size 1 changes the layout, so dp is derived again: 2 GPUs / pp 1
+    // = dp 2; --set parallelism.vpp=1 then overrides the file's vpp 2.
+    const auto spec = cs::api::load_experiment(
+        {kPipeline,
+         {"parallelism.vpp=1"},
+         "--pipeline-model-parallel-size 1 --no-such-flag 3"});
+    CHECK(spec.layout.pp == 1);
+    CHECK(spec.layout.dp == 2);
+    CHECK(spec.layout.vpp == 1);
+    CHECK(contains(spec.warnings, "--megatron-args"));
+    CHECK(contains(spec.warnings, "--no-such-flag"));
+}
+
+TEST_CASE("api::compare: one summary per schedule in order, timelines on request") {
+    const auto spec = cs::api::load_experiment({kPipeline, {"network.model=ideal"}, ""});
+    cs::api::CompareOptions options;
+    options.schedules = cs::api::parse_schedule_list("gpipe, interleaved");
+    options.timelines = true;
+    const auto result = cs::api::compare(spec, options);
+    REQUIRE(result.summaries.size() == 2);
+    CHECK(result.summaries[0].schedule == "gpipe");
+    CHECK(result.summaries[1].schedule == "interleaved");
+    // Ideal network, equal stages: GPipe (m + p - 1)(F + B) = 166.5144 ms; interleaved with v = 2
+    // chunks of half the stage each, (v m + p - 1)(F + B) / v = 17 x 18.5016 / 2 = 157.2636 ms.
+    CHECK(result.summaries[0].iteration_time_s == doctest::Approx(0.1665144).epsilon(1e-12));
+    CHECK(result.summaries[1].iteration_time_s == doctest::Approx(0.1572636).epsilon(1e-12));
+    CHECK(result.without_virtual_stages == std::vector<std::string>{"gpipe"});
+    REQUIRE(result.timelines.size() == 2);
+    // p m passes forward and backward for GPipe: 2 x 8 x 2 = 32 blocks; interleaved twice that.
+    CHECK(result.timelines[0].blocks.size() == 32);
+    CHECK(result.timelines[1].blocks.size() == 64);
+}
+
+TEST_CASE("api::parse_schedule_list rejects repeats and empty lists") {
+    CHECK_THROWS_WITH_AS(cs::api::parse_schedule_list("1f1b,1f1b"),
+                         doctest::Contains("named twice"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_schedule_list(" , "),
+                         doctest::Contains("at least one schedule"), cs::ConfigError);
+}
+
+TEST_CASE("api::parse_rank_list: ranges, lists, and what it cannot read") {
+    CHECK(cs::api::parse_rank_list("0-3,8", "--ranks") == std::vector<int>{0, 1, 2, 3, 8});
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("3-1", "--ranks"),
+                         doctest::Contains("runs backwards"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("a", "--ranks"),
+                         doctest::Contains("--ranks a"), cs::ConfigError);
+}

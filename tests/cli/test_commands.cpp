@@ -1,0 +1,86 @@
+// run, topology, collective and validate as a user runs them: output, files, exit codes.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using cs::test::run_binary;
+
+namespace {
+const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
+const std::string kPipeline = kRoot + "/workloads/h200-2gpu-pipeline.yaml";
+const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
+}  // namespace
+
+TEST_CASE("run: summary printed, --json written, warnings on stderr, bad input exit 2") {
+    const fs::path json = cs::test::scratch("run") / "s.json";
+    const auto r = run_binary({"run", kPipeline, "--schedule", "1f1b", "--set",
+                               "network.model=ideal", "--json", json.string()});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("iteration time") != std::string::npos);
+    CHECK(r.err.find("vpp = 2 is ignored") != std::string::npos);
+    const auto s = nlohmann::json::parse(cs::test::slurp(json));
+    // (m + p - 1)(F + B) = 9 x 18.5016 ms on the ideal network (tests/api/test_run.cpp).
+    CHECK(s["iteration_time_s"].get<double>() == doctest::Approx(0.1665144).epsilon(1e-12));
+
+    const fs::path none = cs::test::scratch("run_bad") / "s.json";
+    const auto bad = run_binary({"run", kPipeline, "--set", "parallelism.tpp=2", "--json",
+                                 none.string()});
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find("tpp") != std::string::npos);
+    CHECK_FALSE(fs::exists(none));
+}
+
+TEST_CASE("run with no experiment simulates the bundled default from any folder") {
+    const auto r = run_binary({"run", "--set", "topology.nodes=8", "--set", "parallelism.dp=1",
+                               "--set", "training.global_batch_size=16"});
+    CHECK(r.status == 0);
+    CHECK(r.out.find("workloads/default.yaml") != std::string::npos);
+}
+
+TEST_CASE("topology: the GPU count on its own line; --json and --dot") {
+    const fs::path dir = cs::test::scratch("topology");
+    const auto r = run_binary({"topology", kTwoGpus, "--json", (dir / "t.json").string(), "--dot",
+                               (dir / "t.dot").string()});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("\ngpus: 2\n") != std::string::npos);
+    CHECK(nlohmann::json::parse(cs::test::slurp(dir / "t.json"))["gpus"] == 2);
+    CHECK(cs::test::slurp(dir / "t.dot").find("graph") != std::string::npos);
+    CHECK(run_binary({"topology", kRoot + "/topologies/no-such.yaml"}).status == 2);
+}
+
+TEST_CASE("collective: nccl-tests rows and JSON; a rank outside the cluster is exit 2") {
+    const fs::path json = cs::test::scratch("collective") / "c.json";
+    const auto r = run_binary({"collective", "--topology", kTwoGpus, "--op", "all_reduce",
+                               "--ranks", "0-1", "--sizes", "1MiB:4MiB", "--json",
+                               json.string()});
+    REQUIRE(r.status == 0);
+    // 1, 2 and 4 MiB: three rows.
+    const auto rows = nlohmann::json::parse(cs::test::slurp(json));
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[2]["bytes"] == 4 * 1048576);
+    CHECK(r.out.find("4194304") != std::string::npos);
+    const auto bad = run_binary({"collective", "--topology", kTwoGpus, "--ranks", "0-2"});
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find("GPU 2 does not exist") != std::string::npos);
+}
+
+TEST_CASE("validate: a failing case exits 3 under --check, 0 without") {
+    const fs::path dir = cs::test::scratch("validate");
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: g, title: GEMMs, mode: microbenchmark, tolerance: 0.1, error: relative}\n"
+        << "cases:\n"
+        << "  - {id: off, family: g, source: test, kind: gemm, topology: " << kTwoGpus
+        << ", gemm: {m: 4096, n: 4096, k: 4096}, published: 1000, unit: ms}\n";
+    const auto plain = run_binary({"validate", dir.string()});
+    CHECK(plain.status == 0);
+    CHECK(plain.out.find("FAIL") != std::string::npos);
+    const auto checked = run_binary({"validate", dir.string(), "--check"});
+    CHECK(checked.status == 3);
+    CHECK(checked.err.find("validation failed") != std::string::npos);
+}
