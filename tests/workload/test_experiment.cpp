@@ -4,9 +4,9 @@
 #include <doctest/doctest.h>
 
 #include "../error_of.hpp"
+#include "scratch.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,42 +20,8 @@ using cs::test::error_of;
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh folder per test case under the system's temporary folder, removed afterwards.
-class Scratch {
-  public:
-    explicit Scratch(const std::string& name)
-        : dir_(fs::temp_directory_path() / ("cs_workload_experiment_" + name)) {
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    ~Scratch() {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-
-    // Writes `text` to `relative` (creating folders) and returns its absolute path.
-    fs::path write(const std::string& relative, const std::string& text) const {
-        const fs::path p = dir_ / relative;
-        fs::create_directories(p.parent_path());
-        std::ofstream(p, std::ios::binary) << text;
-        return p;
-    }
-    const fs::path& dir() const { return dir_; }
-
-  private:
-    fs::path dir_;
-};
-
-// One generated node of 4 H100 GPUs on an NVSwitch, one NIC per GPU into a single switch; `nodes`
-// is settable, so a cluster of n nodes has 4n GPUs.
-const char* const kFourGpus =
-    "node: {gpus: 4, gpu_model: H100-SXM, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
-    "       nics: {count: 4, kind: infiniband, bandwidth: 400Gbps}}\n"
-    "nodes: 1\n"
-    "fabric: {kind: single_switch}\n";
+using cs::test::kFourGpus;
+using cs::test::Scratch;
 
 // The smallest experiment: everything not written here takes its default.
 const char* const kMinimal =
@@ -140,9 +106,9 @@ TEST_CASE("defaults of the llama family differ from gpt where DESIGN.md says gpt
     Scratch s("llama");
     s.write("four-gpus.yaml", kFourGpus);
     // llama: RMSNorm, SwiGLU, no biases, untied embeddings; its MLP width has no default.
-    const auto spec = load_experiment(s.write("e.yaml", kMinimal),
-                                      {"model.family=llama", "model.ffn_hidden_size=2816",
-                                       "model.kv_heads=4"});
+    const auto spec =
+        load_experiment(s.write("e.yaml", kMinimal),
+                        {"model.family=llama", "model.ffn_hidden_size=2816", "model.kv_heads=4"});
     CHECK(spec.model.family == "llama");
     CHECK(spec.model.norm == Norm::RmsNorm);
     CHECK(spec.model.activation == Activation::SwiGlu);
@@ -180,8 +146,7 @@ TEST_CASE("--set overrides: experiment keys, new keys, and topology.nodes in the
     // topology.nodes=3 sets `nodes` in four-gpus.yaml: 3 x 4 = 12 GPUs, so dp = 12 / 2 = 6 and
     // 8 sequences do not split over micro-batch 1 x dp 6; global batch 12 gives 12 / 6 = 2
     // microbatches.
-    const auto bigger =
-        load_experiment(e, {"topology.nodes=3", "training.global_batch_size=12"});
+    const auto bigger = load_experiment(e, {"topology.nodes=3", "training.global_batch_size=12"});
     CHECK(bigger.cluster->gpu_count() == 12);
     CHECK(bigger.layout.dp == 6);
     CHECK(bigger.training.microbatches(bigger.layout) == 2);
