@@ -279,16 +279,18 @@ TEST_CASE("p2p activation bytes: micro-batch x s x h x 2 bytes (bf16), split ove
 // Known defect (see the goldens branch report): without sequence parallelism the profile plan
 // sends b s h x 2 / tp per rank (Megatron-LM's scatter/gather, as plan.cpp states) but the
 // roofline plan overwrites it with the whole b s h x 2 (roofline.cpp's activation_send uses
-// norm_tokens, which is only split with sp). Remove should_fail once both compute models agree.
+// norm_tokens, which is only split with sp). Which one is right is the owners' call; the test
+// only asks that the compute model not change the network traffic. Remove should_fail once the
+// two agree.
 TEST_CASE("p2p activation bytes do not depend on the compute model (tp 2, no sp)" *
           doctest::should_fail()) {
     const Loaded l("plan_p2p_tp");
     const std::vector<std::string> tp2 = {"parallelism.tp=2"};
     const auto profile = plan_iteration(l.spec(tp2), 1, false, one_chunk());
     const auto roofline = plan_iteration(l.spec(kRoofline, tp2), 1, false, one_chunk());
-    // 4,194,304 / tp 2.
-    CHECK(profile.virtual_stages[0].activation_bytes == Bytes{2'097'152});
-    CHECK(roofline.virtual_stages[0].activation_bytes == Bytes{2'097'152});
+    // Today: profile 4,194,304 / tp 2 = 2,097,152, roofline 4,194,304.
+    CHECK(profile.virtual_stages[0].activation_bytes.value ==
+          roofline.virtual_stages[0].activation_bytes.value);
 }
 
 TEST_CASE("fill_memory: model states of the device's layers plus the schedule's peak activations") {
