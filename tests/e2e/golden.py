@@ -2,7 +2,7 @@
 """Golden end-to-end runs: each line of tests/golden/cases.txt is `NAME: ARGS...` for
 `clustersim run`; the summary JSON (less wall_time_s) must equal tests/golden/NAME.json. Each case
 also runs twice with a trace to prove byte-identical outputs. UPDATE_GOLDEN=1 rewrites the files
-(review the diff before committing). Usage: golden.py CLUSTERSIM_BINARY"""
+(review the diff before committing); a golden file without a case fails. Usage: golden.py CLUSTERSIM_BINARY"""
 import json
 import os
 import shlex
@@ -59,7 +59,14 @@ for line in lines:
         diffs = [k for k in set(expected) | set(s1) if expected.get(k) != s1.get(k)]
         failures.append(f"{name}: summary differs from golden in {sorted(diffs)}")
 
+failed_cases = len(failures)
+# A golden file whose case was removed or renamed would otherwise linger unchecked.
+names = {l.split(":", 1)[0] for l in lines}
+for stale in sorted(f[:-5] for f in os.listdir(golden) if f.endswith(".json")):
+    if stale not in names:
+        failures.append(f"{stale}: golden file {stale}.json has no case in cases.txt (delete it)")
+
 for f in failures:
     print("FAIL", f)
-print(f"golden runs: {cases - len(failures)} passed, {len(failures)} failed")
+print(f"golden runs: {cases - failed_cases} passed, {failed_cases} failed")
 sys.exit(1 if failures else 0)

@@ -1,0 +1,373 @@
+// Planning one iteration: layers over pipeline chunks, microbatches, per-stage parameters, model
+// FLOPs, tokens, p2p activation sizes (plan_iteration) and memory per device (fill_memory), on a
+// small GPT whose numbers are derived by hand below.
+#include <doctest/doctest.h>
+
+#include "../error_of.hpp"
+#include "scratch.hpp"
+
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
+
+using namespace cs;
+using namespace cs::workload;
+using cs::test::error_of;
+
+namespace {
+
+using cs::test::kFourGpus;
+using cs::test::Scratch;
+
+// A small GPT on 4 GPUs: 4 layers, h = 1024, 16 heads (head_dim 64), s = 1024, micro-batch 2,
+// global batch 16, pp 2 and so dp = 4 / 2 = 2. Profile compute: 1 ms forward, 2 ms backward per
+// layer.
+const char* const kSmallGpt =
+    "topology: four-gpus.yaml\n"
+    "model: {layers: 4, hidden_size: 1024, attention_heads: 16, vocab_size: 0}\n"  // line 2
+    "parallelism: {pp: 2}\n"                                                       // line 3
+    "training: {micro_batch_size: 2, global_batch_size: 16, seq_length: 1024}\n"
+    "compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}\n";
+
+// The roofline variant of kSmallGpt (no profiled times).
+const std::vector<std::string> kRoofline = {"compute={model: roofline}"};
+
+struct Loaded {
+    Scratch scratch;
+    std::filesystem::path experiment;
+    explicit Loaded(const std::string& name) : scratch(name) {
+        scratch.write("four-gpus.yaml", kFourGpus);
+        experiment = scratch.write("e.yaml", kSmallGpt);
+    }
+    ExperimentSpec spec(std::vector<std::string> overrides = {},
+                        const std::vector<std::string>& more = {}) const {
+        overrides.insert(overrides.end(), more.begin(), more.end());
+        return load_experiment(experiment, overrides);
+    }
+};
+
+// Placements of virtual stage vs on p devices: one chunk per device (gpipe, 1f1b, zb-h1/h2),
+// interleaved round robin, and the V of zb-v and dualpipev.
+auto one_chunk() {
+    return [](int vs) { return vs; };
+}
+auto round_robin(int p) {
+    return [p](int vs) { return vs % p; };
+}
+auto v_shape(int p) {
+    return [p](int vs) { return vs < p ? vs : 2 * p - 1 - vs; };
+}
+
+// Parameters of one GPT layer with biases and two LayerNorms (Narayanan eq. 2's per-layer term):
+// QKV 3h^2 + 3h, projection h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h, LayerNorms 2 x 2h:
+// 12h^2 + 13h. For h = 1024: 12,582,912 + 13,312.
+constexpr std::int64_t kLayer = 12'596'224;
+// The word embedding V x h for V = 50304, h = 1024.
+constexpr std::int64_t kWord = 51'511'296;
+// The final LayerNorm before the output layer: 2h.
+constexpr std::int64_t kFinalNorm = 2048;
+
+}  // namespace
+
+TEST_CASE("layers split evenly over pp x chunks, in order") {
+    const Loaded l("plan_split");
+    const auto spec = l.spec();
+
+    // 4 layers over 2 stages x 1 chunk: 2 layers each, layers 0-1 and 2-3.
+    const auto plan = plan_iteration(spec, 1, false, one_chunk());
+    CHECK(plan.stages == 2);
+    CHECK(plan.chunks == 1);
+    REQUIRE(plan.virtual_stages.size() == 2);
+    REQUIRE(plan.devices.size() == 2);
+    CHECK(plan.virtual_stages[0].first_layer == 0);
+    CHECK(plan.virtual_stages[0].layers == 2);
+    CHECK(plan.virtual_stages[1].first_layer == 2);
+    CHECK(plan.virtual_stages[1].layers == 2);
+    // The profiled times repeat once per layer of the chunk: 2 x 1 ms forward, 2 x 2 ms backward.
+    CHECK(plan.virtual_stages[1].forward.compute_time() == Time::ms(2));
+    CHECK(plan.virtual_stages[1].backward.compute_time() == Time::ms(4));
+
+    // 2 stages x 2 chunks = 4 virtual stages of one layer, virtual stage vs holding layer vs.
+    const auto two = plan_iteration(spec, 2, false, round_robin(2));
+    CHECK(two.chunks == 2);
+    REQUIRE(two.virtual_stages.size() == 4);
+    CHECK(two.devices.size() == 2);
+    for (int vs = 0; vs < 4; ++vs) {
+        CAPTURE(vs);
+        CHECK(two.virtual_stages[static_cast<std::size_t>(vs)].first_layer == vs);
+        CHECK(two.virtual_stages[static_cast<std::size_t>(vs)].layers == 1);
+        CHECK(two.virtual_stages[static_cast<std::size_t>(vs)].forward.compute_time() ==
+              Time::ms(1));
+    }
+}
+
+TEST_CASE("an uneven split of layers is an error located at parallelism") {
+    const Loaded l("plan_uneven");
+    // kSmallGpt's parallelism is line 3; a flow mapping's location is its opening brace, column
+    // 14 ("parallelism: " is 13 characters).
+    const std::string at = l.experiment.string() + ":3:14: 'parallelism': ";
+    const auto spec = l.spec();
+    // 4 layers over 2 stages x 4 chunks = 8 virtual stages.
+    CHECK(error_of([&] { plan_iteration(spec, 4, false, round_robin(2)); }) ==
+          at + "layers (4) must be divisible by pp x chunks = 2 x 4 = 8 so that every pipeline "
+               "chunk gets the same number of layers");
+    // 6 layers over pp 4 (and dp 1) loads, but cannot be planned: 6 is not a multiple of 4.
+    const auto six = l.spec({"model.layers=6", "parallelism.pp=4"});
+    CHECK(six.layout.dp == 1);
+    CHECK(error_of([&] { plan_iteration(six, 1, false, one_chunk()); }) ==
+          at + "layers (6) must be divisible by pp x chunks = 4 x 1 = 4 so that every pipeline "
+               "chunk gets the same number of layers");
+}
+
+TEST_CASE("microbatches = global batch / (micro-batch x dp); tokens = global batch x s") {
+    const Loaded l("plan_batches");
+    // 16 / (2 x 2) = 4; tokens 16 x 1024 = 16,384.
+    const auto plan = plan_iteration(l.spec(), 1, false, one_chunk());
+    CHECK(plan.microbatches == 4);
+    CHECK(plan.tokens_per_iteration == 16'384);
+    // 48 / (2 x 2) = 12; with micro-batch 4: 16 / (4 x 2) = 2.
+    CHECK(plan_iteration(l.spec({"training.global_batch_size=48"}), 1, false, one_chunk())
+              .microbatches == 12);
+    CHECK(plan_iteration(l.spec({"training.micro_batch_size=4"}), 1, false, one_chunk())
+              .microbatches == 2);
+    // pp 4 leaves dp 1: 16 / (2 x 1) = 8 microbatches; tokens do not depend on the layout.
+    const auto pp4 = plan_iteration(l.spec({"parallelism.pp=4"}), 1, false, one_chunk());
+    CHECK(pp4.microbatches == 8);
+    CHECK(pp4.tokens_per_iteration == 16'384);
+}
+
+TEST_CASE(
+    "per-stage parameters: layers, the embedding on the first stage, the output on the last") {
+    const Loaded l("plan_parameters");
+    auto params = [](const IterationPlan& plan, int device) {
+        // One chunk per device: the dp bucket holds all of the device's parameters.
+        return plan.devices[static_cast<std::size_t>(device)].dp_parameters;
+    };
+
+    SUBCASE("vocab 0: two layers per stage, the final LayerNorm on the last") {
+        const auto plan = plan_iteration(l.spec(), 1, false, one_chunk());
+        CHECK(params(plan, 0) == 2 * kLayer);               // 25,192,448
+        CHECK(params(plan, 1) == 2 * kLayer + kFinalNorm);  // 25,194,496
+    }
+    SUBCASE("vocab 50304: the word embedding first, its tied copy and the final norm last") {
+        // GPT ties the output layer to the word embedding; the last stage keeps a copy that
+        // Megatron-LM synchronises, so both ends hold V x h.
+        const auto plan = plan_iteration(l.spec({"model.vocab_size=50304"}), 1, false, one_chunk());
+        CHECK(params(plan, 0) == 2 * kLayer + kWord);               // 76,703,744
+        CHECK(params(plan, 1) == 2 * kLayer + kWord + kFinalNorm);  // 76,705,792
+        // Gradients are reduced in fp32 (4 bytes) for bf16 training; the weights are 2 bytes.
+        CHECK(plan.devices[0].dp_gradient_bytes == Bytes{4 * (2 * kLayer + kWord)});
+        CHECK(plan.devices[0].dp_parameter_bytes == Bytes{2 * (2 * kLayer + kWord)});
+        CHECK_FALSE(plan.devices[0].dp_sharded);
+    }
+    SUBCASE("tp 2: weights and biases split, LayerNorms replicated") {
+        // tp 2 x pp 2 = 4 GPUs, dp 1. Per layer (12h^2 + 9h) / 2 + 4h = 6,296,064 + 4,096; the
+        // word embedding V x h / 2 = 25,755,648 per GPU; the final norm (2h) is replicated.
+        const auto plan = plan_iteration(l.spec({"model.vocab_size=50304", "parallelism.tp=2"}), 1,
+                                         false, one_chunk());
+        const std::int64_t layer_tp2 = 6'300'160;
+        CHECK(params(plan, 0) == 2 * layer_tp2 + 25'755'648);               // 38,355,968
+        CHECK(params(plan, 1) == 2 * layer_tp2 + 25'755'648 + kFinalNorm);  // 38,358,016
+    }
+}
+
+// Known defect (see the goldens branch report): plan_iteration adds up parameters_per_gpu chunk by
+// chunk, so on a V-placed device 0 the output chunk (has_embedding false) counts a tied copy of
+// the word embedding that the embedding chunk on the same device already holds: V x h twice in
+// the dp gradient all-reduce (fill_memory, which looks at the whole device, counts it once).
+// Remove should_fail once the dp bucket counts the device's parameters once.
+TEST_CASE("V placement: the dp buckets of device 0 hold the tied embedding once" *
+          doctest::should_fail()) {
+    const Loaded l("plan_parameters_v");
+    // 4 layers over 2 devices x 2 chunks: device 0 runs virtual stages 0 (layer 0 and the
+    // embedding) and 3 (layer 3, the final norm and the output layer, tied to the embedding on
+    // the same device); device 1 runs layers 1 and 2. One dp bucket per chunk: the device's
+    // parameters / 2.
+    const auto plan = plan_iteration(l.spec({"model.vocab_size=50304"}), 2, false, v_shape(2));
+    CHECK(plan.devices[1].dp_parameters == 2 * kLayer / 2);                         // 12,596,224
+    CHECK(plan.devices[0].dp_parameters == (2 * kLayer + kWord + kFinalNorm) / 2);  // 38,352,896
+}
+
+TEST_CASE("model FLOPs per iteration: Narayanan et al. 72 B s l h^2 (1 + s/6h + V/12lh)") {
+    const Loaded l("plan_flops");
+    // B = 16, s = 1024, l = 4, h = 1024, V = 50304. Per layer forward: the GEMMs
+    // 2 x B s x 12h^2 plus the attention core 4 B s^2 h; backward twice the forward; the logits
+    // 2 B s h V, also three times. Sum: 72 B s l h^2 + 12 B s^2 l h + 6 B s h V, the closed form.
+    const double B = 16, s = 1024, L = 4, h = 1024, V = 50304;
+    const double closed = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+    const auto spec = l.spec({"model.vocab_size=50304"});
+    const auto plan = plan_iteration(spec, 1, false, one_chunk());
+    CHECK(plan.model_flops_per_iteration.value == doctest::Approx(closed).epsilon(1e-12));
+    // No recomputation: the hardware executes the model FLOPs.
+    CHECK(plan.hardware_flops_per_iteration.value == doctest::Approx(closed).epsilon(1e-12));
+
+    // Full recomputation runs every layer's forward again (not the logits): Narayanan eq. 3,
+    // 96 B s l h^2 (1 + s/6h + V/16lh).
+    const double full = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+    const auto recomputed = plan_iteration(
+        l.spec({"model.vocab_size=50304", "training.recompute=full"}), 1, false, one_chunk());
+    CHECK(recomputed.model_flops_per_iteration.value == doctest::Approx(closed).epsilon(1e-12));
+    CHECK(recomputed.hardware_flops_per_iteration.value == doctest::Approx(full).epsilon(1e-12));
+
+    // Selective recomputation runs the attention core's forward again: + 4 B s^2 h per layer.
+    const auto selective = plan_iteration(
+        l.spec({"model.vocab_size=50304", "training.recompute=selective"}), 1, false, one_chunk());
+    CHECK(selective.hardware_flops_per_iteration.value ==
+          doctest::Approx(closed + 4 * B * s * s * h * L).epsilon(1e-12));
+
+    // The FLOPs of a whole model do not depend on how it is laid out: tp 2 (dp 1) gives the same.
+    const auto tp2 = plan_iteration(l.spec({"model.vocab_size=50304", "parallelism.tp=2"}), 1,
+                                    false, one_chunk());
+    CHECK(tp2.model_flops_per_iteration.value == doctest::Approx(closed).epsilon(1e-12));
+}
+
+TEST_CASE("the FLOPs of the planned steps add up to the iteration's model FLOPs") {
+    const Loaded l("plan_step_flops");
+    // Every GPU of a stage runs its chunks' steps for each of its m microbatches; the dp replicas
+    // and the tp ranks each hold 1/(dp x tp) of the work, so summing a device's per-microbatch
+    // step FLOPs over virtual stages, times m x dp x tp, counts the whole iteration. Profile times
+    // carry the layers' FLOPs (vocab 0: there are no logits to account for).
+    auto total = [](const IterationPlan& plan, const ExperimentSpec& spec) {
+        double per_microbatch = 0;
+        for (const auto& c : plan.virtual_stages)
+            per_microbatch += c.forward.model_flops().value + c.backward.model_flops().value;
+        return per_microbatch * plan.microbatches * spec.layout.dp * spec.layout.tp;
+    };
+    const double B = 16, s = 1024, L = 4, h = 1024;
+    const double closed = 72 * B * s * L * h * h * (1 + s / (6 * h));
+
+    const auto profile = l.spec();
+    CHECK(total(plan_iteration(profile, 1, false, one_chunk()), profile) ==
+          doctest::Approx(closed).epsilon(1e-12));
+    const auto tp2 = l.spec({"parallelism.tp=2"});
+    CHECK(total(plan_iteration(tp2, 2, false, round_robin(2)), tp2) ==
+          doctest::Approx(closed).epsilon(1e-12));
+    // The roofline model's kernels count the same FLOPs (its recomputation kernels are not model
+    // FLOPs), with the vocabulary too: + 6 B s h V for the logits GEMM forward and backward.
+    const double V = 50304;
+    const auto roofline = l.spec(kRoofline, {"model.vocab_size=50304", "parallelism.tp=2",
+                                             "parallelism.sequence_parallel=true"});
+    CHECK(total(plan_iteration(roofline, 1, false, one_chunk()), roofline) ==
+          doctest::Approx(closed + 6 * B * s * h * V).epsilon(1e-9));
+}
+
+TEST_CASE("p2p activation bytes: micro-batch x s x h x 2 bytes (bf16), split over tp") {
+    const Loaded l("plan_p2p");
+    // b s h x 2 bytes = 2 x 1024 x 1024 x 2 = 4,194,304 bytes from every virtual stage.
+    for (const auto& overrides : {std::vector<std::string>{}, kRoofline}) {
+        CAPTURE(overrides.size());
+        const auto plan = plan_iteration(l.spec(overrides), 2, false, round_robin(2));
+        for (const auto& c : plan.virtual_stages)
+            CHECK(c.activation_bytes == Bytes{4'194'304});
+    }
+    // With sequence parallelism over tp 2 each rank sends its half of the sequence: 2,097,152.
+    const std::vector<std::string> sp = {"parallelism.tp=2", "parallelism.sequence_parallel=true"};
+    CHECK(plan_iteration(l.spec(sp), 1, false, one_chunk()).virtual_stages[0].activation_bytes ==
+          Bytes{2'097'152});
+    CHECK(plan_iteration(l.spec(kRoofline, sp), 1, false, one_chunk())
+              .virtual_stages[0]
+              .activation_bytes == Bytes{2'097'152});
+    // Micro-batch 1 halves it: 1 x 1024 x 1024 x 2 = 2,097,152.
+    CHECK(plan_iteration(l.spec({"training.micro_batch_size=1"}), 1, false, one_chunk())
+              .virtual_stages[0]
+              .activation_bytes == Bytes{2'097'152});
+}
+
+// Known defect (see the goldens branch report): without sequence parallelism the profile plan
+// sends b s h x 2 / tp per rank (Megatron-LM's scatter/gather, as plan.cpp states) but the
+// roofline plan overwrites it with the whole b s h x 2 (roofline.cpp's activation_send uses
+// norm_tokens, which is only split with sp). Which one is right is the owners' call; the test
+// only asks that the compute model not change the network traffic. Remove should_fail once the
+// two agree.
+TEST_CASE("p2p activation bytes do not depend on the compute model (tp 2, no sp)" *
+          doctest::should_fail()) {
+    const Loaded l("plan_p2p_tp");
+    const std::vector<std::string> tp2 = {"parallelism.tp=2"};
+    const auto profile = plan_iteration(l.spec(tp2), 1, false, one_chunk());
+    const auto roofline = plan_iteration(l.spec(kRoofline, tp2), 1, false, one_chunk());
+    // Today: profile 4,194,304 / tp 2 = 2,097,152, roofline 4,194,304.
+    CHECK(profile.virtual_stages[0].activation_bytes.value ==
+          roofline.virtual_stages[0].activation_bytes.value);
+}
+
+TEST_CASE("fill_memory: model states of the device's layers plus the schedule's peak activations") {
+    const Loaded l("plan_memory");
+    const auto spec = l.spec();
+    auto plan = plan_iteration(spec, 1, false, one_chunk());
+    // 1F1B on 2 stages: device 0 holds 2 microbatches at its peak, device 1 one.
+    fill_memory(spec, plan, {2, 1}, one_chunk());
+
+    // Activations per layer and microbatch (Korthikanti Table 2 with flash attention, tp 1):
+    // 34 s b h + the softmax log-sum-exp 4 a s b = 34 x 2,097,152 + 4 x 16 x 2048 = 71,434,240
+    // bytes; 2 layers per chunk: 142,868,480.
+    const std::int64_t chunk = 2 * 71'434'240;
+    // bf16 mixed precision: 2-byte weights, 4-byte gradients, 12 bytes of fp32 master weights
+    // and Adam moments per parameter (no distributed optimizer).
+    const auto& d0 = plan.devices[0].memory;
+    const std::int64_t p0 = 2 * kLayer;
+    CHECK(d0.parameters == Bytes{2 * p0});
+    CHECK(d0.gradients == Bytes{4 * p0});
+    CHECK(d0.optimizer_states == Bytes{12 * p0});
+    CHECK(d0.activations == Bytes{2 * chunk});
+    CHECK(d0.total == Bytes{18 * p0 + 2 * chunk});
+    const auto& d1 = plan.devices[1].memory;
+    const std::int64_t p1 = 2 * kLayer + kFinalNorm;
+    CHECK(d1.parameters == Bytes{2 * p1});
+    CHECK(d1.activations == Bytes{chunk});
+    CHECK(d1.total == Bytes{18 * p1 + chunk});
+
+    // The distributed optimizer shards the 12 bytes over dp 2: 6 bytes per parameter.
+    const auto sharded = l.spec({"parallelism.distributed_optimizer=true"});
+    auto splan = plan_iteration(sharded, 1, false, one_chunk());
+    fill_memory(sharded, splan, {2, 1}, one_chunk());
+    CHECK(splan.devices[0].memory.optimizer_states == Bytes{6 * p0});
+    CHECK(splan.devices[0].dp_sharded);
+}
+
+TEST_CASE("fill_memory: a V placement puts the embedding and output layer on device 0") {
+    const Loaded l("plan_memory_v");
+    const auto spec = l.spec({"model.vocab_size=50304"});
+    auto plan = plan_iteration(spec, 2, false, v_shape(2));
+    // Peaks of 4 chunk activations on both devices (2p, as ZB-V).
+    fill_memory(spec, plan, {4, 4}, v_shape(2));
+    // Device 0: layers 0 and 3, the word embedding (the output layer is tied to it on the same
+    // device, no copy) and the final norm; device 1: layers 1 and 2. One layer per chunk:
+    // 71,434,240 activation bytes per microbatch, as in the test above.
+    CHECK(plan.devices[0].memory.parameters == Bytes{2 * (2 * kLayer + kWord + kFinalNorm)});
+    CHECK(plan.devices[1].memory.parameters == Bytes{2 * (2 * kLayer)});
+    CHECK(plan.devices[0].memory.activations == Bytes{4 * 71'434'240});
+    CHECK(plan.devices[1].memory.activations == Bytes{4 * 71'434'240});
+}
+
+// Known defect (see the goldens branch report): fill_memory sizes device s's parameters as if it
+// held the contiguous layers s x L/p .. (s+1) x L/p - 1, while plan_iteration uses the schedule's
+// placement. The count of layers agrees, but with leading dense layers in an MoE model the kinds
+// of layers do not (DeepSeek-V3 runs DualPipe with 3 dense layers). Remove should_fail once
+// fill_memory follows device_of.
+TEST_CASE("fill_memory follows the placement of MoE layers (interleaved, dense_layers 2)" *
+          doctest::should_fail()) {
+    Scratch s("plan_memory_moe");
+    s.write("four-gpus.yaml", kFourGpus);
+    // A tiny GPT-style MoE: h = 64, 4 heads, 2 experts of width 128 (top 1), the first 2 of 4
+    // layers dense (MLP 4h = 256). Parameters per layer (biases, LayerNorms, GELU):
+    //   attention 4h^2 + 4h = 16,640; LayerNorms 4h = 256;
+    //   dense MLP 8h^2 + 5h = 33,088                  -> dense layer 49,984 (= 12h^2 + 13h)
+    //   router h x 2 = 128; 2 experts x (2 x 64 x 128 + 128 + 64) = 33,152 -> MoE layer 50,176.
+    const auto e = s.write("e.yaml",
+                           "topology: four-gpus.yaml\n"
+                           "model: {layers: 4, hidden_size: 64, attention_heads: 4, experts: 2,\n"
+                           "        top_k: 1, moe_ffn_hidden_size: 128, dense_layers: 2}\n"
+                           "parallelism: {pp: 2}\n"
+                           "training: {global_batch_size: 8, seq_length: 128}\n"
+                           "compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}\n");
+    const auto spec = load_experiment(e, {});
+    auto plan = plan_iteration(spec, 2, false, round_robin(2));
+    fill_memory(spec, plan, {3, 2}, round_robin(2));
+    // Interleaved: device 0 holds layers 0 (dense) and 2 (MoE); device 1 layers 1 (dense) and
+    // 3 (MoE) and the final norm (2h = 128).
+    CHECK(plan.devices[0].memory.parameters == Bytes{2 * (49'984 + 50'176)});
+    CHECK(plan.devices[1].memory.parameters == Bytes{2 * (49'984 + 50'176 + 128)});
+}
