@@ -193,7 +193,10 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(doc, "topology." + k, v);
         config::Document tdoc = doc;
-        tdoc.root = doc.root["topology"];
+        // reset, not assignment: assigning one yaml-cpp node to another rewrites the node both
+        // copies share, which would replace the experiment's root by its topology.
+        const YAML::Node& experiment_root = doc.root;
+        tdoc.root.reset(experiment_root["topology"]);
         tdoc.overrides.clear();
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;

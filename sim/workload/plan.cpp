@@ -234,6 +234,17 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                 params += parameters_per_gpu(m, l, first, per_chunk, embedding, output);
                 owned += optimizer_parameters_per_gpu(m, l, first, per_chunk, embedding, output);
             }
+        // A device holding both the embedding chunk and the output chunk (V placements) holds
+        // tied embedding weights once; the chunks counted apart each brought a copy. The
+        // difference is zero for untied weights.
+        if (vstages > 1 && device_of(0) == s && device_of(vstages - 1) == s) {
+            params += parameters_per_gpu(m, l, 0, 0, true, true) -
+                      parameters_per_gpu(m, l, 0, 0, true, false) -
+                      parameters_per_gpu(m, l, 0, 0, false, true);
+            owned += optimizer_parameters_per_gpu(m, l, 0, 0, true, true) -
+                     optimizer_parameters_per_gpu(m, l, 0, 0, true, false) -
+                     optimizer_parameters_per_gpu(m, l, 0, 0, false, true);
+        }
         // One bucket per model chunk, reduced in the gradient buffer's type.
         d.dp_parameters = params / chunks;
         d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(

@@ -160,12 +160,10 @@ TEST_CASE("--set overrides: experiment keys, new keys, and topology.nodes in the
     CHECK(again.schedule == "1f1b");
 }
 
-// Known defect (see the goldens branch report): an inline topology fails to load, "'model':
-// missing" at the topology mapping, because load_experiment copies the Document and assigns
-// tdoc.root = doc.root["topology"], and assigning one yaml-cpp node to another rebinds the node
-// both copies share: the experiment's root becomes the topology. `clustersim run` on such a file
-// fails the same way. Remove should_fail once inline topologies load.
-TEST_CASE("--set topology.nodes on an inline topology" * doctest::should_fail()) {
+// An inline topology once failed to load ("'model': missing"): load_experiment assigned
+// tdoc.root = doc.root["topology"], and assigning one yaml-cpp node to another rewrites the node
+// both copies share, so the experiment's root became the topology.
+TEST_CASE("--set topology.nodes on an inline topology") {
     Scratch s("inline");
     // The topology written inline; topology.nodes then addresses the experiment itself.
     const auto e = s.write("e.yaml",

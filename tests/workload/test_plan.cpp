@@ -174,13 +174,10 @@ TEST_CASE(
     }
 }
 
-// Known defect (see the goldens branch report): plan_iteration adds up parameters_per_gpu chunk by
-// chunk, so on a V-placed device 0 the output chunk (has_embedding false) counts a tied copy of
-// the word embedding that the embedding chunk on the same device already holds: V x h twice in
-// the dp gradient all-reduce (fill_memory, which looks at the whole device, counts it once).
-// Remove should_fail once the dp bucket counts the device's parameters once.
-TEST_CASE("V placement: the dp buckets of device 0 hold the tied embedding once" *
-          doctest::should_fail()) {
+// plan_iteration adds up parameters_per_gpu chunk by chunk; on a V-placed device 0 the output chunk
+// (has_embedding false) brings a tied copy of the word embedding that the embedding chunk on the
+// same device already holds, which it once counted twice in the dp gradient all-reduce.
+TEST_CASE("V placement: the dp buckets of device 0 hold the tied embedding once") {
     const Loaded l("plan_parameters_v");
     // 4 layers over 2 devices x 2 chunks: device 0 runs virtual stages 0 (layer 0 and the
     // embedding) and 3 (layer 3, the final norm and the output layer, tied to the embedding on
