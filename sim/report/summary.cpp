@@ -73,16 +73,11 @@ Summary summarize(const SummaryInputs& in) {
         st.bubble_fraction /= n;
         st.exposed_comm_fraction /= n;
         st.idle_fraction /= n;
-        if (i < in.peak_inflight.size()) {
-            st.peak_inflight_microbatches = in.peak_inflight[i];
-            // Activation memory of one chunk's microbatch, times the chunks in flight.
-            std::int64_t per_chunk = 0;
-            for (std::size_t vs = 0; vs < plan.virtual_stages.size(); ++vs)
-                if (static_cast<int>(vs % stages.size()) == static_cast<int>(i))
-                    per_chunk =
-                        std::max(per_chunk, plan.virtual_stages[vs].activation_memory.value);
-            st.peak_activation_bytes = per_chunk * in.peak_inflight[i];
-        }
+        if (i < in.peak_inflight.size()) st.peak_inflight_microbatches = in.peak_inflight[i];
+        // The memory model's figure (workload::fill_memory, with the schedule's placement of
+        // virtual stages on devices), never recomputed here.
+        if (i < plan.devices.size())
+            st.peak_activation_bytes = plan.devices[i].memory.activations.value;
         s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
         s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
         s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());

@@ -21,8 +21,8 @@ struct StageSummary {
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
     double idle_fraction = 0;
-    int peak_inflight_microbatches = 0;
-    std::int64_t peak_activation_bytes = 0;
+    int peak_inflight_microbatches = 0;      // chunk activations held at once, at the peak
+    std::int64_t peak_activation_bytes = 0;  // plan.devices[stage].memory.activations
 };
 
 struct LinkSummary {
