@@ -471,4 +471,22 @@ std::unique_ptr<Network> make_network(Simulation& sim, const Cluster& cluster,
     return std::make_unique<NetworkImpl>(sim, cluster, config);
 }
 
+Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& config,
+                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                              Algorithm algorithm) {
+    struct Done final : TransferClient {
+        Time at = Time::max();
+        void on_transfer_done(Simulation& sim, std::uint64_t) override { at = sim.now(); }
+    };
+    Simulation sim;
+    auto net = make_network(sim, cluster, config);
+    Done done;
+    net->set_client(&done);
+    net->collective(kind, net->register_group(ranks), size, algorithm, 0);
+    sim.run();
+    if (done.at == Time::max())
+        throw SimulationError("network", "an isolated collective never completed", sim.now());
+    return done.at;
+}
+
 }  // namespace cs::network

@@ -175,4 +175,15 @@ Algorithm choose_algorithm(const topology::Cluster& cluster, CollectiveKind kind
 std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,
                                       const NetworkConfig& config);
 
+// The time of one collective run alone: `kind` on the GPUs `ranks` (ring order) with `size`
+// bytes (nccl-tests' size column), on an otherwise idle network built by make_network for
+// `config`, from its start to its last byte. This is the one definition of "a collective's time"
+// in clustersim: the replay costs the blocking TP/CP/EP collectives of passes with it
+// (replay::CollectiveCosts), and `clustersim collective` and `clustersim validate` must call it
+// rather than build a network of their own. Throws ConfigError for ranks outside the cluster or
+// listed twice, SimulationError if the collective never completes.
+Time isolated_collective_time(const topology::Cluster& cluster, const NetworkConfig& config,
+                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                              Algorithm algorithm = Algorithm::Auto);
+
 }  // namespace cs::network
