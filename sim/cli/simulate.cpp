@@ -59,6 +59,8 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
     replay::Replay replay(spec, plan, *sched, shape);
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
+    report::LinkAccounting links(spec.cluster->links().size());
+    replay.add_network_observer(links);
     std::unique_ptr<report::TraceWriter> trace;
     if (options.trace) {
         trace = std::make_unique<report::TraceWriter>(
@@ -77,6 +79,7 @@ report::Summary simulate(const workload::ExperimentSpec& experiment,
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
+    in.links = &links;
     report::Summary summary = report::summarize(in);
     if (trace) {
         auto meta = report::to_json(summary);

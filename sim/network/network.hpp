@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,11 +122,32 @@ class TransferClient {
     virtual void on_transfer_done(Simulation& sim, std::uint64_t token) = 0;
 };
 
-// Measurement hooks; the network never computes metrics itself.
+// Measurement hooks; the network never computes metrics itself (link accounting, utilisation
+// counters and the like are observers in the report layer). Links are the cluster's directed
+// links only (never the solver's private ones); notifications come in simulated-time order.
 class NetworkObserver {
   public:
     virtual ~NetworkObserver() = default;
-    // The total rate on a directed link changed to `bytes_per_s` with `flows` active flows.
+
+    struct FlowStart {
+        Time at;
+        std::span<const topology::LinkId> path;  // the links it crosses, in route order
+        double bytes = 0;                        // > 0
+        // `flow` fidelity: the flow shares its links with the others; on_link_rate reports each
+        // change of a link's total rate and flow count, and on_flow_end the flow's last byte.
+        // `analytical` and `ideal`: nothing is shared and no end is reported; the flow holds
+        // each link of its path for `holds` (its stand-alone transfer time under analytical,
+        // zero under ideal).
+        bool shared = false;
+        Time holds;
+    };
+    virtual void on_flow_start(const FlowStart& flow) { (void)flow; }
+    // A shared flow's last byte arrived (it left every link of `path`).
+    virtual void on_flow_end(Time at, std::span<const topology::LinkId> path) {
+        (void)at, (void)path;
+    }
+    // `flow` fidelity: the total rate on a directed link changed to `bytes_per_s` with `flows`
+    // active flows.
     virtual void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) {
         (void)at, (void)link, (void)bytes_per_s, (void)flows;
     }
@@ -149,15 +171,6 @@ class Network {
     // for all_gather, the total input for reduce_scatter, the per-rank send buffer for all_to_all.
     virtual void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
                             std::uint64_t token) = 0;
-
-    // Per directed link statistics, valid after the simulation ran.
-    struct LinkStats {
-        double bytes = 0;
-        Time busy;    // time with at least one flow
-        Time shared;  // time with two or more flows
-        int max_concurrent_flows = 0;
-    };
-    virtual const std::vector<LinkStats>& link_stats() const = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

@@ -82,3 +82,64 @@ TEST_CASE(
         if (name == "1f1b" || name == "gpipe") CHECK(output_stage == 1);
     }
 }
+
+TEST_CASE("link accounting from the network's notifications, per fidelity") {
+    // One 100 GB/s, 1 us link each way (link 0: gpu0 -> gpu1, link 1 back). Two sends of 0.5 GB and
+    // 1 GB start together.
+    //   flow: both run from 1 us at 50 GB/s; the small one ends after 10 ms, the big one has
+    //         0.5 GB left at 100 GB/s: 5 ms more. busy 15 ms, shared 10 ms, 2 flows at once.
+    //   analytical: no sharing; each holds the link for its own time, 5 ms + 10 ms = 15 ms busy,
+    //         nothing shared or concurrent.
+    //   ideal: free; the bytes still count.
+    const auto cluster = test::chain_cluster(2);
+    struct Expect {
+        network::Fidelity fidelity;
+        Time busy, shared;
+        int max_flows;
+    };
+    for (const auto& e : {Expect{network::Fidelity::Flow, Time::ms(15), Time::ms(10), 2},
+                          Expect{network::Fidelity::Analytical, Time::ms(15), Time::zero(), 0},
+                          Expect{network::Fidelity::Ideal, Time::zero(), Time::zero(), 0}}) {
+        CAPTURE(network::fidelity_name(e.fidelity));
+        Simulation sim;
+        network::NetworkConfig config;
+        config.fidelity = e.fidelity;
+        auto net = network::make_network(sim, *cluster, config);
+        struct Ignore final : network::TransferClient {
+            void on_transfer_done(Simulation&, std::uint64_t) override {}
+        } client;
+        net->set_client(&client);
+        report::LinkAccounting links(cluster->links().size());
+        net->add_observer(&links);
+        net->send(0, 1, Bytes{500'000'000}, 1);
+        net->send(0, 1, Bytes{1'000'000'000}, 2);
+        sim.run();
+        REQUIRE(links.links().size() == 2);
+        CHECK(links.links()[1].bytes == 0.0);
+        const auto& l = links.links()[0];
+        CHECK(l.bytes == 1.5e9);
+        CHECK(l.busy == e.busy);
+        CHECK(l.shared == e.shared);
+        CHECK(l.max_concurrent_flows == e.max_flows);
+    }
+}
+
+TEST_CASE("the summary's links are the link accounting's") {
+    // Two stages, one microbatch on two GPUs joined by a 100 GB/s, 1 us link each way: the
+    // activation (b s h = 1 x 1024 x 1024 in 16 bits = 2,097,152 bytes) goes 0 -> 1, its
+    // gradient 1 -> 0.
+    auto spec =
+        test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    cli::SimulateOptions opt;
+    opt.schedule = "1f1b";
+    const auto s = cli::simulate(spec, opt);
+    // Each direction carried one 2 MiB message, alone: busy for 2,097,152 / 1e11 s (the 1 us
+    // latency passes before the flow starts).
+    REQUIRE(s.links.size() == 2);
+    for (const auto& l : s.links) {
+        CHECK(l.bytes == 2097152.0);
+        CHECK(l.busy_s == doctest::Approx(2097152 / 1e11).epsilon(1e-9));
+        CHECK(l.shared_s == 0.0);
+        CHECK(l.max_concurrent_flows == 1);
+    }
+}
