@@ -65,6 +65,8 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     replay::Replay replay(spec, plan, *sched, shape);
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
+    report::LinkAccounting links(spec.cluster->links().size());
+    replay.add_network_observer(links);
     std::unique_ptr<report::TraceWriter> trace;
     if (options.trace) {
         trace = std::make_unique<report::TraceWriter>(
@@ -83,6 +85,7 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
+    in.links = &links;
     out.summary = report::summarize(in);
     if (trace) {
         auto meta = report::to_json(out.summary);

@@ -22,7 +22,6 @@ FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strate
     loads_.resize(capacity.size());
     link_state_.resize(capacity.size());
     link_flows_.resize(capacity.size());
-    accounts_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))
             throw SimulationError("network", "link " + std::to_string(l) + " has no capacity");
@@ -38,7 +37,6 @@ LinkId FlowSolver::add_link(double capacity) {
     loads_.emplace_back();
     link_state_.emplace_back();
     link_flows_.emplace_back();
-    accounts_.emplace_back();
     set_capacity(id, capacity);
     return id;
 }
@@ -104,10 +102,6 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         links[i] = path[i];
         slots[i] = static_cast<std::uint32_t>(on_link.size());
         on_link.push_back(id);
-        LinkAccount& acct = accounts_[path[i]];
-        acct.bytes += bytes;
-        acct.max_concurrent_flows =
-            std::max(acct.max_concurrent_flows, static_cast<int>(on_link.size()));
     }
     ++active_;
     return id;
@@ -367,13 +361,8 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         const auto count = static_cast<std::uint32_t>(link_flows_[l].size());
         LinkState& st = link_state_[l];
         if (total == st.acct_rate && count == st.acct_flows) continue;
-        LinkAccount& acct = accounts_[l];
-        const Time span = now - st.acct_since;
-        if (st.acct_flows >= 1) acct.busy += span;
-        if (st.acct_flows >= 2) acct.shared += span;
         st.acct_rate = total;
         st.acct_flows = count;
-        st.acct_since = now;
         for (NetworkObserver* o : observers)
             o->on_link_rate(now, l, total, static_cast<int>(count));
     }

@@ -42,13 +42,6 @@ class FlowSolver {
 
     enum class Strategy { Incremental, Component };
 
-    struct LinkAccount {
-        double bytes = 0;  // bytes of every flow that crossed the link (counted at start)
-        Time busy;         // time with at least one flow
-        Time shared;       // time with two or more flows
-        int max_concurrent_flows = 0;
-    };
-
     // `capacity[l]` is the usable capacity of directed link l in bytes per second (> 0).
     explicit FlowSolver(std::vector<double> capacity, Strategy strategy = Strategy::Incremental);
 
@@ -82,8 +75,7 @@ class FlowSolver {
     double rate(FlowId f) const { return rate_[f]; }
     std::size_t active_flows() const { return active_; }
 
-    // Statistics, complete up to the last recompute().
-    const std::vector<LinkAccount>& accounts() const { return accounts_; }
+    // A link's total rate as last reported to observers.
     double link_rate(topology::LinkId l) const { return link_state_[l].acct_rate; }
 
     // Work counters for benchmarks: recompute() calls, flows re-rated (summed over every
@@ -125,9 +117,8 @@ class FlowSolver {
         std::uint32_t noted = 0;  // == check_round_ + 1: in changed_links_
     };
     struct LinkState {
-        double acct_rate = 0;  // values in force since acct_since
+        double acct_rate = 0;  // values last reported to observers
         std::uint32_t acct_flows = 0;
-        Time acct_since;
         bool queued = false;  // in dirty_links_
     };
     struct Share {
@@ -170,7 +161,6 @@ class FlowSolver {
     std::vector<LinkLoad> loads_;
     std::vector<LinkState> link_state_;
     std::vector<std::vector<FlowId>> link_flows_;
-    std::vector<LinkAccount> accounts_;
     std::vector<FlowId> heap_;
     std::vector<topology::LinkId> dirty_links_;
     std::vector<FlowId> new_flows_;

@@ -137,8 +137,6 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_.resize(2 * links.size());
         for (std::size_t l = 0; l < links.size(); ++l)
             capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
-        stats_.resize(capacity_.size());
-        link_stats_.resize(links.size());
         if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);
     }
 
@@ -201,18 +199,6 @@ class NetworkImpl final : public Network, public EventHandler {
         start(it->second, size, token);
     }
 
-    const std::vector<LinkStats>& link_stats() const override {
-        for (std::size_t l = 0; l < link_stats_.size(); ++l) {
-            if (solver_) {
-                const auto& a = solver_->accounts()[l];
-                link_stats_[l] = {a.bytes, a.busy, a.shared, a.max_concurrent_flows};
-            } else {
-                link_stats_[l] = stats_[l];
-            }
-        }
-        return link_stats_;
-    }
-
     void on_event(Simulation& sim, const Event& e) override {
         switch (e.kind) {
             case kDone:
@@ -238,16 +224,38 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
   private:
-    // Passes rate changes of the cluster's links on to the observers, not of virtual links.
+    // Passes notifications about the cluster's links on to the observers, leaving out the
+    // virtual links (NVLS caps, private rate caps) numbered after them.
     struct RealLinksOnly final : NetworkObserver {
         std::size_t links = 0;
         std::vector<NetworkObserver*> targets;
+        std::vector<LinkId> real_path;  // scratch, reused
+        std::span<const LinkId> real(std::span<const LinkId> path) {
+            real_path.clear();
+            for (LinkId l : path)
+                if (l < links) real_path.push_back(l);
+            return real_path;
+        }
+        void on_flow_start(const FlowStart& flow) override {
+            FlowStart f = flow;
+            f.path = real(flow.path);
+            if (f.path.empty()) return;
+            for (NetworkObserver* o : targets)
+                o->on_flow_start(f);
+        }
+        void on_flow_end(Time at, std::span<const LinkId> path) override {
+            const auto p = real(path);
+            if (p.empty()) return;
+            for (NetworkObserver* o : targets)
+                o->on_flow_end(at, p);
+        }
         void on_link_rate(Time at, LinkId link, double bytes_per_s, int flows) override {
             if (link >= links) return;
             for (NetworkObserver* o : targets)
                 o->on_link_rate(at, link, bytes_per_s, flows);
         }
     };
+    bool observed() const { return !real_links_.targets.empty(); }
 
     struct Op {
         const Plan* plan = nullptr;
@@ -333,10 +341,10 @@ class NetworkImpl final : public Network, public EventHandler {
                 if (fb <= 0) continue;
                 const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
                 longest = std::max(longest, t);
-                for (LinkId l : f.path) {
-                    stats_[l].bytes += fb;
-                    if (config_.fidelity == Fidelity::Analytical) stats_[l].busy += t;
-                }
+                if (observed())
+                    real_links_.on_flow_start(
+                        {sim_.now(), f.path, fb, false,
+                         config_.fidelity == Fidelity::Analytical ? t : Time::zero()});
             }
             if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
         }
@@ -365,14 +373,24 @@ class NetworkImpl final : public Network, public EventHandler {
                 const auto flow = solver_->add(capped_path_, bytes, id, sim_.now());
                 if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
                 cap_of_flow_[flow] = cap;
+                note_start(flow, f, bytes);
             } else {
                 const auto flow = solver_->add(f.path, bytes, id, sim_.now());
                 if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
+                note_start(flow, f, bytes);
             }
             ++op.outstanding;
         }
         if (op.outstanding == 0) advance(id);
         ensure_recompute();
+    }
+
+    // Observed runs remember each solver flow's template, for its path when it ends.
+    void note_start(FlowSolver::FlowId flow, const FlowTemplate& f, double bytes) {
+        if (!observed()) return;
+        if (flow >= template_of_flow_.size()) template_of_flow_.resize(flow + 1, nullptr);
+        template_of_flow_[flow] = &f;
+        real_links_.on_flow_start({sim_.now(), f.path, bytes, true, Time::zero()});
     }
 
     void advance(std::uint32_t id) {
@@ -397,6 +415,7 @@ class NetworkImpl final : public Network, public EventHandler {
             if (f == FlowSolver::kNoFlow || solver_->finish_time(f) > now) break;
             const std::uint32_t id = solver_->owner(f);
             solver_->remove(f);
+            if (observed()) real_links_.on_flow_end(now, template_of_flow_[f]->path);
             if (f < cap_of_flow_.size() && cap_of_flow_[f] != kNoCap) {
                 // Reusable once the solver has re-solved without the flow.
                 retired_caps_.push_back(cap_of_flow_[f]);
@@ -454,8 +473,7 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<LinkId> free_caps_;
     std::vector<LinkId> retired_caps_;
     std::vector<LinkId> capped_path_;
-    std::vector<LinkStats> stats_;               // analytical fidelity, real and virtual links
-    mutable std::vector<LinkStats> link_stats_;  // what link_stats() reports: real links only
+    std::vector<const FlowTemplate*> template_of_flow_;  // by solver flow id, when observed
     RealLinksOnly real_links_;
     std::vector<std::uint64_t> done_tokens_;
     std::vector<std::uint64_t> callback_batch_;
@@ -469,6 +487,24 @@ class NetworkImpl final : public Network, public EventHandler {
 std::unique_ptr<Network> make_network(Simulation& sim, const Cluster& cluster,
                                       const NetworkConfig& config) {
     return std::make_unique<NetworkImpl>(sim, cluster, config);
+}
+
+Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& config,
+                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                              Algorithm algorithm) {
+    struct Done final : TransferClient {
+        Time at = Time::max();
+        void on_transfer_done(Simulation& sim, std::uint64_t) override { at = sim.now(); }
+    };
+    Simulation sim;
+    auto net = make_network(sim, cluster, config);
+    Done done;
+    net->set_client(&done);
+    net->collective(kind, net->register_group(ranks), size, algorithm, 0);
+    sim.run();
+    if (done.at == Time::max())
+        throw SimulationError("network", "an isolated collective never completed", sim.now());
+    return done.at;
 }
 
 }  // namespace cs::network

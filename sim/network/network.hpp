@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,11 +122,32 @@ class TransferClient {
     virtual void on_transfer_done(Simulation& sim, std::uint64_t token) = 0;
 };
 
-// Measurement hooks; the network never computes metrics itself.
+// Measurement hooks; the network never computes metrics itself (link accounting, utilisation
+// counters and the like are observers in the report layer). Links are the cluster's directed
+// links only (never the solver's private ones); notifications come in simulated-time order.
 class NetworkObserver {
   public:
     virtual ~NetworkObserver() = default;
-    // The total rate on a directed link changed to `bytes_per_s` with `flows` active flows.
+
+    struct FlowStart {
+        Time at;
+        std::span<const topology::LinkId> path;  // the links it crosses, in route order
+        double bytes = 0;                        // > 0
+        // `flow` fidelity: the flow shares its links with the others; on_link_rate reports each
+        // change of a link's total rate and flow count, and on_flow_end the flow's last byte.
+        // `analytical` and `ideal`: nothing is shared and no end is reported; the flow holds
+        // each link of its path for `holds` (its stand-alone transfer time under analytical,
+        // zero under ideal).
+        bool shared = false;
+        Time holds;
+    };
+    virtual void on_flow_start(const FlowStart& flow) { (void)flow; }
+    // A shared flow's last byte arrived (it left every link of `path`).
+    virtual void on_flow_end(Time at, std::span<const topology::LinkId> path) {
+        (void)at, (void)path;
+    }
+    // `flow` fidelity: the total rate on a directed link changed to `bytes_per_s` with `flows`
+    // active flows.
     virtual void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) {
         (void)at, (void)link, (void)bytes_per_s, (void)flows;
     }
@@ -149,15 +171,6 @@ class Network {
     // for all_gather, the total input for reduce_scatter, the per-rank send buffer for all_to_all.
     virtual void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
                             std::uint64_t token) = 0;
-
-    // Per directed link statistics, valid after the simulation ran.
-    struct LinkStats {
-        double bytes = 0;
-        Time busy;    // time with at least one flow
-        Time shared;  // time with two or more flows
-        int max_concurrent_flows = 0;
-    };
-    virtual const std::vector<LinkStats>& link_stats() const = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for
@@ -174,5 +187,16 @@ Algorithm choose_algorithm(const topology::Cluster& cluster, CollectiveKind kind
 // Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it.
 std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,
                                       const NetworkConfig& config);
+
+// The time of one collective run alone: `kind` on the GPUs `ranks` (ring order) with `size`
+// bytes (nccl-tests' size column), on an otherwise idle network built by make_network for
+// `config`, from its start to its last byte. This is the one definition of "a collective's time"
+// in clustersim: the replay costs the blocking TP/CP/EP collectives of passes with it
+// (replay::CollectiveCosts), and `clustersim collective` and `clustersim validate` must call it
+// rather than build a network of their own. Throws ConfigError for ranks outside the cluster or
+// listed twice, SimulationError if the collective never completes.
+Time isolated_collective_time(const topology::Cluster& cluster, const NetworkConfig& config,
+                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                              Algorithm algorithm = Algorithm::Auto);
 
 }  // namespace cs::network

@@ -11,13 +11,6 @@ using schedule::Pass;
 
 // ---- CollectiveCosts --------------------------------------------------------------------------
 
-namespace {
-struct DoneFlag final : network::TransferClient {
-    bool done = false;
-    void on_transfer_done(Simulation&, std::uint64_t) override { done = true; }
-};
-}  // namespace
-
 CollectiveCosts::CollectiveCosts(const topology::Cluster& cluster,
                                  const network::NetworkConfig& config)
     : cluster_(cluster), config_(config) {}
@@ -29,15 +22,9 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
     const auto key = std::make_tuple(static_cast<int>(kind), group, size.value);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    Simulation sim;
-    auto net = network::make_network(sim, cluster_, config_);
-    DoneFlag flag;
-    net->set_client(&flag);
-    const auto g = net->register_group(group);
-    net->collective(kind, g, size, network::Algorithm::Auto, 0);
-    sim.run();
-    if (!flag.done) throw SimulationError("replay", "an isolated collective never completed");
-    return cache_.emplace(key, sim.now()).first->second;
+    return cache_
+        .emplace(key, network::isolated_collective_time(cluster_, config_, kind, group, size))
+        .first->second;
 }
 
 // ---- Replay state -----------------------------------------------------------------------------
@@ -67,14 +54,9 @@ struct Replay::WorkerState {
     Time last_compute_end = Time::zero();
 };
 
-struct Replay::Message {
-    TransferRecord record;
-    int remaining = 0;
-    int key = -1;             // arrival key at the destination (p2p)
-    int stage = -1;           // DP: the stage whose replicas all wait for it
-    bool parameters = false;  // DP: the parameter all-gather after a sharded optimizer step
-    int chunk = -1;           // DP with overlapped buckets: the chunk this bucket belongs to
-};
+namespace {
+constexpr int kPassKinds = 4;  // schedule::Pass values
+}
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
                const schedule::Schedule& schedule, const schedule::PipelineShape& shape)
@@ -83,30 +65,15 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
       schedule_(schedule),
       shape_(shape),
       layout_(spec.layout),
+      ranks_(spec.layout),
       costs_(*spec.cluster, spec.network) {
     handler_ = sim_.add_handler(*this);
     network_ = network::make_network(sim_, *spec.cluster, spec.network);
     network_->set_client(this);
 
-    const int members = layout_.tp * layout_.cp;
-    // Rank layout, innermost first. Megatron-LM's default puts tp innermost, then cp, dp, pp.
-    auto rank_of = [&](int t, int c, int d, int s) {
-        const auto& o = layout_.order;
-        if (o == "tp-dp-cp-pp") return t + layout_.tp * (d + layout_.dp * (c + layout_.cp * s));
-        if (o == "tp-pp-dp") return t + layout_.tp * (s + layout_.pp * (d + layout_.dp * c));
-        if (o == "tp-cp-pp-dp") return t + layout_.tp * (c + layout_.cp * (s + layout_.pp * d));
-        return t + layout_.tp * (c + layout_.cp * (d + layout_.dp * s));
-    };
-    for (int s = 0; s < layout_.pp; ++s)
-        for (int d = 0; d < layout_.dp; ++d) {
-            Worker w;
-            w.stage = s;
-            w.dp = d;
-            for (int c = 0; c < layout_.cp; ++c)
-                for (int t = 0; t < layout_.tp; ++t)
-                    w.gpus.push_back(rank_of(t, c, d, s));
-            workers_.push_back(std::move(w));
-        }
+    const int members = ranks_.members();
+    for (int w = 0; w < ranks_.workers(); ++w)
+        workers_.push_back(Worker{ranks_.stage_of(w), ranks_.replica_of(w), ranks_.worker_gpus(w)});
     orders_.resize(static_cast<std::size_t>(layout_.pp));
     for (int s = 0; s < layout_.pp; ++s)
         orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
@@ -120,13 +87,14 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     }
     if (layout_.dp > 1)
         for (int s = 0; s < layout_.pp; ++s)
-            for (int m = 0; m < members; ++m) {
-                std::vector<int> ranks;
-                for (int d = 0; d < layout_.dp; ++d)
-                    ranks.push_back(workers_[static_cast<std::size_t>(worker_of(s, d))]
-                                        .gpus[static_cast<std::size_t>(m)]);
-                dp_groups_.push_back(network_->register_group(std::move(ranks)));
-            }
+            for (int m = 0; m < members; ++m)
+                dp_groups_.push_back(network_->register_group(
+                    ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+    // Every pass kind of every virtual stage, costed once before the run.
+    pass_costs_.reserve(plan_.virtual_stages.size() * kPassKinds);
+    for (const auto& c : plan_.virtual_stages)
+        for (const auto* pass : {&c.forward, &c.backward, &c.backward_input, &c.backward_weight})
+            pass_costs_.push_back(cost_pass(*pass));
     // Gradient buckets of --overlap-grad-reduce: each chunk's parameters in buckets of
     // bucket_parameters(), as Megatron-LM's DDP cuts them.
     bucket_count_.assign(static_cast<std::size_t>(layout_.pp), 1);
@@ -174,37 +142,26 @@ const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int 
     return c.forward;
 }
 
-Time Replay::pass_compute(const workload::PassPlan& plan) const {
-    return plan.compute_time();
+Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan) {
+    PassCost cost;
+    cost.step_times.reserve(plan.steps.size());
+    for (const auto& step : plan.steps) {
+        if (step.kind == workload::Step::Kind::Compute) {
+            cost.step_times.push_back(step.duration);
+            cost.compute += step.duration * step.repeat;
+            continue;
+        }
+        // All workers have the same shape, so worker 0's groups stand for every worker's.
+        const Time once =
+            costs_.cost(step.collective, ranks_.group(step.group, 0, 0).gpus, step.size);
+        cost.step_times.push_back(once);
+        cost.collective += once * step.repeat;
+    }
+    return cost;
 }
 
-Time Replay::pass_collective(const workload::PassPlan& plan) {
-    auto it = pass_comm_cache_.find(&plan);
-    if (it != pass_comm_cache_.end()) return it->second;
-    // All workers have the same shape, so worker 0's groups stand for every worker's.
-    const Worker& w = workers_.front();
-    Time total = Time::zero();
-    for (const auto& step : plan.steps) {
-        if (step.kind != workload::Step::Kind::Collective) continue;
-        std::vector<int> group;
-        switch (step.group) {
-            case workload::GroupKind::Tp:
-                group.assign(w.gpus.begin(), w.gpus.begin() + layout_.tp);
-                break;
-            case workload::GroupKind::Cp:
-                for (int c = 0; c < layout_.cp; ++c)
-                    group.push_back(w.gpus[static_cast<std::size_t>(c * layout_.tp)]);
-                break;
-            case workload::GroupKind::Ep:
-            case workload::GroupKind::Dp:
-                for (int d = 0; d < std::min(layout_.ep, layout_.dp); ++d)
-                    group.push_back(workers_[static_cast<std::size_t>(worker_of(0, d))].gpus[0]);
-                break;
-        }
-        total += costs_.cost(step.collective, group, step.size) * step.repeat;
-    }
-    pass_comm_cache_.emplace(&plan, total);
-    return total;
+const Replay::PassCost& Replay::pass_cost(Pass pass, int vs) const {
+    return pass_costs_[static_cast<std::size_t>(vs * kPassKinds + static_cast<int>(pass))];
 }
 
 void Replay::emit_idle(int worker, Time until, IdleCause cause) {
@@ -245,10 +202,12 @@ void Replay::try_start(int worker) {
     r.microbatch = op.microbatch;
     r.pass = op.pass;
     r.start = now;
-    r.compute = pass_compute(plan);
-    r.collective = pass_collective(plan);
+    const PassCost& cost = pass_cost(op.pass, vs);
+    r.compute = cost.compute;
+    r.collective = cost.collective;
     r.end = now + r.compute + r.collective;
     r.plan = &plan;
+    r.step_times = cost.step_times;
     r.id = next_pass_id_++;
     if (need >= 0) {
         const int msg = st.pending_message[static_cast<std::size_t>(need)];
@@ -309,9 +268,8 @@ void Replay::bucket_ready(int worker, int chunk, int bucket) {
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = Bytes{upto(bucket + 1) - upto(bucket)};
-    msg.stage = w.stage;
-    msg.chunk = chunk;
-    msg.remaining = layout_.tp * layout_.cp;
+    msg.purpose = GradientBucket{w.stage, chunk};
+    msg.remaining = ranks_.members();
     bucket_queue_[static_cast<std::size_t>(w.stage)].push_back(messages_.size());
     messages_.push_back(msg);
     launch_bucket(w.stage);
@@ -377,7 +335,7 @@ void Replay::finish_pass(int worker) {
                 .activation_bytes;
         msg.record.start = r.end;
         msg.record.from_pass = r.id;
-        msg.key = key;
+        msg.purpose = PipelineDelivery{key};
         const auto id = static_cast<std::int32_t>(messages_.size());
         states_[static_cast<std::size_t>(dst)].pending_message[static_cast<std::size_t>(key)] = id;
         if (dst == worker) {
@@ -423,8 +381,8 @@ void Replay::start_dp_sync(int worker, int chunk) {
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = dev.dp_gradient_bytes;
     msg.record.start = sim_.now();
-    msg.stage = w.stage;
-    const int members = layout_.tp * layout_.cp;
+    msg.purpose = GradientSync{w.stage};
+    const int members = ranks_.members();
     msg.remaining = members;
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
@@ -465,9 +423,8 @@ void Replay::start_parameter_gather(int worker) {
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
     msg.record.start = sim_.now();
-    msg.stage = w.stage;
-    msg.parameters = true;
-    const int members = layout_.tp * layout_.cp;
+    msg.purpose = ParameterGather{w.stage};
+    const int members = ranks_.members();
     msg.remaining = members;
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
@@ -502,7 +459,10 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             break;
         case kLocalDelivery: {
             const auto& msg = messages_[event.a];
-            deliver(msg.record.dst_worker, msg.key);
+            const auto* p2p = std::get_if<PipelineDelivery>(&msg.purpose);
+            if (!p2p)
+                throw SimulationError("replay", "a local delivery of a DP collective", sim.now());
+            deliver(msg.record.dst_worker, p2p->arrival_key);
             break;
         }
         default:
@@ -515,42 +475,42 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     if (--msg.remaining > 0) return;
     msg.record.end = sim.now();
     end_time_ = std::max(end_time_, sim.now());
-    if (msg.stage >= 0 && msg.parameters) {  // sharded optimizer: parameters are back
-        for (auto* o : observers_)
-            o->on_transfer(msg.record);
+    // A copy: `msg` may move when launch_bucket or deliver add messages.
+    const auto purpose = msg.purpose;
+    if (const auto* p2p = std::get_if<PipelineDelivery>(&purpose)) {
+        deliver(msg.record.dst_worker, p2p->arrival_key);
+        return;
+    }
+    for (auto* o : observers_)
+        o->on_transfer(msg.record);
+    if (const auto* gather = std::get_if<ParameterGather>(&purpose)) {
         for (int d = 0; d < layout_.dp; ++d) {
-            const int w = worker_of(msg.stage, d);
+            const int w = worker_of(gather->stage, d);
             emit_idle(w, sim.now(), IdleCause::Collective);
             states_[static_cast<std::size_t>(w)].parameters_done = true;
         }
         return;
     }
-    if (msg.stage >= 0) {  // DP synchronisation of one chunk, for every replica of the stage
-        for (auto* o : observers_)
-            o->on_transfer(msg.record);
-        // Overlapped buckets: the next one starts; the chunk is synchronised when its last is.
-        if (msg.chunk >= 0) {
-            const int stage = msg.stage, chunk = msg.chunk;  // `msg` may move in launch_bucket
-            bucket_busy_[static_cast<std::size_t>(stage)] = 0;
-            launch_bucket(stage);
-            if (++buckets_done_[static_cast<std::size_t>(stage * shape_.chunks + chunk)] <
-                bucket_count_[static_cast<std::size_t>(stage)])
-                return;
-            for (int d = 0; d < layout_.dp; ++d) {
-                const int w = worker_of(stage, d);
-                ++states_[static_cast<std::size_t>(w)].dp_done;
-                maybe_start_optimizer(w);
-            }
+    if (const auto* bucket = std::get_if<GradientBucket>(&purpose)) {
+        // The next bucket starts; the chunk is synchronised when its last bucket is.
+        const auto stage = static_cast<std::size_t>(bucket->stage);
+        bucket_busy_[stage] = 0;
+        launch_bucket(bucket->stage);
+        if (++buckets_done_[stage * static_cast<std::size_t>(shape_.chunks) +
+                            static_cast<std::size_t>(bucket->chunk)] < bucket_count_[stage])
             return;
-        }
-        for (int d = 0; d < layout_.dp; ++d) {
-            const int w = worker_of(msg.stage, d);
-            ++states_[static_cast<std::size_t>(w)].dp_done;
-            maybe_start_optimizer(w);
-        }
+        chunk_synchronised(bucket->stage);
         return;
     }
-    deliver(msg.record.dst_worker, msg.key);
+    chunk_synchronised(std::get<GradientSync>(purpose).stage);
+}
+
+void Replay::chunk_synchronised(int stage) {
+    for (int d = 0; d < layout_.dp; ++d) {
+        const int w = worker_of(stage, d);
+        ++states_[static_cast<std::size_t>(w)].dp_done;
+        maybe_start_optimizer(w);
+    }
 }
 
 ReplayResult Replay::run() {

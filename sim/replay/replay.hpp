@@ -3,9 +3,12 @@
 // data-parallel gradient synchronisation and the optimizer step close the iteration.
 //
 // A worker is the group of tp x cp GPUs that run one pipeline stage of one data-parallel replica
-// in lockstep (they execute the same program; their TP and CP collectives synchronise them). A
-// worker's passes are costed once: compute steps from the plan, blocking TP/CP/EP collectives by
-// running that collective alone on the network model (CollectiveCosts). Pipeline transfers and DP
+// in lockstep (they execute the same program; their TP and CP collectives synchronise them). Which
+// GPUs form a worker and each of its communicators is workload::RankLayout's answer, which the
+// replay owns and hands to observers (ranks(), group()). A worker's passes are costed once per
+// distinct PassPlan: compute steps from the plan, blocking TP/CP/EP collectives by running that
+// collective alone on the network model (CollectiveCosts); observers receive each step's time
+// with the pass (PassRecord::step_times) and never cost anything again. Pipeline transfers and DP
 // collectives are issued on the shared network per GPU, so they contend for links with each other.
 #pragma once
 
@@ -13,13 +16,16 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <span>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/experiment.hpp"
+#include "workload/groups.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::replay {
@@ -32,7 +38,7 @@ enum class IdleCause : std::uint8_t {
 struct Worker {
     int stage = 0;
     int dp = 0;
-    std::vector<int> gpus;  // tp x cp GPU numbers, tp index innermost
+    std::vector<int> gpus;  // tp x cp GPU numbers, tp index innermost (RankLayout::worker_gpus)
 };
 
 struct PassRecord {
@@ -45,6 +51,11 @@ struct PassRecord {
     Time compute;     // part of [start, end) spent computing
     Time collective;  // part spent in blocking collectives
     const workload::PassPlan* plan = nullptr;
+    // The time of one execution of each of plan->steps, index for index (a step runs `repeat`
+    // times back to back, in order, from `start`): compute steps' durations from the plan,
+    // collective steps as CollectiveCosts costed them. compute and collective are their sums.
+    // Points into the Replay, which computed it once for the plan; valid while the Replay lives.
+    std::span<const Time> step_times;
     std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
 };
 
@@ -73,7 +84,9 @@ class ReplayObserver {
     virtual void on_iteration_end(Time end) { (void)end; }
 };
 
-// Cost of a collective run alone on the network model (cached per kind, group shape and size).
+// Cost of a collective run alone on the network model (network::isolated_collective_time), cached
+// per kind, group and size. A group of one GPU, an empty collective and the ideal network cost
+// nothing (the replay issues no collective for them).
 class CollectiveCosts {
   public:
     CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config);
@@ -102,16 +115,44 @@ class Replay final : public EventHandler, public network::TransferClient {
 
     const std::vector<Worker>& workers() const { return workers_; }
     const network::Network& network() const { return *network_; }
-    // The time a pass of `plan` occupies the compute stream (compute + blocking collectives).
-    Time pass_compute(const workload::PassPlan& plan) const;
-    Time pass_collective(const workload::PassPlan& plan);
+    // Where every GPU sits in the layout; workers are numbered as RankLayout::worker numbers them.
+    const workload::RankLayout& ranks() const { return ranks_; }
+    // The communicator of `kind` that member `member` of `worker` belongs to: the GPUs the
+    // replay runs that kind's collectives on (DP gradient synchronisation on the dp groups; the
+    // passes' TP/CP/EP collectives are costed on worker 0's groups, all workers having the same
+    // shape).
+    workload::CollectiveGroup group(int worker, int member, workload::GroupKind kind) const {
+        return ranks_.group(kind, worker, member);
+    }
 
     void on_event(Simulation& sim, const Event& event) override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
   private:
     struct WorkerState;
-    struct Message;
+    struct PassCost {
+        Time compute, collective;
+        std::vector<Time> step_times;  // PassRecord::step_times
+    };
+    // What a message in flight is for, and what to do when its last transfer has arrived.
+    struct PipelineDelivery {  // activation or gradient: wakes the receiving pass
+        int arrival_key;
+    };
+    struct GradientSync {  // DP gradient synchronisation of one chunk of a stage, all replicas
+        int stage;
+    };
+    struct GradientBucket {  // one bucket of it under --overlap-grad-reduce
+        int stage;
+        int chunk;
+    };
+    struct ParameterGather {  // distributed optimizer: updated parameters all-gathered back
+        int stage;
+    };
+    struct Message {
+        TransferRecord record;
+        int remaining = 0;  // transfers (one per GPU or per DP group) still running
+        std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather> purpose;
+    };
     void try_start(int worker);
     void finish_pass(int worker);
     void deliver(int worker, int key);
@@ -125,15 +166,20 @@ class Replay final : public EventHandler, public network::TransferClient {
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
-    int worker_of(int stage, int dp) const { return stage * layout_.dp + dp; }
+    int worker_of(int stage, int dp) const { return ranks_.worker(stage, dp); }
     int arrival_key(int chunk, int microbatch, bool gradient) const;
     const workload::PassPlan& pass_plan(const schedule::PipelineOp& op, int vs) const;
+    const PassCost& pass_cost(schedule::Pass pass, int vs) const;
+    PassCost cost_pass(const workload::PassPlan& plan);
+    // Every replica of `stage` has one more chunk's gradients synchronised.
+    void chunk_synchronised(int stage);
 
     const workload::ExperimentSpec& spec_;
     const workload::IterationPlan& plan_;
     const schedule::Schedule& schedule_;
     schedule::PipelineShape shape_;
     workload::ParallelLayout layout_;
+    workload::RankLayout ranks_;
     Simulation sim_;
     HandlerId handler_ = 0;
     std::unique_ptr<network::Network> network_;
@@ -143,7 +189,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<WorkerState> states_;
     std::vector<Message> messages_;
     std::vector<ReplayObserver*> observers_;
-    std::map<const workload::PassPlan*, Time> pass_comm_cache_;
+    std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
     std::vector<int> bucket_count_;            // per stage: gradient buckets per chunk
     std::vector<int> buckets_ready_;  // [(stage * chunks + chunk) * max buckets + b]: replicas

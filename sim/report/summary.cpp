@@ -30,6 +30,33 @@ void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
         p2p_bytes_ += static_cast<double>(t.bytes.value);
 }
 
+LinkAccounting::LinkAccounting(std::size_t links) : links_(links), state_(links) {}
+
+void LinkAccounting::on_flow_start(const FlowStart& flow) {
+    for (topology::LinkId l : flow.path) {
+        auto& link = links_[l];
+        link.bytes += flow.bytes;
+        if (flow.shared)
+            link.max_concurrent_flows = std::max(link.max_concurrent_flows, ++state_[l].flows);
+        else
+            link.busy += flow.holds;
+    }
+}
+
+void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
+    for (topology::LinkId l : path)
+        --state_[l].flows;
+}
+
+void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
+    auto& st = state_[l];
+    const Time span = at - st.since;
+    if (st.rate_flows >= 1) links_[l].busy += span;
+    if (st.rate_flows >= 2) links_[l].shared += span;
+    st.rate_flows = flows;
+    st.since = at;
+}
+
 Summary summarize(const SummaryInputs& in) {
     const auto& spec = *in.spec;
     const auto& plan = *in.plan;
@@ -73,16 +100,11 @@ Summary summarize(const SummaryInputs& in) {
         st.bubble_fraction /= n;
         st.exposed_comm_fraction /= n;
         st.idle_fraction /= n;
-        if (i < in.peak_inflight.size()) {
-            st.peak_inflight_microbatches = in.peak_inflight[i];
-            // Activation memory of one chunk's microbatch, times the chunks in flight.
-            std::int64_t per_chunk = 0;
-            for (std::size_t vs = 0; vs < plan.virtual_stages.size(); ++vs)
-                if (static_cast<int>(vs % stages.size()) == static_cast<int>(i))
-                    per_chunk =
-                        std::max(per_chunk, plan.virtual_stages[vs].activation_memory.value);
-            st.peak_activation_bytes = per_chunk * in.peak_inflight[i];
-        }
+        if (i < in.peak_inflight.size()) st.peak_inflight_microbatches = in.peak_inflight[i];
+        // The memory model's figure (workload::fill_memory, with the schedule's placement of
+        // virtual stages on devices), never recomputed here.
+        if (i < plan.devices.size())
+            st.peak_activation_bytes = plan.devices[i].memory.activations.value;
         s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
         s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
         s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());
@@ -105,9 +127,9 @@ Summary summarize(const SummaryInputs& in) {
     s.p2p_bytes = in.metrics->p2p_bytes_per_gpu() * gpus_per_worker;
 
     const auto& links = spec.cluster->links();
-    const auto& stats = in.replay->network().link_stats();
-    for (std::size_t l = 0; l < links.size() && l < stats.size(); ++l) {
-        const auto& st = stats[l];
+    const std::size_t accounted = in.links ? in.links->links().size() : 0;
+    for (std::size_t l = 0; l < links.size() && l < accounted; ++l) {
+        const auto& st = in.links->links()[l];
         if (st.bytes <= 0) continue;
         LinkSummary ls;
         ls.name = links[l].name;

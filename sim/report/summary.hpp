@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "network/network.hpp"
 #include "replay/replay.hpp"
 #include "workload/plan.hpp"
 
@@ -21,8 +22,8 @@ struct StageSummary {
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
     double idle_fraction = 0;
-    int peak_inflight_microbatches = 0;
-    std::int64_t peak_activation_bytes = 0;
+    int peak_inflight_microbatches = 0;      // chunk activations held at once, at the peak
+    std::int64_t peak_activation_bytes = 0;  // plan.devices[stage].memory.activations
 };
 
 struct LinkSummary {
@@ -77,6 +78,38 @@ class MetricsObserver final : public replay::ReplayObserver {
     double p2p_bytes_ = 0;
 };
 
+// Per directed link of the cluster: bytes, busy and shared time and the most flows at once,
+// accumulated from the network's notifications (attach with Replay::add_network_observer).
+//   bytes                 every flow's bytes, counted when it starts;
+//   busy_s, shared_s      `flow` fidelity: time with at least one / two or more flows (from the
+//                         rate notifications); `analytical`: the sum of its transfers' stand-alone
+//                         times, nothing shared; `ideal`: zero;
+//   max_concurrent_flows  `flow` fidelity: the most flows on the link at once, counting a flow
+//                         from its start to its end notification; 0 where nothing is shared.
+class LinkAccounting final : public network::NetworkObserver {
+  public:
+    explicit LinkAccounting(std::size_t links);
+    void on_flow_start(const FlowStart& flow) override;
+    void on_flow_end(Time at, std::span<const topology::LinkId> path) override;
+    void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
+
+    struct Link {
+        double bytes = 0;
+        Time busy, shared;
+        int max_concurrent_flows = 0;
+    };
+    const std::vector<Link>& links() const { return links_; }
+
+  private:
+    struct State {
+        int flows = 0;       // started and not ended
+        int rate_flows = 0;  // as of the last rate notification, in force since `since`
+        Time since;
+    };
+    std::vector<Link> links_;
+    std::vector<State> state_;
+};
+
 struct SummaryInputs {
     const workload::ExperimentSpec* spec = nullptr;
     const workload::IterationPlan* plan = nullptr;
@@ -84,7 +117,8 @@ struct SummaryInputs {
     const MetricsObserver* metrics = nullptr;
     replay::ReplayResult result;
     std::string schedule;
-    std::vector<int> peak_inflight;  // per stage, in chunk activations
+    std::vector<int> peak_inflight;         // per stage, in chunk activations
+    const LinkAccounting* links = nullptr;  // none: no `links` in the summary
 };
 
 Summary summarize(const SummaryInputs& in);

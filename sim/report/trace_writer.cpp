@@ -64,39 +64,11 @@ TraceContext TraceContext::of(const workload::ExperimentSpec& spec,
     TraceContext c;
     c.cluster = spec.cluster.get();
     c.workers = replay.workers();
-    c.tp = spec.layout.tp;
-    c.cp = spec.layout.cp;
-    c.dp = spec.layout.dp;
+    c.ranks = replay.ranks();
     for (const auto& vs : plan.virtual_stages) {
         c.first_layer.push_back(vs.first_layer);
         c.layers.push_back(vs.layers);
     }
-    // The replay costs every worker's collectives with worker 0's groups (all workers have the
-    // same shape); the same groups here give the same times.
-    auto costs = std::make_shared<replay::CollectiveCosts>(*spec.cluster, spec.network);
-    const replay::Worker first = c.workers.front();
-    std::vector<int> ep_members;  // first GPU of the first workers: replicas of stage 0
-    for (int d = 0; d < std::min(spec.layout.ep, spec.layout.dp); ++d)
-        ep_members.push_back(c.workers[static_cast<std::size_t>(d)].gpus[0]);
-    const int tp_size = spec.layout.tp, cp_size = spec.layout.cp;
-    c.collective_time = [costs, first, ep_members, tp_size, cp_size](int,
-                                                                     const workload::Step& step) {
-        std::vector<int> group;
-        switch (step.group) {
-            case workload::GroupKind::Tp:
-                group.assign(first.gpus.begin(), first.gpus.begin() + tp_size);
-                break;
-            case workload::GroupKind::Cp:
-                for (int i = 0; i < cp_size; ++i)
-                    group.push_back(first.gpus[static_cast<std::size_t>(i * tp_size)]);
-                break;
-            case workload::GroupKind::Ep:
-            case workload::GroupKind::Dp:
-                group = ep_members;
-                break;
-        }
-        return costs->cost(step.collective, group, step.size);
-    };
     return c;
 }
 
@@ -281,47 +253,13 @@ std::vector<TraceWriter::StepSpan> TraceWriter::step_spans(const replay::PassRec
     std::vector<StepSpan> spans;
     if (!p.plan) return spans;
     const auto& steps = p.plan->steps;
+    if (p.step_times.size() != steps.size())
+        throw SimulationError("trace", "a pass of " + std::to_string(steps.size()) +
+                                           " steps came with " +
+                                           std::to_string(p.step_times.size()) + " step times");
     int executions = 0;
-    Time compute = Time::zero();
-    double collective_bytes = 0;
-    std::vector<Time> once(steps.size(), Time::zero());  // one execution of each step
-    Time from_costs = Time::zero();
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-        const auto& s = steps[i];
+    for (const auto& s : steps)
         executions += s.repeat;
-        if (s.kind == workload::Step::Kind::Compute) {
-            once[i] = s.duration;
-            compute += s.duration * s.repeat;
-        } else {
-            collective_bytes += static_cast<double>(s.size.value) * s.repeat;
-            if (ctx_.collective_time) {
-                once[i] = ctx_.collective_time(p.worker, s);
-                from_costs += once[i] * s.repeat;
-            }
-        }
-    }
-    const Time collective = p.end - p.start - compute;
-    if (from_costs != collective) {
-        // Split the pass's collective time by bytes; the last collective step takes the rest.
-        Time left = collective;
-        std::size_t last = steps.size();
-        for (std::size_t i = 0; i < steps.size(); ++i)
-            if (steps[i].kind == workload::Step::Kind::Collective) last = i;
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-            const auto& s = steps[i];
-            if (s.kind != workload::Step::Kind::Collective) continue;
-            Time all =
-                i == last || collective_bytes <= 0
-                    ? left
-                    : Time::ps(static_cast<std::int64_t>(
-                          static_cast<double>(collective.count_ps()) *
-                          (static_cast<double>(s.size.value) * s.repeat / collective_bytes)));
-            if (i != last && collective_bytes <= 0) all = Time::zero();
-            all = std::max(Time::zero(), std::min(all, left));
-            left -= all;
-            once[i] = Time::ps(all.count_ps() / s.repeat);
-        }
-    }
     const bool expand = executions <= kMaxStepSlices;
     Time t = p.start;
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -332,7 +270,7 @@ std::vector<TraceWriter::StepSpan> TraceWriter::step_spans(const replay::PassRec
             span.repeat = expand ? 1 : steps[i].repeat;
             span.index = r;
             span.start = std::min(t, p.end);
-            t += once[i] * span.repeat;
+            t += p.step_times[i] * span.repeat;
             span.end = std::min(t, p.end);
             spans.push_back(span);
         }
@@ -341,26 +279,7 @@ std::vector<TraceWriter::StepSpan> TraceWriter::step_spans(const replay::PassRec
 }
 
 std::string TraceWriter::group_ranks(int worker, int index, workload::GroupKind group) const {
-    const auto& w = ctx_.workers[static_cast<std::size_t>(worker)];
-    std::vector<int> gpus;
-    const int tp_index = index % ctx_.tp, cp_index = index / ctx_.tp;
-    switch (group) {
-        case workload::GroupKind::Tp:
-            for (int i = 0; i < ctx_.tp; ++i)
-                gpus.push_back(w.gpus[static_cast<std::size_t>(cp_index * ctx_.tp + i)]);
-            break;
-        case workload::GroupKind::Cp:
-            for (int i = 0; i < ctx_.cp; ++i)
-                gpus.push_back(w.gpus[static_cast<std::size_t>(i * ctx_.tp + tp_index)]);
-            break;
-        case workload::GroupKind::Ep:
-        case workload::GroupKind::Dp:
-            for (const auto& other : ctx_.workers)
-                if (other.stage == w.stage)
-                    gpus.push_back(other.gpus[static_cast<std::size_t>(index)]);
-            break;
-    }
-    return join_gpus(gpus);
+    return join_gpus(ctx_.ranks.group(group, worker, index).gpus);
 }
 
 void TraceWriter::emit_pass(Pending& e) {
@@ -493,7 +412,7 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
                 s.name = name;
                 s.args = {
                     TraceArg::integer("stage", w.stage), TraceArg::integer("bytes", t.bytes.value),
-                    TraceArg::integer("replicas", ctx_.dp),
+                    TraceArg::integer("replicas", ctx_.ranks.layout().dp),
                     TraceArg::text("peers", group_ranks(static_cast<int>(wi), static_cast<int>(g),
                                                         workload::GroupKind::Dp))};
                 sink_->slice(s, {});

@@ -54,19 +54,16 @@ struct TraceOptions {
     TraceLinks links = TraceLinks::Auto;
 };
 
-// What the writer needs to know about the run besides the notifications.
+// What the writer needs to know about the run besides the notifications. Step times come with
+// each pass (replay::PassRecord::step_times); the writer costs nothing itself.
 struct TraceContext {
     const topology::Cluster* cluster = nullptr;
     std::vector<replay::Worker> workers;
-    int tp = 1, cp = 1, dp = 1;
+    // The communicators the peers of collectives are named from (replay::Replay::ranks()).
+    workload::RankLayout ranks{workload::ParallelLayout{}};
     std::vector<int> first_layer, layers;  // per virtual stage
-    // The time of one execution of a collective step of a pass. When absent (or when its sum does
-    // not fill the pass), the pass's collective time is split over its collective steps in
-    // proportion to their bytes.
-    std::function<Time(int worker, const workload::Step&)> collective_time;
 
-    // The context of a replay: collective times from the same isolated-collective costing the
-    // replay uses (replay/replay.hpp, CollectiveCosts).
+    // The context of a replay: its workers and groups.
     static TraceContext of(const workload::ExperimentSpec& spec,
                            const workload::IterationPlan& plan, const replay::Replay& replay);
 };

@@ -101,10 +101,10 @@ TEST_CASE("the component strategy re-rates only the connected set of flows") {
     CHECK(s.rerated_flows() - before == 2);
 }
 
-TEST_CASE("link accounts and rate notifications") {
-    // Same scenario as above (0.5 GB and 1 GB on 100 GB/s): busy 0..15 ms, shared 0..10 ms,
-    // 1.5 GB in total, at most 2 flows. Rate notifications: 100 GB/s with 2 flows at 0,
-    // 100 GB/s with 1 flow at 10 ms, 0 with 0 flows at 15 ms.
+TEST_CASE("rate notifications") {
+    // Same scenario as above (0.5 GB and 1 GB on 100 GB/s). Rate notifications: 100 GB/s with 2
+    // flows at 0, 100 GB/s with 1 flow at 10 ms, 0 with 0 flows at 15 ms (link accounting is an
+    // observer of these: report::LinkAccounting).
     FlowSolver s({100e9});
     RateLog log;
     const std::vector<network::NetworkObserver*> obs{&log};
@@ -115,11 +115,6 @@ TEST_CASE("link accounts and rate notifications") {
     s.recompute(Time::ms(10), obs);
     s.remove(big);
     s.recompute(Time::ms(15), obs);
-    const auto& a = s.accounts()[0];
-    CHECK(a.bytes == doctest::Approx(1.5e9));
-    CHECK(a.busy == Time::ms(15));
-    CHECK(a.shared == Time::ms(10));
-    CHECK(a.max_concurrent_flows == 2);
     REQUIRE(log.seen.size() == 3);
     CHECK(std::get<0>(log.seen[0]) == 0);
     CHECK(std::get<2>(log.seen[0]) == doctest::Approx(100e9));

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <span>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -39,6 +40,25 @@ Device box(const std::string& id, DeviceKind kind, int node) {
 void add_model(ClusterBuilder& b) {
     b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}});
 }
+
+// Flow start and end notifications, in order.
+struct FlowLog final : NetworkObserver {
+    struct Entry {
+        bool start = true;
+        Time at;
+        std::vector<topology::LinkId> path;
+        double bytes = 0;
+        bool shared = false;
+        Time holds;
+    };
+    std::vector<Entry> seen;
+    void on_flow_start(const FlowStart& f) override {
+        seen.push_back({true, f.at, {f.path.begin(), f.path.end()}, f.bytes, f.shared, f.holds});
+    }
+    void on_flow_end(Time at, std::span<const topology::LinkId> path) override {
+        seen.push_back({false, at, {path.begin(), path.end()}, 0, true, Time::zero()});
+    }
+};
 
 // Two GPUs joined by one link of `bw` bytes/s each way and `lat` latency.
 Cluster pair(double bw, Time lat) {
@@ -136,6 +156,8 @@ TEST_CASE("two sends on one link share it; a finished one hands over its bandwid
     auto net = make_network(sim, c, flow_config());
     Recorder rec;
     net->set_client(&rec);
+    FlowLog log;
+    net->add_observer(&log);
     net->send(0, 1, Bytes{500'000'000}, 1);
     net->send(0, 1, Bytes{1'000'000'000}, 2);
     sim.run();
@@ -143,12 +165,21 @@ TEST_CASE("two sends on one link share it; a finished one hands over its bandwid
     // 100 GB/s: 5 ms more.
     CHECK(rec.done[1] == Time::us(1) + Time::ms(10));
     CHECK(rec.done[2] == Time::us(1) + Time::ms(15));
-    const auto& st = net->link_stats()[0];  // gpu0->gpu1
-    CHECK(st.bytes == doctest::Approx(1.5e9));
-    CHECK(st.busy == Time::ms(15));
-    CHECK(st.shared == Time::ms(10));
-    CHECK(st.max_concurrent_flows == 2);
-    CHECK(net->link_stats()[1].bytes == 0.0);  // the reverse direction stayed idle
+    // Observers saw both flows start on link 0 (gpu0->gpu1) at 1 us and end as above; the
+    // reverse direction (link 1) carried nothing.
+    REQUIRE(log.seen.size() == 4);
+    const std::vector<topology::LinkId> forward{0};
+    CHECK(log.seen[0].start);
+    CHECK(log.seen[0].at == Time::us(1));
+    CHECK(log.seen[0].path == forward);
+    CHECK(log.seen[0].bytes == 0.5e9);
+    CHECK(log.seen[0].shared);
+    CHECK(log.seen[1].bytes == 1e9);
+    CHECK(!log.seen[2].start);
+    CHECK(log.seen[2].at == Time::us(1) + Time::ms(10));
+    CHECK(log.seen[2].path == forward);
+    CHECK(!log.seen[3].start);
+    CHECK(log.seen[3].at == Time::us(1) + Time::ms(15));
 }
 
 TEST_CASE("a data-parallel all-reduce and pipeline sends sharing a NIC slow each other") {
@@ -370,6 +401,8 @@ TEST_CASE("per-operation rate caps and fixed costs apply on their link kind, flo
     auto net = make_network(sim, z, cfg);
     Recorder rec;
     net->set_client(&rec);
+    FlowLog log;
+    net->add_observer(&log);
     const auto g = net->register_group({0, 1});
     net->collective(CollectiveKind::AllGather, g, Bytes{2'000'000'000}, Algorithm::Ring, 1);
     net->send(0, 1, Bytes{1'000'000'000}, 2);
@@ -383,9 +416,15 @@ TEST_CASE("per-operation rate caps and fixed costs apply on their link kind, flo
     sim.run();
     CHECK((rec.done[4] - t0).seconds() == doctest::Approx(1.0 / 70));
     CHECK((rec.done[3] - t0).seconds() == doctest::Approx(1.0 / 30));
-    // Link statistics report the real link only, with both transfers' bytes.
-    CHECK(net->link_stats().size() == z.links().size());
-    CHECK(net->link_stats()[0].bytes == doctest::Approx(4e9));
+    // Observers hear of the real link only (never the private cap links), with every flow's
+    // bytes: 2 x (1 GB of the all-gather on 0->1 + the 1 GB send).
+    double bytes_on_0 = 0;
+    for (const auto& e : log.seen)
+        for (topology::LinkId l : e.path) {
+            CHECK(l < z.links().size());
+            if (l == 0 && e.start) bytes_on_0 += e.bytes;
+        }
+    CHECK(bytes_on_0 == doctest::Approx(4e9));
     // An operation efficiency outside (0, 1] is a configuration error.
     cfg.op_efficiency[0][0] = 0;
     Simulation sim2;

@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "api/run.hpp"
+#include "replay/replay.hpp"
+#include "schedule/schedule.hpp"
 #include "test_support.hpp"
 #include "workload/plan.hpp"
 #include "workload/roofline.hpp"
@@ -160,4 +164,91 @@ TEST_CASE("overlap_grad_reduce: gradient buckets reduced during the last backwar
         static_cast<double>(spec.layout.ddp_bucket_size) / static_cast<double>(params);
     CHECK(api::run(spec, opt).summary.iteration_time_s ==
           doctest::Approx(1e-3 + 40e-6 * f0 + 8e-6 + g / 1e11).epsilon(1e-9));
+}
+
+TEST_CASE("isolated_collective_time: a 2-GPU ring all-reduce in closed form") {
+    // Ring all-reduce of S = 1 MB on n = 2 GPUs over one 100 GB/s, 1 us link each way: 2(n-1) = 2
+    // steps of S/n = 0.5 MB, each 1 us + 0.5e6 / 1e11 s = 6 us: 12 us.
+    const auto cluster = test::chain_cluster(2);
+    const Time t = network::isolated_collective_time(*cluster, network::NetworkConfig{},
+                                                     network::CollectiveKind::AllReduce, {0, 1},
+                                                     Bytes{1'000'000});
+    CHECK(t == Time::us(12));
+    // The reverse ring order is the same ring.
+    CHECK(network::isolated_collective_time(*cluster, network::NetworkConfig{},
+                                            network::CollectiveKind::AllReduce, {1, 0},
+                                            Bytes{1'000'000}) == t);
+}
+
+TEST_CASE("passes carry their step times: compute from the plan, collectives costed alone") {
+    // tp 2 x cp 2 on 4 fully connected GPUs (one stage, one replica): rank = t + 2c, so worker 0
+    // is GPUs 0-3, member m = 2c + t; its TP group (c = 0) is {0, 1}, its CP group (t = 0) {0, 2}.
+    auto spec =
+        test::profile_experiment(1, 2, 2, Time::us(1), Time::us(2), network::Fidelity::Flow);
+    {
+        topology::ClusterBuilder b;
+        const int model = b.add_gpu_model(spec.cluster->gpu_model(0));
+        std::vector<topology::DeviceIndex> ids;
+        for (int g = 0; g < 4; ++g) {
+            topology::Device d;
+            d.id = "gpu" + std::to_string(g);
+            d.kind = topology::DeviceKind::Gpu;
+            d.model = model;
+            ids.push_back(b.add_device(d));
+        }
+        // One link each way per pair, 100 GB/s / |i - j|, so that a collective on the wrong pair
+        // of GPUs takes a different time.
+        for (int i = 0; i < 4; ++i)
+            for (int j = i + 1; j < 4; ++j)
+                b.add_link(ids[i], ids[j], topology::LinkKind::NvLink,
+                           Bandwidth{100e9 / std::abs(i - j)}, Time::us(1));
+        spec.cluster = std::make_shared<topology::Cluster>(b.build());
+    }
+    spec.layout.tp = 2;
+    spec.layout.cp = 2;
+    spec.model.head_dim = 128;  // hidden 1024 / 8 heads (load_experiment derives it)
+    spec.compute.kind = workload::ComputeSpec::Kind::Roofline;
+    auto sched = schedule::make_schedule("1f1b");
+    const schedule::PipelineShape shape{1, 2, 1};
+    const auto plan = workload::plan_iteration(spec, 1, false, [](int) { return 0; });
+    replay::Replay replay(spec, plan, *sched, shape);
+    CHECK(replay.group(0, 0, workload::GroupKind::Tp).gpus == std::vector<int>{0, 1});
+    CHECK(replay.group(0, 0, workload::GroupKind::Cp).gpus == std::vector<int>{0, 2});
+    CHECK(replay.group(0, 3, workload::GroupKind::Cp).gpus == std::vector<int>{1, 3});
+
+    struct Recorder final : replay::ReplayObserver {
+        std::vector<replay::PassRecord> passes;
+        void on_pass(const replay::PassRecord& p) override { passes.push_back(p); }
+    } recorder;
+    replay.add_observer(recorder);
+    replay.run();
+    REQUIRE(recorder.passes.size() == 4);  // F and B of two microbatches
+    int tp_steps = 0, cp_steps = 0;
+    for (const auto& p : recorder.passes) {
+        const auto& steps = p.plan->steps;
+        REQUIRE(p.step_times.size() == steps.size());
+        Time compute = Time::zero(), collective = Time::zero();
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            const auto& s = steps[i];
+            if (s.kind == workload::Step::Kind::Compute) {
+                CHECK(p.step_times[i] == s.duration);
+                compute += s.duration * s.repeat;
+                continue;
+            }
+            const std::vector<int> group = s.group == workload::GroupKind::Tp
+                                               ? std::vector<int>{0, 1}
+                                               : std::vector<int>{0, 2};
+            (s.group == workload::GroupKind::Tp ? tp_steps : cp_steps) += 1;
+            CHECK(p.step_times[i] == network::isolated_collective_time(
+                                         *spec.cluster, spec.network, s.collective, group, s.size));
+            CHECK(p.step_times[i] > Time::zero());
+            collective += p.step_times[i] * s.repeat;
+        }
+        CHECK(p.compute == compute);
+        CHECK(p.collective == collective);
+        CHECK(p.end - p.start == compute + collective);
+    }
+    // The roofline layer has TP all-reduces (or gathers) and CP all-gathers of K and V.
+    CHECK(tp_steps > 0);
+    CHECK(cp_steps > 0);
 }

@@ -1,0 +1,82 @@
+#include "workload/groups.hpp"
+
+#include <string>
+
+#include "core/errors.hpp"
+
+namespace cs::workload {
+
+RankLayout::RankLayout(const ParallelLayout& layout)
+    : tp_(layout.tp),
+      cp_(layout.cp),
+      dp_(layout.dp),
+      pp_(layout.pp),
+      ep_(layout.ep),
+      layout_(layout) {
+    if (tp_ < 1 || cp_ < 1 || dp_ < 1 || pp_ < 1 || ep_ < 1)
+        throw ConfigError("parallelism: tp, cp, dp, pp and ep must be at least 1");
+    if ((dp_ * cp_) % ep_ != 0)
+        throw ConfigError("parallelism: ep (" + std::to_string(ep_) + ") must divide dp x cp (" +
+                          std::to_string(dp_ * cp_) + ")");
+    const auto& o = layout.order;
+    const auto at_dp = o.find("dp"), at_cp = o.find("cp");
+    dp_inside_cp_ = at_cp == std::string::npos || (at_dp != std::string::npos && at_dp < at_cp);
+}
+
+int RankLayout::gpu(int t, int c, int d, int s) const {
+    const auto& o = layout_.order;
+    if (o == "tp-dp-cp-pp") return t + tp_ * (d + dp_ * (c + cp_ * s));
+    if (o == "tp-pp-dp") return t + tp_ * (s + pp_ * (d + dp_ * c));
+    if (o == "tp-cp-pp-dp") return t + tp_ * (c + cp_ * (s + pp_ * d));
+    return t + tp_ * (c + cp_ * (d + dp_ * s));
+}
+
+int RankLayout::member_gpu(int worker, int member) const {
+    return gpu(member % tp_, member / tp_, replica_of(worker), stage_of(worker));
+}
+
+std::vector<int> RankLayout::worker_gpus(int worker) const {
+    std::vector<int> gpus;
+    gpus.reserve(static_cast<std::size_t>(members()));
+    for (int m = 0; m < members(); ++m)
+        gpus.push_back(member_gpu(worker, m));
+    return gpus;
+}
+
+CollectiveGroup RankLayout::group(GroupKind kind, int worker, int member) const {
+    const int t = member % tp_, c = member / tp_;
+    const int d = replica_of(worker), s = stage_of(worker);
+    CollectiveGroup g;
+    switch (kind) {
+        case GroupKind::Tp:
+            for (int i = 0; i < tp_; ++i)
+                g.gpus.push_back(gpu(i, c, d, s));
+            g.index = t;
+            break;
+        case GroupKind::Cp:
+            for (int i = 0; i < cp_; ++i)
+                g.gpus.push_back(gpu(t, i, d, s));
+            g.index = c;
+            break;
+        case GroupKind::Dp:
+            for (int i = 0; i < dp_; ++i)
+                g.gpus.push_back(gpu(t, c, i, s));
+            g.index = d;
+            break;
+        case GroupKind::Ep: {
+            // Position among the stage's dp x cp GPUs of tensor rank t, in rank order.
+            const int j = dp_inside_cp_ ? d + dp_ * c : c + cp_ * d;
+            const int first = j / ep_ * ep_;
+            for (int i = first; i < first + ep_; ++i) {
+                const int ci = dp_inside_cp_ ? i / dp_ : i % cp_;
+                const int di = dp_inside_cp_ ? i % dp_ : i / cp_;
+                g.gpus.push_back(gpu(t, ci, di, s));
+            }
+            g.index = j - first;
+            break;
+        }
+    }
+    return g;
+}
+
+}  // namespace cs::workload

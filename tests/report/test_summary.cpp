@@ -1,0 +1,145 @@
+// The summary reports facts owned elsewhere: per-stage activation memory from the memory model
+// (which knows the schedule's placement of virtual stages), links from the link accounting.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "../replay/test_support.hpp"
+#include "api/run.hpp"
+#include "schedule/schedule.hpp"
+#include "workload/plan.hpp"
+
+using namespace cs;
+
+namespace {
+
+// Two pipeline stages of a GPT with a vocabulary (embedding on the first virtual stage, output
+// layer on the last), roofline compute, so that the chunk holding the output layer keeps more
+// activation memory per microbatch (its logits) than the others.
+workload::ExperimentSpec two_stage_gpt_with_vocabulary() {
+    auto spec =
+        test::profile_experiment(2, 8, 8, Time::us(1), Time::us(2), network::Fidelity::Ideal);
+    spec.model.vocab_size = 50304;
+    spec.compute.kind = workload::ComputeSpec::Kind::Roofline;
+    spec.layout.vpp = 2;  // for interleaved; schedules without virtual stages ignore it
+    return spec;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "per-stage activation memory follows the schedule's placement (zb-v puts the output "
+    "layer on stage 0)") {
+    const auto spec = two_stage_gpt_with_vocabulary();
+    for (const auto& name : schedule::schedule_names()) {
+        CAPTURE(name);
+        auto sched = schedule::make_schedule(name);
+        REQUIRE(sched);
+        const int chunks = sched->chunks_for(spec.layout.vpp);
+        const schedule::PipelineShape shape{2, 8, chunks};
+        if (!sched->check(shape).empty()) continue;
+        const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
+        const auto plan =
+            workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+        const int vstages = 2 * chunks;
+        // The last virtual stage carries the output layer's logits on top of the same layers as
+        // every other chunk, so it holds the most activation memory per microbatch.
+        for (int vs = 0; vs + 1 < vstages; ++vs)
+            REQUIRE(plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory <
+                    plan.virtual_stages.back().activation_memory);
+
+        api::RunOptions opt;
+        opt.schedule = name;
+        const auto summary = api::run(spec, opt).summary;
+        REQUIRE(summary.stages.size() == 2);
+        // Expected, per stage s: the largest chunk activation among the virtual stages the
+        // schedule places on s, times the chunk activations s holds at its peak.
+        for (int s = 0; s < 2; ++s) {
+            std::int64_t per_chunk = 0;
+            for (int vs = 0; vs < vstages; ++vs)
+                if (device_of(vs) == s)
+                    per_chunk = std::max(
+                        per_chunk,
+                        plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+            const int inflight = schedule::peak_inflight_microbatches(*sched, shape, s);
+            CHECK(summary.stages[static_cast<std::size_t>(s)].peak_inflight_microbatches ==
+                  inflight);
+            CHECK(summary.stages[static_cast<std::size_t>(s)].peak_activation_bytes ==
+                  per_chunk * inflight);
+        }
+        // The output layer's stage: the last for linear placements, stage 0 for V-shaped ones
+        // (zb-v, dualpipev: virtual stages 0 1 | 1 0, so virtual stage 3 is on device 0).
+        const int output_stage = device_of(vstages - 1);
+        if (name == "zb-v") {
+            CHECK(output_stage == 0);
+            // ZB-V holds the same number of chunk activations on both devices at its peak (the V
+            // balances them), so the stage with the output layer needs more.
+            CHECK(summary.stages[0].peak_inflight_microbatches ==
+                  summary.stages[1].peak_inflight_microbatches);
+            CHECK(summary.stages[0].peak_activation_bytes >
+                  summary.stages[1].peak_activation_bytes);
+        }
+        if (name == "1f1b" || name == "gpipe") CHECK(output_stage == 1);
+    }
+}
+
+TEST_CASE("link accounting from the network's notifications, per fidelity") {
+    // One 100 GB/s, 1 us link each way (link 0: gpu0 -> gpu1, link 1 back). Two sends of 0.5 GB and
+    // 1 GB start together.
+    //   flow: both run from 1 us at 50 GB/s; the small one ends after 10 ms, the big one has
+    //         0.5 GB left at 100 GB/s: 5 ms more. busy 15 ms, shared 10 ms, 2 flows at once.
+    //   analytical: no sharing; each holds the link for its own time, 5 ms + 10 ms = 15 ms busy,
+    //         nothing shared or concurrent.
+    //   ideal: free; the bytes still count.
+    const auto cluster = test::chain_cluster(2);
+    struct Expect {
+        network::Fidelity fidelity;
+        Time busy, shared;
+        int max_flows;
+    };
+    for (const auto& e : {Expect{network::Fidelity::Flow, Time::ms(15), Time::ms(10), 2},
+                          Expect{network::Fidelity::Analytical, Time::ms(15), Time::zero(), 0},
+                          Expect{network::Fidelity::Ideal, Time::zero(), Time::zero(), 0}}) {
+        CAPTURE(network::fidelity_name(e.fidelity));
+        Simulation sim;
+        network::NetworkConfig config;
+        config.fidelity = e.fidelity;
+        auto net = network::make_network(sim, *cluster, config);
+        struct Ignore final : network::TransferClient {
+            void on_transfer_done(Simulation&, std::uint64_t) override {}
+        } client;
+        net->set_client(&client);
+        report::LinkAccounting links(cluster->links().size());
+        net->add_observer(&links);
+        net->send(0, 1, Bytes{500'000'000}, 1);
+        net->send(0, 1, Bytes{1'000'000'000}, 2);
+        sim.run();
+        REQUIRE(links.links().size() == 2);
+        CHECK(links.links()[1].bytes == 0.0);
+        const auto& l = links.links()[0];
+        CHECK(l.bytes == 1.5e9);
+        CHECK(l.busy == e.busy);
+        CHECK(l.shared == e.shared);
+        CHECK(l.max_concurrent_flows == e.max_flows);
+    }
+}
+
+TEST_CASE("the summary's links are the link accounting's") {
+    // Two stages, one microbatch on two GPUs joined by a 100 GB/s, 1 us link each way: the
+    // activation (b s h = 1 x 1024 x 1024 in 16 bits = 2,097,152 bytes) goes 0 -> 1, its
+    // gradient 1 -> 0.
+    auto spec =
+        test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    api::RunOptions opt;
+    opt.schedule = "1f1b";
+    const auto s = api::run(spec, opt).summary;
+    // Each direction carried one 2 MiB message, alone: busy for 2,097,152 / 1e11 s (the 1 us
+    // latency passes before the flow starts).
+    REQUIRE(s.links.size() == 2);
+    for (const auto& l : s.links) {
+        CHECK(l.bytes == 2097152.0);
+        CHECK(l.busy_s == doctest::Approx(2097152 / 1e11).epsilon(1e-9));
+        CHECK(l.shared_s == 0.0);
+        CHECK(l.max_concurrent_flows == 1);
+    }
+}
