@@ -55,8 +55,12 @@ struct Replay::WorkerState {
 };
 
 namespace {
-constexpr int kPassKinds = 4;  // schedule::Pass values
-}
+// pass_costs_ holds, per virtual stage, the ChunkPlan's passes in schedule::Pass order.
+constexpr int kPassKinds = 4;
+static_assert(static_cast<int>(Pass::Forward) == 0 && static_cast<int>(Pass::Backward) == 1 &&
+              static_cast<int>(Pass::BackwardInput) == 2 &&
+              static_cast<int>(Pass::BackwardWeight) == 3);
+}  // namespace
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
                const schedule::Schedule& schedule, const schedule::PipelineShape& shape)
