@@ -6,7 +6,6 @@
 #include "api/topology.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
-#include "engine/simulation.hpp"
 
 namespace cs::api {
 
@@ -54,31 +53,19 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
     const NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
                                                  : NetworkConfig::calibrated(request.fidelity);
     const double factor = busbw_factor(request.kind, static_cast<int>(ranks.size()));
-    struct Client : TransferClient {
-        Time done = Time::max();
-        void on_transfer_done(Simulation& sim, std::uint64_t) override { done = sim.now(); }
-    };
     CollectiveReport report;
     report.topology = loaded.display_path;
     report.ranks = static_cast<int>(ranks.size());
     for (std::size_t i = 0; i < request.sizes.size(); ++i) {
-        const Bytes size = request.sizes[i];
-        Simulation sim;
-        auto net = make_network(sim, cluster, config);
-        Client client;
-        net->set_client(&client);
-        const GroupId g = net->register_group(ranks);
-        net->collective(request.kind, g, size, used[i], 1);
-        sim.run();
-        if (client.done == Time::max())
-            throw SimulationError("collective", "the collective never completed", sim.now());
         CollectiveRow row;
-        row.size = size;
-        row.time = client.done + request.host_overhead;
-        const double seconds = row.time.seconds();
-        row.algbw_GBps = seconds > 0 ? static_cast<double>(size.value) / seconds * 1e-9 : 0;
-        row.busbw_GBps = row.algbw_GBps * factor;
+        row.size = request.sizes[i];
         row.algorithm = used[i];
+        row.time = isolated_collective_time(cluster, config, request.kind, ranks, row.size,
+                                            used[i]) +
+                   request.host_overhead;
+        const double seconds = row.time.seconds();
+        row.algbw_GBps = seconds > 0 ? static_cast<double>(row.size.value) / seconds * 1e-9 : 0;
+        row.busbw_GBps = row.algbw_GBps * factor;
         report.rows.push_back(row);
     }
     return report;

@@ -16,6 +16,7 @@
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
 #include "topology/topology_yaml.hpp"
+#include "workload/groups.hpp"
 #include "workload/roofline.hpp"
 
 namespace cs::api {
@@ -100,8 +101,7 @@ std::string layout_text(const workload::ExperimentSpec& spec) {
     return o.str();
 }
 
-// Time of one collective on an otherwise idle cluster (nccl-tests semantics for `size`).
-// The simulated time of one transfer started by `start` on a fresh network.
+// The simulated time of one point-to-point transfer started by `start` on a fresh network.
 template <class Start>
 Time transfer_time_alone(const topology::Cluster& cluster, const network::NetworkConfig& config,
                          Start start) {
@@ -118,18 +118,6 @@ Time transfer_time_alone(const topology::Cluster& cluster, const network::Networ
     if (client.done == Time::max())
         throw SimulationError("validate", "a transfer never completed", sim.now());
     return client.done;
-}
-
-Time collective_time(const topology::Cluster& cluster, const network::NetworkConfig& config,
-                     network::CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                     network::Algorithm algo) {
-    return transfer_time_alone(cluster, config, [&](network::Network& net) {
-        const auto group = net.register_group(ranks);
-        const auto used = algo == network::Algorithm::Auto
-                              ? network::choose_algorithm(cluster, kind, ranks, size)
-                              : algo;
-        net.collective(kind, group, size, used, 1);
-    });
 }
 
 template <class E>
@@ -213,8 +201,9 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
 }
 
 // One transformer layer's forward or backward pass on one GPU of the experiment's layout: the
-// roofline compute of workload::roofline_layer plus its collectives, each simulated alone on the
-// experiment's network over GPUs 0..tp-1 (the tensor-parallel group of the first stage).
+// roofline compute of workload::roofline_layer plus its collectives, each simulated alone
+// (network::isolated_collective_time) on the experiment's network over GPU 0's group of the
+// step's kind, as workload::RankLayout places it (the CP group of GPU 0 is {0, tp, 2 tp, ...}).
 void run_layer(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {
     const auto spec = workload::load_experiment(r.document().resolve(r.string("experiment")), sets);
     if (spec.compute.kind != workload::ComputeSpec::Kind::Roofline)
@@ -228,18 +217,14 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const auto& pass = which == "forward" ? passes.forward : passes.backward;
     Time total = pass.compute_time();
     Time comm;
+    const workload::RankLayout ranks_of(spec.layout);
     for (const auto& step : pass.steps) {
         if (step.kind != workload::Step::Kind::Collective) continue;
-        int group = spec.layout.tp;
-        if (step.group == workload::GroupKind::Cp) group = spec.layout.cp;
-        if (step.group == workload::GroupKind::Ep) group = spec.layout.ep;
-        if (step.group == workload::GroupKind::Dp) group = spec.layout.dp;
-        if (group < 2) continue;
-        std::vector<int> ranks;
-        for (int g = 0; g < group; ++g)
-            ranks.push_back(g);
-        const Time one = collective_time(*spec.cluster, spec.network, step.collective, ranks,
-                                         step.size, network::Algorithm::Auto);
+        // The group of GPU 0 (worker 0, member 0) in Megatron's rank order: the replay's own.
+        const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
+        if (ranks.size() < 2) continue;
+        const Time one = network::isolated_collective_time(*spec.cluster, spec.network,
+                                                           step.collective, ranks, step.size);
         for (int i = 0; i < step.repeat; ++i)
             comm += one;
     }
@@ -303,7 +288,7 @@ void run_collective(const config::Reader& r, ValidationCase& out) {
     const auto used = algo == network::Algorithm::Auto
                           ? network::choose_algorithm(cluster, kind, ranks, size)
                           : algo;
-    const Time t = collective_time(cluster, config, kind, ranks, size, used) + host;
+    const Time t = network::isolated_collective_time(cluster, config, kind, ranks, size, used) + host;
     const double algbw = static_cast<double>(size.value) / t.seconds() * 1e-9;
     out.predicted = algbw * network::busbw_factor(kind, static_cast<int>(ranks.size()));
     out.inputs = std::string(network::collective_name(kind)) + " " + r.string("size") + " on " +
