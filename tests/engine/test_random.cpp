@@ -82,8 +82,7 @@ TEST_CASE("streams with different ids are independent") {
             sx += u, sy += v, sxx += u * u, syy += v * v, sxy += u * v;
         }
         const double n = kWords;
-        const double r = (sxy - sx * sy / n) /
-                         std::sqrt((sxx - sx * sx / n) * (syy - sy * sy / n));
+        const double r = (sxy - sx * sy / n) / std::sqrt((sxx - sx * sx / n) * (syy - sy * sy / n));
         CHECK(std::abs(r) < 0.078);
     }
 }
