@@ -1,7 +1,8 @@
 // Max-min fair sharing of directed links between flows (progressive filling), incremental.
 //
-// Flows are added and removed at the current time; recompute(now) then brings the max-min fair
-// allocation up to date. Two strategies give the same allocation (to floating-point rounding):
+// Flows are added and removed, and link capacities changed, at the current time; recompute(now)
+// then brings the max-min fair allocation up to date. Two strategies give the same allocation (to
+// floating-point rounding):
 //
 //  - Incremental (default): re-solve only a set A of flows, holding every other flow at its
 //    current rate, then verify the result with the bottleneck characterisation of max-min
@@ -56,7 +57,12 @@ class FlowSolver {
     // returns its id. Network uses such links as private rate caps: a flow whose own rate is
     // limited (an NCCL kernel's rate on a link kind) crosses a link of its own with that capacity.
     topology::LinkId add_link(double capacity);
-    // Changes the capacity of a link that no flow crosses (a cap link being reused).
+    // Changes the capacity of a link (bytes per second, >= 0) from `now` on. A link that no flow
+    // crosses just takes the new value. A link in use is re-solved by the next recompute(now):
+    // every flow on it joins the re-solved set (and the change spreads from there like any
+    // other), and a flow whose rate changes has its remaining bytes advanced at its old rate up to
+    // `now` first. At capacity 0 its flows get rate 0 and no finish time (Time::max()) until a
+    // later change gives the link capacity again.
     void set_capacity(topology::LinkId link, double capacity);
     // Links known to the solver: those given to the constructor plus those added.
     std::size_t link_count() const { return loads_.size(); }
@@ -128,7 +134,8 @@ class FlowSolver {
         double acct_rate = 0;  // values in force since acct_since
         std::uint32_t acct_flows = 0;
         Time acct_since;
-        bool queued = false;  // in dirty_links_
+        bool queued = false;            // in dirty_links_
+        bool capacity_changed = false;  // its flows join the re-solved set at the next recompute
     };
     struct Share {
         double share;

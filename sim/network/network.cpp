@@ -1,6 +1,8 @@
 #include "network/network.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <unordered_map>
 
 #include "core/errors.hpp"
@@ -107,7 +109,7 @@ Algorithm choose_algorithm(const Cluster& cluster, CollectiveKind kind,
 
 namespace {
 
-enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion };
+enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion, kSetCapacity };
 
 class NetworkImpl final : public Network, public EventHandler {
   public:
@@ -137,6 +139,7 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_.resize(2 * links.size());
         for (std::size_t l = 0; l < links.size(); ++l)
             capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
+        nominal_capacity_ = capacity_;
         stats_.resize(capacity_.size());
         link_stats_.resize(links.size());
         if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);
@@ -201,6 +204,25 @@ class NetworkImpl final : public Network, public EventHandler {
         start(it->second, size, token);
     }
 
+    void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
+        check_capacity(link, bandwidth);
+        const auto& links = cluster_.links();
+        const double eff = config_.link_efficiency[static_cast<int>(links[link].kind)];
+        capacity_[link] = bandwidth.bytes_per_s * eff;
+        capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
+        if (!solver_) return;
+        solver_->set_capacity(link, capacity_[link]);
+        solver_->set_capacity(static_cast<LinkId>(links.size() + link),
+                              capacity_[links.size() + link]);
+        ensure_recompute();
+    }
+
+    void schedule_link_capacity(Time at, LinkId link, Bandwidth bandwidth) override {
+        check_capacity(link, bandwidth);
+        sim_.schedule_at(at, handler_, kSetCapacity, link,
+                         std::bit_cast<std::uint64_t>(bandwidth.bytes_per_s));
+    }
+
     const std::vector<LinkStats>& link_stats() const override {
         for (std::size_t l = 0; l < link_stats_.size(); ++l) {
             if (solver_) {
@@ -230,6 +252,9 @@ class NetworkImpl final : public Network, public EventHandler {
                 break;
             case kCompletion:
                 if (e.b == completion_version_) complete_flows();
+                break;
+            case kSetCapacity:
+                set_link_capacity(static_cast<LinkId>(e.a), Bandwidth{std::bit_cast<double>(e.b)});
                 break;
             default:
                 throw SimulationError("network", "unknown event kind", sim.now());
@@ -263,14 +288,28 @@ class NetworkImpl final : public Network, public EventHandler {
                               std::to_string(cluster_.gpu_count()) + " GPUs)");
     }
 
+    void check_capacity(LinkId link, Bandwidth bandwidth) const {
+        if (link >= cluster_.links().size())
+            throw SimulationError("network",
+                                  "no link " + std::to_string(link) + " (the cluster has " +
+                                      std::to_string(cluster_.links().size()) + " directed links)",
+                                  sim_.now());
+        if (!(bandwidth.bytes_per_s >= 0) ||
+            bandwidth.bytes_per_s == std::numeric_limits<double>::infinity())
+            throw SimulationError(
+                "network",
+                "link " + std::to_string(link) + " needs a finite capacity of at least 0",
+                sim_.now());
+    }
+
     Time phase_delay(const Phase& p) const {
         return (config_.step_overhead + p.latency) * static_cast<std::int64_t>(p.steps);
     }
 
-    double bottleneck(const std::vector<LinkId>& path) const {
-        double bw = capacity_[path.front()];
+    static double bottleneck(const std::vector<double>& capacity, const std::vector<LinkId>& path) {
+        double bw = capacity[path.front()];
         for (LinkId l : path)
-            bw = std::min(bw, capacity_[l]);
+            bw = std::min(bw, capacity[l]);
         return bw;
     }
 
@@ -284,7 +323,9 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto& latency = config_.op_latency[static_cast<int>(kind)];
         for (Phase& phase : plan.phases)
             for (FlowTemplate& f : phase.flows) {
-                const double route = bottleneck(f.path);
+                // Plans are cached: the cap is set against the nominal capacities, whatever the
+                // links' capacities are when the plan is first built.
+                const double route = bottleneck(nominal_capacity_, f.path);
                 double cap = route;
                 for (LinkId l : f.path) {
                     if (l >= links.size()) continue;
@@ -297,7 +338,8 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     double flow_rate(const FlowTemplate& f) const {
-        return f.rate_cap > 0 ? f.rate_cap : bottleneck(f.path);
+        return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(capacity_, f.path))
+                              : bottleneck(capacity_, f.path);
     }
 
     std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
@@ -418,6 +460,7 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto f = solver_->next_finishing();
         if (f == FlowSolver::kNoFlow) return;
         const Time t = solver_->finish_time(f);
+        if (t == Time::max()) return;  // only stalled flows (links without capacity) are left
         if (t == scheduled_completion_) return;
         scheduled_completion_ = t;
         sim_.schedule_at(t, handler_, kCompletion, 0, ++completion_version_);
@@ -441,7 +484,8 @@ class NetworkImpl final : public Network, public EventHandler {
     HandlerId handler_ = 0;
     TransferClient* client_ = nullptr;
     std::vector<NetworkObserver*> observers_;
-    std::vector<double> capacity_;
+    std::vector<double> capacity_;          // current, per solver link (real then NVLS virtual)
+    std::vector<double> nominal_capacity_;  // as built, for the cached plans' rate caps
     std::vector<std::vector<int>> groups_;
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
