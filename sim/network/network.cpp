@@ -373,11 +373,16 @@ class NetworkImpl final : public Network, public EventHandler {
             for (const FlowTemplate& f : p.flows) {
                 const double fb = f.bytes_per_size * bytes;
                 if (fb <= 0) continue;
+                if (config_.fidelity != Fidelity::Analytical) {  // ideal: free, even at 0
+                    for (LinkId l : f.path)
+                        stats_[l].bytes += fb;
+                    continue;
+                }
                 const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
                 longest = std::max(longest, t);
                 for (LinkId l : f.path) {
                     stats_[l].bytes += fb;
-                    if (config_.fidelity == Fidelity::Analytical) stats_[l].busy += t;
+                    stats_[l].busy += t;
                 }
             }
             if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
