@@ -139,7 +139,6 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_.resize(2 * links.size());
         for (std::size_t l = 0; l < links.size(); ++l)
             capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
-        nominal_capacity_ = capacity_;
         stats_.resize(capacity_.size());
         link_stats_.resize(links.size());
         if (config_.fidelity == Fidelity::Flow) solver_ = std::make_unique<FlowSolver>(capacity_);
@@ -306,11 +305,19 @@ class NetworkImpl final : public Network, public EventHandler {
         return (config_.step_overhead + p.latency) * static_cast<std::int64_t>(p.steps);
     }
 
-    static double bottleneck(const std::vector<double>& capacity, const std::vector<LinkId>& path) {
-        double bw = capacity[path.front()];
+    double bottleneck(const std::vector<LinkId>& path) const {
+        double bw = capacity_[path.front()];
         for (LinkId l : path)
-            bw = std::min(bw, capacity[l]);
+            bw = std::min(bw, capacity_[l]);
         return bw;
+    }
+    // The capacity a solver link was built with, before any set_link_capacity().
+    double nominal_capacity(LinkId l) const {
+        const auto& links = cluster_.links();
+        if (l >= links.size())
+            return links[l - links.size()].bandwidth.bytes_per_s * config_.nvls_efficiency;
+        return links[l].bandwidth.bytes_per_s *
+               config_.link_efficiency[static_cast<int>(links[l].kind)];
     }
 
     // The operation's calibration on the plan's links (NetworkConfig::op_efficiency and
@@ -325,7 +332,9 @@ class NetworkImpl final : public Network, public EventHandler {
             for (FlowTemplate& f : phase.flows) {
                 // Plans are cached: the cap is set against the nominal capacities, whatever the
                 // links' capacities are when the plan is first built.
-                const double route = bottleneck(nominal_capacity_, f.path);
+                double route = nominal_capacity(f.path.front());
+                for (LinkId l : f.path)
+                    route = std::min(route, nominal_capacity(l));
                 double cap = route;
                 for (LinkId l : f.path) {
                     if (l >= links.size()) continue;
@@ -338,8 +347,7 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     double flow_rate(const FlowTemplate& f) const {
-        return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(capacity_, f.path))
-                              : bottleneck(capacity_, f.path);
+        return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
     }
 
     std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
@@ -489,8 +497,7 @@ class NetworkImpl final : public Network, public EventHandler {
     HandlerId handler_ = 0;
     TransferClient* client_ = nullptr;
     std::vector<NetworkObserver*> observers_;
-    std::vector<double> capacity_;          // current, per solver link (real then NVLS virtual)
-    std::vector<double> nominal_capacity_;  // as built, for the cached plans' rate caps
+    std::vector<double> capacity_;  // current, per solver link (real then NVLS virtual)
     std::vector<std::vector<int>> groups_;
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
