@@ -1,10 +1,14 @@
-// Per-worker duration models (replay/duration_model.hpp): a model registered here, in the test,
-// changes the time of one worker's passes; the iteration time follows the closed forms.
+// Seams for per-GPU behaviour in a replay: per-worker duration models (replay/duration_model.hpp)
+// registered here, in the test, the experiment's seed and its random streams, and link capacity
+// changes seen by pipeline transfers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cli/commands.hpp"
 #include "cli/simulate.hpp"
 #include "core/errors.hpp"
 #include "replay/duration_model.hpp"
@@ -280,4 +284,75 @@ TEST_CASE("the uniform model gives byte-identical summaries to no model") {
     a.erase("wall_time_s");
     b.erase("wall_time_s");
     CHECK(a.dump() == b.dump());
+}
+
+TEST_CASE("per-worker draws do not depend on the order of simultaneous events") {
+    // Jitter of 0 .. 999 ns per pass from each worker's own stream, p = 4, m = 8, free network
+    // (a pass's output arrives at the instant it ends, so many events share a time). Shuffling
+    // same-time ties in the replay's engine must give the same draws and the same iteration.
+    struct Jitter final : replay::DurationModel {
+        Time pass_duration(const replay::DurationContext& ctx, Time nominal) override {
+            return nominal + Time::ns(static_cast<std::int64_t>(ctx.random->below(1000)));
+        }
+    };
+    auto spec =
+        test::profile_experiment(4, 8, 4, Time::us(10), Time::us(20), network::Fidelity::Ideal);
+    spec.seed = 11;
+    auto run = [&](bool shuffle) {
+        PassLog log;
+        cli::SimulateOptions opt;
+        opt.attach = [&](replay::Replay& r) {
+            if (shuffle) r.simulation().set_tie_shuffle(2024);
+            r.add_observer(log);
+            r.set_duration_model(std::make_unique<Jitter>());
+        };
+        const double t = cli::simulate(spec, opt).iteration_time_s;
+        std::vector<std::tuple<int, int, int, std::int64_t>> passes;
+        for (const auto& p : log.passes)
+            passes.emplace_back(p.worker, p.microbatch, static_cast<int>(p.pass),
+                                p.compute.count_ps());
+        std::sort(passes.begin(), passes.end());
+        return std::make_pair(t, passes);
+    };
+    const auto plain = run(false);
+    const auto shuffled = run(true);
+    // Nominal 330 us (p + m - 1)(f + b); the jitter stretches it by less than 22 passes x 1 us.
+    CHECK(plain.first > 330e-6);
+    CHECK(plain.first < 352e-6);
+    CHECK(shuffled.first == plain.first);
+    CHECK(shuffled.second == plain.second);
+}
+
+TEST_CASE("a link halved before the run doubles the pipeline transfers' time") {
+    // As in test_replay.cpp: two stages, one microbatch, F = 3 us, B = 7 us, 2,097,152-byte
+    // activations over a 100 GB/s link with 1 us latency. Halving both directions of the link
+    // (links 0 and 1) makes each transfer 2 x 20.97152 = 41.94304 us + 1 us:
+    // T = 3 + 42.94304 + 3 + 7 + 42.94304 + 7 = 105.88608 us (63.94304 us at full capacity).
+    const auto spec =
+        test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Flow);
+    cli::SimulateOptions opt;
+    opt.attach = [](replay::Replay& r) {
+        r.network().set_link_capacity(0, Bandwidth{50e9});
+        r.network().set_link_capacity(1, Bandwidth{50e9});
+    };
+    CHECK(cli::simulate(spec, opt).iteration_time_s == doctest::Approx(105.88608e-6).epsilon(1e-9));
+    // Halved from 20 us on (an engine event), in the middle of the forward activation: it
+    // started at 3 + 1 = 4 us and has sent 16 us x 100 GB/s = 1,600,000 bytes; the other 497,152
+    // take 9.94304 us at 50 GB/s, so it arrives at 29.94304 us. Then F1 and B1 (10 us), the
+    // gradient at half rate (42.94304 us) and B0 (7 us): T = 89.88608 us.
+    cli::SimulateOptions later;
+    later.attach = [](replay::Replay& r) {
+        r.network().schedule_link_capacity(Time::us(20), 0, Bandwidth{50e9});
+        r.network().schedule_link_capacity(Time::us(20), 1, Bandwidth{50e9});
+    };
+    CHECK(cli::simulate(spec, later).iteration_time_s ==
+          doctest::Approx(89.88608e-6).epsilon(1e-9));
+}
+
+TEST_CASE("the experiment's seed: default 0, set with --set, negative refused") {
+    const auto experiment = cli::data_root() / "workloads" / "default.yaml";
+    CHECK(workload::load_experiment(experiment, {}).seed == 0);
+    CHECK(workload::load_experiment(experiment, {"seed=7"}).seed == 7);
+    CHECK_THROWS_AS(workload::load_experiment(experiment, {"seed=-1"}), ConfigError);
+    CHECK_THROWS_AS(workload::load_experiment(experiment, {"seed=1.5"}), ConfigError);
 }
