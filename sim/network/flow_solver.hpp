@@ -57,9 +57,10 @@ class FlowSolver {
     // returns its id. Network uses such links as private rate caps: a flow whose own rate is
     // limited (an NCCL kernel's rate on a link kind) crosses a link of its own with that capacity.
     topology::LinkId add_link(double capacity);
-    // Changes the capacity of a link (bytes per second, >= 0) from `now` on. A link that no flow
-    // crosses just takes the new value. A link in use is re-solved by the next recompute(now):
-    // every flow on it joins the re-solved set (and the change spreads from there like any
+    // Changes the capacity of a link (bytes per second, >= 0; throws SimulationError otherwise).
+    // A link that no flow crosses just takes the new value. For a link in use the change takes
+    // effect at the next recompute(now), which the caller makes at the instant of the change:
+    // every flow on the link joins the re-solved set (the change spreads from there like any
     // other), and a flow whose rate changes has its remaining bytes advanced at its old rate up to
     // `now` first. At capacity 0 its flows get rate 0 and no finish time (Time::max()) until a
     // later change gives the link capacity again.

@@ -167,7 +167,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::uint8_t> bucket_busy_;              // per stage: a bucket is in flight
     std::uint64_t next_pass_id_ = 1;
     std::unique_ptr<DurationModel> duration_model_;  // null: nominal times, no call per pass
-    std::vector<RandomStream*> duration_streams_;   // per worker, filled on first use
+    std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use
     std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
 };
