@@ -69,6 +69,13 @@ void Simulation::set_tie_shuffle(std::uint64_t seed) {
     shuffle_key_ = static_cast<std::uint32_t>(mix64(seed));
 }
 
+RandomStream& Simulation::random(std::uint64_t stream_id) {
+    auto it = random_streams_.find(stream_id);
+    if (it == random_streams_.end())
+        it = random_streams_.try_emplace(stream_id, seed_, stream_id).first;
+    return it->second;
+}
+
 void Simulation::reserve(std::size_t events) {
     if (events > capacity_) grow_keys(events);
     payloads_.reserve(events);

@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "core/units.hpp"
+#include "engine/random.hpp"
 
 namespace cs {
 
@@ -47,6 +49,8 @@ class EventHandler {
 class Simulation {
   public:
     Simulation() = default;
+    // `seed` is the experiment's seed (its `seed` key); every random stream derives from it.
+    explicit Simulation(std::uint64_t seed) : seed_(seed) {}
     Simulation(const Simulation&) = delete;
     Simulation& operator=(const Simulation&) = delete;
 
@@ -78,6 +82,14 @@ class Simulation {
     // instead of the sequence itself. Models must not depend on the order of simultaneous events
     // beyond what their own sequencing guarantees; tests run with this on to prove it.
     void set_tie_shuffle(std::uint64_t seed);
+
+    std::uint64_t seed() const { return seed_; }
+    // Random stream `stream_id` of this simulation, created on first use from (seed(), id) and
+    // owned by the Simulation; the reference stays valid as long as the Simulation. The same
+    // (seed, id) gives the same sequence in any Simulation; different ids are independent. Users
+    // keep their ids apart by putting their domain in the high bits (see replay's
+    // duration_stream_id). Not for the hot path: callers keep the reference.
+    RandomStream& random(std::uint64_t stream_id);
 
   private:
     friend struct SimulationTestAccess;
@@ -128,6 +140,8 @@ class Simulation {
     bool stopped_ = false;
     bool shuffle_ = false;
     std::uint32_t shuffle_key_ = 0;
+    std::uint64_t seed_ = 0;
+    std::map<std::uint64_t, RandomStream> random_streams_;  // node-based: references stay valid
 };
 
 }  // namespace cs

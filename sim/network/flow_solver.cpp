@@ -1,6 +1,7 @@
 #include "network/flow_solver.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/errors.hpp"
 #include "network/network.hpp"
@@ -42,11 +43,18 @@ LinkId FlowSolver::add_link(double capacity) {
 }
 
 void FlowSolver::set_capacity(LinkId link, double capacity) {
-    if (!(capacity > 0))
-        throw SimulationError("network", "link " + std::to_string(link) + " has no capacity");
-    if (!link_flows_[link].empty())
-        throw SimulationError("network", "changing the capacity of a link in use");
+    if (link >= loads_.size())
+        throw SimulationError("network", "no link " + std::to_string(link) + " to change");
+    if (!(capacity >= 0) || capacity == std::numeric_limits<double>::infinity())
+        throw SimulationError(
+            "network", "link " + std::to_string(link) + " needs a finite capacity of at least 0");
+    if (loads_[link].capacity == capacity) return;
     loads_[link].capacity = capacity;
+    // Held rates on this link may no longer fit (or may leave room), which the bottleneck check
+    // assumes they do: its flows are re-solved, not held.
+    if (link_flows_[link].empty()) return;
+    link_state_[link].capacity_changed = true;
+    mark_dirty(link);
 }
 
 void FlowSolver::restride(std::size_t stride) {
@@ -325,6 +333,11 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
     for (LinkId l : dirty_links_) {
         link_state_[l].queued = false;
         take_link(l);
+        if (link_state_[l].capacity_changed) {
+            link_state_[l].capacity_changed = false;
+            for (FlowId g : link_flows_[l])
+                take_flow(g);
+        }
     }
     dirty_links_.clear();
     for (FlowId g : new_flows_)
@@ -351,7 +364,9 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
             f.remaining =
                 std::max(0.0, f.remaining - f.previous_rate * (now - f.updated).seconds());
         f.updated = now;
-        f.finish = f.remaining <= 0 ? now : now + transfer_time(f.remaining, Bandwidth{rate});
+        f.finish = f.remaining <= 0 ? now
+                   : rate > 0       ? now + transfer_time(f.remaining, Bandwidth{rate})
+                                    : Time::max();  // on a link without capacity: stalled
         heap_update(g);
     }
 

@@ -1,7 +1,8 @@
 // Max-min fair sharing of directed links between flows (progressive filling), incremental.
 //
-// Flows are added and removed at the current time; recompute(now) then brings the max-min fair
-// allocation up to date. Two strategies give the same allocation (to floating-point rounding):
+// Flows are added and removed, and link capacities changed, at the current time; recompute(now)
+// then brings the max-min fair allocation up to date. Two strategies give the same allocation (to
+// floating-point rounding):
 //
 //  - Incremental (default): re-solve only a set A of flows, holding every other flow at its
 //    current rate, then verify the result with the bottleneck characterisation of max-min
@@ -49,7 +50,13 @@ class FlowSolver {
     // returns its id. Network uses such links as private rate caps: a flow whose own rate is
     // limited (an NCCL kernel's rate on a link kind) crosses a link of its own with that capacity.
     topology::LinkId add_link(double capacity);
-    // Changes the capacity of a link that no flow crosses (a cap link being reused).
+    // Changes the capacity of a link (bytes per second, >= 0; throws SimulationError otherwise).
+    // A link that no flow crosses just takes the new value. For a link in use the change takes
+    // effect at the next recompute(now), which the caller makes at the instant of the change:
+    // every flow on the link joins the re-solved set (the change spreads from there like any
+    // other), and a flow whose rate changes has its remaining bytes advanced at its old rate up to
+    // `now` first. At capacity 0 its flows get rate 0 and no finish time (Time::max()) until a
+    // later change gives the link capacity again.
     void set_capacity(topology::LinkId link, double capacity);
     // Links known to the solver: those given to the constructor plus those added.
     std::size_t link_count() const { return loads_.size(); }
@@ -119,7 +126,8 @@ class FlowSolver {
     struct LinkState {
         double acct_rate = 0;  // values last reported to observers
         std::uint32_t acct_flows = 0;
-        bool queued = false;  // in dirty_links_
+        bool queued = false;            // in dirty_links_
+        bool capacity_changed = false;  // its flows join the re-solved set at the next recompute
     };
     struct Share {
         double share;

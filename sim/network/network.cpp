@@ -1,6 +1,8 @@
 #include "network/network.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <unordered_map>
 
 #include "core/errors.hpp"
@@ -107,7 +109,7 @@ Algorithm choose_algorithm(const Cluster& cluster, CollectiveKind kind,
 
 namespace {
 
-enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion };
+enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion, kSetCapacity };
 
 class NetworkImpl final : public Network, public EventHandler {
   public:
@@ -199,6 +201,25 @@ class NetworkImpl final : public Network, public EventHandler {
         start(it->second, size, token);
     }
 
+    void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
+        check_capacity(link, bandwidth);
+        const auto& links = cluster_.links();
+        const double eff = config_.link_efficiency[static_cast<int>(links[link].kind)];
+        capacity_[link] = bandwidth.bytes_per_s * eff;
+        capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
+        if (!solver_) return;
+        solver_->set_capacity(link, capacity_[link]);
+        solver_->set_capacity(static_cast<LinkId>(links.size() + link),
+                              capacity_[links.size() + link]);
+        ensure_recompute();
+    }
+
+    void schedule_link_capacity(Time at, LinkId link, Bandwidth bandwidth) override {
+        check_capacity(link, bandwidth);
+        sim_.schedule_at(at, handler_, kSetCapacity, link,
+                         std::bit_cast<std::uint64_t>(bandwidth.bytes_per_s));
+    }
+
     void on_event(Simulation& sim, const Event& e) override {
         switch (e.kind) {
             case kDone:
@@ -216,6 +237,9 @@ class NetworkImpl final : public Network, public EventHandler {
                 break;
             case kCompletion:
                 if (e.b == completion_version_) complete_flows();
+                break;
+            case kSetCapacity:
+                set_link_capacity(static_cast<LinkId>(e.a), Bandwidth{std::bit_cast<double>(e.b)});
                 break;
             default:
                 throw SimulationError("network", "unknown event kind", sim.now());
@@ -271,6 +295,20 @@ class NetworkImpl final : public Network, public EventHandler {
                               std::to_string(cluster_.gpu_count()) + " GPUs)");
     }
 
+    void check_capacity(LinkId link, Bandwidth bandwidth) const {
+        if (link >= cluster_.links().size())
+            throw SimulationError("network",
+                                  "no link " + std::to_string(link) + " (the cluster has " +
+                                      std::to_string(cluster_.links().size()) + " directed links)",
+                                  sim_.now());
+        if (!(bandwidth.bytes_per_s >= 0) ||
+            bandwidth.bytes_per_s == std::numeric_limits<double>::infinity())
+            throw SimulationError(
+                "network",
+                "link " + std::to_string(link) + " needs a finite capacity of at least 0",
+                sim_.now());
+    }
+
     Time phase_delay(const Phase& p) const {
         return (config_.step_overhead + p.latency) * static_cast<std::int64_t>(p.steps);
     }
@@ -280,6 +318,14 @@ class NetworkImpl final : public Network, public EventHandler {
         for (LinkId l : path)
             bw = std::min(bw, capacity_[l]);
         return bw;
+    }
+    // The capacity a solver link was built with, before any set_link_capacity().
+    double nominal_capacity(LinkId l) const {
+        const auto& links = cluster_.links();
+        if (l >= links.size())
+            return links[l - links.size()].bandwidth.bytes_per_s * config_.nvls_efficiency;
+        return links[l].bandwidth.bytes_per_s *
+               config_.link_efficiency[static_cast<int>(links[l].kind)];
     }
 
     // The operation's calibration on the plan's links (NetworkConfig::op_efficiency and
@@ -292,7 +338,11 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto& latency = config_.op_latency[static_cast<int>(kind)];
         for (Phase& phase : plan.phases)
             for (FlowTemplate& f : phase.flows) {
-                const double route = bottleneck(f.path);
+                // Plans are cached: the cap is set against the nominal capacities, whatever the
+                // links' capacities are when the plan is first built.
+                double route = nominal_capacity(f.path.front());
+                for (LinkId l : f.path)
+                    route = std::min(route, nominal_capacity(l));
                 double cap = route;
                 for (LinkId l : f.path) {
                     if (l >= links.size()) continue;
@@ -305,7 +355,7 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     double flow_rate(const FlowTemplate& f) const {
-        return f.rate_cap > 0 ? f.rate_cap : bottleneck(f.path);
+        return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
     }
 
     std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
@@ -339,12 +389,14 @@ class NetworkImpl final : public Network, public EventHandler {
             for (const FlowTemplate& f : p.flows) {
                 const double fb = f.bytes_per_size * bytes;
                 if (fb <= 0) continue;
+                if (config_.fidelity != Fidelity::Analytical) {  // ideal: free, even at 0
+                    if (observed())
+                        real_links_.on_flow_start({sim_.now(), f.path, fb, false, Time::zero()});
+                    continue;
+                }
                 const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
                 longest = std::max(longest, t);
-                if (observed())
-                    real_links_.on_flow_start(
-                        {sim_.now(), f.path, fb, false,
-                         config_.fidelity == Fidelity::Analytical ? t : Time::zero()});
+                if (observed()) real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
             }
             if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
         }
@@ -437,6 +489,7 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto f = solver_->next_finishing();
         if (f == FlowSolver::kNoFlow) return;
         const Time t = solver_->finish_time(f);
+        if (t == Time::max()) return;  // only stalled flows (links without capacity) are left
         if (t == scheduled_completion_) return;
         scheduled_completion_ = t;
         sim_.schedule_at(t, handler_, kCompletion, 0, ++completion_version_);
@@ -460,7 +513,7 @@ class NetworkImpl final : public Network, public EventHandler {
     HandlerId handler_ = 0;
     TransferClient* client_ = nullptr;
     std::vector<NetworkObserver*> observers_;
-    std::vector<double> capacity_;
+    std::vector<double> capacity_;  // current, per solver link (real then NVLS virtual)
     std::vector<std::vector<int>> groups_;
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;

@@ -7,7 +7,11 @@
 //   analytical  alpha-beta per route (sum of hop latencies + bytes / bottleneck bandwidth), no
 //               sharing between transfers;
 //   flow        every transfer is a flow on its route; flows sharing a directed link share its
-//               capacity max-min fairly, recomputed whenever a flow starts or ends.
+//               capacity max-min fairly, recomputed whenever a flow starts or ends or a link's
+//               capacity changes.
+// Link capacities may change during a run (set_link_capacity, schedule_link_capacity): a degraded
+// or failed link. Routes do not follow capacities: they come from the topology alone, so new
+// transfers keep using a link whose capacity dropped, even to 0.
 // Collectives are decomposed into point-to-point steps the way NCCL runs them (ring, tree,
 // hierarchical, pairwise all-to-all, NVLS), each step a set of flows.
 #pragma once
@@ -171,6 +175,22 @@ class Network {
     // for all_gather, the total input for reduce_scatter, the per-rank send buffer for all_to_all.
     virtual void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
                             std::uint64_t token) = 0;
+
+    // Changes the capacity of directed cluster link `link` to `bandwidth` (the nominal rate as the
+    // topology gives it, >= 0; the configured link efficiency and NVLS cap still apply) from now
+    // on. Throws SimulationError for an unknown link or a negative or infinite bandwidth.
+    //   flow        flows crossing the link are re-rated max-min fairly at now(), their bytes so
+    //               far counted at the old rates; at 0 they stall until a later change restores
+    //               the link (a run that ends with a stalled transfer leaves it unfinished).
+    //   analytical  transfers starting from now on use the new capacity; those in flight keep
+    //               their times; a transfer over a link at 0 is an error (SimulationError).
+    //   ideal       no effect.
+    // Operation rate caps (NetworkConfig::op_efficiency) stay relative to the nominal bandwidth.
+    virtual void set_link_capacity(topology::LinkId link, Bandwidth bandwidth) = 0;
+    // The same at time `at` (>= now) through an engine event, ordered with the other events at
+    // that time by insertion.
+    virtual void schedule_link_capacity(Time at, topology::LinkId link, Bandwidth bandwidth) = 0;
+
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

@@ -70,6 +70,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
       shape_(shape),
       layout_(spec.layout),
       ranks_(spec.layout),
+      sim_(spec.seed),
       costs_(*spec.cluster, spec.network) {
     handler_ = sim_.add_handler(*this);
     network_ = network::make_network(sim_, *spec.cluster, spec.network);
@@ -168,6 +169,49 @@ const Replay::PassCost& Replay::pass_cost(Pass pass, int vs) const {
     return pass_costs_[static_cast<std::size_t>(vs * kPassKinds + static_cast<int>(pass))];
 }
 
+void Replay::set_duration_model(std::unique_ptr<DurationModel> model) {
+    duration_model_ = std::move(model);
+}
+
+void Replay::set_step(std::int64_t step) {
+    if (step < 0 || step > kMaxDurationStep)
+        throw SimulationError("replay", "step " + std::to_string(step) + " is outside [0, " +
+                                            std::to_string(kMaxDurationStep) + "]");
+    step_ = step;
+    duration_streams_.clear();
+}
+
+Time Replay::modelled_compute(int worker, const PassRecord& r, Time nominal) {
+    const auto w = static_cast<std::size_t>(worker);
+    if (duration_streams_.empty()) {
+        if (workers_.size() > static_cast<std::size_t>(kMaxDurationWorker) + 1)
+            throw SimulationError("replay", "too many workers for per-worker random streams");
+        duration_streams_.assign(workers_.size(), nullptr);
+    }
+    if (!duration_streams_[w])
+        duration_streams_[w] = &sim_.random(duration_stream_id(step_, worker));
+    const Worker& info = workers_[w];
+    DurationContext ctx;
+    ctx.worker = worker;
+    ctx.gpus = info.gpus;
+    ctx.stage = info.stage;
+    ctx.dp = info.dp;
+    ctx.virtual_stage = r.virtual_stage;
+    ctx.chunk = r.chunk;
+    ctx.microbatch = r.microbatch;
+    ctx.pass = r.pass;
+    ctx.step = step_;
+    ctx.start = r.start;
+    ctx.random = duration_streams_[w];
+    const Time t = duration_model_->pass_duration(ctx, nominal);
+    if (t < Time::zero())
+        throw SimulationError(
+            "replay",
+            "the duration model gave a negative time to a pass of worker " + std::to_string(worker),
+            sim_.now());
+    return t;
+}
+
 void Replay::emit_idle(int worker, Time until, IdleCause cause) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     if (until > st.idle_since)
@@ -208,6 +252,8 @@ void Replay::try_start(int worker) {
     r.start = now;
     const PassCost& cost = pass_cost(op.pass, vs);
     r.compute = cost.compute;
+    if (duration_model_) [[unlikely]]
+        r.compute = modelled_compute(worker, r, r.compute);
     r.collective = cost.collective;
     r.end = now + r.compute + r.collective;
     r.plan = &plan;

@@ -23,6 +23,7 @@
 
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
+#include "replay/duration_model.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/experiment.hpp"
 #include "workload/groups.hpp"
@@ -111,6 +112,12 @@ class Replay final : public EventHandler, public network::TransferClient {
 
     void add_observer(ReplayObserver& observer) { observers_.push_back(&observer); }
     void add_network_observer(network::NetworkObserver& observer);
+    // Installs the model that times every worker's passes (call before run()); nullptr restores
+    // the nominal times. Without a model the replay makes no per-pass call (duration_model.hpp).
+    void set_duration_model(std::unique_ptr<DurationModel> model);
+    // The training iteration this replay stands for, in [0, kMaxDurationStep]: the duration
+    // model's DurationContext::step and the random streams it draws from. 0 by default.
+    void set_step(std::int64_t step);
     ReplayResult run();
 
     const std::vector<Worker>& workers() const { return workers_; }
@@ -124,6 +131,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     workload::CollectiveGroup group(int worker, int member, workload::GroupKind kind) const {
         return ranks_.group(kind, worker, member);
     }
+    // For callers that change the network before or during the run (link capacities).
+    network::Network& network() { return *network_; }
+    // Seeded with the experiment's `seed`; owns the random streams of the run.
+    Simulation& simulation() { return sim_; }
 
     void on_event(Simulation& sim, const Event& event) override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
@@ -166,6 +177,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
+    // The duration model's compute time for the pass `r` of `worker` (nominal: the plan's).
+    Time modelled_compute(int worker, const PassRecord& r, Time nominal);
     int worker_of(int stage, int dp) const { return ranks_.worker(stage, dp); }
     int arrival_key(int chunk, int microbatch, bool gradient) const;
     const workload::PassPlan& pass_plan(const schedule::PipelineOp& op, int vs) const;
@@ -198,6 +211,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::deque<std::size_t>> bucket_queue_;  // per stage: ready buckets (messages)
     std::vector<std::uint8_t> bucket_busy_;              // per stage: a bucket is in flight
     std::uint64_t next_pass_id_ = 1;
+    std::unique_ptr<DurationModel> duration_model_;  // null: nominal times, no call per pass
+    std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use
+    std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
 };
 

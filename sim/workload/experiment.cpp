@@ -216,6 +216,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     if (auto c = root.map_opt("compute")) spec.compute = parse_compute(*c);
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
+    spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));
     root.has("name");
     root.has("description");
     root.finish();

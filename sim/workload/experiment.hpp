@@ -85,6 +85,9 @@ struct ExperimentSpec {
     SourceLocation layout_where;    // location of `parallelism`, for layout errors
     ComputeSpec compute;
     network::NetworkConfig network;
+    // `seed` (default 0): keys every random stream of the run (Simulation::random). Nothing in
+    // the default models draws from them; per-GPU behaviour models (replay/duration_model.hpp) do.
+    std::uint64_t seed = 0;
     std::vector<std::string> warnings;  // non-fatal notes to show the user
 };
 

@@ -1,6 +1,7 @@
 // Max-min fair sharing in the flow solver, on bare links (no topology, no engine).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -58,7 +59,8 @@ TEST_CASE("links added later: a private link caps one flow, and is reused with a
     s.recompute(Time::zero(), kNoObservers);
     CHECK(s.rate(f1) == doctest::Approx(70e9));
     CHECK(s.rate(f2) == doctest::Approx(30e9));
-    CHECK_THROWS_AS(s.set_capacity(cap, 50e9), SimulationError);  // f2 still crosses it
+    CHECK_THROWS_AS(s.set_capacity(cap, -1), SimulationError);
+    CHECK_THROWS_AS(s.set_capacity(7, 50e9), SimulationError);  // no such link
     s.remove(f2);
     s.recompute(Time::zero(), kNoObservers);
     CHECK(s.rate(f1) == doctest::Approx(100e9));
@@ -124,4 +126,70 @@ TEST_CASE("rate notifications") {
     CHECK(std::get<0>(log.seen[2]) == Time::ms(15).count_ps());
     CHECK(std::get<2>(log.seen[2]) == 0.0);
     CHECK(std::get<3>(log.seen[2]) == 0);
+}
+
+TEST_CASE("a link halved mid-transfer: progress at the old rate, the rest at the new one") {
+    // One 1 GB flow on a 100 GB/s link from t = 0 would end at 10 ms. At 5 ms the link drops to
+    // 50 GB/s: 0.5 GB is done, the remaining 0.5 GB at 50 GB/s takes 10 ms: end = 15 ms.
+    for (auto strategy : {FlowSolver::Strategy::Incremental, FlowSolver::Strategy::Component}) {
+        FlowSolver s({100e9}, strategy);
+        const auto f = s.add({0}, 1e9, 0, Time::zero());
+        s.recompute(Time::zero(), kNoObservers);
+        CHECK(s.finish_time(f) == Time::ms(10));
+        s.set_capacity(0, 50e9);
+        CHECK(s.dirty());
+        s.recompute(Time::ms(5), kNoObservers);
+        CHECK(s.rate(f) == doctest::Approx(50e9));
+        CHECK(s.finish_time(f) == Time::ms(15));
+        CHECK(s.link_rate(0) == doctest::Approx(50e9));
+        s.set_capacity(0, 50e9);  // unchanged: nothing to re-solve
+        CHECK_FALSE(s.dirty());
+    }
+}
+
+TEST_CASE("capacity changes spread max-min through shared links; a failed link stalls its flows") {
+    // Flow a (1 GB) on link 0 (100 GB/s); flow b (1 GB) on links 0 and 1 (80 GB/s). From t = 0
+    // both get 50 GB/s (link 0 is the bottleneck).
+    // t = 4 ms: 0.2 GB each done, 0.8 GB left. Link 1 drops to 10 GB/s: b is held to 10 by link
+    // 1 and a takes the 90 GB/s left on link 0 (a change on link 1 re-rates a, which never
+    // crosses it). a would end at 4 ms + 0.8 GB / 90 GB/s = 12.888...9 ms.
+    // t = 8 ms: a has sent 4 ms x 90 = 0.36 GB more (0.44 GB left), b 0.04 GB (0.76 GB left).
+    // Link 0 fails (capacity 0): both stall, no finish time.
+    // t = 10 ms: link 0 back at 100 GB/s: b 10, a 90 again: a ends at 10 ms + 0.44 / 90 s =
+    // 14.888...9 ms. b keeps 10 GB/s (link 1 holds it, whatever a does): 0.76 GB / 10 GB/s =
+    // 76 ms after 10 ms, end = 86 ms, unchanged when a leaves.
+    for (auto strategy : {FlowSolver::Strategy::Incremental, FlowSolver::Strategy::Component}) {
+        FlowSolver s({100e9, 80e9}, strategy);
+        const auto a = s.add({0}, 1e9, 0, Time::zero());
+        const auto b = s.add({0, 1}, 1e9, 1, Time::zero());
+        s.recompute(Time::zero(), kNoObservers);
+        CHECK(s.rate(a) == doctest::Approx(50e9));
+        CHECK(s.rate(b) == doctest::Approx(50e9));
+
+        s.set_capacity(1, 10e9);
+        s.recompute(Time::ms(4), kNoObservers);
+        CHECK(s.rate(a) == doctest::Approx(90e9));
+        CHECK(s.rate(b) == doctest::Approx(10e9));
+        CHECK(s.finish_time(a) == Time::ps(12'888'888'889));  // 4 ms + 8.888...9 ms, rounded up
+
+        s.set_capacity(0, 0);
+        s.recompute(Time::ms(8), kNoObservers);
+        CHECK(s.rate(a) == 0.0);
+        CHECK(s.rate(b) == 0.0);
+        CHECK(s.finish_time(a) == Time::max());
+        CHECK(s.finish_time(b) == Time::max());
+        CHECK(s.link_rate(0) == 0.0);
+
+        s.set_capacity(0, 100e9);
+        s.recompute(Time::ms(10), kNoObservers);
+        CHECK(s.rate(a) == doctest::Approx(90e9));
+        CHECK(s.rate(b) == doctest::Approx(10e9));
+        CHECK(std::abs((s.finish_time(a) - Time::ps(14'888'888'889)).count_ps()) <= 1);
+        CHECK(s.next_finishing() == a);
+        const Time a_end = s.finish_time(a);
+        s.remove(a);
+        s.recompute(a_end, kNoObservers);
+        CHECK(s.rate(b) == doctest::Approx(10e9));
+        CHECK(std::abs((s.finish_time(b) - Time::ms(86)).count_ps()) <= 1);
+    }
 }

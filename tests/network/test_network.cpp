@@ -2,6 +2,7 @@
 // closed-form times, fidelities and determinism.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <map>
 #include <span>
 #include <vector>
@@ -57,6 +58,22 @@ struct FlowLog final : NetworkObserver {
     }
     void on_flow_end(Time at, std::span<const topology::LinkId> path) override {
         seen.push_back({false, at, {path.begin(), path.end()}, 0, true, Time::zero()});
+    }
+};
+
+// Busy (at least one flow) and shared (two or more) time per link, from the rate notifications.
+struct LinkBusy final : NetworkObserver {
+    struct Link {
+        Time busy, shared, since;
+        int flows = 0;
+    };
+    std::vector<Link> links = std::vector<Link>(8);
+    void on_link_rate(Time at, topology::LinkId link, double, int flows) override {
+        Link& l = links[link];
+        if (l.flows >= 1) l.busy += at - l.since;
+        if (l.flows >= 2) l.shared += at - l.since;
+        l.since = at;
+        l.flows = flows;
     }
 };
 
@@ -569,4 +586,139 @@ TEST_CASE("bad input is reported") {
     CHECK_THROWS_AS(net->collective(CollectiveKind::AllReduce, net->register_group({0, 1}),
                                     Bytes{1}, Algorithm::Pairwise, 1),
                     ConfigError);
+}
+
+TEST_CASE("a link halved mid-transfer: 0.5 GB done at 5 ms, the rest at half rate") {
+    // 1 GB over a 100 GB/s link from t = 0, no latency: 0.5 GB is done at 5 ms when the link
+    // drops to 50 GB/s; the remaining 0.5 GB takes 10 ms: end = 15 ms (10 ms unchanged).
+    const Cluster c = pair(100 * GB, Time::zero());
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    Recorder rec;
+    LinkBusy busy;
+    net->set_client(&rec);
+    net->add_observer(&busy);
+    net->send(0, 1, Bytes{1'000'000'000}, 1);
+    net->schedule_link_capacity(Time::ms(5), 0, Bandwidth{50 * GB});
+    sim.run();
+    CHECK(rec.done[1] == Time::ms(15));
+    CHECK(busy.links[0].busy == Time::ms(15));
+
+    // With the link's 1 us latency the flow starts at 1 us, so at 5 ms it has sent
+    // 100 GB/s x 4.999 ms = 0.4999 GB; the remaining 0.5001 GB at 50 GB/s takes 10.002 ms:
+    // end = 15.002 ms (within the picosecond the double arithmetic may round up).
+    const Cluster d = pair(100 * GB, Time::us(1));
+    Simulation sim2;
+    auto net2 = make_network(sim2, d, flow_config());
+    Recorder rec2;
+    net2->set_client(&rec2);
+    net2->send(0, 1, Bytes{1'000'000'000}, 1);
+    net2->schedule_link_capacity(Time::ms(5), 0, Bandwidth{50 * GB});
+    sim2.run();
+    CHECK(std::abs((rec2.done[1] - (Time::ms(15) + Time::us(2))).count_ps()) <= 1);
+}
+
+TEST_CASE("two transfers sharing a halved link keep max-min shares") {
+    // 1 GB and 0.5 GB on one 100 GB/s link from t = 0: 50 GB/s each. At 5 ms each has sent
+    // 0.25 GB and the link drops to 50 GB/s: 25 GB/s each. The 0.5 GB one has 0.25 GB left:
+    // 10 ms, end 15 ms. The 1 GB one has 0.75 - 0.25 = 0.5 GB left at 15 ms, alone at 50 GB/s:
+    // 10 ms more, end 25 ms. Busy 25 ms, shared 15 ms.
+    const Cluster c = pair(100 * GB, Time::zero());
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    Recorder rec;
+    LinkBusy busy;
+    net->set_client(&rec);
+    net->add_observer(&busy);
+    net->send(0, 1, Bytes{1'000'000'000}, 1);
+    net->send(0, 1, Bytes{500'000'000}, 2);
+    net->schedule_link_capacity(Time::ms(5), 0, Bandwidth{50 * GB});
+    sim.run();
+    CHECK(rec.done[2] == Time::ms(15));
+    CHECK(rec.done[1] == Time::ms(25));
+    CHECK(busy.links[0].busy == Time::ms(25));
+    CHECK(busy.links[0].shared == Time::ms(15));
+    CHECK(busy.links[1].busy == Time::zero());  // the reverse direction is untouched
+}
+
+TEST_CASE("a failed link stalls its transfers until restored; a direct change applies now") {
+    // 1 GB at 100 GB/s from t = 0; the link fails (capacity 0) at 2 ms with 0.2 GB sent and comes
+    // back at 7 ms: 0.8 GB at 100 GB/s takes 8 ms, end = 15 ms.
+    struct Restorer : EventHandler {
+        Network* net = nullptr;
+        void on_event(Simulation&, const Event&) override {
+            net->set_link_capacity(0, Bandwidth{100 * GB});  // from inside another handler
+        }
+    };
+    const Cluster c = pair(100 * GB, Time::zero());
+    {
+        Simulation sim;
+        auto net = make_network(sim, c, flow_config());
+        Recorder rec;
+        net->set_client(&rec);
+        Restorer restorer;
+        restorer.net = net.get();
+        const auto h = sim.add_handler(restorer);
+        net->send(0, 1, Bytes{1'000'000'000}, 1);
+        net->schedule_link_capacity(Time::ms(2), 0, Bandwidth{0});
+        sim.schedule_at(Time::ms(7), h, 0);
+        sim.run();
+        CHECK(rec.done[1] == Time::ms(15));
+    }
+    {
+        // Never restored: the transfer never completes and the run ends without an event at the
+        // end of time.
+        Simulation sim;
+        auto net = make_network(sim, c, flow_config());
+        Recorder rec;
+        net->set_client(&rec);
+        net->send(0, 1, Bytes{1'000'000'000}, 1);
+        net->schedule_link_capacity(Time::ms(2), 0, Bandwidth{0});
+        sim.run();
+        CHECK(rec.done.empty());
+        // The last event is the completion planned before the failure (10 ms), which finds
+        // nothing finished.
+        CHECK(sim.now() <= Time::ms(10));
+    }
+}
+
+TEST_CASE("link capacity changes under the analytical and ideal fidelities") {
+    // Analytical: a transfer started after the change uses it (1 GB at 50 GB/s = 20 ms + 1 us);
+    // one in flight keeps its time (started at 0 at 100 GB/s: 10 ms + 1 us). Ideal: free.
+    const Cluster c = pair(100 * GB, Time::us(1));
+    NetworkConfig analytical;
+    analytical.fidelity = Fidelity::Analytical;
+    Simulation sim;
+    auto net = make_network(sim, c, analytical);
+    Recorder rec;
+    net->set_client(&rec);
+    net->send(0, 1, Bytes{1'000'000'000}, 1);
+    net->set_link_capacity(0, Bandwidth{50 * GB});
+    net->send(0, 1, Bytes{1'000'000'000}, 2);
+    sim.run();
+    CHECK(rec.done[1] == Time::ms(10) + Time::us(1));
+    CHECK(rec.done[2] == Time::ms(20) + Time::us(1));
+
+    NetworkConfig ideal;
+    ideal.fidelity = Fidelity::Ideal;
+    Simulation sim2;
+    auto free_net = make_network(sim2, c, ideal);
+    Recorder rec2;
+    free_net->set_client(&rec2);
+    free_net->set_link_capacity(0, Bandwidth{0});
+    free_net->send(0, 1, Bytes{1'000'000'000}, 1);
+    sim2.run();
+    CHECK(rec2.done[1] == Time::zero());
+}
+
+TEST_CASE("link capacity changes: bad input") {
+    const Cluster c = pair(100 * GB, Time::us(1));
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config());
+    CHECK_THROWS_AS(net->set_link_capacity(2, Bandwidth{GB}), SimulationError);  // 2 links
+    CHECK_THROWS_AS(net->set_link_capacity(0, Bandwidth{-1}), SimulationError);
+    CHECK_THROWS_AS(net->schedule_link_capacity(Time::ms(1), 5, Bandwidth{GB}), SimulationError);
+    net->schedule_link_capacity(Time::ms(2), 0, Bandwidth{GB});
+    sim.run();
+    CHECK_THROWS_AS(net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{GB}), SimulationError);
 }
