@@ -37,9 +37,7 @@ std::vector<std::string> parse_schedules(const std::string& text) {
         n.erase(0, n.find_first_not_of(' '));
         n.erase(n.find_last_not_of(' ') + 1);
         if (n.empty()) continue;
-        if (!schedule::make_schedule(n))
-            throw ConfigError(where, "unknown schedule \"" + n + "\"; expected " +
-                                         config::join_alternatives(schedule::schedule_names()));
+        schedule::require_schedule(n, where);
         if (std::find(names.begin(), names.end(), n) != names.end())
             throw ConfigError(where, "schedule \"" + n + "\" is named twice");
         names.push_back(n);
@@ -150,7 +148,8 @@ void register_compare(CLI::App& app) {
     auto args = std::make_shared<CompareArgs>();
     auto* cmd = app.add_subcommand("compare", "Simulate several schedules on one experiment");
     cmd->add_option("experiment", args->experiment, "Experiment YAML")->required();
-    cmd->add_option("--schedules", args->schedules, "Comma-separated schedule names")
+    cmd->add_option("--schedules", args->schedules, "Comma-separated schedule names: " +
+                        config::join_alternatives(schedule::schedule_names()))
         ->capture_default_str();
     cmd->add_option("--set", args->sets, "Override a key (see run)")->type_name("KEY=VALUE");
     cmd->add_option("--json", args->json, "Write the list of summaries as JSON");
