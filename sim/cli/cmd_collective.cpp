@@ -4,6 +4,7 @@
 // Simulates one collective per size on an otherwise idle cluster and prints the rows the way
 // nccl-tests does (size, count, type, time, algbw, busbw), so they can be held against real
 // nccl-tests output.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -39,16 +40,18 @@ struct CollectiveArgs {
     std::string json;
 };
 
-template <class E>
-E pick(const std::string& option, const std::string& value,
-       const std::vector<std::pair<const char*, E>>& options) {
-    std::vector<std::string> names;
-    for (const auto& [name, e] : options) {
-        if (value == name) return e;
-        names.emplace_back(name);
-    }
+std::string join(const std::vector<std::string>& names, const char* separator) {
+    std::string out;
+    for (const auto& n : names)
+        out += (out.empty() ? "" : separator) + n;
+    return out;
+}
+
+template <class E, std::size_t N>
+E pick(const std::string& option, const std::string& value, const std::array<Named<E>, N>& table) {
+    if (auto e = find_named(table, value)) return *e;
     throw ConfigError(SourceLocation{option + " " + value},
-                      "unknown value; expected " + config::join_alternatives(names));
+                      "unknown value; expected " + config::join_alternatives(names_of(table)));
 }
 
 std::vector<Bytes> parse_sizes(const std::string& text, double factor) {
@@ -73,25 +76,9 @@ std::vector<Bytes> parse_sizes(const std::string& text, double factor) {
 
 void run(const CollectiveArgs& a) {
     using namespace network;
-    const auto kind = pick<CollectiveKind>("--op", a.op,
-                                           {{"all_reduce", CollectiveKind::AllReduce},
-                                            {"all_gather", CollectiveKind::AllGather},
-                                            {"reduce_scatter", CollectiveKind::ReduceScatter},
-                                            {"all_to_all", CollectiveKind::AllToAll},
-                                            {"broadcast", CollectiveKind::Broadcast},
-                                            {"sendrecv", CollectiveKind::SendRecv}});
-    const auto algo = pick<Algorithm>("--algo", a.algo,
-                                      {{"auto", Algorithm::Auto},
-                                       {"ring", Algorithm::Ring},
-                                       {"tree", Algorithm::Tree},
-                                       {"hierarchical", Algorithm::Hierarchical},
-                                       {"nvls", Algorithm::Nvls},
-                                       {"pairwise", Algorithm::Pairwise},
-                                       {"direct", Algorithm::Direct}});
-    const auto fidelity = pick<Fidelity>("--network", a.model,
-                                         {{"ideal", Fidelity::Ideal},
-                                          {"analytical", Fidelity::Analytical},
-                                          {"flow", Fidelity::Flow}});
+    const auto kind = pick("--op", a.op, kCollectiveNames);
+    const auto algo = parse_algorithm(a.algo, SourceLocation{"--algo " + a.algo});
+    const auto fidelity = pick("--network", a.model, kFidelityNames);
     const auto host = parse_time(a.host_overhead);
     if (!host)
         throw ConfigError(SourceLocation{"--host-overhead " + a.host_overhead},
@@ -169,7 +156,7 @@ void run(const CollectiveArgs& a) {
         const double busbw = algbw * factor;
         std::printf("%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
                     static_cast<long long>(size.value), static_cast<long long>(size.value / 4),
-                    "float", seconds * 1e6, algbw, busbw, algorithm_name(used[i]));
+                    "float", seconds * 1e6, algbw, busbw, algorithm_name(used[i]).c_str());
         nlohmann::json row;
         row["bytes"] = size.value;
         row["time_s"] = seconds;
@@ -191,8 +178,7 @@ void register_collective(CLI::App& app) {
     cmd->add_option("--topology", args->topology, "Topology YAML")->required();
     cmd->add_option("--set", args->sets, "Override a key of the topology: nodes=4")
         ->type_name("KEY=VALUE");
-    cmd->add_option("--op", args->op,
-                    "all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | sendrecv")
+    cmd->add_option("--op", args->op, join(names_of(network::kCollectiveNames), " | "))
         ->capture_default_str();
     cmd->add_option("--ranks", args->ranks, "GPU numbers: 0-7, 0,2,4, 0-3,8-11 (default: all)");
     cmd->add_option("--sizes", args->sizes, "SIZE or FIRST:LAST, e.g. 1KiB:1GiB")
@@ -200,9 +186,10 @@ void register_collective(CLI::App& app) {
     cmd->add_option("--step-factor", args->step_factor, "Size multiplier between rows")
         ->capture_default_str();
     cmd->add_option("--algo", args->algo,
-                    "auto | ring | tree | hierarchical | nvls | pairwise | direct")
+                    join(network::AlgorithmRegistry::builtin().names(), " | "))
         ->capture_default_str();
-    cmd->add_option("--network", args->model, "ideal | analytical | flow")->capture_default_str();
+    cmd->add_option("--network", args->model, join(names_of(network::kFidelityNames), " | "))
+        ->capture_default_str();
     cmd->add_flag("--nominal", args->nominal,
                   "Use nominal link capacities and no step overhead instead of the calibration");
     cmd->add_option("--host-overhead", args->host_overhead,
