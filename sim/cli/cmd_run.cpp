@@ -10,6 +10,8 @@
 #include "core/atomic_file.hpp"
 #include "config/document.hpp"
 #include "core/errors.hpp"
+#include "report/summary_writers.hpp"
+#include "report/trace_sink.hpp"
 #include "schedule/schedule.hpp"
 
 namespace cs::cli {
@@ -20,6 +22,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string megatron_args;
     std::string json;
+    std::vector<std::string> summaries;
     std::string trace;
     std::string trace_ranks;
     std::string trace_links = "auto";
@@ -43,6 +46,10 @@ std::function<void(Time)> progress_reporter() {
 void run(const RunArgs& a) {
     std::filesystem::path path = a.experiment.empty() ? data_root() / "workloads" / "default.yaml"
                                                       : std::filesystem::path(a.experiment);
+    // Unknown summary formats are reported before anything runs.
+    std::vector<const report::SummaryWriterEntry*> writers;
+    for (const auto& file : a.summaries)
+        writers.push_back(&report::summary_writer_for(file));
     auto spec = workload::load_experiment(path, collect_overrides(a.megatron_args, a.sets));
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -56,10 +63,11 @@ void run(const RunArgs& a) {
     const auto summary = simulate(spec, opt);
     if (opt.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     if (!a.json.empty())
-        write_file_atomically(
-            a.json, [&](std::ostream& out) { out << report::to_json(summary).dump(2) << "\n"; });
+        report::write_summary_file(a.json, summary, report::summary_writer("json"));
+    for (std::size_t i = 0; i < writers.size(); ++i)
+        report::write_summary_file(a.summaries[i], summary, *writers[i]);
     std::cout << "experiment            " << spec.source << "\n";
-    report::print_summary(std::cout, summary);
+    report::summary_writer("text").write(std::cout, summary);
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
 }
@@ -78,9 +86,12 @@ void register_run(CLI::App& app) {
     cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule: " +
                         config::join_alternatives(schedule::schedule_names()));
     cmd->add_option("--json", args->json, "Write the summary as JSON");
-    cmd->add_option(
-        "--trace", args->trace,
-        "Write a timeline: FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)");
+    cmd->add_option("--summary", args->summaries,
+                    "Write the summary, format by extension: " +
+                        report::SummaryWriterRegistry::builtin().help())
+        ->type_name("FILE");
+    cmd->add_option("--trace", args->trace,
+                    "Write a timeline: " + report::TraceFormatRegistry::builtin().help());
     cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
         ->type_name("RANKS");
     cmd->add_option("--trace-links", args->trace_links,
