@@ -27,11 +27,12 @@
 namespace cs::network {
 
 enum class Fidelity : std::uint8_t { Ideal, Analytical, Flow };
-// The names of the fidelities in experiment files (`network.model`) and on command lines.
+// The names of the fidelities in experiment files (`network.model`) and on command lines, the
+// default first.
 inline constexpr std::array<Named<Fidelity>, 3> kFidelityNames{{
-    {"ideal", Fidelity::Ideal},
-    {"analytical", Fidelity::Analytical},
     {"flow", Fidelity::Flow},
+    {"analytical", Fidelity::Analytical},
+    {"ideal", Fidelity::Ideal},
 }};
 const char* fidelity_name(Fidelity f);  // "ideal", "analytical", "flow"
 

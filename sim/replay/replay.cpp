@@ -91,10 +91,16 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     const int members = layout_.tp * layout_.cp;
     // Rank layout, innermost first. Megatron-LM's default puts tp innermost, then cp, dp, pp.
     auto rank_of = [&](int t, int c, int d, int s) {
-        const auto& o = layout_.order;
-        if (o == "tp-dp-cp-pp") return t + layout_.tp * (d + layout_.dp * (c + layout_.cp * s));
-        if (o == "tp-pp-dp") return t + layout_.tp * (s + layout_.pp * (d + layout_.dp * c));
-        if (o == "tp-cp-pp-dp") return t + layout_.tp * (c + layout_.cp * (s + layout_.pp * d));
+        switch (layout_.order) {
+            case workload::RankOrder::TpDpCpPp:
+                return t + layout_.tp * (d + layout_.dp * (c + layout_.cp * s));
+            case workload::RankOrder::TpPpDp:
+                return t + layout_.tp * (s + layout_.pp * (d + layout_.dp * c));
+            case workload::RankOrder::TpCpPpDp:
+                return t + layout_.tp * (c + layout_.cp * (s + layout_.pp * d));
+            case workload::RankOrder::TpCpDpPp:
+                break;
+        }
         return t + layout_.tp * (c + layout_.cp * (d + layout_.dp * s));
     };
     for (int s = 0; s < layout_.pp; ++s)
