@@ -7,8 +7,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulate.hpp"
-#include "core/atomic_file.hpp"
 #include "config/document.hpp"
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "report/summary_writers.hpp"
 #include "report/trace_sink.hpp"
@@ -83,7 +83,8 @@ void register_run(CLI::App& app) {
     cmd->add_option("--megatron-args", args->megatron_args,
                     "Megatron-LM flags (or @FILE) that set the model, layout and training keys")
         ->type_name("\"--tensor-model-parallel-size 8 ...\"");
-    cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule: " +
+    cmd->add_option("--schedule", args->schedule,
+                    "Override the experiment's schedule: " +
                         config::join_alternatives(schedule::schedule_names()));
     cmd->add_option("--json", args->json, "Write the summary as JSON");
     cmd->add_option("--summary", args->summaries,

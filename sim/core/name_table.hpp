@@ -5,7 +5,8 @@
 // A table is a constexpr std::array of {name, value} rows, in the order messages list them:
 //
 //   inline constexpr std::array<Named<Fidelity>, 3> kFidelityNames{{
-//       {"ideal", Fidelity::Ideal}, {"analytical", Fidelity::Analytical}, {"flow", Fidelity::Flow}}};
+//       {"ideal", Fidelity::Ideal}, {"analytical", Fidelity::Analytical}, {"flow",
+//       Fidelity::Flow}}};
 //
 // Open sets that tests and new modules extend (schedules, collective algorithms, trace formats,
 // summary writers) are registry objects of their own layer instead; see docs/architecture.md.

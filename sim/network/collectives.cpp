@@ -359,13 +359,17 @@ const AlgorithmRegistry& AlgorithmRegistry::builtin() {
 #undef CS_ALGORITHM
         // Algorithm::Ring ... Algorithm::Direct name the first rows.
         const std::pair<Algorithm, const char*> fixed[] = {
-            {Algorithm::Ring, "ring"},         {Algorithm::Tree, "tree"},
-            {Algorithm::Hierarchical, "hierarchical"}, {Algorithm::Nvls, "nvls"},
-            {Algorithm::Pairwise, "pairwise"}, {Algorithm::Direct, "direct"}};
+            {Algorithm::Ring, "ring"},
+            {Algorithm::Tree, "tree"},
+            {Algorithm::Hierarchical, "hierarchical"},
+            {Algorithm::Nvls, "nvls"},
+            {Algorithm::Pairwise, "pairwise"},
+            {Algorithm::Direct, "direct"}};
         for (const auto& [id, name] : fixed)
             if (r.name(id) != name)
-                throw std::logic_error("builtin_algorithms.def must list ring, tree, "
-                                       "hierarchical, nvls, pairwise and direct first, in order");
+                throw std::logic_error(
+                    "builtin_algorithms.def must list ring, tree, "
+                    "hierarchical, nvls, pairwise and direct first, in order");
         return r;
     }();
     return registry;
@@ -377,13 +381,11 @@ Algorithm AlgorithmRegistry::add(AlgorithmEntry entry) {
         throw std::invalid_argument("collective algorithm '" + entry.name +
                                     "' is already registered");
     if (entry.operations.empty())
-        throw std::invalid_argument("collective algorithm '" + entry.name +
-                                    "' names no operation");
+        throw std::invalid_argument("collective algorithm '" + entry.name + "' names no operation");
     if (!entry.decompose)
         throw std::invalid_argument("collective algorithm '" + entry.name +
                                     "' has no decomposition");
-    if (entries_.size() + 1 > 0xffff)
-        throw std::invalid_argument("too many collective algorithms");
+    if (entries_.size() + 1 > 0xffff) throw std::invalid_argument("too many collective algorithms");
     entries_.push_back(std::move(entry));
     return Algorithm{static_cast<std::uint16_t>(entries_.size())};
 }
@@ -397,8 +399,7 @@ std::optional<Algorithm> AlgorithmRegistry::find(std::string_view name) const {
 
 const AlgorithmEntry& AlgorithmRegistry::entry(Algorithm algorithm) const {
     if (algorithm.id == 0 || algorithm.id > entries_.size())
-        throw std::out_of_range("no collective algorithm with id " +
-                                std::to_string(algorithm.id));
+        throw std::out_of_range("no collective algorithm with id " + std::to_string(algorithm.id));
     return entries_[algorithm.id - 1u];
 }
 
@@ -445,8 +446,7 @@ Algorithm resolve_algorithm(const Cluster& cluster, CollectiveKind kind,
         if (nodes.size() == 1)
             return ranks.size() > 4 && fits(Algorithm::Nvls) ? Algorithm::Nvls : Algorithm::Ring;
         constexpr std::int64_t kTreeBelow = std::int64_t{64} << 20;
-        return size.value < kTreeBelow && fits(Algorithm::Tree) ? Algorithm::Tree
-                                                                 : Algorithm::Ring;
+        return size.value < kTreeBelow && fits(Algorithm::Tree) ? Algorithm::Tree : Algorithm::Ring;
     }
     const AlgorithmEntry& chosen = registry.entry(algo);
     const std::string why = unsuitable(chosen, cluster, kind, ranks);
@@ -454,9 +454,8 @@ Algorithm resolve_algorithm(const Cluster& cluster, CollectiveKind kind,
     std::vector<std::string> valid;
     for (const AlgorithmEntry& e : registry.entries())
         if (unsuitable(e, cluster, kind, ranks).empty()) valid.push_back(e.name);
-    throw ConfigError("algorithm '" + chosen.name + "' does not apply to " +
-                      collective_name(kind) + " on these " + std::to_string(ranks.size()) +
-                      " ranks (" + why + "); use " +
+    throw ConfigError("algorithm '" + chosen.name + "' does not apply to " + collective_name(kind) +
+                      " on these " + std::to_string(ranks.size()) + " ranks (" + why + "); use " +
                       (valid.empty() ? std::string("auto") : join_names(valid)));
 }
 

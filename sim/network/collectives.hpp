@@ -117,14 +117,13 @@ class PlanBuilder {
 };
 
 struct AlgorithmEntry {
-    std::string name;  // as users write it after --algo
+    std::string name;                        // as users write it after --algo
     std::vector<CollectiveKind> operations;  // the collectives it implements
     // Empty if the algorithm can run on `ranks` (GPU numbers, at least two); otherwise why not,
     // for messages ("nvls needs a single node whose GPUs link to NVSwitches"). Unset: always.
     std::function<std::string(const topology::Cluster&, const std::vector<int>& ranks)> condition;
     // Writes the phases of `kind` on `ranks` (at least two) into the builder.
-    std::function<void(PlanBuilder&, CollectiveKind kind, const std::vector<int>& ranks)>
-        decompose;
+    std::function<void(PlanBuilder&, CollectiveKind kind, const std::vector<int>& ranks)> decompose;
     std::string description;  // one line, for --help and docs
 };
 
@@ -147,7 +146,7 @@ class AlgorithmRegistry {
     const std::vector<AlgorithmEntry>& entries() const { return entries_; }
 
   private:
-    AlgorithmRegistry() = default;  // registries start as copies of builtin()
+    AlgorithmRegistry() = default;         // registries start as copies of builtin()
     std::vector<AlgorithmEntry> entries_;  // entries_[i] has id i + 1
 };
 

@@ -50,12 +50,12 @@ SummaryWriterEntry csv_summary_writer() {
                 for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction,
                                  s.idle_fraction, s.mfu, s.hfu, s.tokens_per_s, s.tflops_per_gpu})
                     out << "," << csv_number(v);
-                for (long long v : {static_cast<long long>(s.world_size),
-                                    static_cast<long long>(s.microbatches),
-                                    static_cast<long long>(s.tp), static_cast<long long>(s.pp),
-                                    static_cast<long long>(s.dp), static_cast<long long>(s.cp),
-                                    static_cast<long long>(s.ep), static_cast<long long>(s.vpp),
-                                    static_cast<long long>(s.memory.total.value)})
+                for (long long v :
+                     {static_cast<long long>(s.world_size), static_cast<long long>(s.microbatches),
+                      static_cast<long long>(s.tp), static_cast<long long>(s.pp),
+                      static_cast<long long>(s.dp), static_cast<long long>(s.cp),
+                      static_cast<long long>(s.ep), static_cast<long long>(s.vpp),
+                      static_cast<long long>(s.memory.total.value)})
                     out << "," << v;
                 out << "\n";
             }};
@@ -122,9 +122,9 @@ const SummaryWriterEntry& summary_writer_for(const std::filesystem::path& path,
         accepted += i == 0 ? "" : (i + 1 == entries.size() ? " or " : ", ");
         accepted += entries[i].extension + " (" + entries[i].name + ")";
     }
-    throw ConfigError(SourceLocation{option + " " + path.string()},
-                      "unknown summary format \"" + ext + "\"; expected a file name ending in " +
-                          accepted);
+    throw ConfigError(
+        SourceLocation{option + " " + path.string()},
+        "unknown summary format \"" + ext + "\"; expected a file name ending in " + accepted);
 }
 
 const SummaryWriterEntry& summary_writer(std::string_view name,

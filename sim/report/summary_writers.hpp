@@ -54,7 +54,8 @@ const SummaryWriterEntry& summary_writer_for(
 // The writer called `name`; throws std::invalid_argument if the registry lacks it (a bundled
 // name used by the program itself, not user input).
 const SummaryWriterEntry& summary_writer(
-    std::string_view name, const SummaryWriterRegistry& registry = SummaryWriterRegistry::builtin());
+    std::string_view name,
+    const SummaryWriterRegistry& registry = SummaryWriterRegistry::builtin());
 
 // Writes `summary` to `path` with `writer`, atomically (no file is left if writing fails).
 void write_summary_file(const std::filesystem::path& path, const Summary& summary,

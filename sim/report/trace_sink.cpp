@@ -48,7 +48,9 @@ TraceFormatEntry chrome_json_format() {
 }
 
 TraceFormatEntry perfetto_format() {
-    return {"perfetto", {".pftrace", ".perfetto-trace"}, "Perfetto protobuf",
+    return {"perfetto",
+            {".pftrace", ".perfetto-trace"},
+            "Perfetto protobuf",
             [](const std::filesystem::path& path) {
                 return std::unique_ptr<TraceSink>(std::make_unique<PerfettoProtoSink>(path));
             }};
@@ -110,9 +112,9 @@ const TraceFormatEntry& trace_format_for(const std::filesystem::path& path,
         accepted += i == 0 ? "" : (i + 1 == entries.size() ? " or " : ", ");
         accepted += entries[i].extensions.front() + " (" + entries[i].description + ")";
     }
-    throw ConfigError(SourceLocation{"--trace " + path.string()},
-                      "unknown trace format \"" + ext + "\"; expected a file name ending in " +
-                          accepted);
+    throw ConfigError(
+        SourceLocation{"--trace " + path.string()},
+        "unknown trace format \"" + ext + "\"; expected a file name ending in " + accepted);
 }
 
 std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path,

@@ -305,13 +305,12 @@ class Builder {
         const int nodes = spec_.nodes;
         const long long total_nics = static_cast<long long>(nodes) * nics.count;
         if (f.ports && *f.ports < total_nics)
-            throw ConfigError(f.ports_where,
-                              "fabric port counts do not add up: the switch has " +
-                                  plural(*f.ports, "port", "ports") + " but " +
-                                  std::to_string(nodes) + " nodes x " +
-                                  std::to_string(nics.count) + " NICs need " +
-                                  std::to_string(total_nics) +
-                                  "; use leaf_spine or fat_tree, or fewer nodes");
+            throw ConfigError(f.ports_where, "fabric port counts do not add up: the switch has " +
+                                                 plural(*f.ports, "port", "ports") + " but " +
+                                                 std::to_string(nodes) + " nodes x " +
+                                                 std::to_string(nics.count) + " NICs need " +
+                                                 std::to_string(total_nics) +
+                                                 "; use leaf_spine or fat_tree, or fewer nodes");
         const DeviceIndex sw = add_switch("switch", 1);
         for (const auto& node_nics : nic_devices_)
             for (DeviceIndex nic : node_nics)
@@ -472,8 +471,8 @@ void Builder::add_fabric() {
     shape_.fabric = kind;
     for (const auto& b : kFabricBuilders)
         if (b.kind == kind) return (this->*b.build)();
-    throw SimulationError("topology", "no builder for fabric kind " +
-                                          std::string(name_of(kFabricNames, kind)));
+    throw SimulationError("topology",
+                          "no builder for fabric kind " + std::string(name_of(kFabricNames, kind)));
 }
 
 std::string island_text(const Cluster& c, const std::vector<int>& gpus) {

@@ -6,8 +6,8 @@
 // (explicit devices in the order listed; generated clusters node-major).
 #pragma once
 
-#include <boost/graph/adjacency_list.hpp>
 #include <array>
+#include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -107,7 +107,7 @@ inline constexpr std::array<Named<FabricKind>, 3> kFabricNames{{
 struct GeneratedShape {
     std::optional<FabricKind> fabric;  // none when the nodes have no fabric
     std::optional<IntraKind> intra;    // none for single-GPU nodes without PCIe switches
-    int first_node = 0;           // generated nodes are first_node .. first_node + nodes - 1
+    int first_node = 0;                // generated nodes are first_node .. first_node + nodes - 1
     int nodes = 0;
     int gpus_per_node = 0;
     int nics_per_node = 0;

@@ -28,8 +28,7 @@ std::optional<Bandwidth> structural_bisection(const GeneratedShape& s, int total
             case IntraKind::NvLinkMesh:
                 return times(s.intra_bandwidth, (g / 2) * ((g + 1) / 2));
             case IntraKind::Pcie:
-                return times(s.intra_bandwidth,
-                             s.pcie_switches > 1 ? s.pcie_switches / 2 : g / 2);
+                return times(s.intra_bandwidth, s.pcie_switches > 1 ? s.pcie_switches / 2 : g / 2);
         }
         return std::nullopt;
     }

@@ -1,16 +1,19 @@
-// Summary writers: the bundled csv rendering, and a format added by a test the way a new output
-// format is added to clustersim (one SummaryWriterEntry on a copy of the bundled registry).
+// Output-format registries: the bundled csv summary, and a summary writer and a trace format added
+// by a test the way a new output format is added to clustersim (one entry on a copy of the bundled
+// registry).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "core/errors.hpp"
 #include "report/summary_writers.hpp"
+#include "report/trace_sink.hpp"
 
 using namespace cs;
 using namespace cs::report;
@@ -90,7 +93,8 @@ TEST_CASE("a writer registered by a test is found by extension and writes its fi
     std::stringstream text;
     text << in.rdbuf();
     CHECK(text.str() ==
-          "| schedule | iteration_time_s | bubble_fraction |\n|---|---|---|\n| 1f1b | 0.1 | 0.25 |\n");
+          "| schedule | iteration_time_s | bubble_fraction |\n|---|---|---|\n| 1f1b | 0.1 | 0.25 "
+          "|\n");
     std::filesystem::remove(path);
     // Only the copy knows it.
     CHECK(SummaryWriterRegistry::builtin().find("markdown") == nullptr);
@@ -120,4 +124,74 @@ TEST_CASE("registering a taken name or extension, a bad extension or no writer i
     e.extension = ".md2";
     e.write = nullptr;
     CHECK_THROWS_AS(registry.add(e), std::invalid_argument);
+}
+
+namespace {
+
+// A toy trace format: counts what the writer sends and writes the counts on finish().
+class CountingSink final : public TraceSink {
+  public:
+    explicit CountingSink(const std::filesystem::path& path) : path_(path) {}
+    void process(std::uint64_t, int, const std::string&) override { ++tracks_; }
+    void group(std::uint64_t, std::uint64_t, const std::string&, int) override { ++tracks_; }
+    void track(std::uint64_t, std::uint64_t, const std::string&, int) override { ++tracks_; }
+    void counter_track(std::uint64_t, std::uint64_t, const std::string&, const std::string&,
+                       int) override {
+        ++tracks_;
+    }
+    void slice(const TraceSlice&, const std::vector<TraceSlice>& children) override {
+        slices_ += 1 + static_cast<int>(children.size());
+    }
+    void instant(std::uint64_t, Time, const std::string&, const TraceArgs&) override {}
+    void counter(std::uint64_t, Time, double) override {}
+    void finish(const TraceArgs&) override {
+        std::ofstream(path_) << tracks_ << " tracks, " << slices_ << " slices\n";
+    }
+
+  private:
+    std::filesystem::path path_;
+    int tracks_ = 0, slices_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a trace format registered by a test opens by extension; messages list it") {
+    TraceFormatRegistry registry = TraceFormatRegistry::builtin();
+    registry.add(
+        {"counts", {".counts"}, "track and slice counts", [](const std::filesystem::path& p) {
+             return std::unique_ptr<TraceSink>(std::make_unique<CountingSink>(p));
+         }});
+    CHECK(trace_format_for("t.pftrace", registry).name == "perfetto");
+    CHECK(trace_format_for("t.perfetto-trace", registry).name == "perfetto");
+    const auto path = scratch("t.counts");
+    auto sink = make_trace_sink(path, registry);
+    // One process with one track holding a slice with two children: 2 tracks, 3 slices.
+    sink->process(1, 1, "p");
+    sink->track(2, 1, "t", 0);
+    TraceSlice parent{2, Time::us(0), Time::us(3), "parent", {}, {}};
+    TraceSlice child{2, Time::us(0), Time::us(1), "child", {}, {}};
+    sink->slice(parent, {child, child});
+    sink->finish({});
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "2 tracks, 3 slices");
+    std::filesystem::remove(path);
+    try {
+        trace_format_for("t.txt", registry);
+        FAIL("no error for .txt");
+    } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()).find(
+                  "expected a file name ending in .json (Chrome JSON), .pftrace (Perfetto "
+                  "protobuf) or .counts (track and slice counts)") != std::string::npos);
+    }
+    CHECK(TraceFormatRegistry::builtin().find_extension(".counts") == nullptr);
+    CHECK_THROWS_AS(
+        registry.add({"again",
+                      {".json"},
+                      "",
+                      [](const std::filesystem::path& p) {
+                          return std::unique_ptr<TraceSink>(std::make_unique<CountingSink>(p));
+                      }}),
+        std::invalid_argument);
 }

@@ -18,7 +18,6 @@
 
 namespace cs::schedule::test {
 
-
 struct Costs {
     long forward = 1;
     long backward = 2;         // full backward
@@ -140,7 +139,6 @@ inline std::vector<PipelineShape> accepted_shapes(const Schedule& schedule) {
     return shapes;
 }
 
-
 // Every (virtual stage, microbatch) runs F and B (or Bi and W) exactly once, placement is a
 // bijection, the orders run to completion and peak in-flight activations are within bounds, on
 // every shape of accepted_shapes().
@@ -213,8 +211,8 @@ inline void check_contract(const Schedule& schedule) {
 inline void check_rejections(const Schedule& schedule) {
     const std::string name = schedule.name();
     for (const PipelineShape& bad :
-         {PipelineShape{0, 4, schedule.chunks_for(2)},
-          PipelineShape{4, 0, schedule.chunks_for(2)}, PipelineShape{4, 4, 0}}) {
+         {PipelineShape{0, 4, schedule.chunks_for(2)}, PipelineShape{4, 0, schedule.chunks_for(2)},
+          PipelineShape{4, 4, 0}}) {
         INFO(describe(name, bad));
         const std::string message = schedule.check(bad);
         CHECK(message.find(name) == 0);

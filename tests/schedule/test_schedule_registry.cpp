@@ -22,8 +22,7 @@ class GpipeLifo final : public Schedule {
     std::string name() const override { return "gpipe-lifo"; }
     int chunks_for(int /*requested_vpp*/) const override { return 1; }
     std::string check(const PipelineShape& shape) const override {
-        if (shape.devices < 1 || shape.microbatches < 1)
-            return name() + " needs p >= 1 and m >= 1";
+        if (shape.devices < 1 || shape.microbatches < 1) return name() + " needs p >= 1 and m >= 1";
         if (shape.chunks != 1) return name() + " runs one model chunk per device; use v=1";
         return {};
     }
