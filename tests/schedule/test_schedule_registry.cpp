@@ -11,32 +11,12 @@
 #include "contract.hpp"
 #include "core/errors.hpp"
 #include "schedule/schedule.hpp"
+#include "toy_schedule.hpp"
 
 using namespace cs::schedule;
 using namespace cs::schedule::test;
 
 namespace {
-
-class GpipeLifo final : public Schedule {
-  public:
-    std::string name() const override { return "gpipe-lifo"; }
-    int chunks_for(int /*requested_vpp*/) const override { return 1; }
-    std::string check(const PipelineShape& shape) const override {
-        if (shape.devices < 1 || shape.microbatches < 1) return name() + " needs p >= 1 and m >= 1";
-        if (shape.chunks != 1) return name() + " runs one model chunk per device; use v=1";
-        return {};
-    }
-    std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
-        if (!check(shape).empty() || device < 0 || device >= shape.devices)
-            throw cs::SimulationError("schedule " + name(), "invalid shape or device");
-        std::vector<PipelineOp> ops;
-        for (int i = 0; i < shape.microbatches; ++i)
-            ops.push_back({Pass::Forward, i, 0});
-        for (int i = shape.microbatches - 1; i >= 0; --i)
-            ops.push_back({Pass::Backward, i, 0});
-        return ops;
-    }
-};
 
 // The one registration line, on a copy of the bundled registry.
 ScheduleRegistry with_toy() {
