@@ -93,7 +93,7 @@ void print_collective(std::ostream& out, const CollectiveRequest& request,
                       static_cast<long long>(row.size.value),
                       static_cast<long long>(row.size.value / 4), "float",
                       row.time.seconds() * 1e6, row.algbw_GBps, row.busbw_GBps,
-                      algorithm_name(row.algorithm));
+                      algorithm_name(row.algorithm).c_str());
         out << line;
     }
 }

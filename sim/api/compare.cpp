@@ -19,9 +19,7 @@ std::vector<std::string> parse_schedule_list(const std::string& text, const std:
         n.erase(0, n.find_first_not_of(' '));
         n.erase(n.find_last_not_of(' ') + 1);
         if (n.empty()) continue;
-        if (!schedule::make_schedule(n))
-            throw ConfigError(where, "unknown schedule \"" + n + "\"; expected " +
-                                         config::join_alternatives(schedule::schedule_names()));
+        schedule::require_schedule(n, where);
         if (std::find(names.begin(), names.end(), n) != names.end())
             throw ConfigError(where, "schedule \"" + n + "\" is named twice");
         names.push_back(n);

@@ -40,11 +40,7 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     // The copy names the schedule actually run, so that messages about it say so.
     workload::ExperimentSpec spec = experiment;
     spec.schedule = name;
-    auto sched = schedule::make_schedule(name);
-    if (!sched)
-        throw ConfigError(spec.schedule_where,
-                          "unknown schedule \"" + name + "\"; expected " +
-                              config::join_alternatives(schedule::schedule_names()));
+    auto sched = schedule::require_schedule(name, spec.schedule_where);
     const int chunks = sched->chunks_for(spec.layout.vpp);
     if (spec.layout.vpp > 1 && chunks == 1)
         out.warnings.push_back("schedule " + name + " has no virtual stages: vpp = " +

@@ -1,6 +1,7 @@
 #include "api/validate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
 #include "core/quantity.hpp"
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
@@ -120,32 +122,17 @@ Time transfer_time_alone(const topology::Cluster& cluster, const network::Networ
     return client.done;
 }
 
-template <class E>
-E pick(const config::Reader& r, const std::string& key,
-       const std::vector<std::pair<const char*, E>>& options,
-       const std::vector<std::string>& also_accepted = {}) {  // handled by the caller
+// A value of a name table (core/name_table.hpp); `also_accepted` are names the caller handled
+// before, listed in the message too.
+template <class E, std::size_t N>
+E pick_named(const config::Reader& r, const std::string& key, const std::array<Named<E>, N>& table,
+             const std::vector<std::string>& also_accepted = {}) {
     const std::string value = r.string(key);
-    std::vector<std::string> names;
-    for (const auto& [name, e] : options) {
-        if (value == name) return e;
-        names.emplace_back(name);
-    }
+    if (auto e = find_named(table, value)) return *e;
+    std::vector<std::string> names = names_of(table);
     names.insert(names.end(), also_accepted.begin(), also_accepted.end());
     r.fail(key, "unknown value \"" + value + "\"; expected " + config::join_alternatives(names));
 }
-
-const std::vector<std::pair<const char*, network::CollectiveKind>> kOps = {
-    {"all_reduce", network::CollectiveKind::AllReduce},
-    {"all_gather", network::CollectiveKind::AllGather},
-    {"reduce_scatter", network::CollectiveKind::ReduceScatter},
-    {"all_to_all", network::CollectiveKind::AllToAll},
-    {"sendrecv", network::CollectiveKind::SendRecv}};
-const std::vector<std::pair<const char*, network::Algorithm>> kAlgos = {
-    {"auto", network::Algorithm::Auto},
-    {"ring", network::Algorithm::Ring},
-    {"tree", network::Algorithm::Tree},
-    {"nvls", network::Algorithm::Nvls},
-    {"direct", network::Algorithm::Direct}};
 
 topology::Cluster load_topology(const config::Reader& r, const std::vector<std::string>& sets) {
     auto doc = config::load_document(r.document().resolve(r.string("topology")));
@@ -279,8 +266,9 @@ void run_collective(const config::Reader& r, ValidationCase& out) {
     }
     const auto sets = string_list(r, "set");
     const auto cluster = load_topology(r, sets);
-    const auto kind = pick(r, "op", kOps, {"send"});
-    const auto algo = r.has("algo") ? pick(r, "algo", kAlgos) : network::Algorithm::Auto;
+    const auto kind = pick_named(r, "op", network::kCollectiveNames, {"send"});
+    const auto algo = r.has("algo") ? network::parse_algorithm(r.string("algo"), r.location("algo"))
+                                    : network::Algorithm::Auto;
     const auto ranks = parse_rank_list(r.string("ranks"), r.key_path() + ".ranks");
     const Bytes size = r.bytes("size");
     const Time host = require_time(r, "host_overhead");

@@ -1,6 +1,7 @@
 // clustersim collective --topology T.yaml [--set k=v]... --op all_reduce --ranks 0-7
 //                       --sizes 1KiB:1GiB [--step-factor 2] [--algo ring] [--json FILE]
 // The rows come from api::run_collective (sim/api/collective.hpp).
+#include <array>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
 #include "core/quantity.hpp"
 
 namespace cs::cli {
@@ -31,16 +33,18 @@ struct CollectiveArgs {
     std::string json;
 };
 
-template <class E>
-E pick(const std::string& option, const std::string& value,
-       const std::vector<std::pair<const char*, E>>& options) {
-    std::vector<std::string> names;
-    for (const auto& [name, e] : options) {
-        if (value == name) return e;
-        names.emplace_back(name);
-    }
+std::string join(const std::vector<std::string>& names, const char* separator) {
+    std::string out;
+    for (const auto& n : names)
+        out += (out.empty() ? "" : separator) + n;
+    return out;
+}
+
+template <class E, std::size_t N>
+E pick(const std::string& option, const std::string& value, const std::array<Named<E>, N>& table) {
+    if (auto e = find_named(table, value)) return *e;
     throw ConfigError(SourceLocation{option + " " + value},
-                      "unknown value; expected " + config::join_alternatives(names));
+                      "unknown value; expected " + config::join_alternatives(names_of(table)));
 }
 
 void run(const CollectiveArgs& a) {
@@ -48,24 +52,9 @@ void run(const CollectiveArgs& a) {
     api::CollectiveRequest request;
     request.topology = a.topology;
     request.sets = a.sets;
-    request.kind = pick<CollectiveKind>("--op", a.op,
-                                        {{"all_reduce", CollectiveKind::AllReduce},
-                                         {"all_gather", CollectiveKind::AllGather},
-                                         {"reduce_scatter", CollectiveKind::ReduceScatter},
-                                         {"all_to_all", CollectiveKind::AllToAll},
-                                         {"broadcast", CollectiveKind::Broadcast},
-                                         {"sendrecv", CollectiveKind::SendRecv}});
-    request.algorithm = pick<Algorithm>("--algo", a.algo,
-                                        {{"auto", Algorithm::Auto},
-                                         {"ring", Algorithm::Ring},
-                                         {"tree", Algorithm::Tree},
-                                         {"hierarchical", Algorithm::Hierarchical},
-                                         {"nvls", Algorithm::Nvls},
-                                         {"pairwise", Algorithm::Pairwise},
-                                         {"direct", Algorithm::Direct}});
-    request.fidelity = pick<Fidelity>(
-        "--network", a.model,
-        {{"ideal", Fidelity::Ideal}, {"analytical", Fidelity::Analytical}, {"flow", Fidelity::Flow}});
+    request.kind = pick("--op", a.op, kCollectiveNames);
+    request.algorithm = parse_algorithm(a.algo, SourceLocation{"--algo " + a.algo});
+    request.fidelity = pick("--network", a.model, kFidelityNames);
     const auto host = parse_time(a.host_overhead);
     if (!host)
         throw ConfigError(SourceLocation{"--host-overhead " + a.host_overhead},
@@ -99,8 +88,7 @@ void register_collective(CLI::App& app) {
     cmd->add_option("--topology", args->topology, "Topology YAML")->required();
     cmd->add_option("--set", args->sets, "Override a key of the topology: nodes=4")
         ->type_name("KEY=VALUE");
-    cmd->add_option("--op", args->op,
-                    "all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | sendrecv")
+    cmd->add_option("--op", args->op, join(names_of(network::kCollectiveNames), " | "))
         ->capture_default_str();
     cmd->add_option("--ranks", args->ranks, "GPU numbers: 0-7, 0,2,4, 0-3,8-11 (default: all)");
     cmd->add_option("--sizes", args->sizes, "SIZE or FIRST:LAST, e.g. 1KiB:1GiB")
@@ -108,9 +96,10 @@ void register_collective(CLI::App& app) {
     cmd->add_option("--step-factor", args->step_factor, "Size multiplier between rows")
         ->capture_default_str();
     cmd->add_option("--algo", args->algo,
-                    "auto | ring | tree | hierarchical | nvls | pairwise | direct")
+                    join(network::AlgorithmRegistry::builtin().names(), " | "))
         ->capture_default_str();
-    cmd->add_option("--network", args->model, "ideal | analytical | flow")->capture_default_str();
+    cmd->add_option("--network", args->model, join(names_of(network::kFidelityNames), " | "))
+        ->capture_default_str();
     cmd->add_flag("--nominal", args->nominal,
                   "Use nominal link capacities and no step overhead instead of the calibration");
     cmd->add_option("--host-overhead", args->host_overhead,

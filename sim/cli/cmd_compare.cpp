@@ -7,6 +7,8 @@
 #include "api/compare.hpp"
 #include "api/inputs.hpp"
 #include "cli/commands.hpp"
+#include "config/document.hpp"
+#include "schedule/schedule.hpp"
 #include "core/atomic_file.hpp"
 
 namespace cs::cli {
@@ -64,7 +66,9 @@ void register_compare(CLI::App& app) {
     auto args = std::make_shared<CompareArgs>();
     auto* cmd = app.add_subcommand("compare", "Simulate several schedules on one experiment");
     cmd->add_option("experiment", args->experiment, "Experiment YAML")->required();
-    cmd->add_option("--schedules", args->schedules, "Comma-separated schedule names")
+    cmd->add_option("--schedules", args->schedules,
+                    "Comma-separated schedule names: " +
+                        config::join_alternatives(schedule::schedule_names()))
         ->capture_default_str();
     cmd->add_option("--set", args->sets, "Override a key (see run)")->type_name("KEY=VALUE");
     cmd->add_option("--json", args->json, "Write the list of summaries as JSON");

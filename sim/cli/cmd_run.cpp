@@ -6,7 +6,11 @@
 #include "api/inputs.hpp"
 #include "api/run.hpp"
 #include "cli/commands.hpp"
+#include "config/document.hpp"
 #include "core/atomic_file.hpp"
+#include "report/summary_writers.hpp"
+#include "report/trace_sink.hpp"
+#include "schedule/schedule.hpp"
 
 namespace cs::cli {
 
@@ -16,6 +20,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string megatron_args;
     std::string json;
+    std::vector<std::string> summaries;
     std::string trace;
     std::string trace_ranks;
     std::string trace_links = "auto";
@@ -23,6 +28,10 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
+    // Unknown summary formats are reported before anything runs.
+    std::vector<const report::SummaryWriterEntry*> writers;
+    for (const auto& file : a.summaries)
+        writers.push_back(&report::summary_writer_for(file));
     const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -36,11 +45,11 @@ void run(const RunArgs& a) {
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())
-        write_file_atomically(a.json, [&](std::ostream& out) {
-            out << report::to_json(result.summary).dump(2) << "\n";
-        });
+        report::write_summary_file(a.json, result.summary, report::summary_writer("json"));
+    for (std::size_t i = 0; i < writers.size(); ++i)
+        report::write_summary_file(a.summaries[i], result.summary, *writers[i]);
     std::cout << "experiment            " << spec.source << "\n";
-    report::print_summary(std::cout, result.summary);
+    report::summary_writer("text").write(std::cout, result.summary);
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
 }
@@ -56,11 +65,16 @@ void register_run(CLI::App& app) {
     cmd->add_option("--megatron-args", args->megatron_args,
                     "Megatron-LM flags (or @FILE) that set the model, layout and training keys")
         ->type_name("\"--tensor-model-parallel-size 8 ...\"");
-    cmd->add_option("--schedule", args->schedule, "Override the experiment's schedule");
+    cmd->add_option("--schedule", args->schedule,
+                    "Override the experiment's schedule: " +
+                        config::join_alternatives(schedule::schedule_names()));
     cmd->add_option("--json", args->json, "Write the summary as JSON");
-    cmd->add_option(
-        "--trace", args->trace,
-        "Write a timeline: FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)");
+    cmd->add_option("--summary", args->summaries,
+                    "Write the summary, format by extension: " +
+                        report::SummaryWriterRegistry::builtin().help())
+        ->type_name("FILE");
+    cmd->add_option("--trace", args->trace,
+                    "Write a timeline: " + report::TraceFormatRegistry::builtin().help());
     cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
         ->type_name("RANKS");
     cmd->add_option("--trace-links", args->trace_links,

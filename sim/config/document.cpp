@@ -262,7 +262,11 @@ std::string join_alternatives(const std::vector<std::string>& options) {
 
 std::string Reader::choice(const std::string& key, std::initializer_list<const char*> options,
                            const char* fallback) const {
-    std::vector<std::string> names(options.begin(), options.end());
+    return choice(key, std::vector<std::string>(options.begin(), options.end()), fallback);
+}
+
+std::string Reader::choice(const std::string& key, const std::vector<std::string>& names,
+                           const char* fallback) const {
     if (!has(key)) {
         if (fallback) return fallback;
         fail(key, "missing; expected one of " + join_alternatives(names));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 
 namespace cs::config {
@@ -73,6 +74,16 @@ class Reader {
     bool boolean_or(const std::string& key, bool fallback) const;
     std::string choice(const std::string& key, std::initializer_list<const char*> options,
                        const char* fallback = nullptr) const;
+    std::string choice(const std::string& key, const std::vector<std::string>& options,
+                       const char* fallback = nullptr) const;
+    // One of a name table's values (core/name_table.hpp); `fallback` when the key is absent,
+    // otherwise an absent key is an error. Messages list the table's names.
+    template <class E, std::size_t N>
+    E choice(const std::string& key, const std::array<Named<E>, N>& table,
+             std::optional<E> fallback = std::nullopt) const {
+        if (fallback && !has(key)) return *fallback;
+        return *find_named(table, choice(key, names_of(table)));
+    }
 
     Time time(const std::string& key) const;
     std::optional<Time> time_opt(const std::string& key) const;

@@ -15,53 +15,11 @@ using topology::Cluster;
 using topology::LinkId;
 
 const char* collective_name(CollectiveKind k) {
-    switch (k) {
-        case CollectiveKind::AllReduce:
-            return "all_reduce";
-        case CollectiveKind::AllGather:
-            return "all_gather";
-        case CollectiveKind::ReduceScatter:
-            return "reduce_scatter";
-        case CollectiveKind::AllToAll:
-            return "all_to_all";
-        case CollectiveKind::Broadcast:
-            return "broadcast";
-        case CollectiveKind::SendRecv:
-            return "sendrecv";
-    }
-    return "?";
-}
-
-const char* algorithm_name(Algorithm a) {
-    switch (a) {
-        case Algorithm::Auto:
-            return "auto";
-        case Algorithm::Ring:
-            return "ring";
-        case Algorithm::Tree:
-            return "tree";
-        case Algorithm::Hierarchical:
-            return "hierarchical";
-        case Algorithm::Nvls:
-            return "nvls";
-        case Algorithm::Pairwise:
-            return "pairwise";
-        case Algorithm::Direct:
-            return "direct";
-    }
-    return "?";
+    return name_of(kCollectiveNames, k).data();
 }
 
 const char* fidelity_name(Fidelity f) {
-    switch (f) {
-        case Fidelity::Ideal:
-            return "ideal";
-        case Fidelity::Analytical:
-            return "analytical";
-        case Fidelity::Flow:
-            return "flow";
-    }
-    return "?";
+    return name_of(kFidelityNames, f).data();
 }
 
 NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
@@ -102,11 +60,6 @@ double busbw_factor(CollectiveKind kind, int ranks) {
     return 1.0;
 }
 
-Algorithm choose_algorithm(const Cluster& cluster, CollectiveKind kind,
-                           const std::vector<int>& ranks, Bytes size) {
-    return resolve_algorithm(cluster, kind, ranks, size, Algorithm::Auto);
-}
-
 namespace {
 
 enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion, kSetCapacity };
@@ -115,6 +68,7 @@ class NetworkImpl final : public Network, public EventHandler {
   public:
     NetworkImpl(Simulation& sim, const Cluster& cluster, const NetworkConfig& config)
         : sim_(sim), cluster_(cluster), config_(config) {
+        if (!config_.algorithms) throw ConfigError("network: no collective algorithm registry");
         handler_ = sim_.add_handler(*this);
         const auto& links = cluster_.links();
         real_links_.links = links.size();
@@ -188,13 +142,14 @@ class NetworkImpl final : public Network, public EventHandler {
         if (group >= groups_.size())
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
         const auto& ranks = groups_[group];
-        const Algorithm resolved = resolve_algorithm(cluster_, kind, ranks, size, algo);
-        const std::uint64_t key = static_cast<std::uint64_t>(group) << 16 |
-                                  static_cast<std::uint64_t>(kind) << 8 |
-                                  static_cast<std::uint64_t>(resolved);
+        const AlgorithmRegistry& algorithms = *config_.algorithms;
+        const Algorithm resolved = resolve_algorithm(cluster_, kind, ranks, size, algo, algorithms);
+        const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
+                                  static_cast<std::uint64_t>(kind) << 16 |
+                                  static_cast<std::uint64_t>(resolved.id);
         auto it = plans_.find(key);
         if (it == plans_.end()) {
-            Plan plan = build_plan(cluster_, kind, resolved, ranks, group);
+            Plan plan = build_plan(cluster_, kind, resolved, ranks, group, algorithms);
             apply_operation(plan, kind);
             it = plans_.emplace(key, std::move(plan)).first;
         }

@@ -16,35 +16,31 @@
 // hierarchical, pairwise all-to-all, NVLS), each step a set of flows.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 #include "engine/simulation.hpp"
+#include "network/collectives.hpp"
 #include "topology/cluster.hpp"
 
 namespace cs::network {
 
 enum class Fidelity : std::uint8_t { Ideal, Analytical, Flow };
-enum class CollectiveKind : std::uint8_t {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Broadcast,
-    SendRecv
-};
-enum class Algorithm : std::uint8_t { Auto, Ring, Tree, Hierarchical, Nvls, Pairwise, Direct };
-
-const char* collective_name(CollectiveKind k);  // "all_reduce", "all_gather", ...
-const char* algorithm_name(Algorithm a);        // "auto", "ring", "tree", ...
-
+// The names of the fidelities in experiment files (`network.model`) and on command lines, the
+// default first.
+inline constexpr std::array<Named<Fidelity>, 3> kFidelityNames{{
+    {"flow", Fidelity::Flow},
+    {"analytical", Fidelity::Analytical},
+    {"ideal", Fidelity::Ideal},
+}};
 const char* fidelity_name(Fidelity f);  // "ideal", "analytical", "flow"
 
-inline constexpr int kCollectiveKinds = 6;
 inline constexpr int kLinkKinds = 5;
 
 // Calibration (docs/network.md, "Calibration"); every constant comes from a microbenchmark, none
@@ -112,6 +108,9 @@ struct NetworkConfig {
     // Cap on NVLS (multimem) traffic on each GPU-NVSwitch link and direction, as a fraction of
     // the link's nominal bandwidth. 1 = the links' own efficiency alone limits it.
     double nvls_efficiency = 1.0;
+    // The collective algorithms `collective()` accepts; never null. A registry other than the
+    // bundled one must outlive the networks built with it.
+    const AlgorithmRegistry* algorithms = &AlgorithmRegistry::builtin();
 
     // The defaults above are the nominal hardware (no overhead, full capacity), which the
     // closed-form tests use. calibrated() returns the fitted values for NVLink, NVSwitch and NVLS
@@ -171,6 +170,8 @@ class Network {
     // One message of `size` bytes from GPU src to GPU dst.
     virtual void send(int src, int dst, Bytes size, std::uint64_t token) = 0;
     // A collective on a group, started when all its members are ready (the caller synchronises).
+    // `algo` is Auto or an algorithm of NetworkConfig::algorithms that applies (ConfigError
+    // otherwise, see resolve_algorithm).
     // `size` follows nccl-tests' size column: the per-rank buffer for all_reduce, the total output
     // for all_gather, the total input for reduce_scatter, the per-rank send buffer for all_to_all.
     virtual void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
@@ -196,13 +197,6 @@ class Network {
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for
 // all_gather, reduce_scatter and all_to_all, 1 for broadcast and sendrecv).
 double busbw_factor(CollectiveKind kind, int ranks);
-
-// The algorithm Algorithm::Auto resolves to, as NCCL would choose by size and topology:
-//   all_reduce   one node: NVLS when the node's GPUs hang off NVSwitches and n > 4, else ring;
-//                several nodes: tree below 64 MiB, ring from 64 MiB up;
-//   all_gather, reduce_scatter, broadcast: ring; all_to_all: pairwise; sendrecv: direct.
-Algorithm choose_algorithm(const topology::Cluster& cluster, CollectiveKind kind,
-                           const std::vector<int>& ranks, Bytes size);
 
 // Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it.
 std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,

@@ -1,6 +1,7 @@
 // The format-independent side of trace writing: tracks, slices, flows, counters and instants, as
-// the trace writer (trace_writer.hpp) produces them, and the two sinks that encode them:
-// Chrome JSON (chrome_trace.hpp) and Perfetto's protobuf TracePacket stream (perfetto_proto.hpp).
+// the trace writer (trace_writer.hpp) produces them, and the registry of the sinks that encode
+// them: Chrome JSON (chrome_trace.hpp) and Perfetto's protobuf TracePacket stream
+// (perfetto_proto.hpp), listed in builtin_trace_formats.def.
 //
 // Sinks stream: every call is encoded and written at once, nothing of the trace is kept beyond
 // per-track bookkeeping. A sink writes into an AtomicFile; finish() completes the document and
@@ -18,8 +19,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/units.hpp"
@@ -80,13 +83,44 @@ class TraceSink {
     virtual void finish(const TraceArgs& metadata) = 0;
 };
 
-enum class TraceFormat : std::uint8_t { ChromeJson, PerfettoProto };
+// A trace file format: the row of a TraceFormatRegistry that make_trace_sink, --trace's help and
+// the unknown-extension message read.
+struct TraceFormatEntry {
+    std::string name;                     // "chrome-json", "perfetto"
+    std::vector<std::string> extensions;  // with the dot, first one preferred: {".json"}
+    std::string description;              // "Chrome JSON", shown beside the extension
+    // Opens the file (ConfigError if it cannot be created) and returns its sink.
+    std::function<std::unique_ptr<TraceSink>(const std::filesystem::path&)> open;
+};
 
-// By extension: ".json" -> ChromeJson, ".pftrace" / ".perfetto-trace" -> PerfettoProto; throws
-// ConfigError naming the accepted extensions otherwise.
-TraceFormat trace_format_for(const std::filesystem::path& path);
+// The trace formats, chosen by file extension. builtin() is the bundled table
+// (builtin_trace_formats.def), built once and immutable; tests and embedding programs copy it and
+// add() to the copy.
+class TraceFormatRegistry {
+  public:
+    TraceFormatRegistry() = default;  // empty
+    static const TraceFormatRegistry& builtin();
+
+    // Throws std::invalid_argument for an empty name, no extension, an extension without a
+    // leading dot or already taken, or no `open`.
+    TraceFormatRegistry& add(TraceFormatEntry entry);
+    const TraceFormatEntry* find_extension(std::string_view extension) const;  // nullptr if none
+    const std::vector<TraceFormatEntry>& entries() const { return entries_; }
+    // "FILE.json (Chrome JSON) or FILE.pftrace (Perfetto protobuf)", for --trace's help.
+    std::string help() const;
+
+  private:
+    std::vector<TraceFormatEntry> entries_;
+};
+
+// The format of `path` by its extension; throws ConfigError naming the accepted extensions.
+const TraceFormatEntry& trace_format_for(
+    const std::filesystem::path& path,
+    const TraceFormatRegistry& registry = TraceFormatRegistry::builtin());
 
 // Opens the file (ConfigError if it cannot be created) and returns the sink for its format.
-std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path);
+std::unique_ptr<TraceSink> make_trace_sink(
+    const std::filesystem::path& path,
+    const TraceFormatRegistry& registry = TraceFormatRegistry::builtin());
 
 }  // namespace cs::report

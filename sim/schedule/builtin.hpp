@@ -1,4 +1,5 @@
-// The schedules bundled with clustersim, for the factory in schedule.cpp. Not a public header.
+// The schedules bundled with clustersim (builtin_schedules.def) and helpers their .cpp files
+// share. Not a public header.
 #pragma once
 
 #include <memory>
@@ -8,13 +9,10 @@
 
 namespace cs::schedule::detail {
 
-std::unique_ptr<Schedule> make_gpipe();
-std::unique_ptr<Schedule> make_one_f_one_b();
-std::unique_ptr<Schedule> make_interleaved();
-std::unique_ptr<Schedule> make_zb_h1();
-std::unique_ptr<Schedule> make_zb_h2();
-std::unique_ptr<Schedule> make_zb_v();
-std::unique_ptr<Schedule> make_dualpipev();
+// One factory per line of builtin_schedules.def.
+#define CS_SCHEDULE(factory, name, description) std::unique_ptr<Schedule> factory();
+#include "schedule/builtin_schedules.def"
+#undef CS_SCHEDULE
 
 // Empty if p, m and v are all at least 1; otherwise what is wrong, prefixed by the schedule name.
 std::string check_positive(const std::string& name, const PipelineShape& shape);

@@ -1,6 +1,7 @@
 #include "schedule/schedule.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "core/errors.hpp"
@@ -30,19 +31,57 @@ Placement Schedule::place(const PipelineShape& shape, int virtual_stage, int /*m
     return Placement{virtual_stage % shape.devices, virtual_stage / shape.devices};
 }
 
-std::vector<std::string> schedule_names() {
-    return {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"};
+const ScheduleRegistry& ScheduleRegistry::builtin() {
+    static const ScheduleRegistry registry = [] {
+        ScheduleRegistry r;
+#define CS_SCHEDULE(factory, name, description) r.add({name, &detail::factory, description});
+#include "schedule/builtin_schedules.def"
+#undef CS_SCHEDULE
+        return r;
+    }();
+    return registry;
 }
 
-std::unique_ptr<Schedule> make_schedule(const std::string& name) {
-    if (name == "gpipe") return detail::make_gpipe();
-    if (name == "1f1b") return detail::make_one_f_one_b();
-    if (name == "interleaved") return detail::make_interleaved();
-    if (name == "zb-h1") return detail::make_zb_h1();
-    if (name == "zb-h2") return detail::make_zb_h2();
-    if (name == "zb-v") return detail::make_zb_v();
-    if (name == "dualpipev") return detail::make_dualpipev();
+ScheduleRegistry& ScheduleRegistry::add(ScheduleEntry entry) {
+    if (entry.name.empty()) throw std::invalid_argument("a schedule needs a name");
+    if (!entry.make) throw std::invalid_argument("schedule '" + entry.name + "' has no factory");
+    if (find(entry.name))
+        throw std::invalid_argument("schedule '" + entry.name + "' is already registered");
+    entries_.push_back(std::move(entry));
+    return *this;
+}
+
+const ScheduleEntry* ScheduleRegistry::find(std::string_view name) const {
+    for (const ScheduleEntry& e : entries_)
+        if (e.name == name) return &e;
     return nullptr;
+}
+
+std::vector<std::string> ScheduleRegistry::names() const {
+    std::vector<std::string> out;
+    out.reserve(entries_.size());
+    for (const ScheduleEntry& e : entries_)
+        out.push_back(e.name);
+    return out;
+}
+
+std::vector<std::string> schedule_names(const ScheduleRegistry& registry) {
+    return registry.names();
+}
+
+std::unique_ptr<Schedule> make_schedule(std::string_view name, const ScheduleRegistry& registry) {
+    const ScheduleEntry* entry = registry.find(name);
+    return entry ? entry->make() : nullptr;
+}
+
+std::unique_ptr<Schedule> require_schedule(std::string_view name, const SourceLocation& where,
+                                           const ScheduleRegistry& registry) {
+    if (auto schedule = make_schedule(name, registry)) return schedule;
+    std::string names;
+    const auto all = registry.names();
+    for (std::size_t i = 0; i < all.size(); ++i)
+        names += (i == 0 ? "" : (i + 1 == all.size() ? " or " : ", ")) + all[i];
+    throw ConfigError(where, "unknown schedule \"" + std::string(name) + "\"; expected " + names);
 }
 
 int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& shape, int device) {

@@ -17,9 +17,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/errors.hpp"
 
 namespace cs::schedule {
 
@@ -66,10 +70,48 @@ class Schedule {
     virtual Placement place(const PipelineShape& shape, int virtual_stage, int microbatch) const;
 };
 
+// One schedule a user can name: the registry row that make_schedule, schedule_names and every
+// message listing schedules read.
+struct ScheduleEntry {
+    std::string name;  // as users write it; equals the made schedule's name()
+    std::function<std::unique_ptr<Schedule>()> make;
+    std::string description;  // one line, for --help and docs
+};
+
+// The schedules a run can use, by name, in registration order.
+//
+// builtin() is the bundled table (builtin_schedules.def), built once and immutable. A test or an
+// embedding program that adds a schedule copies it and add()s to the copy, then passes the copy
+// to make_schedule / schedule_names; there is no process-wide registration, so two registries can
+// be used side by side.
+class ScheduleRegistry {
+  public:
+    ScheduleRegistry() = default;  // empty
+    static const ScheduleRegistry& builtin();
+
+    // Appends a schedule. Throws std::invalid_argument for an empty name, a missing factory or a
+    // name already registered.
+    ScheduleRegistry& add(ScheduleEntry entry);
+
+    const ScheduleEntry* find(std::string_view name) const;  // nullptr if unknown
+    const std::vector<ScheduleEntry>& entries() const { return entries_; }
+    std::vector<std::string> names() const;
+
+  private:
+    std::vector<ScheduleEntry> entries_;
+};
+
 // Known schedule names, for messages: "gpipe, 1f1b, interleaved, ...".
-std::vector<std::string> schedule_names();
+std::vector<std::string> schedule_names(
+    const ScheduleRegistry& registry = ScheduleRegistry::builtin());
 // nullptr if the name is unknown.
-std::unique_ptr<Schedule> make_schedule(const std::string& name);
+std::unique_ptr<Schedule> make_schedule(
+    std::string_view name, const ScheduleRegistry& registry = ScheduleRegistry::builtin());
+// make_schedule that throws ConfigError at `where` (the YAML value or command-line option the name
+// came from) for an unknown name: 'unknown schedule "x"; expected gpipe, 1f1b, ... or dualpipev'.
+std::unique_ptr<Schedule> require_schedule(
+    std::string_view name, const SourceLocation& where,
+    const ScheduleRegistry& registry = ScheduleRegistry::builtin());
 
 // Most chunk activations device `device` holds at once under `schedule`: the maximum over its op
 // order of forwards started minus activations released. An activation is released when its

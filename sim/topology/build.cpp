@@ -1,6 +1,7 @@
 // TopologySpec -> Cluster: explicit devices and links, generated nodes and fabrics, and the checks
 // that need the whole picture (names, duplicates, port counts, GPU connectivity).
 #include <algorithm>
+#include <array>
 #include <boost/graph/connected_components.hpp>
 #include <boost/graph/filtered_graph.hpp>
 #include <cmath>
@@ -187,9 +188,7 @@ class Builder {
         shape_.nic_bandwidth = n.nics.bandwidth;
         shape_.intra_bandwidth = n.intra.bandwidth;
         if (n.gpus > 1 || n.intra.kind == IntraKind::Pcie) {
-            shape_.intra = n.intra.kind == IntraKind::NvSwitch     ? "nvswitch"
-                           : n.intra.kind == IntraKind::NvLinkMesh ? "nvlink"
-                                                                   : "pcie";
+            shape_.intra = n.intra.kind;
             if (n.intra.kind == IntraKind::NvLinkMesh)
                 shape_.intra_bandwidth = Bandwidth{n.intra.bandwidth.bytes_per_s * n.intra.count};
             if (n.intra.kind == IntraKind::Pcie)
@@ -287,28 +286,44 @@ class Builder {
         return add(std::move(d), true);
     }
 
-    void add_fabric() {
+    // Connects the nodes' NICs with the fabric of spec_.fabric->kind (kFabricBuilders).
+    void add_fabric();
+    // One builder per fabric kind; kFabricNames (cluster.hpp) holds the names a topology file
+    // uses. A new fabric: an enumerator and a name row in cluster.hpp, a builder method below and
+    // a row in kFabricBuilders.
+    struct FabricBuilder {
+        FabricKind kind;
+        void (Builder::*build)();
+    };
+    static const std::array<FabricBuilder, 3> kFabricBuilders;
+    static constexpr bool every_fabric_has_a_builder();
+
+    // single_switch: every NIC on one switch.
+    void add_single_switch() {
+        const FabricSpec& f = *spec_.fabric;
+        const NicSpec& nics = spec_.node->nics;
+        const int nodes = spec_.nodes;
+        const long long total_nics = static_cast<long long>(nodes) * nics.count;
+        if (f.ports && *f.ports < total_nics)
+            throw ConfigError(f.ports_where, "fabric port counts do not add up: the switch has " +
+                                                 plural(*f.ports, "port", "ports") + " but " +
+                                                 std::to_string(nodes) + " nodes x " +
+                                                 std::to_string(nics.count) + " NICs need " +
+                                                 std::to_string(total_nics) +
+                                                 "; use leaf_spine or fat_tree, or fewer nodes");
+        const DeviceIndex sw = add_switch("switch", 1);
+        for (const auto& node_nics : nic_devices_)
+            for (DeviceIndex nic : node_nics)
+                b_.add_link(nic, sw, nics.kind, nics.bandwidth, nics.latency);
+    }
+
+    // leaf_spine and fat_tree: leaves (per rail when rail-optimised), spines, and for fat_tree
+    // pods and cores.
+    void add_switch_tiers() {
         const FabricSpec& f = *spec_.fabric;
         const NicSpec& nics = spec_.node->nics;
         const int nodes = spec_.nodes;
         const LinkKind kind = nics.kind;
-        const long long total_nics = static_cast<long long>(nodes) * nics.count;
-        if (f.kind == FabricKind::SingleSwitch) {
-            if (f.ports && *f.ports < total_nics)
-                throw ConfigError(f.ports_where,
-                                  "fabric port counts do not add up: the switch has " +
-                                      plural(*f.ports, "port", "ports") + " but " +
-                                      std::to_string(nodes) + " nodes x " +
-                                      std::to_string(nics.count) + " NICs need " +
-                                      std::to_string(total_nics) +
-                                      "; use leaf_spine or fat_tree, or fewer nodes");
-            shape_.fabric = "single_switch";
-            const DeviceIndex sw = add_switch("switch", 1);
-            for (const auto& node_nics : nic_devices_)
-                for (DeviceIndex nic : node_nics)
-                    b_.add_link(nic, sw, kind, nics.bandwidth, nics.latency);
-            return;
-        }
         if (!f.leaf.down)
             throw ConfigError(f.leaf.where,
                               "'fabric.leaf.down' missing; give the leaf switch's ports facing "
@@ -341,7 +356,6 @@ class Builder {
                             nics.latency);
             }
 
-        shape_.fabric = f.kind == FabricKind::LeafSpine ? "leaf_spine" : "fat_tree";
         shape_.leaf_groups = groups;
         shape_.rails = rails;
         shape_.leaves = leaf_count;
@@ -434,6 +448,32 @@ class Builder {
     GeneratedShape shape_;
     int first_generated_node_ = 0;
 };
+
+constexpr std::array<Builder::FabricBuilder, 3> Builder::kFabricBuilders{{
+    {FabricKind::SingleSwitch, &Builder::add_single_switch},
+    {FabricKind::LeafSpine, &Builder::add_switch_tiers},
+    {FabricKind::FatTree, &Builder::add_switch_tiers},
+}};
+
+constexpr bool Builder::every_fabric_has_a_builder() {
+    for (const auto& named : kFabricNames) {
+        bool found = false;
+        for (const auto& b : kFabricBuilders)
+            found = found || b.kind == named.value;
+        if (!found) return false;
+    }
+    return true;
+}
+
+void Builder::add_fabric() {
+    static_assert(every_fabric_has_a_builder(), "a fabric kind of kFabricNames has no builder");
+    const FabricKind kind = spec_.fabric->kind;
+    shape_.fabric = kind;
+    for (const auto& b : kFabricBuilders)
+        if (b.kind == kind) return (this->*b.build)();
+    throw SimulationError("topology",
+                          "no builder for fabric kind " + std::string(name_of(kFabricNames, kind)));
+}
 
 std::string island_text(const Cluster& c, const std::vector<int>& gpus) {
     std::string out = "{";

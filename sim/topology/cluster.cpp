@@ -9,35 +9,11 @@
 namespace cs::topology {
 
 const char* device_kind_name(DeviceKind k) {
-    switch (k) {
-        case DeviceKind::Gpu:
-            return "gpu";
-        case DeviceKind::NvSwitch:
-            return "nvswitch";
-        case DeviceKind::Nic:
-            return "nic";
-        case DeviceKind::PcieSwitch:
-            return "pcie_switch";
-        case DeviceKind::Switch:
-            return "switch";
-    }
-    return "?";
+    return name_of(kDeviceKindNames, k).data();
 }
 
 const char* link_kind_name(LinkKind k) {
-    switch (k) {
-        case LinkKind::NvLink:
-            return "nvlink";
-        case LinkKind::NvSwitch:
-            return "nvswitch";
-        case LinkKind::Pcie:
-            return "pcie";
-        case LinkKind::InfiniBand:
-            return "infiniband";
-        case LinkKind::Ethernet:
-            return "ethernet";
-    }
-    return "?";
+    return name_of(kLinkKindNames, k).data();
 }
 
 DeviceIndex Cluster::find_device(const std::string& id) const {

@@ -6,6 +6,7 @@
 // (explicit devices in the order listed; generated clusters node-major).
 #pragma once
 
+#include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <optional>
@@ -13,12 +14,29 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 
 namespace cs::topology {
 
 enum class DeviceKind : std::uint8_t { Gpu, NvSwitch, Nic, PcieSwitch, Switch };
 enum class LinkKind : std::uint8_t { NvLink, NvSwitch, Pcie, InfiniBand, Ethernet };
+
+// The names of device and link kinds in topology files, messages and reports.
+inline constexpr std::array<Named<DeviceKind>, 5> kDeviceKindNames{{
+    {"gpu", DeviceKind::Gpu},
+    {"nvswitch", DeviceKind::NvSwitch},
+    {"nic", DeviceKind::Nic},
+    {"pcie_switch", DeviceKind::PcieSwitch},
+    {"switch", DeviceKind::Switch},
+}};
+inline constexpr std::array<Named<LinkKind>, 5> kLinkKindNames{{
+    {"nvlink", LinkKind::NvLink},
+    {"nvswitch", LinkKind::NvSwitch},
+    {"pcie", LinkKind::Pcie},
+    {"infiniband", LinkKind::InfiniBand},
+    {"ethernet", LinkKind::Ethernet},
+}};
 
 const char* device_kind_name(DeviceKind k);  // "gpu", "nvswitch", "nic", "pcie_switch", "switch"
 const char* link_kind_name(LinkKind k);  // "nvlink", "nvswitch", "pcie", "infiniband", "ethernet"
@@ -70,10 +88,26 @@ using Graph =
 // The shape a generator built (node template and fabric tiers), kept so that summaries can
 // derive bisection bandwidth from the structure instead of a max-flow. Absent when the cluster
 // has no generated nodes.
+// How the GPUs of a generated node are joined (topology `node.intra.kind`).
+enum class IntraKind : std::uint8_t { NvSwitch, NvLinkMesh, Pcie };
+inline constexpr std::array<Named<IntraKind>, 3> kIntraNames{{
+    {"nvswitch", IntraKind::NvSwitch},
+    {"nvlink", IntraKind::NvLinkMesh},
+    {"pcie", IntraKind::Pcie},
+}};
+
+// The generated fabric between nodes (topology `fabric.kind`); build.cpp has one builder per kind.
+enum class FabricKind : std::uint8_t { SingleSwitch, LeafSpine, FatTree };
+inline constexpr std::array<Named<FabricKind>, 3> kFabricNames{{
+    {"single_switch", FabricKind::SingleSwitch},
+    {"leaf_spine", FabricKind::LeafSpine},
+    {"fat_tree", FabricKind::FatTree},
+}};
+
 struct GeneratedShape {
-    std::string fabric = "none";  // none | single_switch | leaf_spine | fat_tree
-    std::string intra = "none";   // none | nvswitch | nvlink | pcie
-    int first_node = 0;           // generated nodes are first_node .. first_node + nodes - 1
+    std::optional<FabricKind> fabric;  // none when the nodes have no fabric
+    std::optional<IntraKind> intra;    // none for single-GPU nodes without PCIe switches
+    int first_node = 0;                // generated nodes are first_node .. first_node + nodes - 1
     int nodes = 0;
     int gpus_per_node = 0;
     int nics_per_node = 0;

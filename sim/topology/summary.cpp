@@ -21,13 +21,18 @@ std::optional<Bandwidth> structural_bisection(const GeneratedShape& s, int total
     if (total_nodes != s.nodes || s.first_node != 0) return std::nullopt;  // mixed forms
     if (s.nodes == 1) {
         const int g = s.gpus_per_node;
-        if (s.intra == "nvswitch") return times(s.intra_bandwidth, g / 2);
-        if (s.intra == "nvlink") return times(s.intra_bandwidth, (g / 2) * ((g + 1) / 2));
-        if (s.intra == "pcie")
-            return times(s.intra_bandwidth, s.pcie_switches > 1 ? s.pcie_switches / 2 : g / 2);
+        if (!s.intra) return std::nullopt;
+        switch (*s.intra) {
+            case IntraKind::NvSwitch:
+                return times(s.intra_bandwidth, g / 2);
+            case IntraKind::NvLinkMesh:
+                return times(s.intra_bandwidth, (g / 2) * ((g + 1) / 2));
+            case IntraKind::Pcie:
+                return times(s.intra_bandwidth, s.pcie_switches > 1 ? s.pcie_switches / 2 : g / 2);
+        }
         return std::nullopt;
     }
-    if (s.fabric == "none") return std::nullopt;
+    if (!s.fabric) return std::nullopt;
     // Half of the NIC capacity, and half of the up-link capacity of every tier the cut crosses.
     Bandwidth best = times(s.nic_bandwidth, 0.5 * s.nodes * s.nics_per_node);
     if (s.leaf_groups >= 2 && s.leaf_up > 0)
@@ -116,7 +121,7 @@ TopologySummary summarize(const Cluster& c) {
         s.inter_node_bandwidth_per_gpu = Bandwidth{std::isinf(best) ? 0.0 : best};
     }
     if (const auto& shape = c.generated_shape()) {
-        s.fabric = shape->fabric;
+        s.fabric = shape->fabric ? std::string(name_of(kFabricNames, *shape->fabric)) : "none";
         s.bisection_bandwidth = structural_bisection(*shape, s.nodes);
     }
     s.diameter_hops = diameter(c);

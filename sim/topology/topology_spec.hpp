@@ -42,8 +42,6 @@ struct LinkSpec {
     SourceLocation to_where;
 };
 
-enum class IntraKind : std::uint8_t { NvSwitch, NvLinkMesh, Pcie };
-
 struct IntraSpec {
     IntraKind kind = IntraKind::NvSwitch;
     Bandwidth bandwidth;  // nvswitch: per GPU; nvlink: per GPU pair; pcie: per GPU to its switch
@@ -73,8 +71,6 @@ struct NodeSpec {
     NicSpec nics;
     SourceLocation where;
 };
-
-enum class FabricKind : std::uint8_t { SingleSwitch, LeafSpine, FatTree };
 
 // One tier of a generated fabric. `down` ports face the tier below (NICs for leaves), `up` ports
 // the tier above; oversubscription = down capacity / up capacity.

@@ -33,22 +33,12 @@ constexpr Alias kAliases[] = {
 };
 
 DeviceKind parse_device_kind(const config::Reader& r, const std::string& key) {
-    const std::string k = r.choice(key, {"gpu", "nvswitch", "nic", "pcie_switch", "switch"});
-    if (k == "gpu") return DeviceKind::Gpu;
-    if (k == "nvswitch") return DeviceKind::NvSwitch;
-    if (k == "nic") return DeviceKind::Nic;
-    if (k == "pcie_switch") return DeviceKind::PcieSwitch;
-    return DeviceKind::Switch;
+    return r.choice(key, kDeviceKindNames);
 }
 
-LinkKind parse_link_kind(const config::Reader& r, const std::string& key, const char* fallback) {
-    const std::string k =
-        r.choice(key, {"nvlink", "nvswitch", "pcie", "infiniband", "ethernet"}, fallback);
-    if (k == "nvlink") return LinkKind::NvLink;
-    if (k == "nvswitch") return LinkKind::NvSwitch;
-    if (k == "pcie") return LinkKind::Pcie;
-    if (k == "infiniband") return LinkKind::InfiniBand;
-    return LinkKind::Ethernet;
+LinkKind parse_link_kind(const config::Reader& r, const std::string& key,
+                         std::optional<LinkKind> fallback = std::nullopt) {
+    return r.choice(key, kLinkKindNames, fallback);
 }
 
 int as_int(const config::Reader& r, const std::string& key, std::int64_t v) {
@@ -102,7 +92,7 @@ LinkSpec parse_link(const config::Reader& r) {
     l.from_where = r.location("from");
     l.to = r.string("to");
     l.to_where = r.location("to");
-    l.kind = parse_link_kind(r, "kind", nullptr);
+    l.kind = parse_link_kind(r, "kind");
     l.bandwidth = r.bandwidth("bandwidth");
     l.latency = r.time_opt("latency").value_or(Time::us(1));
     l.count = as_int(r, "count", r.count_or("count", 1));
@@ -113,10 +103,7 @@ LinkSpec parse_link(const config::Reader& r) {
 IntraSpec parse_intra(const config::Reader& r) {
     IntraSpec s;
     s.where = r.location();
-    const std::string k = r.choice("kind", {"nvswitch", "nvlink", "pcie"});
-    s.kind = k == "nvswitch" ? IntraKind::NvSwitch
-             : k == "nvlink" ? IntraKind::NvLinkMesh
-                             : IntraKind::Pcie;
+    s.kind = r.choice("kind", kIntraNames);
     s.bandwidth = r.bandwidth("bandwidth");
     const Time default_latency = s.kind == IntraKind::NvSwitch ? Time::ns(500) : Time::us(1);
     s.latency = r.time_opt("latency").value_or(default_latency);
@@ -131,7 +118,7 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
     NicSpec s;
     s.where = r.location();
     s.count = as_int(r, "count", r.count("count", 0));
-    s.kind = parse_link_kind(r, "kind", "infiniband");
+    s.kind = parse_link_kind(r, "kind", LinkKind::InfiniBand);
     if (s.kind != LinkKind::InfiniBand && s.kind != LinkKind::Ethernet)
         r.fail("kind", "a NIC is infiniband or ethernet");
     if (s.count > 0 || r.has("bandwidth")) s.bandwidth = r.bandwidth("bandwidth");
@@ -231,10 +218,7 @@ TierSpec parse_tier(const config::Reader& r) {
 FabricSpec parse_fabric(const config::Reader& r) {
     FabricSpec f;
     f.where = r.location();
-    const std::string k = r.choice("kind", {"single_switch", "leaf_spine", "fat_tree"});
-    f.kind = k == "single_switch" ? FabricKind::SingleSwitch
-             : k == "leaf_spine"  ? FabricKind::LeafSpine
-                                  : FabricKind::FatTree;
+    f.kind = r.choice("kind", kFabricNames);
     f.latency = r.time_opt("latency").value_or(Time::us(1));
     if (f.kind == FabricKind::SingleSwitch) {
         if (r.has("ports")) {

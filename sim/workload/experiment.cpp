@@ -25,8 +25,7 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                    "100000, found " +
                        std::to_string(l.ddp_bucket_size));
     }
-    l.order =
-        r.choice("order", {"tp-cp-dp-pp", "tp-dp-cp-pp", "tp-pp-dp", "tp-cp-pp-dp"}, "tp-cp-dp-pp");
+    l.order = r.choice("order", kRankOrderNames, std::optional{RankOrder::TpCpDpPp});
     const int model_parallel = l.tp * l.pp * l.cp;
     if (r.has("dp")) {
         l.dp = static_cast<int>(r.count("dp"));
@@ -133,10 +132,8 @@ ComputeSpec parse_compute(const config::Reader& r) {
 }
 
 network::NetworkConfig parse_network(const config::Reader& r) {
-    const auto kind = r.choice("model", {"flow", "analytical", "ideal"}, "flow");
-    const auto fidelity = kind == "ideal"        ? network::Fidelity::Ideal
-                          : kind == "analytical" ? network::Fidelity::Analytical
-                                                 : network::Fidelity::Flow;
+    const auto fidelity =
+        r.choice("model", network::kFidelityNames, std::optional{network::Fidelity::Flow});
     // `calibration: measured` (default) uses the link efficiencies and per-step overhead fitted on
     // the NCCL microbenchmarks; `nominal` uses the links' datasheet capacity with no overhead.
     const auto cal = r.choice("calibration", {"measured", "nominal"}, "measured");

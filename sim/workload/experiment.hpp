@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -10,11 +12,22 @@
 #include <vector>
 
 #include "config/document.hpp"
+#include "core/name_table.hpp"
 #include "network/network.hpp"
 #include "topology/cluster.hpp"
 #include "workload/model.hpp"
 
 namespace cs::workload {
+
+// The order in which GPU numbers are given to the parallel dimensions, innermost first.
+enum class RankOrder : std::uint8_t { TpCpDpPp, TpDpCpPp, TpPpDp, TpCpPpDp };
+// Names in `parallelism.order`, the default (Megatron-LM's) first.
+inline constexpr std::array<Named<RankOrder>, 4> kRankOrderNames{{
+    {"tp-cp-dp-pp", RankOrder::TpCpDpPp},
+    {"tp-dp-cp-pp", RankOrder::TpDpCpPp},
+    {"tp-pp-dp", RankOrder::TpPpDp},
+    {"tp-cp-pp-dp", RankOrder::TpCpPpDp},
+}};
 
 struct ParallelLayout {
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
@@ -29,8 +42,8 @@ struct ParallelLayout {
                                    : std::max<std::int64_t>(40'000'000, 1'000'000LL * dp);
     }
     // Rank order from innermost to outermost (Megatron-LM default: tp, cp, dp, pp; experts use
-    // ep inside dp). Letters: "tp-cp-dp-pp".
-    std::string order = "tp-cp-dp-pp";
+    // ep inside dp).
+    RankOrder order = RankOrder::TpCpDpPp;
     int world_size() const { return tp * pp * dp * cp; }
 };
 

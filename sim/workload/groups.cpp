@@ -18,16 +18,21 @@ RankLayout::RankLayout(const ParallelLayout& layout)
     if ((dp_ * cp_) % ep_ != 0)
         throw ConfigError("parallelism: ep (" + std::to_string(ep_) + ") must divide dp x cp (" +
                           std::to_string(dp_ * cp_) + ")");
-    const auto& o = layout.order;
-    const auto at_dp = o.find("dp"), at_cp = o.find("cp");
-    dp_inside_cp_ = at_cp == std::string::npos || (at_dp != std::string::npos && at_dp < at_cp);
+    // dp numbered inside cp: tp-dp-cp-pp, and tp-pp-dp, which has no cp.
+    dp_inside_cp_ = layout.order == RankOrder::TpDpCpPp || layout.order == RankOrder::TpPpDp;
 }
 
 int RankLayout::gpu(int t, int c, int d, int s) const {
-    const auto& o = layout_.order;
-    if (o == "tp-dp-cp-pp") return t + tp_ * (d + dp_ * (c + cp_ * s));
-    if (o == "tp-pp-dp") return t + tp_ * (s + pp_ * (d + dp_ * c));
-    if (o == "tp-cp-pp-dp") return t + tp_ * (c + cp_ * (s + pp_ * d));
+    switch (layout_.order) {
+        case RankOrder::TpDpCpPp:
+            return t + tp_ * (d + dp_ * (c + cp_ * s));
+        case RankOrder::TpPpDp:
+            return t + tp_ * (s + pp_ * (d + dp_ * c));
+        case RankOrder::TpCpPpDp:
+            return t + tp_ * (c + cp_ * (s + pp_ * d));
+        case RankOrder::TpCpDpPp:
+            break;
+    }
     return t + tp_ * (c + cp_ * (d + dp_ * s));
 }
 

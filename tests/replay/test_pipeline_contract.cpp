@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <memory>
 #include <tuple>
 
+#include "../schedule/toy_schedule.hpp"
 #include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
@@ -50,9 +52,9 @@ struct Outcome {
     Checker checker;
 };
 
-Outcome run(const workload::ExperimentSpec& spec, const std::string& name) {
-    auto sched = schedule::make_schedule(name);
-    REQUIRE(sched);
+Outcome run(const workload::ExperimentSpec& spec, const schedule::Schedule& schedule) {
+    const schedule::Schedule* sched = &schedule;
+    const std::string name = schedule.name();
     const int chunks = sched->chunks_for(spec.layout.vpp);
     schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
     REQUIRE(sched->check(shape).empty());
@@ -68,6 +70,39 @@ Outcome run(const workload::ExperimentSpec& spec, const std::string& name) {
     report::SummaryInputs in{&spec, &plan, &replay, &metrics, result, name, {}};
     out.summary = report::summarize(in);
     return out;
+}
+
+Outcome run(const workload::ExperimentSpec& spec, const std::string& name) {
+    auto sched = schedule::make_schedule(name);
+    REQUIRE(sched);
+    return run(spec, *sched);
+}
+
+// Replays `sched` on p in {1, 2, 4} stages and m in {2p, 4p} microbatches over a flow network:
+// no pass starts before the passes it depends on have ended, and each runs exactly once.
+void check_replays(const schedule::Schedule& sched) {
+    const bool split = sched.splits_backward();
+    for (int p : {1, 2, 4}) {
+        for (int m : {2 * p, 4 * p}) {
+            auto spec = test::profile_experiment(p, m, 4 * p, Time::us(3), Time::us(7),
+                                                 network::Fidelity::Flow);
+            if (split) {
+                spec.compute.profile.layer_backward.reset();
+                spec.compute.profile.layer_backward_input = Time::us(4);
+                spec.compute.profile.layer_backward_weight = Time::us(3);
+            }
+            spec.layout.vpp = 2;
+            CAPTURE(sched.name());
+            CAPTURE(p);
+            CAPTURE(m);
+            auto out = run(spec, sched);
+            const int chunks = sched.chunks_for(2);
+            CHECK(out.checker.violations == 0);
+            CHECK(out.checker.duplicates == 0);
+            CHECK(out.checker.seen.size() ==
+                  static_cast<std::size_t>((split ? 3 : 2) * p * chunks * m));
+        }
+    }
 }
 
 }  // namespace
@@ -126,29 +161,27 @@ TEST_CASE("interleaved 1F1B: (v m + p - 1)(F+B)/v and bubble (p-1)/(v m + p - 1)
 }
 
 TEST_CASE("every schedule runs without deadlock and respects dependencies") {
-    for (const auto& name : schedule::schedule_names()) {
-        auto sched = schedule::make_schedule(name);
-        const bool split = sched->splits_backward();
-        for (int p : {1, 2, 4}) {
-            for (int m : {2 * p, 4 * p}) {
-                auto spec = test::profile_experiment(p, m, 4 * p, Time::us(3), Time::us(7),
-                                                     network::Fidelity::Flow);
-                if (split) {
-                    spec.compute.profile.layer_backward.reset();
-                    spec.compute.profile.layer_backward_input = Time::us(4);
-                    spec.compute.profile.layer_backward_weight = Time::us(3);
-                }
-                spec.layout.vpp = 2;
-                CAPTURE(name);
-                CAPTURE(p);
-                CAPTURE(m);
-                auto out = run(spec, name);
-                const int chunks = sched->chunks_for(2);
-                CHECK(out.checker.violations == 0);
-                CHECK(out.checker.duplicates == 0);
-                CHECK(out.checker.seen.size() ==
-                      static_cast<std::size_t>((split ? 3 : 2) * p * chunks * m));
-            }
+    for (const auto& name : schedule::schedule_names())
+        check_replays(*schedule::make_schedule(name));
+}
+
+TEST_CASE("a schedule registered by a test replays like the bundled ones") {
+    schedule::ScheduleRegistry registry = schedule::ScheduleRegistry::builtin();
+    registry.add({"gpipe-lifo", [] { return std::make_unique<schedule::test::GpipeLifo>(); }, ""});
+    auto toy = schedule::make_schedule("gpipe-lifo", registry);
+    REQUIRE(toy);
+    check_replays(*toy);
+    // Equal stages, ideal network: gpipe-lifo's critical path is GPipe's, (m+p-1)(F+B)
+    // (tests/schedule/test_schedule_registry.cpp derives it), with F = 3 us, B = 7 us.
+    const Time f = Time::us(3), b = Time::us(7);
+    for (int p = 1; p <= 4; ++p) {
+        for (int m = 1; m <= 8; ++m) {
+            auto spec = test::profile_experiment(p, m, p, f, b, network::Fidelity::Ideal);
+            CAPTURE(p);
+            CAPTURE(m);
+            const auto out = run(spec, *toy);
+            CHECK(out.summary.iteration_time_s == ((f + b) * (m + p - 1)).seconds());
+            CHECK(out.checker.violations == 0);
         }
     }
 }

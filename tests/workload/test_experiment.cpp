@@ -71,7 +71,7 @@ TEST_CASE("defaults: gpt, 4h MLP, kv heads = heads, cp = ep = vpp = 1, 1f1b, flo
     CHECK_FALSE(l.sequence_parallel);
     CHECK_FALSE(l.distributed_optimizer);
     CHECK_FALSE(l.overlap_grad_reduce);
-    CHECK(l.order == "tp-cp-dp-pp");
+    CHECK(l.order == RankOrder::TpCpDpPp);
     CHECK(l.world_size() == 4);
     // Megatron-LM's bucket: max(40M, 1M x dp) = 40M parameters.
     CHECK(l.bucket_parameters() == 40'000'000);

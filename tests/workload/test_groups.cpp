@@ -59,7 +59,7 @@ TEST_CASE("groups follow Megatron's tp-cp-dp-pp rank order (tp 2, cp 2, dp 2, pp
 TEST_CASE("other rank orders") {
     workload::ParallelLayout l;
     l.tp = 2, l.cp = 2, l.dp = 2, l.pp = 2, l.ep = 2;
-    l.order = "tp-dp-cp-pp";  // rank = t + 2 (d + 2 (c + 2 s))
+    l.order = workload::RankOrder::TpDpCpPp;  // rank = t + 2 (d + 2 (c + 2 s))
     const workload::RankLayout r(l);
     CHECK(r.worker_gpus(r.worker(0, 1)) == V{2, 3, 6, 7});  // d = 1: c = 0 -> 2, 3; c = 1 -> 6, 7
     CHECK(r.group(GroupKind::Dp, 0, 0).gpus == V{0, 2});
@@ -67,7 +67,7 @@ TEST_CASE("other rank orders") {
     // dp inside cp: the expert blocks run along d first: t 0, s 0 -> [0, 2] then [4, 6].
     CHECK(r.group(GroupKind::Ep, 0, 2).gpus == V{4, 6});  // member 2 = c 1, t 0
 
-    l.order = "tp-pp-dp";  // cp = 1 here: rank = t + 2 (s + 2 d)
+    l.order = workload::RankOrder::TpPpDp;  // cp = 1 here: rank = t + 2 (s + 2 d)
     l.cp = 1;
     const workload::RankLayout q(l);
     CHECK(q.worker_gpus(q.worker(1, 0)) == V{2, 3});
