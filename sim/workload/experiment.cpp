@@ -59,15 +59,10 @@ TrainingSpec parse_training(const config::Reader& r) {
     t.micro_batch_size = static_cast<int>(r.count_or("micro_batch_size", 1));
     t.global_batch_size = static_cast<int>(r.count("global_batch_size"));
     t.seq_length = static_cast<int>(r.count_or("seq_length", 2048));
-    const auto rc = r.choice("recompute", {"none", "selective", "full"}, "none");
-    t.recompute = rc == "full"        ? Recompute::Full
-                  : rc == "selective" ? Recompute::Selective
-                                      : Recompute::None;
+    t.recompute = r.choice("recompute", kRecomputeNames, std::optional{Recompute::None});
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
-    t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
-                      ? Attention::Unfused
-                      : Attention::Flash;
+    t.attention = r.choice("attention", kAttentionNames, std::optional{Attention::Flash});
     r.finish();
     return t;
 }

@@ -20,19 +20,11 @@ const char* precision_name(Precision p) {
 }
 
 const char* recompute_name(Recompute r) {
-    switch (r) {
-        case Recompute::None:
-            return "none";
-        case Recompute::Selective:
-            return "selective";
-        case Recompute::Full:
-            return "full";
-    }
-    return "?";
+    return name_of(kRecomputeNames, r).data();
 }
 
 const char* attention_name(Attention a) {
-    return a == Attention::Unfused ? "unfused" : "flash";
+    return name_of(kAttentionNames, a).data();
 }
 
 namespace {

@@ -2,12 +2,14 @@
 // per-layer operations with FLOPs and HBM bytes, and memory per GPU.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "config/document.hpp"
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 
 namespace cs::workload {
@@ -25,6 +27,17 @@ enum class Attention : std::uint8_t { Flash, Unfused };
 const char* precision_name(Precision p);
 const char* recompute_name(Recompute r);
 const char* attention_name(Attention a);  // "flash", "unfused"
+
+// Names in `training.recompute` and `training.attention`, the default first.
+inline constexpr std::array<Named<Recompute>, 3> kRecomputeNames{{
+    {"none", Recompute::None},
+    {"selective", Recompute::Selective},
+    {"full", Recompute::Full},
+}};
+inline constexpr std::array<Named<Attention>, 2> kAttentionNames{{
+    {"flash", Attention::Flash},
+    {"unfused", Attention::Unfused},
+}};
 
 struct ModelSpec {
     std::string name = "custom";
