@@ -23,6 +23,9 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    outputs.declare("--trace", a.trace);
     const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -32,13 +35,15 @@ void run(const RunArgs& a) {
     if (!a.trace_ranks.empty())
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
+    opt.trace_options.outputs = &outputs;
     const auto result = api::run(spec, opt);
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())
         write_file_atomically(a.json, [&](std::ostream& out) {
             out << report::to_json(result.summary).dump(2) << "\n";
-        });
+        }, &outputs);
+    outputs.commit();
     std::cout << "experiment            " << spec.source << "\n";
     report::print_summary(std::cout, result.summary);
     if (!a.trace.empty())

@@ -40,12 +40,13 @@ TraceFormat trace_format_for(const std::filesystem::path& path) {
                           "(Perfetto protobuf)");
 }
 
-std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path) {
+std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path,
+                                           OutputSet* outputs) {
     switch (trace_format_for(path)) {
         case TraceFormat::ChromeJson:
-            return std::make_unique<ChromeJsonSink>(path);
+            return std::make_unique<ChromeJsonSink>(path, outputs);
         case TraceFormat::PerfettoProto:
-            return std::make_unique<PerfettoProtoSink>(path);
+            return std::make_unique<PerfettoProtoSink>(path, outputs);
     }
     return nullptr;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.hpp"
 #include "core/units.hpp"
 
 namespace cs::report {
@@ -87,6 +88,7 @@ enum class TraceFormat : std::uint8_t { ChromeJson, PerfettoProto };
 TraceFormat trace_format_for(const std::filesystem::path& path);
 
 // Opens the file (ConfigError if it cannot be created) and returns the sink for its format.
-std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path);
+std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path,
+                                           OutputSet* outputs = nullptr);
 
 }  // namespace cs::report
