@@ -3,6 +3,7 @@
 #include "../error_of.hpp"
 
 #include <functional>
+#include <sstream>
 
 #include "config/document.hpp"
 
@@ -101,4 +102,19 @@ TEST_CASE("non-finite numbers are errors wherever a number is read") {
     CHECK(error_of([&] { r.bandwidth("bw"); }).find("'bw': cannot read") != std::string::npos);
     // 1e300 PFLOPS = 1e315 FLOP/s.
     CHECK(error_of([&] { r.flop_rate("f"); }).find("'f': cannot read") != std::string::npos);
+}
+
+TEST_CASE("a document whose aliases expand past ten million values is refused, not walked") {
+    // Each level lists the previous one 10 times: level 8 stands for 10^8 values.
+    std::ostringstream text;
+    text << "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+    for (int i = 1; i <= 8; ++i) {
+        text << "l" << i << ": &l" << i << " [*l" << i - 1;
+        for (int k = 1; k < 10; ++k)
+            text << ", *l" << i - 1;
+        text << "]\n";
+    }
+    CHECK(error_of([&] { parse_document(text.str(), "laughs.yaml"); }) ==
+          "laughs.yaml: the document expands to more than 10000000 values (aliases repeated too "
+          "often)");
 }
