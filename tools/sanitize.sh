@@ -22,7 +22,10 @@ cmake --build "$build" --parallel "$jobs"
 built=$(date +%s)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-export LSAN_OPTIONS="suppressions=$root/tools/lsan.supp:print_suppressions=0"
+# Full stacks for allocations (so that a leak is matched to the library that made it), and Open
+# MPI's plugins kept loaded until exit (an unloaded mca_*.so shows as "<unknown module>").
+export LSAN_OPTIONS="suppressions=$root/tools/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
 cd "$build"
 status=0
 ctest --output-on-failure --timeout 3600 -j "$jobs" || status=$?
