@@ -64,19 +64,15 @@ void run(const CollectiveArgs& a) {
     request.sizes = api::parse_size_range(a.sizes, a.step_factor);
     request.ranks_text = a.ranks;
     if (!a.ranks.empty()) request.ranks = api::parse_rank_list(a.ranks, "--ranks");
-    if (!a.json.empty()) {
-        const auto folder = std::filesystem::path(a.json).parent_path();
-        std::error_code ec;
-        if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
-            throw ConfigError(SourceLocation{"--json " + a.json},
-                              "folder '" + folder.string() + "' does not exist");
-    }
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
     const auto report = api::run_collective(request);
     api::print_collective(std::cout, request, report);
     if (!a.json.empty())
         write_file_atomically(a.json, [&](std::ostream& out) {
             out << api::collective_json(report).dump(2) << "\n";
-        });
+        }, &outputs);
+    outputs.commit();
 }
 
 }  // namespace

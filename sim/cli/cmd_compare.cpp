@@ -23,6 +23,9 @@ struct CompareArgs {
 };
 
 void compare(const CompareArgs& a) {
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    outputs.declare("--svg", a.svg);
     api::CompareOptions options;
     options.schedules = api::parse_schedule_list(a.schedules);
     options.timelines = !a.svg.empty();
@@ -39,10 +42,12 @@ void compare(const CompareArgs& a) {
             for (const auto& r : result.summaries)
                 list.push_back(report::to_json(r));
             out << list.dump(2) << "\n";
-        });
+        }, &outputs);
     if (!a.svg.empty())
         write_file_atomically(
-            a.svg, [&](std::ostream& out) { report::write_svg_timelines(out, result.timelines); });
+            a.svg, [&](std::ostream& out) { report::write_svg_timelines(out, result.timelines); },
+            &outputs);
+    outputs.commit();
 
     const auto& first = result.summaries.front();
     std::cout << "experiment " << spec.source << "\n"

@@ -28,10 +28,15 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
-    // Unknown summary formats are reported before anything runs.
+    // Unknown summary formats and unusable output paths are reported before anything runs.
     std::vector<const report::SummaryWriterEntry*> writers;
     for (const auto& file : a.summaries)
         writers.push_back(&report::summary_writer_for(file));
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    for (const auto& file : a.summaries)
+        outputs.declare("--summary", file);
+    outputs.declare("--trace", a.trace);
     const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -41,13 +46,16 @@ void run(const RunArgs& a) {
     if (!a.trace_ranks.empty())
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
+    opt.trace_options.outputs = &outputs;
     const auto result = api::run(spec, opt);
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())
-        report::write_summary_file(a.json, result.summary, report::summary_writer("json"));
+        report::write_summary_file(a.json, result.summary, report::summary_writer("json"),
+                                   &outputs);
     for (std::size_t i = 0; i < writers.size(); ++i)
-        report::write_summary_file(a.summaries[i], result.summary, *writers[i]);
+        report::write_summary_file(a.summaries[i], result.summary, *writers[i], &outputs);
+    outputs.commit();
     std::cout << "experiment            " << spec.source << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
     if (!a.trace.empty())

@@ -26,13 +26,16 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     options.experiment = a.experiment;
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
+    OutputSet outputs;
+    if (ranks.rank() == 0) outputs.declare("--json", a.json);
     const auto rows = api::sweep(options, ranks);
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
     if (!a.json.empty())
         write_file_atomically(a.json, [&](std::ostream& out) {
             out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
-        });
+        }, &outputs);
+    outputs.commit();
     api::print_sweep(std::cout, options.axes, *rows, ranking, a.top);
 }
 

@@ -21,6 +21,9 @@ struct TopologyArgs {
 };
 
 void run(const TopologyArgs& a) {
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    outputs.declare("--dot", a.dot);
     const auto loaded = api::load_topology(a.topology, a.sets);
     // Checked before anything is printed or written.
     const std::string dot = a.dot.empty() ? "" : api::topology_dot(loaded.cluster, "--dot " + a.dot);
@@ -28,8 +31,11 @@ void run(const TopologyArgs& a) {
     api::print_topology(std::cout, loaded.display_path, s);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::topology_json(s).dump(2) << "\n"; });
-    if (!a.dot.empty()) write_file_atomically(a.dot, [&](std::ostream& out) { out << dot; });
+            a.json, [&](std::ostream& out) { out << api::topology_json(s).dump(2) << "\n"; },
+            &outputs);
+    if (!a.dot.empty())
+        write_file_atomically(a.dot, [&](std::ostream& out) { out << dot; }, &outputs);
+    outputs.commit();
 }
 
 }  // namespace

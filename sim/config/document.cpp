@@ -1,6 +1,8 @@
 #include "config/document.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -29,6 +31,49 @@ std::string describe(const YAML::Node& n) {
     }
 }
 
+// Aliases share nodes, so a walk that follows them can grow exponentially ("billion laughs"):
+// a document this large is refused rather than walked.
+constexpr std::size_t kMaxNodes = 10'000'000;
+
+std::string line_column(const YAML::Mark& mark) {
+    return std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// yaml-cpp keeps both entries of a repeated key and lookups see only the first: a repeated key
+// is an error (naming where each was given) at any depth.
+// `file` is a file name (errors carry line:column) or a --set argument (positions only in the text).
+void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool in_file,
+                           std::size_t& visited) {
+    if (++visited > kMaxNodes)
+        throw ConfigError(SourceLocation{file}, "the document expands to more than " +
+                                                    std::to_string(kMaxNodes) +
+                                                    " values (aliases repeated too often)");
+    if (node.IsSequence()) {
+        for (const auto& item : node)
+            reject_duplicate_keys(item, file, in_file, visited);
+        return;
+    }
+    if (!node.IsMap()) return;
+    std::map<std::string, YAML::Mark> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+        if (it->first.IsScalar()) {
+            const auto [at, fresh] = seen.emplace(it->first.Scalar(), it->first.Mark());
+            if (!fresh)
+                throw ConfigError(in_file ? mark_location(file, it->first.Mark())
+                                          : SourceLocation{file},
+                                  "duplicate key '" + it->first.Scalar() + "' (given at " +
+                                      line_column(at->second) + " and again at " +
+                                      line_column(it->first.Mark()) + "); give each key once");
+        }
+        reject_duplicate_keys(it->second, file, in_file, visited);
+    }
+}
+
+void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool in_file) {
+    std::size_t visited = 0;
+    reject_duplicate_keys(node, file, in_file, visited);
+}
+
 }  // namespace
 
 std::filesystem::path Document::resolve(const std::string& relative) const {
@@ -47,6 +92,7 @@ Document parse_document(const std::string& text, const std::string& display_path
     } catch (const YAML::ParserException& e) {
         throw ConfigError(mark_location(display_path, e.mark), "invalid YAML: " + e.msg);
     }
+    reject_duplicate_keys(doc.root, display_path, true);
     if (!doc.root.IsMap())
         throw ConfigError(SourceLocation{display_path, 1, 1},
                           "expected a YAML mapping of keys to values at the top level, found " +
@@ -86,6 +132,7 @@ void apply_override(Document& doc, const std::string& key, const std::string& va
     } catch (const YAML::ParserException& e) {
         throw ConfigError(where, "the value is not valid YAML: " + e.msg);
     }
+    reject_duplicate_keys(parsed, where.file, false);
     std::vector<std::string> parts;
     std::string part;
     std::istringstream ss(key);
@@ -209,7 +256,11 @@ std::int64_t Reader::integer(const std::string& key) const {
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || errno == ERANGE)
+    if (errno == ERANGE)
+        fail(key, "\"" + text + "\" is out of range; expected a whole number from " +
+                      std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " +
+                      std::to_string(std::numeric_limits<std::int64_t>::max()));
+    if (text.empty() || *end != '\0')
         fail(key, "expected a whole number, found \"" + text + "\"");
     return v;
 }
@@ -222,6 +273,9 @@ std::int64_t Reader::count(const std::string& key, std::int64_t min_value) const
     const auto v = integer(key);
     if (v < min_value)
         fail(key, "must be at least " + std::to_string(min_value) + ", found " + std::to_string(v));
+    // Counts are stored as int: a larger value would wrap (4294967297 would become 1).
+    if (v > kMaxCount)
+        fail(key, "must be at most " + std::to_string(kMaxCount) + ", found " + std::to_string(v));
     return v;
 }
 
@@ -234,7 +288,13 @@ double Reader::number(const std::string& key) const {
     const std::string text = scalar_text(key, "a number");
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(v))
+    // YAML spells infinity and NaN .inf and .nan, which strtod does not read.
+    static const std::set<std::string> yaml_non_finite = {
+        ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF",
+        ".nan", ".NaN", ".NAN"};
+    if (yaml_non_finite.count(text) || (!text.empty() && *end == '\0' && !std::isfinite(v)))
+        fail(key, "expected a finite number, found \"" + text + "\"");
+    if (text.empty() || *end != '\0')
         fail(key, "expected a plain number, found \"" + text + "\"");
     return v;
 }

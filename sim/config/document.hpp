@@ -48,6 +48,9 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 // creating missing mappings on the way. Throws ConfigError if the path crosses a scalar.
 void apply_override(Document& doc, const std::string& key, const std::string& value);
 
+// The largest value count() accepts (INT_MAX).
+inline constexpr std::int64_t kMaxCount = 2147483647;
+
 class Reader {
   public:
     Reader(const Document& doc, YAML::Node node, std::string key_path);
@@ -65,7 +68,7 @@ class Reader {
     std::string string_or(const std::string& key, const std::string& fallback) const;
     std::int64_t integer(const std::string& key) const;
     std::int64_t integer_or(const std::string& key, std::int64_t fallback) const;
-    // Positive integer (>= min_value).
+    // A count: min_value <= value <= kMaxCount, so that it fits an int.
     std::int64_t count(const std::string& key, std::int64_t min_value = 1) const;
     std::int64_t count_or(const std::string& key, std::int64_t fallback,
                           std::int64_t min_value = 1) const;

@@ -33,7 +33,12 @@ std::optional<double> scaled(std::string_view text, const UnitScale (&table)[N])
     auto parts = split_number(text);
     if (!parts) return std::nullopt;
     for (const auto& u : table)
-        if (u.unit == parts->second) return parts->first * u.scale;
+        if (u.unit == parts->second) {
+            // "1e308TB/s" is a finite number but an infinite bandwidth.
+            const double v = parts->first * u.scale;
+            if (!std::isfinite(v)) return std::nullopt;
+            return v;
+        }
     return std::nullopt;
 }
 

@@ -116,8 +116,8 @@ void append_thread(std::string& out, int pid, std::uint64_t tid) {
 constexpr std::size_t kFlushBytes = 1 << 16;
 }  // namespace
 
-ChromeJsonSink::ChromeJsonSink(const std::filesystem::path& path)
-    : file_(path), out_(file_.stream()) {
+ChromeJsonSink::ChromeJsonSink(const std::filesystem::path& path, OutputSet* outputs)
+    : file_(path, outputs), out_(file_.stream()) {
     buf_ = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
 }
 

@@ -23,7 +23,7 @@ namespace cs::report {
 
 class ChromeJsonSink final : public TraceSink {
   public:
-    explicit ChromeJsonSink(const std::filesystem::path& path);
+    explicit ChromeJsonSink(const std::filesystem::path& path, OutputSet* outputs = nullptr);
     void process(std::uint64_t uuid, int pid, const std::string& name) override;
     void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
                int rank) override;

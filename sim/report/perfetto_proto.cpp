@@ -92,8 +92,8 @@ void ProtoBuffer::bytes_field(int field, const std::string& bytes) {
     data_ += bytes;
 }
 
-PerfettoProtoSink::PerfettoProtoSink(const std::filesystem::path& path)
-    : file_(path), out_(file_.stream()) {}
+PerfettoProtoSink::PerfettoProtoSink(const std::filesystem::path& path, OutputSet* outputs)
+    : file_(path, outputs), out_(file_.stream()) {}
 
 void PerfettoProtoSink::write_packet(const std::string& payload_fields, std::uint64_t flags) {
     packet_.clear();

@@ -51,7 +51,7 @@ class ProtoBuffer {
 
 class PerfettoProtoSink final : public TraceSink {
   public:
-    explicit PerfettoProtoSink(const std::filesystem::path& path);
+    explicit PerfettoProtoSink(const std::filesystem::path& path, OutputSet* outputs = nullptr);
     void process(std::uint64_t uuid, int pid, const std::string& name) override;
     void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
                int rank) override;

@@ -134,8 +134,8 @@ const SummaryWriterEntry& summary_writer(std::string_view name,
 }
 
 void write_summary_file(const std::filesystem::path& path, const Summary& summary,
-                        const SummaryWriterEntry& writer) {
-    write_file_atomically(path, [&](std::ostream& out) { writer.write(out, summary); });
+                        const SummaryWriterEntry& writer, OutputSet* outputs) {
+    write_file_atomically(path, [&](std::ostream& out) { writer.write(out, summary); }, outputs);
 }
 
 }  // namespace cs::report

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/atomic_file.hpp"
 #include "report/summary.hpp"
 
 namespace cs::report {
@@ -57,8 +58,9 @@ const SummaryWriterEntry& summary_writer(
     std::string_view name,
     const SummaryWriterRegistry& registry = SummaryWriterRegistry::builtin());
 
-// Writes `summary` to `path` with `writer`, atomically (no file is left if writing fails).
+// Writes `summary` to `path` with `writer`, atomically (no file is left if writing fails); with
+// `outputs`, staged there until the command's outputs are committed together.
 void write_summary_file(const std::filesystem::path& path, const Summary& summary,
-                        const SummaryWriterEntry& writer);
+                        const SummaryWriterEntry& writer, OutputSet* outputs = nullptr);
 
 }  // namespace cs::report

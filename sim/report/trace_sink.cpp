@@ -42,8 +42,11 @@ TraceArg TraceArg::text(std::string key, std::string v) {
 namespace detail {
 
 TraceFormatEntry chrome_json_format() {
-    return {"chrome-json", {".json"}, "Chrome JSON", [](const std::filesystem::path& path) {
-                return std::unique_ptr<TraceSink>(std::make_unique<ChromeJsonSink>(path));
+    return {"chrome-json",
+            {".json"},
+            "Chrome JSON",
+            [](const std::filesystem::path& path, OutputSet* outputs) {
+                return std::unique_ptr<TraceSink>(std::make_unique<ChromeJsonSink>(path, outputs));
             }};
 }
 
@@ -51,8 +54,9 @@ TraceFormatEntry perfetto_format() {
     return {"perfetto",
             {".pftrace", ".perfetto-trace"},
             "Perfetto protobuf",
-            [](const std::filesystem::path& path) {
-                return std::unique_ptr<TraceSink>(std::make_unique<PerfettoProtoSink>(path));
+            [](const std::filesystem::path& path, OutputSet* outputs) {
+                return std::unique_ptr<TraceSink>(
+                    std::make_unique<PerfettoProtoSink>(path, outputs));
             }};
 }
 
@@ -117,9 +121,9 @@ const TraceFormatEntry& trace_format_for(const std::filesystem::path& path,
         "unknown trace format \"" + ext + "\"; expected a file name ending in " + accepted);
 }
 
-std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path,
+std::unique_ptr<TraceSink> make_trace_sink(const std::filesystem::path& path, OutputSet* outputs,
                                            const TraceFormatRegistry& registry) {
-    return trace_format_for(path, registry).open(path);
+    return trace_format_for(path, registry).open(path, outputs);
 }
 
 }  // namespace cs::report

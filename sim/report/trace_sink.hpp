@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/atomic_file.hpp"
 #include "core/units.hpp"
 
 namespace cs::report {
@@ -90,7 +91,7 @@ struct TraceFormatEntry {
     std::vector<std::string> extensions;  // with the dot, first one preferred: {".json"}
     std::string description;              // "Chrome JSON", shown beside the extension
     // Opens the file (ConfigError if it cannot be created) and returns its sink.
-    std::function<std::unique_ptr<TraceSink>(const std::filesystem::path&)> open;
+    std::function<std::unique_ptr<TraceSink>(const std::filesystem::path&, OutputSet*)> open;
 };
 
 // The trace formats, chosen by file extension. builtin() is the bundled table
@@ -120,7 +121,7 @@ const TraceFormatEntry& trace_format_for(
 
 // Opens the file (ConfigError if it cannot be created) and returns the sink for its format.
 std::unique_ptr<TraceSink> make_trace_sink(
-    const std::filesystem::path& path,
+    const std::filesystem::path& path, OutputSet* outputs = nullptr,
     const TraceFormatRegistry& registry = TraceFormatRegistry::builtin());
 
 }  // namespace cs::report

@@ -52,6 +52,8 @@ std::optional<TraceLinks> trace_links_from_name(const std::string& name);
 struct TraceOptions {
     std::vector<int> ranks;  // GPUs to trace; empty: every GPU
     TraceLinks links = TraceLinks::Auto;
+    // When set, the trace file is staged in this set of command outputs (committed with them).
+    OutputSet* outputs = nullptr;
 };
 
 // What the writer needs to know about the run besides the notifications. Step times come with

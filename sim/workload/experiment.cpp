@@ -1,5 +1,6 @@
 #include "workload/experiment.hpp"
 
+#include "core/checked.hpp"
 #include "topology/topology_yaml.hpp"
 
 namespace cs::workload {
@@ -26,13 +27,24 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                        std::to_string(l.ddp_bucket_size));
     }
     l.order = r.choice("order", kRankOrderNames, std::optional{RankOrder::TpCpDpPp});
-    const int model_parallel = l.tp * l.pp * l.cp;
+    // In 64 bits and checked: tp = pp = 65536 would wrap an int product to 0.
+    const auto product = checked_product({l.tp, l.pp, l.cp});
+    if (!product || *product > world)
+        r.fail(l.tp >= l.pp && l.tp >= l.cp ? "tp" : l.pp >= l.cp ? "pp" : "cp",
+               "tp x pp x cp = " + std::to_string(l.tp) + " x " + std::to_string(l.pp) +
+                    " x " + std::to_string(l.cp) + " = " +
+                    (product ? std::to_string(*product) : std::string("more than 2^63")) +
+                    " GPUs, more than the topology's " + std::to_string(world) +
+                    "; choose tp, pp and cp whose product divides " + std::to_string(world));
+    const int model_parallel = static_cast<int>(*product);
     if (r.has("dp")) {
         l.dp = static_cast<int>(r.count("dp"));
-        if (l.world_size() != world)
+        const auto total = checked_product({model_parallel, l.dp});
+        if (!total || *total != world)
             r.fail("dp", "tp x pp x dp x cp = " + std::to_string(l.tp) + " x " +
                              std::to_string(l.pp) + " x " + std::to_string(l.dp) + " x " +
-                             std::to_string(l.cp) + " = " + std::to_string(l.world_size()) +
+                             std::to_string(l.cp) + " = " +
+                             (total ? std::to_string(*total) : std::string("more than 2^63")) +
                              " GPUs, but the topology has " + std::to_string(world) +
                              (world % model_parallel == 0
                                   ? "; use dp: " + std::to_string(world / model_parallel)
@@ -231,7 +243,20 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         par.fail("cp", "seq_length (" + std::to_string(t.seq_length) +
                            ") must be divisible by 2 x cp for context parallelism");
     const config::Reader tr = root.map("training");
-    const int per_step = t.micro_batch_size * l.dp;
+    // Byte and FLOP counts of one microbatch multiply these (tokens x width x top_k x ep, in
+    // 64-bit integers): sizes whose product leaves no headroom below 2^63 are refused here
+    // rather than wrapping later.
+    const std::int64_t width = std::max({m.hidden_size, m.ffn_hidden_size, m.moe_ffn_hidden_size});
+    const auto activations = checked_product({t.micro_batch_size, t.seq_length, width,
+                                              std::max(1, m.top_k), l.ep, 64});
+    if (!activations || *activations > (std::int64_t{1} << 62))
+        tr.fail("micro_batch_size",
+                "micro_batch_size x seq_length x the model's width (" +
+                    std::to_string(t.micro_batch_size) + " x " + std::to_string(t.seq_length) +
+                    " x " + std::to_string(width) +
+                    (m.top_k > 0 ? " x top_k " + std::to_string(m.top_k) : std::string()) +
+                    ") is too large to simulate; reduce seq_length or micro_batch_size");
+    const std::int64_t per_step = std::int64_t{t.micro_batch_size} * l.dp;
     if (t.global_batch_size % per_step != 0)
         tr.fail("global_batch_size", "global_batch_size (" + std::to_string(t.global_batch_size) +
                                          ") must be a multiple of micro_batch_size x dp = " +

@@ -55,7 +55,7 @@ struct TrainingSpec {
     Precision precision = Precision::Bf16;
     Attention attention = Attention::Flash;
     int microbatches(const ParallelLayout& l) const {
-        return global_batch_size / (micro_batch_size * l.dp);
+        return static_cast<int>(global_batch_size / (std::int64_t{micro_batch_size} * l.dp));
     }
 };
 

@@ -188,6 +188,13 @@ ModelSpec parse_model(const config::Reader& model) {
     if (k.ffn_hidden_size) {
         m.ffn_hidden_size = *k.ffn_hidden_size;
     } else if (gpt) {
+        // 4 x hidden_size must still fit an int (it wraps negative past 536870911).
+        if (m.hidden_size > config::kMaxCount / 4)
+            fail("hidden_size", "hidden_size " + std::to_string(m.hidden_size) +
+                                    " is too large for the default ffn_hidden_size = 4 x "
+                                    "hidden_size (at most " +
+                                    std::to_string(config::kMaxCount / 4) +
+                                    "); give ffn_hidden_size");
         m.ffn_hidden_size = 4 * m.hidden_size;
     } else if (m.experts > 0 && m.dense_layers == 0 && k.moe_ffn_hidden_size) {
         m.ffn_hidden_size = *k.moe_ffn_hidden_size;

@@ -1,5 +1,6 @@
 #include "workload/plan.hpp"
 
+#include "core/checked.hpp"
 #include "core/errors.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
@@ -194,13 +195,16 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     plan.stages = l.pp;
     plan.chunks = chunks;
     plan.microbatches = t.microbatches(l);
-    const int vstages = l.pp * chunks;
-    if (m.layers % vstages != 0)
+    // Checked in 64 bits: pp x vpp can exceed an int (and then no layer count divides it).
+    const auto product = checked_product({l.pp, chunks});
+    if (!product || *product > m.layers || m.layers % *product != 0)
         throw ConfigError(spec.layout_where,
                           "'parallelism': layers (" + std::to_string(m.layers) +
                               ") must be divisible by pp x chunks = " + std::to_string(l.pp) +
-                              " x " + std::to_string(chunks) + " = " + std::to_string(vstages) +
+                              " x " + std::to_string(chunks) + " = " +
+                              (product ? std::to_string(*product) : "more than 2^63") +
                               " so that every pipeline chunk gets the same number of layers");
+    const int vstages = static_cast<int>(*product);
     const int per_chunk = m.layers / vstages;
 
     plan.virtual_stages.resize(static_cast<std::size_t>(vstages));

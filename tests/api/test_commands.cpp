@@ -1,6 +1,7 @@
 // The other library entry points: sweep, topology, collective, validate.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -80,6 +81,14 @@ TEST_CASE("api::run_collective: a ring all-reduce on two GPUs by hand") {
     CHECK(report.rows[0].busbw_GBps == doctest::Approx(report.rows[0].algbw_GBps));
     // Sizes double from the first to the last.
     CHECK(cs::api::parse_size_range("1KiB:8KiB", 2).size() == 4);
+    // Hostile step factors: infinity and NaN are refused; 1 + 1e-7 over 1 B..1 TB would need
+    // ln(1e12) / 1e-7 = 2.8e8 rows, past the 10,000-row limit.
+    CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", HUGE_VAL),
+                         doctest::Contains("finite number above 1"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", std::nan("")),
+                         doctest::Contains("finite number above 1"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", 1.0000001),
+                         doctest::Contains("more than 10000 sizes"), cs::ConfigError);
     request.ranks = {0, 5};
     CHECK_THROWS_WITH_AS(cs::api::run_collective(request), doctest::Contains("GPU 5 does not exist"),
                          cs::ConfigError);

@@ -3,6 +3,7 @@
 #include "../error_of.hpp"
 
 #include <functional>
+#include <sstream>
 
 #include "config/document.hpp"
 
@@ -53,4 +54,67 @@ TEST_CASE("--set overrides create and replace keys and are named in errors") {
           "--set p.tp=many: 'p.tp': expected a whole number, found \"many\"");
     CHECK(error_of([&] { apply_override(doc, "p.tp.x", "1"); }).find("holds a single value") !=
           std::string::npos);
+}
+
+TEST_CASE("a key given twice is an error naming both places, at any depth") {
+    // 'a' first at line 1 column 1, again at line 3 column 1.
+    CHECK(error_of([] { parse_document("a: 1\nb: 2\na: 3\n", "d.yaml"); }) ==
+          "d.yaml:3:1: duplicate key 'a' (given at 1:1 and again at 3:1); give each key once");
+    // Inside a flow mapping inside a list: "  - {x: 1, x: 2}" puts the keys at columns 6 and 12.
+    CHECK(error_of([] { parse_document("l:\n  - {x: 1, x: 2}\n", "d.yaml"); }) ==
+          "d.yaml:2:12: duplicate key 'x' (given at 2:6 and again at 2:12); give each key once");
+    // Different keys, and equal keys in different mappings, are fine.
+    CHECK(error_of([] { parse_document("a: {x: 1}\nb: {x: 1}\n", "d.yaml"); }) == "(no error)");
+    // A --set value is checked too.
+    auto doc = parse_document("a: 1\n", "d.yaml");
+    CHECK(error_of([&] { apply_override(doc, "c", "{k: 1, k: 2}"); }) ==
+          "--set c={k: 1, k: 2}: duplicate key 'k' (given at 1:2 and again at 1:8); give each key "
+          "once");
+}
+
+TEST_CASE("counts that do not fit an int and integers beyond int64 are errors, never wrapped") {
+    // 4294967297 = 2^32 + 1 would wrap to 1 in an int.
+    auto doc = parse_document(
+        "tp: 4294967297\nmax: 2147483647\nhuge: 99999999999999999999\nneg: -9223372036854775809\n",
+        "i.yaml");
+    Reader r = root_reader(doc);
+    CHECK(error_of([&] { r.count("tp"); }) ==
+          "i.yaml:1:5: 'tp': must be at most 2147483647, found 4294967297");
+    CHECK(r.count("max") == 2147483647);  // INT_MAX itself fits
+    CHECK(error_of([&] { r.integer("huge"); }) ==
+          "i.yaml:3:7: 'huge': \"99999999999999999999\" is out of range; expected a whole number "
+          "from -9223372036854775808 to 9223372036854775807");
+    CHECK(error_of([&] { r.integer("neg"); }).find("is out of range") != std::string::npos);
+}
+
+TEST_CASE("non-finite numbers are errors wherever a number is read") {
+    auto doc = parse_document(
+        "a: .inf\nb: .nan\nc: 1e999\nd: -.inf\nt: 1e999s\nbw: 1e308TB/s\nf: 1e300PFLOPS\n",
+        "n.yaml");
+    Reader r = root_reader(doc);
+    CHECK(error_of([&] { r.number("a"); }) == "n.yaml:1:4: 'a': expected a finite number, found \".inf\"");
+    CHECK(error_of([&] { r.number("b"); }) == "n.yaml:2:4: 'b': expected a finite number, found \".nan\"");
+    // 1e999 overflows a double to infinity.
+    CHECK(error_of([&] { r.number("c"); }) == "n.yaml:3:4: 'c': expected a finite number, found \"1e999\"");
+    CHECK(error_of([&] { r.number("d"); }).find("expected a finite number") != std::string::npos);
+    CHECK(error_of([&] { r.time("t"); }).find("'t': cannot read \"1e999s\"") != std::string::npos);
+    // 1e308 TB/s = 1e320 B/s: the number is finite, the bandwidth is not.
+    CHECK(error_of([&] { r.bandwidth("bw"); }).find("'bw': cannot read") != std::string::npos);
+    // 1e300 PFLOPS = 1e315 FLOP/s.
+    CHECK(error_of([&] { r.flop_rate("f"); }).find("'f': cannot read") != std::string::npos);
+}
+
+TEST_CASE("a document whose aliases expand past ten million values is refused, not walked") {
+    // Each level lists the previous one 10 times: level 8 stands for 10^8 values.
+    std::ostringstream text;
+    text << "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+    for (int i = 1; i <= 8; ++i) {
+        text << "l" << i << ": &l" << i << " [*l" << i - 1;
+        for (int k = 1; k < 10; ++k)
+            text << ", *l" << i - 1;
+        text << "]\n";
+    }
+    CHECK(error_of([&] { parse_document(text.str(), "laughs.yaml"); }) ==
+          "laughs.yaml: the document expands to more than 10000000 values (aliases repeated too "
+          "often)");
 }

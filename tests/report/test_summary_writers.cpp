@@ -158,13 +158,13 @@ class CountingSink final : public TraceSink {
 TEST_CASE("a trace format registered by a test opens by extension; messages list it") {
     TraceFormatRegistry registry = TraceFormatRegistry::builtin();
     registry.add(
-        {"counts", {".counts"}, "track and slice counts", [](const std::filesystem::path& p) {
+        {"counts", {".counts"}, "track and slice counts", [](const std::filesystem::path& p, cs::OutputSet*) {
              return std::unique_ptr<TraceSink>(std::make_unique<CountingSink>(p));
          }});
     CHECK(trace_format_for("t.pftrace", registry).name == "perfetto");
     CHECK(trace_format_for("t.perfetto-trace", registry).name == "perfetto");
     const auto path = scratch("t.counts");
-    auto sink = make_trace_sink(path, registry);
+    auto sink = make_trace_sink(path, nullptr, registry);
     // One process with one track holding a slice with two children: 2 tracks, 3 slices.
     sink->process(1, 1, "p");
     sink->track(2, 1, "t", 0);
@@ -190,7 +190,7 @@ TEST_CASE("a trace format registered by a test opens by extension; messages list
         registry.add({"again",
                       {".json"},
                       "",
-                      [](const std::filesystem::path& p) {
+                      [](const std::filesystem::path& p, cs::OutputSet*) {
                           return std::unique_ptr<TraceSink>(std::make_unique<CountingSink>(p));
                       }}),
         std::invalid_argument);
