@@ -370,7 +370,8 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         heap_update(g);
     }
 
-    if (!observers.empty()) std::sort(set_links_.begin(), set_links_.end());
+    if (observers.empty()) return;
+    changed_rates_.clear();
     for (LinkId l : set_links_) {
         const double total = loads_[l].total;
         const auto count = static_cast<std::uint32_t>(link_flows_[l].size());
@@ -378,9 +379,17 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         if (total == st.acct_rate && count == st.acct_flows) continue;
         st.acct_rate = total;
         st.acct_flows = count;
-        for (NetworkObserver* o : observers)
-            o->on_link_rate(now, l, total, static_cast<int>(count));
+        changed_rates_.push_back({l, total, static_cast<int>(count)});
     }
+    if (changed_rates_.empty()) return;
+    const bool ordered = std::any_of(observers.begin(), observers.end(), [](NetworkObserver* o) {
+        return o->wants_ordered_link_rates();
+    });
+    if (ordered)
+        std::sort(changed_rates_.begin(), changed_rates_.end(),
+                  [](const auto& a, const auto& b) { return a.link < b.link; });
+    for (NetworkObserver* o : observers)
+        o->on_link_rates(now, changed_rates_);
 }
 
 bool FlowSolver::heap_less(FlowId a, FlowId b) const {

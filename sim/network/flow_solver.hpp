@@ -31,11 +31,12 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "network/network.hpp"
 #include "topology/cluster.hpp"
 
 namespace cs::network {
 
-class NetworkObserver;
+
 
 class FlowSolver {
   public:
@@ -180,6 +181,7 @@ class FlowSolver {
     std::uint64_t checked_ = 0;
     // scratch reused across recomputes
     std::vector<topology::LinkId> set_links_;      // L: links of A's flows and of removed flows
+    std::vector<NetworkObserver::LinkRate> changed_rates_;  // finish(): scratch, reused
     std::vector<FlowId> set_flows_;                // A
     std::vector<topology::LinkId> changed_links_;  // links where a rate changed in the last fill
     std::vector<FlowId> failed_;                   // flows that failed the check this round

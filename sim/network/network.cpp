@@ -233,6 +233,20 @@ class NetworkImpl final : public Network, public EventHandler {
             for (NetworkObserver* o : targets)
                 o->on_link_rate(at, link, bytes_per_s, flows);
         }
+        std::vector<LinkRate> real_rates;  // scratch, reused
+        void on_link_rates(Time at, std::span<const LinkRate> rates) override {
+            real_rates.clear();
+            for (const LinkRate& r : rates)
+                if (r.link < links) real_rates.push_back(r);
+            if (real_rates.empty()) return;
+            for (NetworkObserver* o : targets)
+                o->on_link_rates(at, real_rates);
+        }
+        bool wants_ordered_link_rates() const override {
+            return std::any_of(targets.begin(), targets.end(), [](const NetworkObserver* o) {
+                return o->wants_ordered_link_rates();
+            });
+        }
     };
     bool observed() const { return !real_links_.targets.empty(); }
 

@@ -154,6 +154,21 @@ class NetworkObserver {
     virtual void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) {
         (void)at, (void)link, (void)bytes_per_s, (void)flows;
     }
+    // Every link rate change of one instant at once (one call per max-min re-solve instead of
+    // one per link); in increasing link order when wants_ordered_link_rates(). The default hands
+    // each to on_link_rate.
+    struct LinkRate {
+        topology::LinkId link;
+        double bytes_per_s;
+        int flows;
+    };
+    virtual void on_link_rates(Time at, std::span<const LinkRate> rates) {
+        for (const LinkRate& r : rates)
+            on_link_rate(at, r.link, r.bytes_per_s, r.flows);
+    }
+    // Whether the rates of one instant must come in increasing link order (a trace's output
+    // order depends on it; a per-link sum does not, and spares the network a sort).
+    virtual bool wants_ordered_link_rates() const { return true; }
 };
 
 using GroupId = std::uint32_t;

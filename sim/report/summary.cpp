@@ -57,6 +57,11 @@ void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows
     st.since = at;
 }
 
+void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
+    for (const LinkRate& r : rates)
+        on_link_rate(at, r.link, r.bytes_per_s, r.flows);
+}
+
 Summary summarize(const SummaryInputs& in) {
     const auto& spec = *in.spec;
     const auto& plan = *in.plan;
