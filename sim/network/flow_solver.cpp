@@ -370,7 +370,6 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         heap_update(g);
     }
 
-    if (observers.empty()) return;
     changed_rates_.clear();
     for (LinkId l : set_links_) {
         const double total = loads_[l].total;
@@ -379,7 +378,7 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         if (total == st.acct_rate && count == st.acct_flows) continue;
         st.acct_rate = total;
         st.acct_flows = count;
-        changed_rates_.push_back({l, total, static_cast<int>(count)});
+        if (!observers.empty()) changed_rates_.push_back({l, total, static_cast<int>(count)});
     }
     if (changed_rates_.empty()) return;
     const bool ordered = std::any_of(observers.begin(), observers.end(), [](NetworkObserver* o) {
