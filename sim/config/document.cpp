@@ -125,7 +125,7 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 }
 
 void apply_override(Document& doc, const std::string& key, const std::string& value) {
-    const SourceLocation where{"--set " + key + "=" + value, 0, 0};
+    const SourceLocation where{doc.override_text(key, value), 0, 0};
     YAML::Node parsed;
     try {
         parsed = YAML::Load(value);
@@ -195,20 +195,22 @@ std::string Reader::child_path(const std::string& key) const {
 
 SourceLocation Reader::location() const {
     auto it = doc_->overrides.find(path_);
-    if (it != doc_->overrides.end()) return SourceLocation{"--set " + it->first + "=" + it->second};
+    if (it != doc_->overrides.end())
+        return SourceLocation{doc_->override_text(it->first, it->second)};
     return mark_location(doc_->display_path, node_.Mark());
 }
 
 SourceLocation Reader::location(const std::string& key) const {
     const std::string full = child_path(key);
     auto it = doc_->overrides.find(full);
-    if (it != doc_->overrides.end()) return SourceLocation{"--set " + it->first + "=" + it->second};
+    if (it != doc_->overrides.end())
+        return SourceLocation{doc_->override_text(it->first, it->second)};
     const YAML::Node& cn = node_;
     const YAML::Node v = cn[key];
     if (v.IsDefined() && !v.Mark().is_null()) return mark_location(doc_->display_path, v.Mark());
     // Inserted by --set under a parent that was overridden, or missing: point at the mapping.
     for (const auto& [k, text] : doc_->overrides)
-        if (full.rfind(k + ".", 0) == 0) return SourceLocation{"--set " + k + "=" + text};
+        if (full.rfind(k + ".", 0) == 0) return SourceLocation{doc_->override_text(k, text)};
     return location();
 }
 
@@ -431,7 +433,7 @@ void Reader::finish() const {
         SourceLocation where = mark_location(doc_->display_path, it->first.Mark());
         auto ov = doc_->overrides.find(child_path(k));
         if (ov != doc_->overrides.end())
-            where = SourceLocation{"--set " + ov->first + "=" + ov->second};
+            where = SourceLocation{doc_->override_text(ov->first, ov->second)};
         std::vector<std::string> names(accepted_order_.begin(), accepted_order_.end());
         throw ConfigError(where, "unknown key '" + child_path(k) +
                                      "'; accepted keys here: " + join_alternatives(names));

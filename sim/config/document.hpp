@@ -32,6 +32,15 @@ struct Document {
     YAML::Node root;
     // dotted key -> the text given on the command line, for locating errors in overridden values
     std::map<std::string, std::string> overrides;
+    // How the user reached this document's keys on the command line: "topology." when an
+    // experiment's --set topology.nodes=4 overrides its topology file's `nodes`. Messages about an
+    // override name it as typed: "--set " + override_prefix + key + "=" + value.
+    std::string override_prefix;
+
+    // The --set argument that set `key` to `value`, as the user typed it.
+    std::string override_text(const std::string& key, const std::string& value) const {
+        return "--set " + override_prefix + key + "=" + value;
+    }
 
     std::filesystem::path resolve(const std::string& relative) const;
 };

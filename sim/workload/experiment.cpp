@@ -188,6 +188,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
                               "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
                                   doc.resolve(topo_node.Scalar()).string() + "): " + e.message());
         }
+        tdoc.override_prefix = "topology.";
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
@@ -202,6 +203,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         const YAML::Node& experiment_root = doc.root;
         tdoc.root.reset(experiment_root["topology"]);
         tdoc.overrides.clear();
+        tdoc.override_prefix = "topology.";
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;

@@ -338,11 +338,9 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
     CHECK(nodes.find("expected a whole number, found \"two\"") != std::string::npos);
 }
 
-// Known defect (see the goldens branch report): a topology override is reported under the key
-// it has inside the topology file ("--set nodes=two"), not as the user typed it. Remove
-// should_fail once the message names "--set topology.nodes=two".
-TEST_CASE("an error in a topology.* override names the --set argument as given" *
-          doctest::should_fail()) {
+// A topology override was once reported under the key it has inside the topology file
+// ("--set nodes=two"), not as the user typed it.
+TEST_CASE("an error in a topology.* override names the --set argument as given") {
     Scratch s("set_topology_error");
     s.write("four-gpus.yaml", kFourGpus);
     const auto e = s.write("e.yaml", kMinimal);
