@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "bench_common.hpp"
 #include "api/inputs.hpp"
 #include "api/run.hpp"
+#include "bench_common.hpp"
 
 int main(int argc, char** argv) {
     const int max_gpus = argc > 1 ? std::atoi(argv[1]) : 16384;

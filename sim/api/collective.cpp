@@ -30,9 +30,8 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
          s *= factor) {
         if (out.size() == kMaxRows)
             throw ConfigError(SourceLocation{"--step-factor"},
-                              "more than " + std::to_string(kMaxRows) +
-                                  " sizes from " + first + " to " + last +
-                                  "; use a larger step factor");
+                              "more than " + std::to_string(kMaxRows) + " sizes from " + first +
+                                  " to " + last + "; use a larger step factor");
         out.push_back(Bytes{std::llround(s)});
     }
     return out;
@@ -69,9 +68,9 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         CollectiveRow row;
         row.size = request.sizes[i];
         row.algorithm = used[i];
-        row.time = isolated_collective_time(cluster, config, request.kind, ranks, row.size,
-                                            used[i]) +
-                   request.host_overhead;
+        row.time =
+            isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
+            request.host_overhead;
         const double seconds = row.time.seconds();
         row.algbw_GBps = seconds > 0 ? static_cast<double>(row.size.value) / seconds * 1e-9 : 0;
         row.busbw_GBps = row.algbw_GBps * factor;
@@ -100,9 +99,8 @@ void print_collective(std::ostream& out, const CollectiveRequest& request,
     for (const auto& row : report.rows) {
         std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
                       static_cast<long long>(row.size.value),
-                      static_cast<long long>(row.size.value / 4), "float",
-                      row.time.seconds() * 1e6, row.algbw_GBps, row.busbw_GBps,
-                      algorithm_name(row.algorithm).c_str());
+                      static_cast<long long>(row.size.value / 4), "float", row.time.seconds() * 1e6,
+                      row.algbw_GBps, row.busbw_GBps, algorithm_name(row.algorithm).c_str());
         out << line;
     }
 }

@@ -22,7 +22,7 @@ struct CompareOptions {
 };
 
 struct CompareResult {
-    std::vector<report::Summary> summaries;  // one per schedule, in the order given
+    std::vector<report::Summary> summaries;        // one per schedule, in the order given
     std::vector<report::TimelinePanel> timelines;  // one per schedule when asked for
     // Schedules that ran one chunk per stage although the experiment sets vpp > 1.
     std::vector<std::string> without_virtual_stages;

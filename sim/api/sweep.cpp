@@ -113,15 +113,15 @@ void simulate_row(const std::string& experiment, const std::vector<std::string>&
         auto json = report::to_json(s);
         json.erase("wall_time_s");
         row.result = SweepResult{.tokens_per_s = s.tokens_per_s,
-                            .iteration_time_s = s.iteration_time_s,
-                            .mfu = s.mfu,
-                            .bubble_fraction = s.bubble_fraction,
-                            .exposed_comm_fraction = s.exposed_comm_fraction,
-                            .dp = s.dp,
-                            .memory_bytes = s.memory.total.value,
-                            .fits = hbm.value <= 0 || s.memory.total <= hbm,
-                            .summary = json.dump(),
-                            .wall_time_s = s.wall_time_s};
+                                 .iteration_time_s = s.iteration_time_s,
+                                 .mfu = s.mfu,
+                                 .bubble_fraction = s.bubble_fraction,
+                                 .exposed_comm_fraction = s.exposed_comm_fraction,
+                                 .dp = s.dp,
+                                 .memory_bytes = s.memory.total.value,
+                                 .fits = hbm.value <= 0 || s.memory.total <= hbm,
+                                 .summary = json.dump(),
+                                 .wall_time_s = s.wall_time_s};
     } catch (const ConfigError& e) {
         row.error = e.what();
     } catch (const SimulationError& e) {
@@ -157,12 +157,13 @@ std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
 // One rank's part of the sweep. A rank that fails unexpectedly stops and records the combination
 // it failed on, so that it still takes part in the gather and no rank is left waiting.
 struct Share {
-    std::vector<SweepRow> rows;                                       // in enumeration order
+    std::vector<SweepRow> rows;                                  // in enumeration order
     std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
 };
 
 Share simulate_share(const std::string& experiment, const std::vector<std::string>& base,
-                     const std::vector<SweepAxis>& axes, std::size_t total, const SweepRanks& ranks) {
+                     const std::vector<SweepAxis>& axes, std::size_t total,
+                     const SweepRanks& ranks) {
     Share share;
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
@@ -263,12 +264,12 @@ std::vector<SweepAxis> parse_sweep_axes(const std::vector<std::string>& vary) {
     return axes;
 }
 
-
 std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const SweepRanks& ranks) {
     const auto& axes = options.axes;
     if (axes.empty())
-        throw ConfigError(SourceLocation{"sweep"},
-                          "give at least one --vary KEY=V1,V2,... (e.g. --vary parallelism.tp=2,4,8)");
+        throw ConfigError(
+            SourceLocation{"sweep"},
+            "give at least one --vary KEY=V1,V2,... (e.g. --vary parallelism.tp=2,4,8)");
     std::size_t total = 1;
     for (const auto& axis : axes)
         total *= axis.values.size();
@@ -279,9 +280,8 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
         return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
     });
     const bool dp_given = mentions_key(options.sets, "parallelism.dp") ||
-                          std::any_of(axes.begin(), axes.end(), [](const SweepAxis& x) {
-                              return x.key == "parallelism.dp";
-                          });
+                          std::any_of(axes.begin(), axes.end(),
+                                      [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
     if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
 
     auto all = gather(simulate_share(options.experiment.string(), base, axes, total, ranks), ranks);

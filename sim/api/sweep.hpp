@@ -47,11 +47,11 @@ struct SweepResult {
 };
 
 struct SweepRow {
-    std::size_t index = 0;               // enumeration order: the last axis varies fastest
-    std::vector<std::string> values;     // one per axis
-    std::optional<SweepResult> result;   // empty when not valid
-    std::string error;                   // why not valid
-    std::string source;                  // display path of the experiment, when it loaded
+    std::size_t index = 0;              // enumeration order: the last axis varies fastest
+    std::vector<std::string> values;    // one per axis
+    std::optional<SweepResult> result;  // empty when not valid
+    std::string error;                  // why not valid
+    std::string source;                 // display path of the experiment, when it loaded
 };
 
 struct SweepOptions {

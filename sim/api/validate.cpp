@@ -150,7 +150,8 @@ double narayanan_eq3_flops(const workload::ExperimentSpec& spec) {
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-void run_experiment(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {
+void run_experiment(const config::Reader& r, const std::vector<std::string>& sets,
+                    ValidationCase& out) {
     const auto spec = workload::load_experiment(r.document().resolve(r.string("experiment")), sets);
     const auto summary = run(spec).summary;
     out.inputs = layout_text(spec);
@@ -276,7 +277,8 @@ void run_collective(const config::Reader& r, ValidationCase& out) {
     const auto used = algo == network::Algorithm::Auto
                           ? network::choose_algorithm(cluster, kind, ranks, size)
                           : algo;
-    const Time t = network::isolated_collective_time(cluster, config, kind, ranks, size, used) + host;
+    const Time t =
+        network::isolated_collective_time(cluster, config, kind, ranks, size, used) + host;
     const double algbw = static_cast<double>(size.value) / t.seconds() * 1e-9;
     out.predicted = algbw * network::busbw_factor(kind, static_cast<int>(ranks.size()));
     out.inputs = std::string(network::collective_name(kind)) + " " + r.string("size") + " on " +
@@ -423,8 +425,7 @@ void write_doc(const std::filesystem::path& file, const std::vector<ValidationFa
 }  // namespace
 
 ValidationReport validate(const ValidateOptions& a) {
-    const std::filesystem::path dir =
-        a.dir.empty() ? data_root() / "tests" / "validation" : a.dir;
+    const std::filesystem::path dir = a.dir.empty() ? data_root() / "tests" / "validation" : a.dir;
     const auto doc = config::load_document(dir / "cases.yaml");
     const auto root = config::root_reader(doc);
     std::vector<ValidationFamily> families;
@@ -448,8 +449,9 @@ ValidationReport validate(const ValidateOptions& a) {
         ValidationCase res;
         res.id = c.string("id");
         res.family = c.string("family");
-        const auto fam = std::find_if(families.begin(), families.end(),
-                                      [&](const ValidationFamily& f) { return f.id == res.family; });
+        const auto fam =
+            std::find_if(families.begin(), families.end(),
+                         [&](const ValidationFamily& f) { return f.id == res.family; });
         if (fam == families.end()) c.fail("family", "unknown family \"" + res.family + "\"");
         res.source = c.string("source");
         const std::string kind = c.string("kind");
@@ -516,8 +518,7 @@ void print_validation_case(std::ostream& out, const ValidationCase& c, const Val
 void print_validation_summary(std::ostream& out, const ValidationReport& report) {
     char line[512];
     std::snprintf(line, sizeof line, "%-16s %-16s %6s %5s %5s %5s %5s %12s  %s\n", "family",
-                  "tolerance", "cases", "pass", "fail", "gap", "n/r", "mean |err|",
-                  "worst (case)");
+                  "tolerance", "cases", "pass", "fail", "gap", "n/r", "mean |err|", "worst (case)");
     out << line;
     const auto stats = family_stats(report.families, report.cases);
     for (const auto& f : report.families) {

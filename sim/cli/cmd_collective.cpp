@@ -69,9 +69,9 @@ void run(const CollectiveArgs& a) {
     const auto report = api::run_collective(request);
     api::print_collective(std::cout, request, report);
     if (!a.json.empty())
-        write_file_atomically(a.json, [&](std::ostream& out) {
-            out << api::collective_json(report).dump(2) << "\n";
-        }, &outputs);
+        write_file_atomically(
+            a.json, [&](std::ostream& out) { out << api::collective_json(report).dump(2) << "\n"; },
+            &outputs);
     outputs.commit();
 }
 

@@ -8,8 +8,8 @@
 #include "api/inputs.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
-#include "schedule/schedule.hpp"
 #include "core/atomic_file.hpp"
+#include "schedule/schedule.hpp"
 
 namespace cs::cli {
 
@@ -37,12 +37,15 @@ void compare(const CompareArgs& a) {
         spdlog::warn("{}", w);
 
     if (!a.json.empty())
-        write_file_atomically(a.json, [&](std::ostream& out) {
-            auto list = nlohmann::ordered_json::array();
-            for (const auto& r : result.summaries)
-                list.push_back(report::to_json(r));
-            out << list.dump(2) << "\n";
-        }, &outputs);
+        write_file_atomically(
+            a.json,
+            [&](std::ostream& out) {
+                auto list = nlohmann::ordered_json::array();
+                for (const auto& r : result.summaries)
+                    list.push_back(report::to_json(r));
+                out << list.dump(2) << "\n";
+            },
+            &outputs);
     if (!a.svg.empty())
         write_file_atomically(
             a.svg, [&](std::ostream& out) { report::write_svg_timelines(out, result.timelines); },
