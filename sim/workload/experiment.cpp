@@ -79,9 +79,53 @@ TrainingSpec parse_training(const config::Reader& r) {
     return t;
 }
 
+// The host of each framework (docs/compute-model.md, "The host", derives every figure).
+HostModel default_host(Framework framework) {
+    HostModel h;
+    switch (framework) {
+        case Framework::None:
+            return h;
+        case Framework::Megatron:
+            h.enabled = true;
+            h.launch = Time::ns(6'000);
+            h.pass = Time::ns(60'000);
+            h.p2p = Time::ns(30'000);
+            h.sync_after_p2p = true;
+            return h;
+        case Framework::Pytorch:
+            h.enabled = true;
+            h.launch = Time::ns(15'000);
+            h.pass = Time::ns(100'000);
+            h.p2p = Time::ns(50'000);
+            h.sync_after_p2p = false;
+            return h;
+    }
+    return h;
+}
+
 ComputeSpec parse_compute(const config::Reader& r) {
     ComputeSpec c;
     const auto kind = r.choice("model", {"roofline", "profile"}, "roofline");
+    // Measured profile times are GPU time: a plain profile run adds no host and no framework.
+    const std::optional<Framework> framework =
+        r.has("framework") ? std::optional{r.choice("framework", kFrameworkNames)} : std::nullopt;
+    c.framework = framework.value_or(kind == "profile" ? Framework::None : Framework::Megatron);
+    c.host = default_host(c.framework);
+    if (auto h = r.map_opt("host")) {
+        if (c.framework == Framework::None)
+            h->fail_here("a host model needs compute.framework (megatron or pytorch): profiled "
+                         "times are GPU time");
+        c.host.enabled = h->boolean_or("enabled", true);
+        c.host.launch = h->time_opt("launch").value_or(c.host.launch);
+        c.host.pass = h->time_opt("pass").value_or(c.host.pass);
+        c.host.p2p = h->time_opt("p2p").value_or(c.host.p2p);
+        c.host.sync_after_p2p = h->boolean_or("sync_after_p2p", c.host.sync_after_p2p);
+        h->finish();
+    }
+    c.interference = r.number_or("interference", c.interference);
+    if (!(c.interference >= 0 && c.interference <= 1))
+        r.fail("interference", "must be in [0, 1] (the fraction by which compute slows while "
+                               "communication overlaps it; 0.10 measured on H200)");
     if (kind == "profile") {
         c.kind = ComputeSpec::Kind::Profile;
         auto& p = c.profile;

@@ -80,10 +80,40 @@ struct RooflineCompute {
     Time op_overhead;  // extra fixed cost per compute op (default 0)
 };
 
+// The training framework whose kernels and host behaviour a pass follows (compute.framework):
+// Megatron-LM's fused kernels and p2p synchronisation, or eager PyTorch
+// (torch.distributed.pipelining), as docs/compute-model.md lists them kernel by kernel.
+enum class Framework : std::uint8_t { None, Megatron, Pytorch };
+inline constexpr std::array<Named<Framework>, 2> kFrameworkNames{{
+    {"megatron", Framework::Megatron},
+    {"pytorch", Framework::Pytorch},
+}};
+
+// The CPU thread that issues one rank's kernels (compute.host; docs/compute-model.md, "The host").
+// It issues a pass's kernels one after another, `launch` apart, after `pass` of framework work; a
+// kernel cannot start on the GPU before it is issued. Point-to-point operations cost `p2p` each.
+// The host runs ahead of the GPU except where the framework synchronises: it waits for a pass's
+// received tensors before issuing that pass, and with `sync_after_p2p` (Megatron-LM's
+// torch.cuda.synchronize() after batched p2p) for the GPU to finish the pass whose result it sends.
+struct HostModel {
+    bool enabled = false;  // off: the GPU never waits for the host (profile mode without framework)
+    Time launch;           // per kernel issued
+    Time pass;             // framework work per pipeline pass before its first kernel
+    Time p2p;              // per point-to-point send or receive
+    bool sync_after_p2p = false;
+};
+
 struct ComputeSpec {
     enum class Kind : std::uint8_t { Profile, Roofline } kind = Kind::Roofline;
     ProfileCompute profile;
     RooflineCompute roofline;
+    // None only in `model: profile` without `framework:` (measured times, nothing added).
+    Framework framework = Framework::Megatron;
+    HostModel host;
+    // Compute-communication interference: a kernel sharing the GPU with NCCL kernels runs
+    // 1 + interference times as long while they overlap (measured on 2 x H200: a GEMM ~10%
+    // slower during concurrent 1 GiB all-reduces).
+    double interference = 0.10;
 };
 
 struct ExperimentSpec {

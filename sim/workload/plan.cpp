@@ -29,6 +29,13 @@ Time PassPlan::compute_time() const {
     return t;
 }
 
+std::int64_t PassPlan::launches() const {
+    std::int64_t n = 0;
+    for (const auto& s : steps)
+        n += std::int64_t{s.launches} * s.repeat;
+    return n;
+}
+
 Flops PassPlan::model_flops() const {
     Flops f;
     for (const auto& s : steps)

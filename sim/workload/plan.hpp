@@ -30,11 +30,16 @@ struct Step {
     GroupKind group = GroupKind::Tp;
     Bytes size;      // collective only, nccl-tests size semantics
     int repeat = 1;  // the step is executed `repeat` times back to back (e.g. per layer)
+    // Kernels the host issues for one execution of the step (a collective: its one NCCL kernel;
+    // an `op` of the roofline may stand for several kernels of one kind). The host model
+    // (HostModel) issues them `launch` apart, spread evenly over the step's duration.
+    std::int32_t launches = 1;
 };
 
 struct PassPlan {
     std::vector<Step> steps;
     Time compute_time() const;  // sum of compute durations x repeat
+    std::int64_t launches() const;  // kernels issued: sum of launches x repeat over the steps
     Flops model_flops() const;
     Flops hardware_flops() const;
 };
