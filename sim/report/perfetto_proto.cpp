@@ -51,6 +51,11 @@ std::uint64_t to_ns(Time t) {
 }  // namespace
 
 void ProtoBuffer::varint(std::uint64_t v) {
+    // Most varints (field tags, small values, lengths) take one byte.
+    if (v < 0x80) {
+        data_.push_back(static_cast<char>(v));
+        return;
+    }
     char buf[10];
     int n = 0;
     while (v >= 0x80) {
@@ -133,7 +138,14 @@ void PerfettoProtoSink::write_descriptor(std::uint64_t uuid, const std::string& 
     std::uint64_t flags = 0;
     if (event_track) {
         sequence = next_sequence_++;
-        tracks_[uuid] = TrackState{sequence, 0, {}, {}};
+        const auto index = static_cast<std::uint32_t>(track_states_.size());
+        track_states_.push_back(TrackState{sequence, 0, {}, {}});
+        if (uuid < kSmallUuids) {
+            if (small_uuid_index_.size() <= uuid) small_uuid_index_.resize(uuid + 1, 0);
+            small_uuid_index_[uuid] = index + 1;
+        } else {
+            large_uuid_index_[uuid] = index + 1;
+        }
         flags = packet::kIncrementalStateCleared;
     } else if (!descriptor_sequence_started_) {
         descriptor_sequence_started_ = true;
@@ -143,10 +155,16 @@ void PerfettoProtoSink::write_descriptor(std::uint64_t uuid, const std::string& 
 }
 
 PerfettoProtoSink::TrackState& PerfettoProtoSink::state(std::uint64_t track) {
-    auto it = tracks_.find(track);
-    if (it == tracks_.end())
+    std::uint32_t index = 0;
+    if (track < small_uuid_index_.size()) {
+        index = small_uuid_index_[track];
+    } else if (track >= kSmallUuids) {
+        auto it = large_uuid_index_.find(track);
+        if (it != large_uuid_index_.end()) index = it->second;
+    }
+    if (index == 0)
         throw SimulationError("trace", "event on undeclared track " + std::to_string(track));
-    return it->second;
+    return track_states_[index - 1];
 }
 
 void PerfettoProtoSink::child_track(std::uint64_t uuid, std::uint64_t parent,
@@ -186,10 +204,10 @@ void PerfettoProtoSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
 
 namespace {
 // Marks `iid` as sent on a sequence; true if it was not yet.
-bool first_use(std::vector<bool>& sent, std::uint64_t iid) {
-    if (sent.size() <= iid) sent.resize(iid + 1, false);
+bool first_use(std::vector<char>& sent, std::uint64_t iid) {
+    if (sent.size() <= iid) sent.resize(iid + 1, 0);
     if (sent[iid]) return false;
-    sent[iid] = true;
+    sent[iid] = 1;
     return true;
 }
 }  // namespace

@@ -75,11 +75,12 @@ class PerfettoProtoSink final : public TraceSink {
   private:
     enum EventType : int { kSliceBegin = 1, kSliceEnd = 2, kInstant = 3, kCounter = 4 };
     static constexpr std::uint32_t kDescriptorSequence = 1;
+    static constexpr std::uint64_t kSmallUuids = 1u << 20;
     // An event track (slice or counter) and its packet sequence.
     struct TrackState {
         std::uint32_t sequence = 0;
         std::uint64_t last_ns = 0;  // timestamp of the last event written
-        std::vector<bool> event_names_sent, arg_names_sent;  // by iid, on this sequence
+        std::vector<char> event_names_sent, arg_names_sent;  // by iid, on this sequence
     };
     void child_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int rank,
                      bool event_track);
@@ -100,7 +101,11 @@ class PerfettoProtoSink final : public TraceSink {
     std::ostream& out_;
     bool descriptor_sequence_started_ = false;
     std::uint32_t next_sequence_ = kDescriptorSequence + 1;
-    std::unordered_map<std::uint64_t, TrackState> tracks_;
+    // Event tracks by uuid: an index into track_states_, directly for the small uuids writers
+    // count up from 1, through the map for the others. Looked up once per event.
+    std::vector<TrackState> track_states_;
+    std::vector<std::uint32_t> small_uuid_index_;  // index + 1, 0 = not an event track
+    std::unordered_map<std::uint64_t, std::uint32_t> large_uuid_index_;
     std::unordered_map<std::string, std::uint64_t> event_names_, arg_names_;
     ProtoBuffer interned_;  // InternedData entries new in the packet being built
     void flush();
