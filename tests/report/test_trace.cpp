@@ -442,11 +442,18 @@ TEST_CASE("JSON trace as Perfetto imports it: nested in whole nanoseconds, flows
 TEST_CASE("JSON times read back to the same nanoseconds, truncated or rounded") {
     // 1.005 us: the nearest double to 1.005 is 1.00499999999999989..., and x 1000 gives
     // 1004.9999999999999, which truncates to 1004 ns; the writer moves to the next double up.
+    // Three readers: Perfetto's number path (double x 1000, truncated), a rounding reader, and
+    // Perfetto's string path for "ts" (the decimal read exactly, digits past the nanosecond
+    // dropped).
     const auto check = [](std::int64_t ns) {
         const std::string text = report::trace_timestamp(Time::ns(ns));
         const double us = std::stod(text);
         CHECK_MESSAGE(static_cast<std::int64_t>(us * 1000.0) == ns, text);
         CHECK_MESSAGE(std::llround(us * 1000.0) == ns, text);
+        const auto dot = text.find('.');
+        REQUIRE(dot != std::string::npos);
+        const std::string frac = (text.substr(dot + 1) + "000").substr(0, 3);
+        CHECK_MESSAGE(std::stoll(text.substr(0, dot)) * 1000 + std::stoll(frac) == ns, text);
     };
     CHECK(report::trace_timestamp(Time::ns(1005)) != "1.005");
     CHECK(report::trace_timestamp(Time::ns(12345)) == "12.345");
