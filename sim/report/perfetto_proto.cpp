@@ -254,8 +254,8 @@ void PerfettoProtoSink::event_packet(TrackState& track, Time at, const ProtoBuff
     const std::uint64_t ns = to_ns(at);
     // The sink's promise to streaming readers: time never goes backwards on a sequence.
     if (ns < track.last_ns)
-        throw SimulationError("trace", "event at " + std::to_string(ns) +
-                                           " ns after one at " + std::to_string(track.last_ns) +
+        throw SimulationError("trace", "event at " + std::to_string(ns) + " ns after one at " +
+                                           std::to_string(track.last_ns) +
                                            " ns on packet sequence " +
                                            std::to_string(track.sequence));
     track.last_ns = ns;

@@ -79,7 +79,7 @@ class PerfettoProtoSink final : public TraceSink {
     // An event track (slice or counter) and its packet sequence.
     struct TrackState {
         std::uint32_t sequence = 0;
-        std::uint64_t last_ns = 0;  // timestamp of the last event written
+        std::uint64_t last_ns = 0;                           // timestamp of the last event written
         std::vector<char> event_names_sent, arg_names_sent;  // by iid, on this sequence
     };
     void child_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int rank,

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/errors.hpp"
 #include "report/perfetto_proto.hpp"
 #include "trace_test_support.hpp"
 
@@ -88,8 +89,7 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
         // (SEQ_INCREMENTAL_STATE_CLEARED = 1), so a reader may start there.
         const bool first_on_sequence = sequences.count(seq_id) == 0;
         auto& seq = sequences[seq_id];
-        if (first_on_sequence)
-            CHECK((std::stoul(p.field("sequence_flags", "0")) & 1u) == 1u);
+        if (first_on_sequence) CHECK((std::stoul(p.field("sequence_flags", "0")) & 1u) == 1u);
         // A streaming reader sees time go forward on each sequence: no sorting needed.
         if (p.fields.count("timestamp")) {
             const auto ts = std::stoull(p.field("timestamp"));
@@ -195,4 +195,18 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
     CHECK(counters > 0);
     CHECK(instants == std::set<std::string>{"iteration start", "iteration end", "summary"});
     CHECK(summary_args > 10);
+}
+
+TEST_CASE("the protobuf sink refuses time going backwards on a track, not across tracks") {
+    const auto path = test::trace_dir() / "order.pftrace";
+    report::PerfettoProtoSink sink(path);
+    sink.process(1, 2, "node 0");
+    sink.track(2, 1, "compute", 0);
+    sink.track(3, 1, "pp send", 1);
+    // Track 2 at [5, 6] us, then track 3 at [1, 2] us: two sequences, each in order.
+    sink.slice({2, Time::us(5), Time::us(6), "F0", {}, {}}, {});
+    sink.slice({3, Time::us(1), Time::us(2), "send act 0", {}, {}}, {});
+    // Track 2 again at [3, 4] us: before its last event (6 us) on its own sequence.
+    CHECK_THROWS_AS(sink.slice({2, Time::us(3), Time::us(4), "F1", {}, {}}, {}), SimulationError);
+    CHECK_THROWS_AS(sink.counter(7, Time::us(1), 1.0), SimulationError);  // undeclared track
 }

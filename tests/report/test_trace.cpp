@@ -147,12 +147,14 @@ std::size_t check_perfetto_import(const json& events) {
                                      << stack.back().name << " [" << stack.back().start << ", "
                                      << stack.back().end << "] ns");
             if (s.flow) {
-                const bool pass = s.name.size() > 1 && std::string("FBW").find(s.name[0]) !=
-                                                           std::string::npos &&
+                const bool pass = s.name.size() > 1 &&
+                                  std::string("FBW").find(s.name[0]) != std::string::npos &&
                                   s.name.find_first_not_of("0123456789", 1) == std::string::npos;
-                const bool transfer = s.name.rfind("send ", 0) == 0 || s.name.rfind("recv ", 0) == 0;
+                const bool transfer =
+                    s.name.rfind("send ", 0) == 0 || s.name.rfind("recv ", 0) == 0;
                 CHECK_MESSAGE((pass || transfer), "flow bound to " << s.name);
-                CHECK_MESSAGE(stack.empty(), "flow on " << s.name << " inside " << stack.back().name);
+                CHECK_MESSAGE(stack.empty(),
+                              "flow on " << s.name << " inside " << stack.back().name);
             }
             stack.push_back(s);
         }
@@ -463,4 +465,34 @@ TEST_CASE("JSON times read back to the same nanoseconds, truncated or rounded") 
         check(ns);
     for (std::int64_t ns = 1'000'000'000'000; ns < 1'000'000'050'000; ++ns)
         check(ns);
+}
+
+TEST_CASE("JSON sink: a slice's first flow goes on its X event, further ones as v1 events") {
+    const auto path = test::trace_dir() / "two-flows.json";
+    report::ChromeJsonSink sink(path);
+    sink.process(1, 2, "node 0");
+    sink.track(2, 1, "host", 0);
+    // 1.5 ns to 2.5 ns: written as [1, 2] ns, "ts":0.001, "dur":0.001.
+    report::TraceSlice s{2, Time::ps(1500), Time::ps(2500), "launch", {}, {}};
+    s.flows = {{7, report::FlowRef::Role::Step}, {8, report::FlowRef::Role::Begin}};
+    sink.slice(s, {});
+    sink.finish({});
+    const json ev = load(path)["traceEvents"];
+    std::size_t x = 0, v1 = 0;
+    for (const auto& e : ev) {
+        if (e["ph"] == "X") {
+            ++x;
+            CHECK(e["bind_id"] == 7);
+            CHECK(flag(e, "flow_in"));
+            CHECK(flag(e, "flow_out"));
+            CHECK(perfetto_ns(e["ts"]) == 1);
+            CHECK(perfetto_ns(e["dur"]) == 1);
+        }
+        if (e["ph"] == "s") {
+            ++v1;
+            CHECK(e["id"] == 8);
+        }
+    }
+    CHECK(x == 1);
+    CHECK(v1 == 1);
 }
