@@ -202,25 +202,53 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const std::string which = r.string("layer_pass");
     if (which != "forward" && which != "backward")
         r.fail("layer_pass", "expected forward or backward");
-    const auto& pass = which == "forward" ? passes.forward : passes.backward;
-    Time total = pass.compute_time();
-    Time comm;
+    // Forward, then forward + backward as one program: a timed call of the layer, its backward
+    // measured as (forward + backward) - forward, as the microbenchmarks time it.
+    workload::PassPlan both = passes.forward;
+    both.steps.insert(both.steps.end(), passes.backward.steps.begin(),
+                      passes.backward.steps.end());
     const workload::RankLayout ranks_of(spec.layout);
-    for (const auto& step : pass.steps) {
-        if (step.kind != workload::Step::Kind::Collective) continue;
+    Time comm;
+    std::vector<Time> times;
+    for (const auto& step : both.steps) {
+        if (step.kind == workload::Step::Kind::Compute) {
+            times.push_back(step.duration);
+            continue;
+        }
         // The group of GPU 0 (worker 0, member 0) in Megatron's rank order: the replay's own.
         const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
-        if (ranks.size() < 2) continue;
-        const Time one = network::isolated_collective_time(*spec.cluster, spec.network,
-                                                           step.collective, ranks, step.size);
-        for (int i = 0; i < step.repeat; ++i)
-            comm += one;
+        const Time one = ranks.size() < 2 ? Time::zero()
+                                          : network::isolated_collective_time(
+                                                *spec.cluster, spec.network, step.collective,
+                                                ranks, step.size);
+        times.push_back(one);
+        const bool in_backward = times.size() > passes.forward.steps.size();
+        if (in_backward == (which == "backward")) comm += one * step.repeat;
     }
-    total += comm;
+    // With a host model the call is issued kernel by kernel from an idle GPU (no pipeline pass
+    // around it, so no per-pass framework cost); without one it is the sum of its steps.
+    const auto& host = spec.compute.host;
+    const auto span_of = [&](std::size_t steps) {
+        workload::PassPlan part;
+        part.steps.assign(both.steps.begin(), both.steps.begin() + static_cast<std::ptrdiff_t>(steps));
+        const std::span<const Time> t(times.data(), steps);
+        if (host.enabled) return workload::host_bound_time(part, t, Time::zero(), host.launch);
+        Time sum;
+        for (std::size_t j = 0; j < steps; ++j)
+            sum += t[j] * part.steps[j].repeat;
+        return sum;
+    };
+    const Time forward = span_of(passes.forward.steps.size());
+    const Time total = which == "forward" ? forward : span_of(both.steps.size()) - forward;
+    const auto& pass = which == "forward" ? passes.forward : passes.backward;
     out.predicted = total.seconds() * 1e3;
     out.inputs = layout_text(spec) + "; " + which;
-    out.note = "compute " + number(pass.compute_time().seconds() * 1e3) + " ms + collectives " +
-               number(comm.seconds() * 1e3) + " ms";
+    out.note = "kernels " + number(pass.compute_time().seconds() * 1e3) + " ms in " +
+               std::to_string(pass.launches()) + " launches + collectives " +
+               number(comm.seconds() * 1e3) + " ms" +
+               (host.enabled ? "; host-bound to " + number(total.seconds() * 1e3) + " ms at " +
+                                   format_time(host.launch) + " per launch"
+                             : std::string());
 }
 
 void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {

@@ -16,6 +16,13 @@ const char* link_kind_name(LinkKind k) {
     return name_of(kLinkKindNames, k).data();
 }
 
+double SustainedRates::factor(double duty) const {
+    if (tensor_throughput >= 1.0) return 1.0;
+    if (from_duty >= 1.0) return duty >= 1.0 ? tensor_throughput : 1.0;
+    const double over = std::clamp((duty - from_duty) / (1.0 - from_duty), 0.0, 1.0);
+    return 1.0 - (1.0 - tensor_throughput) * over;
+}
+
 DeviceIndex Cluster::find_device(const std::string& id) const {
     auto it = by_id_.find(id);
     return it == by_id_.end() ? kNone : it->second;

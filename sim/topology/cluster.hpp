@@ -41,6 +41,19 @@ inline constexpr std::array<Named<LinkKind>, 5> kLinkKindNames{{
 const char* device_kind_name(DeviceKind k);  // "gpu", "nvswitch", "nic", "pcie_switch", "switch"
 const char* link_kind_name(LinkKind k);  // "nvlink", "nvswitch", "pcie", "infiniband", "ethernet"
 
+// What a GPU sustains under continuous load, against the short-burst (boost clock) figures the
+// roofline's efficiency curves are fitted on (docs/compute-model.md, "Sustained clocks"). Under a
+// steady tensor-core load the board's power cap lowers the SM clock; memory-bound kernels draw
+// less power, so the cap binds only above a duty cycle. Tensor-core kernels run at
+//   factor(u) = 1 - (1 - tensor_throughput) x clamp((u - from_duty) / (1 - from_duty), 0, 1)
+// of their burst rate, u being the tensor-core share of the GPU's busy time.
+struct SustainedRates {
+    double tensor_throughput = 1.0;  // at u = 1 (back-to-back GEMMs), relative to burst
+    double from_duty = 1.0;          // the duty cycle at which the power cap starts to bind
+    std::string source;              // where the figures come from
+    double factor(double duty) const;
+};
+
 struct GpuModel {
     std::string name;
     FlopRate peak_fp32;
@@ -49,6 +62,7 @@ struct GpuModel {
     FlopRate peak_fp8;
     Bytes hbm;
     Bandwidth hbm_bandwidth;
+    SustainedRates sustained;  // last: tests build catalogue-free models by aggregate
 };
 
 using DeviceIndex = std::uint32_t;

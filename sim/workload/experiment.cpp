@@ -111,6 +111,8 @@ ComputeSpec parse_compute(const config::Reader& r) {
         r.has("framework") ? std::optional{r.choice("framework", kFrameworkNames)} : std::nullopt;
     c.framework = framework.value_or(kind == "profile" ? Framework::None : Framework::Megatron);
     c.host = default_host(c.framework);
+    c.roofline.framework = c.framework == Framework::None ? Framework::Megatron : c.framework;
+    c.roofline.main_grads = r.choice("main_grads", kMainGradsNames, std::optional{MainGrads::Fp32});
     if (auto h = r.map_opt("host")) {
         if (c.framework == Framework::None)
             h->fail_here("a host model needs compute.framework (megatron or pytorch): profiled "
@@ -172,6 +174,8 @@ ComputeSpec parse_compute(const config::Reader& r) {
         }
     } else {
         auto& f = c.roofline;
+        if (auto sus = r.choice("clocks", {"sustained", "burst"}, "sustained"); sus == "burst")
+            f.sustained = false;
         f.efficiency_scale = r.number_or("efficiency_scale", 1.0);
         if (f.efficiency_scale <= 0 || f.efficiency_scale > 2)
             r.fail("efficiency_scale", "must be in (0, 2]");

@@ -59,6 +59,15 @@ struct TrainingSpec {
     }
 };
 
+// The training framework whose kernels and host behaviour a pass follows (compute.framework):
+// Megatron-LM's fused kernels and p2p synchronisation, or eager PyTorch
+// (torch.distributed.pipelining), as docs/compute-model.md lists them kernel by kernel.
+enum class Framework : std::uint8_t { None, Megatron, Pytorch };
+inline constexpr std::array<Named<Framework>, 2> kFrameworkNames{{
+    {"megatron", Framework::Megatron},
+    {"pytorch", Framework::Pytorch},
+}};
+
 // compute: {model: profile, ...}: measured times; nothing is added beyond them.
 struct ProfileCompute {
     std::optional<Time> layer_forward, layer_backward, layer_backward_input, layer_backward_weight;
@@ -73,21 +82,30 @@ struct ProfileCompute {
     bool embedding_given = false, output_given = false, optimizer_given = false;
 };
 
+// Where the gradients of a microbatch accumulate (compute.main_grads): Megatron-style fp32 main
+// gradients (the public H200 training trace; Megatron-LM fuses the accumulation into the weight
+// gradient GEMM, eager PyTorch runs an fp32 += bf16 kernel per parameter), or the parameters'
+// own .grad as plain autograd accumulates it (the H200 layer microbenchmarks).
+enum class MainGrads : std::uint8_t { Fp32, Param };
+inline constexpr std::array<Named<MainGrads>, 2> kMainGradsNames{{
+    {"fp32", MainGrads::Fp32},
+    {"param", MainGrads::Param},
+}};
+
 // compute: {model: roofline, ...}: times from FLOPs and bytes on the GPU's peaks.
 struct RooflineCompute {
     double efficiency_scale = 1.0;  // multiplies the calibrated GEMM efficiency curve
-    Time launch_overhead = Time::ns(4000);
+    // GPU time between two kernels issued back to back (the public H200 trace's median gap).
+    Time launch_overhead = Time::ns(1500);
     Time op_overhead;  // extra fixed cost per compute op (default 0)
+    // The kernels a pass runs (never None here: a profile run estimates unprofiled parts with
+    // Megatron-LM's kernels unless compute.framework says otherwise).
+    Framework framework = Framework::Megatron;
+    MainGrads main_grads = MainGrads::Fp32;
+    // Tensor-core kernels at the GPU's sustained rate for the pass's duty cycle (GpuModel::
+    // sustained); false: burst rates, as short microbenchmarks run.
+    bool sustained = true;
 };
-
-// The training framework whose kernels and host behaviour a pass follows (compute.framework):
-// Megatron-LM's fused kernels and p2p synchronisation, or eager PyTorch
-// (torch.distributed.pipelining), as docs/compute-model.md lists them kernel by kernel.
-enum class Framework : std::uint8_t { None, Megatron, Pytorch };
-inline constexpr std::array<Named<Framework>, 2> kFrameworkNames{{
-    {"megatron", Framework::Megatron},
-    {"pytorch", Framework::Pytorch},
-}};
 
 // The CPU thread that issues one rank's kernels (compute.host; docs/compute-model.md, "The host").
 // It issues a pass's kernels one after another, `launch` apart, after `pass` of framework work; a

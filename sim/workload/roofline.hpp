@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/units.hpp"
 #include "topology/cluster.hpp"
@@ -26,16 +27,38 @@ struct GemmShape {
     }
 };
 
+// The kinds of memory-bound kernel, each with its own achieved fraction of the HBM bandwidth.
+enum class MemKind : std::uint8_t {
+    Fused,            // Megatron-LM's fused kernels; a device-to-device copy
+    Elementwise,      // vectorised 16-bit add, cast, fill
+    Activation,       // GELU / SwiGLU forward and backward (eager PyTorch)
+    Norm,             // LayerNorm / RMSNorm forward, input gradient, gamma/beta gradient
+    Reduce,           // bias gradient: a sum over the tokens
+    Concat,           // torch.cat of the q, k, v gradients
+    StridedCopy,      // a non-vectorised copy that makes a strided tensor contiguous
+    MixedAccumulate,  // fp32 main gradient += 16-bit gradient (non-vectorised, mixed types)
+    Softmax,          // fp32 log-softmax forward and backward of the loss
+    Optimizer,        // fused multi-tensor AdamW
+};
+
 // Calibrated constants (see docs/compute-model.md for their sources).
 struct RooflineCalibration {
-    double gemm_peak_fraction_16bit = 0.803;    // H100 SXM bf16 MAMF 794.5 / 989 TFLOP/s
-    double gemm_peak_fraction_fp8 = 0.734;      // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
-    double gemm_half_dim = 650;                 // per-dimension half-efficiency size (fit)
-    double gemm_dim_exponent = 2;               // steepness of the per-dimension factor (fit)
-    double gemm_smallest_fitted_dim = 512;      // below it the factor falls linearly (tile padding)
-    double attention_forward_fraction = 0.30;   // FlashAttention-2, causal, hd 128, s 2k, H100
-    double attention_backward_fraction = 0.27;  // the same, backward
-    double hbm_fraction = 0.865;                // H200 device copy 4150.7 GB/s of 4.8 TB/s
+    double gemm_peak_fraction_16bit = 0.803;  // H100 SXM bf16 MAMF 794.5 / 989 TFLOP/s
+    double gemm_peak_fraction_fp8 = 0.734;    // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
+    double gemm_half_dim = 650;               // per-dimension half-efficiency size (fit)
+    double gemm_dim_exponent = 2;             // steepness of the per-dimension factor (fit)
+    double gemm_smallest_fitted_dim = 512;    // below it the factor falls linearly (tile padding)
+    // Flash attention (cuDNN SDPA on H200, h200-kernels.json transformer_layer_kernels): the
+    // fraction of the bf16 peak the causal kernel's executed FLOPs reach rises with the sequence
+    // length s as cap x s / (s + s_half) (fit on the h = 4096 rows at s = 2048 and 4096).
+    double attention_forward_cap = 0.666;
+    double attention_forward_half_seq = 1053;
+    double attention_backward_cap = 0.592;
+    double attention_backward_half_seq = 1417;
+    double hbm_fraction = 0.865;  // H200 device copy 4150.7 GB/s of 4.8 TB/s (MemKind::Fused)
+    // Achieved fraction of the datasheet HBM bandwidth per MemKind (h200-kernels.json kernels
+    // and the profiled iteration, bytes as docs/compute-model.md counts them).
+    double hbm_fraction_of(MemKind kind) const;
 };
 const RooflineCalibration& default_calibration();
 
@@ -53,8 +76,16 @@ FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision);
 // are the operands and the result at `element_bytes` each.
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
                const RooflineCompute& compute, int element_bytes = 2);
-// Time of a memory-bound op moving `bytes` through HBM, + overheads.
-Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute);
+// Time of a memory-bound op moving `bytes` through HBM, + overheads (one launch).
+Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute,
+                       MemKind kind = MemKind::Fused);
+// The flash-attention kernels' fraction of the bf16 peak at sequence length `seq`.
+double attention_efficiency(std::int64_t seq, bool backward,
+                            const RooflineCalibration& cal = default_calibration());
+// Divides the tensor-core steps of `passes` by the GPU's sustained factor for their duty cycle
+// (the tensor-core share of the compute time of all of them together); no-op with burst clocks.
+void apply_sustained(std::initializer_list<PassPlan*> passes, const topology::GpuModel& gpu,
+                     const RooflineCompute& compute);
 
 // The work of one model piece (a transformer layer, the embedding, the output layer) on one GPU
 // for one microbatch. backward = backward_input followed by backward_weight (for schedules that
@@ -99,6 +130,9 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
 // Not counted: the clipping multiply (8 x owned), which runs only in iterations whose gradient
 // norm exceeds --clip-grad, and the NaN check of the gradient buffer that newer Megatron-LM runs
 // before the data-parallel reduction (g x held).
+// Eager PyTorch with Megatron-style mixed precision (the public H200 trace) runs fused AdamW
+// (MemKind::Optimizer, 28 x owned), the master copy to bf16 (6 x owned) and the zeroing of the fp32
+// main gradients (4 x held) as separate multi-tensor kernels, and no gradient norm.
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute);
 
