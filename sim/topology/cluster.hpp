@@ -54,6 +54,18 @@ struct SustainedRates {
     double factor(double duty) const;
 };
 
+// A GPU's dense 16-bit GEMM efficiency curve (docs/compute-model.md, "GEMM efficiency"): the
+// fraction of peak peak_fraction x f(m) x f(n) x f(k), f(x) = x^p / (x^p + half_dim^p) with
+// p = exponent, for dimensions of at least 512 (below, f(512) x / 512). The defaults are the
+// generic curve; the catalogue gives Hopper GPUs the curve fitted on the H200's measured kernels.
+struct GemmCurve {
+    double peak_fraction = 0.803;
+    double half_dim = 650;
+    double exponent = 2;
+    std::string source =
+        "generic: the H200 GEMM microbenchmarks under the H100 SXM's published MAMF cap";
+};
+
 struct GpuModel {
     std::string name;
     FlopRate peak_fp32;
@@ -62,7 +74,9 @@ struct GpuModel {
     FlopRate peak_fp8;
     Bytes hbm;
     Bandwidth hbm_bandwidth;
-    SustainedRates sustained;  // last: tests build catalogue-free models by aggregate
+    // Last: tests build catalogue-free models by aggregate, with {} for these.
+    SustainedRates sustained;
+    GemmCurve gemm;
 };
 
 using DeviceIndex = std::uint32_t;

@@ -61,7 +61,26 @@ GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
     s.model.hbm_bandwidth = r.bandwidth("hbm_bandwidth");
     // Without sustained figures a model inherits those of the catalogue entry of its name, else
     // it runs at its burst rates (SustainedRates' defaults).
-    if (const GpuModel* known = find_catalog_model(name)) s.model.sustained = known->sustained;
+    if (const GpuModel* known = find_catalog_model(name)) {
+        s.model.sustained = known->sustained;
+        s.model.gemm = known->gemm;
+    }
+    if (auto g = r.map_opt("gemm")) {
+        auto& c = s.model.gemm;
+        c.peak_fraction = g->number("peak_fraction");
+        if (!(c.peak_fraction > 0 && c.peak_fraction <= 1))
+            g->fail("peak_fraction", "must be in (0, 1]: the best dense 16-bit GEMM's fraction of "
+                                     "the bf16 peak (H200: 0.825)");
+        c.half_dim = g->number_or("half_dim", c.half_dim);
+        if (!(c.half_dim > 0 && c.half_dim < 1e6))
+            g->fail("half_dim", "must be in (0, 1000000): the GEMM dimension at which the "
+                                "per-dimension factor is one half");
+        c.exponent = g->number_or("exponent", c.exponent);
+        if (!(c.exponent >= 0.5 && c.exponent <= 8))
+            g->fail("exponent", "must be in [0.5, 8]");
+        c.source = g->string_or("source", "topology file");
+        g->finish();
+    }
     if (auto sus = r.map_opt("sustained")) {
         auto& v = s.model.sustained;
         v.tensor_throughput = sus->number("tensor_throughput");
@@ -278,9 +297,17 @@ const std::vector<GpuModel>& gpu_catalog() {
             make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35),
         };
         const SustainedRates hopper{0.88, 0.65, "H200 SXM, 700 W cap (h200-kernels.json)"};
+        // GEMMs as they run inside the H200 layer runs and the profiled iteration (docs/
+        // compute-model.md); the A100s keep the generic curve (no A100 kernel measurement here).
+        const GemmCurve hopper_gemm{0.825, 600, 2.5,
+                                    "H200 SXM kernels in training (h200-kernels.json)"};
         for (auto& m : c) {
-            if (m.name.rfind("H", 0) == 0) m.sustained = hopper;
-            else m.sustained.source = "no sustained measurement: burst rates";
+            if (m.name.rfind("H", 0) == 0) {
+                m.sustained = hopper;
+                m.gemm = hopper_gemm;
+            } else {
+                m.sustained.source = "no sustained measurement: burst rates";
+            }
         }
         return c;
     }();

@@ -86,16 +86,16 @@ HostModel default_host(Framework framework) {
         case Framework::None:
             return h;
         case Framework::Megatron:
-            h.enabled = true;
-            h.launch = Time::ns(6'000);
-            h.pass = Time::ns(60'000);
-            h.p2p = Time::ns(30'000);
+            // Megatron-LM runs eager PyTorch too: the same costs per launch and pass, fewer
+            // launches (fused kernels), and torch.cuda.synchronize() after batched p2p.
+            h = default_host(Framework::Pytorch);
             h.sync_after_p2p = true;
             return h;
         case Framework::Pytorch:
             h.enabled = true;
-            h.launch = Time::ns(15'000);
+            h.launch = Time::ns(20'000);
             h.pass = Time::ns(100'000);
+            h.backward = Time::ns(300'000);
             h.p2p = Time::ns(50'000);
             h.sync_after_p2p = false;
             return h;
@@ -120,6 +120,7 @@ ComputeSpec parse_compute(const config::Reader& r) {
         c.host.enabled = h->boolean_or("enabled", true);
         c.host.launch = h->time_opt("launch").value_or(c.host.launch);
         c.host.pass = h->time_opt("pass").value_or(c.host.pass);
+        c.host.backward = h->time_opt("backward").value_or(c.host.backward);
         c.host.p2p = h->time_opt("p2p").value_or(c.host.p2p);
         c.host.sync_after_p2p = h->boolean_or("sync_after_p2p", c.host.sync_after_p2p);
         h->finish();

@@ -117,6 +117,7 @@ struct HostModel {
     bool enabled = false;  // off: the GPU never waits for the host (profile mode without framework)
     Time launch;           // per kernel issued
     Time pass;             // framework work per pipeline pass before its first kernel
+    Time backward;         // more of it before a backward pass (the autograd engine's start)
     Time p2p;              // per point-to-point send or receive
     bool sync_after_p2p = false;
 };

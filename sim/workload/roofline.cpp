@@ -15,11 +15,11 @@ using network::CollectiveKind;
 
 constexpr I kActivationBytes = 2;  // activations stay 16-bit, also in fp8 training
 
-double dim_factor(double x, const RooflineCalibration& cal) {
-    const double p = cal.gemm_dim_exponent;
+double dim_factor(double x, const topology::GemmCurve& curve, const RooflineCalibration& cal) {
+    const double p = curve.exponent;
     const double fitted = std::max(x, cal.gemm_smallest_fitted_dim);
     const double xp = std::pow(fitted, p);
-    return xp / (xp + std::pow(cal.gemm_half_dim, p)) * (x / fitted);
+    return xp / (xp + std::pow(curve.half_dim, p)) * (x / fitted);
 }
 
 Bandwidth achievable_hbm(const topology::GpuModel& gpu, MemKind kind = MemKind::Fused) {
@@ -104,7 +104,7 @@ class PassBuilder {
         s.tensor_core = true;
         const FlopRate rate =
             scaled(peak_rate(gpu_, Precision::Bf16),
-                   default_calibration().gemm_peak_fraction_16bit * compute_.efficiency_scale);
+                   gpu_.gemm.peak_fraction * compute_.efficiency_scale);
         s.duration = roofline_time(flops, rate, bytes, gpu_, compute_);
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
@@ -363,17 +363,16 @@ FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision) {
 }
 
 double gemm_efficiency(const GemmShape& shape, Precision precision,
-                       const RooflineCalibration& cal) {
-    const double cap =
-        precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : cal.gemm_peak_fraction_16bit;
-    return cap * dim_factor(static_cast<double>(shape.m), cal) *
-           dim_factor(static_cast<double>(shape.n), cal) *
-           dim_factor(static_cast<double>(shape.k), cal);
+                       const topology::GemmCurve& curve, const RooflineCalibration& cal) {
+    const double cap = precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : curve.peak_fraction;
+    return cap * dim_factor(static_cast<double>(shape.m), curve, cal) *
+           dim_factor(static_cast<double>(shape.n), curve, cal) *
+           dim_factor(static_cast<double>(shape.k), curve, cal);
 }
 
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
                const RooflineCompute& compute, int element_bytes) {
-    const double eff = gemm_efficiency(shape, precision) * compute.efficiency_scale;
+    const double eff = gemm_efficiency(shape, precision, gpu.gemm) * compute.efficiency_scale;
     const FlopRate rate = scaled(peak_rate(gpu, precision), eff);
     const Bytes bytes{element_bytes * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
     return roofline_time(shape.flops(), rate, bytes, gpu, compute);

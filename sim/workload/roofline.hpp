@@ -43,11 +43,10 @@ enum class MemKind : std::uint8_t {
 
 // Calibrated constants (see docs/compute-model.md for their sources).
 struct RooflineCalibration {
-    double gemm_peak_fraction_16bit = 0.803;  // H100 SXM bf16 MAMF 794.5 / 989 TFLOP/s
-    double gemm_peak_fraction_fp8 = 0.734;    // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
-    double gemm_half_dim = 650;               // per-dimension half-efficiency size (fit)
-    double gemm_dim_exponent = 2;             // steepness of the per-dimension factor (fit)
-    double gemm_smallest_fitted_dim = 512;    // below it the factor falls linearly (tile padding)
+    // The 16-bit GEMM curve is the GPU's (topology::GemmCurve); fp8 GEMMs reach this fraction
+    // of the fp8 peak where the 16-bit curve reaches its peak_fraction.
+    double gemm_peak_fraction_fp8 = 0.734;  // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
+    double gemm_smallest_fitted_dim = 512;  // below it the factor falls linearly (tile padding)
     // Flash attention (cuDNN SDPA on H200, h200-kernels.json transformer_layer_kernels): the
     // fraction of the bf16 peak the causal kernel's executed FLOPs reach rises with the sequence
     // length s as cap x s / (s + s_half) (fit on the h = 4096 rows at s = 2048 and 4096).
@@ -67,6 +66,7 @@ const RooflineCalibration& default_calibration();
 // smallest benchmarked size x_min, f(x_min) x / x_min below it (a skinny GEMM pads its tiles; the
 // fitted curve, quadratic near 0, is not extrapolated there).
 double gemm_efficiency(const GemmShape& shape, Precision precision,
+                       const topology::GemmCurve& curve = topology::GemmCurve{},
                        const RooflineCalibration& cal = default_calibration());
 
 // The GPU's dense peak at a precision.

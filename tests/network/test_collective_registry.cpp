@@ -25,7 +25,7 @@ constexpr double GB = 1e9;
 // n GPUs on one NVSwitch; every GPU-switch link has `bw` bytes/s each way and latency `lat`.
 Cluster switch_node(int n, double bw, Time lat) {
     topology::ClusterBuilder b;
-    b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}, {}});
+    b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}, {}, {}});
     topology::Device sw;
     sw.id = "nvswitch";
     sw.kind = topology::DeviceKind::NvSwitch;

@@ -39,7 +39,7 @@ Device box(const std::string& id, DeviceKind kind, int node) {
 }
 
 void add_model(ClusterBuilder& b) {
-    b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}, {}});
+    b.add_gpu_model({"test", {1e12}, {1e12}, {1e12}, {1e12}, {80'000'000'000}, {1e12}, {}, {}});
 }
 
 // Flow start and end notifications, in order.

@@ -13,7 +13,7 @@ inline std::shared_ptr<topology::Cluster> chain_cluster(int gpus, Bandwidth bw =
     topology::ClusterBuilder b;
     topology::GpuModel h200{"H200",           FlopRate{67e12},   FlopRate{989e12},
                             FlopRate{989e12}, FlopRate{1979e12}, Bytes{141'000'000'000},
-                            Bandwidth{4.8e12},   {}};
+                            Bandwidth{4.8e12},   {}, {}};
     const int model = b.add_gpu_model(h200);
     std::vector<topology::DeviceIndex> ids;
     for (int g = 0; g < gpus; ++g) {
