@@ -4,6 +4,7 @@
 
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
+#include "topology/topology_yaml.hpp"
 #include "workload/roofline.hpp"
 
 using namespace cs;
@@ -12,16 +13,20 @@ using namespace cs::workload;
 namespace {
 
 // H200 SXM datasheet (published.md §7.1).
+// The catalogue's H200 SXM: datasheet peaks, the GEMM curve fitted on its kernels, its
+// sustained rates.
 topology::GpuModel h200() {
-    topology::GpuModel g;
-    g.name = "H200";
-    g.peak_bf16 = FlopRate{989e12};
-    g.peak_fp16 = FlopRate{989e12};
-    g.peak_fp8 = FlopRate{1979e12};
-    g.peak_fp32 = FlopRate{67e12};
-    g.hbm = Bytes{141'000'000'000};
-    g.hbm_bandwidth = Bandwidth{4.8e12};
-    return g;
+    const topology::GpuModel* g = topology::find_catalog_model("H200");
+    REQUIRE(g != nullptr);
+    return *g;
+}
+
+// Megatron-LM's kernels at burst clocks: the arithmetic below without the sustained factor,
+// whose duty cycle changes with what a pass contains.
+RooflineCompute burst() {
+    RooflineCompute c;
+    c.sustained = false;
+    return c;
 }
 
 ModelSpec gpt_layer(int h, int heads) {
@@ -102,32 +107,42 @@ TEST_CASE("GEMM times against the H200 bf16 GEMM microbenchmarks (the fitting da
         {4096, 8192, 32768, 3.1089439392089844},  {2048, 6144, 2048, 0.10310400277376175},
         {2048, 2048, 2048, 0.046063998714089394}, {1024, 1024, 1024, 0.022591999731957912},
         {512, 512, 512, 0.021871999837458134}};
+    // Timed one call after another, each with a ~16 us per-call floor of the eager benchmark
+    // loop: the back-to-back load of the sustained figure (duty 1: 0.88 of the burst rate).
     RooflineCompute bench;
     bench.launch_overhead = Time::us(16);
+    const double sustained = h200().sustained.factor(1.0);
+    CHECK(sustained == doctest::Approx(0.88));
     for (const auto& r : rows) {
         CAPTURE(r.m);
         CAPTURE(r.n);
         CAPTURE(r.k);
-        const double predicted =
-            gemm_time({r.m, r.n, r.k}, Precision::Bf16, h200(), bench).seconds() * 1e3;
-        CHECK(std::abs(predicted / r.ms - 1) < 0.13);
+        const double burst_ms =
+            gemm_time({r.m, r.n, r.k}, Precision::Bf16, h200(), bench).seconds() * 1e3 - 0.016;
+        const double predicted = burst_ms / sustained + 0.016;
+        CHECK(std::abs(predicted / r.ms - 1) < 0.10);
     }
 }
 
-TEST_CASE("roofline layer forward times against the measured H200 transformer layers") {
-    // validation/h200-calibration.json, transformer_layer_bf16 (one GPT block, one GPU, bf16).
-    // The forward pass is predicted within 15% on every row. The backward pass is predicted
-    // 14-39% short: see docs/compute-model.md (the measured PyTorch-eager backward runs at
-    // 2.5-2.9x its forward where GEMM arithmetic gives 2x); the bound below records that gap.
+TEST_CASE("eager-PyTorch layer kernels against the measured H200 kernel sums") {
+    // h200-kernels.json (tests/validation/data), transformer_layer_kernels: the GPU kernel time of
+    // one GPT block (with biases) forward and forward + backward, weights' .grad accumulating in
+    // bf16 (main_grads: param), short timed calls (burst clocks). Our sums include 1.5 us of GPU
+    // gap per launch, which the measured kernel sums do not. The h = 8192 row ran its GEMMs 11-17%
+    // below the curve (clock-throttled; docs/compute-model.md), hence its wider bound.
     struct Row {
         int h, heads, s, mbs;
-        double fwd_ms, bwd_ms;
+        double fwd_ms, fwd_bwd_ms, bound;
     };
-    const Row rows[] = {{4096, 32, 2048, 1, 1.3056959509849548, 3.319712221622467},
-                        {4096, 32, 4096, 1, 2.608687996864319, 6.852880358695984},
-                        {2048, 16, 2048, 1, 0.5184639990329742, 1.4781599938869476},
-                        {8192, 64, 2048, 1, 4.436511993408203, 12.708703994750977},
-                        {4096, 32, 2048, 2, 2.489824056625366, 6.286847829818726}};
+    const Row rows[] = {{4096, 32, 2048, 1, 1.18623, 4.20004, 0.10},
+                        {4096, 32, 4096, 1, 2.71295, 8.58514, 0.10},
+                        {2048, 16, 2048, 1, 0.37952, 1.37051, 0.10},
+                        {8192, 64, 2048, 1, 5.18687, 18.10867, 0.20},
+                        {4096, 32, 2048, 2, 2.52553, 8.15256, 0.10}};
+    RooflineCompute eager;
+    eager.framework = Framework::Pytorch;
+    eager.main_grads = MainGrads::Param;
+    eager.sustained = false;
     for (const auto& r : rows) {
         CAPTURE(r.h);
         CAPTURE(r.s);
@@ -135,12 +150,18 @@ TEST_CASE("roofline layer forward times against the measured H200 transformer la
         TrainingSpec t;
         t.seq_length = r.s;
         t.micro_batch_size = r.mbs;
-        const auto p = roofline_layer(gpt_layer(r.h, r.heads), ParallelLayout{}, t, h200(),
-                                      RooflineCompute{}, false);
-        CHECK(std::abs(compute_ms(p.forward) / r.fwd_ms - 1) < 0.15);
-        const double bwd_error = compute_ms(p.backward) / r.bwd_ms - 1;
-        CHECK(bwd_error < 0);
-        CHECK(bwd_error > -0.40);
+        auto m = gpt_layer(r.h, r.heads);
+        m.bias = true;
+        const auto p = roofline_layer(m, ParallelLayout{}, t, h200(), eager, false);
+        CHECK(std::abs(compute_ms(p.forward) / r.fwd_ms - 1) < r.bound);
+        CHECK(std::abs((compute_ms(p.forward) + compute_ms(p.backward)) / r.fwd_bwd_ms - 1) <
+              r.bound);
+        // The kernels eager PyTorch launches for this block: 15 forward (4 GEMMs and the
+        // attention with a memset each, 2 norms, 2 residual adds, GELU); backward 8 GEMMs with
+        // their memsets, 4 bias reductions, attention backward (4), concat and copy of the q, k, v
+        // gradients, GELU, 2 norms of 2 kernels, 2 residual adds, 12 gradient accumulations.
+        CHECK(p.forward.launches() == 15);
+        CHECK(p.backward.launches() == 16 + 4 + 4 + 2 + 1 + 4 + 2 + 12);
     }
 }
 
@@ -151,7 +172,7 @@ TEST_CASE("layer FLOPs: model FLOPs per GPU are the layer's FLOPs over tp; backw
     TrainingSpec t;
     t.seq_length = 2048;
     t.micro_batch_size = 2;
-    const auto p = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto p = roofline_layer(m, l, t, h200(), burst(), false);
     // 24 b s h^2 + 4 b s^2 h, split over 4 TP ranks.
     const double fwd = layer_forward_flops(m, false, 2, 2048).value / 4;
     CHECK(model_flops(p.forward) == doctest::Approx(fwd));
@@ -163,13 +184,13 @@ TEST_CASE("layer FLOPs: model FLOPs per GPU are the layer's FLOPs over tp; backw
     CHECK(model_flops(p.backward_weight) == doctest::Approx(24.0 * 2 * 2048 * 4096.0 * 4096 / 4));
 
     t.recompute = Recompute::Full;
-    const auto full = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto full = roofline_layer(m, l, t, h200(), burst(), false);
     CHECK(model_flops(full.backward) == doctest::Approx(2 * fwd));
     CHECK(hardware_flops(full.backward) == doctest::Approx(3 * fwd));
     CHECK(compute_ms(full.backward) > compute_ms(p.backward) + 0.99 * compute_ms(p.forward));
 
     t.recompute = Recompute::Selective;
-    const auto sel = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto sel = roofline_layer(m, l, t, h200(), burst(), false);
     // + the attention core forward: 4 b s^2 h / tp.
     CHECK(hardware_flops(sel.backward) - model_flops(sel.backward) ==
           doctest::Approx(4.0 * 2 * 2048 * 2048 * 4096 / 4));
@@ -182,9 +203,9 @@ TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole
     TrainingSpec t;
     t.seq_length = 1024;
     t.micro_batch_size = 2;
-    const auto flash = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto flash = roofline_layer(m, l, t, h200(), burst(), false);
     t.attention = Attention::Unfused;
-    const auto unfused = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto unfused = roofline_layer(m, l, t, h200(), burst(), false);
     const double n = 2.0 * 8 * 1024 * 1024;
     // Both count the same model FLOPs (Narayanan eq. 3 counts the whole score matrix).
     CHECK(model_flops(unfused.forward) == doctest::Approx(model_flops(flash.forward)));
@@ -206,12 +227,12 @@ TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole
     const double qkvo = 2.0 * 1024 * 1024 * 2;  // one b·s·h tensor
     CHECK(fwd_bytes == doctest::Approx(13 * n + 4 * qkvo));
     CHECK(bwd_bytes == doctest::Approx(19 * n + 8 * qkvo));
-    // HBM-bound: at 0.865 x 4.8 TB/s, plus 4 us per kernel for its 4 kernels.
+    // HBM-bound: at 0.865 x 4.8 TB/s, plus the 1.5 us GPU gap per kernel for its 4 kernels.
     CHECK(fwd_attention_ms ==
-          doctest::Approx((13 * n + 4 * qkvo) / (0.865 * 4.8e12) * 1e3 + 4 * 0.004).epsilon(1e-3));
+          doctest::Approx((13 * n + 4 * qkvo) / (0.865 * 4.8e12) * 1e3 + 4 * 0.0015).epsilon(1e-3));
     // Selective recomputation re-runs the four forward kernels as hardware FLOPs only.
     t.recompute = Recompute::Selective;
-    const auto sel = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto sel = roofline_layer(m, l, t, h200(), burst(), false);
     CHECK(hardware_flops(sel.backward) - model_flops(sel.backward) ==
           doctest::Approx(4.0 * 2 * 1024 * 1024 * 1024));
     CHECK(compute_ms(sel.backward) ==
@@ -226,7 +247,7 @@ TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scat
     TrainingSpec t;
     t.seq_length = 512;
     t.micro_batch_size = 2;
-    const auto plain = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto plain = roofline_layer(m, l, t, h200(), burst(), false);
     CHECK(count(plain.forward, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
     CHECK(count(plain.backward, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
     CHECK(count(plain.backward_input, CollectiveKind::AllReduce, GroupKind::Tp) == 2);
@@ -238,7 +259,7 @@ TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scat
 
     l.sequence_parallel = true;
     t.attention = Attention::Unfused;  // Table 2's memory counts the stored scores
-    const auto sp = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto sp = roofline_layer(m, l, t, h200(), burst(), false);
     CHECK(count(sp.forward, CollectiveKind::AllReduce, GroupKind::Tp) == 0);
     CHECK(count(sp.forward, CollectiveKind::AllGather, GroupKind::Tp) == 2);
     CHECK(count(sp.forward, CollectiveKind::ReduceScatter, GroupKind::Tp) == 2);
@@ -250,7 +271,7 @@ TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scat
 
     l.tp = 1;
     l.sequence_parallel = false;
-    const auto single = roofline_layer(m, l, t, h200(), RooflineCompute{}, false);
+    const auto single = roofline_layer(m, l, t, h200(), burst(), false);
     for (const auto& st : single.forward.steps)
         CHECK(st.kind == Step::Kind::Compute);
 }
@@ -268,7 +289,7 @@ TEST_CASE("CP exchanges K/V; EP dispatches and combines with all-to-all") {
     TrainingSpec t;
     t.seq_length = 1024;
     t.micro_batch_size = 1;
-    const auto p = roofline_layer(m, l, t, h200(), RooflineCompute{}, true);
+    const auto p = roofline_layer(m, l, t, h200(), burst(), true);
     CHECK(count(p.forward, CollectiveKind::AllGather, GroupKind::Cp) == 1);
     CHECK(count(p.backward, CollectiveKind::ReduceScatter, GroupKind::Cp) == 1);
     CHECK(count(p.forward, CollectiveKind::AllToAll, GroupKind::Ep) == 2);
@@ -301,12 +322,12 @@ TEST_CASE("embedding, output layer and optimizer step") {
     TrainingSpec t;
     t.seq_length = 2048;
     t.micro_batch_size = 1;
-    const auto out = roofline_output_layer(m, l, t, h200(), RooflineCompute{});
+    const auto out = roofline_output_layer(m, l, t, h200(), burst());
     // Logits: 2 b s h V / tp forward, twice that backward.
     const double logits = 2.0 * 2048 * 4096 * 51200 / 2;
     CHECK(model_flops(out.forward) == doctest::Approx(logits));
     CHECK(model_flops(out.backward) == doctest::Approx(2 * logits));
-    const auto emb = roofline_embedding(m, l, t, h200(), RooflineCompute{});
+    const auto emb = roofline_embedding(m, l, t, h200(), burst());
     CHECK(model_flops(emb.forward) == 0);
     CHECK(count(emb.forward, network::CollectiveKind::AllReduce, GroupKind::Tp) == 1);
     CHECK(emb.backward_input.steps.empty());
@@ -317,7 +338,7 @@ TEST_CASE("embedding, output layer and optimizer step") {
     // Distributed optimizer over 8 replicas (125e6 owned): 2 x 1e9 + 52 x 125e6 = 8.5e9 bytes.
     const double hbm = 4.8e12 * 0.865;
     const auto step = [&](std::int64_t held, std::int64_t owned, Precision p) {
-        return roofline_optimizer_step(held, owned, p, h200(), RooflineCompute{}).seconds();
+        return roofline_optimizer_step(held, owned, p, h200(), burst()).seconds();
     };
     CHECK(step(1'000'000'000, 1'000'000'000, Precision::Fp16) ==
           doctest::Approx(54e9 / hbm + 4e-6));
@@ -328,5 +349,5 @@ TEST_CASE("embedding, output layer and optimizer step") {
     CHECK(step(1'000'000'000, 125'000'000, Precision::Fp16) == doctest::Approx(8.5e9 / hbm + 4e-6));
     CHECK(step(0, 0, Precision::Fp16) == 0);
     m.vocab_size = 0;
-    CHECK(roofline_output_layer(m, l, t, h200(), RooflineCompute{}).forward.steps.empty());
+    CHECK(roofline_output_layer(m, l, t, h200(), burst()).forward.steps.empty());
 }
