@@ -24,6 +24,7 @@
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
 #include "replay/duration_model.hpp"
+#include "replay/host.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/experiment.hpp"
 #include "workload/groups.hpp"
@@ -34,6 +35,16 @@ namespace cs::replay {
 enum class IdleCause : std::uint8_t {
     Pipeline,    // waiting for another stage's activation or gradient, warm-up and cool-down
     Collective,  // waiting for the worker's own collectives (TP/CP/EP inside passes, DP at the end)
+    // Waiting for the host to issue the next pass's first kernel (compute.host): the part of the
+    // wait beyond max(the GPU's previous work, the pass's input arriving).
+    Host,
+};
+
+// What a worker's host thread does (ReplayObserver::on_host).
+enum class HostWork : std::uint8_t {
+    Issue,  // the framework work and kernel launches of a pass (or of the optimizer step)
+    P2p,    // posting a point-to-point send or receive
+    Sync,   // waiting for the GPU (sync_after_p2p: the pass whose output it sends to finish)
 };
 
 struct Worker {
@@ -51,6 +62,9 @@ struct PassRecord {
     Time start, end;
     Time compute;     // part of [start, end) spent computing
     Time collective;  // part spent in blocking collectives
+    // Part of [start, end) beyond start + compute + collective: the GPU waiting, inside a
+    // host-bound pass, for kernels the host had not issued yet. Zero without a host model.
+    Time host_stall;
     const workload::PassPlan* plan = nullptr;
     // The time of one execution of each of plan->steps, index for index (a step runs `repeat`
     // times back to back, in order, from `start`): compute steps' durations from the plan,
@@ -76,6 +90,13 @@ class ReplayObserver {
     virtual void on_pass(const PassRecord& pass) { (void)pass; }
     virtual void on_idle(int worker, Time start, Time end, IdleCause cause) {
         (void)worker, (void)start, (void)end, (void)cause;
+    }
+    // The worker's host thread (compute.host) busy with `kind` over [start, end); `pass` is the
+    // PassRecord id of the pass whose kernels it issues (Issue), 0 for the optimizer step and for
+    // P2p and Sync. Calls come when the replay decides them: in order per worker, but possibly
+    // ahead of or behind the simulation time of other notifications (the host runs ahead).
+    virtual void on_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass) {
+        (void)worker, (void)start, (void)end, (void)kind, (void)pass;
     }
     virtual void on_optimizer(int worker, Time start, Time end) {
         (void)worker, (void)start, (void)end;
@@ -144,6 +165,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct PassCost {
         Time compute, collective;
         std::vector<Time> step_times;  // PassRecord::step_times
+        // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
+        // compute step when block_compute[i] (a duration model scales those).
+        HostIssue host;
+        std::vector<KernelBlock> blocks;
+        std::vector<std::uint8_t> block_compute;
     };
     // What a message in flight is for, and what to do when its last transfer has arrived.
     struct PipelineDelivery {  // activation or gradient: wakes the receiving pass
@@ -177,6 +203,12 @@ class Replay final : public EventHandler, public network::TransferClient {
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
+    void emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass);
+    // Whether the pass of `worker` at virtual stage `vs` sends its output to another worker.
+    bool sends_p2p(int worker, schedule::Pass pass, int vs, int microbatch) const;
+    // The host model's part of starting a pass at `now` (try_start): fills r.start, r.end and
+    // r.host_stall and moves the worker's host clock.
+    void start_on_host(int worker, PassRecord& r, const PassCost& cost, int need, Time now);
     // The duration model's compute time for the pass `r` of `worker` (nominal: the plan's).
     Time modelled_compute(int worker, const PassRecord& r, Time nominal);
     int worker_of(int stage, int dp) const { return ranks_.worker(stage, dp); }
