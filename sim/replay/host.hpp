@@ -25,7 +25,8 @@ struct HostIssue {
     // pass + (i + 1) x launch and starts at max(its issue, the previous kernel's end), so
     // D = max over i of (issue_i + the GPU time of kernels i, i+1, ...). Without kernels: pass + G.
     Time earliest_end;
-    Time first_issue;  // pass + launch: when the first kernel can start (pass without kernels: pass)
+    Time
+        first_issue;  // pass + launch: when the first kernel can start (pass without kernels: pass)
 };
 
 // O(blocks): within a block of equal kernels of duration d, issue_i + tail_i changes by

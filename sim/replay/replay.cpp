@@ -120,6 +120,37 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     buckets_done_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
     bucket_queue_.resize(static_cast<std::size_t>(layout_.pp));
     bucket_busy_.assign(static_cast<std::size_t>(layout_.pp), 0);
+    // Compute-communication interference: only with a framework (a plain profile run adds
+    // nothing to its measured times), and only where buckets overlap a backward pass.
+    if (spec_.compute.interference > 0 && spec_.compute.framework != workload::Framework::None) {
+        overlapped_buckets_.assign(static_cast<std::size_t>(layout_.pp), Time::zero());
+        for (int s = 0; s < layout_.pp; ++s) {
+            if (!overlaps_dp(s)) continue;
+            const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
+            const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                             : network::CollectiveKind::AllReduce;
+            const auto& group = ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), 0).gpus;
+            const int buckets = bucket_count_[static_cast<std::size_t>(s)];
+            for (int b = 0; b + 1 < buckets; ++b)
+                overlapped_buckets_[static_cast<std::size_t>(s)] +=
+                    costs_.cost(kind, group, bucket_bytes(s, b));
+        }
+    }
+}
+
+Bytes Replay::bucket_bytes(int stage, int bucket) const {
+    // The share of the chunk's gradient bytes between b and b + 1 bucket sizes.
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    const int buckets = bucket_count_[static_cast<std::size_t>(stage)];
+    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
+    const double params = static_cast<double>(dev.dp_parameters);
+    const double per = static_cast<double>(layout_.bucket_parameters());
+    const auto upto = [&](int b) {
+        return b >= buckets ? dev.dp_gradient_bytes.value
+                            : static_cast<std::int64_t>(
+                                  std::llround(total * std::min(1.0, b * per / params)));
+    };
+    return Bytes{upto(bucket + 1) - upto(bucket)};
 }
 
 bool Replay::overlaps_dp(int stage) const {
@@ -338,6 +369,21 @@ void Replay::try_start(int worker) {
     if (duration_model_) [[unlikely]]
         r.compute = modelled_compute(worker, r, r.compute);
     r.collective = cost.collective;
+    const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
+    const bool last_backward =
+        completes_gradients && overlaps_dp(w.stage) &&
+        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1;
+    if (last_backward && !overlapped_buckets_.empty()) {
+        // The pass's kernels run 1 + interference times as long while the buckets reduce. An
+        // approximation: the buckets are taken at their isolated time (not their time on the
+        // shared network) and as if they all ran inside the pass, so the slowed part is
+        // min(compute, their time); the later buckets' readiness follows the longer pass.
+        const Time overlap =
+            std::min(r.compute, overlapped_buckets_[static_cast<std::size_t>(w.stage)]);
+        r.interference = Time::ps(static_cast<std::int64_t>(
+            std::llround(static_cast<double>(overlap.count_ps()) * spec_.compute.interference)));
+        r.compute += r.interference;
+    }
     r.end = now + r.compute + r.collective;
     r.plan = &plan;
     r.step_times = cost.step_times;
@@ -355,10 +401,7 @@ void Replay::try_start(int worker) {
     st.busy = true;
     ++st.cursor;
     sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
-    const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
-    if (completes_gradients && overlaps_dp(w.stage) &&
-        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1)
-        schedule_buckets(worker, op.chunk, r.start, r.end);
+    if (last_backward) schedule_buckets(worker, op.chunk, r.start, r.end);
 }
 
 void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
@@ -383,25 +426,14 @@ void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
 
 void Replay::bucket_ready(int worker, int chunk, int bucket) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
-    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
-    const int buckets = bucket_count_[static_cast<std::size_t>(w.stage)];
     // Launched when every replica of the stage has this bucket (the last one launches it).
     auto& ready = buckets_ready_[static_cast<std::size_t>(
         (w.stage * shape_.chunks + chunk) * max_buckets_ + bucket)];
     if (++ready < layout_.dp) return;
-    // Bytes of bucket b: the share of the chunk's gradient bytes between b and b + 1 bucket sizes.
-    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
-    const double params = static_cast<double>(dev.dp_parameters);
-    const double per = static_cast<double>(layout_.bucket_parameters());
-    const auto upto = [&](int b) {
-        return b >= buckets ? dev.dp_gradient_bytes.value
-                            : static_cast<std::int64_t>(
-                                  std::llround(total * std::min(1.0, b * per / params)));
-    };
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
-    msg.record.bytes = Bytes{upto(bucket + 1) - upto(bucket)};
+    msg.record.bytes = bucket_bytes(w.stage, bucket);
     msg.purpose = GradientBucket{w.stage, chunk};
     msg.remaining = ranks_.members();
     bucket_queue_[static_cast<std::size_t>(w.stage)].push_back(messages_.size());

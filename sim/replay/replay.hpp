@@ -65,10 +65,14 @@ struct PassRecord {
     // Part of [start, end) beyond start + compute + collective: the GPU waiting, inside a
     // host-bound pass, for kernels the host had not issued yet. Zero without a host model.
     Time host_stall;
+    // Part of compute added by compute-communication interference (compute.interference): the
+    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it.
+    Time interference;
     const workload::PassPlan* plan = nullptr;
     // The time of one execution of each of plan->steps, index for index (a step runs `repeat`
     // times back to back, in order, from `start`): compute steps' durations from the plan,
-    // collective steps as CollectiveCosts costed them. compute and collective are their sums.
+    // collective steps as CollectiveCosts costed them. compute and collective are their sums
+    // (compute plus `interference`).
     // Points into the Replay, which computed it once for the plan; valid while the Replay lives.
     std::span<const Time> step_times;
     std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
@@ -200,6 +204,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     void schedule_buckets(int worker, int chunk, Time start, Time end);
     void bucket_ready(int worker, int chunk, int bucket);
     void launch_bucket(int stage);
+    Bytes bucket_bytes(int stage, int bucket) const;  // per GPU
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
@@ -237,6 +242,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
     std::vector<int> bucket_count_;            // per stage: gradient buckets per chunk
+    // Per stage: the isolated time of the DP gradient buckets that run during the last backward
+    // pass of a chunk (all but the last), when compute.interference applies; empty otherwise.
+    std::vector<Time> overlapped_buckets_;
     std::vector<int> buckets_ready_;  // [(stage * chunks + chunk) * max buckets + b]: replicas
     std::vector<int> buckets_done_;   // [stage * chunks + chunk]: buckets synchronised
     int max_buckets_ = 0;

@@ -12,6 +12,7 @@ void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     w.compute += pass.compute;
     w.collective += pass.collective;
     w.host_stall += pass.host_stall;
+    if (pass.host_stall > Time::zero()) ++host_bound_passes_;
     w.first_pass = std::min(w.first_pass, pass.start);
     w.last_pass_end = std::max(w.last_pass_end, pass.end);
 }
@@ -91,6 +92,7 @@ Summary summarize(const SummaryInputs& in) {
     s.ep = spec.layout.ep;
     s.vpp = plan.chunks;
     s.events = in.result.events;
+    s.host_bound_passes = in.metrics->host_bound_passes();
 
     // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
     std::vector<StageSummary> stages(static_cast<std::size_t>(spec.layout.pp));
@@ -176,6 +178,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
     j["exposed_comm_fraction"] = s.exposed_comm_fraction;
     j["idle_fraction"] = s.idle_fraction;
     j["host_fraction"] = s.host_fraction;
+    j["host_bound_passes"] = s.host_bound_passes;
     j["mfu"] = s.mfu;
     j["hfu"] = s.hfu;
     j["tokens_per_s"] = s.tokens_per_s;

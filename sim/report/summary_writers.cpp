@@ -48,7 +48,8 @@ SummaryWriterEntry csv_summary_writer() {
                        "microbatches,tp,pp,dp,cp,ep,vpp,memory_per_gpu_bytes\n";
                 out << csv_field(s.schedule);
                 for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction,
-                                 s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s, s.tflops_per_gpu})
+                                 s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s,
+                                 s.tflops_per_gpu})
                     out << "," << csv_number(v);
                 for (long long v :
                      {static_cast<long long>(s.world_size), static_cast<long long>(s.microbatches),
@@ -135,7 +136,8 @@ const SummaryWriterEntry& summary_writer(std::string_view name,
 
 void write_summary_file(const std::filesystem::path& path, const Summary& summary,
                         const SummaryWriterEntry& writer, OutputSet* outputs) {
-    write_file_atomically(path, [&](std::ostream& out) { writer.write(out, summary); }, outputs);
+    write_file_atomically(
+        path, [&](std::ostream& out) { writer.write(out, summary); }, outputs);
 }
 
 }  // namespace cs::report

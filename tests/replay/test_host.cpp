@@ -2,6 +2,8 @@
 // it. Every expectation is derived by hand in the comment above it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "api/run.hpp"
@@ -47,8 +49,7 @@ TEST_CASE("host_issue: host-bound, GPU-bound and mixed passes") {
     SUBCASE("mixed: a long kernel in the middle decides") {
         // pass 0, launch 4 us; 2 kernels of 1 us, one of 20 us, 3 of 1 us. Issued at 4, 8, 12,
         // 16, 20, 24: 4-5, 8-9, 12-32, then 32-33, 33-34, 34-35: D = 35 us.
-        const std::vector<KernelBlock> b{
-            {Time::us(2), 2}, {Time::us(20), 1}, {Time::us(3), 3}};
+        const std::vector<KernelBlock> b{{Time::us(2), 2}, {Time::us(20), 1}, {Time::us(3), 3}};
         CHECK(host_issue(Time::zero(), Time::us(4), b).earliest_end == Time::us(35));
     }
     SUBCASE("blocks without kernels run with the kernels before them") {
@@ -203,5 +204,47 @@ TEST_CASE("host model: a profile run without a framework adds nothing") {
     for (const auto& p : rec.passes) {
         CHECK(p.end - p.start == p.compute + p.collective);
         CHECK(p.host_stall == Time::zero());
+    }
+}
+
+TEST_CASE("interference: the last backward pass slows while gradient buckets reduce during it") {
+    // The overlap_grad_reduce case of test_replay.cpp: one stage, dp 2 on two GPUs joined by a
+    // 100 GB/s, 1 us link, one microbatch: F = 1 ms, B = 4 ms, buckets of a quarter of the
+    // layer's parameters, ready at B/4, B/2, 3B/4 and B. Without interference only the last
+    // bucket is exposed: T0 = F + B + 2 us + last / 100 GB/s.
+    auto spec =
+        test::profile_experiment(1, 2, 1, Time::ms(1), Time::ms(4), network::Fidelity::Flow);
+    spec.cluster = test::chain_cluster(2);
+    spec.layout.dp = 2;
+    spec.layout.overlap_grad_reduce = true;
+    const auto device = workload::plan_iteration(spec, 1, false, [](int) { return 0; }).devices[0];
+    spec.layout.ddp_bucket_size = (device.dp_parameters + 3) / 4;
+    const double g = static_cast<double>(device.dp_gradient_bytes.value);
+    const double f = static_cast<double>(spec.layout.ddp_bucket_size) /
+                     static_cast<double>(device.dp_parameters);
+    const auto upto = [&](int b) {
+        return static_cast<double>(std::llround(g * std::min(1.0, b * f)));
+    };
+    const double last = g - upto(3);
+    const double t0 = 5e-3 + 2e-6 + last / 1e11;
+    CHECK(run_with(spec).iteration_time_s == doctest::Approx(t0).epsilon(1e-9));
+
+    // With a framework and interference 0.1, B grows by 0.1 x (the three overlapped buckets'
+    // isolated times: 2 us + bytes / 100 GB/s each, i.e. 6 us + upto(3) / 100 GB/s), far less
+    // than B's 4 ms; the buckets keep up, so T = T0 + that growth. Without a framework (above)
+    // nothing is added.
+    spec.compute.framework = workload::Framework::Megatron;
+    spec.compute.interference = 0.1;
+    const double growth = 0.1 * (6e-6 + upto(3) / 1e11);
+    HostRecorder rec;
+    const auto s = run_with(spec, &rec);
+    CHECK(s.iteration_time_s == doctest::Approx(t0 + growth).epsilon(1e-9));
+    // Both replicas' backward passes grew by it, their forward passes not.
+    REQUIRE(rec.passes.size() == 4);
+    for (const auto& p : rec.passes) {
+        if (p.pass == schedule::Pass::Forward)
+            CHECK(p.interference == Time::zero());
+        else
+            CHECK(p.interference.seconds() == doctest::Approx(growth).epsilon(1e-6));
     }
 }
