@@ -3,27 +3,47 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/errors.hpp"
 
 namespace cs::report {
 
 namespace {
-// Appends "12.345678" (microseconds, six decimals) for `ps` picoseconds.
-void append_timestamp(std::string& out, std::int64_t ps) {
-    if (ps < 0) {
-        out += '-';
-        ps = -ps;
+// Whole nanoseconds of `ps`, rounded down (monotonic, so order and nesting survive).
+std::int64_t floor_ns(std::int64_t ps) {
+    return ps >= 0 ? ps / 1000 : -((-ps + 999) / 1000);
+}
+
+// Appends `ns` nanoseconds as microseconds that every reader turns back into exactly `ns`.
+// Perfetto's JSON importer parses the number as a double and truncates double(us) * 1000.0; for
+// about 0.6 % of values the nearest double to "u.nnn" lands just below the integer and would
+// lose a nanosecond. Those values are written as the shortest decimal of the next doubles up
+// until the product truncates to `ns` (e.g. "1.0050000000000001"); readers that round, or that
+// read the decimal exactly and round down, also get `ns`. Everything else is "u.nnn".
+void append_ns_as_us(std::string& out, std::int64_t ns) {
+    char buf[40];
+    if (ns > 0) {
+        double d = static_cast<double>(ns) / 1000.0;
+        if (static_cast<std::int64_t>(d * 1000.0) != ns) {
+            while (static_cast<std::int64_t>(d * 1000.0) < ns)
+                d = std::nextafter(d, std::numeric_limits<double>::infinity());
+            auto r = std::to_chars(buf, buf + sizeof buf, d);
+            out.append(buf, r.ptr);
+            return;
+        }
     }
-    char buf[24];
-    auto r = std::to_chars(buf, buf + sizeof buf, ps / 1000000);
+    if (ns < 0) {
+        out += '-';
+        ns = -ns;
+    }
+    auto r = std::to_chars(buf, buf + sizeof buf, ns / 1000);
     out.append(buf, r.ptr);
-    const std::int64_t frac = ps % 1000000;
-    char digits[7] = {'.', '0', '0', '0', '0', '0', '0'};
-    std::int64_t f = frac;
-    for (int i = 6; i >= 1; --i, f /= 10)
+    std::int64_t f = ns % 1000;
+    char digits[4] = {'.', '0', '0', '0'};
+    for (int i = 3; i >= 1; --i, f /= 10)
         digits[i] = static_cast<char>('0' + f % 10);
-    out.append(digits, 7);
+    out.append(digits, 4);
 }
 
 void append_int(std::string& out, std::int64_t v) {
@@ -60,9 +80,13 @@ void append_number(std::string& out, double v) {
 }
 }  // namespace
 
+std::int64_t trace_ns(Time t) {
+    return floor_ns(t.count_ps());
+}
+
 std::string trace_timestamp(Time t) {
     std::string s;
-    append_timestamp(s, t.count_ps());
+    append_ns_as_us(s, trace_ns(t));
     return s;
 }
 
@@ -184,25 +208,37 @@ void ChromeJsonSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
     tracks_[uuid] = Track{find(parent).pid, name, unit, 0};
 }
 
-void ChromeJsonSink::complete(const TraceSlice& s, int pid) {
+void ChromeJsonSink::complete(const TraceSlice& s, int pid, const FlowRef* flow) {
+    const std::int64_t start = trace_ns(s.start);
     begin_event();
     buf_ += "{\"ph\":\"X\",";
     append_thread(buf_, pid, s.track);
     buf_ += ",\"ts\":";
-    append_timestamp(buf_, s.start.count_ps());
+    append_ns_as_us(buf_, start);
+    // The duration of the rounded interval, so that a child never ends after its parent.
     buf_ += ",\"dur\":";
-    append_timestamp(buf_, (s.end - s.start).count_ps());
+    append_ns_as_us(buf_, trace_ns(s.end) - start);
     buf_ += ",\"name\":\"";
     append_escaped(buf_, s.name);
-    buf_ += "\",\"args\":";
+    buf_ += '"';
+    if (flow) {
+        buf_ += ",\"bind_id\":";
+        append_int(buf_, static_cast<std::int64_t>(flow->id));
+        if (flow->role != FlowRef::Role::Begin) buf_ += ",\"flow_in\":true";
+        if (flow->role != FlowRef::Role::End) buf_ += ",\"flow_out\":true";
+    }
+    buf_ += ",\"args\":";
     append_args(buf_, s.args);
     buf_ += '}';
 }
 
 void ChromeJsonSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& children) {
     const int pid = find(s.track).pid;
-    complete(s, pid);
-    for (const auto& f : s.flows) {
+    complete(s, pid, s.flows.empty() ? nullptr : &s.flows.front());
+    // An X event binds one flow; further ones fall back to v1 flow events, which Perfetto binds
+    // to the innermost slice open at their time (the writer gives each slice at most one flow).
+    for (std::size_t i = 1; i < s.flows.size(); ++i) {
+        const FlowRef& f = s.flows[i];
         const char* ph = f.role == FlowRef::Role::Begin  ? "s"
                          : f.role == FlowRef::Role::Step ? "t"
                                                          : "f";
@@ -214,13 +250,13 @@ void ChromeJsonSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& c
         buf_ += ',';
         append_thread(buf_, pid, s.track);
         buf_ += ",\"ts\":";
-        append_timestamp(buf_, s.start.count_ps());
+        append_ns_as_us(buf_, trace_ns(s.start));
         buf_ += ",\"name\":\"dependency\",\"cat\":\"pipeline\"";
         if (f.role == FlowRef::Role::End) buf_ += ",\"bp\":\"e\"";
         buf_ += '}';
     }
     for (const auto& c : children)
-        complete(c, pid);
+        complete(c, pid, nullptr);
 }
 
 void ChromeJsonSink::instant(std::uint64_t track, Time at, const std::string& name,
@@ -230,7 +266,7 @@ void ChromeJsonSink::instant(std::uint64_t track, Time at, const std::string& na
     buf_ += "{\"ph\":\"i\",\"s\":\"t\",";
     append_thread(buf_, pid, track);
     buf_ += ",\"ts\":";
-    append_timestamp(buf_, at.count_ps());
+    append_ns_as_us(buf_, trace_ns(at));
     buf_ += ",\"name\":\"";
     append_escaped(buf_, name);
     buf_ += "\",\"args\":";
@@ -244,7 +280,7 @@ void ChromeJsonSink::counter(std::uint64_t track, Time at, double value) {
     buf_ += "{\"ph\":\"C\",\"pid\":";
     append_int(buf_, t.pid);
     buf_ += ",\"ts\":";
-    append_timestamp(buf_, at.count_ps());
+    append_ns_as_us(buf_, trace_ns(at));
     buf_ += ",\"name\":\"";
     append_escaped(buf_, t.name);
     buf_ += "\",\"args\":{\"";

@@ -3,11 +3,16 @@
 //
 // Mapping of the TraceSink model: a process is a JSON process (pid), a slice track is a thread
 // (tid = its uuid, named "<group> <track>", sorted by group then track rank), a slice is a complete
-// event ("X") followed by its children, flows are v1 flow events ("s" / "t" / "f" with bp "e")
-// placed at the start of the slice they bind to and written right after it, so they bind to that
-// slice and not to its children; counters are "C" events of their process, instants "i" events
-// on their thread. Timestamps are microseconds with six decimals, printed from the integer
-// picoseconds, so the output is byte-identical across runs.
+// event ("X") followed by its children; a flow is bound to the X event of its slice with the
+// v2 fields "bind_id", "flow_in", "flow_out" (Perfetto's importer binds them to that very slice,
+// never to a child that starts at the same time); counters are "C" events of their process,
+// instants "i" events on their thread.
+//
+// Times are whole nanoseconds, rounded down from the integer picoseconds, written as
+// microseconds that read back to exactly those nanoseconds (see trace_timestamp); a slice's
+// "dur" is the difference of its rounded end and start, so children still nest in their parent
+// and neighbours do not overlap after a reader's rounding. The output is byte-identical across
+// runs.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +50,7 @@ class ChromeJsonSink final : public TraceSink {
         int rank = 0;  // order among siblings
     };
     void begin_event();
-    void complete(const TraceSlice& s, int pid);
+    void complete(const TraceSlice& s, int pid, const FlowRef* flow);
     const Track& find(std::uint64_t uuid) const;
 
     AtomicFile file_;
@@ -55,7 +60,12 @@ class ChromeJsonSink final : public TraceSink {
     bool first_ = true;
 };
 
-// "12.345678" (microseconds) from picoseconds, exactly.
+// Whole nanoseconds of `t`, rounded down: the times a JSON trace holds.
+std::int64_t trace_ns(Time t);
+// trace_ns(t) as microseconds: "12.345", or, where the nearest double of that decimal times 1000
+// would truncate to one nanosecond less, the shortest decimal of a double just above it
+// ("1.0050000000000001"). Parsed as a double and multiplied by 1000, truncated or rounded, every
+// output gives back trace_ns(t).
 std::string trace_timestamp(Time t);
 // JSON string literal contents: quotes, backslashes and control characters escaped.
 std::string json_escape(const std::string& s);

@@ -1,6 +1,9 @@
 #include "report/perfetto_proto.hpp"
 
 #include <cstring>
+#include <string>
+
+#include "core/errors.hpp"
 
 namespace cs::report {
 
@@ -48,6 +51,11 @@ std::uint64_t to_ns(Time t) {
 }  // namespace
 
 void ProtoBuffer::varint(std::uint64_t v) {
+    // Most varints (field tags, small values, lengths) take one byte.
+    if (v < 0x80) {
+        data_.push_back(static_cast<char>(v));
+        return;
+    }
     char buf[10];
     int n = 0;
     while (v >= 0x80) {
@@ -95,13 +103,10 @@ void ProtoBuffer::bytes_field(int field, const std::string& bytes) {
 PerfettoProtoSink::PerfettoProtoSink(const std::filesystem::path& path, OutputSet* outputs)
     : file_(path, outputs), out_(file_.stream()) {}
 
-void PerfettoProtoSink::write_packet(const std::string& payload_fields, std::uint64_t flags) {
+void PerfettoProtoSink::write_packet(const std::string& payload_fields, std::uint64_t flags,
+                                     std::uint32_t sequence) {
     packet_.clear();
-    packet_.varint_field(packet::kSequenceId, 1);
-    if (first_packet_) {
-        flags |= packet::kIncrementalStateCleared;
-        first_packet_ = false;
-    }
+    packet_.varint_field(packet::kSequenceId, sequence);
     if (flags != 0) packet_.varint_field(packet::kSequenceFlags, flags);
     packet_.append_raw(payload_fields);
     out_buf_.bytes_field(trace::kPacket, packet_.data());
@@ -120,12 +125,50 @@ void PerfettoProtoSink::process(std::uint64_t uuid, int pid, const std::string& 
     desc.varint_field(track_descriptor::kUuid, uuid);
     desc.bytes_field(track_descriptor::kName, name);
     desc.bytes_field(track_descriptor::kProcess, proc.data());
+    // Processes rank by pid among the root tracks, groups by their rank inside a process.
+    desc.varint_field(track_descriptor::kChildOrdering, track_descriptor::kExplicitOrdering);
+    desc.sint_as_varint_field(track_descriptor::kSiblingOrderRank, pid);
     payload.bytes_field(packet::kTrackDescriptor, desc.data());
-    write_packet(payload.data(), 0);
+    write_descriptor(uuid, payload.data(), false);
+}
+
+void PerfettoProtoSink::write_descriptor(std::uint64_t uuid, const std::string& payload,
+                                         bool event_track) {
+    std::uint32_t sequence = kDescriptorSequence;
+    std::uint64_t flags = 0;
+    if (event_track) {
+        sequence = next_sequence_++;
+        const auto index = static_cast<std::uint32_t>(track_states_.size());
+        track_states_.push_back(TrackState{sequence, 0, {}, {}});
+        if (uuid < kSmallUuids) {
+            if (small_uuid_index_.size() <= uuid) small_uuid_index_.resize(uuid + 1, 0);
+            small_uuid_index_[uuid] = index + 1;
+        } else {
+            large_uuid_index_[uuid] = index + 1;
+        }
+        flags = packet::kIncrementalStateCleared;
+    } else if (!descriptor_sequence_started_) {
+        descriptor_sequence_started_ = true;
+        flags = packet::kIncrementalStateCleared;
+    }
+    write_packet(payload, flags, sequence);
+}
+
+PerfettoProtoSink::TrackState& PerfettoProtoSink::state(std::uint64_t track) {
+    std::uint32_t index = 0;
+    if (track < small_uuid_index_.size()) {
+        index = small_uuid_index_[track];
+    } else if (track >= kSmallUuids) {
+        auto it = large_uuid_index_.find(track);
+        if (it != large_uuid_index_.end()) index = it->second;
+    }
+    if (index == 0)
+        throw SimulationError("trace", "event on undeclared track " + std::to_string(track));
+    return track_states_[index - 1];
 }
 
 void PerfettoProtoSink::child_track(std::uint64_t uuid, std::uint64_t parent,
-                                    const std::string& name, int rank) {
+                                    const std::string& name, int rank, bool event_track) {
     ProtoBuffer desc, payload;
     desc.varint_field(track_descriptor::kUuid, uuid);
     desc.bytes_field(track_descriptor::kName, name);
@@ -133,17 +176,17 @@ void PerfettoProtoSink::child_track(std::uint64_t uuid, std::uint64_t parent,
     desc.varint_field(track_descriptor::kChildOrdering, track_descriptor::kExplicitOrdering);
     desc.sint_as_varint_field(track_descriptor::kSiblingOrderRank, rank);
     payload.bytes_field(packet::kTrackDescriptor, desc.data());
-    write_packet(payload.data(), 0);
+    write_descriptor(uuid, payload.data(), event_track);
 }
 
 void PerfettoProtoSink::group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
                               int rank) {
-    child_track(uuid, parent, name, rank);
+    child_track(uuid, parent, name, rank, false);
 }
 
 void PerfettoProtoSink::track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
                               int rank) {
-    child_track(uuid, parent, name, rank);
+    child_track(uuid, parent, name, rank, true);
 }
 
 void PerfettoProtoSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
@@ -156,12 +199,23 @@ void PerfettoProtoSink::counter_track(std::uint64_t uuid, std::uint64_t parent,
     desc.bytes_field(track_descriptor::kCounter, counter.data());
     desc.sint_as_varint_field(track_descriptor::kSiblingOrderRank, rank);
     payload.bytes_field(packet::kTrackDescriptor, desc.data());
-    write_packet(payload.data(), 0);
+    write_descriptor(uuid, payload.data(), true);
 }
 
-std::uint64_t PerfettoProtoSink::event_name(const std::string& name) {
-    auto [it, added] = event_names_.try_emplace(name, event_names_.size() + 1);
-    if (added) {
+namespace {
+// Marks `iid` as sent on a sequence; true if it was not yet.
+bool first_use(std::vector<char>& sent, std::uint64_t iid) {
+    if (sent.size() <= iid) sent.resize(iid + 1, 0);
+    if (sent[iid]) return false;
+    sent[iid] = 1;
+    return true;
+}
+}  // namespace
+
+std::uint64_t PerfettoProtoSink::event_name(TrackState& track, const std::string& name) {
+    // One iid per name across the trace; each sequence receives the name on its first use there.
+    auto it = event_names_.try_emplace(name, event_names_.size() + 1).first;
+    if (first_use(track.event_names_sent, it->second)) {
         ProtoBuffer entry;
         entry.varint_field(interned_string::kIid, it->second);
         entry.bytes_field(interned_string::kName, name);
@@ -170,10 +224,10 @@ std::uint64_t PerfettoProtoSink::event_name(const std::string& name) {
     return it->second;
 }
 
-void PerfettoProtoSink::add_args(ProtoBuffer& event, const TraceArgs& args) {
+void PerfettoProtoSink::add_args(TrackState& track, ProtoBuffer& event, const TraceArgs& args) {
     for (const auto& a : args) {
-        auto [it, added] = arg_names_.try_emplace(a.key, arg_names_.size() + 1);
-        if (added) {
+        auto it = arg_names_.try_emplace(a.key, arg_names_.size() + 1).first;
+        if (first_use(track.arg_names_sent, it->second)) {
             ProtoBuffer entry;
             entry.varint_field(interned_string::kIid, it->second);
             entry.bytes_field(interned_string::kName, a.key);
@@ -196,54 +250,64 @@ void PerfettoProtoSink::add_args(ProtoBuffer& event, const TraceArgs& args) {
     }
 }
 
-void PerfettoProtoSink::event_packet(Time at, const ProtoBuffer& event) {
+void PerfettoProtoSink::event_packet(TrackState& track, Time at, const ProtoBuffer& event) {
+    const std::uint64_t ns = to_ns(at);
+    // The sink's promise to streaming readers: time never goes backwards on a sequence.
+    if (ns < track.last_ns)
+        throw SimulationError("trace", "event at " + std::to_string(ns) + " ns after one at " +
+                                           std::to_string(track.last_ns) +
+                                           " ns on packet sequence " +
+                                           std::to_string(track.sequence));
+    track.last_ns = ns;
     ProtoBuffer payload;
-    payload.varint_field(packet::kTimestamp, to_ns(at));
+    payload.varint_field(packet::kTimestamp, ns);
     payload.bytes_field(packet::kTrackEvent, event.data());
     if (!interned_.data().empty()) {
         payload.bytes_field(packet::kInternedData, interned_.data());
         interned_.clear();
     }
-    write_packet(payload.data(), packet::kNeedsIncrementalState);
+    write_packet(payload.data(), packet::kNeedsIncrementalState, track.sequence);
 }
 
-void PerfettoProtoSink::begin(const TraceSlice& s) {
+void PerfettoProtoSink::begin(TrackState& track, const TraceSlice& s) {
     ProtoBuffer event;
     event.varint_field(track_event::kType, kSliceBegin);
     event.varint_field(track_event::kTrackUuid, s.track);
-    event.varint_field(track_event::kNameIid, event_name(s.name));
-    add_args(event, s.args);
+    event.varint_field(track_event::kNameIid, event_name(track, s.name));
+    add_args(track, event, s.args);
     for (const auto& f : s.flows)
         event.fixed64_field(
             f.role == FlowRef::Role::End ? track_event::kTerminatingFlowIds : track_event::kFlowIds,
             f.id);
-    event_packet(s.start, event);
+    event_packet(track, s.start, event);
 }
 
-void PerfettoProtoSink::end(std::uint64_t track, Time at) {
+void PerfettoProtoSink::end(TrackState& track, std::uint64_t uuid, Time at) {
     ProtoBuffer event;
     event.varint_field(track_event::kType, kSliceEnd);
-    event.varint_field(track_event::kTrackUuid, track);
-    event_packet(at, event);
+    event.varint_field(track_event::kTrackUuid, uuid);
+    event_packet(track, at, event);
 }
 
 void PerfettoProtoSink::slice(const TraceSlice& s, const std::vector<TraceSlice>& children) {
-    begin(s);
+    TrackState& track = state(s.track);
+    begin(track, s);
     for (const auto& c : children) {
-        begin(c);
-        end(c.track, c.end);
+        begin(track, c);
+        end(track, c.track, c.end);
     }
-    end(s.track, s.end);
+    end(track, s.track, s.end);
 }
 
 void PerfettoProtoSink::instant(std::uint64_t track, Time at, const std::string& name,
                                 const TraceArgs& args) {
+    TrackState& st = state(track);
     ProtoBuffer event;
     event.varint_field(track_event::kType, kInstant);
     event.varint_field(track_event::kTrackUuid, track);
-    event.varint_field(track_event::kNameIid, event_name(name));
-    add_args(event, args);
-    event_packet(at, event);
+    event.varint_field(track_event::kNameIid, event_name(st, name));
+    add_args(st, event, args);
+    event_packet(st, at, event);
 }
 
 void PerfettoProtoSink::counter(std::uint64_t track, Time at, double value) {
@@ -251,7 +315,7 @@ void PerfettoProtoSink::counter(std::uint64_t track, Time at, double value) {
     event.varint_field(track_event::kType, kCounter);
     event.varint_field(track_event::kTrackUuid, track);
     event.double_field(track_event::kDoubleCounterValue, value);
-    event_packet(at, event);
+    event_packet(state(track), at, event);
 }
 
 void PerfettoProtoSink::finish(const TraceArgs&) {

@@ -15,17 +15,24 @@
 //   DebugAnnotation  name_iid 1, int_value 4, double_value 5, string_value 6
 //   InternedData     event_names 2, debug_annotation_names 3 (each: iid 1, name 2)
 //
-// Everything is on one packet sequence (id 1); the first packet clears the incremental state and
-// event and argument names are interned on first use. Timestamps are integer nanoseconds of the
-// default trace clock, truncated from picoseconds (monotonic, so order and nesting survive).
-// A process is a track with a ProcessDescriptor; groups and slice tracks are child tracks with
-// explicit ordering (GPU groups inside a node, streams inside a GPU).
+// Packet sequences: processes and groups are described on sequence 1 (packets without
+// timestamps); every slice or counter track gets a sequence of its own, opened by its descriptor
+// (which clears the sequence's incremental state) and holding only that track's events. The
+// writer produces a track's events in time order (trace_sink.hpp), so timestamps never decrease
+// within a sequence and a streaming reader needs no sorting; the sink checks it and throws
+// SimulationError otherwise. Event and argument names are interned with one iid per name across
+// the trace, sent on each sequence at their first use there. Timestamps are integer
+// nanoseconds of the default trace clock, rounded down from picoseconds (monotonic, so order
+// and nesting survive). A process is a track with a ProcessDescriptor, ranked by pid
+// (sibling_order_rank); groups and slice tracks are child tracks with explicit ordering (GPU
+// groups inside a node, streams inside a GPU). A process or group may hold any number of tracks.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/atomic_file.hpp"
 #include "report/trace_sink.hpp"
@@ -67,18 +74,38 @@ class PerfettoProtoSink final : public TraceSink {
 
   private:
     enum EventType : int { kSliceBegin = 1, kSliceEnd = 2, kInstant = 3, kCounter = 4 };
-    void child_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int rank);
-    void write_packet(const std::string& payload_fields, std::uint64_t sequence_flags);
+    static constexpr std::uint32_t kDescriptorSequence = 1;
+    static constexpr std::uint64_t kSmallUuids = 1u << 20;
+    // An event track (slice or counter) and its packet sequence.
+    struct TrackState {
+        std::uint32_t sequence = 0;
+        std::uint64_t last_ns = 0;                           // timestamp of the last event written
+        std::vector<char> event_names_sent, arg_names_sent;  // by iid, on this sequence
+    };
+    void child_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name, int rank,
+                     bool event_track);
+    // Writes a TrackDescriptor packet: an event track's opens its own sequence, the others go
+    // on the descriptor sequence.
+    void write_descriptor(std::uint64_t uuid, const std::string& payload, bool event_track);
+    void write_packet(const std::string& payload_fields, std::uint64_t sequence_flags,
+                      std::uint32_t sequence);
+    TrackState& state(std::uint64_t track);
     // Writes one TrackEvent packet; `event` holds the TrackEvent fields other than names.
-    void event_packet(Time at, const ProtoBuffer& event);
-    std::uint64_t event_name(const std::string& name);
-    void add_args(ProtoBuffer& event, const TraceArgs& args);
-    void begin(const TraceSlice& s);
-    void end(std::uint64_t track, Time at);
+    void event_packet(TrackState& track, Time at, const ProtoBuffer& event);
+    std::uint64_t event_name(TrackState& track, const std::string& name);
+    void add_args(TrackState& track, ProtoBuffer& event, const TraceArgs& args);
+    void begin(TrackState& track, const TraceSlice& s);
+    void end(TrackState& track, std::uint64_t uuid, Time at);
 
     AtomicFile file_;
     std::ostream& out_;
-    bool first_packet_ = true;
+    bool descriptor_sequence_started_ = false;
+    std::uint32_t next_sequence_ = kDescriptorSequence + 1;
+    // Event tracks by uuid: an index into track_states_, directly for the small uuids writers
+    // count up from 1, through the map for the others. Looked up once per event.
+    std::vector<TrackState> track_states_;
+    std::vector<std::uint32_t> small_uuid_index_;  // index + 1, 0 = not an event track
+    std::unordered_map<std::uint64_t, std::uint32_t> large_uuid_index_;
     std::unordered_map<std::string, std::uint64_t> event_names_, arg_names_;
     ProtoBuffer interned_;  // InternedData entries new in the packet being built
     void flush();

@@ -14,7 +14,10 @@
 //     slice lie within it, in order, without overlapping each other;
 //   - events at equal times on one track are written in the order they happen (the end of a
 //     slice before the start of the next one);
-//   - counter values on one counter track are written in time order, at most one per time.
+//   - counter values on one counter track are written in time order, at most one per time;
+//   - so every event of one track (slice starts and ends, instants, counter values) comes in
+//     non-decreasing time: the protobuf sink gives each track a packet sequence of its own and
+//     throws SimulationError if time goes backwards on one.
 #pragma once
 
 #include <cstdint>

@@ -201,6 +201,7 @@ void TraceWriter::on_pass(const replay::PassRecord& p) {
     e.resolved = !sends;
     const std::size_t n = ctx_.workers[w].gpus.size();
     e.out_flow.assign(n, 0);
+    e.out_role.assign(n, FlowRef::Role::Begin);
     e.in_flow.assign(n, 0);
     if (in != incoming_.end()) {
         e.in_flow = std::move(in->second.flows);
@@ -352,8 +353,12 @@ void TraceWriter::emit_pass(Pending& e) {
                 "output_to_gpu", ctx_.workers[static_cast<std::size_t>(e.to_worker)].gpus[g]));
             s.args.push_back(TraceArg::integer("output_bytes", e.out_bytes.value));
         }
-        if (e.in_flow[g]) s.flows.push_back({e.in_flow[g], FlowRef::Role::End});
-        if (e.out_flow[g]) s.flows.push_back({e.out_flow[g], FlowRef::Role::Begin});
+        if (e.out_flow[g] != 0 && e.out_flow[g] == e.in_flow[g]) {
+            s.flows.push_back({e.out_flow[g], e.out_role[g]});
+        } else {
+            if (e.in_flow[g]) s.flows.push_back({e.in_flow[g], FlowRef::Role::End});
+            if (e.out_flow[g]) s.flows.push_back({e.out_flow[g], e.out_role[g]});
+        }
         for (auto& c : children)
             c.track = s.track;
         sink_->slice(s, children);
@@ -439,9 +444,12 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
         const int from = src.gpus[g], to = dst.gpus[g];
         const bool a = sender && traced(from), s = remote && traced(from), r = remote && traced(to),
                    b = receiver_traced && traced(to);
-        const int ends = a + s + r + b;
-        std::uint64_t flow = ends >= 2 ? next_flow_++ : 0;
-        int seen = 0;
+        // A pass that received its input by an arrow continues that arrow to its own output, so
+        // every slice carries at most one flow (a JSON X event binds only one).
+        const bool chained = a && sender->in_flow[g] != 0;
+        const int ends = (chained ? 1 : 0) + a + s + r + b;
+        std::uint64_t flow = ends < 2 ? 0 : chained ? sender->in_flow[g] : next_flow_++;
+        int seen = chained ? 1 : 0;
         const auto role = [&]() {
             ++seen;
             return seen == 1      ? FlowRef::Role::Begin
@@ -449,7 +457,7 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
                                   : FlowRef::Role::Step;
         };
         if (a) {
-            role();
+            sender->out_role[g] = role();
             sender->out_flow[g] = flow;
         }
         const TraceArgs args{TraceArg::integer("bytes", t.bytes.value),

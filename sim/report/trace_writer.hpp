@@ -13,7 +13,9 @@
 //     "summary" (the summary metrics as arguments); links of the fabric.
 // Flow arrows follow every pipeline dependency, per GPU: the sender's pass -> its "pp send"
 // slice -> the receiver's "pp recv" slice -> the receiver's pass that waited for it (straight
-// from pass to pass when a chunk hands over on the same GPU). Streams whose slices overlap in time
+// from pass to pass when a chunk hands over on the same GPU). A pass that both receives and
+// sends continues the incoming flow to its output, so a flow follows a microbatch's path through
+// the pipeline and every slice carries at most one flow. Streams whose slices overlap in time
 // (two transfers in flight at once) spill onto extra tracks ("pp send 2").
 //
 // Scale: nothing of the trace is held in memory except, per pipeline worker, the passes whose
@@ -94,6 +96,7 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
         replay::PassRecord pass;  // pass.start / end also hold the optimizer step's interval
         bool resolved = false;    // the outgoing transfer (if any) is known
         std::vector<std::uint64_t> in_flow, out_flow;  // per GPU of the worker, 0 = none
+        std::vector<FlowRef::Role> out_role;           // of this pass in out_flow, per GPU
         int from_worker = -1, to_worker = -1;
         Bytes in_bytes, out_bytes;
     };

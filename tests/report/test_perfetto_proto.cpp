@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/errors.hpp"
 #include "report/perfetto_proto.hpp"
 #include "trace_test_support.hpp"
 
@@ -58,10 +59,12 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
     test::run_fixture(path);
     const auto packets = test::decode_pftrace(path);
     REQUIRE(!packets.empty());
-    // The first packet clears the incremental state (SEQ_INCREMENTAL_STATE_CLEARED = 1).
-    CHECK((std::stoul(packets.front().field("sequence_flags", "0")) & 1u) == 1u);
-
-    std::map<std::uint64_t, std::string> names, arg_names;
+    // Per packet sequence: names interned on it, the timestamp of its last packet.
+    struct Sequence {
+        std::map<std::uint64_t, std::string> names, arg_names;
+        std::uint64_t last_ts = 0;
+    };
+    std::map<std::string, Sequence> sequences;
     struct Track {
         std::string name;
         bool counter = false;
@@ -78,12 +81,27 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
     std::set<std::string> instants;
     std::size_t summary_args = 0;
 
+    std::size_t ranked_processes = 0;
     for (const auto& p : packets) {
-        CHECK(p.field("trusted_packet_sequence_id") == "1");
+        const std::string seq_id = p.field("trusted_packet_sequence_id");
+        REQUIRE(!seq_id.empty());
+        // The first packet of every sequence clears its incremental state
+        // (SEQ_INCREMENTAL_STATE_CLEARED = 1), so a reader may start there.
+        const bool first_on_sequence = sequences.count(seq_id) == 0;
+        auto& seq = sequences[seq_id];
+        if (first_on_sequence) CHECK((std::stoul(p.field("sequence_flags", "0")) & 1u) == 1u);
+        // A streaming reader sees time go forward on each sequence: no sorting needed.
+        if (p.fields.count("timestamp")) {
+            const auto ts = std::stoull(p.field("timestamp"));
+            CHECK_MESSAGE(ts >= seq.last_ts, "sequence " << seq_id);
+            seq.last_ts = ts;
+        }
+        auto& names = seq.names;
+        auto& arg_names = seq.arg_names;
         if (const auto* in = p.message("interned_data")) {
             for (auto [a, b] = in->messages.equal_range("event_names"); a != b; ++a) {
                 const auto iid = std::stoull(a->second.field("iid"));
-                CHECK(names.count(iid) == 0);  // each name interned once
+                CHECK(names.count(iid) == 0);  // each name interned once per sequence
                 names[iid] = a->second.field("name");
             }
             for (auto [a, b] = in->messages.equal_range("debug_annotation_names"); a != b; ++a)
@@ -97,7 +115,12 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
             t.counter = d->message("counter") != nullptr;
             t.parent = std::stoull(d->field("parent_uuid", "0"));
             if (t.parent) CHECK(tracks.count(t.parent) == 1);  // parents come first
-            if (d->message("process")) ++processes;
+            if (d->message("process")) {
+                ++processes;
+                // Processes are ranked among the root tracks by pid: cluster 1, node n: n + 2.
+                const std::string pid = d->message("process")->field("pid");
+                if (!pid.empty() && d->field("sibling_order_rank") == pid) ++ranked_processes;
+            }
             tracks[uuid] = t;
         }
         const auto* e = p.message("track_event");
@@ -156,17 +179,34 @@ TEST_CASE("pftrace of 16 GPUs decodes with protoc: tracks, slices, flows, counte
     CHECK(backwards == 64);
     CHECK(begins["layer"] == 256);
     CHECK(begins["optimizer step"] == 16);
-    // 96 flows (48 transfers x 2 TP ranks), each: pass (begin), send, receive (steps), and the
-    // receiving pass terminating it.
-    CHECK(flow_ends.size() == 96);
+    // A flow follows a microbatch through the pipeline, per replica, TP rank and direction:
+    // 4 microbatches x 2 replicas x 2 TP ranks x 2 directions = 32 flows. Each crosses the 3
+    // stage boundaries: 4 passes + 3 x (send + receive) = 10 slices, the last terminating it:
+    // 9 flow_ids marks and 1 terminating mark (9 arrows; 32 x 9 = 288 = 96 transfers x 3).
+    CHECK(flow_ends.size() == 32);
     for (const auto& [id, n] : flow_ends) {
         CHECK(n == 1);
-        CHECK(flow_marks[id] == 3);
+        CHECK(flow_marks[id] == 9);
         CHECK(flow_last_mark_ts[id] <= flow_end_ts[id]);
     }
-    CHECK(flow_marks.size() == 96);
+    CHECK(flow_marks.size() == 32);
     CHECK(processes == 3);  // cluster, node 0, node 1
+    CHECK(ranked_processes == 3);
     CHECK(counters > 0);
     CHECK(instants == std::set<std::string>{"iteration start", "iteration end", "summary"});
     CHECK(summary_args > 10);
+}
+
+TEST_CASE("the protobuf sink refuses time going backwards on a track, not across tracks") {
+    const auto path = test::trace_dir() / "order.pftrace";
+    report::PerfettoProtoSink sink(path);
+    sink.process(1, 2, "node 0");
+    sink.track(2, 1, "compute", 0);
+    sink.track(3, 1, "pp send", 1);
+    // Track 2 at [5, 6] us, then track 3 at [1, 2] us: two sequences, each in order.
+    sink.slice({2, Time::us(5), Time::us(6), "F0", {}, {}}, {});
+    sink.slice({3, Time::us(1), Time::us(2), "send act 0", {}, {}}, {});
+    // Track 2 again at [3, 4] us: before its last event (6 us) on its own sequence.
+    CHECK_THROWS_AS(sink.slice({2, Time::us(3), Time::us(4), "F1", {}, {}}, {}), SimulationError);
+    CHECK_THROWS_AS(sink.counter(7, Time::us(1), 1.0), SimulationError);  // undeclared track
 }
