@@ -95,8 +95,9 @@ void print_compare_table(std::ostream& out, const std::vector<report::Summary>& 
             out << r.host_bound_passes
                 << " passes are host-bound (their kernels issue slower than they run)";
         else
-            out << "no pass is host-bound, the host's pass and launch cost is exposed where a "
-                   "stage waits for its input";
+            out << "no pass is host-bound; the host's cost per pass (framework work, the first "
+                   "launch, p2p, synchronisation) shows where the GPU waits for it, after a "
+                   "receive or a synchronisation";
         out << "\n";
     }
 
