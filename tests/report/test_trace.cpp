@@ -542,5 +542,19 @@ TEST_CASE("host tracks: the host thread of each traced GPU, issue / p2p / sync s
         // sync_after_p2p: the host waits for a sending pass on the GPU unless it ended already.
         CHECK(count_named(ev, "X", "sync", false) > 0);
         CHECK(doc["metadata"]["host_fraction"].get<double>() > 0.0);
+
+        // The protobuf trace holds the same host tracks.
+        if (!test::have_protoc()) {
+            MESSAGE("SKIPPED: protoc not found; the .pftrace host-track check needs it");
+            continue;
+        }
+        const auto pf = test::trace_dir() / "host.pftrace";
+        opt.trace = pf;
+        api::run(spec, opt);
+        std::size_t pf_host_tracks = 0;
+        for (const auto& packet : test::decode_pftrace(pf))
+            if (const auto* d = packet.message("track_descriptor"))
+                if (d->field("name") == "host") ++pf_host_tracks;
+        CHECK(pf_host_tracks == 16);
     }
 }
