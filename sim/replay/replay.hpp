@@ -10,6 +10,11 @@
 // collective alone on the network model (CollectiveCosts); observers receive each step's time
 // with the pass (PassRecord::step_times) and never cost anything again. Pipeline transfers and DP
 // collectives are issued on the shared network per GPU, so they contend for links with each other.
+//
+// With a host model (compute.host, docs/architecture.md "The host") each worker also keeps a host
+// clock: a pass cannot start before its first kernel is issued nor end before its last kernel,
+// issued `launch` apart, has run (host.hpp's closed form, once per plan). The replay decides the
+// host's timeline when a pass starts, so a pass stays one event.
 #pragma once
 
 #include <cstdint>
