@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "api/run.hpp"
@@ -247,4 +248,36 @@ TEST_CASE("interference: the last backward pass slows while gradient buckets red
         else
             CHECK(p.interference.seconds() == doctest::Approx(growth).epsilon(1e-6));
     }
+}
+
+TEST_CASE("host model with a duration model: the pass's kernels scale with its compute") {
+    // The one-stage host-bound case above (4 kernels per pass, host pass 5 us, launch 30 us),
+    // every compute doubled by a duration model: F = 4 kernels of 20 us, B = 4 of 40 us.
+    // F: issued at 35, 65, 95, 125, each 20 us < 30 us apart: F = [35, 145), stall 145 - 35 - 80
+    // = 30 us. B: host from 125, issued at 160, 190, 220, 250, 40 us each: 160-200, 200-240,
+    // 240-280, 280-320: B = [160, 320), GPU-bound after its first kernel (D = 35 + 160 = 195
+    // from the host's 125: 320). T = 320 us.
+    struct Double final : replay::DurationModel {
+        Time pass_duration(const replay::DurationContext&, Time nominal) override {
+            return nominal * 2;
+        }
+    };
+    auto spec =
+        test::profile_experiment(1, 1, 4, Time::us(10), Time::us(20), network::Fidelity::Ideal);
+    spec.compute.host.enabled = true;
+    spec.compute.host.pass = Time::us(5);
+    spec.compute.host.launch = Time::us(30);
+    auto sched = schedule::make_schedule("1f1b");
+    const schedule::PipelineShape shape{1, 1, 1};
+    const auto plan = workload::plan_iteration(spec, 1, false, [](int) { return 0; });
+    replay::Replay replay(spec, plan, *sched, shape);
+    replay.set_duration_model(std::make_unique<Double>());
+    HostRecorder rec;
+    replay.add_observer(rec);
+    CHECK(replay.run().iteration_time == Time::us(320));
+    REQUIRE(rec.passes.size() == 2);
+    CHECK(rec.passes[0].end == Time::us(145));
+    CHECK(rec.passes[0].host_stall == Time::us(30));
+    CHECK(rec.passes[1].start == Time::us(160));
+    CHECK(rec.passes[1].host_stall == Time::zero());
 }
