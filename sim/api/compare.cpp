@@ -68,7 +68,8 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {
     out << pad("schedule", 13) << pad("iteration", 13) << pad("bubble", 9)
-        << pad("exposed comm", 14) << pad("MFU", 9) << pad("peak act", 12) << "p2p bytes\n";
+        << pad("exposed comm", 14) << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12)
+        << "p2p bytes\n";
     for (const auto& r : results) {
         std::int64_t peak = 0;
         for (const auto& st : r.stages)
@@ -76,8 +77,28 @@ void print_compare_table(std::ostream& out, const std::vector<report::Summary>& 
         out << pad(r.schedule, 13)
             << pad(format_time(Time::from_seconds_ceil(r.iteration_time_s)), 13)
             << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14)
-            << pad(percent(r.mfu), 9) << pad(format_bytes(Bytes{peak}), 12)
+            << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
+            << pad(format_bytes(Bytes{peak}), 12)
             << format_bytes(Bytes{static_cast<std::int64_t>(r.p2p_bytes)}) << "\n";
+    }
+
+    // Where the host shows (more than 1% of GPU time), say how: passes whose kernels issue slower
+    // than they run, or the host's per-pass cost exposed where a stage waits for its input.
+    bool host_note = false;
+    for (const auto& r : results) {
+        if (r.host_fraction <= 0.01) continue;
+        if (!host_note) out << "\n";
+        host_note = true;
+        out << r.schedule << ": " << percent(r.host_fraction)
+            << " of GPU time waits for the host: ";
+        if (r.host_bound_passes > 0)
+            out << r.host_bound_passes
+                << " passes are host-bound (their kernels issue slower than they run)";
+        else
+            out << "no pass is host-bound; the host's cost per pass (framework work, the first "
+                   "launch, p2p, synchronisation) shows where the GPU waits for it, after a "
+                   "receive or a synchronisation";
+        out << "\n";
     }
 
     // Per stage: activation memory and, in parentheses, the chunk activations it holds at once.

@@ -52,6 +52,10 @@ struct Replay::WorkerState {
     bool optimizer_done = false;
     bool parameters_done = false;  // distributed optimizer: updated parameters gathered back
     Time last_compute_end = Time::zero();
+    // The host model: when the worker's host thread is free to start issuing its next pass, and
+    // when each pass's input arrived (the host waits for it before issuing the pass).
+    Time host_free = Time::zero();
+    std::vector<Time> arrived_at;  // [arrival_key], filled only with a host model
 };
 
 namespace {
@@ -89,6 +93,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
         st.arrived.assign(keys, 0);
         st.pending_message.assign(keys, -1);
         st.backward_done.assign(static_cast<std::size_t>(shape_.chunks), 0);
+        if (spec_.compute.host.enabled) st.arrived_at.assign(keys, Time::zero());
     }
     if (layout_.dp > 1)
         for (int s = 0; s < layout_.pp; ++s)
@@ -115,6 +120,37 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     buckets_done_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
     bucket_queue_.resize(static_cast<std::size_t>(layout_.pp));
     bucket_busy_.assign(static_cast<std::size_t>(layout_.pp), 0);
+    // Compute-communication interference: only with a framework (a plain profile run adds
+    // nothing to its measured times), and only where buckets overlap a backward pass.
+    if (spec_.compute.interference > 0 && spec_.compute.framework != workload::Framework::None) {
+        overlapped_buckets_.assign(static_cast<std::size_t>(layout_.pp), Time::zero());
+        for (int s = 0; s < layout_.pp; ++s) {
+            if (!overlaps_dp(s)) continue;
+            const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
+            const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                             : network::CollectiveKind::AllReduce;
+            const auto& group = ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), 0).gpus;
+            const int buckets = bucket_count_[static_cast<std::size_t>(s)];
+            for (int b = 0; b + 1 < buckets; ++b)
+                overlapped_buckets_[static_cast<std::size_t>(s)] +=
+                    costs_.cost(kind, group, bucket_bytes(s, b));
+        }
+    }
+}
+
+Bytes Replay::bucket_bytes(int stage, int bucket) const {
+    // The share of the chunk's gradient bytes between b and b + 1 bucket sizes.
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    const int buckets = bucket_count_[static_cast<std::size_t>(stage)];
+    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
+    const double params = static_cast<double>(dev.dp_parameters);
+    const double per = static_cast<double>(layout_.bucket_parameters());
+    const auto upto = [&](int b) {
+        return b >= buckets ? dev.dp_gradient_bytes.value
+                            : static_cast<std::int64_t>(
+                                  std::llround(total * std::min(1.0, b * per / params)));
+    };
+    return Bytes{upto(bucket + 1) - upto(bucket)};
 }
 
 bool Replay::overlaps_dp(int stage) const {
@@ -162,6 +198,17 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan) {
         cost.step_times.push_back(once);
         cost.collective += once * step.repeat;
     }
+    const auto& host = spec_.compute.host;
+    if (!host.enabled) return cost;
+    // Every step, collective steps included (their NCCL kernels are launched too), as
+    // repeat x launches kernels sharing the step's repeat x time.
+    for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+        const auto& step = plan.steps[i];
+        cost.blocks.push_back(KernelBlock{cost.step_times[i] * step.repeat,
+                                          std::int64_t{step.launches} * step.repeat});
+        cost.block_compute.push_back(step.kind == workload::Step::Kind::Compute ? 1 : 0);
+    }
+    cost.host = host_issue(host.pass, host.launch, cost.blocks);
     return cost;
 }
 
@@ -220,6 +267,73 @@ void Replay::emit_idle(int worker, Time until, IdleCause cause) {
     st.idle_since = until;
 }
 
+void Replay::emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass) {
+    if (end > start)
+        for (auto* o : observers_)
+            o->on_host(worker, start, end, kind, pass);
+}
+
+bool Replay::sends_p2p(int worker, Pass pass, int vs, int microbatch) const {
+    const int last_vs = shape_.devices * shape_.chunks - 1;
+    int target = -1;
+    if (pass == Pass::Forward && vs < last_vs) target = vs + 1;
+    if ((pass == Pass::Backward || pass == Pass::BackwardInput) && vs > 0) target = vs - 1;
+    if (target < 0) return false;
+    const auto place = schedule_.place(shape_, target, microbatch);
+    return worker_of(place.device, workers_[static_cast<std::size_t>(worker)].dp) != worker;
+}
+
+void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int need, Time now) {
+    // The host issues the worker's passes in order, each as soon as it is free and the pass's
+    // input has arrived; it runs ahead of the GPU without bound (no queue limit: a pass's kernels
+    // are few next to CUDA's launch queue) except where sync_after_p2p makes it wait. `now` is
+    // when the GPU could start the pass: max(its previous work, the input's arrival).
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const auto& host = spec_.compute.host;
+    const Time gpu_time = r.compute + r.collective;
+    HostIssue issue = cost.host;
+    if (r.compute != cost.compute && cost.compute > Time::zero()) [[unlikely]] {
+        // A duration model changed the pass's compute: its compute kernels scale alike.
+        const double scale = static_cast<double>(r.compute.count_ps()) /
+                             static_cast<double>(cost.compute.count_ps());
+        std::vector<KernelBlock> blocks = cost.blocks;
+        for (std::size_t i = 0; i < blocks.size(); ++i)
+            if (cost.block_compute[i])
+                blocks[i].time = Time::ps(static_cast<std::int64_t>(
+                    std::llround(static_cast<double>(blocks[i].time.count_ps()) * scale)));
+        issue = host_issue(host.pass, host.launch, blocks);
+    }
+    Time h = st.host_free;
+    Time arrival = Time::zero();
+    if (need >= 0) {
+        arrival = st.arrived_at[static_cast<std::size_t>(need)];
+        const int msg = st.pending_message[static_cast<std::size_t>(need)];
+        // A receive from another worker is posted first (a local hand-over is no p2p operation).
+        if (msg >= 0 && messages_[static_cast<std::size_t>(msg)].record.src_worker != worker) {
+            emit_host(worker, h, h + host.p2p, HostWork::P2p, 0);
+            h += host.p2p;
+        }
+    }
+    const Time h0 = std::max(h, arrival);
+    // The closed form of host.hpp, shifted to h0 and met with the GPU's own start: exact for
+    // kernels issued at h0 + pass + (i + 1) x launch on a GPU free from `now`.
+    r.start = std::max(now, h0 + issue.first_issue);
+    emit_idle(worker, r.start, IdleCause::Host);
+    r.end = std::max(now + gpu_time, h0 + issue.earliest_end);
+    r.host_stall = r.end - r.start - gpu_time;
+    emit_host(worker, h0, h0 + issue.issue, HostWork::Issue, r.id);
+    h = h0 + issue.issue;
+    if (sends_p2p(worker, r.pass, r.virtual_stage, r.microbatch)) {
+        emit_host(worker, h, h + host.p2p, HostWork::P2p, 0);
+        h += host.p2p;
+        if (host.sync_after_p2p && r.end > h) {
+            emit_host(worker, h, r.end, HostWork::Sync, 0);
+            h = r.end;
+        }
+    }
+    st.host_free = h;
+}
+
 void Replay::try_start(int worker) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     if (st.busy || st.finished_ops) return;
@@ -255,10 +369,26 @@ void Replay::try_start(int worker) {
     if (duration_model_) [[unlikely]]
         r.compute = modelled_compute(worker, r, r.compute);
     r.collective = cost.collective;
+    const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
+    const bool last_backward =
+        completes_gradients && overlaps_dp(w.stage) &&
+        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1;
+    if (last_backward && !overlapped_buckets_.empty()) {
+        // The pass's kernels run 1 + interference times as long while the buckets reduce. An
+        // approximation: the buckets are taken at their isolated time (not their time on the
+        // shared network) and as if they all ran inside the pass, so the slowed part is
+        // min(compute, their time); the later buckets' readiness follows the longer pass.
+        const Time overlap =
+            std::min(r.compute, overlapped_buckets_[static_cast<std::size_t>(w.stage)]);
+        r.interference = Time::ps(static_cast<std::int64_t>(
+            std::llround(static_cast<double>(overlap.count_ps()) * spec_.compute.interference)));
+        r.compute += r.interference;
+    }
     r.end = now + r.compute + r.collective;
     r.plan = &plan;
     r.step_times = cost.step_times;
     r.id = next_pass_id_++;
+    if (spec_.compute.host.enabled) start_on_host(worker, r, cost, need, now);
     if (need >= 0) {
         const int msg = st.pending_message[static_cast<std::size_t>(need)];
         if (msg >= 0) {
@@ -271,10 +401,7 @@ void Replay::try_start(int worker) {
     st.busy = true;
     ++st.cursor;
     sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
-    const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
-    if (completes_gradients && overlaps_dp(w.stage) &&
-        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1)
-        schedule_buckets(worker, op.chunk, r.start, r.end);
+    if (last_backward) schedule_buckets(worker, op.chunk, r.start, r.end);
 }
 
 void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
@@ -299,25 +426,14 @@ void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
 
 void Replay::bucket_ready(int worker, int chunk, int bucket) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
-    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
-    const int buckets = bucket_count_[static_cast<std::size_t>(w.stage)];
     // Launched when every replica of the stage has this bucket (the last one launches it).
     auto& ready = buckets_ready_[static_cast<std::size_t>(
         (w.stage * shape_.chunks + chunk) * max_buckets_ + bucket)];
     if (++ready < layout_.dp) return;
-    // Bytes of bucket b: the share of the chunk's gradient bytes between b and b + 1 bucket sizes.
-    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
-    const double params = static_cast<double>(dev.dp_parameters);
-    const double per = static_cast<double>(layout_.bucket_parameters());
-    const auto upto = [&](int b) {
-        return b >= buckets ? dev.dp_gradient_bytes.value
-                            : static_cast<std::int64_t>(
-                                  std::llround(total * std::min(1.0, b * per / params)));
-    };
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
-    msg.record.bytes = Bytes{upto(bucket + 1) - upto(bucket)};
+    msg.record.bytes = bucket_bytes(w.stage, bucket);
     msg.purpose = GradientBucket{w.stage, chunk};
     msg.remaining = ranks_.members();
     bucket_queue_[static_cast<std::size_t>(w.stage)].push_back(messages_.size());
@@ -347,6 +463,7 @@ void Replay::launch_bucket(int stage) {
 void Replay::deliver(int worker, int key) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     st.arrived[static_cast<std::size_t>(key)] = 1;
+    if (!st.arrived_at.empty()) st.arrived_at[static_cast<std::size_t>(key)] = sim_.now();
     try_start(worker);
 }
 
@@ -451,8 +568,17 @@ void Replay::maybe_start_optimizer(int worker) {
     const Time step = plan_.devices[static_cast<std::size_t>(w.stage)].optimizer_step;
     // Time between the last backward and the optimizer step waits on DP synchronisation.
     emit_idle(worker, sim_.now(), IdleCause::Collective);
-    sim_.schedule_at(sim_.now() + step, handler_, kOptimizerDone,
-                     static_cast<std::uint64_t>(worker));
+    Time start = sim_.now();
+    const auto& host = spec_.compute.host;
+    if (host.enabled && step > Time::zero()) {
+        // The host issues the step as one more pass of one kernel.
+        const Time h0 = st.host_free;
+        start = std::max(start, h0 + host.pass + host.launch);
+        emit_idle(worker, start, IdleCause::Host);
+        emit_host(worker, h0, h0 + host.pass + host.launch, HostWork::Issue, 0);
+        st.host_free = h0 + host.pass + host.launch;
+    }
+    sim_.schedule_at(start + step, handler_, kOptimizerDone, static_cast<std::uint64_t>(worker));
 }
 
 void Replay::start_parameter_gather(int worker) {

@@ -10,6 +10,11 @@
 // collective alone on the network model (CollectiveCosts); observers receive each step's time
 // with the pass (PassRecord::step_times) and never cost anything again. Pipeline transfers and DP
 // collectives are issued on the shared network per GPU, so they contend for links with each other.
+//
+// With a host model (compute.host, docs/architecture.md "The host") each worker also keeps a host
+// clock: a pass cannot start before its first kernel is issued nor end before its last kernel,
+// issued `launch` apart, has run (host.hpp's closed form, once per plan). The replay decides the
+// host's timeline when a pass starts, so a pass stays one event.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@
 #include "engine/simulation.hpp"
 #include "network/network.hpp"
 #include "replay/duration_model.hpp"
+#include "replay/host.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/experiment.hpp"
 #include "workload/groups.hpp"
@@ -34,6 +40,16 @@ namespace cs::replay {
 enum class IdleCause : std::uint8_t {
     Pipeline,    // waiting for another stage's activation or gradient, warm-up and cool-down
     Collective,  // waiting for the worker's own collectives (TP/CP/EP inside passes, DP at the end)
+    // Waiting for the host to issue the next pass's first kernel (compute.host): the part of the
+    // wait beyond max(the GPU's previous work, the pass's input arriving).
+    Host,
+};
+
+// What a worker's host thread does (ReplayObserver::on_host).
+enum class HostWork : std::uint8_t {
+    Issue,  // the framework work and kernel launches of a pass (or of the optimizer step)
+    P2p,    // posting a point-to-point send or receive
+    Sync,   // waiting for the GPU (sync_after_p2p: the pass whose output it sends to finish)
 };
 
 struct Worker {
@@ -51,10 +67,17 @@ struct PassRecord {
     Time start, end;
     Time compute;     // part of [start, end) spent computing
     Time collective;  // part spent in blocking collectives
+    // Part of [start, end) beyond start + compute + collective: the GPU waiting, inside a
+    // host-bound pass, for kernels the host had not issued yet. Zero without a host model.
+    Time host_stall;
+    // Part of compute added by compute-communication interference (compute.interference): the
+    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it.
+    Time interference;
     const workload::PassPlan* plan = nullptr;
     // The time of one execution of each of plan->steps, index for index (a step runs `repeat`
     // times back to back, in order, from `start`): compute steps' durations from the plan,
-    // collective steps as CollectiveCosts costed them. compute and collective are their sums.
+    // collective steps as CollectiveCosts costed them. compute and collective are their sums
+    // (compute plus `interference`).
     // Points into the Replay, which computed it once for the plan; valid while the Replay lives.
     std::span<const Time> step_times;
     std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
@@ -76,6 +99,13 @@ class ReplayObserver {
     virtual void on_pass(const PassRecord& pass) { (void)pass; }
     virtual void on_idle(int worker, Time start, Time end, IdleCause cause) {
         (void)worker, (void)start, (void)end, (void)cause;
+    }
+    // The worker's host thread (compute.host) busy with `kind` over [start, end); `pass` is the
+    // PassRecord id of the pass whose kernels it issues (Issue), 0 for the optimizer step and for
+    // P2p and Sync. Calls come when the replay decides them: in order per worker, but possibly
+    // ahead of or behind the simulation time of other notifications (the host runs ahead).
+    virtual void on_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass) {
+        (void)worker, (void)start, (void)end, (void)kind, (void)pass;
     }
     virtual void on_optimizer(int worker, Time start, Time end) {
         (void)worker, (void)start, (void)end;
@@ -144,6 +174,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct PassCost {
         Time compute, collective;
         std::vector<Time> step_times;  // PassRecord::step_times
+        // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
+        // compute step when block_compute[i] (a duration model scales those).
+        HostIssue host;
+        std::vector<KernelBlock> blocks;
+        std::vector<std::uint8_t> block_compute;
     };
     // What a message in flight is for, and what to do when its last transfer has arrived.
     struct PipelineDelivery {  // activation or gradient: wakes the receiving pass
@@ -174,9 +209,16 @@ class Replay final : public EventHandler, public network::TransferClient {
     void schedule_buckets(int worker, int chunk, Time start, Time end);
     void bucket_ready(int worker, int chunk, int bucket);
     void launch_bucket(int stage);
+    Bytes bucket_bytes(int stage, int bucket) const;  // per GPU
     void maybe_start_optimizer(int worker);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
+    void emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass);
+    // Whether the pass of `worker` at virtual stage `vs` sends its output to another worker.
+    bool sends_p2p(int worker, schedule::Pass pass, int vs, int microbatch) const;
+    // The host model's part of starting a pass at `now` (try_start): fills r.start, r.end and
+    // r.host_stall and moves the worker's host clock.
+    void start_on_host(int worker, PassRecord& r, const PassCost& cost, int need, Time now);
     // The duration model's compute time for the pass `r` of `worker` (nominal: the plan's).
     Time modelled_compute(int worker, const PassRecord& r, Time nominal);
     int worker_of(int stage, int dp) const { return ranks_.worker(stage, dp); }
@@ -205,6 +247,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
     std::vector<int> bucket_count_;            // per stage: gradient buckets per chunk
+    // Per stage: the isolated time of the DP gradient buckets that run during the last backward
+    // pass of a chunk (all but the last), when compute.interference applies; empty otherwise.
+    std::vector<Time> overlapped_buckets_;
     std::vector<int> buckets_ready_;  // [(stage * chunks + chunk) * max buckets + b]: replicas
     std::vector<int> buckets_done_;   // [stage * chunks + chunk]: buckets synchronised
     int max_buckets_ = 0;

@@ -11,13 +11,25 @@ void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     auto& w = workers_[static_cast<std::size_t>(pass.worker)];
     w.compute += pass.compute;
     w.collective += pass.collective;
+    w.host_stall += pass.host_stall;
+    if (pass.host_stall > Time::zero()) ++host_bound_passes_;
     w.first_pass = std::min(w.first_pass, pass.start);
     w.last_pass_end = std::max(w.last_pass_end, pass.end);
 }
 
 void MetricsObserver::on_idle(int worker, Time start, Time end, replay::IdleCause cause) {
     auto& w = workers_[static_cast<std::size_t>(worker)];
-    (cause == replay::IdleCause::Pipeline ? w.idle_pipeline : w.idle_collective) += end - start;
+    switch (cause) {
+        case replay::IdleCause::Pipeline:
+            w.idle_pipeline += end - start;
+            break;
+        case replay::IdleCause::Collective:
+            w.idle_collective += end - start;
+            break;
+        case replay::IdleCause::Host:
+            w.idle_host += end - start;
+            break;
+    }
 }
 
 void MetricsObserver::on_optimizer(int worker, Time start, Time end) {
@@ -80,6 +92,7 @@ Summary summarize(const SummaryInputs& in) {
     s.ep = spec.layout.ep;
     s.vpp = plan.chunks;
     s.events = in.result.events;
+    s.host_bound_passes = in.metrics->host_bound_passes();
 
     // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
     std::vector<StageSummary> stages(static_cast<std::size_t>(spec.layout.pp));
@@ -94,6 +107,7 @@ Summary summarize(const SummaryInputs& in) {
             st.bubble_fraction += p.idle_pipeline.seconds() / T;
             st.exposed_comm_fraction += (p.collective + p.idle_collective).seconds() / T;
             st.idle_fraction += (T - p.compute.seconds()) / T;
+            st.host_fraction += (p.idle_host + p.host_stall).seconds() / T;
         }
         ++count[static_cast<std::size_t>(workers[w].stage)];
     }
@@ -105,6 +119,7 @@ Summary summarize(const SummaryInputs& in) {
         st.bubble_fraction /= n;
         st.exposed_comm_fraction /= n;
         st.idle_fraction /= n;
+        st.host_fraction /= n;
         if (i < in.peak_inflight.size()) st.peak_inflight_microbatches = in.peak_inflight[i];
         // The memory model's figure (workload::fill_memory, with the schedule's placement of
         // virtual stages on devices), never recomputed here.
@@ -113,6 +128,7 @@ Summary summarize(const SummaryInputs& in) {
         s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
         s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
         s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());
+        s.host_fraction += st.host_fraction / static_cast<double>(stages.size());
     }
     s.stages = std::move(stages);
 
@@ -161,6 +177,8 @@ nlohmann::ordered_json to_json(const Summary& s) {
     j["bubble_fraction"] = s.bubble_fraction;
     j["exposed_comm_fraction"] = s.exposed_comm_fraction;
     j["idle_fraction"] = s.idle_fraction;
+    j["host_fraction"] = s.host_fraction;
+    j["host_bound_passes"] = s.host_bound_passes;
     j["mfu"] = s.mfu;
     j["hfu"] = s.hfu;
     j["tokens_per_s"] = s.tokens_per_s;
@@ -178,6 +196,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
                           {"bubble_fraction", st.bubble_fraction},
                           {"exposed_comm_fraction", st.exposed_comm_fraction},
                           {"idle_fraction", st.idle_fraction},
+                          {"host_fraction", st.host_fraction},
                           {"peak_inflight_microbatches", st.peak_inflight_microbatches},
                           {"peak_activation_bytes", st.peak_activation_bytes}});
     auto& links = j["links"] = nlohmann::ordered_json::array();
@@ -222,6 +241,7 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
         << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
         << "exposed comm fraction " << pct(s.exposed_comm_fraction) << "\n"
         << "idle fraction         " << pct(s.idle_fraction) << "\n"
+        << "host fraction         " << pct(s.host_fraction) << "\n"
         << "MFU / HFU             " << pct(s.mfu) << " / " << pct(s.hfu) << "\n"
         << "throughput            " << num(s.tokens_per_s, "%.0f") << " tokens/s, "
         << num(s.tflops_per_gpu, "%.1f") << " TFLOP/s per GPU\n";
@@ -230,13 +250,14 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
             << format_bytes(s.memory.parameters) << ", grads " << format_bytes(s.memory.gradients)
             << ", optimizer " << format_bytes(s.memory.optimizer_states) << ", activations "
             << format_bytes(s.memory.activations) << ")\n";
-    out << "\nstage   busy        bubble   exposed comm   idle     peak in-flight\n";
+    out << "\nstage   busy        bubble   exposed comm   idle     host     peak in-flight\n";
     for (const auto& st : s.stages) {
         char line[160];
-        std::snprintf(line, sizeof line, "%-7d %-11s %-8s %-14s %-8s %d\n", st.stage,
+        std::snprintf(line, sizeof line, "%-7d %-11s %-8s %-14s %-8s %-8s %d\n", st.stage,
                       format_time(Time::from_seconds_ceil(st.busy_s)).c_str(),
                       pct(st.bubble_fraction).c_str(), pct(st.exposed_comm_fraction).c_str(),
-                      pct(st.idle_fraction).c_str(), st.peak_inflight_microbatches);
+                      pct(st.idle_fraction).c_str(), pct(st.host_fraction).c_str(),
+                      st.peak_inflight_microbatches);
         out << line;
     }
     if (!s.links.empty()) {

@@ -22,6 +22,7 @@ struct StageSummary {
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
     double idle_fraction = 0;
+    double host_fraction = 0;
     int peak_inflight_microbatches = 0;      // chunk activations held at once, at the peak
     std::int64_t peak_activation_bytes = 0;  // plan.devices[stage].memory.activations
 };
@@ -42,6 +43,12 @@ struct Summary {
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
     double idle_fraction = 0;
+    // GPU time waiting for the host to issue kernels (IdleCause::Host idle before passes and
+    // PassRecord::host_stall inside them) over iteration time, mean over GPUs.
+    double host_fraction = 0;
+    // Passes (counted per worker, i.e. per tp x cp group of GPUs) whose kernels the host issued
+    // slower than the GPU ran them (PassRecord::host_stall > 0).
+    std::int64_t host_bound_passes = 0;
     double mfu = 0;
     double hfu = 0;
     double tokens_per_s = 0;
@@ -68,14 +75,17 @@ class MetricsObserver final : public replay::ReplayObserver {
 
     struct PerWorker {
         Time compute, collective, idle_pipeline, idle_collective;
+        Time idle_host, host_stall;                    // before passes / inside host-bound passes
         Time first_pass = Time::max(), last_pass_end;  // first_pass is max() until a pass ran
     };
     const std::vector<PerWorker>& per_worker() const { return workers_; }
     double p2p_bytes_per_gpu() const { return p2p_bytes_; }
+    std::int64_t host_bound_passes() const { return host_bound_passes_; }
 
   private:
     std::vector<PerWorker> workers_;
     double p2p_bytes_ = 0;
+    std::int64_t host_bound_passes_ = 0;
 };
 
 // Per directed link of the cluster: bytes, busy and shared time and the most flows at once,

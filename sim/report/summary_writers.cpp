@@ -44,11 +44,12 @@ SummaryWriterEntry csv_summary_writer() {
     return {"csv", ".csv", "CSV, one header line and one row of the run's scalar figures",
             [](std::ostream& out, const Summary& s) {
                 out << "schedule,iteration_time_s,bubble_fraction,exposed_comm_fraction,"
-                       "idle_fraction,mfu,hfu,tokens_per_s,tflops_per_gpu,world_size,"
+                       "idle_fraction,host_fraction,mfu,hfu,tokens_per_s,tflops_per_gpu,world_size,"
                        "microbatches,tp,pp,dp,cp,ep,vpp,memory_per_gpu_bytes\n";
                 out << csv_field(s.schedule);
                 for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction,
-                                 s.idle_fraction, s.mfu, s.hfu, s.tokens_per_s, s.tflops_per_gpu})
+                                 s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s,
+                                 s.tflops_per_gpu})
                     out << "," << csv_number(v);
                 for (long long v :
                      {static_cast<long long>(s.world_size), static_cast<long long>(s.microbatches),
@@ -135,7 +136,8 @@ const SummaryWriterEntry& summary_writer(std::string_view name,
 
 void write_summary_file(const std::filesystem::path& path, const Summary& summary,
                         const SummaryWriterEntry& writer, OutputSet* outputs) {
-    write_file_atomically(path, [&](std::ostream& out) { writer.write(out, summary); }, outputs);
+    write_file_atomically(
+        path, [&](std::ostream& out) { writer.write(out, summary); }, outputs);
 }
 
 }  // namespace cs::report

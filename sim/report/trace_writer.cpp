@@ -10,7 +10,7 @@ namespace cs::report {
 
 namespace {
 const char* const kStreamNames[] = {"compute", "tp comm", "cp comm", "ep comm",
-                                    "pp send", "pp recv", "dp comm"};
+                                    "pp send", "pp recv", "dp comm", "host"};
 constexpr int kClusterPid = 1;
 // Steps are drawn one slice per execution up to this many slices per pass; beyond it, one slice
 // per step covers all its executions (arg "repeat").
@@ -191,6 +191,14 @@ void TraceWriter::on_pass(const replay::PassRecord& p) {
         if (in != incoming_.end()) incoming_.erase(in);
         return;
     }
+    if (!host_queues_.empty()) {
+        // The host issued this pass before the GPU ran it: its slice can now be named.
+        for (auto& h : host_queues_[w])
+            if (h.kind == replay::HostWork::Issue && h.pass == p.id)
+                h.name = "issue " + std::string(schedule::pass_letter(p.pass)) +
+                         std::to_string(p.microbatch);
+        drain_host(p.worker);
+    }
     using schedule::Pass;
     const int last_vs = static_cast<int>(ctx_.layers.size()) - 1;
     const bool sends =
@@ -224,6 +232,48 @@ void TraceWriter::on_optimizer(int worker, Time start, Time end) {
     e.resolved = true;
     queues_[w].push_back(std::move(e));
     drain(worker);
+}
+
+void TraceWriter::on_host(int worker, Time start, Time end, replay::HostWork kind,
+                          std::uint64_t pass) {
+    const auto w = static_cast<std::size_t>(worker);
+    if (!worker_traced_[w]) return;
+    if (host_queues_.empty()) host_queues_.resize(queues_.size());
+    HostSlice h{start, end, kind, pass, {}};
+    switch (kind) {
+        case replay::HostWork::Issue:
+            if (pass == 0) h.name = "issue optimizer step";
+            break;
+        case replay::HostWork::P2p:
+            h.name = "p2p";
+            break;
+        case replay::HostWork::Sync:
+            h.name = "sync";
+            break;
+    }
+    host_queues_[w].push_back(std::move(h));
+    drain_host(worker);
+}
+
+void TraceWriter::drain_host(int worker) {
+    // Host slices of a worker come in time order and never overlap: one "host" track per GPU.
+    auto& q = host_queues_[static_cast<std::size_t>(worker)];
+    const auto& gpus = ctx_.workers[static_cast<std::size_t>(worker)].gpus;
+    while (!q.empty() && !q.front().name.empty()) {
+        const HostSlice& h = q.front();
+        for (int gpu : gpus) {
+            if (!traced(gpu)) continue;
+            TraceSlice s;
+            s.track = lane_track(gpu, kHost, h.start, h.end);
+            s.start = h.start;
+            s.end = h.end;
+            s.name = h.name;
+            if (h.pass != 0)
+                s.args.push_back(TraceArg::integer("pass_id", static_cast<std::int64_t>(h.pass)));
+            sink_->slice(s, {});
+        }
+        q.pop_front();
+    }
 }
 
 void TraceWriter::drain(int worker) {
@@ -304,6 +354,10 @@ void TraceWriter::emit_pass(Pending& e) {
     }
     args.push_back(TraceArg::real("compute_us", us(p.compute)));
     args.push_back(TraceArg::real("collective_us", us(p.collective)));
+    // A host-bound pass: the GPU waited this long inside it for kernels to be issued (its steps
+    // are drawn back to back from its start, the wait after them).
+    if (p.host_stall > Time::zero())
+        args.push_back(TraceArg::real("host_stall_us", us(p.host_stall)));
 
     // Steps are the same on every GPU of the worker; only their track differs.
     std::vector<TraceSlice> children;
@@ -541,6 +595,12 @@ void TraceWriter::on_iteration_end(Time end) {
         for (auto& e : queues_[w])
             emit(e);
         queues_[w].clear();
+    }
+    for (std::size_t w = 0; w < host_queues_.size(); ++w) {
+        // Every issued pass has run by now; a name still missing would be a replay bug.
+        for (auto& h : host_queues_[w])
+            if (h.name.empty()) h.name = "issue";
+        drain_host(static_cast<int>(w));
     }
     for (std::size_t l = 0; l < links_.size(); ++l)
         flush_link(static_cast<topology::LinkId>(l));

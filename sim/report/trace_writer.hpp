@@ -8,6 +8,9 @@
 //                  / tp comm, cp comm, ep comm   the blocking collectives of the passes
 //                  / pp send, pp recv            pipeline activations and gradients
 //                  / dp comm                     data-parallel gradient synchronisation
+//                  / host                        the worker's host thread (compute.host):
+//                                                "issue F12" (the pass's framework work and
+//                                                kernel launches), "p2p", "sync"
 //     links / <link name>       utilisation (%) of each directed link, a counter track
 //   process "cluster": track "iteration" with instants "iteration start", "iteration end" and
 //     "summary" (the summary metrics as arguments); links of the fabric.
@@ -81,6 +84,8 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
 
     void on_pass(const replay::PassRecord& pass) override;
     void on_optimizer(int worker, Time start, Time end) override;
+    void on_host(int worker, Time start, Time end, replay::HostWork kind,
+                 std::uint64_t pass) override;
     void on_transfer(const replay::TransferRecord& transfer) override;
     void on_iteration_end(Time end) override;
     void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
@@ -90,7 +95,14 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     void finish(const nlohmann::json& summary);
 
   private:
-    enum Stream : int { kCompute, kTp, kCp, kEp, kPpSend, kPpRecv, kDp, kStreams };
+    enum Stream : int { kCompute, kTp, kCp, kEp, kPpSend, kPpRecv, kDp, kHost, kStreams };
+    // A slice of the host track, held until the pass it issues is known (on_pass names it).
+    struct HostSlice {
+        Time start, end;
+        replay::HostWork kind = replay::HostWork::Issue;
+        std::uint64_t pass = 0;
+        std::string name;  // empty until resolved
+    };
     struct Pending {
         bool optimizer = false;
         replay::PassRecord pass;  // pass.start / end also hold the optimizer step's interval
@@ -125,6 +137,7 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     std::uint64_t lane_track(int gpu, Stream stream, Time start, Time end);
     std::uint64_t iteration_track();
     void drain(int worker);
+    void drain_host(int worker);
     void emit(Pending& pending);
     void emit_pass(Pending& pending);
     std::vector<StepSpan> step_spans(const replay::PassRecord& pass);
@@ -147,6 +160,7 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     std::unordered_map<std::uint64_t, Lanes> lanes_;  // per GPU and stream
     std::uint64_t iteration_track_ = 0;
     std::vector<std::deque<Pending>> queues_;
+    std::vector<std::deque<HostSlice>> host_queues_;        // per worker, in host order
     std::unordered_map<std::uint64_t, Incoming> incoming_;  // by receiving pass id
     std::vector<LinkState> links_;
     Time end_ = Time::zero();

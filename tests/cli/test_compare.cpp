@@ -171,3 +171,19 @@ TEST_CASE("svg timeline: blocks scale to the longest iteration") {
     CHECK(svg.find("two&lt;&amp;&gt;") != std::string::npos);
     CHECK(svg.find("two<&>") == std::string::npos);
 }
+
+TEST_CASE("compare shows host_fraction and explains host-bound passes") {
+    // Profile compute without a framework: no host, 0.00% in the host column, no explanation.
+    const std::string plain = run_compare({kExperiment, "--schedules", "1f1b"});
+    CHECK(plain.find(" host ") != std::string::npos);
+    CHECK(plain.find("waits for the host") == std::string::npos);
+    // With PyTorch's host and a 5 ms launch per kernel (a profiled layer is one kernel, and each
+    // runs for less than 5 ms), every pass issues its kernels slower than they run.
+    const std::string slow =
+        run_compare({kExperiment, "--schedules", "1f1b", "--set", "compute.framework=pytorch",
+                     "--set", "compute.host.launch=5ms"});
+    CHECK(slow.find("1f1b: ") != std::string::npos);
+    CHECK(slow.find("of GPU time waits for the host: ") != std::string::npos);
+    CHECK(slow.find("passes are host-bound (their kernels issue slower than they run)") !=
+          std::string::npos);
+}

@@ -48,6 +48,9 @@ inline workload::ExperimentSpec profile_experiment(int pp, int microbatches, int
     spec.training.global_batch_size = microbatches;
     spec.training.seq_length = 1024;
     spec.compute.kind = workload::ComputeSpec::Kind::Profile;
+    // As load_experiment reads `model: profile` without `framework:`: measured times, nothing
+    // added.
+    spec.compute.framework = workload::Framework::None;
     spec.compute.profile.layer_forward = layer_forward;
     spec.compute.profile.layer_backward = layer_backward;
     spec.network.fidelity = fidelity;

@@ -431,7 +431,13 @@ TEST_CASE("JSON trace as Perfetto imports it: nested in whole nanoseconds, flows
     api::run(spec, opt);
     const json doc = load(path);
     const json& ev = doc["traceEvents"];
-    CHECK(check_perfetto_import(ev) == 6724);
+    // The GPU's streams hold 6724 slices; its host track (the default runs Megatron's host) the
+    // rest: an issue slice per pass and the optimizer step, p2p and sync slices.
+    const std::size_t host_slices = count_named(ev, "X", "issue ", false) +
+                                    count_named(ev, "X", "p2p", false) +
+                                    count_named(ev, "X", "sync", false);
+    CHECK(count_named(ev, "X", "issue ", false) == 2 * 2 * 64 + 1);  // F, B x 2 chunks x 64 + opt
+    CHECK(check_perfetto_import(ev) == 6724 + host_slices);
     CHECK(check_flows(ev) > 0);
     // Times are whole nanoseconds: ts x 1000 is an integer to within a double's rounding.
     for (const auto& e : ev) {
@@ -495,4 +501,60 @@ TEST_CASE("JSON sink: a slice's first flow goes on its X event, further ones as 
     }
     CHECK(x == 1);
     CHECK(v1 == 1);
+}
+
+TEST_CASE("host tracks: the host thread of each traced GPU, issue / p2p / sync slices") {
+    // The 16-GPU fixture with Megatron's host (compute.framework: megatron turns on its default
+    // compute.host: sync_after_p2p, launch, pass and p2p costs). Each GPU's host issues its
+    // 4 forward and 4 backward passes ("issue F0" ... one slice per pass) and its optimizer step.
+    const auto root = std::filesystem::path(CLUSTERSIM_SOURCE_DIR);
+    for (const bool host : {true, false}) {
+        CAPTURE(host);
+        auto spec = workload::load_experiment(
+            root / "tests/report/sixteen-gpus.yaml",
+            host ? std::vector<std::string>{"topology.nodes=2", "compute.framework=megatron"}
+                 : std::vector<std::string>{"topology.nodes=2"});
+        const auto path = test::trace_dir() / (host ? "host.json" : "nohost.json");
+        api::RunOptions opt;
+        opt.trace = path;
+        api::run(spec, opt);
+        const json doc = load(path);
+        const json& ev = doc["traceEvents"];
+        check_slices(ev);  // host slices of a track nest or are disjoint, like every other
+        std::size_t host_tracks = 0;
+        for (const auto& e : ev)
+            if (e["ph"] == "M" && e["name"] == "thread_name" &&
+                e["args"]["name"].get<std::string>().ends_with(" host"))
+                ++host_tracks;
+        if (!host) {
+            // A profile run without a framework has no host.
+            CHECK(host_tracks == 0);
+            CHECK(count_named(ev, "X", "issue ", false) == 0);
+            continue;
+        }
+        CHECK(host_tracks == 16);
+        CHECK(count_named(ev, "X", "issue F") == 64);
+        CHECK(count_named(ev, "X", "issue B") == 64);
+        CHECK(count_named(ev, "X", "issue optimizer step", false) == 16);
+        // Every pass that sends (F on stages 0-2, B on stages 1-3: 2 x 3 x 4 per replica and
+        // TP rank, x 4) posts a p2p send; every pass that receives, a receive: 96 + 96.
+        CHECK(count_named(ev, "X", "p2p", false) == 192);
+        // sync_after_p2p: the host waits for a sending pass on the GPU unless it ended already.
+        CHECK(count_named(ev, "X", "sync", false) > 0);
+        CHECK(doc["metadata"]["host_fraction"].get<double>() > 0.0);
+
+        // The protobuf trace holds the same host tracks.
+        if (!test::have_protoc()) {
+            MESSAGE("SKIPPED: protoc not found; the .pftrace host-track check needs it");
+            continue;
+        }
+        const auto pf = test::trace_dir() / "host.pftrace";
+        opt.trace = pf;
+        api::run(spec, opt);
+        std::size_t pf_host_tracks = 0;
+        for (const auto& packet : test::decode_pftrace(pf))
+            if (const auto* d = packet.message("track_descriptor"))
+                if (d->field("name") == "host") ++pf_host_tracks;
+        CHECK(pf_host_tracks == 16);
+    }
 }

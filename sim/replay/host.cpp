@@ -1,0 +1,41 @@
+#include "replay/host.hpp"
+
+#include <algorithm>
+
+namespace cs::replay {
+
+HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks) {
+    HostIssue h;
+    Time gpu = Time::zero();
+    for (const auto& b : blocks) {
+        h.launches += std::max<std::int64_t>(0, b.kernels);
+        gpu += b.time;
+    }
+    h.issue = pass + launch * h.launches;
+    if (h.launches == 0) {
+        h.first_issue = pass;
+        h.earliest_end = pass + gpu;
+        return h;
+    }
+    h.first_issue = pass + launch;
+    // Walk the blocks keeping `suffix`, the GPU time from the current block to the end, and
+    // `issued`, the kernels issued before the current block.
+    Time suffix = gpu;
+    std::int64_t issued = 0;
+    Time best = Time::zero();
+    for (const auto& b : blocks) {
+        if (b.kernels > 0) {
+            const Time first = pass + launch * (issued + 1) + suffix;
+            const Time each = Time::ps((b.time.count_ps() + b.kernels - 1) / b.kernels);
+            const Time after = suffix - b.time;  // the blocks after this one
+            const Time last = pass + launch * (issued + b.kernels) + each + after;
+            best = std::max({best, first, last});
+            issued += b.kernels;
+        }
+        suffix -= b.time;
+    }
+    h.earliest_end = best;
+    return h;
+}
+
+}  // namespace cs::replay
