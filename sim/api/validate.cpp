@@ -16,6 +16,7 @@
 #include "core/name_table.hpp"
 #include "core/quantity.hpp"
 #include "engine/simulation.hpp"
+#include "replay/host.hpp"
 #include "network/network.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/groups.hpp"
@@ -234,11 +235,14 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         part.steps.assign(both.steps.begin() + static_cast<std::ptrdiff_t>(from),
                           both.steps.begin() + static_cast<std::ptrdiff_t>(to));
         const std::span<const Time> t(times.data() + from, to - from);
-        if (host.enabled) return workload::host_bound_time(part, t, lead, host.launch);
+        std::vector<replay::KernelBlock> blocks;
         Time sum;
-        for (std::size_t j = 0; j < t.size(); ++j)
+        for (std::size_t j = 0; j < t.size(); ++j) {
             sum += t[j] * part.steps[j].repeat;
-        return sum;
+            blocks.push_back({t[j] * part.steps[j].repeat,
+                              std::int64_t{part.steps[j].launches} * part.steps[j].repeat});
+        }
+        return host.enabled ? replay::host_issue(lead, host.launch, blocks).earliest_end : sum;
     };
     // A timed call: the framework's per-pass work, then the kernels as the host issues them.
     const Time total = which == "forward"

@@ -104,7 +104,9 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     pass_costs_.reserve(plan_.virtual_stages.size() * kPassKinds);
     for (const auto& c : plan_.virtual_stages)
         for (const auto* pass : {&c.forward, &c.backward, &c.backward_input, &c.backward_weight})
-            pass_costs_.push_back(cost_pass(*pass));
+            // A backward pass (or its input half) starts the autograd engine: host.backward more.
+            pass_costs_.push_back(
+                cost_pass(*pass, pass == &c.backward || pass == &c.backward_input));
     // Gradient buckets of --overlap-grad-reduce: each chunk's parameters in buckets of
     // bucket_parameters(), as Megatron-LM's DDP cuts them.
     bucket_count_.assign(static_cast<std::size_t>(layout_.pp), 1);
@@ -183,7 +185,7 @@ const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int 
     return c.forward;
 }
 
-Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan) {
+Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {
     PassCost cost;
     cost.step_times.reserve(plan.steps.size());
     for (const auto& step : plan.steps) {
@@ -208,7 +210,8 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan) {
                                           std::int64_t{step.launches} * step.repeat});
         cost.block_compute.push_back(step.kind == workload::Step::Kind::Compute ? 1 : 0);
     }
-    cost.host = host_issue(host.pass, host.launch, cost.blocks);
+    cost.lead = host.pass + (backward ? host.backward : Time::zero());
+    cost.host = host_issue(cost.lead, host.launch, cost.blocks);
     return cost;
 }
 
@@ -301,7 +304,7 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
             if (cost.block_compute[i])
                 blocks[i].time = Time::ps(static_cast<std::int64_t>(
                     std::llround(static_cast<double>(blocks[i].time.count_ps()) * scale)));
-        issue = host_issue(host.pass, host.launch, blocks);
+        issue = host_issue(cost.lead, host.launch, blocks);
     }
     Time h = st.host_free;
     Time arrival = Time::zero();

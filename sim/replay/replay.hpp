@@ -177,6 +177,7 @@ class Replay final : public EventHandler, public network::TransferClient {
         // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
         // compute step when block_compute[i] (a duration model scales those).
         HostIssue host;
+        Time lead;  // the framework's work before the first kernel: host.pass (+ backward)
         std::vector<KernelBlock> blocks;
         std::vector<std::uint8_t> block_compute;
     };
@@ -225,7 +226,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     int arrival_key(int chunk, int microbatch, bool gradient) const;
     const workload::PassPlan& pass_plan(const schedule::PipelineOp& op, int vs) const;
     const PassCost& pass_cost(schedule::Pass pass, int vs) const;
-    PassCost cost_pass(const workload::PassPlan& plan);
+    PassCost cost_pass(const workload::PassPlan& plan, bool backward);
     // Every replica of `stage` has one more chunk's gradients synchronised.
     void chunk_synchronised(int stage);
 

@@ -31,31 +31,6 @@ Time PassPlan::compute_time() const {
     return t;
 }
 
-Time host_bound_time(const PassPlan& plan, std::span<const Time> step_times, Time lead,
-                     Time launch) {
-    // In picoseconds as doubles would round; integers are exact: a pass is far below 2^63 ps.
-    std::int64_t total = 0;
-    for (std::size_t j = 0; j < plan.steps.size(); ++j)
-        total += step_times[j].count_ps() * plan.steps[j].repeat;
-    std::int64_t before = 0;  // time of the kernels before the current run
-    std::int64_t issued = 0;  // kernels issued before the current run
-    std::int64_t best = lead.count_ps() + launch.count_ps() + total;
-    for (std::size_t j = 0; j < plan.steps.size(); ++j) {
-        const auto& st = plan.steps[j];
-        const std::int64_t n = std::max<std::int32_t>(1, st.launches);
-        const std::int64_t run = n * st.repeat;                // kernels in this run
-        const std::int64_t time = step_times[j].count_ps() * st.repeat;  // their total time
-        const std::int64_t last = step_times[j].count_ps() / n;  // the run's last kernel
-        const std::int64_t after = total - before - time;
-        const std::int64_t first_issue = lead.count_ps() + (issued + 1) * launch.count_ps();
-        const std::int64_t last_issue = lead.count_ps() + (issued + run) * launch.count_ps();
-        best = std::max({best, first_issue + time + after, last_issue + last + after});
-        before += time;
-        issued += run;
-    }
-    return Time::ps(best);
-}
-
 std::int64_t PassPlan::launches() const {
     std::int64_t n = 0;
     for (const auto& s : steps)

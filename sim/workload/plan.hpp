@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -45,17 +44,6 @@ struct PassPlan {
     Flops model_flops() const;
     Flops hardware_flops() const;
 };
-
-// The earliest `plan` can end, measured from the moment the host thread starts issuing it, on a
-// GPU that is otherwise idle (docs/compute-model.md, "The host"): the host spends `lead`, then
-// issues the kernels one after another `launch` apart (kernel i at lead + (i + 1) x launch), and a
-// kernel starts at the later of its issue and the previous kernel's end. Step j's `launches`
-// kernels split one execution's time step_times[j] evenly and repeat `repeat` times. With
-// G = the sum of the kernels' times, the result is max over kernels i of (issue_i + the time of
-// kernels i..n-1), at least lead + launch + G; O(steps), since within a run of equal kernels the
-// maximum sits at its first or its last kernel.
-Time host_bound_time(const PassPlan& plan, std::span<const Time> step_times, Time lead,
-                     Time launch);
 
 // Work of one model chunk (a contiguous range of layers) for one microbatch.
 struct ChunkPlan {
