@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fits the direct-NVLink NCCL constants of sim/network/network.hpp on the 2-GPU microbenchmark.
 
-Reads nccl_two_gpus of ../shared/validation/h200-calibration.json (two H200 over 18 NVLink 4
+Reads nccl_two_gpus of tests/validation/data/h200-calibration.json (two H200 over 18 NVLink 4
 links, 450 GB/s per direction, 1 us per hop as in topologies/h200-2gpu-nvlink.yaml) and, for each
 operation, finds the constants of the time the network model gives that operation on the bond:
 
@@ -76,7 +76,7 @@ def fit(rs, second, lo, hi, step, overhead=None):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        here, "..", "..", "shared", "validation", "h200-calibration.json")
+        here, "..", "tests", "validation", "data", "h200-calibration.json")
     data = json.load(open(path))["nccl_two_gpus"]
     err, eff, overhead = fit(rows(data, "all_reduce"), "overhead", 0.0, 30e-6, 0.1e-6)
     print(f"all_reduce      efficiency {eff:.3f}  step overhead {overhead * 1e6:5.1f} us"

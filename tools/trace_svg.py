@@ -2,7 +2,9 @@
 """Draws a Chrome JSON trace written by `clustersim run --trace FILE.json` as an SVG timeline,
 in the layout Perfetto shows: one row per thread track (grouped by process), slices with their
 nested steps, flow arrows between dependent slices, link-utilisation counters as step charts and
-the iteration markers. For docs and reports; open the trace itself in ui.perfetto.dev to explore.
+the iteration markers. Flows are read in both trace-event forms: v2, the `X` event's own
+`bind_id` with `flow_out` / `flow_in` (what clustersim writes, docs/traces.md), and v1 `s` / `t` /
+`f` events, bound to the longest slice starting at their time. For docs and reports; open the trace itself in ui.perfetto.dev to explore.
 
     tools/trace_svg.py trace.json out.svg [--counters N] [--width PX] [--title TEXT]
 
@@ -52,7 +54,8 @@ def main():
     events = doc["traceEvents"]
 
     process_names, thread_names, thread_sort = {}, {}, {}
-    slices, flows, counters, instants = {}, {}, {}, []
+    slices, counters, instants = {}, {}, []
+    flows, bound = {}, {}  # flow id -> v1 marks (s/t/f events), v2 marks (X events with bind_id)
     for e in events:
         ph = e["ph"]
         if ph == "M":
@@ -63,8 +66,14 @@ def main():
             elif e["name"] == "thread_sort_index":
                 thread_sort[(e["pid"], e["tid"])] = e["args"]["sort_index"]
         elif ph == "X":
-            slices.setdefault((e["pid"], e["tid"]), []).append(
-                (us(e["ts"]), us(e["ts"]) + us(e["dur"]), e["name"]))
+            a, b, track = us(e["ts"]), us(e["ts"]) + us(e["dur"]), (e["pid"], e["tid"])
+            slices.setdefault(track, []).append((a, b, e["name"]))
+            if "bind_id" in e:
+                # Flow v2: the slice itself is bound. Marks of one flow that start together are
+                # ordered start (flow_out only), pass-throughs, end (flow_in only), then as written.
+                out_, in_ = e.get("flow_out", False), e.get("flow_in", False)
+                role = 1 if out_ and in_ else 0 if out_ else 2
+                bound.setdefault(e["bind_id"], []).append((a, role, b, track))
         elif ph in "stf":
             flows.setdefault(e["id"], []).append((us(e["ts"]), (e["pid"], e["tid"])))
         elif ph == "C":
@@ -141,15 +150,23 @@ def main():
                 best = (a, b)
         return best
 
+    def arrow(k0, t0, k1, t1):
+        if k0 in row_y and k1 in row_y:
+            out.append(f'<line x1="{x(t0):.2f}" y1="{row_y[k0] + row_h / 2:.1f}" '
+                       f'x2="{x(t1):.2f}" y2="{row_y[k1] + row_h / 2:.1f}" stroke="#333" '
+                       f'stroke-width="0.7" marker-end="url(#arrow)"/>')
+
     for marks in flows.values():
         marks.sort(key=lambda m: m[0])
         for (t0, k0), (t1, k1) in zip(marks, marks[1:]):
             s0, s1 = slice_at(k0, t0), slice_at(k1, t1)
-            if not s0 or not s1 or k0 not in row_y or k1 not in row_y:
-                continue
-            out.append(f'<line x1="{x(s0[1]):.2f}" y1="{row_y[k0] + row_h / 2:.1f}" '
-                       f'x2="{x(s1[0]):.2f}" y2="{row_y[k1] + row_h / 2:.1f}" stroke="#333" '
-                       f'stroke-width="0.7" marker-end="url(#arrow)"/>')
+            if s0 and s1:
+                arrow(k0, s0[1], k1, s1[0])
+    for marks in bound.values():
+        # Stable: a transfer's send and receive share their interval; the send is written first.
+        marks.sort(key=lambda m: m[:2])
+        for (_, _, end0, k0), (start1, _, _, k1) in zip(marks, marks[1:]):
+            arrow(k0, end0, k1, start1)
 
     y0 = top + row_h * len(rows)
     for i, key in enumerate(busiest):

@@ -259,29 +259,77 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
                              : std::string());
 }
 
-void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {
-    const auto cluster = load_topology(r, sets);
+// One bf16 GEMM called back to back: the tensor-core load of the GPU's sustained figure (duty
+// cycle 1), at the GEMM curve's in-training (burst) efficiency, plus the per-call overhead.
+Time back_to_back_gemm_time(const workload::GemmShape& shape, const topology::GpuModel& gpu,
+                            const workload::RooflineCompute& compute) {
+    const Time burst = workload::gemm_time(shape, workload::Precision::Bf16, gpu, compute) -
+                       compute.launch_overhead;
+    return Time::ps(static_cast<std::int64_t>(std::llround(
+               static_cast<double>(burst.count_ps()) / gpu.sustained.factor(1.0)))) +
+           compute.launch_overhead;
+}
+
+workload::GemmShape gemm_shape(const config::Reader& r) {
     const auto g = r.map("gemm");
     const workload::GemmShape shape{g.integer("m"), g.integer("n"), g.integer("k")};
     g.finish();
+    return shape;
+}
+
+void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {
+    const auto cluster = load_topology(r, sets);
+    const auto shape = gemm_shape(r);
     workload::RooflineCompute compute;
     if (auto t = r.time_opt("launch_overhead")) compute.launch_overhead = *t;
-    // The microbenchmark calls one GEMM after another: the back-to-back tensor-core load of the
-    // GPU's sustained figure (duty cycle 1), at the GEMM curve's in-training (burst) efficiency.
+    // The microbenchmark calls one GEMM after another.
     const auto& gpu = cluster.gpu_model(0);
     const double sustained = gpu.sustained.factor(1.0);
-    const Time burst = workload::gemm_time(shape, workload::Precision::Bf16, gpu, compute) -
-                       compute.launch_overhead;
-    const Time t =
-        Time::ps(static_cast<std::int64_t>(std::llround(
-            static_cast<double>(burst.count_ps()) / sustained))) +
-        compute.launch_overhead;
+    const Time t = back_to_back_gemm_time(shape, gpu, compute);
     out.predicted = t.seconds() * 1e3;
     out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
                  std::to_string(shape.k) + " bf16 on " + gpu.name + ", per-call overhead " +
                  format_time(compute.launch_overhead) + ", sustained x" + number(sustained);
     out.note = "efficiency " + number(workload::gemm_efficiency(shape, workload::Precision::Bf16, gpu.gemm)) +
                " at burst clocks";
+}
+
+// A rate under sustained load (h200-kernels.json sustained_throughput): a GEMM called back to
+// back for seconds (`gemm`, TFLOP/s), or an in-place elementwise add (`elementwise_bytes`, the
+// bytes one call reads and writes; GB/s), both without per-call overhead: the measured rates are
+// work per window over many calls in flight. The GEMM runs at its burst rate times the GPU's
+// sustained factor at duty cycle 1; an elementwise kernel at the roofline's elementwise HBM
+// fraction, which the power cap does not lower (it binds the SM clock, not HBM).
+void run_sustained(const config::Reader& r, const std::vector<std::string>& sets,
+                   ValidationCase& out) {
+    const auto cluster = load_topology(r, sets);
+    const auto& gpu = cluster.gpu_model(0);
+    workload::RooflineCompute compute;
+    compute.launch_overhead = Time::zero();
+    if (r.has("gemm")) {
+        const auto shape = gemm_shape(r);
+        const Time t = back_to_back_gemm_time(shape, gpu, compute);
+        const Time burst = workload::gemm_time(shape, workload::Precision::Bf16, gpu, compute);
+        out.predicted = shape.flops().value / t.seconds() * 1e-12;
+        out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
+                     std::to_string(shape.k) + " bf16 GEMMs back to back on " + gpu.name;
+        out.note = "burst " + number(shape.flops().value / burst.seconds() * 1e-12) +
+                   " TFLOP/s x sustained factor " + number(gpu.sustained.factor(1.0)) + " (" +
+                   gpu.sustained.source + ")";
+    } else if (r.has("elementwise_bytes")) {
+        const Bytes bytes = r.bytes("elementwise_bytes");
+        const Time t =
+            workload::memory_bound_time(bytes, gpu, compute, workload::MemKind::Elementwise);
+        out.predicted = static_cast<double>(bytes.value) / t.seconds() * 1e-9;
+        out.inputs = "elementwise kernel moving " + r.string("elementwise_bytes") +
+                     " per call, back to back on " + gpu.name;
+        out.note = "roofline elementwise HBM fraction " +
+                   number(workload::default_calibration().hbm_fraction_of(
+                       workload::MemKind::Elementwise)) +
+                   " of " + number(gpu.hbm_bandwidth.bytes_per_s * 1e-9) + " GB/s";
+    } else {
+        r.fail("kind", "a sustained case needs `gemm: {m, n, k}` or `elementwise_bytes`");
+    }
 }
 
 // A point-to-point message (`op: send`, ranks "SRC,DST"): GB/s of one direction.
@@ -520,10 +568,12 @@ ValidationReport validate(const ValidateOptions& a) {
             run_gemm(c, sets, res);
         else if (kind == "collective")
             run_collective(c, res);
+        else if (kind == "sustained")
+            run_sustained(c, sets, res);
         else
-            c.fail("kind",
-                   "unknown kind \"" + kind +
-                       "\"; expected experiment, layer, gemm, collective or not_reproduced");
+            c.fail("kind", "unknown kind \"" + kind +
+                               "\"; expected experiment, layer, gemm, collective, sustained or "
+                               "not_reproduced");
         c.finish();
         res.error =
             fam->absolute ? res.predicted - res.published : res.predicted / res.published - 1;
