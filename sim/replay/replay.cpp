@@ -317,7 +317,10 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
             h += host.p2p;
         }
     }
-    const Time h0 = std::max(h, arrival);
+    // Megatron-LM synchronises the device after its batched p2p, so its host waits for the
+    // received tensor before issuing the pass; eager torch.distributed's wait() only makes the
+    // compute stream wait, and its host issues the pass's kernels ahead of the data.
+    const Time h0 = host.sync_after_p2p ? std::max(h, arrival) : h;
     // The closed form of host.hpp, shifted to h0 and met with the GPU's own start: exact for
     // kernels issued at h0 + pass + (i + 1) x launch on a GPU free from `now`.
     r.start = std::max(now, h0 + issue.first_issue);

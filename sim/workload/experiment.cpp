@@ -93,10 +93,10 @@ HostModel default_host(Framework framework) {
             return h;
         case Framework::Pytorch:
             h.enabled = true;
-            h.launch = Time::ns(20'000);
+            h.launch = Time::ns(25'000);
             h.pass = Time::ns(100'000);
             h.backward = Time::ns(300'000);
-            h.p2p = Time::ns(50'000);
+            h.p2p = Time::ns(200'000);
             h.sync_after_p2p = false;
             return h;
     }

@@ -110,9 +110,11 @@ struct RooflineCompute {
 // The CPU thread that issues one rank's kernels (compute.host; docs/compute-model.md, "The host").
 // It issues a pass's kernels one after another, `launch` apart, after `pass` of framework work; a
 // kernel cannot start on the GPU before it is issued. Point-to-point operations cost `p2p` each.
-// The host runs ahead of the GPU except where the framework synchronises: it waits for a pass's
-// received tensors before issuing that pass, and with `sync_after_p2p` (Megatron-LM's
-// torch.cuda.synchronize() after batched p2p) for the GPU to finish the pass whose result it sends.
+// The host runs ahead of the GPU except where the framework synchronises: with `sync_after_p2p`
+// (Megatron-LM's torch.cuda.synchronize() after batched p2p) it waits for a pass's received
+// tensor before issuing that pass and for the GPU to finish the pass whose result it sends;
+// without (eager torch.distributed, whose wait() only orders the streams) it issues ahead of the
+// data and the GPU waits for the transfer.
 struct HostModel {
     bool enabled = false;  // off: the GPU never waits for the host (profile mode without framework)
     Time launch;           // per kernel issued
