@@ -201,6 +201,21 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const auto passes = workload::roofline_layer(spec.model, spec.layout, spec.training, gpu,
                                                  spec.compute.roofline, false);
     const std::string which = r.string("layer_pass");
+    // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
+    // a profiler's kernel sum counts it; forward_backward sums both passes.
+    const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
+    if (kernels) {
+        if (which != "forward" && which != "forward_backward")
+            r.fail("layer_pass", "expected forward or forward_backward with time: kernels");
+        const Time t = passes.forward.compute_time() +
+                       (which == "forward" ? Time::zero() : passes.backward.compute_time());
+        out.predicted = t.seconds() * 1e3;
+        out.inputs = layout_text(spec) + "; " + which + " kernels";
+        out.note = std::to_string(passes.forward.launches() +
+                                  (which == "forward" ? 0 : passes.backward.launches())) +
+                   " kernels, GPU time only";
+        return;
+    }
     if (which != "forward" && which != "backward")
         r.fail("layer_pass", "expected forward or backward");
     // Forward, then forward + backward as one program: a timed call of the layer, its backward

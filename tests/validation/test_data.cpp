@@ -96,6 +96,20 @@ std::optional<double> measured(const YAML::Node& c, const YAML::Node& cal, const
             if (row.IsMap())
                 return static_cast<double>(size) / (row["one_way_ms"].as<double>() * 1e-3) * 1e-9;
         }
+    } else if (source.starts_with("H200-KERN profiled_training_iteration")) {
+        return kern["profiled_training_iteration"]["iteration_ms_without_profiler"].as<double>() /
+               1e3;  // the case is in seconds
+    } else if (source.starts_with("H200-KERN transformer_layer_kernels")) {
+        const auto set = overrides(c);
+        row = row_where(kern["transformer_layer_kernels"]["rows"],
+                        {{"h", std::stoll(set.at("model.hidden_size"))},
+                         {"heads", std::stoll(set.at("model.attention_heads"))},
+                         {"s", std::stoll(set.at("training.seq_length"))},
+                         {"mbs", std::stoll(set.at("training.micro_batch_size"))}});
+        const bool forward = c["layer_pass"].as<std::string>() == "forward";
+        if (row.IsMap())
+            return row["kernel_sum_ms"][forward ? "forward" : "forward_backward_accumulate"]
+                .as<double>();
     } else if (source.starts_with("H200-KERN sustained_throughput.")) {
         // The rate under sustained load: the median of the windows after the first.
         const auto rest = source.substr(std::string("H200-KERN sustained_throughput.").size());
