@@ -16,8 +16,8 @@
 #include "core/name_table.hpp"
 #include "core/quantity.hpp"
 #include "engine/simulation.hpp"
-#include "replay/host.hpp"
 #include "network/network.hpp"
+#include "replay/host.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/groups.hpp"
 #include "workload/roofline.hpp"
@@ -221,8 +221,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     // Forward, then forward + backward as one program: a timed call of the layer, its backward
     // measured as (forward + backward) - forward, as the microbenchmarks time it.
     workload::PassPlan both = passes.forward;
-    both.steps.insert(both.steps.end(), passes.backward.steps.begin(),
-                      passes.backward.steps.end());
+    both.steps.insert(both.steps.end(), passes.backward.steps.begin(), passes.backward.steps.end());
     const workload::RankLayout ranks_of(spec.layout);
     Time comm;
     std::vector<Time> times;
@@ -233,10 +232,10 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         }
         // The group of GPU 0 (worker 0, member 0) in Megatron's rank order: the replay's own.
         const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
-        const Time one = ranks.size() < 2 ? Time::zero()
-                                          : network::isolated_collective_time(
-                                                *spec.cluster, spec.network, step.collective,
-                                                ranks, step.size);
+        const Time one = ranks.size() < 2
+                             ? Time::zero()
+                             : network::isolated_collective_time(*spec.cluster, spec.network,
+                                                                 step.collective, ranks, step.size);
         times.push_back(one);
         const bool in_backward = times.size() > passes.forward.steps.size();
         if (in_backward == (which == "backward")) comm += one * step.repeat;
@@ -263,8 +262,8 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     // framework work before the first kernel (the stage and chunk timings of h200-pipeline-
     // runtime.json: 0.03 ms fixed per forward call), its backward the framework's and the
     // autograd engine's (0.37 ms fixed per backward call there): host.pass + host.backward.
-    const Time total =
-        which == "forward" ? span_of(0, nf, Time::zero())
+    const Time total = which == "forward"
+                           ? span_of(0, nf, Time::zero())
                            : span_of(nf, both.steps.size(), host.pass + host.backward);
     const auto& pass = which == "forward" ? passes.forward : passes.backward;
     out.predicted = total.seconds() * 1e3;
@@ -283,8 +282,8 @@ Time back_to_back_gemm_time(const workload::GemmShape& shape, const topology::Gp
                             const workload::RooflineCompute& compute) {
     const Time burst = workload::gemm_time(shape, workload::Precision::Bf16, gpu, compute) -
                        compute.launch_overhead;
-    return Time::ps(static_cast<std::int64_t>(std::llround(
-               static_cast<double>(burst.count_ps()) / gpu.sustained.factor(1.0)))) +
+    return Time::ps(static_cast<std::int64_t>(
+               std::llround(static_cast<double>(burst.count_ps()) / gpu.sustained.factor(1.0)))) +
            compute.launch_overhead;
 }
 
@@ -308,7 +307,8 @@ void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, Val
     out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
                  std::to_string(shape.k) + " bf16 on " + gpu.name + ", per-call overhead " +
                  format_time(compute.launch_overhead) + ", sustained x" + number(sustained);
-    out.note = "efficiency " + number(workload::gemm_efficiency(shape, workload::Precision::Bf16, gpu.gemm)) +
+    out.note = "efficiency " +
+               number(workload::gemm_efficiency(shape, workload::Precision::Bf16, gpu.gemm)) +
                " at burst clocks";
 }
 

@@ -69,15 +69,16 @@ GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
         auto& c = s.model.gemm;
         c.peak_fraction = g->number("peak_fraction");
         if (!(c.peak_fraction > 0 && c.peak_fraction <= 1))
-            g->fail("peak_fraction", "must be in (0, 1]: the best dense 16-bit GEMM's fraction of "
-                                     "the bf16 peak (H200: 0.825)");
+            g->fail("peak_fraction",
+                    "must be in (0, 1]: the best dense 16-bit GEMM's fraction of "
+                    "the bf16 peak (H200: 0.825)");
         c.half_dim = g->number_or("half_dim", c.half_dim);
         if (!(c.half_dim > 0 && c.half_dim < 1e6))
-            g->fail("half_dim", "must be in (0, 1000000): the GEMM dimension at which the "
-                                "per-dimension factor is one half");
+            g->fail("half_dim",
+                    "must be in (0, 1000000): the GEMM dimension at which the "
+                    "per-dimension factor is one half");
         c.exponent = g->number_or("exponent", c.exponent);
-        if (!(c.exponent >= 0.5 && c.exponent <= 8))
-            g->fail("exponent", "must be in [0.5, 8]");
+        if (!(c.exponent >= 0.5 && c.exponent <= 8)) g->fail("exponent", "must be in [0.5, 8]");
         c.source = g->string_or("source", "topology file");
         g->finish();
     }
@@ -90,8 +91,9 @@ GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
                       "the burst rate (H200: 0.88)");
         v.from_duty = sus->number_or("from_duty", 0.0);
         if (!(v.from_duty >= 0 && v.from_duty < 1))
-            sus->fail("from_duty", "must be in [0, 1): the tensor-core duty cycle at which the "
-                                   "power cap starts to bind (H200: 0.65)");
+            sus->fail("from_duty",
+                      "must be in [0, 1): the tensor-core duty cycle at which the "
+                      "power cap starts to bind (H200: 0.65)");
         v.source = sus->string_or("source", "topology file");
         sus->finish();
     }

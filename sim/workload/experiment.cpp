@@ -30,12 +30,14 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     // In 64 bits and checked: tp = pp = 65536 would wrap an int product to 0.
     const auto product = checked_product({l.tp, l.pp, l.cp});
     if (!product || *product > world)
-        r.fail(l.tp >= l.pp && l.tp >= l.cp ? "tp" : l.pp >= l.cp ? "pp" : "cp",
-               "tp x pp x cp = " + std::to_string(l.tp) + " x " + std::to_string(l.pp) +
-                    " x " + std::to_string(l.cp) + " = " +
-                    (product ? std::to_string(*product) : std::string("more than 2^63")) +
-                    " GPUs, more than the topology's " + std::to_string(world) +
-                    "; choose tp, pp and cp whose product divides " + std::to_string(world));
+        r.fail(l.tp >= l.pp && l.tp >= l.cp ? "tp"
+               : l.pp >= l.cp               ? "pp"
+                                            : "cp",
+               "tp x pp x cp = " + std::to_string(l.tp) + " x " + std::to_string(l.pp) + " x " +
+                   std::to_string(l.cp) + " = " +
+                   (product ? std::to_string(*product) : std::string("more than 2^63")) +
+                   " GPUs, more than the topology's " + std::to_string(world) +
+                   "; choose tp, pp and cp whose product divides " + std::to_string(world));
     const int model_parallel = static_cast<int>(*product);
     if (r.has("dp")) {
         l.dp = static_cast<int>(r.count("dp"));
@@ -115,8 +117,9 @@ ComputeSpec parse_compute(const config::Reader& r) {
     c.roofline.main_grads = r.choice("main_grads", kMainGradsNames, std::optional{MainGrads::Fp32});
     if (auto h = r.map_opt("host")) {
         if (c.framework == Framework::None)
-            h->fail_here("a host model needs compute.framework (megatron or pytorch): profiled "
-                         "times are GPU time");
+            h->fail_here(
+                "a host model needs compute.framework (megatron or pytorch): profiled "
+                "times are GPU time");
         c.host.enabled = h->boolean_or("enabled", true);
         c.host.launch = h->time_opt("launch").value_or(c.host.launch);
         c.host.pass = h->time_opt("pass").value_or(c.host.pass);
@@ -127,8 +130,9 @@ ComputeSpec parse_compute(const config::Reader& r) {
     }
     c.interference = r.number_or("interference", c.interference);
     if (!(c.interference >= 0 && c.interference <= 1))
-        r.fail("interference", "must be in [0, 1] (the fraction by which compute slows while "
-                               "communication overlaps it; 0.10 measured on H200)");
+        r.fail("interference",
+               "must be in [0, 1] (the fraction by which compute slows while "
+               "communication overlaps it; 0.10 measured on H200)");
     if (kind == "profile") {
         c.kind = ComputeSpec::Kind::Profile;
         auto& p = c.profile;
@@ -298,8 +302,8 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     // 64-bit integers): sizes whose product leaves no headroom below 2^63 are refused here
     // rather than wrapping later.
     const std::int64_t width = std::max({m.hidden_size, m.ffn_hidden_size, m.moe_ffn_hidden_size});
-    const auto activations = checked_product({t.micro_batch_size, t.seq_length, width,
-                                              std::max(1, m.top_k), l.ep, 64});
+    const auto activations =
+        checked_product({t.micro_batch_size, t.seq_length, width, std::max(1, m.top_k), l.ep, 64});
     if (!activations || *activations > (std::int64_t{1} << 62))
         tr.fail("micro_batch_size",
                 "micro_batch_size x seq_length x the model's width (" +

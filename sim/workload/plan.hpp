@@ -22,11 +22,11 @@ const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
 struct Step {
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
-    const char* label = "";  // static string: "layer", "qkv", "attention", "all-reduce tp", ...
-    Time duration;           // compute only
-    Flops model_flops;       // compute only: counted for MFU
-    Flops hardware_flops;    // compute only: including recomputation (HFU)
-    Bytes hbm_bytes;         // compute only
+    const char* label = "";    // static string: "layer", "qkv", "attention", "all-reduce tp", ...
+    Time duration;             // compute only
+    Flops model_flops;         // compute only: counted for MFU
+    Flops hardware_flops;      // compute only: including recomputation (HFU)
+    Bytes hbm_bytes;           // compute only
     network::CollectiveKind collective = network::CollectiveKind::AllReduce;
     GroupKind group = GroupKind::Tp;
     Bytes size;      // collective only, nccl-tests size semantics
@@ -39,7 +39,7 @@ struct Step {
 
 struct PassPlan {
     std::vector<Step> steps;
-    Time compute_time() const;  // sum of compute durations x repeat
+    Time compute_time() const;      // sum of compute durations x repeat
     std::int64_t launches() const;  // kernels issued: sum of launches x repeat over the steps
     Flops model_flops() const;
     Flops hardware_flops() const;

@@ -102,9 +102,8 @@ class PassBuilder {
         Step s;
         s.label = label;
         s.tensor_core = true;
-        const FlopRate rate =
-            scaled(peak_rate(gpu_, Precision::Bf16),
-                   gpu_.gemm.peak_fraction * compute_.efficiency_scale);
+        const FlopRate rate = scaled(peak_rate(gpu_, Precision::Bf16),
+                                     gpu_.gemm.peak_fraction * compute_.efficiency_scale);
         s.duration = roofline_time(flops, rate, bytes, gpu_, compute_);
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
@@ -118,7 +117,8 @@ class PassBuilder {
         Step s;
         s.label = label;
         s.launches = launches;
-        s.duration = transfer_time(bytes, achievable_hbm(gpu_, kind)) + overheads(compute_, launches);
+        s.duration =
+            transfer_time(bytes, achievable_hbm(gpu_, kind)) + overheads(compute_, launches);
         s.hbm_bytes = bytes;
         s.repeat = repeat;
         pass.steps.push_back(s);
@@ -364,7 +364,8 @@ FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision) {
 
 double gemm_efficiency(const GemmShape& shape, Precision precision,
                        const topology::GemmCurve& curve, const RooflineCalibration& cal) {
-    const double cap = precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : curve.peak_fraction;
+    const double cap =
+        precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : curve.peak_fraction;
     return cap * dim_factor(static_cast<double>(shape.m), curve, cal) *
            dim_factor(static_cast<double>(shape.n), curve, cal) *
            dim_factor(static_cast<double>(shape.k), curve, cal);
@@ -477,8 +478,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
         const I f = model.ffn_hidden_size / d.t;
         gemm_backward(in, w, pb, "fc2 dgrad", "fc2 wgrad", {d.tokens, d.h, f}, 1, bias);
         pb.memory(in, "activation bwd", Bytes{act_bwd_factor * d.tokens * f * e}, act_kind);
-        gemm_backward(in, w, pb, "fc1 dgrad", "fc1 wgrad", {d.tokens, up_factor * f, d.h}, 1,
-                      bias);
+        gemm_backward(in, w, pb, "fc1 dgrad", "fc1 wgrad", {d.tokens, up_factor * f, d.h}, 1, bias);
     } else {
         const I f = model.moe_ffn_hidden_size / d.t;
         if (model.shared_experts > 0) {
@@ -643,8 +643,9 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     gemm_backward(r.backward_input, r.backward_weight, pb, "logits dgrad", "logits wgrad",
                   {d.tokens, v, d.h});
     tp_leave(r.backward_input, d, hidden_full);
-    pb.memory(r.backward_input, "final norm bwd", Bytes{(pb.eager() ? 10 : 6) * d.norm_tokens * d.h},
-              pb.kind(MemKind::Norm), 1, pb.eager() ? 2 : 1);
+    pb.memory(r.backward_input, "final norm bwd",
+              Bytes{(pb.eager() ? 10 : 6) * d.norm_tokens * d.h}, pb.kind(MemKind::Norm), 1,
+              pb.eager() ? 2 : 1);
     if (pb.eager()) {
         const I params = (model.tied_embeddings ? 0 : v * d.h) + 2 * d.h;
         const bool fp32 = compute.main_grads == MainGrads::Fp32;

@@ -11,9 +11,15 @@ namespace cs::test {
 inline std::shared_ptr<topology::Cluster> chain_cluster(int gpus, Bandwidth bw = Bandwidth{100e9},
                                                         Time latency = Time::us(1)) {
     topology::ClusterBuilder b;
-    topology::GpuModel h200{"H200",           FlopRate{67e12},   FlopRate{989e12},
-                            FlopRate{989e12}, FlopRate{1979e12}, Bytes{141'000'000'000},
-                            Bandwidth{4.8e12},   {}, {}};
+    topology::GpuModel h200{"H200",
+                            FlopRate{67e12},
+                            FlopRate{989e12},
+                            FlopRate{989e12},
+                            FlopRate{1979e12},
+                            Bytes{141'000'000'000},
+                            Bandwidth{4.8e12},
+                            {},
+                            {}};
     const int model = b.add_gpu_model(h200);
     std::vector<topology::DeviceIndex> ids;
     for (int g = 0; g < gpus; ++g) {

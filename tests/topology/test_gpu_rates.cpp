@@ -73,9 +73,10 @@ TEST_CASE("a gpu_models entry named like a catalogue GPU inherits its sustained 
 }
 
 TEST_CASE("sustained and gemm figures given in the file override the catalogue") {
-    const GpuModel m = model_of(topology_text(
-        "H200", "    sustained: {tensor_throughput: 0.9, from_duty: 0.5, source: lab}\n"
-                "    gemm: {peak_fraction: 0.7, half_dim: 500, exponent: 3}\n"));
+    const GpuModel m = model_of(
+        topology_text("H200",
+                      "    sustained: {tensor_throughput: 0.9, from_duty: 0.5, source: lab}\n"
+                      "    gemm: {peak_fraction: 0.7, half_dim: 500, exponent: 3}\n"));
     CHECK(m.sustained.tensor_throughput == doctest::Approx(0.9));
     CHECK(m.sustained.from_duty == doctest::Approx(0.5));
     CHECK(m.sustained.source == "lab");
@@ -89,8 +90,9 @@ TEST_CASE("out-of-range sustained and gemm figures are located errors") {
     CHECK(error_of(topology_text("H200", "    sustained: {tensor_throughput: 1.5}\n")) ==
           "bad.yaml:6:36: 'gpu_models.H200.sustained.tensor_throughput': must be in (0, 1]: the "
           "tensor-core rate under continuous load relative to the burst rate (H200: 0.88)");
-    CHECK(error_of(topology_text("H200", "    gemm: {peak_fraction: 0}\n")).find(
-              "'gpu_models.H200.gemm.peak_fraction': must be in (0, 1]") != std::string::npos);
+    CHECK(error_of(topology_text("H200", "    gemm: {peak_fraction: 0}\n"))
+              .find("'gpu_models.H200.gemm.peak_fraction': must be in (0, 1]") !=
+          std::string::npos);
     CHECK(error_of(topology_text("H200", "    sustained: {tensor_throughput: 0.9, from_duty: 1}\n"))
               .find("from_duty': must be in [0, 1)") != std::string::npos);
 }

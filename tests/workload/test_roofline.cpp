@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "topology/topology_yaml.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
-#include "topology/topology_yaml.hpp"
 #include "workload/roofline.hpp"
 
 using namespace cs;
