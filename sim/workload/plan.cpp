@@ -1,6 +1,7 @@
 #include "workload/plan.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 #include "core/checked.hpp"
 #include "core/errors.hpp"
@@ -163,6 +164,29 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
         c.forward.steps.push_back(compute_step("stage", fwd + oh, fwd_flops, fwd_flops));
         c.backward.steps.push_back(
             compute_step("stage", bwd + oh, 2 * fwd_flops, 2 * fwd_flops + recompute * c.layers));
+    }
+    // With compute.framework the host issues the kernels that framework runs for each profiled
+    // layer (the roofline's kernel list); a plain profile run issues one per step (no host).
+    if (spec.compute.framework != Framework::None) {
+        const auto lp = roofline_layer(m, spec.layout, t, gpu, spec.compute.roofline,
+                                       is_moe_layer(m, c.first_layer));
+        const auto set = [&](PassPlan& pass, std::int64_t layer_launches) {
+            for (auto& st : pass.steps) {
+                const std::string_view label = st.label;
+                if (label == "layer input grad")
+                    st.launches = static_cast<std::int32_t>(lp.backward_input.launches());
+                else if (label == "layer weight grad")
+                    st.launches = static_cast<std::int32_t>(lp.backward_weight.launches());
+                else if (label == "layer")
+                    st.launches = static_cast<std::int32_t>(layer_launches);
+                else if (label == "stage")
+                    st.launches = static_cast<std::int32_t>(layer_launches * c.layers);
+            }
+        };
+        set(c.forward, lp.forward.launches());
+        set(c.backward, lp.backward.launches());
+        set(c.backward_input, lp.backward_input.launches());
+        set(c.backward_weight, lp.backward_weight.launches());
     }
     if (last && estimate_output)
         append_passes(c, roofline_output_layer(m, spec.layout, t, gpu, spec.compute.roofline), 1);

@@ -512,7 +512,10 @@ TEST_CASE("host tracks: the host thread of each traced GPU, issue / p2p / sync s
         CAPTURE(host);
         auto spec = workload::load_experiment(
             root / "tests/report/sixteen-gpus.yaml",
-            host ? std::vector<std::string>{"topology.nodes=2", "compute.framework=megatron"}
+            // A 1 us launch keeps the passes GPU-bound (Megatron's 25 us x its kernels per
+            // profiled layer would outrun these short profiled passes and leave nothing to sync).
+            host ? std::vector<std::string>{"topology.nodes=2", "compute.framework=megatron",
+                                            "compute.host.launch=1us"}
                  : std::vector<std::string>{"topology.nodes=2"});
         const auto path = test::trace_dir() / (host ? "host.json" : "nohost.json");
         api::RunOptions opt;

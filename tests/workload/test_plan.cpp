@@ -368,3 +368,33 @@ TEST_CASE("fill_memory follows the placement of MoE layers (interleaved, dense_l
     CHECK(plan.devices[0].memory.parameters == Bytes{2 * (49'984 + 50'176)});
     CHECK(plan.devices[1].memory.parameters == Bytes{2 * (49'984 + 50'176 + 128)});
 }
+
+TEST_CASE("profile runs with a framework issue that framework's kernels for each profiled layer") {
+    Loaded l("plan_profile_launches");
+    // A plain profile run: one launch per profiled step (no host model applies to it).
+    const auto plain = l.spec();
+    const auto p0 = plan_iteration(plain, 1, false, one_chunk());
+    REQUIRE(p0.virtual_stages[0].forward.steps.size() == 1);
+    CHECK(p0.virtual_stages[0].forward.steps[0].launches == 1);
+    CHECK(p0.virtual_stages[0].forward.launches() == 2);  // 1 launch x 2 layers (repeat)
+    // With framework: pytorch the "layer" step issues eager PyTorch's kernels of one GPT layer
+    // (a GPT: biases and LayerNorms): forward 4 GEMMs and the attention with a memset each (10),
+    // 2 norms, 2 residual adds, GELU: 15. Backward: 8 GEMMs with memsets (16), 4 bias-gradient
+    // sums, attention backward (4), q/k/v concat and copy (2), GELU (1), 2 norms of 2 kernels
+    // (4), 2 residual adds (2), one gradient accumulation per parameter tensor (4 weights, 4
+    // biases, 2 LayerNorms x 2: 12): 45.
+    const auto eager = l.spec({"compute.framework=pytorch"});
+    const auto p1 = plan_iteration(eager, 1, false, one_chunk());
+    CHECK(p1.virtual_stages[0].forward.steps[0].launches == 15);
+    CHECK(p1.virtual_stages[0].backward.steps[0].launches == 45);
+    CHECK(p1.virtual_stages[0].forward.launches() == 2 * 15);
+    // Megatron's fused kernels: forward 10 (4 GEMMs, attention, 2 norms, 2 bias-dropout-adds,
+    // bias-GELU), backward 14 (8 GEMMs, attention, 2 norms, 2 adds, GELU).
+    const auto megatron = l.spec({"compute.framework=megatron"});
+    const auto p2 = plan_iteration(megatron, 1, false, one_chunk());
+    CHECK(p2.virtual_stages[0].forward.steps[0].launches == 10);
+    CHECK(p2.virtual_stages[0].backward.steps[0].launches == 14);
+    // The profiled times themselves do not change.
+    CHECK(p1.virtual_stages[0].forward.compute_time() ==
+          p0.virtual_stages[0].forward.compute_time());
+}
