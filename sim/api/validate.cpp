@@ -350,13 +350,41 @@ void run_sustained(const config::Reader& r, const std::vector<std::string>& sets
     }
 }
 
+// A case's `ranks`, each a GPU of `cluster`; errors point at the key in the cases file.
+std::vector<int> case_ranks(const config::Reader& r, const topology::Cluster& cluster) {
+    const std::string text = r.string("ranks");
+    std::vector<int> ranks;
+    try {
+        ranks = parse_rank_list(text, "ranks");
+    } catch (const ConfigError& e) {
+        r.fail("ranks", e.message());
+    }
+    for (int g : ranks)
+        if (g >= cluster.gpu_count())
+            r.fail("ranks", "GPU " + std::to_string(g) + " does not exist; " +
+                                r.string("topology") + " has GPUs 0-" +
+                                std::to_string(cluster.gpu_count() - 1));
+    return ranks;
+}
+
+// A case's `size`: a zero-byte message takes no time on the wire, so it has no bandwidth to score.
+Bytes case_size(const config::Reader& r) {
+    const Bytes size = r.bytes("size");
+    if (size.value <= 0)
+        r.fail("size", "must be more than 0 bytes; expected a size such as \"16MiB\"");
+    return size;
+}
+
 // A point-to-point message (`op: send`, ranks "SRC,DST"): GB/s of one direction.
 void run_send(const config::Reader& r, ValidationCase& out) {
     const auto sets = string_list(r, "set");
     const auto cluster = load_topology(r, sets);
-    const auto ranks = parse_rank_list(r.string("ranks"), r.key_path() + ".ranks");
+    const auto ranks = case_ranks(r, cluster);
     if (ranks.size() != 2) r.fail("ranks", "a send needs two ranks, source and destination");
-    const Bytes size = r.bytes("size");
+    if (ranks[0] == ranks[1])
+        r.fail("ranks", "a send from GPU " + std::to_string(ranks[0]) +
+                            " to itself; expected two different GPUs, source and destination");
+    const Bytes size = case_size(r);
     const Time host = require_time(r, "host_overhead");
     const auto config = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     const Time t =
@@ -381,8 +409,13 @@ void run_collective(const config::Reader& r, ValidationCase& out) {
     const auto kind = pick_named(r, "op", network::kCollectiveNames, {"send"});
     const auto algo = r.has("algo") ? network::parse_algorithm(r.string("algo"), r.location("algo"))
                                     : network::Algorithm::Auto;
-    const auto ranks = parse_rank_list(r.string("ranks"), r.key_path() + ".ranks");
-    const Bytes size = r.bytes("size");
+    const auto ranks = case_ranks(r, cluster);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        if (std::find(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(i), ranks[i]) !=
+            ranks.begin() + static_cast<std::ptrdiff_t>(i))
+            r.fail("ranks", "GPU " + std::to_string(ranks[i]) +
+                                " is listed twice; expected each GPU of the group once");
+    const Bytes size = case_size(r);
     const Time host = require_time(r, "host_overhead");
     const auto config = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     const auto used = algo == network::Algorithm::Auto
@@ -556,9 +589,15 @@ ValidationReport validate(const ValidateOptions& a) {
     }
     const auto gaps = load_known_gaps(dir / "known_gaps.txt");
     std::vector<ValidationCase> results;
+    std::map<std::string, SourceLocation> id_places;
     for (const auto& c : root.list_of_maps("cases")) {
         ValidationCase res;
         res.id = c.string("id");
+        const auto [first, fresh] = id_places.emplace(res.id, c.location("id"));
+        if (!fresh)
+            c.fail("id", "duplicate case id \"" + res.id + "\", first used at " +
+                             std::to_string(first->second.line) + ":" +
+                             std::to_string(first->second.column) + "; expected each case id once");
         res.family = c.string("family");
         const auto fam =
             std::find_if(families.begin(), families.end(),

@@ -84,3 +84,90 @@ TEST_CASE("validate: a failing case exits 3 under --check, 0 without") {
     CHECK(checked.status == 3);
     CHECK(checked.err.find("validation failed") != std::string::npos);
 }
+
+namespace {
+// `clustersim validate` on a cases file holding `cases` (lines under `cases:`, the first on line 4)
+// and one family `n`; every case names the two-GPU topology last, so columns before it are fixed.
+cs::test::CliResult validate_cases(const std::string& name, const std::string& cases) {
+    const fs::path dir = cs::test::scratch(name);
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: n, title: NCCL, mode: network, tolerance: 0.1, error: relative}\n"
+        << "cases:\n"
+        << cases;
+    return run_binary({"validate", dir.string()});
+}
+
+std::string cases_file(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("cs_cli_tests_" + name) / "cases.yaml")
+        .string();
+}
+}  // namespace
+
+TEST_CASE("validate: a case's ranks outside its topology are a located error, exit 2") {
+    // "0,7": the value starts at column 70 of line 4; the topology has GPUs 0 and 1.
+    const auto send =
+        validate_cases("validate_send_range",
+                       "  - {id: a, family: n, source: t, kind: collective, op: send, "
+                       "ranks: \"0,7\", size: 16MiB, published: 1, topology: " +
+                           kTwoGpus + "}\n");
+    CHECK(send.status == 2);
+    CHECK(send.err == "error: " + cases_file("validate_send_range") +
+                          ":4:70: 'cases.0.ranks': GPU 7 does not exist; " + kTwoGpus +
+                          " has GPUs 0-1\n");
+    // "0-2": column 76 (op: all_reduce is six characters longer than op: send).
+    const auto all_reduce =
+        validate_cases("validate_coll_range",
+                       "  - {id: a, family: n, source: t, kind: collective, op: all_reduce, "
+                       "ranks: \"0-2\", size: 16MiB, published: 1, topology: " +
+                           kTwoGpus + "}\n");
+    CHECK(all_reduce.status == 2);
+    CHECK(all_reduce.err == "error: " + cases_file("validate_coll_range") +
+                                ":4:76: 'cases.0.ranks': GPU 2 does not exist; " + kTwoGpus +
+                                " has GPUs 0-1\n");
+}
+
+TEST_CASE("validate: a send from a GPU to itself is a located error, exit 2") {
+    const auto r = validate_cases("validate_self",
+                                  "  - {id: a, family: n, source: t, kind: collective, op: send, "
+                                  "ranks: \"1,1\", size: 16MiB, published: 1, topology: " +
+                                      kTwoGpus + "}\n");
+    CHECK(r.status == 2);
+    CHECK(r.err == "error: " + cases_file("validate_self") +
+                       ":4:70: 'cases.0.ranks': a send from GPU 1 to itself; expected two "
+                       "different GPUs, source and destination\n");
+}
+
+TEST_CASE("validate: zero-byte sends and collectives are refused, exit 2") {
+    // `size: 0B` starts at column 83 for a send, 89 for an all_reduce.
+    const auto send =
+        validate_cases("validate_send0",
+                       "  - {id: a, family: n, source: t, kind: collective, op: send, "
+                       "ranks: \"0,1\", size: 0B, published: 1, topology: " +
+                           kTwoGpus + "}\n");
+    CHECK(send.status == 2);
+    CHECK(send.err == "error: " + cases_file("validate_send0") +
+                          ":4:83: 'cases.0.size': must be more than 0 bytes; expected a size "
+                          "such as \"16MiB\"\n");
+    const auto all_reduce =
+        validate_cases("validate_coll0",
+                       "  - {id: a, family: n, source: t, kind: collective, op: all_reduce, "
+                       "ranks: \"0,1\", size: 0B, published: 1, topology: " +
+                           kTwoGpus + "}\n");
+    CHECK(all_reduce.status == 2);
+    CHECK(all_reduce.err == "error: " + cases_file("validate_coll0") +
+                                ":4:89: 'cases.0.size': must be more than 0 bytes; expected a "
+                                "size such as \"16MiB\"\n");
+}
+
+TEST_CASE("validate: a duplicate case id names both places, exit 2") {
+    // Both ids start at column 10, on lines 4 and 5.
+    const auto r =
+        validate_cases("validate_dup_id",
+                       "  - {id: a, family: n, source: t, kind: not_reproduced, reason: r}\n"
+                       "  - {id: a, family: n, source: t, kind: not_reproduced, reason: r}\n");
+    CHECK(r.status == 2);
+    CHECK(r.err == "error: " + cases_file("validate_dup_id") +
+                       ":5:10: 'cases.1.id': duplicate case id \"a\", first used at 4:10; expected "
+                       "each case id once\n");
+}
