@@ -32,9 +32,12 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
     if (!a.json.empty())
-        write_file_atomically(a.json, [&](std::ostream& out) {
-            out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
-        }, &outputs);
+        write_file_atomically(
+            a.json,
+            [&](std::ostream& out) {
+                out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
+            },
+            &outputs);
     outputs.commit();
     api::print_sweep(std::cout, options.axes, *rows, ranking, a.top);
 }

@@ -26,7 +26,8 @@ void run(const TopologyArgs& a) {
     outputs.declare("--dot", a.dot);
     const auto loaded = api::load_topology(a.topology, a.sets);
     // Checked before anything is printed or written.
-    const std::string dot = a.dot.empty() ? "" : api::topology_dot(loaded.cluster, "--dot " + a.dot);
+    const std::string dot =
+        a.dot.empty() ? "" : api::topology_dot(loaded.cluster, "--dot " + a.dot);
     const auto s = topology::summarize(loaded.cluster);
     api::print_topology(std::cout, loaded.display_path, s);
     if (!a.json.empty())
@@ -34,7 +35,8 @@ void run(const TopologyArgs& a) {
             a.json, [&](std::ostream& out) { out << api::topology_json(s).dump(2) << "\n"; },
             &outputs);
     if (!a.dot.empty())
-        write_file_atomically(a.dot, [&](std::ostream& out) { out << dot; }, &outputs);
+        write_file_atomically(
+            a.dot, [&](std::ostream& out) { out << dot; }, &outputs);
     outputs.commit();
 }
 

@@ -5,8 +5,8 @@
 
 #include <iostream>
 
-#include "cli/commands.hpp"
 #include "api/shard.hpp"
+#include "cli/commands.hpp"
 #include "core/errors.hpp"
 
 int main(int argc, char** argv) {

@@ -2,8 +2,8 @@
 
 #include <cerrno>
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/quantity.hpp"
@@ -41,7 +41,8 @@ std::string line_column(const YAML::Mark& mark) {
 
 // yaml-cpp keeps both entries of a repeated key and lookups see only the first: a repeated key
 // is an error (naming where each was given) at any depth.
-// `file` is a file name (errors carry line:column) or a --set argument (positions only in the text).
+// `file` is a file name (errors carry line:column) or a --set argument (positions only in the
+// text).
 void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool in_file,
                            std::size_t& visited) {
     if (++visited > kMaxNodes)
@@ -59,11 +60,11 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
         if (it->first.IsScalar()) {
             const auto [at, fresh] = seen.emplace(it->first.Scalar(), it->first.Mark());
             if (!fresh)
-                throw ConfigError(in_file ? mark_location(file, it->first.Mark())
-                                          : SourceLocation{file},
-                                  "duplicate key '" + it->first.Scalar() + "' (given at " +
-                                      line_column(at->second) + " and again at " +
-                                      line_column(it->first.Mark()) + "); give each key once");
+                throw ConfigError(
+                    in_file ? mark_location(file, it->first.Mark()) : SourceLocation{file},
+                    "duplicate key '" + it->first.Scalar() + "' (given at " +
+                        line_column(at->second) + " and again at " + line_column(it->first.Mark()) +
+                        "); give each key once");
         }
         reject_duplicate_keys(it->second, file, in_file, visited);
     }
@@ -262,8 +263,7 @@ std::int64_t Reader::integer(const std::string& key) const {
         fail(key, "\"" + text + "\" is out of range; expected a whole number from " +
                       std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " +
                       std::to_string(std::numeric_limits<std::int64_t>::max()));
-    if (text.empty() || *end != '\0')
-        fail(key, "expected a whole number, found \"" + text + "\"");
+    if (text.empty() || *end != '\0') fail(key, "expected a whole number, found \"" + text + "\"");
     return v;
 }
 
@@ -291,13 +291,12 @@ double Reader::number(const std::string& key) const {
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     // YAML spells infinity and NaN .inf and .nan, which strtod does not read.
-    static const std::set<std::string> yaml_non_finite = {
-        ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF",
-        ".nan", ".NaN", ".NAN"};
+    static const std::set<std::string> yaml_non_finite = {".inf",  ".Inf",  ".INF",  "+.inf",
+                                                          "+.Inf", "+.INF", "-.inf", "-.Inf",
+                                                          "-.INF", ".nan",  ".NaN",  ".NAN"};
     if (yaml_non_finite.count(text) || (!text.empty() && *end == '\0' && !std::isfinite(v)))
         fail(key, "expected a finite number, found \"" + text + "\"");
-    if (text.empty() || *end != '\0')
-        fail(key, "expected a plain number, found \"" + text + "\"");
+    if (text.empty() || *end != '\0') fail(key, "expected a plain number, found \"" + text + "\"");
     return v;
 }
 

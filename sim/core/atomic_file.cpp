@@ -47,8 +47,8 @@ Kind check_writable(const fs::path& resolved, const std::string& label) {
     // The temporary is created in the folder and renamed over the file: both need the folder to
     // be writable; an existing read-only file is refused rather than silently replaced.
     if (::access(folder.c_str(), W_OK) != 0)
-        throw output_error(label, "cannot write in folder '" + folder.string() +
-                                      "': " + std::strerror(errno));
+        throw output_error(
+            label, "cannot write in folder '" + folder.string() + "': " + std::strerror(errno));
     if (kind == Kind::Regular && ::access(resolved.c_str(), W_OK) != 0)
         throw output_error(label, std::string("cannot write: ") + std::strerror(errno));
     return kind;
@@ -126,8 +126,8 @@ AtomicFile::AtomicFile(fs::path target, OutputSet* outputs)
         if (*out_ && kind_of(target_) == Kind::Regular)
             fs::permissions(tmp_, fs::status(target_, ec).permissions(), ec);
     }
-    if (!*out_) throw output_error(label_, std::string("cannot open for writing: ") +
-                                               std::strerror(errno));
+    if (!*out_)
+        throw output_error(label_, std::string("cannot open for writing: ") + std::strerror(errno));
     // A failed write (full disk) sets errno while the writer streams: commit() reports it.
     errno = 0;
 }

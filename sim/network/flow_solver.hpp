@@ -36,8 +36,6 @@
 
 namespace cs::network {
 
-
-
 class FlowSolver {
   public:
     using FlowId = std::uint32_t;
@@ -180,9 +178,9 @@ class FlowSolver {
     std::uint64_t rerated_ = 0;
     std::uint64_t checked_ = 0;
     // scratch reused across recomputes
-    std::vector<topology::LinkId> set_links_;      // L: links of A's flows and of removed flows
+    std::vector<topology::LinkId> set_links_;  // L: links of A's flows and of removed flows
     std::vector<NetworkObserver::LinkRate> changed_rates_;  // finish(): scratch, reused
-    std::vector<FlowId> set_flows_;                // A
+    std::vector<FlowId> set_flows_;                         // A
     std::vector<topology::LinkId> changed_links_;  // links where a rate changed in the last fill
     std::vector<FlowId> failed_;                   // flows that failed the check this round
     std::vector<FlowId> recheck_;                  // ... and in the round before

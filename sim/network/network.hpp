@@ -206,7 +206,6 @@ class Network {
     // The same at time `at` (>= now) through an engine event, ordered with the other events at
     // that time by insertion.
     virtual void schedule_link_capacity(Time at, topology::LinkId link, Bandwidth bandwidth) = 0;
-
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

@@ -51,13 +51,13 @@ TraceFormatEntry chrome_json_format() {
 }
 
 TraceFormatEntry perfetto_format() {
-    return {"perfetto",
-            {".pftrace", ".perfetto-trace"},
-            "Perfetto protobuf",
-            [](const std::filesystem::path& path, OutputSet* outputs) {
-                return std::unique_ptr<TraceSink>(
-                    std::make_unique<PerfettoProtoSink>(path, outputs));
-            }};
+    return {
+        "perfetto",
+        {".pftrace", ".perfetto-trace"},
+        "Perfetto protobuf",
+        [](const std::filesystem::path& path, OutputSet* outputs) {
+            return std::unique_ptr<TraceSink>(std::make_unique<PerfettoProtoSink>(path, outputs));
+        }};
 }
 
 }  // namespace detail
