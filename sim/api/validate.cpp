@@ -245,18 +245,14 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const auto& host = spec.compute.host;
     const std::size_t nf = passes.forward.steps.size();
     const auto span_of = [&](std::size_t from, std::size_t to, Time lead) {
-        workload::PassPlan part;
-        part.steps.assign(both.steps.begin() + static_cast<std::ptrdiff_t>(from),
-                          both.steps.begin() + static_cast<std::ptrdiff_t>(to));
-        const std::span<const Time> t(times.data() + from, to - from);
-        std::vector<replay::KernelBlock> blocks;
+        const auto blocks =
+            replay::kernel_blocks(std::span(both.steps).subspan(from, to - from),
+                                  std::span<const Time>(times).subspan(from, to - from));
+        if (host.enabled) return replay::host_issue(lead, host.launch, blocks).earliest_end;
         Time sum;
-        for (std::size_t j = 0; j < t.size(); ++j) {
-            sum += t[j] * part.steps[j].repeat;
-            blocks.push_back({t[j] * part.steps[j].repeat,
-                              std::int64_t{part.steps[j].launches} * part.steps[j].repeat});
-        }
-        return host.enabled ? replay::host_issue(lead, host.launch, blocks).earliest_end : sum;
+        for (const auto& b : blocks)
+            sum += b.time;
+        return sum;
     };
     // A timed call of the bare layer, the kernels as the host issues them. Its forward has no
     // framework work before the first kernel (the stage and chunk timings of h200-pipeline-

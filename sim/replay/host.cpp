@@ -4,6 +4,16 @@
 
 namespace cs::replay {
 
+std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
+                                       std::span<const Time> step_times) {
+    std::vector<KernelBlock> blocks;
+    blocks.reserve(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i)
+        blocks.push_back(KernelBlock{step_times[i] * steps[i].repeat,
+                                     std::int64_t{steps[i].launches} * steps[i].repeat});
+    return blocks;
+}
+
 HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks) {
     HostIssue h;
     Time gpu = Time::zero();

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/units.hpp"
+#include "workload/plan.hpp"
 
 namespace cs::replay {
 
@@ -28,6 +30,12 @@ struct HostIssue {
     Time
         first_issue;  // pass + launch: when the first kernel can start (pass without kernels: pass)
 };
+
+// The kernels of `steps` as blocks, step_times[i] being one execution of steps[i]: every step,
+// collective steps included (their NCCL kernels are launched too), as repeat x launches kernels
+// sharing the step's repeat x time.
+std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
+                                       std::span<const Time> step_times);
 
 // O(blocks): within a block of equal kernels of duration d, issue_i + tail_i changes by
 // launch - d from one kernel to the next, so its maximum is at the block's first or last kernel.

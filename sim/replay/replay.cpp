@@ -202,14 +202,9 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
     }
     const auto& host = spec_.compute.host;
     if (!host.enabled) return cost;
-    // Every step, collective steps included (their NCCL kernels are launched too), as
-    // repeat x launches kernels sharing the step's repeat x time.
-    for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-        const auto& step = plan.steps[i];
-        cost.blocks.push_back(KernelBlock{cost.step_times[i] * step.repeat,
-                                          std::int64_t{step.launches} * step.repeat});
+    cost.blocks = kernel_blocks(plan.steps, cost.step_times);
+    for (const auto& step : plan.steps)
         cost.block_compute.push_back(step.kind == workload::Step::Kind::Compute ? 1 : 0);
-    }
     cost.lead = host.pass + (backward ? host.backward : Time::zero());
     cost.host = host_issue(cost.lead, host.launch, cost.blocks);
     return cost;

@@ -291,27 +291,24 @@ const std::vector<GpuModel>& gpu_catalog() {
     // H800 SXM share the die and the 700 W limit and take the H200's figures. The A100s have no
     // sustained measurement here: burst rates.
     static const std::vector<GpuModel> catalog = [] {
-        std::vector<GpuModel> c = {
-            make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039),
-            make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935),
-            make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35),
-            make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8),
-            make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35),
-        };
         const SustainedRates hopper{0.88, 0.65, "H200 SXM, 700 W cap (h200-kernels.json)"};
         // GEMMs as they run inside the H200 layer runs and the profiled iteration (docs/
         // compute-model.md); the A100s keep the generic curve (no A100 kernel measurement here).
         const GemmCurve hopper_gemm{0.825, 600, 2.5,
                                     "H200 SXM kernels in training (h200-kernels.json)"};
-        for (auto& m : c) {
-            if (m.name.rfind("H", 0) == 0) {
-                m.sustained = hopper;
-                m.gemm = hopper_gemm;
-            } else {
-                m.sustained.source = "no sustained measurement: burst rates";
-            }
-        }
-        return c;
+        const auto with = [](GpuModel m, const SustainedRates& sustained, const GemmCurve& gemm) {
+            m.sustained = sustained;
+            m.gemm = gemm;
+            return m;
+        };
+        const SustainedRates burst{1.0, 1.0, "no sustained measurement: burst rates"};
+        return std::vector<GpuModel>{
+            with(make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039), burst, GemmCurve{}),
+            with(make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935), burst, GemmCurve{}),
+            with(make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),
+            with(make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8), hopper, hopper_gemm),
+            with(make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),
+        };
     }();
     return catalog;
 }

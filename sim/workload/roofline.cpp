@@ -124,6 +124,18 @@ class PassBuilder {
         pass.steps.push_back(s);
     }
 
+    // Eager PyTorch adds each parameter tensor's gradient in a kernel of its own (one launch per
+    // tensor): into the fp32 main gradient (read 4 + 2, write 4 bytes per parameter, a
+    // mixed-type kernel) or into .grad in the parameters' 16-bit type (read 2 + 2, write 2).
+    // Megatron-LM fuses it into the weight-gradient GEMMs: nothing to add.
+    void main_grad_accumulate(PassPlan& pass, std::int64_t params, std::int64_t tensors) {
+        if (!eager()) return;
+        const bool fp32 = compute_.main_grads == MainGrads::Fp32;
+        memory(pass, "main grad accumulate", Bytes{(fp32 ? 10 : 6) * params},
+               fp32 ? MemKind::MixedAccumulate : MemKind::Elementwise, 1,
+               static_cast<int>(tensors));
+    }
+
     static void collective(PassPlan& pass, const char* label, CollectiveKind kind, GroupKind group,
                            Bytes size) {
         Step s;
@@ -535,22 +547,17 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     pb.memory(in, "norm bwd", norm_bwd_io, norm_kind, 1, norm_bwd_launches);
     pb.memory(in, "residual bwd", residual_io, add_kind);
 
-    // The layer's gradients accumulate across microbatches: Megatron-LM fuses this into the
-    // weight-gradient GEMMs (gradient_accumulation_fusion); eager PyTorch adds each parameter's
-    // gradient in a kernel of its own, into the fp32 main gradient (read 4 + 2, write 4) or into
-    // .grad in the parameters' type (read 2 + 2, write 2).
+    // The layer's gradients accumulate across microbatches (PassBuilder::main_grad_accumulate):
+    // its parameters on this GPU and its parameter tensors, one kernel each.
     if (pb.eager()) {
         const I routed = moe_layer ? routed_expert_parameter_count(model) : 0;
         const I params =
             (layer_parameter_count(model, moe_layer) - routed) / d.t + routed / (d.t * layout.ep);
-        const bool fp32 = compute.main_grads == MainGrads::Fp32;
         const I linears = moe_layer ? 2 + 1 + 2 * local_expert_count(model, layout) +
                                           4 * I{model.shared_experts > 0}
                                     : 4;
         const I tensors = linears * (bias ? 2 : 1) + (model.norm == Norm::LayerNorm ? 4 : 2);
-        pb.memory(w, "main grad accumulate", Bytes{(fp32 ? 10 : 6) * params},
-                  fp32 ? MemKind::MixedAccumulate : MemKind::Elementwise, 1,
-                  static_cast<int>(tensors));
+        pb.main_grad_accumulate(w, params, tensors);
     }
 
     apply_sustained({&r.forward, &in, &w}, gpu, compute);
@@ -593,10 +600,7 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
         pb.memory(r.backward_weight, "embedding grad zero", Bytes{rows * d.h * e},
                   MemKind::Elementwise);
         const I params = rows * d.h + I{model.position_embeddings} * d.h;
-        const bool fp32 = compute.main_grads == MainGrads::Fp32;
-        pb.memory(r.backward_weight, "main grad accumulate", Bytes{(fp32 ? 10 : 6) * params},
-                  fp32 ? MemKind::MixedAccumulate : MemKind::Elementwise, 1,
-                  model.position_embeddings > 0 ? 2 : 1);
+        pb.main_grad_accumulate(r.backward_weight, params, model.position_embeddings > 0 ? 2 : 1);
     }
     append(r.backward, r.backward_weight);
     r.activation_send = Bytes{d.norm_tokens * d.h * e};
@@ -648,9 +652,7 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
               pb.eager() ? 2 : 1);
     if (pb.eager()) {
         const I params = (model.tied_embeddings ? 0 : v * d.h) + 2 * d.h;
-        const bool fp32 = compute.main_grads == MainGrads::Fp32;
-        pb.memory(r.backward_weight, "main grad accumulate", Bytes{(fp32 ? 10 : 6) * params},
-                  fp32 ? MemKind::MixedAccumulate : MemKind::Elementwise, 1, 3);
+        pb.main_grad_accumulate(r.backward_weight, params, 3);
     }
     apply_sustained({&r.forward, &r.backward_input, &r.backward_weight}, gpu, compute);
     append(r.backward, r.backward_input);
