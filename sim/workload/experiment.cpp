@@ -77,6 +77,7 @@ TrainingSpec parse_training(const config::Reader& r) {
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
     t.attention = r.choice("attention", kAttentionNames, std::optional{Attention::Flash});
+    t.optimizer = r.choice("optimizer", kOptimizerNames, std::optional{Optimizer::Adam});
     r.finish();
     return t;
 }

@@ -47,6 +47,13 @@ struct ParallelLayout {
     int world_size() const { return tp * pp * dp * cp; }
 };
 
+// `training.optimizer`: Megatron-LM's Adam(W) step, or none at all.
+enum class Optimizer : std::uint8_t { Adam, None };
+inline constexpr std::array<Named<Optimizer>, 2> kOptimizerNames{{
+    {"adam", Optimizer::Adam},
+    {"none", Optimizer::None},
+}};
+
 struct TrainingSpec {
     int micro_batch_size = 1;
     int global_batch_size = 1;
@@ -54,6 +61,9 @@ struct TrainingSpec {
     Recompute recompute = Recompute::None;
     Precision precision = Precision::Bf16;
     Attention attention = Attention::Flash;
+    // Whether the iteration ends with the optimizer step (`training.optimizer`): `none` times
+    // forward and backward only, as pipeline benchmarks that call no optimizer do.
+    Optimizer optimizer = Optimizer::Adam;
     int microbatches(const ParallelLayout& l) const {
         return static_cast<int>(global_batch_size / (std::int64_t{micro_batch_size} * l.dp));
     }

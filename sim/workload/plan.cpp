@@ -292,10 +292,13 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         const auto& prof = spec.compute.profile;
         const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
                               (prof.optimizer_given || !prof.estimate_unprofiled);
-        d.optimizer_step =
-            profiled ? prof.optimizer_step
-                     : roofline_optimizer_step(params, owned, t.precision,
-                                               spec.cluster->gpu_model(0), spec.compute.roofline);
+        if (t.optimizer == Optimizer::None)
+            d.optimizer_step = Time::zero();
+        else if (profiled)
+            d.optimizer_step = prof.optimizer_step;
+        else
+            d.optimizer_step = roofline_optimizer_step(
+                params, owned, t.precision, spec.cluster->gpu_model(0), spec.compute.roofline);
     }
 
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);

@@ -139,6 +139,29 @@ TEST_CASE("microbatches = global batch / (micro-batch x dp); tokens = global bat
     CHECK(pp4.tokens_per_iteration == 16'384);
 }
 
+TEST_CASE("training.optimizer: none leaves out the optimizer step, adam keeps it") {
+    const Loaded l("plan_optimizer");
+    // The roofline optimizer step moves every held parameter's states through HBM, so it is
+    // positive for Adam on 2 layers per stage; `none` (a benchmark timing forward and backward
+    // only) makes it exactly zero on every device, and nothing else in the plan changes.
+    const auto adam = plan_iteration(l.spec(kRoofline), 1, false, one_chunk());
+    const auto none =
+        plan_iteration(l.spec(kRoofline, {"training.optimizer=none"}), 1, false, one_chunk());
+    for (std::size_t d = 0; d < 2; ++d) {
+        CHECK(adam.devices[d].optimizer_step > Time::zero());
+        CHECK(none.devices[d].optimizer_step == Time::zero());
+        CHECK(none.devices[d].dp_parameters == adam.devices[d].dp_parameters);
+    }
+    // A profiled optimizer step is left out too.
+    const auto profiled = plan_iteration(
+        l.spec({"compute.optimizer_step=3ms", "training.optimizer=none"}), 1, false, one_chunk());
+    CHECK(profiled.devices[0].optimizer_step == Time::zero());
+    // Anything else is refused, naming the choices.
+    const auto e = error_of([&] { (void)l.spec({"training.optimizer=sgd"}); });
+    CHECK(e.find("adam") != std::string::npos);
+    CHECK(e.find("none") != std::string::npos);
+}
+
 TEST_CASE(
     "per-stage parameters: layers, the embedding on the first stage, the output on the last") {
     const Loaded l("plan_parameters");
