@@ -206,6 +206,7 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
     for (const auto& step : plan.steps)
         cost.block_compute.push_back(step.kind == workload::Step::Kind::Compute ? 1 : 0);
     cost.lead = host.pass + (backward ? host.backward : Time::zero());
+    if (workload::HostModel::runs_on_runtime(schedule_.name())) cost.lead += host.runtime_pass;
     cost.host = host_issue(cost.lead, host.launch, cost.blocks);
     return cost;
 }

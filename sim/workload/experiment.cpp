@@ -93,6 +93,7 @@ HostModel default_host(Framework framework) {
             // launches (fused kernels), and torch.cuda.synchronize() after batched p2p.
             h = default_host(Framework::Pytorch);
             h.sync_after_p2p = true;
+            h.runtime_pass = Time::zero();
             return h;
         case Framework::Pytorch:
             h.enabled = true;
@@ -100,6 +101,7 @@ HostModel default_host(Framework framework) {
             h.pass = Time::ns(100'000);
             h.backward = Time::ns(300'000);
             h.p2p = Time::ns(200'000);
+            h.runtime_pass = Time::ns(250'000);
             h.sync_after_p2p = false;
             return h;
     }
@@ -126,6 +128,7 @@ ComputeSpec parse_compute(const config::Reader& r) {
         c.host.pass = h->time_opt("pass").value_or(c.host.pass);
         c.host.backward = h->time_opt("backward").value_or(c.host.backward);
         c.host.p2p = h->time_opt("p2p").value_or(c.host.p2p);
+        c.host.runtime_pass = h->time_opt("runtime_pass").value_or(c.host.runtime_pass);
         c.host.sync_after_p2p = h->boolean_or("sync_after_p2p", c.host.sync_after_p2p);
         h->finish();
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "api/run.hpp"
@@ -81,9 +82,10 @@ struct HostRecorder final : replay::ReplayObserver {
     }
 };
 
-report::Summary run_with(const workload::ExperimentSpec& spec, HostRecorder* recorder = nullptr) {
+report::Summary run_with(const workload::ExperimentSpec& spec, HostRecorder* recorder = nullptr,
+                         const std::string& schedule = "1f1b") {
     api::RunOptions opt;
-    opt.schedule = "1f1b";
+    opt.schedule = schedule;
     if (recorder) opt.attach = [recorder](replay::Replay& r) { r.add_observer(*recorder); };
     return api::run(spec, opt).summary;
 }
@@ -136,6 +138,36 @@ TEST_CASE("host model: one stage, GPU-bound and host-bound") {
         CHECK(rec.host[1].start == Time::us(125));
         CHECK(rec.host[1].kind == replay::HostWork::Issue);
     }
+}
+
+TEST_CASE("host model: runtime_pass is charged under the schedules torch runs on its runtime") {
+    // The one-stage, GPU-bound case above (F = 4 x 10 us, B = 4 x 20 us, pass 5 us, launch 1 us)
+    // with runtime_pass 7 us. gpipe and 1f1b (torch's single-stage schedules) do not pay it: F's
+    // first kernel issues at pass + launch = 6 us, T = 126 us. zb-h1 runs on torch's pipeline
+    // runtime: F's first kernel issues at 5 + 7 + 1 = 13 us and every later pass is issued while
+    // the GPU is busy, so T = 126 + 7 = 133 us.
+    auto spec =
+        test::profile_experiment(1, 1, 4, Time::us(10), Time::us(20), network::Fidelity::Ideal);
+    spec.compute.host.enabled = true;
+    spec.compute.host.pass = Time::us(5);
+    spec.compute.host.launch = Time::us(1);
+    spec.compute.host.runtime_pass = Time::us(7);
+    for (const char* single : {"gpipe", "1f1b"}) {
+        CAPTURE(single);
+        CHECK(run_with(spec, nullptr, single).iteration_time_s ==
+              doctest::Approx(126e-6).epsilon(1e-12));
+    }
+    // zb-h1 splits each layer's 20 us backward into input and weight halves of 10 us.
+    spec.compute.profile.layer_backward.reset();
+    spec.compute.profile.layer_backward_input = Time::us(10);
+    spec.compute.profile.layer_backward_weight = Time::us(10);
+    HostRecorder rec;
+    const auto s = run_with(spec, &rec, "zb-h1");
+    CHECK(s.iteration_time_s == doctest::Approx(133e-6).epsilon(1e-12));
+    REQUIRE_FALSE(rec.passes.empty());
+    CHECK(rec.passes[0].start == Time::us(13));
+    CHECK(workload::HostModel::runs_on_runtime("interleaved"));
+    CHECK_FALSE(workload::HostModel::runs_on_runtime("1f1b"));
 }
 
 TEST_CASE("host model: a 2-stage 1F1B exposes pass + launch where a stage waits for its input") {
