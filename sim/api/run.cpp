@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "config/document.hpp"
+#include "replay/durations/variability.hpp"
+#include "report/critical_path.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 
@@ -36,6 +38,15 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
 RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunResult out;
+    // With variability, the same experiment without it first: the figure its cost is against.
+    double clean_time_s = 0;
+    if (experiment.variability.any()) {
+        workload::ExperimentSpec clean = experiment;
+        clean.variability = {};
+        RunOptions plain;
+        plain.schedule = options.schedule;
+        clean_time_s = run(clean, plain).summary.iteration_time_s;
+    }
     const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
     // The copy names the schedule actually run, so that messages about it say so.
     workload::ExperimentSpec spec = experiment;
@@ -70,6 +81,14 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         replay.add_observer(*trace);
         replay.add_network_observer(*trace);
     }
+    std::unique_ptr<report::CriticalPath> critical;
+    if (spec.variability.any()) {
+        if (!spec.variability.gpus.empty())
+            replay.set_duration_model(
+                replay::make_variability(spec.variability, spec.cluster->gpu_count()));
+        critical = std::make_unique<report::CriticalPath>(replay.workers().size());
+        replay.add_observer(*critical);
+    }
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
 
@@ -83,6 +102,32 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     in.peak_inflight = peak_inflight;
     in.links = &links;
     out.summary = report::summarize(in);
+    if (critical) {
+        auto& v = out.summary.variability;
+        v.present = true;
+        v.clean_iteration_time_s = clean_time_s;
+        v.cost_s = out.summary.iteration_time_s - clean_time_s;
+        const auto path = critical->result();
+        if (path.worker >= 0) {
+            const auto& w = replay.workers()[static_cast<std::size_t>(path.worker)];
+            v.critical_worker = path.worker;
+            v.critical_stage = w.stage;
+            v.critical_dp = w.dp;
+            v.critical_gpus = w.gpus;
+            v.critical_share =
+                path.passes > Time::zero()
+                    ? path.per_worker[static_cast<std::size_t>(path.worker)].seconds() /
+                          path.passes.seconds()
+                    : 0.0;
+            for (int g : w.gpus) {
+                const double f = replay::fixed_slowdown(spec.variability, g);
+                if (v.slowest_gpu < 0 || f > v.slowest_factor) {
+                    v.slowest_gpu = g;
+                    v.slowest_factor = f;
+                }
+            }
+        }
+    }
     if (trace) {
         auto meta = report::to_json(out.summary);
         meta.erase("wall_time_s");

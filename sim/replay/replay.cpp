@@ -56,6 +56,8 @@ struct Replay::WorkerState {
     // when each pass's input arrived (the host waits for it before issuing the pass).
     Time host_free = Time::zero();
     std::vector<Time> arrived_at;  // [arrival_key], filled only with a host model
+    // variability.hosts: every host cost of this worker times this (the slowest of its GPUs).
+    double host_factor = 1;
 };
 
 namespace {
@@ -95,6 +97,11 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
         st.backward_done.assign(static_cast<std::size_t>(shape_.chunks), 0);
         if (spec_.compute.host.enabled) st.arrived_at.assign(keys, Time::zero());
     }
+    for (const auto& slow : spec_.variability.hosts)
+        for (std::size_t w = 0; w < workers_.size(); ++w)
+            for (int g : workers_[w].gpus)
+                if (std::binary_search(slow.gpus.begin(), slow.gpus.end(), g))
+                    states_[w].host_factor = std::max(states_[w].host_factor, slow.factor);
     if (layout_.dp > 1)
         for (int s = 0; s < layout_.pp; ++s)
             for (int m = 0; m < members; ++m)
@@ -291,17 +298,28 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
     const auto& host = spec_.compute.host;
     const Time gpu_time = r.compute + r.collective;
     HostIssue issue = cost.host;
-    if (r.compute != cost.compute && cost.compute > Time::zero()) [[unlikely]] {
-        // A duration model changed the pass's compute: its compute kernels scale alike.
-        const double scale = static_cast<double>(r.compute.count_ps()) /
-                             static_cast<double>(cost.compute.count_ps());
+    const double hf = st.host_factor;
+    const auto slow = [hf](Time t) {
+        return hf == 1 ? t
+                       : Time::ps(static_cast<std::int64_t>(
+                             std::llround(static_cast<double>(t.count_ps()) * hf)));
+    };
+    const bool rescaled = r.compute != cost.compute && cost.compute > Time::zero();
+    if (rescaled || hf != 1) [[unlikely]] {
+        // A duration model changed the pass's compute: its compute kernels scale alike. A slow
+        // host (variability.hosts) takes longer for everything it does.
         std::vector<KernelBlock> blocks = cost.blocks;
-        for (std::size_t i = 0; i < blocks.size(); ++i)
-            if (cost.block_compute[i])
-                blocks[i].time = Time::ps(static_cast<std::int64_t>(
-                    std::llround(static_cast<double>(blocks[i].time.count_ps()) * scale)));
-        issue = host_issue(cost.lead, host.launch, blocks);
+        if (rescaled) {
+            const double scale = static_cast<double>(r.compute.count_ps()) /
+                                 static_cast<double>(cost.compute.count_ps());
+            for (std::size_t i = 0; i < blocks.size(); ++i)
+                if (cost.block_compute[i])
+                    blocks[i].time = Time::ps(static_cast<std::int64_t>(
+                        std::llround(static_cast<double>(blocks[i].time.count_ps()) * scale)));
+        }
+        issue = host_issue(slow(cost.lead), slow(host.launch), blocks);
     }
+    const Time p2p = slow(host.p2p);
     Time h = st.host_free;
     Time arrival = Time::zero();
     if (need >= 0) {
@@ -309,8 +327,8 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
         const int msg = st.pending_message[static_cast<std::size_t>(need)];
         // A receive from another worker is posted first (a local hand-over is no p2p operation).
         if (msg >= 0 && messages_[static_cast<std::size_t>(msg)].record.src_worker != worker) {
-            emit_host(worker, h, h + host.p2p, HostWork::P2p, 0);
-            h += host.p2p;
+            emit_host(worker, h, h + p2p, HostWork::P2p, 0);
+            h += p2p;
         }
     }
     // Megatron-LM synchronises the device after its batched p2p, so its host waits for the
@@ -326,8 +344,8 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
     emit_host(worker, h0, h0 + issue.issue, HostWork::Issue, r.id);
     h = h0 + issue.issue;
     if (sends_p2p(worker, r.pass, r.virtual_stage, r.microbatch)) {
-        emit_host(worker, h, h + host.p2p, HostWork::P2p, 0);
-        h += host.p2p;
+        emit_host(worker, h, h + p2p, HostWork::P2p, 0);
+        h += p2p;
         if (host.sync_after_p2p && r.end > h) {
             emit_host(worker, h, r.end, HostWork::Sync, 0);
             h = r.end;
@@ -575,10 +593,14 @@ void Replay::maybe_start_optimizer(int worker) {
     if (host.enabled && step > Time::zero()) {
         // The host issues the step as one more pass of one kernel.
         const Time h0 = st.host_free;
-        start = std::max(start, h0 + host.pass + host.launch);
+        Time issue = host.pass + host.launch;
+        if (st.host_factor != 1)
+            issue = Time::ps(static_cast<std::int64_t>(
+                std::llround(static_cast<double>(issue.count_ps()) * st.host_factor)));
+        start = std::max(start, h0 + issue);
         emit_idle(worker, start, IdleCause::Host);
-        emit_host(worker, h0, h0 + host.pass + host.launch, HostWork::Issue, 0);
-        st.host_free = h0 + host.pass + host.launch;
+        emit_host(worker, h0, h0 + issue, HostWork::Issue, 0);
+        st.host_free = h0 + issue;
     }
     sim_.schedule_at(start + step, handler_, kOptimizerDone, static_cast<std::uint64_t>(worker));
 }

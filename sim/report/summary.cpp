@@ -213,6 +213,19 @@ nlohmann::ordered_json to_json(const Summary& s) {
                                  {"optimizer_states", s.memory.optimizer_states.value},
                                  {"activations", s.memory.activations.value},
                                  {"total", s.memory.total.value}};
+    if (s.variability.present) {
+        const auto& v = s.variability;
+        j["variability"] = {{"clean_iteration_time_s", v.clean_iteration_time_s},
+                            {"cost_s", v.cost_s},
+                            {"slowdown", s.iteration_time_s / v.clean_iteration_time_s},
+                            {"critical_worker", v.critical_worker},
+                            {"critical_stage", v.critical_stage},
+                            {"critical_dp", v.critical_dp},
+                            {"critical_gpus", v.critical_gpus},
+                            {"critical_share", v.critical_share},
+                            {"slowest_gpu", v.slowest_gpu},
+                            {"slowest_factor", v.slowest_factor}};
+    }
     j["events"] = s.events;
     j["wall_time_s"] = s.wall_time_s;
     return j;
@@ -250,6 +263,24 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
             << format_bytes(s.memory.parameters) << ", grads " << format_bytes(s.memory.gradients)
             << ", optimizer " << format_bytes(s.memory.optimizer_states) << ", activations "
             << format_bytes(s.memory.activations) << ")\n";
+    if (s.variability.present) {
+        const auto& v = s.variability;
+        out << "variability           "
+            << format_time(Time::from_seconds_ceil(std::max(0.0, v.cost_s))) << " slower than "
+            << format_time(Time::from_seconds_ceil(v.clean_iteration_time_s)) << " without it ("
+            << pct(s.iteration_time_s / v.clean_iteration_time_s - 1) << ")\n";
+        if (v.critical_worker >= 0) {
+            out << "critical path         stage " << v.critical_stage << " of replica "
+                << v.critical_dp << " (GPU" << (v.critical_gpus.size() > 1 ? "s " : " ");
+            for (std::size_t i = 0; i < v.critical_gpus.size(); ++i)
+                out << (i ? "," : "") << v.critical_gpus[i];
+            out << "): " << pct(v.critical_share) << " of the critical path's pass time";
+            if (v.slowest_factor != 1)
+                out << "; GPU " << v.slowest_gpu << " runs " << num(v.slowest_factor, "%.3g")
+                    << "x";
+            out << "\n";
+        }
+    }
     out << "\nstage   busy        bubble   exposed comm   idle     host     peak in-flight\n";
     for (const auto& st : s.stages) {
         char line[160];

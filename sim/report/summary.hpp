@@ -37,6 +37,23 @@ struct LinkSummary {
     int max_concurrent_flows = 0;
 };
 
+// With `variability:` (docs/what-if.md): what the slow GPUs and hosts cost against the same
+// experiment without them, and whose time the iteration waited on (report/critical_path.hpp).
+struct VariabilitySummary {
+    bool present = false;
+    double clean_iteration_time_s = 0;  // the same experiment without `variability`
+    double cost_s = 0;                  // iteration_time_s - clean_iteration_time_s
+    // The pipeline worker charged the most of the critical path, its stage, replica and GPUs,
+    // and its share of the critical path's pass time.
+    int critical_worker = -1, critical_stage = -1, critical_dp = -1;
+    std::vector<int> critical_gpus;
+    double critical_share = 0;
+    // Of critical_gpus, the one with the largest fixed slowdown (the first on a tie) and that
+    // factor (1: none of its GPUs has a fixed slowdown; drawn ones are per pass).
+    int slowest_gpu = -1;
+    double slowest_factor = 1;
+};
+
 struct Summary {
     std::string schedule;
     double iteration_time_s = 0;
@@ -60,6 +77,7 @@ struct Summary {
     std::vector<StageSummary> stages;
     std::vector<LinkSummary> links;
     workload::MemoryBreakdown memory;  // worst GPU
+    VariabilitySummary variability;
     std::uint64_t events = 0;
     double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)
 };

@@ -1,5 +1,8 @@
 #include "workload/experiment.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/checked.hpp"
 #include "topology/topology_yaml.hpp"
 
@@ -80,6 +83,131 @@ TrainingSpec parse_training(const config::Reader& r) {
     t.optimizer = r.choice("optimizer", kOptimizerNames, std::optional{Optimizer::Adam});
     r.finish();
     return t;
+}
+
+// The GPUs an entry of `variability` names: `gpus:` (a number, "all", a string of numbers and
+// ranges such as "0-3,8", or a list of numbers) or `nodes:` (the same forms, by node), one of the
+// two. Sorted and unique; every number checked against the cluster.
+std::vector<int> variability_gpus(const config::Reader& r, const topology::Cluster& cluster) {
+    const bool by_gpu = r.has("gpus"), by_node = r.has("nodes");
+    if (by_gpu == by_node)
+        r.fail_here(by_gpu ? "give gpus or nodes, not both"
+                           : "missing gpus (GPU numbers) or nodes (node numbers)");
+    const std::string key = by_gpu ? "gpus" : "nodes";
+    const int limit = by_gpu ? cluster.gpu_count() : cluster.node_count();
+    const char* expected = "a number, \"all\", numbers and ranges such as \"0-3,8\", or a list";
+    std::vector<int> picked;
+    const auto add = [&](std::int64_t v) {
+        if (v < 0 || v >= limit)
+            r.fail(key, (by_gpu ? "GPU " : "node ") + std::to_string(v) +
+                            " is not in the cluster, whose " + (by_gpu ? "GPUs" : "nodes") +
+                            " are numbered " +
+                            (limit == 1 ? std::string("0") : "0-" + std::to_string(limit - 1)));
+        picked.push_back(static_cast<int>(v));
+    };
+    const YAML::Node v = r.value(key);
+    const auto parse_text = [&](const std::string& text) {
+        if (text == "all") {
+            for (int i = 0; i < limit; ++i)
+                picked.push_back(i);
+            return;
+        }
+        std::size_t pos = 0;
+        while (pos <= text.size()) {
+            const std::size_t comma = std::min(text.find(',', pos), text.size());
+            const std::string part = text.substr(pos, comma - pos);
+            const std::size_t dash = part.find('-');
+            const auto number = [&](const std::string& t) -> std::int64_t {
+                if (t.empty() || t.size() > 9 ||
+                    t.find_first_not_of("0123456789") != std::string::npos)
+                    r.fail(key,
+                           std::string("expected ") + expected + ", cannot read \"" + t + "\"");
+                return std::stoll(t);
+            };
+            if (dash == std::string::npos) {
+                add(number(part));
+            } else {
+                const std::int64_t a = number(part.substr(0, dash)),
+                                   b = number(part.substr(dash + 1));
+                if (b < a) r.fail(key, "range " + part + " runs backwards");
+                if (b >= limit) add(b);  // reports the first number outside the cluster
+                for (std::int64_t i = a; i <= b; ++i)
+                    add(i);
+            }
+            pos = comma + 1;
+        }
+    };
+    if (v.IsScalar()) {
+        parse_text(v.Scalar());
+    } else if (v.IsSequence()) {
+        for (const auto& item : v) {
+            if (!item.IsScalar()) r.fail(key, std::string("expected ") + expected);
+            parse_text(item.Scalar());
+        }
+    } else {
+        r.fail(key, std::string("expected ") + expected);
+    }
+    if (picked.empty()) r.fail(key, "names no GPU");
+    std::sort(picked.begin(), picked.end());
+    picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+    if (by_gpu) return picked;
+    std::vector<int> gpus;
+    for (int g = 0; g < cluster.gpu_count(); ++g)
+        if (std::binary_search(picked.begin(), picked.end(), cluster.node_of_gpu(g)))
+            gpus.push_back(g);
+    if (gpus.empty()) r.fail(key, "the nodes named hold no GPU");
+    return gpus;
+}
+
+// A factor of `variability`: finite and > 0 (1.2 is 20% slower).
+double slowdown_factor(const config::Reader& r, const std::string& key, double fallback) {
+    const double f = r.number_or(key, fallback);
+    if (!(f > 0 && f <= kMaxSlowdown))
+        r.fail(key, "must be in (0, " + std::to_string(static_cast<int>(kMaxSlowdown)) +
+                        "] (1 is the plan's time, 1.2 is 20% slower)");
+    return f;
+}
+
+VariabilitySpec parse_variability(const config::Reader& r, const topology::Cluster& cluster) {
+    VariabilitySpec v;
+    if (r.has("gpus"))
+        for (const auto& e : r.list_of_maps("gpus")) {
+            Slowdown s;
+            s.gpus = variability_gpus(e, cluster);
+            s.kind =
+                e.choice("distribution", kSlowdownKindNames, std::optional{SlowdownKind::Fixed});
+            switch (s.kind) {
+                case SlowdownKind::Fixed:
+                    s.factor = slowdown_factor(e, "factor", 1);
+                    if (!e.has("factor")) e.fail_here("a fixed slowdown needs factor (e.g. 1.2)");
+                    break;
+                case SlowdownKind::Normal:
+                    s.factor = slowdown_factor(e, "mean", 1);
+                    s.spread = slowdown_factor(e, "sd", 1);
+                    if (!e.has("sd")) e.fail_here("a normal slowdown needs sd (e.g. 0.05)");
+                    break;
+                case SlowdownKind::Lognormal:
+                    s.factor = slowdown_factor(e, "median", 1);
+                    s.spread = slowdown_factor(e, "sigma", 1);
+                    if (!e.has("sigma"))
+                        e.fail_here("a lognormal slowdown needs sigma (e.g. 0.05)");
+                    break;
+            }
+            e.finish();
+            v.gpus.push_back(std::move(s));
+        }
+    if (r.has("hosts"))
+        for (const auto& e : r.list_of_maps("hosts")) {
+            HostSlowdown h;
+            h.gpus = variability_gpus(e, cluster);
+            if (!e.has("factor"))
+                e.fail_here("a slow host needs factor (e.g. 2: its costs doubled)");
+            h.factor = slowdown_factor(e, "factor", 1);
+            e.finish();
+            v.hosts.push_back(std::move(h));
+        }
+    r.finish();
+    return v;
 }
 
 // The host of each framework (docs/compute-model.md, "The host", derives every figure).
@@ -280,6 +408,13 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
     spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));
+    if (auto v = root.map_opt("variability")) {
+        spec.variability = parse_variability(*v, *cluster);
+        if (!spec.variability.hosts.empty() && !spec.compute.host.enabled)
+            spec.warnings.push_back(
+                "variability.hosts has no effect: there is no host model (compute.host is off "
+                "or compute.framework is not given)");
+    }
     root.has("name");
     root.has("description");
     root.finish();

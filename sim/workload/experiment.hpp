@@ -156,6 +156,38 @@ struct ComputeSpec {
     double interference = 0.10;
 };
 
+// `variability:` (docs/what-if.md): GPUs that run slower than the plan says, fixed or drawn per
+// pass, and slow hosts. Draws come from the experiment's `seed` (one stream per pipeline worker
+// and step, replay/duration_model.hpp), so a run is reproducible.
+enum class SlowdownKind : std::uint8_t { Fixed, Normal, Lognormal };
+inline constexpr std::array<Named<SlowdownKind>, 3> kSlowdownKindNames{{
+    {"fixed", SlowdownKind::Fixed},
+    {"normal", SlowdownKind::Normal},
+    {"lognormal", SlowdownKind::Lognormal},
+}};
+// The factor a GPU's passes take against the plan (1.2: 20% slower). Normal: mean `factor`,
+// standard deviation `spread`, factors at or below kMinSlowdown drawn again; lognormal: median
+// `factor`, `spread` the sigma of its logarithm.
+struct Slowdown {
+    std::vector<int> gpus;  // sorted, unique
+    SlowdownKind kind = SlowdownKind::Fixed;
+    double factor = 1;
+    double spread = 0;
+};
+// Drawn factors are kept in [kMinSlowdown, kMaxSlowdown]; written ones must be in (0,
+// kMaxSlowdown].
+inline constexpr double kMinSlowdown = 0.05;
+inline constexpr double kMaxSlowdown = 1000;
+struct HostSlowdown {
+    std::vector<int> gpus;  // sorted, unique
+    double factor = 1;      // on every host cost (launch, pass, backward, p2p, runtime_pass)
+};
+struct VariabilitySpec {
+    std::vector<Slowdown> gpus;  // a GPU under several entries takes the product of their factors
+    std::vector<HostSlowdown> hosts;
+    bool any() const { return !gpus.empty() || !hosts.empty(); }
+};
+
 struct ExperimentSpec {
     std::string source;           // display path of the experiment file
     std::string topology_source;  // display path of the topology file (or the experiment's)
@@ -171,6 +203,7 @@ struct ExperimentSpec {
     // `seed` (default 0): keys every random stream of the run (Simulation::random). Nothing in
     // the default models draws from them; per-GPU behaviour models (replay/duration_model.hpp) do.
     std::uint64_t seed = 0;
+    VariabilitySpec variability;
     std::vector<std::string> warnings;  // non-fatal notes to show the user
 };
 
