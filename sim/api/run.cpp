@@ -102,6 +102,7 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     in.peak_inflight = peak_inflight;
     in.links = &links;
     out.summary = report::summarize(in);
+    report::add_goodput(out.summary, spec);
     if (critical) {
         auto& v = out.summary.variability;
         v.present = true;

@@ -226,6 +226,31 @@ nlohmann::ordered_json to_json(const Summary& s) {
                             {"slowest_gpu", v.slowest_gpu},
                             {"slowest_factor", v.slowest_factor}};
     }
+    if (s.goodput.present) {
+        const auto& g = s.goodput;
+        auto& o = j["goodput"] = {{"mtbf_s", g.mtbf_s},
+                                  {"checkpoint_bytes", g.checkpoint_bytes},
+                                  {"checkpoint_write_s", g.checkpoint_write_s},
+                                  {"restart_s", g.restart_s},
+                                  {"interval_s", g.interval_s},
+                                  {"interval_iterations", g.interval_iterations},
+                                  {"young_interval_s", g.young_interval_s},
+                                  {"daly_interval_s", g.daly_interval_s},
+                                  {"fraction", g.fraction},
+                                  {"gpu_power_w", g.gpu_power_w},
+                                  {"iteration_energy_j", g.iteration_energy_j}};
+        if (g.monte_carlo_runs > 0)
+            o["monte_carlo"] = {{"runs", g.monte_carlo_runs},
+                                {"fraction", g.monte_carlo_fraction},
+                                {"ci95", g.monte_carlo_ci95}};
+        if (g.tokens > 0) {
+            o["tokens"] = g.tokens;
+            o["train_time_s"] = g.train_time_s;
+            o["gpu_hours"] = g.gpu_hours;
+            o["energy_kwh"] = g.energy_kwh;
+            o["energy_per_token_j"] = g.energy_per_token_j;
+        }
+    }
     j["events"] = s.events;
     j["wall_time_s"] = s.wall_time_s;
     return j;
@@ -280,6 +305,20 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
                     << "x";
             out << "\n";
         }
+    }
+    if (s.goodput.present) {
+        const auto& g = s.goodput;
+        out << "goodput               " << pct(g.fraction) << " of wall clock trains (MTBF "
+            << num(g.mtbf_s / 3600, "%.3g") << " h, a checkpoint every " << g.interval_iterations
+            << " iterations = " << num(g.interval_s / 60, "%.3g") << " min, written in "
+            << num(g.checkpoint_write_s, "%.3g") << " s)\n";
+        if (g.monte_carlo_runs > 0)
+            out << "  Monte Carlo         " << pct(g.monte_carlo_fraction) << " +- "
+                << pct(g.monte_carlo_ci95) << " (" << g.monte_carlo_runs << " runs)\n";
+        if (g.tokens > 0)
+            out << "  token budget        " << num(g.tokens, "%.3g") << " tokens in "
+                << num(g.train_time_s / 86400, "%.1f") << " days, " << num(g.gpu_hours, "%.4g")
+                << " GPU-hours, " << num(g.energy_kwh / 1e3, "%.4g") << " MWh\n";
     }
     out << "\nstage   busy        bubble   exposed comm   idle     host     peak in-flight\n";
     for (const auto& st : s.stages) {

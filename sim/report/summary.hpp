@@ -54,6 +54,29 @@ struct VariabilitySummary {
     double slowest_factor = 1;
 };
 
+// With `goodput:` (docs/what-if.md, report/goodput.hpp): the whole run, not one iteration.
+struct GoodputSummary {
+    bool present = false;
+    double mtbf_s = 0;            // of the whole job
+    double checkpoint_bytes = 0;  // 0 when write_time was given
+    double checkpoint_write_s = 0;
+    double restart_s = 0;
+    double interval_s = 0;  // training time between checkpoints: given, or Daly's optimum
+    std::int64_t interval_iterations = 0;  // interval_s in whole iterations (at least 1)
+    double young_interval_s = 0, daly_interval_s = 0;
+    double fraction = 0;  // of wall-clock time spent training, at interval_s
+    int monte_carlo_runs = 0;
+    double monte_carlo_fraction = 0, monte_carlo_ci95 = 0;
+    // With a token budget:
+    double tokens = 0;
+    double train_time_s = 0;  // wall clock, failures and checkpoints included
+    double gpu_hours = 0;
+    double gpu_power_w = 0;  // per GPU, board power
+    double energy_kwh = 0;   // GPUs x power x train time x PUE
+    double energy_per_token_j = 0;
+    double iteration_energy_j = 0;  // GPUs x power x iteration time x PUE
+};
+
 struct Summary {
     std::string schedule;
     double iteration_time_s = 0;
@@ -78,6 +101,7 @@ struct Summary {
     std::vector<LinkSummary> links;
     workload::MemoryBreakdown memory;  // worst GPU
     VariabilitySummary variability;
+    GoodputSummary goodput;
     std::uint64_t events = 0;
     double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)
 };
@@ -152,6 +176,8 @@ struct SummaryInputs {
 };
 
 Summary summarize(const SummaryInputs& in);
+// Fills s.goodput from spec.goodput and the iteration s describes (docs/what-if.md).
+void add_goodput(Summary& s, const workload::ExperimentSpec& spec);
 
 nlohmann::ordered_json to_json(const Summary& s);
 // The readable table printed by `clustersim run`. Links: the `max_links` busiest.

@@ -210,6 +210,51 @@ VariabilitySpec parse_variability(const config::Reader& r, const topology::Clust
     return v;
 }
 
+GoodputSpec parse_goodput(const config::Reader& r) {
+    GoodputSpec g;
+    g.present = true;
+    g.failures_per_gpu_hour = r.number("failures_per_gpu_hour");
+    if (!(g.failures_per_gpu_hour > 0 && g.failures_per_gpu_hour <= 1))
+        r.fail("failures_per_gpu_hour",
+               "must be in (0, 1] failures per GPU-hour (Llama 3's 16K-GPU run: about 2.2e-5)");
+    g.restart = r.time_opt("restart").value_or(Time::zero());
+    if (auto c = r.map_opt("checkpoint")) {
+        g.write_time = c->time_opt("write_time");
+        if (c->has("bytes") && c->string("bytes") != "auto") g.checkpoint_bytes = c->bytes("bytes");
+        if (auto bw = c->bandwidth_opt("write_bandwidth")) g.write_bandwidth = *bw;
+        if (g.write_time && c->has("write_bandwidth"))
+            c->fail("write_time", "give write_time or write_bandwidth, not both");
+        if (!g.write_time && !c->has("write_bandwidth"))
+            c->fail_here("missing write_bandwidth (e.g. 100GB/s) or write_time (e.g. 120s)");
+        c->finish();
+    } else {
+        r.fail_here("missing checkpoint: {write_bandwidth: ...} or {write_time: ...}");
+    }
+    if (r.has("interval") && r.string("interval") != "optimal") g.interval = r.time("interval");
+    if (g.interval && *g.interval <= Time::zero())
+        r.fail("interval", "must be a positive time or 'optimal'");
+    g.tokens = r.number_or("tokens", 0);
+    if (!(g.tokens >= 0 && g.tokens <= 1e18))
+        r.fail("tokens", "must be a token count in [0, 1e18]");
+    g.pue = r.number_or("pue", 1);
+    if (!(g.pue >= 1 && g.pue <= 10)) r.fail("pue", "must be in [1, 10]");
+    if (r.has("gpu_power")) {
+        const double w = r.number("gpu_power");
+        if (!(w > 0 && w <= 1e5)) r.fail("gpu_power", "must be in (0, 100000] watts");
+        g.gpu_power_w = w;
+    }
+    if (auto mc = r.map_opt("monte_carlo")) {
+        g.monte_carlo_runs = static_cast<int>(mc->count_or("runs", 200, 2));
+        if (g.monte_carlo_runs > 100000) mc->fail("runs", "must be at most 100000");
+        g.monte_carlo_segments = static_cast<int>(mc->count_or("segments", 1000, 1));
+        if (g.monte_carlo_segments > 100000) mc->fail("segments", "must be at most 100000");
+        g.monte_carlo_seed = static_cast<std::uint64_t>(mc->count_or("seed", 1, 0));
+        mc->finish();
+    }
+    r.finish();
+    return g;
+}
+
 // The host of each framework (docs/compute-model.md, "The host", derives every figure).
 HostModel default_host(Framework framework) {
     HostModel h;
@@ -408,6 +453,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
     spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));
+    if (auto g = root.map_opt("goodput")) spec.goodput = parse_goodput(*g);
     if (auto v = root.map_opt("variability")) {
         spec.variability = parse_variability(*v, *cluster);
         if (!spec.variability.hosts.empty() && !spec.compute.host.enabled)

@@ -188,6 +188,26 @@ struct VariabilitySpec {
     bool any() const { return !gpus.empty() || !hosts.empty(); }
 };
 
+// `goodput:` (docs/what-if.md): failures, checkpoints and restarts over a whole training run.
+struct GoodputSpec {
+    bool present = false;
+    double failures_per_gpu_hour = 0;  // > 0: each GPU fails at this rate (exponential)
+    Time restart;                      // from a failure to training again
+    // The checkpoint: its bytes (0: every parameter's weights and optimizer states, 14 bytes per
+    // parameter in 16-bit mixed precision, 12 in fp32) written at write_bandwidth, or a
+    // write_time given directly.
+    Bytes checkpoint_bytes;
+    Bandwidth write_bandwidth;
+    std::optional<Time> write_time;
+    std::optional<Time> interval;       // none: Daly's optimum
+    double tokens = 0;                  // > 0: a token budget to train
+    double pue = 1;                     // facility power / GPU power
+    std::optional<double> gpu_power_w;  // none: the GPU model's board power (docs/what-if.md)
+    int monte_carlo_runs = 0;           // 0: no Monte Carlo check
+    std::uint64_t monte_carlo_seed = 1;
+    int monte_carlo_segments = 1000;  // checkpoint intervals per Monte Carlo run
+};
+
 struct ExperimentSpec {
     std::string source;           // display path of the experiment file
     std::string topology_source;  // display path of the topology file (or the experiment's)
@@ -204,6 +224,7 @@ struct ExperimentSpec {
     // the default models draws from them; per-GPU behaviour models (replay/duration_model.hpp) do.
     std::uint64_t seed = 0;
     VariabilitySpec variability;
+    GoodputSpec goodput;
     std::vector<std::string> warnings;  // non-fatal notes to show the user
 };
 

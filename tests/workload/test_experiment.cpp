@@ -249,8 +249,8 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
     SUBCASE("unknown top-level key: line 10, after the 9 lines of kMinimal") {
         CHECK(error_with("  pp: 2\n", "schedul: zb-h1\n") ==
               e + ":10:1: unknown key 'schedul'; accepted keys here: topology, model, "
-                  "parallelism, training, schedule, compute, network, seed, variability, name or "
-                  "description");
+                  "parallelism, training, schedule, compute, network, seed, goodput, variability, "
+                  "name or description");
     }
     SUBCASE("wrong type: at the value, after '  tp: ' (column 7)") {
         CHECK(error_with("  tp: two\n") ==
