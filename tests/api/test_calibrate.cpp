@@ -278,3 +278,30 @@ TEST_CASE("compute.calibration in an experiment: applied, the experiment's own k
     CHECK(has(missing, "'calibration': cannot load \"nope.yaml\""));
     fs::remove_all(dir);
 }
+
+TEST_CASE("calibrate: the host's launch cost where the GPU waited for it") {
+    // 30 kernels of 5 us on one stream, each launched 30 us after the previous launch: every
+    // kernel is queued after its predecessor ended (launch i at 30 i, kernel i runs from 30 i + 10
+    // to 30 i + 15), so the GPU waits for the host 29 times and each interval between launch
+    // calls is 30 us: host.launch = 30 us. No kernel is queued while another runs: no launch gap.
+    std::string json = R"({"traceEvents": [)";
+    for (int i = 0; i < 30; ++i) {
+        const int t = 30 * i;
+        if (i > 0) json += ",";
+        json +=
+            R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": )" +
+            std::to_string(t) + R"(, "dur": 4, "args": {"correlation": )" + std::to_string(i) +
+            "}},";
+        json += R"({"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": )" +
+                std::to_string(t + 10) + R"(, "dur": 5, "args": {"stream": 7, "correlation": )" +
+                std::to_string(i) + "}}";
+    }
+    json += "]}";
+    const auto r =
+        cs::api::calibrate_traces({cs::api::parse_torch_trace(json, "host.json")}, h200());
+    CHECK(r.host_samples == 29);
+    REQUIRE(r.file.host_launch.has_value());
+    CHECK(*r.file.host_launch == cs::Time::us(30));
+    CHECK_FALSE(r.file.launch_overhead.has_value());
+    CHECK(r.skipped_kernels == 30);  // no operator: not modelled by kind, but counted
+}
