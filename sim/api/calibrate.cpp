@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include "api/topology.hpp"
@@ -298,6 +299,24 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                 k.sample_ms += s.us / 1000;
             }
             residuals(k, pred, meas);
+            std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
+                     CalibrationResult::GemmShapeFit>
+                by_shape;
+            for (std::size_t i = 0; i < gemms.size(); ++i) {
+                const auto& g = gemms[i].shape;
+                auto& e = by_shape[{g.m, g.n, g.k}];
+                e.m = g.m;
+                e.n = g.n;
+                e.k = g.k;
+                ++e.count;
+                e.measured_ms += meas[i] / 1000;
+                e.fitted_ms += pred[i] / 1000;
+            }
+            for (const auto& [shape, e] : by_shape)
+                r.gemm_shapes.push_back(e);
+            std::stable_sort(
+                r.gemm_shapes.begin(), r.gemm_shapes.end(),
+                [](const auto& a, const auto& b) { return a.measured_ms > b.measured_ms; });
             k.value = "cap " + fmt("%.4g", best.curve.peak_fraction) + ", half_dim " +
                       fmt("%.4g", best.curve.half_dim) + ", exponent " +
                       fmt("%.4g", best.curve.exponent);
@@ -466,6 +485,22 @@ void print_calibration(std::ostream& out, const CalibrationResult& r) {
         out << line;
         if (!k.note.empty()) out << "                  " << k.note << "\n";
     }
+    if (!r.gemm_shapes.empty()) {
+        out << "\nGEMM shapes (m x n x k), the largest first:\n";
+        std::size_t shown = 0;
+        for (const auto& g : r.gemm_shapes) {
+            if (++shown > 12) {
+                out << "  ... " << r.gemm_shapes.size() - 12 << " more in --json\n";
+                break;
+            }
+            std::snprintf(line, sizeof line,
+                          "  %6lld x %6lld x %6lld  %5lldx  %9.3f ms  fit %9.3f  %+.1f%%\n",
+                          static_cast<long long>(g.m), static_cast<long long>(g.n),
+                          static_cast<long long>(g.k), static_cast<long long>(g.count),
+                          g.measured_ms, g.fitted_ms, 100 * (g.fitted_ms / g.measured_ms - 1));
+            out << line;
+        }
+    }
     out << "\nlaunch gap (GPU side): ";
     if (r.file.launch_overhead)
         out << format_time(*r.file.launch_overhead) << ", median of " << r.gap_samples
@@ -523,6 +558,15 @@ nlohmann::json calibration_json(const CalibrationResult& r) {
         kinds.push_back(o);
     }
     j["kinds"] = kinds;
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const auto& g : r.gemm_shapes)
+        shapes.push_back({{"m", g.m},
+                          {"n", g.n},
+                          {"k", g.k},
+                          {"count", g.count},
+                          {"measured_ms", g.measured_ms},
+                          {"fitted_ms", g.fitted_ms}});
+    j["gemm_shapes"] = shapes;
     if (r.file.gemm)
         j["gemm"] = {{"peak_fraction", r.file.gemm->peak_fraction},
                      {"half_dim", r.file.gemm->half_dim},

@@ -70,6 +70,12 @@ struct CalibrationResult {
     std::int64_t skipped_kernels = 0;  // kind `other`: not modelled by kind
     double skipped_ms = 0;
     std::vector<Skipped> skipped;  // the largest, by time
+    // The GEMM samples by shape, the largest total first: where the fitted curve departs.
+    struct GemmShapeFit {
+        std::int64_t m = 0, n = 0, k = 0, count = 0;
+        double measured_ms = 0, fitted_ms = 0;
+    };
+    std::vector<GemmShapeFit> gemm_shapes;
 };
 
 // Reads the traces and fits. Throws ConfigError for bad traces, an unknown GPU model or nothing
