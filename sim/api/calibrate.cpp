@@ -211,7 +211,7 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
             const auto& op = *ops.at(key.first);
             const auto ki = static_cast<std::size_t>(key.second);
             if (key.second == KernelKind::Gemm) {
-                if (auto shape = gemm_shape(op))
+                if (auto shape = gemm_shape(op); shape && us > 0)
                     gemms.push_back({*shape, us});
                 else
                     ++gemm_unshaped;
@@ -227,9 +227,10 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
 
         // Stream timelines: gaps between back-to-back GPU events, and where the GPU waited for
         // the host, the host's interval between the two launches.
-        std::map<std::int64_t, std::vector<const TraceGpuEvent*>> streams;
+        // Keyed by (device, stream): a trace may hold several GPUs with the same stream numbers.
+        std::map<std::pair<std::int64_t, std::int64_t>, std::vector<const TraceGpuEvent*>> streams;
         for (const auto& g : t.gpu)
-            streams[g.stream].push_back(&g);
+            streams[{g.device, g.stream}].push_back(&g);
         for (auto& [stream, evs] : streams) {
             std::stable_sort(evs.begin(), evs.end(),
                              [](const auto* a, const auto* b) { return a->ts_us < b->ts_us; });

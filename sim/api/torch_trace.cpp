@@ -228,6 +228,8 @@ class Handler : public nlohmann::json_sax<Json> {
                 ev_.correlation = v.integer;
             else if (key_ == "stream")
                 ev_.stream = v.integer;
+            else if (key_ == "device")
+                ev_.device = v.integer;
         } else if (types_open_ && d == event_depth_ + 2) {
             ev_.types.push_back(v.text);
         } else if (dims_open_ && d == event_depth_ + 3 && v.number) {
@@ -266,6 +268,7 @@ class Handler : public nlohmann::json_sax<Json> {
             g.ts_us = ev_.ts;
             g.dur_us = ev_.dur;
             g.stream = ev_.stream >= 0 ? ev_.stream : ev_.tid;
+            g.device = ev_.device;
             g.external_id = ev_.external_id;
             g.correlation = ev_.correlation;
             g.index = ev_.index;
@@ -292,7 +295,7 @@ class Handler : public nlohmann::json_sax<Json> {
         std::string ph, cat, name;
         double ts = 0, dur = 0;
         bool has_ts = false, has_dur = false, has_shapes = false;
-        std::int64_t tid = -1, external_id = -1, correlation = -1, stream = -1;
+        std::int64_t tid = -1, external_id = -1, correlation = -1, stream = -1, device = 0;
         std::int64_t index = 0, offset = 0;
         std::vector<TraceArg> args;
         std::vector<std::string> types;

@@ -30,7 +30,7 @@ struct TraceGpuEvent {
     enum class Cat : std::uint8_t { Kernel, Memset, Memcpy } cat = Cat::Kernel;
     std::string name;
     double ts_us = 0, dur_us = 0;
-    std::int64_t stream = -1, external_id = -1, correlation = -1;
+    std::int64_t device = 0, stream = -1, external_id = -1, correlation = -1;
     std::int64_t index = 0;  // position in traceEvents, for messages
     double end_us() const { return ts_us + dur_us; }
 };
