@@ -305,3 +305,17 @@ TEST_CASE("calibrate: the host's launch cost where the GPU waited for it") {
     CHECK_FALSE(r.file.launch_overhead.has_value());
     CHECK(r.skipped_kernels == 30);  // no operator: not modelled by kind, but counted
 }
+
+TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {
+    const auto t = cs::api::parse_torch_trace(
+        R"([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 7,
+             "device": 1, "grid": [1, 2, 3]}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 3}])",
+        "array.json");
+    REQUIRE(t.gpu.size() == 1);
+    CHECK(t.gpu[0].stream == 7);
+    CHECK(t.gpu[0].device == 1);
+    CHECK(t.gpu[0].dur_us == 2);
+    CHECK(t.cpu_ops.size() == 1);
+    CHECK_FALSE(t.cpu_ops[0].has_shapes);
+}
