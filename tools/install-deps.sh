@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost-graph-dev libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
+  libboost-graph-dev libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   protobuf-compiler  # tests decode .pftrace traces with protoc --decode
   python3            # tools/ scripts (standard library only)

@@ -5,6 +5,7 @@
 
 #include "core/checked.hpp"
 #include "topology/topology_yaml.hpp"
+#include "workload/calibration.hpp"
 
 namespace cs::workload {
 namespace {
@@ -291,6 +292,23 @@ ComputeSpec parse_compute(const config::Reader& r) {
     c.host = default_host(c.framework);
     c.roofline.framework = c.framework == Framework::None ? Framework::Megatron : c.framework;
     c.roofline.main_grads = r.choice("main_grads", kMainGradsNames, std::optional{MainGrads::Fp32});
+    // A calibration file (path relative to the experiment) goes on top of the catalogue; the
+    // keys below, written in the experiment itself, win over it.
+    if (r.has("calibration")) {
+        const std::string file = r.string("calibration");
+        CalibrationFile cal;
+        try {
+            cal = load_calibration(r.document().resolve(file));
+        } catch (const ConfigError& e) {
+            if (e.where().line > 0) throw;
+            throw ConfigError(r.location("calibration"),
+                              "'calibration': cannot load \"" + file + "\" (" +
+                                  r.document().resolve(file).string() + "): " + e.message());
+        }
+        apply_calibration(cal, c.roofline, c.host);
+        c.calibration_file = file;
+        c.calibration_gpu_model = cal.gpu_model;
+    }
     if (auto h = r.map_opt("host")) {
         if (c.framework == Framework::None)
             h->fail_here(
@@ -450,6 +468,19 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     spec.schedule_where = root.location("schedule");
     spec.schedule = root.string_or("schedule", "1f1b");
     if (auto c = root.map_opt("compute")) spec.compute = parse_compute(*c);
+    if (!spec.compute.calibration_file.empty()) {
+        // A calibration fitted on another GPU is allowed (a what-if), but said.
+        // Names are compared through the catalogue, so that "H200" and "H200-SXM" agree.
+        const auto canonical = [](const std::string& name) {
+            const topology::GpuModel* known = topology::find_catalog_model(name);
+            return known ? known->name : name;
+        };
+        const std::string fitted_name = canonical(spec.compute.calibration_gpu_model);
+        for (const auto& m : cluster->gpu_models())
+            if (canonical(m.name) != fitted_name)
+                spec.warnings.push_back("compute.calibration " + spec.compute.calibration_file +
+                                        " was fitted on " + fitted_name + ", applied to " + m.name);
+    }
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
     spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));

@@ -103,6 +103,35 @@ inline constexpr std::array<Named<MainGrads>, 2> kMainGradsNames{{
     {"param", MainGrads::Param},
 }};
 
+// The kinds of memory-bound kernel, each with its own achieved fraction of the HBM bandwidth.
+enum class MemKind : std::uint8_t {
+    Fused,            // Megatron-LM's fused kernels; a device-to-device copy
+    Elementwise,      // vectorised 16-bit add, cast, fill
+    Activation,       // GELU / SwiGLU forward and backward (eager PyTorch)
+    Norm,             // LayerNorm / RMSNorm forward, input gradient, gamma/beta gradient
+    Reduce,           // bias gradient: a sum over the tokens
+    Concat,           // torch.cat of the q, k, v gradients
+    StridedCopy,      // a non-vectorised copy that makes a strided tensor contiguous
+    MixedAccumulate,  // fp32 main gradient += 16-bit gradient (non-vectorised, mixed types)
+    Softmax,          // fp32 log-softmax forward and backward of the loss
+    Optimizer,        // fused multi-tensor AdamW
+};
+
+// Names of the kinds in a calibration file (compute.hbm_fractions) and fit reports.
+inline constexpr std::array<Named<MemKind>, 10> kMemKindNames{{
+    {"fused", MemKind::Fused},
+    {"elementwise", MemKind::Elementwise},
+    {"activation", MemKind::Activation},
+    {"norm", MemKind::Norm},
+    {"reduce", MemKind::Reduce},
+    {"concat", MemKind::Concat},
+    {"strided_copy", MemKind::StridedCopy},
+    {"mixed_accumulate", MemKind::MixedAccumulate},
+    {"softmax", MemKind::Softmax},
+    {"optimizer", MemKind::Optimizer},
+}};
+inline constexpr std::size_t kMemKindCount = kMemKindNames.size();
+
 // compute: {model: roofline, ...}: times from FLOPs and bytes on the GPU's peaks.
 struct RooflineCompute {
     double efficiency_scale = 1.0;  // multiplies the calibrated GEMM efficiency curve
@@ -116,6 +145,14 @@ struct RooflineCompute {
     // Tensor-core kernels at the GPU's sustained rate for the pass's duty cycle (GpuModel::
     // sustained); false: burst rates, as short microbenchmarks run.
     bool sustained = true;
+    // From a calibration file (compute.calibration, workload/calibration.hpp), applied on top of
+    // the catalogue: the GEMM curve in place of the GPU model's, and per-kind HBM fractions in
+    // place of RooflineCalibration::hbm_fraction_of (0: the catalogue's), indexed by MemKind.
+    std::optional<topology::GemmCurve> gemm_curve;
+    std::array<double, kMemKindCount> hbm_fractions{};
+    const topology::GemmCurve& gemm(const topology::GpuModel& gpu) const {
+        return gemm_curve ? *gemm_curve : gpu.gemm;
+    }
 };
 
 // The CPU thread that issues one rank's kernels (compute.host; docs/compute-model.md, "The host").
@@ -154,6 +191,9 @@ struct ComputeSpec {
     // 1 + interference times as long while they overlap (measured on 2 x H200: a GEMM ~10%
     // slower during concurrent 1 GiB all-reduces).
     double interference = 0.10;
+    // compute.calibration: the file applied and the GPU model it was fitted for (checked
+    // against the cluster's); empty without one.
+    std::string calibration_file, calibration_gpu_model;
 };
 
 // `variability:` (docs/what-if.md): GPUs that run slower than the plan says, fixed or drawn per

@@ -22,8 +22,12 @@ double dim_factor(double x, const topology::GemmCurve& curve, const RooflineCali
     return xp / (xp + std::pow(curve.half_dim, p)) * (x / fitted);
 }
 
-Bandwidth achievable_hbm(const topology::GpuModel& gpu, MemKind kind = MemKind::Fused) {
-    return Bandwidth{gpu.hbm_bandwidth.bytes_per_s * default_calibration().hbm_fraction_of(kind)};
+// A calibration file's fraction for the kind wins over the catalogue's.
+Bandwidth achievable_hbm(const topology::GpuModel& gpu, const RooflineCompute& compute,
+                         MemKind kind = MemKind::Fused) {
+    const double given = compute.hbm_fractions[static_cast<std::size_t>(kind)];
+    const double fraction = given > 0 ? given : default_calibration().hbm_fraction_of(kind);
+    return Bandwidth{gpu.hbm_bandwidth.bytes_per_s * fraction};
 }
 
 // GPU time between kernels: `launches` kernel gaps + the user's per-op overhead.
@@ -38,7 +42,7 @@ bool eager(const RooflineCompute& compute) {
 Time roofline_time(Flops executed, FlopRate rate, Bytes bytes, const topology::GpuModel& gpu,
                    const RooflineCompute& compute, int launches = 1) {
     const Time math = executed.value > 0 ? compute_time(executed, rate) : Time::zero();
-    const Time memory = transfer_time(bytes, achievable_hbm(gpu));
+    const Time memory = transfer_time(bytes, achievable_hbm(gpu, compute));
     return std::max(math, memory) + overheads(compute, launches);
 }
 
@@ -103,7 +107,7 @@ class PassBuilder {
         s.label = label;
         s.tensor_core = true;
         const FlopRate rate = scaled(peak_rate(gpu_, Precision::Bf16),
-                                     gpu_.gemm.peak_fraction * compute_.efficiency_scale);
+                                     compute_.gemm(gpu_).peak_fraction * compute_.efficiency_scale);
         s.duration = roofline_time(flops, rate, bytes, gpu_, compute_);
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
@@ -117,8 +121,8 @@ class PassBuilder {
         Step s;
         s.label = label;
         s.launches = launches;
-        s.duration =
-            transfer_time(bytes, achievable_hbm(gpu_, kind)) + overheads(compute_, launches);
+        s.duration = transfer_time(bytes, achievable_hbm(gpu_, compute_, kind)) +
+                     overheads(compute_, launches);
         s.hbm_bytes = bytes;
         s.repeat = repeat;
         pass.steps.push_back(s);
@@ -385,7 +389,8 @@ double gemm_efficiency(const GemmShape& shape, Precision precision,
 
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
                const RooflineCompute& compute, int element_bytes) {
-    const double eff = gemm_efficiency(shape, precision, gpu.gemm) * compute.efficiency_scale;
+    const double eff =
+        gemm_efficiency(shape, precision, compute.gemm(gpu)) * compute.efficiency_scale;
     const FlopRate rate = scaled(peak_rate(gpu, precision), eff);
     const Bytes bytes{element_bytes * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
     return roofline_time(shape.flops(), rate, bytes, gpu, compute);
@@ -393,7 +398,7 @@ Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuM
 
 Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute,
                        MemKind kind) {
-    return transfer_time(bytes, achievable_hbm(gpu, kind)) + overheads(compute);
+    return transfer_time(bytes, achievable_hbm(gpu, compute, kind)) + overheads(compute);
 }
 
 double RooflineCalibration::hbm_fraction_of(MemKind kind) const {

@@ -27,20 +27,6 @@ struct GemmShape {
     }
 };
 
-// The kinds of memory-bound kernel, each with its own achieved fraction of the HBM bandwidth.
-enum class MemKind : std::uint8_t {
-    Fused,            // Megatron-LM's fused kernels; a device-to-device copy
-    Elementwise,      // vectorised 16-bit add, cast, fill
-    Activation,       // GELU / SwiGLU forward and backward (eager PyTorch)
-    Norm,             // LayerNorm / RMSNorm forward, input gradient, gamma/beta gradient
-    Reduce,           // bias gradient: a sum over the tokens
-    Concat,           // torch.cat of the q, k, v gradients
-    StridedCopy,      // a non-vectorised copy that makes a strided tensor contiguous
-    MixedAccumulate,  // fp32 main gradient += 16-bit gradient (non-vectorised, mixed types)
-    Softmax,          // fp32 log-softmax forward and backward of the loss
-    Optimizer,        // fused multi-tensor AdamW
-};
-
 // Calibrated constants (see docs/compute-model.md for their sources).
 struct RooflineCalibration {
     // The 16-bit GEMM curve is the GPU's (topology::GemmCurve); fp8 GEMMs reach this fraction

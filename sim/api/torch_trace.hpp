@@ -1,0 +1,105 @@
+// PyTorch profiler Chrome traces (torch.profiler's export_chrome_trace, `.json` or `.json.gz`),
+// read as a stream (nlohmann::json's SAX interface over a std::istream, inflating gzip on the
+// fly), and the classification of their GPU kernels into the compute model's kinds
+// (docs/calibrate.md).
+//
+// What is kept: GPU kernels, memsets and memcpys (name, start, duration, stream, External id,
+// correlation); CPU operators (name, start, duration, thread, External id, Input Dims and Input
+// type when the profiler recorded shapes); CUDA runtime and driver calls (name, start, duration,
+// thread, correlation). Everything else is skipped. Times are microseconds as in the file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cs::api {
+
+// One argument of a CPU operator as the profiler records shapes: a tensor (one shape), a tensor
+// list (several; possibly none recorded) or a scalar / non-tensor (no shape).
+struct TraceArg {
+    std::vector<std::vector<std::int64_t>> shapes;
+    bool list = false;
+    std::string type;  // "c10::BFloat16", "float", "TensorList", "Scalar", ...
+    std::int64_t numel(std::size_t shape = 0) const;
+};
+
+struct TraceGpuEvent {
+    enum class Cat : std::uint8_t { Kernel, Memset, Memcpy } cat = Cat::Kernel;
+    std::string name;
+    double ts_us = 0, dur_us = 0;
+    std::int64_t device = 0, stream = -1, external_id = -1, correlation = -1;
+    std::int64_t index = 0;  // position in traceEvents, for messages
+    double end_us() const { return ts_us + dur_us; }
+};
+
+struct TraceCpuOp {
+    std::string name;
+    double ts_us = 0, dur_us = 0;
+    std::int64_t tid = -1, external_id = -1;
+    std::vector<TraceArg> args;  // empty without record_shapes
+    bool has_shapes = false;
+};
+
+struct TraceRuntimeCall {
+    std::string name;  // cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync, ...
+    double ts_us = 0, dur_us = 0;
+    std::int64_t tid = -1, correlation = -1;
+};
+
+struct TorchTrace {
+    std::string source;              // the path as given
+    std::vector<TraceGpuEvent> gpu;  // kernels, memsets, memcpys in file order
+    std::vector<TraceCpuOp> cpu_ops;
+    std::vector<TraceRuntimeCall> runtime;
+    std::int64_t events = 0;  // traceEvents entries read
+    std::int64_t bytes = 0;   // JSON bytes read (after inflating)
+    bool gzip = false;
+};
+
+// Reads a trace. Throws ConfigError naming the file and the byte offset (of the JSON text, after
+// inflating) or the event index for a truncated or corrupt file, something that is not a Chrome
+// trace, an event that lacks what its category needs, or a trace with no GPU kernels.
+TorchTrace read_torch_trace(const std::filesystem::path& path);
+// The same from text already in memory (tests); `display` names it in messages.
+TorchTrace parse_torch_trace(std::string_view json, const std::string& display);
+
+// The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM,
+// attention, the memory-bound MemKinds, memset, and other (not modelled by kind: embedding
+// backward, gathers, loss kernels, device copies, kernels nothing recognises).
+enum class KernelKind : std::uint8_t {
+    Gemm,
+    Attention,
+    Elementwise,
+    Activation,
+    Norm,
+    Reduce,
+    Concat,
+    StridedCopy,
+    MixedAccumulate,
+    Softmax,
+    Optimizer,
+    Memset,
+    Other,
+};
+std::string_view kernel_kind_name(KernelKind kind);
+
+// The kind of a GPU event from its name and the innermost operator that launched it (nullptr
+// when none is known).
+KernelKind classify_kernel(const TraceGpuEvent& event, const TraceCpuOp* op);
+
+// Bytes a memory-bound operator moves through HBM, from its recorded shapes and types (0 when
+// they do not say: no shapes, tensor lists without sizes). Reads every tensor input and writes
+// the first one's size (in place, or a same-shaped output), except: fill_/zero_ write only; copy_
+// reads the source and writes the destination; cat reads and writes every input; a LayerNorm
+// backward reads the gradient and the input twice (input gradient, then gamma/beta) and writes
+// the input gradient; a sum reads its input.
+std::int64_t op_hbm_bytes(const TraceCpuOp& op, KernelKind kind);
+
+// Bytes per element of a recorded type ("c10::BFloat16" 2, "float" 4, ...); 0 when not a
+// tensor element type.
+int element_bytes(std::string_view type);
+
+}  // namespace cs::api

@@ -1,0 +1,61 @@
+// clustersim calibrate --torch-trace F... --gpu-model NAME [--topology T] --out FILE [--json J]
+//
+// Fits the compute model on PyTorch profiler traces (api/calibrate.hpp), prints the fit report
+// and writes the calibration file (and the report as JSON), each whole or not at all.
+#include <iostream>
+#include <memory>
+
+#include "api/calibrate.hpp"
+#include "cli/commands.hpp"
+#include "core/atomic_file.hpp"
+
+namespace cs::cli {
+
+namespace {
+
+struct CalibrateArgs {
+    api::CalibrateOptions options;
+    std::string out;
+    std::string json;
+};
+
+void run(const CalibrateArgs& a) {
+    OutputSet outputs;
+    outputs.declare("--out", a.out);
+    outputs.declare("--json", a.json);
+    const auto result = api::calibrate(a.options);
+    api::print_calibration(std::cout, result);
+    write_file_atomically(
+        a.out, [&](std::ostream& out) { out << api::calibration_file_text(result); }, &outputs);
+    if (!a.json.empty())
+        write_file_atomically(
+            a.json,
+            [&](std::ostream& out) { out << api::calibration_json(result).dump(2) << "\n"; },
+            &outputs);
+    outputs.commit();
+    std::cout << "\nwrote " << a.out << "\n";
+}
+
+}  // namespace
+
+void register_calibrate(CLI::App& app) {
+    auto args = std::make_shared<CalibrateArgs>();
+    auto* cmd = app.add_subcommand(
+        "calibrate",
+        "Fit the compute model on PyTorch profiler traces and write a calibration file");
+    cmd->add_option("--torch-trace", args->options.traces,
+                    "PyTorch profiler Chrome trace (.json or .json.gz; repeatable)")
+        ->required()
+        ->type_name("FILE");
+    cmd->add_option("--gpu-model", args->options.gpu_model,
+                    "The GPU the traces ran on: a catalogue name (H200) or a gpu_models entry of "
+                    "--topology")
+        ->required();
+    cmd->add_option("--topology", args->options.topology,
+                    "Topology file whose gpu_models define --gpu-model");
+    cmd->add_option("--out", args->out, "The calibration file to write (YAML)")->required();
+    cmd->add_option("--json", args->json, "Write the fit report as JSON");
+    cmd->callback([args] { run(*args); });
+}
+
+}  // namespace cs::cli

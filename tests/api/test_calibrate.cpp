@@ -1,0 +1,321 @@
+// clustersim calibrate's pieces: the streaming trace reader, kernel classification, the fits on a
+// small hand-made trace whose expected values are derived below, bad traces, and the calibration
+// file (schema, round trip, use from an experiment).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "api/calibrate.hpp"
+#include "api/torch_trace.hpp"
+#include "core/errors.hpp"
+#include "topology/topology_yaml.hpp"
+#include "workload/calibration.hpp"
+#include "workload/experiment.hpp"
+
+namespace fs = std::filesystem;
+using cs::api::KernelKind;
+
+namespace {
+
+const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
+
+// Two 4096^3 bf16 GEMMs (aten::mm), one in-place bf16 add of 8192 x 8192, a memset, and a kernel
+// no operator launched, on stream 7 of one GPU. Launch calls (cudaLaunchKernel, by correlation)
+// are all issued before the previous kernel ends, so every gap is a launch gap.
+//
+// GEMM: flops = 2 x 4096^3 = 1.37439e11. On H200-SXM (989 TFLOP/s bf16, curve x0 = 600,
+// p = 2.5): f(4096) = 1 / (1 + (600/4096)^2.5) = 1 / (1 + 0.0082126) = 0.991854, F = f^3 =
+// 0.975765. A cap of 0.8 gives t = 1.37439e11 / (989e12 x 0.8 x 0.975765) = 178.024 us: both
+// kernels take that, so the least-squares cap on log time is 0.8.
+// Add: reads 2 x 8192^2 x 2 B and writes 8192^2 x 2 B = 402,653,184 B; 335.544 us is
+// 402653184 / (4.8e12 x 0.25): an HBM fraction of 0.25.
+// Duty: tensor-core time 356.05 of 356.05 + 335.54 + 1 + 5 = 697.6 us (u = 0.51), below the
+// H200's from_duty 0.65: sustained factor 1, the GEMM samples are taken as they are.
+// Gaps: 2 us between each pair of back-to-back events -> launch_overhead 2000 ns.
+const char* kHandTrace = R"json({
+  "schemaVersion": 1, "record_shapes": 1,
+  "traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 20,
+     "args": {"External id": 1, "Input Dims": [[4096, 4096], [4096, 4096]],
+              "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110,
+     "dur": 5, "args": {"External id": 1, "correlation": 11}},
+    {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7,
+     "ts": 1000, "dur": 178.024, "args": {"External id": 1, "stream": 7, "correlation": 11}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 130, "dur": 20,
+     "args": {"External id": 2, "Input Dims": [[4096, 4096], [4096, 4096]],
+              "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 140,
+     "dur": 5, "args": {"External id": 2, "correlation": 12}},
+    {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7,
+     "ts": 1180.024, "dur": 178.024, "args": {"External id": 2, "stream": 7, "correlation": 12}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 160, "dur": 20,
+     "args": {"External id": 3, "Input Dims": [[8192, 8192], [8192, 8192], []],
+              "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 170,
+     "dur": 5, "args": {"External id": 3, "correlation": 13}},
+    {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel<8, CUDAFunctor_add>",
+     "pid": 0, "tid": 7, "ts": 1360.048, "dur": 335.544,
+     "args": {"External id": 3, "stream": 7, "correlation": 13}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync", "pid": 1, "tid": 1, "ts": 180,
+     "dur": 2, "args": {"External id": 4, "correlation": 14}},
+    {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7,
+     "ts": 1697.592, "dur": 1, "args": {"External id": 4, "stream": 7, "correlation": 14}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 190,
+     "dur": 2, "args": {"correlation": 15}},
+    {"ph": "X", "cat": "kernel", "name": "my_custom_kernel", "pid": 0, "tid": 7,
+     "ts": 1700.592, "dur": 5, "args": {"stream": 7, "correlation": 15}},
+    {"ph": "i", "name": "marker", "pid": 1, "tid": 1, "ts": 1}
+  ]
+})json";
+
+const cs::topology::GpuModel& h200() {
+    return *cs::topology::find_catalog_model("H200");
+}
+
+std::string error_of(const std::string& text, const std::string& name = "t.json") {
+    try {
+        cs::api::parse_torch_trace(text, name);
+    } catch (const cs::ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool has(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("torch trace reader: kernels, operators with shapes, runtime calls") {
+    const auto t = cs::api::parse_torch_trace(kHandTrace, "hand.json");
+    CHECK(t.events == 14);
+    CHECK(t.gpu.size() == 5);  // 4 kernels + 1 memset
+    CHECK(t.cpu_ops.size() == 3);
+    CHECK(t.runtime.size() == 5);
+    CHECK(t.gpu[1].ts_us == doctest::Approx(1180.024));
+    CHECK(t.gpu[1].stream == 7);
+    CHECK(t.gpu[1].correlation == 12);
+    const auto& add = t.cpu_ops[2];
+    REQUIRE(add.args.size() == 3);
+    CHECK(add.args[0].shapes.size() == 1);
+    CHECK(add.args[0].numel() == 8192LL * 8192);
+    CHECK(add.args[2].type == "Scalar");
+    // read 2 x 8192^2 x 2 B, write 8192^2 x 2 B
+    CHECK(cs::api::op_hbm_bytes(add, KernelKind::Elementwise) == 3LL * 8192 * 8192 * 2);
+}
+
+TEST_CASE("kernel classification by name and launching operator") {
+    using cs::api::classify_kernel;
+    using cs::api::TraceCpuOp;
+    using cs::api::TraceGpuEvent;
+    const auto op = [](std::string name, std::vector<std::string> types = {}) {
+        TraceCpuOp o;
+        o.name = std::move(name);
+        for (auto& ty : types) {
+            cs::api::TraceArg a;
+            a.type = ty;
+            a.shapes = {{4, 4}};
+            o.args.push_back(a);
+        }
+        o.has_shapes = true;
+        return o;
+    };
+    TraceGpuEvent k;
+    k.name = "void at::native::vectorized_elementwise_kernel<8, ...>";
+    auto add = op("aten::add_", {"float", "c10::BFloat16"});
+    CHECK(classify_kernel(k, &add) == KernelKind::MixedAccumulate);
+    auto add16 = op("aten::add_", {"c10::BFloat16", "c10::BFloat16"});
+    CHECK(classify_kernel(k, &add16) == KernelKind::Elementwise);
+    auto ln = op("aten::native_layer_norm_backward");
+    CHECK(classify_kernel(k, &ln) == KernelKind::Norm);
+    auto cat = op("aten::cat");
+    CHECK(classify_kernel(k, &cat) == KernelKind::Concat);
+    auto sdpa = op("aten::_cudnn_attention_backward");
+    CHECK(classify_kernel(k, &sdpa) == KernelKind::Attention);
+    auto copy = op("aten::copy_", {"c10::BFloat16", "c10::BFloat16"});
+    TraceGpuEvent strided;
+    strided.name = "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<...>>";
+    CHECK(classify_kernel(strided, &copy) == KernelKind::StridedCopy);
+    CHECK(classify_kernel(k, &copy) == KernelKind::Elementwise);  // vectorised: a plain copy
+    TraceGpuEvent gemm;
+    gemm.name = "nvjet_sm90_tst_192x192";
+    CHECK(classify_kernel(gemm, nullptr) == KernelKind::Gemm);
+    auto adam = op("aten::_fused_adamw_");
+    CHECK(classify_kernel(k, &adam) == KernelKind::Optimizer);
+    TraceGpuEvent memset;
+    memset.cat = TraceGpuEvent::Cat::Memset;
+    CHECK(classify_kernel(memset, nullptr) == KernelKind::Memset);
+    TraceGpuEvent custom;
+    custom.name = "my_custom_kernel";
+    CHECK(classify_kernel(custom, nullptr) == KernelKind::Other);
+}
+
+TEST_CASE("calibrate on the hand-made trace: the values derived at kHandTrace") {
+    const auto t = cs::api::parse_torch_trace(kHandTrace, "hand.json");
+    const auto r = cs::api::calibrate_traces({t}, h200());
+    CHECK(r.sustained_factor == doctest::Approx(1.0));
+    REQUIRE(r.file.gemm.has_value());
+    CHECK(r.file.gemm->peak_fraction == doctest::Approx(0.8).epsilon(1e-4));
+    CHECK(r.file.gemm->half_dim == 600);  // 4096 > 2 x 600: the knee is kept
+    const auto elementwise =
+        r.file.hbm_fractions[static_cast<std::size_t>(cs::workload::MemKind::Elementwise)];
+    REQUIRE(elementwise.has_value());
+    CHECK(*elementwise == doctest::Approx(0.25).epsilon(1e-3));
+    REQUIRE(r.file.launch_overhead.has_value());
+    CHECK(r.file.launch_overhead->count_ps() == 2'000'000);
+    CHECK_FALSE(r.file.host_launch.has_value());  // no kernel waited for the host
+    CHECK(r.skipped_kernels == 1);
+    REQUIRE(r.skipped.size() == 1);
+    CHECK(r.skipped[0].name == "my_custom_kernel");
+    bool host_reason = false;
+    for (const auto& u : r.unfitted)
+        host_reason |= u.what == "compute.host.launch";
+    CHECK(host_reason);
+    // The same input gives the same bytes.
+    CHECK(cs::api::calibration_file_text(r) ==
+          cs::api::calibration_file_text(cs::api::calibrate_traces({t}, h200())));
+}
+
+TEST_CASE("bad traces: located errors") {
+    const std::string full = kHandTrace;
+    // Truncated in the middle of the events.
+    const auto cut = error_of(full.substr(0, full.size() / 2));
+    CHECK(has(cut, "t.json: byte "));
+    CHECK(has(cut, "truncated"));
+    CHECK(has(error_of("hello"), "not valid JSON"));
+    CHECK(has(error_of(R"({"a": 1})"), "no \"traceEvents\" array"));
+    CHECK(has(error_of(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1,
+        "dur": 1}]})"),
+              "no GPU kernels"));
+    const auto no_dur = error_of(
+        R"({"traceEvents": [{"ph": "i"}, {"ph": "X", "cat": "kernel", "name": "k", "ts": 1}]})");
+    CHECK(has(no_dur, "traceEvents entry 1"));
+    CHECK(has(no_dur, "\"dur\""));
+    // A gzip header followed by garbage.
+    const std::string gz = std::string("\x1f\x8b\x08\x00", 4) + "not deflate data at all";
+    CHECK(has(error_of(gz, "t.json.gz"), "gzip"));
+    CHECK_THROWS_AS(cs::api::read_torch_trace("/nonexistent/trace.json"), cs::ConfigError);
+}
+
+TEST_CASE("calibration file: round trip, version and strict keys") {
+    cs::workload::CalibrationFile cal;
+    cal.gpu_model = "H200-SXM";
+    cal.sources = {"a.json.gz"};
+    cal.gemm = cs::topology::GemmCurve{0.81, 600, 2.5, ""};
+    cal.hbm_fractions[static_cast<std::size_t>(cs::workload::MemKind::Norm)] = 0.46;
+    cal.launch_overhead = cs::Time::ns(1504);
+    cal.host_launch = cs::Time::ns(30000);
+    const std::string text = cs::workload::calibration_yaml(cal, {"header"});
+    const auto back = cs::workload::parse_calibration(cs::config::parse_document(text, "cal.yaml"));
+    CHECK(back.gpu_model == "H200-SXM");
+    REQUIRE(back.gemm.has_value());
+    CHECK(back.gemm->peak_fraction == 0.81);
+    CHECK(back.hbm_fractions[static_cast<std::size_t>(cs::workload::MemKind::Norm)] == 0.46);
+    CHECK(back.launch_overhead == cs::Time::ns(1504));
+    CHECK(back.host_launch == cs::Time::ns(30000));
+    CHECK(cs::workload::calibration_yaml(back, {"header"}) == text);
+
+    const auto err = [](const std::string& yaml) {
+        try {
+            cs::workload::parse_calibration(cs::config::parse_document(yaml, "cal.yaml"));
+        } catch (const cs::ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK(has(err("clustersim_calibration: 2\ngpu_model: H200\n"), "cal.yaml:1:"));
+    CHECK(has(err("clustersim_calibration: 2\ngpu_model: H200\n"), "version 2 is not supported"));
+    CHECK(has(err("gpu_model: H200\n"), "not a clustersim calibration file"));
+    CHECK(has(err("clustersim_calibration: 1\ngpu_model: H200\ncompute: {hbm_fractions: "
+                  "{norms: 0.4}}\n"),
+              "norms"));
+    CHECK(has(err("clustersim_calibration: 1\ngpu_model: H200\ncompute: {hbm_fractions: "
+                  "{norm: 1.4}}\n"),
+              "cal.yaml:3:"));
+}
+
+TEST_CASE("compute.calibration in an experiment: applied, the experiment's own keys win") {
+    const fs::path dir = fs::temp_directory_path() / "clustersim-calibration-test";
+    fs::create_directories(dir);
+    {
+        std::ofstream(dir / "cal.yaml") << "clustersim_calibration: 1\ngpu_model: H200\n"
+                                           "compute:\n  gemm: {peak_fraction: 0.5, half_dim: 700, "
+                                           "exponent: 2}\n  hbm_fractions: {norm: 0.3}\n"
+                                           "  launch_overhead: 3us\n  host: {launch: 40us}\n";
+        std::ofstream(dir / "exp.yaml")
+            << "topology: " << kRoot << "/topologies/h200-2gpu-nvlink.yaml\n"
+            << "model: {layers: 2, hidden_size: 1024, attention_heads: 8, vocab_size: 1000}\n"
+               "parallelism: {tp: 1, pp: 1, dp: 2}\n"
+               "training: {micro_batch_size: 1, global_batch_size: 2, seq_length: 512}\n"
+               "compute: {model: roofline, framework: pytorch, calibration: cal.yaml}\n";
+    }
+    const auto spec = cs::workload::load_experiment(dir / "exp.yaml", {});
+    const auto& rc = spec.compute.roofline;
+    REQUIRE(rc.gemm_curve.has_value());
+    CHECK(rc.gemm_curve->peak_fraction == 0.5);
+    CHECK(rc.hbm_fractions[static_cast<std::size_t>(cs::workload::MemKind::Norm)] == 0.3);
+    CHECK(rc.hbm_fractions[static_cast<std::size_t>(cs::workload::MemKind::Reduce)] == 0);
+    CHECK(rc.launch_overhead == cs::Time::us(3));
+    CHECK(spec.compute.host.launch == cs::Time::us(40));
+    CHECK(spec.warnings.empty());  // H200 and the cluster's H200 agree
+
+    const auto own = cs::workload::load_experiment(
+        dir / "exp.yaml", {"compute.launch_overhead=1us", "compute.host.launch=10us"});
+    CHECK(own.compute.roofline.launch_overhead == cs::Time::us(1));
+    CHECK(own.compute.host.launch == cs::Time::us(10));
+
+    std::string missing;
+    try {
+        cs::workload::load_experiment(dir / "exp.yaml", {"compute.calibration=nope.yaml"});
+    } catch (const cs::ConfigError& e) {
+        missing = e.what();
+    }
+    CHECK(has(missing, "'calibration': cannot load \"nope.yaml\""));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("calibrate: the host's launch cost where the GPU waited for it") {
+    // 30 kernels of 5 us on one stream, each launched 30 us after the previous launch: every
+    // kernel is queued after its predecessor ended (launch i at 30 i, kernel i runs from 30 i + 10
+    // to 30 i + 15), so the GPU waits for the host 29 times and each interval between launch
+    // calls is 30 us: host.launch = 30 us. No kernel is queued while another runs: no launch gap.
+    std::string json = R"({"traceEvents": [)";
+    for (int i = 0; i < 30; ++i) {
+        const int t = 30 * i;
+        if (i > 0) json += ",";
+        json +=
+            R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": )" +
+            std::to_string(t) + R"(, "dur": 4, "args": {"correlation": )" + std::to_string(i) +
+            "}},";
+        json += R"({"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": )" +
+                std::to_string(t + 10) + R"(, "dur": 5, "args": {"stream": 7, "correlation": )" +
+                std::to_string(i) + "}}";
+    }
+    json += "]}";
+    const auto r =
+        cs::api::calibrate_traces({cs::api::parse_torch_trace(json, "host.json")}, h200());
+    CHECK(r.host_samples == 29);
+    REQUIRE(r.file.host_launch.has_value());
+    CHECK(*r.file.host_launch == cs::Time::us(30));
+    CHECK_FALSE(r.file.launch_overhead.has_value());
+    CHECK(r.skipped_kernels == 30);  // no operator: not modelled by kind, but counted
+}
+
+TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {
+    const auto t = cs::api::parse_torch_trace(
+        R"([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 7,
+             "device": 1, "grid": [1, 2, 3]}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 3}])",
+        "array.json");
+    REQUIRE(t.gpu.size() == 1);
+    CHECK(t.gpu[0].stream == 7);
+    CHECK(t.gpu[0].device == 1);
+    CHECK(t.gpu[0].dur_us == 2);
+    CHECK(t.cpu_ops.size() == 1);
+    CHECK_FALSE(t.cpu_ops[0].has_shapes);
+}
