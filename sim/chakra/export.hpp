@@ -1,0 +1,52 @@
+// clustersim's generated per-rank programs written as Chakra ETs: one file per GPU of the layout,
+// whose nodes and dependencies reproduce what the replay (sim/replay) does for the experiment
+// and schedule, so that running the files (execute.hpp) on the same topology and network gives
+// the same iteration time.
+//
+// Per GPU, in the schedule's op order (docs/chakra.md has the tables):
+//   a pass            its compute steps between two collectives folded into one COMP_NODE
+//                     (cs_duration_ps exact, duration_micros rounded, num_ops = hardware FLOPs,
+//                     tensor_size = HBM bytes), each execution of a TP/CP/EP collective step one
+//                     COMM_COLL_NODE on the member's communicator with cs_costed_alone; the nodes
+//                     of a pass form a chain, each pass's first node control-depends on the end of
+//                     the previous pass
+//   pipeline p2p      a COMM_SEND_NODE after the sending pass, a COMM_RECV_NODE the receiving
+//                     pass data-depends on (tag: receiving virtual stage, microbatch, direction);
+//                     between chunks on one GPU, a data dependency on the producing pass
+//   DP gradients      per chunk, one all-reduce (reduce-scatter with the distributed optimizer)
+//                     on the member's DP communicator after the chunk's last backward pass
+//   optimizer step    a COMP_NODE after the last pass and every gradient collective
+//   parameters        the distributed optimizer's all-gather on the DP communicator after it
+// What is not reproduced is listed in EtSet::warnings (the host model, --overlap-grad-reduce's
+// buckets and the interference that comes with them).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "chakra/et.hpp"
+#include "core/atomic_file.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::chakra {
+
+struct EtSet {
+    std::string prefix;
+    std::vector<EtFile> files;                       // [rank = GPU number]
+    std::map<std::string, std::vector<int>> groups;  // comm_groups.json
+    std::vector<std::string> warnings;
+};
+
+// `schedule` empty: the experiment's own. Throws ConfigError as api::run does for layouts the
+// schedule cannot run.
+EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
+                        const std::string& prefix = "clustersim");
+
+// Writes `<prefix>.<rank>.et` for every rank and comm_groups.json into `folder` (created if
+// missing), staged in `outputs` (committed by the caller). `option` names the folder in errors.
+void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputSet& outputs,
+                  const std::string& option = "--out");
+
+}  // namespace cs::chakra
