@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     cs::cli::register_topology(app);
     cs::cli::register_collective(app);
     cs::cli::register_validate(app);
+    cs::cli::register_chakra(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");
