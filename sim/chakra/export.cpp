@@ -55,8 +55,11 @@ class RankWriter {
         n.duration_micros = static_cast<std::uint64_t>(
             std::llround(static_cast<double>(t.count_ps()) / 1e6));
         n.attrs.push_back(Attribute::boolean("is_cpu_op", false));
-        n.attrs.push_back(Attribute::int64("num_ops", std::llround(flops)));
-        n.attrs.push_back(Attribute::uint64("tensor_size", static_cast<std::uint64_t>(bytes)));
+        // Without FLOPs or bytes (the optimizer step) a roofline reader must use the duration.
+        if (flops > 0 || bytes > 0) {
+            n.attrs.push_back(Attribute::int64("num_ops", std::llround(flops)));
+            n.attrs.push_back(Attribute::uint64("tensor_size", static_cast<std::uint64_t>(bytes)));
+        }
         n.attrs.push_back(Attribute::int64(kDurationPsAttr, t.count_ps()));
         return n;
     }
