@@ -22,19 +22,43 @@ constexpr int kId = 1, kName = 2, kType = 3, kCtrlDeps = 4, kDataDeps = 5, kStar
 }
 namespace attr_field {
 constexpr int kName = 1, kDocString = 2, kDouble = 3, kFloat = 5, kInt32 = 7, kInt64 = 9,
-              kUint32 = 11, kUint64 = 13, kSint32 = 15, kSint64 = 17, kFixed32 = 19,
-              kFixed64 = 21, kSfixed32 = 23, kSfixed64 = 25, kBool = 27, kString = 29,
-              kBytes = 31, kLast = 32;
+              kUint32 = 11, kUint64 = 13, kSint32 = 15, kSint64 = 17, kFixed32 = 19, kFixed64 = 21,
+              kSfixed32 = 23, kSfixed64 = 25, kBool = 27, kString = 29, kBytes = 31, kLast = 32;
 }
 
-constexpr std::array<const char*, 33> kAttrFieldNames{
-    "",           "name",         "doc_string",   "double_val",    "double_list",
-    "float_val",  "float_list",   "int32_val",    "int32_list",    "int64_val",
-    "int64_list", "uint32_val",   "uint32_list",  "uint64_val",    "uint64_list",
-    "sint32_val", "sint32_list",  "sint64_val",   "sint64_list",   "fixed32_val",
-    "fixed32_list", "fixed64_val", "fixed64_list", "sfixed32_val", "sfixed32_list",
-    "sfixed64_val", "sfixed64_list", "bool_val",  "bool_list",     "string_val",
-    "string_list", "bytes_val",   "bytes_list"};
+constexpr std::array<const char*, 33> kAttrFieldNames{"",
+                                                      "name",
+                                                      "doc_string",
+                                                      "double_val",
+                                                      "double_list",
+                                                      "float_val",
+                                                      "float_list",
+                                                      "int32_val",
+                                                      "int32_list",
+                                                      "int64_val",
+                                                      "int64_list",
+                                                      "uint32_val",
+                                                      "uint32_list",
+                                                      "uint64_val",
+                                                      "uint64_list",
+                                                      "sint32_val",
+                                                      "sint32_list",
+                                                      "sint64_val",
+                                                      "sint64_list",
+                                                      "fixed32_val",
+                                                      "fixed32_list",
+                                                      "fixed64_val",
+                                                      "fixed64_list",
+                                                      "sfixed32_val",
+                                                      "sfixed32_list",
+                                                      "sfixed64_val",
+                                                      "sfixed64_list",
+                                                      "bool_val",
+                                                      "bool_list",
+                                                      "string_val",
+                                                      "string_list",
+                                                      "bytes_val",
+                                                      "bytes_list"};
 
 // The wire type the schema gives each oneof member of AttributeProto.
 int attr_wire_type(int field) {
@@ -80,8 +104,7 @@ const char* wire_type_name(int wire) {
 // and the absolute byte offset.
 class Cursor {
   public:
-    Cursor(std::string_view bytes, std::size_t base, const std::string& label,
-           std::string context)
+    Cursor(std::string_view bytes, std::size_t base, const std::string& label, std::string context)
         : bytes_(bytes), base_(base), label_(label), context_(std::move(context)) {}
 
     bool done() const { return pos_ >= bytes_.size(); }
@@ -180,8 +203,9 @@ Attribute decode_attribute(Cursor c) {
             c.expect(wire, kWireDelimited, "AttributeProto.doc_string");
             c.delimited("an attribute doc_string");
         } else if (field <= attr_field::kLast) {
-            c.expect(wire, attr_wire_type(field),
-                     std::string("AttributeProto.") + kAttrFieldNames[static_cast<std::size_t>(field)]);
+            c.expect(
+                wire, attr_wire_type(field),
+                std::string("AttributeProto.") + kAttrFieldNames[static_cast<std::size_t>(field)]);
             a.field = field;
             if (wire == kWireVarint)
                 a.raw = c.varint("an attribute value");
@@ -294,26 +318,27 @@ void packed(report::ProtoBuffer& out, int field, const std::vector<std::uint64_t
 
 std::string node_type_name(std::uint64_t type) {
     static constexpr std::array<const char*, 11> kNames{
-        "INVALID_NODE",   "METADATA_NODE",  "MEM_LOAD_NODE",  "MEM_STORE_NODE",
-        "COMP_NODE",      "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE",
-        "STORAGE_NODE",   "BATCH_NODE",     "CHECKPOINT_NODE"};
+        "INVALID_NODE", "METADATA_NODE",  "MEM_LOAD_NODE",  "MEM_STORE_NODE",
+        "COMP_NODE",    "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE",
+        "STORAGE_NODE", "BATCH_NODE",     "CHECKPOINT_NODE"};
     if (type < kNames.size()) return kNames[type];
     return "NodeType " + std::to_string(type);
 }
 
 std::string comm_type_name(std::int64_t type) {
     static constexpr std::array<const char*, 10> kNames{
-        "ALL_REDUCE", "REDUCE",         "ALL_GATHER",           "GATHER",  "SCATTER",
-        "BROADCAST",  "ALL_TO_ALL",     "REDUCE_SCATTER",       "REDUCE_SCATTER_BLOCK",
-        "BARRIER"};
+        "ALL_REDUCE", "REDUCE",         "ALL_GATHER",           "GATHER", "SCATTER", "BROADCAST",
+        "ALL_TO_ALL", "REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK", "BARRIER"};
     if (type >= 0 && type < static_cast<std::int64_t>(kNames.size()))
         return kNames[static_cast<std::size_t>(type)];
     return "CollectiveCommType " + std::to_string(type);
 }
 
 Attribute Attribute::int32(std::string name, std::int32_t v) {
-    return Attribute{std::move(name), attr_field::kInt32,
-                     static_cast<std::uint64_t>(static_cast<std::int64_t>(v)), {}};
+    return Attribute{std::move(name),
+                     attr_field::kInt32,
+                     static_cast<std::uint64_t>(static_cast<std::int64_t>(v)),
+                     {}};
 }
 Attribute Attribute::int64(std::string name, std::int64_t v) {
     return Attribute{std::move(name), attr_field::kInt64, static_cast<std::uint64_t>(v), {}};
@@ -384,17 +409,16 @@ EtFile decode_et(std::string_view bytes, const std::string& label) {
                           "GlobalMetadata message");
     Cursor file(bytes, 0, label, "the GlobalMetadata message");
     {
-        Cursor meta = file.sub(file.delimited("the GlobalMetadata message"),
-                               "the GlobalMetadata message");
+        Cursor meta =
+            file.sub(file.delimited("the GlobalMetadata message"), "the GlobalMetadata message");
         while (!meta.done()) {
             const auto [field, wire] = meta.tag();
             if (field == metadata_field::kVersion) {
                 if (wire != kWireDelimited)
-                    meta.fail(
-                        "the first message is not a GlobalMetadata (its field 1 is " +
-                        std::string(wire_type_name(wire)) +
-                        ", a string in GlobalMetadata; a Node's id is a varint: the file may "
-                        "lack the GlobalMetadata message that ASTRA-sim 2.x reads first)");
+                    meta.fail("the first message is not a GlobalMetadata (its field 1 is " +
+                              std::string(wire_type_name(wire)) +
+                              ", a string in GlobalMetadata; a Node's id is a varint: the file may "
+                              "lack the GlobalMetadata message that ASTRA-sim 2.x reads first)");
                 et.version = std::string(meta.delimited("GlobalMetadata.version"));
             } else if (field == metadata_field::kAttr) {
                 meta.expect(wire, kWireDelimited, "GlobalMetadata.attr");
@@ -411,10 +435,9 @@ EtFile decode_et(std::string_view bytes, const std::string& label) {
     std::size_t index = 0;
     while (!file.done()) {
         ++index;
-        const std::string where = "node message " + std::to_string(index) + " (after node " +
-                                  (et.nodes.empty() ? std::string("none")
-                                                    : std::to_string(et.nodes.back().id)) +
-                                  ")";
+        const std::string where =
+            "node message " + std::to_string(index) + " (after node " +
+            (et.nodes.empty() ? std::string("none") : std::to_string(et.nodes.back().id)) + ")";
         file.set_context(where);
         const auto payload = file.delimited("a Node message");
         et.nodes.push_back(decode_node(file.sub(payload, where)));

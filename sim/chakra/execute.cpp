@@ -79,8 +79,7 @@ class Executor final : public EventHandler, public network::TransferClient {
         out.iteration_time = end_;
         out.events = sim_.events_processed();
         for (std::size_t r = 0; r < ranks_.size(); ++r)
-            out.ranks.push_back(
-                RankStats{gpus_[r], ranks_[r].compute_busy, ranks_[r].last_end});
+            out.ranks.push_back(RankStats{gpus_[r], ranks_[r].compute_busy, ranks_[r].last_end});
         const auto& links = cluster_.links();
         const double T = end_.seconds();
         for (std::size_t l = 0; l < links.size(); ++l) {
@@ -96,8 +95,9 @@ class Executor final : public EventHandler, public network::TransferClient {
             ls.utilization = T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;
             out.links.push_back(std::move(ls));
         }
-        std::stable_sort(out.links.begin(), out.links.end(),
-                         [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
+        std::stable_sort(out.links.begin(), out.links.end(), [](const auto& a, const auto& b) {
+            return a.utilization > b.utilization;
+        });
         return out;
     }
 
@@ -217,7 +217,9 @@ class Executor final : public EventHandler, public network::TransferClient {
                 const auto c = static_cast<std::size_t>(o.instance);
                 const auto& inst = program_.collectives[c];
                 if (++arrived_[c] < inst.members.size()) return;
-                // Every member has reached it: it starts now.
+                // Every member has reached it: it starts now (the members' slices too).
+                for (const auto& [m, mi] : inst.members)
+                    ranks_[static_cast<std::size_t>(m)].start[mi] = sim_.now();
                 if (inst.sync_only || inst.size.value <= 0 || inst.ranks.size() <= 1) {
                     collective_done(c);
                 } else if (inst.costed_alone) {
@@ -282,15 +284,16 @@ class Executor final : public EventHandler, public network::TransferClient {
                     if (pass == 1) {
                         why = "it waits for nodes of its own file that never completed";
                     } else if (o.kind == OpKind::Collective) {
-                        const auto& inst = program_.collectives[static_cast<std::size_t>(o.instance)];
+                        const auto& inst =
+                            program_.collectives[static_cast<std::size_t>(o.instance)];
                         std::string missing;
                         for (const auto& [m, mi] : inst.members)
                             if (!ranks_[static_cast<std::size_t>(m)].ready[mi]) {
-                                missing = "rank " + std::to_string(m) + " never reached node " +
-                                          std::to_string(program_.ranks[static_cast<std::size_t>(m)]
-                                                             .ops[mi]
-                                                             .id) +
-                                          " of " + program_.ranks[static_cast<std::size_t>(m)].file;
+                                missing =
+                                    "rank " + std::to_string(m) + " never reached node " +
+                                    std::to_string(
+                                        program_.ranks[static_cast<std::size_t>(m)].ops[mi].id) +
+                                    " of " + program_.ranks[static_cast<std::size_t>(m)].file;
                                 break;
                             }
                         why = "its collective waits for the other members: " + missing +
@@ -299,8 +302,9 @@ class Executor final : public EventHandler, public network::TransferClient {
                         const auto& msg = program_.messages[static_cast<std::size_t>(o.instance)];
                         why = "the message from rank " + std::to_string(msg.src) +
                               " never came: its send, node " +
-                              std::to_string(
-                                  program_.ranks[static_cast<std::size_t>(msg.src)].ops[msg.send_op].id) +
+                              std::to_string(program_.ranks[static_cast<std::size_t>(msg.src)]
+                                                 .ops[msg.send_op]
+                                                 .id) +
                               " of " + program_.ranks[static_cast<std::size_t>(msg.src)].file +
                               ", never ran";
                     } else {
@@ -342,9 +346,9 @@ void write_trace(const Program& program, const Executor& ex, const ExecuteResult
             return a.start < b.start || (a.start == b.start && a.end > b.end);
         });
         const std::uint64_t proc = uuid++;
-        sink->process(proc, static_cast<int>(r) + 1,
-                      "rank " + std::to_string(r) + " (GPU " +
-                          std::to_string(result.ranks[r].gpu) + ")");
+        sink->process(
+            proc, static_cast<int>(r) + 1,
+            "rank " + std::to_string(r) + " (GPU " + std::to_string(result.ranks[r].gpu) + ")");
         // Lanes per kind: a slice goes on the first lane of its kind free at its start.
         struct Lane {
             std::string kind;
@@ -384,8 +388,8 @@ void write_trace(const Program& program, const Executor& ex, const ExecuteResult
     }
     report::TraceArgs meta;
     meta.push_back(report::TraceArg::real("iteration_time_s", result.iteration_time.seconds()));
-    meta.push_back(report::TraceArg::integer("world_size",
-                                             static_cast<std::int64_t>(program.ranks.size())));
+    meta.push_back(
+        report::TraceArg::integer("world_size", static_cast<std::int64_t>(program.ranks.size())));
     sink->finish(meta);
 }
 
@@ -397,16 +401,15 @@ ExecuteResult execute(const Program& program, const topology::Cluster& cluster,
     std::vector<int> gpus = options.rank_gpus;
     if (gpus.empty()) {
         if (n > cluster.gpu_count())
-            throw ConfigError(SourceLocation{program.ranks[static_cast<std::size_t>(
-                                                           cluster.gpu_count())].file,
-                                             0, 0},
-                              "rank " + std::to_string(cluster.gpu_count()) +
-                                  " has no GPU: the topology has " +
-                                  std::to_string(cluster.gpu_count()) + " GPUs and the folder " +
-                                  std::to_string(n) +
-                                  " ranks (ranks map to GPUs 0, 1, ... in order; give a larger "
-                                  "topology or " +
-                                  options.rank_map_option + ")");
+            throw ConfigError(
+                SourceLocation{program.ranks[static_cast<std::size_t>(cluster.gpu_count())].file, 0,
+                               0},
+                "rank " + std::to_string(cluster.gpu_count()) + " has no GPU: the topology has " +
+                    std::to_string(cluster.gpu_count()) + " GPUs and the folder " +
+                    std::to_string(n) +
+                    " ranks (ranks map to GPUs 0, 1, ... in order; give a larger "
+                    "topology or " +
+                    options.rank_map_option + ")");
         for (int r = 0; r < n; ++r)
             gpus.push_back(r);
     } else {

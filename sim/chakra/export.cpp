@@ -52,8 +52,8 @@ class RankWriter {
     }
     Node& compute(std::string name, Time t, double flops, std::int64_t bytes) {
         Node& n = add(NodeType::Comp, std::move(name));
-        n.duration_micros = static_cast<std::uint64_t>(
-            std::llround(static_cast<double>(t.count_ps()) / 1e6));
+        n.duration_micros =
+            static_cast<std::uint64_t>(std::llround(static_cast<double>(t.count_ps()) / 1e6));
         n.attrs.push_back(Attribute::boolean("is_cpu_op", false));
         // Without FLOPs or bytes (the optimizer step) a roofline reader must use the duration.
         if (flops > 0 || bytes > 0) {
@@ -196,18 +196,17 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                     if (src == w) {
                         auto it = local.find({vs, mb, need_grad});
                         if (it == local.end())
-                            throw SimulationError("chakra", "a pass of " + what +
-                                                                " runs before its local input");
+                            throw SimulationError(
+                                "chakra", "a pass of " + what + " runs before its local input");
                         input = it->second;
                     } else {
                         const Bytes bytes =
                             plan.virtual_stages[static_cast<std::size_t>(need_grad ? vs : vs - 1)]
                                 .activation_bytes;
-                        Node& r = out.p2p(false,
-                                          std::string("recv ") +
-                                              (need_grad ? "gradient " : "activation ") + what,
-                                          ranks.member_gpu(src, m), tag_of(vs, mb, need_grad),
-                                          bytes);
+                        Node& r = out.p2p(
+                            false,
+                            std::string("recv ") + (need_grad ? "gradient " : "activation ") + what,
+                            ranks.member_gpu(src, m), tag_of(vs, mb, need_grad), bytes);
                         input = r.id;
                     }
                 }
@@ -272,10 +271,10 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                         const Bytes b =
                             plan.virtual_stages[static_cast<std::size_t>(gradient ? target : vs)]
                                 .activation_bytes;
-                        Node& s = out.p2p(true,
-                                          std::string("send ") +
-                                              (gradient ? "gradient " : "activation ") + what,
-                                          ranks.member_gpu(dst, m), tag_of(target, mb, gradient), b);
+                        Node& s = out.p2p(
+                            true,
+                            std::string("send ") + (gradient ? "gradient " : "activation ") + what,
+                            ranks.member_gpu(dst, m), tag_of(target, mb, gradient), b);
                         depend(s, 0, last);
                     }
                 }
@@ -290,11 +289,10 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             if (dp_sync) {
                 const std::string name = group_name(dp_group);
                 for (int c = 0; c < chunks; ++c) {
-                    Node& n = out.collective(
-                        "dp gradients chunk " + std::to_string(c),
-                        dev.dp_sharded ? network::CollectiveKind::ReduceScatter
-                                       : network::CollectiveKind::AllReduce,
-                        dev.dp_gradient_bytes, name, false);
+                    Node& n = out.collective("dp gradients chunk " + std::to_string(c),
+                                             dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                                            : network::CollectiveKind::AllReduce,
+                                             dev.dp_gradient_bytes, name, false);
                     depend(n, 0, last_grad[static_cast<std::size_t>(c)]);
                     syncs.push_back(n.id);
                 }
@@ -345,7 +343,9 @@ void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputS
         const std::string bytes = encode_et(set.files[r]);
         write_file_atomically(
             folder / (set.prefix + "." + std::to_string(r) + ".et"),
-            [&](std::ostream& o) { o.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+            [&](std::ostream& o) {
+                o.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            },
             &outputs);
     }
     nlohmann::ordered_json groups = nlohmann::ordered_json::object();

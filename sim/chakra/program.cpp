@@ -30,8 +30,8 @@ std::string ordinal(std::size_t k) {  // 1 -> "1st"
 // Attributes the reader interprets (or knowingly ignores), per the ASTRA-sim 2.x feeder.
 const std::set<std::string, std::less<>>& known_attributes() {
     static const std::set<std::string, std::less<>> kKnown{
-        "is_cpu_op", "num_ops",       "tensor_size",  "comm_type", "comm_size",
-        "comm_src",  "comm_dst",      "comm_tag",     "pg_name",   "comm_priority",
+        "is_cpu_op",    "num_ops",    "tensor_size",   "comm_type",     "comm_size",
+        "comm_src",     "comm_dst",   "comm_tag",      "pg_name",       "comm_priority",
         "involved_dim", "tensor_loc", kDurationPsAttr, kCostedAloneAttr};
     return kKnown;
 }
@@ -49,9 +49,9 @@ std::int64_t int_attr(const std::string& file, const Node& n, const char* name, 
     const Attribute* a = n.attr(name);
     if (!a) {
         if (required)
-            node_error(file, n.id,
-                       node_type_name(n.type) + " without the \"" + name +
-                           "\" attribute (an integer)");
+            node_error(
+                file, n.id,
+                node_type_name(n.type) + " without the \"" + name + "\" attribute (an integer)");
         return fallback;
     }
     const auto v = a->as_int();
@@ -118,14 +118,13 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
         for (const int r : members) {
             if (r < 0 || r >= n)
                 throw ConfigError(SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
-                                  "communicator \"" + name + "\" lists rank " +
-                                      std::to_string(r) + ", which has no ET file: the folder " +
-                                      "holds ranks 0-" + std::to_string(n - 1) + " (" +
-                                      rank_files(names) + ")");
+                                  "communicator \"" + name + "\" lists rank " + std::to_string(r) +
+                                      ", which has no ET file: the folder " + "holds ranks 0-" +
+                                      std::to_string(n - 1) + " (" + rank_files(names) + ")");
             if (!seen.insert(r).second)
-                throw ConfigError(SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
-                                  "communicator \"" + name + "\" lists rank " +
-                                      std::to_string(r) + " twice");
+                throw ConfigError(
+                    SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
+                    "communicator \"" + name + "\" lists rank " + std::to_string(r) + " twice");
         }
     }
     std::vector<int> world(static_cast<std::size_t>(n));
@@ -249,9 +248,9 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
             op.type = node.type;
             for (const auto& a : node.attrs)
                 if (!known_attributes().contains(a.name))
-                    warn.once("attr " + a.name, "attribute \"" + a.name + "\" (first seen on node " +
-                                                    std::to_string(node.id) + " of " + file +
-                                                    ") is not used");
+                    warn.once("attr " + a.name,
+                              "attribute \"" + a.name + "\" (first seen on node " +
+                                  std::to_string(node.id) + " of " + file + ") is not used");
             for (const int f : node.skipped_fields)
                 warn.once("field " + std::to_string(f),
                           "Node field " + std::to_string(f) + " (first seen on node " +
@@ -333,8 +332,7 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                                                 ? std::string(" (there is none)")
                                                 : " (it has " + std::to_string(p.groups.size()) +
                                                       " communicators)"));
-                        if (std::find(it->second.begin(), it->second.end(), r) ==
-                            it->second.end())
+                        if (std::find(it->second.begin(), it->second.end(), r) == it->second.end())
                             node_error(file, node.id,
                                        "rank " + std::to_string(r) +
                                            " is not a member of communicator \"" + group + "\"");
@@ -360,9 +358,9 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                                        " is not a rank of the folder: it holds ranks 0-" +
                                        std::to_string(n - 1) + " (" + rank_files(names) + ")");
                     if (peer == r)
-                        node_error(file, node.id,
-                                   std::string(send ? "a send to" : "a receive from") +
-                                       " its own rank");
+                        node_error(
+                            file, node.id,
+                            std::string(send ? "a send to" : "a receive from") + " its own rank");
                     const std::int64_t tag = int_attr(file, node, "comm_tag", false);
                     const std::int64_t size = int_attr(file, node, "comm_size", send);
                     if (size < 0) node_error(file, node.id, "comm_size must be >= 0");
@@ -412,8 +410,7 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
             inst.ranks = members;
             const int first = members.front();
             const auto first_op = per_rank[static_cast<std::size_t>(first)][k];
-            const CollectiveInfo& info =
-                coll_info[static_cast<std::size_t>(first)].at(first_op);
+            const CollectiveInfo& info = coll_info[static_cast<std::size_t>(first)].at(first_op);
             inst.kind = info.kind;
             inst.sync_only = info.sync_only;
             inst.size = info.size;
@@ -458,17 +455,17 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
         if (s.size() > rv.size()) {
             const auto& prog = p.ranks[static_cast<std::size_t>(src)];
             node_error(prog.file, prog.ops[s[rv.size()]].id,
-                       "the " + ordinal(rv.size() + 1) + " send " + what + " has no receive: " +
-                           p.ranks[static_cast<std::size_t>(dst)].file + " has " +
-                           std::to_string(rv.size()) + " COMM_RECV_NODEs with comm_src " +
+                       "the " + ordinal(rv.size() + 1) + " send " + what +
+                           " has no receive: " + p.ranks[static_cast<std::size_t>(dst)].file +
+                           " has " + std::to_string(rv.size()) + " COMM_RECV_NODEs with comm_src " +
                            std::to_string(src) + " and comm_tag " + std::to_string(tag));
         }
         if (rv.size() > s.size()) {
             const auto& prog = p.ranks[static_cast<std::size_t>(dst)];
             node_error(prog.file, prog.ops[rv[s.size()]].id,
-                       "the " + ordinal(s.size() + 1) + " receive " + what + " has no send: " +
-                           p.ranks[static_cast<std::size_t>(src)].file + " has " +
-                           std::to_string(s.size()) + " COMM_SEND_NODEs with comm_dst " +
+                       "the " + ordinal(s.size() + 1) + " receive " + what +
+                           " has no send: " + p.ranks[static_cast<std::size_t>(src)].file +
+                           " has " + std::to_string(s.size()) + " COMM_SEND_NODEs with comm_dst " +
                            std::to_string(dst) + " and comm_tag " + std::to_string(tag));
         }
         for (std::size_t k = 0; k < s.size(); ++k) {

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "chakra/et.hpp"
 #include "../error_of.hpp"
+#include "chakra/et.hpp"
 
 using namespace cs::chakra;
 using cs::test::error_of;
@@ -31,8 +31,7 @@ TEST_CASE("encode_node: the wire bytes of a small node") {
     // bytes 0xFF x 9, 0x01), 10 + 11 = 21 bytes.
     const std::string expected =
         bytes({0x08, 0xAC, 0x02, 0x18, 0x04, 0x2A, 0x02, 0x01, 0x02, 0x52, 0x15, 0x0A, 0x08}) +
-        "comm_dst" +
-        bytes({0x38, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01});
+        "comm_dst" + bytes({0x38, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01});
     CHECK(encode_node(n) == expected);
 }
 
@@ -82,16 +81,22 @@ TEST_CASE("Attribute::as_int: every integer encoding of the oneof") {
 
 TEST_CASE("decode_et: located errors for files that are not Chakra ETs") {
     // A Node where the GlobalMetadata should be: field 1 is a varint (the id), not a string.
-    CHECK(error_of([] { decode_et(bytes({0x02, 0x08, 0x01}), "n.0.et"); }) ==
+    CHECK(error_of([] {
+              decode_et(bytes({0x02, 0x08, 0x01}), "n.0.et");
+          }) ==
           "n.0.et: the GlobalMetadata message (byte 2): the first message is not a "
           "GlobalMetadata (its field 1 is a varint, a string in GlobalMetadata; a Node's id is a "
           "varint: the file may lack the GlobalMetadata message that ASTRA-sim 2.x reads first)");
     // A node message that declares 9 bytes with 2 left.
-    CHECK(error_of([] { decode_et(bytes({0x00, 0x09, 0x08, 0x05}), "t.0.et"); }) ==
+    CHECK(error_of([] {
+              decode_et(bytes({0x00, 0x09, 0x08, 0x05}), "t.0.et");
+          }) ==
           "t.0.et: node message 1 (after node none) (byte 2): truncated a Node message: it "
           "declares 9 bytes but 2 remain");
     // Node 5's type written as a string.
-    CHECK(error_of([] { decode_et(bytes({0x00, 0x05, 0x08, 0x05, 0x1A, 0x01, 0x41}), "w.0.et"); }) ==
+    CHECK(error_of([] {
+              decode_et(bytes({0x00, 0x05, 0x08, 0x05, 0x1A, 0x01, 0x41}), "w.0.et");
+          }) ==
           "w.0.et: node 5 (byte 5): field Node.type is a length-delimited field, et_def.proto "
           "makes it a varint");
     CHECK(error_of([] { decode_et("", "e.0.et"); }).find("the file is empty") != std::string::npos);

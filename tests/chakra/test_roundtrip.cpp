@@ -6,13 +6,13 @@
 #include <filesystem>
 #include <string>
 
+#include "../error_of.hpp"
 #include "api/chakra.hpp"
 #include "api/inputs.hpp"
 #include "api/run.hpp"
 #include "chakra/execute.hpp"
 #include "chakra/export.hpp"
 #include "chakra/program.hpp"
-#include "../error_of.hpp"
 #include "replay/replay.hpp"
 
 using namespace cs;
@@ -50,8 +50,7 @@ TEST_CASE("chakra round trip: a 64-GPU GPT layout, export then import, to the pi
     // tests/chakra/data/gpt-64gpu.yaml on 8 DGX H100 nodes: tp 4, pp 4, dp 4, interleaved with
     // 2 chunks, distributed optimizer, 16 microbatches, flow network with contention. The files
     // go to disk and come back through load_program, as `chakra export` and `chakra run` do.
-    const auto spec =
-        api::load_experiment({kData + "gpt-64gpu.yaml", {"topology.nodes=8"}, ""});
+    const auto spec = api::load_experiment({kData + "gpt-64gpu.yaml", {"topology.nodes=8"}, ""});
     REQUIRE(spec.cluster->gpu_count() == 64);
     for (const std::string schedule : {"interleaved", "1f1b", "zb-v"}) {
         CAPTURE(schedule);
@@ -73,8 +72,8 @@ TEST_CASE("chakra round trip: a 64-GPU GPT layout, export then import, to the pi
 }
 
 TEST_CASE("chakra export: what it cannot reproduce is said, and the folder holds one workload") {
-    auto spec = api::load_experiment({kData + "small-8gpu.yaml",
-                                      {"topology.nodes=1", "compute.host.enabled=true"}, ""});
+    auto spec = api::load_experiment(
+        {kData + "small-8gpu.yaml", {"topology.nodes=1", "compute.host.enabled=true"}, ""});
     const auto set = chakra::export_experiment(spec, "", "clustersim");
     REQUIRE(set.warnings.size() == 1);
     CHECK(set.warnings[0].find("compute.host") != std::string::npos);
@@ -83,8 +82,9 @@ TEST_CASE("chakra export: what it cannot reproduce is said, and the folder holds
     std::filesystem::create_directories(dir);
     { std::ofstream(dir / "other.0.et") << "x"; }
     OutputSet outputs;
-    CHECK(error_of([&] { chakra::write_et_set(set, dir, outputs); })
-              .find("already holds other.0.et") != std::string::npos);
+    CHECK(error_of([&] {
+              chakra::write_et_set(set, dir, outputs);
+          }).find("already holds other.0.et") != std::string::npos);
     CHECK(!std::filesystem::exists(dir / "clustersim.0.et"));
     std::filesystem::remove_all(dir);
 }
@@ -107,8 +107,8 @@ TEST_CASE("chakra execute: a deadlock names the node that waits") {
         f.nodes = {r, s};
         return f;
     };
-    const auto program =
-        chakra::build_program({recv_then_send(1), recv_then_send(0)}, {"d.0.et", "d.1.et"}, {}, "d");
+    const auto program = chakra::build_program({recv_then_send(1), recv_then_send(0)},
+                                               {"d.0.et", "d.1.et"}, {}, "d");
     const auto spec = api::load_experiment({kData + "two-gpus-nominal.yaml", {}, ""});
     CHECK(error_of([&] { chakra::execute(program, *spec.cluster, spec.network); }) ==
           "d.0.et: node 1 (COMM_RECV_NODE) never ran to completion: the message from rank 1 never "
