@@ -17,6 +17,9 @@ namespace {
     throw ConfigError(SourceLocation{file, 0, 0}, "node " + std::to_string(id) + ": " + what);
 }
 
+// The longest time a node may give (11.6 days), far from Time's overflow.
+constexpr std::int64_t kMaxPs = 1'000'000'000'000'000'000;
+
 std::string ordinal(std::size_t k) {  // 1 -> "1st"
     const std::size_t n = k % 100;
     const char* suffix = (n >= 11 && n <= 13) ? "th"
@@ -230,10 +233,11 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                             break;
                         }
                 }
+                // path[k] waits for path[k + 1]; path.back() waits for path[pos[i]] = i.
                 std::string cycle;
-                for (std::size_t k = path.size(); k-- > static_cast<std::size_t>(pos[i]);)
+                for (auto k = static_cast<std::size_t>(pos[i]); k < path.size(); ++k)
                     cycle += std::to_string(et.nodes[path[k]].id) + " -> ";
-                cycle += std::to_string(et.nodes[path.back()].id);
+                cycle += std::to_string(et.nodes[i].id);
                 node_error(file, et.nodes[i].id,
                            "dependency cycle: " + cycle +
                                " (each node waits for the next; dependencies must form a DAG)");
@@ -259,16 +263,16 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
             const auto timed = [&] {
                 if (const Attribute* a = node.attr(kDurationPsAttr)) {
                     const auto v = a->as_int();
-                    if (!v || *v < 0)
+                    if (!v || *v < 0 || *v > kMaxPs)
                         node_error(file, node.id,
                                    std::string("attribute \"") + kDurationPsAttr +
-                                       "\" must be a non-negative integer (picoseconds)");
+                                       "\" must be an integer from 0 to 1e18 (picoseconds)");
                     op.duration = Time::ps(*v);
                 } else if (node.duration_micros > 0) {
-                    if (node.duration_micros > static_cast<std::uint64_t>(9'000'000'000'000))
+                    if (node.duration_micros > static_cast<std::uint64_t>(kMaxPs / 1'000'000))
                         node_error(file, node.id,
                                    "duration_micros " + std::to_string(node.duration_micros) +
-                                       " is too large (at most 9e12 us)");
+                                       " is too large (at most 1e12 us)");
                     op.duration = Time::us(static_cast<std::int64_t>(node.duration_micros));
                 } else {
                     const std::int64_t flops = int_attr(file, node, "num_ops", false);
