@@ -152,6 +152,19 @@ class Executor final : public EventHandler, public network::TransferClient {
     Time op_time(int rank, const Op& op) const {
         if (op.duration) return *op.duration;
         const auto& gpu = cluster_.gpu_model(gpus_[static_cast<std::size_t>(rank)]);
+        // Beyond 1e6 s (11.6 days) a node is surely wrong, and near Time's range.
+        const double seconds =
+            std::max(gpu.hbm_bandwidth.bytes_per_s > 0
+                         ? static_cast<double>(op.bytes) / gpu.hbm_bandwidth.bytes_per_s
+                         : 0.0,
+                     gpu.peak_bf16.flops_per_s > 0 ? op.flops / gpu.peak_bf16.flops_per_s : 0.0);
+        if (seconds > 1e6)
+            throw ConfigError(SourceLocation{program_.ranks[static_cast<std::size_t>(rank)].file},
+                              "node " + std::to_string(op.id) + ": num_ops " +
+                                  std::to_string(static_cast<std::int64_t>(op.flops)) +
+                                  " and tensor_size " + std::to_string(op.bytes) + " take " +
+                                  std::to_string(seconds) + " s on a " + gpu.name +
+                                  " (at most 1e6 s)");
         Time t = transfer_time(Bytes{op.bytes}, gpu.hbm_bandwidth);
         if (op.flops > 0) t = std::max(t, compute_time(Flops{op.flops}, gpu.peak_bf16));
         return t;

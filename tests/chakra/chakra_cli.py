@@ -88,6 +88,9 @@ def hand(cli, tmp):
     no_partner = {"hand.0.et": good["hand.0.et"],
                   "hand.1.et": h.et_file([h.node(1, "fwd", h.COMP, duration_micros=200)])}
     cases.append(("unmatched", no_partner, ["hand.0.et", "node 2", "collective", "no match"]))
+    # 9e18 bytes at 4.8 TB/s: 1.9e6 s, beyond the 1e6 s a node may take.
+    huge = h.et_file([h.node(7, "huge", h.COMP, attrs=[("tensor_size", "uint64", 9 * 10**18)])])
+    cases.append(("huge", {"x.0.et": huge}, ["x.0.et", "node 7", "at most 1e6 s"]))
     for name, files, fragments in cases:
         folder = tmp / ("bad-" + name.replace(" ", "-"))
         h.write(folder, files)
