@@ -9,11 +9,11 @@ namespace cs::api {
 
 ChakraExportResult chakra_export(const workload::ExperimentSpec& spec, const std::string& schedule,
                                  const std::filesystem::path& folder, const std::string& prefix,
-                                 OutputSet& outputs) {
+                                 OutputSet& outputs, bool with_host) {
     if (prefix.empty() || prefix.find('/') != std::string::npos)
         throw ConfigError(SourceLocation{"--prefix " + prefix},
                           "expected a file name prefix without '/' (files are <prefix>.<rank>.et)");
-    chakra::EtSet set = chakra::export_experiment(spec, schedule, prefix);
+    chakra::EtSet set = chakra::export_experiment(spec, schedule, prefix, with_host);
     chakra::write_et_set(set, folder, outputs);
     ChakraExportResult out;
     out.ranks = static_cast<int>(set.files.size());

@@ -25,9 +25,10 @@ struct ChakraExportResult {
 
 // Writes `<prefix>.<rank>.et` per GPU of the layout and comm_groups.json into `folder`, staged
 // in `outputs` (the caller commits). `schedule` empty: the experiment's own.
+// `with_host`: also the host model's work (chakra::export_experiment).
 ChakraExportResult chakra_export(const workload::ExperimentSpec& spec, const std::string& schedule,
                                  const std::filesystem::path& folder, const std::string& prefix,
-                                 OutputSet& outputs);
+                                 OutputSet& outputs, bool with_host = false);
 
 struct ChakraRunRequest {
     std::filesystem::path folder;

@@ -24,6 +24,8 @@ const char* op_kind_name(OpKind k) {
             return "host";
         case OpKind::Memory:
             return "memory";
+        case OpKind::Delay:
+            return "wait";
         case OpKind::Send:
         case OpKind::Recv:
         case OpKind::Collective:
@@ -206,6 +208,7 @@ class Executor final : public EventHandler, public network::TransferClient {
                 return;
             }
             case OpKind::Memory:
+            case OpKind::Delay:
                 start_timed(rank, i);
                 return;
             case OpKind::Skip:

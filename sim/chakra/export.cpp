@@ -9,6 +9,8 @@
 
 #include "chakra/program.hpp"
 #include "core/errors.hpp"
+#include "replay/host.hpp"
+#include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/groups.hpp"
 #include "workload/plan.hpp"
@@ -63,6 +65,22 @@ class RankWriter {
         n.attrs.push_back(Attribute::int64(kDurationPsAttr, t.count_ps()));
         return n;
     }
+    // A host (CPU) node: framework work, kernel launches, p2p postings (`--host`).
+    Node& host(std::string name, Time t) {
+        Node& n = add(NodeType::Comp, std::move(name));
+        n.duration_micros =
+            static_cast<std::uint64_t>(std::llround(static_cast<double>(t.count_ps()) / 1e6));
+        n.attrs.push_back(Attribute::boolean("is_cpu_op", true));
+        n.attrs.push_back(Attribute::int64(kDurationPsAttr, t.count_ps()));
+        return n;
+    }
+    // A wait that occupies neither the GPU nor the host (cs_delay).
+    Node& delay(std::string name, Time t) {
+        Node& n = host(std::move(name), t);
+        n.attrs[0] = Attribute::boolean("is_cpu_op", false);
+        n.attrs.push_back(Attribute::boolean(kDelayAttr, true));
+        return n;
+    }
     Node& collective(std::string name, network::CollectiveKind kind, Bytes size,
                      const std::string& group, bool alone) {
         Node& n = add(NodeType::CommColl, std::move(name));
@@ -95,7 +113,7 @@ void depend(Node& n, std::uint64_t ctrl, std::uint64_t data) {
 }  // namespace
 
 EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::string& schedule,
-                        const std::string& prefix) {
+                        const std::string& prefix, bool with_host) {
     EtSet set;
     set.prefix = prefix;
     workload::ExperimentSpec spec = experiment;
@@ -111,11 +129,13 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
     const workload::RankLayout ranks(spec.layout);
     const auto& layout = spec.layout;
 
-    if (spec.compute.host.enabled)
+    const auto& host = spec.compute.host;
+    const bool host_on = with_host && host.enabled;
+    if (host.enabled && !with_host)
         set.warnings.push_back(
             "the host model (compute.host) is not exported: the ETs hold GPU work only, so "
-            "running them gives the iteration without host delays (set "
-            "compute.host.enabled=false to compare like with like)");
+            "running them gives the iteration without host delays (export with --host to "
+            "include it, or set compute.host.enabled=false to compare like with like)");
     if (layout.overlap_grad_reduce && layout.dp > 1)
         set.warnings.push_back(
             "--overlap-grad-reduce's gradient buckets are exported as one collective per chunk "
@@ -165,6 +185,29 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         return c.forward;
     };
 
+    // With the host model: each pass plan's issue, as the replay costs it (host.hpp's closed
+    // form over the plan's kernels, collectives at their stand-alone time on worker 0's groups).
+    replay::CollectiveCosts costs(*spec.cluster, spec.network);
+    std::map<std::pair<int, int>, replay::HostIssue> issues;
+    const auto issue_of = [&](Pass pass, int vs) -> const replay::HostIssue& {
+        const auto key = std::make_pair(vs, static_cast<int>(pass));
+        auto it = issues.find(key);
+        if (it != issues.end()) return it->second;
+        const auto& steps = pass_plan(pass, vs).steps;
+        std::vector<Time> times;
+        for (const auto& step : steps)
+            times.push_back(
+                step.kind == workload::Step::Kind::Compute
+                    ? step.duration
+                    : costs.cost(step.collective, ranks.group(step.group, 0, 0).gpus, step.size));
+        const bool backward = pass == Pass::Backward || pass == Pass::BackwardInput;
+        const Time lead = host.pass + (backward ? host.backward : Time::zero());
+        return issues
+            .emplace(key,
+                     replay::host_issue(lead, host.launch, replay::kernel_blocks(steps, times)))
+            .first->second;
+    };
+
     for (int w = 0; w < ranks.workers(); ++w) {
         const int stage = ranks.stage_of(w);
         const int dp = ranks.replica_of(w);
@@ -177,6 +220,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                                                     std::to_string(world) + " GPUs");
             RankWriter out(set.files[static_cast<std::size_t>(gpu)]);
             std::uint64_t prev = 0;
+            std::uint64_t host_prev = 0;  // the host's last node (--host)
             std::map<std::tuple<int, int, bool>, std::uint64_t> local;  // (vs, mb, grad) -> end
             std::vector<std::uint64_t> last_grad(static_cast<std::size_t>(chunks), 0);
             for (const auto& op : order) {
@@ -187,6 +231,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                                          std::to_string(mb) + " vs" + std::to_string(vs);
                 // Its input: an activation from vs - 1 or a gradient from vs + 1.
                 std::uint64_t input = 0;
+                bool input_remote = false;
                 const bool need_act = op.pass == Pass::Forward && vs > 0;
                 const bool need_grad =
                     (op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs;
@@ -208,17 +253,41 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                             std::string("recv ") + (need_grad ? "gradient " : "activation ") + what,
                             ranks.member_gpu(src, m), tag_of(vs, mb, need_grad), bytes);
                         input = r.id;
+                        input_remote = true;
                     }
+                }
+                // The host (--host): a receive from another GPU is posted first, then the pass's
+                // kernels are issued from h0 (after the input's arrival with sync_after_p2p); the
+                // GPU starts the pass once the first kernel is issued (first_issue) and ends it
+                // no earlier than h0 + earliest_end, which a wait after the issue enforces.
+                std::uint64_t issued_first = 0, issued_all = 0;
+                Time host_wait = Time::zero();
+                if (host_on) {
+                    const auto& is = issue_of(op.pass, vs);
+                    if (input_remote) {
+                        Node& post = out.host("post recv " + what, host.p2p);
+                        depend(post, host_prev, 0);
+                        host_prev = post.id;
+                    }
+                    Node& first_kernel = out.host("issue " + what, is.first_issue);
+                    depend(first_kernel, host_prev, host.sync_after_p2p ? input : 0);
+                    issued_first = first_kernel.id;
+                    Node& rest = out.host("issue rest " + what, is.issue - is.first_issue);
+                    depend(rest, issued_first, 0);
+                    issued_all = host_prev = rest.id;
+                    host_wait = std::max(Time::zero(), is.earliest_end - is.issue);
                 }
                 // The pass: compute folded between collectives, a chain of nodes.
                 const auto& pp = pass_plan(op.pass, vs);
                 bool first = true;
                 std::uint64_t last = 0;
                 const auto chain = [&](Node& n) {
-                    if (first)
+                    if (first) {
                         depend(n, prev, input);
-                    else
+                        if (issued_first) n.ctrl_deps.push_back(issued_first);
+                    } else {
                         depend(n, last, 0);
+                    }
                     first = false;
                     last = n.id;
                 };
@@ -254,6 +323,18 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                     pending = true;
                     flush();
                 }
+                if (host_on) {
+                    std::uint64_t until = issued_all;
+                    if (host_wait > Time::zero()) {
+                        Node& wait = out.delay("host-bound " + what, host_wait);
+                        depend(wait, issued_all, 0);
+                        until = wait.id;
+                    }
+                    Node& end = out.compute(what + " end", Time::zero(), 0, 0);
+                    depend(end, last, 0);
+                    end.ctrl_deps.push_back(until);
+                    last = end.id;
+                }
                 prev = last;
                 // Its output: to vs + 1 (activation) or vs - 1 (gradient).
                 int target = -1;
@@ -276,6 +357,17 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                             std::string("send ") + (gradient ? "gradient " : "activation ") + what,
                             ranks.member_gpu(dst, m), tag_of(target, mb, gradient), b);
                         depend(s, 0, last);
+                        if (host_on) {  // posting the send; with sync_after_p2p, waiting for it
+                            Node& post = out.host("post send " + what, host.p2p);
+                            depend(post, host_prev, 0);
+                            host_prev = post.id;
+                            if (host.sync_after_p2p) {
+                                Node& sync = out.host("sync " + what, Time::zero());
+                                depend(sync, host_prev, 0);
+                                sync.ctrl_deps.push_back(last);
+                                host_prev = sync.id;
+                            }
+                        }
                     }
                 }
                 if (op.pass == Pass::Backward || op.pass == Pass::BackwardWeight)
@@ -297,8 +389,15 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                     syncs.push_back(n.id);
                 }
             }
+            std::uint64_t opt_issue = 0;
+            if (host_on && dev.optimizer_step > Time::zero()) {
+                Node& issue = out.host("issue optimizer step", host.pass + host.launch);
+                depend(issue, host_prev, 0);
+                opt_issue = host_prev = issue.id;
+            }
             Node& opt = out.compute("optimizer step", dev.optimizer_step, 0, 0);
             depend(opt, prev, 0);
+            if (opt_issue) opt.ctrl_deps.push_back(opt_issue);
             for (const auto s : syncs)
                 opt.data_deps.push_back(s);
             const std::uint64_t opt_id = opt.id;  // `opt` moves when nodes are added

@@ -17,8 +17,13 @@
 //                     on the member's DP communicator after the chunk's last backward pass
 //   optimizer step    a COMP_NODE after the last pass and every gradient collective
 //   parameters        the distributed optimizer's all-gather on the DP communicator after it
-// What is not reproduced is listed in EtSet::warnings (the host model, --overlap-grad-reduce's
-// buckets and the interference that comes with them).
+//   the host model    with --host only: per pass a CPU node for posting a receive from another
+//                     GPU, two for issuing the kernels (up to the first, the rest), one for
+//                     posting a send and a sync after it (sync_after_p2p); the GPU's first node
+//                     waits for the first issue, a cs_delay wait after the issue and a closing
+//                     zero-time node hold the pass's end to the closed form of replay/host.hpp
+// What is not reproduced is listed in EtSet::warnings (the host model without --host,
+// --overlap-grad-reduce's buckets and the interference that comes with them).
 #pragma once
 
 #include <filesystem>
@@ -39,10 +44,12 @@ struct EtSet {
     std::vector<std::string> warnings;
 };
 
-// `schedule` empty: the experiment's own. Throws ConfigError as api::run does for layouts the
-// schedule cannot run.
+// `schedule` empty: the experiment's own. `with_host`: with the experiment's host model
+// (compute.host), also its host work as CPU nodes (is_cpu_op) and the GPU's waits for it as
+// cs_delay nodes, so that the run reproduces the replay's host model too. Throws ConfigError as
+// api::run does for layouts the schedule cannot run.
 EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
-                        const std::string& prefix = "clustersim");
+                        const std::string& prefix = "clustersim", bool with_host = false);
 
 // Writes `<prefix>.<rank>.et` for every rank and comm_groups.json into `folder` (created if
 // missing), staged in `outputs` (committed by the caller). `option` names the folder in errors.

@@ -33,9 +33,9 @@ std::string ordinal(std::size_t k) {  // 1 -> "1st"
 // Attributes the reader interprets (or knowingly ignores), per the ASTRA-sim 2.x feeder.
 const std::set<std::string, std::less<>>& known_attributes() {
     static const std::set<std::string, std::less<>> kKnown{
-        "is_cpu_op",    "num_ops",    "tensor_size",   "comm_type",     "comm_size",
-        "comm_src",     "comm_dst",   "comm_tag",      "pg_name",       "comm_priority",
-        "involved_dim", "tensor_loc", kDurationPsAttr, kCostedAloneAttr};
+        "is_cpu_op",    "num_ops",    "tensor_size",   "comm_type",      "comm_size",
+        "comm_src",     "comm_dst",   "comm_tag",      "pg_name",        "comm_priority",
+        "involved_dim", "tensor_loc", kDurationPsAttr, kCostedAloneAttr, kDelayAttr};
     return kKnown;
 }
 
@@ -287,8 +287,10 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
             switch (type) {
                 case NodeType::Comp: {
                     const Attribute* cpu = node.attr("is_cpu_op");
-                    op.kind = cpu && cpu->as_bool().value_or(false) ? OpKind::HostCompute
-                                                                    : OpKind::Compute;
+                    const Attribute* delay = node.attr(kDelayAttr);
+                    op.kind = delay && delay->as_bool().value_or(false) ? OpKind::Delay
+                              : cpu && cpu->as_bool().value_or(false)   ? OpKind::HostCompute
+                                                                        : OpKind::Compute;
                     timed();
                     break;
                 }

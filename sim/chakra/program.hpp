@@ -41,11 +41,24 @@ namespace cs::chakra {
 //                            network with the others
 inline constexpr const char* kDurationPsAttr = "cs_duration_ps";
 inline constexpr const char* kCostedAloneAttr = "cs_costed_alone";
+//   cs_delay        (bool)   a compute node that is a wait: it takes its time without occupying
+//                            the GPU or the host (`chakra export --host`: the GPU waiting for
+//                            kernels the host has not issued yet)
+inline constexpr const char* kDelayAttr = "cs_delay";
 // The communicator file of a folder: {"<pg_name>": [ranks in ring order], ...}, the format of
 // ASTRA-sim 2.x's --comm-group-configuration.
 inline constexpr const char* kCommGroupsFile = "comm_groups.json";
 
-enum class OpKind : std::uint8_t { Compute, HostCompute, Memory, Send, Recv, Collective, Skip };
+enum class OpKind : std::uint8_t {
+    Compute,
+    HostCompute,
+    Memory,
+    Delay,
+    Send,
+    Recv,
+    Collective,
+    Skip
+};
 
 struct Op {
     OpKind kind = OpKind::Skip;

@@ -1,5 +1,5 @@
 // clustersim chakra export [EXPERIMENT.yaml] --out DIR [--set key=value]... [--schedule S]
-//                          [--prefix P]
+//                          [--prefix P] [--host]
 // clustersim chakra run DIR (--topology T.yaml | --experiment E.yaml) [--set key=value]...
 //                       [--network MODEL] [--rank-map RANKS] [--json FILE] [--trace FILE]
 #include <spdlog/spdlog.h>
@@ -28,6 +28,7 @@ struct ExportArgs {
     std::string schedule;
     std::string out;
     std::string prefix = "clustersim";
+    bool host = false;
 };
 
 struct RunArgs {
@@ -46,7 +47,7 @@ void run_export(const ExportArgs& a) {
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     OutputSet outputs;
-    const auto result = api::chakra_export(spec, a.schedule, a.out, a.prefix, outputs);
+    const auto result = api::chakra_export(spec, a.schedule, a.out, a.prefix, outputs, a.host);
     outputs.commit();
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
@@ -140,6 +141,9 @@ void register_chakra(CLI::App& app) {
                   "Override the experiment's schedule: " +
                       config::join_alternatives(schedule::schedule_names()));
     e->add_option("--prefix", ex->prefix, "File name prefix (default clustersim)");
+    e->add_flag("--host", ex->host,
+                "Also export the host model (compute.host) as CPU nodes and cs_delay waits, for "
+                "an exact round trip (ASTRA-sim runs the waits as compute)");
     e->callback([ex] { run_export(*ex); });
 
     auto rn = std::make_shared<RunArgs>();
