@@ -3,8 +3,10 @@
 
     chakra_cli.py CLUSTERSIM hand       the hand-computed ET set runs in the derived time; bad ETs
                                         exit 2 naming the file and node id, leaving no output
-    chakra_cli.py CLUSTERSIM protoc     every message of an exported ET set decodes with
-                                        `protoc --decode` and the published schema, field by field
+    chakra_cli.py CLUSTERSIM protoc     every message of an exported ET set (with --host)
+                                        decodes with `protoc --decode` and the published schema,
+                                        field by field (every node of a file in one call through a
+                                        wrapper message; rank 0's also one call per node)
 
 The ETs of the first part are written by hand_ets.py's own encoder; the second part reads what
 clustersim writes with a framing parser of its own and protoc, independent of the C++ codec.
@@ -113,20 +115,43 @@ def read_varint(b, i):
             return v, i
 
 
-def protoc_decode(message_type, payload):
-    r = subprocess.run(["protoc", f"--proto_path={ROOT / 'sim' / 'chakra'}",
-                        f"--decode=ChakraProtoMsg.{message_type}", "et_def.proto"],
+def protoc_decode(message_type, payload, proto="et_def.proto", extra_path=None):
+    paths = [f"--proto_path={ROOT / 'sim' / 'chakra'}"]
+    if extra_path:
+        paths.append(f"--proto_path={extra_path}")
+    r = subprocess.run(["protoc", *paths, f"--decode={message_type}", proto],
                        input=payload, capture_output=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.decode())
     return r.stdout.decode()
 
 
+# Every node of a file in one protoc call: the nodes as the repeated Node field of a wrapper
+# message, so that protoc decodes each with ChakraProtoMsg.Node all the same.
+WRAPPER = '''syntax = "proto3";
+package chakra_check;
+import "et_def.proto";
+message NodeStream { repeated ChakraProtoMsg.Node node = 1; }
+'''
+
+
+def decode_nodes(messages, tmp):
+    (tmp / "node_stream.proto").write_text(WRAPPER)
+    payload = b"".join(b"\x0a" + h.varint(len(m)) + m for m in messages)
+    text = protoc_decode("chakra_check.NodeStream", payload, "node_stream.proto", tmp)
+    nodes = []
+    for block in text.split("node {\n")[1:]:
+        body = block.rstrip().removesuffix("}").rstrip("\n")
+        nodes.append("\n".join(line[2:] for line in body.split("\n")) + "\n")
+    return nodes
+
+
 # What the ASTRA-sim 2.x feeder reads, and the oneof member it reads it from.
 ATTR_FIELDS = {"is_cpu_op": "bool_val", "num_ops": "int64_val", "tensor_size": "uint64_val",
                "comm_type": "int64_val", "comm_size": "int64_val", "comm_src": "int32_val",
                "comm_dst": "int32_val", "comm_tag": "int32_val", "pg_name": "string_val",
-               "cs_duration_ps": "int64_val", "cs_costed_alone": "bool_val"}
+               "cs_duration_ps": "int64_val", "cs_costed_alone": "bool_val",
+               "cs_delay": "bool_val"}
 REQUIRED = {"COMP_NODE": {"is_cpu_op", "cs_duration_ps"},
             "COMM_COLL_NODE": {"comm_type", "comm_size", "pg_name"},
             "COMM_SEND_NODE": {"comm_dst", "comm_tag", "comm_size"},
@@ -136,8 +161,9 @@ REQUIRED = {"COMP_NODE": {"is_cpu_op", "cs_duration_ps"},
 def protoc(cli, tmp):
     shutil.which("protoc") or sys.exit("protoc is not installed (tools/install-deps.sh)")
     folder = tmp / "export"
+    # With the host model (--host): CPU nodes and cs_delay waits are checked too.
     r = run(cli, "chakra", "export", HERE / "data" / "small-8gpu.yaml", "--set",
-            "topology.nodes=1", "--out", folder)
+            "topology.nodes=1", "--set", "compute.host.enabled=true", "--host", "--out", folder)
     check(r.returncode == 0, f"export runs ({r.stderr})")
     groups = json.loads((folder / "comm_groups.json").read_text())
     files = sorted(folder.glob("clustersim.*.et"), key=lambda p: int(p.name.split(".")[1]))
@@ -152,13 +178,20 @@ def protoc(cli, tmp):
             check(i + n <= len(data), f"{path.name}: a message runs past the end")
             messages.append(data[i:i + n])
             i += n
-        meta = protoc_decode("GlobalMetadata", messages[0])
+        meta = protoc_decode("ChakraProtoMsg.GlobalMetadata", messages[0])
         check(meta.startswith('version: "0.0.4"'), f"{path.name}: GlobalMetadata first")
         check(f'name: "rank"\n  int64_val: {rank}' in meta, f"{path.name}: metadata rank")
         ids = []
-        # One protoc per node, a few at a time.
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            texts = list(pool.map(lambda m: protoc_decode("Node", m), messages[1:]))
+        cpu_nodes = 0
+        texts = decode_nodes(messages[1:], tmp)
+        check(len(texts) == len(messages) - 1, f"{path.name}: every node decoded")
+        if rank == 0:
+            # The first file node by node, as `protoc --decode=ChakraProtoMsg.Node` sees each:
+            # the same text.
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                single = list(pool.map(lambda m: protoc_decode("ChakraProtoMsg.Node", m),
+                                       messages[1:]))
+            check(single == texts, f"{path.name}: node-by-node decoding agrees")
         for text in texts:
             decoded += 1
             # Every field is one of the schema's: protoc prints unknown ones by number.
@@ -172,6 +205,7 @@ def protoc(cli, tmp):
             for name, field in attrs.items():
                 check(ATTR_FIELDS.get(name) == field,
                       f"{path.name} node {node_id}: attribute {name} in {field}")
+            cpu_nodes += 'name: "is_cpu_op"\n  bool_val: true' in text
             missing = REQUIRED.get(ntype, set()) - attrs.keys()
             check(not missing, f"{path.name} node {node_id} ({ntype}) lacks {missing}")
             pg = re.search(r'name: "pg_name"\n  string_val: "(\w+)"', text)
@@ -179,6 +213,7 @@ def protoc(cli, tmp):
                 check(rank in groups.get(pg.group(1), []),
                       f"{path.name} node {node_id}: rank in communicator {pg.group(1)}")
         check(ids == list(range(1, len(ids) + 1)), f"{path.name}: ids 1..n in order")
+        check(cpu_nodes > 0, f"{path.name}: host (is_cpu_op) nodes")
     check(decoded > 100, f"decoded {decoded} nodes")
     print(f"protoc decoded {decoded} nodes of {len(files)} files")
 

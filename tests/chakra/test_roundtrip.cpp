@@ -71,6 +71,34 @@ TEST_CASE("chakra round trip: a 64-GPU GPT layout, export then import, to the pi
     }
 }
 
+TEST_CASE("chakra round trip with the host model: export --host, to the picosecond") {
+    // The same layout with compute.host on (Megatron-LM's host: 25 us per launch, 100 us per
+    // pass, 300 us more per backward, 200 us per p2p, sync after p2p), where the host holds back
+    // part of the passes (the run's host_fraction is about 14%). The ETs are kept in memory.
+    const auto spec = api::load_experiment(
+        {kData + "gpt-64gpu.yaml", {"topology.nodes=8", "compute.host.enabled=true"}, ""});
+    const Time expected = replay_time(spec, "interleaved");
+    auto set = chakra::export_experiment(spec, "interleaved", "gpt", /*with_host=*/true);
+    CHECK(set.warnings.empty());
+    std::vector<std::string> names;
+    for (std::size_t r = 0; r < set.files.size(); ++r)
+        names.push_back("gpt." + std::to_string(r) + ".et");
+    const auto program =
+        chakra::build_program(std::move(set.files), names, std::move(set.groups), "gpt");
+    CHECK(program.warnings.empty());
+    const auto result = chakra::execute(program, *spec.cluster, spec.network);
+    CHECK(result.iteration_time.count_ps() == expected.count_ps());
+    // Without --host the ETs hold GPU work only: the run is shorter than the replay's and the
+    // export says why.
+    auto gpu_only = chakra::export_experiment(spec, "interleaved", "gpt");
+    REQUIRE(gpu_only.warnings.size() == 1);
+    CHECK(gpu_only.warnings[0].find("--host") != std::string::npos);
+    const auto shorter = chakra::execute(
+        chakra::build_program(std::move(gpu_only.files), names, std::move(gpu_only.groups), "gpt"),
+        *spec.cluster, spec.network);
+    CHECK(shorter.iteration_time < expected);
+}
+
 TEST_CASE("chakra export: what it cannot reproduce is said, and the folder holds one workload") {
     auto spec = api::load_experiment(
         {kData + "small-8gpu.yaml", {"topology.nodes=1", "compute.host.enabled=true"}, ""});
