@@ -136,11 +136,11 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             "the host model (compute.host) is not exported: the ETs hold GPU work only, so "
             "running them gives the iteration without host delays (export with --host to "
             "include it, or set compute.host.enabled=false to compare like with like)");
-    if (layout.overlap_grad_reduce && layout.dp > 1)
+    if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
         set.warnings.push_back(
-            "--overlap-grad-reduce's gradient buckets are exported as one collective per chunk "
-            "after the chunk's last backward pass: their overlap with that pass (and the "
-            "interference that comes with it) is not in the ETs");
+            "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "
+            "the pass's GPU time, not of its time held back by the host: an approximation where "
+            "the host holds back the last backward pass of a chunk");
 
     const int world = ranks.workers() * ranks.members();
     set.files.resize(static_cast<std::size_t>(world));
@@ -208,6 +208,48 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             .first->second;
     };
 
+    // --overlap-grad-reduce (the replay's gradient buckets): per stage, the buckets of a chunk,
+    // their bytes, and the isolated time of all but the last (the interference's overlap).
+    const auto overlaps = [&](int stage) {
+        return layout.overlap_grad_reduce && layout.dp > 1 &&
+               plan.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
+    };
+    const auto bucket_count = [&](int stage) {
+        const std::int64_t params = plan.devices[static_cast<std::size_t>(stage)].dp_parameters;
+        const std::int64_t per = layout.bucket_parameters();
+        return static_cast<int>(std::max<std::int64_t>(1, (params + per - 1) / per));
+    };
+    const auto bucket_fraction = [&](int stage, int b) {
+        const double params =
+            static_cast<double>(plan.devices[static_cast<std::size_t>(stage)].dp_parameters);
+        return std::min(1.0, b * static_cast<double>(layout.bucket_parameters()) / params);
+    };
+    const auto bucket_bytes = [&](int stage, int b) {
+        const auto& dev = plan.devices[static_cast<std::size_t>(stage)];
+        const int buckets = bucket_count(stage);
+        const auto upto = [&](int k) {
+            return k >= buckets ? dev.dp_gradient_bytes.value
+                                : static_cast<std::int64_t>(std::llround(
+                                      static_cast<double>(dev.dp_gradient_bytes.value) *
+                                      bucket_fraction(stage, k)));
+        };
+        return Bytes{upto(b + 1) - upto(b)};
+    };
+    const auto dp_kind = [&](int stage) {
+        return plan.devices[static_cast<std::size_t>(stage)].dp_sharded
+                   ? network::CollectiveKind::ReduceScatter
+                   : network::CollectiveKind::AllReduce;
+    };
+    const bool interferes =
+        spec.compute.interference > 0 && spec.compute.framework != workload::Framework::None;
+    std::vector<Time> overlapped(static_cast<std::size_t>(layout.pp), Time::zero());
+    for (int s = 0; s < layout.pp; ++s)
+        if (interferes && overlaps(s))
+            for (int b = 0; b + 1 < bucket_count(s); ++b)
+                overlapped[static_cast<std::size_t>(s)] += costs.cost(
+                    dp_kind(s), ranks.group(workload::GroupKind::Dp, ranks.worker(s, 0), 0).gpus,
+                    bucket_bytes(s, b));
+
     for (int w = 0; w < ranks.workers(); ++w) {
         const int stage = ranks.stage_of(w);
         const int dp = ranks.replica_of(w);
@@ -223,7 +265,16 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             std::uint64_t host_prev = 0;  // the host's last node (--host)
             std::map<std::tuple<int, int, bool>, std::uint64_t> local;  // (vs, mb, grad) -> end
             std::vector<std::uint64_t> last_grad(static_cast<std::size_t>(chunks), 0);
-            for (const auto& op : order) {
+            // The last pass completing each chunk's gradients, where its buckets reduce.
+            std::vector<std::size_t> last_grad_op(static_cast<std::size_t>(chunks), order.size());
+            for (std::size_t k = 0; k < order.size(); ++k)
+                if (order[k].pass == Pass::Backward || order[k].pass == Pass::BackwardWeight)
+                    last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
+            std::vector<std::uint64_t> bucket_syncs;  // every bucket's collective, in order
+            const std::string dp_name =
+                layout.dp > 1 ? group_name(ranks.group(workload::GroupKind::Dp, w, m).gpus) : "";
+            for (std::size_t op_index = 0; op_index < order.size(); ++op_index) {
+                const auto& op = order[op_index];
                 const int vs = sched->virtual_stage(shape, stage, op.chunk, op.microbatch);
                 const int mb = op.microbatch;
                 const std::string what = std::string(schedule::pass_letter(op.pass)) +
@@ -323,6 +374,38 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                     pending = true;
                     flush();
                 }
+                // --overlap-grad-reduce: the chunk's last backward pass is slowed by the
+                // interference, and its buckets become ready at even shares of its time
+                // (timers from its start), the last one at its end.
+                const bool buckets_here =
+                    overlaps(stage) && op_index == last_grad_op[static_cast<std::size_t>(op.chunk)];
+                std::vector<std::uint64_t> bucket_ready;
+                if (buckets_here) {
+                    const Time compute = pp.compute_time();
+                    const Time slowed = Time::ps(static_cast<std::int64_t>(std::llround(
+                        static_cast<double>(
+                            std::min(compute, overlapped[static_cast<std::size_t>(stage)])
+                                .count_ps()) *
+                        spec.compute.interference)));
+                    if (slowed > Time::zero())
+                        chain(out.compute(what + " interference", slowed, 0, 0));
+                    Time span = compute + slowed;
+                    for (const auto& step : pp.steps)
+                        if (step.kind == workload::Step::Kind::Collective)
+                            span += costs.cost(step.collective, ranks.group(step.group, 0, 0).gpus,
+                                               step.size) *
+                                    step.repeat;
+                    const int buckets = bucket_count(stage);
+                    for (int b = 0; b + 1 < buckets; ++b) {
+                        const Time at = Time::ps(static_cast<std::int64_t>(std::llround(
+                            static_cast<double>(span.count_ps()) * bucket_fraction(stage, b + 1))));
+                        Node& timer =
+                            out.delay(what + " bucket " + std::to_string(b) + " ready", at);
+                        depend(timer, prev, input);
+                        if (issued_first) timer.ctrl_deps.push_back(issued_first);
+                        bucket_ready.push_back(timer.id);
+                    }
+                }
                 if (host_on) {
                     std::uint64_t until = issued_all;
                     if (host_wait > Time::zero()) {
@@ -372,13 +455,26 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                 }
                 if (op.pass == Pass::Backward || op.pass == Pass::BackwardWeight)
                     last_grad[static_cast<std::size_t>(op.chunk)] = last;
+                if (buckets_here) {
+                    // One communicator: each bucket after the one before (of any chunk).
+                    bucket_ready.push_back(last);
+                    for (std::size_t b = 0; b < bucket_ready.size(); ++b) {
+                        Node& n =
+                            out.collective("dp gradients chunk " + std::to_string(op.chunk) +
+                                               " bucket " + std::to_string(b),
+                                           dp_kind(stage), bucket_bytes(stage, static_cast<int>(b)),
+                                           dp_name, false);
+                        depend(n, bucket_syncs.empty() ? 0 : bucket_syncs.back(), bucket_ready[b]);
+                        bucket_syncs.push_back(n.id);
+                    }
+                }
             }
             // Data-parallel gradients per chunk, the optimizer step, the parameters.
             const auto& dev = plan.devices[static_cast<std::size_t>(stage)];
             const bool dp_sync = layout.dp > 1 && dev.dp_gradient_bytes.value > 0;
-            std::vector<std::uint64_t> syncs;
+            std::vector<std::uint64_t> syncs = bucket_syncs;
             const auto& dp_group = ranks.group(workload::GroupKind::Dp, w, m).gpus;
-            if (dp_sync) {
+            if (dp_sync && !overlaps(stage)) {
                 const std::string name = group_name(dp_group);
                 for (int c = 0; c < chunks; ++c) {
                     Node& n = out.collective("dp gradients chunk " + std::to_string(c),

@@ -14,7 +14,10 @@
 //                     pass data-depends on (tag: receiving virtual stage, microbatch, direction);
 //                     between chunks on one GPU, a data dependency on the producing pass
 //   DP gradients      per chunk, one all-reduce (reduce-scatter with the distributed optimizer)
-//                     on the member's DP communicator after the chunk's last backward pass
+//                     on the member's DP communicator after the chunk's last backward pass; with
+//                     --overlap-grad-reduce one per bucket, each after the one before, ready at
+//                     its share of the last backward pass (a cs_delay wait from its start), the
+//                     pass slowed by the interference
 //   optimizer step    a COMP_NODE after the last pass and every gradient collective
 //   parameters        the distributed optimizer's all-gather on the DP communicator after it
 //   the host model    with --host only: per pass a CPU node for posting a receive from another
@@ -22,8 +25,8 @@
 //                     posting a send and a sync after it (sync_after_p2p); the GPU's first node
 //                     waits for the first issue, a cs_delay wait after the issue and a closing
 //                     zero-time node hold the pass's end to the closed form of replay/host.hpp
-// What is not reproduced is listed in EtSet::warnings (the host model without --host,
-// --overlap-grad-reduce's buckets and the interference that comes with them).
+// What is not reproduced is listed in EtSet::warnings (the host model without --host; with it,
+// the buckets' readiness inside a pass the host holds back).
 #pragma once
 
 #include <filesystem>
