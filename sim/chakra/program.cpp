@@ -69,6 +69,8 @@ std::optional<network::CollectiveKind> collective_kind(std::int64_t type, bool& 
                                                        Warnings& warn) {
     using network::CollectiveKind;
     sync_only = false;
+    if (type < 0 || type > static_cast<std::int64_t>(CollectiveCommType::Barrier))
+        return std::nullopt;
     switch (static_cast<CollectiveCommType>(type)) {
         case CollectiveCommType::AllReduce:
             return CollectiveKind::AllReduce;
@@ -259,7 +261,10 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                 warn.once("field " + std::to_string(f),
                           "Node field " + std::to_string(f) + " (first seen on node " +
                               std::to_string(node.id) + " of " + file + ") is not used");
-            const auto type = static_cast<NodeType>(node.type);
+            // Values beyond the enum are unknown types (not truncated into known ones).
+            const auto type = node.type <= static_cast<std::uint64_t>(NodeType::Checkpoint)
+                                  ? static_cast<NodeType>(node.type)
+                                  : NodeType::Invalid;
             const auto timed = [&] {
                 if (const Attribute* a = node.attr(kDurationPsAttr)) {
                     const auto v = a->as_int();

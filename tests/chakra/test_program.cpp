@@ -140,12 +140,16 @@ TEST_CASE("build_program: located errors") {
     CHECK(error_of([&] { two({bad}, {}); }) ==
           "r.0.et: node 4: comm_type 12 is no CollectiveCommType; expected 0 (ALL_REDUCE) to 9 "
           "(BARRIER)");
+    // 256 is no ALL_REDUCE (0) in disguise.
+    bad.attrs[0] = Attribute::int64("comm_type", 256);
+    CHECK(error_of([&] { two({bad}, {}); }).find("comm_type 256 is no CollectiveCommType") !=
+          std::string::npos);
 }
 
 TEST_CASE("build_program: unknown types and attributes are reported once each") {
     Node odd;
     odd.id = 2;
-    odd.type = 42;
+    odd.type = 260;  // not COMP_NODE (4) modulo 256
     odd.attrs = {Attribute::string("shape", "x")};
     Node odd2 = odd;
     odd2.id = 3;
@@ -154,5 +158,5 @@ TEST_CASE("build_program: unknown types and attributes are reported once each") 
     const Program p = two({c, odd, odd2}, {});
     REQUIRE(p.warnings.size() == 2);
     CHECK(p.warnings[0] == "attribute \"shape\" (first seen on node 1 of r.0.et) is not used");
-    CHECK(p.warnings[1].find("NodeType 42 nodes (first: node 2 of r.0.et) take no time") == 0);
+    CHECK(p.warnings[1].find("NodeType 260 nodes (first: node 2 of r.0.et) take no time") == 0);
 }
