@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     cs::cli::register_collective(app);
     cs::cli::register_validate(app);
     cs::cli::register_calibrate(app);
+    cs::cli::register_chakra(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");

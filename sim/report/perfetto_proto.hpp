@@ -48,6 +48,8 @@ class ProtoBuffer {
     void double_field(int field, double v);
     void bytes_field(int field, const std::string& bytes);  // also strings and sub-messages
     void append_raw(const std::string& bytes);              // already-encoded fields
+    // A bare varint (no tag): a length prefix of delimited framing, an element of a packed field.
+    void append_varint(std::uint64_t v) { varint(v); }
     const std::string& data() const { return data_; }
     void clear() { data_.clear(); }
 

@@ -1,0 +1,483 @@
+#include <array>
+#include <cstring>
+
+#include "chakra/et.hpp"
+#include "core/errors.hpp"
+#include "report/perfetto_proto.hpp"
+
+namespace cs::chakra {
+
+namespace {
+
+// Wire types of the protobuf encoding.
+constexpr int kWireVarint = 0, kWireFixed64 = 1, kWireDelimited = 2, kWireFixed32 = 5;
+
+// Field numbers of et_def.proto.
+namespace metadata_field {
+constexpr int kVersion = 1, kAttr = 2;
+}
+namespace node_field {
+constexpr int kId = 1, kName = 2, kType = 3, kCtrlDeps = 4, kDataDeps = 5, kStartTime = 6,
+              kDuration = 7, kAttr = 10;
+}
+namespace attr_field {
+constexpr int kName = 1, kDocString = 2, kDouble = 3, kFloat = 5, kInt32 = 7, kInt64 = 9,
+              kUint32 = 11, kUint64 = 13, kSint32 = 15, kSint64 = 17, kFixed32 = 19, kFixed64 = 21,
+              kSfixed32 = 23, kSfixed64 = 25, kBool = 27, kString = 29, kBytes = 31, kLast = 32;
+}
+
+constexpr std::array<const char*, 33> kAttrFieldNames{"",
+                                                      "name",
+                                                      "doc_string",
+                                                      "double_val",
+                                                      "double_list",
+                                                      "float_val",
+                                                      "float_list",
+                                                      "int32_val",
+                                                      "int32_list",
+                                                      "int64_val",
+                                                      "int64_list",
+                                                      "uint32_val",
+                                                      "uint32_list",
+                                                      "uint64_val",
+                                                      "uint64_list",
+                                                      "sint32_val",
+                                                      "sint32_list",
+                                                      "sint64_val",
+                                                      "sint64_list",
+                                                      "fixed32_val",
+                                                      "fixed32_list",
+                                                      "fixed64_val",
+                                                      "fixed64_list",
+                                                      "sfixed32_val",
+                                                      "sfixed32_list",
+                                                      "sfixed64_val",
+                                                      "sfixed64_list",
+                                                      "bool_val",
+                                                      "bool_list",
+                                                      "string_val",
+                                                      "string_list",
+                                                      "bytes_val",
+                                                      "bytes_list"};
+
+// The wire type the schema gives each oneof member of AttributeProto.
+int attr_wire_type(int field) {
+    using namespace attr_field;
+    switch (field) {
+        case kDouble:
+        case kFixed64:
+        case kSfixed64:
+            return kWireFixed64;
+        case kFloat:
+        case kFixed32:
+        case kSfixed32:
+            return kWireFixed32;
+        case kInt32:
+        case kInt64:
+        case kUint32:
+        case kUint64:
+        case kSint32:
+        case kSint64:
+        case kBool:
+            return kWireVarint;
+        default:
+            return kWireDelimited;  // strings, bytes and every *_list message
+    }
+}
+
+const char* wire_type_name(int wire) {
+    switch (wire) {
+        case kWireVarint:
+            return "a varint";
+        case kWireFixed64:
+            return "a fixed64";
+        case kWireDelimited:
+            return "a length-delimited field";
+        case kWireFixed32:
+            return "a fixed32";
+        default:
+            return "a group (deprecated wire type)";
+    }
+}
+
+// Reads protobuf wire format from a byte range; every error names the file, what is being read
+// and the absolute byte offset.
+class Cursor {
+  public:
+    Cursor(std::string_view bytes, std::size_t base, const std::string& label, std::string context)
+        : bytes_(bytes), base_(base), label_(label), context_(std::move(context)) {}
+
+    bool done() const { return pos_ >= bytes_.size(); }
+    std::size_t offset() const { return base_ + pos_; }
+    void set_context(std::string context) { context_ = std::move(context); }
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw ConfigError(SourceLocation{label_, 0, 0},
+                          context_ + " (byte " + std::to_string(offset()) + "): " + what);
+    }
+
+    std::uint64_t varint(const char* what) {
+        std::uint64_t v = 0;
+        for (int shift = 0; shift < 70; shift += 7) {
+            if (done()) fail("truncated " + std::string(what) + ": the file ends inside a varint");
+            const auto b = static_cast<std::uint8_t>(bytes_[pos_++]);
+            if (shift == 63 && b > 1) fail("a varint overflows 64 bits in " + std::string(what));
+            v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        fail("a varint longer than 10 bytes in " + std::string(what));
+    }
+    std::uint64_t fixed(int width, const char* what) {
+        if (bytes_.size() - pos_ < static_cast<std::size_t>(width))
+            fail("truncated " + std::string(what) + ": " + std::to_string(width) +
+                 " bytes expected, " + std::to_string(bytes_.size() - pos_) + " left");
+        std::uint64_t v = 0;
+        for (int i = 0; i < width; ++i)
+            v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(bytes_[pos_ + i])) << (8 * i);
+        pos_ += static_cast<std::size_t>(width);
+        return v;
+    }
+    // A length-delimited payload; `sub` gets a cursor over it.
+    std::string_view delimited(const char* what) {
+        const std::uint64_t n = varint(what);
+        if (n > bytes_.size() - pos_)
+            fail("truncated " + std::string(what) + ": it declares " + std::to_string(n) +
+                 " bytes but " + std::to_string(bytes_.size() - pos_) + " remain");
+        auto out = bytes_.substr(pos_, static_cast<std::size_t>(n));
+        pos_ += static_cast<std::size_t>(n);
+        return out;
+    }
+    Cursor sub(std::string_view payload, std::string context) const {
+        return Cursor(payload, base_ + static_cast<std::size_t>(payload.data() - bytes_.data()),
+                      label_, std::move(context));
+    }
+    // Skips a field of wire type `wire` the reader does not interpret.
+    void skip(int wire, int field) {
+        switch (wire) {
+            case kWireVarint:
+                varint("a skipped field");
+                return;
+            case kWireFixed64:
+                fixed(8, "a skipped field");
+                return;
+            case kWireDelimited:
+                delimited("a skipped field");
+                return;
+            case kWireFixed32:
+                fixed(4, "a skipped field");
+                return;
+            default:
+                fail("field " + std::to_string(field) + " has wire type " + std::to_string(wire) +
+                     ", which no Chakra message uses (is this a Chakra ET?)");
+        }
+    }
+    // Reads a tag: field number and wire type.
+    std::pair<int, int> tag() {
+        const std::uint64_t t = varint("a field tag");
+        const auto field = t >> 3;
+        if (field == 0 || field > 536870911) fail("invalid field number " + std::to_string(field));
+        return {static_cast<int>(field), static_cast<int>(t & 7)};
+    }
+    void expect(int wire, int expected, const std::string& field) {
+        if (wire != expected)
+            fail("field " + field + " is " + wire_type_name(wire) + ", et_def.proto makes it " +
+                 wire_type_name(expected));
+    }
+    const std::string& context() const { return context_; }
+
+  private:
+    std::string_view bytes_;
+    std::size_t base_ = 0, pos_ = 0;
+    const std::string& label_;
+    std::string context_;
+};
+
+Attribute decode_attribute(Cursor c) {
+    Attribute a;
+    while (!c.done()) {
+        const auto [field, wire] = c.tag();
+        if (field == attr_field::kName) {
+            c.expect(wire, kWireDelimited, "AttributeProto.name");
+            a.name = std::string(c.delimited("an attribute name"));
+        } else if (field == attr_field::kDocString) {
+            c.expect(wire, kWireDelimited, "AttributeProto.doc_string");
+            c.delimited("an attribute doc_string");
+        } else if (field <= attr_field::kLast) {
+            c.expect(
+                wire, attr_wire_type(field),
+                std::string("AttributeProto.") + kAttrFieldNames[static_cast<std::size_t>(field)]);
+            a.field = field;
+            if (wire == kWireVarint)
+                a.raw = c.varint("an attribute value");
+            else if (wire == kWireFixed64)
+                a.raw = c.fixed(8, "an attribute value");
+            else if (wire == kWireFixed32)
+                a.raw = c.fixed(4, "an attribute value");
+            else
+                a.bytes = std::string(c.delimited("an attribute value"));
+        } else {
+            c.skip(wire, field);
+        }
+    }
+    return a;
+}
+
+void decode_deps(Cursor& c, int wire, std::vector<std::uint64_t>& out, const char* what) {
+    if (wire == kWireVarint) {
+        out.push_back(c.varint(what));
+        return;
+    }
+    c.expect(wire, kWireDelimited, what);
+    Cursor packed = c.sub(c.delimited(what), c.context());
+    while (!packed.done())
+        out.push_back(packed.varint(what));
+}
+
+Node decode_node(Cursor c) {
+    Node n;
+    while (!c.done()) {
+        const auto [field, wire] = c.tag();
+        switch (field) {
+            case node_field::kId:
+                c.expect(wire, kWireVarint, "Node.id");
+                n.id = c.varint("Node.id");
+                c.set_context("node " + std::to_string(n.id));
+                break;
+            case node_field::kName:
+                c.expect(wire, kWireDelimited, "Node.name");
+                n.name = std::string(c.delimited("Node.name"));
+                break;
+            case node_field::kType:
+                c.expect(wire, kWireVarint, "Node.type");
+                n.type = c.varint("Node.type");
+                break;
+            case node_field::kCtrlDeps:
+                decode_deps(c, wire, n.ctrl_deps, "Node.ctrl_deps");
+                break;
+            case node_field::kDataDeps:
+                decode_deps(c, wire, n.data_deps, "Node.data_deps");
+                break;
+            case node_field::kStartTime:
+                c.expect(wire, kWireVarint, "Node.start_time_micros");
+                n.start_time_micros = c.varint("Node.start_time_micros");
+                break;
+            case node_field::kDuration:
+                c.expect(wire, kWireVarint, "Node.duration_micros");
+                n.duration_micros = c.varint("Node.duration_micros");
+                break;
+            case node_field::kAttr: {
+                c.expect(wire, kWireDelimited, "Node.attr");
+                const auto payload = c.delimited("Node.attr");
+                n.attrs.push_back(decode_attribute(c.sub(payload, c.context() + ", an attribute")));
+                break;
+            }
+            default:
+                c.skip(wire, field);
+                n.skipped_fields.push_back(field);
+        }
+    }
+    return n;
+}
+
+// The AttributeProto message of `a` (without tag or length).
+std::string encode_attribute(const Attribute& a) {
+    report::ProtoBuffer b;
+    b.bytes_field(attr_field::kName, a.name);
+    if (a.field > 0) {
+        switch (attr_wire_type(a.field)) {
+            case kWireVarint:
+                b.varint_field(a.field, a.raw);
+                break;
+            case kWireFixed64:
+                b.fixed64_field(a.field, a.raw);
+                break;
+            case kWireFixed32: {
+                b.append_varint(static_cast<std::uint64_t>(a.field) << 3 | kWireFixed32);
+                std::string bits(4, '\0');
+                for (int i = 0; i < 4; ++i)
+                    bits[static_cast<std::size_t>(i)] = static_cast<char>(a.raw >> (8 * i));
+                b.append_raw(bits);
+                break;
+            }
+            default:
+                b.bytes_field(a.field, a.bytes);
+        }
+    }
+    return b.data();
+}
+
+void packed(report::ProtoBuffer& out, int field, const std::vector<std::uint64_t>& values) {
+    if (values.empty()) return;
+    report::ProtoBuffer b;
+    for (const auto v : values)
+        b.append_varint(v);
+    out.bytes_field(field, b.data());
+}
+
+}  // namespace
+
+std::string node_type_name(std::uint64_t type) {
+    static constexpr std::array<const char*, 11> kNames{
+        "INVALID_NODE", "METADATA_NODE",  "MEM_LOAD_NODE",  "MEM_STORE_NODE",
+        "COMP_NODE",    "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE",
+        "STORAGE_NODE", "BATCH_NODE",     "CHECKPOINT_NODE"};
+    if (type < kNames.size()) return kNames[type];
+    return "NodeType " + std::to_string(type);
+}
+
+std::string comm_type_name(std::int64_t type) {
+    static constexpr std::array<const char*, 10> kNames{
+        "ALL_REDUCE", "REDUCE",         "ALL_GATHER",           "GATHER", "SCATTER", "BROADCAST",
+        "ALL_TO_ALL", "REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK", "BARRIER"};
+    if (type >= 0 && type < static_cast<std::int64_t>(kNames.size()))
+        return kNames[static_cast<std::size_t>(type)];
+    return "CollectiveCommType " + std::to_string(type);
+}
+
+Attribute Attribute::int32(std::string name, std::int32_t v) {
+    return Attribute{std::move(name),
+                     attr_field::kInt32,
+                     static_cast<std::uint64_t>(static_cast<std::int64_t>(v)),
+                     {}};
+}
+Attribute Attribute::int64(std::string name, std::int64_t v) {
+    return Attribute{std::move(name), attr_field::kInt64, static_cast<std::uint64_t>(v), {}};
+}
+Attribute Attribute::uint64(std::string name, std::uint64_t v) {
+    return Attribute{std::move(name), attr_field::kUint64, v, {}};
+}
+Attribute Attribute::boolean(std::string name, bool v) {
+    return Attribute{std::move(name), attr_field::kBool, v ? 1u : 0u, {}};
+}
+Attribute Attribute::string(std::string name, std::string v) {
+    return Attribute{std::move(name), attr_field::kString, 0, std::move(v)};
+}
+
+std::optional<std::int64_t> Attribute::as_int() const {
+    using namespace attr_field;
+    switch (field) {
+        case kInt32:
+            return static_cast<std::int32_t>(static_cast<std::uint32_t>(raw));
+        case kInt64:
+        case kFixed64:
+        case kSfixed64:
+            return static_cast<std::int64_t>(raw);
+        case kUint32:
+        case kFixed32:
+            return static_cast<std::int64_t>(static_cast<std::uint32_t>(raw));
+        case kUint64:
+            return static_cast<std::int64_t>(raw);
+        case kSint32:
+        case kSint64:
+            return static_cast<std::int64_t>(raw >> 1) ^ -static_cast<std::int64_t>(raw & 1);
+        case kSfixed32:
+            return static_cast<std::int32_t>(static_cast<std::uint32_t>(raw));
+        case kBool:
+            return raw != 0 ? 1 : 0;
+        default:
+            return std::nullopt;
+    }
+}
+
+std::optional<bool> Attribute::as_bool() const {
+    if (field == attr_field::kBool) return raw != 0;
+    if (auto i = as_int()) return *i != 0;
+    return std::nullopt;
+}
+
+std::optional<std::string> Attribute::as_string() const {
+    if (field == attr_field::kString || field == attr_field::kBytes) return bytes;
+    return std::nullopt;
+}
+
+const char* Attribute::field_name() const {
+    if (field <= 0 || field > attr_field::kLast) return "no value";
+    return kAttrFieldNames[static_cast<std::size_t>(field)];
+}
+
+const Attribute* Node::attr(std::string_view want) const {
+    for (const auto& a : attrs)
+        if (a.name == want) return &a;
+    return nullptr;
+}
+
+EtFile decode_et(std::string_view bytes, const std::string& label) {
+    EtFile et;
+    if (bytes.empty())
+        throw ConfigError(SourceLocation{label, 0, 0},
+                          "the file is empty: a Chakra ET starts with a length-prefixed "
+                          "GlobalMetadata message");
+    Cursor file(bytes, 0, label, "the GlobalMetadata message");
+    {
+        Cursor meta =
+            file.sub(file.delimited("the GlobalMetadata message"), "the GlobalMetadata message");
+        while (!meta.done()) {
+            const auto [field, wire] = meta.tag();
+            if (field == metadata_field::kVersion) {
+                if (wire != kWireDelimited)
+                    meta.fail("the first message is not a GlobalMetadata (its field 1 is " +
+                              std::string(wire_type_name(wire)) +
+                              ", a string in GlobalMetadata; a Node's id is a varint: the file may "
+                              "lack the GlobalMetadata message that ASTRA-sim 2.x reads first)");
+                et.version = std::string(meta.delimited("GlobalMetadata.version"));
+            } else if (field == metadata_field::kAttr) {
+                meta.expect(wire, kWireDelimited, "GlobalMetadata.attr");
+                const auto payload = meta.delimited("GlobalMetadata.attr");
+                et.metadata.push_back(
+                    decode_attribute(meta.sub(payload, "a GlobalMetadata attribute")));
+            } else {
+                meta.fail("the first message is not a GlobalMetadata: it has field " +
+                          std::to_string(field) +
+                          " (GlobalMetadata has version = 1 and attr = 2 only)");
+            }
+        }
+    }
+    std::size_t index = 0;
+    while (!file.done()) {
+        ++index;
+        const std::string where =
+            "node message " + std::to_string(index) + " (after node " +
+            (et.nodes.empty() ? std::string("none") : std::to_string(et.nodes.back().id)) + ")";
+        file.set_context(where);
+        const auto payload = file.delimited("a Node message");
+        et.nodes.push_back(decode_node(file.sub(payload, where)));
+    }
+    return et;
+}
+
+std::string encode_node(const Node& n) {
+    report::ProtoBuffer b;
+    if (n.id) b.varint_field(node_field::kId, n.id);
+    if (!n.name.empty()) b.bytes_field(node_field::kName, n.name);
+    if (n.type) b.varint_field(node_field::kType, n.type);
+    packed(b, node_field::kCtrlDeps, n.ctrl_deps);
+    packed(b, node_field::kDataDeps, n.data_deps);
+    if (n.start_time_micros) b.varint_field(node_field::kStartTime, n.start_time_micros);
+    if (n.duration_micros) b.varint_field(node_field::kDuration, n.duration_micros);
+    for (const auto& a : n.attrs)
+        b.bytes_field(node_field::kAttr, encode_attribute(a));
+    return b.data();
+}
+
+std::string encode_metadata(const EtFile& et) {
+    report::ProtoBuffer b;
+    if (!et.version.empty()) b.bytes_field(metadata_field::kVersion, et.version);
+    for (const auto& a : et.metadata)
+        b.bytes_field(metadata_field::kAttr, encode_attribute(a));
+    return b.data();
+}
+
+std::string encode_et(const EtFile& et) {
+    report::ProtoBuffer out;
+    const std::string meta = encode_metadata(et);
+    out.append_varint(meta.size());
+    out.append_raw(meta);
+    for (const auto& n : et.nodes) {
+        const std::string node = encode_node(n);
+        out.append_varint(node.size());
+        out.append_raw(node);
+    }
+    return out.data();
+}
+
+}  // namespace cs::chakra

@@ -1,0 +1,591 @@
+#include "chakra/program.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/errors.hpp"
+
+namespace cs::chakra {
+
+namespace {
+
+[[noreturn]] void node_error(const std::string& file, std::uint64_t id, const std::string& what) {
+    throw ConfigError(SourceLocation{file, 0, 0}, "node " + std::to_string(id) + ": " + what);
+}
+
+// The longest time a node may give (11.6 days), far from Time's overflow.
+constexpr std::int64_t kMaxPs = 1'000'000'000'000'000'000;
+
+std::string ordinal(std::size_t k) {  // 1 -> "1st"
+    const std::size_t n = k % 100;
+    const char* suffix = (n >= 11 && n <= 13) ? "th"
+                         : k % 10 == 1        ? "st"
+                         : k % 10 == 2        ? "nd"
+                         : k % 10 == 3        ? "rd"
+                                              : "th";
+    return std::to_string(k) + suffix;
+}
+
+// Attributes the reader interprets (or knowingly ignores), per the ASTRA-sim 2.x feeder.
+const std::set<std::string, std::less<>>& known_attributes() {
+    static const std::set<std::string, std::less<>> kKnown{
+        "is_cpu_op",    "num_ops",    "tensor_size",   "comm_type",      "comm_size",
+        "comm_src",     "comm_dst",   "comm_tag",      "pg_name",        "comm_priority",
+        "involved_dim", "tensor_loc", kDurationPsAttr, kCostedAloneAttr, kDelayAttr};
+    return kKnown;
+}
+
+struct Warnings {
+    std::vector<std::string>& out;
+    std::set<std::string> seen;
+    void once(const std::string& key, const std::string& text) {
+        if (seen.insert(key).second) out.push_back(text);
+    }
+};
+
+std::int64_t int_attr(const std::string& file, const Node& n, const char* name, bool required,
+                      std::int64_t fallback = 0) {
+    const Attribute* a = n.attr(name);
+    if (!a) {
+        if (required)
+            node_error(
+                file, n.id,
+                node_type_name(n.type) + " without the \"" + name + "\" attribute (an integer)");
+        return fallback;
+    }
+    const auto v = a->as_int();
+    if (!v)
+        node_error(file, n.id,
+                   std::string("attribute \"") + name + "\" holds " + a->field_name() +
+                       "; expected an integer (int64_val, int32_val, uint64_val, ...)");
+    return *v;
+}
+
+std::optional<network::CollectiveKind> collective_kind(std::int64_t type, bool& sync_only,
+                                                       Warnings& warn) {
+    using network::CollectiveKind;
+    sync_only = false;
+    if (type < 0 || type > static_cast<std::int64_t>(CollectiveCommType::Barrier))
+        return std::nullopt;
+    switch (static_cast<CollectiveCommType>(type)) {
+        case CollectiveCommType::AllReduce:
+            return CollectiveKind::AllReduce;
+        case CollectiveCommType::AllGather:
+            return CollectiveKind::AllGather;
+        case CollectiveCommType::ReduceScatter:
+            return CollectiveKind::ReduceScatter;
+        case CollectiveCommType::AllToAll:
+            return CollectiveKind::AllToAll;
+        case CollectiveCommType::Broadcast:
+            return CollectiveKind::Broadcast;
+        case CollectiveCommType::ReduceScatterBlock:
+            warn.once("REDUCE_SCATTER_BLOCK",
+                      "REDUCE_SCATTER_BLOCK collectives run as REDUCE_SCATTER");
+            return CollectiveKind::ReduceScatter;
+        case CollectiveCommType::Reduce:
+            warn.once("REDUCE",
+                      "REDUCE collectives run as BROADCAST (the same tree, the other way)");
+            return CollectiveKind::Broadcast;
+        case CollectiveCommType::Gather:
+            warn.once("GATHER", "GATHER collectives run as ALL_GATHER (an upper bound)");
+            return CollectiveKind::AllGather;
+        case CollectiveCommType::Scatter:
+            warn.once("SCATTER", "SCATTER collectives run as BROADCAST (an upper bound)");
+            return CollectiveKind::Broadcast;
+        case CollectiveCommType::Barrier:
+            sync_only = true;
+            return CollectiveKind::AllReduce;
+    }
+    return std::nullopt;
+}
+
+std::string rank_files(const std::vector<std::string>& names) {
+    if (names.empty()) return "none";
+    if (names.size() == 1) return names.front();
+    return names.front() + " ... " + names.back();
+}
+
+}  // namespace
+
+Program build_program(std::vector<EtFile> files, const std::vector<std::string>& names,
+                      std::map<std::string, std::vector<int>> groups, std::string folder) {
+    Program p;
+    p.folder = std::move(folder);
+    p.groups = std::move(groups);
+    const int n = static_cast<int>(files.size());
+    Warnings warn{p.warnings, {}};
+    for (const auto& [name, members] : p.groups) {
+        std::set<int> seen;
+        for (const int r : members) {
+            if (r < 0 || r >= n)
+                throw ConfigError(SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
+                                  "communicator \"" + name + "\" lists rank " + std::to_string(r) +
+                                      ", which has no ET file: the folder " + "holds ranks 0-" +
+                                      std::to_string(n - 1) + " (" + rank_files(names) + ")");
+            if (!seen.insert(r).second)
+                throw ConfigError(
+                    SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
+                    "communicator \"" + name + "\" lists rank " + std::to_string(r) + " twice");
+        }
+    }
+    std::vector<int> world(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r)
+        world[static_cast<std::size_t>(r)] = r;
+
+    // Per (communicator, rank): its collective ops in file order. Per (src, dst, tag): sends
+    // and receives in file order.
+    std::map<std::string, std::vector<std::vector<std::uint32_t>>> colls;
+    std::map<std::tuple<int, int, std::int64_t>, std::vector<std::uint32_t>> sends, recvs;
+    struct CollectiveInfo {
+        network::CollectiveKind kind;
+        bool sync_only;
+        std::int64_t type;
+        Bytes size;
+        bool alone;
+    };
+    std::vector<std::unordered_map<std::uint32_t, CollectiveInfo>> coll_info(
+        static_cast<std::size_t>(n));
+    std::vector<std::unordered_map<std::uint32_t, Bytes>> send_size(static_cast<std::size_t>(n));
+
+    p.ranks.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+        const std::string& file = names[static_cast<std::size_t>(r)];
+        EtFile& et = files[static_cast<std::size_t>(r)];
+        RankProgram& prog = p.ranks[static_cast<std::size_t>(r)];
+        prog.file = file;
+        p.nodes += et.nodes.size();
+        std::unordered_map<std::uint64_t, std::uint32_t> index;
+        index.reserve(et.nodes.size());
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i)
+            if (!index.emplace(et.nodes[i].id, i).second)
+                node_error(file, et.nodes[i].id,
+                           "a second node with this id (node ids must be unique in a file)");
+        // Dependencies: distinct parents, checked to exist.
+        std::vector<std::vector<std::uint32_t>> parents(et.nodes.size());
+        std::vector<std::uint32_t> child_count(et.nodes.size(), 0);
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i) {
+            const Node& node = et.nodes[i];
+            auto& ps = parents[i];
+            for (const auto* deps : {&node.data_deps, &node.ctrl_deps})
+                for (const auto d : *deps) {
+                    auto it = index.find(d);
+                    if (it == index.end())
+                        node_error(file, node.id,
+                                   std::string(deps == &node.data_deps ? "data" : "control") +
+                                       " dependency on node " + std::to_string(d) +
+                                       ", which the file does not have");
+                    if (it->second == i) node_error(file, node.id, "depends on itself");
+                    ps.push_back(it->second);
+                }
+            std::sort(ps.begin(), ps.end());
+            ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
+            for (const auto q : ps)
+                ++child_count[q];
+        }
+        // Children lists (CSR), and a cycle check (Kahn).
+        prog.ops.resize(et.nodes.size());
+        std::uint32_t at = 0;
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i) {
+            prog.ops[i].first_child = at;
+            at += child_count[i];
+        }
+        prog.child_list.assign(at, 0);
+        std::vector<std::uint32_t> fill(et.nodes.size(), 0);
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i) {
+            prog.ops[i].deps = static_cast<std::uint32_t>(parents[i].size());
+            for (const auto q : parents[i])
+                prog.child_list[prog.ops[q].first_child + fill[q]++] = i;
+        }
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i)
+            prog.ops[i].children = child_count[i];
+        {
+            std::vector<std::uint32_t> left(et.nodes.size());
+            std::vector<std::uint32_t> ready;
+            for (std::uint32_t i = 0; i < et.nodes.size(); ++i) {
+                left[i] = prog.ops[i].deps;
+                if (left[i] == 0) ready.push_back(i);
+            }
+            std::size_t done = 0;
+            while (!ready.empty()) {
+                const auto i = ready.back();
+                ready.pop_back();
+                ++done;
+                for (std::uint32_t c = 0; c < prog.ops[i].children; ++c) {
+                    const auto ch = prog.child_list[prog.ops[i].first_child + c];
+                    if (--left[ch] == 0) ready.push_back(ch);
+                }
+            }
+            if (done < et.nodes.size()) {
+                // Walk back through unfinished parents until a node repeats: that is a cycle.
+                std::uint32_t i = 0;
+                while (left[i] == 0)
+                    ++i;
+                std::vector<std::uint32_t> path;
+                std::vector<int> pos(et.nodes.size(), -1);
+                while (pos[i] < 0) {
+                    pos[i] = static_cast<int>(path.size());
+                    path.push_back(i);
+                    for (const auto q : parents[i])
+                        if (left[q] > 0) {
+                            i = q;
+                            break;
+                        }
+                }
+                // path[k] waits for path[k + 1]; path.back() waits for path[pos[i]] = i.
+                std::string cycle;
+                for (auto k = static_cast<std::size_t>(pos[i]); k < path.size(); ++k)
+                    cycle += std::to_string(et.nodes[path[k]].id) + " -> ";
+                cycle += std::to_string(et.nodes[i].id);
+                node_error(file, et.nodes[i].id,
+                           "dependency cycle: " + cycle +
+                               " (each node waits for the next; dependencies must form a DAG)");
+            }
+        }
+
+        for (std::uint32_t i = 0; i < et.nodes.size(); ++i) {
+            const Node& node = et.nodes[i];
+            Op& op = prog.ops[i];
+            op.id = node.id;
+            op.name = node.name;
+            op.type = node.type;
+            for (const auto& a : node.attrs)
+                if (!known_attributes().contains(a.name))
+                    warn.once("attr " + a.name,
+                              "attribute \"" + a.name + "\" (first seen on node " +
+                                  std::to_string(node.id) + " of " + file + ") is not used");
+            for (const int f : node.skipped_fields)
+                warn.once("field " + std::to_string(f),
+                          "Node field " + std::to_string(f) + " (first seen on node " +
+                              std::to_string(node.id) + " of " + file + ") is not used");
+            // Values beyond the enum are unknown types (not truncated into known ones).
+            const auto type = node.type <= static_cast<std::uint64_t>(NodeType::Checkpoint)
+                                  ? static_cast<NodeType>(node.type)
+                                  : NodeType::Invalid;
+            const auto timed = [&] {
+                if (const Attribute* a = node.attr(kDurationPsAttr)) {
+                    const auto v = a->as_int();
+                    if (!v || *v < 0 || *v > kMaxPs)
+                        node_error(file, node.id,
+                                   std::string("attribute \"") + kDurationPsAttr +
+                                       "\" must be an integer from 0 to 1e18 (picoseconds)");
+                    op.duration = Time::ps(*v);
+                } else if (node.duration_micros > 0) {
+                    if (node.duration_micros > static_cast<std::uint64_t>(kMaxPs / 1'000'000))
+                        node_error(file, node.id,
+                                   "duration_micros " + std::to_string(node.duration_micros) +
+                                       " is too large (at most 1e12 us)");
+                    op.duration = Time::us(static_cast<std::int64_t>(node.duration_micros));
+                } else {
+                    const std::int64_t flops = int_attr(file, node, "num_ops", false);
+                    const std::int64_t bytes = int_attr(file, node, "tensor_size", false);
+                    if (flops < 0 || bytes < 0)
+                        node_error(file, node.id, "num_ops and tensor_size must be >= 0");
+                    op.flops = static_cast<double>(flops);
+                    op.bytes = bytes;
+                    if (flops == 0 && bytes == 0) op.duration = Time::zero();
+                }
+            };
+            switch (type) {
+                case NodeType::Comp: {
+                    const Attribute* cpu = node.attr("is_cpu_op");
+                    const Attribute* delay = node.attr(kDelayAttr);
+                    op.kind = delay && delay->as_bool().value_or(false) ? OpKind::Delay
+                              : cpu && cpu->as_bool().value_or(false)   ? OpKind::HostCompute
+                                                                        : OpKind::Compute;
+                    timed();
+                    break;
+                }
+                case NodeType::MemLoad:
+                case NodeType::MemStore:
+                    op.kind = OpKind::Memory;
+                    if (node.duration_micros == 0 && !node.attr(kDurationPsAttr)) {
+                        op.bytes = int_attr(file, node, "tensor_size", false);
+                        if (op.bytes < 0) node_error(file, node.id, "tensor_size must be >= 0");
+                        op.flops = 0;
+                    } else {
+                        timed();
+                    }
+                    break;
+                case NodeType::CommColl: {
+                    op.kind = OpKind::Collective;
+                    const std::int64_t ct = int_attr(file, node, "comm_type", true);
+                    bool sync_only = false;
+                    const auto kind = collective_kind(ct, sync_only, warn);
+                    if (!kind)
+                        node_error(file, node.id,
+                                   "comm_type " + std::to_string(ct) +
+                                       " is no CollectiveCommType; expected 0 (ALL_REDUCE) to "
+                                       "9 (BARRIER)");
+                    const std::int64_t size = int_attr(file, node, "comm_size", !sync_only);
+                    if (size < 0) node_error(file, node.id, "comm_size must be >= 0");
+                    std::string group;
+                    if (const Attribute* pg = node.attr("pg_name")) {
+                        auto s = pg->as_string();
+                        if (!s) {
+                            // Some converters write the group number as an integer.
+                            if (auto v = pg->as_int()) s = std::to_string(*v);
+                        }
+                        if (!s)
+                            node_error(file, node.id,
+                                       std::string("attribute \"pg_name\" holds ") +
+                                           pg->field_name() + "; expected a string_val");
+                        group = *s;
+                        auto it = p.groups.find(group);
+                        if (it == p.groups.end())
+                            node_error(file, node.id,
+                                       "communicator \"" + group + "\" is not in " +
+                                           kCommGroupsFile + " of the folder" +
+                                           (p.groups.empty()
+                                                ? std::string(" (there is none)")
+                                                : " (it has " + std::to_string(p.groups.size()) +
+                                                      " communicators)"));
+                        if (std::find(it->second.begin(), it->second.end(), r) == it->second.end())
+                            node_error(file, node.id,
+                                       "rank " + std::to_string(r) +
+                                           " is not a member of communicator \"" + group + "\"");
+                    }
+                    const Attribute* alone = node.attr(kCostedAloneAttr);
+                    auto& per_rank = colls[group];
+                    if (per_rank.empty()) per_rank.resize(static_cast<std::size_t>(n));
+                    per_rank[static_cast<std::size_t>(r)].push_back(i);
+                    coll_info[static_cast<std::size_t>(r)].emplace(
+                        i, CollectiveInfo{*kind, sync_only, ct, Bytes{size},
+                                          alone && alone->as_bool().value_or(false)});
+                    break;
+                }
+                case NodeType::CommSend:
+                case NodeType::CommRecv: {
+                    const bool send = type == NodeType::CommSend;
+                    op.kind = send ? OpKind::Send : OpKind::Recv;
+                    const char* peer_attr = send ? "comm_dst" : "comm_src";
+                    const std::int64_t peer = int_attr(file, node, peer_attr, true);
+                    if (peer < 0 || peer >= n)
+                        node_error(file, node.id,
+                                   std::string(peer_attr) + " " + std::to_string(peer) +
+                                       " is not a rank of the folder: it holds ranks 0-" +
+                                       std::to_string(n - 1) + " (" + rank_files(names) + ")");
+                    if (peer == r)
+                        node_error(
+                            file, node.id,
+                            std::string(send ? "a send to" : "a receive from") + " its own rank");
+                    const std::int64_t tag = int_attr(file, node, "comm_tag", false);
+                    const std::int64_t size = int_attr(file, node, "comm_size", send);
+                    if (size < 0) node_error(file, node.id, "comm_size must be >= 0");
+                    const int src = send ? r : static_cast<int>(peer);
+                    const int dst = send ? static_cast<int>(peer) : r;
+                    (send ? sends : recvs)[{src, dst, tag}].push_back(i);
+                    if (send) send_size[static_cast<std::size_t>(r)].emplace(i, Bytes{size});
+                    break;
+                }
+                default:
+                    op.kind = OpKind::Skip;
+                    warn.once("type " + std::to_string(node.type),
+                              node_type_name(node.type) + " nodes (first: node " +
+                                  std::to_string(node.id) + " of " + file +
+                                  ") take no time: clustersim runs COMP, MEM_LOAD, MEM_STORE, "
+                                  "COMM_SEND, COMM_RECV and COMM_COLL nodes");
+            }
+        }
+    }
+
+    // Collectives: the k-th of each member on a communicator are one collective.
+    for (auto& [group, per_rank] : colls) {
+        const std::vector<int>& members = group.empty() ? world : p.groups.at(group);
+        const std::string label = group.empty() ? "all ranks" : "communicator \"" + group + "\"";
+        std::size_t count = 0;
+        int most = -1;
+        for (const int m : members)
+            if (most < 0 || per_rank[static_cast<std::size_t>(m)].size() > count) {
+                count = per_rank[static_cast<std::size_t>(m)].size();
+                most = m;
+            }
+        for (const int m : members) {
+            const auto& mine = per_rank[static_cast<std::size_t>(m)];
+            if (mine.size() == count) continue;
+            const auto& theirs = per_rank[static_cast<std::size_t>(most)];
+            const auto& other = p.ranks[static_cast<std::size_t>(most)];
+            node_error(other.file, other.ops[theirs[mine.size()]].id,
+                       "the " + ordinal(mine.size() + 1) + " collective of rank " +
+                           std::to_string(most) + " on " + label + " has no match: rank " +
+                           std::to_string(m) + " (" + p.ranks[static_cast<std::size_t>(m)].file +
+                           ") issues " + std::to_string(mine.size()) +
+                           " there (every member issues the same collectives in the same order)");
+        }
+        for (std::size_t k = 0; k < count; ++k) {
+            CollectiveInstance inst;
+            inst.group = group;
+            inst.ranks = members;
+            const int first = members.front();
+            const auto first_op = per_rank[static_cast<std::size_t>(first)][k];
+            const CollectiveInfo& info = coll_info[static_cast<std::size_t>(first)].at(first_op);
+            inst.kind = info.kind;
+            inst.sync_only = info.sync_only;
+            inst.size = info.size;
+            inst.costed_alone = info.alone;
+            const auto id = static_cast<std::int32_t>(p.collectives.size());
+            for (const int m : members) {
+                const auto op = per_rank[static_cast<std::size_t>(m)][k];
+                const CollectiveInfo& mi = coll_info[static_cast<std::size_t>(m)].at(op);
+                auto& prog = p.ranks[static_cast<std::size_t>(m)];
+                if (mi.type != info.type || mi.size.value != info.size.value)
+                    node_error(prog.file, prog.ops[op].id,
+                               "the " + ordinal(k + 1) + " collective on " + label + " is " +
+                                   comm_type_name(mi.type) + " of " +
+                                   std::to_string(mi.size.value) + " bytes here but " +
+                                   comm_type_name(info.type) + " of " +
+                                   std::to_string(info.size.value) + " bytes on rank " +
+                                   std::to_string(first) + " (node " +
+                                   std::to_string(
+                                       p.ranks[static_cast<std::size_t>(first)].ops[first_op].id) +
+                                   " of " + p.ranks[static_cast<std::size_t>(first)].file + ")");
+                prog.ops[op].instance = id;
+                inst.members.emplace_back(m, op);
+            }
+            p.collectives.push_back(std::move(inst));
+        }
+    }
+    // Messages: the k-th send from s to d with a tag meets the k-th receive of it.
+    std::set<std::tuple<int, int, std::int64_t>> keys;
+    for (const auto& [key, v] : sends)
+        keys.insert(key);
+    for (const auto& [key, v] : recvs)
+        keys.insert(key);
+    for (const auto& key : keys) {
+        const auto& [src, dst, tag] = key;
+        static const std::vector<std::uint32_t> kNone;
+        const auto sit = sends.find(key);
+        const auto rit = recvs.find(key);
+        const auto& s = sit == sends.end() ? kNone : sit->second;
+        const auto& rv = rit == recvs.end() ? kNone : rit->second;
+        const auto what = "from rank " + std::to_string(src) + " to rank " + std::to_string(dst) +
+                          " with tag " + std::to_string(tag);
+        if (s.size() > rv.size()) {
+            const auto& prog = p.ranks[static_cast<std::size_t>(src)];
+            node_error(prog.file, prog.ops[s[rv.size()]].id,
+                       "the " + ordinal(rv.size() + 1) + " send " + what +
+                           " has no receive: " + p.ranks[static_cast<std::size_t>(dst)].file +
+                           " has " + std::to_string(rv.size()) + " COMM_RECV_NODEs with comm_src " +
+                           std::to_string(src) + " and comm_tag " + std::to_string(tag));
+        }
+        if (rv.size() > s.size()) {
+            const auto& prog = p.ranks[static_cast<std::size_t>(dst)];
+            node_error(prog.file, prog.ops[rv[s.size()]].id,
+                       "the " + ordinal(s.size() + 1) + " receive " + what +
+                           " has no send: " + p.ranks[static_cast<std::size_t>(src)].file +
+                           " has " + std::to_string(s.size()) + " COMM_SEND_NODEs with comm_dst " +
+                           std::to_string(dst) + " and comm_tag " + std::to_string(tag));
+        }
+        for (std::size_t k = 0; k < s.size(); ++k) {
+            MessageInstance m;
+            m.src = src;
+            m.dst = dst;
+            m.tag = tag;
+            m.send_op = s[k];
+            m.recv_op = rv[k];
+            m.size = send_size[static_cast<std::size_t>(src)].at(s[k]);
+            const auto id = static_cast<std::int32_t>(p.messages.size());
+            p.ranks[static_cast<std::size_t>(src)].ops[s[k]].instance = id;
+            p.ranks[static_cast<std::size_t>(dst)].ops[rv[k]].instance = id;
+            p.messages.push_back(m);
+        }
+    }
+    return p;
+}
+
+Program load_program(const std::filesystem::path& folder) {
+    namespace fs = std::filesystem;
+    const std::string shown = folder.string();
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec))
+        throw ConfigError(SourceLocation{shown, 0, 0},
+                          "not a folder: expected a folder of Chakra ETs named "
+                          "<prefix>.<rank>.et");
+    // <prefix>.<rank>.et, one prefix.
+    std::map<int, fs::path> by_rank;
+    std::string prefix;
+    bool any = false;
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(folder, ec))
+        entries.push_back(e.path());
+    std::sort(entries.begin(), entries.end());
+    for (const auto& path : entries) {
+        const std::string name = path.filename().string();
+        if (name.size() < 4 || name.substr(name.size() - 3) != ".et") continue;
+        const std::string stem = name.substr(0, name.size() - 3);
+        const auto dot = stem.rfind('.');
+        const std::string digits = dot == std::string::npos ? "" : stem.substr(dot + 1);
+        if (digits.empty() || digits.size() > 7 ||
+            !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            throw ConfigError(SourceLocation{(folder / name).string(), 0, 0},
+                              "an ET file name must be <prefix>.<rank>.et with a decimal rank "
+                              "(workload.0.et, workload.1.et, ...)");
+        const std::string pre = stem.substr(0, dot);
+        if (any && pre != prefix)
+            throw ConfigError(SourceLocation{(folder / name).string(), 0, 0},
+                              "prefix \"" + pre + "\" differs from \"" + prefix +
+                                  "\" of the other ET files: one workload per folder");
+        prefix = pre;
+        any = true;
+        by_rank[std::stoi(digits)] = path;
+    }
+    if (!any)
+        throw ConfigError(SourceLocation{shown, 0, 0},
+                          "no Chakra ET files: expected <prefix>.<rank>.et for ranks 0, 1, ...");
+    const int n = static_cast<int>(by_rank.size());
+    for (int r = 0; r < n; ++r)
+        if (!by_rank.contains(r))
+            throw ConfigError(SourceLocation{shown, 0, 0},
+                              "rank " + std::to_string(r) + " is missing (" + prefix + "." +
+                                  std::to_string(r) + ".et): the ranks must be 0 to " +
+                                  std::to_string(n - 1) + " without gaps (found up to " +
+                                  std::to_string(by_rank.rbegin()->first) + ")");
+    std::vector<EtFile> files;
+    std::vector<std::string> names;
+    for (const auto& [r, path] : by_rank) {
+        const std::string label = path.string();
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw ConfigError(SourceLocation{label, 0, 0}, "cannot read the file");
+        std::ostringstream buf;
+        buf << in.rdbuf();
+        files.push_back(decode_et(buf.str(), label));
+        names.push_back(label);
+    }
+    std::map<std::string, std::vector<int>> groups;
+    const fs::path groups_file = folder / kCommGroupsFile;
+    if (fs::exists(groups_file, ec)) {
+        const std::string label = groups_file.string();
+        std::ifstream in(groups_file);
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(in);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw ConfigError(SourceLocation{label, 0, 0},
+                              std::string("not valid JSON: ") + e.what());
+        }
+        const std::string expected =
+            "expected {\"<pg_name>\": [rank, ...], ...} (ASTRA-sim's communicator groups)";
+        if (!j.is_object()) throw ConfigError(SourceLocation{label, 0, 0}, expected);
+        for (const auto& [name, members] : j.items()) {
+            if (!members.is_array() || members.empty())
+                throw ConfigError(SourceLocation{label, 0, 0},
+                                  "communicator \"" + name + "\": " + expected);
+            std::vector<int> ranks;
+            for (const auto& m : members) {
+                if (!m.is_number_integer())
+                    throw ConfigError(SourceLocation{label, 0, 0},
+                                      "communicator \"" + name + "\": " + expected);
+                ranks.push_back(m.get<int>());
+            }
+            groups.emplace(name, std::move(ranks));
+        }
+    }
+    Program p = build_program(std::move(files), names, std::move(groups), shown);
+    p.prefix = prefix;
+    return p;
+}
+
+}  // namespace cs::chakra
