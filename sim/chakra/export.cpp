@@ -136,6 +136,10 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             "the host model (compute.host) is not exported: the ETs hold GPU work only, so "
             "running them gives the iteration without host delays (export with --host to "
             "include it, or set compute.host.enabled=false to compare like with like)");
+    if (spec.variability.any())
+        set.warnings.push_back(
+            "variability (slow GPUs and hosts) is not exported: the ETs hold the plan's times, so "
+            "running them gives the iteration without it");
     if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
         set.warnings.push_back(
             "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "
