@@ -31,6 +31,13 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
     }
 }
 
+Bytes gpu_hbm(const workload::ExperimentSpec& spec) {
+    return spec.cluster->gpu_model(0).hbm;
+}
+
+// The heat map's rows: the busiest links by bytes.
+constexpr std::size_t kReportLinks = 32;
+
 }  // namespace
 
 RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
@@ -70,6 +77,17 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         replay.add_observer(*trace);
         replay.add_network_observer(*trace);
     }
+    std::unique_ptr<report::TimelineRecorder> timeline;
+    std::unique_ptr<report::LinkTimeline> link_timeline;
+    std::unique_ptr<report::MemoryTimeline> memory_timeline;
+    if (options.detail) {
+        timeline = std::make_unique<report::TimelineRecorder>(replay);
+        replay.add_observer(*timeline);
+        memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
+        replay.add_observer(*memory_timeline);
+        link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
+        replay.add_network_observer(*link_timeline);
+    }
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
 
@@ -88,6 +106,23 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         meta.erase("wall_time_s");
         meta.erase("links");
         trace->finish(meta);
+    }
+    if (options.detail) {
+        report::RunDetail& d = out.detail.emplace();
+        d.timeline = {name,
+                      timeline->rows(),
+                      chunks,
+                      result.iteration_time,
+                      out.summary.bubble_fraction,
+                      timeline->blocks()};
+        link_timeline->finish(result.iteration_time);
+        d.bin_width = link_timeline->bin_width();
+        d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
+                                        kReportLinks, &d.links_total);
+        d.hbm_bytes = gpu_hbm(spec).value;
+        for (int s = 0; s < shape.devices; ++s)
+            d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);
+        d.memory_steps = memory_timeline->steps();
     }
     out.summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

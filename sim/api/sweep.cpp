@@ -100,13 +100,23 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
     return values;
 }
 
-void simulate_row(const std::string& experiment, const std::vector<std::string>& base,
+// Where a sweep's experiment comes from: a file, or its text (SweepOptions::text).
+struct Source {
+    const std::filesystem::path* path = nullptr;
+    const workload::ExperimentText* text = nullptr;
+    workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
+        return text ? workload::load_experiment(*text, overrides)
+                    : workload::load_experiment(*path, overrides);
+    }
+};
+
+void simulate_row(const Source& experiment, const std::vector<std::string>& base,
                   const std::vector<SweepAxis>& axes, SweepRow& row) {
     std::vector<std::string> overrides = base;
     for (std::size_t i = 0; i < axes.size(); ++i)
         overrides.push_back(axes[i].key + "=" + row.values[i]);
     try {
-        const auto spec = workload::load_experiment(experiment, overrides);
+        const auto spec = experiment.load(overrides);
         row.source = spec.source;
         const auto s = run(spec).summary;
         const auto hbm = spec.cluster->gpu_model(0).hbm;
@@ -161,7 +171,7 @@ struct Share {
     std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
 };
 
-Share simulate_share(const std::string& experiment, const std::vector<std::string>& base,
+Share simulate_share(const Source& experiment, const std::vector<std::string>& base,
                      const std::vector<SweepAxis>& axes, std::size_t total,
                      const SweepRanks& ranks) {
     Share share;
@@ -284,7 +294,10 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
                                       [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
     if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
 
-    auto all = gather(simulate_share(options.experiment.string(), base, axes, total, ranks), ranks);
+    auto all =
+        gather(simulate_share(Source{&options.experiment, options.text ? &*options.text : nullptr},
+                              base, axes, total, ranks),
+               ranks);
     if (!all) return std::nullopt;  // rank 0 reports
     if (all->failure) throw std::runtime_error(all->failure->second);
     return std::move(all->rows);

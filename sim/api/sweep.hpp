@@ -58,6 +58,7 @@ struct SweepOptions {
     std::filesystem::path experiment;
     std::vector<std::string> sets;  // applied to every combination, before the varied keys
     std::vector<SweepAxis> axes;
+    std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
 };
 
 // Every combination's row in enumeration order, on rank 0 of `ranks`; nullopt on other ranks.

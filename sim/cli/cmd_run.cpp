@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "api/inputs.hpp"
+#include "api/report.hpp"
 #include "api/run.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
@@ -25,6 +26,7 @@ struct RunArgs {
     std::string trace_ranks;
     std::string trace_links = "auto";
     std::string schedule;
+    std::string html;
 };
 
 void run(const RunArgs& a) {
@@ -37,6 +39,7 @@ void run(const RunArgs& a) {
     for (const auto& file : a.summaries)
         outputs.declare("--summary", file);
     outputs.declare("--trace", a.trace);
+    outputs.declare("--html", a.html);
     const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -47,6 +50,7 @@ void run(const RunArgs& a) {
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
     opt.trace_options.outputs = &outputs;
+    opt.detail = !a.html.empty();
     const auto result = api::run(spec, opt);
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
@@ -55,9 +59,21 @@ void run(const RunArgs& a) {
                                    &outputs);
     for (std::size_t i = 0; i < writers.size(); ++i)
         report::write_summary_file(a.summaries[i], result.summary, *writers[i], &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim run";
+        page.experiment = spec.source;
+        page.runs = {result.summary};
+        page.details = {*result.detail};
+        page.warnings = spec.warnings;
+        page.warnings.insert(page.warnings.end(), result.warnings.begin(), result.warnings.end());
+        page.validation = api::validation_confidence(spec);
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
     std::cout << "experiment            " << spec.source << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
+    if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
 }
@@ -83,6 +99,9 @@ void register_run(CLI::App& app) {
         ->type_name("FILE");
     cmd->add_option("--trace", args->trace,
                     "Write a timeline: " + report::TraceFormatRegistry::builtin().help());
+    cmd->add_option("--html", args->html,
+                    "Write a self-contained HTML report (timeline, link heat map, memory)")
+        ->type_name("FILE");
     cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
         ->type_name("RANKS");
     cmd->add_option("--trace-links", args->trace_links,

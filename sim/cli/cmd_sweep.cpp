@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "api/report.hpp"
 #include "api/sweep.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
@@ -19,6 +20,7 @@ struct SweepArgs {
     std::vector<std::string> sets;
     std::size_t top = 20;
     std::string json;
+    std::string html;
 };
 
 void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
@@ -27,7 +29,10 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
     OutputSet outputs;
-    if (ranks.rank() == 0) outputs.declare("--json", a.json);
+    if (ranks.rank() == 0) {
+        outputs.declare("--json", a.json);
+        outputs.declare("--html", a.html);
+    }
     const auto rows = api::sweep(options, ranks);
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
@@ -38,6 +43,18 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
                 out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
             },
             &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim sweep";
+        page.experiment = ranking.source;
+        for (const auto& axis : options.axes)
+            page.sweep_keys.push_back(axis.key);
+        page.sweep_rows = api::sweep_json(options.axes, *rows, ranking);
+        // Wall-clock times would make two reports of one sweep differ.
+        for (auto& row : *page.sweep_rows)
+            if (row.contains("summary")) row["summary"].erase("wall_time_s");
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
     api::print_sweep(std::cout, options.axes, *rows, ranking, a.top);
 }
@@ -68,6 +85,9 @@ void register_sweep(CLI::App& app) {
     cmd->add_option("--top", args->top, "Rows of the ranking to print")->capture_default_str();
     cmd->add_option("--json", args->json,
                     "Write every combination (summary, or the reason it is not valid) as JSON");
+    cmd->add_option("--html", args->html,
+                    "Write a self-contained HTML report: the ranking, throughput against each key")
+        ->type_name("FILE");
     cmd->callback([args] { sweep(*args); });
 }
 
