@@ -172,12 +172,13 @@ struct Share {
 };
 
 Share simulate_share(const Source& experiment, const std::vector<std::string>& base,
-                     const std::vector<SweepAxis>& axes, std::size_t total,
-                     const SweepRanks& ranks) {
+                     const std::vector<SweepAxis>& axes, std::size_t total, const SweepRanks& ranks,
+                     const std::function<void(std::size_t, std::size_t)>& on_row) {
     Share share;
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
-    for (const std::size_t n : dealt_to(ranks.rank(), ranks.size(), total)) {
+    const auto mine = dealt_to(ranks.rank(), ranks.size(), total);
+    for (const std::size_t n : mine) {
         SweepRow row;
         row.index = n;
         row.values = combination(axes, n);
@@ -191,6 +192,7 @@ Share simulate_share(const Source& experiment, const std::vector<std::string>& b
             break;
         }
         share.rows.push_back(std::move(row));
+        if (on_row) on_row(share.rows.size(), mine.size());
     }
     return share;
 }
@@ -296,7 +298,7 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
 
     auto all =
         gather(simulate_share(Source{&options.experiment, options.text ? &*options.text : nullptr},
-                              base, axes, total, ranks),
+                              base, axes, total, ranks, options.on_row),
                ranks);
     if (!all) return std::nullopt;  // rank 0 reports
     if (all->failure) throw std::runtime_error(all->failure->second);

@@ -7,6 +7,7 @@
 #include "api/report.hpp"
 #include "api/run.hpp"
 #include "cli/commands.hpp"
+#include "cli/log.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "report/summary_writers.hpp"
@@ -16,6 +17,22 @@
 namespace cs::cli {
 
 namespace {
+
+// Counts the passes of a run for the terminal's progress line: every worker runs each microbatch
+// forward and backward (backward input and weight passes when the schedule splits it) per chunk.
+class PassProgress final : public replay::ReplayObserver {
+  public:
+    PassProgress(Progress& progress, std::size_t total) : progress_(progress), total_(total) {}
+    void on_pass(const replay::PassRecord& pass) override {
+        progress_.update(++done_, total_, "passes, simulated " + format_time(pass.end));
+    }
+
+  private:
+    Progress& progress_;
+    std::size_t total_;
+    std::size_t done_ = 0;
+};
+
 struct RunArgs {
     std::string experiment;
     std::vector<std::string> sets;
@@ -51,7 +68,24 @@ void run(const RunArgs& a) {
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
     opt.trace_options.outputs = &outputs;
     opt.detail = !a.html.empty();
+    Progress progress("simulating");
+    std::unique_ptr<PassProgress> counter;
+    if (progress.enabled()) {
+        const auto sched = schedule::make_schedule(a.schedule.empty() ? spec.schedule : a.schedule);
+        if (sched) {
+            const std::size_t passes =
+                static_cast<std::size_t>(sched->chunks_for(spec.layout.vpp)) *
+                static_cast<std::size_t>(spec.training.microbatches(spec.layout)) *
+                (sched->splits_backward() ? 3 : 2);
+            opt.attach = [&](replay::Replay& replay) {
+                counter =
+                    std::make_unique<PassProgress>(progress, passes * replay.workers().size());
+                replay.add_observer(*counter);
+            };
+        }
+    }
     const auto result = api::run(spec, opt);
+    counter.reset();
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())

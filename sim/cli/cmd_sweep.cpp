@@ -3,10 +3,13 @@
 // The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "api/report.hpp"
 #include "api/sweep.hpp"
 #include "cli/commands.hpp"
+#include "cli/log.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
@@ -33,7 +36,17 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         outputs.declare("--json", a.json);
         outputs.declare("--html", a.html);
     }
-    const auto rows = api::sweep(options, ranks);
+    std::optional<std::vector<api::SweepRow>> rows;
+    {
+        // Rank 0 shows its own share's progress (the other ranks' shares run alongside); the
+        // line is erased before the table is printed.
+        Progress progress(ranks.size() > 1 ? "sweep (rank 0's share)" : "sweep");
+        if (ranks.rank() == 0 && progress.enabled())
+            options.on_row = [&](std::size_t done, std::size_t total) {
+                progress.update(done, total, "combinations");
+            };
+        rows = api::sweep(options, ranks);
+    }
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
     if (!a.json.empty())
