@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "see docs/python.md)") from e
 
 __all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "SimulationError",
-           "load", "run", "compare", "sweep", "schedules", "columns"]
+           "load", "run", "compare", "sweep", "report", "schedules", "columns"]
 
 
 def schedules():
@@ -121,6 +121,15 @@ class Experiment:
                 for k, values in vary.items()]
         text, source = _core.sweep(self._source, self.overrides, axes)
         return Sweep(json.loads(text), list(vary), source)
+
+    def report(self, path, schedules=None):
+        """Writes the HTML report (as `clustersim run --html`, or `compare --html` when
+        `schedules` names several) to `path`: one self-contained file, written whole or not at
+        all. Returns the path."""
+        if schedules is not None and not isinstance(schedules, str):
+            schedules = ",".join(schedules)
+        _core.html_report(self._source, self.overrides, schedules or "", os.fspath(path))
+        return path
 
     def __repr__(self):
         return "clustersim.Experiment(%r, overrides=%r)" % (
@@ -276,6 +285,11 @@ def compare(source, schedules, overrides=None, *, base_dir=None):
 def sweep(source, vary, overrides=None, *, base_dir=None):
     """Simulates every combination of `vary` ({key: [values]}). Returns a Sweep."""
     return _with(source, overrides, base_dir).sweep(vary)
+
+
+def report(source, path, overrides=None, *, schedules=None, base_dir=None):
+    """Writes the HTML report of an experiment (one run, or the comparison of `schedules`)."""
+    return _with(source, overrides, base_dir).report(path, schedules=schedules)
 
 
 def _with(source, overrides, base_dir):

@@ -1,5 +1,5 @@
 // The HTML report as the front ends write it (`run --html`, `compare --html`, `sweep --html`,
-// clustersim.Report in Python): the report layer's page plus what only the api layer knows, the
+// clustersim.report in Python): the report layer's page plus what only the api layer knows, the
 // validation confidence of the models an experiment uses.
 #pragma once
 

@@ -14,6 +14,7 @@
 
 #include "api/compare.hpp"
 #include "api/inputs.hpp"
+#include "api/report.hpp"
 #include "api/run.hpp"
 #include "api/sweep.hpp"
 #include "core/atomic_file.hpp"
@@ -104,6 +105,42 @@ std::tuple<std::string, std::string> sweep(const Source& source,
     return {api::sweep_json(options.axes, *rows, ranking).dump(), ranking.source};
 }
 
+// Writes the HTML report of one run (`schedules` empty: the experiment's own schedule) or of a
+// comparison (a comma-separated list) to `path`, as `run --html` and `compare --html` do.
+void html_report(const Source& source, const std::vector<std::string>& sets,
+                 const std::string& schedules, const std::string& path) {
+    py::gil_scoped_release release;
+    OutputSet outputs;
+    outputs.declare("path", path);
+    const auto spec = source.load(sets);
+    report::HtmlReport page;
+    page.experiment = spec.source;
+    page.warnings = spec.warnings;
+    std::vector<std::string> warnings;
+    if (schedules.empty()) {
+        api::RunOptions options;
+        options.detail = true;
+        auto result = api::run(spec, options);
+        page.title = "clustersim run";
+        page.runs = {result.summary};
+        page.details = {std::move(*result.detail)};
+        warnings = result.warnings;
+    } else {
+        api::CompareOptions options;
+        options.schedules = api::parse_schedule_list(schedules, "schedules");
+        options.details = true;
+        auto result = api::compare(spec, options);
+        page.title = "clustersim compare";
+        page.runs = result.summaries;
+        page.details = std::move(result.details);
+        warnings = result.warnings;
+    }
+    page.warnings.insert(page.warnings.end(), warnings.begin(), warnings.end());
+    page.validation = api::validation_confidence(spec);
+    api::write_html(path, page, &outputs);
+    outputs.commit();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_clustersim, m) {
@@ -116,6 +153,8 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("run", &run, py::arg("source"), py::arg("sets"), py::arg("schedule"), py::arg("trace"));
     m.def("compare", &compare, py::arg("source"), py::arg("sets"), py::arg("schedules"));
     m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"));
+    m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
+          py::arg("path"));
     m.def("schedule_names", [] { return schedule::schedule_names(); });
     m.def("default_experiment", [] { return api::default_experiment().string(); });
 

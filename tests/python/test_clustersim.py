@@ -120,6 +120,25 @@ class CompareSweepTest(unittest.TestCase):
         self.assertEqual(s.table()["valid"], [True] * 3 + [False] * 3)
 
 
+class ReportTest(unittest.TestCase):
+    def test_html_report_of_a_comparison(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.html")
+            clustersim.report(PIPELINE_DICT, path, schedules=["gpipe", "1f1b"], base_dir=ROOT)
+            with open(path, encoding="ascii") as f:
+                html = f.read()
+            self.assertTrue(html.startswith("<!DOCTYPE html>"))
+            # The embedded data names both schedules, in order.
+            data = html.split('<script type="application/json" id="data">')[1]
+            data = json.loads(data.split("</script>")[0])  # "<\/" is JSON for "</"
+            self.assertEqual([r["summary"]["schedule"] for r in data["runs"]], ["gpipe", "1f1b"])
+            # A bad input raises before anything is written, and leaves no file.
+            bad = os.path.join(d, "bad.html")
+            with self.assertRaises(clustersim.InputError):
+                clustersim.report(PIPELINE_DICT, bad, {"schedule": "zigzag"}, base_dir=ROOT)
+            self.assertFalse(os.path.exists(bad))
+
+
 class ErrorTest(unittest.TestCase):
     def test_unknown_value_is_located_with_accepted_names(self):
         with self.assertRaises(clustersim.InputError) as caught:
