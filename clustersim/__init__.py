@@ -86,9 +86,11 @@ class Experiment:
             folder = os.fspath(base_dir) if base_dir is not None else os.getcwd()
             self._source = _core.Source("", text, name, folder)
             self.path = None
+            self._name = name
         elif source is None or isinstance(source, (str, os.PathLike)):
             self.path = os.fspath(source) if source is not None else None
             self._source = _core.Source(self.path or "", None, "", "")
+            self._name = self.path or "workloads/default.yaml (bundled)"
         else:
             raise TypeError("an experiment is a path or a dict, not " + type(source).__name__)
         self.overrides = _overrides(overrides)
@@ -96,7 +98,7 @@ class Experiment:
     def set(self, key, value):
         """A copy with one more override (later overrides win), as --set key=value."""
         copy = Experiment.__new__(Experiment)
-        copy._source, copy.path = self._source, self.path
+        copy._source, copy.path, copy._name = self._source, self.path, self._name
         copy.overrides = self.overrides + ["%s=%s" % (key, _yaml_value(value))]
         return copy
 
@@ -132,8 +134,7 @@ class Experiment:
         return path
 
     def __repr__(self):
-        return "clustersim.Experiment(%r, overrides=%r)" % (
-            self.path if self.path is not None else "<dict>", self.overrides)
+        return "clustersim.Experiment(%r, overrides=%r)" % (self._name, self.overrides)
 
 
 class Result:

@@ -31,10 +31,6 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
     }
 }
 
-Bytes gpu_hbm(const workload::ExperimentSpec& spec) {
-    return spec.cluster->gpu_model(0).hbm;
-}
-
 // The heat map's rows: the busiest links by bytes.
 constexpr std::size_t kReportLinks = 32;
 
@@ -119,7 +115,7 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         d.bin_width = link_timeline->bin_width();
         d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
                                         kReportLinks, &d.links_total);
-        d.hbm_bytes = gpu_hbm(spec).value;
+        d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
         for (int s = 0; s < shape.devices; ++s)
             d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);
         d.memory_steps = memory_timeline->steps();
