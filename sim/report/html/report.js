@@ -212,6 +212,11 @@
     if (m.hbm > 0 && m.hbm <= ymax)
       el("svg:line", {x1: left, x2: left + pw, y1: Y(m.hbm), y2: Y(m.hbm), stroke: "#a11d1d", "stroke-dasharray": "4 3"}, s2);
     ticks(0, end_s, 8).forEach(function (t) { el("svg:text", {x: X(t) - 14, y: H2 - 8}, s2, fmtTime(t)); });
+    var legend = el("div", {"class": "note"}, parent);
+    m.stages.forEach(function (st, i) {
+      el("span", {style: "color:hsl(" + hue(i).toFixed(1) + ",65%,42%);margin-right:12px"}, legend,
+        "\u25a0 stage " + i);
+    });
     el("p", {"class": "note"}, parent, "Per stage, one GPU: parameters, gradients and optimizer states all iteration, " +
       "plus the activations of the microbatches in flight (held from a chunk's forward pass to the backward pass that frees them); " +
       "dashed: the GPU's HBM.");
