@@ -250,7 +250,7 @@
         return [s.schedule, fmtTime(s.iteration_time_s), "+" + pct(s.iteration_time_s / best - 1), pct(s.bubble_fraction),
                 pct(s.exposed_comm_fraction), pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)];
       }));
-    var W = 1100, left = 120, bh = 20, H = 10 + runs.length * (bh + 6) + 10, pw = W - left - 140;
+    var W = 1100, left = 120, bh = 20, H = 10 + runs.length * (bh + 6) + 10, pw = W - left - 260;
     var worst = Math.max.apply(null, runs.map(function (r) { return r.summary.iteration_time_s; }));
     var s = svg(sec, W, H, "compare-bars");
     runs.forEach(function (r, i) {
