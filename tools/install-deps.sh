@@ -9,6 +9,8 @@ packages=(
   doctest-dev libbenchmark-dev
   protobuf-compiler  # tests decode .pftrace traces with protoc --decode
   python3            # tools/ scripts (standard library only)
+  python3-dev pybind11-dev  # the Python package (clustersim/, docs/python.md)
+  chromium           # the HTML report's browser test (headless, offline)
   libopenmpi-dev openmpi-bin  # `mpirun -n N clustersim sweep` shards a sweep over N processes
 )
 

@@ -40,6 +40,7 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
             out.without_virtual_stages.push_back(n);
         RunOptions opt;
         opt.schedule = n;
+        opt.detail = options.details;
         std::unique_ptr<report::TimelineRecorder> recorder;
         if (options.timelines)
             opt.attach = [&recorder](replay::Replay& replay) {
@@ -51,6 +52,7 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
             if (std::find(out.warnings.begin(), out.warnings.end(), w) == out.warnings.end())
                 out.warnings.push_back(std::move(w));
         out.summaries.push_back(std::move(r.summary));
+        if (r.detail) out.details.push_back(std::move(*r.detail));
         if (recorder) {
             const auto& s = out.summaries.back();
             report::TimelinePanel panel;

@@ -19,6 +19,7 @@ std::vector<std::string> parse_schedule_list(const std::string& text,
 struct CompareOptions {
     std::vector<std::string> schedules;  // at least one, as parse_schedule_list gives them
     bool timelines = false;              // record data-parallel replica 0's passes per schedule
+    bool details = false;                // RunOptions::detail per schedule
 };
 
 struct CompareResult {
@@ -26,7 +27,8 @@ struct CompareResult {
     std::vector<report::TimelinePanel> timelines;  // one per schedule when asked for
     // Schedules that ran one chunk per stage although the experiment sets vpp > 1.
     std::vector<std::string> without_virtual_stages;
-    std::vector<std::string> warnings;  // every run's warnings, in order, each once
+    std::vector<std::string> warnings;       // every run's warnings, in order, each once
+    std::vector<report::RunDetail> details;  // one per schedule when asked for
 };
 
 CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions& options);

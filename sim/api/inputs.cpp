@@ -117,4 +117,9 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
     return spec;
 }
 
+workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
+                                         const std::vector<std::string>& sets) {
+    return workload::load_experiment(text, sets);
+}
+
 }  // namespace cs::api

@@ -40,5 +40,8 @@ struct ExperimentRequest {
 // Loads the experiment with its overrides. The spec's `warnings` gain the Megatron-LM flags that
 // were not used. Throws ConfigError for bad input.
 workload::ExperimentSpec load_experiment(const ExperimentRequest& request);
+// The same for an experiment given as text (the Python bindings' dicts), with --set overrides.
+workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
+                                         const std::vector<std::string>& sets);
 
 }  // namespace cs::api

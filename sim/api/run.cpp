@@ -33,6 +33,9 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
     }
 }
 
+// The heat map's rows: the busiest links by bytes.
+constexpr std::size_t kReportLinks = 32;
+
 }  // namespace
 
 RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
@@ -89,6 +92,17 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         critical = std::make_unique<report::CriticalPath>(replay.workers().size());
         replay.add_observer(*critical);
     }
+    std::unique_ptr<report::TimelineRecorder> timeline;
+    std::unique_ptr<report::LinkTimeline> link_timeline;
+    std::unique_ptr<report::MemoryTimeline> memory_timeline;
+    if (options.detail) {
+        timeline = std::make_unique<report::TimelineRecorder>(replay);
+        replay.add_observer(*timeline);
+        memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
+        replay.add_observer(*memory_timeline);
+        link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
+        replay.add_network_observer(*link_timeline);
+    }
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
 
@@ -134,6 +148,23 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
         meta.erase("wall_time_s");
         meta.erase("links");
         trace->finish(meta);
+    }
+    if (options.detail) {
+        report::RunDetail& d = out.detail.emplace();
+        d.timeline = {name,
+                      timeline->rows(),
+                      chunks,
+                      result.iteration_time,
+                      out.summary.bubble_fraction,
+                      timeline->blocks()};
+        link_timeline->finish(result.iteration_time);
+        d.bin_width = link_timeline->bin_width();
+        d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
+                                        kReportLinks, &d.links_total);
+        d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
+        for (int s = 0; s < shape.devices; ++s)
+            d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);
+        d.memory_steps = memory_timeline->steps();
     }
     out.summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "report/run_detail.hpp"
 #include "report/summary.hpp"
 #include "report/trace_writer.hpp"
 #include "workload/experiment.hpp"
@@ -26,6 +27,9 @@ struct RunOptions {
     // Called once the replay is built, before it runs: lets callers register extra observers
     // (which must outlive run()) with access to Replay::workers().
     std::function<void(replay::Replay&)> attach;
+    // Record what the HTML report shows beyond the summary (RunResult::detail): replica 0's
+    // timeline, link utilisation over time, memory per stage and over time.
+    bool detail = false;
 };
 
 struct RunResult {
@@ -33,6 +37,7 @@ struct RunResult {
     // Non-fatal notes about this run (a vpp the schedule ignores, stages above HBM), in the order
     // found. The experiment's own load warnings stay in ExperimentSpec::warnings.
     std::vector<std::string> warnings;
+    std::optional<report::RunDetail> detail;  // with RunOptions::detail
 };
 
 // Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that

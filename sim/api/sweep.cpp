@@ -100,13 +100,23 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
     return values;
 }
 
-void simulate_row(const std::string& experiment, const std::vector<std::string>& base,
+// Where a sweep's experiment comes from: a file, or its text (SweepOptions::text).
+struct Source {
+    const std::filesystem::path* path = nullptr;
+    const workload::ExperimentText* text = nullptr;
+    workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
+        return text ? workload::load_experiment(*text, overrides)
+                    : workload::load_experiment(*path, overrides);
+    }
+};
+
+void simulate_row(const Source& experiment, const std::vector<std::string>& base,
                   const std::vector<SweepAxis>& axes, SweepRow& row) {
     std::vector<std::string> overrides = base;
     for (std::size_t i = 0; i < axes.size(); ++i)
         overrides.push_back(axes[i].key + "=" + row.values[i]);
     try {
-        const auto spec = workload::load_experiment(experiment, overrides);
+        const auto spec = experiment.load(overrides);
         row.source = spec.source;
         const auto s = run(spec).summary;
         const auto hbm = spec.cluster->gpu_model(0).hbm;
@@ -161,13 +171,14 @@ struct Share {
     std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
 };
 
-Share simulate_share(const std::string& experiment, const std::vector<std::string>& base,
-                     const std::vector<SweepAxis>& axes, std::size_t total,
-                     const SweepRanks& ranks) {
+Share simulate_share(const Source& experiment, const std::vector<std::string>& base,
+                     const std::vector<SweepAxis>& axes, std::size_t total, const SweepRanks& ranks,
+                     const std::function<void(std::size_t, std::size_t)>& on_row) {
     Share share;
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
-    for (const std::size_t n : dealt_to(ranks.rank(), ranks.size(), total)) {
+    const auto mine = dealt_to(ranks.rank(), ranks.size(), total);
+    for (const std::size_t n : mine) {
         SweepRow row;
         row.index = n;
         row.values = combination(axes, n);
@@ -181,6 +192,7 @@ Share simulate_share(const std::string& experiment, const std::vector<std::strin
             break;
         }
         share.rows.push_back(std::move(row));
+        if (on_row) on_row(share.rows.size(), mine.size());
     }
     return share;
 }
@@ -284,7 +296,10 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
                                       [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
     if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
 
-    auto all = gather(simulate_share(options.experiment.string(), base, axes, total, ranks), ranks);
+    auto all =
+        gather(simulate_share(Source{&options.experiment, options.text ? &*options.text : nullptr},
+                              base, axes, total, ranks, options.on_row),
+               ranks);
     if (!all) return std::nullopt;  // rank 0 reports
     if (all->failure) throw std::runtime_error(all->failure->second);
     return std::move(all->rows);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -58,6 +59,9 @@ struct SweepOptions {
     std::filesystem::path experiment;
     std::vector<std::string> sets;  // applied to every combination, before the varied keys
     std::vector<SweepAxis> axes;
+    std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
+    // Called after each combination this process simulated: (done, this process's total).
+    std::function<void(std::size_t, std::size_t)> on_row;
 };
 
 // Every combination's row in enumeration order, on rank 0 of `ranks`; nullopt on other ranks.

@@ -6,6 +6,7 @@
 
 #include "api/compare.hpp"
 #include "api/inputs.hpp"
+#include "api/report.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
@@ -20,15 +21,18 @@ struct CompareArgs {
     std::vector<std::string> sets;
     std::string json;
     std::string svg;
+    std::string html;
 };
 
 void compare(const CompareArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--svg", a.svg);
+    outputs.declare("--html", a.html);
     api::CompareOptions options;
     options.schedules = api::parse_schedule_list(a.schedules);
     options.timelines = !a.svg.empty();
+    options.details = !a.html.empty();
     const auto spec = api::load_experiment({a.experiment, a.sets, ""});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -50,6 +54,17 @@ void compare(const CompareArgs& a) {
         write_file_atomically(
             a.svg, [&](std::ostream& out) { report::write_svg_timelines(out, result.timelines); },
             &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim compare";
+        page.experiment = spec.source;
+        page.runs = result.summaries;
+        page.details = result.details;
+        page.warnings = spec.warnings;
+        page.warnings.insert(page.warnings.end(), result.warnings.begin(), result.warnings.end());
+        page.validation = api::validation_confidence(spec);
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
 
     const auto& first = result.summaries.front();
@@ -67,6 +82,7 @@ void compare(const CompareArgs& a) {
     std::cout << "\n";
     api::print_compare_table(std::cout, result.summaries);
     if (!a.svg.empty()) std::cout << "\ntimelines drawn to " << a.svg << "\n";
+    if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
 }
 }  // namespace
 
@@ -82,6 +98,9 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--json", args->json, "Write the list of summaries as JSON");
     cmd->add_option("--svg", args->svg,
                     "Draw the schedules' timelines (data-parallel replica 0) as SVG");
+    cmd->add_option("--html", args->html,
+                    "Write a self-contained HTML report comparing the schedules")
+        ->type_name("FILE");
     cmd->callback([args] { compare(*args); });
 }
 

@@ -4,8 +4,10 @@
 #include <memory>
 
 #include "api/inputs.hpp"
+#include "api/report.hpp"
 #include "api/run.hpp"
 #include "cli/commands.hpp"
+#include "cli/log.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "report/summary_writers.hpp"
@@ -15,6 +17,22 @@
 namespace cs::cli {
 
 namespace {
+
+// Counts the passes of a run for the terminal's progress line: every worker runs each microbatch
+// forward and backward (backward input and weight passes when the schedule splits it) per chunk.
+class PassProgress final : public replay::ReplayObserver {
+  public:
+    PassProgress(Progress& progress, std::size_t total) : progress_(progress), total_(total) {}
+    void on_pass(const replay::PassRecord& pass) override {
+        progress_.update(++done_, total_, "passes, simulated " + format_time(pass.end));
+    }
+
+  private:
+    Progress& progress_;
+    std::size_t total_;
+    std::size_t done_ = 0;
+};
+
 struct RunArgs {
     std::string experiment;
     std::vector<std::string> sets;
@@ -25,6 +43,7 @@ struct RunArgs {
     std::string trace_ranks;
     std::string trace_links = "auto";
     std::string schedule;
+    std::string html;
 };
 
 void run(const RunArgs& a) {
@@ -37,6 +56,7 @@ void run(const RunArgs& a) {
     for (const auto& file : a.summaries)
         outputs.declare("--summary", file);
     outputs.declare("--trace", a.trace);
+    outputs.declare("--html", a.html);
     const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
@@ -47,7 +67,25 @@ void run(const RunArgs& a) {
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
     opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
     opt.trace_options.outputs = &outputs;
+    opt.detail = !a.html.empty();
+    Progress progress("simulating");
+    std::unique_ptr<PassProgress> counter;
+    if (progress.enabled()) {
+        const auto sched = schedule::make_schedule(a.schedule.empty() ? spec.schedule : a.schedule);
+        if (sched) {
+            const std::size_t passes =
+                static_cast<std::size_t>(sched->chunks_for(spec.layout.vpp)) *
+                static_cast<std::size_t>(spec.training.microbatches(spec.layout)) *
+                (sched->splits_backward() ? 3 : 2);
+            opt.attach = [&](replay::Replay& replay) {
+                counter =
+                    std::make_unique<PassProgress>(progress, passes * replay.workers().size());
+                replay.add_observer(*counter);
+            };
+        }
+    }
     const auto result = api::run(spec, opt);
+    counter.reset();
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())
@@ -55,9 +93,21 @@ void run(const RunArgs& a) {
                                    &outputs);
     for (std::size_t i = 0; i < writers.size(); ++i)
         report::write_summary_file(a.summaries[i], result.summary, *writers[i], &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim run";
+        page.experiment = spec.source;
+        page.runs = {result.summary};
+        page.details = {*result.detail};
+        page.warnings = spec.warnings;
+        page.warnings.insert(page.warnings.end(), result.warnings.begin(), result.warnings.end());
+        page.validation = api::validation_confidence(spec);
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
     std::cout << "experiment            " << spec.source << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
+    if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace << " (open it in ui.perfetto.dev)\n";
 }
@@ -83,6 +133,9 @@ void register_run(CLI::App& app) {
         ->type_name("FILE");
     cmd->add_option("--trace", args->trace,
                     "Write a timeline: " + report::TraceFormatRegistry::builtin().help());
+    cmd->add_option("--html", args->html,
+                    "Write a self-contained HTML report (timeline, link heat map, memory)")
+        ->type_name("FILE");
     cmd->add_option("--trace-ranks", args->trace_ranks, "Trace only these GPUs: 0-63, 0,8,16")
         ->type_name("RANKS");
     cmd->add_option("--trace-links", args->trace_links,

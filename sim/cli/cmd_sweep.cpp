@@ -3,9 +3,13 @@
 // The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <vector>
 
+#include "api/report.hpp"
 #include "api/sweep.hpp"
 #include "cli/commands.hpp"
+#include "cli/log.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
@@ -19,6 +23,7 @@ struct SweepArgs {
     std::vector<std::string> sets;
     std::size_t top = 20;
     std::string json;
+    std::string html;
 };
 
 void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
@@ -27,8 +32,21 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
     OutputSet outputs;
-    if (ranks.rank() == 0) outputs.declare("--json", a.json);
-    const auto rows = api::sweep(options, ranks);
+    if (ranks.rank() == 0) {
+        outputs.declare("--json", a.json);
+        outputs.declare("--html", a.html);
+    }
+    std::optional<std::vector<api::SweepRow>> rows;
+    {
+        // Rank 0 shows its own share's progress (the other ranks' shares run alongside); the
+        // line is erased before the table is printed.
+        Progress progress(ranks.size() > 1 ? "sweep (rank 0's share)" : "sweep");
+        if (ranks.rank() == 0 && progress.enabled())
+            options.on_row = [&](std::size_t done, std::size_t total) {
+                progress.update(done, total, "combinations");
+            };
+        rows = api::sweep(options, ranks);
+    }
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
     if (!a.json.empty())
@@ -38,6 +56,18 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
                 out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
             },
             &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim sweep";
+        page.experiment = ranking.source;
+        for (const auto& axis : options.axes)
+            page.sweep_keys.push_back(axis.key);
+        page.sweep_rows = api::sweep_json(options.axes, *rows, ranking);
+        // Wall-clock times would make two reports of one sweep differ.
+        for (auto& row : *page.sweep_rows)
+            if (row.contains("summary")) row["summary"].erase("wall_time_s");
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
     api::print_sweep(std::cout, options.axes, *rows, ranking, a.top);
 }
@@ -68,6 +98,9 @@ void register_sweep(CLI::App& app) {
     cmd->add_option("--top", args->top, "Rows of the ranking to print")->capture_default_str();
     cmd->add_option("--json", args->json,
                     "Write every combination (summary, or the reason it is not valid) as JSON");
+    cmd->add_option("--html", args->html,
+                    "Write a self-contained HTML report: the ranking, throughput against each key")
+        ->type_name("FILE");
     cmd->callback([args] { sweep(*args); });
 }
 

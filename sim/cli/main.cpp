@@ -7,6 +7,7 @@
 
 #include "api/shard.hpp"
 #include "cli/commands.hpp"
+#include "cli/log.hpp"
 #include "core/errors.hpp"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,10 @@ int main(int argc, char** argv) {
         "Log details of what is simulated");
     app.add_flag_callback(
         "-q,--quiet", [] { spdlog::set_level(spdlog::level::err); }, "Only print errors");
+    app.add_flag_callback(
+        "--log-json", [] { cs::cli::use_json_log(); },
+        "Log as JSON lines on stderr: {\"level\": ..., \"message\": ...}; errors add file, "
+        "line, column and exit");
     app.fallthrough();
     cs::cli::register_run(app);
     cs::cli::register_compare(app);
@@ -49,13 +54,13 @@ int main(int argc, char** argv) {
         std::cerr << e.message << "\n";
         return e.status;
     } catch (const cs::ConfigError& e) {
-        std::cerr << "error: " << e.what() << "\n";
+        cs::cli::print_error("error", e.what(), 2, &e.where());
         return 2;
     } catch (const cs::SimulationError& e) {
-        std::cerr << "internal error: " << e.what() << "\n";
+        cs::cli::print_error("internal error", e.what(), 1);
         return 1;
     } catch (const std::exception& e) {
-        std::cerr << "internal error: " << e.what() << "\n";
+        cs::cli::print_error("internal error", e.what(), 1);
         return 1;
     }
     return 0;

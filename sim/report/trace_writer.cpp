@@ -68,7 +68,10 @@ TraceContext TraceContext::of(const workload::ExperimentSpec& spec,
     for (const auto& vs : plan.virtual_stages) {
         c.first_layer.push_back(vs.first_layer);
         c.layers.push_back(vs.layers);
+        c.activation_memory.push_back(vs.activation_memory);
     }
+    for (const auto& d : plan.devices)
+        c.stage_memory.push_back(d.memory);
     return c;
 }
 
@@ -95,6 +98,7 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, TraceContext context
         for (int g : ctx_.workers[w].gpus)
             if (traced(g)) worker_traced_[w] = 1;
     queues_.resize(ctx_.workers.size());
+    if (opts_.memory && !ctx_.stage_memory.empty()) memory_.resize(ctx_.workers.size());
 
     TraceLinks mode = opts_.links;
     if (mode == TraceLinks::Auto)
@@ -190,6 +194,16 @@ void TraceWriter::on_pass(const replay::PassRecord& p) {
     if (!worker_traced_[w]) {
         if (in != incoming_.end()) incoming_.erase(in);
         return;
+    }
+    if (!memory_.empty() &&
+        static_cast<std::size_t>(p.virtual_stage) < ctx_.activation_memory.size()) {
+        // As schedule::peak_inflight_microbatches counts: held from the forward pass to the
+        // weight-gradient pass when the backward is split, else to the backward pass.
+        const auto bytes = ctx_.activation_memory[static_cast<std::size_t>(p.virtual_stage)].value;
+        if (p.pass == schedule::Pass::Forward)
+            memory_[w].push_back({p.start, bytes});
+        else if (p.pass == schedule::Pass::Backward || p.pass == schedule::Pass::BackwardWeight)
+            memory_[w].push_back({p.end, -bytes});
     }
     if (!host_queues_.empty()) {
         // The host issued this pass before the GPU ran it: its slice can now be named.
@@ -604,11 +618,68 @@ void TraceWriter::on_iteration_end(Time end) {
     }
     for (std::size_t l = 0; l < links_.size(); ++l)
         flush_link(static_cast<topology::LinkId>(l));
+    write_memory(end);
     end_ = end;
     finished_iteration_ = true;
     const std::uint64_t track = iteration_track();
     sink_->instant(track, Time::zero(), "iteration start", {});
     sink_->instant(track, end, "iteration end", {TraceArg::real("iteration_time_us", us(end))});
+}
+
+void TraceWriter::write_memory(Time end) {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    for (std::size_t w = 0; w < memory_.size(); ++w) {
+        if (!worker_traced_[w]) continue;
+        const auto& worker = ctx_.workers[w];
+        if (static_cast<std::size_t>(worker.stage) >= ctx_.stage_memory.size()) continue;
+        const auto& m = ctx_.stage_memory[static_cast<std::size_t>(worker.stage)];
+        auto changes = std::move(memory_[w]);
+        // Frees before allocations at one time: a pass that starts as another ends reuses its
+        // memory, as the schedule's count assumes.
+        std::stable_sort(changes.begin(), changes.end(),
+                         [](const MemoryChange& a, const MemoryChange& b) {
+                             return a.at < b.at || (a.at == b.at && a.delta < b.delta);
+                         });
+        // One value per time: the activations held from then on.
+        std::vector<std::pair<Time, std::int64_t>> held{{Time::zero(), 0}};
+        std::int64_t now = 0;
+        for (const auto& c : changes) {
+            now += c.delta;
+            if (held.back().first == c.at)
+                held.back().second = now;
+            else
+                held.emplace_back(c.at, now);
+        }
+        if (held.back().first < end) held.emplace_back(end, now);
+        const std::int64_t fixed =
+            m.parameters.value + m.gradients.value + m.optimizer_states.value;
+        for (const int gpu : worker.gpus) {
+            if (!traced(gpu)) continue;
+            const std::uint64_t group = gpu_group(gpu);
+            const auto track = [&](const char* name, int rank) {
+                const std::uint64_t uuid = next_uuid_++;
+                // The GPU in the name: Chrome JSON keys counters by process and name.
+                sink_->counter_track(uuid, group, "GPU " + std::to_string(gpu) + " memory: " + name,
+                                     "GiB", kStreams * 64 + rank);
+                return uuid;
+            };
+            const std::uint64_t total = track("total", 0), params = track("parameters", 1),
+                                grads = track("gradients", 2), opt = track("optimizer states", 3),
+                                acts = track("activations", 4);
+            for (const auto& [at, bytes] : held) {
+                sink_->counter(total, at, static_cast<double>(fixed + bytes) / kGiB);
+                sink_->counter(acts, at, static_cast<double>(bytes) / kGiB);
+            }
+            for (const auto& [uuid, bytes] :
+                 {std::pair{params, m.parameters.value}, std::pair{grads, m.gradients.value},
+                  std::pair{opt, m.optimizer_states.value}}) {
+                sink_->counter(uuid, Time::zero(), static_cast<double>(bytes) / kGiB);
+                if (end > Time::zero())
+                    sink_->counter(uuid, end, static_cast<double>(bytes) / kGiB);
+            }
+        }
+    }
+    memory_.clear();
 }
 
 void TraceWriter::finish(const nlohmann::json& summary) {

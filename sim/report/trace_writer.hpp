@@ -11,6 +11,11 @@
 //                  / host                        the worker's host thread (compute.host):
 //                                                "issue F12" (the pass's framework work and
 //                                                kernel launches), "p2p", "sync"
+//                  / memory: total, parameters, gradients, optimizer states, activations
+//                                                counter tracks (GiB) of the GPU's memory: the
+//                                                memory model's per-GPU figures for its stage,
+//                                                activations held from a chunk's forward pass to
+//                                                the pass that frees it (TraceOptions::memory)
 //     links / <link name>       utilisation (%) of each directed link, a counter track
 //   process "cluster": track "iteration" with instants "iteration start", "iteration end" and
 //     "summary" (the summary metrics as arguments); links of the fabric.
@@ -57,6 +62,8 @@ std::optional<TraceLinks> trace_links_from_name(const std::string& name);
 struct TraceOptions {
     std::vector<int> ranks;  // GPUs to trace; empty: every GPU
     TraceLinks links = TraceLinks::Auto;
+    // Memory counter tracks per traced GPU (needs TraceContext::stage_memory).
+    bool memory = true;
     // When set, the trace file is staged in this set of command outputs (committed with them).
     OutputSet* outputs = nullptr;
 };
@@ -69,6 +76,11 @@ struct TraceContext {
     // The communicators the peers of collectives are named from (replay::Replay::ranks()).
     workload::RankLayout ranks{workload::ParallelLayout{}};
     std::vector<int> first_layer, layers;  // per virtual stage
+    // Memory per GPU of each pipeline stage (plan.devices[s].memory, activations at the peak) and
+    // the activation memory each virtual stage holds per microbatch in flight. Empty: no memory
+    // tracks.
+    std::vector<workload::MemoryBreakdown> stage_memory;
+    std::vector<Bytes> activation_memory;
 
     // The context of a replay: its workers and groups.
     static TraceContext of(const workload::ExperimentSpec& spec,
@@ -143,6 +155,7 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     std::vector<StepSpan> step_spans(const replay::PassRecord& pass);
     std::string group_ranks(int worker, int index, workload::GroupKind group) const;
     void flush_link(topology::LinkId link);
+    void write_memory(Time end);
 
     TraceContext ctx_;
     TraceOptions opts_;
@@ -163,6 +176,13 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     std::vector<std::deque<HostSlice>> host_queues_;        // per worker, in host order
     std::unordered_map<std::uint64_t, Incoming> incoming_;  // by receiving pass id
     std::vector<LinkState> links_;
+    // Per traced worker, its activation memory changes (+ at a forward pass's start, - at the end
+    // of the pass that frees it), written out at the end of the iteration in time order.
+    struct MemoryChange {
+        Time at;
+        std::int64_t delta = 0;
+    };
+    std::vector<std::vector<MemoryChange>> memory_;
     Time end_ = Time::zero();
     bool finished_iteration_ = false;
 };

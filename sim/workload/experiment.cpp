@@ -400,12 +400,10 @@ network::NetworkConfig parse_network(const config::Reader& r) {
     return n;
 }
 
-}  // namespace
-
-ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides) {
+// The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
+ExperimentSpec load_experiment_document(config::Document doc,
+                                        const std::vector<std::string>& overrides) {
     ExperimentSpec spec;
-    config::Document doc = config::load_document(path);
     spec.source = doc.display_path;
 
     std::vector<std::pair<std::string, std::string>> topo_overrides;
@@ -534,6 +532,19 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
                                          std::to_string(t.micro_batch_size) + " x " +
                                          std::to_string(l.dp) + " = " + std::to_string(per_step));
     return spec;
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const std::filesystem::path& path,
+                               const std::vector<std::string>& overrides) {
+    return load_experiment_document(config::load_document(path), overrides);
+}
+
+ExperimentSpec load_experiment(const ExperimentText& source,
+                               const std::vector<std::string>& overrides) {
+    return load_experiment_document(
+        config::parse_document(source.text, source.display_path, source.folder), overrides);
 }
 
 }  // namespace cs::workload

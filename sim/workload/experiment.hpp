@@ -273,4 +273,15 @@ struct ExperimentSpec {
 ExperimentSpec load_experiment(const std::filesystem::path& path,
                                const std::vector<std::string>& overrides);
 
+// An experiment given as YAML text instead of a file (the Python bindings pass a dict as JSON,
+// which is YAML): `display_path` names it in messages, and relative paths inside it (the
+// topology) resolve against `folder`.
+struct ExperimentText {
+    std::string text;
+    std::string display_path = "<experiment>";
+    std::filesystem::path folder = ".";
+};
+ExperimentSpec load_experiment(const ExperimentText& source,
+                               const std::vector<std::string>& overrides);
+
 }  // namespace cs::workload

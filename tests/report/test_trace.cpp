@@ -236,7 +236,7 @@ TEST_CASE("JSON trace of 16 GPUs: processes, passes, steps, flows, counters, met
     std::map<std::string, std::int64_t> last;
     std::size_t counters = 0;
     for (const auto& e : ev) {
-        if (e["ph"] != "C") continue;
+        if (e["ph"] != "C" || !e["args"].contains("%")) continue;  // links; memory is in GiB
         ++counters;
         const std::string key = std::to_string(e["pid"].get<int>()) + e["name"].get<std::string>();
         const auto ts = ps_of(e["ts"]);
@@ -253,6 +253,44 @@ TEST_CASE("JSON trace of 16 GPUs: processes, passes, steps, flows, counters, met
     CHECK(doc["metadata"]["iteration_time_s"].get<double>() == summary.iteration_time_s);
     CHECK(doc["metadata"]["schedule"] == "1f1b");
     CHECK_FALSE(doc["metadata"].contains("wall_time_s"));
+}
+
+TEST_CASE("memory counters: per traced GPU, activations held as the schedule counts") {
+    // Each GPU gets "GPU g memory: total / parameters / gradients / optimizer states /
+    // activations" (GiB). Activations rise at each forward pass's start and fall at the end of the
+    // backward that frees them, so their peak is the memory model's figure for the stage
+    // (the summary's peak_activation_bytes: in-flight chunks x activation memory per chunk), and
+    // none is held at the end. total = parameters + gradients + optimizer states + activations,
+    // at most the worst GPU's memory (summary memory_per_gpu_bytes.total).
+    const auto path = test::trace_dir() / "memory.json";
+    const auto summary = test::run_fixture(path);
+    const json doc = load(path);
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    std::map<std::string, std::vector<double>> values;
+    for (const auto& e : doc["traceEvents"])
+        if (e["ph"] == "C" && e["args"].contains("GiB"))
+            values[e["name"].get<std::string>()].push_back(e["args"]["GiB"].get<double>());
+    // Stage 0 holds GPU 0 (tp-cp-dp-pp order: GPU = tp + 2 dp + 4 stage).
+    const auto& acts = values["GPU 0 memory: activations"];
+    REQUIRE(!acts.empty());
+    CHECK(*std::max_element(acts.begin(), acts.end()) * kGiB ==
+          doctest::Approx(static_cast<double>(summary.stages[0].peak_activation_bytes)));
+    CHECK(acts.back() == 0.0);
+    const auto& total = values["GPU 0 memory: total"];
+    const double fixed = values["GPU 0 memory: parameters"].at(0) +
+                         values["GPU 0 memory: gradients"].at(0) +
+                         values["GPU 0 memory: optimizer states"].at(0);
+    CHECK(fixed > 0);
+    REQUIRE(total.size() == acts.size());
+    for (std::size_t i = 0; i < total.size(); ++i)
+        CHECK(total[i] == doctest::Approx(fixed + acts[i]));
+    CHECK(*std::max_element(total.begin(), total.end()) * kGiB <=
+          static_cast<double>(summary.memory.total.value) * (1 + 1e-12));
+    // Every GPU of the 16 is traced: 5 tracks each.
+    std::size_t tracks = 0;
+    for (const auto& [name, v] : values)
+        tracks += name.find(" memory: ") != std::string::npos;
+    CHECK(tracks == 16 * 5);
 }
 
 TEST_CASE("traces are byte-identical across runs and do not depend on the output path") {
@@ -305,7 +343,7 @@ TEST_CASE("--trace-links none / all") {
         std::set<std::string> s;
         const json doc = load(p);
         for (const auto& e : doc["traceEvents"])
-            if (e["ph"] == "C") s.insert(e["name"].get<std::string>());
+            if (e["ph"] == "C" && e["args"].contains("%")) s.insert(e["name"].get<std::string>());
         return s;
     };
     CHECK(names(none).empty());

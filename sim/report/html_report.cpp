@@ -1,0 +1,110 @@
+#include "report/html_report.hpp"
+
+#include "report/html_assets.hpp"  // generated from html/report.js and html/report.css
+
+namespace cs::report {
+
+namespace {
+
+std::string escape_html(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        switch (c) {
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            default:
+                out += c;
+        }
+    }
+    return out;
+}
+
+nlohmann::ordered_json memory_json(const workload::MemoryBreakdown& m) {
+    return {{"parameters", m.parameters.value},
+            {"gradients", m.gradients.value},
+            {"optimizer_states", m.optimizer_states.value},
+            {"activations", m.activations.value},
+            {"total", m.total.value}};
+}
+
+nlohmann::ordered_json run_json(const Summary& s, const RunDetail& d) {
+    nlohmann::ordered_json run;
+    auto summary = to_json(s);
+    summary.erase("wall_time_s");  // the only non-deterministic field
+    summary.erase("links");        // the heat map shows the busiest; the table is in --json
+    run["summary"] = summary;
+
+    auto blocks = nlohmann::ordered_json::array();
+    for (const auto& b : d.timeline.blocks)
+        blocks.push_back({b.row, b.microbatch, b.chunk, schedule::pass_letter(b.pass),
+                          b.start.seconds(), b.end.seconds()});
+    // pass_letter gives "B" for a split backward's input-gradient pass and "W" for its weight pass.
+    run["timeline"] = {{"rows", d.timeline.rows},
+                       {"chunks", d.timeline.chunks},
+                       {"end_s", d.timeline.iteration_time.seconds()},
+                       {"blocks", blocks}};
+
+    auto series = nlohmann::ordered_json::array();
+    for (const auto& l : d.links)
+        series.push_back(
+            {{"name", l.name}, {"kind", l.kind}, {"bytes", l.bytes}, {"u", l.utilization}});
+    run["links"] = {{"bin_s", d.bin_width.seconds()}, {"total", d.links_total}, {"series", series}};
+
+    auto stages = nlohmann::ordered_json::array();
+    for (const auto& m : d.stage_memory)
+        stages.push_back(memory_json(m));
+    auto over_time = nlohmann::ordered_json::array();
+    for (const auto& steps : d.memory_steps) {
+        auto points = nlohmann::ordered_json::array();
+        for (const auto& p : steps)
+            points.push_back({p.at.seconds(), p.activation_bytes});
+        over_time.push_back(points);
+    }
+    run["memory"] = {{"hbm", d.hbm_bytes}, {"stages", stages}, {"over_time", over_time}};
+    return run;
+}
+
+}  // namespace
+
+nlohmann::ordered_json html_data(const HtmlReport& report) {
+    nlohmann::ordered_json data;
+    data["title"] = report.title;
+    data["experiment"] = report.experiment;
+    data["warnings"] = report.warnings;
+    auto runs = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < report.runs.size() && i < report.details.size(); ++i)
+        runs.push_back(run_json(report.runs[i], report.details[i]));
+    data["runs"] = runs;
+    if (report.sweep_rows)
+        data["sweep"] = {{"keys", report.sweep_keys}, {"rows", *report.sweep_rows}};
+    data["validation"] = report.validation;
+    return data;
+}
+
+void write_html_report(std::ostream& out, const HtmlReport& report) {
+    // ASCII-only JSON, and "</" written "<\/" so that no string can close the script element.
+    std::string json = html_data(report).dump(-1, ' ', true);
+    for (std::size_t at = json.find("</"); at != std::string::npos; at = json.find("</", at + 3))
+        json.replace(at, 2, "<\\/");
+    const std::string title = escape_html(report.title + " - " + report.experiment);
+    out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        << "<title>" << title << "</title>\n<style>\n"
+        << kHtmlReportCss << "</style>\n</head>\n<body>\n<header><h1>" << escape_html(report.title)
+        << "</h1><p>" << escape_html(report.experiment)
+        << "</p></header>\n<main id=\"main\"></main>\n"
+        << "<script type=\"application/json\" id=\"data\">" << json << "</script>\n<script>\n"
+        << kHtmlReportJs << "</script>\n</body>\n</html>\n";
+}
+
+}  // namespace cs::report

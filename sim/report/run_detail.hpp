@@ -1,0 +1,102 @@
+// What the HTML report shows of one run beyond its summary, recorded by observers while it runs:
+// the pipeline timeline of data-parallel replica 0, link utilisation over time (binned), memory
+// per stage and the memory of one GPU per stage over time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "network/network.hpp"
+#include "replay/replay.hpp"
+#include "report/svg_timeline.hpp"
+#include "topology/cluster.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::report {
+
+// Bytes carried per directed link per time bin. Every bin has the same width, which starts at
+// 1 us and doubles (adjacent bins summed pairwise) whenever the run outgrows `max_bins` bins, so
+// an iteration of any length ends with between max_bins / 2 and max_bins bins. `flow` fidelity:
+// each link's rate, as notified, integrated over time; `analytical`: a flow's bytes spread over
+// the time it holds each link; `ideal`: nothing (transfers take no time).
+class LinkTimeline final : public network::NetworkObserver {
+  public:
+    LinkTimeline(std::size_t links, std::size_t max_bins = 256);
+    void on_flow_start(const FlowStart& flow) override;
+    void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
+    void on_link_rates(Time at, std::span<const LinkRate> rates) override;
+    bool wants_ordered_link_rates() const override { return false; }
+
+    // Closes every link's current rate at `end` (the iteration's end).
+    void finish(Time end);
+    Time bin_width() const { return width_; }
+    // Bytes per bin of `link` (fewer bins than bin_count() when it fell idle early; empty when
+    // it carried nothing).
+    const std::vector<double>& bytes(topology::LinkId link) const { return bins_[link]; }
+    double total_bytes(topology::LinkId link) const { return totals_[link]; }
+
+  private:
+    void add(topology::LinkId link, Time from, Time to, double bytes);
+    void grow_to(Time t);
+    std::size_t max_bins_;
+    Time width_;
+    std::vector<std::vector<double>> bins_;
+    std::vector<double> totals_;
+    struct Rate {
+        double bytes_per_s = 0;
+        Time since;
+    };
+    std::vector<Rate> rate_;
+};
+
+// Per pipeline stage, one GPU's memory over the iteration: the parameters, gradients and
+// optimizer states the memory model gives (constant), plus the activations of the microbatches
+// in flight: a chunk's activation memory is held from the start of its forward pass to the end
+// of its backward pass (the input-gradient pass when the schedule splits the backward). Steps are
+// recorded for data-parallel replica 0.
+class MemoryTimeline final : public replay::ReplayObserver {
+  public:
+    MemoryTimeline(const replay::Replay& replay, const workload::IterationPlan& plan);
+    void on_pass(const replay::PassRecord& pass) override;
+
+    struct Step {
+        Time at;
+        std::int64_t activation_bytes = 0;  // held from `at` on
+    };
+    // Per stage, the activation steps in time order (at equal times, frees first).
+    std::vector<std::vector<Step>> steps() const;
+
+  private:
+    struct Change {
+        Time at;
+        std::int64_t delta = 0;
+    };
+    std::vector<int> stage_of_worker_;  // -1 for other replicas
+    const workload::IterationPlan* plan_;
+    std::vector<std::vector<Change>> changes_;
+};
+
+// One link's utilisation per bin, for the heat map.
+struct LinkSeries {
+    std::string name;
+    std::string kind;
+    double bytes = 0;
+    std::vector<double> utilization;  // bytes in the bin / (capacity x bin width), 0..1
+};
+
+struct RunDetail {
+    TimelinePanel timeline;
+    Time bin_width;
+    std::vector<LinkSeries> links;  // the busiest links by bytes, busiest first
+    std::size_t links_total = 0;    // links that carried anything
+    std::int64_t hbm_bytes = 0;     // of the stage's GPU model
+    std::vector<workload::MemoryBreakdown> stage_memory;          // per stage, one GPU
+    std::vector<std::vector<MemoryTimeline::Step>> memory_steps;  // per stage
+};
+
+// The busiest `max_links` links of `timeline` as series.
+std::vector<LinkSeries> busiest_links(const LinkTimeline& timeline,
+                                      const topology::Cluster& cluster, Time iteration,
+                                      std::size_t max_links, std::size_t* carried = nullptr);
+
+}  // namespace cs::report

@@ -1,0 +1,136 @@
+// What the HTML report draws (api::run with RunOptions::detail) against closed forms, and the page
+// itself: self-contained, deterministic, and no string of the data can end its script element.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "api/compare.hpp"
+#include "api/inputs.hpp"
+#include "api/report.hpp"
+#include "api/run.hpp"
+
+namespace {
+
+const std::string kPipeline =
+    std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
+
+cs::api::RunResult run_detail(const std::vector<std::string>& sets, const std::string& schedule) {
+    const auto spec = cs::api::load_experiment({kPipeline, sets, ""});
+    cs::api::RunOptions options;
+    options.schedule = schedule;
+    options.detail = true;
+    return cs::api::run(spec, options);
+}
+
+}  // namespace
+
+TEST_CASE("run detail: timeline blocks and activation memory over time, 1F1B") {
+    // p = 2 stages, m = 8 microbatches, one chunk each: 2 x 8 forward + 2 x 8 backward = 32
+    // blocks of replica 0. 1F1B holds at most p - s microbatches on stage s (2 on stage 0, 1 on
+    // stage 1): the peak of the memory timeline is that many chunks' activation memory, exactly
+    // the memory model's `activations` for the stage, and everything is freed by the end.
+    const auto r = run_detail({"network.model=ideal"}, "1f1b");
+    REQUIRE(r.detail);
+    const auto& d = *r.detail;
+    CHECK(d.timeline.rows == 2);
+    CHECK(d.timeline.blocks.size() == 32);
+    CHECK(d.timeline.iteration_time.seconds() == doctest::Approx(0.1665144).epsilon(1e-12));
+    REQUIRE(d.stage_memory.size() == 2);
+    REQUIRE(d.memory_steps.size() == 2);
+    for (std::size_t s = 0; s < 2; ++s) {
+        std::int64_t peak = 0;
+        for (const auto& step : d.memory_steps[s])
+            peak = std::max(peak, step.activation_bytes);
+        CHECK(peak == d.stage_memory[s].activations.value);
+        CHECK(d.memory_steps[s].back().activation_bytes == 0);
+        CHECK(r.summary.stages[s].peak_inflight_microbatches == static_cast<int>(2 - s));
+    }
+    CHECK(d.stage_memory[0].activations.value == 2 * d.stage_memory[1].activations.value);
+    // The ideal network takes no time: no link has anything to show.
+    CHECK(d.links.empty());
+    CHECK(d.links_total == 0);
+}
+
+TEST_CASE("run detail: link utilisation bins hold every byte the summary counts (flow)") {
+    // Under `flow`, a link's bins integrate its notified rate over time, so their sum is the
+    // bytes the summary's link table counts (per flow, at its start), up to the rounding of flow
+    // ends up to whole picoseconds (a relative 1e-6 here), and no bin is above the link's
+    // capacity. The 166.5 ms iteration at 1 us bins doubles to fit 256 bins: 1 us x 2^10
+    // = 1.024 ms (a bin count of 163), since 2^9 us x 256 = 131 ms is too short.
+    const auto r = run_detail({}, "1f1b");
+    const auto& d = *r.detail;
+    CHECK(d.bin_width.count_ps() == 1'024'000'000);
+    REQUIRE(!d.links.empty());
+    CHECK(d.links_total == d.links.size());
+    for (const auto& series : d.links) {
+        const auto it = std::find_if(r.summary.links.begin(), r.summary.links.end(),
+                                     [&](const auto& l) { return l.name == series.name; });
+        REQUIRE(it != r.summary.links.end());
+        CHECK(series.bytes == doctest::Approx(it->bytes).epsilon(1e-6));
+        CHECK(series.utilization.size() ==
+              static_cast<std::size_t>(
+                  (d.timeline.iteration_time.count_ps() + d.bin_width.count_ps() - 1) /
+                  d.bin_width.count_ps()));
+        for (const double u : series.utilization) {
+            CHECK(u >= 0);
+            CHECK(u <= 1 + 1e-9);
+        }
+    }
+    // Busiest first.
+    for (std::size_t i = 1; i < d.links.size(); ++i)
+        CHECK(d.links[i - 1].bytes >= d.links[i].bytes);
+}
+
+TEST_CASE("html report: one page, deterministic, data that cannot close its script") {
+    const auto spec = cs::api::load_experiment({kPipeline, {"network.model=ideal"}, ""});
+    cs::api::CompareOptions options;
+    options.schedules = {"gpipe", "1f1b"};
+    options.details = true;
+    const auto result = cs::api::compare(spec, options);
+    REQUIRE(result.details.size() == 2);
+    cs::report::HtmlReport page;
+    page.title = "clustersim compare";
+    page.experiment = "a </script><script>alert(1)</script> name";
+    page.runs = result.summaries;
+    page.details = result.details;
+    std::ostringstream a, b;
+    cs::report::write_html_report(a, page);
+    cs::report::write_html_report(b, page);
+    CHECK(a.str() == b.str());
+    const std::string html = a.str();
+    // Exactly the page's two script elements end; the name appears escaped in the header and
+    // with "<\/" in the data.
+    std::size_t ends = 0;
+    for (auto at = html.find("</script>"); at != std::string::npos;
+         at = html.find("</script>", at + 1))
+        ++ends;
+    CHECK(ends == 2);
+    CHECK(html.find("a &lt;/script&gt;&lt;script&gt;alert(1)") != std::string::npos);
+    CHECK(html.find("a <\\/script><script>alert(1)<\\/script> name") != std::string::npos);
+    const auto data = cs::report::html_data(page);
+    CHECK(data["runs"].size() == 2);
+    CHECK(data["runs"][0]["summary"]["schedule"] == "gpipe");
+    CHECK(!data["runs"][0]["summary"].contains("wall_time_s"));
+}
+
+TEST_CASE("validation confidence: the families of the models used") {
+    // h200-2gpu-pipeline computes from measured layer times (profile) on a flow network: the
+    // families whose mode names profile (e2e-profile, zb-bubble) or the network
+    // (collective-8gpu, ...), and none that tests roofline compute alone (gemm-h200).
+    const auto spec = cs::api::load_experiment({kPipeline, {}, ""});
+    const auto v = cs::api::validation_confidence(spec);
+    REQUIRE(v.contains("families"));
+    std::vector<std::string> ids;
+    for (const auto& f : v["families"])
+        ids.push_back(f["id"].get<std::string>());
+    CHECK(std::find(ids.begin(), ids.end(), "e2e-profile") != ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), "zb-bubble") != ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), "collective-8gpu") != ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), "gemm-h200") == ids.end());
+    for (const auto& f : v["families"])
+        CHECK(f["cases"].get<int>() ==
+              f["pass"].get<int>() + f["fail"].get<int>() + f["gaps"].get<int>());
+}

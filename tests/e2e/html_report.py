@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""The HTML report (`run --html`, `compare --html`, `sweep --html`) end to end.
+
+Without a browser: each report is one self-contained file (no script, style sheet, image or font
+fetched: no src= or href= at all, and no URL but the SVG namespace), byte-identical when made
+twice, never left behind by a failed command. With Debian's chromium (installed by
+tools/install-deps.sh; CI has it): the default experiment's report and a three-schedule compare
+load headless and offline, print exactly one console line (the report's own "rendered" marker: a
+script error or any other message fails), and their screenshots have the requested size and
+non-empty plots (counted by colour, from the PNG decoded with zlib). Without chromium the browser
+part is skipped with exit status 77 (ctest SKIP_RETURN_CODE) after the other checks passed.
+UPDATE_SCREENSHOT=1 copies the default report's screenshot to docs/images/report-default.png.
+
+Usage: html_report.py CLUSTERSIM_BINARY
+"""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from itertools import accumulate
+
+binary = os.path.abspath(sys.argv[1])
+root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PROFILE = os.path.join(root, "workloads", "h200-pipeline-profile.yaml")
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def clustersim(*args):
+    return subprocess.run([binary] + list(args), cwd=root, capture_output=True, text=True,
+                          timeout=600)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def png_pixels(data):
+    """(width, height, rows of RGB tuples) of an 8-bit RGB or RGBA, non-interlaced PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+            bpp = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    rows = []
+    # Bytewise addition modulo 256 of whole rows as two big integers: even and odd bytes apart,
+    # so that no carry crosses into a neighbouring byte that is kept.
+    even = int.from_bytes(b"\x00\xff" * (stride // 2 + 1), "big") & ((1 << 8 * stride) - 1)
+    odd = ((1 << 8 * stride) - 1) ^ even
+
+    def add_rows(a, b):
+        x, y = int.from_bytes(a, "big"), int.from_bytes(b, "big")
+        return bytearray(((((x & even) + (y & even)) & even) |
+                          (((x & odd) + (y & odd)) & odd)).to_bytes(stride, "big"))
+
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if f == 1:
+            for c in range(bpp):
+                line[c::bpp] = bytes(accumulate(line[c::bpp], lambda a, b: (a + b) & 255))
+        elif f == 2:
+            line = add_rows(line, prev)
+        elif f == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
+        elif f == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b = prev[i]
+                c = prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+def colour_counts(png, colours):
+    """The screenshot's size, the pixels of each exact colour in `colours` (counted in each
+    decoded row), and saturated pixels per 30-degree hue bucket (every 4th pixel of every 4th row,
+    times 16)."""
+    width, height, bpp, rows = png_pixels(png)
+    exact = {c: sum(row.count(c) for row in rows) for c in colours}
+    hues = {}
+    for row in rows[::4]:
+        for x in range(0, width * bpp, 4 * bpp):
+            r, g, b = row[x:x + 3]
+            hi, lo = max(r, g, b), min(r, g, b)
+            if hi - lo < 60:  # grey, white, black: text and backgrounds
+                continue
+            if hi == r:
+                h = (60 * (g - b) / (hi - lo)) % 360
+            elif hi == g:
+                h = 60 * (b - r) / (hi - lo) + 120
+            else:
+                h = 60 * (r - g) / (hi - lo) + 240
+            hues[int(h // 30)] = hues.get(int(h // 30), 0) + 16
+    return width, height, exact, hues
+
+
+def browser():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def render(html, png, size):
+    """Loads `html` in headless chromium, offline; returns its console lines."""
+    with tempfile.TemporaryDirectory() as profile:
+        r = subprocess.run(
+            [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--no-first-run", "--user-data-dir=" + profile, "--force-device-scale-factor=1",
+             "--enable-logging=stderr", "--v=0", "--window-size=%d,%d" % size,
+             "--screenshot=" + png, "file://" + html],
+            capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and os.path.exists(png), "chromium failed: " + r.stderr[-2000:])
+    return [l for l in r.stderr.splitlines() if ":CONSOLE" in l]
+
+
+chrome = browser()
+with tempfile.TemporaryDirectory() as tmp:
+    default_html = os.path.join(tmp, "default.html")
+    compare_html = os.path.join(tmp, "compare.html")
+    sweep_html = os.path.join(tmp, "sweep.html")
+    r = clustersim("run", "--html", default_html)
+    check(r.returncode == 0, "run --html: " + r.stderr)
+    # Three schedules on the two-GPU profile pipeline (it sets vpp = 2 for interleaved).
+    compare_args = ["compare", PROFILE, "--schedules", "gpipe,1f1b,interleaved",
+                    "--set", "parallelism.vpp=2"]
+    r = clustersim(*compare_args, "--html", compare_html)
+    check(r.returncode == 0, "compare --html: " + r.stderr)
+    sweep_args = ["sweep", PROFILE, "--vary", "training.global_batch_size=4,8,16",
+                  "--vary", "schedule=gpipe,1f1b"]
+    r = clustersim(*sweep_args, "--html", sweep_html)
+    check(r.returncode == 0, "sweep --html: " + r.stderr)
+
+    for path in (default_html, compare_html, sweep_html):
+        text = read(path).decode("ascii")
+        name = os.path.basename(path)
+        check(text.startswith("<!DOCTYPE html>"), name + ": not an HTML document")
+        # Self-contained: nothing to fetch. The only URL is the SVG namespace, an identifier.
+        urls = set(re.findall(r"(?:https?:)?//[A-Za-z0-9.-]+\.[a-z]{2,}[^\s\"')]*", text))
+        check(urls <= {"http://www.w3.org/2000/svg", "//www.w3.org/2000/svg"},
+              name + ": references " + ", ".join(sorted(urls)))
+        check(not re.search(r"\s(src|href)\s*=", text), name + ": has src= or href=")
+        check(tmp not in text, name + ": names the output folder")
+    check('"validation"' in read(default_html).decode() and '"families"' in read(
+        default_html).decode(), "run --html: no validation section")
+    check('"sweep"' in read(sweep_html).decode(), "sweep --html: no sweep data")
+
+    # Deterministic: the same compare again gives the same bytes.
+    again = os.path.join(tmp, "again.html")
+    r = clustersim(*compare_args, "--html", again)
+    check(r.returncode == 0 and read(again) == read(compare_html),
+          "compare --html twice: the files differ")
+
+    # A sweep's report leaves out the wall-clock time of its runs: the same bytes again.
+    r = clustersim(*sweep_args, "--html", again)
+    check(r.returncode == 0 and read(again) == read(sweep_html),
+          "sweep --html twice: the files differ")
+
+    # A failed command leaves the existing report untouched (exit 2: bad input).
+    before = read(compare_html)
+    r = clustersim("compare", PROFILE, "--schedules", "gpipe,zigzag", "--html", compare_html)
+    check(r.returncode == 2 and read(compare_html) == before,
+          "a failed compare --html changed the existing report (exit %d)" % r.returncode)
+    missing = os.path.join(tmp, "no-such-folder", "r.html")
+    r = clustersim("run", PROFILE, "--html", missing)
+    check(r.returncode == 2 and "--html" in r.stderr and not os.path.exists(missing),
+          "--html into a missing folder: exit %d, %s" % (r.returncode, r.stderr.strip()))
+
+    if chrome is None:
+        print("html_report: chromium not found; the browser checks are skipped")
+        sys.exit(1 if failures else 77)
+
+    for html, size in ((default_html, (1200, 2600)), (compare_html, (1200, 2000))):
+        png = html[:-5] + ".png"
+        console = render(html, png, size)
+        name = os.path.basename(html)
+        check(len(console) == 1 and "clustersim-report: rendered" in console[0],
+              name + ": console lines other than the rendered marker:\n" + "\n".join(console))
+        if not os.path.exists(png):
+            continue
+        memory_fills = [bytes(c) for c in ((0x4c, 0x78, 0xa8), (0xf5, 0x85, 0x18),
+                                           (0x54, 0xa2, 0x4b), (0xe4, 0x57, 0x56))]
+        width, height, exact, hues = colour_counts(read(png), memory_fills)
+        check((width, height) == size, name + ": screenshot is %dx%d" % (width, height))
+        # Memory bars: the four fills of parameters, gradients, optimizer states, activations
+        # (report.js MEM), each over a few hundred pixels (bars of 18 px rows, one per stage).
+        for rgb in memory_fills:
+            check(exact[rgb] > 300, name + ": memory colour #%s on %d pixels" % (
+                rgb.hex(), exact[rgb]))
+        # Timeline: microbatches a golden angle apart on the colour wheel cover most 30-degree
+        # hue buckets; the heat map and memory add blue. At least 8 of 12 buckets, each over
+        # 200 pixels.
+        covered = [h for h, n in hues.items() if n > 200]
+        check(len(covered) >= 8, name + ": saturated hues %s" % sorted(hues.items()))
+        if html == default_html and os.environ.get("UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(png, os.path.join(root, "docs", "images", "report-default.png"))
+
+if failures:
+    print("%d failure(s)" % len(failures))
+    sys.exit(1)
+print("html_report: all checks passed")

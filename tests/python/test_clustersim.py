@@ -1,0 +1,216 @@
+"""The Python package against the closed forms the C++ tests use (tests/api/test_run.cpp).
+
+Run from the repository root, as ctest does: python3 -m unittest discover -s tests/python -t .
+Standard library only.
+"""
+
+import json
+import os
+import pickle
+import tempfile
+import threading
+import time
+import unittest
+
+import clustersim
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PIPELINE = os.path.join(ROOT, "workloads", "h200-2gpu-pipeline.yaml")
+IDEAL = {"network.model": "ideal"}
+
+# h200-2gpu-pipeline: p = 2 stages of 4 layers, F = 4 x 1.3057 ms = 5.2228 ms, B = 4 x 3.3197 ms
+# = 13.2788 ms per stage, m = 8 microbatches. On the ideal network 1F1B and GPipe take
+# (m + p - 1)(F + B) = 9 x 18.5016 ms = 166.5144 ms with bubble fraction (p - 1)/(m + p - 1)
+# = 1/9; interleaved with v = 2 chunks (v m + p - 1)(F + B) / v = 17 x 18.5016 / 2 = 157.2636 ms.
+ONE_F_ONE_B_S = 0.1665144
+INTERLEAVED_S = 0.1572636
+
+# The same experiment as a dict (the file's keys, with vpp = 1: no schedule below needs more).
+PIPELINE_DICT = {
+    "topology": "topologies/h200-2gpu-nvlink.yaml",
+    "model": {"layers": 8, "hidden_size": 4096, "attention_heads": 32, "vocab_size": 0},
+    "parallelism": {"tp": 1, "pp": 2, "dp": 1},
+    "training": {"micro_batch_size": 1, "global_batch_size": 8, "seq_length": 2048},
+    "schedule": "1f1b",
+    "compute": {"model": "profile", "layer_forward": "1.3057ms", "layer_backward": "3.3197ms"},
+    "network": {"model": "ideal"},
+}
+
+
+class RunTest(unittest.TestCase):
+    def test_closed_form_from_a_file(self):
+        r = clustersim.run(PIPELINE, IDEAL, schedule="1f1b")
+        self.assertEqual(r.schedule, "1f1b")
+        self.assertAlmostEqual(r.iteration_time_s, ONE_F_ONE_B_S, delta=1e-12)
+        self.assertAlmostEqual(r.bubble_fraction, 1 / 9, delta=1e-9)
+        # The file sets vpp = 2, which 1F1B ignores: said once, as data.
+        self.assertEqual(len([w for w in r.warnings if "vpp = 2 is ignored" in w]), 1)
+
+    def test_results_are_plain_python(self):
+        r = clustersim.run(PIPELINE, IDEAL, schedule="1f1b")
+        for name in ("mfu", "hfu", "host_fraction", "idle_fraction", "tokens_per_s"):
+            self.assertIsInstance(getattr(r, name), float, name)
+        # Two stages, one row each; the table is the same rows as columns.
+        self.assertEqual([s["stage"] for s in r.stages], [0, 1])
+        stages = r.table("stages")
+        self.assertEqual(stages["stage"], [0, 1])
+        self.assertEqual(len(stages["bubble_fraction"]), 2)
+        links = r.table("links")
+        self.assertEqual(len(links["name"]), len(r.links))
+        # The summary is what `run --json` writes: it survives a JSON round trip unchanged.
+        self.assertEqual(json.loads(json.dumps(r.to_dict())), r.to_dict())
+        with self.assertRaises(AttributeError):
+            r.no_such_field
+
+    def test_dict_equals_file(self):
+        # The dict is the file with vpp = 1 and the ideal network: the same 1F1B iteration.
+        r = clustersim.run(PIPELINE_DICT, base_dir=ROOT)
+        self.assertAlmostEqual(r.iteration_time_s, ONE_F_ONE_B_S, delta=1e-12)
+        self.assertEqual(r.warnings, [])
+
+    def test_overrides_win_in_order(self):
+        exp = clustersim.load(PIPELINE, IDEAL).set("parallelism.vpp", 1)
+        # global_batch_size 16 doubles m: (16 + 1)(F + B) = 17 x 18.5016 ms = 314.5272 ms.
+        r = exp.set("training.global_batch_size", 16).run(schedule="gpipe")
+        self.assertAlmostEqual(r.iteration_time_s, 0.3145272, delta=1e-12)
+        self.assertEqual(r.microbatches, 16)
+        # A list of --set strings means the same as a dict.
+        r2 = clustersim.run(PIPELINE, ["network.model=ideal", "training.global_batch_size=16"],
+                            schedule="gpipe")
+        self.assertEqual(r2.iteration_time_s, r.iteration_time_s)
+
+    def test_default_experiment(self):
+        # No path: the bundled workloads/default.yaml, as `clustersim run` with no argument.
+        r = clustersim.run(None, {"network.model": "analytical"})
+        self.assertTrue(r.mfu > 0 and r.mfu < 1, r.mfu)
+
+    def test_trace_is_written(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.json")
+            clustersim.run(PIPELINE_DICT, base_dir=ROOT, trace=path)
+            with open(path) as f:
+                self.assertIn("traceEvents", json.load(f))
+
+
+class CompareSweepTest(unittest.TestCase):
+    def test_compare(self):
+        c = clustersim.compare(PIPELINE, ["gpipe", "interleaved"], IDEAL)
+        self.assertEqual([r.schedule for r in c], ["gpipe", "interleaved"])
+        self.assertAlmostEqual(c["gpipe"].iteration_time_s, ONE_F_ONE_B_S, delta=1e-12)
+        self.assertAlmostEqual(c["interleaved"].iteration_time_s, INTERLEAVED_S, delta=1e-12)
+        table = c.table()
+        self.assertEqual(table["schedule"], ["gpipe", "interleaved"])
+        self.assertEqual(table["iteration_time_s"], [r.iteration_time_s for r in c])
+
+    def test_sweep(self):
+        # global_batch_size 4, 8, 16 gives m = 4, 8, 16 and (m + 1)(F + B) = 5, 9 and 17 x
+        # 18.5016 ms: throughput (tokens per second = gbs x 2048 / time) rises with m, so the
+        # ranking is 16, 8, 4; dp 3 cannot divide 2 GPUs and stays as the invalid row.
+        s = clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size": [4, 8, 16],
+                                             "parallelism.dp": [1, 3]}, base_dir=ROOT)
+        rows = s.rows()
+        self.assertEqual(len(rows), 6)
+        valid = [r for r in rows if r["valid"]]
+        self.assertEqual([r["training.global_batch_size"] for r in valid], ["16", "8", "4"])
+        self.assertAlmostEqual(valid[2]["iteration_time_s"], 5 * 0.0185016, delta=1e-12)
+        invalid = [r for r in rows if not r["valid"]]
+        self.assertEqual([r["parallelism.dp"] for r in invalid], ["3"] * 3)
+        self.assertTrue(all(r["error"] for r in invalid))
+        self.assertEqual(s.best.microbatches, 16)
+        self.assertEqual(s.table()["valid"], [True] * 3 + [False] * 3)
+
+
+class ReportTest(unittest.TestCase):
+    def test_html_report_of_a_comparison(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.html")
+            clustersim.report(PIPELINE_DICT, path, schedules=["gpipe", "1f1b"], base_dir=ROOT)
+            with open(path, encoding="ascii") as f:
+                html = f.read()
+            self.assertTrue(html.startswith("<!DOCTYPE html>"))
+            # The embedded data names both schedules, in order.
+            data = html.split('<script type="application/json" id="data">')[1]
+            data = json.loads(data.split("</script>")[0])  # "<\/" is JSON for "</"
+            self.assertEqual([r["summary"]["schedule"] for r in data["runs"]], ["gpipe", "1f1b"])
+            # A bad input raises before anything is written, and leaves no file.
+            bad = os.path.join(d, "bad.html")
+            with self.assertRaises(clustersim.InputError):
+                clustersim.report(PIPELINE_DICT, bad, {"schedule": "zigzag"}, base_dir=ROOT)
+            self.assertFalse(os.path.exists(bad))
+
+
+class ErrorTest(unittest.TestCase):
+    def test_unknown_value_is_located_with_accepted_names(self):
+        with self.assertRaises(clustersim.InputError) as caught:
+            clustersim.run(PIPELINE, {"network.model": "telepathy"})
+        e = caught.exception
+        self.assertIsInstance(e, ValueError)
+        self.assertEqual(e.file, "--set network.model=telepathy")
+        self.assertIn("ideal", e.accepted)
+        self.assertIn("flow", e.accepted)
+        self.assertIn("telepathy", str(e))
+        # Exceptions survive pickling (multiprocessing sends them between processes).
+        again = pickle.loads(pickle.dumps(e))
+        self.assertEqual((again.file, again.accepted), (e.file, e.accepted))
+
+    def test_dict_errors_name_line_and_column(self):
+        bad = dict(PIPELINE_DICT, parallelism={"tp": 1, "pp": 2, "dp": 1, "ttp": 2})
+        with self.assertRaises(clustersim.InputError) as caught:
+            clustersim.run(bad, base_dir=ROOT)
+        e = caught.exception
+        # The dict is parsed as json.dumps(d, indent=2): line 1 "{", 2 "topology", 3 "model": {,
+        # 4-7 its four keys, 8 "},", 9 "parallelism": {, 10 tp, 11 pp, 12 dp, 13 ttp. Nested
+        # keys are indented by 4 spaces, so the key's opening quote is at column 5 (1-based).
+        self.assertEqual(e.file, "<dict>")
+        self.assertEqual((e.line, e.column), (13, 5))
+        self.assertIn("ttp", e.message)
+        self.assertIn("tp", e.accepted)
+
+    def test_missing_file(self):
+        with self.assertRaises(clustersim.InputError) as caught:
+            clustersim.run("no/such/experiment.yaml")
+        self.assertEqual(caught.exception.file, "no/such/experiment.yaml")
+        self.assertIn("no such file", caught.exception.message)
+
+    def test_unknown_schedule_lists_schedules(self):
+        with self.assertRaises(clustersim.InputError) as caught:
+            clustersim.compare(PIPELINE, "gpipe,zigzag")
+        self.assertIn("zb-v", caught.exception.accepted)
+        self.assertEqual(sorted(clustersim.schedules()), sorted(
+            n for n in clustersim.schedules()))
+        self.assertIn("1f1b", clustersim.schedules())
+
+
+class GilTest(unittest.TestCase):
+    def test_other_threads_run_while_simulating(self):
+        # A Python thread counts while the main thread simulates; if the GIL were held through
+        # the simulation the counter could advance only between the calls, at most a few times.
+        ticks = []
+        stop = threading.Event()
+
+        def count():
+            while not stop.is_set():
+                ticks.append(1)
+                time.sleep(0.0005)
+
+        t = threading.Thread(target=count)
+        exp = clustersim.load(None, {"network.model": "analytical"})
+        t.start()
+        try:
+            start = time.monotonic()
+            runs = 0
+            while time.monotonic() - start < 0.3 or runs == 0:
+                before = len(ticks)
+                exp.run()
+                runs += 1
+            during_last = len(ticks) - before
+        finally:
+            stop.set()
+            t.join()
+        # The last run took tens of milliseconds (about 60 ms here): released, the counter ticks
+        # dozens of times during it; held, it could tick only around the Python parts (1 or 2).
+        self.assertGreater(during_last, 10)
+
+
+if __name__ == "__main__":
+    unittest.main()
