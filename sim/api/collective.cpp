@@ -39,7 +39,7 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
 
 CollectiveReport run_collective(const CollectiveRequest& request) {
     using namespace network;
-    const auto loaded = load_topology(request.topology, request.sets);
+    const auto loaded = load_topology(request.topology, request.sets, request.max_memory);
     const topology::Cluster& cluster = loaded.cluster;
     std::vector<int> ranks = request.ranks;
     if (ranks.empty())
@@ -55,8 +55,16 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         throw ConfigError(where, "a collective needs two ranks");
 
     std::vector<Algorithm> used;
-    for (Bytes size : request.sizes)
-        used.push_back(resolve_algorithm(cluster, request.kind, ranks, size, request.algorithm));
+    try {
+        for (Bytes size : request.sizes)
+            used.push_back(
+                resolve_algorithm(cluster, request.kind, ranks, size, request.algorithm));
+    } catch (const ConfigError& e) {
+        // The algorithm came from the command line: name the option and its value.
+        if (!e.where().file.empty()) throw;
+        throw ConfigError(SourceLocation{"--algo " + algorithm_name(request.algorithm)},
+                          e.message());
+    }
 
     const NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
                                                  : NetworkConfig::calibrated(request.fidelity);
@@ -68,9 +76,15 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         CollectiveRow row;
         row.size = request.sizes[i];
         row.algorithm = used[i];
-        row.time =
-            isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
-            request.host_overhead;
+        try {
+            row.time =
+                isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
+                request.host_overhead;
+        } catch (const ClockOverflow&) {
+            throw ConfigError(SourceLocation{"--sizes " + std::to_string(row.size.value) + "B"},
+                              "a collective of this size takes longer than the simulator's clock "
+                              "can hold (2^63 ps, about 106 days); give smaller sizes");
+        }
         const double seconds = row.time.seconds();
         row.algbw_GBps = seconds > 0 ? static_cast<double>(row.size.value) / seconds * 1e-9 : 0;
         row.busbw_GBps = row.algbw_GBps * factor;

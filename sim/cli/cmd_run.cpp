@@ -25,6 +25,7 @@ struct RunArgs {
     std::string trace_ranks;
     std::string trace_links = "auto";
     std::string schedule;
+    std::string max_memory;
 };
 
 void run(const RunArgs& a) {
@@ -37,11 +38,14 @@ void run(const RunArgs& a) {
     for (const auto& file : a.summaries)
         outputs.declare("--summary", file);
     outputs.declare("--trace", a.trace);
-    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
+    const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
+    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     api::RunOptions opt;
     opt.schedule = a.schedule;
+    opt.max_memory = max_memory;
+    opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
@@ -49,7 +53,7 @@ void run(const RunArgs& a) {
     opt.trace_options.outputs = &outputs;
     const auto result = api::run(spec, opt);
     for (const auto& w : result.warnings)
-        spdlog::warn("{}", w);
+        if (w.rfind("the trace ", 0) != 0) spdlog::warn("{}", w);  // trace size: said already
     if (!a.json.empty())
         report::write_summary_file(a.json, result.summary, report::summary_writer("json"),
                                    &outputs);
@@ -89,6 +93,8 @@ void register_run(CLI::App& app) {
                     "Link utilisation counters: auto (all on one node, else inter-node), "
                     "inter-node, all, none")
         ->check(CLI::IsMember({"auto", "inter-node", "all", "none"}));
+    cmd->add_option("--max-memory", args->max_memory, "The memory a run may take (default 16GiB); larger runs are refused before they start")
+        ->type_name("SIZE");
     cmd->callback([args] { run(*args); });
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/input_file.hpp"
 #include "core/quantity.hpp"
 
 namespace cs::config {
@@ -103,18 +104,10 @@ Document parse_document(const std::string& text, const std::string& display_path
 
 Document load_document(const std::filesystem::path& path) {
     const std::string shown = path.string();
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-        throw ConfigError(SourceLocation{shown, 0, 0}, "no such file");
-    if (std::filesystem::is_directory(path, ec))
-        throw ConfigError(SourceLocation{shown, 0, 0}, "is a directory, expected a YAML file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(SourceLocation{shown, 0, 0}, "cannot be read");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = read_input_file(path, shown, "a YAML file");
     auto folder = path.parent_path();
     if (folder.empty()) folder = ".";
-    return parse_document(text.str(), shown, folder);
+    return parse_document(text, shown, folder);
 }
 
 std::pair<std::string, std::string> split_assignment(const std::string& assignment) {
@@ -127,13 +120,25 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 
 void apply_override(Document& doc, const std::string& key, const std::string& value) {
     const SourceLocation where{doc.override_text(key, value), 0, 0};
+    // An empty value would read as null, which removes a key silently; `~` says so on purpose.
+    if (value.find_first_not_of(" \t") == std::string::npos)
+        throw ConfigError(where, "no value after '='; give a value, or ~ to remove the key");
     YAML::Node parsed;
     try {
-        parsed = YAML::Load(value);
+        // More than one document in a value ("1\n---\n2") would silently keep the first.
+        const auto documents = YAML::LoadAll(value);
+        if (documents.size() != 1)
+            throw ConfigError(where, "the value holds " + std::to_string(documents.size()) +
+                                         " YAML documents; give one value");
+        parsed = documents.front();
     } catch (const YAML::ParserException& e) {
         throw ConfigError(where, "the value is not valid YAML: " + e.msg);
     }
     reject_duplicate_keys(parsed, where.file, false);
+    // getline drops a trailing empty component: "parallelism." would replace the whole mapping.
+    if (key.empty() || key.front() == '.' || key.back() == '.')
+        throw ConfigError(where, "empty component in the key '" + key +
+                                     "'; expected dotted names such as parallelism.tp");
     std::vector<std::string> parts;
     std::string part;
     std::istringstream ss(key);

@@ -208,7 +208,8 @@ network::NetworkConfig parse_network(const config::Reader& r) {
 }  // namespace
 
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides,
+                               std::int64_t max_memory) {
     ExperimentSpec spec;
     config::Document doc = config::load_document(path);
     spec.source = doc.display_path;
@@ -245,7 +246,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
     } else if (topo_node.IsMap()) {
         // Inline topology: overrides address it as topology.<key> within the experiment itself.
         for (const auto& [k, v] : topo_overrides)
@@ -260,7 +261,7 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
     } else {
         root.fail("topology", "expected a file path or a mapping");
     }
@@ -285,6 +286,13 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
     const auto& l = spec.layout;
     const auto& t = spec.training;
     const config::Reader par = root.map("parallelism");
+    if (t.precision == Precision::Fp8)
+        for (const auto& gpu : cluster->gpu_models())
+            if (!(gpu.peak_fp8.flops_per_s > 0))
+                root.map("training")
+                    .fail("precision", "fp8 needs an fp8 peak, and GPU model " + gpu.name +
+                                           " has none (it has no fp8 tensor cores); use bf16 or "
+                                           "fp16, or give peak.fp8 under the topology's gpu_models");
     if (m.attention_heads % l.tp != 0)
         par.fail("tp", "attention_heads (" + std::to_string(m.attention_heads) +
                            ") must be divisible by tp (" + std::to_string(l.tp) + ")");

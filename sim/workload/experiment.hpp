@@ -15,6 +15,7 @@
 #include "core/name_table.hpp"
 #include "network/network.hpp"
 #include "topology/cluster.hpp"
+#include "topology/topology_spec.hpp"
 #include "workload/model.hpp"
 
 namespace cs::workload {
@@ -156,8 +157,10 @@ struct ExperimentSpec {
 };
 
 // Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
-// `topology.` go to the referenced topology file). Throws ConfigError.
+// `topology.` go to the referenced topology file). Throws ConfigError, also for a topology whose
+// estimated memory exceeds `max_memory` (topology::check_size).
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides);
+                               const std::vector<std::string>& overrides,
+                               std::int64_t max_memory = topology::kDefaultMaxMemory);
 
 }  // namespace cs::workload
