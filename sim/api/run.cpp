@@ -93,6 +93,11 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (auto problem = sched->check(shape); !problem.empty())
         throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
 
+    const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
+    workload::IterationPlan plan =
+        workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+    // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
+    // with the microbatches and GPUs is checked before it is built.
     if (const double need = estimate_run_bytes(spec, chunks);
         need > static_cast<double>(options.max_memory)) {
         char text[32];
@@ -106,9 +111,6 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
                               "; use fewer microbatches or GPUs, or raise the limit with "
                               "--max-memory");
     }
-    const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-    workload::IterationPlan plan =
-        workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
     if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
     std::vector<int> peak_inflight;
     for (int s = 0; s < shape.devices; ++s)

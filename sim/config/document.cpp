@@ -1,5 +1,6 @@
 #include "config/document.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <fstream>
@@ -71,6 +72,38 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
     }
 }
 
+// The documents in `text`, counted from its document markers: a "---" line after content or
+// after another "---", or content after a "..." line, starts another. (yaml-cpp's LoadAll would
+// count them, but loops without end on some inputs, such as ",us".)
+int document_count(const std::string& text) {
+    const auto marker = [](const std::string& line, const char* m) {
+        return line.compare(0, 3, m) == 0 &&
+               (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    };
+    int documents = 0;
+    bool open = false, content = false;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        const auto first = line.find_first_not_of(" \t\r");
+        const bool blank = first == std::string::npos || line[first] == '#';
+        if (marker(line, "---")) {
+            if (!open || content) ++documents;
+            open = true;
+            content = line.find_first_not_of(" \t\r", 3) != std::string::npos;
+        } else if (marker(line, "...")) {
+            open = false;
+            content = false;
+        } else if (!blank) {
+            if (!open) {
+                ++documents;
+                open = true;
+            }
+            content = true;
+        }
+    }
+    return std::max(documents, 1);
+}
+
 void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool in_file) {
     std::size_t visited = 0;
     reject_duplicate_keys(node, file, in_file, visited);
@@ -123,16 +156,26 @@ void apply_override(Document& doc, const std::string& key, const std::string& va
     // An empty value would read as null, which removes a key silently; `~` says so on purpose.
     if (value.find_first_not_of(" \t") == std::string::npos)
         throw ConfigError(where, "no value after '='; give a value, or ~ to remove the key");
+    // More than one document in a value ("1\n---\n2") would silently keep the first.
+    if (const int documents = document_count(value); documents > 1)
+        throw ConfigError(where, "the value holds " + std::to_string(documents) +
+                                     " YAML documents; give one value");
     YAML::Node parsed;
     try {
-        // More than one document in a value ("1\n---\n2") would silently keep the first.
-        const auto documents = YAML::LoadAll(value);
-        if (documents.size() != 1)
-            throw ConfigError(where, "the value holds " + std::to_string(documents.size()) +
-                                         " YAML documents; give one value");
-        parsed = documents.front();
+        parsed = YAML::Load(value);
     } catch (const YAML::ParserException& e) {
         throw ConfigError(where, "the value is not valid YAML: " + e.msg);
+    }
+    // yaml-cpp reads some malformed text (",us") as nothing: only a null written as such clears
+    // a key.
+    if (parsed.IsNull() || !parsed.IsDefined()) {
+        std::string text = value;
+        text.erase(0, text.find_first_not_of(" \t"));
+        text.erase(text.find_last_not_of(" \t") + 1);
+        if (text != "~" && text != "null" && text != "Null" && text != "NULL")
+            throw ConfigError(where, "the value \"" + value +
+                                         "\" is not valid YAML; quote it, or give ~ to remove "
+                                         "the key");
     }
     reject_duplicate_keys(parsed, where.file, false);
     // getline drops a trailing empty component: "parallelism." would replace the whole mapping.

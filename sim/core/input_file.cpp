@@ -21,6 +21,7 @@ struct Descriptor {
 };
 
 std::string mib(std::int64_t bytes) {
+    if (bytes % (1 << 20) != 0) return std::to_string(bytes) + " bytes";
     return std::to_string(bytes >> 20) + " MiB";
 }
 

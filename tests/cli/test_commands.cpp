@@ -133,9 +133,9 @@ TEST_CASE("validate: a send from a GPU to itself is a located error, exit 2") {
                                   "ranks: \"1,1\", size: 16MiB, published: 1, topology: " +
                                       kTwoGpus + "}\n");
     CHECK(r.status == 2);
+    // Rank lists name each GPU once (api::parse_rank_list), which also rules out a self-send.
     CHECK(r.err == "error: " + cases_file("validate_self") +
-                       ":4:70: 'cases.0.ranks': a send from GPU 1 to itself; expected two "
-                       "different GPUs, source and destination\n");
+                       ":4:70: 'cases.0.ranks': GPU 1 is listed twice; list each GPU once\n");
 }
 
 TEST_CASE("validate: zero-byte sends and collectives are refused, exit 2") {

@@ -56,6 +56,29 @@ TEST_CASE("--set overrides create and replace keys and are named in errors") {
           std::string::npos);
 }
 
+TEST_CASE("--set refuses values and keys that would silently mean something else") {
+    auto doc = parse_document("p: {tp: 1}\n", "e.yaml");
+    // An empty value would read as null and drop the key.
+    CHECK(error_of([&] { apply_override(doc, "p.tp", ""); }) ==
+          "--set p.tp=: no value after '='; give a value, or ~ to remove the key");
+    // Two documents: yaml-cpp's Load would keep the first (1) and drop the second.
+    CHECK(error_of([&] { apply_override(doc, "p.tp", "1\n---\n2"); })
+              .find("the value holds 2 YAML documents; give one value") != std::string::npos);
+    // "p." would replace the whole mapping p by 4 (getline drops the empty last component).
+    CHECK(error_of([&] { apply_override(doc, "p.", "4"); }) ==
+          "--set p.=4: empty component in the key 'p.'; expected dotted names such as "
+          "parallelism.tp");
+    CHECK(error_of([&] { apply_override(doc, ".p", "4"); }).find("empty component") !=
+          std::string::npos);
+    // Found by fuzzing: yaml-cpp's LoadAll loops for ever on ",us" and Load reads it as null,
+    // which would drop the key.
+    CHECK(error_of([&] { apply_override(doc, "p.tp", ",us"); }) ==
+          "--set p.tp=,us: the value \",us\" is not valid YAML; quote it, or give ~ to remove "
+          "the key");
+    // Nothing was applied: p.tp is still 1.
+    CHECK(root_reader(doc).map("p").integer("tp") == 1);
+}
+
 TEST_CASE("a key given twice is an error naming both places, at any depth") {
     // 'a' first at line 1 column 1, again at line 3 column 1.
     CHECK(error_of([] { parse_document("a: 1\nb: 2\na: 3\n", "d.yaml"); }) ==

@@ -79,6 +79,26 @@ check("collective beyond the clock",
       ["collective", "--topology", topology, "--sizes", "8000000TB"],
       "--sizes 8000000000000000000B: a collective of this size takes longer than the simulator's "
       "clock can hold", corpus, outputs=("--json",))
+superpod = os.path.join(here, "..", "..", "topologies", "dgx-h100-superpod.yaml")
+check("node far beyond the devices", ["topology", os.path.join(corpus, "files", "node-far.yaml")],
+      "node-far.yaml:5:5: device 'gpu1' is on node 99999999, but 2 devices are listed", corpus,
+      outputs=("--json",))
+# 10^7 nodes of 8 GPUs, 8 NICs and an NVSwitch: hundreds of GB, refused before anything is built.
+check("10^7 nodes", ["topology", superpod, "--set", "nodes=10000000"],
+      "--set nodes=10000000: this topology would need about", corpus, outputs=("--json",))
+check("20,000-GPU NVLink mesh",
+      ["topology", superpod, "--set", "node.gpus=20000", "--set", "node.intra.kind=nvlink"],
+      "GB of memory to build (", corpus, outputs=("--json",))
+check("10^8 NICs per node", ["topology", superpod, "--set", "node.nics.count=100000000"],
+      "'node.nics.count': must be at most 65536 NICs per node, found 100000000", corpus,
+      outputs=("--json",))
+valid = os.path.join(here, "..", "..", "workloads", "h200-pipeline-profile.yaml")
+check("--max-memory below the run's estimate",
+      ["run", valid, "--set", "parallelism.tp=1", "--set", "training.global_batch_size=100000000",
+       "--max-memory", "1GiB"],
+      "microbatches per replica), more than the limit of 1.074 GB", corpus)
+check("--max-memory unreadable", ["run", valid, "--max-memory", "lots"],
+      "--max-memory lots: expected a positive size", corpus)
 
 for f in failures:
     print("FAIL", f)
