@@ -20,16 +20,18 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
                           std::string("expected SIZE or FIRST:LAST with units ") + kBytesUnits);
     if (a->value <= 0 || b->value < a->value)
         throw ConfigError(where, "sizes must be positive and the last at least the first");
+    char factor_text[32];
+    std::snprintf(factor_text, sizeof factor_text, "%g", factor);
+    const SourceLocation factor_where{std::string("--step-factor ") + factor_text};
     if (!(factor > 1) || !std::isfinite(factor))
-        throw ConfigError(SourceLocation{"--step-factor"},
-                          "the step factor must be a finite number above 1");
+        throw ConfigError(factor_where, "the step factor must be a finite number above 1");
     // A factor barely above 1 over a wide range would make millions of rows.
     constexpr std::size_t kMaxRows = 10'000;
     std::vector<Bytes> out;
     for (double s = static_cast<double>(a->value); s <= static_cast<double>(b->value) * (1 + 1e-12);
          s *= factor) {
         if (out.size() == kMaxRows)
-            throw ConfigError(SourceLocation{"--step-factor"},
+            throw ConfigError(factor_where,
                               "more than " + std::to_string(kMaxRows) + " sizes from " + first +
                                   " to " + last + "; use a larger step factor");
         out.push_back(Bytes{std::llround(s)});

@@ -93,7 +93,8 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
     std::vector<int> sorted = out;
     std::sort(sorted.begin(), sorted.end());
     if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
-        throw ConfigError(where, "GPU " + std::to_string(*twice) + " is listed twice; list each GPU once");
+        throw ConfigError(where,
+                          "GPU " + std::to_string(*twice) + " is listed twice; list each GPU once");
     return out;
 }
 
@@ -101,9 +102,9 @@ std::int64_t parse_max_memory(const std::string& text) {
     if (text.empty()) return topology::kDefaultMaxMemory;
     const auto b = parse_bytes(text);
     if (!b || b->value <= 0)
-        throw ConfigError(SourceLocation{"--max-memory " + text},
-                          std::string("expected a positive size with a unit (") + kBytesUnits +
-                              "), e.g. 64GiB");
+        throw ConfigError(
+            SourceLocation{"--max-memory " + text},
+            std::string("expected a positive size with a unit (") + kBytesUnits + "), e.g. 64GiB");
     return b->value;
 }
 

@@ -51,8 +51,8 @@ void warn_trace_size(const workload::ExperimentSpec& spec, const workload::Itera
     const double traced = options.trace_options.ranks.empty()
                               ? 1.0
                               : static_cast<double>(options.trace_options.ranks.size()) / gpus;
-    const double bytes = slices_per_microbatch * plan.microbatches * (gpus / spec.layout.pp) *
-                         traced * per_slice;
+    const double bytes =
+        slices_per_microbatch * plan.microbatches * (gpus / spec.layout.pp) * traced * per_slice;
     constexpr double kWarnAbove = 1e9;
     if (bytes <= kWarnAbove) return;
     char text[32];

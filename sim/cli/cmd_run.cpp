@@ -93,7 +93,9 @@ void register_run(CLI::App& app) {
                     "Link utilisation counters: auto (all on one node, else inter-node), "
                     "inter-node, all, none")
         ->check(CLI::IsMember({"auto", "inter-node", "all", "none"}));
-    cmd->add_option("--max-memory", args->max_memory, "The memory a run may take (default 16GiB); larger runs are refused before they start")
+    cmd->add_option(
+           "--max-memory", args->max_memory,
+           "The memory a run may take (default 16GiB); larger runs are refused before they start")
         ->type_name("SIZE");
     cmd->callback([args] { run(*args); });
 }

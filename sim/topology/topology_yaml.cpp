@@ -162,8 +162,8 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
     s.where = r.location();
     s.count = as_int(r, "count", r.count("count", 0));
     if (s.count > kMaxPerNode)
-        r.fail("count", "must be at most " + std::to_string(kMaxPerNode) + " NICs per node, found " +
-                            std::to_string(s.count));
+        r.fail("count", "must be at most " + std::to_string(kMaxPerNode) +
+                            " NICs per node, found " + std::to_string(s.count));
     s.kind = parse_link_kind(r, "kind", LinkKind::InfiniBand);
     if (s.kind != LinkKind::InfiniBand && s.kind != LinkKind::Ethernet)
         r.fail("kind", "a NIC is infiniband or ethernet");

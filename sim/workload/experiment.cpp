@@ -208,8 +208,7 @@ network::NetworkConfig parse_network(const config::Reader& r) {
 }  // namespace
 
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides,
-                               std::int64_t max_memory) {
+                               const std::vector<std::string>& overrides, std::int64_t max_memory) {
     ExperimentSpec spec;
     config::Document doc = config::load_document(path);
     spec.source = doc.display_path;
@@ -290,9 +289,10 @@ ExperimentSpec load_experiment(const std::filesystem::path& path,
         for (const auto& gpu : cluster->gpu_models())
             if (!(gpu.peak_fp8.flops_per_s > 0))
                 root.map("training")
-                    .fail("precision", "fp8 needs an fp8 peak, and GPU model " + gpu.name +
-                                           " has none (it has no fp8 tensor cores); use bf16 or "
-                                           "fp16, or give peak.fp8 under the topology's gpu_models");
+                    .fail("precision",
+                          "fp8 needs an fp8 peak, and GPU model " + gpu.name +
+                              " has none (it has no fp8 tensor cores); use bf16 or "
+                              "fp16, or give peak.fp8 under the topology's gpu_models");
     if (m.attention_heads % l.tp != 0)
         par.fail("tp", "attention_heads (" + std::to_string(m.attention_heads) +
                            ") must be divisible by tp (" + std::to_string(l.tp) + ")");

@@ -44,7 +44,8 @@ void read_int(const config::Reader& r, const char* key, std::optional<int>& out,
     if (!r.has(key)) return;
     const std::int64_t v = r.count(key, min_value);
     if (v > max_value)
-        r.fail(key, "must be at most " + std::to_string(max_value) + ", found " + std::to_string(v));
+        r.fail(key,
+               "must be at most " + std::to_string(max_value) + ", found " + std::to_string(v));
     out = static_cast<int>(v);
 }
 

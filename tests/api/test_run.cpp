@@ -60,9 +60,7 @@ TEST_CASE("api::load_experiment: Megatron-LM flags, then --set, which wins; unus
     // --pipeline-model-parallel-size 1 changes the layout, so dp is derived again: 2 GPUs / pp 1
     // = dp 2; --set parallelism.vpp=1 then overrides the file's vpp 2.
     const auto spec = cs::api::load_experiment(
-        {kPipeline,
-         {"parallelism.vpp=1"},
-         "--pipeline-model-parallel-size 1 --no-such-flag 3"});
+        {kPipeline, {"parallelism.vpp=1"}, "--pipeline-model-parallel-size 1 --no-such-flag 3"});
     CHECK(spec.layout.pp == 1);
     CHECK(spec.layout.dp == 2);
     CHECK(spec.layout.vpp == 1);
@@ -101,8 +99,8 @@ TEST_CASE("api::parse_rank_list: ranges, lists, and what it cannot read") {
     CHECK(cs::api::parse_rank_list("0-3,8", "--ranks") == std::vector<int>{0, 1, 2, 3, 8});
     CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("3-1", "--ranks"),
                          doctest::Contains("runs backwards"), cs::ConfigError);
-    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("a", "--ranks"),
-                         doctest::Contains("--ranks a"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("a", "--ranks"), doctest::Contains("--ranks a"),
+                         cs::ConfigError);
     // 0-3 and 2 both name GPU 2.
     CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("0-3,2", "--ranks"),
                          doctest::Contains("--ranks 0-3,2: GPU 2 is listed twice"),

@@ -28,8 +28,8 @@ TEST_CASE("run: summary printed, --json written, warnings on stderr, bad input e
     CHECK(s["iteration_time_s"].get<double>() == doctest::Approx(0.1665144).epsilon(1e-12));
 
     const fs::path none = cs::test::scratch("run_bad") / "s.json";
-    const auto bad = run_binary({"run", kPipeline, "--set", "parallelism.tpp=2", "--json",
-                                 none.string()});
+    const auto bad =
+        run_binary({"run", kPipeline, "--set", "parallelism.tpp=2", "--json", none.string()});
     CHECK(bad.status == 2);
     CHECK(bad.err.find("tpp") != std::string::npos);
     CHECK_FALSE(fs::exists(none));
@@ -56,8 +56,7 @@ TEST_CASE("topology: the GPU count on its own line; --json and --dot") {
 TEST_CASE("collective: nccl-tests rows and JSON; a rank outside the cluster is exit 2") {
     const fs::path json = cs::test::scratch("collective") / "c.json";
     const auto r = run_binary({"collective", "--topology", kTwoGpus, "--op", "all_reduce",
-                               "--ranks", "0-1", "--sizes", "1MiB:4MiB", "--json",
-                               json.string()});
+                               "--ranks", "0-1", "--sizes", "1MiB:4MiB", "--json", json.string()});
     REQUIRE(r.status == 0);
     // 1, 2 and 4 MiB: three rows.
     const auto rows = nlohmann::json::parse(cs::test::slurp(json));

@@ -15,7 +15,8 @@ using cs::test::error_of;
 
 namespace {
 fs::path scratch(const char* name) {
-    const fs::path dir = fs::temp_directory_path() / ("cs-input-file-" + std::to_string(::getpid()));
+    const fs::path dir =
+        fs::temp_directory_path() / ("cs-input-file-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     return dir / name;
 }

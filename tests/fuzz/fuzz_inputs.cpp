@@ -58,13 +58,14 @@ std::string read(const fs::path& p) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 void run_if_small(const cs::workload::ExperimentSpec& spec) {
     const auto& l = spec.layout;
-    const double passes = static_cast<double>(l.pp) * l.dp * spec.training.microbatches(l) *
-                          std::max(1, l.vpp) * 3;
+    const double passes =
+        static_cast<double>(l.pp) * l.dp * spec.training.microbatches(l) * std::max(1, l.vpp) * 3;
     if (passes > kMaxPasses || spec.cluster->gpu_count() > 4096) return;
     cs::api::RunOptions options;
     options.max_memory = kFuzzMaxMemory;
@@ -138,23 +139,86 @@ struct Rng {  // splitmix64
 
 // Values a hostile user would try: limits of int32/int64, zero, negatives, non-finite numbers,
 // huge and tiny quantities with units, YAML oddities.
-const std::vector<std::string> kInteresting = {
-    "0", "-1", "1", "2", "3", "7", "65536", "2147483647", "2147483648", "4294967297",
-    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "1e309", "1e-300",
-    ".nan", ".inf", "-.inf", "0x10", "1.5", "~", "[]", "{}", "\"\"", "null", "true", "&a 1", "*a",
-    "1e308TB/s", "0GB/s", "1e-30ns", "1e30s", "106d", "9e18B", "8000000TB", "1ps", "0ms",
-    "1e300TFLOPS", "99999999", "100000000", "garbage", "fp8", "nvlink", "ring", "'", "\"", ":",
-    "- ", "{a: 1, a: 2}", "--- 1", "!!binary AAAA", "<<: *a"};
+const std::vector<std::string> kInteresting = {"0",
+                                               "-1",
+                                               "1",
+                                               "2",
+                                               "3",
+                                               "7",
+                                               "65536",
+                                               "2147483647",
+                                               "2147483648",
+                                               "4294967297",
+                                               "9223372036854775807",
+                                               "9223372036854775808",
+                                               "-9223372036854775808",
+                                               "1e309",
+                                               "1e-300",
+                                               ".nan",
+                                               ".inf",
+                                               "-.inf",
+                                               "0x10",
+                                               "1.5",
+                                               "~",
+                                               "[]",
+                                               "{}",
+                                               "\"\"",
+                                               "null",
+                                               "true",
+                                               "&a 1",
+                                               "*a",
+                                               "1e308TB/s",
+                                               "0GB/s",
+                                               "1e-30ns",
+                                               "1e30s",
+                                               "106d",
+                                               "9e18B",
+                                               "8000000TB",
+                                               "1ps",
+                                               "0ms",
+                                               "1e300TFLOPS",
+                                               "99999999",
+                                               "100000000",
+                                               "garbage",
+                                               "fp8",
+                                               "nvlink",
+                                               "ring",
+                                               "'",
+                                               "\"",
+                                               ":",
+                                               "- ",
+                                               "{a: 1, a: 2}",
+                                               "--- 1",
+                                               "!!binary AAAA",
+                                               "<<: *a"};
 
 // Megatron-LM flags, with and without values.
-const std::vector<std::string> kFlags = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers",
-    "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size",
-    "--global-batch-size", "--num-experts", "--moe-router-topk", "--recompute-method",
-    "--position-embedding-type", "--fp8-format", "--normalization", "--attention-backend",
-    "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--bf16", "--swiglu",
-    "--context-parallel-size", "--expert-model-parallel-size", "--vocab-size", "--num-query-groups",
-    "--group-query-attention", "--recompute-granularity", "--ffn-hidden-size"};
+const std::vector<std::string> kFlags = {"--tensor-model-parallel-size",
+                                         "--pipeline-model-parallel-size",
+                                         "--num-layers",
+                                         "--hidden-size",
+                                         "--num-attention-heads",
+                                         "--seq-length",
+                                         "--micro-batch-size",
+                                         "--global-batch-size",
+                                         "--num-experts",
+                                         "--moe-router-topk",
+                                         "--recompute-method",
+                                         "--position-embedding-type",
+                                         "--fp8-format",
+                                         "--normalization",
+                                         "--attention-backend",
+                                         "--num-layers-per-virtual-pipeline-stage",
+                                         "--sequence-parallel",
+                                         "--bf16",
+                                         "--swiglu",
+                                         "--context-parallel-size",
+                                         "--expert-model-parallel-size",
+                                         "--vocab-size",
+                                         "--num-query-groups",
+                                         "--group-query-attention",
+                                         "--recompute-granularity",
+                                         "--ffn-hidden-size"};
 
 std::string mutate(std::string text, Rng& rng, bool megatron) {
     const int rounds = 1 + static_cast<int>(rng.below(3));
