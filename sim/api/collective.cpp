@@ -20,16 +20,18 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
                           std::string("expected SIZE or FIRST:LAST with units ") + kBytesUnits);
     if (a->value <= 0 || b->value < a->value)
         throw ConfigError(where, "sizes must be positive and the last at least the first");
+    char factor_text[32];
+    std::snprintf(factor_text, sizeof factor_text, "%g", factor);
+    const SourceLocation factor_where{std::string("--step-factor ") + factor_text};
     if (!(factor > 1) || !std::isfinite(factor))
-        throw ConfigError(SourceLocation{"--step-factor"},
-                          "the step factor must be a finite number above 1");
+        throw ConfigError(factor_where, "the step factor must be a finite number above 1");
     // A factor barely above 1 over a wide range would make millions of rows.
     constexpr std::size_t kMaxRows = 10'000;
     std::vector<Bytes> out;
     for (double s = static_cast<double>(a->value); s <= static_cast<double>(b->value) * (1 + 1e-12);
          s *= factor) {
         if (out.size() == kMaxRows)
-            throw ConfigError(SourceLocation{"--step-factor"},
+            throw ConfigError(factor_where,
                               "more than " + std::to_string(kMaxRows) + " sizes from " + first +
                                   " to " + last + "; use a larger step factor");
         out.push_back(Bytes{std::llround(s)});
@@ -39,7 +41,7 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
 
 CollectiveReport run_collective(const CollectiveRequest& request) {
     using namespace network;
-    const auto loaded = load_topology(request.topology, request.sets);
+    const auto loaded = load_topology(request.topology, request.sets, request.max_memory);
     const topology::Cluster& cluster = loaded.cluster;
     std::vector<int> ranks = request.ranks;
     if (ranks.empty())
@@ -55,8 +57,16 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         throw ConfigError(where, "a collective needs two ranks");
 
     std::vector<Algorithm> used;
-    for (Bytes size : request.sizes)
-        used.push_back(resolve_algorithm(cluster, request.kind, ranks, size, request.algorithm));
+    try {
+        for (Bytes size : request.sizes)
+            used.push_back(
+                resolve_algorithm(cluster, request.kind, ranks, size, request.algorithm));
+    } catch (const ConfigError& e) {
+        // The algorithm came from the command line: name the option and its value.
+        if (!e.where().file.empty()) throw;
+        throw ConfigError(SourceLocation{"--algo " + algorithm_name(request.algorithm)},
+                          e.message());
+    }
 
     const NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
                                                  : NetworkConfig::calibrated(request.fidelity);
@@ -68,9 +78,15 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         CollectiveRow row;
         row.size = request.sizes[i];
         row.algorithm = used[i];
-        row.time =
-            isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
-            request.host_overhead;
+        try {
+            row.time =
+                isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
+                request.host_overhead;
+        } catch (const ClockOverflow&) {
+            throw ConfigError(SourceLocation{"--sizes " + std::to_string(row.size.value) + "B"},
+                              "a collective of this size takes longer than the simulator's clock "
+                              "can hold (2^63 ps, about 106 days); give smaller sizes");
+        }
         const double seconds = row.time.seconds();
         row.algbw_GBps = seconds > 0 ? static_cast<double>(row.size.value) / seconds * 1e-9 : 0;
         row.busbw_GBps = row.algbw_GBps * factor;

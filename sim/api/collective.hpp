@@ -12,6 +12,7 @@
 #include "core/units.hpp"
 #include "network/collectives.hpp"
 #include "network/network.hpp"
+#include "topology/topology_spec.hpp"
 
 namespace cs::api {
 
@@ -30,6 +31,7 @@ struct CollectiveRequest {
     network::Fidelity fidelity = network::Fidelity::Flow;
     bool nominal = false;  // nominal link capacities, no step overheads, instead of calibrated
     Time host_overhead;    // added to every row (a launch from Python), not part of the network
+    std::int64_t max_memory = topology::kDefaultMaxMemory;  // for building the topology
 };
 
 struct CollectiveRow {

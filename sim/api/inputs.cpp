@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/input_file.hpp"
+#include "core/quantity.hpp"
 #include "workload/megatron_args.hpp"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
@@ -48,8 +51,10 @@ std::filesystem::path default_experiment() {
 }
 
 std::vector<int> parse_rank_list(const std::string& text, const std::string& option) {
-    std::vector<int> out;
     const SourceLocation where{option + " " + text};
+    // Ranges are counted before they are expanded, so that 0-999999999 costs nothing.
+    std::vector<std::pair<int, int>> ranges;
+    std::int64_t total = 0;
     std::size_t pos = 0;
     while (pos <= text.size()) {
         const std::size_t comma = text.find(',', pos);
@@ -65,17 +70,42 @@ std::vector<int> parse_rank_list(const std::string& text, const std::string& opt
             return std::stoi(s);
         };
         if (dash == std::string::npos) {
-            out.push_back(to_int(part));
+            const int r = to_int(part);
+            ranges.emplace_back(r, r);
         } else {
             const int a = to_int(part.substr(0, dash)), b = to_int(part.substr(dash + 1));
             if (b < a) throw ConfigError(where, "range " + part + " runs backwards");
-            for (int r = a; r <= b; ++r)
-                out.push_back(r);
+            ranges.emplace_back(a, b);
         }
+        total += ranges.back().second - ranges.back().first + 1;
+        if (total > kMaxRankList)
+            throw ConfigError(where, "more than " + std::to_string(kMaxRankList) +
+                                         " GPUs; GPU numbers run from 0 to the topology's GPU "
+                                         "count - 1");
         if (comma == std::string::npos) break;
         pos = comma + 1;
     }
+    std::vector<int> out;
+    out.reserve(static_cast<std::size_t>(total));
+    for (const auto& [a, b] : ranges)
+        for (int r = a; r <= b; ++r)
+            out.push_back(r);
+    std::vector<int> sorted = out;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
+        throw ConfigError(where,
+                          "GPU " + std::to_string(*twice) + " is listed twice; list each GPU once");
     return out;
+}
+
+std::int64_t parse_max_memory(const std::string& text) {
+    if (text.empty()) return topology::kDefaultMaxMemory;
+    const auto b = parse_bytes(text);
+    if (!b || b->value <= 0)
+        throw ConfigError(
+            SourceLocation{"--max-memory " + text},
+            std::string("expected a positive size with a unit (") + kBytesUnits + "), e.g. 64GiB");
+    return b->value;
 }
 
 std::vector<std::string> collect_overrides(const std::string& megatron_args,
@@ -84,16 +114,9 @@ std::vector<std::string> collect_overrides(const std::string& megatron_args,
     std::vector<std::string> out;
     if (!megatron_args.empty()) {
         std::string text = megatron_args;
-        if (text.front() == '@') {
-            std::ifstream in(text.substr(1));
-            if (!in)
-                throw ConfigError(SourceLocation{text.substr(1)},
-                                  "cannot read the Megatron-LM arguments file given to "
-                                  "--megatron-args");
-            std::ostringstream buf;
-            buf << in.rdbuf();
-            text = buf.str();
-        }
+        if (text.front() == '@')
+            text = read_input_file(text.substr(1), "--megatron-args " + text,
+                                   "a file of Megatron-LM arguments");
         std::vector<std::string> unused;
         auto derived = workload::megatron_args_to_overrides(text, unused);
         for (const auto& w : unused)
@@ -112,7 +135,7 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
     std::vector<std::string> warnings;
     const auto overrides = collect_overrides(request.megatron_args, request.sets, warnings);
     auto spec = workload::load_experiment(
-        request.path.empty() ? default_experiment() : request.path, overrides);
+        request.path.empty() ? default_experiment() : request.path, overrides, request.max_memory);
     spec.warnings.insert(spec.warnings.begin(), warnings.begin(), warnings.end());
     return spec;
 }

@@ -3,6 +3,7 @@
 // data; nothing here prints.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,8 +20,17 @@ std::filesystem::path data_root();
 // workloads/default.yaml under data_root().
 std::filesystem::path default_experiment();
 
-// Parses "0-7", "0,2,4", "0-3,8-11" into GPU numbers; throws ConfigError naming `option`.
+// The most GPUs a rank list may name (32 times the largest layout clustersim has been run at).
+inline constexpr std::int64_t kMaxRankList = std::int64_t{1} << 22;
+
+// Parses "0-7", "0,2,4", "0-3,8-11" into GPU numbers, in the order given; throws ConfigError
+// naming `option` and the text for what it cannot read, a GPU listed twice, or more than
+// kMaxRankList GPUs (counted before any range is expanded).
 std::vector<int> parse_rank_list(const std::string& text, const std::string& option);
+
+// --max-memory SIZE ("64GiB"); empty: topology::kDefaultMaxMemory. Throws ConfigError naming the
+// option and the value for a size it cannot read or one that is not positive.
+std::int64_t parse_max_memory(const std::string& text);
 
 // The overrides a run applies, in order: those derived from Megatron-LM flags (`megatron_args`,
 // or `@file` to read them from a file; empty for none), then the user's --set assignments, which
@@ -35,6 +45,7 @@ struct ExperimentRequest {
     std::filesystem::path path;  // empty: default_experiment()
     std::vector<std::string> sets;
     std::string megatron_args;
+    std::int64_t max_memory = topology::kDefaultMaxMemory;  // --max-memory
 };
 
 // Loads the experiment with its overrides. The spec's `warnings` gain the Megatron-LM flags that

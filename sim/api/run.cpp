@@ -1,6 +1,7 @@
 #include "api/run.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 #include "config/document.hpp"
 #include "replay/durations/variability.hpp"
@@ -36,9 +37,52 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
 // The heat map's rows: the busiest links by bytes.
 constexpr std::size_t kReportLinks = 32;
 
+// A trace holds a slice per step of every pass on every traced GPU: a million microbatches make a
+// file of several GB. Said before the run, with the way to make it smaller.
+void warn_trace_size(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+                     const RunOptions& options, std::vector<std::string>& warnings) {
+    // Bytes per step counted below, fitted to the measured traces of docs/limits.md (within a
+    // factor of three: steps of a layer share slices, collectives add some): a rough figure.
+    const bool json = options.trace->extension() == ".json";
+    const double per_slice = json ? 64 : 24;
+    double slices_per_microbatch = 0;  // summed over the virtual stages, per GPU running them
+    for (const auto& vs : plan.virtual_stages) {
+        slices_per_microbatch += 2;  // the passes
+        for (const auto* pass : {&vs.forward, &vs.backward})
+            for (const auto& step : pass->steps)
+                slices_per_microbatch += step.repeat;
+    }
+    const double gpus = spec.cluster->gpu_count();
+    const double traced = options.trace_options.ranks.empty()
+                              ? 1.0
+                              : static_cast<double>(options.trace_options.ranks.size()) / gpus;
+    const double bytes =
+        slices_per_microbatch * plan.microbatches * (gpus / spec.layout.pp) * traced * per_slice;
+    constexpr double kWarnAbove = 1e9;
+    if (bytes <= kWarnAbove) return;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", bytes / 1e9);
+    warnings.push_back("the trace " + options.trace->string() + " will be about " + text +
+                       " GB; --trace-ranks keeps only some GPUs (e.g. one per pipeline stage)");
+    if (options.warn_now) options.warn_now(warnings.back());
+}
+
 }  // namespace
 
-RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
+    // Measured (Release, docs/limits.md): the default experiment at 16,384 GPUs peaks at 160 MiB,
+    // about 10 KiB per GPU with its cluster; a pipeline of two workers grows by about 150 bytes
+    // per microbatch and worker. Both rounded up to leave room.
+    constexpr double kBase = 32 << 20, kPerGpu = 16 << 10, kPerPass = 128;
+    const auto& l = spec.layout;
+    const double workers = static_cast<double>(l.pp) * l.dp;
+    const double passes = workers * spec.training.microbatches(l) * chunks * 3;
+    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes;
+}
+
+namespace {
+
+RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunResult out;
     // With variability, the same experiment without it first: the figure its cost is against.
@@ -66,6 +110,22 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
     workload::IterationPlan plan =
         workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+    // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
+    // with the microbatches and GPUs is checked before it is built.
+    if (const double need = estimate_run_bytes(spec, chunks);
+        need > static_cast<double>(options.max_memory)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.3g", need / 1e9);
+        throw ConfigError(spec.layout_where,
+                          std::string("this run would need about ") + text + " GB of memory (" +
+                              std::to_string(spec.cluster->gpu_count()) + " GPUs, " +
+                              std::to_string(shape.microbatches) +
+                              " microbatches per replica), more than the limit of " +
+                              format_bytes(Bytes{options.max_memory}) +
+                              "; use fewer microbatches or GPUs, or raise the limit with "
+                              "--max-memory");
+    }
+    if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
     std::vector<int> peak_inflight;
     for (int s = 0; s < shape.devices; ++s)
         peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
@@ -169,6 +229,23 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     out.summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     return out;
+}
+
+}  // namespace
+
+RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+    try {
+        return run_unchecked(experiment, options);
+    } catch (const ClockOverflow& e) {
+        // Every time in a run is derived from the input's sizes, rates and durations, so a time
+        // beyond the clock is an input out of range, not a bug.
+        throw ConfigError(SourceLocation{experiment.source},
+                          "a time in this run is longer than the simulator's clock can hold "
+                          "(2^63 ps, about 106 days): " +
+                              std::string(e.what()) +
+                              "; check durations, sizes and rates (seq_length, layers, "
+                              "efficiency_scale, host and launch overheads, bandwidths)");
+    }
 }
 
 }  // namespace cs::api

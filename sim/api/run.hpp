@@ -30,6 +30,12 @@ struct RunOptions {
     // Record what the HTML report shows beyond the summary (RunResult::detail): replica 0's
     // timeline, link utilisation over time, memory per stage and over time.
     bool detail = false;
+    // The memory the run may take (--max-memory): estimate_run_bytes above it is refused before
+    // anything is built.
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
+    // Called with a warning as soon as it is known (a trace of many GB), before the run; the
+    // warning is in RunResult::warnings as well.
+    std::function<void(const std::string&)> warn_now;
 };
 
 struct RunResult {
@@ -39,6 +45,11 @@ struct RunResult {
     std::vector<std::string> warnings;
     std::optional<report::RunDetail> detail;  // with RunOptions::detail
 };
+
+// An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and
+// per-pass costs measured on the Release build (docs/limits.md); `chunks` is the schedule's
+// model chunks per device. A double, so that absurd layouts cannot wrap.
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
 
 // Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
 // do not split), SimulationError for internal failures.

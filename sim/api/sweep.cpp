@@ -15,7 +15,7 @@ namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
                                    bubble_fraction, exposed_comm_fraction, dp, memory_bytes, fits,
-                                   summary, wall_time_s)
+                                   summary, summary_digest, wall_time_s)
 
 namespace {
 
@@ -82,8 +82,11 @@ nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepR
         j["fits_hbm"] = row.result->fits;
         // The text parses back to what to_json gave (numbers are printed to round-trip), and
         // wall_time_s goes back where to_json puts it: last.
-        auto& summary = j["summary"] = nlohmann::ordered_json::parse(row.result->summary);
-        summary["wall_time_s"] = row.result->wall_time_s;
+        // Without SweepOptions::keep_summaries there is no summary text to give.
+        if (!row.result->summary.empty()) {
+            auto& summary = j["summary"] = nlohmann::ordered_json::parse(row.result->summary);
+            summary["wall_time_s"] = row.result->wall_time_s;
+        }
     } else {
         j["error"] = row.error;
     }
@@ -110,8 +113,17 @@ struct Source {
     }
 };
 
+std::uint64_t fnv1a(std::string_view text) {
+    std::uint64_t h = 0xcbf29ce484222325;
+    for (const char c : text) {
+        h ^= static_cast<unsigned char>(c);
+        h *= 0x100000001b3;
+    }
+    return h;
+}
+
 void simulate_row(const Source& experiment, const std::vector<std::string>& base,
-                  const std::vector<SweepAxis>& axes, SweepRow& row) {
+                  const std::vector<SweepAxis>& axes, bool keep_summary, SweepRow& row) {
     std::vector<std::string> overrides = base;
     for (std::size_t i = 0; i < axes.size(); ++i)
         overrides.push_back(axes[i].key + "=" + row.values[i]);
@@ -122,6 +134,9 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         const auto hbm = spec.cluster->gpu_model(0).hbm;
         auto json = report::to_json(s);
         json.erase("wall_time_s");
+        std::string text = json.dump();
+        const std::uint64_t digest = fnv1a(text);
+        if (!keep_summary) text.clear();
         row.result = SweepResult{.tokens_per_s = s.tokens_per_s,
                                  .iteration_time_s = s.iteration_time_s,
                                  .mfu = s.mfu,
@@ -130,7 +145,8 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
                                  .dp = s.dp,
                                  .memory_bytes = s.memory.total.value,
                                  .fits = hbm.value <= 0 || s.memory.total <= hbm,
-                                 .summary = json.dump(),
+                                 .summary = std::move(text),
+                                 .summary_digest = digest,
                                  .wall_time_s = s.wall_time_s};
     } catch (const ConfigError& e) {
         row.error = e.what();
@@ -172,7 +188,8 @@ struct Share {
 };
 
 Share simulate_share(const Source& experiment, const std::vector<std::string>& base,
-                     const std::vector<SweepAxis>& axes, std::size_t total, const SweepRanks& ranks,
+                     const std::vector<SweepAxis>& axes, std::size_t total, bool keep_summaries,
+                     const SweepRanks& ranks,
                      const std::function<void(std::size_t, std::size_t)>& on_row) {
     Share share;
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
@@ -183,7 +200,7 @@ Share simulate_share(const Source& experiment, const std::vector<std::string>& b
         row.index = n;
         row.values = combination(axes, n);
         try {
-            simulate_row(experiment, base, axes, row);
+            simulate_row(experiment, base, axes, keep_summaries, row);
         } catch (const std::exception& e) {
             share.failure.emplace(n, e.what());
             break;
@@ -282,9 +299,20 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
         throw ConfigError(
             SourceLocation{"sweep"},
             "give at least one --vary KEY=V1,V2,... (e.g. --vary parallelism.tp=2,4,8)");
-    std::size_t total = 1;
-    for (const auto& axis : axes)
-        total *= axis.values.size();
+    std::uint64_t total = 1;
+    std::string product;
+    bool too_many = false;
+    for (const auto& axis : axes) {
+        product += (product.empty() ? "" : " x ") + std::to_string(axis.values.size());
+        too_many = too_many || __builtin_mul_overflow(total, axis.values.size(), &total) ||
+                   total > kMaxSweepCombinations;
+    }
+    if (too_many)
+        throw ConfigError(SourceLocation{"--vary"},
+                          "the " + std::to_string(axes.size()) + " --vary options give " + product +
+                              " combinations, more than the " +
+                              std::to_string(kMaxSweepCombinations) +
+                              " a sweep may run; vary fewer keys or fewer values");
 
     // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
     std::vector<std::string> base = options.sets;
@@ -298,7 +326,7 @@ std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const Sw
 
     auto all =
         gather(simulate_share(Source{&options.experiment, options.text ? &*options.text : nullptr},
-                              base, axes, total, ranks, options.on_row),
+                              base, axes, total, options.keep_summaries, ranks, options.on_row),
                ranks);
     if (!all) return std::nullopt;  // rank 0 reports
     if (all->failure) throw std::runtime_error(all->failure->second);
@@ -321,9 +349,9 @@ SweepRanking rank_sweep(const std::vector<SweepRow>& rows, const std::string& ex
                          if (x->result->fits != y->result->fits) return x->result->fits;
                          return x->result->tokens_per_s > y->result->tokens_per_s;
                      });
-    std::map<std::string_view, const SweepRow*> seen;
+    std::map<std::uint64_t, const SweepRow*> seen;
     for (const SweepRow* r : out.ranked) {
-        if (seen.emplace(r->result->summary, r).second)
+        if (seen.emplace(r->result->summary_digest, r).second)
             out.listed.push_back(r);
         else
             ++out.repeats;

@@ -41,9 +41,12 @@ struct SweepResult {
     int dp = 1;
     std::int64_t memory_bytes = 0;  // worst GPU
     bool fits = true;               // worst GPU's memory within its HBM
-    // report::to_json without wall_time_s, compact: equal texts are the same run. Kept as text
-    // because a summary lists every link and a JSON tree of it is several times larger.
+    // report::to_json without wall_time_s, compact. Kept as text because a summary lists every
+    // link and a JSON tree of it is several times larger; kept only with
+    // SweepOptions::keep_summaries (a summary is up to about 0.65 MB).
     std::string summary;
+    // FNV-1a of that text: equal digests are the same run (the ranking lists it once).
+    std::uint64_t summary_digest = 0;
     double wall_time_s = 0;
 };
 
@@ -62,9 +65,17 @@ struct SweepOptions {
     std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
     // Called after each combination this process simulated: (done, this process's total).
     std::function<void(std::size_t, std::size_t)> on_row;
+    // Keep each valid row's summary text (for `sweep --json`); without it a row costs a few
+    // hundred bytes, so memory does not grow with the size of the topology.
+    bool keep_summaries = true;
 };
 
+// The most combinations a sweep may have. Each is one run, so even this many would take days.
+inline constexpr std::uint64_t kMaxSweepCombinations = 1'000'000;
+
 // Every combination's row in enumeration order, on rank 0 of `ranks`; nullopt on other ranks.
+// More than kMaxSweepCombinations combinations (the product of the axes' value counts, computed
+// without wrapping) is a ConfigError naming the --vary options.
 // A varied layout keeps the world size: dp follows unless the sweep fixes it. Throws
 // std::runtime_error when a combination fails unexpectedly (the first such in enumeration order).
 std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const SweepRanks& ranks);

@@ -20,13 +20,13 @@ std::string counts_text(const std::map<std::string, int>& counts) {
 }  // namespace
 
 LoadedTopology load_topology(const std::filesystem::path& path,
-                             const std::vector<std::string>& sets) {
+                             const std::vector<std::string>& sets, std::int64_t max_memory) {
     auto doc = config::load_document(path);
     for (const auto& s : sets) {
         const auto [key, value] = config::split_assignment(s);
         config::apply_override(doc, key, value);
     }
-    return LoadedTopology{doc.display_path, topology::load_cluster(doc)};
+    return LoadedTopology{doc.display_path, topology::load_cluster(doc, max_memory)};
 }
 
 void print_topology(std::ostream& out, const std::string& display_path,

@@ -9,6 +9,7 @@
 
 #include "topology/cluster.hpp"
 #include "topology/summary.hpp"
+#include "topology/topology_spec.hpp"
 
 namespace cs::api {
 
@@ -18,8 +19,10 @@ struct LoadedTopology {
     std::string display_path;
     topology::Cluster cluster;
 };
+// Throws ConfigError for bad input and for a topology whose estimated memory exceeds `max_memory`.
 LoadedTopology load_topology(const std::filesystem::path& path,
-                             const std::vector<std::string>& sets);
+                             const std::vector<std::string>& sets,
+                             std::int64_t max_memory = topology::kDefaultMaxMemory);
 
 // The text description (GPU count on a line of its own, devices and links by kind, per-GPU
 // bandwidth inside and between nodes, bisection bandwidth, diameter) and its JSON form.

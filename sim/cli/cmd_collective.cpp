@@ -31,6 +31,7 @@ struct CollectiveArgs {
     bool nominal = false;
     std::string host_overhead = "0us";
     std::string json;
+    std::string max_memory;
 };
 
 std::string join(const std::vector<std::string>& names, const char* separator) {
@@ -51,6 +52,7 @@ void run(const CollectiveArgs& a) {
     using namespace network;
     api::CollectiveRequest request;
     request.topology = a.topology;
+    request.max_memory = api::parse_max_memory(a.max_memory);
     request.sets = a.sets;
     request.kind = pick("--op", a.op, kCollectiveNames);
     request.algorithm = parse_algorithm(a.algo, SourceLocation{"--algo " + a.algo});
@@ -103,6 +105,9 @@ void register_collective(CLI::App& app) {
                     "a launch from Python (e.g. 50us); not part of the network model")
         ->capture_default_str();
     cmd->add_option("--json", args->json, "Write the rows as JSON");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "The memory building the topology may take (default 16GiB)")
+        ->type_name("SIZE");
     cmd->callback([args] { run(*args); });
 }
 

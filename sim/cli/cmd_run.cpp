@@ -44,6 +44,7 @@ struct RunArgs {
     std::string trace_links = "auto";
     std::string schedule;
     std::string html;
+    std::string max_memory;
 };
 
 void run(const RunArgs& a) {
@@ -57,11 +58,14 @@ void run(const RunArgs& a) {
         outputs.declare("--summary", file);
     outputs.declare("--trace", a.trace);
     outputs.declare("--html", a.html);
-    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
+    const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
+    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     api::RunOptions opt;
     opt.schedule = a.schedule;
+    opt.max_memory = max_memory;
+    opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
@@ -87,7 +91,7 @@ void run(const RunArgs& a) {
     const auto result = api::run(spec, opt);
     counter.reset();
     for (const auto& w : result.warnings)
-        spdlog::warn("{}", w);
+        if (w.rfind("the trace ", 0) != 0) spdlog::warn("{}", w);  // trace size: said already
     if (!a.json.empty())
         report::write_summary_file(a.json, result.summary, report::summary_writer("json"),
                                    &outputs);
@@ -142,6 +146,10 @@ void register_run(CLI::App& app) {
                     "Link utilisation counters: auto (all on one node, else inter-node), "
                     "inter-node, all, none")
         ->check(CLI::IsMember({"auto", "inter-node", "all", "none"}));
+    cmd->add_option(
+           "--max-memory", args->max_memory,
+           "The memory a run may take (default 16GiB); larger runs are refused before they start")
+        ->type_name("SIZE");
     cmd->callback([args] { run(*args); });
 }
 

@@ -21,7 +21,7 @@ struct SweepArgs {
     std::string experiment;
     std::vector<std::string> vary;
     std::vector<std::string> sets;
-    std::size_t top = 20;
+    std::int64_t top = 20;
     std::string json;
     std::string html;
 };
@@ -31,6 +31,10 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     options.experiment = a.experiment;
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
+    options.keep_summaries = !a.json.empty();
+    if (a.top < 0)
+        throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
+                          "expected a number of rows, 0 or more");
     OutputSet outputs;
     if (ranks.rank() == 0) {
         outputs.declare("--json", a.json);
@@ -69,7 +73,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();
-    api::print_sweep(std::cout, options.axes, *rows, ranking, a.top);
+    api::print_sweep(std::cout, options.axes, *rows, ranking, static_cast<std::size_t>(a.top));
 }
 
 void sweep(const SweepArgs& a) {

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "api/inputs.hpp"
 #include "api/topology.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
@@ -18,13 +19,14 @@ struct TopologyArgs {
     std::vector<std::string> sets;
     std::string json;
     std::string dot;
+    std::string max_memory;
 };
 
 void run(const TopologyArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--dot", a.dot);
-    const auto loaded = api::load_topology(a.topology, a.sets);
+    const auto loaded = api::load_topology(a.topology, a.sets, api::parse_max_memory(a.max_memory));
     // Checked before anything is printed or written.
     const std::string dot =
         a.dot.empty() ? "" : api::topology_dot(loaded.cluster, "--dot " + a.dot);
@@ -51,6 +53,9 @@ void register_topology(CLI::App& app) {
         ->type_name("KEY=VALUE");
     cmd->add_option("--json", args->json, "Write the description as JSON");
     cmd->add_option("--dot", args->dot, "Write the graph in Graphviz format (small graphs)");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "The memory building the topology may take (default 16GiB)")
+        ->type_name("SIZE");
     cmd->callback([args] { run(*args); });
 }
 

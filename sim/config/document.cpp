@@ -1,11 +1,13 @@
 #include "config/document.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include "core/input_file.hpp"
 #include "core/quantity.hpp"
 
 namespace cs::config {
@@ -70,6 +72,38 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
     }
 }
 
+// The documents in `text`, counted from its document markers: a "---" line after content or
+// after another "---", or content after a "..." line, starts another. (yaml-cpp's LoadAll would
+// count them, but loops without end on some inputs, such as ",us".)
+int document_count(const std::string& text) {
+    const auto marker = [](const std::string& line, const char* m) {
+        return line.compare(0, 3, m) == 0 &&
+               (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    };
+    int documents = 0;
+    bool open = false, content = false;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        const auto first = line.find_first_not_of(" \t\r");
+        const bool blank = first == std::string::npos || line[first] == '#';
+        if (marker(line, "---")) {
+            if (!open || content) ++documents;
+            open = true;
+            content = line.find_first_not_of(" \t\r", 3) != std::string::npos;
+        } else if (marker(line, "...")) {
+            open = false;
+            content = false;
+        } else if (!blank) {
+            if (!open) {
+                ++documents;
+                open = true;
+            }
+            content = true;
+        }
+    }
+    return std::max(documents, 1);
+}
+
 void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool in_file) {
     std::size_t visited = 0;
     reject_duplicate_keys(node, file, in_file, visited);
@@ -103,18 +137,10 @@ Document parse_document(const std::string& text, const std::string& display_path
 
 Document load_document(const std::filesystem::path& path) {
     const std::string shown = path.string();
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-        throw ConfigError(SourceLocation{shown, 0, 0}, "no such file");
-    if (std::filesystem::is_directory(path, ec))
-        throw ConfigError(SourceLocation{shown, 0, 0}, "is a directory, expected a YAML file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(SourceLocation{shown, 0, 0}, "cannot be read");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = read_input_file(path, shown, "a YAML file");
     auto folder = path.parent_path();
     if (folder.empty()) folder = ".";
-    return parse_document(text.str(), shown, folder);
+    return parse_document(text, shown, folder);
 }
 
 std::pair<std::string, std::string> split_assignment(const std::string& assignment) {
@@ -127,13 +153,35 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 
 void apply_override(Document& doc, const std::string& key, const std::string& value) {
     const SourceLocation where{doc.override_text(key, value), 0, 0};
+    // An empty value would read as null, which removes a key silently; `~` says so on purpose.
+    if (value.find_first_not_of(" \t") == std::string::npos)
+        throw ConfigError(where, "no value after '='; give a value, or ~ to remove the key");
+    // More than one document in a value ("1\n---\n2") would silently keep the first.
+    if (const int documents = document_count(value); documents > 1)
+        throw ConfigError(where, "the value holds " + std::to_string(documents) +
+                                     " YAML documents; give one value");
     YAML::Node parsed;
     try {
         parsed = YAML::Load(value);
     } catch (const YAML::ParserException& e) {
         throw ConfigError(where, "the value is not valid YAML: " + e.msg);
     }
+    // yaml-cpp reads some malformed text (",us") as nothing: only a null written as such clears
+    // a key.
+    if (parsed.IsNull() || !parsed.IsDefined()) {
+        std::string text = value;
+        text.erase(0, text.find_first_not_of(" \t"));
+        text.erase(text.find_last_not_of(" \t") + 1);
+        if (text != "~" && text != "null" && text != "Null" && text != "NULL")
+            throw ConfigError(where, "the value \"" + value +
+                                         "\" is not valid YAML; quote it, or give ~ to remove "
+                                         "the key");
+    }
     reject_duplicate_keys(parsed, where.file, false);
+    // getline drops a trailing empty component: "parallelism." would replace the whole mapping.
+    if (key.empty() || key.front() == '.' || key.back() == '.')
+        throw ConfigError(where, "empty component in the key '" + key +
+                                     "'; expected dotted names such as parallelism.tp");
     std::vector<std::string> parts;
     std::string part;
     std::istringstream ss(key);

@@ -43,4 +43,12 @@ class SimulationError : public std::runtime_error {
     Time at_;
 };
 
+// A time beyond the 64-bit picosecond clock (2^63 ps, about 106 days). Thrown by the time
+// arithmetic of core/units.hpp; the front ends turn it into a ConfigError naming the input whose
+// sizes, rates or durations led there, since it is the input that is out of range.
+class ClockOverflow : public SimulationError {
+  public:
+    using SimulationError::SimulationError;
+};
+
 }  // namespace cs

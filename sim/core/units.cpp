@@ -8,10 +8,11 @@
 namespace cs {
 
 void throw_time_overflow(const char* what) {
-    throw SimulationError("core", std::string(what) + " overflowed the 64-bit picosecond clock");
+    throw ClockOverflow("core", std::string(what) + " overflowed the 64-bit picosecond clock");
 }
 
 Time Time::from_seconds_ceil(double seconds) {
+    if (std::isinf(seconds) && seconds > 0) throw_time_overflow("seconds to Time conversion");
     if (!std::isfinite(seconds) || seconds < 0)
         throw SimulationError("core",
                               "a duration must be a finite, non-negative number of seconds");

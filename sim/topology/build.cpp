@@ -121,6 +121,14 @@ class Builder {
             dev.kind = d.kind;
             dev.node = d.node;
             dev.tier = d.kind == DeviceKind::Switch ? 1 : 0;
+            // Nodes index arrays: a node number far beyond the devices listed would size them by
+            // a number nobody meant (node: 99999999).
+            if (d.node >= static_cast<std::int64_t>(spec_.devices.size()))
+                throw ConfigError(d.where, "device '" + d.id + "' is on node " +
+                                               std::to_string(d.node) + ", but " +
+                                               std::to_string(spec_.devices.size()) +
+                                               " devices are listed; number the nodes from 0, "
+                                               "with node numbers below the number of devices");
             if (d.kind == DeviceKind::Gpu) dev.model = model_index(d.model, d.model_where);
             if (d.node >= first_generated_node_) first_generated_node_ = d.node + 1;
             add(std::move(dev), false, &d.where);

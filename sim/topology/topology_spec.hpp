@@ -6,6 +6,7 @@
 // file:line:column.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -108,6 +109,23 @@ struct TopologySpec {
     std::optional<FabricSpec> fabric;
     SourceLocation where;  // the document
 };
+
+// The memory a run may take unless the user allows more (`--max-memory`): 16 GiB, about ten
+// times what a 131,072-GPU run of the bundled default experiment needs (docs/limits.md).
+inline constexpr std::int64_t kDefaultMaxMemory = std::int64_t{16} << 30;
+
+// What building a spec's cluster costs, counted from the spec before anything is built. The
+// counts are upper bounds (fabric switches are counted generously); bytes uses per-object costs
+// measured on the Release build (docs/limits.md). Doubles, so that absurd inputs cannot wrap.
+struct TopologySize {
+    double devices = 0;
+    double directed_links = 0;
+    double bytes = 0;
+};
+TopologySize estimate_size(const TopologySpec& spec);
+// Throws ConfigError, located at the spec's node count (or the document), when estimate_size's
+// bytes exceed `max_memory`, naming both and the option that raises the limit.
+void check_size(const TopologySpec& spec, std::int64_t max_memory);
 
 // YAML -> spec. Strict: unknown keys, wrong types, missing units are ConfigErrors.
 TopologySpec parse_topology(const config::Document& doc);

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "topology/topology_spec.hpp"
 
 namespace cs::topology {
 
 namespace {
+
+// GPUs and NICs per node (docs/yaml/topology.md): far above any machine, low enough that the
+// per-node loops and lists stay small.
+constexpr int kMaxPerNode = 65536;
 
 GpuModel make_model(const char* name, double fp32_tflops, double bf16_tflops, double fp16_tflops,
                     double fp8_tflops, double hbm_gb, double hbm_tb_per_s) {
@@ -156,6 +161,9 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
     NicSpec s;
     s.where = r.location();
     s.count = as_int(r, "count", r.count("count", 0));
+    if (s.count > kMaxPerNode)
+        r.fail("count", "must be at most " + std::to_string(kMaxPerNode) +
+                            " NICs per node, found " + std::to_string(s.count));
     s.kind = parse_link_kind(r, "kind", LinkKind::InfiniBand);
     if (s.kind != LinkKind::InfiniBand && s.kind != LinkKind::Ethernet)
         r.fail("kind", "a NIC is infiniband or ethernet");
@@ -194,16 +202,16 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
             s.serves.push_back(std::move(gpus_of_nic));
         }
     } else if (s.count > 0) {
-        // NIC k serves a contiguous block of GPUs; with more NICs than GPUs, GPU k mod gpus.
-        for (int k = 0; k < s.count; ++k) {
-            std::vector<int> block;
-            if (s.count <= gpus) {
-                for (int g = 0; g < gpus; ++g)
-                    if (static_cast<long long>(g) * s.count / gpus == k) block.push_back(g);
-            } else {
-                block.push_back(k % gpus);
-            }
-            s.serves.push_back(std::move(block));
+        // NIC k serves a contiguous block of GPUs (GPU g goes to NIC g x count / gpus); with
+        // more NICs than GPUs, NIC k serves GPU k mod gpus.
+        s.serves.assign(static_cast<std::size_t>(s.count), {});
+        if (s.count <= gpus) {
+            for (int g = 0; g < gpus; ++g)
+                s.serves[static_cast<std::size_t>(static_cast<long long>(g) * s.count / gpus)]
+                    .push_back(g);
+        } else {
+            for (int k = 0; k < s.count; ++k)
+                s.serves[static_cast<std::size_t>(k)].push_back(k % gpus);
         }
     }
     r.finish();
@@ -214,6 +222,9 @@ NodeSpec parse_node(const config::Reader& r) {
     NodeSpec n;
     n.where = r.location();
     n.gpus = as_int(r, "gpus", r.count("gpus"));
+    if (n.gpus > kMaxPerNode)
+        r.fail("gpus", "must be at most " + std::to_string(kMaxPerNode) + " GPUs per node, found " +
+                           std::to_string(n.gpus));
     n.gpu_model = r.string("gpu_model");
     n.gpu_model_where = r.location("gpu_model");
     if (auto intra = r.map_opt("intra")) {
@@ -364,8 +375,74 @@ TopologySpec parse_topology(const config::Document& doc) {
     return spec;
 }
 
-Cluster load_cluster(const config::Document& doc) {
-    return build_cluster(parse_topology(doc));
+Cluster load_cluster(const config::Document& doc, std::int64_t max_memory) {
+    const TopologySpec spec = parse_topology(doc);
+    check_size(spec, max_memory);
+    return build_cluster(spec);
+}
+
+TopologySize estimate_size(const TopologySpec& spec) {
+    // Measured (Release, docs/limits.md): about 260 bytes per directed link and 400 per device
+    // with their routing tables, 80 per node slot; rounded up.
+    constexpr double kBase = 16 << 20, kPerDevice = 512, kPerDirectedLink = 320, kPerNode = 128;
+    TopologySize t;
+    double links = static_cast<double>(spec.links.size());
+    double node_slots = 0;
+    t.devices = static_cast<double>(spec.devices.size());
+    for (const auto& d : spec.devices)
+        node_slots = std::max(node_slots, static_cast<double>(d.node) + 1);
+    if (spec.node) {
+        const NodeSpec& n = *spec.node;
+        const double nodes = spec.nodes, gpus = n.gpus, nics = n.nics.count;
+        double per_node_devices = gpus + nics, per_node_links = 0;
+        switch (n.intra.kind) {
+            case IntraKind::NvSwitch:
+                per_node_devices += 1;
+                per_node_links += gpus;
+                break;
+            case IntraKind::NvLinkMesh:
+                per_node_links += gpus * (gpus - 1) / 2;
+                break;
+            case IntraKind::Pcie:
+                per_node_devices += n.intra.pcie_switches + 1;
+                per_node_links += gpus + n.intra.pcie_switches;
+                break;
+        }
+        for (const auto& served : n.nics.serves)
+            per_node_links += static_cast<double>(served.size());
+        t.devices += nodes * per_node_devices;
+        links += nodes * per_node_links;
+        node_slots += nodes;
+        if (spec.fabric) {
+            // Each NIC takes one leaf port; every tier above adds at most as many links again,
+            // and a switch has at least one port down.
+            const double ports = nodes * nics;
+            t.devices += 3 * ports;
+            links += 4 * ports;
+        }
+    }
+    t.directed_links = 2 * links;
+    t.bytes = kBase + t.devices * kPerDevice + t.directed_links * kPerDirectedLink +
+              node_slots * kPerNode;
+    return t;
+}
+
+void check_size(const TopologySpec& spec, std::int64_t max_memory) {
+    const TopologySize t = estimate_size(spec);
+    if (t.bytes <= static_cast<double>(max_memory)) return;
+    const auto count = [](double v) {
+        char text[64];
+        std::snprintf(text, sizeof text, "%.3g", v);
+        return std::string(text);
+    };
+    const SourceLocation where = spec.node ? spec.nodes_where : spec.where;
+    throw ConfigError(where, "this topology would need about " + count(t.bytes / 1e9) +
+                                 " GB of memory to build (" + count(t.devices) + " devices, " +
+                                 count(t.directed_links) +
+                                 " directed links), more than the limit of " +
+                                 format_bytes(Bytes{max_memory}) +
+                                 "; use fewer nodes, GPUs or NICs, or raise the limit with "
+                                 "--max-memory");
 }
 
 }  // namespace cs::topology

@@ -7,6 +7,7 @@
 
 #include "config/document.hpp"
 #include "topology/cluster.hpp"
+#include "topology/topology_spec.hpp"
 
 namespace cs::topology {
 
@@ -19,6 +20,6 @@ std::vector<std::string> catalog_names();
 
 // Parses and builds the cluster a topology document describes. Throws ConfigError naming
 // file:line:column for any problem (unknown keys or devices, missing units, disconnected GPUs...).
-Cluster load_cluster(const config::Document& doc);
+Cluster load_cluster(const config::Document& doc, std::int64_t max_memory = kDefaultMaxMemory);
 
 }  // namespace cs::topology

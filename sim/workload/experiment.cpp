@@ -402,7 +402,8 @@ network::NetworkConfig parse_network(const config::Reader& r) {
 
 // The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
 ExperimentSpec load_experiment_document(config::Document doc,
-                                        const std::vector<std::string>& overrides) {
+                                        const std::vector<std::string>& overrides,
+                                        std::int64_t max_memory) {
     ExperimentSpec spec;
     spec.source = doc.display_path;
 
@@ -438,7 +439,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
     } else if (topo_node.IsMap()) {
         // Inline topology: overrides address it as topology.<key> within the experiment itself.
         for (const auto& [k, v] : topo_overrides)
@@ -453,7 +454,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc));
+        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
     } else {
         root.fail("topology", "expected a file path or a mapping");
     }
@@ -499,6 +500,14 @@ ExperimentSpec load_experiment_document(config::Document doc,
     const auto& l = spec.layout;
     const auto& t = spec.training;
     const config::Reader par = root.map("parallelism");
+    if (t.precision == Precision::Fp8)
+        for (const auto& gpu : cluster->gpu_models())
+            if (!(gpu.peak_fp8.flops_per_s > 0))
+                root.map("training")
+                    .fail("precision",
+                          "fp8 needs an fp8 peak, and GPU model " + gpu.name +
+                              " has none (it has no fp8 tensor cores); use bf16 or "
+                              "fp16, or give peak.fp8 under the topology's gpu_models");
     if (m.attention_heads % l.tp != 0)
         par.fail("tp", "attention_heads (" + std::to_string(m.attention_heads) +
                            ") must be divisible by tp (" + std::to_string(l.tp) + ")");
@@ -537,14 +546,15 @@ ExperimentSpec load_experiment_document(config::Document doc,
 }  // namespace
 
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides) {
-    return load_experiment_document(config::load_document(path), overrides);
+                               const std::vector<std::string>& overrides, std::int64_t max_memory) {
+    return load_experiment_document(config::load_document(path), overrides, max_memory);
 }
 
 ExperimentSpec load_experiment(const ExperimentText& source,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, std::int64_t max_memory) {
     return load_experiment_document(
-        config::parse_document(source.text, source.display_path, source.folder), overrides);
+        config::parse_document(source.text, source.display_path, source.folder), overrides,
+        max_memory);
 }
 
 }  // namespace cs::workload

@@ -16,6 +16,7 @@
 #include "core/name_table.hpp"
 #include "network/network.hpp"
 #include "topology/cluster.hpp"
+#include "topology/topology_spec.hpp"
 #include "workload/model.hpp"
 
 namespace cs::workload {
@@ -269,9 +270,11 @@ struct ExperimentSpec {
 };
 
 // Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
-// `topology.` go to the referenced topology file). Throws ConfigError.
+// `topology.` go to the referenced topology file). Throws ConfigError, also for a topology whose
+// estimated memory exceeds `max_memory` (topology::check_size).
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides);
+                               const std::vector<std::string>& overrides,
+                               std::int64_t max_memory = topology::kDefaultMaxMemory);
 
 // An experiment given as YAML text instead of a file (the Python bindings pass a dict as JSON,
 // which is YAML): `display_path` names it in messages, and relative paths inside it (the
@@ -282,6 +285,7 @@ struct ExperimentText {
     std::filesystem::path folder = ".";
 };
 ExperimentSpec load_experiment(const ExperimentText& source,
-                               const std::vector<std::string>& overrides);
+                               const std::vector<std::string>& overrides,
+                               std::int64_t max_memory = topology::kDefaultMaxMemory);
 
 }  // namespace cs::workload

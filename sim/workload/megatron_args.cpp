@@ -176,6 +176,8 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             // uniform/block choose how full recomputation groups layers; clustersim recomputes
             // every layer in full.
             const auto v = value();
+            if (v != "uniform" && v != "block")
+                bad(flag + ": expected uniform or block, found \"" + v + "\"");
             if (flag == "--activations-checkpoint-method") out.push_back("training.recompute=full");
             if (v == "block")
                 warnings.push_back(flag +
@@ -196,7 +198,9 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             else
                 bad(flag + ": expected flash, fused, unfused, local or auto, found \"" + v + "\"");
         } else if (flag == "--fp8-format") {
-            value();
+            const auto v = value();
+            if (v != "e4m3" && v != "hybrid")
+                bad(flag + ": expected e4m3 or hybrid, found \"" + v + "\"");
             out.push_back("training.precision=fp8");
         } else if (flag == "--vocab-size") {
             vocab = positive(flag, value());
@@ -217,7 +221,12 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             else
                 bad(flag + ": expected LayerNorm or RMSNorm, found \"" + v + "\"");
         } else if (flag == "--position-embedding-type") {
+            // Megatron-LM's choices; only learned_absolute has a table of its own.
             position_type = value();
+            if (position_type != "learned_absolute" && position_type != "rope" &&
+                position_type != "mrope" && position_type != "relative" && position_type != "none")
+                bad(flag + ": expected learned_absolute, rope, mrope, relative or none, found \"" +
+                    position_type + "\"");
         } else if (flag == "--max-position-embeddings") {
             max_positions = positive(flag, value());
         } else if (flag == "--moe-shared-expert-intermediate-size") {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/errors.hpp"
 #include "workload/flops.hpp"
 
 namespace cs::workload {
@@ -150,19 +151,30 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
         stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
-    MemoryBreakdown r;
-    r.parameters =
-        ceil_bytes(weight_bytes_per_parameter(spec.training.precision) * (dense + experts));
-    r.gradients =
-        ceil_bytes(gradient_bytes_per_parameter(spec.training.precision) * (dense + experts));
-    r.optimizer_states = ceil_bytes(optimizer_bytes_per_parameter(spec.training.precision) *
-                                    owned_parameters(p, layout));
+    const double parameters =
+        weight_bytes_per_parameter(spec.training.precision) * (dense + experts);
+    const double gradients =
+        gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
+    const double optimizer_states =
+        optimizer_bytes_per_parameter(spec.training.precision) * owned_parameters(p, layout);
     double activations = 0;
     for (int i = 0; i < layers_on_stage; ++i)
         activations += static_cast<double>(
             layer_activation_bytes(m, layout, spec.training, is_moe_layer(m, first_layer + i))
                 .value);
-    r.activations = ceil_bytes(activations * inflight_microbatches);
+    activations *= inflight_microbatches;
+    // Found by fuzzing (docs/robustness.md): absurd sizes give more than 2^63 bytes, which Bytes
+    // cannot hold.
+    if (!(parameters + gradients + optimizer_states + activations < 9.2e18))
+        throw ConfigError(spec.layout_where,
+                          "the memory per GPU of this model and layout is more than 2^63 bytes "
+                          "(about 9.2 EB); check the model's sizes, seq_length and "
+                          "micro_batch_size");
+    MemoryBreakdown r;
+    r.parameters = ceil_bytes(parameters);
+    r.gradients = ceil_bytes(gradients);
+    r.optimizer_states = ceil_bytes(optimizer_states);
+    r.activations = ceil_bytes(activations);
     r.total = r.parameters + r.gradients + r.optimizer_states + r.activations;
     return r;
 }

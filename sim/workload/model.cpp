@@ -39,16 +39,26 @@ struct ModelKeys {
     std::optional<bool> tied_embeddings, bias;
 };
 
-void read_int(const config::Reader& r, const char* key, std::optional<int>& out, int min_value) {
-    if (r.has(key)) out = static_cast<int>(r.count(key, min_value));
+void read_int(const config::Reader& r, const char* key, std::optional<int>& out, int min_value,
+              std::int64_t max_value = config::kMaxCount) {
+    if (!r.has(key)) return;
+    const std::int64_t v = r.count(key, min_value);
+    if (v > max_value)
+        r.fail(key,
+               "must be at most " + std::to_string(max_value) + ", found " + std::to_string(v));
+    out = static_cast<int>(v);
 }
+
+// Work grows with the layer count (plans, memory, pipeline chunks walk the layers); a million is
+// about ten thousand times the deepest published model and takes under a second.
+constexpr std::int64_t kMaxLayers = 1'000'000;
 
 void read_keys(const config::Reader& r, ModelKeys& k) {
     if (r.has("name")) k.name = r.string("name");
     if (r.has("family")) k.family = r.choice("family", {"gpt", "llama", "moe"});
     if (r.has("norm")) k.norm = r.choice("norm", {"layernorm", "rmsnorm"});
     if (r.has("activation")) k.activation = r.choice("activation", {"gelu", "swiglu"});
-    read_int(r, "layers", k.layers, 1);
+    read_int(r, "layers", k.layers, 1, kMaxLayers);
     read_int(r, "hidden_size", k.hidden_size, 1);
     read_int(r, "attention_heads", k.attention_heads, 1);
     read_int(r, "kv_heads", k.kv_heads, 1);

@@ -84,7 +84,9 @@ TEST_CASE("api::run_collective: a ring all-reduce on two GPUs by hand") {
     // Hostile step factors: infinity and NaN are refused; 1 + 1e-7 over 1 B..1 TB would need
     // ln(1e12) / 1e-7 = 2.8e8 rows, past the 10,000-row limit.
     CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", HUGE_VAL),
-                         doctest::Contains("finite number above 1"), cs::ConfigError);
+                         doctest::Contains("--step-factor inf: the step factor must be a finite "
+                                           "number above 1"),
+                         cs::ConfigError);
     CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", std::nan("")),
                          doctest::Contains("finite number above 1"), cs::ConfigError);
     CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", 1.0000001),

@@ -60,9 +60,7 @@ TEST_CASE("api::load_experiment: Megatron-LM flags, then --set, which wins; unus
     // --pipeline-model-parallel-size 1 changes the layout, so dp is derived again: 2 GPUs / pp 1
     // = dp 2; --set parallelism.vpp=1 then overrides the file's vpp 2.
     const auto spec = cs::api::load_experiment(
-        {kPipeline,
-         {"parallelism.vpp=1"},
-         "--pipeline-model-parallel-size 1 --no-such-flag 3"});
+        {kPipeline, {"parallelism.vpp=1"}, "--pipeline-model-parallel-size 1 --no-such-flag 3"});
     CHECK(spec.layout.pp == 1);
     CHECK(spec.layout.dp == 2);
     CHECK(spec.layout.vpp == 1);
@@ -101,6 +99,26 @@ TEST_CASE("api::parse_rank_list: ranges, lists, and what it cannot read") {
     CHECK(cs::api::parse_rank_list("0-3,8", "--ranks") == std::vector<int>{0, 1, 2, 3, 8});
     CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("3-1", "--ranks"),
                          doctest::Contains("runs backwards"), cs::ConfigError);
-    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("a", "--ranks"),
-                         doctest::Contains("--ranks a"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("a", "--ranks"), doctest::Contains("--ranks a"),
+                         cs::ConfigError);
+    // 0-3 and 2 both name GPU 2.
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("0-3,2", "--ranks"),
+                         doctest::Contains("--ranks 0-3,2: GPU 2 is listed twice"),
+                         cs::ConfigError);
+    // 10^9 GPUs are counted, not expanded: refused at once above kMaxRankList (2^22).
+    CHECK_THROWS_WITH_AS(cs::api::parse_rank_list("0-999999999", "--trace-ranks"),
+                         doctest::Contains("--trace-ranks 0-999999999: more than 4194304 GPUs"),
+                         cs::ConfigError);
+    // Exactly kMaxRankList is accepted: 0 .. 2^22 - 1.
+    CHECK(cs::api::parse_rank_list("0-4194303", "--ranks").size() == 4194304);
+}
+
+TEST_CASE("--max-memory: a positive size with a unit, named in its errors") {
+    CHECK(cs::api::parse_max_memory("") == cs::topology::kDefaultMaxMemory);
+    CHECK(cs::api::parse_max_memory("2GiB") == std::int64_t{2} << 30);
+    CHECK_THROWS_WITH_AS(cs::api::parse_max_memory("lots"),
+                         doctest::Contains("--max-memory lots: expected a positive size"),
+                         cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_max_memory("0B"), doctest::Contains("--max-memory 0B"),
+                         cs::ConfigError);
 }

@@ -28,8 +28,8 @@ TEST_CASE("run: summary printed, --json written, warnings on stderr, bad input e
     CHECK(s["iteration_time_s"].get<double>() == doctest::Approx(0.1665144).epsilon(1e-12));
 
     const fs::path none = cs::test::scratch("run_bad") / "s.json";
-    const auto bad = run_binary({"run", kPipeline, "--set", "parallelism.tpp=2", "--json",
-                                 none.string()});
+    const auto bad =
+        run_binary({"run", kPipeline, "--set", "parallelism.tpp=2", "--json", none.string()});
     CHECK(bad.status == 2);
     CHECK(bad.err.find("tpp") != std::string::npos);
     CHECK_FALSE(fs::exists(none));
@@ -56,8 +56,7 @@ TEST_CASE("topology: the GPU count on its own line; --json and --dot") {
 TEST_CASE("collective: nccl-tests rows and JSON; a rank outside the cluster is exit 2") {
     const fs::path json = cs::test::scratch("collective") / "c.json";
     const auto r = run_binary({"collective", "--topology", kTwoGpus, "--op", "all_reduce",
-                               "--ranks", "0-1", "--sizes", "1MiB:4MiB", "--json",
-                               json.string()});
+                               "--ranks", "0-1", "--sizes", "1MiB:4MiB", "--json", json.string()});
     REQUIRE(r.status == 0);
     // 1, 2 and 4 MiB: three rows.
     const auto rows = nlohmann::json::parse(cs::test::slurp(json));
@@ -133,9 +132,9 @@ TEST_CASE("validate: a send from a GPU to itself is a located error, exit 2") {
                                   "ranks: \"1,1\", size: 16MiB, published: 1, topology: " +
                                       kTwoGpus + "}\n");
     CHECK(r.status == 2);
+    // Rank lists name each GPU once (api::parse_rank_list), which also rules out a self-send.
     CHECK(r.err == "error: " + cases_file("validate_self") +
-                       ":4:70: 'cases.0.ranks': a send from GPU 1 to itself; expected two "
-                       "different GPUs, source and destination\n");
+                       ":4:70: 'cases.0.ranks': GPU 1 is listed twice; list each GPU once\n");
 }
 
 TEST_CASE("validate: zero-byte sends and collectives are refused, exit 2") {

@@ -56,6 +56,30 @@ TEST_CASE("--set overrides create and replace keys and are named in errors") {
           std::string::npos);
 }
 
+TEST_CASE("--set refuses values and keys that would silently mean something else") {
+    auto doc = parse_document("p: {tp: 1}\n", "e.yaml");
+    // An empty value would read as null and drop the key.
+    CHECK(error_of([&] { apply_override(doc, "p.tp", ""); }) ==
+          "--set p.tp=: no value after '='; give a value, or ~ to remove the key");
+    // Two documents: yaml-cpp's Load would keep the first (1) and drop the second.
+    CHECK(error_of([&] {
+              apply_override(doc, "p.tp", "1\n---\n2");
+          }).find("the value holds 2 YAML documents; give one value") != std::string::npos);
+    // "p." would replace the whole mapping p by 4 (getline drops the empty last component).
+    CHECK(error_of([&] { apply_override(doc, "p.", "4"); }) ==
+          "--set p.=4: empty component in the key 'p.'; expected dotted names such as "
+          "parallelism.tp");
+    CHECK(error_of([&] { apply_override(doc, ".p", "4"); }).find("empty component") !=
+          std::string::npos);
+    // Found by fuzzing: yaml-cpp's LoadAll loops for ever on ",us" and Load reads it as null,
+    // which would drop the key.
+    CHECK(error_of([&] { apply_override(doc, "p.tp", ",us"); }) ==
+          "--set p.tp=,us: the value \",us\" is not valid YAML; quote it, or give ~ to remove "
+          "the key");
+    // Nothing was applied: p.tp is still 1.
+    CHECK(root_reader(doc).map("p").integer("tp") == 1);
+}
+
 TEST_CASE("a key given twice is an error naming both places, at any depth") {
     // 'a' first at line 1 column 1, again at line 3 column 1.
     CHECK(error_of([] { parse_document("a: 1\nb: 2\na: 3\n", "d.yaml"); }) ==
@@ -92,10 +116,13 @@ TEST_CASE("non-finite numbers are errors wherever a number is read") {
         "a: .inf\nb: .nan\nc: 1e999\nd: -.inf\nt: 1e999s\nbw: 1e308TB/s\nf: 1e300PFLOPS\n",
         "n.yaml");
     Reader r = root_reader(doc);
-    CHECK(error_of([&] { r.number("a"); }) == "n.yaml:1:4: 'a': expected a finite number, found \".inf\"");
-    CHECK(error_of([&] { r.number("b"); }) == "n.yaml:2:4: 'b': expected a finite number, found \".nan\"");
+    CHECK(error_of([&] { r.number("a"); }) ==
+          "n.yaml:1:4: 'a': expected a finite number, found \".inf\"");
+    CHECK(error_of([&] { r.number("b"); }) ==
+          "n.yaml:2:4: 'b': expected a finite number, found \".nan\"");
     // 1e999 overflows a double to infinity.
-    CHECK(error_of([&] { r.number("c"); }) == "n.yaml:3:4: 'c': expected a finite number, found \"1e999\"");
+    CHECK(error_of([&] { r.number("c"); }) ==
+          "n.yaml:3:4: 'c': expected a finite number, found \"1e999\"");
     CHECK(error_of([&] { r.number("d"); }).find("expected a finite number") != std::string::npos);
     CHECK(error_of([&] { r.time("t"); }).find("'t': cannot read \"1e999s\"") != std::string::npos);
     // 1e308 TB/s = 1e320 B/s: the number is finite, the bandwidth is not.

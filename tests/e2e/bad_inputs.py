@@ -15,11 +15,12 @@ failures = []
 cases = 0
 
 
-def check(name, argv, expect, cwd):
+def check(name, argv, expect, cwd, outputs=("--json", "--trace")):
     global cases
     cases += 1
     with tempfile.TemporaryDirectory() as out:
-        argv = argv + ["--json", os.path.join(out, "s.json"), "--trace", os.path.join(out, "t.json")]
+        for option in outputs:
+            argv = argv + [option, os.path.join(out, option.strip("-") + ".json")]
         r = subprocess.run([binary] + argv, cwd=cwd, capture_output=True, text=True, timeout=120)
         left = os.listdir(out)
     problems = []
@@ -56,6 +57,48 @@ check("directory", ["run", "."], ".: is a directory", corpus)
 check("unknown option", ["run", "unknown-top-key.yaml", "--bogus"], "--bogus", corpus)
 check("--set without =", ["run", "unknown-top-key.yaml", "--set", "parallelism.tp"],
       "expected key=value", corpus)
+
+# Streams that never end, numbers that would overflow or exhaust memory, and command-line values,
+# each named in the message (issue #20).
+check("endless experiment", ["run", "/dev/zero"],
+      "/dev/zero: holds more than the 64 MiB an input file may hold", corpus)
+many = []
+for i in range(16):
+    many += ["--vary", f"training.seed{i}=" + ",".join(str(v) for v in range(16))]
+check("2^64 combinations", ["sweep", "unknown-top-key.yaml"] + many,
+      "--vary: the 16 --vary options give 16 x 16 x", corpus, outputs=("--json",))
+check("negative --top", ["sweep", "world-size.yaml", "--vary", "schedule=1f1b,gpipe", "--top", "-1"],
+      "--top -1: expected a number of rows, 0 or more", corpus, outputs=("--json",))
+topology = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
+check("--ranks twice", ["collective", "--topology", topology, "--ranks", "0,1,1"],
+      "--ranks 0,1,1: GPU 1 is listed twice", corpus, outputs=("--json",))
+check("--algo that does not apply",
+      ["collective", "--topology", topology, "--op", "all_to_all", "--algo", "ring"],
+      "--algo ring: algorithm 'ring' does not apply to all_to_all", corpus, outputs=("--json",))
+check("collective beyond the clock",
+      ["collective", "--topology", topology, "--sizes", "8000000TB"],
+      "--sizes 8000000000000000000B: a collective of this size takes longer than the simulator's "
+      "clock can hold", corpus, outputs=("--json",))
+superpod = os.path.join(here, "..", "..", "topologies", "dgx-h100-superpod.yaml")
+check("node far beyond the devices", ["topology", os.path.join(corpus, "files", "node-far.yaml")],
+      "node-far.yaml:5:5: device 'gpu1' is on node 99999999, but 2 devices are listed", corpus,
+      outputs=("--json",))
+# 10^7 nodes of 8 GPUs, 8 NICs and an NVSwitch: hundreds of GB, refused before anything is built.
+check("10^7 nodes", ["topology", superpod, "--set", "nodes=10000000"],
+      "--set nodes=10000000: this topology would need about", corpus, outputs=("--json",))
+check("20,000-GPU NVLink mesh",
+      ["topology", superpod, "--set", "node.gpus=20000", "--set", "node.intra.kind=nvlink"],
+      "GB of memory to build (", corpus, outputs=("--json",))
+check("10^8 NICs per node", ["topology", superpod, "--set", "node.nics.count=100000000"],
+      "'node.nics.count': must be at most 65536 NICs per node, found 100000000", corpus,
+      outputs=("--json",))
+valid = os.path.join(here, "..", "..", "workloads", "h200-pipeline-profile.yaml")
+check("--max-memory below the run's estimate",
+      ["run", valid, "--set", "parallelism.tp=1", "--set", "training.global_batch_size=100000000",
+       "--max-memory", "1GiB"],
+      "microbatches per replica), more than the limit of 1.074 GB", corpus)
+check("--max-memory unreadable", ["run", valid, "--max-memory", "lots"],
+      "--max-memory lots: expected a positive size", corpus)
 
 for f in failures:
     print("FAIL", f)

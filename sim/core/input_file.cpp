@@ -1,0 +1,69 @@
+#include "core/input_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/errors.hpp"
+
+namespace cs {
+namespace {
+
+// Closes the descriptor on every path out.
+struct Descriptor {
+    int fd = -1;
+    ~Descriptor() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+std::string mib(std::int64_t bytes) {
+    if (bytes % (1 << 20) != 0) return std::to_string(bytes) + " bytes";
+    return std::to_string(bytes >> 20) + " MiB";
+}
+
+}  // namespace
+
+std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
+                            const std::string& what, std::int64_t max_bytes) {
+    const SourceLocation where{shown, 0, 0};
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) throw ConfigError(where, "no such file");
+        throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) throw ConfigError(where, "is a directory, expected " + what);
+    if (S_ISREG(st.st_mode) && st.st_size > max_bytes)
+        throw ConfigError(where, "is " + std::to_string(st.st_size) + " bytes, more than the " +
+                                     mib(max_bytes) + " an input file may hold");
+    // O_NONBLOCK so that opening a FIFO without a writer does not wait for one; reads then block
+    // again as usual.
+    Descriptor d;
+    d.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (d.fd < 0) throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
+    const int flags = ::fcntl(d.fd, F_GETFL);
+    if (flags >= 0) ::fcntl(d.fd, F_SETFL, flags & ~O_NONBLOCK);
+    std::string text;
+    char buffer[1 << 16];
+    for (;;) {
+        const ssize_t n = ::read(d.fd, buffer, sizeof buffer);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            // EAGAIN: a FIFO whose writer has not written yet is read as what it has sent.
+            if (errno == EAGAIN) break;
+            throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
+        }
+        if (static_cast<std::int64_t>(text.size()) + n > max_bytes)
+            throw ConfigError(where, "holds more than the " + mib(max_bytes) +
+                                         " an input file may hold (a stream that never ends, "
+                                         "such as /dev/zero?); give a regular file");
+        text.append(buffer, static_cast<std::size_t>(n));
+    }
+    return text;
+}
+
+}  // namespace cs
