@@ -197,19 +197,21 @@ class GilTest(unittest.TestCase):
         exp = clustersim.load(None, {"network.model": "analytical"})
         t.start()
         try:
-            start = time.monotonic()
-            runs = 0
-            while time.monotonic() - start < 0.3 or runs == 0:
+            # Up to five runs of tens of milliseconds each; one in which the counter ticks five
+            # times or more is enough. Held, the GIL lets it tick only around each call's Python
+            # parts (1 or 2 times), whatever the machine's load; released, it ticks dozens of
+            # times per run unless the machine starves the thread in every one of the five.
+            best = 0
+            for _ in range(5):
                 before = len(ticks)
                 exp.run()
-                runs += 1
-            during_last = len(ticks) - before
+                best = max(best, len(ticks) - before)
+                if best >= 5:
+                    break
         finally:
             stop.set()
             t.join()
-        # The last run took tens of milliseconds (about 60 ms here): released, the counter ticks
-        # dozens of times during it; held, it could tick only around the Python parts (1 or 2).
-        self.assertGreater(during_last, 10)
+        self.assertGreaterEqual(best, 5)
 
 
 if __name__ == "__main__":
