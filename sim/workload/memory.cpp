@@ -40,26 +40,33 @@ Parameters stage_parameters(const ModelSpec& m, const ParallelLayout& layout, in
     const I tp = layout.tp;
     const I norms = 2 * final_norm_parameter_count(m);  // the two norms of a layer, replicated
     Parameters p;
+    // Sums of up to a million layers of a (syntactically valid) huge model can pass 2^63.
+    const auto add = [](I& sum, I v) {
+        if (__builtin_add_overflow(sum, v, &sum))
+            throw ConfigError(
+                "model: one pipeline stage would hold more than 2^63 parameters; the model is too "
+                "large to simulate (fewer or smaller layers, or more pipeline stages)");
+    };
     for (int i = 0; i < layers_on_stage; ++i) {
         const bool moe = is_moe_layer(m, first_layer + i);
         const I all = layer_parameter_count(m, moe);
         if (moe) {
             const I routed = routed_expert_parameter_count(m);
             const I router = I{m.hidden_size} * m.experts;  // replicated
-            p.experts += routed / (tp * layout.ep);
-            p.dense += (all - routed - router - norms) / tp + router + norms;
+            add(p.experts, routed / (tp * layout.ep));
+            add(p.dense, (all - routed - router - norms) / tp + router + norms);
         } else {
-            p.dense += (all - norms) / tp + norms;
+            add(p.dense, (all - norms) / tp + norms);
         }
     }
     const I word = I{m.vocab_size} * m.hidden_size;
-    if (has_embedding) p.dense += word / tp + I{m.position_embeddings} * m.hidden_size;
+    if (has_embedding) add(p.dense, word / tp + I{m.position_embeddings} * m.hidden_size);
     if (has_output) {
         // An untied output layer has its own weight; a tied one is a copy of the word embedding
         // on the last stage when the embedding sits on another stage (Megatron-LM keeps both in
         // sync with an all-reduce).
-        if (!m.tied_embeddings || !has_embedding) p.dense += word / tp;
-        p.dense += final_norm_parameter_count(m);
+        if (!m.tied_embeddings || !has_embedding) add(p.dense, word / tp);
+        add(p.dense, final_norm_parameter_count(m));
     }
     return p;
 }
