@@ -81,7 +81,8 @@ void run(const RunArgs& a) {
                 static_cast<std::size_t>(sched->chunks_for(spec.layout.vpp)) *
                 static_cast<std::size_t>(spec.training.microbatches(spec.layout)) *
                 (sched->splits_backward() ? 3 : 2);
-            opt.attach = [&](replay::Replay& replay) {
+            // `passes` by value: the run calls this after this block has ended.
+            opt.attach = [&counter, &progress, passes](replay::Replay& replay) {
                 counter =
                     std::make_unique<PassProgress>(progress, passes * replay.workers().size());
                 replay.add_observer(*counter);
