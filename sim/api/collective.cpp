@@ -31,9 +31,9 @@ std::vector<Bytes> parse_size_range(const std::string& text, double factor) {
     for (double s = static_cast<double>(a->value); s <= static_cast<double>(b->value) * (1 + 1e-12);
          s *= factor) {
         if (out.size() == kMaxRows)
-            throw ConfigError(factor_where,
-                              "more than " + std::to_string(kMaxRows) + " sizes from " + first +
-                                  " to " + last + "; use a larger step factor");
+            throw ConfigError(factor_where, "more than " + std::to_string(kMaxRows) +
+                                                " sizes from " + first + " to " + last +
+                                                "; use a larger step factor");
         out.push_back(Bytes{std::llround(s)});
     }
     return out;

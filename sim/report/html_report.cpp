@@ -1,33 +1,11 @@
 #include "report/html_report.hpp"
 
 #include "report/html_assets.hpp"  // generated from html/report.js and html/report.css
+#include "report/svg_timeline.hpp"
 
 namespace cs::report {
 
 namespace {
-
-std::string escape_html(const std::string& text) {
-    std::string out;
-    for (const char c : text) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&quot;";
-                break;
-            default:
-                out += c;
-        }
-    }
-    return out;
-}
 
 nlohmann::ordered_json memory_json(const workload::MemoryBreakdown& m) {
     return {{"parameters", m.parameters.value},
@@ -96,12 +74,12 @@ void write_html_report(std::ostream& out, const HtmlReport& report) {
     std::string json = html_data(report).dump(-1, ' ', true);
     for (std::size_t at = json.find("</"); at != std::string::npos; at = json.find("</", at + 3))
         json.replace(at, 2, "<\\/");
-    const std::string title = escape_html(report.title + " - " + report.experiment);
+    const std::string title = markup_escape(report.title + " - " + report.experiment);
     out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         << "<title>" << title << "</title>\n<style>\n"
-        << kHtmlReportCss << "</style>\n</head>\n<body>\n<header><h1>" << escape_html(report.title)
-        << "</h1><p>" << escape_html(report.experiment)
+        << kHtmlReportCss << "</style>\n</head>\n<body>\n<header><h1>"
+        << markup_escape(report.title) << "</h1><p>" << markup_escape(report.experiment)
         << "</p></header>\n<main id=\"main\"></main>\n"
         << "<script type=\"application/json\" id=\"data\">" << json << "</script>\n<script>\n"
         << kHtmlReportJs << "</script>\n</body>\n</html>\n";

@@ -33,27 +33,7 @@ void TimelineRecorder::on_iteration_end(Time end) {
     end_ = end;
 }
 
-namespace {
-
-// Layout in SVG user units (pixels).
-constexpr double kLeft = 86;         // stage labels
-constexpr double kPlotWidth = 1000;  // the longest iteration
-constexpr double kRight = 24;
-constexpr double kTop = 8;
-constexpr double kTitle = 24;
-constexpr double kRowHeight = 20;
-constexpr double kRowGap = 3;
-constexpr double kAxis = 30;
-constexpr double kPanelGap = 14;
-constexpr double kLegend = 30;
-
-std::string num(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f", v);
-    return buf;
-}
-
-std::string escape(const std::string& s) {
+std::string markup_escape(const std::string& s) {
     std::string out;
     for (char c : s) {
         switch (c) {
@@ -74,6 +54,26 @@ std::string escape(const std::string& s) {
         }
     }
     return out;
+}
+
+namespace {
+
+// Layout in SVG user units (pixels).
+constexpr double kLeft = 86;         // stage labels
+constexpr double kPlotWidth = 1000;  // the longest iteration
+constexpr double kRight = 24;
+constexpr double kTop = 8;
+constexpr double kTitle = 24;
+constexpr double kRowHeight = 20;
+constexpr double kRowGap = 3;
+constexpr double kAxis = 30;
+constexpr double kPanelGap = 14;
+constexpr double kLegend = 30;
+
+std::string num(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    return buf;
 }
 
 std::string hex_colour(double hue_deg, double saturation, double lightness) {
@@ -225,8 +225,8 @@ void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& pa
                       format_duration(p.iteration_time).c_str(), p.bubble_fraction * 100);
         out << "<g class=\"panel\">\n"
             << "<text x=\"" << num(kLeft) << "\" y=\"" << num(y0 + 16)
-            << "\" font-size=\"14\"><tspan font-weight=\"bold\">" << escape(p.schedule)
-            << "</tspan>" << escape(title) << "</text>\n";
+            << "\" font-size=\"14\"><tspan font-weight=\"bold\">" << markup_escape(p.schedule)
+            << "</tspan>" << markup_escape(title) << "</text>\n";
         const double rows_top = y0 + kTitle;
         for (int r = 0; r < p.rows; ++r) {
             const double y = rows_top + r * (kRowHeight + kRowGap);
@@ -279,8 +279,8 @@ void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& pa
     const auto swatch = [&](const std::string& fill, const std::string& text) {
         out << "<rect class=\"legend\" x=\"" << num(lx) << "\" y=\"" << num(ly)
             << "\" width=\"14\" height=\"12\" fill=\"" << fill << "\"/>\n"
-            << "<text x=\"" << num(lx + 18) << "\" y=\"" << num(ly + 10) << "\">" << escape(text)
-            << "</text>\n";
+            << "<text x=\"" << num(lx + 18) << "\" y=\"" << num(ly + 10) << "\">"
+            << markup_escape(text) << "</text>\n";
         lx += 26 + 6.2 * static_cast<double>(text.size());
     };
     swatch(fill_of(0, schedule::Pass::Forward), "forward");

@@ -53,6 +53,9 @@ class TimelineRecorder final : public replay::ReplayObserver {
 // Writes the panels one above the other on one time scale (the longest iteration spans the plot
 // width). Each pass is one <rect class="pass ..."> (idle backgrounds are class "idle"). Output
 // depends only on the panels: coordinates are printed with two decimals.
+// `s` with &, <, > and " as entities, for text and attribute values of SVG and HTML.
+std::string markup_escape(const std::string& s);
+
 void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& panels);
 
 }  // namespace cs::report

@@ -92,8 +92,8 @@ TEST_CASE("api::run_collective: a ring all-reduce on two GPUs by hand") {
     CHECK_THROWS_WITH_AS(cs::api::parse_size_range("1B:1TB", 1.0000001),
                          doctest::Contains("more than 10000 sizes"), cs::ConfigError);
     request.ranks = {0, 5};
-    CHECK_THROWS_WITH_AS(cs::api::run_collective(request), doctest::Contains("GPU 5 does not exist"),
-                         cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::run_collective(request),
+                         doctest::Contains("GPU 5 does not exist"), cs::ConfigError);
 }
 
 TEST_CASE("api::validate: scores each case against its family's tolerance") {
@@ -122,7 +122,8 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
         << ", gemm: {m: 4096, n: 4096, k: 4096}, published: " << 2 * t << ", unit: ms}\n";
     int seen = 0;
     const auto report = cs::api::validate(
-        {dir, "", [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; }});
+        {dir, "",
+         [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; }});
     CHECK(seen == 2);
     REQUIRE(report.cases.size() == 2);
     CHECK(report.cases[0].status == cs::api::ValidationStatus::Pass);
