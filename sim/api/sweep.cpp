@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -107,9 +108,10 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
 struct Source {
     const std::filesystem::path* path = nullptr;
     const workload::ExperimentText* text = nullptr;
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
-        return text ? workload::load_experiment(*text, overrides)
-                    : workload::load_experiment(*path, overrides);
+        return text ? workload::load_experiment(*text, overrides, max_memory)
+                    : workload::load_experiment(*path, overrides, max_memory);
     }
 };
 
@@ -180,83 +182,152 @@ std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
     return mine;
 }
 
-// One rank's part of the sweep. A rank that fails unexpectedly stops and records the combination
-// it failed on, so that it still takes part in the gather and no rank is left waiting.
-struct Share {
-    std::vector<SweepRow> rows;                                  // in enumeration order
-    std::optional<std::pair<std::size_t, std::string>> failure;  // combination and message
+// The first combination a rank failed on unexpectedly, with the message; a ConfigError (input the
+// sweep cannot take, found while running) stays one on rank 0.
+struct Failure {
+    std::size_t index = 0;
+    std::string message;
+    bool config = false;
 };
 
-Share simulate_share(const Source& experiment, const std::vector<std::string>& base,
-                     const std::vector<SweepAxis>& axes, std::size_t total, bool keep_summaries,
-                     const SweepRanks& ranks,
-                     const std::function<void(std::size_t, std::size_t)>& on_row) {
-    Share share;
+// One rank's combinations in enumeration order, each row handed to `sink` as it is simulated. A
+// rank that fails unexpectedly stops and returns the combination it failed on, so that it still
+// takes part in the gather and no rank is left waiting.
+std::optional<Failure> simulate_share(const Source& experiment,
+                                      const std::vector<std::string>& base,
+                                      const SweepOptions& options, std::size_t total,
+                                      const SweepRanks& ranks,
+                                      const std::function<void(SweepRow&&)>& sink) {
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
     const auto mine = dealt_to(ranks.rank(), ranks.size(), total);
+    std::size_t done = 0;
+    bool sized = false;
     for (const std::size_t n : mine) {
         SweepRow row;
         row.index = n;
-        row.values = combination(axes, n);
+        row.values = combination(options.axes, n);
         try {
-            simulate_row(experiment, base, axes, keep_summaries, row);
+            simulate_row(experiment, base, options.axes, options.keep_summaries, row);
+            if (options.keep_summaries && row.result && !sized) {
+                sized = true;
+                // Every kept summary is about this size (the same topology's links): refuse a
+                // sweep whose summaries cannot be held before running the rest of it.
+                const double need = static_cast<double>(total) *
+                                    static_cast<double>(row.result->summary.size() + 512);
+                if (need > static_cast<double>(options.max_memory))
+                    throw ConfigError(
+                        SourceLocation{"--json"},
+                        "keeping every combination's summary would take about " +
+                            format_bytes(Bytes{static_cast<std::int64_t>(need)}) + " (" +
+                            std::to_string(total) + " combinations x " +
+                            format_bytes(
+                                Bytes{static_cast<std::int64_t>(row.result->summary.size())}) +
+                            "), more than --max-memory " + format_bytes(Bytes{options.max_memory}) +
+                            "; leave out --json (the table and --html need no summaries), vary "
+                            "fewer "
+                            "keys, or raise --max-memory");
+            }
+        } catch (const ConfigError& e) {
+            return Failure{n, e.what(), true};
         } catch (const std::exception& e) {
-            share.failure.emplace(n, e.what());
-            break;
+            return Failure{n, e.what(), false};
         } catch (...) {
-            share.failure.emplace(n, "unknown exception");
-            break;
+            return Failure{n, "unknown exception", false};
         }
-        share.rows.push_back(std::move(row));
-        if (on_row) on_row(share.rows.size(), mine.size());
+        sink(std::move(row));
+        if (options.on_row) options.on_row(++done, mine.size());
     }
-    return share;
+    return std::nullopt;
 }
 
-// A share as CBOR, which keeps every double bit for bit: {"rows": [[index, values, result or
-// null, error, source], ...], "failure": [index, message] or null}.
-std::vector<std::uint8_t> encode(const Share& share) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& r : share.rows)
-        rows.push_back({r.index, r.values, r.result ? nlohmann::json(*r.result) : nlohmann::json(),
-                        r.error, r.source});
-    nlohmann::json failure;
-    if (share.failure) failure = {share.failure->first, share.failure->second};
-    return nlohmann::json::to_cbor(nlohmann::json{{"rows", rows}, {"failure", failure}});
+nlohmann::json row_cbor(const SweepRow& r) {
+    return {r.index, r.values, r.result ? nlohmann::json(*r.result) : nlohmann::json(), r.error,
+            r.source};
 }
 
-void decode_into(const std::vector<std::uint8_t>& bytes, Share& merged) {
-    const auto part = nlohmann::json::from_cbor(bytes);
-    for (const auto& r : part.at("rows")) {
-        SweepRow row;
-        row.index = r.at(0).get<std::size_t>();
-        row.values = r.at(1).get<std::vector<std::string>>();
-        if (!r.at(2).is_null()) row.result = r.at(2).get<SweepResult>();
-        row.error = r.at(3).get<std::string>();
-        row.source = r.at(4).get<std::string>();
-        merged.rows.push_back(std::move(row));
-    }
-    const auto& f = part.at("failure");
-    if (!f.is_null() && (!merged.failure || f.at(0).get<std::size_t>() < merged.failure->first))
-        merged.failure.emplace(f.at(0).get<std::size_t>(), f.at(1).get<std::string>());
+SweepRow row_from_cbor(const nlohmann::json& r) {
+    SweepRow row;
+    row.index = r.at(0).get<std::size_t>();
+    row.values = r.at(1).get<std::vector<std::string>>();
+    if (!r.at(2).is_null()) row.result = r.at(2).get<SweepResult>();
+    row.error = r.at(3).get<std::string>();
+    row.source = r.at(4).get<std::string>();
+    return row;
 }
 
-// Every rank's share, merged on rank 0 in enumeration order so that nothing after depends on the
-// number of ranks; the first failing combination's failure is kept, as one process going through
-// them in order would stop there. Empty on the other ranks. A job of one keeps its share as is.
-std::optional<Share> gather(Share mine, const SweepRanks& ranks) {
-    if (ranks.size() == 1) return mine;
-    auto parts =
-        ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{} : encode(mine));
-    if (ranks.rank() != 0) return std::nullopt;
-    for (std::size_t from = 1; from < parts.size(); ++from) {
-        decode_into(parts[from], mine);
-        std::vector<std::uint8_t>().swap(parts[from]);
+nlohmann::json failure_cbor(const std::optional<Failure>& f) {
+    return f ? nlohmann::json{f->index, f->message, f->config} : nlohmann::json();
+}
+
+// Keeps the failure of the earliest combination, as one process going through them in order
+// would stop there.
+void merge_failure(std::optional<Failure>& into, const nlohmann::json& f) {
+    if (f.is_null()) return;
+    const auto index = f.at(0).get<std::size_t>();
+    if (!into || index < into->index)
+        into = Failure{index, f.at(1).get<std::string>(), f.at(2).get<bool>()};
+}
+
+[[noreturn]] void rethrow(const Failure& f) {
+    if (f.config) throw ConfigError(f.message);
+    throw std::runtime_error(f.message);
+}
+
+// What every rank sends rank 0: its payload (rows or a tally) and its failure, as CBOR. Rank 0
+// gets the other ranks' parts (its own is not in the list); the other ranks get none.
+std::vector<nlohmann::json> gather_parts(const nlohmann::json& payload,
+                                         const std::optional<Failure>& failure,
+                                         const SweepRanks& ranks) {
+    if (ranks.size() == 1) return {};
+    auto bytes = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
+                                                        : nlohmann::json::to_cbor(nlohmann::json{
+                                                              payload, failure_cbor(failure)}));
+    std::vector<nlohmann::json> parts;
+    for (std::size_t from = 1; from < bytes.size(); ++from) {
+        parts.push_back(nlohmann::json::from_cbor(bytes[from]));
+        std::vector<std::uint8_t>().swap(bytes[from]);
     }
-    std::sort(mine.rows.begin(), mine.rows.end(),
-              [](const SweepRow& x, const SweepRow& y) { return x.index < y.index; });
-    return mine;
+    return parts;
+}
+
+// The product of the axes' value counts, refused above kMaxSweepCombinations; and the --set list
+// every combination starts from.
+std::pair<std::size_t, std::vector<std::string>> prepare(const SweepOptions& options) {
+    const auto& axes = options.axes;
+    if (axes.empty())
+        throw ConfigError(
+            SourceLocation{"sweep"},
+            "give at least one --vary KEY=V1,V2,... (e.g. --vary parallelism.tp=2,4,8)");
+    std::uint64_t total = 1;
+    std::string product;
+    bool too_many = false;
+    for (const auto& axis : axes) {
+        product += (product.empty() ? "" : " x ") + std::to_string(axis.values.size());
+        too_many = too_many || __builtin_mul_overflow(total, axis.values.size(), &total) ||
+                   total > kMaxSweepCombinations;
+    }
+    if (too_many)
+        throw ConfigError(SourceLocation{"--vary"},
+                          "the " + std::to_string(axes.size()) + " --vary options give " + product +
+                              " combinations, more than the " +
+                              std::to_string(kMaxSweepCombinations) +
+                              " a sweep may run; vary fewer keys or fewer values");
+
+    // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
+    std::vector<std::string> base = options.sets;
+    const bool layout_varied = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& x) {
+        return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
+    });
+    const bool dp_given = mentions_key(options.sets, "parallelism.dp") ||
+                          std::any_of(axes.begin(), axes.end(),
+                                      [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
+    if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
+    return {static_cast<std::size_t>(total), base};
+}
+
+Source source_of(const SweepOptions& options) {
+    return Source{&options.experiment, options.text ? &*options.text : nullptr, options.max_memory};
 }
 
 }  // namespace
@@ -294,43 +365,187 @@ std::vector<SweepAxis> parse_sweep_axes(const std::vector<std::string>& vary) {
 }
 
 std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const SweepRanks& ranks) {
-    const auto& axes = options.axes;
-    if (axes.empty())
-        throw ConfigError(
-            SourceLocation{"sweep"},
-            "give at least one --vary KEY=V1,V2,... (e.g. --vary parallelism.tp=2,4,8)");
-    std::uint64_t total = 1;
-    std::string product;
-    bool too_many = false;
-    for (const auto& axis : axes) {
-        product += (product.empty() ? "" : " x ") + std::to_string(axis.values.size());
-        too_many = too_many || __builtin_mul_overflow(total, axis.values.size(), &total) ||
-                   total > kMaxSweepCombinations;
+    const auto [total, base] = prepare(options);
+    std::vector<SweepRow> rows;
+    auto failure = simulate_share(source_of(options), base, options, total, ranks,
+                                  [&](SweepRow&& row) { rows.push_back(std::move(row)); });
+    nlohmann::json payload = nlohmann::json::array();
+    if (ranks.rank() != 0)
+        for (const auto& r : rows)
+            payload.push_back(row_cbor(r));
+    const auto parts = gather_parts(payload, failure, ranks);
+    if (ranks.rank() != 0) return std::nullopt;  // rank 0 reports
+    // Merged in enumeration order, so that nothing after depends on the number of ranks.
+    for (const auto& part : parts) {
+        for (const auto& r : part.at(0))
+            rows.push_back(row_from_cbor(r));
+        merge_failure(failure, part.at(1));
     }
-    if (too_many)
-        throw ConfigError(SourceLocation{"--vary"},
-                          "the " + std::to_string(axes.size()) + " --vary options give " + product +
-                              " combinations, more than the " +
-                              std::to_string(kMaxSweepCombinations) +
-                              " a sweep may run; vary fewer keys or fewer values");
+    if (failure) rethrow(*failure);
+    std::sort(rows.begin(), rows.end(),
+              [](const SweepRow& x, const SweepRow& y) { return x.index < y.index; });
+    return rows;
+}
 
-    // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
-    std::vector<std::string> base = options.sets;
-    const bool layout_varied = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& x) {
-        return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
-    });
-    const bool dp_given = mentions_key(options.sets, "parallelism.dp") ||
-                          std::any_of(axes.begin(), axes.end(),
-                                      [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
-    if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
+std::optional<SweepTally> sweep_tally(const SweepOptions& options, const SweepRanks& ranks,
+                                      std::size_t top) {
+    const auto [total, base] = prepare(options);
+    SweepOptions lean = options;
+    lean.keep_summaries = false;
+    SweepTally tally(top);
+    auto failure = simulate_share(source_of(options), base, lean, total, ranks,
+                                  [&](SweepRow&& row) { tally.add(row); });
+    const auto parts =
+        gather_parts(ranks.rank() != 0 ? nlohmann::json::binary(tally.encode()) : nlohmann::json(),
+                     failure, ranks);
+    if (ranks.rank() != 0) return std::nullopt;  // rank 0 reports
+    for (const auto& part : parts) {
+        tally.merge(SweepTally::decode(part.at(0).get_binary()));
+        merge_failure(failure, part.at(1));
+    }
+    if (failure) rethrow(*failure);
+    if (tally.valid() == 0) {
+        const auto reasons = tally.reasons();
+        throw ConfigError(SourceLocation{options.experiment.string()},
+                          "none of the " + std::to_string(tally.combinations()) +
+                              " combinations is a valid experiment; the first fails with: " +
+                              (reasons.empty() ? std::string("(none)") : reasons.front().text));
+    }
+    return tally;
+}
 
-    auto all =
-        gather(simulate_share(Source{&options.experiment, options.text ? &*options.text : nullptr},
-                              base, axes, total, options.keep_summaries, ranks, options.on_row),
-               ranks);
-    if (!all) return std::nullopt;  // rank 0 reports
-    if (all->failure) throw std::runtime_error(all->failure->second);
-    return std::move(all->rows);
+bool SweepTally::Better::operator()(const Key& x, const Key& y) const {
+    if (x.fits != y.fits) return x.fits;
+    if (x.tokens_per_s != y.tokens_per_s) return x.tokens_per_s > y.tokens_per_s;
+    return x.index < y.index;
+}
+
+// Keeps `row` among the best rows if it is its result's best and ranks within top_.
+void SweepTally::offer(const Key& key, std::uint64_t digest, const SweepRow& row) {
+    const auto [at, fresh] = best_.try_emplace(digest, key);
+    if (!fresh) {
+        if (!Better{}(key, at->second)) return;  // a repeat of a better row
+        kept_.erase(at->second);                 // that row is now the repeat
+        at->second = key;
+    }
+    if (kept_.size() >= top_ && (top_ == 0 || !Better{}(key, std::prev(kept_.end())->first)))
+        return;
+    SweepRow kept = row;
+    kept.result->summary.clear();
+    kept_.emplace(key, std::move(kept));
+    if (kept_.size() > top_) kept_.erase(std::prev(kept_.end()));
+}
+
+void SweepTally::add(const SweepRow& row) {
+    ++combinations_;
+    if (source_.empty()) source_ = row.source;
+    if (!row.result) {
+        auto [at, fresh] = reasons_.try_emplace(row.error);
+        Reason& r = at->second;
+        if (fresh || row.index < r.first_index) {
+            r.text = row.error;
+            r.first_index = row.index;
+            r.first_values = row.values;
+        }
+        ++r.count;
+        return;
+    }
+    ++valid_;
+    offer(Key{row.result->fits, row.result->tokens_per_s, row.index}, row.result->summary_digest,
+          row);
+}
+
+void SweepTally::merge(const SweepTally& other) {
+    combinations_ += other.combinations_;
+    valid_ += other.valid_;
+    if (source_.empty()) source_ = other.source_;
+    for (const auto& [text, theirs] : other.reasons_) {
+        auto [at, fresh] = reasons_.try_emplace(text, theirs);
+        if (fresh) continue;
+        Reason& r = at->second;
+        r.count += theirs.count;
+        if (theirs.first_index < r.first_index) {
+            r.first_index = theirs.first_index;
+            r.first_values = theirs.first_values;
+        }
+    }
+    // Every result's best row of the two, then their kept rows that are still their result's best.
+    // A merged top row is among the kept rows of the tally it came from: fewer than top_ distinct
+    // results rank above it there, as fewer than top_ do in the union.
+    for (const auto& [digest, key] : other.best_) {
+        const auto [at, fresh] = best_.try_emplace(digest, key);
+        if (!fresh && Better{}(key, at->second)) {
+            kept_.erase(at->second);
+            at->second = key;
+        }
+    }
+    for (const auto& [key, row] : other.kept_) {
+        const auto& best = best_.at(row.result->summary_digest);
+        if (best.index != key.index) continue;
+        kept_.emplace(key, row);
+        if (kept_.size() > top_) kept_.erase(std::prev(kept_.end()));
+    }
+}
+
+std::vector<std::uint8_t> SweepTally::encode() const {
+    nlohmann::json best = nlohmann::json::array();
+    for (const auto& [digest, key] : best_)
+        best.push_back({digest, key.fits, key.tokens_per_s, key.index});
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& [key, row] : kept_)
+        kept.push_back(row_cbor(row));
+    nlohmann::json reasons = nlohmann::json::array();
+    for (const auto& [text, r] : reasons_)
+        reasons.push_back({r.text, r.count, r.first_index, r.first_values});
+    return nlohmann::json::to_cbor(nlohmann::json{top_, combinations_, valid_, source_,
+                                                  std::move(best), std::move(kept),
+                                                  std::move(reasons)});
+}
+
+SweepTally SweepTally::decode(const std::vector<std::uint8_t>& bytes) {
+    const auto j = nlohmann::json::from_cbor(bytes);
+    SweepTally t(j.at(0).get<std::size_t>());
+    t.combinations_ = j.at(1).get<std::size_t>();
+    t.valid_ = j.at(2).get<std::size_t>();
+    t.source_ = j.at(3).get<std::string>();
+    for (const auto& b : j.at(4))
+        t.best_.emplace(
+            b.at(0).get<std::uint64_t>(),
+            Key{b.at(1).get<bool>(), b.at(2).get<double>(), b.at(3).get<std::size_t>()});
+    for (const auto& r : j.at(5)) {
+        auto row = row_from_cbor(r);
+        const Key key{row.result->fits, row.result->tokens_per_s, row.index};
+        t.kept_.emplace(key, std::move(row));
+    }
+    for (const auto& r : j.at(6))
+        t.reasons_.emplace(
+            r.at(0).get<std::string>(),
+            Reason{r.at(0).get<std::string>(), r.at(1).get<std::size_t>(),
+                   r.at(2).get<std::size_t>(), r.at(3).get<std::vector<std::string>>()});
+    return t;
+}
+
+std::vector<const SweepRow*> SweepTally::top_rows() const {
+    std::vector<const SweepRow*> out;
+    for (const auto& [key, row] : kept_)
+        out.push_back(&row);
+    return out;
+}
+
+std::vector<SweepTally::Reason> SweepTally::reasons() const {
+    std::vector<Reason> out;
+    for (const auto& [text, r] : reasons_)
+        out.push_back(r);
+    std::sort(out.begin(), out.end(),
+              [](const Reason& x, const Reason& y) { return x.first_index < y.first_index; });
+    return out;
+}
+
+SweepTally tally_rows(const std::vector<SweepRow>& rows, std::size_t top) {
+    SweepTally tally(top);
+    for (const auto& r : rows)
+        tally.add(r);
+    return tally;
 }
 
 SweepRanking rank_sweep(const std::vector<SweepRow>& rows, const std::string& experiment) {
@@ -369,35 +584,27 @@ nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
     return list;
 }
 
-void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes,
-                 const std::vector<SweepRow>& rows, const SweepRanking& ranking, std::size_t top) {
-    const std::size_t total = rows.size();
-    const std::size_t listed = ranking.listed.size();
-    out << "experiment " << ranking.source << "\n"
-        << total << " combinations: " << listed + ranking.repeats << " simulated, "
-        << total - listed - ranking.repeats << " not valid";
-    if (ranking.repeats > 0)
-        out << "; " << ranking.repeats
+void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes, const SweepTally& tally,
+                 std::size_t top) {
+    const std::size_t total = tally.combinations();
+    const std::size_t listed = tally.listed();
+    out << "experiment " << tally.source() << "\n"
+        << total << " combinations: " << tally.valid() << " simulated, " << total - tally.valid()
+        << " not valid";
+    if (tally.repeats() > 0)
+        out << "; " << tally.repeats()
             << " gave the same result as a listed one (a key the run ignores) and are not listed";
     out << "\n\n";
-    print_table(out, axes, ranking.listed, top);
+    print_table(out, axes, tally.top_rows(), top);
     if (listed > top) out << "(" << listed - top << " more; --top N to show them)\n";
     // Reasons of the invalid combinations, each reason once with how often it occurred.
-    std::map<std::string, std::pair<std::size_t, const SweepRow*>> reasons;
-    std::vector<std::string> order;
-    for (const auto& r : rows) {
-        if (r.result) continue;
-        auto [it, fresh] = reasons.emplace(r.error, std::make_pair(0, &r));
-        if (fresh) order.push_back(r.error);
-        ++it->second.first;
-    }
-    if (!order.empty()) out << "\nnot valid:\n";
-    for (const auto& reason : order) {
-        const auto& [count, first] = reasons[reason];
-        out << "  " << count << " x, e.g.";
+    const auto reasons = tally.reasons();
+    if (!reasons.empty()) out << "\nnot valid:\n";
+    for (const auto& reason : reasons) {
+        out << "  " << reason.count << " x, e.g.";
         for (std::size_t i = 0; i < axes.size(); ++i)
-            out << " " << short_name(axes[i].key) << "=" << first->values[i];
-        out << ": " << reason << "\n";
+            out << " " << short_name(axes[i].key) << "=" << reason.first_values[i];
+        out << ": " << reason.text << "\n";
     }
 }
 

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "api/inputs.hpp"
@@ -68,6 +70,9 @@ struct SweepOptions {
     // Keep each valid row's summary text (for `sweep --json`); without it a row costs a few
     // hundred bytes, so memory does not grow with the size of the topology.
     bool keep_summaries = true;
+    // With keep_summaries, a sweep whose combinations times the first summary's size would
+    // exceed this is refused (ConfigError naming --json) before it runs the rest (--max-memory).
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
 };
 
 // The most combinations a sweep may have. Each is one run, so even this many would take days.
@@ -92,13 +97,74 @@ struct SweepRanking {
 };
 SweepRanking rank_sweep(const std::vector<SweepRow>& rows, const std::string& experiment);
 
+// The ranking of a sweep built as its rows arrive, for when only the table is wanted (`sweep`
+// without --json or --html): the `top` best rows of distinct results, the counts, and the
+// reasons of the invalid rows. Memory is the kept rows, one 32-byte entry per distinct result
+// (to tell a repeat from a new result) and one entry per distinct reason; not a row per
+// combination. Ranked as rank_sweep ranks: fitting layouts first, then throughput, ties in
+// enumeration order, each result listed at its best row.
+class SweepTally {
+  public:
+    explicit SweepTally(std::size_t top = 20) : top_(top) {}
+
+    void add(const SweepRow& row);  // a row's summary text is not kept
+    // Adds another process's tally of other combinations. Each process's own top rows include
+    // every row of the merged top (a row ranks no worse in its own share than in all of them).
+    void merge(const SweepTally& other);
+    std::vector<std::uint8_t> encode() const;  // CBOR, doubles bit for bit
+    static SweepTally decode(const std::vector<std::uint8_t>& bytes);
+
+    std::size_t combinations() const { return combinations_; }
+    std::size_t valid() const { return valid_; }
+    std::size_t listed() const { return best_.size(); }  // distinct results
+    std::size_t repeats() const { return valid_ - best_.size(); }
+    std::vector<const SweepRow*> top_rows() const;  // best first, at most `top`
+    struct Reason {
+        std::string text;
+        std::size_t count = 0;
+        std::size_t first_index = 0;  // the first combination (enumeration order) that gave it
+        std::vector<std::string> first_values;
+    };
+    std::vector<Reason> reasons() const;  // in order of first_index
+    const std::string& source() const { return source_; }
+
+  private:
+    struct Key {
+        bool fits = true;
+        double tokens_per_s = 0;
+        std::size_t index = 0;
+    };
+    struct Better {
+        bool operator()(const Key& x, const Key& y) const;
+    };
+    void offer(const Key& key, std::uint64_t digest, const SweepRow& row);
+
+    std::size_t top_;
+    std::size_t combinations_ = 0;
+    std::size_t valid_ = 0;
+    std::string source_;
+    std::unordered_map<std::uint64_t, Key> best_;  // summary digest -> its best row
+    std::map<Key, SweepRow, Better> kept_;         // the best rows, at most top_
+    std::map<std::string, Reason> reasons_;
+};
+
+// The sweep reduced to its tally on rank 0 of `ranks` (nullopt on other ranks): each process
+// tallies its own combinations as it simulates them and rank 0 merges the tallies, so no process
+// holds a row per combination. Throws as sweep() does, and ConfigError naming `experiment` when
+// no combination is valid.
+std::optional<SweepTally> sweep_tally(const SweepOptions& options, const SweepRanks& ranks,
+                                      std::size_t top);
+
+// The tally of rows a full sweep returned, to print them.
+SweepTally tally_rows(const std::vector<SweepRow>& rows, std::size_t top);
+
 // The JSON `sweep --json` writes: every ranked row (repeats included), then the invalid ones.
 nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
                                   const std::vector<SweepRow>& rows, const SweepRanking& ranking);
 
 // The report `clustersim sweep` prints: counts, the `top` best listed rows, the reasons of the
 // invalid rows (each reason once, with how often).
-void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes,
-                 const std::vector<SweepRow>& rows, const SweepRanking& ranking, std::size_t top);
+void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes, const SweepTally& tally,
+                 std::size_t top);
 
 }  // namespace cs::api

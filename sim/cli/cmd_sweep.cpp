@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "api/inputs.hpp"
 #include "api/report.hpp"
 #include "api/sweep.hpp"
 #include "cli/commands.hpp"
@@ -24,6 +25,7 @@ struct SweepArgs {
     std::int64_t top = 20;
     std::string json;
     std::string html;
+    std::string max_memory;
 };
 
 void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
@@ -31,6 +33,8 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     options.experiment = a.experiment;
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
+    // Summaries are kept only for the files that list every combination; the HTML page's plots
+    // need every row but not their summaries.
     options.keep_summaries = !a.json.empty();
     if (a.top < 0)
         throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
@@ -40,17 +44,25 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         outputs.declare("--json", a.json);
         outputs.declare("--html", a.html);
     }
-    std::optional<std::vector<api::SweepRow>> rows;
-    {
-        // Rank 0 shows its own share's progress (the other ranks' shares run alongside); the
-        // line is erased before the table is printed.
-        Progress progress(ranks.size() > 1 ? "sweep (rank 0's share)" : "sweep");
-        if (ranks.rank() == 0 && progress.enabled())
-            options.on_row = [&](std::size_t done, std::size_t total) {
-                progress.update(done, total, "combinations");
-            };
-        rows = api::sweep(options, ranks);
+    const auto top = static_cast<std::size_t>(a.top);
+    options.max_memory = api::parse_max_memory(a.max_memory);
+    // Rank 0 shows its own share's progress (the other ranks' shares run alongside); the line is
+    // erased before the table is printed.
+    auto progress =
+        std::make_unique<Progress>(ranks.size() > 1 ? "sweep (rank 0's share)" : "sweep");
+    if (ranks.rank() == 0 && progress->enabled())
+        options.on_row = [p = progress.get()](std::size_t done, std::size_t total) {
+            p->update(done, total, "combinations");
+        };
+    if (!options.keep_summaries && a.html.empty()) {
+        // The table alone: each process keeps only the rows that can still make the top.
+        const auto tally = api::sweep_tally(options, ranks, top);
+        progress.reset();
+        if (tally) api::print_sweep(std::cout, options.axes, *tally, top);
+        return;
     }
+    const auto rows = api::sweep(options, ranks);
+    progress.reset();
     if (!rows) return;  // rank 0 reports
     const auto ranking = api::rank_sweep(*rows, a.experiment);
     if (!a.json.empty())
@@ -73,7 +85,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();
-    api::print_sweep(std::cout, options.axes, *rows, ranking, static_cast<std::size_t>(a.top));
+    api::print_sweep(std::cout, options.axes, api::tally_rows(*rows, top), top);
 }
 
 void sweep(const SweepArgs& a) {
@@ -105,6 +117,10 @@ void register_sweep(CLI::App& app) {
     cmd->add_option("--html", args->html,
                     "Write a self-contained HTML report: the ranking, throughput against each key")
         ->type_name("FILE");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "Memory the sweep may take (default 16GiB): each combination's topology, and "
+                    "with --json every combination's summary, are checked against it")
+        ->type_name("SIZE");
     cmd->callback([args] { sweep(*args); });
 }
 

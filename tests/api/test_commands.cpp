@@ -49,9 +49,115 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     REQUIRE(json.size() == 4);  // ranked rows (repeats included), then the invalid one
     CHECK(json[3].contains("error"));
     std::ostringstream text;
-    cs::api::print_sweep(text, options.axes, *rows, ranking, 20);
+    cs::api::print_sweep(text, options.axes, cs::api::tally_rows(*rows, 20), 20);
     CHECK(text.str().find("4 combinations: 3 simulated, 1 not valid; 1 gave the same result") !=
           std::string::npos);
+
+    // The streamed ranking (sweep without --json) keeps the same rows in the same order, and
+    // with --top 1 only the best one, while still counting every combination.
+    const auto tally = cs::api::sweep_tally(options, ranks, 1);
+    REQUIRE(tally);
+    CHECK(tally->combinations() == 4);
+    CHECK(tally->valid() == 3);
+    CHECK(tally->listed() == 2);
+    CHECK(tally->repeats() == 1);
+    const auto top = tally->top_rows();
+    REQUIRE(top.size() == 1);
+    CHECK(top[0]->index == ranking.listed[0]->index);
+    CHECK(top[0]->result->summary.empty());  // the table needs no summaries
+    REQUIRE(tally->reasons().size() == 1);
+    CHECK(tally->reasons()[0].count == 1);
+    CHECK(tally->reasons()[0].first_index == 2);
+    std::ostringstream streamed, full;
+    cs::api::print_sweep(streamed, options.axes, *tally, 1);
+    cs::api::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
+    CHECK(streamed.str() == full.str());
+}
+
+namespace {
+
+// A valid row of a made-up sweep: `fits`, `tokens` per second and the digest of its summary.
+cs::api::SweepRow made_row(std::size_t index, bool fits, double tokens, std::uint64_t digest) {
+    cs::api::SweepRow row;
+    row.index = index;
+    row.values = {std::to_string(index)};
+    row.result = cs::api::SweepResult{};
+    row.result->fits = fits;
+    row.result->tokens_per_s = tokens;
+    row.result->summary_digest = digest;
+    row.result->summary = "{}";
+    return row;
+}
+
+std::vector<std::size_t> indices(const std::vector<const cs::api::SweepRow*>& rows) {
+    std::vector<std::size_t> out;
+    for (const auto* r : rows)
+        out.push_back(r->index);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("SweepTally: merged shares rank as one process would, repeats at their best row") {
+    // Ten rows. By hand, ranked (fits first, then tokens, ties by index):
+    //   fits: 9 (900, d1), 2 (800, d2), 5 (800, d3), 0 (700, d1), 7 (600, d4), 3 (500, d5)
+    //   not fitting: 1 (1000, d6), 4 (50, d6)
+    // and rows 6 and 8 invalid. Distinct results by best row: 9, 2, 5, 7, 3, 1 (6 listed); rows 0
+    // (d1 under 9) and 4 (d6 under 1) are repeats. Top 3: 9, 2, 5.
+    std::vector<cs::api::SweepRow> rows = {made_row(0, true, 700, 1),
+                                           made_row(1, false, 1000, 6),
+                                           made_row(2, true, 800, 2),
+                                           made_row(3, true, 500, 5),
+                                           made_row(4, false, 50, 6),
+                                           {},
+                                           {},
+                                           made_row(7, true, 600, 4),
+                                           {},
+                                           made_row(9, true, 900, 1)};
+    rows[5] = made_row(5, true, 800, 3);
+    rows[6].index = 6;
+    rows[6].values = {"6"};
+    rows[6].error = "too few microbatches";
+    rows[8].index = 8;
+    rows[8].values = {"8"};
+    rows[8].error = "too few microbatches";
+
+    const auto one = cs::api::tally_rows(rows, 3);
+    CHECK(one.combinations() == 10);
+    CHECK(one.valid() == 8);
+    CHECK(one.listed() == 6);
+    CHECK(one.repeats() == 2);
+    CHECK(indices(one.top_rows()) == std::vector<std::size_t>{9, 2, 5});
+    REQUIRE(one.reasons().size() == 1);
+    CHECK(one.reasons()[0].count == 2);
+    CHECK(one.reasons()[0].first_index == 6);
+
+    // The same rows dealt to three processes in a scrambled order, each tallied alone, merged
+    // through the CBOR every process sends: the same ranking. Process 2 keeps row 0 (d1, 700) in
+    // its own top; merging process 0's better d1 row (9) must make row 0 a repeat and drop it.
+    const std::vector<std::vector<std::size_t>> deal = {{9, 4, 6}, {2, 3, 7, 8}, {0, 1, 5}};
+    std::vector<cs::api::SweepTally> parts;
+    for (const auto& share : deal) {
+        cs::api::SweepTally t(3);
+        for (const auto i : share)
+            t.add(rows[i]);
+        parts.push_back(cs::api::SweepTally::decode(t.encode()));
+    }
+    cs::api::SweepTally merged = parts[2];
+    merged.merge(parts[1]);
+    merged.merge(parts[0]);
+    CHECK(merged.combinations() == 10);
+    CHECK(merged.listed() == 6);
+    CHECK(merged.repeats() == 2);
+    CHECK(indices(merged.top_rows()) == std::vector<std::size_t>{9, 2, 5});
+    REQUIRE(merged.reasons().size() == 1);
+    CHECK(merged.reasons()[0].first_index == 6);
+    CHECK(merged.reasons()[0].count == 2);
+
+    // --top 0 keeps no row but still counts.
+    const auto none = cs::api::tally_rows(rows, 0);
+    CHECK(none.top_rows().empty());
+    CHECK(none.listed() == 6);
 }
 
 TEST_CASE("api::topology: two H200s on 18 bonded NVLinks") {

@@ -97,6 +97,15 @@ check("--max-memory below the run's estimate",
       ["run", valid, "--set", "parallelism.tp=1", "--set", "training.global_batch_size=100000000",
        "--max-memory", "1GiB"],
       "microbatches per replica), more than the limit of 1.074 GB", corpus)
+# 128 combinations of the default experiment, each summary about 190 kB (it lists every link):
+# about 24 MB kept for --json, above a 20 MiB limit that the topology itself (about 18 MB) fits.
+# Refused after the first combination, with nothing written.
+default = os.path.join(here, "..", "..", "workloads", "default.yaml")
+check("sweep --json summaries above --max-memory",
+      ["sweep", default, "--vary",
+       "training.global_batch_size=" + ",".join(str(256 * k) for k in range(1, 129)),
+       "--set", "network.model=analytical", "--max-memory", "20MiB"],
+      "--json: keeping every combination's summary would take about", corpus, outputs=("--json",))
 check("--max-memory unreadable", ["run", valid, "--max-memory", "lots"],
       "--max-memory lots: expected a positive size", corpus)
 
