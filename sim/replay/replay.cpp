@@ -1,6 +1,7 @@
 #include "replay/replay.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -43,7 +44,10 @@ struct Replay::WorkerState {
     bool busy = false;
     bool finished_ops = false;
     Time idle_since = Time::zero();
-    PassRecord current;
+    // The passes running: one, or an overlapped group (PipelineOp::overlap) laid back to back;
+    // each ends in turn. `held`: the group's finished passes, whose outputs leave with the last.
+    std::deque<PassRecord> running;
+    std::vector<PassRecord> held;
     std::vector<std::uint8_t> arrived;          // [arrival_key]
     std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1
     std::vector<int> backward_done;             // per chunk
@@ -354,29 +358,18 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
     st.host_free = h;
 }
 
-void Replay::try_start(int worker) {
-    auto& st = states_[static_cast<std::size_t>(worker)];
-    if (st.busy || st.finished_ops) return;
-    const Worker& w = workers_[static_cast<std::size_t>(worker)];
-    const auto& order = orders_[static_cast<std::size_t>(w.stage)];
-    if (st.cursor >= order.size()) {
-        st.finished_ops = true;
-        maybe_start_optimizer(worker);
-        return;
-    }
-    const auto& op = order[st.cursor];
-    const int vs = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
+int Replay::input_key(const schedule::PipelineOp& op, int vs) const {
     const int last_vs = shape_.devices * shape_.chunks - 1;
-    int need = -1;
-    if (op.pass == Pass::Forward && vs > 0) need = arrival_key(op.chunk, op.microbatch, false);
+    if (op.pass == Pass::Forward && vs > 0) return arrival_key(op.chunk, op.microbatch, false);
     if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs)
-        need = arrival_key(op.chunk, op.microbatch, true);
-    if (need >= 0 && !st.arrived[static_cast<std::size_t>(need)]) return;  // woken by deliver()
+        return arrival_key(op.chunk, op.microbatch, true);
+    return -1;
+}
 
-    const Time now = sim_.now();
-    emit_idle(worker, now, IdleCause::Pipeline);
-    const auto& plan = pass_plan(op, vs);
-    PassRecord& r = st.current;
+bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Time now,
+                          PassRecord& r) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
     r = PassRecord{};
     r.worker = worker;
     r.virtual_stage = vs;
@@ -405,23 +398,179 @@ void Replay::try_start(int worker) {
         r.compute += r.interference;
     }
     r.end = now + r.compute + r.collective;
-    r.plan = &plan;
+    r.plan = &pass_plan(op, vs);
     r.step_times = cost.step_times;
     r.id = next_pass_id_++;
-    if (spec_.compute.host.enabled) start_on_host(worker, r, cost, need, now);
-    if (need >= 0) {
-        const int msg = st.pending_message[static_cast<std::size_t>(need)];
-        if (msg >= 0) {
-            auto& rec = messages_[static_cast<std::size_t>(msg)].record;
-            rec.to_pass = r.id;
-            for (auto* o : observers_)
-                o->on_transfer(rec);
+    return last_backward;
+}
+
+void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
+    if (need < 0) return;
+    const int msg =
+        states_[static_cast<std::size_t>(worker)].pending_message[static_cast<std::size_t>(need)];
+    if (msg < 0) return;
+    auto& rec = messages_[static_cast<std::size_t>(msg)].record;
+    rec.to_pass = pass_id;
+    for (auto* o : observers_)
+        o->on_transfer(rec);
+}
+
+void Replay::try_start(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (st.busy || st.finished_ops) return;
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    if (st.cursor >= order.size()) {
+        st.finished_ops = true;
+        maybe_start_optimizer(worker);
+        return;
+    }
+    // The op and, for an overlapped group, the ops that run alongside it: all their inputs must
+    // be in before any starts.
+    const auto group = static_cast<std::size_t>(1 + std::max<int>(0, order[st.cursor].overlap));
+    if (st.cursor + group > order.size())
+        throw SimulationError("replay",
+                              "schedule " + schedule_.name() + " overlaps a pass of stage " +
+                                  std::to_string(w.stage) + " with more passes than follow it",
+                              sim_.now());
+    std::array<int, kMaxGroup> vs{}, need{};
+    if (group > kMaxGroup)
+        throw SimulationError("replay", "an overlapped group of more than 4 passes", sim_.now());
+    for (std::size_t k = 0; k < group; ++k) {
+        const auto& op = order[st.cursor + k];
+        vs[k] = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
+        need[k] = input_key(op, vs[k]);
+        if (need[k] >= 0 && !st.arrived[static_cast<std::size_t>(need[k])])
+            return;  // woken by deliver()
+    }
+
+    const Time now = sim_.now();
+    emit_idle(worker, now, IdleCause::Pipeline);
+    std::array<bool, kMaxGroup> last_backward{};
+    for (std::size_t k = 0; k < group; ++k)
+        last_backward[k] =
+            begin_record(worker, order[st.cursor + k], vs[k], now, st.running.emplace_back());
+    if (group > 1) overlap_group(worker);
+    if (spec_.compute.host.enabled) {
+        // The host issues an overlapped group as its first pass (the partner's launches are
+        // hidden in the group); the rest follow that pass's end.
+        PassRecord& first = st.running.front();
+        start_on_host(worker, first, pass_cost(first.pass, first.virtual_stage), need[0], now);
+        Time t = first.end;
+        for (std::size_t k = 1; k < group; ++k) {
+            PassRecord& r = st.running[k];
+            const Time span = r.end - r.start;
+            r.start = t;
+            r.end = t = t + span;
         }
     }
+    for (std::size_t k = 0; k < group; ++k)
+        announce_input(worker, need[k], st.running[k].id);
     st.busy = true;
-    ++st.cursor;
-    sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
-    if (last_backward) schedule_buckets(worker, op.chunk, r.start, r.end);
+    st.cursor += group;
+    // One pass-done event at a time: the next is scheduled when this one fires, so the group's
+    // passes end in order whatever the engine does with simultaneous events.
+    sim_.schedule_at(st.running.front().end, handler_, kPassDone,
+                     static_cast<std::uint64_t>(worker));
+    for (std::size_t k = 0; k < group; ++k)
+        if (last_backward[k])
+            schedule_buckets(worker, st.running[k].chunk, st.running[k].start, st.running[k].end);
+}
+
+OverlappedTime overlapped_time(std::int64_t compute, std::int64_t collective, std::int64_t chain_f,
+                               std::int64_t chain_b, double interference) {
+    const double cd = static_cast<double>(compute), ad = static_cast<double>(collective);
+    const double i = interference;
+    const double window = std::min(ad, cd * (1 + i));
+    const double shared = ad >= cd * (1 + i) ? ad : cd + ad * i / (1 + i);
+    OverlappedTime t;
+    t.group = std::max({chain_f, chain_b, static_cast<std::int64_t>(std::llround(shared))});
+    const std::int64_t extra = t.group - compute;
+    t.slowed = std::min(extra, static_cast<std::int64_t>(std::llround(window * i / (1 + i))));
+    t.exposed = extra - t.slowed;
+    return t;
+}
+
+void Replay::overlap_group(int worker) {
+    // DualPipe's F&B: a forward (record 0) and another microbatch's backward (the others) run
+    // together, each one's expert-parallel all-to-all hidden behind the other's compute. The
+    // group takes the longest of three bounds:
+    //   - each chain alone: a pass's compute and its blocking collectives depend on each other
+    //     in turn (attention, dispatch, experts, combine), so the forward takes C_F + A_F and
+    //     the backward C_B + A_B however well they interleave;
+    //   - the shared resources: compute C = C_F + C_B and communication A = A_F + A_B, with the
+    //     compute slowed by 1 + i (compute.interference: the SMs the communication kernels take)
+    //     while communication runs. Communication within the compute: C + A i / (1 + i);
+    //     compute within the communication: A.
+    // What the group takes beyond C is interference (compute slowed) first, then exposed
+    // communication; both are shared out in proportion to each pass's compute and collective
+    // time, and the passes are laid back to back from the group's start.
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    auto& recs = st.running;
+    const std::size_t n = recs.size();
+    const double i =
+        spec_.compute.framework != workload::Framework::None ? spec_.compute.interference : 0.0;
+    std::int64_t c = 0, a = 0, chain_f = 0, chain_b = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        c += recs[k].compute.count_ps();
+        a += recs[k].collective.count_ps();
+        (k == 0 ? chain_f : chain_b) += (recs[k].compute + recs[k].collective).count_ps();
+    }
+    const auto [group, slowed, exposed] = overlapped_time(c, a, chain_f, chain_b, i);
+    // Cumulative rounding, so the parts add up to the group exactly.
+    std::int64_t c_before = 0, a_before = 0, slowed_given = 0, exposed_given = 0;
+    Time t = recs.front().start;
+    for (std::size_t k = 0; k < n; ++k) {
+        PassRecord& r = recs[k];
+        const std::int64_t ck = r.compute.count_ps(), ak = r.collective.count_ps();
+        c_before += ck;
+        a_before += ak;
+        const auto share = [](std::int64_t total, std::int64_t upto, std::int64_t of) {
+            return of == 0 ? (upto == of ? total : 0)
+                           : static_cast<std::int64_t>(std::llround(static_cast<double>(total) *
+                                                                    static_cast<double>(upto) /
+                                                                    static_cast<double>(of)));
+        };
+        const std::int64_t s_upto = k + 1 == n ? slowed : share(slowed, c_before, c);
+        const std::int64_t e_upto = k + 1 == n ? exposed : share(exposed, a_before, a);
+        const Time slow_k = Time::ps(s_upto - slowed_given);
+        const Time exposed_k = Time::ps(e_upto - exposed_given);
+        slowed_given = s_upto;
+        exposed_given = e_upto;
+        r.interference += slow_k;
+        const Time nominal_compute = r.compute, nominal_collective = r.collective;
+        r.compute += slow_k;
+        r.collective = exposed_k;
+        r.start = t;
+        r.end = t = t + r.compute + r.collective;
+        r.step_times = overlapped_steps(r, nominal_compute, nominal_collective);
+    }
+}
+
+std::span<const Time> Replay::overlapped_steps(const PassRecord& r, Time compute, Time collective) {
+    // The pass's steps drawn inside its shorter (or longer) span: compute steps scaled with its
+    // compute, collectives with the part of them left exposed. Kept for the replay's life, once
+    // per distinct (pass, times).
+    const auto key =
+        std::make_tuple(r.virtual_stage, static_cast<int>(r.pass), compute.count_ps(),
+                        r.compute.count_ps(), collective.count_ps(), r.collective.count_ps());
+    auto it = overlapped_steps_.find(key);
+    if (it != overlapped_steps_.end()) return it->second;
+    const PassCost& cost = pass_cost(r.pass, r.virtual_stage);
+    const auto scale = [](Time t, Time to, Time from) {
+        return from <= Time::zero()
+                   ? t
+                   : Time::ps(static_cast<std::int64_t>(std::llround(
+                         static_cast<double>(t.count_ps()) * static_cast<double>(to.count_ps()) /
+                         static_cast<double>(from.count_ps()))));
+    };
+    std::vector<Time> times;
+    times.reserve(cost.step_times.size());
+    for (std::size_t k = 0; k < cost.step_times.size(); ++k)
+        times.push_back(r.plan->steps[k].kind == workload::Step::Kind::Compute
+                            ? scale(cost.step_times[k], r.compute, cost.compute)
+                            : scale(cost.step_times[k], r.collective, cost.collective));
+    return overlapped_steps_.emplace(key, std::move(times)).first->second;
 }
 
 void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
@@ -489,14 +638,31 @@ void Replay::deliver(int worker, int key) {
 
 void Replay::finish_pass(int worker) {
     auto& st = states_[static_cast<std::size_t>(worker)];
-    const PassRecord r = st.current;
-    st.busy = false;
+    const PassRecord r = st.running.front();
+    st.running.pop_front();
     st.idle_since = r.end;
     st.last_compute_end = r.end;
     end_time_ = std::max(end_time_, r.end);
     for (auto* o : observers_)
         o->on_pass(r);
+    if (!st.running.empty()) {
+        // An overlapped group runs on: its passes' outputs leave together when it ends.
+        st.held.push_back(r);
+        sim_.schedule_at(st.running.front().end, handler_, kPassDone,
+                         static_cast<std::uint64_t>(worker));
+        return;
+    }
+    st.busy = false;
+    for (const PassRecord& h : st.held)
+        complete_pass(worker, h);
+    st.held.clear();
+    complete_pass(worker, r);
+    try_start(worker);
+}
 
+void Replay::complete_pass(int worker, const PassRecord& r) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Time now = sim_.now();
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const int last_vs = shape_.devices * shape_.chunks - 1;
     int target_vs = -1;
@@ -520,15 +686,15 @@ void Replay::finish_pass(int worker) {
         msg.record.bytes =
             plan_.virtual_stages[static_cast<std::size_t>(gradient ? target_vs : r.virtual_stage)]
                 .activation_bytes;
-        msg.record.start = r.end;
+        msg.record.start = now;
         msg.record.from_pass = r.id;
         msg.purpose = PipelineDelivery{key};
         const auto id = static_cast<std::int32_t>(messages_.size());
         states_[static_cast<std::size_t>(dst)].pending_message[static_cast<std::size_t>(key)] = id;
         if (dst == worker) {
-            msg.record.end = r.end;
+            msg.record.end = now;
             messages_.push_back(msg);
-            sim_.schedule_at(r.end, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
+            sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
         } else {
             const auto& dw = workers_[static_cast<std::size_t>(dst)];
             msg.remaining = static_cast<int>(w.gpus.size());
@@ -544,7 +710,6 @@ void Replay::finish_pass(int worker) {
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches &&
         !overlaps_dp(w.stage))
         start_dp_sync(worker, r.chunk);
-    try_start(worker);
 }
 
 void Replay::start_dp_sync(int worker, int chunk) {

@@ -134,6 +134,18 @@ struct ReplayResult {
     std::uint64_t events = 0;  // engine events processed
 };
 
+// An overlapped group's time (DualPipe's F&B, Replay's overlap_group), in picoseconds: the
+// passes' total compute and blocking-collective times, each chain's compute plus collectives (the
+// forward's, the backward's), and compute.interference. `group` is the longest of the two chains
+// and of the shared-resource bound (collectives hidden in compute slowed by 1 + i while they run:
+// C + A i / (1 + i); or compute hidden in collectives: A); beyond C it is `slowed` compute
+// first, then `exposed` collective time.
+struct OverlappedTime {
+    std::int64_t group = 0, slowed = 0, exposed = 0;
+};
+OverlappedTime overlapped_time(std::int64_t compute, std::int64_t collective, std::int64_t chain_f,
+                               std::int64_t chain_b, double interference);
+
 class Replay final : public EventHandler, public network::TransferClient {
   public:
     Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
@@ -200,8 +212,22 @@ class Replay final : public EventHandler, public network::TransferClient {
         int remaining = 0;  // transfers (one per GPU or per DP group) still running
         std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather> purpose;
     };
+    // The most passes an overlapped group (PipelineOp::overlap) may hold.
+    static constexpr std::size_t kMaxGroup = 4;
     void try_start(int worker);
+    // The arrival key a pass waits for (its activation or gradient), or -1.
+    int input_key(const schedule::PipelineOp& op, int vs) const;
+    // Fills `r` for `op` starting at `now` (nominal or modelled compute, bucket interference);
+    // true when it is the chunk's last gradient-completing pass under --overlap-grad-reduce.
+    bool begin_record(int worker, const schedule::PipelineOp& op, int vs, Time now, PassRecord& r);
+    // The observers learn which pass received the input `need` (if it came as a message).
+    void announce_input(int worker, int need, std::uint64_t pass_id);
+    // Times the worker's running group (two or more passes) as overlapped: see replay.cpp.
+    void overlap_group(int worker);
+    std::span<const Time> overlapped_steps(const PassRecord& r, Time compute, Time collective);
     void finish_pass(int worker);
+    // A pass's outputs (p2p sends, gradient completion): at its end, or at its group's end.
+    void complete_pass(int worker, const PassRecord& r);
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
     // --overlap-grad-reduce: the gradient buckets of a stage's chunk, launched during the last
@@ -256,6 +282,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     int max_buckets_ = 0;
     std::vector<std::deque<std::size_t>> bucket_queue_;  // per stage: ready buckets (messages)
     std::vector<std::uint8_t> bucket_busy_;              // per stage: a bucket is in flight
+    // Step times of overlapped passes, scaled into their spans (PassRecord::step_times points
+    // here): per (virtual stage, pass, nominal and overlapped compute and collective).
+    std::map<std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t>,
+             std::vector<Time>>
+        overlapped_steps_;
     std::uint64_t next_pass_id_ = 1;
     std::unique_ptr<DurationModel> duration_model_;  // null: nominal times, no call per pass
     std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use

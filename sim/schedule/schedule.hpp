@@ -35,6 +35,11 @@ struct PipelineOp {
     Pass pass;
     std::int32_t microbatch;
     std::int32_t chunk;  // model chunk on this device, 0..v-1
+    // DualPipe's overlapped F&B: this forward runs overlapped with the next `overlap` ops of the
+    // device (another microbatch's backward, input and weight halves), one hiding the other's
+    // expert-parallel communication. The replay starts them together once all their inputs are
+    // in; 0 for an op that runs alone.
+    std::int8_t overlap = 0;
     bool operator==(const PipelineOp&) const = default;
 };
 

@@ -257,16 +257,27 @@ class DualPipeV final : public VShaped {
             w();
             f(1);
         }
+        // An overlapped F&B: the forward, then the full backward (B and W back to back) that the
+        // replay runs alongside it.
+        auto f_and_b = [&](int forward_chunk, int backward_chunk) {
+            f(forward_chunk);
+            ops.back().overlap = 2;
+            b(backward_chunk, false);
+        };
         for (int k = 0; k < m - 2 * p + r + 1; ++k) {  // 4: F0&B1, F1&B0
-            f(0);
-            b(1, false);
-            f(1);
-            b(0, false);
+            if (k == 0 && r == p - 1) {
+                // The fold of the V: the reference runs these two apart, not overlapped, to
+                // shorten the bubble.
+                f(0);
+                b(1, false);
+            } else {
+                f_and_b(0, 1);
+            }
+            f_and_b(1, 0);
         }
         for (int k = 0; k < p - r - 1; ++k) {  // 5: B1, F1&B0
             b(1, false);
-            f(1);
-            b(0, false);
+            f_and_b(1, 0);
         }
         // 6: B1 B0, deferring W from the middle of the step on (before B1 on odd devices,
         // after it on even ones), so that r + 1 weight passes are left for the end.

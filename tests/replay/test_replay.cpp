@@ -37,7 +37,8 @@ TEST_CASE("analytical and ideal fidelities") {
         test::profile_experiment(2, 1, 2, Time::us(3), Time::us(7), network::Fidelity::Analytical);
     api::RunOptions opt;
     // Alpha-beta without contention gives the same single-transfer times as flow: 63.94304 us.
-    CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(63.94304e-6).epsilon(1e-9));
+    CHECK(api::run(spec, opt).summary.iteration_time_s ==
+          doctest::Approx(63.94304e-6).epsilon(1e-9));
     spec.network.fidelity = network::Fidelity::Ideal;
     // Free transfers: 2 (F + B) = 20 us.
     CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(20e-6).epsilon(1e-12));
@@ -251,4 +252,31 @@ TEST_CASE("passes carry their step times: compute from the plan, collectives cos
     // The roofline layer has TP all-reduces (or gathers) and CP all-gathers of K and V.
     CHECK(tp_steps > 0);
     CHECK(cp_steps > 0);
+}
+
+TEST_CASE("overlapped F&B: the longest of each chain and the shared compute and network") {
+    using cs::replay::overlapped_time;
+    // Compute-bound: F = 10 compute + 4 all-to-all, B = 20 + 6, interference 0.25. Chains 14
+    // and 26; C = 30, A = 10 < C (1 + i) = 37.5, so the collectives hide in the compute, which
+    // runs 1.25x as long while they run: C + A i / (1 + i) = 30 + 10 x 0.2 = 32. Beyond C: 2 of
+    // slowed compute, nothing exposed.
+    auto t = overlapped_time(30, 10, 14, 26, 0.25);
+    CHECK(t.group == 32);
+    CHECK(t.slowed == 2);
+    CHECK(t.exposed == 0);
+    // Communication-bound: F = 2 + 10, B = 3 + 10, no interference. Chains 12 and 13; A = 20 >=
+    // C = 5, so the compute hides in the 20 of communication: 15 exposed beyond C.
+    t = overlapped_time(5, 20, 12, 13, 0.0);
+    CHECK(t.group == 20);
+    CHECK(t.slowed == 0);
+    CHECK(t.exposed == 15);
+    // Chain-bound: F = 10 + 0, B = 1 + 12. Shared bound max(C = 11, A = 12) = 12, but B's own
+    // chain (its compute then its collective) takes 13: 2 exposed beyond C.
+    t = overlapped_time(11, 12, 10, 13, 0.0);
+    CHECK(t.group == 13);
+    CHECK(t.exposed == 2);
+    // Nothing to hide: the group is the compute alone, as the two passes back to back.
+    t = overlapped_time(30, 0, 10, 20, 0.25);
+    CHECK(t.group == 30);
+    CHECK(t.slowed + t.exposed == 0);
 }
