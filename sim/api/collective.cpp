@@ -10,6 +10,7 @@
 #include "api/topology.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
+#include "workload/calibration.hpp"
 
 namespace cs::api {
 
@@ -212,8 +213,16 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
                           e.message());
     }
 
-    const NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
-                                                 : NetworkConfig::calibrated(request.fidelity);
+    NetworkConfig config = request.nominal ? NetworkConfig{request.fidelity}
+                                           : NetworkConfig::calibrated(request.fidelity);
+    if (!request.calibration.empty()) {
+        const auto cal = workload::load_calibration(request.calibration);
+        if (cal.network.empty())
+            throw ConfigError(SourceLocation{"--calibration " + request.calibration.string()},
+                              "the file holds no network constants (fit them with clustersim "
+                              "calibrate --nccl-tests)");
+        workload::apply_network_calibration(cal, config);
+    }
     const double factor = busbw_factor(request.kind, static_cast<int>(ranks.size()));
     CollectiveReport report;
     report.topology = loaded.display_path;
@@ -254,7 +263,8 @@ void print_collective(std::ostream& out, const CollectiveRequest& request,
     char line[256];
     out << "# clustersim collective: " << collective_name(request.kind) << " on " << report.ranks
         << " ranks of " << report.topology << ", network " << fidelity_name(request.fidelity)
-        << " (" << (request.nominal ? "nominal links" : "calibrated") << ")"
+        << " (" << (request.nominal ? "nominal links" : "calibrated")
+        << (request.calibration.empty() ? "" : " + " + request.calibration.string()) << ")"
         << (request.host_overhead > Time::zero()
                 ? ", plus " + format_time(request.host_overhead) + " host launch"
                 : std::string())
@@ -301,7 +311,8 @@ void print_collective_nccl_tests(std::ostream& out, const CollectiveRequest& req
     const std::int64_t max_bytes = request.sizes.empty() ? 0 : request.sizes.back().value;
     out << "# nccl-tests version clustersim (simulated: no GPU ran; " << report.topology
         << ", network " << network::fidelity_name(request.fidelity) << ", "
-        << (request.nominal ? "nominal links" : "calibrated") << ")\n";
+        << (request.nominal ? "nominal links" : "calibrated")
+        << (request.calibration.empty() ? "" : " + " + request.calibration.string()) << ")\n";
     out << "# Collective test starting: " << nccl_binary(request.kind) << "\n";
     std::snprintf(line, sizeof line,
                   "# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %s warmup iters: 0 "

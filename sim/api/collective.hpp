@@ -73,7 +73,10 @@ struct CollectiveRequest {
     network::Algorithm algorithm = network::Algorithm::Auto;
     network::Fidelity fidelity = network::Fidelity::Flow;
     bool nominal = false;  // nominal link capacities, no step overheads, instead of calibrated
-    Time host_overhead;    // added to every row (a launch from Python), not part of the network
+    // A calibration file's network constants on top of the measured defaults (clustersim
+    // calibrate --nccl-tests); empty: none. Excludes `nominal`.
+    std::filesystem::path calibration;
+    Time host_overhead;  // added to every row (a launch from Python), not part of the network
     std::int64_t max_memory = topology::kDefaultMaxMemory;  // for building the topology
 };
 

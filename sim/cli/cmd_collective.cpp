@@ -36,6 +36,7 @@ struct CollectiveArgs {
     std::string algo = "auto";
     std::string model = "flow";
     bool nominal = false;
+    std::string calibration;
     std::string host_overhead = "0us";
     std::string json;
     std::string max_memory;
@@ -70,6 +71,10 @@ void run(const CollectiveArgs& a) {
                           std::string("expected a time in ") + kTimeUnits);
     request.host_overhead = *host;
     request.nominal = a.nominal;
+    if (!a.calibration.empty() && a.nominal)
+        throw ConfigError(SourceLocation{"--calibration " + a.calibration},
+                          "--calibration goes on top of the measured defaults; drop --nominal");
+    request.calibration = a.calibration;
     if (a.format != "table" && a.format != "nccl-tests")
         throw ConfigError(SourceLocation{"--format " + a.format},
                           "unknown value; expected table or nccl-tests");
@@ -182,6 +187,10 @@ void register_collective(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--nominal", args->nominal,
                   "Use nominal link capacities and no step overhead instead of the calibration");
+    cmd->add_option("--calibration", args->calibration,
+                    "A calibration file's network constants (clustersim calibrate --nccl-tests) "
+                    "on top of the measured defaults")
+        ->type_name("FILE");
     cmd->add_option("--host-overhead", args->host_overhead,
                     "Host time added to every row, for comparing with measurements that include "
                     "a launch from Python (e.g. 50us); not part of the network model")

@@ -4,15 +4,20 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "api/calibrate_network.hpp"
 #include "api/collective.hpp"
 #include "api/nccl_tests.hpp"
+#include "api/topology.hpp"
 #include "core/errors.hpp"
+#include "workload/calibration.hpp"
+#include "workload/experiment.hpp"
 
 namespace {
 
@@ -280,4 +285,108 @@ TEST_CASE("bad nccl-tests files: located errors") {
                    "        1024           256     float     sum      -1    10.00    0.10    0.10"
                    "      0    10.00    0.10    0.10      0\n")
               .find("f.txt:1:1: cannot tell which operation") != std::string::npos);
+}
+
+namespace {
+
+std::filesystem::path scratch_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() / ("cs_nccl_tests_" + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("calibrate --nccl-tests: a file made from known constants fits back to them") {
+    using cs::network::CollectiveKind;
+    const auto dir = scratch_dir("roundtrip");
+    // Known constants, away from the measured defaults (all_gather on nvlink: 0.590, 18 us;
+    // reduce_scatter: 0.563, 16.5 us): all_gather 0.45 and 30 us, reduce_scatter 0.8 and 5 us.
+    std::ofstream(dir / "truth.yaml")
+        << "clustersim_calibration: 2\n"
+           "network:\n"
+           "  all_gather: {nvlink: {efficiency: 0.45, latency: 30us}}\n"
+           "  reduce_scatter: {nvlink: {efficiency: 0.8, latency: 5us}}\n";
+    std::vector<cs::api::NcclTestsFile> files;
+    for (auto kind : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter}) {
+        cs::api::CollectiveRequest request;
+        request.topology = kTwoGpus;
+        request.kind = kind;
+        request.ranks = {0, 1};
+        request.sizes = cs::api::parse_size_range("1M:1G", 2);
+        request.calibration = dir / "truth.yaml";
+        const auto report = cs::api::run_collective(request);
+        std::ostringstream out;
+        cs::api::print_collective_nccl_tests(out, request, report, "2(factor)");
+        std::istringstream in(out.str());
+        files.push_back(
+            cs::api::parse_nccl_tests(in, std::string(cs::api::nccl_binary(kind)) + ".txt"));
+    }
+    const auto topo = cs::api::load_topology(kTwoGpus, {});
+    const auto fit = cs::api::fit_network(files, topo.cluster, "two-gpus", std::nullopt);
+    REQUIRE(fit.constants.size() == 2);
+    // The times were printed to at least 4 significant digits (2 decimals below 100 us, 1 below
+    // 10 ms): relative rounding at most 0.005 / 29 us = 2e-4 per row, so the efficiency comes back
+    // within 0.2% and the fixed cost within a fraction of a microsecond.
+    const auto& ag = fit.constants[0];
+    CHECK(ag.op == CollectiveKind::AllGather);
+    CHECK(ag.link == cs::topology::LinkKind::NvLink);
+    CHECK(ag.efficiency == doctest::Approx(0.45).epsilon(2e-3));
+    CHECK(ag.latency.seconds() * 1e6 == doctest::Approx(30).epsilon(0.02));
+    const auto& rs = fit.constants[1];
+    CHECK(rs.op == CollectiveKind::ReduceScatter);
+    CHECK(rs.efficiency == doctest::Approx(0.8).epsilon(2e-3));
+    CHECK(rs.latency.seconds() * 1e6 == doctest::Approx(5).epsilon(0.1));
+    for (const auto& op : fit.ops) {
+        CHECK(op.samples == 11);  // 1 MiB .. 1 GiB
+        CHECK(op.rms_residual < 1e-3);
+    }
+    // The operations without files are reported unfitted, with the reason.
+    bool all_reduce_unfitted = false;
+    for (const auto& u : fit.unfitted)
+        all_reduce_unfitted |= u.what == "all_reduce" && u.why == "no nccl-tests file of it given";
+    CHECK(all_reduce_unfitted);
+
+    // Written, read back and referenced from an experiment: network: {calibration: FILE} puts the
+    // fitted constants on top of the measured defaults.
+    cs::workload::CalibrationFile file;
+    file.network = fit.constants;
+    std::ofstream(dir / "fitted.yaml") << cs::workload::calibration_yaml(file, {"test"});
+    std::ofstream(dir / "exp.yaml")
+        << "topology: " << kTwoGpus << "\n"
+        << "model: {layers: 2, hidden_size: 1024, attention_heads: 8, vocab_size: 1000}\n"
+           "parallelism: {tp: 1, pp: 1, dp: 2}\n"
+           "training: {micro_batch_size: 1, global_batch_size: 2, seq_length: 512}\n"
+           "network: {calibration: fitted.yaml}\n";
+    const auto spec = cs::workload::load_experiment(dir / "exp.yaml", {});
+    const int nvlink = static_cast<int>(cs::topology::LinkKind::NvLink);
+    CHECK(spec.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] ==
+          doctest::Approx(0.45).epsilon(2e-3));
+    // all_reduce keeps the measured default; nominal and measured keep their meaning.
+    CHECK(spec.network.op_efficiency[static_cast<int>(CollectiveKind::AllReduce)][nvlink] ==
+          cs::network::kCalibratedNvLinkAllReduce);
+    const auto measured =
+        cs::workload::load_experiment(dir / "exp.yaml", {"network.calibration=measured"});
+    CHECK(measured.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] ==
+          cs::network::kCalibratedNvLinkAllGather);
+    const auto nominal =
+        cs::workload::load_experiment(dir / "exp.yaml", {"network.calibration=nominal"});
+    CHECK(nominal.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] == 1);
+    // A file without network constants, and a missing one, are located errors.
+    std::ofstream(dir / "compute-only.yaml") << "clustersim_calibration: 1\ngpu_model: H200\n";
+    const auto error_of = [&](const std::string& set) {
+        try {
+            cs::workload::load_experiment(dir / "exp.yaml", {set});
+        } catch (const cs::ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(error_of("network.calibration=compute-only.yaml").find("holds no network constants") !=
+          std::string::npos);
+    CHECK(error_of("network.calibration=mesured")
+              .find("expected measured, nominal or a calibration file; cannot load \"mesured\"") !=
+          std::string::npos);
+    std::filesystem::remove_all(dir);
 }
