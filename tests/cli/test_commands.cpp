@@ -1,6 +1,7 @@
 // run, topology, collective and validate as a user runs them: output, files, exit codes.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -218,4 +219,39 @@ TEST_CASE(
         run_binary({"calibrate", "--nccl-tests", (dir / "ag.txt").string(), "--out", out.string()});
     CHECK(no_topo.status == 2);
     CHECK(no_topo.err.find("give --topology") != std::string::npos);
+}
+
+TEST_CASE("diff: the bundled H200 profile against a simulated trace of its configuration") {
+    const fs::path dir = cs::test::scratch("diff");
+    const fs::path trace = dir / "sim.json", json = dir / "diff.json";
+    const auto run = run_binary({"run", kRoot + "/tests/validation/experiments/h200-gpt-h3072.yaml",
+                                 "--set", "compute.calibration=../calibrations/h200-gpt-h3072.yaml",
+                                 "--trace", trace.string()});
+    REQUIRE(run.status == 0);
+    const auto r = run_binary({"diff", trace.string(),
+                               kRoot + "/tests/validation/data/gpt-h3072-profile.json.gz",
+                               "--iterations", "2", "--json", json.string()});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("largest departures") != std::string::npos);
+    const auto j = nlohmann::json::parse(cs::test::slurp(json));
+    CHECK(j["microbatches"] == 2);
+    CHECK(j["layers"] == 12);
+    // The calibrated model reproduces the profiled iteration's kernel time within 3% (170.8 ms
+    // simulated, 167.6 ms of kernels per iteration measured).
+    CHECK(j["simulated_busy_ms"].get<double>() / j["measured_busy_ms"].get<double>() ==
+          doctest::Approx(1).epsilon(0.03));
+    bool gemm = false;
+    for (const auto& k : j["kinds"])
+        if (k["name"] == "gemm") {
+            gemm = true;
+            CHECK(std::abs(k["relative"].get<double>()) < 0.05);
+        }
+    CHECK(gemm);
+    CHECK(j["passes"].size() == 3);  // forward, backward, optimizer
+    // A file that is not a trace: exit 2, nothing written.
+    fs::remove(json);
+    const auto bad =
+        run_binary({"diff", (dir / "nope.json").string(), trace.string(), "--json", json.string()});
+    CHECK(bad.status == 2);
+    CHECK_FALSE(fs::exists(json));
 }
