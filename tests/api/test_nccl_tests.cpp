@@ -16,6 +16,7 @@
 #include "api/nccl_tests.hpp"
 #include "api/topology.hpp"
 #include "core/errors.hpp"
+#include "network/network.hpp"
 #include "workload/calibration.hpp"
 #include "workload/experiment.hpp"
 
@@ -389,4 +390,36 @@ TEST_CASE("calibrate --nccl-tests: a file made from known constants fits back to
               .find("expected measured, nominal or a calibration file; cannot load \"mesured\"") !=
           std::string::npos);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "calibrate --nccl-tests on files made from the public 2-GPU NCCL data: the direct "
+    "NVLink efficiencies of docs/network.md within 5%") {
+    using cs::network::CollectiveKind;
+    // tools/nccl_tests_from_h200.py wrote these from h200-calibration.json (minus its 50 us
+    // launch).
+    const std::string dir = kRoot + "/tests/validation/data/nccl-tests/";
+    std::vector<cs::api::NcclTestsFile> files;
+    for (const char* f :
+         {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "sendrecv_perf"})
+        files.push_back(cs::api::read_nccl_tests(dir + f + "-h200x2.txt"));
+    const auto topo = cs::api::load_topology(kTwoGpus, {});
+    // The sizes network.md's fit used: 16 MiB .. 1 GiB per rank (all_gather's and
+    // reduce_scatter's size column is twice that on two ranks).
+    const auto fit =
+        cs::api::fit_network(files, topo.cluster, "two-gpus",
+                             std::pair<std::int64_t, std::int64_t>{16LL << 20, 2LL << 30});
+    REQUIRE(fit.constants.size() == 4);
+    const std::map<CollectiveKind, double> expected{
+        {CollectiveKind::AllReduce, cs::network::kCalibratedNvLinkAllReduce},
+        {CollectiveKind::AllGather, cs::network::kCalibratedNvLinkAllGather},
+        {CollectiveKind::ReduceScatter, cs::network::kCalibratedNvLinkReduceScatter},
+        {CollectiveKind::SendRecv, cs::network::kCalibratedNvLinkSendRecv}};
+    for (const auto& c : fit.constants) {
+        CAPTURE(cs::network::collective_name(c.op));
+        CHECK(c.link == cs::topology::LinkKind::NvLink);
+        CHECK(c.efficiency == doctest::Approx(expected.at(c.op)).epsilon(0.05));
+    }
+    for (const auto& op : fit.ops)
+        CHECK(op.samples == 4);  // 16, 64, 256 MiB and 1 GiB (per rank)
 }
