@@ -34,10 +34,16 @@ struct Sample {
 
 double simulate_us(const topology::Cluster& cluster, const NetworkConfig& config, CollectiveKind op,
                    const Sample& s) {
-    return network::isolated_collective_time(cluster, config, op, s.ranks, Bytes{s.row->size},
-                                             s.algorithm)
-               .seconds() *
-           1e6;
+    try {
+        return network::isolated_collective_time(cluster, config, op, s.ranks, Bytes{s.row->size},
+                                                 s.algorithm)
+                   .seconds() *
+               1e6;
+    } catch (const ClockOverflow&) {
+        throw ConfigError(SourceLocation{s.file->path, s.row->line, 1},
+                          "a collective of this size takes longer than the simulator's clock can "
+                          "hold (2^63 ps); leave the row out with --nccl-sizes");
+    }
 }
 
 // The link kinds the collective's flows cross (the cluster's links only, not NVLS's virtual ones).

@@ -132,7 +132,7 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
                                               "alltoall_perf, sendrecv_perf, broadcast_perf");
                 f.binary = w[3];
                 from_file_line = line_no;
-            } else if (w.size() >= 2 && w[0] == "Rank" && all_digits(w[1])) {
+            } else if (w.size() >= 2 && w[0] == "Rank" && all_digits(w[1]) && w[1].size() <= 6) {
                 const auto bracket = line.find(']', start);
                 std::string device;
                 if (bracket != std::string::npos) {
@@ -186,8 +186,9 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
                 row.redop = tok.text;
             } else if (leading[c] == "root") {
                 const auto v = number(tok.text);
-                if (!v)
-                    fail(tok.column, "the root column must be a number, got '" + tok.text + "'");
+                if (!v || std::abs(*v) > 1e9)
+                    fail(tok.column,
+                         "the root column must be a rank number, got '" + tok.text + "'");
                 row.root = static_cast<int>(*v);
             }
         }
@@ -198,9 +199,10 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
             for (int k = 0; k < 3; ++k) {
                 const auto& tok = t[base + static_cast<std::size_t>(k)];
                 const auto v = number(tok.text);
-                if (!v || *v < 0)
+                // 1e12 us is 11.6 days: no benchmark row takes that long.
+                if (!v || *v < 0 || *v >= 1e12)
                     fail(tok.column, std::string("the ") + (g ? "in-place " : "out-of-place ") +
-                                         names[k] + " must be a non-negative number, got '" +
+                                         names[k] + " must be a number from 0 to 1e12, got '" +
                                          tok.text + "'");
                 *into[k] = *v;
             }
@@ -268,7 +270,11 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
         const bool split = f.kind == CollectiveKind::AllGather ||
                            f.kind == CollectiveKind::ReduceScatter ||
                            f.kind == CollectiveKind::AllToAll;
-        const std::int64_t expected = row.count * type->bytes * (split ? f.ranks : 1);
+        // In double: a 18-digit count times the type size and the ranks may not fit 64 bits.
+        const double expected_d =
+            static_cast<double>(row.count) * type->bytes * (split ? f.ranks : 1);
+        const std::int64_t expected =
+            expected_d < 9e18 ? row.count * type->bytes * (split ? f.ranks : 1) : -1;
         if (expected != row.size)
             throw ConfigError(SourceLocation{path, row.line, 1},
                               "size " + std::to_string(row.size) + " and count " +

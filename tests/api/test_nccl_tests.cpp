@@ -267,8 +267,17 @@ TEST_CASE("bad nccl-tests files: located errors") {
         "        1024           256     float     sum      -1    1x.00    0.10    0.10      0    "
         "10.00    0.10    0.10      0\n";
     CHECK(error_of(head + bad_time)
-              .find("f.txt:5:57: the out-of-place time must be a non-negative "
-                    "number, got '1x.00'") != std::string::npos);
+              .find("f.txt:5:57: the out-of-place time must be a number from 0 to 1e12, got "
+                    "'1x.00'") != std::string::npos);
+    // Absurd values: a time of 10^300 us, a root past any rank count.
+    const std::string row_tail = "    0.10    0.10      0    10.00    0.10    0.10      0\n";
+    CHECK(
+        error_of(head + "        1024           256     float     sum      -1    1e300" + row_tail)
+            .find("f.txt:5:57: the out-of-place time must be a number from 0 to 1e12") !=
+        std::string::npos);
+    CHECK(
+        error_of(head + "        1024           256     float     sum   1e300    10.00" + row_tail)
+            .find("f.txt:5:48: the root column must be a rank number") != std::string::npos);
     // Truncated before any row.
     CHECK(error_of(head).find("f.txt:4:1: no result rows") != std::string::npos);
     // Not nccl-tests output at all.
