@@ -427,8 +427,25 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
 }
 
 CalibrationResult calibrate(const CalibrateOptions& options) {
-    if (options.traces.empty())
-        throw ConfigError("calibrate: no measurement given; pass --torch-trace FILE");
+    if (options.traces.empty() && options.nccl_tests.empty())
+        throw ConfigError(
+            "calibrate: no measurement given; pass --torch-trace FILE and/or "
+            "--nccl-tests FILE");
+    std::optional<NetworkFitResult> network;
+    if (!options.nccl_tests.empty())
+        network = calibrate_network(
+            {options.nccl_tests, options.topology, options.sets, options.nccl_sizes});
+    if (options.traces.empty()) {
+        CalibrationResult r;
+        r.file.gpu_model = options.gpu_model;
+        r.file.sources = network->sources;
+        r.file.network = network->constants;
+        r.network = std::move(network);
+        return r;
+    }
+    if (options.gpu_model.empty())
+        throw ConfigError(SourceLocation{"--torch-trace"},
+                          "name the GPU the traces ran on with --gpu-model");
     const topology::GpuModel* gpu = nullptr;
     std::optional<LoadedTopology> topo;
     if (!options.topology.empty()) {
@@ -461,10 +478,27 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
     auto r = calibrate_traces(traces, *gpu);
     for (std::size_t i = 0; i < traces.size(); ++i)
         r.file.sources[i] = std::filesystem::path(options.traces[i]).filename().string();
+    r.compute = true;
+    if (network) {
+        for (const auto& s : network->sources)
+            r.file.sources.push_back(s);
+        r.file.network = network->constants;
+        r.network = std::move(network);
+    }
     return r;
 }
 
+void print_compute(std::ostream& out, const CalibrationResult& r);
+
 void print_calibration(std::ostream& out, const CalibrationResult& r) {
+    if (r.compute) print_compute(out, r);
+    if (r.network) {
+        if (r.compute) out << "\n";
+        print_network_fit(out, *r.network);
+    }
+}
+
+void print_compute(std::ostream& out, const CalibrationResult& r) {
     out << "calibration for " << r.file.gpu_model << " from " << r.file.sources.size()
         << " trace(s): " << r.kernels << " kernels, " << r.memsets << " memsets, " << r.memcpys
         << " memcpys, " << fmt("%.1f", r.gpu_ms) << " ms of GPU time\n\n";
@@ -533,6 +567,12 @@ void print_calibration(std::ostream& out, const CalibrationResult& r) {
 
 nlohmann::json calibration_json(const CalibrationResult& r) {
     nlohmann::json j;
+    j["network"] = r.network ? network_fit_json(*r.network) : nlohmann::json();
+    if (!r.compute) {
+        j["gpu_model"] = r.file.gpu_model;
+        j["sources"] = r.file.sources;
+        return j;
+    }
     j["gpu_model"] = r.file.gpu_model;
     j["sources"] = r.file.sources;
     j["kernels"] = r.kernels;
@@ -598,14 +638,28 @@ nlohmann::json calibration_json(const CalibrationResult& r) {
 
 std::string calibration_file_text(const CalibrationResult& r) {
     std::vector<std::string> header{
-        "clustersim calibration (docs/calibrate.md): written by `clustersim calibrate`.",
-        "Reference it from an experiment: compute: {calibration: THIS_FILE}.",
-        "Fit: " + std::to_string(r.kernels) + " kernels; GEMM samples at tensor-core duty " +
-            fmt("%.3f", r.tensor_duty) + " (sustained factor " + fmt("%.3f", r.sustained_factor) +
-            ").",
-    };
-    for (const auto& u : r.unfitted)
-        header.push_back("Unfitted: " + u.what + ": " + u.why);
+        "clustersim calibration (docs/calibrate.md): written by `clustersim calibrate`."};
+    if (r.compute) {
+        header.push_back("Reference it from an experiment: compute: {calibration: THIS_FILE}.");
+        header.push_back("Fit: " + std::to_string(r.kernels) +
+                         " kernels; GEMM samples at tensor-core duty " +
+                         fmt("%.3f", r.tensor_duty) + " (sustained factor " +
+                         fmt("%.3f", r.sustained_factor) + ").");
+        for (const auto& u : r.unfitted)
+            header.push_back("Unfitted: " + u.what + ": " + u.why);
+    }
+    if (r.network) {
+        header.push_back("Network: network: {calibration: THIS_FILE}; fitted on " +
+                         r.network->topology + ".");
+        for (const auto& f : r.network->ops)
+            if (!f.link.empty())
+                header.push_back("  " + std::string(network::collective_name(f.op)) + " on " +
+                                 f.link + ": " + std::to_string(f.samples) +
+                                 " samples, rms residual " + fmt("%.1f%%", 100 * f.rms_residual) +
+                                 ", worst " + fmt("%+.1f%%", 100 * f.worst_residual) + ".");
+        for (const auto& u : r.network->unfitted)
+            header.push_back("Network unfitted: " + u.what + ": " + u.why);
+    }
     return workload::calibration_yaml(r.file, header);
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "api/calibrate_network.hpp"
 #include "api/torch_trace.hpp"
 #include "topology/cluster.hpp"
 #include "workload/calibration.hpp"
@@ -31,7 +32,10 @@ namespace cs::api {
 struct CalibrateOptions {
     std::vector<std::string> traces;  // PyTorch profiler Chrome traces (.json, .json.gz)
     std::string gpu_model;            // a catalogue name, or a gpu_models entry of `topology`
-    std::string topology;             // optional topology file whose gpu_models are searched
+    std::string topology;  // topology file whose gpu_models are searched; the nccl-tests' cluster
+    std::vector<std::string> sets;        // overrides of the topology (nodes=4)
+    std::vector<std::string> nccl_tests;  // nccl-tests output files, "FILE" or "OP=FILE"
+    std::string nccl_sizes;               // "FIRST:LAST": the rows fitted ("" = all)
 };
 
 // One kind's line of the fit report. Residuals are predicted / measured - 1 per sample (one
@@ -76,10 +80,12 @@ struct CalibrationResult {
         double measured_ms = 0, fitted_ms = 0;
     };
     std::vector<GemmShapeFit> gemm_shapes;
+    bool compute = false;                     // traces were given and fitted
+    std::optional<NetworkFitResult> network;  // nccl-tests were given
 };
 
-// Reads the traces and fits. Throws ConfigError for bad traces, an unknown GPU model or nothing
-// to fit.
+// Reads the traces and the nccl-tests files and fits (either or both). Throws ConfigError for bad
+// traces or files, an unknown GPU model, nccl-tests without a topology, or nothing to fit.
 CalibrationResult calibrate(const CalibrateOptions& options);
 // The fit from traces already read (tests).
 CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,

@@ -1,6 +1,8 @@
-// clustersim calibrate --torch-trace F... --gpu-model NAME [--topology T] --out FILE [--json J]
+// clustersim calibrate [--torch-trace F... --gpu-model NAME] [--nccl-tests F... --topology T]
+//                      --out FILE [--json J]
 //
-// Fits the compute model on PyTorch profiler traces (api/calibrate.hpp), prints the fit report
+// Fits the compute model on PyTorch profiler traces (api/calibrate.hpp) and the network model on
+// nccl-tests output (api/calibrate_network.hpp), prints the fit report
 // and writes the calibration file (and the report as JSON), each whole or not at all.
 #include <iostream>
 #include <memory>
@@ -42,17 +44,27 @@ void register_calibrate(CLI::App& app) {
     auto args = std::make_shared<CalibrateArgs>();
     auto* cmd = app.add_subcommand(
         "calibrate",
-        "Fit the compute model on PyTorch profiler traces and write a calibration file");
+        "Fit the compute model on PyTorch profiler traces and the network on nccl-tests output, "
+        "and write a calibration file");
     cmd->add_option("--torch-trace", args->options.traces,
                     "PyTorch profiler Chrome trace (.json or .json.gz; repeatable)")
-        ->required()
         ->type_name("FILE");
     cmd->add_option("--gpu-model", args->options.gpu_model,
                     "The GPU the traces ran on: a catalogue name (H200) or a gpu_models entry of "
-                    "--topology")
-        ->required();
+                    "--topology (required with --torch-trace)");
+    cmd->add_option("--nccl-tests", args->options.nccl_tests,
+                    "nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                    "alltoall_perf, sendrecv_perf; repeatable); OP=FILE names the operation when "
+                    "the file does not")
+        ->type_name("FILE");
+    cmd->add_option("--nccl-sizes", args->options.nccl_sizes,
+                    "Fit only nccl-tests rows whose size is in FIRST:LAST (e.g. 16M:1G)")
+        ->type_name("FIRST:LAST");
     cmd->add_option("--topology", args->options.topology,
-                    "Topology file whose gpu_models define --gpu-model");
+                    "The cluster the nccl-tests ran on (required with --nccl-tests); its "
+                    "gpu_models also define --gpu-model");
+    cmd->add_option("--set", args->options.sets, "Override a key of the topology: nodes=4")
+        ->type_name("KEY=VALUE");
     cmd->add_option("--out", args->out, "The calibration file to write (YAML)")->required();
     cmd->add_option("--json", args->json, "Write the fit report as JSON");
     cmd->callback([args] { run(*args); });

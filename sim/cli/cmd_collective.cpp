@@ -26,9 +26,17 @@ struct CollectiveArgs {
     std::string ranks;
     std::string sizes = "1KiB:1GiB";
     double step_factor = 2;
+    // nccl-tests' flags; given_* say which the user wrote.
+    std::string min_bytes, max_bytes, step_bytes = "1M";
+    double nccl_factor = 1;
+    std::string data_type = "float";
+    std::string format = "table";
+    CLI::Option *sizes_opt = nullptr, *step_factor_opt = nullptr, *min_opt = nullptr,
+                *max_opt = nullptr, *nccl_factor_opt = nullptr, *step_bytes_opt = nullptr;
     std::string algo = "auto";
     std::string model = "flow";
     bool nominal = false;
+    std::string calibration;
     std::string host_overhead = "0us";
     std::string json;
     std::string max_memory;
@@ -63,13 +71,69 @@ void run(const CollectiveArgs& a) {
                           std::string("expected a time in ") + kTimeUnits);
     request.host_overhead = *host;
     request.nominal = a.nominal;
-    request.sizes = api::parse_size_range(a.sizes, a.step_factor);
+    if (!a.calibration.empty() && a.nominal)
+        throw ConfigError(SourceLocation{"--calibration " + a.calibration},
+                          "--calibration goes on top of the measured defaults; drop --nominal");
+    request.calibration = a.calibration;
+    if (a.format != "table" && a.format != "nccl-tests")
+        throw ConfigError(SourceLocation{"--format " + a.format},
+                          "unknown value; expected table or nccl-tests");
+    const auto type = api::find_nccl_data_type(a.data_type);
+    if (!type)
+        throw ConfigError(SourceLocation{"--datatype " + a.data_type},
+                          std::string("unknown type; expected one of ") + api::kNcclDataTypes);
+    request.data_type = *type;
+    const bool nccl_range = a.min_opt->count() > 0 || a.max_opt->count() > 0;
+    const bool nccl_step = a.nccl_factor_opt->count() > 0 || a.step_bytes_opt->count() > 0;
+    std::string sweep;
+    if (nccl_range || nccl_step) {
+        if (a.sizes_opt->count() > 0 || a.step_factor_opt->count() > 0)
+            throw ConfigError(SourceLocation{"--sizes"},
+                              "give either --sizes [--step-factor] or nccl-tests' -b/-e/-f/-i, "
+                              "not both");
+        if (a.nccl_factor_opt->count() > 0 && a.step_bytes_opt->count() > 0 && a.nccl_factor > 1)
+            throw ConfigError(SourceLocation{"-i " + a.step_bytes},
+                              "-i (an increment) and -f (a factor) exclude each other");
+        const auto size = [](const std::string& flag, const std::string& text) {
+            const auto b = api::parse_nccl_size(text);
+            if (!b)
+                throw ConfigError(SourceLocation{flag + " " + text},
+                                  std::string("expected a size as nccl-tests writes it (8, 64K, "
+                                              "1M, 8G: powers of 2) or with units ") +
+                                      kBytesUnits);
+            return *b;
+        };
+        // nccl-tests' defaults: 32M for a bound not given, increments of 1M unless -f > 1.
+        const std::string first = a.min_opt->count() ? a.min_bytes : "32M";
+        const std::string last = a.max_opt->count() ? a.max_bytes : "32M";
+        const Bytes increment = size("-i", a.step_bytes);
+        request.sizes = api::nccl_size_sweep(
+            size("-b", first), size("-e", last), a.nccl_factor, increment.value,
+            "-b " + first + " -e " + last +
+                (a.nccl_factor > 1 ? " -f " + std::to_string(static_cast<long long>(a.nccl_factor))
+                                   : " -i " + a.step_bytes));
+        char text[64];
+        if (a.nccl_factor > 1)
+            std::snprintf(text, sizeof text, "%g(factor)", a.nccl_factor);
+        else
+            std::snprintf(text, sizeof text, "%lld(bytes)",
+                          static_cast<long long>(increment.value));
+        sweep = text;
+    } else {
+        request.sizes = api::parse_size_range(a.sizes, a.step_factor);
+        char text[64];
+        std::snprintf(text, sizeof text, "%g(factor)", a.step_factor);
+        sweep = text;
+    }
     request.ranks_text = a.ranks;
     if (!a.ranks.empty()) request.ranks = api::parse_rank_list(a.ranks, "--ranks");
     OutputSet outputs;
     outputs.declare("--json", a.json);
     const auto report = api::run_collective(request);
-    api::print_collective(std::cout, request, report);
+    if (a.format == "nccl-tests")
+        api::print_collective_nccl_tests(std::cout, request, report, sweep);
+    else
+        api::print_collective(std::cout, request, report);
     if (!a.json.empty())
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << api::collective_json(report).dump(2) << "\n"; },
@@ -89,9 +153,32 @@ void register_collective(CLI::App& app) {
     cmd->add_option("--op", args->op, join(names_of(network::kCollectiveNames), " | "))
         ->capture_default_str();
     cmd->add_option("--ranks", args->ranks, "GPU numbers: 0-7, 0,2,4, 0-3,8-11 (default: all)");
-    cmd->add_option("--sizes", args->sizes, "SIZE or FIRST:LAST, e.g. 1KiB:1GiB")
+    args->sizes_opt = cmd->add_option("--sizes", args->sizes,
+                                      "SIZE or FIRST:LAST: 1KiB:1GiB, or as nccl-tests writes "
+                                      "sizes, 8:8G (K, M, G = 2^10, 2^20, 2^30 bytes)")
+                          ->capture_default_str();
+    args->step_factor_opt =
+        cmd->add_option("--step-factor", args->step_factor, "Size multiplier between rows")
+            ->capture_default_str();
+    args->min_opt = cmd->add_option("-b,--minbytes", args->min_bytes,
+                                    "nccl-tests' first size (8, 64K, 1M, 8G; default 32M)")
+                        ->type_name("SIZE");
+    args->max_opt =
+        cmd->add_option("-e,--maxbytes", args->max_bytes, "nccl-tests' last size (default 32M)")
+            ->type_name("SIZE");
+    args->nccl_factor_opt =
+        cmd->add_option("-f,--stepfactor", args->nccl_factor,
+                        "nccl-tests' size multiplier (with -b/-e; 1 = use the increment -i)")
+            ->type_name("FACTOR");
+    args->step_bytes_opt = cmd->add_option("-i,--stepbytes", args->step_bytes,
+                                           "nccl-tests' size increment when -f is 1 (default 1M)")
+                               ->type_name("SIZE");
+    cmd->add_option("-d,--datatype", args->data_type,
+                    std::string("Element type of the count column: ") + api::kNcclDataTypes)
         ->capture_default_str();
-    cmd->add_option("--step-factor", args->step_factor, "Size multiplier between rows")
+    cmd->add_option("--format", args->format,
+                    "table (default) or nccl-tests: nccl-tests' own output layout, which its "
+                    "parsers read unchanged")
         ->capture_default_str();
     cmd->add_option("--algo", args->algo,
                     join(network::AlgorithmRegistry::builtin().names(), " | "))
@@ -100,6 +187,10 @@ void register_collective(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--nominal", args->nominal,
                   "Use nominal link capacities and no step overhead instead of the calibration");
+    cmd->add_option("--calibration", args->calibration,
+                    "A calibration file's network constants (clustersim calibrate --nccl-tests) "
+                    "on top of the measured defaults")
+        ->type_name("FILE");
     cmd->add_option("--host-overhead", args->host_overhead,
                     "Host time added to every row, for comparing with measurements that include "
                     "a launch from Python (e.g. 50us); not part of the network model")

@@ -17,6 +17,7 @@ void register_collective(CLI::App& app);
 void register_validate(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_chakra(CLI::App& app);
+void register_diff(CLI::App& app);
 
 // A command that ends with a status of its own (validate --check: 3), with a line for stderr.
 struct CommandExit {

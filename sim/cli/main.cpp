@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     cs::cli::register_validate(app);
     cs::cli::register_calibrate(app);
     cs::cli::register_chakra(app);
+    cs::cli::register_diff(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");

@@ -39,13 +39,13 @@ CalibrationFile parse_calibration(const config::Document& doc) {
                        std::to_string(kCalibrationVersion) +
                        "` (write one with clustersim calibrate)");
     const auto version = root.integer("clustersim_calibration");
-    if (version != kCalibrationVersion)
+    if (version != 1 && version != kCalibrationVersion)
         root.fail("clustersim_calibration", "version " + std::to_string(version) +
                                                 " is not supported; this clustersim reads "
-                                                "version " +
+                                                "versions 1 and " +
                                                 std::to_string(kCalibrationVersion));
     CalibrationFile cal;
-    cal.gpu_model = root.string("gpu_model");
+    cal.gpu_model = root.string_or("gpu_model", "");
     if (root.has("sources")) {
         const YAML::Node s = root.value("sources");
         if (!s.IsSequence()) root.fail("sources", "expected a list of file names");
@@ -84,6 +84,29 @@ CalibrationFile parse_calibration(const config::Document& doc) {
         }
         c->finish();
     }
+    if (version >= 2) {
+        if (auto n = root.map_opt("network")) {
+            for (const auto& op : network::kCollectiveNames) {
+                const auto o = n->map_opt(std::string(op.name));
+                if (!o) continue;
+                for (const auto& link : topology::kLinkKindNames) {
+                    const auto l = o->map_opt(std::string(link.name));
+                    if (!l) continue;
+                    NetworkConstant k;
+                    k.op = op.value;
+                    k.link = link.value;
+                    k.efficiency = fraction(*l, "efficiency", 0, 1,
+                                            "the fraction of the link's nominal bandwidth one "
+                                            "flow of the operation reaches");
+                    k.latency = l->time_opt("latency").value_or(Time::zero());
+                    l->finish();
+                    cal.network.push_back(k);
+                }
+                o->finish();
+            }
+            n->finish();
+        }
+    }
     root.finish();
     return cal;
 }
@@ -97,11 +120,12 @@ std::string calibration_yaml(const CalibrationFile& cal, const std::vector<std::
     for (const auto& line : header)
         out << (line.empty() ? "#" : "# " + line) << "\n";
     out << "clustersim_calibration: " << kCalibrationVersion << "\n";
-    out << "gpu_model: " << cal.gpu_model << "\n";
+    if (!cal.gpu_model.empty()) out << "gpu_model: " << cal.gpu_model << "\n";
     out << "sources:\n";
     for (const auto& s : cal.sources)
         out << "  - \"" << s << "\"\n";
-    out << "compute:\n";
+    const bool compute = cal.has_compute() || cal.network.empty();
+    if (compute) out << "compute:\n";
     if (cal.gemm)
         out << "  gemm: {peak_fraction: " << number_text(cal.gemm->peak_fraction)
             << ", half_dim: " << number_text(cal.gemm->half_dim)
@@ -117,8 +141,26 @@ std::string calibration_yaml(const CalibrationFile& cal, const std::vector<std::
     if (cal.launch_overhead)
         out << "  launch_overhead: " << time_text(*cal.launch_overhead) << "\n";
     if (cal.host_launch) out << "  host: {launch: " << time_text(*cal.host_launch) << "}\n";
-    if (!cal.gemm && !any && !cal.launch_overhead && !cal.host_launch) out << "  {}\n";
+    if (compute && !cal.has_compute()) out << "  {}\n";
+    if (!cal.network.empty()) {
+        out << "network:\n";
+        for (std::size_t i = 0; i < cal.network.size(); ++i) {
+            const auto& k = cal.network[i];
+            if (i == 0 || cal.network[i - 1].op != k.op)
+                out << "  " << network::collective_name(k.op) << ":\n";
+            out << "    " << topology::link_kind_name(k.link)
+                << ": {efficiency: " << number_text(k.efficiency)
+                << ", latency: " << time_text(k.latency) << "}\n";
+        }
+    }
     return out.str();
+}
+
+void apply_network_calibration(const CalibrationFile& cal, network::NetworkConfig& config) {
+    for (const auto& k : cal.network) {
+        config.op_efficiency[static_cast<int>(k.op)][static_cast<int>(k.link)] = k.efficiency;
+        config.op_latency[static_cast<int>(k.op)][static_cast<int>(k.link)] = k.latency;
+    }
 }
 
 void apply_calibration(const CalibrationFile& cal, RooflineCompute& roofline, HostModel& host) {

@@ -305,6 +305,11 @@ ComputeSpec parse_compute(const config::Reader& r) {
                               "'calibration': cannot load \"" + file + "\" (" +
                                   r.document().resolve(file).string() + "): " + e.message());
         }
+        if (!cal.has_compute())
+            r.fail("calibration", "\"" + file +
+                                      "\" holds no compute constants (it was fitted on "
+                                      "nccl-tests output alone); a network calibration goes "
+                                      "under network: {calibration: FILE}");
         apply_calibration(cal, c.roofline, c.host);
         c.calibration_file = file;
         c.calibration_gpu_model = cal.gpu_model;
@@ -390,10 +395,29 @@ network::NetworkConfig parse_network(const config::Reader& r) {
     const auto fidelity =
         r.choice("model", network::kFidelityNames, std::optional{network::Fidelity::Flow});
     // `calibration: measured` (default) uses the link efficiencies and per-step overhead fitted on
-    // the NCCL microbenchmarks; `nominal` uses the links' datasheet capacity with no overhead.
-    const auto cal = r.choice("calibration", {"measured", "nominal"}, "measured");
+    // the NCCL microbenchmarks; `nominal` uses the links' datasheet capacity with no overhead; a
+    // file (clustersim calibrate --nccl-tests, relative to the experiment) puts its per-operation
+    // constants on top of `measured`.
+    const std::string cal = r.string_or("calibration", "measured");
     network::NetworkConfig n =
-        cal == "measured" ? network::NetworkConfig::calibrated(fidelity) : network::NetworkConfig{};
+        cal == "nominal" ? network::NetworkConfig{} : network::NetworkConfig::calibrated(fidelity);
+    if (cal != "measured" && cal != "nominal") {
+        CalibrationFile file;
+        try {
+            file = load_calibration(r.document().resolve(cal));
+        } catch (const ConfigError& e) {
+            if (e.where().line > 0) throw;
+            r.fail("calibration",
+                   "expected measured, nominal or a calibration file; cannot load "
+                   "\"" +
+                       cal + "\" (" + r.document().resolve(cal).string() + "): " + e.message());
+        }
+        if (file.network.empty())
+            r.fail("calibration", "\"" + cal +
+                                      "\" holds no network constants (fit them with clustersim "
+                                      "calibrate --nccl-tests)");
+        apply_network_calibration(file, n);
+    }
     n.fidelity = fidelity;
     if (auto t = r.time_opt("step_overhead")) n.step_overhead = *t;
     r.finish();

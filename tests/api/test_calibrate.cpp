@@ -228,8 +228,8 @@ TEST_CASE("calibration file: round trip, version and strict keys") {
         }
         return std::string();
     };
-    CHECK(has(err("clustersim_calibration: 2\ngpu_model: H200\n"), "cal.yaml:1:"));
-    CHECK(has(err("clustersim_calibration: 2\ngpu_model: H200\n"), "version 2 is not supported"));
+    CHECK(has(err("clustersim_calibration: 3\ngpu_model: H200\n"), "cal.yaml:1:"));
+    CHECK(has(err("clustersim_calibration: 3\ngpu_model: H200\n"), "version 3 is not supported"));
     CHECK(has(err("gpu_model: H200\n"), "not a clustersim calibration file"));
     CHECK(has(err("clustersim_calibration: 1\ngpu_model: H200\ncompute: {hbm_fractions: "
                   "{norms: 0.4}}\n"),

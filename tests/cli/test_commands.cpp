@@ -1,7 +1,9 @@
 // run, topology, collective and validate as a user runs them: output, files, exit codes.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -169,4 +171,87 @@ TEST_CASE("validate: a duplicate case id names both places, exit 2") {
     CHECK(r.err == "error: " + cases_file("validate_dup_id") +
                        ":5:10: 'cases.1.id': duplicate case id \"a\", first used at 4:10; expected "
                        "each case id once\n");
+}
+
+TEST_CASE(
+    "calibrate --nccl-tests: fit report, file and JSON; a malformed file is exit 2 at "
+    "file:line:col with nothing written") {
+    const fs::path dir = cs::test::scratch("calibrate_nccl");
+    // nccl-tests output of the model itself (all_gather on the two H200 with the measured
+    // defaults: 0.590 of 450 GB/s and 18 us fixed) fits back to those defaults.
+    const auto sim = run_binary({"collective", "--topology", kTwoGpus, "--op", "all_gather", "-b",
+                                 "1M", "-e", "256M", "-f", "4", "--format", "nccl-tests"});
+    REQUIRE(sim.status == 0);
+    std::ofstream(dir / "ag.txt") << sim.out;
+    const fs::path out = dir / "cal.yaml", json = dir / "fit.json";
+    const auto r = run_binary({"calibrate", "--nccl-tests", (dir / "ag.txt").string(), "--topology",
+                               kTwoGpus, "--out", out.string(), "--json", json.string()});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("all_gather      nvlink") != std::string::npos);
+    CHECK(cs::test::slurp(out).find("all_gather:\n    nvlink: {efficiency: 0.59, latency: ") !=
+          std::string::npos);
+    const auto j = nlohmann::json::parse(cs::test::slurp(json));
+    CHECK(j["network"]["ops"][0]["samples"] == 5);  // 1, 4, 16, 64, 256 MiB
+    CHECK(j["network"]["ops"][0]["efficiency"].get<double>() ==
+          doctest::Approx(0.59).epsilon(2e-3));
+    CHECK(j["network"]["ops"][0]["latency_us"].get<double>() == doctest::Approx(18).epsilon(0.01));
+
+    // The 5th row cut short: located, exit 2, neither output written.
+    std::string text = sim.out;
+    std::size_t at = 0;
+    for (int rows = 0; rows < 3;)
+        if (text[at++] == '\n' && text[at] != '#') ++rows;
+    const std::size_t end = text.find('\n', at);
+    text = text.substr(0, end - 20) + text.substr(end);
+    std::ofstream(dir / "bad.txt") << text;
+    fs::remove(out);
+    fs::remove(json);
+    const auto bad =
+        run_binary({"calibrate", "--nccl-tests", (dir / "bad.txt").string(), "--topology", kTwoGpus,
+                    "--out", out.string(), "--json", json.string()});
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find("bad.txt:") != std::string::npos);
+    CHECK(bad.err.find("a result row with") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    CHECK_FALSE(fs::exists(json));
+    // nccl-tests without a topology.
+    const auto no_topo =
+        run_binary({"calibrate", "--nccl-tests", (dir / "ag.txt").string(), "--out", out.string()});
+    CHECK(no_topo.status == 2);
+    CHECK(no_topo.err.find("give --topology") != std::string::npos);
+}
+
+TEST_CASE("diff: the bundled H200 profile against a simulated trace of its configuration") {
+    const fs::path dir = cs::test::scratch("diff");
+    const fs::path trace = dir / "sim.json", json = dir / "diff.json";
+    const auto run = run_binary({"run", kRoot + "/tests/validation/experiments/h200-gpt-h3072.yaml",
+                                 "--set", "compute.calibration=../calibrations/h200-gpt-h3072.yaml",
+                                 "--trace", trace.string()});
+    REQUIRE(run.status == 0);
+    const auto r = run_binary({"diff", trace.string(),
+                               kRoot + "/tests/validation/data/gpt-h3072-profile.json.gz",
+                               "--iterations", "2", "--json", json.string()});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("largest departures") != std::string::npos);
+    const auto j = nlohmann::json::parse(cs::test::slurp(json));
+    CHECK(j["microbatches"] == 2);
+    CHECK(j["layers"] == 12);
+    // The calibrated model reproduces the profiled iteration's kernel time within 3% (170.8 ms
+    // simulated, 167.6 ms of kernels per iteration measured).
+    CHECK(j["simulated_busy_ms"].get<double>() / j["measured_busy_ms"].get<double>() ==
+          doctest::Approx(1).epsilon(0.03));
+    bool gemm = false;
+    for (const auto& k : j["kinds"])
+        if (k["name"] == "gemm") {
+            gemm = true;
+            CHECK(std::abs(k["relative"].get<double>()) < 0.05);
+        }
+    CHECK(gemm);
+    CHECK(j["passes"].size() == 3);  // forward, backward, optimizer
+    // A file that is not a trace: exit 2, nothing written.
+    fs::remove(json);
+    const auto bad =
+        run_binary({"diff", (dir / "nope.json").string(), trace.string(), "--json", json.string()});
+    CHECK(bad.status == 2);
+    CHECK_FALSE(fs::exists(json));
 }

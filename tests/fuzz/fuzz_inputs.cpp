@@ -9,9 +9,10 @@
 //
 // An input's target is its extension: .exp.yaml an experiment, .topo.yaml a topology, .model.yaml
 // a model file (model: {from: FILE} in tests/fuzz/base.yaml), .set one --set assignment per line
-// and .margs Megatron-LM flags, both applied to base.yaml. A valid experiment is also simulated
-// when it is small (kMaxPasses). A crash ends the process: `mutate` writes the input it is about
-// to try to OUT/current first, so that the crashing input is kept.
+// and .margs Megatron-LM flags, both applied to base.yaml; .nccl.txt nccl-tests output (read, and
+// fitted on the two-GPU topology when it has at most two ranks and 40 rows). A valid experiment is
+// also simulated when it is small (kMaxPasses). A crash ends the process: `mutate` writes the input
+// it is about to try to OUT/current first, so that the crashing input is kept.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -26,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "api/calibrate_network.hpp"
 #include "api/inputs.hpp"
+#include "api/nccl_tests.hpp"
 #include "api/run.hpp"
 #include "api/topology.hpp"
 #include "core/errors.hpp"
@@ -46,9 +49,11 @@ constexpr std::int64_t kFuzzMaxMemory = std::int64_t{512} << 20;
 constexpr double kMaxPasses = 20'000;
 
 // The extensions that name an input's target.
-constexpr const char* kTargets[] = {".exp.yaml", ".topo.yaml", ".model.yaml", ".set", ".margs"};
+constexpr const char* kTargets[] = {".exp.yaml", ".topo.yaml", ".model.yaml",
+                                    ".set",      ".margs",     ".nccl.txt"};
 
 const fs::path kBase = fs::path(CLUSTERSIM_SOURCE_DIR) / "tests" / "fuzz" / "base.yaml";
+const fs::path kTwoGpus = fs::path(CLUSTERSIM_SOURCE_DIR) / "topologies" / "h200-2gpu-nvlink.yaml";
 
 std::string read(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -96,6 +101,13 @@ std::string attempt(const fs::path& file) {
             cs::api::ExperimentRequest request{kBase, {}, read(file), kFuzzMaxMemory};
             if (request.megatron_args.empty()) return "empty";
             run_if_small(cs::api::load_experiment(request));
+        } else if (ends_with(name, ".nccl.txt")) {
+            // nccl-tests output: read, and fitted on the two-GPU topology when it is small.
+            const auto f = cs::api::read_nccl_tests(file.string());
+            if (f.ranks <= 2 && f.rows.size() <= 40) {
+                const auto topo = cs::api::load_topology(kTwoGpus, {}, kFuzzMaxMemory);
+                cs::api::fit_network({f}, topo.cluster, "two-gpus", std::nullopt);
+            }
         } else {
             return "skipped";
         }

@@ -1,0 +1,275 @@
+#include "api/diff.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "api/torch_trace.hpp"
+#include "core/errors.hpp"
+#include "core/input_file.hpp"
+
+namespace cs::api {
+namespace {
+
+bool has(const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+}
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+constexpr int kKinds = static_cast<int>(KernelKind::Other) + 1;
+const char* const kPasses[] = {"forward", "backward", "optimizer", "other"};
+
+int kind_index(const std::string& name) {
+    for (int k = 0; k < kKinds; ++k)
+        if (kernel_kind_name(static_cast<KernelKind>(k)) == name) return k;
+    return static_cast<int>(KernelKind::Other);
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
+std::string simulated_kind(const std::string& label) {
+    const auto name = [](KernelKind k) { return std::string(kernel_kind_name(k)); };
+    if (has(label, "optimizer")) return name(KernelKind::Optimizer);
+    if (has(label, "attention dropout")) return name(KernelKind::Elementwise);
+    if (has(label, "attention scores") || has(label, "attention context"))
+        return name(KernelKind::Gemm);
+    if (has(label, "attention")) return name(KernelKind::Attention);
+    if (has(label, "grad concat")) return name(KernelKind::Concat);
+    if (has(label, "grad copy")) return name(KernelKind::StridedCopy);
+    if (has(label, "main grad accumulate")) return name(KernelKind::MixedAccumulate);
+    if (has(label, "bias grad")) return name(KernelKind::Reduce);
+    if (has(label, "norm")) return name(KernelKind::Norm);
+    if (has(label, "softmax")) return name(KernelKind::Softmax);
+    if (has(label, "activation")) return name(KernelKind::Activation);
+    if (has(label, "grad zero")) return name(KernelKind::Memset);
+    if (label.rfind("embedding", 0) == 0 || has(label, "cross entropy"))
+        return name(KernelKind::Other);
+    if (has(label, " to fp32") || has(label, " to bf16") || has(label, "residual") ||
+        has(label, "position add"))
+        return name(KernelKind::Elementwise);
+    for (const char* g : {"qkv", "proj", "fc1", "fc2", "logits", "router", "expert fc1",
+                          "expert fc2", "shared fc1", "shared fc2"})
+        if (label == g) return name(KernelKind::Gemm);
+    if (ends_with(label, "dgrad") || ends_with(label, "wgrad")) return name(KernelKind::Gemm);
+    return name(KernelKind::Other);
+}
+
+DiffResult diff_traces(const DiffOptions& options) {
+    if (options.iterations < 1)
+        throw ConfigError(SourceLocation{"--iterations " + std::to_string(options.iterations)},
+                          "the measured profile holds at least one iteration");
+    DiffResult r;
+    r.simulated = options.simulated;
+    r.measured = options.measured;
+    r.rank = options.rank;
+    r.iterations = options.iterations;
+    std::vector<DiffLine> kinds(kKinds), passes(4);
+    for (int k = 0; k < kKinds; ++k)
+        kinds[static_cast<std::size_t>(k)].name = kernel_kind_name(static_cast<KernelKind>(k));
+    for (int p = 0; p < 4; ++p)
+        passes[static_cast<std::size_t>(p)].name = kPasses[p];
+
+    // The simulated rank: its compute track's pass slices and steps.
+    nlohmann::json sim;
+    try {
+        sim = nlohmann::json::parse(
+            read_input_file(options.simulated, options.simulated, "a clustersim trace"));
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError(SourceLocation{options.simulated},
+                          "not a JSON trace (byte " + std::to_string(e.byte) +
+                              "): give the file `clustersim run --trace F.json` wrote");
+    }
+    const nlohmann::json* events = sim.is_object() && sim.contains("traceEvents")
+                                       ? &sim["traceEvents"]
+                                       : (sim.is_array() ? &sim : nullptr);
+    if (!events || !events->is_array())
+        throw ConfigError(SourceLocation{options.simulated},
+                          "no traceEvents: not a Chrome JSON trace of clustersim");
+    const std::string track = "GPU " + std::to_string(options.rank) + " compute";
+    long long pid = -1, tid = -1;
+    std::vector<std::string> tracks;
+    for (const auto& e : *events) {
+        if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "thread_name")
+            continue;
+        const std::string n = e.contains("args") ? e["args"].value("name", "") : "";
+        if (has(n, "compute")) tracks.push_back(n);
+        if (n == track) {
+            pid = e.value("pid", -1LL);
+            tid = e.value("tid", -1LL);
+        }
+    }
+    if (pid < 0) {
+        std::string list;
+        for (const auto& t : tracks)
+            list += (list.empty() ? "" : ", ") + t;
+        throw ConfigError(SourceLocation{"--rank " + std::to_string(options.rank)},
+                          "the simulated trace has no \"" + track + "\" track" +
+                              (list.empty() ? std::string(" (no compute tracks at all)")
+                                            : " (it has " + list + ")"));
+    }
+    struct Slice {
+        double ts = 0, end = 0;
+        std::string name;
+        const nlohmann::json* args = nullptr;
+    };
+    std::vector<Slice> pass_slices, steps;
+    for (const auto& e : *events) {
+        if (!e.is_object() || e.value("ph", "") != "X") continue;
+        if (e.value("pid", -2LL) != pid || e.value("tid", -2LL) != tid) continue;
+        Slice s{e.value("ts", 0.0), e.value("ts", 0.0) + e.value("dur", 0.0), e.value("name", ""),
+                e.contains("args") ? &e["args"] : nullptr};
+        if (s.args && s.args->contains("microbatch"))
+            pass_slices.push_back(s);
+        else
+            steps.push_back(s);
+    }
+    double first = HUGE_VAL, last = 0;
+    for (const auto& p : pass_slices) {
+        if (p.name.rfind('F', 0) == 0) {
+            ++r.microbatches;
+            r.layers = std::max(r.layers, p.args->value("layers", 0));
+        }
+    }
+    for (const auto& s : steps) {
+        first = std::min(first, s.ts);
+        last = std::max(last, s.end);
+        const double ms = (s.end - s.ts) / 1000;
+        int pass = 3;
+        for (const auto& p : pass_slices)
+            if (s.ts >= p.ts && s.ts < p.end) pass = p.name.rfind('F', 0) == 0 ? 0 : 1;
+        const std::string kind = simulated_kind(s.name);
+        if (pass == 3 && kind == "optimizer") pass = 2;
+        auto& k = kinds[static_cast<std::size_t>(kind_index(kind))];
+        k.simulated_ms += ms;
+        ++k.simulated_ops;
+        passes[static_cast<std::size_t>(pass)].simulated_ms += ms;
+        ++passes[static_cast<std::size_t>(pass)].simulated_ops;
+        r.simulated_busy_ms += ms;
+    }
+    if (steps.empty()) r.warnings.push_back("the simulated track \"" + track + "\" has no steps");
+    r.simulated_iteration_ms = steps.empty() ? 0 : (last - first) / 1000;
+
+    // The measured profile.
+    const TorchTrace t = read_torch_trace(options.measured);
+    std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
+    std::unordered_set<std::int64_t> autograd_threads;
+    for (const auto& op : t.cpu_ops) {
+        if (op.external_id >= 0) ops.emplace(op.external_id, &op);
+        if (op.name.rfind("autograd::engine::evaluate_function", 0) == 0)
+            autograd_threads.insert(op.tid);
+    }
+    if (autograd_threads.empty())
+        r.warnings.push_back(
+            "no autograd engine thread in the measured trace: its backward "
+            "kernels cannot be told from the forward's");
+    const double per = 1.0 / options.iterations;
+    for (const auto& g : t.gpu) {
+        const auto it = ops.find(g.external_id);
+        const TraceCpuOp* op = it == ops.end() ? nullptr : it->second;
+        const KernelKind kind = classify_kernel(g, op);
+        const double ms = g.dur_us / 1000 * per;
+        auto& k = kinds[static_cast<std::size_t>(kind)];
+        k.measured_ms += ms;
+        ++k.measured_kernels;
+        int pass = op ? (autograd_threads.count(op->tid) ? 1 : 0) : 3;
+        if (kind == KernelKind::Optimizer) pass = 2;
+        // Gradient accumulation into the main gradients belongs to the backward (the model puts
+        // it there), whichever thread launched it (Megatron-style hooks run on the main one).
+        if (kind == KernelKind::MixedAccumulate) pass = 1;
+        passes[static_cast<std::size_t>(pass)].measured_ms += ms;
+        ++passes[static_cast<std::size_t>(pass)].measured_kernels;
+        r.measured_busy_ms += ms;
+    }
+    for (const auto& k : kinds)
+        if (k.simulated_ops > 0 || k.measured_kernels > 0) r.kinds.push_back(k);
+    for (const auto& p : passes)
+        if (p.simulated_ops > 0 || p.measured_kernels > 0) r.passes.push_back(p);
+    r.largest = r.kinds;
+    std::stable_sort(r.largest.begin(), r.largest.end(), [](const auto& a, const auto& b) {
+        return std::abs(a.difference_ms()) > std::abs(b.difference_ms());
+    });
+    if (r.largest.size() > 5) r.largest.resize(5);
+    return r;
+}
+
+void print_diff(std::ostream& out, const DiffResult& r) {
+    out << "simulated " << r.simulated << " (GPU " << r.rank << ", " << r.microbatches
+        << " microbatch(es) x " << r.layers << " layers) against measured " << r.measured << " ("
+        << r.iterations << " iteration(s), per iteration below)\n";
+    out << "compute busy: simulated " << fmt("%.3f", r.simulated_busy_ms) << " ms, measured "
+        << fmt("%.3f", r.measured_busy_ms) << " ms of kernels ("
+        << fmt("%+.1f%%",
+               100 * (r.measured_busy_ms > 0 ? r.simulated_busy_ms / r.measured_busy_ms - 1 : 0))
+        << "); simulated iteration " << fmt("%.3f", r.simulated_iteration_ms) << " ms\n\n";
+    char line[256];
+    const auto table = [&](const char* title, const std::vector<DiffLine>& rows, bool per_layer) {
+        std::snprintf(line, sizeof line, "%-17s %8s %11s %8s %11s %10s %8s%s\n", title, "sim ops",
+                      "sim ms", "kernels", "meas ms", "diff ms", "diff",
+                      per_layer ? "   per layer-pass sim / meas ms" : "");
+        out << line;
+        for (const auto& d : rows) {
+            std::snprintf(line, sizeof line, "%-17s %8lld %11.3f %8lld %11.3f %+10.3f %8s",
+                          d.name.c_str(), static_cast<long long>(d.simulated_ops), d.simulated_ms,
+                          static_cast<long long>(d.measured_kernels), d.measured_ms,
+                          d.difference_ms(),
+                          d.measured_ms > 0 ? fmt("%+.1f%%", 100 * d.relative()).c_str() : "-");
+            out << line;
+            const int passes_of_layers = r.microbatches * r.layers;
+            if (per_layer && passes_of_layers > 0 && (d.name == "forward" || d.name == "backward"))
+                out << "   " << fmt("%.3f", d.simulated_ms / passes_of_layers) << " / "
+                    << fmt("%.3f", d.measured_ms / passes_of_layers);
+            out << "\n";
+        }
+    };
+    table("kind", r.kinds, false);
+    out << "\n";
+    table("pass", r.passes, true);
+    out << "\nlargest departures (simulated - measured):\n";
+    for (const auto& d : r.largest)
+        out << "  " << d.name << ": " << fmt("%+.3f", d.difference_ms()) << " ms"
+            << (d.measured_ms > 0 ? " (" + fmt("%+.1f%%", 100 * d.relative()) + ")" : "") << "\n";
+    for (const auto& w : r.warnings)
+        out << "warning: " << w << "\n";
+}
+
+nlohmann::json diff_json(const DiffResult& r) {
+    const auto lines = [](const std::vector<DiffLine>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& d : v)
+            a.push_back({{"name", d.name},
+                         {"simulated_ms", d.simulated_ms},
+                         {"measured_ms", d.measured_ms},
+                         {"simulated_ops", d.simulated_ops},
+                         {"measured_kernels", d.measured_kernels},
+                         {"difference_ms", d.difference_ms()},
+                         {"relative",
+                          d.measured_ms > 0 ? nlohmann::json(d.relative()) : nlohmann::json()}});
+        return a;
+    };
+    return {{"simulated", r.simulated},
+            {"measured", r.measured},
+            {"rank", r.rank},
+            {"iterations", r.iterations},
+            {"microbatches", r.microbatches},
+            {"layers", r.layers},
+            {"simulated_iteration_ms", r.simulated_iteration_ms},
+            {"simulated_busy_ms", r.simulated_busy_ms},
+            {"measured_busy_ms", r.measured_busy_ms},
+            {"kinds", lines(r.kinds)},
+            {"passes", lines(r.passes)},
+            {"largest", lines(r.largest)},
+            {"warnings", r.warnings}};
+}
+
+}  // namespace cs::api

@@ -1,0 +1,54 @@
+// clustersim diff SIMULATED MEASURED [--rank R] [--iterations N] [--json J]
+// A simulated trace of one rank against a measured PyTorch profiler trace (api/diff.hpp).
+#include <iostream>
+#include <memory>
+
+#include "api/diff.hpp"
+#include "cli/commands.hpp"
+#include "core/atomic_file.hpp"
+
+namespace cs::cli {
+
+namespace {
+
+struct DiffArgs {
+    api::DiffOptions options;
+    std::string json;
+};
+
+void run(const DiffArgs& a) {
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    const auto result = api::diff_traces(a.options);
+    api::print_diff(std::cout, result);
+    if (!a.json.empty())
+        write_file_atomically(
+            a.json, [&](std::ostream& out) { out << api::diff_json(result).dump(2) << "\n"; },
+            &outputs);
+    outputs.commit();
+}
+
+}  // namespace
+
+void register_diff(CLI::App& app) {
+    auto args = std::make_shared<DiffArgs>();
+    auto* cmd = app.add_subcommand(
+        "diff",
+        "A simulated trace of one rank against a measured PyTorch profiler trace, per op "
+        "kind and pass");
+    cmd->add_option("SIMULATED", args->options.simulated,
+                    "clustersim's Chrome JSON trace (clustersim run --trace F.json)")
+        ->required();
+    cmd->add_option("MEASURED", args->options.measured,
+                    "PyTorch profiler trace of the same configuration (.json, .json.gz)")
+        ->required();
+    cmd->add_option("--rank", args->options.rank, "The simulated GPU to compare")
+        ->capture_default_str();
+    cmd->add_option("--iterations", args->options.iterations,
+                    "Training iterations the measured profile holds (its times are divided by it)")
+        ->capture_default_str();
+    cmd->add_option("--json", args->json, "Write the comparison as JSON");
+    cmd->callback([args] { run(*args); });
+}
+
+}  // namespace cs::cli

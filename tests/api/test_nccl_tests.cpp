@@ -1,0 +1,434 @@
+// nccl-tests conventions: sizes as its -b/-e/-f/-i take them, its per-operation counts, the output
+// layout (read back by a small parser written here from nccl-tests' published layout, independent
+// of the library's), and the library's reader on composed and simulated files.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "api/calibrate_network.hpp"
+#include "api/collective.hpp"
+#include "api/nccl_tests.hpp"
+#include "api/topology.hpp"
+#include "core/errors.hpp"
+#include "network/network.hpp"
+#include "workload/calibration.hpp"
+#include "workload/experiment.hpp"
+
+namespace {
+
+const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
+const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
+const std::string kSuperpod = kRoot + "/topologies/dgx-h100-superpod.yaml";
+const std::string kData = kRoot + "/tests/api/data/";
+
+// What a script written for nccl-tests output does: every line that does not start with '#' and
+// has 13 whitespace-separated fields is a row (size count type redop root, then time algbw busbw
+// #wrong out of place and in place); "# Avg bus bandwidth : X" is the footer.
+struct ScriptRow {
+    long long size = 0, count = 0;
+    std::string type, redop;
+    int root = 0;
+    double time_us = 0, algbw = 0, busbw = 0, ip_time_us = 0, ip_algbw = 0, ip_busbw = 0;
+    std::string wrong, ip_wrong;
+};
+struct ScriptParse {
+    std::vector<ScriptRow> rows;
+    double avg_busbw = -1;
+    bool out_of_bounds_ok = false;
+    int device_lines = 0;
+};
+ScriptParse script_parse(const std::string& text) {
+    ScriptParse p;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("# Avg bus bandwidth", 0) == 0)
+            p.avg_busbw = std::stod(line.substr(line.find(':') + 1));
+        if (line.rfind("# Out of bounds values : 0 OK", 0) == 0) p.out_of_bounds_ok = true;
+        if (line.rfind("#  Rank ", 0) == 0) ++p.device_lines;
+        if (line.empty() || line[0] == '#') continue;
+        std::istringstream f(line);
+        std::vector<std::string> v;
+        for (std::string field; f >> field;)
+            v.push_back(field);
+        REQUIRE(v.size() == 13);
+        ScriptRow r;
+        r.size = std::stoll(v[0]);
+        r.count = std::stoll(v[1]);
+        r.type = v[2];
+        r.redop = v[3];
+        r.root = std::stoi(v[4]);
+        r.time_us = std::stod(v[5]);
+        r.algbw = std::stod(v[6]);
+        r.busbw = std::stod(v[7]);
+        r.wrong = v[8];
+        r.ip_time_us = std::stod(v[9]);
+        r.ip_algbw = std::stod(v[10]);
+        r.ip_busbw = std::stod(v[11]);
+        r.ip_wrong = v[12];
+        p.rows.push_back(r);
+    }
+    return p;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream out;
+    out << in.rdbuf();
+    return out.str();
+}
+
+std::string simulate_nccl_tests(cs::network::CollectiveKind kind, const std::string& topology,
+                                std::vector<std::string> sets, std::vector<int> ranks,
+                                const std::vector<cs::Bytes>& sizes) {
+    cs::api::CollectiveRequest request;
+    request.topology = topology;
+    request.sets = std::move(sets);
+    request.kind = kind;
+    request.ranks = std::move(ranks);
+    request.sizes = sizes;
+    const auto report = cs::api::run_collective(request);
+    std::ostringstream out;
+    cs::api::print_collective_nccl_tests(out, request, report, "2(factor)");
+    return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("nccl-tests sizes: K, M, G are powers of two; -f multiplies, -i adds") {
+    using cs::api::parse_nccl_size;
+    CHECK(parse_nccl_size("8")->value == 8);
+    CHECK(parse_nccl_size("64K")->value == 65536);
+    CHECK(parse_nccl_size("64k")->value == 65536);
+    CHECK(parse_nccl_size("1.5M")->value == 1572864);  // 1.5 x 2^20
+    CHECK(parse_nccl_size("8G")->value == 8589934592LL);
+    // clustersim's own units keep their meaning: GB is 10^9.
+    CHECK(parse_nccl_size("8GB")->value == 8000000000LL);
+    CHECK(parse_nccl_size("1GiB")->value == 1073741824LL);
+    CHECK_FALSE(parse_nccl_size("8X"));
+    CHECK_FALSE(parse_nccl_size("G"));
+    CHECK_FALSE(parse_nccl_size("1e99G"));
+    // -b 8 -e 8G -f 2: 8 = 2^3 .. 2^33, 31 sizes.
+    const auto doubling =
+        cs::api::nccl_size_sweep(cs::Bytes{8}, cs::Bytes{8589934592LL}, 2, 0, "x");
+    REQUIRE(doubling.size() == 31);
+    CHECK(doubling.back().value == 8589934592LL);
+    // --sizes 8:8G is the same sweep.
+    CHECK(cs::api::parse_size_range("8:8G", 2).size() == 31);
+    // -b 1M -e 4M -i 1M: 1, 2, 3, 4 MiB; -i 1500000 stops before passing 4 MiB: 1048576,
+    // 2548576, 4048576 (the next, 5548576, is past 4194304).
+    const auto inc =
+        cs::api::nccl_size_sweep(cs::Bytes{1048576}, cs::Bytes{4194304}, 1, 1048576, "x");
+    REQUIRE(inc.size() == 4);
+    CHECK(inc[2].value == 3 * 1048576);
+    CHECK(
+        cs::api::nccl_size_sweep(cs::Bytes{1048576}, cs::Bytes{4194304}, 1, 1500000, "x").size() ==
+        3);
+    CHECK_THROWS_WITH_AS(
+        cs::api::nccl_size_sweep(cs::Bytes{1}, cs::Bytes{1LL << 40}, 1, 1, "-b 1 -e 1T"),
+        doctest::Contains("-b 1 -e 1T: more than 10000 sizes"), cs::ConfigError);
+    CHECK_THROWS_WITH_AS(cs::api::parse_size_range("8:2", 2),
+                         doctest::Contains("the last at least the first"), cs::ConfigError);
+}
+
+TEST_CASE("nccl-tests counts per operation") {
+    using cs::network::CollectiveKind;
+    // all_reduce, 1000 B of float on 3 ranks: 250 elements, size 1000.
+    auto c = cs::api::nccl_counts(CollectiveKind::AllReduce, 1000, 3, 4);
+    CHECK(c.size_column == 1000);
+    CHECK(c.count_column == 250);
+    // all_gather / reduce_scatter / alltoall split the 250 elements over 3 ranks: 83 each, so the
+    // size column is 83 x 3 x 4 = 996 and the count column the per-rank 83.
+    for (auto k :
+         {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllToAll}) {
+        c = cs::api::nccl_counts(k, 1000, 3, 4);
+        CHECK(c.size_column == 996);
+        CHECK(c.count_column == 83);
+    }
+    // sendrecv: the whole buffer each way; bf16 elements are 2 bytes.
+    c = cs::api::nccl_counts(CollectiveKind::SendRecv, 1000, 3, 2);
+    CHECK(c.count_column == 500);
+    CHECK(cs::api::find_nccl_data_type("bfloat16")->bytes == 2);
+    CHECK_FALSE(cs::api::find_nccl_data_type("complex"));
+    CHECK(std::string(cs::api::nccl_redop(CollectiveKind::AllGather)) == "none");
+    CHECK(std::string(cs::api::nccl_redop(CollectiveKind::ReduceScatter)) == "sum");
+}
+
+TEST_CASE("--format nccl-tests: a script written for nccl-tests reads it; busbw = algbw x factor") {
+    using cs::network::CollectiveKind;
+    // One DGX H100 node, 8 ranks. Factors (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n =
+    // 1.75, all_gather / reduce_scatter / alltoall (n-1)/n = 0.875, sendrecv 1.
+    const std::map<CollectiveKind, double> factors{{CollectiveKind::AllReduce, 1.75},
+                                                   {CollectiveKind::AllGather, 0.875},
+                                                   {CollectiveKind::ReduceScatter, 0.875},
+                                                   {CollectiveKind::AllToAll, 0.875},
+                                                   {CollectiveKind::SendRecv, 1.0}};
+    const auto sizes = cs::api::parse_size_range("1M:1G", 8);  // 1M, 8M, 64M, 512M
+    for (const auto& [kind, factor] : factors) {
+        CAPTURE(cs::network::collective_name(kind));
+        const std::string text =
+            simulate_nccl_tests(kind, kSuperpod, {"nodes=1"}, {0, 1, 2, 3, 4, 5, 6, 7}, sizes);
+        const auto p = script_parse(text);
+        CHECK(p.device_lines == 8);
+        CHECK(p.out_of_bounds_ok);
+        REQUIRE(p.rows.size() == 4);
+        double sum = 0;
+        for (const auto& r : p.rows) {
+            // 2^20 .. 2^29 bytes are multiples of 8 ranks x 4 bytes: no rounding of the size.
+            CHECK(r.count == (factor == 0.875 ? r.size / 32 : r.size / 4));
+            CHECK(r.type == "float");
+            CHECK(r.redop == (kind == CollectiveKind::AllGather || kind == CollectiveKind::AllToAll
+                                  ? "none"
+                                  : "sum"));
+            CHECK(r.root == -1);
+            // algbw = size / time: bytes / (us x 1e3) is GB/s; the time is printed to 4 digits
+            // or more, the bandwidths to 0.01.
+            CHECK(r.algbw == doctest::Approx(r.size / (r.time_us * 1e3)).epsilon(2e-3));
+            CHECK(r.busbw == doctest::Approx(r.algbw * factor).epsilon(1e-3));
+            CHECK(r.ip_busbw == r.busbw);
+            CHECK(r.wrong == "0");
+            CHECK(r.ip_wrong ==
+                  (kind == CollectiveKind::AllToAll || kind == CollectiveKind::SendRecv ? "N/A"
+                                                                                        : "0"));
+            sum += r.busbw;
+        }
+        // The footer averages the busbw of both column groups (equal here) over the rows.
+        CHECK(p.avg_busbw == doctest::Approx(sum / 4).epsilon(1e-3));
+        // The library's reader reads it too, and finds the operation from the header.
+        std::istringstream in(text);
+        const auto f = cs::api::parse_nccl_tests(in, "sim.txt");
+        CHECK(f.kind == kind);
+        CHECK(f.ranks == 8);
+        CHECK(f.rows.size() == 4);
+        CHECK(f.warnings.empty());
+    }
+}
+
+TEST_CASE("the script parser and the library read the composed nccl-tests files") {
+    const std::string text = read_text(kData + "all_reduce_perf-8xH100-composed.txt");
+    const auto p = script_parse(text);
+    // -b 8 -e 8G -f 2: 31 rows; the 8 GiB row: 41779 us -> 8589934592 / 41779e3 = 205.60 GB/s,
+    // x 1.75 = 359.81.
+    REQUIRE(p.rows.size() == 31);
+    CHECK(p.rows.back().algbw == doctest::Approx(205.60));
+    CHECK(p.rows.back().busbw == doctest::Approx(359.81));
+    CHECK(p.avg_busbw == doctest::Approx(132.717));
+    std::istringstream again(text);
+    const auto f = cs::api::parse_nccl_tests(again, "all_reduce_perf-8xH100-composed.txt");
+    CHECK(f.binary == "all_reduce_perf");
+    CHECK(f.ranks == 8);
+    CHECK(f.devices[3] == "NVIDIA H100 80GB HBM3");
+    REQUIRE(f.rows.size() == 31);
+    CHECK(f.rows.back().time_us[0] == 41779);
+    CHECK(f.rows.back().time_us[1] == 20785 * 2 - 22);  // 41548
+    CHECK(*f.avg_busbw == doctest::Approx(132.717));
+    // The older layout (no root column, "error" for "#wrong", 4 GPUs in one process, NCCL log
+    // lines in between): the operation comes from the file name.
+    const auto old =
+        cs::api::read_nccl_tests(kData + "all_gather_perf-4xA100-old-layout-composed.txt");
+    CHECK(old.kind == cs::network::CollectiveKind::AllGather);
+    CHECK(old.ranks == 4);
+    REQUIRE(old.rows.size() == 10);  // 1K .. 256M, x4
+    CHECK(old.rows[0].size == 1024);
+    CHECK(old.rows[0].count == 64);  // 1024 B / 4 B / 4 ranks
+    REQUIRE(old.warnings.size() == 1);
+    CHECK(old.warnings[0].find("skipped 2 line(s)") != std::string::npos);
+}
+
+TEST_CASE("bad nccl-tests files: located errors") {
+    const auto error_of = [](const std::string& text, const std::string& path = "f.txt") {
+        std::istringstream in(text);
+        try {
+            cs::api::parse_nccl_tests(in, path);
+        } catch (const cs::ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    const std::string head =
+        "# Collective test starting: all_reduce_perf\n"
+        "#  Rank  0 Group  0 Pid 1 on h device  0 [0x00] GPU\n"
+        "#  Rank  1 Group  0 Pid 1 on h device  1 [0x00] GPU\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+        "time   algbw   busbw #wrong\n";
+    // Line 5, a row cut after the in-place time: 10 columns; the 10th starts at column 103.
+    CHECK(error_of(head +
+                   "        1024           256     float     sum      -1    10.00    0.10    "
+                   "0.10      0    10.00\n")
+              .find("f.txt:5:") != std::string::npos);
+    // A time that is not a number, at its column.
+    const std::string bad_time =
+        "        1024           256     float     sum      -1    1x.00    0.10    0.10      0    "
+        "10.00    0.10    0.10      0\n";
+    CHECK(error_of(head + bad_time)
+              .find("f.txt:5:57: the out-of-place time must be a number from 0 to 1e12, got "
+                    "'1x.00'") != std::string::npos);
+    // Absurd values: a time of 10^300 us, a root past any rank count.
+    const std::string row_tail = "    0.10    0.10      0    10.00    0.10    0.10      0\n";
+    CHECK(
+        error_of(head + "        1024           256     float     sum      -1    1e300" + row_tail)
+            .find("f.txt:5:57: the out-of-place time must be a number from 0 to 1e12") !=
+        std::string::npos);
+    CHECK(
+        error_of(head + "        1024           256     float     sum   1e300    10.00" + row_tail)
+            .find("f.txt:5:48: the root column must be a rank number") != std::string::npos);
+    // Truncated before any row.
+    CHECK(error_of(head).find("f.txt:4:1: no result rows") != std::string::npos);
+    // Not nccl-tests output at all.
+    CHECK(error_of("hello\nworld\n").find("f.txt:2:1: no nccl-tests column header") !=
+          std::string::npos);
+    // Size and count that contradict the operation: 1024 B of float is 256 elements.
+    CHECK(error_of(head +
+                   "        1024           128     float     sum      -1    10.00    0.10    "
+                   "0.10      0    10.00    0.10    0.10      0\n")
+              .find("f.txt:5:1: size 1024 and count 128 float do not fit all_reduce_perf") !=
+          std::string::npos);
+    // No operation line and no binary in the name.
+    std::string no_op = head.substr(head.find('\n') + 1);
+    CHECK(error_of(no_op + bad_time.substr(0, 0) +
+                   "        1024           256     float     sum      -1    10.00    0.10    0.10"
+                   "      0    10.00    0.10    0.10      0\n")
+              .find("f.txt:1:1: cannot tell which operation") != std::string::npos);
+}
+
+namespace {
+
+std::filesystem::path scratch_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() / ("cs_nccl_tests_" + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("calibrate --nccl-tests: a file made from known constants fits back to them") {
+    using cs::network::CollectiveKind;
+    const auto dir = scratch_dir("roundtrip");
+    // Known constants, away from the measured defaults (all_gather on nvlink: 0.590, 18 us;
+    // reduce_scatter: 0.563, 16.5 us): all_gather 0.45 and 30 us, reduce_scatter 0.8 and 5 us.
+    std::ofstream(dir / "truth.yaml")
+        << "clustersim_calibration: 2\n"
+           "network:\n"
+           "  all_gather: {nvlink: {efficiency: 0.45, latency: 30us}}\n"
+           "  reduce_scatter: {nvlink: {efficiency: 0.8, latency: 5us}}\n";
+    std::vector<cs::api::NcclTestsFile> files;
+    for (auto kind : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter}) {
+        cs::api::CollectiveRequest request;
+        request.topology = kTwoGpus;
+        request.kind = kind;
+        request.ranks = {0, 1};
+        request.sizes = cs::api::parse_size_range("1M:1G", 2);
+        request.calibration = dir / "truth.yaml";
+        const auto report = cs::api::run_collective(request);
+        std::ostringstream out;
+        cs::api::print_collective_nccl_tests(out, request, report, "2(factor)");
+        std::istringstream in(out.str());
+        files.push_back(
+            cs::api::parse_nccl_tests(in, std::string(cs::api::nccl_binary(kind)) + ".txt"));
+    }
+    const auto topo = cs::api::load_topology(kTwoGpus, {});
+    const auto fit = cs::api::fit_network(files, topo.cluster, "two-gpus", std::nullopt);
+    REQUIRE(fit.constants.size() == 2);
+    // The times were printed to at least 4 significant digits (2 decimals below 100 us, 1 below
+    // 10 ms): relative rounding at most 0.005 / 29 us = 2e-4 per row, so the efficiency comes back
+    // within 0.2% and the fixed cost within a fraction of a microsecond.
+    const auto& ag = fit.constants[0];
+    CHECK(ag.op == CollectiveKind::AllGather);
+    CHECK(ag.link == cs::topology::LinkKind::NvLink);
+    CHECK(ag.efficiency == doctest::Approx(0.45).epsilon(2e-3));
+    CHECK(ag.latency.seconds() * 1e6 == doctest::Approx(30).epsilon(0.02));
+    const auto& rs = fit.constants[1];
+    CHECK(rs.op == CollectiveKind::ReduceScatter);
+    CHECK(rs.efficiency == doctest::Approx(0.8).epsilon(2e-3));
+    CHECK(rs.latency.seconds() * 1e6 == doctest::Approx(5).epsilon(0.1));
+    for (const auto& op : fit.ops) {
+        CHECK(op.samples == 11);  // 1 MiB .. 1 GiB
+        CHECK(op.rms_residual < 1e-3);
+    }
+    // The operations without files are reported unfitted, with the reason.
+    bool all_reduce_unfitted = false;
+    for (const auto& u : fit.unfitted)
+        all_reduce_unfitted |= u.what == "all_reduce" && u.why == "no nccl-tests file of it given";
+    CHECK(all_reduce_unfitted);
+
+    // Written, read back and referenced from an experiment: network: {calibration: FILE} puts the
+    // fitted constants on top of the measured defaults.
+    cs::workload::CalibrationFile file;
+    file.network = fit.constants;
+    std::ofstream(dir / "fitted.yaml") << cs::workload::calibration_yaml(file, {"test"});
+    std::ofstream(dir / "exp.yaml")
+        << "topology: " << kTwoGpus << "\n"
+        << "model: {layers: 2, hidden_size: 1024, attention_heads: 8, vocab_size: 1000}\n"
+           "parallelism: {tp: 1, pp: 1, dp: 2}\n"
+           "training: {micro_batch_size: 1, global_batch_size: 2, seq_length: 512}\n"
+           "network: {calibration: fitted.yaml}\n";
+    const auto spec = cs::workload::load_experiment(dir / "exp.yaml", {});
+    const int nvlink = static_cast<int>(cs::topology::LinkKind::NvLink);
+    CHECK(spec.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] ==
+          doctest::Approx(0.45).epsilon(2e-3));
+    // all_reduce keeps the measured default; nominal and measured keep their meaning.
+    CHECK(spec.network.op_efficiency[static_cast<int>(CollectiveKind::AllReduce)][nvlink] ==
+          cs::network::kCalibratedNvLinkAllReduce);
+    const auto measured =
+        cs::workload::load_experiment(dir / "exp.yaml", {"network.calibration=measured"});
+    CHECK(measured.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] ==
+          cs::network::kCalibratedNvLinkAllGather);
+    const auto nominal =
+        cs::workload::load_experiment(dir / "exp.yaml", {"network.calibration=nominal"});
+    CHECK(nominal.network.op_efficiency[static_cast<int>(CollectiveKind::AllGather)][nvlink] == 1);
+    // A file without network constants, and a missing one, are located errors.
+    std::ofstream(dir / "compute-only.yaml") << "clustersim_calibration: 1\ngpu_model: H200\n";
+    const auto error_of = [&](const std::string& set) {
+        try {
+            cs::workload::load_experiment(dir / "exp.yaml", {set});
+        } catch (const cs::ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(error_of("network.calibration=compute-only.yaml").find("holds no network constants") !=
+          std::string::npos);
+    CHECK(error_of("network.calibration=mesured")
+              .find("expected measured, nominal or a calibration file; cannot load \"mesured\"") !=
+          std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "calibrate --nccl-tests on files made from the public 2-GPU NCCL data: the direct "
+    "NVLink efficiencies of docs/network.md within 5%") {
+    using cs::network::CollectiveKind;
+    // tools/nccl_tests_from_h200.py wrote these from h200-calibration.json (minus its 50 us
+    // launch).
+    const std::string dir = kRoot + "/tests/validation/data/nccl-tests/";
+    std::vector<cs::api::NcclTestsFile> files;
+    for (const char* f :
+         {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "sendrecv_perf"})
+        files.push_back(cs::api::read_nccl_tests(dir + f + "-h200x2.txt"));
+    const auto topo = cs::api::load_topology(kTwoGpus, {});
+    // The sizes network.md's fit used: 16 MiB .. 1 GiB per rank (all_gather's and
+    // reduce_scatter's size column is twice that on two ranks).
+    const auto fit =
+        cs::api::fit_network(files, topo.cluster, "two-gpus",
+                             std::pair<std::int64_t, std::int64_t>{16LL << 20, 2LL << 30});
+    REQUIRE(fit.constants.size() == 4);
+    const std::map<CollectiveKind, double> expected{
+        {CollectiveKind::AllReduce, cs::network::kCalibratedNvLinkAllReduce},
+        {CollectiveKind::AllGather, cs::network::kCalibratedNvLinkAllGather},
+        {CollectiveKind::ReduceScatter, cs::network::kCalibratedNvLinkReduceScatter},
+        {CollectiveKind::SendRecv, cs::network::kCalibratedNvLinkSendRecv}};
+    for (const auto& c : fit.constants) {
+        CAPTURE(cs::network::collective_name(c.op));
+        CHECK(c.link == cs::topology::LinkKind::NvLink);
+        CHECK(c.efficiency == doctest::Approx(expected.at(c.op)).epsilon(0.05));
+    }
+    for (const auto& op : fit.ops)
+        CHECK(op.samples == 4);  // 16, 64, 256 MiB and 1 GiB (per rank)
+}
