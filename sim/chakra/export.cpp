@@ -129,6 +129,16 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
     const workload::RankLayout ranks(spec.layout);
     const auto& layout = spec.layout;
 
+    // The export writes the DP collectives of plain DDP and ZeRO-1 (one per chunk at the end);
+    // unit-by-unit all-gathers and reduce-scatters and HSDP's two-level reduction are not written.
+    if (layout.dp > 1 && (layout.sharding >= workload::Sharding::Gradients || layout.hsdp()))
+        throw ConfigError(spec.layout_where,
+                          "'parallelism': chakra export does not write sharded data parallelism "
+                          "beyond ZeRO-1 (sharding " +
+                              std::string(name_of(workload::kShardingNames, layout.sharding)) +
+                              (layout.hsdp() ? ", shard_size " + std::to_string(layout.shard_size)
+                                             : std::string()) +
+                              "); export with sharding: zero1 or none, without shard_size");
     const auto& host = spec.compute.host;
     const bool host_on = with_host && host.enabled;
     if (host.enabled && !with_host)

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "workload/memory.hpp"
 
 namespace cs::replay {
 
@@ -35,7 +36,8 @@ enum EventKind : std::uint32_t {
     kPassDone = 1,
     kOptimizerDone = 2,
     kLocalDelivery = 3,
-    kBucketReady = 4
+    kBucketReady = 4,
+    kUnitDone = 5
 };
 }
 
@@ -62,6 +64,15 @@ struct Replay::WorkerState {
     std::vector<Time> arrived_at;  // [arrival_key], filled only with a host model
     // variability.hosts: every host cost of this worker times this (the slowest of its GPUs).
     double host_factor = 1;
+    // ZeRO-2/3: the current pass run unit by unit (units 0: in one piece). Unit k of the pass is
+    // the chunk's unit k in a forward pass, unit units - 1 - k in a backward pass.
+    int units = 0, unit = 0;
+    bool unit_busy = false, unit_gathers = false, unit_reduces = false, unit_forward = true;
+    Time unit_span;   // the pass's duration without waits, shared out over its units
+    Time unit_ready;  // when the next unit may start: the previous unit's end
+    std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
+    std::int64_t gathers_issued = 0, reduces_issued = 0;  // on the worker's shard streams
+    bool replica_done = false;  // HSDP: gradient shards all-reduced across the shard groups
 };
 
 namespace {
@@ -111,6 +122,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             for (int m = 0; m < members; ++m)
                 dp_groups_.push_back(network_->register_group(
                     ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+    setup_sharding();
     // Every pass kind of every virtual stage, costed once before the run.
     pass_costs_.reserve(plan_.virtual_stages.size() * kPassKinds);
     for (const auto& c : plan_.virtual_stages)
@@ -167,7 +179,7 @@ Bytes Replay::bucket_bytes(int stage, int bucket) const {
 }
 
 bool Replay::overlaps_dp(int stage) const {
-    return layout_.overlap_grad_reduce && layout_.dp > 1 &&
+    return layout_.overlap_grad_reduce && layout_.dp > 1 && !sharded_units_ &&
            plan_.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
 }
 
@@ -427,7 +439,10 @@ void Replay::try_start(int worker) {
     }
     // The op and, for an overlapped group, the ops that run alongside it: all their inputs must
     // be in before any starts.
-    const auto group = static_cast<std::size_t>(1 + std::max<int>(0, order[st.cursor].overlap));
+    // ZeRO-2/3 runs a pass unit by unit; an overlapped group's passes then run one after another.
+    const auto group = sharded_units_ ? std::size_t{1}
+                                      : static_cast<std::size_t>(
+                                            1 + std::max<int>(0, order[st.cursor].overlap));
     if (st.cursor + group > order.size())
         throw SimulationError("replay",
                               "schedule " + schedule_.name() + " overlaps a pass of stage " +
@@ -470,8 +485,11 @@ void Replay::try_start(int worker) {
     st.cursor += group;
     // One pass-done event at a time: the next is scheduled when this one fires, so the group's
     // passes end in order whatever the engine does with simultaneous events.
-    sim_.schedule_at(st.running.front().end, handler_, kPassDone,
-                     static_cast<std::uint64_t>(worker));
+    if (group == 1 && sharded_units_ && runs_units(st.running.front().pass))
+        begin_units(worker);
+    else
+        sim_.schedule_at(st.running.front().end, handler_, kPassDone,
+                         static_cast<std::uint64_t>(worker));
     for (std::size_t k = 0; k < group; ++k)
         if (last_backward[k])
             schedule_buckets(worker, st.running[k].chunk, st.running[k].start, st.running[k].end);
@@ -604,7 +622,6 @@ void Replay::bucket_ready(int worker, int chunk, int bucket) {
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = bucket_bytes(w.stage, bucket);
     msg.purpose = GradientBucket{w.stage, chunk};
-    msg.remaining = ranks_.members();
     bucket_queue_[static_cast<std::size_t>(w.stage)].push_back(messages_.size());
     messages_.push_back(msg);
     launch_bucket(w.stage);
@@ -623,10 +640,7 @@ void Replay::launch_bucket(int stage) {
     const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
     const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                      : network::CollectiveKind::AllReduce;
-    const int members = layout_.tp * layout_.cp;
-    for (int m = 0; m < members; ++m)
-        network_->collective(kind, dp_groups_[static_cast<std::size_t>(stage * members + m)],
-                             msg.record.bytes, network::Algorithm::Auto, id);
+    issue_gradient_reduce(stage, kind, msg.record.bytes, id);
 }
 
 void Replay::deliver(int worker, int key) {
@@ -706,9 +720,10 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     }
 
     const bool completes_gradients = (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
+    // ZeRO-2/3 reduce-scatter every unit's gradients as its backward ends (sharded_units_).
     if (completes_gradients &&
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches &&
-        !overlaps_dp(w.stage))
+        !overlaps_dp(w.stage) && !sharded_units_)
         start_dp_sync(worker, r.chunk);
 }
 
@@ -734,20 +749,22 @@ void Replay::start_dp_sync(int worker, int chunk) {
     msg.record.bytes = dev.dp_gradient_bytes;
     msg.record.start = sim_.now();
     msg.purpose = GradientSync{w.stage};
-    const int members = ranks_.members();
-    msg.remaining = members;
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
     const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                      : network::CollectiveKind::AllReduce;
-    for (int m = 0; m < members; ++m)
-        network_->collective(kind, dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
-                             dev.dp_gradient_bytes, network::Algorithm::Auto, id);
+    issue_gradient_reduce(w.stage, kind, dev.dp_gradient_bytes, id);
 }
 
 void Replay::maybe_start_optimizer(int worker) {
     auto& st = states_[static_cast<std::size_t>(worker)];
-    if (!st.finished_ops || st.optimizer_started || st.dp_done < shape_.chunks) return;
+    if (!st.finished_ops || st.optimizer_started) return;
+    if (sharded_units_) {
+        if (hsdp_) maybe_replica_reduce(workers_[static_cast<std::size_t>(worker)].stage);
+        if (!sharded_gradients_done(worker)) return;
+    } else if (st.dp_done < shape_.chunks) {
+        return;
+    }
     st.optimizer_started = true;
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const Time step = plan_.devices[static_cast<std::size_t>(w.stage)].optimizer_step;
@@ -774,7 +791,9 @@ void Replay::start_parameter_gather(int worker) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
-    if (!dev.dp_sharded || layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
+    // ZeRO-3 keeps its parameters sharded: the next forward's unit all-gathers fetch them.
+    if (!dev.dp_sharded || layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0 ||
+        layout_.sharding == workload::Sharding::Parameters) {
         st.parameters_done = true;
         return;
     }
@@ -789,14 +808,306 @@ void Replay::start_parameter_gather(int worker) {
     msg.record.bytes = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
     msg.record.start = sim_.now();
     msg.purpose = ParameterGather{w.stage};
+    // HSDP: every shard group gathers its own replica's parameters.
+    const auto scope = hsdp_ ? TransferRecord::Scope::Shard : TransferRecord::Scope::Dp;
+    msg.record.scope = scope;
+    msg.remaining = dp_collective_count(scope);
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    issue_dp(w.stage, network::CollectiveKind::AllGather, scope, msg.record.bytes, id);
+}
+
+// ---- Sharded data parallelism (ZeRO-1/2/3, HSDP) --------------------------------------------
+
+void Replay::setup_sharding() {
+    const bool sharded = layout_.sharding != workload::Sharding::None && layout_.dp > 1;
+    shard_size_ = sharded ? layout_.shard_group_size() : layout_.dp;
+    hsdp_ = sharded && layout_.hsdp();
+    sharded_units_ = layout_.sharding >= workload::Sharding::Gradients && shard_size_ > 1;
+    if (!sharded_units_ && !hsdp_) return;
+    const int members = ranks_.members();
+    const int groups = layout_.dp / shard_size_;
+    for (int s = 0; s < layout_.pp; ++s)
+        for (int m = 0; m < members; ++m) {
+            const int t = m % layout_.tp, c = m / layout_.tp;
+            for (int g = 0; g < groups; ++g) {
+                std::vector<int> gpus;
+                for (int i = 0; i < shard_size_; ++i)
+                    gpus.push_back(ranks_.gpu(t, c, g * shard_size_ + i, s));
+                shard_groups_.push_back(network_->register_group(std::move(gpus)));
+            }
+            if (!hsdp_) continue;
+            for (int i = 0; i < shard_size_; ++i) {
+                std::vector<int> gpus;
+                for (int g = 0; g < groups; ++g)
+                    gpus.push_back(ranks_.gpu(t, c, g * shard_size_ + i, s));
+                replica_groups_.push_back(network_->register_group(std::move(gpus)));
+            }
+        }
+    if (!sharded_units_) return;
+    shard_streams_.resize(static_cast<std::size_t>(layout_.pp * groups * 2));
+    for (int s = 0; s < layout_.pp; ++s)
+        for (int g = 0; g < groups; ++g)
+            for (int k = 0; k < 2; ++k) {
+                auto& ss = shard_streams_[static_cast<std::size_t>((s * groups + g) * 2 + k)];
+                ss.stage = s;
+                ss.group = g;
+                ss.gather = k == 0;
+            }
+    replica_reduce_started_.assign(static_cast<std::size_t>(layout_.pp), 0);
+}
+
+int Replay::dp_collective_count(TransferRecord::Scope scope) const {
+    const int members = ranks_.members();
+    switch (scope) {
+        case TransferRecord::Scope::Dp:
+            return members;
+        case TransferRecord::Scope::Shard:
+            return members * (layout_.dp / shard_size_);
+        case TransferRecord::Scope::Replica:
+            return members * shard_size_;
+    }
+    return members;
+}
+
+void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::Scope scope,
+                      Bytes bytes, std::uint64_t id) {
+    const int members = ranks_.members();
+    const int groups = layout_.dp / shard_size_;
+    for (int m = 0; m < members; ++m) {
+        const auto base = static_cast<std::size_t>(stage * members + m);
+        switch (scope) {
+            case TransferRecord::Scope::Dp:
+                network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto, id);
+                break;
+            case TransferRecord::Scope::Shard:
+                for (int g = 0; g < groups; ++g)
+                    network_->collective(kind,
+                                         shard_groups_[base * static_cast<std::size_t>(groups) +
+                                                       static_cast<std::size_t>(g)],
+                                         bytes, network::Algorithm::Auto, id);
+                break;
+            case TransferRecord::Scope::Replica:
+                for (int i = 0; i < shard_size_; ++i)
+                    network_->collective(
+                        kind,
+                        replica_groups_[base * static_cast<std::size_t>(shard_size_) +
+                                        static_cast<std::size_t>(i)],
+                        bytes, network::Algorithm::Auto, id);
+                break;
+        }
+    }
+}
+
+void Replay::issue_gradient_reduce(int stage, network::CollectiveKind kind, Bytes bytes,
+                                   std::uint64_t id) {
+    auto& msg = messages_[static_cast<std::size_t>(id)];
+    if (!hsdp_) {
+        msg.remaining = dp_collective_count(TransferRecord::Scope::Dp);
+        issue_dp(stage, kind, TransferRecord::Scope::Dp, bytes, id);
+        return;
+    }
+    // The shard each GPU keeps after the reduce-scatter, all-reduced across the groups next.
+    msg.then_all_reduce = Bytes{(bytes.value + shard_size_ - 1) / shard_size_};
+    msg.remaining = dp_collective_count(TransferRecord::Scope::Shard);
+    issue_dp(stage, network::CollectiveKind::ReduceScatter, TransferRecord::Scope::Shard, bytes,
+             id);
+}
+
+bool Replay::runs_units(Pass pass) const {
+    const bool zero3 = layout_.sharding == workload::Sharding::Parameters;
+    switch (pass) {
+        case Pass::Forward:
+            return zero3;
+        case Pass::Backward:
+        case Pass::BackwardWeight:
+            return true;  // gradients reduce-scattered unit by unit
+        case Pass::BackwardInput:
+            return zero3 && layout_.reshard_after_forward;
+    }
+    return false;
+}
+
+int Replay::shard_stream(int worker, bool gather) const {
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const int groups = layout_.dp / shard_size_;
+    return (w.stage * groups + w.dp / shard_size_) * 2 + (gather ? 0 : 1);
+}
+
+void Replay::begin_units(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const PassRecord& r = st.running.front();
+    const auto& chunk = plan_.virtual_stages[static_cast<std::size_t>(r.virtual_stage)];
+    const int units = static_cast<int>(chunk.unit_parameters.size());
+    if (units == 0) {
+        sim_.schedule_at(r.end, handler_, kPassDone, static_cast<std::uint64_t>(worker));
+        return;
+    }
+    const bool zero3 = layout_.sharding == workload::Sharding::Parameters;
+    st.units = units;
+    st.unit = 0;
+    st.unit_busy = false;
+    st.unit_forward = r.pass == Pass::Forward;
+    // Parameters are gathered before a unit's forward, and again before its backward when they
+    // were freed after the forward; the weight-gradient half of a split backward needs none.
+    st.unit_gathers = zero3 && (r.pass == Pass::Forward ||
+                                (layout_.reshard_after_forward &&
+                                 (r.pass == Pass::Backward || r.pass == Pass::BackwardInput)));
+    st.unit_reduces = r.pass == Pass::Backward || r.pass == Pass::BackwardWeight;
+    st.unit_span = r.end - r.start;
+    st.unit_ready = r.start;
+    st.unit_gather.assign(static_cast<std::size_t>(units), -1);
+    if (st.unit_gathers) st.unit_gather[0] = request_unit(worker, true, 0);
+    advance_units(worker);
+}
+
+std::int64_t Replay::request_unit(int worker, bool gather, int k) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const auto& chunk = plan_.virtual_stages[static_cast<std::size_t>(st.running.front().virtual_stage)];
+    const int unit = st.unit_forward ? k : st.units - 1 - k;
+    const double params =
+        static_cast<double>(chunk.unit_parameters[static_cast<std::size_t>(unit)]);
+    // All-gathers move the 16-bit weights, reduce-scatters the gradients in their reduce type.
+    const double per = gather ? workload::weight_bytes_per_parameter(spec_.training.precision)
+                              : workload::gradient_bytes_per_parameter(spec_.training.precision);
+    const Bytes bytes{static_cast<std::int64_t>(std::llround(params * per))};
+    const int index = shard_stream(worker, gather);
+    auto& ss = shard_streams_[static_cast<std::size_t>(index)];
+    const std::int64_t n = gather ? st.gathers_issued++ : st.reduces_issued++;
+    if (static_cast<std::int64_t>(ss.ready.size()) <= n) {
+        ss.ready.resize(static_cast<std::size_t>(n + 1), 0);
+        ss.bytes.resize(static_cast<std::size_t>(n + 1));
+    }
+    ss.bytes[static_cast<std::size_t>(n)] = bytes;
+    ++ss.ready[static_cast<std::size_t>(n)];
+    launch_unit_collectives(index);
+    return n;
+}
+
+void Replay::launch_unit_collectives(int index) {
+    auto& ss = shard_streams_[static_cast<std::size_t>(index)];
+    if (ss.busy || ss.launched >= static_cast<std::int64_t>(ss.ready.size()) ||
+        ss.ready[static_cast<std::size_t>(ss.launched)] < shard_size_)
+        return;
+    ss.busy = true;
+    const auto n = static_cast<std::size_t>(ss.launched++);
+    Message msg;
+    msg.record.kind =
+        ss.gather ? TransferRecord::Kind::DpParameters : TransferRecord::Kind::DpGradients;
+    msg.record.src_worker = msg.record.dst_worker = worker_of(ss.stage, ss.group * shard_size_);
+    msg.record.bytes = ss.bytes[n];
+    msg.record.start = sim_.now();
+    msg.record.scope = TransferRecord::Scope::Shard;
+    msg.record.replica_first = ss.group * shard_size_;
+    msg.record.replica_count = shard_size_;
+    msg.record.label = ss.gather ? "fsdp all-gather" : "fsdp reduce-scatter";
+    msg.purpose = UnitCollective{index, ss.gather};
     const int members = ranks_.members();
     msg.remaining = members;
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
+    const int groups = layout_.dp / shard_size_;
+    const auto kind =
+        ss.gather ? network::CollectiveKind::AllGather : network::CollectiveKind::ReduceScatter;
     for (int m = 0; m < members; ++m)
-        network_->collective(network::CollectiveKind::AllGather,
-                             dp_groups_[static_cast<std::size_t>(w.stage * members + m)],
-                             msg.record.bytes, network::Algorithm::Auto, id);
+        network_->collective(
+            kind,
+            shard_groups_[static_cast<std::size_t>((ss.stage * members + m) * groups + ss.group)],
+            ss.bytes[n], network::Algorithm::Auto, id);
+}
+
+void Replay::unit_collective_done(int index) {
+    auto& ss = shard_streams_[static_cast<std::size_t>(index)];
+    ++ss.done;
+    ss.busy = false;
+    const int stage = ss.stage, group = ss.group;
+    const bool gather = ss.gather;
+    launch_unit_collectives(index);
+    for (int i = 0; i < shard_size_; ++i) {
+        const int w = worker_of(stage, group * shard_size_ + i);
+        if (gather)
+            advance_units(w);
+        else
+            maybe_start_optimizer(w);
+    }
+}
+
+void Replay::advance_units(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (st.units == 0 || st.unit_busy || st.unit >= st.units) return;
+    const int k = st.unit;
+    if (st.unit_gathers) {
+        // Without prefetch the all-gather is issued only when the unit is reached.
+        if (st.unit_gather[static_cast<std::size_t>(k)] < 0)
+            st.unit_gather[static_cast<std::size_t>(k)] = request_unit(worker, true, k);
+        const auto& ss = shard_streams_[static_cast<std::size_t>(shard_stream(worker, true))];
+        if (ss.done <= st.unit_gather[static_cast<std::size_t>(k)]) return;  // woken when done
+    }
+    const Time start = std::max(sim_.now(), st.unit_ready);
+    st.running.front().gather_wait += start - st.unit_ready;
+    // FSDP2 and Megatron-FSDP prefetch: the next unit's all-gather is issued as this unit starts,
+    // so that it runs during this unit's compute.
+    if (st.unit_gathers && layout_.shard_prefetch && k + 1 < st.units &&
+        st.unit_gather[static_cast<std::size_t>(k + 1)] < 0)
+        st.unit_gather[static_cast<std::size_t>(k + 1)] = request_unit(worker, true, k + 1);
+    // The pass's duration shared out over its units, the remainder spread so that they sum to it.
+    const std::int64_t span = st.unit_span.count_ps(), u = st.units;
+    const auto boundary = [&](std::int64_t i) { return span / u * i + span % u * i / u; };
+    st.unit_busy = true;
+    sim_.schedule_at(start + Time::ps(boundary(k + 1) - boundary(k)), handler_, kUnitDone,
+                     static_cast<std::uint64_t>(worker));
+}
+
+void Replay::unit_done(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    st.unit_busy = false;
+    const int k = st.unit++;
+    st.unit_ready = sim_.now();
+    // The unit's gradients are reduce-scattered as soon as its backward has produced them.
+    if (st.unit_reduces) request_unit(worker, false, k);
+    if (st.unit < st.units) {
+        advance_units(worker);
+        return;
+    }
+    st.units = 0;
+    st.running.front().end = sim_.now();
+    finish_pass(worker);
+}
+
+bool Replay::sharded_gradients_done(int worker) const {
+    const auto& st = states_[static_cast<std::size_t>(worker)];
+    const auto& ss = shard_streams_[static_cast<std::size_t>(shard_stream(worker, false))];
+    if (ss.done < st.reduces_issued) return false;
+    return !hsdp_ || st.replica_done;
+}
+
+void Replay::maybe_replica_reduce(int stage) {
+    auto& started = replica_reduce_started_[static_cast<std::size_t>(stage)];
+    if (started) return;
+    // Once every replica of the stage has all its unit gradients reduce-scattered, the shards
+    // are all-reduced across the shard groups, the whole stage's at once.
+    for (int d = 0; d < layout_.dp; ++d) {
+        const int w = worker_of(stage, d);
+        const auto& st = states_[static_cast<std::size_t>(w)];
+        const auto& ss = shard_streams_[static_cast<std::size_t>(shard_stream(w, false))];
+        if (!st.finished_ops || ss.done < st.reduces_issued) return;
+    }
+    started = 1;
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    const std::int64_t total = dev.dp_gradient_bytes.value * shape_.chunks;
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpGradients;
+    msg.record.src_worker = msg.record.dst_worker = worker_of(stage, 0);
+    msg.record.bytes = Bytes{(total + shard_size_ - 1) / shard_size_};
+    msg.record.start = sim_.now();
+    msg.record.scope = TransferRecord::Scope::Replica;
+    msg.record.label = "hsdp gradient all-reduce";
+    msg.purpose = ReplicaReduce{stage};
+    msg.remaining = dp_collective_count(TransferRecord::Scope::Replica);
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    issue_dp(stage, network::CollectiveKind::AllReduce, TransferRecord::Scope::Replica,
+             msg.record.bytes, id);
 }
 
 void Replay::on_event(Simulation& sim, const Event& event) {
@@ -818,6 +1129,9 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             start_parameter_gather(worker);
             break;
         }
+        case kUnitDone:
+            unit_done(static_cast<int>(event.a));
+            break;
         case kBucketReady:
             bucket_ready(static_cast<int>(event.a), static_cast<int>(event.b >> 32),
                          static_cast<int>(event.b & 0xffffffffU));
@@ -838,6 +1152,15 @@ void Replay::on_event(Simulation& sim, const Event& event) {
 void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     auto& msg = messages_[static_cast<std::size_t>(token)];
     if (--msg.remaining > 0) return;
+    if (msg.then_all_reduce.value > 0) {
+        // HSDP: the gradients reduce-scattered inside the shard groups are all-reduced across.
+        const Bytes shard = msg.then_all_reduce;
+        msg.then_all_reduce = Bytes{};
+        msg.remaining = dp_collective_count(TransferRecord::Scope::Replica);
+        issue_dp(workers_[static_cast<std::size_t>(msg.record.src_worker)].stage,
+                 network::CollectiveKind::AllReduce, TransferRecord::Scope::Replica, shard, token);
+        return;
+    }
     msg.record.end = sim.now();
     end_time_ = std::max(end_time_, sim.now());
     // A copy: `msg` may move when launch_bucket or deliver add messages.
@@ -848,6 +1171,18 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     }
     for (auto* o : observers_)
         o->on_transfer(msg.record);
+    if (const auto* unit = std::get_if<UnitCollective>(&purpose)) {
+        unit_collective_done(unit->stream);
+        return;
+    }
+    if (const auto* replica = std::get_if<ReplicaReduce>(&purpose)) {
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int w = worker_of(replica->stage, d);
+            states_[static_cast<std::size_t>(w)].replica_done = true;
+            maybe_start_optimizer(w);
+        }
+        return;
+    }
     if (const auto* gather = std::get_if<ParameterGather>(&purpose)) {
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(gather->stage, d);

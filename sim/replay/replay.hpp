@@ -73,6 +73,10 @@ struct PassRecord {
     // Part of compute added by compute-communication interference (compute.interference): the
     // last backward pass of a chunk slowed by the DP gradient buckets reduced during it.
     Time interference;
+    // Part of [start, end) the GPU waited inside the pass for ZeRO-3 parameter all-gathers
+    // (parallelism.sharding: zero3) of its units that prefetching did not hide. The pass's steps
+    // are drawn back to back from its start, the wait after them. Zero otherwise.
+    Time gather_wait;
     const workload::PassPlan* plan = nullptr;
     // The time of one execution of each of plan->steps, index for index (a step runs `repeat`
     // times back to back, in order, from `start`): compute steps' durations from the plan,
@@ -85,6 +89,14 @@ struct PassRecord {
 
 struct TransferRecord {
     enum class Kind : std::uint8_t { Activation, Gradient, DpGradients, DpParameters } kind;
+    // DP collectives: the communicator of each GPU taking part: its whole dp group, its shard
+    // group (ZeRO-2/3 units, HSDP) or its group across shard groups (HSDP's all-reduce).
+    enum class Scope : std::uint8_t { Dp, Shard, Replica } scope = Scope::Dp;
+    // DP collectives: the replicas of the stage taking part, [replica_first, replica_first +
+    // replica_count) (count 0: every replica), and a static label ("fsdp all-gather", ...;
+    // nullptr: the DP gradient sync or parameter gather).
+    int replica_first = 0, replica_count = 0;
+    const char* label = nullptr;
     int src_worker = 0, dst_worker = 0;  // dst = src for DP collectives
     int microbatch = -1;
     int virtual_stage = -1;  // the receiving virtual stage for p2p
@@ -207,10 +219,33 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct ParameterGather {  // distributed optimizer: updated parameters all-gathered back
         int stage;
     };
+    struct UnitCollective {  // ZeRO-2/3: one unit's all-gather or reduce-scatter, a shard group
+        int stream;          // index into shard_streams_
+        bool gather;
+    };
+    struct ReplicaReduce {  // HSDP with ZeRO-2/3: the gradient shards all-reduced across groups
+        int stage;
+    };
     struct Message {
         TransferRecord record;
         int remaining = 0;  // transfers (one per GPU or per DP group) still running
-        std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather> purpose;
+        // HSDP: after this reduce-scatter inside the shard groups, an all-reduce of this many
+        // bytes per GPU across them completes the message (0: nothing more).
+        Bytes then_all_reduce;
+        std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather,
+                     UnitCollective, ReplicaReduce>
+            purpose;
+    };
+    // ZeRO-2/3: the all-gathers (or reduce-scatters) of one shard group of one stage, in the
+    // order its replicas issue them: collective n starts when all its replicas have issued it and
+    // collective n - 1 has ended (one communication stream each).
+    struct ShardStream {
+        int stage = 0, group = 0;
+        bool gather = true;
+        std::vector<int> ready;    // [n]: replicas that issued collective n
+        std::vector<Bytes> bytes;  // [n]: per GPU
+        std::int64_t launched = 0, done = 0;
+        bool busy = false;
     };
     // The most passes an overlapped group (PipelineOp::overlap) may hold.
     static constexpr std::size_t kMaxGroup = 4;
@@ -238,6 +273,32 @@ class Replay final : public EventHandler, public network::TransferClient {
     void launch_bucket(int stage);
     Bytes bucket_bytes(int stage, int bucket) const;  // per GPU
     void maybe_start_optimizer(int worker);
+    // Issues one DP collective of `bytes` per GPU per member for message `id` over `stage`'s
+    // replicas: on the dp groups (Scope::Dp), every shard group or every cross-shard group;
+    // returns how many collectives were issued.
+    void issue_dp(int stage, network::CollectiveKind kind, TransferRecord::Scope scope, Bytes bytes,
+                  std::uint64_t id);
+    int dp_collective_count(TransferRecord::Scope scope) const;
+    // The DP gradient reduction of message `id` (all-reduce or reduce-scatter over the dp
+    // groups; with HSDP a reduce-scatter inside the shard groups, then an all-reduce of the
+    // shard across them); sets the message's remaining count.
+    void issue_gradient_reduce(int stage, network::CollectiveKind kind, Bytes bytes,
+                               std::uint64_t id);
+    void setup_sharding();
+    void unit_collective_done(int stream);
+    // ZeRO-2/3 (sharded_units_): a pass run unit by unit, its units' all-gathers and
+    // reduce-scatters issued on its shard group's streams.
+    bool runs_units(schedule::Pass pass) const;
+    void begin_units(int worker);
+    void advance_units(int worker);
+    void unit_done(int worker);
+    // Issues the all-gather (or reduce-scatter) of the pass's k-th unit; returns its number on the
+    // stream.
+    std::int64_t request_unit(int worker, bool gather, int k);
+    void launch_unit_collectives(int stream);
+    int shard_stream(int worker, bool gather) const;
+    bool sharded_gradients_done(int worker) const;
+    void maybe_replica_reduce(int stage);
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
     void emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass);
@@ -273,7 +334,16 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<ReplayObserver*> observers_;
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
-    std::vector<int> bucket_count_;            // per stage: gradient buckets per chunk
+    // Sharded data parallelism: the shard group size S (dp without HSDP), the shard groups
+    // [(stage * tp*cp + member) * dp/S + g] and the cross-shard (replica) groups
+    // [(stage * tp*cp + member) * S + i] (HSDP only).
+    int shard_size_ = 1;
+    bool sharded_units_ = false;  // ZeRO-2/3 with S > 1: passes run unit by unit
+    bool hsdp_ = false;           // sharded with 1 < S < dp
+    std::vector<network::GroupId> shard_groups_, replica_groups_;
+    std::vector<ShardStream> shard_streams_;  // [(stage * dp/S + g) * 2 + (gather ? 0 : 1)]
+    std::vector<std::uint8_t> replica_reduce_started_;  // per stage (HSDP, ZeRO-2/3)
+    std::vector<int> bucket_count_;                     // per stage: gradient buckets per chunk
     // Per stage: the isolated time of the DP gradient buckets that run during the last backward
     // pass of a chunk (all but the last), when compute.interference applies; empty otherwise.
     std::vector<Time> overlapped_buckets_;

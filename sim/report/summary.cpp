@@ -10,7 +10,9 @@ MetricsObserver::MetricsObserver(std::size_t workers) : workers_(workers) {}
 void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     auto& w = workers_[static_cast<std::size_t>(pass.worker)];
     w.compute += pass.compute;
-    w.collective += pass.collective;
+    // A ZeRO-3 pass's wait for its units' all-gathers is exposed communication like its
+    // blocking collectives.
+    w.collective += pass.collective + pass.gather_wait;
     w.host_stall += pass.host_stall;
     if (pass.host_stall > Time::zero()) ++host_bound_passes_;
     w.first_pass = std::min(w.first_pass, pass.start);

@@ -347,6 +347,25 @@ std::string TraceWriter::group_ranks(int worker, int index, workload::GroupKind 
     return join_gpus(ctx_.ranks.group(group, worker, index).gpus);
 }
 
+std::string TraceWriter::dp_peers(int worker, int member,
+                                  replay::TransferRecord::Scope scope) const {
+    using S = replay::TransferRecord::Scope;
+    const auto& layout = ctx_.ranks.layout();
+    if (scope == S::Dp) return group_ranks(worker, member, workload::GroupKind::Dp);
+    // Sharded data parallelism: the worker's shard group, or its group across shard groups.
+    const int size = layout.shard_group_size();
+    const auto& w = ctx_.workers[static_cast<std::size_t>(worker)];
+    const int t = member % layout.tp, c = member / layout.tp;
+    std::vector<int> gpus;
+    if (scope == S::Shard)
+        for (int i = 0; i < size; ++i)
+            gpus.push_back(ctx_.ranks.gpu(t, c, w.dp / size * size + i, w.stage));
+    else
+        for (int d = w.dp % size; d < layout.dp; d += size)
+            gpus.push_back(ctx_.ranks.gpu(t, c, d, w.stage));
+    return join_gpus(gpus);
+}
+
 void TraceWriter::emit_pass(Pending& e) {
     const auto& p = e.pass;
     const auto& w = ctx_.workers[static_cast<std::size_t>(p.worker)];
@@ -372,6 +391,9 @@ void TraceWriter::emit_pass(Pending& e) {
     // are drawn back to back from its start, the wait after them).
     if (p.host_stall > Time::zero())
         args.push_back(TraceArg::real("host_stall_us", us(p.host_stall)));
+    // A ZeRO-3 pass: the GPU waited this long inside it for its units' parameter all-gathers.
+    if (p.gather_wait > Time::zero())
+        args.push_back(TraceArg::real("gather_wait_us", us(p.gather_wait)));
 
     // Steps are the same on every GPU of the worker; only their track differs.
     std::vector<TraceSlice> children;
@@ -471,11 +493,18 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
     using K = replay::TransferRecord::Kind;
     const auto& src = ctx_.workers[static_cast<std::size_t>(t.src_worker)];
     if (t.kind == K::DpGradients || t.kind == K::DpParameters) {
-        // One record per stage: the collective runs for every replica of the stage.
-        const char* name = t.kind == K::DpGradients ? "dp gradient sync" : "dp parameter gather";
+        // One record per stage (or per shard group): the collective runs for every replica of
+        // the stage, or of [replica_first, replica_first + replica_count).
+        const char* name = t.label                    ? t.label
+                           : t.kind == K::DpGradients ? "dp gradient sync"
+                                                      : "dp parameter gather";
+        const int replicas = t.replica_count > 0 ? t.replica_count : ctx_.ranks.layout().dp;
         for (std::size_t wi = 0; wi < ctx_.workers.size(); ++wi) {
             const auto& w = ctx_.workers[wi];
             if (w.stage != src.stage || !worker_traced_[wi]) continue;
+            if (t.replica_count > 0 &&
+                (w.dp < t.replica_first || w.dp >= t.replica_first + t.replica_count))
+                continue;
             for (std::size_t g = 0; g < w.gpus.size(); ++g) {
                 if (!traced(w.gpus[g])) continue;
                 TraceSlice s;
@@ -485,9 +514,9 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
                 s.name = name;
                 s.args = {
                     TraceArg::integer("stage", w.stage), TraceArg::integer("bytes", t.bytes.value),
-                    TraceArg::integer("replicas", ctx_.ranks.layout().dp),
-                    TraceArg::text("peers", group_ranks(static_cast<int>(wi), static_cast<int>(g),
-                                                        workload::GroupKind::Dp))};
+                    TraceArg::integer("replicas", replicas),
+                    TraceArg::text("peers",
+                                   dp_peers(static_cast<int>(wi), static_cast<int>(g), t.scope))};
                 sink_->slice(s, {});
             }
         }

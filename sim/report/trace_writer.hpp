@@ -154,6 +154,8 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     void emit_pass(Pending& pending);
     std::vector<StepSpan> step_spans(const replay::PassRecord& pass);
     std::string group_ranks(int worker, int index, workload::GroupKind group) const;
+    // The GPUs a DP collective of `scope` runs on, for member `member` of `worker`.
+    std::string dp_peers(int worker, int member, replay::TransferRecord::Scope scope) const;
     void flush_link(topology::LinkId link);
     void write_memory(Time end);
 

@@ -10,6 +10,61 @@
 namespace cs::workload {
 namespace {
 
+// parallelism.sharding, shard_size / shard_replicas, reshard_after_forward, shard_prefetch (the
+// layout's dp must be known).
+void parse_sharding(const config::Reader& r, ParallelLayout& l) {
+    // An explicit sharding decides (so that --set parallelism.sharding=none works on a file
+    // with the distributed optimizer); without it distributed_optimizer: true is ZeRO-1.
+    if (r.has("sharding"))
+        l.sharding = r.choice("sharding", kShardingNames);
+    else if (l.distributed_optimizer)
+        l.sharding = Sharding::Optimizer;
+    l.distributed_optimizer = l.sharding != Sharding::None;
+    const bool zero3 = l.sharding == Sharding::Parameters;
+    if (r.has("shard_size") && r.has("shard_replicas"))
+        r.fail("shard_replicas", "give shard_size or shard_replicas (dp / shard_size), not both");
+    const char* hsdp_key = r.has("shard_size") ? "shard_size" : "shard_replicas";
+    if (r.has(hsdp_key)) {
+        const std::int64_t v = r.count(hsdp_key);
+        if (l.sharding == Sharding::None)
+            r.fail(hsdp_key, std::string(hsdp_key) +
+                                 " needs a sharded data parallelism (sharding: zero1, zero2 or "
+                                 "zero3); without sharding nothing is sharded");
+        if (v > l.dp || l.dp % v != 0)
+            r.fail(hsdp_key, std::string(hsdp_key) + " (" + std::to_string(v) +
+                                 ") must divide dp (" + std::to_string(l.dp) +
+                                 "): the replicas of a stage are cut into equal shard groups");
+        l.shard_size = static_cast<int>(hsdp_key == std::string("shard_size") ? v : l.dp / v);
+        if (l.shard_size == 1)
+            r.fail(hsdp_key,
+                   "a shard group of one replica shards nothing (every replica keeps "
+                   "the whole model state); use sharding: none, or a shard group of 2 "
+                   "to dp (" +
+                       std::to_string(l.dp) + ") replicas");
+    }
+    for (const char* key : {"reshard_after_forward", "shard_prefetch"})
+        if (r.has(key) && !zero3)
+            r.fail(key, std::string(key) +
+                            " applies to sharded parameters only; it needs sharding: zero3 "
+                            "(optim_grads_params)");
+    l.reshard_after_forward = r.boolean_or("reshard_after_forward", true);
+    l.shard_prefetch = r.boolean_or("shard_prefetch", true);
+    if (l.sharding >= Sharding::Gradients) {
+        // Gradient and parameter shards are cut over the dp replicas of one context and expert
+        // rank; Megatron's sharding over dp x cp and of experts over expert-data-parallel groups
+        // is not modelled.
+        if (l.cp > 1)
+            r.fail("sharding", "sharding " + std::string(name_of(kShardingNames, l.sharding)) +
+                                   " with cp > 1 is not modelled (gradients and parameters are "
+                                   "sharded over dp only); use cp: 1 or sharding: zero1");
+        if (l.ep > 1)
+            r.fail("sharding", "sharding " + std::string(name_of(kShardingNames, l.sharding)) +
+                                   " with ep > 1 is not modelled (expert parameters would be "
+                                   "sharded over expert-data-parallel groups); use ep: 1 or "
+                                   "sharding: zero1");
+    }
+}
+
 ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec) {
     ParallelLayout l;
     l.tp = static_cast<int>(r.count_or("tp", 1));
@@ -68,6 +123,7 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                          " must divide dp x cp = " + std::to_string(l.dp * l.cp));
     if (l.sequence_parallel && l.tp == 1)
         spec.warnings.push_back("sequence_parallel has no effect with tp = 1");
+    parse_sharding(r, l);
     r.finish();
     return l;
 }

@@ -31,10 +31,41 @@ inline constexpr std::array<Named<RankOrder>, 4> kRankOrderNames{{
     {"tp-cp-pp-dp", RankOrder::TpCpPpDp},
 }};
 
+// `parallelism.sharding`: how much of the model state data parallelism shards (ZeRO stages,
+// Rajbhandari et al. 2020): nothing (plain DDP), the optimizer states (ZeRO-1, Megatron-LM's
+// distributed optimizer), also the gradients (ZeRO-2) or also the parameters (ZeRO-3: PyTorch
+// FSDP, Megatron-FSDP). Megatron-FSDP's --data-parallel-sharding-strategy names are accepted too.
+enum class Sharding : std::uint8_t { None = 0, Optimizer = 1, Gradients = 2, Parameters = 3 };
+inline constexpr std::array<Named<Sharding>, 8> kShardingNames{{
+    {"none", Sharding::None},
+    {"zero1", Sharding::Optimizer},
+    {"zero2", Sharding::Gradients},
+    {"zero3", Sharding::Parameters},
+    {"no_shard", Sharding::None},
+    {"optim", Sharding::Optimizer},
+    {"optim_grads", Sharding::Gradients},
+    {"optim_grads_params", Sharding::Parameters},
+}};
+
 struct ParallelLayout {
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
     bool sequence_parallel = false;
+    // ZeRO-1 or more (sharding >= Optimizer): kept equal to sharding != None by the parser.
     bool distributed_optimizer = false;
+    Sharding sharding = Sharding::None;
+    // HSDP: the data-parallel replicas of a stage form dp / shard_size groups of shard_size
+    // consecutive replicas; model state is sharded inside a group and replicated across groups
+    // (gradients reduce-scattered inside, then all-reduced across). 0: no HSDP (one group of dp).
+    int shard_size = 0;
+    // ZeRO-3: whether a unit's parameters are freed after its forward and gathered again before
+    // its backward (PyTorch FSDP2's reshard_after_forward, Megatron-FSDP's behaviour) or kept
+    // gathered until the backward (no second all-gather, more memory).
+    bool reshard_after_forward = true;
+    // ZeRO-3: whether the next unit's all-gather is issued when the current unit starts
+    // computing (FSDP2's and Megatron-FSDP's prefetch of one unit) or only when it is needed.
+    bool shard_prefetch = true;
+    int shard_group_size() const { return shard_size > 0 ? shard_size : dp; }
+    bool hsdp() const { return shard_size > 0 && shard_size < dp; }
     // Megatron-LM's --overlap-grad-reduce: the gradients of the last microbatch's backward pass are
     // reduced bucket by bucket as they become ready, overlapped with the rest of that pass.
     bool overlap_grad_reduce = false;

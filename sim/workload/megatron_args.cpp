@@ -119,6 +119,26 @@ const std::map<std::string, std::string>& switch_flags() {
     return m;
 }
 
+// Megatron-FSDP's --data-parallel-sharding-strategy (only with --use-megatron-fsdp, or its older
+// name --use-custom-fsdp) and --num-distributed-optimizer-instances (HSDP: that many replicas of
+// the sharded state). no_shard leaves the sharding to --use-distributed-optimizer (ZeRO-1).
+void append_sharding(bool megatron_fsdp, const std::optional<std::string>& strategy,
+                     const std::optional<std::int64_t>& instances, std::vector<std::string>& out,
+                     std::vector<std::string>& warnings) {
+    if (strategy && !megatron_fsdp)
+        warnings.push_back("--data-parallel-sharding-strategy " + *strategy +
+                           ": applies only with --use-megatron-fsdp (ignored, as Megatron-LM "
+                           "does)");
+    if (megatron_fsdp && !strategy)
+        warnings.push_back(
+            "--use-megatron-fsdp without --data-parallel-sharding-strategy: Megatron-LM's "
+            "default no_shard shards nothing beyond --use-distributed-optimizer");
+    if (megatron_fsdp && strategy && *strategy != "no_shard")
+        out.push_back("parallelism.sharding=" + *strategy);
+    if (instances && *instances > 1)
+        out.push_back("parallelism.shard_replicas=" + std::to_string(*instances));
+}
+
 }  // namespace
 
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
@@ -131,6 +151,9 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         vocab;
     std::int64_t vocab_divisor = 128;  // Megatron-LM's --make-vocab-size-divisible-by default
     bool normalization_given = false;
+    bool megatron_fsdp = false;
+    std::optional<std::string> sharding_strategy;
+    std::optional<std::int64_t> optimizer_instances;
     bool group_query_attention = false;
     std::string position_type = "learned_absolute";
 
@@ -229,6 +252,18 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                     position_type + "\"");
         } else if (flag == "--max-position-embeddings") {
             max_positions = positive(flag, value());
+        } else if (flag == "--data-parallel-sharding-strategy") {
+            sharding_strategy = value();
+            if (*sharding_strategy != "no_shard" && *sharding_strategy != "optim" &&
+                *sharding_strategy != "optim_grads" && *sharding_strategy != "optim_grads_params")
+                bad(flag +
+                    ": expected no_shard, optim, optim_grads or optim_grads_params, found \"" +
+                    *sharding_strategy + "\"");
+        } else if (flag == "--use-megatron-fsdp" || flag == "--use-custom-fsdp") {
+            if (inline_value) bad(flag + " takes no value");
+            megatron_fsdp = true;
+        } else if (flag == "--num-distributed-optimizer-instances") {
+            optimizer_instances = positive(flag, value());
         } else if (flag == "--moe-shared-expert-intermediate-size") {
             shared_size = positive(flag, value());
         } else {
@@ -238,6 +273,7 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         }
     }
 
+    append_sharding(megatron_fsdp, sharding_strategy, optimizer_instances, out, warnings);
     if (query_groups) {
         if (group_query_attention)
             out.push_back("model.kv_heads=" + std::to_string(*query_groups));

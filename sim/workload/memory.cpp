@@ -1,5 +1,6 @@
 #include "workload/memory.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -75,7 +76,8 @@ Parameters stage_parameters(const ModelSpec& m, const ParallelLayout& layout, in
 double owned_parameters(const Parameters& p, const ParallelLayout& layout) {
     double dense_shards = 1, expert_shards = 1;
     if (layout.distributed_optimizer) {
-        dense_shards = static_cast<double>(layout.dp) * layout.cp;
+        // Sharded over the shard group (dp, or the HSDP group inside it) and cp.
+        dense_shards = static_cast<double>(layout.shard_group_size()) * layout.cp;
         expert_shards = std::max(1.0, dense_shards / layout.ep);
     }
     return static_cast<double>(p.dense) / dense_shards +
@@ -83,6 +85,46 @@ double owned_parameters(const Parameters& p, const ParallelLayout& layout) {
 }
 
 }  // namespace
+
+std::vector<std::int64_t> unit_parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout,
+                                                  int first_layer, int layers, bool has_embedding,
+                                                  bool has_output) {
+    std::vector<std::int64_t> units;
+    units.reserve(static_cast<std::size_t>(std::max(layers, 0)));
+    for (int i = 0; i < layers; ++i) {
+        const auto p = stage_parameters(m, layout, first_layer + i, 1, has_embedding && i == 0,
+                                        has_output && i == layers - 1);
+        units.push_back(p.dense + p.experts);
+    }
+    return units;
+}
+
+std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec, int first_layer,
+                                                  int layers, bool has_embedding, bool has_output,
+                                                  double parameters) {
+    const auto& l = spec.layout;
+    const double n = l.shard_group_size();
+    if (l.sharding < Sharding::Gradients || n <= 1) return std::nullopt;
+    std::int64_t largest = 0;
+    for (const auto u :
+         unit_parameters_per_gpu(spec.model, l, first_layer, layers, has_embedding, has_output))
+        largest = std::max(largest, u);
+    const double unit = static_cast<double>(largest);
+    const double w = weight_bytes_per_parameter(spec.training.precision);
+    const double g = gradient_bytes_per_parameter(spec.training.precision);
+    ShardedStates r;
+    // The gradient shard, and one unit's unsharded gradients before their reduce-scatter.
+    r.gradients = g * parameters / n + g * unit;
+    r.parameters = w * parameters;
+    if (l.sharding == Sharding::Parameters) {
+        // The parameter shard, plus the gathered units: the one computing and the one prefetched
+        // (resharded after forward), or every unit held from its forward to its backward.
+        const double gathered =
+            l.reshard_after_forward ? (l.shard_prefetch ? 2 : 1) * unit : parameters;
+        r.parameters = w * parameters / n + w * gathered;
+    }
+    return r;
+}
 
 double gradient_bytes_per_parameter(Precision precision) {
     return precision == Precision::Fp16 ? 2 : 4;
@@ -158,12 +200,16 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
         stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
-    const double parameters =
-        weight_bytes_per_parameter(spec.training.precision) * (dense + experts);
-    const double gradients =
-        gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
+    double parameters = weight_bytes_per_parameter(spec.training.precision) * (dense + experts);
+    double gradients = gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
     const double optimizer_states =
         optimizer_bytes_per_parameter(spec.training.precision) * owned_parameters(p, layout);
+    const auto sharded = sharded_model_states(spec, first_layer, layers_on_stage, has_embedding,
+                                              has_output, dense + experts);
+    if (sharded) {
+        parameters = sharded->parameters;
+        gradients = sharded->gradients;
+    }
     double activations = 0;
     for (int i = 0; i < layers_on_stage; ++i)
         activations += static_cast<double>(

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "core/units.hpp"
 #include "workload/experiment.hpp"
@@ -46,10 +48,34 @@ std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout
 
 // Parameters whose optimizer state (fp32 master weight, Adam m and v) one GPU owns: all of
 // parameters_per_gpu(), or with the distributed optimizer its shard, the dense part divided by
-// dp x cp and the routed experts by max(1, dp x cp / ep) (rounded up).
+// shard group x cp (dp x cp without HSDP) and the routed experts by max(1, that / ep) (rounded
+// up).
 std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout,
                                           int first_layer, int layers_on_stage, bool has_embedding,
                                           bool has_output);
+
+// Parameters per GPU of each FSDP unit of `layers` layers from `first_layer`: one unit per layer
+// (as FSDP2's fully_shard per block and Megatron-FSDP's per-layer units), the embedding folded
+// into the first unit and the output layer (and final norm) into the last.
+std::vector<std::int64_t> unit_parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout,
+                                                  int first_layer, int layers, bool has_embedding,
+                                                  bool has_output);
+
+// Bytes of weights and gradients per GPU under ZeRO-2 and ZeRO-3 with shard group size N
+// (ParallelLayout::shard_group_size()) for `parameters` parameters on the GPU (Psi) whose largest
+// unit has U parameters; w and g are weight_ and gradient_bytes_per_parameter:
+//   ZeRO-2: weights w Psi;                 gradients g Psi / N + g U
+//   ZeRO-3: weights w Psi / N + w G;       gradients g Psi / N + g U
+// where g U is one unit's unsharded gradients before their reduce-scatter, and G the gathered
+// parameters: 2U (the unit computing and the one prefetched), U without prefetch, Psi when units
+// stay gathered from forward to backward (reshard_after_forward: false). nullopt for ZeRO-0/1 or
+// N = 1 (nothing sharded beyond the optimizer states).
+struct ShardedStates {
+    double parameters = 0, gradients = 0;
+};
+std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec, int first_layer,
+                                                  int layers, bool has_embedding, bool has_output,
+                                                  double parameters);
 
 // Memory of one GPU of pipeline stage `stage` holding `layers_on_stage` layers, with
 // `inflight_microbatches` microbatches' activations held at its peak (the schedule's number).

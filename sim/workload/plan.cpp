@@ -301,11 +301,22 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                 params, owned, t.precision, spec.cluster->gpu_model(0), spec.compute.roofline);
     }
 
+    plan_shard_units(spec, plan);
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
     plan.model_flops_per_iteration = flops.model;
     plan.hardware_flops_per_iteration = flops.hardware;
     plan.tokens_per_iteration = static_cast<std::int64_t>(t.global_batch_size) * t.seq_length;
     return plan;
+}
+
+void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan) {
+    if (spec.layout.sharding < Sharding::Gradients) return;
+    const auto last = plan.virtual_stages.size() - 1;
+    for (std::size_t vs = 0; vs < plan.virtual_stages.size(); ++vs) {
+        auto& c = plan.virtual_stages[vs];
+        c.unit_parameters = unit_parameters_per_gpu(spec.model, spec.layout, c.first_layer,
+                                                    c.layers, vs == 0, vs == last);
+    }
 }
 
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,

@@ -55,6 +55,9 @@ struct ChunkPlan {
     PassPlan backward_weight;
     Bytes activation_bytes;   // p2p activation sent to the next virtual stage (per GPU)
     Bytes activation_memory;  // activation memory held per in-flight microbatch (per GPU)
+    // ZeRO-2/3 (parallelism.sharding): parameters per GPU of each FSDP unit of the chunk, in layer
+    // order (unit_parameters_per_gpu); empty without gradient or parameter sharding.
+    std::vector<std::int64_t> unit_parameters;
 };
 
 struct MemoryBreakdown {
@@ -90,6 +93,9 @@ struct IterationPlan {
 // ConfigError for layouts that cannot run (located at the experiment's parallelism key).
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
                              const std::function<int(int)>& device_of);
+
+// ZeRO-2/3: fills every chunk's unit_parameters (called by plan_iteration).
+void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan);
 
 // Fills every device's MemoryBreakdown: parameters, gradients and optimizer states of its layers
 // plus `peak_inflight_chunks[device]` chunk activations (the schedule's peak).

@@ -58,6 +58,12 @@ check("unknown option", ["run", "unknown-top-key.yaml", "--bogus"], "--bogus", c
 check("--set without =", ["run", "unknown-top-key.yaml", "--set", "parallelism.tp"],
       "expected key=value", corpus)
 
+# Chakra export writes DDP and ZeRO-1 only (issue 16): ZeRO-3 is refused, nothing written.
+check("chakra export of zero3",
+      ["chakra", "export", "sharding-unknown.yaml", "--set", "parallelism.sharding=zero3"],
+      "sharding-unknown.yaml:4:14: 'parallelism': chakra export does not write sharded data "
+      "parallelism beyond ZeRO-1 (sharding zero3)", corpus, outputs=("--out",))
+
 # Streams that never end, numbers that would overflow or exhaust memory, and command-line values,
 # each named in the message (issue #20).
 check("endless experiment", ["run", "/dev/zero"],

@@ -599,3 +599,38 @@ TEST_CASE("host tracks: the host thread of each traced GPU, issue / p2p / sync s
         CHECK(pf_host_tracks == 16);
     }
 }
+
+TEST_CASE("ZeRO-3: the units' all-gathers and reduce-scatters on the dp track, waits on passes") {
+    // Two H200s, one stage of 8 layers, dp = 2 (4 microbatches of 1 per replica), sharding zero3:
+    // per microbatch the forward gathers the 8 units and the backward gathers them again and
+    // reduce-scatters their gradients: 4 x 16 = 64 all-gathers and 4 x 8 = 32 reduce-scatters
+    // of the one shard group {0, 1}, each drawn on both GPUs' dp track.
+    const auto spec = workload::load_experiment(
+        std::filesystem::path(CLUSTERSIM_SOURCE_DIR) / "workloads/h200-2gpu-pipeline.yaml",
+        {"parallelism.pp=1", "parallelism.dp=2", "parallelism.vpp=1", "schedule=1f1b",
+         "parallelism.sharding=zero3"});
+    const auto path = test::trace_dir() / "zero3.json";
+    api::RunOptions opt;
+    opt.trace = path;
+    api::run(spec, opt);
+    const json doc = load(path);
+    const json& ev = doc["traceEvents"];
+    check_slices(ev);
+    check_perfetto_import(ev);
+    CHECK(count_named(ev, "X", "fsdp all-gather", false) == 2 * 64);
+    CHECK(count_named(ev, "X", "fsdp reduce-scatter", false) == 2 * 32);
+    for (const auto& e : ev)
+        if (e["ph"] == "X" && e["name"] == "fsdp all-gather") {
+            CHECK(e["args"]["peers"] == "0,1");
+            // A unit of h = 4096 with biases: 12h^2 + 13h = 201,379,840 parameters, 2 bytes each;
+            // the last one also holds the final LayerNorm, 2h = 8192 more.
+            CHECK((e["args"]["bytes"] == 402'759'680 || e["args"]["bytes"] == 402'776'064));
+        }
+    // Every pass waits for its first unit's all-gather, which nothing before it hides.
+    int waiting = 0;
+    for (const auto& e : ev)
+        if (e["ph"] == "X" && (e["name"] == "F0" || e["name"] == "B3") &&
+            e["args"].contains("gather_wait_us") && e["args"]["gather_wait_us"] > 0)
+            ++waiting;
+    CHECK(waiting == 4);  // F0 and B3 on each of the 2 GPUs
+}

@@ -160,6 +160,43 @@ TEST_CASE("--set overrides: experiment keys, new keys, and topology.nodes in the
     CHECK(again.schedule == "1f1b");
 }
 
+TEST_CASE("parallelism.sharding: ZeRO stages, Megatron-FSDP names and HSDP groups") {
+    Scratch s("sharding");
+    s.write("four-gpus.yaml", kFourGpus);
+    const auto e = s.write("e.yaml", kMinimal);
+    // kMinimal: 4 GPUs, pp 2, so dp = 2.
+    const auto plain = load_experiment(e, {});
+    CHECK(plain.layout.sharding == Sharding::None);
+    CHECK_FALSE(plain.layout.distributed_optimizer);
+    // The distributed optimizer is ZeRO-1, and ZeRO-1 turns it on.
+    auto spec = load_experiment(e, {"parallelism.distributed_optimizer=true"});
+    CHECK(spec.layout.sharding == Sharding::Optimizer);
+    spec = load_experiment(e, {"parallelism.sharding=zero1"});
+    CHECK(spec.layout.distributed_optimizer);
+    // An explicit sharding decides over distributed_optimizer.
+    spec =
+        load_experiment(e, {"parallelism.distributed_optimizer=true", "parallelism.sharding=none"});
+    CHECK(spec.layout.sharding == Sharding::None);
+    CHECK_FALSE(spec.layout.distributed_optimizer);
+    spec = load_experiment(e, {"parallelism.sharding=optim_grads"});
+    CHECK(spec.layout.sharding == Sharding::Gradients);
+    spec = load_experiment(e, {"parallelism.sharding=optim_grads_params"});
+    CHECK(spec.layout.sharding == Sharding::Parameters);
+    CHECK(spec.layout.reshard_after_forward);
+    CHECK(spec.layout.shard_prefetch);
+    // One shard group of dp = 2 unless HSDP: 8 GPUs, pp 2, dp 4, shard_replicas 2 -> groups of 2.
+    CHECK(spec.layout.shard_group_size() == 2);
+    CHECK_FALSE(spec.layout.hsdp());
+    spec = load_experiment(
+        e, {"topology.nodes=2", "parallelism.sharding=zero3", "parallelism.shard_replicas=2",
+            "parallelism.shard_prefetch=false", "parallelism.reshard_after_forward=false"});
+    CHECK(spec.layout.dp == 4);
+    CHECK(spec.layout.shard_size == 2);
+    CHECK(spec.layout.hsdp());
+    CHECK_FALSE(spec.layout.shard_prefetch);
+    CHECK_FALSE(spec.layout.reshard_after_forward);
+}
+
 // An inline topology once failed to load ("'model': missing"): load_experiment assigned
 // tdoc.root = doc.root["topology"], and assigning one yaml-cpp node to another rewrites the node
 // both copies share, so the experiment's root became the topology.
@@ -244,7 +281,8 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
         CHECK(error_with("  tpp: 2\n") ==
               e + ":7:3: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, cp, ep, vpp, "
                   "sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
-                  "ddp_bucket_size, order or dp");
+                  "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
+                  "reshard_after_forward or shard_prefetch");
     }
     SUBCASE("unknown top-level key: line 10, after the 9 lines of kMinimal") {
         CHECK(error_with("  pp: 2\n", "schedul: zb-h1\n") ==
@@ -325,7 +363,8 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
     CHECK(error_with({"parallelism.tpp=2"}) ==
           "--set parallelism.tpp=2: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, "
           "cp, ep, vpp, sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
-          "ddp_bucket_size, order or dp");
+          "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
+          "reshard_after_forward or shard_prefetch");
     CHECK(error_with({"training.recompute=partial"}) ==
           "--set training.recompute=partial: 'training.recompute': unknown value \"partial\"; "
           "expected none, selective or full");

@@ -156,3 +156,39 @@ TEST_CASE("gradient-reduction overlap and bucket size flags") {
                                    "parallelism.ddp_bucket_size=50000000"});
     CHECK(w.empty());
 }
+
+TEST_CASE("sharded data parallelism flags: distributed optimizer, Megatron-FSDP, instances") {
+    std::vector<std::string> w;
+    auto o = megatron_args_to_overrides("--use-distributed-optimizer", w);
+    CHECK(contains(o, "parallelism.distributed_optimizer=true"));
+    // --use-megatron-fsdp (or --use-custom-fsdp) with a strategy: ZeRO-1/2/3 by name.
+    o = megatron_args_to_overrides(
+        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+        "--use-distributed-optimizer --num-distributed-optimizer-instances 4",
+        w);
+    CHECK(contains(o, "parallelism.sharding=optim_grads_params"));
+    CHECK(contains(o, "parallelism.shard_replicas=4"));
+    w.clear();
+    o = megatron_args_to_overrides(
+        "--use-custom-fsdp --data-parallel-sharding-strategy=optim_grads", w);
+    CHECK(contains(o, "parallelism.sharding=optim_grads"));
+    CHECK(w.empty());
+    // no_shard leaves the choice to --use-distributed-optimizer; one instance is no HSDP.
+    o = megatron_args_to_overrides(
+        "--use-megatron-fsdp --data-parallel-sharding-strategy no_shard "
+        "--num-distributed-optimizer-instances 1",
+        w);
+    CHECK(o.empty());
+    // The strategy without Megatron-FSDP is ignored, as Megatron-LM ignores it, and said.
+    w.clear();
+    o = megatron_args_to_overrides("--data-parallel-sharding-strategy optim_grads", w);
+    CHECK(o.empty());
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].find("applies only with --use-megatron-fsdp") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--use-megatron-fsdp --data-parallel-sharding-strategy full_shard", w);
+          }) ==
+          "--megatron-args: --data-parallel-sharding-strategy: expected no_shard, optim, "
+          "optim_grads or optim_grads_params, found \"full_shard\"");
+}

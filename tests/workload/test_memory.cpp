@@ -177,3 +177,72 @@ TEST_CASE("memory per GPU: tied output copy on the last stage, experts split ove
     // attention 4*64^2 + 4*64 = 16640 over tp -> 8320; router 512 and norms 256 replicated.
     CHECK(parameters_per_gpu(moe, l, 0, 1, false, false) == 4192 + 8320 + 512 + 256);
 }
+
+TEST_CASE("memory per GPU under ZeRO-1/2/3 and HSDP: the ZeRO paper's accounting") {
+    // 4 layers of h = 64 on one stage (tp = pp = 1, no embedding): a layer has
+    // 12h^2 + 13h = 49152 + 832 = 49984 parameters, so Psi = 4 x 49984 = 199936 and the largest
+    // FSDP unit (one layer) U = 49984.
+    ExperimentSpec spec;
+    spec.model = gpt(4, 64, 4, 0);
+    spec.layout.dp = 8;
+    const double psi = 4 * 49984.0, unit = 49984.0;
+    REQUIRE(parameters_per_gpu(spec.model, spec.layout, 0, 4, false, false) == 199936);
+    CHECK(unit_parameters_per_gpu(spec.model, spec.layout, 0, 4, false, false) ==
+          std::vector<std::int64_t>{49984, 49984, 49984, 49984});
+    const auto states = [&](Sharding sharding) {
+        spec.layout.sharding = sharding;
+        spec.layout.distributed_optimizer = sharding != Sharding::None;
+        return memory_per_gpu(spec, 0, 4, 0, false, false);
+    };
+    const auto d = [](Bytes b) { return static_cast<double>(b.value); };
+    // fp16, the paper's setting: 2-byte weights and gradients, K = 16 here (fp32 master weight,
+    // Adam m and v, and Megatron's fp32 copy of the gradients; the paper's K = 12 has no copy).
+    // N_d = 8.
+    spec.training.precision = Precision::Fp16;
+    // ZeRO-0: (2 + 2 + K) Psi. ZeRO-1 (P_os): 2 Psi + 2 Psi + K Psi / N_d.
+    auto m = states(Sharding::None);
+    CHECK(d(m.parameters) + d(m.gradients) + d(m.optimizer_states) == 20 * psi);
+    m = states(Sharding::Optimizer);
+    CHECK(d(m.parameters) == 2 * psi);
+    CHECK(d(m.gradients) == 2 * psi);
+    CHECK(d(m.optimizer_states) == doctest::Approx(16 * psi / 8));
+    // ZeRO-2 (P_os+g): 2 Psi + (2 + K) Psi / N_d, plus one unit's unsharded 2-byte gradients
+    // before their reduce-scatter.
+    m = states(Sharding::Gradients);
+    CHECK(d(m.parameters) == 2 * psi);
+    CHECK(d(m.gradients) == doctest::Approx(2 * psi / 8 + 2 * unit));
+    CHECK(d(m.optimizer_states) == doctest::Approx(16 * psi / 8));
+    // ZeRO-3 (P_os+g+p): (2 + 2 + K) Psi / N_d, plus the gathered units (the one computing and
+    // the one prefetched: 2 x 2U) and one unit's gradients (2U).
+    m = states(Sharding::Parameters);
+    CHECK(d(m.parameters) == doctest::Approx(2 * psi / 8 + 2 * 2 * unit));
+    CHECK(d(m.gradients) == doctest::Approx(2 * psi / 8 + 2 * unit));
+    CHECK(d(m.parameters) + d(m.gradients) + d(m.optimizer_states) ==
+          doctest::Approx(20 * psi / 8 + 6 * unit));
+    // Without prefetch one unit is gathered; without reshard_after_forward every unit stays
+    // gathered from its forward to its backward (2 Psi on top of the shard).
+    spec.layout.shard_prefetch = false;
+    CHECK(d(states(Sharding::Parameters).parameters) == doctest::Approx(2 * psi / 8 + 2 * unit));
+    spec.layout.reshard_after_forward = false;
+    CHECK(d(states(Sharding::Parameters).parameters) == doctest::Approx(2 * psi / 8 + 2 * psi));
+    spec.layout.shard_prefetch = true;
+    spec.layout.reshard_after_forward = true;
+
+    // bf16: 4-byte (fp32) gradients, K = 12. ZeRO-3 with HSDP, shard groups of 4 of the 8
+    // replicas: everything is sharded over 4, not 8: (2 + 4 + 12) Psi / 4 + 2 x 2U + 4U.
+    spec.training.precision = Precision::Bf16;
+    spec.layout.shard_size = 4;
+    m = states(Sharding::Parameters);
+    CHECK(d(m.parameters) == doctest::Approx(2 * psi / 4 + 4 * unit));
+    CHECK(d(m.gradients) == doctest::Approx(4 * psi / 4 + 4 * unit));
+    CHECK(d(m.optimizer_states) == doctest::Approx(12 * psi / 4));
+    // ZeRO-1 with HSDP (Megatron's --num-distributed-optimizer-instances 2): 2 + 4 + 12/4.
+    m = states(Sharding::Optimizer);
+    CHECK(d(m.parameters) + d(m.gradients) + d(m.optimizer_states) ==
+          doctest::Approx((6 + 12.0 / 4) * psi));
+    // One replica: nothing sharded beyond what ZeRO-1 did (the optimizer states over 1).
+    spec.layout.shard_size = 0;
+    spec.layout.dp = 1;
+    m = states(Sharding::Parameters);
+    CHECK(d(m.parameters) + d(m.gradients) + d(m.optimizer_states) == 18 * psi);
+}
