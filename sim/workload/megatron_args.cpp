@@ -86,6 +86,8 @@ const std::map<std::string, std::string>& integer_flags() {
         {"--expert-model-parallel-size", "parallelism.ep"},
         {"--num-virtual-stages-per-pipeline-rank", "parallelism.vpp"},
         {"--ddp-bucket-size", "parallelism.ddp_bucket_size"},
+        {"--decoder-first-pipeline-num-layers", "parallelism.first_stage_layers"},
+        {"--decoder-last-pipeline-num-layers", "parallelism.last_stage_layers"},
         {"--num-layers", "model.layers"},
         {"--hidden-size", "model.hidden_size"},
         {"--num-attention-heads", "model.attention_heads"},
@@ -115,6 +117,8 @@ const std::map<std::string, std::string>& switch_flags() {
         {"--untie-embeddings-and-output-weights", "model.tied_embeddings=false"},
         {"--disable-bias-linear", "model.bias=false"},
         {"--use-flash-attn", "training.attention=flash"},
+        {"--account-for-embedding-in-pipeline-split", "parallelism.account_for_embedding=true"},
+        {"--account-for-loss-in-pipeline-split", "parallelism.account_for_loss=true"},
     };
     return m;
 }
@@ -298,12 +302,28 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "
                 "--pipeline-model-parallel-size to derive the virtual stages");
         }
-        const std::int64_t per_stage = *layers / *pp;
-        if (*layers % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
+        // Megatron-LM's rules (arguments.py): the two flags exclude each other, an uneven first
+        // or last stage needs the chunk count itself, and the embedding and loss count as layers
+        // when they are accounted for in the split.
+        if (get("--num-virtual-stages-per-pipeline-rank"))
+            bad("--num-layers-per-virtual-pipeline-stage and "
+                "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
+        if (get("--decoder-first-pipeline-num-layers") || get("--decoder-last-pipeline-num-layers"))
+            bad("with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers, "
+                "give the virtual stages with --num-virtual-stages-per-pipeline-rank (as "
+                "Megatron-LM requires)");
+        const std::int64_t counted =
+            *layers + (switches.count("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
+            (switches.count("--account-for-loss-in-pipeline-split") ? 1 : 0);
+        const std::string what =
+            counted == *layers ? std::to_string(*layers) + " layers"
+                               : std::to_string(counted) + " layers (" + std::to_string(*layers) +
+                                     " with the embedding and/or loss counted as layers)";
+        const std::int64_t per_stage = counted / *pp;
+        if (counted % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
             bad("--num-layers-per-virtual-pipeline-stage " +
-                std::to_string(*layers_per_virtual_stage) + " does not divide the " +
-                std::to_string(*layers) + " layers over " + std::to_string(*pp) +
-                " pipeline stages evenly");
+                std::to_string(*layers_per_virtual_stage) + " does not divide the " + what +
+                " over " + std::to_string(*pp) + " pipeline stages evenly");
         out.push_back("parallelism.vpp=" + std::to_string(per_stage / *layers_per_virtual_stage));
     }
     return out;

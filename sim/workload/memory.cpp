@@ -149,13 +149,11 @@ std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayo
     return static_cast<std::int64_t>(std::ceil(owned_parameters(p, layout)));
 }
 
-MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
-                               int inflight_microbatches, bool has_embedding, bool has_output) {
-    const auto& m = spec.model;
+namespace {
+
+// The memory of one GPU holding parameters `p` and `activations` bytes of activations.
+MemoryBreakdown memory_of(const ExperimentSpec& spec, const Parameters& p, double activations) {
     const auto& layout = spec.layout;
-    const int first_layer = stage * layers_on_stage;
-    const auto p =
-        stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
     const double parameters =
@@ -164,12 +162,6 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
         gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
     const double optimizer_states =
         optimizer_bytes_per_parameter(spec.training.precision) * owned_parameters(p, layout);
-    double activations = 0;
-    for (int i = 0; i < layers_on_stage; ++i)
-        activations += static_cast<double>(
-            layer_activation_bytes(m, layout, spec.training, is_moe_layer(m, first_layer + i))
-                .value);
-    activations *= inflight_microbatches;
     // Found by fuzzing (docs/robustness.md): absurd sizes give more than 2^63 bytes, which Bytes
     // cannot hold.
     if (!(parameters + gradients + optimizer_states + activations < 9.2e18))
@@ -184,6 +176,40 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
     r.activations = ceil_bytes(activations);
     r.total = r.parameters + r.gradients + r.optimizer_states + r.activations;
     return r;
+}
+
+}  // namespace
+
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
+                               int inflight_microbatches, bool has_embedding, bool has_output) {
+    const auto& m = spec.model;
+    const int first_layer = stage * layers_on_stage;
+    double activations = 0;
+    for (int i = 0; i < layers_on_stage; ++i)
+        activations += static_cast<double>(
+            layer_activation_bytes(m, spec.layout, spec.training, is_moe_layer(m, first_layer + i))
+                .value);
+    activations *= inflight_microbatches;
+    return memory_of(
+        spec,
+        stage_parameters(m, spec.layout, first_layer, layers_on_stage, has_embedding, has_output),
+        activations);
+}
+
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<LayerRange>& chunks,
+                               Bytes activations, bool has_embedding, bool has_output) {
+    // The embedding and output flags go with one call only: a device holding both keeps tied
+    // weights once (stage_parameters).
+    Parameters sum = stage_parameters(spec.model, spec.layout, 0, 0, has_embedding, has_output);
+    for (const LayerRange& c : chunks) {
+        const auto p = stage_parameters(spec.model, spec.layout, c.first, c.count, false, false);
+        if (__builtin_add_overflow(sum.dense, p.dense, &sum.dense) ||
+            __builtin_add_overflow(sum.experts, p.experts, &sum.experts))
+            throw ConfigError(
+                "model: one pipeline stage would hold more than 2^63 parameters; the model is too "
+                "large to simulate (fewer or smaller layers, or more pipeline stages)");
+    }
+    return memory_of(spec, sum, static_cast<double>(activations.value));
 }
 
 }  // namespace cs::workload

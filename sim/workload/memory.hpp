@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/units.hpp"
 #include "workload/experiment.hpp"
@@ -55,5 +56,15 @@ std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayo
 // `inflight_microbatches` microbatches' activations held at its peak (the schedule's number).
 MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
                                int inflight_microbatches, bool has_embedding, bool has_output);
+
+// A contiguous run of layers, [first, first + count): one model chunk.
+struct LayerRange {
+    int first = 0;
+    int count = 0;
+};
+// Memory of one GPU holding the model chunks `chunks` (in any order; with the embedding and/or
+// output layer as flagged) and `activations` bytes of activations at its peak.
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<LayerRange>& chunks,
+                               Bytes activations, bool has_embedding, bool has_output);
 
 }  // namespace cs::workload

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string_view>
 
-#include "core/checked.hpp"
 #include "core/errors.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_split.hpp"
 #include "workload/roofline.hpp"
 
 namespace cs::workload {
@@ -134,6 +134,10 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
                               "schedule '" + spec.schedule +
                                   "' splits the backward pass: give compute.layer_backward_input "
                                   "and compute.layer_backward_weight instead of layer_backward");
+    }
+    // A chunk without transformer layers (the embedding or the loss counted as its only layer in
+    // an uneven split) has no layer steps.
+    if (p.layer_forward && c.layers > 0) {
         c.forward.steps.push_back(
             compute_step("layer", *p.layer_forward + oh, per_layer, per_layer, c.layers));
         const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
@@ -152,7 +156,7 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
             c.backward_weight.steps.push_back(
                 compute_step("layer weight grad", bw + oh, per_layer, per_layer, c.layers));
         }
-    } else {
+    } else if (!p.layer_forward) {
         if (split_backward)
             throw ConfigError(spec.schedule_where,
                               "schedule '" + spec.schedule +
@@ -228,23 +232,21 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     plan.stages = l.pp;
     plan.chunks = chunks;
     plan.microbatches = t.microbatches(l);
-    // Checked in 64 bits: pp x vpp can exceed an int (and then no layer count divides it).
-    const auto product = checked_product({l.pp, chunks});
-    if (!product || *product > m.layers || m.layers % *product != 0)
+    const std::vector<int> chunk_layers = split_layers(spec, chunks, device_of);
+    const int vstages = static_cast<int>(chunk_layers.size());
+    if (!spec.pipeline_split.even() && spec.compute.kind == ComputeSpec::Kind::Profile &&
+        spec.compute.profile.stage_forward)
         throw ConfigError(spec.layout_where,
-                          "'parallelism': layers (" + std::to_string(m.layers) +
-                              ") must be divisible by pp x chunks = " + std::to_string(l.pp) +
-                              " x " + std::to_string(chunks) + " = " +
-                              (product ? std::to_string(*product) : "more than 2^63") +
-                              " so that every pipeline chunk gets the same number of layers");
-    const int vstages = static_cast<int>(*product);
-    const int per_chunk = m.layers / vstages;
+                          "'parallelism': an uneven pipeline split needs per-layer profile times "
+                          "(compute.layer_forward, ...): stage_forward and stage_backward give one "
+                          "time for every stage");
 
     plan.virtual_stages.resize(static_cast<std::size_t>(vstages));
-    for (int vs = 0; vs < vstages; ++vs) {
+    for (int vs = 0, next_layer = 0; vs < vstages; ++vs) {
         ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
-        c.first_layer = vs * per_chunk;
-        c.layers = per_chunk;
+        c.first_layer = next_layer;
+        c.layers = chunk_layers[static_cast<std::size_t>(vs)];
+        next_layer += c.layers;
         // Megatron's scatter/gather (and sequence parallelism) send 1/tp of the b s h activation,
         // in 16-bit precision; context parallelism splits the sequence.
         c.activation_bytes = Bytes{static_cast<std::int64_t>(t.micro_batch_size) * t.seq_length /
@@ -266,10 +268,11 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         std::int64_t params = 0, owned = 0;
         for (int vs = 0; vs < vstages; ++vs)
             if (device_of(vs) == s) {
-                const int first = vs * per_chunk;
+                const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
                 const bool embedding = vs == 0, output = vs == vstages - 1;
-                params += parameters_per_gpu(m, l, first, per_chunk, embedding, output);
-                owned += optimizer_parameters_per_gpu(m, l, first, per_chunk, embedding, output);
+                params += parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
+                owned +=
+                    optimizer_parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
             }
         // A device holding both the embedding chunk and the output chunk (V placements) holds
         // tied embedding weights once; the chunks counted apart each brought a copy. The
@@ -310,28 +313,30 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
 
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::vector<int>& peak_inflight_chunks,
-                 const std::function<int(int)>& device_of) {
+                 const std::function<int(int)>& device_of,
+                 const std::vector<Bytes>& peak_activations) {
     const int vstages = static_cast<int>(plan.virtual_stages.size());
-    const int per_chunk = spec.model.layers / vstages;
     for (int s = 0; s < plan.stages; ++s) {
         bool emb = false, out = false;
         std::int64_t chunk_activation = 0;
-        MemoryBreakdown total;
+        std::vector<LayerRange> chunks;
         for (int vs = 0; vs < vstages; ++vs) {
             if (device_of(vs) != s) continue;
+            const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
             emb |= vs == 0;
             out |= vs == vstages - 1;
-            chunk_activation =
-                std::max(chunk_activation,
-                         plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+            chunks.push_back({c.first_layer, c.layers});
+            chunk_activation = std::max(chunk_activation, c.activation_memory.value);
         }
         // Parameters, gradients and optimizer states of the device's layers; activations are the
-        // schedule's peak number of chunk activations held at once.
-        auto mem = memory_per_gpu(spec, s, per_chunk * plan.chunks, 0, emb, out);
-        mem.activations =
-            Bytes{chunk_activation * peak_inflight_chunks[static_cast<std::size_t>(s)]};
-        mem.total = mem.parameters + mem.gradients + mem.optimizer_states + mem.activations;
-        plan.devices[static_cast<std::size_t>(s)].memory = mem;
+        // schedule's peak of chunk activations held at once (each chunk's own size when the
+        // caller weighed them, else the largest chunk's).
+        const Bytes activations =
+            static_cast<std::size_t>(s) < peak_activations.size()
+                ? peak_activations[static_cast<std::size_t>(s)]
+                : Bytes{chunk_activation * peak_inflight_chunks[static_cast<std::size_t>(s)]};
+        plan.devices[static_cast<std::size_t>(s)].memory =
+            memory_per_gpu(spec, chunks, activations, emb, out);
     }
 }
 

@@ -156,3 +156,58 @@ TEST_CASE("gradient-reduction overlap and bucket size flags") {
                                    "parallelism.ddp_bucket_size=50000000"});
     CHECK(w.empty());
 }
+
+TEST_CASE("uneven pipeline flags map to the split keys, with Megatron-LM's virtual stage rules") {
+    std::vector<std::string> w;
+    auto o = megatron_args_to_overrides(
+        "--num-layers 126 --pipeline-model-parallel-size 16 "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+        "--num-layers-per-virtual-pipeline-stage 4",
+        w);
+    CHECK(contains(o, "parallelism.account_for_embedding=true"));
+    CHECK(contains(o, "parallelism.account_for_loss=true"));
+    // (126 + 1 + 1) / 16 = 8 counted layers per stage, 4 per virtual stage: 2 chunks.
+    CHECK(contains(o, "parallelism.vpp=2"));
+    CHECK(w.empty());
+    // Without the accounting 126 / 16 does not divide.
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 126 --pipeline-model-parallel-size 16 "
+                  "--num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          }).find("does not divide the 126 layers over 16 pipeline stages") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 126 --pipeline-model-parallel-size 16 "
+                  "--account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          })
+              .find("does not divide the 127 layers (126 with the embedding and/or loss counted "
+                    "as layers) over 16 pipeline stages") != std::string::npos);
+
+    o = megatron_args_to_overrides(
+        "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers=8 "
+        "--num-virtual-stages-per-pipeline-rank 2",
+        w);
+    CHECK(contains(o, "parallelism.first_stage_layers=6"));
+    CHECK(contains(o, "parallelism.last_stage_layers=8"));
+    CHECK(contains(o, "parallelism.vpp=2"));
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 30 --pipeline-model-parallel-size 4 "
+                  "--decoder-first-pipeline-num-layers 6 "
+                  "--num-layers-per-virtual-pipeline-stage 2",
+                  w);
+          }).find("give the virtual stages with --num-virtual-stages-per-pipeline-rank") !=
+          std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 32 --pipeline-model-parallel-size 4 "
+                  "--num-virtual-stages-per-pipeline-rank 2 "
+                  "--num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          }).find("cannot be set at the same time") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides("--decoder-first-pipeline-num-layers 0", w);
+          }).find("expected a positive integer") != std::string::npos);
+}
