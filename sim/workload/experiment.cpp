@@ -138,6 +138,14 @@ TrainingSpec parse_training(const config::Reader& r) {
     t.global_batch_size = static_cast<int>(r.count("global_batch_size"));
     t.seq_length = static_cast<int>(r.count_or("seq_length", 2048));
     t.recompute = r.choice("recompute", kRecomputeNames, std::optional{Recompute::None});
+    t.recompute_method = r.choice("recompute_method", kRecomputeMethodNames,
+                                  std::optional{RecomputeMethod::Uniform});
+    t.recompute_layers = static_cast<int>(r.count_or("recompute_layers", 1));
+    for (const char* key : {"recompute_method", "recompute_layers"})
+        if (r.has(key) && t.recompute != Recompute::Full)
+            r.fail(key, std::string("applies to full recomputation only (recompute: full, "
+                                    "Megatron-LM's --recompute-granularity full); recompute is ") +
+                            recompute_name(t.recompute));
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
     t.attention = r.choice("attention", kAttentionNames, std::optional{Attention::Flash});

@@ -75,11 +75,25 @@ inline constexpr std::array<Named<Optimizer>, 2> kOptimizerNames{{
     {"none", Optimizer::None},
 }};
 
+// How full recomputation picks its layers (Megatron-LM's --recompute-method with
+// --recompute-num-layers N, training.recompute_method and recompute_layers): `uniform` checkpoints
+// groups of N consecutive layers of each model chunk, storing only each group's input and
+// recomputing every layer; `block` checkpoints the first N layers of each chunk (storing their
+// inputs, recomputing them) and runs the rest as without recomputation.
+enum class RecomputeMethod : std::uint8_t { Uniform, Block };
+inline constexpr std::array<Named<RecomputeMethod>, 2> kRecomputeMethodNames{{
+    {"uniform", RecomputeMethod::Uniform},
+    {"block", RecomputeMethod::Block},
+}};
+
 struct TrainingSpec {
     int micro_batch_size = 1;
     int global_batch_size = 1;
     int seq_length = 2048;
     Recompute recompute = Recompute::None;
+    // With recompute == Full only (uniform groups of 1: every layer, storing its input).
+    RecomputeMethod recompute_method = RecomputeMethod::Uniform;
+    int recompute_layers = 1;
     Precision precision = Precision::Bf16;
     Attention attention = Attention::Flash;
     // Whether the iteration ends with the optimizer step (`training.optimizer`): `none` times

@@ -137,6 +137,9 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     bool normalization_given = false;
     bool group_query_attention = false;
     std::string position_type = "learned_absolute";
+    bool full_recompute = false;
+    std::optional<std::string> recompute_method;
+    std::optional<std::int64_t> recompute_layers;
 
     for (std::size_t i = 0; i < words.size(); ++i) {
         std::string flag = words[i];
@@ -165,6 +168,8 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             if (inline_value) bad(flag + " takes no value");
             out.push_back(sw->second);
             switches.insert(flag);
+            if (flag == "--checkpoint-activations") full_recompute = true;
+            if (flag == "--recompute-activations") full_recompute = false;
         } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
             layers_per_virtual_stage = positive(flag, value());
         } else if (flag == "--num-query-groups") {
@@ -176,21 +181,21 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             if (v != "full" && v != "selective")
                 bad(flag + ": expected full or selective, found \"" + v + "\"");
             out.push_back("training.recompute=" + v);
+            full_recompute = v == "full";
         } else if (flag == "--activations-checkpoint-method" || flag == "--recompute-method") {
-            // uniform/block choose how full recomputation groups layers; clustersim recomputes
-            // every layer in full.
+            // uniform/block choose how full recomputation picks its layers (training.
+            // recompute_method); the old spelling implies full recomputation.
             const auto v = value();
             if (v != "uniform" && v != "block")
                 bad(flag + ": expected uniform or block, found \"" + v + "\"");
-            if (flag == "--activations-checkpoint-method") out.push_back("training.recompute=full");
-            if (v == "block")
-                warnings.push_back(flag +
-                                   " block: partial recomputation is modelled as full "
-                                   "recomputation of every layer");
+            if (flag == "--activations-checkpoint-method") {
+                out.push_back("training.recompute=full");
+                full_recompute = true;
+            }
+            recompute_method = v;
         } else if (flag == "--recompute-num-layers" ||
                    flag == "--activations-checkpoint-num-layers") {
-            value();
-            warnings.push_back(flag + ": recomputation is modelled on every layer");
+            recompute_layers = positive(flag, value());
         } else if (flag == "--attention-backend") {
             // Megatron-LM's AttnBackend: flash, fused (cuDNN) and auto run a fused kernel that
             // keeps no score matrix; unfused and local materialise the scores.
@@ -242,6 +247,16 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         }
     }
 
+    // Megatron-LM reads the method and layer count only for full recomputation.
+    if (full_recompute) {
+        if (recompute_method) out.push_back("training.recompute_method=" + *recompute_method);
+        if (recompute_layers)
+            out.push_back("training.recompute_layers=" + std::to_string(*recompute_layers));
+    } else if (recompute_method || recompute_layers) {
+        warnings.push_back(
+            "--recompute-method / --recompute-num-layers without --recompute-granularity full: "
+            "ignored, as Megatron-LM does");
+    }
     if (query_groups) {
         if (group_query_attention)
             out.push_back("model.kv_heads=" + std::to_string(*query_groups));

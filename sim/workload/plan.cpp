@@ -94,6 +94,34 @@ void for_each_layer_run(const ModelSpec& m, int first, int count, F&& f) {
     }
 }
 
+// Layers of a chunk of `layers` whose forward full recomputation re-runs during the backward
+// (Megatron-LM's TransformerBlock._checkpointed_forward): all of them with `uniform`, the first
+// recompute_layers with `block`, none without full recomputation.
+int recomputed_layers(const TrainingSpec& t, int layers) {
+    if (t.recompute != Recompute::Full) return 0;
+    return t.recompute_method == RecomputeMethod::Block ? std::min(t.recompute_layers, layers)
+                                                        : layers;
+}
+
+// The training settings of a chunk's layers after the first recomputed_layers(): as given, except
+// that with full recomputation they keep everything (block's layers past the first N).
+TrainingSpec stored_layers_training(const TrainingSpec& t) {
+    TrainingSpec plain = t;
+    if (t.recompute == Recompute::Full) plain.recompute = Recompute::None;
+    return plain;
+}
+
+// Activation bytes the uniform method saves on a chunk of `layers`: it keeps one input per group
+// of recompute_layers layers (the last group may be shorter) instead of one per layer.
+std::int64_t uniform_group_saving(const ExperimentSpec& spec, int layers) {
+    const auto& t = spec.training;
+    if (t.recompute != Recompute::Full || t.recompute_method != RecomputeMethod::Uniform ||
+        layers == 0)
+        return 0;
+    const std::int64_t groups = (layers + t.recompute_layers - 1) / t.recompute_layers;
+    return (layers - groups) * layer_activation_bytes(spec.model, spec.layout, t, false).value;
+}
+
 void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
     append_repeated(c.forward, lp.forward, layers);
     append_repeated(c.backward, lp.backward, layers);
@@ -117,7 +145,9 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
             layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size, t.seq_length).value /
             group;
     const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
-    const double recompute = t.recompute == Recompute::Full ? per_layer : 0;
+    // Recomputed FLOPs (HFU) spread over the chunk's layer steps, which share one profiled time.
+    const double recompute =
+        c.layers > 0 ? per_layer * recomputed_layers(t, c.layers) / c.layers : 0;
 
     // With `unprofiled: roofline` the embedding and output layer that have no profiled time are
     // the roofline model's (all their passes, appended like the roofline chunk does).
@@ -212,11 +242,19 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
     const auto& rc = spec.compute.roofline;
     if (first && spec.model.vocab_size > 0)
         append_passes(c, roofline_embedding(spec.model, spec.layout, spec.training, gpu, rc), 1);
-    for_each_layer_run(spec.model, c.first_layer, c.layers, [&](bool moe, int count) {
-        const auto lp = roofline_layer(spec.model, spec.layout, spec.training, gpu, rc, moe);
-        append_passes(c, lp, count);
-        c.activation_bytes = lp.activation_send;
-    });
+    // The recomputed layers first (all with uniform, the first N with block), then the others.
+    const int recomputed = recomputed_layers(spec.training, c.layers);
+    const TrainingSpec stored = stored_layers_training(spec.training);
+    const auto add_layers = [&](int from, int count, const TrainingSpec& training) {
+        for_each_layer_run(spec.model, from, count, [&](bool moe, int n) {
+            const auto lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
+            append_passes(c, lp, n);
+            c.activation_bytes = lp.activation_send;
+        });
+    };
+    add_layers(c.first_layer, recomputed, spec.training);
+    add_layers(c.first_layer + recomputed, c.layers - recomputed, stored);
+    c.activation_memory.value -= uniform_group_saving(spec, c.layers);
     if (last && spec.model.vocab_size > 0)
         append_passes(c, roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc), 1);
 }
@@ -254,9 +292,17 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         const bool first = vs == 0, last = vs == vstages - 1;
         if (spec.compute.kind == ComputeSpec::Kind::Profile) {
             plan_profile_chunk(spec, c, first, last, chunks, split_backward);
-            for_each_layer_run(m, c.first_layer, c.layers, [&](bool moe, int count) {
+            const int recomputed = recomputed_layers(t, c.layers);
+            const TrainingSpec stored = stored_layers_training(t);
+            for_each_layer_run(m, c.first_layer, recomputed, [&](bool moe, int count) {
                 c.activation_memory += Bytes{layer_activation_bytes(m, l, t, moe).value * count};
             });
+            for_each_layer_run(
+                m, c.first_layer + recomputed, c.layers - recomputed, [&](bool moe, int count) {
+                    c.activation_memory +=
+                        Bytes{layer_activation_bytes(m, l, stored, moe).value * count};
+                });
+            c.activation_memory.value -= uniform_group_saving(spec, c.layers);
         } else {
             plan_roofline_chunk(spec, c, first, last);
         }
@@ -307,6 +353,16 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
     plan.model_flops_per_iteration = flops.model;
     plan.hardware_flops_per_iteration = flops.hardware;
+    if (t.recompute == Recompute::Full && t.recompute_method == RecomputeMethod::Block) {
+        // Only the recomputed layers' forwards count twice (block leaves the others alone).
+        double recomputed = 0;
+        for (const ChunkPlan& c : plan.virtual_stages)
+            for (int i = 0; i < recomputed_layers(t, c.layers); ++i)
+                recomputed += layer_forward_flops(m, is_moe_layer(m, c.first_layer + i),
+                                                  t.global_batch_size, t.seq_length)
+                                  .value;
+        plan.hardware_flops_per_iteration = Flops{flops.model.value + recomputed};
+    }
     plan.tokens_per_iteration = static_cast<std::int64_t>(t.global_batch_size) * t.seq_length;
     return plan;
 }

@@ -636,3 +636,82 @@ TEST_CASE("uneven split keys: stage profiles and mixed keys are refused") {
               plan_iteration(stage, 1, false, one_chunk());
           }).find("an uneven pipeline split needs per-layer profile times") != std::string::npos);
 }
+
+TEST_CASE("partial recomputation: block recomputes the first N layers of each chunk") {
+    const Loaded l("plan_recompute_block");
+    // kSmallGpt: 2 layers per chunk on pp 2. A layer keeps 71,434,240 activation bytes per
+    // microbatch without recomputation (the test above) and its input, 2 s b h = 2 x 1024 x 2 x
+    // 1024 = 4,194,304 bytes, when recomputed in full.
+    const std::int64_t stored = 71'434'240, input = 4'194'304;
+    const auto full = l.spec({"training.recompute=full"});
+    const auto block1 = l.spec({"training.recompute=full", "training.recompute_method=block",
+                                "training.recompute_layers=1"});
+    const auto block5 = l.spec({"training.recompute=full", "training.recompute_method=block",
+                                "training.recompute_layers=5"});
+    const auto none = l.spec();
+    const auto p_full = plan_iteration(full, 1, false, one_chunk());
+    const auto p_block1 = plan_iteration(block1, 1, false, one_chunk());
+    const auto p_block5 = plan_iteration(block5, 1, false, one_chunk());
+    const auto p_none = plan_iteration(none, 1, false, one_chunk());
+    // Memory per chunk: full 2 inputs; block 1: one input + one layer kept whole; block 5 (more
+    // than the chunk's 2 layers) = full.
+    CHECK(p_full.virtual_stages[0].activation_memory == Bytes{2 * input});
+    CHECK(p_block1.virtual_stages[0].activation_memory == Bytes{input + stored});
+    CHECK(p_block5.virtual_stages[0].activation_memory == Bytes{2 * input});
+    CHECK(p_none.virtual_stages[0].activation_memory == Bytes{2 * stored});
+    // Hardware FLOPs: one layer forward F per layer and microbatch recomputed. Per iteration the
+    // model has 4 layers; full recomputes 4 forwards, block 1 one per chunk, 2 in all:
+    // HFU FLOPs - model FLOPs = 4 F (full), 2 F (block 1), 0 (none).
+    const double model = p_none.model_flops_per_iteration.value;
+    const double extra_full = p_full.hardware_flops_per_iteration.value - model;
+    CHECK(extra_full > 0);
+    CHECK(p_block1.hardware_flops_per_iteration.value - model ==
+          doctest::Approx(extra_full / 2).epsilon(1e-12));
+    CHECK(p_none.hardware_flops_per_iteration.value == model);
+
+    // Roofline compute at burst clocks (sustained clocks scale each layer's pass by its own
+    // tensor-core duty cycle): a block-1 chunk runs one recomputing layer and one plain layer,
+    // so its backward takes the full chunk's backward / 2 + the plain chunk's backward / 2, and
+    // its forward equals both (recomputation happens in the backward).
+    const std::vector<std::string> burst = {"compute={model: roofline, clocks: burst}"};
+    const auto r_full =
+        plan_iteration(l.spec({"training.recompute=full"}, burst), 1, false, one_chunk());
+    const auto r_none = plan_iteration(l.spec({}, burst), 1, false, one_chunk());
+    const auto r_block =
+        plan_iteration(l.spec({"training.recompute=full", "training.recompute_method=block",
+                               "training.recompute_layers=1"},
+                              burst),
+                       1, false, one_chunk());
+    const auto bwd = [](const IterationPlan& p) {
+        return p.virtual_stages[0].backward.compute_time().count_ps();
+    };
+    CHECK(bwd(r_full) > bwd(r_none));
+    CHECK(bwd(r_block) == (bwd(r_full) + bwd(r_none)) / 2);
+    CHECK(r_block.virtual_stages[0].forward.compute_time() ==
+          r_none.virtual_stages[0].forward.compute_time());
+    CHECK(r_block.virtual_stages[0].activation_memory ==
+          Bytes{(r_full.virtual_stages[0].activation_memory.value +
+                 r_none.virtual_stages[0].activation_memory.value) /
+                2});
+}
+
+TEST_CASE("partial recomputation: uniform keeps one input per group of N layers") {
+    const Loaded l("plan_recompute_uniform");
+    // 4 layers, pp 1: one chunk of 4 layers. Groups of 3: ceil(4 / 3) = 2 inputs of 4,194,304
+    // bytes are kept; every layer is recomputed (the compute equals full recomputation's).
+    const auto spec = l.spec({"parallelism.pp=1", "training.recompute=full",
+                              "training.recompute_method=uniform", "training.recompute_layers=3"});
+    const auto full = l.spec({"parallelism.pp=1", "training.recompute=full"});
+    const auto p = plan_iteration(spec, 1, false, one_chunk());
+    const auto f = plan_iteration(full, 1, false, one_chunk());
+    CHECK(p.virtual_stages[0].activation_memory == Bytes{2 * 4'194'304});
+    CHECK(f.virtual_stages[0].activation_memory == Bytes{4 * 4'194'304});
+    CHECK(p.virtual_stages[0].backward.compute_time() ==
+          f.virtual_stages[0].backward.compute_time());
+    CHECK(p.hardware_flops_per_iteration == f.hardware_flops_per_iteration);
+    // recompute_method and recompute_layers need recompute: full.
+    CHECK(error_of([&] {
+              l.spec({"training.recompute=selective", "training.recompute_layers=2"});
+          }).find("'training.recompute_layers': applies to full recomputation only") !=
+          std::string::npos);
+}
