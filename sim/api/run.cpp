@@ -127,9 +127,16 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
     std::vector<int> peak_inflight;
-    for (int s = 0; s < shape.devices; ++s)
+    std::vector<Bytes> peak_activations;
+    const auto chunk_activation = [&](int vs) {
+        return plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
+    };
+    for (int s = 0; s < shape.devices; ++s) {
         peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
-    workload::fill_memory(spec, plan, peak_inflight, device_of);
+        peak_activations.push_back(
+            Bytes{schedule::peak_inflight_bytes(*sched, shape, s, chunk_activation)});
+    }
+    workload::fill_memory(spec, plan, peak_inflight, device_of, peak_activations);
     warn_memory(spec, plan, shape.devices, out.warnings);
 
     replay::Replay replay(spec, plan, *sched, shape);

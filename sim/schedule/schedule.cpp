@@ -99,6 +99,27 @@ int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& sh
     return peak;
 }
 
+std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
+                                 const std::function<std::int64_t(int)>& bytes_of_virtual_stage) {
+    detail::require_valid(schedule, shape, device);
+    const Pass releasing = schedule.splits_backward() ? Pass::BackwardWeight : Pass::Backward;
+    std::int64_t held = 0;
+    std::int64_t peak = 0;
+    for (const PipelineOp& op : schedule.order(shape, device)) {
+        const bool takes = op.pass == Pass::Forward;
+        if (!takes && op.pass != releasing) continue;
+        const std::int64_t bytes =
+            bytes_of_virtual_stage(schedule.virtual_stage(shape, device, op.chunk, op.microbatch));
+        if (takes) {
+            held += bytes;
+            peak = std::max(peak, held);
+        } else {
+            held -= bytes;
+        }
+    }
+    return peak;
+}
+
 namespace detail {
 
 std::string check_positive(const std::string& name, const PipelineShape& shape) {

@@ -125,4 +125,11 @@ std::unique_ptr<Schedule> require_schedule(
 // runs its ops one after another in order. Precondition: schedule.check(shape) is empty.
 int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& shape, int device);
 
+// As peak_inflight_microbatches, with each held activation weighing
+// `bytes_of_virtual_stage(vs)` for the virtual stage vs its forward ran (model chunks of unequal
+// size, as uneven pipeline splits make them): the most bytes of activations `device` holds at
+// once.
+std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
+                                 const std::function<std::int64_t(int)>& bytes_of_virtual_stage);
+
 }  // namespace cs::schedule

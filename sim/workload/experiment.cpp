@@ -65,6 +65,65 @@ void parse_sharding(const config::Reader& r, ParallelLayout& l) {
     }
 }
 
+// The uneven-pipeline keys of `parallelism` (PipelineSplitSpec). What depends on the
+// schedule's chunks is checked when the split is made (workload/pipeline_split.cpp).
+PipelineSplitSpec parse_pipeline_split(const config::Reader& r) {
+    PipelineSplitSpec p;
+    if (r.has("first_stage_layers")) {
+        p.first_stage_layers = static_cast<int>(r.count("first_stage_layers"));
+        p.first_where = r.location("first_stage_layers");
+    }
+    if (r.has("last_stage_layers")) {
+        p.last_stage_layers = static_cast<int>(r.count("last_stage_layers"));
+        p.last_where = r.location("last_stage_layers");
+    }
+    p.account_for_embedding = r.boolean_or("account_for_embedding", false);
+    p.embedding_where = r.location("account_for_embedding");
+    p.account_for_loss = r.boolean_or("account_for_loss", false);
+    p.loss_where = r.location("account_for_loss");
+    if (r.has("stage_layers")) {
+        const char* expected =
+            "a list of layer counts (each >= 0), one per pipeline stage or one per virtual "
+            "stage, e.g. [7, 8, 8, 7]";
+        const YAML::Node v = r.value("stage_layers");
+        if (!v.IsSequence() || v.size() == 0)
+            r.fail("stage_layers", std::string("expected ") + expected);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const YAML::Node item = v[i];
+            long long n = -1;
+            std::size_t used = 0;
+            if (item.IsScalar()) {
+                try {
+                    n = std::stoll(item.Scalar(), &used);
+                } catch (const std::exception&) {
+                    used = 0;
+                }
+            }
+            if (!item.IsScalar() || used == 0 || used != item.Scalar().size() || n < 0 ||
+                n > config::kMaxCount)
+                r.fail("stage_layers", "entry " + std::to_string(i) + " (\"" +
+                                           (item.IsScalar() ? item.Scalar() : std::string("...")) +
+                                           "\") is not a layer count; expected " + expected);
+            p.stage_layers.push_back(static_cast<int>(n));
+        }
+        p.list_where = r.location("stage_layers");
+        if (p.first_stage_layers || p.last_stage_layers || p.account_for_embedding ||
+            p.account_for_loss)
+            r.fail("stage_layers",
+                   "give either stage_layers or first_stage_layers / last_stage_layers / "
+                   "account_for_embedding / account_for_loss, not both: the list already says "
+                   "where every layer goes");
+    }
+    // Megatron-LM refuses the same combination (TransformerConfig): the first and last stages'
+    // counts already decide what the embedding and loss leave room for.
+    if ((p.first_stage_layers || p.last_stage_layers) &&
+        (p.account_for_embedding || p.account_for_loss))
+        r.fail(p.account_for_embedding ? "account_for_embedding" : "account_for_loss",
+               "cannot be combined with first_stage_layers / last_stage_layers (as in "
+               "Megatron-LM); give the first and last stages' layer counts alone");
+    return p;
+}
+
 ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec) {
     ParallelLayout l;
     l.tp = static_cast<int>(r.count_or("tp", 1));
@@ -124,6 +183,7 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     if (l.sequence_parallel && l.tp == 1)
         spec.warnings.push_back("sequence_parallel has no effect with tp = 1");
     parse_sharding(r, l);
+    spec.pipeline_split = parse_pipeline_split(r);
     r.finish();
     return l;
 }
@@ -134,6 +194,14 @@ TrainingSpec parse_training(const config::Reader& r) {
     t.global_batch_size = static_cast<int>(r.count("global_batch_size"));
     t.seq_length = static_cast<int>(r.count_or("seq_length", 2048));
     t.recompute = r.choice("recompute", kRecomputeNames, std::optional{Recompute::None});
+    t.recompute_method = r.choice("recompute_method", kRecomputeMethodNames,
+                                  std::optional{RecomputeMethod::Uniform});
+    t.recompute_layers = static_cast<int>(r.count_or("recompute_layers", 1));
+    for (const char* key : {"recompute_method", "recompute_layers"})
+        if (r.has(key) && t.recompute != Recompute::Full)
+            r.fail(key, std::string("applies to full recomputation only (recompute: full, "
+                                    "Megatron-LM's --recompute-granularity full); recompute is ") +
+                            recompute_name(t.recompute));
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
     t.attention = r.choice("attention", kAttentionNames, std::optional{Attention::Flash});

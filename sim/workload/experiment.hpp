@@ -80,6 +80,25 @@ struct ParallelLayout {
     int world_size() const { return tp * pp * dp * cp; }
 };
 
+// How the layers split over the pipeline when not evenly (docs/yaml/experiment.md, "Uneven
+// pipelines"): Megatron-LM's --decoder-first-pipeline-num-layers and
+// --decoder-last-pipeline-num-layers (parallelism.first_stage_layers, last_stage_layers),
+// --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
+// (account_for_embedding, account_for_loss), or an explicit list of layers per stage or per
+// virtual stage (stage_layers). Nothing given: an even split. workload/pipeline_split.hpp turns
+// it into layers per virtual stage once the schedule's chunks are known.
+struct PipelineSplitSpec {
+    std::optional<int> first_stage_layers, last_stage_layers;
+    bool account_for_embedding = false, account_for_loss = false;
+    std::vector<int> stage_layers;  // empty: not given
+    // Where each was given, for errors found when the split is made.
+    SourceLocation first_where, last_where, embedding_where, loss_where, list_where;
+    bool even() const {
+        return !first_stage_layers && !last_stage_layers && !account_for_embedding &&
+               !account_for_loss && stage_layers.empty();
+    }
+};
+
 // `training.optimizer`: Megatron-LM's Adam(W) step, or none at all.
 enum class Optimizer : std::uint8_t { Adam, None };
 inline constexpr std::array<Named<Optimizer>, 2> kOptimizerNames{{
@@ -87,11 +106,25 @@ inline constexpr std::array<Named<Optimizer>, 2> kOptimizerNames{{
     {"none", Optimizer::None},
 }};
 
+// How full recomputation picks its layers (Megatron-LM's --recompute-method with
+// --recompute-num-layers N, training.recompute_method and recompute_layers): `uniform` checkpoints
+// groups of N consecutive layers of each model chunk, storing only each group's input and
+// recomputing every layer; `block` checkpoints the first N layers of each chunk (storing their
+// inputs, recomputing them) and runs the rest as without recomputation.
+enum class RecomputeMethod : std::uint8_t { Uniform, Block };
+inline constexpr std::array<Named<RecomputeMethod>, 2> kRecomputeMethodNames{{
+    {"uniform", RecomputeMethod::Uniform},
+    {"block", RecomputeMethod::Block},
+}};
+
 struct TrainingSpec {
     int micro_batch_size = 1;
     int global_batch_size = 1;
     int seq_length = 2048;
     Recompute recompute = Recompute::None;
+    // With recompute == Full only (uniform groups of 1: every layer, storing its input).
+    RecomputeMethod recompute_method = RecomputeMethod::Uniform;
+    int recompute_layers = 1;
     Precision precision = Precision::Bf16;
     Attention attention = Attention::Flash;
     // Whether the iteration ends with the optimizer step (`training.optimizer`): `none` times
@@ -290,6 +323,7 @@ struct ExperimentSpec {
     std::string schedule = "1f1b";
     SourceLocation schedule_where;  // for errors about the schedule found later
     SourceLocation layout_where;    // location of `parallelism`, for layout errors
+    PipelineSplitSpec pipeline_split;
     ComputeSpec compute;
     network::NetworkConfig network;
     // `seed` (default 0): keys every random stream of the run (Simulation::random). Nothing in

@@ -86,6 +86,8 @@ const std::map<std::string, std::string>& integer_flags() {
         {"--expert-model-parallel-size", "parallelism.ep"},
         {"--num-virtual-stages-per-pipeline-rank", "parallelism.vpp"},
         {"--ddp-bucket-size", "parallelism.ddp_bucket_size"},
+        {"--decoder-first-pipeline-num-layers", "parallelism.first_stage_layers"},
+        {"--decoder-last-pipeline-num-layers", "parallelism.last_stage_layers"},
         {"--num-layers", "model.layers"},
         {"--hidden-size", "model.hidden_size"},
         {"--num-attention-heads", "model.attention_heads"},
@@ -115,6 +117,8 @@ const std::map<std::string, std::string>& switch_flags() {
         {"--untie-embeddings-and-output-weights", "model.tied_embeddings=false"},
         {"--disable-bias-linear", "model.bias=false"},
         {"--use-flash-attn", "training.attention=flash"},
+        {"--account-for-embedding-in-pipeline-split", "parallelism.account_for_embedding=true"},
+        {"--account-for-loss-in-pipeline-split", "parallelism.account_for_loss=true"},
     };
     return m;
 }
@@ -156,6 +160,9 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     std::optional<std::int64_t> optimizer_instances;
     bool group_query_attention = false;
     std::string position_type = "learned_absolute";
+    bool full_recompute = false;
+    std::optional<std::string> recompute_method;
+    std::optional<std::int64_t> recompute_layers;
 
     for (std::size_t i = 0; i < words.size(); ++i) {
         std::string flag = words[i];
@@ -184,6 +191,8 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             if (inline_value) bad(flag + " takes no value");
             out.push_back(sw->second);
             switches.insert(flag);
+            if (flag == "--checkpoint-activations") full_recompute = true;
+            if (flag == "--recompute-activations") full_recompute = false;
         } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
             layers_per_virtual_stage = positive(flag, value());
         } else if (flag == "--num-query-groups") {
@@ -195,21 +204,21 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             if (v != "full" && v != "selective")
                 bad(flag + ": expected full or selective, found \"" + v + "\"");
             out.push_back("training.recompute=" + v);
+            full_recompute = v == "full";
         } else if (flag == "--activations-checkpoint-method" || flag == "--recompute-method") {
-            // uniform/block choose how full recomputation groups layers; clustersim recomputes
-            // every layer in full.
+            // uniform/block choose how full recomputation picks its layers (training.
+            // recompute_method); the old spelling implies full recomputation.
             const auto v = value();
             if (v != "uniform" && v != "block")
                 bad(flag + ": expected uniform or block, found \"" + v + "\"");
-            if (flag == "--activations-checkpoint-method") out.push_back("training.recompute=full");
-            if (v == "block")
-                warnings.push_back(flag +
-                                   " block: partial recomputation is modelled as full "
-                                   "recomputation of every layer");
+            if (flag == "--activations-checkpoint-method") {
+                out.push_back("training.recompute=full");
+                full_recompute = true;
+            }
+            recompute_method = v;
         } else if (flag == "--recompute-num-layers" ||
                    flag == "--activations-checkpoint-num-layers") {
-            value();
-            warnings.push_back(flag + ": recomputation is modelled on every layer");
+            recompute_layers = positive(flag, value());
         } else if (flag == "--attention-backend") {
             // Megatron-LM's AttnBackend: flash, fused (cuDNN) and auto run a fused kernel that
             // keeps no score matrix; unfused and local materialise the scores.
@@ -274,6 +283,16 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     }
 
     append_sharding(megatron_fsdp, sharding_strategy, optimizer_instances, out, warnings);
+    // Megatron-LM reads the method and layer count only for full recomputation.
+    if (full_recompute) {
+        if (recompute_method) out.push_back("training.recompute_method=" + *recompute_method);
+        if (recompute_layers)
+            out.push_back("training.recompute_layers=" + std::to_string(*recompute_layers));
+    } else if (recompute_method || recompute_layers) {
+        warnings.push_back(
+            "--recompute-method / --recompute-num-layers without --recompute-granularity full: "
+            "ignored, as Megatron-LM does");
+    }
     if (query_groups) {
         if (group_query_attention)
             out.push_back("model.kv_heads=" + std::to_string(*query_groups));
@@ -334,12 +353,28 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "
                 "--pipeline-model-parallel-size to derive the virtual stages");
         }
-        const std::int64_t per_stage = *layers / *pp;
-        if (*layers % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
+        // Megatron-LM's rules (arguments.py): the two flags exclude each other, an uneven first
+        // or last stage needs the chunk count itself, and the embedding and loss count as layers
+        // when they are accounted for in the split.
+        if (get("--num-virtual-stages-per-pipeline-rank"))
+            bad("--num-layers-per-virtual-pipeline-stage and "
+                "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
+        if (get("--decoder-first-pipeline-num-layers") || get("--decoder-last-pipeline-num-layers"))
+            bad("with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers, "
+                "give the virtual stages with --num-virtual-stages-per-pipeline-rank (as "
+                "Megatron-LM requires)");
+        const std::int64_t counted =
+            *layers + (switches.count("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
+            (switches.count("--account-for-loss-in-pipeline-split") ? 1 : 0);
+        const std::string what =
+            counted == *layers ? std::to_string(*layers) + " layers"
+                               : std::to_string(counted) + " layers (" + std::to_string(*layers) +
+                                     " with the embedding and/or loss counted as layers)";
+        const std::int64_t per_stage = counted / *pp;
+        if (counted % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
             bad("--num-layers-per-virtual-pipeline-stage " +
-                std::to_string(*layers_per_virtual_stage) + " does not divide the " +
-                std::to_string(*layers) + " layers over " + std::to_string(*pp) +
-                " pipeline stages evenly");
+                std::to_string(*layers_per_virtual_stage) + " does not divide the " + what +
+                " over " + std::to_string(*pp) + " pipeline stages evenly");
         out.push_back("parallelism.vpp=" + std::to_string(per_stage / *layers_per_virtual_stage));
     }
     return out;

@@ -99,17 +99,12 @@ std::vector<std::int64_t> unit_parameters_per_gpu(const ModelSpec& m, const Para
     return units;
 }
 
-std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec, int first_layer,
-                                                  int layers, bool has_embedding, bool has_output,
-                                                  double parameters) {
+std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec,
+                                                  std::int64_t largest_unit, double parameters) {
     const auto& l = spec.layout;
     const double n = l.shard_group_size();
     if (l.sharding < Sharding::Gradients || n <= 1) return std::nullopt;
-    std::int64_t largest = 0;
-    for (const auto u :
-         unit_parameters_per_gpu(spec.model, l, first_layer, layers, has_embedding, has_output))
-        largest = std::max(largest, u);
-    const double unit = static_cast<double>(largest);
+    const double unit = static_cast<double>(largest_unit);
     const double w = weight_bytes_per_parameter(spec.training.precision);
     const double g = gradient_bytes_per_parameter(spec.training.precision);
     ShardedStates r;
@@ -191,31 +186,24 @@ std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayo
     return static_cast<std::int64_t>(std::ceil(owned_parameters(p, layout)));
 }
 
-MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
-                               int inflight_microbatches, bool has_embedding, bool has_output) {
-    const auto& m = spec.model;
+namespace {
+
+// The memory of one GPU holding parameters `p` (the largest of its FSDP units: `largest_unit`)
+// and `activations` bytes of activations.
+MemoryBreakdown memory_of(const ExperimentSpec& spec, const Parameters& p, double activations,
+                          std::int64_t largest_unit) {
     const auto& layout = spec.layout;
-    const int first_layer = stage * layers_on_stage;
-    const auto p =
-        stage_parameters(m, layout, first_layer, layers_on_stage, has_embedding, has_output);
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
     double parameters = weight_bytes_per_parameter(spec.training.precision) * (dense + experts);
     double gradients = gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
     const double optimizer_states =
         optimizer_bytes_per_parameter(spec.training.precision) * owned_parameters(p, layout);
-    const auto sharded = sharded_model_states(spec, first_layer, layers_on_stage, has_embedding,
-                                              has_output, dense + experts);
+    const auto sharded = sharded_model_states(spec, largest_unit, dense + experts);
     if (sharded) {
         parameters = sharded->parameters;
         gradients = sharded->gradients;
     }
-    double activations = 0;
-    for (int i = 0; i < layers_on_stage; ++i)
-        activations += static_cast<double>(
-            layer_activation_bytes(m, layout, spec.training, is_moe_layer(m, first_layer + i))
-                .value);
-    activations *= inflight_microbatches;
     // Found by fuzzing (docs/robustness.md): absurd sizes give more than 2^63 bytes, which Bytes
     // cannot hold.
     if (!(parameters + gradients + optimizer_states + activations < 9.2e18))
@@ -230,6 +218,61 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
     r.activations = ceil_bytes(activations);
     r.total = r.parameters + r.gradients + r.optimizer_states + r.activations;
     return r;
+}
+
+}  // namespace
+
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
+                               int inflight_microbatches, bool has_embedding, bool has_output) {
+    const auto& m = spec.model;
+    const int first_layer = stage * layers_on_stage;
+    double activations = 0;
+    for (int i = 0; i < layers_on_stage; ++i)
+        activations += static_cast<double>(
+            layer_activation_bytes(m, spec.layout, spec.training, is_moe_layer(m, first_layer + i))
+                .value);
+    activations *= inflight_microbatches;
+    std::int64_t largest_unit = 0;
+    for (const auto u : unit_parameters_per_gpu(m, spec.layout, first_layer, layers_on_stage,
+                                                has_embedding, has_output))
+        largest_unit = std::max(largest_unit, u);
+    return memory_of(
+        spec,
+        stage_parameters(m, spec.layout, first_layer, layers_on_stage, has_embedding, has_output),
+        activations, largest_unit);
+}
+
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<LayerRange>& chunks,
+                               Bytes activations, bool has_embedding, bool has_output) {
+    // The embedding and output flags go with one call only: a device holding both keeps tied
+    // weights once (stage_parameters).
+    Parameters sum = stage_parameters(spec.model, spec.layout, 0, 0, has_embedding, has_output);
+    for (const LayerRange& c : chunks) {
+        const auto p = stage_parameters(spec.model, spec.layout, c.first, c.count, false, false);
+        if (__builtin_add_overflow(sum.dense, p.dense, &sum.dense) ||
+            __builtin_add_overflow(sum.experts, p.experts, &sum.experts))
+            throw ConfigError(
+                "model: one pipeline stage would hold more than 2^63 parameters; the model is too "
+                "large to simulate (fewer or smaller layers, or more pipeline stages)");
+    }
+    // The largest FSDP unit: the embedding folds into the device's first layer, the output layer
+    // into its last (unit_parameters_per_gpu).
+    std::int64_t largest_unit = 0;
+    if (spec.layout.sharding >= Sharding::Gradients && !chunks.empty()) {
+        const auto first = std::min_element(
+            chunks.begin(), chunks.end(),
+            [](const LayerRange& x, const LayerRange& y) { return x.first < y.first; });
+        const auto last = std::max_element(
+            chunks.begin(), chunks.end(), [](const LayerRange& x, const LayerRange& y) {
+                return x.first + x.count < y.first + y.count;
+            });
+        for (auto c = chunks.begin(); c != chunks.end(); ++c)
+            for (const auto u :
+                 unit_parameters_per_gpu(spec.model, spec.layout, c->first, c->count,
+                                         has_embedding && c == first, has_output && c == last))
+                largest_unit = std::max(largest_unit, u);
+    }
+    return memory_of(spec, sum, static_cast<double>(activations.value), largest_unit);
 }
 
 }  // namespace cs::workload

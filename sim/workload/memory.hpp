@@ -73,13 +73,22 @@ std::vector<std::int64_t> unit_parameters_per_gpu(const ModelSpec& m, const Para
 struct ShardedStates {
     double parameters = 0, gradients = 0;
 };
-std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec, int first_layer,
-                                                  int layers, bool has_embedding, bool has_output,
-                                                  double parameters);
+std::optional<ShardedStates> sharded_model_states(const ExperimentSpec& spec,
+                                                  std::int64_t largest_unit, double parameters);
 
 // Memory of one GPU of pipeline stage `stage` holding `layers_on_stage` layers, with
 // `inflight_microbatches` microbatches' activations held at its peak (the schedule's number).
 MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers_on_stage,
                                int inflight_microbatches, bool has_embedding, bool has_output);
+
+// A contiguous run of layers, [first, first + count): one model chunk.
+struct LayerRange {
+    int first = 0;
+    int count = 0;
+};
+// Memory of one GPU holding the model chunks `chunks` (in any order; with the embedding and/or
+// output layer as flagged) and `activations` bytes of activations at its peak.
+MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<LayerRange>& chunks,
+                               Bytes activations, bool has_embedding, bool has_output);
 
 }  // namespace cs::workload

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string_view>
 
-#include "core/checked.hpp"
 #include "core/errors.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_split.hpp"
 #include "workload/roofline.hpp"
 
 namespace cs::workload {
@@ -94,6 +94,34 @@ void for_each_layer_run(const ModelSpec& m, int first, int count, F&& f) {
     }
 }
 
+// Layers of a chunk of `layers` whose forward full recomputation re-runs during the backward
+// (Megatron-LM's TransformerBlock._checkpointed_forward): all of them with `uniform`, the first
+// recompute_layers with `block`, none without full recomputation.
+int recomputed_layers(const TrainingSpec& t, int layers) {
+    if (t.recompute != Recompute::Full) return 0;
+    return t.recompute_method == RecomputeMethod::Block ? std::min(t.recompute_layers, layers)
+                                                        : layers;
+}
+
+// The training settings of a chunk's layers after the first recomputed_layers(): as given, except
+// that with full recomputation they keep everything (block's layers past the first N).
+TrainingSpec stored_layers_training(const TrainingSpec& t) {
+    TrainingSpec plain = t;
+    if (t.recompute == Recompute::Full) plain.recompute = Recompute::None;
+    return plain;
+}
+
+// Activation bytes the uniform method saves on a chunk of `layers`: it keeps one input per group
+// of recompute_layers layers (the last group may be shorter) instead of one per layer.
+std::int64_t uniform_group_saving(const ExperimentSpec& spec, int layers) {
+    const auto& t = spec.training;
+    if (t.recompute != Recompute::Full || t.recompute_method != RecomputeMethod::Uniform ||
+        layers == 0)
+        return 0;
+    const std::int64_t groups = (layers + t.recompute_layers - 1) / t.recompute_layers;
+    return (layers - groups) * layer_activation_bytes(spec.model, spec.layout, t, false).value;
+}
+
 void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
     append_repeated(c.forward, lp.forward, layers);
     append_repeated(c.backward, lp.backward, layers);
@@ -117,7 +145,9 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
             layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size, t.seq_length).value /
             group;
     const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
-    const double recompute = t.recompute == Recompute::Full ? per_layer : 0;
+    // Recomputed FLOPs (HFU) spread over the chunk's layer steps, which share one profiled time.
+    const double recompute =
+        c.layers > 0 ? per_layer * recomputed_layers(t, c.layers) / c.layers : 0;
 
     // With `unprofiled: roofline` the embedding and output layer that have no profiled time are
     // the roofline model's (all their passes, appended like the roofline chunk does).
@@ -134,6 +164,10 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
                               "schedule '" + spec.schedule +
                                   "' splits the backward pass: give compute.layer_backward_input "
                                   "and compute.layer_backward_weight instead of layer_backward");
+    }
+    // A chunk without transformer layers (the embedding or the loss counted as its only layer in
+    // an uneven split) has no layer steps.
+    if (p.layer_forward && c.layers > 0) {
         c.forward.steps.push_back(
             compute_step("layer", *p.layer_forward + oh, per_layer, per_layer, c.layers));
         const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
@@ -152,7 +186,7 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
             c.backward_weight.steps.push_back(
                 compute_step("layer weight grad", bw + oh, per_layer, per_layer, c.layers));
         }
-    } else {
+    } else if (!p.layer_forward) {
         if (split_backward)
             throw ConfigError(spec.schedule_where,
                               "schedule '" + spec.schedule +
@@ -208,11 +242,19 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
     const auto& rc = spec.compute.roofline;
     if (first && spec.model.vocab_size > 0)
         append_passes(c, roofline_embedding(spec.model, spec.layout, spec.training, gpu, rc), 1);
-    for_each_layer_run(spec.model, c.first_layer, c.layers, [&](bool moe, int count) {
-        const auto lp = roofline_layer(spec.model, spec.layout, spec.training, gpu, rc, moe);
-        append_passes(c, lp, count);
-        c.activation_bytes = lp.activation_send;
-    });
+    // The recomputed layers first (all with uniform, the first N with block), then the others.
+    const int recomputed = recomputed_layers(spec.training, c.layers);
+    const TrainingSpec stored = stored_layers_training(spec.training);
+    const auto add_layers = [&](int from, int count, const TrainingSpec& training) {
+        for_each_layer_run(spec.model, from, count, [&](bool moe, int n) {
+            const auto lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
+            append_passes(c, lp, n);
+            c.activation_bytes = lp.activation_send;
+        });
+    };
+    add_layers(c.first_layer, recomputed, spec.training);
+    add_layers(c.first_layer + recomputed, c.layers - recomputed, stored);
+    c.activation_memory.value -= uniform_group_saving(spec, c.layers);
     if (last && spec.model.vocab_size > 0)
         append_passes(c, roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc), 1);
 }
@@ -228,23 +270,21 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     plan.stages = l.pp;
     plan.chunks = chunks;
     plan.microbatches = t.microbatches(l);
-    // Checked in 64 bits: pp x vpp can exceed an int (and then no layer count divides it).
-    const auto product = checked_product({l.pp, chunks});
-    if (!product || *product > m.layers || m.layers % *product != 0)
+    const std::vector<int> chunk_layers = split_layers(spec, chunks, device_of);
+    const int vstages = static_cast<int>(chunk_layers.size());
+    if (!spec.pipeline_split.even() && spec.compute.kind == ComputeSpec::Kind::Profile &&
+        spec.compute.profile.stage_forward)
         throw ConfigError(spec.layout_where,
-                          "'parallelism': layers (" + std::to_string(m.layers) +
-                              ") must be divisible by pp x chunks = " + std::to_string(l.pp) +
-                              " x " + std::to_string(chunks) + " = " +
-                              (product ? std::to_string(*product) : "more than 2^63") +
-                              " so that every pipeline chunk gets the same number of layers");
-    const int vstages = static_cast<int>(*product);
-    const int per_chunk = m.layers / vstages;
+                          "'parallelism': an uneven pipeline split needs per-layer profile times "
+                          "(compute.layer_forward, ...): stage_forward and stage_backward give one "
+                          "time for every stage");
 
     plan.virtual_stages.resize(static_cast<std::size_t>(vstages));
-    for (int vs = 0; vs < vstages; ++vs) {
+    for (int vs = 0, next_layer = 0; vs < vstages; ++vs) {
         ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
-        c.first_layer = vs * per_chunk;
-        c.layers = per_chunk;
+        c.first_layer = next_layer;
+        c.layers = chunk_layers[static_cast<std::size_t>(vs)];
+        next_layer += c.layers;
         // Megatron's scatter/gather (and sequence parallelism) send 1/tp of the b s h activation,
         // in 16-bit precision; context parallelism splits the sequence.
         c.activation_bytes = Bytes{static_cast<std::int64_t>(t.micro_batch_size) * t.seq_length /
@@ -252,9 +292,17 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         const bool first = vs == 0, last = vs == vstages - 1;
         if (spec.compute.kind == ComputeSpec::Kind::Profile) {
             plan_profile_chunk(spec, c, first, last, chunks, split_backward);
-            for_each_layer_run(m, c.first_layer, c.layers, [&](bool moe, int count) {
+            const int recomputed = recomputed_layers(t, c.layers);
+            const TrainingSpec stored = stored_layers_training(t);
+            for_each_layer_run(m, c.first_layer, recomputed, [&](bool moe, int count) {
                 c.activation_memory += Bytes{layer_activation_bytes(m, l, t, moe).value * count};
             });
+            for_each_layer_run(
+                m, c.first_layer + recomputed, c.layers - recomputed, [&](bool moe, int count) {
+                    c.activation_memory +=
+                        Bytes{layer_activation_bytes(m, l, stored, moe).value * count};
+                });
+            c.activation_memory.value -= uniform_group_saving(spec, c.layers);
         } else {
             plan_roofline_chunk(spec, c, first, last);
         }
@@ -266,10 +314,11 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         std::int64_t params = 0, owned = 0;
         for (int vs = 0; vs < vstages; ++vs)
             if (device_of(vs) == s) {
-                const int first = vs * per_chunk;
+                const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
                 const bool embedding = vs == 0, output = vs == vstages - 1;
-                params += parameters_per_gpu(m, l, first, per_chunk, embedding, output);
-                owned += optimizer_parameters_per_gpu(m, l, first, per_chunk, embedding, output);
+                params += parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
+                owned +=
+                    optimizer_parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
             }
         // A device holding both the embedding chunk and the output chunk (V placements) holds
         // tied embedding weights once; the chunks counted apart each brought a copy. The
@@ -305,6 +354,16 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
     plan.model_flops_per_iteration = flops.model;
     plan.hardware_flops_per_iteration = flops.hardware;
+    if (t.recompute == Recompute::Full && t.recompute_method == RecomputeMethod::Block) {
+        // Only the recomputed layers' forwards count twice (block leaves the others alone).
+        double recomputed = 0;
+        for (const ChunkPlan& c : plan.virtual_stages)
+            for (int i = 0; i < recomputed_layers(t, c.layers); ++i)
+                recomputed += layer_forward_flops(m, is_moe_layer(m, c.first_layer + i),
+                                                  t.global_batch_size, t.seq_length)
+                                  .value;
+        plan.hardware_flops_per_iteration = Flops{flops.model.value + recomputed};
+    }
     plan.tokens_per_iteration = static_cast<std::int64_t>(t.global_batch_size) * t.seq_length;
     return plan;
 }
@@ -321,28 +380,30 @@ void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan) {
 
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::vector<int>& peak_inflight_chunks,
-                 const std::function<int(int)>& device_of) {
+                 const std::function<int(int)>& device_of,
+                 const std::vector<Bytes>& peak_activations) {
     const int vstages = static_cast<int>(plan.virtual_stages.size());
-    const int per_chunk = spec.model.layers / vstages;
     for (int s = 0; s < plan.stages; ++s) {
         bool emb = false, out = false;
         std::int64_t chunk_activation = 0;
-        MemoryBreakdown total;
+        std::vector<LayerRange> chunks;
         for (int vs = 0; vs < vstages; ++vs) {
             if (device_of(vs) != s) continue;
+            const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
             emb |= vs == 0;
             out |= vs == vstages - 1;
-            chunk_activation =
-                std::max(chunk_activation,
-                         plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+            chunks.push_back({c.first_layer, c.layers});
+            chunk_activation = std::max(chunk_activation, c.activation_memory.value);
         }
         // Parameters, gradients and optimizer states of the device's layers; activations are the
-        // schedule's peak number of chunk activations held at once.
-        auto mem = memory_per_gpu(spec, s, per_chunk * plan.chunks, 0, emb, out);
-        mem.activations =
-            Bytes{chunk_activation * peak_inflight_chunks[static_cast<std::size_t>(s)]};
-        mem.total = mem.parameters + mem.gradients + mem.optimizer_states + mem.activations;
-        plan.devices[static_cast<std::size_t>(s)].memory = mem;
+        // schedule's peak of chunk activations held at once (each chunk's own size when the
+        // caller weighed them, else the largest chunk's).
+        const Bytes activations =
+            static_cast<std::size_t>(s) < peak_activations.size()
+                ? peak_activations[static_cast<std::size_t>(s)]
+                : Bytes{chunk_activation * peak_inflight_chunks[static_cast<std::size_t>(s)]};
+        plan.devices[static_cast<std::size_t>(s)].memory =
+            memory_per_gpu(spec, chunks, activations, emb, out);
     }
 }
 

@@ -97,10 +97,13 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
 // ZeRO-2/3: fills every chunk's unit_parameters (called by plan_iteration).
 void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan);
 
-// Fills every device's MemoryBreakdown: parameters, gradients and optimizer states of its layers
-// plus `peak_inflight_chunks[device]` chunk activations (the schedule's peak).
+// Fills every device's MemoryBreakdown: parameters, gradients and optimizer states of the layers
+// of its chunks plus its activations at the schedule's peak: `peak_activations[device]` when
+// given (the schedule's peak with each held chunk weighing its own activation_memory,
+// schedule::peak_inflight_bytes), else `peak_inflight_chunks[device]` times its largest chunk's.
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::vector<int>& peak_inflight_chunks,
-                 const std::function<int(int)>& device_of);
+                 const std::function<int(int)>& device_of,
+                 const std::vector<Bytes>& peak_activations = {});
 
 }  // namespace cs::workload

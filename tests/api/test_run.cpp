@@ -3,7 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "api/compare.hpp"
 #include "api/inputs.hpp"
@@ -121,4 +124,52 @@ TEST_CASE("--max-memory: a positive size with a unit, named in its errors") {
                          cs::ConfigError);
     CHECK_THROWS_WITH_AS(cs::api::parse_max_memory("0B"), doctest::Contains("--max-memory 0B"),
                          cs::ConfigError);
+}
+
+TEST_CASE("the Llama 3 405B recipe, scaled down, runs the same from YAML and Megatron-LM flags") {
+    // workloads/llama3-405b-8k.yaml on 32 of its servers (256 GPUs: tp 8 x pp 16 x dp 2) and a
+    // global batch of 64 (32 microbatches per replica, as in the full recipe): the same stages,
+    // chunks and microbatches per pipeline, fewer replicas.
+    const std::string recipe =
+        std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/llama3-405b-8k.yaml";
+    const std::vector<std::string> smaller = {"topology.nodes=32", "parallelism.dp=2",
+                                              "training.global_batch_size=64"};
+    const auto yaml = cs::api::load_experiment({recipe, smaller, ""});
+    CHECK(yaml.layout.world_size() == 256);
+    CHECK(yaml.training.microbatches(yaml.layout) == 32);
+    const auto from_yaml = cs::api::run(yaml);
+    CHECK(from_yaml.summary.mfu > 0);
+    CHECK(from_yaml.summary.schedule == "interleaved");
+    // 126 + 2 counted layers, 8 per stage, 4 per chunk: 3 on virtual stages 0 and 31.
+    REQUIRE(from_yaml.summary.stages.size() == 16);
+
+    // The same recipe from the bundled flags, on a file that gives only the cluster, the schedule
+    // and a placeholder model and layout, all of which the flags replace (dp is derived: 256 /
+    // (8 x 16) = 2).
+    const auto dir = std::filesystem::temp_directory_path() / "cs_api_tests_llama_flags";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream base(dir / "base.yaml");
+        base << "topology: " << CLUSTERSIM_SOURCE_DIR << "/topologies/roce-h100-clos.yaml\n"
+             << "model: {layers: 2, hidden_size: 64, attention_heads: 4, vocab_size: 0}\n"
+             << "parallelism: {tp: 1}\n"
+             << "training: {global_batch_size: 1}\n"
+             << "schedule: interleaved\n"
+             << "compute: {model: roofline}\n";
+    }
+    const std::string flags =
+        "@" + std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/llama3-405b.megatron-args";
+    const auto megatron =
+        cs::api::load_experiment({(dir / "base.yaml").string(),
+                                  {"topology.nodes=32", "training.global_batch_size=64"},
+                                  flags});
+    std::filesystem::remove_all(dir);
+    CHECK(megatron.layout.dp == 2);
+    CHECK(megatron.layout.vpp == 2);
+    CHECK(megatron.model.vocab_size == yaml.model.vocab_size);  // 128,256 is a multiple of 16 x 8
+    const auto from_flags = cs::api::run(megatron);
+    CHECK(from_flags.summary.iteration_time_s == from_yaml.summary.iteration_time_s);
+    CHECK(from_flags.summary.mfu == from_yaml.summary.mfu);
+    CHECK(from_flags.summary.memory.total == from_yaml.summary.memory.total);
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "../schedule/toy_schedule.hpp"
 #include "api/run.hpp"
@@ -182,6 +183,90 @@ TEST_CASE("a schedule registered by a test replays like the bundled ones") {
             const auto out = run(spec, *toy);
             CHECK(out.summary.iteration_time_s == ((f + b) * (m + p - 1)).seconds());
             CHECK(out.checker.violations == 0);
+        }
+    }
+}
+
+TEST_CASE("1f1b with a short first and last stage: iteration time and bubbles by hand") {
+    // 4 layers on p = 3 stages with first_stage_layers = last_stage_layers = 1: stage 1 holds the
+    // other 2. Per layer f = 1 ms forward, b = 2 ms backward, ideal network, so per stage
+    // F = (1, 2, 1) ms and B = (2, 4, 2) ms.
+    //
+    // Stage 1 is the bottleneck (F1 + B1 = 6 ms per microbatch). Its timeline under 1F1B (one
+    // warm-up forward, then F, B alternating):
+    //  - it waits F0 = 1 ms for stage 0's first forward, then runs F(0) and F(1): 1..5 ms;
+    //  - B(0) needs stage 2's B(0), which starts when F(0) arrives at 3 ms and ends after
+    //    F2 + B2 = 3 ms, at 6 ms: stage 1 idles (F2 + B2) - F1 = 1 ms;
+    //  - from then on it never waits: between the end of F(i) and the start of B(i) it runs
+    //    B(i-1) and F(i+1), 6 ms >= the 3 ms stage 2 needs for F(i) and B(i); and the forwards it
+    //    needs from stage 0 are ready earlier still (stage 0 needs 1 ms per forward).
+    //  So it ends its last backward at 1 + 1 + 6m ms, and stage 0 then runs the last B0 = 2 ms:
+    //    T = F0 + (F2 + B2 - F1) + m (F1 + B1) + B0 = 6m + 4 ms.
+    // (An even split of 6 layers, 2 per stage, would take (m + p - 1)(F + B) = 6m + 12 ms.)
+    // Every idle interval waits on another stage, so each stage's bubble is 1 - busy / T with
+    // busy = m (F + B): stages 0 and 2 (T - 3m) / T, stage 1 (T - 6m) / T = 4 / T.
+    for (int m : {2, 4, 8}) {
+        auto spec =
+            test::profile_experiment(3, m, 4, Time::ms(1), Time::ms(2), network::Fidelity::Ideal);
+        spec.pipeline_split.first_stage_layers = 1;
+        spec.pipeline_split.last_stage_layers = 1;
+        auto out = run(spec, "1f1b");
+        CAPTURE(m);
+        const double T = (6.0 * m + 4) / 1000;
+        CHECK(out.summary.iteration_time_s == doctest::Approx(T).epsilon(1e-12));
+        REQUIRE(out.summary.stages.size() == 3);
+        const double short_bubble = (T - 3e-3 * m) / T, long_bubble = 4e-3 / T;
+        CHECK(out.summary.stages[0].busy_s == doctest::Approx(3e-3 * m).epsilon(1e-12));
+        CHECK(out.summary.stages[1].busy_s == doctest::Approx(6e-3 * m).epsilon(1e-12));
+        CHECK(out.summary.stages[0].bubble_fraction ==
+              doctest::Approx(short_bubble).epsilon(1e-12));
+        CHECK(out.summary.stages[1].bubble_fraction == doctest::Approx(long_bubble).epsilon(1e-12));
+        CHECK(out.summary.stages[2].bubble_fraction ==
+              doctest::Approx(short_bubble).epsilon(1e-12));
+        CHECK(out.summary.bubble_fraction ==
+              doctest::Approx((2 * short_bubble + long_bubble) / 3).epsilon(1e-12));
+        CHECK(out.summary.exposed_comm_fraction == 0.0);
+        CHECK(out.checker.violations == 0);
+    }
+}
+
+TEST_CASE("every schedule replays an uneven split (embedding and loss counted as layers)") {
+    // 14 layers + embedding + loss = 16 counted layers on p = 4 stages: 4 per stage, and with 2
+    // chunks 2 per chunk. Virtual stages 0 and the last hold one transformer layer fewer. Each
+    // pass runs once, after its dependencies, and every stage computes exactly its layers:
+    // busy = m x layers x (f + b).
+    const Time f = Time::us(3), b = Time::us(7);
+    for (const auto& name : schedule::schedule_names()) {
+        auto sched = schedule::make_schedule(name);
+        const bool split = sched->splits_backward();
+        auto spec = test::profile_experiment(4, 8, 14, f, b, network::Fidelity::Flow);
+        if (split) {
+            spec.compute.profile.layer_backward.reset();
+            spec.compute.profile.layer_backward_input = Time::us(4);
+            spec.compute.profile.layer_backward_weight = Time::us(3);
+        }
+        spec.layout.vpp = 2;
+        spec.pipeline_split.account_for_embedding = true;
+        spec.pipeline_split.account_for_loss = true;
+        CAPTURE(name);
+        const int chunks = sched->chunks_for(2);
+        auto out = run(spec, *sched);
+        CHECK(out.checker.violations == 0);
+        CHECK(out.checker.duplicates == 0);
+        CHECK(out.checker.seen.size() ==
+              static_cast<std::size_t>((split ? 3 : 2) * 4 * chunks * 8));
+        // Layers per stage: virtual stage vs holds 16 / (4 chunks) = 4 / chunks counted layers,
+        // minus one on vs 0 and on the last; the stages holding those follow the placement.
+        schedule::PipelineShape shape{4, 8, chunks};
+        std::vector<int> layers(4, 0);
+        for (int vs = 0; vs < 4 * chunks; ++vs)
+            layers[static_cast<std::size_t>(sched->place(shape, vs, 0).device)] +=
+                4 / chunks - (vs == 0 ? 1 : 0) - (vs == 4 * chunks - 1 ? 1 : 0);
+        for (int s = 0; s < 4; ++s) {
+            CAPTURE(s);
+            CHECK(out.summary.stages[static_cast<std::size_t>(s)].busy_s ==
+                  doctest::Approx(8 * layers[static_cast<std::size_t>(s)] * (f + b).seconds())
+                      .epsilon(1e-9));
         }
     }
 }

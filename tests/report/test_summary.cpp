@@ -52,20 +52,33 @@ TEST_CASE(
         opt.schedule = name;
         const auto summary = api::run(spec, opt).summary;
         REQUIRE(summary.stages.size() == 2);
-        // Expected, per stage s: the largest chunk activation among the virtual stages the
-        // schedule places on s, times the chunk activations s holds at its peak.
+        // Expected, per stage s: walking the stage's op order, the most bytes held at once, each
+        // forward adding its own chunk's activation memory until the pass that releases it (the
+        // backward, or the weight-gradient pass of split schedules); at most the largest chunk
+        // times the peak count of chunks held, at least the smallest times it.
+        const auto bytes_of = [&](int vs) {
+            return plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
+        };
+        const auto releasing =
+            sched->splits_backward() ? schedule::Pass::BackwardWeight : schedule::Pass::Backward;
         for (int s = 0; s < 2; ++s) {
-            std::int64_t per_chunk = 0;
+            std::int64_t largest = 0, smallest = bytes_of(vstages - 1), held = 0, peak = 0;
             for (int vs = 0; vs < vstages; ++vs)
-                if (device_of(vs) == s)
-                    per_chunk = std::max(
-                        per_chunk,
-                        plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value);
+                if (device_of(vs) == s) {
+                    largest = std::max(largest, bytes_of(vs));
+                    smallest = std::min(smallest, bytes_of(vs));
+                }
+            for (const auto& op : sched->order(shape, s)) {
+                const int vs = sched->virtual_stage(shape, s, op.chunk, op.microbatch);
+                if (op.pass == schedule::Pass::Forward) peak = std::max(peak, held += bytes_of(vs));
+                if (op.pass == releasing) held -= bytes_of(vs);
+            }
             const int inflight = schedule::peak_inflight_microbatches(*sched, shape, s);
             CHECK(summary.stages[static_cast<std::size_t>(s)].peak_inflight_microbatches ==
                   inflight);
-            CHECK(summary.stages[static_cast<std::size_t>(s)].peak_activation_bytes ==
-                  per_chunk * inflight);
+            CHECK(summary.stages[static_cast<std::size_t>(s)].peak_activation_bytes == peak);
+            CHECK(peak <= largest * inflight);
+            CHECK(peak >= smallest * inflight);
         }
         // The output layer's stage: the last for linear placements, stage 0 for V-shaped ones
         // (zb-v, dualpipev: virtual stages 0 1 | 1 0, so virtual stage 3 is on device 0).

@@ -282,7 +282,9 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
               e + ":7:3: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, cp, ep, vpp, "
                   "sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
                   "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
-                  "reshard_after_forward or shard_prefetch");
+                  "reshard_after_forward, shard_prefetch, "
+                  "first_stage_layers, last_stage_layers, account_for_embedding, "
+                  "account_for_loss or stage_layers");
     }
     SUBCASE("unknown top-level key: line 10, after the 9 lines of kMinimal") {
         CHECK(error_with("  pp: 2\n", "schedul: zb-h1\n") ==
@@ -364,7 +366,9 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
           "--set parallelism.tpp=2: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, "
           "cp, ep, vpp, sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
           "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
-          "reshard_after_forward or shard_prefetch");
+          "reshard_after_forward, shard_prefetch, "
+                  "first_stage_layers, last_stage_layers, account_for_embedding, "
+                  "account_for_loss or stage_layers");
     CHECK(error_with({"training.recompute=partial"}) ==
           "--set training.recompute=partial: 'training.recompute': unknown value \"partial\"; "
           "expected none, selective or full");

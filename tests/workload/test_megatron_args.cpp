@@ -37,12 +37,13 @@ TEST_CASE("Narayanan Table 1 145.6B script flags become overrides") {
         "parallelism.tp=8", "parallelism.pp=8", "model.layers=80", "model.hidden_size=12288",
         "model.attention_heads=96", "training.seq_length=2048", "training.micro_batch_size=2",
         "training.global_batch_size=2304", "training.precision=fp16", "training.recompute=full",
+        // --activations-checkpoint-method uniform: full recomputation of groups of 1 layer;
         // learned positions for 2048 tokens, then Megatron's defaults for the switches not given:
         // 4h MLP, GELU, LayerNorm, biases, tied embeddings, kv heads = heads;
         // vpp = 80 layers / 8 stages / 5 per virtual stage.
-        "model.position_embeddings=2048", "model.ffn_hidden_size=49152", "model.activation=gelu",
-        "model.norm=layernorm", "model.bias=true", "model.tied_embeddings=true",
-        "model.kv_heads=96", "parallelism.vpp=2"};
+        "training.recompute_method=uniform", "model.position_embeddings=2048",
+        "model.ffn_hidden_size=49152", "model.activation=gelu", "model.norm=layernorm",
+        "model.bias=true", "model.tied_embeddings=true", "model.kv_heads=96", "parallelism.vpp=2"};
     CHECK(o == expected);
     // The flags clustersim has no use for are named, each once.
     CHECK(warnings == std::vector<std::string>{"--lr: not used by clustersim (ignored)",
@@ -191,4 +192,80 @@ TEST_CASE("sharded data parallelism flags: distributed optimizer, Megatron-FSDP,
           }) ==
           "--megatron-args: --data-parallel-sharding-strategy: expected no_shard, optim, "
           "optim_grads or optim_grads_params, found \"full_shard\"");
+}
+
+TEST_CASE("uneven pipeline flags map to the split keys, with Megatron-LM's virtual stage rules") {
+    std::vector<std::string> w;
+    auto o = megatron_args_to_overrides(
+        "--num-layers 126 --pipeline-model-parallel-size 16 "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+        "--num-layers-per-virtual-pipeline-stage 4",
+        w);
+    CHECK(contains(o, "parallelism.account_for_embedding=true"));
+    CHECK(contains(o, "parallelism.account_for_loss=true"));
+    // (126 + 1 + 1) / 16 = 8 counted layers per stage, 4 per virtual stage: 2 chunks.
+    CHECK(contains(o, "parallelism.vpp=2"));
+    CHECK(w.empty());
+    // Without the accounting 126 / 16 does not divide.
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 126 --pipeline-model-parallel-size 16 "
+                  "--num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          }).find("does not divide the 126 layers over 16 pipeline stages") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 126 --pipeline-model-parallel-size 16 "
+                  "--account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          })
+              .find("does not divide the 127 layers (126 with the embedding and/or loss counted "
+                    "as layers) over 16 pipeline stages") != std::string::npos);
+
+    o = megatron_args_to_overrides(
+        "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers=8 "
+        "--num-virtual-stages-per-pipeline-rank 2",
+        w);
+    CHECK(contains(o, "parallelism.first_stage_layers=6"));
+    CHECK(contains(o, "parallelism.last_stage_layers=8"));
+    CHECK(contains(o, "parallelism.vpp=2"));
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 30 --pipeline-model-parallel-size 4 "
+                  "--decoder-first-pipeline-num-layers 6 "
+                  "--num-layers-per-virtual-pipeline-stage 2",
+                  w);
+          }).find("give the virtual stages with --num-virtual-stages-per-pipeline-rank") !=
+          std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides(
+                  "--num-layers 32 --pipeline-model-parallel-size 4 "
+                  "--num-virtual-stages-per-pipeline-rank 2 "
+                  "--num-layers-per-virtual-pipeline-stage 4",
+                  w);
+          }).find("cannot be set at the same time") != std::string::npos);
+    CHECK(error_of([&] {
+              megatron_args_to_overrides("--decoder-first-pipeline-num-layers 0", w);
+          }).find("expected a positive integer") != std::string::npos);
+}
+
+TEST_CASE("partial recomputation flags map to recompute_method and recompute_layers") {
+    std::vector<std::string> w;
+    auto o = megatron_args_to_overrides(
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 3", w);
+    CHECK(contains(o, "training.recompute=full"));
+    CHECK(contains(o, "training.recompute_method=block"));
+    CHECK(contains(o, "training.recompute_layers=3"));
+    CHECK(w.empty());
+    // The old spellings: --activations-checkpoint-method implies full recomputation.
+    o = megatron_args_to_overrides(
+        "--activations-checkpoint-method uniform --activations-checkpoint-num-layers 2", w);
+    CHECK(contains(o, "training.recompute=full"));
+    CHECK(contains(o, "training.recompute_method=uniform"));
+    CHECK(contains(o, "training.recompute_layers=2"));
+    // Without full recomputation Megatron-LM ignores them, and says so here.
+    o = megatron_args_to_overrides("--recompute-method block --recompute-num-layers 3", w);
+    CHECK(o.empty());
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].find("without --recompute-granularity full: ignored") != std::string::npos);
 }

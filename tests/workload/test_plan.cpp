@@ -6,11 +6,13 @@
 #include "../error_of.hpp"
 #include "scratch.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/errors.hpp"
 #include "workload/experiment.hpp"
+#include "workload/pipeline_split.hpp"
 #include "workload/plan.hpp"
 
 using namespace cs;
@@ -104,6 +106,10 @@ TEST_CASE("layers split evenly over pp x chunks, in order") {
     }
 }
 
+const std::string kUnevenHint =
+    "; for an uneven split give parallelism.first_stage_layers / last_stage_layers, "
+    "account_for_embedding / account_for_loss, or stage_layers";
+
 TEST_CASE("an uneven split of layers is an error located at parallelism") {
     const Loaded l("plan_uneven");
     // kSmallGpt's parallelism is line 3; a flow mapping's location is its opening brace, column
@@ -112,14 +118,18 @@ TEST_CASE("an uneven split of layers is an error located at parallelism") {
     const auto spec = l.spec();
     // 4 layers over 2 stages x 4 chunks = 8 virtual stages.
     CHECK(error_of([&] { plan_iteration(spec, 4, false, round_robin(2)); }) ==
-          at + "layers (4) must be divisible by pp x chunks = 2 x 4 = 8 so that every pipeline "
-               "chunk gets the same number of layers");
+          at +
+              "layers (4) must be divisible by pp x chunks = 2 x 4 = 8 so that every pipeline "
+              "chunk gets the same number of layers" +
+              kUnevenHint);
     // 6 layers over pp 4 (and dp 1) loads, but cannot be planned: 6 is not a multiple of 4.
     const auto six = l.spec({"model.layers=6", "parallelism.pp=4"});
     CHECK(six.layout.dp == 1);
     CHECK(error_of([&] { plan_iteration(six, 1, false, one_chunk()); }) ==
-          at + "layers (6) must be divisible by pp x chunks = 4 x 1 = 4 so that every pipeline "
-               "chunk gets the same number of layers");
+          at +
+              "layers (6) must be divisible by pp x chunks = 4 x 1 = 4 so that every pipeline "
+              "chunk gets the same number of layers" +
+              kUnevenHint);
 }
 
 TEST_CASE("microbatches = global batch / (micro-batch x dp); tokens = global batch x s") {
@@ -362,13 +372,10 @@ TEST_CASE("fill_memory: a V placement puts the embedding and output layer on dev
     CHECK(plan.devices[1].memory.activations == Bytes{4 * 71'434'240});
 }
 
-// Known defect (see the goldens branch report): fill_memory sizes device s's parameters as if it
-// held the contiguous layers s x L/p .. (s+1) x L/p - 1, while plan_iteration uses the schedule's
-// placement. The count of layers agrees, but with leading dense layers in an MoE model the kinds
-// of layers do not (DeepSeek-V3 runs DualPipe with 3 dense layers). Remove should_fail once
-// fill_memory follows device_of.
-TEST_CASE("fill_memory follows the placement of MoE layers (interleaved, dense_layers 2)" *
-          doctest::should_fail()) {
+// fill_memory sums the parameters of the chunks the schedule places on each device, so with
+// leading dense layers in an MoE model each device holds the kinds of layers it runs (DeepSeek-V3
+// runs DualPipe with 3 dense layers).
+TEST_CASE("fill_memory follows the placement of MoE layers (interleaved, dense_layers 2)") {
     Scratch s("plan_memory_moe");
     s.write("four-gpus.yaml", kFourGpus);
     // A tiny GPT-style MoE: h = 64, 4 heads, 2 experts of width 128 (top 1), the first 2 of 4
@@ -420,4 +427,291 @@ TEST_CASE("profile runs with a framework issue that framework's kernels for each
     // The profiled times themselves do not change.
     CHECK(p1.virtual_stages[0].forward.compute_time() ==
           p0.virtual_stages[0].forward.compute_time());
+}
+
+TEST_CASE("uneven splits follow Megatron-LM's rules") {
+    const Loaded l("plan_uneven_rules");
+    auto spec = l.spec();
+    spec.schedule = "interleaved";
+    const auto split = [&](int pp, int layers, int chunks, const std::function<int(int)>& at) {
+        spec.layout.pp = pp;
+        spec.model.layers = layers;
+        return split_layers(spec, chunks, at);
+    };
+    const auto all = [](int n, int v) { return std::vector<int>(static_cast<std::size_t>(n), v); };
+
+    // Llama 3 405B: 126 layers + embedding + loss = 128 counted layers, 8 per stage on 16 stages;
+    // the first and last stage build 7 transformer layers.
+    spec.pipeline_split.account_for_embedding = true;
+    spec.pipeline_split.account_for_loss = true;
+    auto expect = all(16, 8);
+    expect.front() = 7;
+    expect.back() = 7;
+    CHECK(split(16, 126, 1, one_chunk()) == expect);
+    // With --num-layers-per-virtual-pipeline-stage 4 (2 chunks): 32 virtual stages of 4 counted
+    // layers; virtual stage 0 (stage 0, chunk 0) and 31 (stage 15, chunk 1) hold 3.
+    expect = all(32, 4);
+    expect.front() = 3;
+    expect.back() = 3;
+    CHECK(split(16, 126, 2, round_robin(16)) == expect);
+    // Only the loss counted: 127 = 8 x 16 - 1, the last virtual stage one fewer.
+    spec.pipeline_split.account_for_embedding = false;
+    expect = all(16, 8);
+    expect.back() = 7;
+    CHECK(split(16, 127, 1, one_chunk()) == expect);
+
+    // First and last stage counts; the middle stages share the rest: 7 + 14 x 8 + 7 = 126.
+    spec.pipeline_split = {};
+    spec.pipeline_split.first_stage_layers = 6;
+    spec.pipeline_split.last_stage_layers = 8;
+    // 4 stages, 2 chunks: stage 0 has 6 (3 per chunk), stages 1-2 share 30 - 14 = 16 (8, 4 per
+    // chunk), stage 3 has 8 (4 per chunk). Interleaved virtual stage vs = chunk x 4 + stage.
+    CHECK(split(4, 30, 2, round_robin(4)) == std::vector<int>{3, 4, 4, 4, 3, 4, 4, 4});
+    // On a V (zb-v) stage 0 holds virtual stages 0 and 7.
+    CHECK(split(4, 30, 2, v_shape(4)) == std::vector<int>{3, 4, 4, 4, 4, 4, 4, 3});
+    // Only the first given: the other three stages share 30 - 6 = 24.
+    spec.pipeline_split.last_stage_layers.reset();
+    CHECK(split(4, 30, 1, one_chunk()) == std::vector<int>{6, 8, 8, 8});
+
+    // An explicit list per stage, or per virtual stage in model order.
+    spec.pipeline_split = {};
+    spec.pipeline_split.stage_layers = {1, 3, 2, 2};
+    CHECK(split(4, 8, 1, one_chunk()) == std::vector<int>{1, 3, 2, 2});
+    spec.pipeline_split.stage_layers = {2, 4, 2, 2};  // per stage, halved over 2 chunks
+    CHECK(split(4, 10, 2, round_robin(4)) == std::vector<int>{1, 2, 1, 1, 1, 2, 1, 1});
+    spec.pipeline_split.stage_layers = {0, 2, 2, 2, 2, 2, 2, 1};  // per virtual stage
+    CHECK(split(4, 13, 2, round_robin(4)) == std::vector<int>{0, 2, 2, 2, 2, 2, 2, 1});
+    // The same list under a schedule without virtual stages (vpp 2 ignored): stage s holds
+    // entries s and s + 4.
+    spec.layout.vpp = 2;
+    CHECK(split(4, 13, 1, one_chunk()) == std::vector<int>{2, 4, 4, 3});
+}
+
+TEST_CASE("uneven splits: errors name the key and what does not fit") {
+    const Loaded l("plan_uneven_errors");
+    auto spec = l.spec();
+    spec.schedule = "interleaved";
+    const SourceLocation at{"here.yaml", 3, 14};
+    const auto error = [&](int pp, int layers, int chunks) {
+        spec.layout.pp = pp;
+        spec.model.layers = layers;
+        return error_of([&] { split_layers(spec, chunks, round_robin(pp)); });
+    };
+    auto& ps = spec.pipeline_split;
+    ps.first_where = ps.last_where = ps.embedding_where = ps.loss_where = ps.list_where = at;
+    const std::string first = "here.yaml:3:14: 'parallelism.first_stage_layers': ";
+
+    ps.first_stage_layers = 7;
+    ps.last_stage_layers = 7;
+    CHECK(error(16, 126, 2) == first +
+                                   "the first stage (7 layers) must be divisible by the 2 model "
+                                   "chunks per pipeline stage of schedule 'interleaved', as "
+                                   "Megatron-LM splits every stage evenly over its chunks");
+    CHECK(error(5, 21, 1) ==
+          first + "the 21 - 14 = 7 remaining layers do not divide over the 3 middle stages");
+    CHECK(error(4, 14, 1) ==
+          first +
+              "first_stage_layers + last_stage_layers = 7 + 7 = 14 leaves no layer for the 2 "
+              "middle stages (Megatron-LM refuses empty middle stages)");
+    CHECK(error(4, 12, 1) == first +
+                                 "first_stage_layers + last_stage_layers = 7 + 7 = 14 is more "
+                                 "than the model's 12 layers");
+    CHECK(error(2, 15, 1) == first +
+                                 "with pp = 2 there is no middle stage, so the layers given "
+                                 "must add up to the model's 15; first_stage_layers + "
+                                 "last_stage_layers = 7 + 7 = 14");
+    CHECK(error(1, 14, 1) == first +
+                                 "an uneven first or last stage needs pipeline parallelism "
+                                 "(pp >= 2); pp is 1");
+    // The middle stages' count must divide by the chunks too: 4 + 2 x 3 + 4 = 14, 3 per middle
+    // stage over 2 chunks.
+    ps.first_stage_layers = 4;
+    ps.last_stage_layers = 4;
+    CHECK(error(4, 14, 2) == first +
+                                 "each middle stage (3 layers) must be divisible by the 2 model "
+                                 "chunks per pipeline stage of schedule 'interleaved', as "
+                                 "Megatron-LM splits every stage evenly over its chunks");
+
+    ps = {};
+    ps.embedding_where = ps.loss_where = ps.list_where = at;
+    ps.account_for_embedding = true;
+    ps.account_for_loss = true;
+    const std::string emb = "here.yaml:3:14: 'parallelism.account_for_embedding': ";
+    CHECK(error(16, 125, 1) ==
+          emb + "layers + embedding + loss = 125 + 1 + 1 = 127 must be divisible by pp = 16");
+    CHECK(error(16, 126, 3) == emb +
+                                   "layers + embedding + loss = 126 + 1 + 1 = 128 over pp = 16 "
+                                   "is 8 per stage, which must be divisible by the 3 model "
+                                   "chunks per pipeline stage of schedule 'interleaved'");
+
+    ps = {};
+    ps.list_where = at;
+    const std::string list = "here.yaml:3:14: 'parallelism.stage_layers': ";
+    ps.stage_layers = {1, 3, 2, 2};
+    CHECK(error(4, 9, 1) == list + "the entries sum to 8 layers, but the model has 9");
+    CHECK(error(4, 8, 2) == list +
+                                "stage 0 has 1 layers, which do not divide evenly over the 2 "
+                                "model chunks per pipeline stage of schedule 'interleaved'; "
+                                "give one entry per virtual stage (8 entries, in model order) "
+                                "to choose each chunk's layers");
+    ps.stage_layers = {4, 4};
+    CHECK(error(4, 8, 2) == list +
+                                "has 2 entries; expected 4 (one per pipeline stage) or pp x "
+                                "chunks = 4 x 2 = 8 (one per virtual stage, in model order, "
+                                "for the 2 model chunks per pipeline stage of schedule "
+                                "'interleaved')");
+}
+
+TEST_CASE("uneven split: compute per chunk, parameters and activations per stage follow it") {
+    const Loaded l("plan_uneven_memory");
+    // kSmallGpt with first_stage_layers 1: stage 0 holds layer 0, stage 1 layers 1-3.
+    const auto spec = l.spec({"parallelism.first_stage_layers=1"});
+    auto plan = plan_iteration(spec, 1, false, one_chunk());
+    REQUIRE(plan.virtual_stages.size() == 2);
+    CHECK(plan.virtual_stages[0].first_layer == 0);
+    CHECK(plan.virtual_stages[0].layers == 1);
+    CHECK(plan.virtual_stages[1].first_layer == 1);
+    CHECK(plan.virtual_stages[1].layers == 3);
+    // 1 ms forward and 2 ms backward per layer.
+    CHECK(plan.virtual_stages[0].forward.compute_time() == Time::ms(1));
+    CHECK(plan.virtual_stages[1].forward.compute_time() == Time::ms(3));
+    CHECK(plan.virtual_stages[1].backward.compute_time() == Time::ms(6));
+    // 1F1B peaks: 2 microbatches on stage 0, 1 on stage 1 (as the even test above); a layer's
+    // activations per microbatch are 71,434,240 bytes.
+    fill_memory(spec, plan, {2, 1}, one_chunk());
+    const auto& d0 = plan.devices[0].memory;
+    const auto& d1 = plan.devices[1].memory;
+    CHECK(d0.parameters == Bytes{2 * kLayer});
+    CHECK(d0.optimizer_states == Bytes{12 * kLayer});
+    CHECK(d0.activations == Bytes{2 * 71'434'240});
+    CHECK(d1.parameters == Bytes{2 * (3 * kLayer + kFinalNorm)});
+    CHECK(d1.gradients == Bytes{4 * (3 * kLayer + kFinalNorm)});
+    CHECK(d1.activations == Bytes{3 * 71'434'240});
+    // The DP gradients: all of a stage's parameters, one chunk each.
+    CHECK(plan.devices[0].dp_parameters == kLayer);
+    CHECK(plan.devices[1].dp_parameters == 3 * kLayer + kFinalNorm);
+    // Activations weighed per chunk (schedule::peak_inflight_bytes) replace count x largest.
+    fill_memory(spec, plan, {2, 1}, one_chunk(), {Bytes{5}, Bytes{7}});
+    CHECK(plan.devices[0].memory.activations == Bytes{5});
+    CHECK(plan.devices[1].memory.total == Bytes{18 * (3 * kLayer + kFinalNorm) + 7});
+}
+
+TEST_CASE("uneven split: a chunk holding only the embedding has no layer steps") {
+    const Loaded l("plan_uneven_empty");
+    // 2 layers + embedding + loss = 4 counted layers over pp 2 x 2 chunks: 1 each, so virtual
+    // stage 0 (the embedding) and 3 (the loss) hold no transformer layer.
+    const auto spec =
+        l.spec({"model.layers=2", "parallelism.account_for_embedding=true",
+                "parallelism.account_for_loss=true", "compute.embedding_forward=0.5ms"});
+    const auto plan = plan_iteration(spec, 2, false, round_robin(2));
+    REQUIRE(plan.virtual_stages.size() == 4);
+    CHECK(plan.virtual_stages[0].layers == 0);
+    CHECK(plan.virtual_stages[3].layers == 0);
+    CHECK(plan.virtual_stages[0].forward.compute_time() == Time::us(500));
+    CHECK(plan.virtual_stages[3].forward.compute_time() == Time::zero());
+    CHECK(plan.virtual_stages[3].forward.steps.empty());
+    CHECK(plan.virtual_stages[1].forward.compute_time() == Time::ms(1));
+    CHECK(plan.virtual_stages[2].first_layer == 1);
+}
+
+TEST_CASE("uneven split keys: stage profiles and mixed keys are refused") {
+    const Loaded l("plan_uneven_keys");
+    CHECK(error_of([&] {
+              l.spec({"parallelism.first_stage_layers=1", "parallelism.account_for_loss=true"});
+          }).find("'parallelism.account_for_loss': cannot be combined with first_stage_layers") !=
+          std::string::npos);
+    CHECK(error_of([&] {
+              l.spec({"parallelism.stage_layers=[1, 3]", "parallelism.last_stage_layers=3"});
+          }).find("'parallelism.stage_layers': give either stage_layers or") != std::string::npos);
+    CHECK(error_of([&] {
+              l.spec({"parallelism.stage_layers=[1, x]"});
+          }).find("entry 1 (\"x\") is not a layer count") != std::string::npos);
+    CHECK(error_of([&] {
+              l.spec({"parallelism.stage_layers=[1, -3]"});
+          }).find("entry 1 (\"-3\") is not a layer count") != std::string::npos);
+    const auto stage =
+        l.spec({"parallelism.first_stage_layers=1",
+                "compute={model: profile, stage_forward: 2ms, stage_backward: 4ms}"});
+    CHECK(error_of([&] {
+              plan_iteration(stage, 1, false, one_chunk());
+          }).find("an uneven pipeline split needs per-layer profile times") != std::string::npos);
+}
+
+TEST_CASE("partial recomputation: block recomputes the first N layers of each chunk") {
+    const Loaded l("plan_recompute_block");
+    // kSmallGpt: 2 layers per chunk on pp 2. A layer keeps 71,434,240 activation bytes per
+    // microbatch without recomputation (the test above) and its input, 2 s b h = 2 x 1024 x 2 x
+    // 1024 = 4,194,304 bytes, when recomputed in full.
+    const std::int64_t stored = 71'434'240, input = 4'194'304;
+    const auto full = l.spec({"training.recompute=full"});
+    const auto block1 = l.spec({"training.recompute=full", "training.recompute_method=block",
+                                "training.recompute_layers=1"});
+    const auto block5 = l.spec({"training.recompute=full", "training.recompute_method=block",
+                                "training.recompute_layers=5"});
+    const auto none = l.spec();
+    const auto p_full = plan_iteration(full, 1, false, one_chunk());
+    const auto p_block1 = plan_iteration(block1, 1, false, one_chunk());
+    const auto p_block5 = plan_iteration(block5, 1, false, one_chunk());
+    const auto p_none = plan_iteration(none, 1, false, one_chunk());
+    // Memory per chunk: full 2 inputs; block 1: one input + one layer kept whole; block 5 (more
+    // than the chunk's 2 layers) = full.
+    CHECK(p_full.virtual_stages[0].activation_memory == Bytes{2 * input});
+    CHECK(p_block1.virtual_stages[0].activation_memory == Bytes{input + stored});
+    CHECK(p_block5.virtual_stages[0].activation_memory == Bytes{2 * input});
+    CHECK(p_none.virtual_stages[0].activation_memory == Bytes{2 * stored});
+    // Hardware FLOPs: one layer forward F per layer and microbatch recomputed. Per iteration the
+    // model has 4 layers; full recomputes 4 forwards, block 1 one per chunk, 2 in all:
+    // HFU FLOPs - model FLOPs = 4 F (full), 2 F (block 1), 0 (none).
+    const double model = p_none.model_flops_per_iteration.value;
+    const double extra_full = p_full.hardware_flops_per_iteration.value - model;
+    CHECK(extra_full > 0);
+    CHECK(p_block1.hardware_flops_per_iteration.value - model ==
+          doctest::Approx(extra_full / 2).epsilon(1e-12));
+    CHECK(p_none.hardware_flops_per_iteration.value == model);
+
+    // Roofline compute at burst clocks (sustained clocks scale each layer's pass by its own
+    // tensor-core duty cycle): a block-1 chunk runs one recomputing layer and one plain layer,
+    // so its backward takes the full chunk's backward / 2 + the plain chunk's backward / 2, and
+    // its forward equals both (recomputation happens in the backward).
+    const std::vector<std::string> burst = {"compute={model: roofline, clocks: burst}"};
+    const auto r_full =
+        plan_iteration(l.spec({"training.recompute=full"}, burst), 1, false, one_chunk());
+    const auto r_none = plan_iteration(l.spec({}, burst), 1, false, one_chunk());
+    const auto r_block =
+        plan_iteration(l.spec({"training.recompute=full", "training.recompute_method=block",
+                               "training.recompute_layers=1"},
+                              burst),
+                       1, false, one_chunk());
+    const auto bwd = [](const IterationPlan& p) {
+        return p.virtual_stages[0].backward.compute_time().count_ps();
+    };
+    CHECK(bwd(r_full) > bwd(r_none));
+    CHECK(bwd(r_block) == (bwd(r_full) + bwd(r_none)) / 2);
+    CHECK(r_block.virtual_stages[0].forward.compute_time() ==
+          r_none.virtual_stages[0].forward.compute_time());
+    CHECK(r_block.virtual_stages[0].activation_memory ==
+          Bytes{(r_full.virtual_stages[0].activation_memory.value +
+                 r_none.virtual_stages[0].activation_memory.value) /
+                2});
+}
+
+TEST_CASE("partial recomputation: uniform keeps one input per group of N layers") {
+    const Loaded l("plan_recompute_uniform");
+    // 4 layers, pp 1: one chunk of 4 layers. Groups of 3: ceil(4 / 3) = 2 inputs of 4,194,304
+    // bytes are kept; every layer is recomputed (the compute equals full recomputation's).
+    const auto spec = l.spec({"parallelism.pp=1", "training.recompute=full",
+                              "training.recompute_method=uniform", "training.recompute_layers=3"});
+    const auto full = l.spec({"parallelism.pp=1", "training.recompute=full"});
+    const auto p = plan_iteration(spec, 1, false, one_chunk());
+    const auto f = plan_iteration(full, 1, false, one_chunk());
+    CHECK(p.virtual_stages[0].activation_memory == Bytes{2 * 4'194'304});
+    CHECK(f.virtual_stages[0].activation_memory == Bytes{4 * 4'194'304});
+    CHECK(p.virtual_stages[0].backward.compute_time() ==
+          f.virtual_stages[0].backward.compute_time());
+    CHECK(p.hardware_flops_per_iteration == f.hardware_flops_per_iteration);
+    // recompute_method and recompute_layers need recompute: full.
+    CHECK(error_of([&] {
+              l.spec({"training.recompute=selective", "training.recompute_layers=2"});
+          }).find("'training.recompute_layers': applies to full recomputation only") !=
+          std::string::npos);
 }
