@@ -172,3 +172,23 @@ TEST_CASE("faults: sweep over a link's fraction") {
     CHECK((*rows)[1].result->iteration_time_s > (*rows)[0].result->iteration_time_s);
     CHECK((*rows)[2].result->iteration_time_s > (*rows)[1].result->iteration_time_s);
 }
+
+TEST_CASE(
+    "faults: a degraded link from the start or from 1 ps is the same run; after the end, none") {
+    // The pipeline's first transfer (stage 0's first activation) starts after its first forward
+    // pass, milliseconds in: a capacity change scheduled at 1 ps (Network::schedule_link_capacity)
+    // and the cluster built with that capacity (Cluster::with_faults, at: 0) give the same
+    // transfers, so the same iteration to the picosecond. A fault after the iteration's end
+    // changes nothing.
+    const auto with = [](const std::string& faults) {
+        return cs::api::run(
+                   cs::api::load_experiment({kPipeline, {"schedule=1f1b", "faults=" + faults}, ""}))
+            .summary.iteration_time_s;
+    };
+    const double from_start = with("{links: [{link: gpu1->gpu0, fraction: 0.5}]}");
+    CHECK(with("{links: [{link: gpu1->gpu0, fraction: 0.5, at: 1ps}]}") == from_start);
+    const double clean = cs::api::run(cs::api::load_experiment({kPipeline, {"schedule=1f1b"}, ""}))
+                             .summary.iteration_time_s;
+    CHECK(from_start > clean);
+    CHECK(with("{links: [{link: gpu1->gpu0, fraction: 0.5, at: 10s}]}") == clean);
+}
