@@ -426,16 +426,12 @@ class NetworkImpl final : public Network, public EventHandler {
         ensure_recompute();
     }
 
-    // Observed runs remember each solver flow's template, for its path when it ends; runs whose
-    // routes may change, for its GPUs when it moves.
+    // Every solver flow's template is kept: its GPUs should a failed link move it, and the path
+    // observers were told of, for its end.
     void note_start(FlowSolver::FlowId flow, const FlowTemplate& f, double bytes) {
-        if (!routings_.empty()) {
-            if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
-            flow_template_[flow] = &f;
-        }
+        if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
+        flow_template_[flow] = &f;
         if (!observed()) return;
-        if (flow >= template_of_flow_.size()) template_of_flow_.resize(flow + 1, nullptr);
-        template_of_flow_[flow] = &f;
         real_links_.on_flow_start({sim_.now(), f.path, bytes, true, Time::zero()});
     }
 
@@ -502,7 +498,7 @@ class NetworkImpl final : public Network, public EventHandler {
 
     // The links of flow f as observers were told when it started.
     const std::vector<LinkId>& observed_path(FlowSolver::FlowId f) const {
-        return template_of_flow_[f]->path;
+        return flow_template_[f]->path;
     }
 
     // Makes `routing` the network's routes (schedule_routing): plans cached so far stay alive for
@@ -590,10 +586,10 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<LinkId> free_caps_;
     std::vector<LinkId> retired_caps_;
     std::vector<LinkId> capped_path_;
-    std::vector<const FlowTemplate*> template_of_flow_;  // by solver flow id, when observed
     // Routes (schedule_routing): the current one (the cluster's own until a change), those
     // scheduled, the plans made under earlier ones (operations in flight still point into them),
-    // the templates of flows moved around failed links, and each solver flow's template.
+    // the templates of flows moved around failed links, and each solver flow's template (by
+    // solver flow id).
     const Cluster* routing_ = &cluster_;
     std::vector<const Cluster*> routings_;
     std::vector<std::unordered_map<std::uint64_t, Plan>> retired_plans_;
