@@ -188,6 +188,30 @@ TEST_CASE("a link failing during the run: flows in flight move with the bytes th
         CHECK(rec.done[1] == expected);
         CHECK(rec.done[2] == expected);
     }
+    // The same change decided during the run (a handler at 2 ms schedules it for now), after
+    // the flows joined the solver: the same times.
+    {
+        Simulation sim;
+        auto net = make_network(sim, ls.cluster, nominal_flow());
+        Recorder rec;
+        net->set_client(&rec);
+        struct Fail : EventHandler {
+            Network* net = nullptr;
+            const Cluster* after = nullptr;
+            void on_event(Simulation& s, const Event&) override {
+                net->schedule_routing(s.now(), *after);
+            }
+        } fail;
+        fail.net = net.get();
+        fail.after = &after;
+        sim.schedule_at(Time::ms(2), sim.add_handler(fail), 0);
+        net->send(0, 2, Bytes{1'000'000'000}, 1);
+        net->send(1, 3, Bytes{1'000'000'000}, 2);
+        sim.run();
+        const Time expected = spine_a != spine_b ? Time::ms(18) : Time::ms(20);
+        CHECK(rec.done[1] == expected);
+        CHECK(rec.done[2] == expected);
+    }
     // A send started after the failure takes the other spine: 1 GB alone at 100 GB/s, 10 ms.
     {
         Simulation sim;
