@@ -1,5 +1,6 @@
 #include "api/run.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -67,6 +68,108 @@ void warn_trace_size(const workload::ExperimentSpec& spec, const workload::Itera
     if (options.warn_now) options.warn_now(warnings.back());
 }
 
+// Counts the passes that complete (a failed GPU's job reports how far it got).
+struct PassCounter final : replay::ReplayObserver {
+    std::int64_t passes = 0;
+    void on_pass(const replay::PassRecord&) override { ++passes; }
+};
+
+std::string gpu_ranges(const std::vector<int>& gpus) {
+    std::string text;
+    for (std::size_t i = 0; i < gpus.size();) {
+        std::size_t j = i;
+        while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1)
+            ++j;
+        if (!text.empty()) text += ",";
+        text += std::to_string(gpus[i]);
+        if (j > i) text += "-" + std::to_string(gpus[j]);
+        i = j + 1;
+    }
+    return text;
+}
+
+// The cluster of `spec` with its link faults from the start (`at` 0) applied; the topology's own
+// cluster when there are none.
+std::shared_ptr<const topology::Cluster> faulted_at_start(const workload::ExperimentSpec& spec) {
+    std::vector<topology::LinkId> failed;
+    std::vector<std::pair<topology::LinkId, Bandwidth>> degraded;
+    for (const auto& f : spec.faults.links) {
+        if (f.at > Time::zero()) continue;
+        for (topology::LinkId l : f.links) {
+            if (f.fraction > 0)
+                degraded.emplace_back(
+                    l, Bandwidth{spec.cluster->links()[l].bandwidth.bytes_per_s * f.fraction});
+            else
+                failed.push_back(l);
+        }
+    }
+    if (failed.empty() && degraded.empty()) return spec.cluster;
+    return std::make_shared<const topology::Cluster>(spec.cluster->with_faults(failed, degraded));
+}
+
+// Link faults from a time on: capacities for degraded links, and for failed ones the routes of a
+// cluster without every link failed by then (kept in `routings`, which must outlive the replay).
+void schedule_link_faults(const workload::ExperimentSpec& experiment,
+                          const topology::Cluster& start, replay::Replay& replay,
+                          std::vector<std::unique_ptr<topology::Cluster>>& routings) {
+    std::vector<Time> times;
+    for (const auto& f : experiment.faults.links) {
+        if (f.at == Time::zero()) continue;
+        if (f.fraction > 0) {
+            for (topology::LinkId l : f.links)
+                replay.network().schedule_link_capacity(
+                    f.at, l,
+                    Bandwidth{experiment.cluster->links()[l].bandwidth.bytes_per_s * f.fraction});
+        } else {
+            times.push_back(f.at);
+        }
+    }
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    for (Time t : times) {
+        std::vector<topology::LinkId> failed;
+        for (const auto& f : experiment.faults.links)
+            if (f.fraction == 0 && f.at <= t)
+                failed.insert(failed.end(), f.links.begin(), f.links.end());
+        routings.push_back(std::make_unique<topology::Cluster>(start.with_faults(failed, {})));
+        replay.network().schedule_routing(t, *routings.back());
+    }
+}
+
+// The message for a route that failed links cut: the links, the two GPUs, and every GPU the
+// source can no longer reach once all the failed links are down.
+ConfigError no_path_error(const workload::ExperimentSpec& spec, const NoPathError& e) {
+    std::vector<topology::LinkId> failed;
+    std::string names;
+    SourceLocation where{spec.source};
+    for (const auto& f : spec.faults.links) {
+        if (f.fraction > 0) continue;
+        if (failed.empty()) where = f.where;
+        failed.insert(failed.end(), f.links.begin(), f.links.end());
+        names += (names.empty() ? "" : ", ") + f.name +
+                 (f.at > Time::zero() ? " (from " + format_time(f.at) + ")" : "");
+    }
+    const topology::Cluster cut = spec.cluster->with_faults(failed, {});
+    std::vector<int> unreachable;
+    std::vector<topology::LinkId> path;
+    for (int g = 0; g < cut.gpu_count(); ++g) {
+        if (g == e.src()) continue;
+        path.clear();
+        try {
+            cut.route(e.src(), g, 0, path);
+        } catch (const NoPathError&) {
+            unreachable.push_back(g);
+        }
+    }
+    return ConfigError(where, "with the failed link" + std::string(failed.size() > 2 ? "s " : " ") +
+                                  names + " no path remains from GPU " + std::to_string(e.src()) +
+                                  " to GPU " + std::to_string(e.dst()) +
+                                  ", which this run sends data between; cut off from GPU " +
+                                  std::to_string(e.src()) + ": GPU" +
+                                  (unreachable.size() > 1 ? "s " : " ") + gpu_ranges(unreachable) +
+                                  " (the run stops: no fabric is left to re-route over)");
+}
+
 }  // namespace
 
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
@@ -87,17 +190,31 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     RunResult out;
     // With variability, the same experiment without it first: the figure its cost is against.
     double clean_time_s = 0;
-    if (experiment.variability.any()) {
+    if (experiment.variability.any() && !options.baseline) {
         workload::ExperimentSpec clean = experiment;
         clean.variability = {};
         RunOptions plain;
         plain.schedule = options.schedule;
+        plain.baseline = true;
         clean_time_s = run(clean, plain).summary.iteration_time_s;
+    }
+    // With faults, the same experiment without them.
+    double unfaulted_time_s = 0;
+    if (experiment.faults.any() && !options.baseline) {
+        workload::ExperimentSpec clean = experiment;
+        clean.faults = {};
+        RunOptions plain;
+        plain.schedule = options.schedule;
+        plain.baseline = true;
+        unfaulted_time_s = run(clean, plain).summary.iteration_time_s;
     }
     const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
     // The copy names the schedule actually run, so that messages about it say so.
     workload::ExperimentSpec spec = experiment;
     spec.schedule = name;
+    // Link faults from the start are a cluster with those links degraded or failed: routes,
+    // blocking collectives' costs and the network all see them.
+    spec.cluster = faulted_at_start(experiment);
     auto sched = schedule::require_schedule(name, spec.schedule_where);
     const int chunks = sched->chunks_for(spec.layout.vpp);
     if (spec.layout.vpp > 1 && chunks == 1)
@@ -139,7 +256,18 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     workload::fill_memory(spec, plan, peak_inflight, device_of, peak_activations);
     warn_memory(spec, plan, shape.devices, out.warnings);
 
+    std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
     replay::Replay replay(spec, plan, *sched, shape);
+    schedule_link_faults(experiment, *spec.cluster, replay, routings);
+    // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
+    std::optional<Time> gpu_failure;
+    for (const auto& f : spec.faults.gpus)
+        gpu_failure = gpu_failure ? std::min(*gpu_failure, f.at) : f.at;
+    PassCounter passes;
+    if (gpu_failure) {
+        replay.stop_at(*gpu_failure);
+        replay.add_observer(passes);
+    }
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
     report::LinkAccounting links(spec.cluster->links().size());
@@ -184,6 +312,48 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     in.links = &links;
     out.summary = report::summarize(in);
     report::add_goodput(out.summary, spec);
+    if (spec.faults.any()) {
+        auto& f = out.summary.faults;
+        f.present = true;
+        f.clean_iteration_time_s = unfaulted_time_s;
+        for (const auto& l : spec.faults.links)
+            f.links.push_back({l.name, l.fraction, l.at.seconds()});
+        if (result.stopped) {
+            f.job_failed = true;
+            f.failed_at_s = gpu_failure->seconds();
+            for (const auto& g : spec.faults.gpus) {
+                if (g.at != *gpu_failure) continue;
+                f.failed_what += (f.failed_what.empty() ? "" : "; ") + g.what;
+                f.failed_gpus.insert(f.failed_gpus.end(), g.gpus.begin(), g.gpus.end());
+            }
+            std::sort(f.failed_gpus.begin(), f.failed_gpus.end());
+            f.failed_gpus.erase(std::unique(f.failed_gpus.begin(), f.failed_gpus.end()),
+                                f.failed_gpus.end());
+            const auto& workers = replay.workers();
+            for (std::size_t w = 0; w < workers.size(); ++w)
+                for (int g : workers[w].gpus)
+                    if (std::binary_search(f.failed_gpus.begin(), f.failed_gpus.end(), g)) {
+                        f.failed_workers.push_back(static_cast<int>(w));
+                        f.failed_stages.push_back(workers[w].stage);
+                        f.failed_replicas.push_back(workers[w].dp);
+                        break;
+                    }
+            f.passes_done = passes.passes;
+            for (int st = 0; st < shape.devices; ++st)
+                f.passes_total +=
+                    static_cast<std::int64_t>(sched->order(shape, st).size()) * spec.layout.dp;
+            f.lost_gpu_s = f.failed_at_s * spec.cluster->gpu_count();
+            // The iteration trained nothing: no optimizer step ran.
+            out.summary.mfu = out.summary.hfu = 0;
+            out.summary.tokens_per_s = out.summary.tflops_per_gpu = 0;
+        } else {
+            f.cost_s = out.summary.iteration_time_s - unfaulted_time_s;
+            for (const auto& g : spec.faults.gpus)
+                out.warnings.push_back(
+                    g.what + " fails at " + format_time(g.at) + ", after the iteration ended (" +
+                    format_time(result.iteration_time) + "): the iteration is unaffected");
+        }
+    }
     if (critical) {
         auto& v = out.summary.variability;
         v.present = true;
@@ -243,6 +413,11 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
 RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     try {
         return run_unchecked(experiment, options);
+    } catch (const NoPathError& e) {
+        if (!std::any_of(experiment.faults.links.begin(), experiment.faults.links.end(),
+                         [](const workload::LinkFault& f) { return f.fraction == 0; }))
+            throw;
+        throw no_path_error(experiment, e);
     } catch (const ClockOverflow& e) {
         // Every time in a run is derived from the input's sizes, rates and durations, so a time
         // beyond the clock is an input out of range, not a bug.

@@ -36,6 +36,9 @@ struct RunOptions {
     // Called with a warning as soon as it is known (a trace of many GB), before the run; the
     // warning is in RunResult::warnings as well.
     std::function<void(const std::string&)> warn_now;
+    // A run made only for the iteration time another run is measured against (the clean runs of
+    // `variability` and `faults`): it makes no clean runs of its own.
+    bool baseline = false;
 };
 
 struct RunResult {

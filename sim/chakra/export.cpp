@@ -150,6 +150,10 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         set.warnings.push_back(
             "variability (slow GPUs and hosts) is not exported: the ETs hold the plan's times, so "
             "running them gives the iteration without it");
+    if (spec.faults.any())
+        set.warnings.push_back(
+            "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold the "
+            "workload, and running them gives the iteration on the topology as it is");
     if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
         set.warnings.push_back(
             "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "

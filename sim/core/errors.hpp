@@ -43,6 +43,18 @@ class SimulationError : public std::runtime_error {
     Time at_;
 };
 
+// No route between two GPUs (topology::Cluster::route), e.g. once failed links cut them apart.
+class NoPathError : public SimulationError {
+  public:
+    NoPathError(int src, int dst, const std::string& message)
+        : SimulationError("topology", message), src_(src), dst_(dst) {}
+    int src() const { return src_; }
+    int dst() const { return dst_; }
+
+  private:
+    int src_, dst_;
+};
+
 // A time beyond the 64-bit picosecond clock (2^63 ps, about 106 days). Thrown by the time
 // arithmetic of core/units.hpp; the front ends turn it into a ConfigError naming the input whose
 // sizes, rates or durations led there, since it is the input that is out of range.

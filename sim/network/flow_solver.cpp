@@ -115,6 +115,13 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     return id;
 }
 
+double FlowSolver::remaining(FlowId id, Time now) const {
+    const Flow& f = flows_[id];
+    if (!f.active) throw SimulationError("network", "the remaining bytes of an inactive flow");
+    if (now <= f.updated || f.pending) return f.remaining;
+    return std::max(0.0, f.remaining - rate_[id] * (now - f.updated).seconds());
+}
+
 void FlowSolver::remove(FlowId id) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");

@@ -81,6 +81,15 @@ class FlowSolver {
     double rate(FlowId f) const { return rate_[f]; }
     std::size_t active_flows() const { return active_; }
 
+    // The flows crossing link `l`, in no particular order (invalidated by add() and remove()).
+    const std::vector<FlowId>& flows_on(topology::LinkId l) const { return link_flows_[l]; }
+    // The links flow f crosses, as given to add().
+    std::vector<topology::LinkId> path(FlowId f) const {
+        return {path_of(f), path_of(f) + state_[f].hops};
+    }
+    // The bytes flow f has left at `now` (not before the last recompute()), at its current rate.
+    double remaining(FlowId f, Time now) const;
+
     // A link's total rate as last reported to observers.
     double link_rate(topology::LinkId l) const { return link_state_[l].acct_rate; }
 

@@ -62,7 +62,14 @@ double busbw_factor(CollectiveKind kind, int ranks) {
 
 namespace {
 
-enum EventKind : std::uint32_t { kDone, kPhaseStart, kRecompute, kCompletion, kSetCapacity };
+enum EventKind : std::uint32_t {
+    kDone,
+    kPhaseStart,
+    kRecompute,
+    kCompletion,
+    kSetCapacity,
+    kRouting
+};
 
 class NetworkImpl final : public Network, public EventHandler {
   public:
@@ -126,7 +133,7 @@ class NetworkImpl final : public Network, public EventHandler {
             if (src != dst) {
                 Phase p;
                 FlowTemplate t;
-                cluster_.route(src, dst, key, t.path);
+                routing_->route(src, dst, key, t.path);
                 t.bytes_per_size = 1.0;
                 p.latency = cluster_.route_latency(t.path);
                 p.flows.push_back(std::move(t));
@@ -143,13 +150,14 @@ class NetworkImpl final : public Network, public EventHandler {
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
         const auto& ranks = groups_[group];
         const AlgorithmRegistry& algorithms = *config_.algorithms;
-        const Algorithm resolved = resolve_algorithm(cluster_, kind, ranks, size, algo, algorithms);
+        const Algorithm resolved =
+            resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms);
         const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
                                   static_cast<std::uint64_t>(kind) << 16 |
                                   static_cast<std::uint64_t>(resolved.id);
         auto it = plans_.find(key);
         if (it == plans_.end()) {
-            Plan plan = build_plan(cluster_, kind, resolved, ranks, group, algorithms);
+            Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
             apply_operation(plan, kind);
             it = plans_.emplace(key, std::move(plan)).first;
         }
@@ -175,6 +183,13 @@ class NetworkImpl final : public Network, public EventHandler {
                          std::bit_cast<std::uint64_t>(bandwidth.bytes_per_s));
     }
 
+    void schedule_routing(Time at, const Cluster& routing) override {
+        if (routing.links().size() != cluster_.links().size())
+            throw SimulationError("network", "a routing cluster with other links", sim_.now());
+        routings_.push_back(&routing);
+        sim_.schedule_at(at, handler_, kRouting, routings_.size() - 1);
+    }
+
     void on_event(Simulation& sim, const Event& e) override {
         switch (e.kind) {
             case kDone:
@@ -195,6 +210,9 @@ class NetworkImpl final : public Network, public EventHandler {
                 break;
             case kSetCapacity:
                 set_link_capacity(static_cast<LinkId>(e.a), Bandwidth{std::bit_cast<double>(e.b)});
+                break;
+            case kRouting:
+                change_routing(*routings_[e.a]);
                 break;
             default:
                 throw SimulationError("network", "unknown event kind", sim.now());
@@ -376,9 +394,11 @@ class NetworkImpl final : public Network, public EventHandler {
     void start_phase(std::uint32_t id) {
         Op& op = ops_[id];
         const Phase& p = op.plan->phases[op.phase];
-        for (const FlowTemplate& f : p.flows) {
-            const double bytes = f.bytes_per_size * op.size;
+        for (const FlowTemplate& planned : p.flows) {
+            const double bytes = planned.bytes_per_size * op.size;
             if (bytes <= 0) continue;
+            // A plan made before links failed: the flow takes a route around them.
+            const FlowTemplate& f = crosses_failed(planned.path) ? detour(planned) : planned;
             if (f.rate_cap > 0) {
                 // The flow's own rate limit: a link of its own with that capacity.
                 LinkId cap;
@@ -406,11 +426,12 @@ class NetworkImpl final : public Network, public EventHandler {
         ensure_recompute();
     }
 
-    // Observed runs remember each solver flow's template, for its path when it ends.
+    // Every solver flow's template is kept: its GPUs should a failed link move it, and the path
+    // observers were told of, for its end.
     void note_start(FlowSolver::FlowId flow, const FlowTemplate& f, double bytes) {
+        if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
+        flow_template_[flow] = &f;
         if (!observed()) return;
-        if (flow >= template_of_flow_.size()) template_of_flow_.resize(flow + 1, nullptr);
-        template_of_flow_[flow] = &f;
         real_links_.on_flow_start({sim_.now(), f.path, bytes, true, Time::zero()});
     }
 
@@ -436,7 +457,7 @@ class NetworkImpl final : public Network, public EventHandler {
             if (f == FlowSolver::kNoFlow || solver_->finish_time(f) > now) break;
             const std::uint32_t id = solver_->owner(f);
             solver_->remove(f);
-            if (observed()) real_links_.on_flow_end(now, template_of_flow_[f]->path);
+            if (observed()) real_links_.on_flow_end(now, observed_path(f));
             if (f < cap_of_flow_.size() && cap_of_flow_[f] != kNoCap) {
                 // Reusable once the solver has re-solved without the flow.
                 retired_caps_.push_back(cap_of_flow_[f]);
@@ -446,6 +467,76 @@ class NetworkImpl final : public Network, public EventHandler {
         }
         ensure_recompute();
         if (!solver_->dirty()) schedule_next_completion();
+    }
+
+    bool crosses_failed(const std::vector<LinkId>& path) const {
+        if (routing_ == &cluster_) return false;
+        const std::size_t real = cluster_.links().size();
+        return std::any_of(path.begin(), path.end(),
+                           [&](LinkId l) { return l < real && routing_->link_failed(l); });
+    }
+
+    // The template `f` on a route of the current routing between the GPUs its path joins. Kept
+    // until the network ends (flows and observers point to it).
+    const FlowTemplate& detour(const FlowTemplate& f) {
+        const auto& links = cluster_.links();
+        const auto& devices = cluster_.devices();
+        const int src = devices[links[f.path.front()].from].gpu;
+        const int dst = devices[links[f.path.back()].to].gpu;
+        if (src < 0 || dst < 0)
+            throw ConfigError("a flow from " + devices[links[f.path.front()].from].id + " to " +
+                              devices[links[f.path.back()].to].id +
+                              " crosses a failed link and does not join two GPUs (an NVLS "
+                              "collective), so it cannot be re-routed; fail the link from the "
+                              "start (at: 0) or use another collective algorithm");
+        auto t = std::make_unique<FlowTemplate>(f);
+        t->path.clear();
+        routing_->route(src, dst, ++detours_made_, t->path);
+        detours_.push_back(std::move(t));
+        return *detours_.back();
+    }
+
+    // The links of flow f as observers were told when it started.
+    const std::vector<LinkId>& observed_path(FlowSolver::FlowId f) const {
+        return flow_template_[f]->path;
+    }
+
+    // Makes `routing` the network's routes (schedule_routing): plans cached so far stay alive for
+    // the operations using them but are no longer found; flows in flight over failed links move.
+    void change_routing(const Cluster& routing) {
+        retired_plans_.push_back(std::move(plans_));
+        retired_plans_.push_back(std::move(p2p_plans_));
+        plans_.clear();
+        p2p_plans_.clear();
+        routing_ = &routing;
+        if (!solver_) return;
+        const Time now = sim_.now();
+        std::vector<FlowSolver::FlowId> moving;
+        for (LinkId l = 0; l < cluster_.links().size(); ++l)
+            if (routing_->link_failed(l))
+                for (FlowSolver::FlowId f : solver_->flows_on(l))
+                    moving.push_back(f);
+        std::sort(moving.begin(), moving.end());
+        moving.erase(std::unique(moving.begin(), moving.end()), moving.end());
+        for (FlowSolver::FlowId f : moving) {
+            const double left = solver_->remaining(f, now);
+            if (left <= 0) continue;  // its last byte arrives now
+            // The flow's template gives its GPUs; its path in the solver may end in its rate cap.
+            const FlowTemplate* planned = flow_template_[f];
+            const FlowTemplate& moved = detour(*planned);
+            const std::uint32_t owner = solver_->owner(f);
+            const LinkId cap = f < cap_of_flow_.size() ? cap_of_flow_[f] : kNoCap;
+            solver_->remove(f);
+            if (observed()) real_links_.on_flow_end(now, observed_path(f));
+            capped_path_.assign(moved.path.begin(), moved.path.end());
+            if (cap != kNoCap) capped_path_.push_back(cap);
+            const auto g = solver_->add(capped_path_, left, owner, now);
+            if (g != f && f < cap_of_flow_.size()) cap_of_flow_[f] = kNoCap;
+            if (g >= cap_of_flow_.size()) cap_of_flow_.resize(g + 1, kNoCap);
+            cap_of_flow_[g] = cap;
+            note_start(g, moved, left);
+        }
+        ensure_recompute();
     }
 
     void ensure_recompute() {
@@ -495,7 +586,16 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<LinkId> free_caps_;
     std::vector<LinkId> retired_caps_;
     std::vector<LinkId> capped_path_;
-    std::vector<const FlowTemplate*> template_of_flow_;  // by solver flow id, when observed
+    // Routes (schedule_routing): the current one (the cluster's own until a change), those
+    // scheduled, the plans made under earlier ones (operations in flight still point into them),
+    // the templates of flows moved around failed links, and each solver flow's template (by
+    // solver flow id).
+    const Cluster* routing_ = &cluster_;
+    std::vector<const Cluster*> routings_;
+    std::vector<std::unordered_map<std::uint64_t, Plan>> retired_plans_;
+    std::vector<std::unique_ptr<FlowTemplate>> detours_;
+    std::uint64_t detours_made_ = 0;
+    std::vector<const FlowTemplate*> flow_template_;
     RealLinksOnly real_links_;
     std::vector<std::uint64_t> done_tokens_;
     std::vector<std::uint64_t> callback_batch_;

@@ -10,8 +10,9 @@
 //               capacity max-min fairly, recomputed whenever a flow starts or ends or a link's
 //               capacity changes.
 // Link capacities may change during a run (set_link_capacity, schedule_link_capacity): a degraded
-// or failed link. Routes do not follow capacities: they come from the topology alone, so new
-// transfers keep using a link whose capacity dropped, even to 0.
+// link. Routes do not follow capacities: they come from the topology alone, so new transfers keep
+// using a link whose capacity dropped, even to 0. A failed link is a change of routes
+// (schedule_routing): traffic moves to the remaining equal-cost paths.
 // Collectives are decomposed into point-to-point steps the way NCCL runs them (ring, tree,
 // hierarchical, pairwise all-to-all, NVLS), each step a set of flows.
 #pragma once
@@ -206,6 +207,14 @@ class Network {
     // The same at time `at` (>= now) through an engine event, ordered with the other events at
     // that time by insertion.
     virtual void schedule_link_capacity(Time at, topology::LinkId link, Bandwidth bandwidth) = 0;
+    // From time `at` (>= now) on, routes come from `routing`: the network's cluster with failed
+    // links (topology::Cluster::with_faults), which must outlive the network. Transfers,
+    // collectives and collective phases that start from then on take its routes; under `flow`,
+    // flows in flight over a link `routing` marks failed move at `at`, with the bytes they have
+    // left, to a route of `routing` between the same two GPUs (their operation's rate cap kept).
+    // Where no route remains, the run throws topology's NoPathError. Link capacities are not
+    // changed (a failed link simply carries nothing).
+    virtual void schedule_routing(Time at, const topology::Cluster& routing) = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

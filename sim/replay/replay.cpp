@@ -37,7 +37,8 @@ enum EventKind : std::uint32_t {
     kOptimizerDone = 2,
     kLocalDelivery = 3,
     kBucketReady = 4,
-    kUnitDone = 5
+    kUnitDone = 5,
+    kStop = 6
 };
 }
 
@@ -1144,9 +1145,21 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             deliver(msg.record.dst_worker, p2p->arrival_key);
             break;
         }
+        case kStop:
+            for (const auto& st : states_)
+                if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
+                    stopped_ = true;
+                    sim.stop();
+                    break;
+                }
+            break;
         default:
             throw SimulationError("replay", "unknown event kind", sim.now());
     }
+}
+
+void Replay::stop_at(Time at) {
+    sim_.schedule_at(at, handler_, kStop);
 }
 
 void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
@@ -1217,6 +1230,7 @@ ReplayResult Replay::run() {
     for (std::size_t w = 0; w < workers_.size(); ++w)
         try_start(static_cast<int>(w));
     sim_.run();
+    if (stopped_) return ReplayResult{sim_.now(), sim_.events_processed(), true};
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
         if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {

@@ -142,8 +142,9 @@ class CollectiveCosts {
 };
 
 struct ReplayResult {
-    Time iteration_time;       // first op start (t = 0) to last op end
+    Time iteration_time;       // first op start (t = 0) to last op end; the stop time if stopped
     std::uint64_t events = 0;  // engine events processed
+    bool stopped = false;      // ended by stop_at() before the iteration completed
 };
 
 // An overlapped group's time (DualPipe's F&B, Replay's overlap_group), in picoseconds: the
@@ -172,6 +173,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The training iteration this replay stands for, in [0, kMaxDurationStep]: the duration
     // model's DurationContext::step and the random streams it draws from. 0 by default.
     void set_step(std::int64_t step);
+    // Ends the run at `at` if the iteration is still going then (a failed GPU ends the job):
+    // nothing at or after `at` happens, run() returns with `stopped` set and iteration_time =
+    // `at`, and observers get no on_iteration_end (nor on_pass for passes under way at `at`).
+    // Once the iteration has completed, the stop does nothing.
+    void stop_at(Time at);
     ReplayResult run();
 
     const std::vector<Worker>& workers() const { return workers_; }
@@ -362,6 +368,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use
     std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
+    bool stopped_ = false;
 };
 
 }  // namespace cs::replay

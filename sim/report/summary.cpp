@@ -228,6 +228,26 @@ nlohmann::ordered_json to_json(const Summary& s) {
                             {"slowest_gpu", v.slowest_gpu},
                             {"slowest_factor", v.slowest_factor}};
     }
+    if (s.faults.present) {
+        const auto& f = s.faults;
+        auto& o = j["faults"] = {{"clean_iteration_time_s", f.clean_iteration_time_s},
+                                 {"cost_s", f.cost_s}};
+        auto& faulty = o["links"] = nlohmann::ordered_json::array();
+        for (const auto& l : f.links)
+            faulty.push_back({{"link", l.link}, {"fraction", l.fraction}, {"at_s", l.at_s}});
+        o["job_failed"] = f.job_failed;
+        if (f.job_failed) {
+            nlohmann::ordered_json lost = nlohmann::ordered_json::array();
+            for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
+                lost.push_back({{"worker", f.failed_workers[i]},
+                                {"stage", f.failed_stages[i]},
+                                {"replica", f.failed_replicas[i]}});
+            o["failure"] = {{"at_s", f.failed_at_s},        {"what", f.failed_what},
+                            {"gpus", f.failed_gpus},        {"workers", lost},
+                            {"passes_done", f.passes_done}, {"passes_total", f.passes_total},
+                            {"lost_gpu_s", f.lost_gpu_s}};
+        }
+    }
     if (s.goodput.present) {
         const auto& g = s.goodput;
         auto& o = j["goodput"] = {{"mtbf_s", g.mtbf_s},
@@ -276,8 +296,8 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
         << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp << " cp=" << s.cp
         << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size << " GPUs, "
         << s.microbatches << " microbatches)\n"
-        << "iteration time        " << format_time(Time::from_seconds_ceil(s.iteration_time_s))
-        << "\n"
+        << (s.faults.job_failed ? "job failed after      " : "iteration time        ")
+        << format_time(Time::from_seconds_ceil(s.iteration_time_s)) << "\n"
         << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
         << "exposed comm fraction " << pct(s.exposed_comm_fraction) << "\n"
         << "idle fraction         " << pct(s.idle_fraction) << "\n"
@@ -306,6 +326,43 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
                 out << "; GPU " << v.slowest_gpu << " runs " << num(v.slowest_factor, "%.3g")
                     << "x";
             out << "\n";
+        }
+    }
+    if (s.faults.present) {
+        const auto& f = s.faults;
+        for (const auto& l : f.links) {
+            out << "link fault            " << l.link << " ";
+            if (l.fraction > 0)
+                out << "at " << pct(l.fraction) << " of its bandwidth";
+            else
+                out << "failed";
+            out << (l.at_s > 0 ? " from " + format_time(Time::from_seconds_ceil(l.at_s))
+                               : std::string(" for the whole run"))
+                << "\n";
+        }
+        if (f.job_failed) {
+            out << "job failed            at "
+                << format_time(Time::from_seconds_ceil(f.failed_at_s)) << ": " << f.failed_what
+                << " (rank" << (f.failed_gpus.size() > 1 ? "s " : " ");
+            for (std::size_t i = 0; i < f.failed_gpus.size(); ++i)
+                out << (i ? "," : "") << f.failed_gpus[i];
+            out << "; ";
+            for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
+                out << (i ? ", " : "") << "stage " << f.failed_stages[i] << " of replica "
+                    << f.failed_replicas[i];
+            out << ")\n"
+                << "  done so far         " << f.passes_done << " of " << f.passes_total
+                << " passes; the iteration ("
+                << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s))
+                << " without faults) did not complete and its " << num(f.lost_gpu_s, "%.4g")
+                << " GPU-seconds are lost\n";
+        } else if (!f.links.empty()) {
+            out << "faults                "
+                << format_time(Time::from_seconds_ceil(std::abs(f.cost_s)))
+                << (f.cost_s >= 0 ? " slower than " : " faster than ")
+                << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s))
+                << " without them (" << pct(s.iteration_time_s / f.clean_iteration_time_s - 1)
+                << ")\n";
         }
     }
     if (s.goodput.present) {

@@ -54,6 +54,31 @@ struct VariabilitySummary {
     double slowest_factor = 1;
 };
 
+// With `faults:` (docs/what-if.md): the link faults applied, what they cost against the same
+// experiment without faults, and a job that a failed GPU or node ended.
+struct LinkFaultSummary {
+    std::string link;     // the entry's name, "leaf0->spine1" (both directions are affected)
+    double fraction = 0;  // of the topology's bandwidth left; 0: failed
+    double at_s = 0;      // from this time on
+};
+struct FaultsSummary {
+    bool present = false;
+    double clean_iteration_time_s = 0;  // the same experiment without `faults`
+    double cost_s = 0;  // iteration_time_s - clean_iteration_time_s; 0 when the job failed
+    std::vector<LinkFaultSummary> links;
+    // A GPU or node failed during the iteration: the job failed at failed_at_s, its iteration
+    // incomplete (no optimizer step, so none of its work is kept).
+    bool job_failed = false;
+    double failed_at_s = 0;
+    std::string failed_what;          // "GPU 5", "node 3", joined by "; " when several
+    std::vector<int> failed_gpus;     // the ranks lost (GPU numbers are ranks)
+    std::vector<int> failed_workers;  // the pipeline workers they belong to
+    std::vector<int> failed_stages, failed_replicas;  // per failed worker
+    std::int64_t passes_done = 0;   // passes (per worker) completed before failed_at_s
+    std::int64_t passes_total = 0;  // passes (per worker) of a whole iteration
+    double lost_gpu_s = 0;          // failed_at_s x world size: GPU time spent on nothing
+};
+
 // With `goodput:` (docs/what-if.md, report/goodput.hpp): the whole run, not one iteration.
 struct GoodputSummary {
     bool present = false;
@@ -101,6 +126,7 @@ struct Summary {
     std::vector<LinkSummary> links;
     workload::MemoryBreakdown memory;  // worst GPU
     VariabilitySummary variability;
+    FaultsSummary faults;
     GoodputSummary goodput;
     std::uint64_t events = 0;
     double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)

@@ -40,8 +40,8 @@ const std::vector<std::int32_t>& Cluster::hops_to(DeviceIndex dst) const {
         const DeviceIndex v = queue.front();
         queue.pop_front();
         if (v != dst && devices_[v].kind == DeviceKind::Gpu) continue;
-        for (auto [e, end] = boost::in_edges(v, graph_); e != end; ++e) {
-            const DeviceIndex u = static_cast<DeviceIndex>(boost::source(*e, graph_));
+        for (LinkId l : in_links_[v]) {  // without failed links (with_faults)
+            const DeviceIndex u = links_[l].from;
             if (hops[u] >= 0) continue;
             hops[u] = hops[v] + 1;
             queue.push_back(u);
@@ -90,8 +90,8 @@ void Cluster::route_general(int src, int dst, std::uint64_t flow_id,
     const DeviceIndex s = gpu_device(src), d = gpu_device(dst);
     const auto& hops = hops_to(d);
     if (hops[s] < 0)
-        throw SimulationError("topology", "no path from GPU " + std::to_string(src) + " to GPU " +
-                                              std::to_string(dst));
+        throw NoPathError(
+            src, dst, "no path from GPU " + std::to_string(src) + " to GPU " + std::to_string(dst));
     DeviceIndex cur = s;
     std::vector<LinkId> candidates;
     while (cur != d) {
@@ -271,8 +271,8 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     const std::int32_t single_cost = entries.size() == 1 ? entries[0].second : 0;
     std::int32_t remaining = dist_of(s);
     if (remaining >= kFar)
-        throw SimulationError("topology", "no path from GPU " + std::to_string(src) + " to GPU " +
-                                              std::to_string(dst));
+        throw NoPathError(
+            src, dst, "no path from GPU " + std::to_string(src) + " to GPU " + std::to_string(dst));
     const std::uint64_t pair = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
                                static_cast<std::uint32_t>(dst);
     auto& candidates = sc.candidates;
@@ -420,11 +420,31 @@ void Cluster::index_structure() {
     two_level_ = true;
     for (std::size_t l = 0; l < links_.size(); ++l) {
         const int from = devices_[links_[l].from].node, to = devices_[links_[l].to].node;
-        if (from == to) continue;
+        if (from == to || link_failed(static_cast<LinkId>(l))) continue;
         if (from >= 0 && to >= 0) two_level_ = false;  // a direct cable between two nodes
         if (from < 0) node_entries_[static_cast<std::size_t>(to)].push_back(static_cast<LinkId>(l));
         if (to < 0) node_exits_[static_cast<std::size_t>(from)].push_back(static_cast<LinkId>(l));
     }
+}
+
+Cluster Cluster::with_faults(const std::vector<LinkId>& failed,
+                             const std::vector<std::pair<LinkId, Bandwidth>>& bandwidths) const {
+    Cluster c = *this;
+    for (const auto& [link, bandwidth] : bandwidths)
+        c.links_.at(link).bandwidth = bandwidth;
+    if (failed.empty()) return c;
+    c.failed_.assign(links_.size(), 0);
+    for (LinkId l : failed)
+        c.failed_.at(l) = 1;
+    const auto keep = [&](std::vector<std::vector<LinkId>>& lists) {
+        for (auto& list : lists)
+            std::erase_if(list, [&](LinkId l) { return c.failed_[l] != 0; });
+    };
+    keep(c.out_links_);
+    keep(c.in_links_);
+    c.hops_cache_.clear();
+    c.index_structure();
+    return c;
 }
 
 }  // namespace cs::topology

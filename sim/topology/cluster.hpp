@@ -186,6 +186,16 @@ class Cluster {
     // topologies fall back to one hop table per destination GPU. The caches make route() not
     // thread-safe; results never depend on what is cached.
     void route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    // A copy of this cluster with link faults (the experiment's `faults.links`, docs/what-if.md):
+    // the directed links of `failed` carry nothing and routes avoid them (route() throws
+    // NoPathError where no path remains), and each (link, bandwidth) of `bandwidths` has that
+    // capacity instead of the topology's. Devices, link ids, names and GPU numbers are unchanged,
+    // so flows, observers and summaries mix both copies freely. The Boost graph is the
+    // topology's.
+    Cluster with_faults(const std::vector<LinkId>& failed,
+                        const std::vector<std::pair<LinkId, Bandwidth>>& bandwidths) const;
+    bool link_failed(LinkId link) const { return !failed_.empty() && failed_[link] != 0; }
+
     // Sum of link latencies along a route.
     Time route_latency(const std::vector<LinkId>& route) const;
     // Smallest capacity along a route.
@@ -205,6 +215,7 @@ class Cluster {
     std::vector<GpuModel> models_;
     std::vector<DeviceIndex> gpu_devices_;
     std::unordered_map<std::string, DeviceIndex> by_id_;
+    std::vector<std::uint8_t> failed_;            // per link, empty when none failed
     std::vector<std::vector<LinkId>> out_links_;  // per device, sorted by link id
     std::vector<std::vector<LinkId>> in_links_;   // per device, sorted by link id
     // Two-level structure (see route()): devices per node, each device's index inside its node

@@ -335,6 +335,134 @@ VariabilitySpec parse_variability(const config::Reader& r, const topology::Clust
     return v;
 }
 
+// The directed links a fault entry's `link:` names: the link of that name and its reverse (a
+// cable fails or degrades both ways), and any parallel links between the same two devices.
+std::vector<topology::LinkId> fault_links(const config::Reader& r,
+                                          const topology::Cluster& cluster) {
+    const std::string name = r.string("link");
+    const auto& links = cluster.links();
+    const std::size_t arrow = name.find("->");
+    const std::string from = arrow == std::string::npos ? name : name.substr(0, arrow);
+    const std::string to = arrow == std::string::npos ? std::string() : name.substr(arrow + 2);
+    std::vector<topology::LinkId> found;
+    for (topology::LinkId l = 0; l < links.size(); ++l)
+        if (links[l].name == name) {
+            found.push_back(l);
+            found.push_back(links[l].reverse);
+        }
+    if (!found.empty()) {
+        std::sort(found.begin(), found.end());
+        found.erase(std::unique(found.begin(), found.end()), found.end());
+        return found;
+    }
+    std::string message = "unknown link '" + name + "'; links are named <from>-><to> by device id";
+    const auto list_links_of = [&](topology::DeviceIndex d) {
+        std::string names;
+        int shown = 0, total = 0;
+        for (const auto& link : links)
+            if (link.from == d) {
+                if (shown < 8) {
+                    names += (shown ? ", " : "") + link.name;
+                    ++shown;
+                }
+                ++total;
+            }
+        if (total > shown) names += ", ... (" + std::to_string(total) + " in all)";
+        return names;
+    };
+    if (arrow == std::string::npos) {
+        message += " (docs/yaml/topology.md, \"Generated names\")";
+        const auto d = cluster.find_device(name);
+        if (d != topology::kNone)
+            message += "; the links of device " + name + ": " + list_links_of(d);
+    } else if (const auto d = cluster.find_device(from); d == topology::kNone) {
+        message +=
+            "; there is no device '" + from + "' (docs/yaml/topology.md, \"Generated names\")";
+    } else if (cluster.find_device(to) == topology::kNone) {
+        message +=
+            "; there is no device '" + to + "'; the links of " + from + ": " + list_links_of(d);
+    } else {
+        message += "; no link joins " + from + " and " + to + "; the links of " + from + ": " +
+                   list_links_of(d);
+    }
+    r.fail("link", message);
+}
+
+std::string gpu_list_text(const std::vector<int>& gpus) {
+    std::string text;
+    for (std::size_t i = 0; i < gpus.size();) {
+        std::size_t j = i;
+        while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1)
+            ++j;
+        if (!text.empty()) text += ",";
+        text += std::to_string(gpus[i]);
+        if (j > i) text += "-" + std::to_string(gpus[j]);
+        i = j + 1;
+    }
+    return text;
+}
+
+// A fault's `at:` (default 0, the whole run): a duration of at least 0.
+Time fault_time(const config::Reader& r) {
+    if (!r.has("at")) return Time::zero();
+    // A negative time is unreadable as a duration; say what is wrong with it instead.
+    const YAML::Node v = r.value("at");
+    if (v.IsScalar() && v.Scalar().find_first_not_of(' ') != std::string::npos &&
+        v.Scalar()[v.Scalar().find_first_not_of(' ')] == '-')
+        r.fail("at",
+               "must be at least 0 (a time from the start of the iteration, e.g. 2ms; 0 "
+               "or no at: the whole run)");
+    return r.time("at");
+}
+
+FaultsSpec parse_faults(const config::Reader& r, const topology::Cluster& cluster) {
+    FaultsSpec f;
+    if (r.has("links"))
+        for (const auto& e : r.list_of_maps("links")) {
+            LinkFault lf;
+            lf.where = e.location();
+            if (!e.has("link")) e.fail_here("missing link (a link's name, e.g. leaf0->spine0)");
+            lf.name = e.string("link");
+            lf.links = fault_links(e, cluster);
+            const bool failed = e.boolean_or("failed", false);
+            if (e.has("fraction") == failed)
+                e.fail_here(failed ? "give failed: true or fraction, not both"
+                                   : "missing fraction (of the link's bandwidth left, in (0, 1]) "
+                                     "or failed: true");
+            if (!failed) {
+                lf.fraction = e.number("fraction");
+                if (!(lf.fraction > 0 && lf.fraction <= 1))
+                    e.fail("fraction",
+                           "must be in (0, 1]: the fraction of the link's bandwidth left (0.5: "
+                           "half); a link with nothing left is failed: true");
+            }
+            lf.at = fault_time(e);
+            e.finish();
+            f.links.push_back(std::move(lf));
+        }
+    if (r.has("gpus"))
+        for (const auto& e : r.list_of_maps("gpus")) {
+            GpuFault g;
+            g.where = e.location();
+            const bool by_node = e.has("nodes");
+            g.gpus = variability_gpus(e, cluster);
+            if (by_node) {
+                std::vector<int> nodes;
+                for (int gpu : g.gpus)
+                    nodes.push_back(cluster.node_of_gpu(gpu));
+                nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+                g.what = (nodes.size() == 1 ? "node " : "nodes ") + gpu_list_text(nodes);
+            } else {
+                g.what = (g.gpus.size() == 1 ? "GPU " : "GPUs ") + gpu_list_text(g.gpus);
+            }
+            g.at = fault_time(e);
+            e.finish();
+            f.gpus.push_back(std::move(g));
+        }
+    r.finish();
+    return f;
+}
+
 GoodputSpec parse_goodput(const config::Reader& r) {
     GoodputSpec g;
     g.present = true;
@@ -639,6 +767,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
                 "variability.hosts has no effect: there is no host model (compute.host is off "
                 "or compute.framework is not given)");
     }
+    if (auto f = root.map_opt("faults")) spec.faults = parse_faults(*f, *cluster);
     root.has("name");
     root.has("description");
     root.finish();

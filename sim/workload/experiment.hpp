@@ -313,6 +313,27 @@ struct GoodputSpec {
     int monte_carlo_segments = 1000;  // checkpoint intervals per Monte Carlo run
 };
 
+// `faults:` (docs/what-if.md): links degraded to a fraction of their bandwidth or failed, and
+// GPUs or nodes that fail, each from a time (0: the whole run).
+struct LinkFault {
+    std::string name;                     // as written: one direction's name, "leaf0->spine1"
+    std::vector<topology::LinkId> links;  // every directed link of the cables it names, sorted
+    double fraction = 0;                  // of the topology's bandwidth left; 0: failed
+    Time at;                              // from this time on
+    SourceLocation where;                 // of the entry, for messages found while running
+};
+struct GpuFault {
+    std::vector<int> gpus;  // sorted, unique
+    std::string what;       // "GPU 5", "GPUs 3,9", "node 2"
+    Time at;                // the GPUs stop at this time; the job fails with them
+    SourceLocation where;
+};
+struct FaultsSpec {
+    std::vector<LinkFault> links;  // in the experiment's order
+    std::vector<GpuFault> gpus;
+    bool any() const { return !links.empty() || !gpus.empty(); }
+};
+
 struct ExperimentSpec {
     std::string source;           // display path of the experiment file
     std::string topology_source;  // display path of the topology file (or the experiment's)
@@ -330,6 +351,7 @@ struct ExperimentSpec {
     // the default models draws from them; per-GPU behaviour models (replay/duration_model.hpp) do.
     std::uint64_t seed = 0;
     VariabilitySpec variability;
+    FaultsSpec faults;
     GoodputSpec goodput;
     std::vector<std::string> warnings;  // non-fatal notes to show the user
 };

@@ -290,7 +290,7 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
         CHECK(error_with("  pp: 2\n", "schedul: zb-h1\n") ==
               e + ":10:1: unknown key 'schedul'; accepted keys here: topology, model, "
                   "parallelism, training, schedule, compute, network, seed, goodput, variability, "
-                  "name or description");
+                  "faults, name or description");
     }
     SUBCASE("wrong type: at the value, after '  tp: ' (column 7)") {
         CHECK(error_with("  tp: two\n") ==
