@@ -36,6 +36,9 @@ struct RunOptions {
     // Called with a warning as soon as it is known (a trace of many GB), before the run; the
     // warning is in RunResult::warnings as well.
     std::function<void(const std::string&)> warn_now;
+    // Member folding (replay::Replay::set_fold; --no-fold turns it off): exact where it applies,
+    // so only for checking and timing.
+    bool fold = true;
 };
 
 struct RunResult {

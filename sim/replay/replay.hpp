@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -132,6 +133,10 @@ class CollectiveCosts {
 struct ReplayResult {
     Time iteration_time;       // first op start (t = 0) to last op end
     std::uint64_t events = 0;  // engine events processed
+    // Member folding (set_fold): the members each pipeline and DP transfer stood for on the
+    // network (1: not folded), and why not when it was allowed but refused.
+    int fold_copies = 1;
+    std::string fold_refused;
 };
 
 class Replay final : public EventHandler, public network::TransferClient {
@@ -148,6 +153,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The training iteration this replay stands for, in [0, kMaxDurationStep]: the duration
     // model's DurationContext::step and the random streams it draws from. 0 by default.
     void set_step(std::int64_t step);
+    // Member folding (docs/performance.md, "Folding"), on by default: the tp x cp GPUs of a
+    // worker run in lockstep and send their pipeline messages and DP collectives at the same
+    // instants with the same sizes, so when Network::fold accepts (their routes are carried onto
+    // each other by a link map and share no link) only member 0's transfers go on the network,
+    // each standing for all members. Results are the same (the network's observers still see
+    // every member's flows); only engine events and time drop. run() decides.
+    void set_fold(bool allowed) { fold_allowed_ = allowed; }
     ReplayResult run();
 
     const std::vector<Worker>& workers() const { return workers_; }
@@ -201,6 +213,13 @@ class Replay final : public EventHandler, public network::TransferClient {
         std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather> purpose;
     };
     void try_start(int worker);
+    // The fold check's classes (every p2p worker pair and DP collective the run will issue) and
+    // Network::fold; sets members_on_network_.
+    void decide_fold(ReplayResult& result);
+    // Where the output of `worker`'s pass goes: the receiving worker, arrival key and whether it
+    // is a gradient; false when the pass sends nothing.
+    bool p2p_target(int worker, schedule::Pass pass, int vs, int microbatch, int& dst, int& key,
+                    int& target_vs, bool& gradient) const;
     void finish_pass(int worker);
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
@@ -261,6 +280,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use
     std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
+    bool fold_allowed_ = true;
+    int members_on_network_ = 1;  // members whose transfers are issued: 1 when folded
 };
 
 }  // namespace cs::replay
