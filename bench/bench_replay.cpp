@@ -1,37 +1,73 @@
-// Time and memory of whole simulated iterations at growing scale: GPT-3 175B (the bundled
-// default experiment: TP8 x PP8, interleaved, flow-level network) on DGX H100 clusters of 256 to
-// 16,384 GPUs, data parallelism filling the cluster at 16 microbatches per replica.
-//   build/bin/bench_replay [max_gpus] [experiment.yaml]
+// Time and memory of whole simulated iterations at growing scale.
+//   build/bin/bench_replay [max_gpus] [experiment.yaml] [min_gpus] [replica_gpus] [--no-fold]
+// Default: GPT-3 175B (the bundled default experiment: TP8 x PP8, interleaved, flow-level network)
+// on DGX H100 clusters of 256 to 16,384 GPUs. Every row multiplies the GPUs by 4 from min_gpus
+// (default: one replica's GPUs x 4), data parallelism filling the cluster at 16 microbatches
+// per replica (global batch = 16 x dp: the experiment's micro batch size must be 1), 8 GPUs per
+// node; replica_gpus (default 64) must be the experiment's tp x pp x cp.
+//   build/bin/bench_replay 131072 workloads/llama3-405b-128l-bench.yaml 2048 128
+// gives the Llama 3 405B rows (TP8 x PP16) at 2,048, 8,192, 32,768 and 131,072 GPUs.
+// Columns: wall and CPU seconds of loading (experiment and cluster) and of the run, engine
+// events, the iteration, MFU, the process's peak RSS so far, and the members each transfer stood
+// for (member folding, docs/performance.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 
 #include "api/inputs.hpp"
 #include "api/run.hpp"
 #include "bench_common.hpp"
 
+namespace {
+double cpu_s() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-    const int max_gpus = argc > 1 ? std::atoi(argv[1]) : 16384;
+    std::vector<std::string> args;
+    bool fold = true;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--no-fold")
+            fold = false;
+        else
+            args.emplace_back(argv[i]);
+    }
+    const int max_gpus = !args.empty() ? std::atoi(args[0].c_str()) : 16384;
     const std::string experiment =
-        argc > 2 ? argv[2] : (cs::api::data_root() / "workloads" / "default.yaml").string();
-    std::printf("%-7s %-5s %-9s %-9s %-11s %-12s %-10s %-12s\n", "GPUs", "dp", "load s", "sim s",
-                "events", "iteration s", "MFU", "peak RSS MiB");
-    for (int gpus = 256; gpus <= max_gpus; gpus *= 4) {
-        const int dp = gpus / 64;
+        args.size() > 1 ? args[1] : (cs::api::data_root() / "workloads" / "default.yaml").string();
+    // GPUs of one replica (tp x pp x cp of the experiment) and its micro batch size.
+    const int replica = args.size() > 3 ? std::atoi(args[3].c_str()) : 64;
+    const int mbs = 1;
+    const int min_gpus = args.size() > 2 ? std::atoi(args[2].c_str()) : replica * 4;
+    std::printf("%-7s %-5s %-7s %-7s %-8s %-8s %-10s %-12s %-7s %-8s %-5s\n", "GPUs", "dp",
+                "load s", "load cpu", "sim s", "sim cpu", "events", "iteration s", "MFU", "RSS MiB",
+                "fold");
+    for (int gpus = min_gpus; gpus <= max_gpus; gpus *= 4) {
+        const int dp = gpus / replica;
         const std::vector<std::string> sets = {
             "topology.nodes=" + std::to_string(gpus / 8), "parallelism.dp=" + std::to_string(dp),
-            "training.global_batch_size=" + std::to_string(16 * dp)};
+            "training.global_batch_size=" + std::to_string(16 * dp * mbs)};
         const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = cpu_s();
         const auto spec = cs::workload::load_experiment(experiment, sets);
         const auto t1 = std::chrono::steady_clock::now();
-        const auto summary = cs::api::run(spec, {}).summary;
+        const double c1 = cpu_s();
+        cs::api::RunOptions options;
+        options.fold = fold;
+        const auto summary = cs::api::run(spec, options).summary;
         const auto t2 = std::chrono::steady_clock::now();
-        std::printf("%-7d %-5d %-9.3f %-9.3f %-11llu %-12.4f %-10.4f %-12.1f\n", gpus, dp,
-                    std::chrono::duration<double>(t1 - t0).count(),
-                    std::chrono::duration<double>(t2 - t1).count(),
+        const double c2 = cpu_s();
+        std::printf("%-7d %-5d %-7.3f %-8.3f %-8.3f %-8.3f %-10llu %-12.4f %-7.4f %-8.1f %-5d\n",
+                    gpus, dp, std::chrono::duration<double>(t1 - t0).count(), c1 - c0,
+                    std::chrono::duration<double>(t2 - t1).count(), c2 - c1,
                     static_cast<unsigned long long>(summary.events), summary.iteration_time_s,
-                    summary.mfu, cs::bench::peak_rss_mib());
+                    summary.mfu, cs::bench::peak_rss_mib(), summary.fold_copies);
+        std::fflush(stdout);
     }
     return 0;
 }

@@ -298,6 +298,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
         replay.add_network_observer(*link_timeline);
     }
+    replay.set_fold(options.fold);
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
 

@@ -39,6 +39,9 @@ struct RunOptions {
     // A run made only for the iteration time another run is measured against (the clean runs of
     // `variability` and `faults`): it makes no clean runs of its own.
     bool baseline = false;
+    // Member folding (replay::Replay::set_fold; --no-fold turns it off): exact where it applies,
+    // so only for checking and timing.
+    bool fold = true;
 };
 
 struct RunResult {

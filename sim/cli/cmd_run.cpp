@@ -45,6 +45,7 @@ struct RunArgs {
     std::string schedule;
     std::string html;
     std::string max_memory;
+    bool no_fold = false;
 };
 
 void run(const RunArgs& a) {
@@ -65,6 +66,7 @@ void run(const RunArgs& a) {
     api::RunOptions opt;
     opt.schedule = a.schedule;
     opt.max_memory = max_memory;
+    opt.fold = !a.no_fold;
     opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
@@ -151,6 +153,9 @@ void register_run(CLI::App& app) {
            "--max-memory", args->max_memory,
            "The memory a run may take (default 16GiB); larger runs are refused before they start")
         ->type_name("SIZE");
+    cmd->add_flag("--no-fold", args->no_fold,
+                  "Simulate every tensor-parallel member's transfers on the network instead of "
+                  "folding identical ones (same results; for checking and timing)");
     cmd->callback([args] { run(*args); });
 }
 

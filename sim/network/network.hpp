@@ -174,6 +174,16 @@ class NetworkObserver {
 
 using GroupId = std::uint32_t;
 
+// One kind of transfer the caller will start on each of `copies` members in lockstep (member
+// folding, Network::fold): the same call with member m's GPUs (p2p) or group (collective).
+struct FoldClass {
+    bool collective = false;
+    std::vector<int> src, dst;  // p2p: per member
+    CollectiveKind kind = CollectiveKind::AllReduce;
+    std::vector<GroupId> groups;  // collective: per member
+    Bytes size;
+};
+
 class Network {
   public:
     virtual ~Network() = default;
@@ -215,6 +225,21 @@ class Network {
     // Where no route remains, the run throws topology's NoPathError. Link capacities are not
     // changed (a failed link simply carries nothing).
     virtual void schedule_routing(Time at, const topology::Cluster& routing) = 0;
+
+    // Member folding (docs/network.md, "Folding"). The caller promises to start every transfer
+    // of `classes` on all `copies` members at once, with the same size and token, and asks the
+    // network to carry member 0's only. Accepted (true) only if that is exact: the `flow`
+    // fidelity, no link capacity changed so far, and for every class the members' plans are the
+    // same phase for phase and flow for flow (steps, latencies, bytes, rate caps, capacities)
+    // over links that one map per member carries from member 0's routes onto member m's, the
+    // members' link sets pairwise disjoint. The members then never share a link, each member's
+    // max-min problem is the image of member 0's, and member 0's flows finish when all copies
+    // would. Observers still see every copy's flows and link rates (mapped). Once accepted the
+    // caller starts member 0's transfers only; a capacity change is then an error, and a flow
+    // outside the checked classes too (SimulationError). On refusal `why` says what failed.
+    virtual bool fold(int copies, const std::vector<FoldClass>& classes, std::string& why) = 0;
+    // The copies of the accepted fold, 1 without.
+    virtual int fold_copies() const = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

@@ -296,6 +296,94 @@ void Replay::emit_host(int worker, Time start, Time end, HostWork kind, std::uin
             o->on_host(worker, start, end, kind, pass);
 }
 
+bool Replay::p2p_target(int worker, Pass pass, int vs, int microbatch, int& dst, int& key,
+                        int& target_vs, bool& gradient) const {
+    const int last_vs = shape_.devices * shape_.chunks - 1;
+    target_vs = -1;
+    gradient = false;
+    if (pass == Pass::Forward && vs < last_vs) target_vs = vs + 1;
+    if ((pass == Pass::Backward || pass == Pass::BackwardInput) && vs > 0) {
+        target_vs = vs - 1;
+        gradient = true;
+    }
+    if (target_vs < 0) return false;
+    const auto place = schedule_.place(shape_, target_vs, microbatch);
+    dst = worker_of(place.device, workers_[static_cast<std::size_t>(worker)].dp);
+    key = arrival_key(place.chunk, microbatch, gradient);
+    return true;
+}
+
+void Replay::decide_fold(ReplayResult& result) {
+    const int members = ranks_.members();
+    members_on_network_ = members;
+    if (!fold_allowed_ || members < 2 || spec_.network.fidelity != network::Fidelity::Flow) return;
+    // Not checked for folding: the shard groups' collectives of ZeRO-2/3 and HSDP, and faults
+    // (routes that change during the run). Such runs are not folded.
+    if (sharded_units_ || hsdp_) {
+        result.fold_refused = "sharded data parallelism (zero2/zero3 or HSDP) is not folded";
+        return;
+    }
+    if (!spec_.faults.links.empty() || !spec_.faults.gpus.empty()) {
+        result.fold_refused = "a run with faults is not folded";
+        return;
+    }
+    std::vector<network::FoldClass> classes;
+    // Pipeline messages: every pair of workers that exchange one, once.
+    std::vector<std::pair<int, int>> pairs;
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        for (const auto& op : orders_[static_cast<std::size_t>(workers_[w].stage)]) {
+            const int vs =
+                schedule_.virtual_stage(shape_, workers_[w].stage, op.chunk, op.microbatch);
+            int dst = -1, key = -1, target_vs = -1;
+            bool gradient = false;
+            if (p2p_target(static_cast<int>(w), op.pass, vs, op.microbatch, dst, key, target_vs,
+                           gradient) &&
+                dst != static_cast<int>(w))
+                pairs.emplace_back(static_cast<int>(w), dst);
+        }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    for (const auto& [a, b] : pairs) {
+        network::FoldClass c;
+        c.src = workers_[static_cast<std::size_t>(a)].gpus;
+        c.dst = workers_[static_cast<std::size_t>(b)].gpus;
+        classes.push_back(std::move(c));
+    }
+    // DP collectives: per stage, every kind and size start_dp_sync, launch_bucket and
+    // start_parameter_gather issue.
+    for (int s = 0; s < layout_.pp && layout_.dp > 1; ++s) {
+        const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
+        if (dev.dp_gradient_bytes.value <= 0) continue;
+        network::FoldClass c;
+        c.collective = true;
+        for (int m = 0; m < members; ++m)
+            c.groups.push_back(dp_groups_[static_cast<std::size_t>(s * members + m)]);
+        c.kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                : network::CollectiveKind::AllReduce;
+        if (overlaps_dp(s)) {
+            for (int b = 0; b < bucket_count_[static_cast<std::size_t>(s)]; ++b) {
+                c.size = bucket_bytes(s, b);
+                classes.push_back(c);
+            }
+        } else {
+            c.size = dev.dp_gradient_bytes;
+            classes.push_back(c);
+        }
+        if (dev.dp_sharded) {
+            c.kind = network::CollectiveKind::AllGather;
+            c.size = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
+            classes.push_back(c);
+        }
+    }
+    std::string why;
+    if (network_->fold(members, classes, why)) {
+        members_on_network_ = 1;
+        result.fold_copies = members;
+    } else {
+        result.fold_refused = why;
+    }
+}
+
 bool Replay::sends_p2p(int worker, Pass pass, int vs, int microbatch) const {
     const int last_vs = shape_.devices * shape_.chunks - 1;
     int target = -1;
@@ -679,18 +767,9 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     const Time now = sim_.now();
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
-    const int last_vs = shape_.devices * shape_.chunks - 1;
-    int target_vs = -1;
+    int target_vs = -1, dst = -1, key = -1;
     bool gradient = false;
-    if (r.pass == Pass::Forward && r.virtual_stage < last_vs) target_vs = r.virtual_stage + 1;
-    if ((r.pass == Pass::Backward || r.pass == Pass::BackwardInput) && r.virtual_stage > 0) {
-        target_vs = r.virtual_stage - 1;
-        gradient = true;
-    }
-    if (target_vs >= 0) {
-        const auto place = schedule_.place(shape_, target_vs, r.microbatch);
-        const int dst = worker_of(place.device, w.dp);
-        const int key = arrival_key(place.chunk, r.microbatch, gradient);
+    if (p2p_target(worker, r.pass, r.virtual_stage, r.microbatch, dst, key, target_vs, gradient)) {
         Message msg;
         msg.record.kind =
             gradient ? TransferRecord::Kind::Gradient : TransferRecord::Kind::Activation;
@@ -712,9 +791,9 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
         } else {
             const auto& dw = workers_[static_cast<std::size_t>(dst)];
-            msg.remaining = static_cast<int>(w.gpus.size());
+            msg.remaining = members_on_network_;
             messages_.push_back(msg);
-            for (std::size_t g = 0; g < w.gpus.size(); ++g)
+            for (std::size_t g = 0; g < static_cast<std::size_t>(members_on_network_); ++g)
                 network_->send(w.gpus[g], dw.gpus[g], msg.record.bytes,
                                static_cast<std::uint64_t>(id));
         }
@@ -862,7 +941,7 @@ int Replay::dp_collective_count(TransferRecord::Scope scope) const {
     const int members = ranks_.members();
     switch (scope) {
         case TransferRecord::Scope::Dp:
-            return members;
+            return members_on_network_;  // 1 when member 0 stands for all (decide_fold)
         case TransferRecord::Scope::Shard:
             return members * (layout_.dp / shard_size_);
         case TransferRecord::Scope::Replica:
@@ -879,6 +958,7 @@ void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::S
         const auto base = static_cast<std::size_t>(stage * members + m);
         switch (scope) {
             case TransferRecord::Scope::Dp:
+                if (m >= members_on_network_) break;  // folded: member 0 stands for all
                 network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto, id);
                 break;
             case TransferRecord::Scope::Shard:
@@ -1004,7 +1084,7 @@ void Replay::launch_unit_collectives(int index) {
     msg.record.label = ss.gather ? "fsdp all-gather" : "fsdp reduce-scatter";
     msg.purpose = UnitCollective{index, ss.gather};
     const int members = ranks_.members();
-    msg.remaining = members;
+    msg.remaining = members_on_network_;
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
     const int groups = layout_.dp / shard_size_;
@@ -1227,6 +1307,8 @@ void Replay::chunk_synchronised(int stage) {
 }
 
 ReplayResult Replay::run() {
+    ReplayResult result;
+    decide_fold(result);
     for (std::size_t w = 0; w < workers_.size(); ++w)
         try_start(static_cast<int>(w));
     sim_.run();
@@ -1254,7 +1336,9 @@ ReplayResult Replay::run() {
         emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
     for (auto* o : observers_)
         o->on_iteration_end(end_time_);
-    return ReplayResult{end_time_, sim_.events_processed()};
+    result.iteration_time = end_time_;
+    result.events = sim_.events_processed();
+    return result;
 }
 
 }  // namespace cs::replay

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -145,6 +146,10 @@ struct ReplayResult {
     Time iteration_time;       // first op start (t = 0) to last op end; the stop time if stopped
     std::uint64_t events = 0;  // engine events processed
     bool stopped = false;      // ended by stop_at() before the iteration completed
+    // Member folding (set_fold): the members each pipeline and DP transfer stood for on the
+    // network (1: not folded), and why not when it was allowed but refused.
+    int fold_copies = 1;
+    std::string fold_refused;
 };
 
 // An overlapped group's time (DualPipe's F&B, Replay's overlap_group), in picoseconds: the
@@ -178,6 +183,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     // `at`, and observers get no on_iteration_end (nor on_pass for passes under way at `at`).
     // Once the iteration has completed, the stop does nothing.
     void stop_at(Time at);
+    // Member folding (docs/performance.md, "Folding"), on by default: the tp x cp GPUs of a
+    // worker run in lockstep and send their pipeline messages and DP collectives at the same
+    // instants with the same sizes, so when Network::fold accepts (their routes are carried onto
+    // each other by a link map and share no link) only member 0's transfers go on the network,
+    // each standing for all members. Results are the same (the network's observers still see
+    // every member's flows); only engine events and time drop. run() decides.
+    void set_fold(bool allowed) { fold_allowed_ = allowed; }
     ReplayResult run();
 
     const std::vector<Worker>& workers() const { return workers_; }
@@ -266,6 +278,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     // Times the worker's running group (two or more passes) as overlapped: see replay.cpp.
     void overlap_group(int worker);
     std::span<const Time> overlapped_steps(const PassRecord& r, Time compute, Time collective);
+    // The fold check's classes (every p2p worker pair and DP collective the run will issue) and
+    // Network::fold; sets members_on_network_.
+    void decide_fold(ReplayResult& result);
+    // Where the output of `worker`'s pass goes: the receiving worker, arrival key and whether it
+    // is a gradient; false when the pass sends nothing.
+    bool p2p_target(int worker, schedule::Pass pass, int vs, int microbatch, int& dst, int& key,
+                    int& target_vs, bool& gradient) const;
     void finish_pass(int worker);
     // A pass's outputs (p2p sends, gradient completion): at its end, or at its group's end.
     void complete_pass(int worker, const PassRecord& r);
@@ -369,6 +388,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
     bool stopped_ = false;
+    bool fold_allowed_ = true;
+    int members_on_network_ = 1;  // members whose transfers are issued: 1 when folded
 };
 
 }  // namespace cs::replay

@@ -94,6 +94,8 @@ Summary summarize(const SummaryInputs& in) {
     s.ep = spec.layout.ep;
     s.vpp = plan.chunks;
     s.events = in.result.events;
+    s.fold_copies = in.result.fold_copies;
+    s.fold_refused = in.result.fold_refused;
     s.host_bound_passes = in.metrics->host_bound_passes();
 
     // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
@@ -274,6 +276,8 @@ nlohmann::ordered_json to_json(const Summary& s) {
         }
     }
     j["events"] = s.events;
+    j["fold"] = {{"copies", s.fold_copies}};
+    if (!s.fold_refused.empty()) j["fold"]["refused"] = s.fold_refused;
     j["wall_time_s"] = s.wall_time_s;
     return j;
 }

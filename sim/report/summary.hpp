@@ -129,6 +129,10 @@ struct Summary {
     FaultsSummary faults;
     GoodputSummary goodput;
     std::uint64_t events = 0;
+    // Member folding (replay::Replay::set_fold): the members each network transfer stood for
+    // (1: not folded) and, when folding was allowed but refused, why.
+    int fold_copies = 1;
+    std::string fold_refused;
     double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)
 };
 

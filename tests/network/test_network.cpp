@@ -722,3 +722,69 @@ TEST_CASE("link capacity changes: bad input") {
     sim.run();
     CHECK_THROWS_AS(net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{GB}), SimulationError);
 }
+
+TEST_CASE(
+    "fold: member 0's transfer stands for its copies; shared links or capacity changes refuse") {
+    // Four GPUs on one NVSwitch (100 GB/s per GPU link). Member m of the "workers" {0, 1} and
+    // {2, 3} sends GPU m -> GPU m + 2: routes gpu0 -> sw -> gpu2 and gpu1 -> sw -> gpu3, images of
+    // each other on disjoint links, so the fold is accepted. 1 GB at 100 GB/s takes 10 ms alone.
+    const Cluster c = switch_node(4, 100 * GB, Time::zero());
+    FoldClass p2p;
+    p2p.src = {0, 1};
+    p2p.dst = {2, 3};
+    for (const bool fold : {true, false}) {
+        Simulation sim;
+        auto net = make_network(sim, c, NetworkConfig{});
+        Recorder rec;
+        net->set_client(&rec);
+        FlowLog log;
+        net->add_observer(&log);
+        std::string why;
+        if (fold) {
+            REQUIRE(net->fold(2, {p2p}, why));
+            CHECK(net->fold_copies() == 2);
+            net->send(0, 2, Bytes{1'000'000'000}, 1);
+        } else {
+            net->send(0, 2, Bytes{1'000'000'000}, 1);
+            net->send(1, 3, Bytes{1'000'000'000}, 2);
+        }
+        sim.run();
+        CHECK(rec.done[1] == Time::ms(10));
+        // Observers see both members' flows either way: two starts, two ends, and the second
+        // start's path is member 1's links.
+        REQUIRE(log.seen.size() == 4);
+        std::vector<std::vector<topology::LinkId>> starts;
+        for (const auto& e : log.seen)
+            if (e.start) starts.push_back(e.path);
+        std::vector<topology::LinkId> r0, r1;
+        c.route(0, 2, static_cast<std::uint64_t>(0) << 32 | 2, r0);
+        c.route(1, 3, static_cast<std::uint64_t>(1) << 32 | 3, r1);
+        REQUIRE(starts.size() == 2);
+        CHECK(starts[0] == r0);
+        CHECK(starts[1] == r1);
+    }
+    {
+        // Member 1 sends 1 -> 2: both members would cross sw -> gpu2, and share its capacity.
+        Simulation sim;
+        auto net = make_network(sim, c, NetworkConfig{});
+        FoldClass shared = p2p;
+        shared.dst = {2, 2};
+        std::string why;
+        CHECK_FALSE(net->fold(2, {shared}, why));
+        CHECK(why.find("share link") != std::string::npos);
+        CHECK(net->fold_copies() == 1);
+    }
+    {
+        // A capacity changed before the fold: refused; after an accepted fold: an error.
+        Simulation sim;
+        auto net = make_network(sim, c, NetworkConfig{});
+        net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{50 * GB});
+        std::string why;
+        CHECK_FALSE(net->fold(2, {p2p}, why));
+        CHECK(why == "a link capacity was changed");
+        Simulation sim2;
+        auto folded = make_network(sim2, c, NetworkConfig{});
+        REQUIRE(folded->fold(2, {p2p}, why));
+        CHECK_THROWS_AS(folded->set_link_capacity(0, Bandwidth{50 * GB}), SimulationError);
+    }
+}

@@ -1,0 +1,114 @@
+// Member folding (docs/performance.md, "Folding"): a run that carries only member 0's transfers
+// on the network, each standing for the tp x cp members of a worker, gives the same summary as
+// the run that carries them all; folding is refused where it would not be exact.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "api/inputs.hpp"
+#include "api/run.hpp"
+#include "replay/replay.hpp"
+#include "report/summary.hpp"
+
+namespace {
+
+const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+
+cs::api::RunResult run(const std::vector<std::string>& sets, bool fold,
+                       std::function<void(cs::replay::Replay&)> attach = {}) {
+    const auto spec = cs::api::load_experiment({kDefault, sets, ""});
+    cs::api::RunOptions options;
+    options.fold = fold;
+    options.attach = std::move(attach);
+    return cs::api::run(spec, options);
+}
+
+// The summary JSON without the fields that describe the run rather than its results: the
+// folding itself, engine events (a folded run has fewer) and the host's wall time.
+std::string results_json(const cs::report::Summary& s) {
+    auto j = cs::report::to_json(s);
+    j.erase("fold");
+    j.erase("events");
+    j.erase("wall_time_s");
+    return j.dump(1);
+}
+
+// GPT-3 175B (tp 8, pp 8, interleaved) on `nodes` DGX H100 nodes with dp filling them.
+std::vector<std::string> layout(int nodes, int tp, std::vector<std::string> more = {}) {
+    const int dp = nodes * 8 / (tp * 8);
+    std::vector<std::string> sets = {"topology.nodes=" + std::to_string(nodes),
+                                     "parallelism.tp=" + std::to_string(tp),
+                                     "parallelism.dp=" + std::to_string(dp),
+                                     "training.global_batch_size=" + std::to_string(8 * dp)};
+    sets.insert(sets.end(), more.begin(), more.end());
+    return sets;
+}
+
+}  // namespace
+
+TEST_CASE("fold: 16 nodes on one leaf per rail fold by 8 members and give the same summary") {
+    // 16 DGX H100 nodes sit under one leaf per rail (32 ports down), so member g of every node
+    // reaches member g of every other over rail g's leaf alone: the eight members' routes are
+    // images of each other and share no link. tp 8: a worker is a node; pipeline messages and
+    // the DP reduce-scatter and all-gather cross the rails.
+    const auto folded = run(layout(16, 8), true);
+    const auto full = run(layout(16, 8), false);
+    CHECK(folded.summary.fold_copies == 8);
+    CHECK(folded.summary.fold_refused.empty());
+    CHECK(full.summary.fold_copies == 1);
+    CHECK(full.summary.fold_refused.empty());  // not asked for: no reason
+    CHECK(folded.summary.events < full.summary.events);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    // Link accounting still sees every member's links: the busiest links and the total bytes
+    // are part of the equal JSON above; check one is not empty.
+    CHECK_FALSE(folded.summary.links.empty());
+}
+
+TEST_CASE("fold: tp 4 with in-node pipeline messages and overlapped gradient buckets") {
+    // tp 4: two workers per node, stages 2k and 2k + 1 in one node, so half of the pipeline
+    // messages go GPU -> NVSwitch -> GPU; with --overlap-grad-reduce the DP reduce-scatters run
+    // in buckets during the last backward passes, contending with the pipeline messages.
+    const auto sets = layout(16, 4, {"parallelism.overlap_grad_reduce=true"});
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(folded.summary.fold_copies == 4);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+}
+
+TEST_CASE("fold: a straggler leaves member folding exact (a worker's members stay in lockstep)") {
+    // variability slows a GPU's passes; a worker runs at its slowest GPU, so its members still
+    // start every transfer together and the fold still applies, with the same results.
+    const auto sets = layout(16, 8, {"variability.gpus=[{gpus: [9], factor: 1.3}]"});
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(folded.summary.fold_copies == 8);
+    CHECK(folded.summary.variability.present);
+    CHECK(folded.summary.variability.cost_s > 0);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+}
+
+TEST_CASE("fold: a changed link capacity turns folding off, and the run is the unfolded one") {
+    // A degraded link (link 0, a GPU's) breaks the members' symmetry: the network refuses the fold
+    // and every member's transfers are simulated.
+    const auto degrade = [](cs::replay::Replay& r) {
+        r.network().set_link_capacity(0, cs::Bandwidth{10e9});
+    };
+    const auto folded = run(layout(16, 8), true, degrade);
+    const auto full = run(layout(16, 8), false, degrade);
+    CHECK(folded.summary.fold_copies == 1);
+    CHECK(folded.summary.fold_refused == "a link capacity was changed");
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+}
+
+TEST_CASE("fold: ECMP routes that differ between members refuse folding") {
+    // 64 nodes need two leaves per rail and spines between them; each member's flows pick their
+    // spine by a hash of their own GPUs, so no link map carries member 0's routes onto member
+    // 1's (or members meet on a link): refused, with the reason in the summary.
+    const auto r = run(layout(64, 8), true);
+    CHECK(r.summary.fold_copies == 1);
+    CHECK_FALSE(r.summary.fold_refused.empty());
+    const auto j = cs::report::to_json(r.summary);
+    CHECK(j["fold"]["copies"] == 1);
+    CHECK(j["fold"]["refused"] == r.summary.fold_refused);
+}
