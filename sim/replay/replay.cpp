@@ -1312,7 +1312,12 @@ ReplayResult Replay::run() {
     for (std::size_t w = 0; w < workers_.size(); ++w)
         try_start(static_cast<int>(w));
     sim_.run();
-    if (stopped_) return ReplayResult{sim_.now(), sim_.events_processed(), true};
+    if (stopped_) {
+        result.iteration_time = sim_.now();
+        result.events = sim_.events_processed();
+        result.stopped = true;
+        return result;
+    }
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
         if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
