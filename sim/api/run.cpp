@@ -74,20 +74,6 @@ struct PassCounter final : replay::ReplayObserver {
     void on_pass(const replay::PassRecord&) override { ++passes; }
 };
 
-std::string gpu_ranges(const std::vector<int>& gpus) {
-    std::string text;
-    for (std::size_t i = 0; i < gpus.size();) {
-        std::size_t j = i;
-        while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1)
-            ++j;
-        if (!text.empty()) text += ",";
-        text += std::to_string(gpus[i]);
-        if (j > i) text += "-" + std::to_string(gpus[j]);
-        i = j + 1;
-    }
-    return text;
-}
-
 // The cluster of `spec` with its link faults from the start (`at` 0) applied; the topology's own
 // cluster when there are none.
 std::shared_ptr<const topology::Cluster> faulted_at_start(const workload::ExperimentSpec& spec) {
@@ -166,7 +152,8 @@ ConfigError no_path_error(const workload::ExperimentSpec& spec, const NoPathErro
                                   " to GPU " + std::to_string(e.dst()) +
                                   ", which this run sends data between; cut off from GPU " +
                                   std::to_string(e.src()) + ": GPU" +
-                                  (unreachable.size() > 1 ? "s " : " ") + gpu_ranges(unreachable) +
+                                  (unreachable.size() > 1 ? "s " : " ") +
+                                  workload::gpu_list_text(unreachable) +
                                   " (the run stops: no fabric is left to re-route over)");
 }
 

@@ -388,20 +388,6 @@ std::vector<topology::LinkId> fault_links(const config::Reader& r,
     r.fail("link", message);
 }
 
-std::string gpu_list_text(const std::vector<int>& gpus) {
-    std::string text;
-    for (std::size_t i = 0; i < gpus.size();) {
-        std::size_t j = i;
-        while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1)
-            ++j;
-        if (!text.empty()) text += ",";
-        text += std::to_string(gpus[i]);
-        if (j > i) text += "-" + std::to_string(gpus[j]);
-        i = j + 1;
-    }
-    return text;
-}
-
 // A fault's `at:` (default 0, the whole run): a duration of at least 0.
 Time fault_time(const config::Reader& r) {
     if (!r.has("at")) return Time::zero();
@@ -832,6 +818,20 @@ ExperimentSpec load_experiment(const ExperimentText& source,
     return load_experiment_document(
         config::parse_document(source.text, source.display_path, source.folder), overrides,
         max_memory);
+}
+
+std::string gpu_list_text(const std::vector<int>& gpus) {
+    std::string text;
+    for (std::size_t i = 0; i < gpus.size();) {
+        std::size_t j = i;
+        while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1)
+            ++j;
+        if (!text.empty()) text += ",";
+        text += std::to_string(gpus[i]);
+        if (j > i) text += "-" + std::to_string(gpus[j]);
+        i = j + 1;
+    }
+    return text;
 }
 
 }  // namespace cs::workload

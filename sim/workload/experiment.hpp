@@ -375,4 +375,7 @@ ExperimentSpec load_experiment(const ExperimentText& source,
                                const std::vector<std::string>& overrides,
                                std::int64_t max_memory = topology::kDefaultMaxMemory);
 
+// GPU (or node) numbers as ranges, for messages and summaries: {0, 1, 2, 3, 8} -> "0-3,8".
+std::string gpu_list_text(const std::vector<int>& gpus);
+
 }  // namespace cs::workload
