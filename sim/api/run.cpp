@@ -175,26 +175,22 @@ namespace {
 RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunResult out;
-    // With variability, the same experiment without it first: the figure its cost is against.
+    // The clean iteration time a variability or fault run's cost is against: the same experiment
+    // without them, run first as a baseline (which makes no clean runs of its own).
+    const auto baseline_time = [&](auto strip) {
+        workload::ExperimentSpec clean = experiment;
+        strip(clean);
+        RunOptions plain;
+        plain.schedule = options.schedule;
+        plain.baseline = true;
+        return run(clean, plain).summary.iteration_time_s;
+    };
     double clean_time_s = 0;
-    if (experiment.variability.any() && !options.baseline) {
-        workload::ExperimentSpec clean = experiment;
-        clean.variability = {};
-        RunOptions plain;
-        plain.schedule = options.schedule;
-        plain.baseline = true;
-        clean_time_s = run(clean, plain).summary.iteration_time_s;
-    }
-    // With faults, the same experiment without them.
+    if (experiment.variability.any() && !options.baseline)
+        clean_time_s = baseline_time([](workload::ExperimentSpec& e) { e.variability = {}; });
     double unfaulted_time_s = 0;
-    if (experiment.faults.any() && !options.baseline) {
-        workload::ExperimentSpec clean = experiment;
-        clean.faults = {};
-        RunOptions plain;
-        plain.schedule = options.schedule;
-        plain.baseline = true;
-        unfaulted_time_s = run(clean, plain).summary.iteration_time_s;
-    }
+    if (experiment.faults.any() && !options.baseline)
+        unfaulted_time_s = baseline_time([](workload::ExperimentSpec& e) { e.faults = {}; });
     const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
     // The copy names the schedule actually run, so that messages about it say so.
     workload::ExperimentSpec spec = experiment;

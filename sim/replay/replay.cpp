@@ -529,9 +529,9 @@ void Replay::try_start(int worker) {
     // The op and, for an overlapped group, the ops that run alongside it: all their inputs must
     // be in before any starts.
     // ZeRO-2/3 runs a pass unit by unit; an overlapped group's passes then run one after another.
-    const auto group = sharded_units_ ? std::size_t{1}
-                                      : static_cast<std::size_t>(
-                                            1 + std::max<int>(0, order[st.cursor].overlap));
+    const auto group =
+        sharded_units_ ? std::size_t{1}
+                       : static_cast<std::size_t>(1 + std::max<int>(0, order[st.cursor].overlap));
     if (st.cursor + group > order.size())
         throw SimulationError("replay",
                               "schedule " + schedule_.name() + " overlaps a pass of stage " +
@@ -1044,7 +1044,8 @@ void Replay::begin_units(int worker) {
 
 std::int64_t Replay::request_unit(int worker, bool gather, int k) {
     auto& st = states_[static_cast<std::size_t>(worker)];
-    const auto& chunk = plan_.virtual_stages[static_cast<std::size_t>(st.running.front().virtual_stage)];
+    const auto& chunk =
+        plan_.virtual_stages[static_cast<std::size_t>(st.running.front().virtual_stage)];
     const int unit = st.unit_forward ? k : st.units - 1 - k;
     const double params =
         static_cast<double>(chunk.unit_parameters[static_cast<std::size_t>(unit)]);

@@ -262,10 +262,10 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<Lay
         const auto first = std::min_element(
             chunks.begin(), chunks.end(),
             [](const LayerRange& x, const LayerRange& y) { return x.first < y.first; });
-        const auto last = std::max_element(
-            chunks.begin(), chunks.end(), [](const LayerRange& x, const LayerRange& y) {
-                return x.first + x.count < y.first + y.count;
-            });
+        const auto last = std::max_element(chunks.begin(), chunks.end(),
+                                           [](const LayerRange& x, const LayerRange& y) {
+                                               return x.first + x.count < y.first + y.count;
+                                           });
         for (auto c = chunks.begin(); c != chunks.end(); ++c)
             for (const auto u :
                  unit_parameters_per_gpu(spec.model, spec.layout, c->first, c->count,

@@ -367,8 +367,8 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
           "cp, ep, vpp, sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
           "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
           "reshard_after_forward, shard_prefetch, "
-                  "first_stage_layers, last_stage_layers, account_for_embedding, "
-                  "account_for_loss or stage_layers");
+          "first_stage_layers, last_stage_layers, account_for_embedding, "
+          "account_for_loss or stage_layers");
     CHECK(error_with({"training.recompute=partial"}) ==
           "--set training.recompute=partial: 'training.recompute': unknown value \"partial\"; "
           "expected none, selective or full");
