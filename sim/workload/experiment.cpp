@@ -728,7 +728,12 @@ ExperimentSpec load_experiment_document(config::Document doc,
     spec.training = parse_training(root.map("training"));
     spec.schedule_where = root.location("schedule");
     spec.schedule = root.string_or("schedule", "1f1b");
-    if (auto c = root.map_opt("compute")) spec.compute = parse_compute(*c);
+    // No `compute:` at all means `compute: {}`: the roofline with Megatron-LM's kernels and its
+    // host, as documented (docs/yaml/experiment.md), not the roofline without a host.
+    if (auto c = root.map_opt("compute"))
+        spec.compute = parse_compute(*c);
+    else
+        spec.compute.host = default_host(spec.compute.framework);
     if (!spec.compute.calibration_file.empty()) {
         // A calibration fitted on another GPU is allowed (a what-if), but said.
         // Names are compared through the catalogue, so that "H200" and "H200-SXM" agree.
