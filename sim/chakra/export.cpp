@@ -189,18 +189,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         return static_cast<std::int32_t>(tag);
     };
     const auto pass_plan = [&](Pass pass, int vs) -> const workload::PassPlan& {
-        const auto& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
-        switch (pass) {
-            case Pass::Forward:
-                return c.forward;
-            case Pass::Backward:
-                return c.backward;
-            case Pass::BackwardInput:
-                return c.backward_input;
-            case Pass::BackwardWeight:
-                return c.backward_weight;
-        }
-        return c.forward;
+        return replay::pass_plan(plan.virtual_stages[static_cast<std::size_t>(vs)], pass);
     };
 
     // With the host model: each pass plan's issue, as the replay costs it (host.hpp's closed

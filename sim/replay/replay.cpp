@@ -194,19 +194,22 @@ int Replay::arrival_key(int chunk, int microbatch, bool gradient) const {
     return (chunk * shape_.microbatches + microbatch) * 2 + (gradient ? 1 : 0);
 }
 
-const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int vs) const {
-    const auto& c = plan_.virtual_stages[static_cast<std::size_t>(vs)];
-    switch (op.pass) {
+const workload::PassPlan& pass_plan(const workload::ChunkPlan& chunk, schedule::Pass pass) {
+    switch (pass) {
         case Pass::Forward:
-            return c.forward;
+            return chunk.forward;
         case Pass::Backward:
-            return c.backward;
+            return chunk.backward;
         case Pass::BackwardInput:
-            return c.backward_input;
+            return chunk.backward_input;
         case Pass::BackwardWeight:
-            return c.backward_weight;
+            return chunk.backward_weight;
     }
-    return c.forward;
+    return chunk.forward;
+}
+
+const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int vs) const {
+    return replay::pass_plan(plan_.virtual_stages[static_cast<std::size_t>(vs)], op.pass);
 }
 
 Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {

@@ -53,6 +53,9 @@ enum class HostWork : std::uint8_t {
     Sync,   // waiting for the GPU (sync_after_p2p: the pass whose output it sends to finish)
 };
 
+// The plan of `pass` in a chunk: forward, full backward, or one half of a split backward.
+const workload::PassPlan& pass_plan(const workload::ChunkPlan& chunk, schedule::Pass pass);
+
 struct Worker {
     int stage = 0;
     int dp = 0;
