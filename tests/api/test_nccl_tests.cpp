@@ -412,6 +412,73 @@ TEST_CASE("real nccl-tests output pasted in public issues: both parsers read it"
         REQUIRE(p.rows.size() == 2);
         CHECK(p.rows[0].ip_wrong == "1e+00");
     }
+    SUBCASE("sendrecv_perf, 2 x A40 on two hosts: in-place #wrong is N/A") {
+        const std::string path = dir + "sendrecv_perf-2xA40-nccl-tests-214.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::SendRecv);  // from the file name
+        CHECK(f.ranks == 2);
+        CHECK(f.devices[1] == "NVIDIA A40");
+        REQUIRE(f.rows.size() == 5);  // 256 .. 4096
+        CHECK(f.rows[4].size == 4096);
+        CHECK(f.rows[4].count == 1024);  // sendrecv: size / 4 B, not split over the ranks
+        CHECK(f.rows[4].time_us[0] == 30.74);
+        CHECK(f.rows[4].wrong[1] == "N/A");
+        CHECK_FALSE(f.rows[4].wrong_elements());
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 5);
+        CHECK(p.rows[0].ip_time_us == 33.65);
+    }
+    SUBCASE("broadcast_perf, 2 x V100 over TCP: a root column but no redop, NCCL log lines") {
+        const std::string path = dir + "broadcast_perf-2xV100-nccl-tests-82.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::Broadcast);
+        CHECK(f.ranks == 2);
+        CHECK(f.devices[0] == "Tesla V100-PCIE-16GB");
+        REQUIRE(f.rows.size() == 1);
+        CHECK(f.rows[0].root == 0);
+        CHECK(f.rows[0].redop.empty());
+        CHECK(f.rows[0].time_us[0] == 45.82);
+        CHECK(f.rows[0].time_us[1] == 38.17);
+        CHECK(f.rows[0].wrong[0] == "N/A");
+        // The mpirun command, two NCCL WARN lines and "NCCL version ...".
+        CHECK(has(f.warnings, "skipped 4 line(s)"));
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.rows[0].time_us == 45.82);
+    }
+    SUBCASE("sendrecv_perf, 2 x GTX 1080, the 2020 layout without redop or root, uint8") {
+        const std::string path = dir + "sendrecv_perf-2xGTX1080-nccl-tests-104-table-only.txt";
+        const auto f = cs::api::read_nccl_tests("sendrecv:2=" + path);  // -g 2: two GPUs
+        REQUIRE(f.rows.size() == 1);
+        CHECK(f.rows[0].type == "uint8");
+        CHECK(f.rows[0].size == 37748744);
+        CHECK(f.rows[0].count == 37748744);  // 1-byte elements
+        CHECK(f.rows[0].time_us[0] == 11732);
+        // The in-place check printed 3e+02: wrong elements, left out of a fit.
+        CHECK(f.rows[0].wrong[1] == "3e+02");
+        CHECK(f.rows[0].wrong_elements());
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.rows[0].ip_busbw == 3.23);
+    }
+    SUBCASE("all_gather_perf, bfloat16 on 2 GPUs, a linear sweep (-i 16M)") {
+        const std::string path = dir + "all_gather_perf-2GPU-bf16-nccl-1435-table-only.txt";
+        const auto f = cs::api::read_nccl_tests("all_gather:2=" + path);
+        REQUIRE(f.rows.size() == 7);
+        for (std::size_t i = 0; i < f.rows.size(); ++i) {
+            // 16, 32, .. 112 MiB; count = size / (2 B x 2 ranks).
+            CHECK(f.rows[i].size == static_cast<std::int64_t>(i + 1) * 16777216);
+            CHECK(f.rows[i].count == f.rows[i].size / 4);
+            CHECK(f.rows[i].type == "bfloat16");
+            // On 2 ranks busbw = algbw x (n-1)/n = algbw / 2, to the printed 0.01.
+            CHECK(f.rows[i].busbw[0] == doctest::Approx(f.rows[i].algbw[0] / 2).epsilon(1e-3));
+        }
+        CHECK(f.rows[0].time_us[0] == 108.8);
+        CHECK(f.rows[6].busbw[1] == 140.24);
+        // 3 ranks would not fit: 4194304 x 2 B x 3 != 16777216.
+        CHECK(error_of("all_gather:3=" + path).find("do not fit all_gather_perf on 3 ranks") !=
+              std::string::npos);
+    }
     SUBCASE("mpirun --tag-output prefixes on every line") {
         const std::string path = dir + "all_reduce_perf-p5-aws-k8s-tester-503-mpi-prefix.txt";
         CHECK(error_of(path).find("no \"# Using devices\" rank lines") != std::string::npos);
