@@ -136,8 +136,10 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
     }
     LayerRows rows(L, first_layer);
 
-    // Simulated: per pass slice, its steps.
+    // Simulated: per pass slice, its steps. The first forward also says how many norms a layer
+    // has (its repeated norm steps) and how many come after the layers (the final norm).
     std::int64_t sim_f = 0, sim_b = 0;
+    int sim_k = 0, sim_post = 0;
     for (const auto& p : pass_slices) {
         const bool fwd = p.name.rfind('F', 0) == 0;
         if (fwd)
@@ -146,6 +148,8 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             ++sim_b;
         for (const auto& st : steps) {
             if (!(st.ts >= p.ts && st.ts < p.end)) continue;
+            if (fwd && sim_f == 1 && simulated_kind(st.name) == "norm")
+                ++(st.args && st.args->contains("repeat") ? sim_k : sim_post);
             const double ms = (st.end - st.ts) / 1000;
             if (simulated_kind(st.name) == "mixed_accumulate") {
                 rows.accumulate().simulated_ms += ms;
@@ -216,9 +220,23 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
                 common[pass] = n;
             }
     }
-    const auto k_of = [&](int pass) { return common[pass] / L; };
-    const auto post_of = [&](int pass) { return common[pass] - k_of(pass) * L; };
-    for (int pass = 0; pass < 2; ++pass)
+    // Norms per layer and after the layers: the simulated model's when its passes have norm
+    // steps (then the profile must hold as many), else inferred from the profile.
+    const auto k_of = [&](int pass) { return sim_k > 0 ? sim_k : common[pass] / L; };
+    const auto post_of = [&](int pass) {
+        return sim_k > 0 ? sim_post : common[pass] - k_of(pass) * L;
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+        if (sim_k > 0 && common[pass] != sim_k * L + sim_post) {
+            r.warnings.push_back(std::string("no per-layer-pass comparison: the measured ") +
+                                 kPasses[pass] + " passes hold " + std::to_string(common[pass]) +
+                                 " norm operator(s), the simulated one " + std::to_string(sim_k) +
+                                 " per layer x " + std::to_string(L) + " layers + " +
+                                 std::to_string(sim_post) + " = " +
+                                 std::to_string(sim_k * L + sim_post) +
+                                 ": not the same model (or not the same pipeline stage)");
+            return;
+        }
         if (common[pass] == 0 || k_of(pass) < 1 || post_of(pass) >= L) {
             r.warnings.push_back(std::string("no per-layer-pass comparison: the measured ") +
                                  kPasses[pass] + " passes hold " + std::to_string(common[pass]) +
@@ -227,6 +245,7 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
                                  " layers (at least one norm per layer is needed)");
             return;
         }
+    }
     std::int64_t meas_passes[2] = {0, 0}, left_out = 0;
     for (const auto& in : instances) {
         if (in.norms != common[in.pass]) {

@@ -16,8 +16,9 @@
 // steps without `repeat` are the embedding (labels "embedding*", "position*") or the head (the
 // rest: final norm, logits, loss). A profile carries no layer marks, so the measured passes are
 // cut at their norm operators: a forward instance (a run of forward kernels between other passes'
-// kernels) holds k norms per layer plus the final ones (GPT: 2 x 12 + 1 = 25, k and the final
-// count from the most common norm count and the simulated layer count); layer i's forward runs
+// kernels) holds k norms per layer plus the final ones (GPT: 2 x 12 + 1 = 25; k and the final
+// count are the simulated model's repeated and other norm steps, and a profile holding another
+// count gets no layer rows); layer i's forward runs
 // from its first norm to the next layer's, the kernels before the first norm are the embedding's,
 // those from the final norm on the head's. A backward instance is cut the same way in reverse:
 // the head's backward up to and including the final norm's backward, then each layer's up to and

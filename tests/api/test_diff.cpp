@@ -121,18 +121,21 @@ TEST_CASE("diff: per kind and per pass, by hand") {
 namespace {
 
 // Two layers, one microbatch. Simulated (GPU 0 compute): F0 0-100 us: embedding 10 us, norm and
-// qkv repeated over the 2 layers (20 and 40 us: 10 + 20 us per layer), logits 30 us (head); B0
-// 100-300 us: logits dgrad 20 us (head), qkv dgrad and norm bwd repeated (60 and 40 us: 30 + 20
-// per layer), main grad accumulate 50 us, embedding wgrad 30 us; the optimizer step after.
+// qkv repeated over the 2 layers (20 and 40 us: 10 + 20 us per layer), final norm 5 and logits
+// 25 us (head); B0 100-300 us: logits dgrad 15 and final norm bwd 5 us (head), qkv dgrad and norm
+// bwd repeated (60 and 40 us: 30 + 20 per layer), main grad accumulate 50 us, embedding wgrad
+// 30 us; the optimizer step after. One norm per layer and a final one: 3 per pass.
 const char* kSimulatedLayers = R"json({"traceEvents": [
   {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 10, "name": "embedding", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 30, "dur": 40, "name": "qkv", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 30, "name": "logits", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 5, "name": "final norm", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 75, "dur": 25, "name": "logits", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 20, "name": "logits dgrad", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 15, "name": "logits dgrad", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 115, "dur": 5, "name": "final norm bwd", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 120, "dur": 60, "name": "qkv dgrad", "args": {"repeat": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 220, "dur": 50, "name": "main grad accumulate", "args": {"repeat": 2}},
@@ -210,7 +213,8 @@ TEST_CASE("diff: per layer pass, by hand") {
     for (std::size_t i = 0; i < order.size(); ++i)
         CHECK(r.layer_passes[i].name == order[i]);
     // Simulated, in ms: embedding 10 us; a layer's forward norm 20/2 + qkv 40/2 = 30 us; head
-    // (logits) 30; head backward (logits dgrad) 20; a layer's backward 60/2 + 40/2 = 50;
+    // (final norm + logits) 5 + 25 = 30; head backward 15 + 5 = 20; a layer's backward 60/2 +
+    // 40/2 = 50;
     // embedding wgrad 30; accumulation 50.
     CHECK(row("embedding forward").simulated_ms == doctest::Approx(0.010));
     CHECK(row("layer 0 forward").simulated_ms == doctest::Approx(0.030));
@@ -253,8 +257,8 @@ TEST_CASE("diff: per layer pass, by hand") {
     CHECK(j["layer_passes"][0]["layer"].is_null());
     CHECK(j["layer_passes"][6]["measured_ms"].get<double>() == doctest::Approx(0.039));
 
-    // A simulated trace of 4 layers against this profile: 3 norms do not cut into 4 layers, so
-    // there are no layer rows, and a warning says why.
+    // A simulated trace of 4 layers against this profile: the model has 1 norm per layer x 4 + 1
+    // final = 5 per pass, the profile 3, so there are no layer rows, and a warning says why.
     std::string four = kSimulatedLayers;
     for (std::size_t at = four.find("\"layers\": 2"); at != std::string::npos;
          at = four.find("\"layers\": 2", at))
@@ -265,9 +269,9 @@ TEST_CASE("diff: per layer pass, by hand") {
     CHECK(r4.layer_passes.empty());
     bool warned = false;
     for (const auto& w : r4.warnings)
-        warned |=
-            w.find("3 norm operator(s), which do not cut into the simulated trace's 4 layers") !=
-            std::string::npos;
+        warned |= w.find(
+                      "3 norm operator(s), the simulated one 1 per layer x 4 layers + 1 = 5: "
+                      "not the same model") != std::string::npos;
     CHECK(warned);
     fs::remove_all(dir);
 }
