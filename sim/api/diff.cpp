@@ -70,6 +70,15 @@ struct LayerRows {
     LayerPassLine& accumulate() { return rows.back(); }
 };
 
+// Where a roofline step label belongs: -1 the embedding ("embedding*", "position*"), 1 the head
+// (the final norm, the logits and the loss, forward or backward), 0 a layer.
+int simulated_part(const std::string& label) {
+    if (label.rfind("embedding", 0) == 0 || label.rfind("position", 0) == 0) return -1;
+    for (const char* head : {"final norm", "logits", "log softmax", "cross entropy", "loss"})
+        if (label.rfind(head, 0) == 0) return 1;
+    return 0;
+}
+
 struct Slice {
     double ts = 0, end = 0;
     std::string name;
@@ -136,10 +145,13 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
     }
     LayerRows rows(L, first_layer);
 
-    // Simulated: per pass slice, its steps. The first forward also says how many norms a layer
-    // has (its repeated norm steps) and how many come after the layers (the final norm).
+    // Simulated: per pass slice, its steps. A trace holds a layer's step either once per layer
+    // or folded into one slice with a `repeat` count: either way the layers' share is the
+    // label's total over the layer count. Steps are the embedding's or the head's by label, the
+    // rest the layers'. The first forward also says how many norms a layer has (its layer norm
+    // steps, counted with their repeats, over the layers) and how many follow the layers.
     std::int64_t sim_f = 0, sim_b = 0;
-    int sim_k = 0, sim_post = 0;
+    int sim_norm_steps = 0, sim_post = 0;
     for (const auto& p : pass_slices) {
         const bool fwd = p.name.rfind('F', 0) == 0;
         if (fwd)
@@ -148,26 +160,30 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             ++sim_b;
         for (const auto& st : steps) {
             if (!(st.ts >= p.ts && st.ts < p.end)) continue;
-            if (fwd && sim_f == 1 && simulated_kind(st.name) == "norm")
-                ++(st.args && st.args->contains("repeat") ? sim_k : sim_post);
             const double ms = (st.end - st.ts) / 1000;
-            if (simulated_kind(st.name) == "mixed_accumulate") {
+            const std::string kind = simulated_kind(st.name);
+            if (kind == "mixed_accumulate") {
                 rows.accumulate().simulated_ms += ms;
                 continue;
             }
-            if (st.args && st.args->contains("repeat")) {
+            const int part = simulated_part(st.name);  // -1 embedding, 0 layers, 1 head
+            if (fwd && sim_f == 1 && kind == "norm") {
+                if (part == 0)
+                    sim_norm_steps += st.args ? st.args->value("repeat", 1) : 1;
+                else
+                    ++sim_post;
+            }
+            if (part == 0) {
                 for (int i = 0; i < L; ++i)
                     (fwd ? rows.forward(i) : rows.backward(i)).simulated_ms += ms / L;
-                continue;
+            } else if (fwd) {
+                rows.forward(part < 0 ? -1 : L).simulated_ms += ms;
+            } else {
+                rows.backward(part < 0 ? -1 : L).simulated_ms += ms;
             }
-            const bool embedding =
-                st.name.rfind("embedding", 0) == 0 || st.name.rfind("position", 0) == 0;
-            if (fwd)
-                rows.forward(embedding ? -1 : L).simulated_ms += ms;
-            else
-                rows.backward(embedding ? -1 : L).simulated_ms += ms;
         }
     }
+    const int sim_k = sim_norm_steps % L == 0 ? sim_norm_steps / L : 0;
 
     // Measured: runs of forward (pass 0) or backward (1) kernels in time order, broken by the
     // optimizer's and unattributed kernels; gradient accumulation is set apart.

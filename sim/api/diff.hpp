@@ -11,14 +11,14 @@
 // are optimizer kernels, else to the forward. Measured times are GPU kernel time divided by the
 // number of iterations the profile holds.
 //
-// Layer passes. The simulated trace folds a pass's per-layer steps into one slice per step with a
-// `repeat` argument: a layer's share of such a step is its duration over the pass's layer count;
-// steps without `repeat` are the embedding (labels "embedding*", "position*") or the head (the
-// rest: final norm, logits, loss). A profile carries no layer marks, so the measured passes are
-// cut at their norm operators: a forward instance (a run of forward kernels between other passes'
-// kernels) holds k norms per layer plus the final ones (GPT: 2 x 12 + 1 = 25; k and the final
-// count are the simulated model's repeated and other norm steps, and a profile holding another
-// count gets no layer rows); layer i's forward runs
+// Layer passes. A simulated step is the embedding's ("embedding*", "position*"), the head's
+// ("final norm*", "logits*", "log softmax*", "cross entropy*", "loss*") or else the layers': a
+// layer's share of the layers' steps is their total over the pass's layer count, whether the
+// trace holds a step once per layer or folded into one slice with a `repeat` argument. A profile
+// carries no layer marks, so the measured passes are cut at their norm operators: a forward
+// instance (a run of forward kernels between other passes' kernels) holds k norms per layer plus
+// the final ones (GPT: 2 x 12 + 1 = 25; k and the final count are the simulated model's layer and
+// head norm steps, and a profile holding another count gets no layer rows); layer i's forward runs
 // from its first norm to the next layer's, the kernels before the first norm are the embedding's,
 // those from the final norm on the head's. A backward instance is cut the same way in reverse:
 // the head's backward up to and including the final norm's backward, then each layer's up to and

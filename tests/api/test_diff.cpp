@@ -260,9 +260,31 @@ TEST_CASE("diff: per layer pass, by hand") {
     // A simulated trace of 4 layers against this profile: the model has 1 norm per layer x 4 + 1
     // final = 5 per pass, the profile 3, so there are no layer rows, and a warning says why.
     std::string four = kSimulatedLayers;
-    for (std::size_t at = four.find("\"layers\": 2"); at != std::string::npos;
-         at = four.find("\"layers\": 2", at))
-        four.replace(at, 11, "\"layers\": 4");
+    // (every "layers": 2 and "repeat": 2 made 4)
+    for (const std::string from : {"\"layers\": 2", "\"repeat\": 2"})
+        for (auto at = four.find(from); at != std::string::npos; at = four.find(from, at + 1))
+            four[at + from.size() - 1] = '4';
+    // The same simulated passes with each layer's step as its own slice (as a trace holds them
+    // when it does not fold them into `repeat` slices): the same rows.
+    std::string expanded = kSimulatedLayers;
+    const auto swap = [&](const std::string& from, const std::string& to) {
+        const auto at = expanded.find(from);
+        REQUIRE(at != std::string::npos);
+        expanded.replace(at, from.size(), to);
+    };
+    swap(R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
+         R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", "args": {})");
+    swap(R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
+         R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", "args": {})");
+    std::ofstream(dir / "sim-expanded.json") << expanded;
+    o.simulated = (dir / "sim-expanded.json").string();
+    const auto re = cs::api::diff_traces(o);
+    REQUIRE(re.layer_passes.size() == 9);
+    for (std::size_t i = 0; i < re.layer_passes.size(); ++i)
+        CHECK(re.layer_passes[i].simulated_ms == doctest::Approx(r.layer_passes[i].simulated_ms));
+
     std::ofstream(dir / "sim4.json") << four;
     o.simulated = (dir / "sim4.json").string();
     const auto r4 = cs::api::diff_traces(o);

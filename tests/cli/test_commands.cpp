@@ -277,6 +277,21 @@ TEST_CASE("diff: the bundled H200 profile against a simulated trace of its confi
     CHECK(lp[1]["simulated_ms"] == lp[12]["simulated_ms"]);
     CHECK(j["largest_layer_passes"].size() == 5);
     CHECK(r.out.find("layer 3 forward") != std::string::npos);
+    // Stage 0 of the same model on 2 GPUs (pp = 2) holds 6 layers and no final norm: 2 x 6 = 12
+    // norms per pass against the profile's 25, so no layer rows, and a warning saying why.
+    const fs::path trace2 = dir / "sim-pp2.json";
+    REQUIRE(run_binary({"run", kRoot + "/tests/validation/experiments/h200-gpt-h3072.yaml", "--set",
+                        "parallelism.pp=2", "--set",
+                        "topology=../../../topologies/h200-2gpu-nvlink.yaml", "--trace",
+                        trace2.string()})
+                .status == 0);
+    const auto r2 = run_binary({"diff", trace2.string(),
+                                kRoot + "/tests/validation/data/gpt-h3072-profile.json.gz",
+                                "--iterations", "2"});
+    CHECK(r2.status == 0);
+    CHECK(r2.out.find("the simulated one 2 per layer x 6 layers + 0 = 12: not the same model (or "
+                      "not the same pipeline stage)") != std::string::npos);
+    CHECK(r2.out.find("layer 3 forward") == std::string::npos);
     // A file that is not a trace: exit 2, nothing written.
     fs::remove(json);
     const auto bad =
