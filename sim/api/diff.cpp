@@ -71,10 +71,12 @@ struct LayerRows {
 };
 
 // Where a roofline step label belongs: -1 the embedding ("embedding*", "position*"), 1 the head
-// (the final norm, the logits and the loss, forward or backward), 0 a layer.
+// (the final norm, the logits, the loss and a profile-timed output layer, forward or backward), 0 a
+// layer.
 int simulated_part(const std::string& label) {
     if (label.rfind("embedding", 0) == 0 || label.rfind("position", 0) == 0) return -1;
-    for (const char* head : {"final norm", "logits", "log softmax", "cross entropy", "loss"})
+    for (const char* head :
+         {"final norm", "logits", "log softmax", "cross entropy", "loss", "output"})
         if (label.rfind(head, 0) == 0) return 1;
     return 0;
 }

@@ -12,10 +12,10 @@
 // number of iterations the profile holds.
 //
 // Layer passes. A simulated step is the embedding's ("embedding*", "position*"), the head's
-// ("final norm*", "logits*", "log softmax*", "cross entropy*", "loss*") or else the layers': a
-// layer's share of the layers' steps is their total over the pass's layer count, whether the
-// trace holds a step once per layer or folded into one slice with a `repeat` argument. A profile
-// carries no layer marks, so the measured passes are cut at their norm operators: a forward
+// ("final norm*", "logits*", "log softmax*", "cross entropy*", "loss*", "output*") or else the
+// layers': a layer's share of the layers' steps is their total over the pass's layer count, whether
+// the trace holds a step once per layer or folded into one slice with a `repeat` argument. A
+// profile carries no layer marks, so the measured passes are cut at their norm operators: a forward
 // instance (a run of forward kernels between other passes' kernels) holds k norms per layer plus
 // the final ones (GPT: 2 x 12 + 1 = 25; k and the final count are the simulated model's layer and
 // head norm steps, and a profile holding another count gets no layer rows); layer i's forward runs
