@@ -93,7 +93,8 @@ std::optional<CollectiveKind> nccl_tests_kind(const std::string& name) {
 }
 
 NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
-                               std::optional<CollectiveKind> given) {
+                               std::optional<CollectiveKind> given,
+                               std::optional<int> given_ranks) {
     NcclTestsFile f;
     f.path = path;
     std::optional<CollectiveKind> from_file;
@@ -163,28 +164,36 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
             ++noise_lines;  // NCCL INFO lines, warnings, the launcher's own output
             continue;
         }
-        // A result row: the leading columns, then time algbw busbw #wrong twice.
-        const std::size_t want = leading.size() + 8;
+        // A result row: the leading columns, then time algbw busbw #wrong twice. Older
+        // alltoall_perf printed a redop header but left the column blank in its rows
+        // (nccl-tests issue 78): one column short, the redop one is taken as absent.
+        std::vector<std::string> cols = leading;
+        const auto redop_at = std::find(cols.begin(), cols.end(), "redop");
+        if (t.size() + 1 == cols.size() + 8 && redop_at != cols.end() &&
+            number(t[static_cast<std::size_t>(redop_at - cols.begin())].text))
+            cols.erase(redop_at);
+        const std::size_t want = cols.size() + 8;
         if (t.size() != want)
             fail(t[std::min(t.size(), want) - 1].column,
                  "a result row with " + std::to_string(t.size()) + " columns; the column header " +
                      "(line " + std::to_string(header_line) + ") has " + std::to_string(want) +
-                     " (" + std::to_string(leading.size()) +
-                     " leading, then time, algbw, busbw, #wrong out of place and in place)");
+                     " (" + std::to_string(cols.size()) +
+                     " leading, then time, algbw, busbw, #wrong out of place and in place): a "
+                     "truncated or hand-edited row");
         NcclTestsRow row;
         row.line = line_no;
-        for (std::size_t c = 0; c < leading.size(); ++c) {
+        for (std::size_t c = 0; c < cols.size(); ++c) {
             const auto& tok = t[c];
-            if (leading[c] == "size" || leading[c] == "count") {
+            if (cols[c] == "size" || cols[c] == "count") {
                 if (!all_digits(tok.text) || tok.text.size() > 18)
-                    fail(tok.column, "the " + leading[c] + " column must be a whole number, got '" +
+                    fail(tok.column, "the " + cols[c] + " column must be a whole number, got '" +
                                          tok.text + "'");
-                (leading[c] == "size" ? row.size : row.count) = std::stoll(tok.text);
-            } else if (leading[c] == "type") {
+                (cols[c] == "size" ? row.size : row.count) = std::stoll(tok.text);
+            } else if (cols[c] == "type") {
                 row.type = tok.text;
-            } else if (leading[c] == "redop") {
+            } else if (cols[c] == "redop") {
                 row.redop = tok.text;
-            } else if (leading[c] == "root") {
+            } else if (cols[c] == "root") {
                 const auto v = number(tok.text);
                 if (!v || std::abs(*v) > 1e9)
                     fail(tok.column,
@@ -193,7 +202,7 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
             }
         }
         for (int g = 0; g < 2; ++g) {
-            const std::size_t base = leading.size() + 4 * static_cast<std::size_t>(g);
+            const std::size_t base = cols.size() + 4 * static_cast<std::size_t>(g);
             const char* names[3] = {"time", "algbw", "busbw"};
             double* into[3] = {&row.time_us[g], &row.algbw[g], &row.busbw[g]};
             for (int k = 0; k < 3; ++k) {
@@ -208,7 +217,7 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
             }
             row.wrong[g] = t[base + 3].text;
         }
-        if (!(row.time_us[0] > 0)) fail(t[leading.size()].column, "an out-of-place time of zero");
+        if (!(row.time_us[0] > 0)) fail(t[cols.size()].column, "an out-of-place time of zero");
         f.rows.push_back(row);
     }
     const SourceLocation whole{path, std::max(line_no, 1), 1};
@@ -221,13 +230,20 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
                                      std::to_string(header_line) +
                                      "): the run failed or the "
                                      "file is truncated");
-    if (ranks.empty())
+    if (ranks.empty() && !given_ranks)
         throw ConfigError(SourceLocation{path, 1, 1},
-                          "no \"# Using devices\" rank lines: the number of ranks cannot be told");
-    f.ranks = static_cast<int>(ranks.size());
+                          "no \"# Using devices\" rank lines (a table pasted without the lines "
+                          "above it?): the number of ranks cannot be told; give it as "
+                          "OP:RANKS=FILE, e.g. --nccl-tests all_reduce:16=" +
+                              path);
+    if (!ranks.empty() && given_ranks && *given_ranks != static_cast<int>(ranks.size()))
+        throw ConfigError(SourceLocation{path, 1, 1},
+                          "given as " + std::to_string(*given_ranks) + " ranks, but the file's " +
+                              "device lines name " + std::to_string(ranks.size()));
+    f.ranks = ranks.empty() ? *given_ranks : static_cast<int>(ranks.size());
     for (const auto& [r, d] : ranks)
         f.devices.push_back(d);
-    if (ranks.rbegin()->first != f.ranks - 1)
+    if (!ranks.empty() && ranks.rbegin()->first != f.ranks - 1)
         f.warnings.push_back(path + ": the device lines name ranks up to " +
                              std::to_string(ranks.rbegin()->first) + " but only " +
                              std::to_string(f.ranks) +
@@ -297,19 +313,33 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
 
 NcclTestsFile read_nccl_tests(const std::string& spec) {
     std::optional<CollectiveKind> given;
+    std::optional<int> given_ranks;
     std::string path = spec;
     const auto eq = spec.find('=');
     if (eq != std::string::npos) {
-        given = nccl_tests_kind(spec.substr(0, eq));
+        std::string op = spec.substr(0, eq);
+        const auto colon = op.find(':');
+        if (colon != std::string::npos) {
+            const std::string n = op.substr(colon + 1);
+            if (!all_digits(n) || n.size() > 6 || std::stoi(n) < 1)
+                throw ConfigError(SourceLocation{"--nccl-tests " + spec},
+                                  "the rank count after ':' must be a whole number from 1 to "
+                                  "999999, got '" +
+                                      n + "'");
+            given_ranks = std::stoi(n);
+            op = op.substr(0, colon);
+        }
+        given = nccl_tests_kind(op);
         if (!given)
             throw ConfigError(SourceLocation{"--nccl-tests " + spec},
-                              "unknown operation '" + spec.substr(0, eq) +
+                              "unknown operation '" + op +
                                   "'; expected all_reduce, all_gather, reduce_scatter, alltoall, "
-                                  "sendrecv or broadcast (or their _perf names)");
+                                  "sendrecv or broadcast (or their _perf names), optionally "
+                                  "followed by :RANKS");
         path = spec.substr(eq + 1);
     }
     std::istringstream in(read_input_file(path, path, "an nccl-tests output file"));
-    return parse_nccl_tests(in, path, given);
+    return parse_nccl_tests(in, path, given, given_ranks);
 }
 
 }  // namespace cs::api

@@ -42,13 +42,17 @@ std::optional<network::CollectiveKind> nccl_tests_kind(const std::string& name);
 
 // Parses one output. The operation comes from the "Collective test starting" line, else from
 // `given` (the OP of --nccl-tests OP=FILE), else from a binary name in `path`; the rank count
-// from the "# Using devices" lines. Throws ConfigError located at path:line:column for a row that
-// does not read (wrong number of columns, a value that is not a number), no column header, no
-// rows, no device lines, or an operation that cannot be told or contradicts `given`.
+// from the "# Using devices" lines, else from `given_ranks` (the RANKS of OP:RANKS=FILE, for a
+// table pasted without its device lines). Throws ConfigError located at path:line:column for a row
+// that does not read (wrong number of columns, a value that is not a number), no column header, no
+// rows, no device lines and no `given_ranks` (or a different count), or an operation that cannot
+// be told or contradicts `given`.
 NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
-                               std::optional<network::CollectiveKind> given = std::nullopt);
+                               std::optional<network::CollectiveKind> given = std::nullopt,
+                               std::optional<int> given_ranks = std::nullopt);
 
-// Reads "FILE" or "OP=FILE" (OP as nccl_tests_kind reads it) from disk and parses it.
+// Reads "FILE", "OP=FILE" or "OP:RANKS=FILE" (OP as nccl_tests_kind reads it) from disk and
+// parses it.
 NcclTestsFile read_nccl_tests(const std::string& spec);
 
 }  // namespace cs::api

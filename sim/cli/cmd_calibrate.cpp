@@ -55,7 +55,8 @@ void register_calibrate(CLI::App& app) {
     cmd->add_option("--nccl-tests", args->options.nccl_tests,
                     "nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
                     "alltoall_perf, sendrecv_perf; repeatable); OP=FILE names the operation when "
-                    "the file does not")
+                    "the file does not, OP:RANKS=FILE also the rank count (a table kept without "
+                    "its device lines)")
         ->type_name("FILE");
     cmd->add_option("--nccl-sizes", args->options.nccl_sizes,
                     "Fit only nccl-tests rows whose size is in FIRST:LAST (e.g. 16M:1G)")

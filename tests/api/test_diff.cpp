@@ -117,3 +117,183 @@ TEST_CASE("diff: per kind and per pass, by hand") {
     CHECK_THROWS_AS(cs::api::diff_traces(o), cs::ConfigError);
     fs::remove_all(dir);
 }
+
+namespace {
+
+// Two layers, one microbatch. Simulated (GPU 0 compute): F0 0-100 us: embedding 10 us, norm and
+// qkv repeated over the 2 layers (20 and 40 us: 10 + 20 us per layer), final norm 5 and logits
+// 25 us (head); B0 100-300 us: logits dgrad 15 and final norm bwd 5 us (head), qkv dgrad and norm
+// bwd repeated (60 and 40 us: 30 + 20 per layer), main grad accumulate 50 us, embedding wgrad
+// 30 us; the optimizer step after. One norm per layer and a final one: 3 per pass.
+const char* kSimulatedLayers = R"json({"traceEvents": [
+  {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 10, "name": "embedding", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 30, "dur": 40, "name": "qkv", "args": {"repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 5, "name": "final norm", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 75, "dur": 25, "name": "logits", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 15, "name": "logits dgrad", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 115, "dur": 5, "name": "final norm bwd", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 120, "dur": 60, "name": "qkv dgrad", "args": {"repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 220, "dur": 50, "name": "main grad accumulate", "args": {"repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 270, "dur": 30, "name": "embedding wgrad", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {}}
+]})json";
+
+// One iteration of the same two-layer model, measured: forward on the main thread (tid 1), one
+// LayerNorm per layer and a final one (3 norms: 1 per layer + 1 final); backward on the autograd
+// thread (tid 2), the final norm's backward launching two kernels; a main-grad add (fp32 +=
+// bf16) on the main thread, then the optimizer.
+const char* kMeasuredLayers = R"json({"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "aten::embedding", "pid": 1, "tid": 1, "ts": 0, "dur": 1, "args": {"External id": 1}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"External id": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": {"External id": 3}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": {"External id": 4}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 4, "dur": 1, "args": {"External id": 5}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"External id": 6}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 6, "dur": 1, "args": {"External id": 7}},
+  {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0", "pid": 1, "tid": 2, "ts": 140, "dur": 1, "args": {"External id": 100}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 141, "dur": 1, "args": {"External id": 8}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm_backward", "pid": 1, "tid": 2, "ts": 142, "dur": 1, "args": {"External id": 9}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 143, "dur": 1, "args": {"External id": 11}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm_backward", "pid": 1, "tid": 2, "ts": 144, "dur": 1, "args": {"External id": 12}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 2, "ts": 145, "dur": 1, "args": {"External id": 13}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 146, "dur": 1, "args": {"External id": 14}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::native_layer_norm_backward", "pid": 1, "tid": 2, "ts": 147, "dur": 1, "args": {"External id": 15}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::embedding_dense_backward", "pid": 1, "tid": 2, "ts": 148, "dur": 1, "args": {"External id": 16}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 290, "dur": 1, "args": {"External id": 17, "Input Dims": [[4], [4]], "Input type": ["float", "c10::BFloat16"]}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::_fused_adamw_", "pid": 1, "tid": 1, "ts": 295, "dur": 1, "args": {"External id": 18}},
+  {"ph": "X", "cat": "kernel", "name": "indexSelectLargeIndex", "pid": 0, "tid": 7, "ts": 0, "dur": 12, "args": {"External id": 1, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "kernel", "name": "vectorized_layer_norm_kernel", "pid": 0, "tid": 7, "ts": 20, "dur": 8, "args": {"External id": 2, "stream": 7, "correlation": 2}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 30, "dur": 25, "args": {"External id": 3, "stream": 7, "correlation": 3}},
+  {"ph": "X", "cat": "kernel", "name": "vectorized_layer_norm_kernel", "pid": 0, "tid": 7, "ts": 60, "dur": 8, "args": {"External id": 4, "stream": 7, "correlation": 4}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 70, "dur": 25, "args": {"External id": 5, "stream": 7, "correlation": 5}},
+  {"ph": "X", "cat": "kernel", "name": "vectorized_layer_norm_kernel", "pid": 0, "tid": 7, "ts": 100, "dur": 5, "args": {"External id": 6, "stream": 7, "correlation": 6}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 110, "dur": 30, "args": {"External id": 7, "stream": 7, "correlation": 7}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 150, "dur": 20, "args": {"External id": 8, "stream": 7, "correlation": 8}},
+  {"ph": "X", "cat": "kernel", "name": "layer_norm_grad_input_kernel", "pid": 0, "tid": 7, "ts": 175, "dur": 4, "args": {"External id": 9, "stream": 7, "correlation": 9}},
+  {"ph": "X", "cat": "kernel", "name": "GammaBetaBackward", "pid": 0, "tid": 7, "ts": 180, "dur": 2, "args": {"External id": 9, "stream": 7, "correlation": 10}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 190, "dur": 30, "args": {"External id": 11, "stream": 7, "correlation": 11}},
+  {"ph": "X", "cat": "kernel", "name": "layer_norm_grad_input_kernel", "pid": 0, "tid": 7, "ts": 225, "dur": 6, "args": {"External id": 12, "stream": 7, "correlation": 12}},
+  {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 235, "dur": 3, "args": {"External id": 13, "stream": 7, "correlation": 13}},
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 240, "dur": 30, "args": {"External id": 14, "stream": 7, "correlation": 14}},
+  {"ph": "X", "cat": "kernel", "name": "layer_norm_grad_input_kernel", "pid": 0, "tid": 7, "ts": 275, "dur": 6, "args": {"External id": 15, "stream": 7, "correlation": 15}},
+  {"ph": "X", "cat": "kernel", "name": "embedding_backward_kernel", "pid": 0, "tid": 7, "ts": 285, "dur": 10, "args": {"External id": 16, "stream": 7, "correlation": 16}},
+  {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 296, "dur": 4, "args": {"External id": 17, "stream": 7, "correlation": 17}},
+  {"ph": "X", "cat": "kernel", "name": "multi_tensor_apply_kernel", "pid": 0, "tid": 7, "ts": 300, "dur": 20, "args": {"External id": 18, "stream": 7, "correlation": 18}}
+]})json";
+
+}  // namespace
+
+TEST_CASE("diff: per layer pass, by hand") {
+    const fs::path dir = fs::temp_directory_path() / "cs_diff_layers_test";
+    fs::create_directories(dir);
+    std::ofstream(dir / "sim.json") << kSimulatedLayers;
+    std::ofstream(dir / "meas.json") << kMeasuredLayers;
+    cs::api::DiffOptions o;
+    o.simulated = (dir / "sim.json").string();
+    o.measured = (dir / "meas.json").string();
+    const auto r = cs::api::diff_traces(o);
+    CHECK(r.layers == 2);
+    // 2 x 2 layers + 5 rows outside them.
+    REQUIRE(r.layer_passes.size() == 9);
+    const auto row = [&](const std::string& name) {
+        for (const auto& l : r.layer_passes)
+            if (l.name == name) return l;
+        FAIL("no row " << name);
+        return cs::api::LayerPassLine{};
+    };
+    const std::vector<std::string> order{
+        "embedding forward", "layer 0 forward",    "layer 1 forward",
+        "head forward",      "head backward",      "layer 1 backward",
+        "layer 0 backward",  "embedding backward", "grad accumulate"};
+    for (std::size_t i = 0; i < order.size(); ++i)
+        CHECK(r.layer_passes[i].name == order[i]);
+    // Simulated, in ms: embedding 10 us; a layer's forward norm 20/2 + qkv 40/2 = 30 us; head
+    // (final norm + logits) 5 + 25 = 30; head backward 15 + 5 = 20; a layer's backward 60/2 +
+    // 40/2 = 50;
+    // embedding wgrad 30; accumulation 50.
+    CHECK(row("embedding forward").simulated_ms == doctest::Approx(0.010));
+    CHECK(row("layer 0 forward").simulated_ms == doctest::Approx(0.030));
+    CHECK(row("layer 1 forward").simulated_ms == doctest::Approx(0.030));
+    CHECK(row("head forward").simulated_ms == doctest::Approx(0.030));
+    CHECK(row("head backward").simulated_ms == doctest::Approx(0.020));
+    CHECK(row("layer 1 backward").simulated_ms == doctest::Approx(0.050));
+    CHECK(row("layer 0 backward").simulated_ms == doctest::Approx(0.050));
+    CHECK(row("embedding backward").simulated_ms == doctest::Approx(0.030));
+    CHECK(row("grad accumulate").simulated_ms == doctest::Approx(0.050));
+    // Measured: 3 norms per pass = 1 per layer + 1 final. Forward: the embedding's 12 us before
+    // the first norm; layer 0 = its norm 8 + GEMM 25 = 33; layer 1 the same 33; head = final norm
+    // 5 + logits 30 = 35. Backward: head = logits dgrad 20 + the final norm's two kernels 4 + 2 =
+    // 26 (one operator: counted once); layer 1 = GEMM 30 + norm bwd 6 = 36; layer 0 = the
+    // residual add after layer 1's norm (3) + GEMM 30 + norm bwd 6 = 39; embedding = 10; the
+    // main-grad add 4 us (main thread, its own row).
+    CHECK(row("embedding forward").measured_ms == doctest::Approx(0.012));
+    CHECK(row("layer 0 forward").measured_ms == doctest::Approx(0.033));
+    CHECK(row("layer 1 forward").measured_ms == doctest::Approx(0.033));
+    CHECK(row("head forward").measured_ms == doctest::Approx(0.035));
+    CHECK(row("head backward").measured_ms == doctest::Approx(0.026));
+    CHECK(row("head backward").measured_kernels == 3);
+    CHECK(row("layer 1 backward").measured_ms == doctest::Approx(0.036));
+    CHECK(row("layer 0 backward").measured_ms == doctest::Approx(0.039));
+    CHECK(row("embedding backward").measured_ms == doctest::Approx(0.010));
+    CHECK(row("grad accumulate").measured_ms == doctest::Approx(0.004));
+    CHECK(row("layer 1 forward").layer == 1);
+    CHECK(row("head forward").layer == -1);
+    CHECK(row("layer 0 backward").measured_passes == 1);
+    CHECK(row("layer 0 backward").simulated_passes == 1);
+    // Largest departures: accumulation +46 us, embedding backward +20, layer 1 backward +14.
+    REQUIRE(r.largest_layer_passes.size() == 5);
+    CHECK(r.largest_layer_passes[0].name == "grad accumulate");
+    CHECK(r.largest_layer_passes[1].name == "embedding backward");
+    CHECK(r.largest_layer_passes[2].name == "layer 1 backward");
+    // The JSON carries the rows.
+    const auto j = cs::api::diff_json(r);
+    REQUIRE(j["layer_passes"].size() == 9);
+    CHECK(j["layer_passes"][1]["layer"] == 0);
+    CHECK(j["layer_passes"][0]["layer"].is_null());
+    CHECK(j["layer_passes"][6]["measured_ms"].get<double>() == doctest::Approx(0.039));
+
+    // A simulated trace of 4 layers against this profile: the model has 1 norm per layer x 4 + 1
+    // final = 5 per pass, the profile 3, so there are no layer rows, and a warning says why.
+    std::string four = kSimulatedLayers;
+    // (every "layers": 2 and "repeat": 2 made 4)
+    for (const std::string from : {"\"layers\": 2", "\"repeat\": 2"})
+        for (auto at = four.find(from); at != std::string::npos; at = four.find(from, at + 1))
+            four[at + from.size() - 1] = '4';
+    // The same simulated passes with each layer's step as its own slice (as a trace holds them
+    // when it does not fold them into `repeat` slices): the same rows.
+    std::string expanded = kSimulatedLayers;
+    const auto swap = [&](const std::string& from, const std::string& to) {
+        const auto at = expanded.find(from);
+        REQUIRE(at != std::string::npos);
+        expanded.replace(at, from.size(), to);
+    };
+    swap(R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
+         R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", "args": {})");
+    swap(R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
+         R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", "args": {})");
+    std::ofstream(dir / "sim-expanded.json") << expanded;
+    o.simulated = (dir / "sim-expanded.json").string();
+    const auto re = cs::api::diff_traces(o);
+    REQUIRE(re.layer_passes.size() == 9);
+    for (std::size_t i = 0; i < re.layer_passes.size(); ++i)
+        CHECK(re.layer_passes[i].simulated_ms == doctest::Approx(r.layer_passes[i].simulated_ms));
+
+    std::ofstream(dir / "sim4.json") << four;
+    o.simulated = (dir / "sim4.json").string();
+    const auto r4 = cs::api::diff_traces(o);
+    CHECK(r4.layer_passes.empty());
+    bool warned = false;
+    for (const auto& w : r4.warnings)
+        warned |= w.find(
+                      "3 norm operator(s), the simulated one 1 per layer x 4 layers + 1 = 5: "
+                      "not the same model") != std::string::npos;
+    CHECK(warned);
+    fs::remove_all(dir);
+}

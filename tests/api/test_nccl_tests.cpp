@@ -27,13 +27,17 @@ const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
 const std::string kSuperpod = kRoot + "/topologies/dgx-h100-superpod.yaml";
 const std::string kData = kRoot + "/tests/api/data/";
 
-// What a script written for nccl-tests output does: every line that does not start with '#' and
-// has 13 whitespace-separated fields is a row (size count type redop root, then time algbw busbw
-// #wrong out of place and in place); "# Avg bus bandwidth : X" is the footer.
+// What a script written for nccl-tests output does (the usual awk/Python approach, written here
+// from nccl-tests' published layout, independent of the library): drop an mpirun
+// "[1,0]<stdout>:" prefix; a line whose first field is a whole number and that has at least 11
+// fields is a row, read from the right: time algbw busbw #wrong out of place, the same in place,
+// and before them size count type, then redop and root where the layout has them (13 fields:
+// both; 12: redop; 11: neither). "# Avg bus bandwidth : X" is the footer, "#  Rank N" lines the
+// devices. A digit-led line with fewer fields is counted as cut.
 struct ScriptRow {
     long long size = 0, count = 0;
     std::string type, redop;
-    int root = 0;
+    int root = -1;
     double time_us = 0, algbw = 0, busbw = 0, ip_time_us = 0, ip_algbw = 0, ip_busbw = 0;
     std::string wrong, ip_wrong;
 };
@@ -42,36 +46,46 @@ struct ScriptParse {
     double avg_busbw = -1;
     bool out_of_bounds_ok = false;
     int device_lines = 0;
+    int cut_rows = 0;
 };
 ScriptParse script_parse(const std::string& text) {
     ScriptParse p;
     std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
-        if (line.rfind("# Avg bus bandwidth", 0) == 0)
-            p.avg_busbw = std::stod(line.substr(line.find(':') + 1));
-        if (line.rfind("# Out of bounds values : 0 OK", 0) == 0) p.out_of_bounds_ok = true;
-        if (line.rfind("#  Rank ", 0) == 0) ++p.device_lines;
-        if (line.empty() || line[0] == '#') continue;
+        if (line.rfind('[', 0) == 0 && line.find("]<stdout>:") != std::string::npos)
+            line = line.substr(line.find("]<stdout>:") + 10);
         std::istringstream f(line);
         std::vector<std::string> v;
         for (std::string field; f >> field;)
             v.push_back(field);
-        REQUIRE(v.size() == 13);
+        if (v.empty()) continue;
+        if (line.rfind("# Avg bus bandwidth", 0) == 0 && line.find(':') != std::string::npos)
+            p.avg_busbw = std::stod(line.substr(line.find(':') + 1));
+        if (line.rfind("# Out of bounds values : 0 OK", 0) == 0) p.out_of_bounds_ok = true;
+        if (v.size() >= 3 && v[0] == "#" && v[1] == "Rank" &&
+            v[2].find_first_not_of("0123456789") == std::string::npos)
+            ++p.device_lines;
+        if (v[0].find_first_not_of("0123456789") != std::string::npos) continue;
+        if (v.size() < 11) {
+            ++p.cut_rows;
+            continue;
+        }
+        const std::size_t n = v.size();
         ScriptRow r;
         r.size = std::stoll(v[0]);
         r.count = std::stoll(v[1]);
         r.type = v[2];
-        r.redop = v[3];
-        r.root = std::stoi(v[4]);
-        r.time_us = std::stod(v[5]);
-        r.algbw = std::stod(v[6]);
-        r.busbw = std::stod(v[7]);
-        r.wrong = v[8];
-        r.ip_time_us = std::stod(v[9]);
-        r.ip_algbw = std::stod(v[10]);
-        r.ip_busbw = std::stod(v[11]);
-        r.ip_wrong = v[12];
+        if (n >= 12) r.redop = v[3];
+        if (n >= 13) r.root = std::stoi(v[4]);
+        r.time_us = std::stod(v[n - 8]);
+        r.algbw = std::stod(v[n - 7]);
+        r.busbw = std::stod(v[n - 6]);
+        r.wrong = v[n - 5];
+        r.ip_time_us = std::stod(v[n - 4]);
+        r.ip_algbw = std::stod(v[n - 3]);
+        r.ip_busbw = std::stod(v[n - 2]);
+        r.ip_wrong = v[n - 1];
         p.rows.push_back(r);
     }
     return p;
@@ -239,6 +253,245 @@ TEST_CASE("the script parser and the library read the composed nccl-tests files"
     CHECK(old.rows[0].count == 64);  // 1024 B / 4 B / 4 ranks
     REQUIRE(old.warnings.size() == 1);
     CHECK(old.warnings[0].find("skipped 2 line(s)") != std::string::npos);
+}
+
+TEST_CASE("real nccl-tests output pasted in public issues: both parsers read it") {
+    // tests/api/data/nccl-tests-public/README.md says where each file came from. The expected
+    // values below are read off the files by eye.
+    const std::string dir = kData + "nccl-tests-public/";
+    const auto error_of = [](const std::string& spec) {
+        try {
+            cs::api::read_nccl_tests(spec);
+        } catch (const cs::ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    const auto has = [](const std::vector<std::string>& warnings, const std::string& what) {
+        for (const auto& w : warnings)
+            if (w.find(what) != std::string::npos) return true;
+        return false;
+    };
+
+    SUBCASE("2 x GB10, all_reduce_perf, nccl-tests 2.20 banner, cut before the footer") {
+        const std::string path = dir + "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.binary == "all_reduce_perf");  // from "# Collective test starting"
+        CHECK(f.kind == cs::network::CollectiveKind::AllReduce);
+        CHECK(f.ranks == 2);  // two hosts, one GPU each
+        CHECK(f.devices[1] == "NVIDIA GB10");
+        REQUIRE(f.rows.size() == 4);  // 8192 .. 65536
+        CHECK(f.rows[0].size == 8192);
+        CHECK(f.rows[0].count == 2048);  // 8192 B / 4 B
+        CHECK(f.rows[0].time_us[0] == 27.82);
+        CHECK(f.rows[0].time_us[1] == 28.54);
+        CHECK(f.rows[3].busbw[0] == 0.97);
+        CHECK(f.rows[3].busbw[1] == 1.01);
+        CHECK_FALSE(f.avg_busbw);
+        REQUIRE(f.warnings.size() == 1);
+        CHECK(has(f.warnings, "no \"# Avg bus bandwidth\" footer"));
+        const auto p = script_parse(read_text(path));
+        CHECK(p.device_lines == 2);
+        REQUIRE(p.rows.size() == 4);
+        // algbw = size / time: 65536 B / 67.30 us = 0.974 GB/s, printed 0.97; on 2 ranks busbw =
+        // algbw x 2(n-1)/n = algbw.
+        CHECK(p.rows[3].algbw == doctest::Approx(65536 / 67.30e3).epsilon(0.01));
+        CHECK(p.rows[3].busbw == p.rows[3].algbw);
+    }
+    SUBCASE("2 x GB10, all_gather_perf, one 16 GiB row, the excerpt ends at '# Avg'") {
+        const std::string path = dir + "all_gather_perf-2xGB10-dgx-spark-playbooks-25.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::AllGather);
+        CHECK(f.ranks == 2);
+        REQUIRE(f.rows.size() == 1);
+        // size = count x 4 B x 2 ranks = 2147483648 x 8 = 17179869184.
+        CHECK(f.rows[0].size == 17179869184LL);
+        CHECK(f.rows[0].count == 2147483648LL);
+        CHECK(f.rows[0].redop == "none");
+        CHECK(f.rows[0].time_us[0] == 453650);
+        CHECK(f.rows[0].time_us[1] == 410049);
+        // algbw 16 GiB / 453650 us = 37.87 GB/s; busbw x (n-1)/n = 18.94.
+        CHECK(f.rows[0].algbw[0] == doctest::Approx(17179869184.0 / 453650e3).epsilon(1e-3));
+        CHECK(f.rows[0].busbw[0] == 18.94);
+        CHECK_FALSE(f.avg_busbw);
+        CHECK(has(f.warnings, "no \"# Avg bus bandwidth\" footer"));
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.out_of_bounds_ok);
+        CHECK(p.avg_busbw == -1);  // the footer line has no value
+    }
+    SUBCASE("2 x RTX 2080 Ti, the 2020 layout: no root column, 'error' as 0e+00") {
+        const std::string path = dir + "all_reduce_perf-2x2080Ti-nccl-tests-44-head.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::AllReduce);  // from the file name
+        CHECK(f.binary == "all_reduce_perf");
+        CHECK(f.ranks == 2);
+        CHECK(f.devices[0] == "GeForce RTX 2080 Ti");
+        REQUIRE(f.rows.size() == 1);
+        CHECK(f.rows[0].size == 8);
+        CHECK(f.rows[0].count == 2);
+        CHECK(f.rows[0].redop == "sum");
+        CHECK(f.rows[0].root == -1);
+        CHECK(f.rows[0].time_us[0] == 7.18);
+        CHECK(f.rows[0].wrong[0] == "0e+00");
+        CHECK_FALSE(f.rows[0].wrong_elements());
+        const auto p = script_parse(read_text(path));
+        CHECK(p.device_lines == 2);
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.rows[0].redop == "sum");
+        CHECK(p.rows[0].ip_time_us == 7.02);
+    }
+    SUBCASE("rows without their header (a file cut at the top): refused, located") {
+        const std::string path = dir + "2x2080Ti-nccl-tests-44-tail-no-header.txt";
+        // 13 rows and 2 footer lines: the error points at the last line.
+        CHECK(error_of("all_gather=" + path).find(path + ":15:1: no nccl-tests column header") !=
+              std::string::npos);
+        // The script reads the rows (11 fields: no redop, no root) and the footer.
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 13);
+        CHECK(p.rows.back().size == 134217728);
+        CHECK(p.rows.back().time_us == 3298.6);
+        CHECK(p.rows.back().busbw == 20.34);
+        CHECK(p.avg_busbw == 6.6);
+    }
+    SUBCASE("8 x RTX 4090, the first row cut after its out-of-place group: refused, located") {
+        const std::string path = dir + "all_reduce_perf-8xRTX4090-nccl-1530.txt";
+        // Line 17 holds 9 of the 13 columns; the 9th ("0", #wrong) is the line's 84th character.
+        const auto e = error_of(path);
+        CHECK(e.find(path + ":17:84:") != std::string::npos);
+        CHECK(e.find("a result row with 9 columns; the column header (line 15) has 13") !=
+              std::string::npos);
+        const auto p = script_parse(read_text(path));
+        CHECK(p.device_lines == 8);
+        CHECK(p.rows.empty());
+        CHECK(p.cut_rows == 1);
+    }
+    SUBCASE("a table pasted without its device lines: OP:RANKS=FILE gives the rank count") {
+        const std::string path = dir + "all_reduce_perf-nccl-tests-252-table-only.txt";
+        CHECK(error_of(path).find(path + ":1:1: no \"# Using devices\" rank lines") !=
+              std::string::npos);
+        CHECK(error_of("all_reduce:8=" + path).find("no error") != std::string::npos);
+        CHECK(error_of("all_reduce:x=" + path).find("must be a whole number") != std::string::npos);
+        // 8 ranks: busbw / algbw = 93.46 / 53.41 = 1.750 = 2(n-1)/n.
+        const auto f = cs::api::read_nccl_tests("all_reduce:8=" + path);
+        CHECK(f.ranks == 8);
+        CHECK(f.devices.empty());
+        REQUIRE(f.rows.size() == 5);  // 512 MiB .. 8 GiB
+        CHECK(f.rows[4].size == 8589934592LL);
+        CHECK(f.rows[4].time_us[0] == 158070);
+        CHECK(f.rows[4].busbw[1] == 94.80);
+        REQUIRE(f.avg_busbw);
+        CHECK(*f.avg_busbw == 95.3009);
+        // The footer is the mean busbw of both column groups over the rows: (93.46 + 97.09 +
+        // 93.58 + 97.54 + 94.26 + 95.49 + 97.37 + 94.32 + 95.10 + 94.80) / 10 = 95.301.
+        double sum = 0;
+        for (const auto& r : f.rows)
+            sum += r.busbw[0] + r.busbw[1];
+        CHECK(sum / 10 == doctest::Approx(*f.avg_busbw).epsilon(1e-4));
+        CHECK(has(f.warnings, "skipped 1 line(s)"));  // the "in-place" fragment on line 1
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 5);
+        CHECK(p.avg_busbw == 95.3009);
+    }
+    SUBCASE("the old alltoall layout: a redop header over blank redop cells") {
+        const std::string path = dir + "alltoall_perf-64xV100-nccl-tests-78-table-only.txt";
+        // 64 ranks (8 nodes x 8 V100, and size / count / 4 B = 268435456 / 1048576 / 4 = 64).
+        const auto f = cs::api::read_nccl_tests("alltoall:64=" + path);
+        CHECK(f.kind == cs::network::CollectiveKind::AllToAll);
+        REQUIRE(f.rows.size() == 2);
+        CHECK(f.rows[0].redop.empty());
+        CHECK(f.rows[0].time_us[0] == 520935);
+        CHECK(f.rows[1].time_us[1] == 1041299);
+        // The in-place check printed 1e+00: the rows count as having wrong elements.
+        CHECK(f.rows[0].wrong_elements());
+        CHECK(*f.avg_busbw == 0.507636);
+        // 63 ranks would not fit the size column: count x 4 x 63 != 268435456.
+        CHECK(error_of("alltoall:63=" + path).find("do not fit alltoall_perf on 63 ranks") !=
+              std::string::npos);
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 2);
+        CHECK(p.rows[0].ip_wrong == "1e+00");
+    }
+    SUBCASE("sendrecv_perf, 2 x A40 on two hosts: in-place #wrong is N/A") {
+        const std::string path = dir + "sendrecv_perf-2xA40-nccl-tests-214.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::SendRecv);  // from the file name
+        CHECK(f.ranks == 2);
+        CHECK(f.devices[1] == "NVIDIA A40");
+        REQUIRE(f.rows.size() == 5);  // 256 .. 4096
+        CHECK(f.rows[4].size == 4096);
+        CHECK(f.rows[4].count == 1024);  // sendrecv: size / 4 B, not split over the ranks
+        CHECK(f.rows[4].time_us[0] == 30.74);
+        CHECK(f.rows[4].wrong[1] == "N/A");
+        CHECK_FALSE(f.rows[4].wrong_elements());
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 5);
+        CHECK(p.rows[0].ip_time_us == 33.65);
+    }
+    SUBCASE("broadcast_perf, 2 x V100 over TCP: a root column but no redop, NCCL log lines") {
+        const std::string path = dir + "broadcast_perf-2xV100-nccl-tests-82.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::Broadcast);
+        CHECK(f.ranks == 2);
+        CHECK(f.devices[0] == "Tesla V100-PCIE-16GB");
+        REQUIRE(f.rows.size() == 1);
+        CHECK(f.rows[0].root == 0);
+        CHECK(f.rows[0].redop.empty());
+        CHECK(f.rows[0].time_us[0] == 45.82);
+        CHECK(f.rows[0].time_us[1] == 38.17);
+        CHECK(f.rows[0].wrong[0] == "N/A");
+        // The mpirun command, two NCCL WARN lines and "NCCL version ...".
+        CHECK(has(f.warnings, "skipped 4 line(s)"));
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.rows[0].time_us == 45.82);
+    }
+    SUBCASE("sendrecv_perf, 2 x GTX 1080, the 2020 layout without redop or root, uint8") {
+        const std::string path = dir + "sendrecv_perf-2xGTX1080-nccl-tests-104-table-only.txt";
+        const auto f = cs::api::read_nccl_tests("sendrecv:2=" + path);  // -g 2: two GPUs
+        REQUIRE(f.rows.size() == 1);
+        CHECK(f.rows[0].type == "uint8");
+        CHECK(f.rows[0].size == 37748744);
+        CHECK(f.rows[0].count == 37748744);  // 1-byte elements
+        CHECK(f.rows[0].time_us[0] == 11732);
+        // The in-place check printed 3e+02: wrong elements, left out of a fit.
+        CHECK(f.rows[0].wrong[1] == "3e+02");
+        CHECK(f.rows[0].wrong_elements());
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 1);
+        CHECK(p.rows[0].ip_busbw == 3.23);
+    }
+    SUBCASE("all_gather_perf, bfloat16 on 2 GPUs, a linear sweep (-i 16M)") {
+        const std::string path = dir + "all_gather_perf-2GPU-bf16-nccl-1435-table-only.txt";
+        const auto f = cs::api::read_nccl_tests("all_gather:2=" + path);
+        REQUIRE(f.rows.size() == 7);
+        for (std::size_t i = 0; i < f.rows.size(); ++i) {
+            // 16, 32, .. 112 MiB; count = size / (2 B x 2 ranks).
+            CHECK(f.rows[i].size == static_cast<std::int64_t>(i + 1) * 16777216);
+            CHECK(f.rows[i].count == f.rows[i].size / 4);
+            CHECK(f.rows[i].type == "bfloat16");
+            // On 2 ranks busbw = algbw x (n-1)/n = algbw / 2, to the printed 0.01.
+            CHECK(f.rows[i].busbw[0] == doctest::Approx(f.rows[i].algbw[0] / 2).epsilon(1e-3));
+        }
+        CHECK(f.rows[0].time_us[0] == 108.8);
+        CHECK(f.rows[6].busbw[1] == 140.24);
+        // 3 ranks would not fit: 4194304 x 2 B x 3 != 16777216.
+        CHECK(error_of("all_gather:3=" + path).find("do not fit all_gather_perf on 3 ranks") !=
+              std::string::npos);
+    }
+    SUBCASE("mpirun --tag-output prefixes on every line") {
+        const std::string path = dir + "all_reduce_perf-p5-aws-k8s-tester-503-mpi-prefix.txt";
+        CHECK(error_of(path).find("no \"# Using devices\" rank lines") != std::string::npos);
+        // The rank count does not change an all_reduce row's size check: any count reads it.
+        const auto f = cs::api::read_nccl_tests("all_reduce:16=" + path);
+        REQUIRE(f.rows.size() == 3);  // 8, 16, 32 B
+        CHECK(f.rows[2].size == 32);
+        CHECK(f.rows[2].time_us[0] == 22.25);
+        CHECK(f.rows[2].time_us[1] == 13.34);
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 3);
+        CHECK(p.rows[1].time_us == 12.88);
+    }
 }
 
 TEST_CASE("bad nccl-tests files: located errors") {

@@ -248,6 +248,50 @@ TEST_CASE("diff: the bundled H200 profile against a simulated trace of its confi
         }
     CHECK(gemm);
     CHECK(j["passes"].size() == 3);  // forward, backward, optimizer
+    // Per layer pass: embedding, 12 layers and head forward, head, 12 layers and embedding
+    // backward, gradient accumulation = 29 rows. The profile's 2 iterations x 2 microbatches give
+    // 4 forward and 4 backward passes of 25 LayerNorm operators each (2 per layer + the final
+    // one), which cut into the 12 layers.
+    const auto& lp = j["layer_passes"];
+    REQUIRE(lp.size() == 29);
+    CHECK(lp[0]["name"] == "embedding forward");
+    CHECK(lp[4]["name"] == "layer 3 forward");
+    CHECK(lp[4]["layer"] == 3);
+    CHECK(lp[14]["name"] == "head backward");
+    CHECK(lp[15]["name"] == "layer 11 backward");
+    CHECK(lp[28]["name"] == "grad accumulate");
+    for (const auto& row : lp) {
+        CAPTURE(row["name"].get<std::string>());
+        CHECK(row["measured_passes"] == 4);
+        if (row["layer"].is_null()) continue;
+        CHECK(row["simulated_passes"] == 2);
+        // Every layer's forward and backward within 6% (the catalogue's calibrated layer is within
+        // 5% of each measured layer: 1.538 ms against 1.47-1.50 forward, 3.577 against 3.42-3.54
+        // backward).
+        CHECK(std::abs(row["relative"].get<double>()) < 0.06);
+        // A layer's forward is the same 15 kernels in every layer and pass of the profile (norm,
+        // GEMMs, attention, activation, bias, dropout and residual elementwise): 60 over the 4.
+        if (row["pass"] == "forward") CHECK(row["measured_kernels"] == 60);
+    }
+    // The layer rows of one pass are the same simulated time: the model's layers are identical.
+    CHECK(lp[1]["simulated_ms"] == lp[12]["simulated_ms"]);
+    CHECK(j["largest_layer_passes"].size() == 5);
+    CHECK(r.out.find("layer 3 forward") != std::string::npos);
+    // Stage 0 of the same model on 2 GPUs (pp = 2) holds 6 layers and no final norm: 2 x 6 = 12
+    // norms per pass against the profile's 25, so no layer rows, and a warning saying why.
+    const fs::path trace2 = dir / "sim-pp2.json";
+    REQUIRE(run_binary({"run", kRoot + "/tests/validation/experiments/h200-gpt-h3072.yaml", "--set",
+                        "parallelism.pp=2", "--set",
+                        "topology=../../../topologies/h200-2gpu-nvlink.yaml", "--trace",
+                        trace2.string()})
+                .status == 0);
+    const auto r2 = run_binary({"diff", trace2.string(),
+                                kRoot + "/tests/validation/data/gpt-h3072-profile.json.gz",
+                                "--iterations", "2"});
+    CHECK(r2.status == 0);
+    CHECK(r2.out.find("the simulated one 2 per layer x 6 layers + 0 = 12: not the same model (or "
+                      "not the same pipeline stage)") != std::string::npos);
+    CHECK(r2.out.find("layer 3 forward") == std::string::npos);
     // A file that is not a trace: exit 2, nothing written.
     fs::remove(json);
     const auto bad =

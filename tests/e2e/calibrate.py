@@ -7,7 +7,12 @@
 2. `clustersim run` of the trace's configuration with that calibration predicts its iteration
    within 3% of iteration_ms_without_profiler in h200-kernels.json (172.6 ms).
 3. Bad traces exit 2 with a located message and write nothing: a truncated .json.gz, a file that
-   is not JSON, a JSON file that is not a trace; an unknown GPU model.
+   is not JSON, a JSON file that is not a trace; an unknown GPU model. Unknown kernels are listed
+   as skipped, with their time.
+4. Bad nccl-tests files (real pastes cut short, a file of another format, a file given as the
+   wrong operation, a table without device lines) exit 2 with file:line:column and write neither
+   --out nor --json; a file cut before its footer is fitted with a warning naming what was read.
+5. `clustersim diff` with a truncated profile exits 2 and writes no --json.
 
 Usage: calibrate.py CLUSTERSIM
 """
@@ -93,6 +98,70 @@ def main():
                  os.path.join(tmp, "z.yaml")])
         if r.returncode != 2 or "Z9000" not in r.stderr:
             failures.append(f"unknown GPU model: exit {r.returncode}, {r.stderr.strip()!r}")
+
+        # Unknown kernels: fitted around, listed as skipped with their time.
+        unknown = os.path.join(tmp, "unknown.json")
+        with open(unknown, "w") as f:
+            f.write('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "my::op", "pid": 1, '
+                    '"tid": 1, "ts": 0, "dur": 5, "args": {"External id": 1}}, {"ph": "X", '
+                    '"cat": "kernel", "name": "my_weird_kernel", "pid": 0, "tid": 7, "ts": 10, '
+                    '"dur": 50, "args": {"External id": 1, "stream": 7, "correlation": 1}}]}')
+        r = run([exe, "calibrate", "--torch-trace", unknown, "--gpu-model", "H200", "--out",
+                 os.path.join(tmp, "unknown.yaml")])
+        if r.returncode != 0 or "skipped 1 kernels (0.050 ms)" not in r.stdout or \
+                "my_weird_kernel" not in r.stdout:
+            failures.append(f"unknown kernels: exit {r.returncode}, {r.stdout[-400:]!r}")
+
+        # nccl-tests files.
+        public = os.path.join(ROOT, "tests", "api", "data", "nccl-tests-public")
+        topo = os.path.join(ROOT, "topologies", "h200-2gpu-nvlink.yaml")
+        notrace = os.path.join(tmp, "all_reduce_perf-is-a-trace.txt")
+        with open(notrace, "wb") as f:
+            f.write(gzip.decompress(data)[:4000])
+        nccl_cases = [
+            # A real paste cut inside its first row: line 17, column 84.
+            (os.path.join(public, "all_reduce_perf-8xRTX4090-nccl-1530.txt"),
+             "all_reduce_perf-8xRTX4090-nccl-1530.txt:17:84: a result row with 9 columns"),
+            # Rows without the header (a file cut at the top).
+            ("all_gather=" + os.path.join(public, "2x2080Ti-nccl-tests-44-tail-no-header.txt"),
+             "2x2080Ti-nccl-tests-44-tail-no-header.txt:15:1: no nccl-tests column header"),
+            # A file of another format.
+            (notrace, "all_reduce_perf-is-a-trace.txt:"),
+            # All_reduce rows given as all_gather: the size and count contradict it.
+            ("all_gather=" + os.path.join(public, "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt"),
+             "the file is all_reduce_perf output but was given as all_gather"),
+            # A table without device lines.
+            (os.path.join(public, "all_reduce_perf-nccl-tests-252-table-only.txt"),
+             "all_reduce_perf-nccl-tests-252-table-only.txt:1:1: no \"# Using devices\" rank lines"),
+        ]
+        for spec, expected in nccl_cases:
+            bad_out = os.path.join(tmp, "net.yaml")
+            bad_json = os.path.join(tmp, "net.json")
+            r = run([exe, "calibrate", "--nccl-tests", spec, "--topology", topo, "--out", bad_out,
+                     "--json", bad_json])
+            if r.returncode != 2 or expected not in r.stderr:
+                failures.append(f"nccl-tests {spec}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+            for written in (bad_out, bad_json):
+                if os.path.exists(written):
+                    failures.append(f"nccl-tests {spec}: {written} was written")
+                    os.remove(written)
+        # Cut before the footer, two ranks on two hosts: read, with a warning saying so; the
+        # 2-GPU topology takes its two ranks (the fit itself means nothing for these hosts).
+        cut = os.path.join(public, "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt")
+        r = run([exe, "calibrate", "--nccl-tests", cut, "--topology", topo, "--out",
+                 os.path.join(tmp, "cut.yaml")])
+        if r.returncode != 0 or "no \"# Avg bus bandwidth\" footer" not in r.stdout + r.stderr \
+                or "read 4 rows" not in r.stdout + r.stderr:
+            failures.append(f"nccl-tests cut before the footer: exit {r.returncode}, "
+                            f"{(r.stdout + r.stderr)[-600:]!r}")
+
+        # diff with a truncated profile: exit 2, no --json.
+        sim = os.path.join(tmp, "sim.json")
+        r = run([exe, "run", EXPERIMENT, "--trace", sim])
+        diff_json = os.path.join(tmp, "diff.json")
+        r = run([exe, "diff", sim, os.path.join(tmp, "truncated.json.gz"), "--json", diff_json])
+        if r.returncode != 2 or "truncated" not in r.stderr or os.path.exists(diff_json):
+            failures.append(f"diff, truncated profile: exit {r.returncode}, {r.stderr.strip()!r}")
 
     for f in failures:
         print("FAIL:", f)
