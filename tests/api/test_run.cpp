@@ -173,3 +173,56 @@ TEST_CASE("the Llama 3 405B recipe, scaled down, runs the same from YAML and Meg
     CHECK(from_flags.summary.mfu == from_yaml.summary.mfu);
     CHECK(from_flags.summary.memory.total == from_yaml.summary.memory.total);
 }
+
+TEST_CASE("the DeepSeek-V3 recipe, scaled down, runs the same from YAML and Megatron-LM flags") {
+    // workloads/deepseek-v3.yaml on 16 of its nodes (128 GPUs: pp 16 x dp 8, ep 8 in place of
+    // 64) and a global batch of 256 (m = 32 = 2p, the fewest DualPipeV takes): the same stages,
+    // chunks and layer split, fewer replicas and microbatches.
+    const std::string recipe = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/deepseek-v3.yaml";
+    const std::vector<std::string> smaller = {"topology.nodes=16", "parallelism.dp=8",
+                                              "parallelism.ep=8", "training.global_batch_size=256"};
+    const auto yaml = cs::api::load_experiment({recipe, smaller, ""});
+    CHECK(yaml.layout.world_size() == 128);
+    CHECK(yaml.training.microbatches(yaml.layout) == 32);
+    const auto from_yaml = cs::api::run(yaml);
+    CHECK(from_yaml.summary.mfu > 0);
+    CHECK(from_yaml.summary.schedule == "dualpipev");
+    REQUIRE(from_yaml.summary.stages.size() == 16);
+
+    // The same recipe from the bundled flags on a file that gives only the cluster, the schedule
+    // and a placeholder model (dp is derived: 128 / 16 = 8).
+    const auto dir = std::filesystem::temp_directory_path() / "cs_api_tests_dsv3_flags";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream base(dir / "base.yaml");
+        base << "topology:\n"
+             << "  node: {gpus: 8, gpu_model: H800-SXM, intra: {kind: nvswitch, bandwidth: "
+                "160GB/s, latency: 0.5us},\n"
+             << "         nics: {count: 8, kind: infiniband, bandwidth: 400Gbps, latency: 1us, "
+                "rail_optimized: true}}\n"
+             << "  nodes: 256\n"
+             << "  fabric: {kind: leaf_spine, latency: 1us, leaf: {down: 32, up: 32, radix: "
+                "64}, spine: {down: 64}}\n"
+             << "model: {family: moe, layers: 2, hidden_size: 64, attention_heads: 4, "
+                "vocab_size: 0, experts: 4, top_k: 1, ffn_hidden_size: 64}\n"
+             << "parallelism: {tp: 1}\n"
+             << "training: {global_batch_size: 1}\n"
+             << "schedule: dualpipev\n"
+             << "compute: {model: roofline}\n";
+    }
+    const std::string flags =
+        "@" + std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/deepseek-v3.megatron-args";
+    const auto megatron = cs::api::load_experiment(
+        {(dir / "base.yaml").string(),
+         {"topology.nodes=16", "parallelism.ep=8", "training.global_batch_size=256"},
+         flags});
+    std::filesystem::remove_all(dir);
+    CHECK(megatron.layout.dp == 8);
+    CHECK(megatron.model.dense_layers == 3);                    // --moe-layer-freq "([0]*3+[1]*58)"
+    CHECK(megatron.model.vocab_size == yaml.model.vocab_size);  // 129,280 = 1,010 x 128
+    const auto from_flags = cs::api::run(megatron);
+    CHECK(from_flags.summary.iteration_time_s == from_yaml.summary.iteration_time_s);
+    CHECK(from_flags.summary.mfu == from_yaml.summary.mfu);
+    CHECK(from_flags.summary.memory.total == from_yaml.summary.memory.total);
+}
