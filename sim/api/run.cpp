@@ -208,8 +208,11 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
 
     const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-    workload::IterationPlan plan =
-        workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+    // A schedule holding two model copies (DualPipe) splits the layers over its virtual stages
+    // (one copy), chunks / copies per device.
+    const int copies = sched->model_copies();
+    workload::IterationPlan plan = workload::plan_iteration(
+        spec, chunks / copies, sched->splits_backward(), device_of, copies);
     // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
     // with the microbatches and GPUs is checked before it is built.
     if (const double need = estimate_run_bytes(spec, chunks);
@@ -236,7 +239,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         peak_activations.push_back(
             Bytes{schedule::peak_inflight_bytes(*sched, shape, s, chunk_activation)});
     }
-    workload::fill_memory(spec, plan, peak_inflight, device_of, peak_activations);
+    workload::fill_memory(spec, plan, peak_inflight, device_of, peak_activations, copies);
     warn_memory(spec, plan, shape.devices, out.warnings);
 
     std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network

@@ -123,6 +123,11 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
     schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
     if (auto problem = sched->check(shape); !problem.empty())
         throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
+    if (sched->model_copies() != 1)
+        throw ConfigError(spec.schedule_where,
+                          "schedule '" + spec.schedule +
+                              "': the Chakra export does not write schedules holding two model "
+                              "copies (the bidirectional DualPipe); use dualpipev");
     const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
     const workload::IterationPlan plan =
         workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);

@@ -301,7 +301,7 @@ void Replay::emit_host(int worker, Time start, Time end, HostWork kind, std::uin
 
 bool Replay::p2p_target(int worker, Pass pass, int vs, int microbatch, int& dst, int& key,
                         int& target_vs, bool& gradient) const {
-    const int last_vs = shape_.devices * shape_.chunks - 1;
+    const int last_vs = schedule_.virtual_stages(shape_) - 1;
     target_vs = -1;
     gradient = false;
     if (pass == Pass::Forward && vs < last_vs) target_vs = vs + 1;
@@ -388,7 +388,7 @@ void Replay::decide_fold(ReplayResult& result) {
 }
 
 bool Replay::sends_p2p(int worker, Pass pass, int vs, int microbatch) const {
-    const int last_vs = shape_.devices * shape_.chunks - 1;
+    const int last_vs = schedule_.virtual_stages(shape_) - 1;
     int target = -1;
     if (pass == Pass::Forward && vs < last_vs) target = vs + 1;
     if ((pass == Pass::Backward || pass == Pass::BackwardInput) && vs > 0) target = vs - 1;
@@ -463,7 +463,7 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
 }
 
 int Replay::input_key(const schedule::PipelineOp& op, int vs) const {
-    const int last_vs = shape_.devices * shape_.chunks - 1;
+    const int last_vs = schedule_.virtual_stages(shape_) - 1;
     if (op.pass == Pass::Forward && vs > 0) return arrival_key(op.chunk, op.microbatch, false);
     if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs)
         return arrival_key(op.chunk, op.microbatch, true);
@@ -489,7 +489,7 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
     const bool completes_gradients = op.pass == Pass::Backward || op.pass == Pass::BackwardWeight;
     const bool last_backward =
         completes_gradients && overlaps_dp(w.stage) &&
-        st.backward_done[static_cast<std::size_t>(op.chunk)] == shape_.microbatches - 1;
+        st.backward_done[static_cast<std::size_t>(op.chunk)] == chunk_microbatches() - 1;
     if (last_backward && !overlapped_buckets_.empty()) {
         // The pass's kernels run 1 + interference times as long while the buckets reduce. An
         // approximation: the buckets are taken at their isolated time (not their time on the
@@ -805,7 +805,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     const bool completes_gradients = (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
     // ZeRO-2/3 reduce-scatter every unit's gradients as its backward ends (sharded_units_).
     if (completes_gradients &&
-        ++st.backward_done[static_cast<std::size_t>(r.chunk)] == shape_.microbatches &&
+        ++st.backward_done[static_cast<std::size_t>(r.chunk)] == chunk_microbatches() &&
         !overlaps_dp(w.stage) && !sharded_units_)
         start_dp_sync(worker, r.chunk);
 }
@@ -823,7 +823,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     int ready = 0;
     for (int d = 0; d < layout_.dp; ++d)
         if (states_[static_cast<std::size_t>(worker_of(w.stage, d))]
-                .backward_done[static_cast<std::size_t>(chunk)] == shape_.microbatches)
+                .backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
             ++ready;
     if (ready < layout_.dp) return;
     Message msg;

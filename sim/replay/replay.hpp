@@ -338,6 +338,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The duration model's compute time for the pass `r` of `worker` (nominal: the plan's).
     Time modelled_compute(int worker, const PassRecord& r, Time nominal);
     int worker_of(int stage, int dp) const { return ranks_.worker(stage, dp); }
+    // Microbatches each model chunk of a device runs: all of them, or half with two model copies
+    // (DualPipe: chunk 0 runs those entering at device 0, chunk 1 those entering at device p-1).
+    int chunk_microbatches() const { return shape_.microbatches / schedule_.model_copies(); }
     int arrival_key(int chunk, int microbatch, bool gradient) const;
     const workload::PassPlan& pass_plan(const schedule::PipelineOp& op, int vs) const;
     const PassCost& pass_cost(schedule::Pass pass, int vs) const;

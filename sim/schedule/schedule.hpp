@@ -73,6 +73,14 @@ class Schedule {
                               int microbatch) const;
     // Inverse of virtual_stage.
     virtual Placement place(const PipelineShape& shape, int virtual_stage, int microbatch) const;
+    // Copies of the model the pipeline holds: 1, or 2 for the bidirectional DualPipe, whose
+    // device d holds stage d of one copy (chunk 0, the microbatches that enter at device 0) and
+    // stage p-1-d of the other (chunk 1, those that enter at device p-1).
+    virtual int model_copies() const { return 1; }
+    // Virtual stages a microbatch runs through: devices x chunks / model_copies.
+    int virtual_stages(const PipelineShape& shape) const {
+        return shape.devices * shape.chunks / model_copies();
+    }
 };
 
 // One schedule a user can name: the registry row that make_schedule, schedule_names and every

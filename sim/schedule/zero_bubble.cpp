@@ -204,6 +204,84 @@ class ZeroBubbleV final : public VShaped {
     }
 };
 
+// DualPipeV's order of device r of p with m microbatches (deepseek-ai/DualPipe dualpipev.py, in
+// its eight steps). Chunk 0 ("phase 0") carries microbatches down the devices, chunk 1 back up.
+// Its overlapped forward-and-backward pairs run here as the forward followed by a full backward (B
+// then W). Backwards marked "deferred" leave their W in a FIFO that the explicit W steps drain.
+// The bidirectional DualPipe runs the same steps on each half of its devices.
+std::vector<PipelineOp> dualpipe_steps(int p, int m, int r) {
+    int forwards[2] = {0, 0};
+    int backwards[2] = {0, 0};
+    std::deque<PipelineOp> deferred_weights;
+    std::vector<PipelineOp> ops;
+    ops.reserve(6 * static_cast<std::size_t>(m));
+    auto f = [&](int c) { ops.push_back(PipelineOp{Pass::Forward, forwards[c]++, c}); };
+    auto b = [&](int c, bool defer_weight) {
+        const int microbatch = backwards[c]++;
+        ops.push_back(PipelineOp{Pass::BackwardInput, microbatch, c});
+        const PipelineOp weight{Pass::BackwardWeight, microbatch, c};
+        if (defer_weight) {
+            deferred_weights.push_back(weight);
+        } else {
+            ops.push_back(weight);
+        }
+    };
+    auto w = [&] {
+        ops.push_back(deferred_weights.front());
+        deferred_weights.pop_front();
+    };
+    for (int k = 0; k < 2 * (p - r - 1); ++k)
+        f(0);                          // 1: F0
+    for (int k = 0; k < r + 1; ++k) {  // 2: F0 F1
+        f(0);
+        f(1);
+    }
+    for (int k = 0; k < p - r - 1; ++k) {  // 3: B1 W F1
+        b(1, true);
+        w();
+        f(1);
+    }
+    // An overlapped F&B: the forward, then the full backward (B and W back to back) that the
+    // replay runs alongside it.
+    auto f_and_b = [&](int forward_chunk, int backward_chunk) {
+        f(forward_chunk);
+        ops.back().overlap = 2;
+        b(backward_chunk, false);
+    };
+    for (int k = 0; k < m - 2 * p + r + 1; ++k) {  // 4: F0&B1, F1&B0
+        if (k == 0 && r == p - 1) {
+            // The fold of the V: the reference runs these two apart, not overlapped, to
+            // shorten the bubble.
+            f(0);
+            b(1, false);
+        } else {
+            f_and_b(0, 1);
+        }
+        f_and_b(1, 0);
+    }
+    for (int k = 0; k < p - r - 1; ++k) {  // 5: B1, F1&B0
+        b(1, false);
+        f_and_b(1, 0);
+    }
+    // 6: B1 B0, deferring W from the middle of the step on (before B1 on odd devices,
+    // after it on even ones), so that r + 1 weight passes are left for the end.
+    const int step6 = r + 1;
+    bool defer = false;
+    for (int k = 0; k < step6; ++k) {
+        if (k == step6 / 2 && r % 2 == 1) defer = true;
+        b(1, defer);
+        if (k == step6 / 2 && r % 2 == 0) defer = true;
+        b(0, defer);
+    }
+    for (int k = 0; k < p - r - 1; ++k) {  // 7: W B0
+        w();
+        b(0, true);
+    }
+    while (!deferred_weights.empty())
+        w();  // 8: the r + 1 remaining W
+    return ops;
+}
+
 // DualPipeV (Sea AI Lab's cut-in-half DualPipe, deepseek-ai/DualPipe dualpipev.py), in its eight
 // steps. Chunk 0 ("phase 0") carries microbatches down the devices, chunk 1 back up. Its
 // overlapped forward-and-backward pairs run here as the forward followed by a full backward (B
@@ -223,84 +301,68 @@ class DualPipeV final : public VShaped {
     }
     std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
         require_valid(*this, shape, device);
+        return dualpipe_steps(shape.devices, shape.microbatches, device);
+    }
+};
+
+// The bidirectional DualPipe (DeepSeek-V3 report section 3.2.1; deepseek-ai/DualPipe
+// dualpipe.py). The model is cut into p stages and held twice: device d runs stage d of copy 0
+// (chunk 0: microbatches 0..m/2-1, which enter at device 0) and stage p-1-d of copy 1 (chunk 1:
+// microbatches m/2..m-1, which enter at device p-1). dualpipe.py runs on device d the eight steps
+// of DualPipeV for the half-pipeline of p/2 devices and m/2 microbatches per direction, at the
+// position h = min(d, p-1-d) from the outer end, with its phases swapped on the second half
+// (phase ^= is_in_second_half): a device of the second half does for copy 1 what its mirror does
+// for copy 0. The "middle" devices p/2-1 and p/2 are where the two halves meet, as the last
+// device of DualPipeV is the turn of its V.
+class DualPipe final : public Schedule {
+  public:
+    std::string name() const override { return "dualpipe"; }
+    int chunks_for(int /*requested_vpp*/) const override { return 2; }
+    bool splits_backward() const override { return true; }
+    int model_copies() const override { return 2; }
+    std::string check(const PipelineShape& shape) const override {
+        std::string problem = check_fixed_chunks(name(), shape, 2);
+        if (!problem.empty()) return problem;
         const int p = shape.devices;
         const int m = shape.microbatches;
-        const int r = device;
-        int forwards[2] = {0, 0};
-        int backwards[2] = {0, 0};
-        std::deque<PipelineOp> deferred_weights;
-        std::vector<PipelineOp> ops;
-        ops.reserve(6 * static_cast<std::size_t>(m));
-        auto f = [&](int c) { ops.push_back(PipelineOp{Pass::Forward, forwards[c]++, c}); };
-        auto b = [&](int c, bool defer_weight) {
-            const int microbatch = backwards[c]++;
-            ops.push_back(PipelineOp{Pass::BackwardInput, microbatch, c});
-            const PipelineOp weight{Pass::BackwardWeight, microbatch, c};
-            if (defer_weight) {
-                deferred_weights.push_back(weight);
-            } else {
-                ops.push_back(weight);
-            }
-        };
-        auto w = [&] {
-            ops.push_back(deferred_weights.front());
-            deferred_weights.pop_front();
-        };
-        for (int k = 0; k < 2 * (p - r - 1); ++k)
-            f(0);                          // 1: F0
-        for (int k = 0; k < r + 1; ++k) {  // 2: F0 F1
-            f(0);
-            f(1);
+        if (p % 2 != 0)
+            return "dualpipe needs an even number of pipeline stages (p=" + std::to_string(p) +
+                   " is odd): half of the microbatches enter at each end; use p = " +
+                   std::to_string(p + 1) + ", or dualpipev for any p";
+        if (m % 2 != 0 || m < 2 * p)
+            return "dualpipe needs an even number of microbatches, at least 2p (p=" +
+                   std::to_string(p) + "): m=" + std::to_string(m) +
+                   " is not; use m = " + std::to_string(2 * p) + ", " + std::to_string(2 * p + 2) +
+                   ", " + std::to_string(2 * p + 4) + ", ...";
+        return {};
+    }
+    std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        const int p = shape.devices;
+        const int half = shape.microbatches / 2;
+        const bool second_half = device >= p / 2;
+        std::vector<PipelineOp> ops = dualpipe_steps(p / 2, half, std::min(device, p - 1 - device));
+        for (PipelineOp& op : ops) {
+            op.chunk = second_half ? 1 - op.chunk : op.chunk;
+            if (op.chunk == 1) op.microbatch += half;
         }
-        for (int k = 0; k < p - r - 1; ++k) {  // 3: B1 W F1
-            b(1, true);
-            w();
-            f(1);
-        }
-        // An overlapped F&B: the forward, then the full backward (B and W back to back) that the
-        // replay runs alongside it.
-        auto f_and_b = [&](int forward_chunk, int backward_chunk) {
-            f(forward_chunk);
-            ops.back().overlap = 2;
-            b(backward_chunk, false);
-        };
-        for (int k = 0; k < m - 2 * p + r + 1; ++k) {  // 4: F0&B1, F1&B0
-            if (k == 0 && r == p - 1) {
-                // The fold of the V: the reference runs these two apart, not overlapped, to
-                // shorten the bubble.
-                f(0);
-                b(1, false);
-            } else {
-                f_and_b(0, 1);
-            }
-            f_and_b(1, 0);
-        }
-        for (int k = 0; k < p - r - 1; ++k) {  // 5: B1, F1&B0
-            b(1, false);
-            f_and_b(1, 0);
-        }
-        // 6: B1 B0, deferring W from the middle of the step on (before B1 on odd devices,
-        // after it on even ones), so that r + 1 weight passes are left for the end.
-        const int step6 = r + 1;
-        bool defer = false;
-        for (int k = 0; k < step6; ++k) {
-            if (k == step6 / 2 && r % 2 == 1) defer = true;
-            b(1, defer);
-            if (k == step6 / 2 && r % 2 == 0) defer = true;
-            b(0, defer);
-        }
-        for (int k = 0; k < p - r - 1; ++k) {  // 7: W B0
-            w();
-            b(0, true);
-        }
-        while (!deferred_weights.empty())
-            w();  // 8: the r + 1 remaining W
         return ops;
+    }
+    int virtual_stage(const PipelineShape& shape, int device, int chunk,
+                      int /*microbatch*/) const override {
+        return chunk == 0 ? device : shape.devices - 1 - device;
+    }
+    Placement place(const PipelineShape& shape, int virtual_stage, int microbatch) const override {
+        if (microbatch < shape.microbatches / 2) return Placement{virtual_stage, 0};
+        return Placement{shape.devices - 1 - virtual_stage, 1};
     }
 };
 
 }  // namespace
 
+std::unique_ptr<Schedule> make_dualpipe() {
+    return std::make_unique<DualPipe>();
+}
 std::unique_ptr<Schedule> make_dualpipev() {
     return std::make_unique<DualPipeV>();
 }

@@ -1,7 +1,9 @@
 #include "workload/megatron_args.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -143,6 +145,179 @@ void append_sharding(bool megatron_fsdp, const std::optional<std::string>& strat
         out.push_back("parallelism.shard_replicas=" + std::to_string(*instances));
 }
 
+// Megatron-LM's --pipeline-model-parallel-layout (its PipelineParallelLayerLayout): virtual
+// stages in model order separated by '|', each a run of E (embedding), t (transformer layer),
+// m (multi-token-prediction layer) and L (loss); "X*n" repeats an item, parentheses group, commas
+// and spaces are cosmetic. Returns the expanded stages, e.g. "Et*3|(tt|)*2L" -> {"Ettt", "tt",
+// "ttL"}.
+std::vector<std::string> expand_layout(const std::string& flag, const std::string& text) {
+    constexpr std::size_t kMaxExpanded = 1 << 20;
+    std::size_t pos = 0;
+    const auto fail = [&](const std::string& what) {
+        bad(flag + " \"" + text + "\": " + what +
+            " (expected stages of E, t, m and L separated by '|', with (...) groups and *n "
+            "repeats)");
+    };
+    std::function<std::string(bool)> sequence = [&](bool in_group) {
+        std::string out;
+        while (pos < text.size()) {
+            const char c = text[pos];
+            if (c == ' ' || c == ',' || c == '\t') {
+                ++pos;
+                continue;
+            }
+            if (c == ')') {
+                if (!in_group) fail("a ')' without its '('");
+                return out;
+            }
+            std::string item;
+            if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+                item = std::string(1, c);
+                ++pos;
+            } else if (c == '(') {
+                ++pos;
+                item = sequence(true);
+                if (pos >= text.size()) fail("a '(' without its ')'");
+                ++pos;  // the ')'
+            } else {
+                fail(std::string("unexpected '") + c + "' at character " + std::to_string(pos + 1));
+            }
+            std::int64_t repeat = 1;
+            if (pos < text.size() && text[pos] == '*') {
+                const auto start = ++pos;
+                while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])))
+                    ++pos;
+                if (pos == start) fail("'*' must be followed by a count");
+                repeat = positive(flag, text.substr(start, pos - start));
+            }
+            if (static_cast<std::size_t>(repeat) > kMaxExpanded ||
+                out.size() + item.size() * static_cast<std::size_t>(repeat) > kMaxExpanded)
+                fail("expands to more than " + std::to_string(kMaxExpanded) + " items");
+            for (std::int64_t r = 0; r < repeat; ++r)
+                out += item;
+        }
+        if (in_group) fail("a '(' without its ')'");
+        return out;
+    };
+    const std::string flat = sequence(false);
+    std::vector<std::string> stages(1);
+    for (const char c : flat) {
+        if (c == '|')
+            stages.emplace_back();
+        else
+            stages.back() += c;
+    }
+    return stages;
+}
+
+// The layout as overrides: transformer layers per virtual stage (parallelism.stage_layers) and
+// the virtual stages per pipeline rank (parallelism.vpp) when there are more stages than ranks.
+void append_layout(const std::string& flag, const std::string& text, std::optional<std::int64_t> pp,
+                   std::optional<std::int64_t> layers, std::vector<std::string>& out,
+                   std::vector<std::string>& warnings) {
+    if (!pp) bad(flag + " needs --pipeline-model-parallel-size");
+    const auto stages = expand_layout(flag, text);
+    const auto n = static_cast<std::int64_t>(stages.size());
+    const std::string head = flag + " \"" + text + "\": ";
+    if (n % *pp != 0)
+        bad(head + std::to_string(n) + " stages are not a multiple of the " + std::to_string(*pp) +
+            " pipeline stages (--pipeline-model-parallel-size)");
+    if (stages.front().empty() || stages.front()[0] != 'E')
+        bad(head + "the first stage must start with the embedding (E)");
+    if (stages.back().empty() || stages.back().back() != 'L')
+        bad(head + "the last stage must end with the loss (L)");
+    std::string list;
+    std::int64_t total = 0, mtp = 0;
+    for (std::int64_t s = 0; s < n; ++s) {
+        const auto& st = stages[static_cast<std::size_t>(s)];
+        std::int64_t t = 0;
+        for (std::size_t k = 0; k < st.size(); ++k) {
+            const char c = st[k];
+            if (c == 't') ++t;
+            if (c == 'm') ++mtp;
+            // As Megatron-LM requires: the embedding opens the first stage, the loss closes the
+            // last, each exactly once.
+            if (c == 'E' && (s != 0 || k != 0))
+                bad(head + "the embedding (E) must open the first stage, and only it");
+            if (c == 'L' && (s != n - 1 || k + 1 != st.size()))
+                bad(head + "the loss (L) must close the last stage, and only it");
+        }
+        total += t;
+        list += (s ? "," : "") + std::to_string(t);
+    }
+    if (layers && total != *layers)
+        bad(head + "holds " + std::to_string(total) +
+            " transformer layers (t), but --num-layers is " + std::to_string(*layers));
+    if (mtp > 0)
+        warnings.push_back(
+            head + "multi-token-prediction layers (m) are not modelled: " + std::to_string(mtp) +
+            " left out (their stages hold no transformer layer for them)");
+    out.push_back("parallelism.stage_layers=[" + list + "]");
+    if (n > *pp) out.push_back("parallelism.vpp=" + std::to_string(n / *pp));
+}
+
+// Megatron-LM's --moe-layer-freq: an integer k (every k-th layer is MoE; only 1, all MoE, is
+// expressible here) or a per-layer pattern of 0 (dense) and 1 (MoE), written as a Python list
+// "[0,0,1,...]" or a product "([0]*3+[1]*58)". clustersim models leading dense layers
+// (model.dense_layers), so the pattern must be zeros then ones.
+void append_moe_layer_freq(const std::string& flag, const std::string& text,
+                           std::optional<std::int64_t> layers, std::vector<std::string>& out) {
+    std::string s;
+    for (const char c : text)
+        if (c != ' ' && c != '\t') s += c;
+    const auto fail = [&](const std::string& why) {
+        bad(flag + " \"" + text + "\": " + why +
+            " (expected 1, or leading dense layers then MoE layers: \"([0]*3+[1]*58)\" or "
+            "\"[0,0,0,1,...]\")");
+    };
+    if (s == "1") return;
+    if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c));
+        }))
+        fail("MoE on every k-th layer only is not modelled");
+    std::vector<int> pattern;
+    if (s.size() >= 2 && s.front() == '(' && s.back() == ')') {
+        // ([a]*n+[b]*k+...)
+        std::size_t pos = 1;
+        while (pos < s.size() - 1) {
+            if (s.compare(pos, 1, "[") != 0 || pos + 3 > s.size() || s[pos + 2] != ']' ||
+                (s[pos + 1] != '0' && s[pos + 1] != '1'))
+                fail("cannot read the pattern");
+            const int bit = s[pos + 1] - '0';
+            pos += 3;
+            std::int64_t repeat = 1;
+            if (s[pos] == '*') {
+                const auto start = ++pos;
+                while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos])))
+                    ++pos;
+                repeat = positive(flag, s.substr(start, pos - start));
+                if (repeat > (1 << 20)) fail("too many layers");
+            }
+            pattern.insert(pattern.end(), static_cast<std::size_t>(repeat), bit);
+            if (s[pos] == '+')
+                ++pos;
+            else if (pos != s.size() - 1)
+                fail("cannot read the pattern");
+        }
+    } else if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
+        for (std::size_t pos = 1; pos < s.size() - 1; ++pos) {
+            if (s[pos] == ',') continue;
+            if (s[pos] != '0' && s[pos] != '1') fail("entries must be 0 or 1");
+            pattern.push_back(s[pos] - '0');
+        }
+    } else {
+        fail("cannot read the pattern");
+    }
+    const auto first_moe = std::find(pattern.begin(), pattern.end(), 1);
+    if (first_moe == pattern.end()) fail("no MoE layer");
+    if (std::find(first_moe, pattern.end(), 0) != pattern.end())
+        fail("dense layers after the first MoE layer are not modelled");
+    if (layers && static_cast<std::int64_t>(pattern.size()) != *layers)
+        fail("gives " + std::to_string(pattern.size()) + " layers, but --num-layers is " +
+             std::to_string(*layers));
+    out.push_back("model.dense_layers=" + std::to_string(first_moe - pattern.begin()));
+}
+
 }  // namespace
 
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
@@ -163,6 +338,7 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     bool full_recompute = false;
     std::optional<std::string> recompute_method;
     std::optional<std::int64_t> recompute_layers;
+    std::optional<std::string> layout, moe_layer_freq;
 
     for (std::size_t i = 0; i < words.size(); ++i) {
         std::string flag = words[i];
@@ -273,6 +449,10 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             megatron_fsdp = true;
         } else if (flag == "--num-distributed-optimizer-instances") {
             optimizer_instances = positive(flag, value());
+        } else if (flag == "--pipeline-model-parallel-layout") {
+            layout = value();
+        } else if (flag == "--moe-layer-freq") {
+            moe_layer_freq = value();
         } else if (flag == "--moe-shared-expert-intermediate-size") {
             shared_size = positive(flag, value());
         } else {
@@ -348,6 +528,25 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     }
     const auto layers = get("--num-layers");
     const auto pp = get("--pipeline-model-parallel-size");
+    if (moe_layer_freq) append_moe_layer_freq("--moe-layer-freq", *moe_layer_freq, layers, out);
+    if (layout) {
+        // Megatron-LM: the layout replaces every other way of splitting the layers.
+        for (const char* other :
+             {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+              "--num-virtual-stages-per-pipeline-rank"})
+            if (get(other))
+                bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") +
+                    other);
+        if (layers_per_virtual_stage)
+            bad("--pipeline-model-parallel-layout cannot be combined with "
+                "--num-layers-per-virtual-pipeline-stage");
+        for (const char* other :
+             {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"})
+            if (switches.count(other))
+                bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") +
+                    other + " (the layout places the embedding and loss itself)");
+        append_layout("--pipeline-model-parallel-layout", *layout, pp, layers, out, warnings);
+    }
     if (layers_per_virtual_stage) {
         if (!layers || !pp) {
             bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "

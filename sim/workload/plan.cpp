@@ -262,13 +262,13 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
 }  // namespace
 
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
-                             const std::function<int(int)>& device_of) {
+                             const std::function<int(int)>& device_of, int copies) {
     const auto& m = spec.model;
     const auto& l = spec.layout;
     const auto& t = spec.training;
     IterationPlan plan;
     plan.stages = l.pp;
-    plan.chunks = chunks;
+    plan.chunks = chunks * copies;
     plan.microbatches = t.microbatches(l);
     const std::vector<int> chunk_layers = split_layers(spec, chunks, device_of);
     const int vstages = static_cast<int>(chunk_layers.size());
@@ -312,8 +312,11 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     for (int s = 0; s < l.pp; ++s) {
         StagePlan& d = plan.devices[static_cast<std::size_t>(s)];
         std::int64_t params = 0, owned = 0;
+        const auto holds = [&](int vs) {
+            return device_of(vs) == s || (copies == 2 && device_of(vs) == l.pp - 1 - s);
+        };
         for (int vs = 0; vs < vstages; ++vs)
-            if (device_of(vs) == s) {
+            if (holds(vs)) {
                 const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
                 const bool embedding = vs == 0, output = vs == vstages - 1;
                 params += parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
@@ -323,7 +326,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         // A device holding both the embedding chunk and the output chunk (V placements) holds
         // tied embedding weights once; the chunks counted apart each brought a copy. The
         // difference is zero for untied weights.
-        if (vstages > 1 && device_of(0) == s && device_of(vstages - 1) == s) {
+        if (vstages > 1 && holds(0) && holds(vstages - 1)) {
             params += parameters_per_gpu(m, l, 0, 0, true, true) -
                       parameters_per_gpu(m, l, 0, 0, true, false) -
                       parameters_per_gpu(m, l, 0, 0, false, true);
@@ -332,7 +335,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                      optimizer_parameters_per_gpu(m, l, 0, 0, false, true);
         }
         // One bucket per model chunk, reduced in the gradient buffer's type.
-        d.dp_parameters = params / chunks;
+        d.dp_parameters = params / (chunks * copies);
         d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(
             static_cast<double>(d.dp_parameters) * gradient_bytes_per_parameter(t.precision))};
         d.dp_parameter_bytes = Bytes{static_cast<std::int64_t>(
@@ -381,14 +384,15 @@ void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan) {
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::vector<int>& peak_inflight_chunks,
                  const std::function<int(int)>& device_of,
-                 const std::vector<Bytes>& peak_activations) {
+                 const std::vector<Bytes>& peak_activations, int copies) {
     const int vstages = static_cast<int>(plan.virtual_stages.size());
     for (int s = 0; s < plan.stages; ++s) {
         bool emb = false, out = false;
         std::int64_t chunk_activation = 0;
         std::vector<LayerRange> chunks;
         for (int vs = 0; vs < vstages; ++vs) {
-            if (device_of(vs) != s) continue;
+            if (device_of(vs) != s && !(copies == 2 && device_of(vs) == plan.stages - 1 - s))
+                continue;
             const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
             emb |= vs == 0;
             out |= vs == vstages - 1;

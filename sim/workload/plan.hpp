@@ -91,8 +91,12 @@ struct IterationPlan {
 // Builds the plan for `chunks` model chunks per device; `device_of(vs)` is the schedule's placement
 // of virtual stage vs; `split_backward` fills backward_input and backward_weight. Throws
 // ConfigError for layouts that cannot run (located at the experiment's parallelism key).
+// `copies` = 2 (the bidirectional DualPipe): the model is held twice, device s holding the
+// virtual stage device_of places on it and also the one placed on device pp-1-s (the other
+// copy's stage); its parameters, gradients and optimizer states count both, and plan.chunks is
+// chunks x copies.
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
-                             const std::function<int(int)>& device_of);
+                             const std::function<int(int)>& device_of, int copies = 1);
 
 // ZeRO-2/3: fills every chunk's unit_parameters (called by plan_iteration).
 void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan);
@@ -104,6 +108,6 @@ void plan_shard_units(const ExperimentSpec& spec, IterationPlan& plan);
 void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::vector<int>& peak_inflight_chunks,
                  const std::function<int(int)>& device_of,
-                 const std::vector<Bytes>& peak_activations = {});
+                 const std::vector<Bytes>& peak_activations = {}, int copies = 1);
 
 }  // namespace cs::workload

@@ -173,3 +173,140 @@ TEST_CASE("the Llama 3 405B recipe, scaled down, runs the same from YAML and Meg
     CHECK(from_flags.summary.mfu == from_yaml.summary.mfu);
     CHECK(from_flags.summary.memory.total == from_yaml.summary.memory.total);
 }
+
+TEST_CASE("the DeepSeek-V3 recipe, scaled down, runs the same from YAML and Megatron-LM flags") {
+    // workloads/deepseek-v3.yaml on 16 of its nodes (128 GPUs: pp 16 x dp 8, ep 8 in place of
+    // 64) and a global batch of 256 (m = 32 = 2p, the fewest DualPipe takes): the same stages,
+    // model copies and layer split, fewer replicas and microbatches.
+    const std::string recipe = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/deepseek-v3.yaml";
+    const std::vector<std::string> smaller = {"topology.nodes=16", "parallelism.dp=8",
+                                              "parallelism.ep=8", "training.global_batch_size=256"};
+    const auto yaml = cs::api::load_experiment({recipe, smaller, ""});
+    CHECK(yaml.layout.world_size() == 128);
+    CHECK(yaml.training.microbatches(yaml.layout) == 32);
+    const auto from_yaml = cs::api::run(yaml);
+    CHECK(from_yaml.summary.mfu > 0);
+    CHECK(from_yaml.summary.schedule == "dualpipe");
+    REQUIRE(from_yaml.summary.stages.size() == 16);
+
+    // The same recipe from the bundled flags on a file that gives only the cluster, the schedule
+    // and a placeholder model (dp is derived: 128 / 16 = 8).
+    const auto dir = std::filesystem::temp_directory_path() / "cs_api_tests_dsv3_flags";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream base(dir / "base.yaml");
+        base << "topology:\n"
+             << "  node: {gpus: 8, gpu_model: H800-SXM, intra: {kind: nvswitch, bandwidth: "
+                "160GB/s, latency: 0.5us},\n"
+             << "         nics: {count: 8, kind: infiniband, bandwidth: 400Gbps, latency: 1us, "
+                "rail_optimized: true}}\n"
+             << "  nodes: 256\n"
+             << "  fabric: {kind: leaf_spine, latency: 1us, leaf: {down: 32, up: 32, radix: "
+                "64}, spine: {down: 64}}\n"
+             << "model: {family: moe, layers: 2, hidden_size: 64, attention_heads: 4, "
+                "vocab_size: 0, experts: 4, top_k: 1, ffn_hidden_size: 64}\n"
+             << "parallelism: {tp: 1}\n"
+             << "training: {global_batch_size: 1}\n"
+             << "schedule: dualpipe\n"
+             << "compute: {model: roofline}\n";
+    }
+    const std::string flags =
+        "@" + std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/deepseek-v3.megatron-args";
+    const auto megatron = cs::api::load_experiment(
+        {(dir / "base.yaml").string(),
+         {"topology.nodes=16", "parallelism.ep=8", "training.global_batch_size=256"},
+         flags});
+    std::filesystem::remove_all(dir);
+    CHECK(megatron.layout.dp == 8);
+    CHECK(megatron.model.dense_layers == 3);                    // --moe-layer-freq "([0]*3+[1]*58)"
+    CHECK(megatron.model.vocab_size == yaml.model.vocab_size);  // 129,280 = 1,010 x 128
+    const auto from_flags = cs::api::run(megatron);
+    CHECK(from_flags.summary.iteration_time_s == from_yaml.summary.iteration_time_s);
+    CHECK(from_flags.summary.mfu == from_yaml.summary.mfu);
+    CHECK(from_flags.summary.memory.total == from_yaml.summary.memory.total);
+}
+
+namespace {
+
+// A pipeline of `pp` GPUs (one node, NVSwitch), one layer per stage or chunk, profiled
+// F = B = W = 1 ms per layer, free communication, no embedding, no optimizer step.
+cs::api::RunResult run_profiled_pipeline(const std::string& schedule, int pp, int layers,
+                                         int microbatches, int dp = 1,
+                                         const std::string& network = "ideal") {
+    const auto dir = std::filesystem::temp_directory_path() / "cs_api_tests_dualpipe";
+    std::filesystem::create_directories(dir);
+    const auto file = dir / (schedule + ".yaml");
+    {
+        std::ofstream out(file);
+        out << "topology: {node: {gpus: " << pp * dp
+            << ", gpu_model: H100-SXM, intra: {kind: nvswitch, bandwidth: 450GB/s}}, nodes: 1}\n"
+            << "model: {layers: " << layers
+            << ", hidden_size: 1024, attention_heads: 16, vocab_size: 0}\n"
+            << "parallelism: {tp: 1, pp: " << pp << ", dp: " << dp << "}\n"
+            << "training: {micro_batch_size: 1, global_batch_size: " << microbatches * dp
+            << ", seq_length: 1024}\n"
+            << "schedule: " << schedule << "\n"
+            << "compute: {model: profile, layer_forward: 1ms, layer_backward_input: 1ms, "
+               "layer_backward_weight: 1ms}\n"
+            << "network: {model: " << network << "}\n";
+    }
+    auto result = cs::api::run(cs::api::load_experiment({file.string(), {}, ""}));
+    std::filesystem::remove_all(dir);
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("dualpipe, p = 4, m = 8: busy, bubble, memory and in-flight activations by hand") {
+    // DualPipe on 4 devices, 4 layers (one stage each, held twice), 8 microbatches (4 entering
+    // at each end), F = B = W = 1 ms per stage.
+    const auto dualpipe = run_profiled_pipeline("dualpipe", 4, 4, 8);
+    const auto& s = dualpipe.summary;
+    // Work per device: m forwards and m B and W (m/2 microbatches on each of its two stages):
+    // 8 x 3 ms = 24 ms.
+    REQUIRE(s.stages.size() == 4);
+    for (const auto& st : s.stages) {
+        CHECK(st.busy_s == doctest::Approx(0.024).epsilon(1e-12));
+        // DeepSeek-V3 Table 2: PP+1 stage activations.
+        CHECK(st.peak_inflight_microbatches == 5);
+    }
+    // The iteration: at least the work plus the ramp, m(F+B+W) + (p/2-1)F = 24 + 1 = 25 ms (a
+    // middle device waits for one forward from its nearer end), at most the work plus Table 2's
+    // bubble (PP/2-1)(F&B + B - 3W) = (2-1)(3 + 2 - 3) = 2 ms (F&B = F+B+W when nothing
+    // overlaps, B the full backward): 26 ms.
+    CHECK(s.iteration_time_s >= 0.025 - 1e-12);
+    CHECK(s.iteration_time_s <= 0.026 + 1e-12);
+    // Device d runs DualPipeV's order for the half-pipeline (p/2 = 2 devices, m/2 = 4
+    // microbatches) at position min(d, 3-d), its two directions mirrored; with equal stages and
+    // free communication its timeline is DualPipeV's on 2 devices with 4 microbatches, one
+    // layer per chunk (2 x 2 chunks = 4 layers).
+    const auto half = run_profiled_pipeline("dualpipev", 2, 4, 4);
+    CHECK(s.iteration_time_s == half.summary.iteration_time_s);
+    // Every idle moment waits on the pipeline: bubble = 1 - 24 / T.
+    CHECK(s.bubble_fraction == doctest::Approx(1.0 - 0.024 / s.iteration_time_s));
+    // Two copies of the model: each device holds two stages of one layer where 1F1B holds one.
+    // The worst GPU under 1f1b is stage 0 (4 activations in flight), one layer; under dualpipe
+    // devices 0 and 3 hold the first and the last stage, two layers + the final LayerNorm
+    // (weight and bias, 2h = 2,048 parameters). Weights 2 bytes, gradients 4 (fp32) per
+    // parameter.
+    const auto one_copy = run_profiled_pipeline("1f1b", 4, 4, 8);
+    const std::int64_t norm = 2 * 1024;
+    CHECK(s.memory.parameters.value == 2 * one_copy.summary.memory.parameters.value + 2 * norm);
+    CHECK(s.memory.gradients.value == 2 * one_copy.summary.memory.gradients.value + 4 * norm);
+    CHECK(s.schedule == "dualpipe");
+}
+
+TEST_CASE("dualpipe: the gradients of both copies are synchronised over dp") {
+    // dp = 2 on the flow network: each device reduces the gradients of its two stages (one
+    // per model copy) after its last backward of each; the run ends later than the same run
+    // without data parallelism by that synchronisation, which is exposed communication, and
+    // every device's busy time stays the work of its two stages, 24 ms.
+    const auto alone = run_profiled_pipeline("dualpipe", 4, 4, 8, 1, "flow");
+    const auto replicated = run_profiled_pipeline("dualpipe", 4, 4, 8, 2, "flow");
+    for (const auto& st : replicated.summary.stages)
+        CHECK(st.busy_s == doctest::Approx(0.024).epsilon(1e-12));
+    CHECK(replicated.summary.iteration_time_s > alone.summary.iteration_time_s);
+    CHECK(replicated.summary.exposed_comm_fraction > 0);
+    CHECK(alone.summary.exposed_comm_fraction == 0);
+}

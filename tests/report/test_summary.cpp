@@ -39,9 +39,15 @@ TEST_CASE(
         const schedule::PipelineShape shape{2, 8, chunks};
         if (!sched->check(shape).empty()) continue;
         const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-        const auto plan =
-            workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
-        const int vstages = 2 * chunks;
+        // As api::run: dualpipe (two model copies) splits the layers over one copy's stages,
+        // and device s also holds the stage placed on device 1 - s.
+        const int copies = sched->model_copies();
+        const auto plan = workload::plan_iteration(spec, chunks / copies, sched->splits_backward(),
+                                                   device_of, copies);
+        const int vstages = sched->virtual_stages(shape);
+        const auto holds = [&](int vs, int s) {
+            return device_of(vs) == s || (copies == 2 && device_of(vs) == 1 - s);
+        };
         // The last virtual stage carries the output layer's logits on top of the same layers as
         // every other chunk, so it holds the most activation memory per microbatch.
         for (int vs = 0; vs + 1 < vstages; ++vs)
@@ -64,7 +70,7 @@ TEST_CASE(
         for (int s = 0; s < 2; ++s) {
             std::int64_t largest = 0, smallest = bytes_of(vstages - 1), held = 0, peak = 0;
             for (int vs = 0; vs < vstages; ++vs)
-                if (device_of(vs) == s) {
+                if (holds(vs, s)) {
                     largest = std::max(largest, bytes_of(vs));
                     smallest = std::min(smallest, bytes_of(vs));
                 }

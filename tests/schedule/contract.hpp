@@ -47,7 +47,7 @@ struct Run {
 inline Run simulate(const Schedule& schedule, const PipelineShape& shape, const Costs& costs) {
     const int p = shape.devices;
     const int m = shape.microbatches;
-    const int stages = p * shape.chunks;
+    const int stages = schedule.virtual_stages(shape);
     enum Kind { kForward, kGradient, kWeight };  // kGradient: Backward or BackwardInput
     std::vector<long> ends(3 * static_cast<std::size_t>(stages) * m, -1);
     auto end_of = [&](Kind kind, int vs, int i) -> long& {
@@ -151,22 +151,23 @@ inline void check_contract(const Schedule& schedule) {
         INFO(describe(name, shape));
         const int p = shape.devices;
         const int m = shape.microbatches;
-        const int stages = p * shape.chunks;
-        // Placement: (device, chunk) <-> virtual stage is a bijection for each microbatch.
+        const int stages = schedule.virtual_stages(shape);
+        // Placement: each microbatch's virtual stages sit on distinct (device, chunk) slots, and
+        // virtual_stage inverts place. With one model copy every slot is used by every
+        // microbatch; with two (DualPipe) each microbatch uses half of them.
+        CHECK(stages * schedule.model_copies() == p * shape.chunks);
         for (int i = 0; i < m; ++i) {
-            std::set<int> seen;
-            for (int d = 0; d < p; ++d) {
-                for (int c = 0; c < shape.chunks; ++c) {
-                    const int vs = schedule.virtual_stage(shape, d, c, i);
-                    REQUIRE(vs >= 0);
-                    REQUIRE(vs < stages);
-                    seen.insert(vs);
-                    const Placement back = schedule.place(shape, vs, i);
-                    CHECK(back.device == d);
-                    CHECK(back.chunk == c);
-                }
+            std::set<std::pair<int, int>> slots;
+            for (int vs = 0; vs < stages; ++vs) {
+                const Placement at = schedule.place(shape, vs, i);
+                REQUIRE(at.device >= 0);
+                REQUIRE(at.device < p);
+                REQUIRE(at.chunk >= 0);
+                REQUIRE(at.chunk < shape.chunks);
+                CHECK(schedule.virtual_stage(shape, at.device, at.chunk, i) == vs);
+                slots.insert({at.device, at.chunk});
             }
-            CHECK(static_cast<int>(seen.size()) == stages);
+            CHECK(static_cast<int>(slots.size()) == stages);
         }
         // Pass counts per (pass, virtual stage, microbatch).
         std::map<std::tuple<Pass, int, int>, int> count;

@@ -19,7 +19,7 @@ using namespace cs::schedule::test;
 TEST_CASE("factory knows every listed name and nothing else") {
     const std::vector<std::string> names = schedule_names();
     for (const char* expected :
-         {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"}) {
+         {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe"}) {
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     }
     for (const std::string& name : names) {
@@ -330,6 +330,100 @@ TEST_CASE("dualpipev: 2p+1 chunk activations held, DeepSeek-V3's PP+1") {
             for (int d = 0; d < p; ++d) {
                 INFO("p=" << p << " m=" << m << " device " << d);
                 CHECK(peak_inflight_microbatches(*schedule, {p, m, 2}, d) == 2 * p + 1);
+            }
+        }
+    }
+}
+
+TEST_CASE("dualpipe: needs p even and m even with m >= 2p, says so") {
+    auto schedule = make_schedule("dualpipe");
+    CHECK(schedule->check({3, 8, 2}) ==
+          "dualpipe needs an even number of pipeline stages (p=3 is odd): half of the "
+          "microbatches enter at each end; use p = 4, or dualpipev for any p");
+    CHECK(schedule->check({4, 7, 2}) ==
+          "dualpipe needs an even number of microbatches, at least 2p (p=4): m=7 is not; use m "
+          "= 8, 10, 12, ...");
+    CHECK(schedule->check({4, 9, 2}).find("m=9 is not") != std::string::npos);
+    CHECK(schedule->check({4, 6, 2}).find("m=6 is not") != std::string::npos);
+    CHECK(schedule->check({4, 8, 2}).empty());
+    CHECK(schedule->chunks_for(1) == 2);
+    CHECK(schedule->model_copies() == 2);
+    // p stages, each held twice: device 1 of 4 holds stage 1 of copy 0 and stage 2 of copy 1.
+    CHECK(schedule->virtual_stages({4, 8, 2}) == 4);
+    CHECK(schedule->virtual_stage({4, 8, 2}, 1, 0, 0) == 1);
+    CHECK(schedule->virtual_stage({4, 8, 2}, 1, 1, 5) == 2);
+    // Microbatches 0-3 enter at device 0 (chunk 0), 4-7 at device 3 (chunk 1).
+    CHECK(schedule->place({4, 8, 2}, 0, 3).device == 0);
+    CHECK(schedule->place({4, 8, 2}, 0, 4).device == 3);
+    CHECK(schedule->place({4, 8, 2}, 0, 4).chunk == 1);
+}
+
+TEST_CASE("dualpipe: device d runs DualPipeV's steps for the half-pipeline, mirrored") {
+    // dualpipe.py: half_rank = min(d, p-1-d), p/2 half ranks, m/2 chunks per direction, and the
+    // phase swapped on the second half. So device d's order is dualpipev's order of device
+    // min(d, p-1-d) of p/2 with m/2 microbatches, its chunk c becoming c xor (d >= p/2) and
+    // the microbatches of chunk 1 numbered from m/2.
+    auto dualpipe = make_schedule("dualpipe");
+    auto dualpipev = make_schedule("dualpipev");
+    for (int p = 2; p <= 8; p += 2) {
+        for (int m = 2 * p; m <= 24; m += 2) {
+            for (int d = 0; d < p; ++d) {
+                INFO("p=" << p << " m=" << m << " device " << d);
+                const auto half = dualpipev->order({p / 2, m / 2, 2}, std::min(d, p - 1 - d));
+                const auto full = dualpipe->order({p, m, 2}, d);
+                REQUIRE(half.size() == full.size());
+                for (std::size_t k = 0; k < half.size(); ++k) {
+                    const int chunk = d >= p / 2 ? 1 - half[k].chunk : half[k].chunk;
+                    CHECK(full[k].pass == half[k].pass);
+                    CHECK(full[k].chunk == chunk);
+                    CHECK(full[k].microbatch == half[k].microbatch + (chunk == 1 ? m / 2 : 0));
+                    CHECK(full[k].overlap == half[k].overlap);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("dualpipe: makespan m(F+B+W) + (p/2-1)F when F = B = W, within DeepSeek-V3's bubble") {
+    // Every device runs m forwards, m B and m W (m/2 microbatches on each of its two stages).
+    // The two directions fill from both ends: a device waits at the start only for the forwards
+    // that reach it from the nearer end, at most p/2-1 chunk forwards (the middle devices). So the
+    // makespan is at least m(F+B+W) + (p/2-1)F, which DualPipe attains with F = B = W. DeepSeek-V3
+    // Table 2 gives DualPipe's bubble as (PP/2-1)(F&B + B - 3W) with PP = p: here F&B is not
+    // overlapped (F&B = F+B+W) and B is the full backward (B+W).
+    // By hand for p = 4, m = 8, F = B = W = 1: work 8 x 3 = 24, ramp (4/2-1) x 1 = 1: 25 units;
+    // Table 2's bound (2-1)(3 + 2 - 3) = 2 units of bubble, 26.
+    auto schedule = make_schedule("dualpipe");
+    CHECK(simulate(*schedule, {4, 8, 2}, Costs{1, 0, 1, 1}).makespan == 25);
+    for (const Costs& costs :
+         {Costs{1, 0, 1, 1}, Costs{2, 0, 2, 1}, Costs{2, 0, 1, 1}, Costs{1, 0, 2, 1}}) {
+        const long f = costs.forward;
+        const long b = costs.backward_input;
+        const long w = costs.backward_weight;
+        for (int p = 2; p <= 8; p += 2) {
+            for (int m = 2 * p; m <= 32; m += 2) {
+                const PipelineShape shape{p, m, 2};
+                INFO(describe("dualpipe", shape) << " F=" << f << " B=" << b << " W=" << w);
+                const Run run = simulate(*schedule, shape, costs);
+                REQUIRE(run.completed);
+                const long work = static_cast<long>(m) * (f + b + w);
+                CHECK(run.makespan >= work + (p / 2 - 1) * f);
+                CHECK(run.makespan <= work + (p / 2 - 1) * ((f + b + w) + (b + w) - 3 * w));
+                if (f == b && b == w) CHECK(run.makespan == work + (p / 2 - 1) * f);
+            }
+        }
+    }
+}
+
+TEST_CASE("dualpipe: p+1 stage activations held, DeepSeek-V3's PP+1") {
+    // As dualpipev's 2q+1 for the half-pipeline of q = p/2 devices: p+1 chunks, each a whole
+    // stage (Table 2: PP+1).
+    auto schedule = make_schedule("dualpipe");
+    for (int p = 2; p <= 8; p += 2) {
+        for (int m = 2 * p; m <= 32; m += 2) {
+            for (int d = 0; d < p; ++d) {
+                INFO("p=" << p << " m=" << m << " device " << d);
+                CHECK(peak_inflight_microbatches(*schedule, {p, m, 2}, d) == p + 1);
             }
         }
     }

@@ -269,3 +269,94 @@ TEST_CASE("partial recomputation flags map to recompute_method and recompute_lay
     REQUIRE(w.size() == 1);
     CHECK(w[0].find("without --recompute-granularity full: ignored") != std::string::npos);
 }
+
+TEST_CASE("--pipeline-model-parallel-layout: Megatron-LM's DeepSeek-V3 layout as stage_layers") {
+    // Megatron-LM's documented DeepSeek-V3 layout for PP16 x VPP2: "Et*3|(tt|)*29,m|L" expands to
+    // 32 stages: E ttt | 29 x (tt) | m | L. Transformer layers per stage: 3, 29 twos, 0 (the MTP
+    // layer, not modelled), 0 (loss): 3 + 58 = 61; 32 stages / 16 ranks = 2 virtual stages.
+    std::vector<std::string> w;
+    const auto o = megatron_args_to_overrides(
+        "--num-layers 61 --pipeline-model-parallel-size 16 "
+        "--pipeline-model-parallel-layout \"Et*3|(tt|)*29,m|L\"",
+        w);
+    std::string expected = "parallelism.stage_layers=[3";
+    for (int i = 0; i < 29; ++i)
+        expected += ",2";
+    expected += ",0,0]";
+    CHECK(contains(o, expected));
+    CHECK(contains(o, "parallelism.vpp=2"));
+    // The MTP layer is named in a warning.
+    CHECK(std::any_of(w.begin(), w.end(), [](const std::string& s) {
+        return s.find("multi-token-prediction layers (m) are not modelled: 1 left out") !=
+               std::string::npos;
+    }));
+
+    // One stage per rank: no vpp override. "Ett|tt|ttL": 2, 2, 2.
+    w.clear();
+    const auto even = megatron_args_to_overrides(
+        "--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout Ett|tt|ttL", w);
+    CHECK(contains(even, "parallelism.stage_layers=[2,2,2]"));
+    CHECK(std::none_of(even.begin(), even.end(),
+                       [](const std::string& s) { return s.rfind("parallelism.vpp", 0) == 0; }));
+    CHECK(w.empty());
+}
+
+TEST_CASE("--pipeline-model-parallel-layout errors name what does not fit") {
+    std::vector<std::string> w;
+    const auto err = [&](const std::string& args) {
+        return error_of([&] { megatron_args_to_overrides(args, w); });
+    };
+    // 3 stages on 2 ranks.
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|t|tL")
+              .find("3 stages are not a multiple of the 2 pipeline stages") != std::string::npos);
+    // 4 layers in the layout, 6 in the model.
+    CHECK(err("--num-layers 6 --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "
+              "Ett|ttL")
+              .find("holds 4 transformer layers (t), but --num-layers is 6") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout tt|ttL")
+              .find("the first stage must start with the embedding (E)") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tt")
+              .find("the last stage must end with the loss (L)") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout EtL|tL")
+              .find("the loss (L) must close the last stage, and only it") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tx")
+              .find("unexpected 'x' at character 5") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout E(t|tL")
+              .find("a '(' without its ')'") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*|tL")
+              .find("'*' must be followed by a count") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-layout Et|tL")
+              .find("needs --pipeline-model-parallel-size") != std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1 "
+              "--pipeline-model-parallel-layout Et|tL")
+              .find("cannot be combined with --decoder-first-pipeline-num-layers") !=
+          std::string::npos);
+    CHECK(err("--pipeline-model-parallel-size 2 --account-for-loss-in-pipeline-split "
+              "--pipeline-model-parallel-layout Et|tL")
+              .find("cannot be combined with --account-for-loss-in-pipeline-split") !=
+          std::string::npos);
+}
+
+TEST_CASE("--moe-layer-freq: leading dense layers become model.dense_layers") {
+    std::vector<std::string> w;
+    // DeepSeek-V3: 3 dense layers, then 58 MoE layers.
+    CHECK(contains(
+        megatron_args_to_overrides("--num-layers 61 --moe-layer-freq \"([0]*3+[1]*58)\"", w),
+        "model.dense_layers=3"));
+    CHECK(contains(megatron_args_to_overrides("--moe-layer-freq [0,0,1,1]", w),
+                   "model.dense_layers=2"));
+    // Every layer MoE: nothing to override.
+    CHECK(megatron_args_to_overrides("--moe-layer-freq 1", w).empty());
+    const auto err = [&](const std::string& args) {
+        return error_of([&] { megatron_args_to_overrides(args, w); });
+    };
+    CHECK(err("--moe-layer-freq 2").find("MoE on every k-th layer only is not modelled") !=
+          std::string::npos);
+    CHECK(err("--moe-layer-freq [0,1,0,1]")
+              .find("dense layers after the first MoE layer are not modelled") !=
+          std::string::npos);
+    CHECK(err("--moe-layer-freq [0,0]").find("no MoE layer") != std::string::npos);
+    CHECK(err("--num-layers 4 --moe-layer-freq ([0]*1+[1]*2)")
+              .find("gives 3 layers, but --num-layers is 4") != std::string::npos);
+    CHECK(err("--moe-layer-freq [0,2]").find("entries must be 0 or 1") != std::string::npos);
+}
