@@ -687,6 +687,11 @@ ExperimentSpec load_experiment_document(config::Document doc,
         config::apply_override(doc, key, value);
     }
     const config::Reader root = config::root_reader(doc);
+    if (const YAML::Node& raw = doc.root; raw.IsMap() && raw["jobs"].IsDefined())
+        throw ConfigError(root.location("jobs"),
+                          "'jobs': a jobs file (several jobs on one topology) runs with "
+                          "`clustersim run` (docs/yaml/jobs.md); this command takes one "
+                          "experiment");
 
     // The topology: a path (resolved against the experiment's folder) or an inline mapping.
     const YAML::Node topo_node = root.value("topology");
