@@ -621,17 +621,27 @@ void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
     std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %9s %7s %7s %8s\n", "job",
                   "placement", "GPUs", "alone", "shared", "slowdown", "MFU", "alone", "bubble");
     out << buf;
+    // GPU lists longer than the column are given whole below the table.
+    constexpr std::size_t kGpuColumn = 16;
+    std::vector<std::string> long_lists;
     for (const auto& j : r.jobs) {
         auto sorted = j.gpus;
         std::sort(sorted.begin(), sorted.end());
+        std::string gpus = workload::gpu_list_text(sorted);
+        if (gpus.size() > kGpuColumn) {
+            long_lists.push_back(j.name + ": " + gpus);
+            gpus = std::to_string(sorted.size()) + " (below)";
+        }
         std::snprintf(
             buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %6.2f%% %6.2f%% %7.2f%%\n",
-            j.name.c_str(), placement_name(j.placement), workload::gpu_list_text(sorted).c_str(),
+            j.name.c_str(), placement_name(j.placement), gpus.c_str(),
             format_time(Time::from_seconds_ceil(j.alone.iteration_time_s)).c_str(),
             format_time(Time::from_seconds_ceil(j.shared.iteration_time_s)).c_str(), j.slowdown,
             100 * j.shared.mfu, 100 * j.alone.mfu, 100 * j.shared.bubble_fraction);
         out << buf;
     }
+    for (const auto& l : long_lists)
+        out << "  GPUs of " << l << "\n";
     out << "\n";
     if (r.links.empty()) {
         out << "contested links       none (no link carried traffic of two jobs)\n";
