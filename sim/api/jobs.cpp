@@ -1,5 +1,7 @@
 #include "api/jobs.hpp"
 
+#include "api/run.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -547,8 +549,21 @@ JobsSpec load_jobs(const workload::ExperimentText& text, std::int64_t max_memory
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
     JobsResult out;
     std::vector<std::unique_ptr<Prepared>> prepared;
-    for (const auto& job : spec.jobs)
+    double need = 0;
+    for (const auto& job : spec.jobs) {
         prepared.push_back(prepare(job, out.warnings));
+        need += estimate_run_bytes(prepared.back()->spec, prepared.back()->shape.chunks);
+    }
+    if (need > static_cast<double>(options.max_memory)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.3g", need / 1e9);
+        throw ConfigError(SourceLocation{spec.source},
+                          std::string("the shared run of these jobs would need about ") + text +
+                              " GB of memory, more than the limit of " +
+                              format_bytes(Bytes{options.max_memory}) +
+                              "; use fewer microbatches or GPUs, or raise the limit with "
+                              "--max-memory");
+    }
     std::vector<std::size_t> all;
     for (std::size_t k = 0; k < spec.jobs.size(); ++k)
         all.push_back(k);

@@ -98,6 +98,9 @@ struct JobsOptions {
     // its nodes and GPUs as a single run's trace does; no link counters.
     std::optional<std::filesystem::path> trace;
     OutputSet* outputs = nullptr;  // stages the trace with the command's other outputs
+    // The memory the run may take (--max-memory): the sum of the jobs' estimate_run_bytes (the
+    // shared run holds them all) above it is refused before anything is built.
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
 };
 
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options = {});

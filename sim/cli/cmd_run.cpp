@@ -80,6 +80,7 @@ void run_jobs(const RunArgs& a) {
     api::JobsOptions options;
     if (!a.trace.empty()) options.trace = a.trace;
     options.outputs = &outputs;
+    options.max_memory = max_memory;
     const auto result = api::run_jobs(spec, options);
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
