@@ -221,3 +221,40 @@ TEST_CASE("jobs: the trace has one process per job, each with its own GPUs") {
     CHECK(threads[1] == std::set<std::string>{"GPU 0 compute", "GPU 2 compute"});
     CHECK(threads[2] == std::set<std::string>{"GPU 1 compute", "GPU 3 compute"});
 }
+
+TEST_CASE("jobs: one job on the whole topology gives api::run's iteration exactly") {
+    // A shared-fabric replay with a single job is the single run with folding off (which is
+    // exact): the same iteration time for every kind of transfer the replay issues (pipeline
+    // sends, bucketed DP all-reduces, ZeRO-3 shard streams, HSDP's cross-group all-reduce), all
+    // of them through the job's network-token range.
+    const std::string common =
+        "model: {layers: 4, hidden_size: 2048, attention_heads: 16, vocab_size: 0},"
+        " compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms},"
+        " network: {model: flow, calibration: nominal}";
+    const std::vector<std::string> layouts = {
+        "parallelism: {tp: 2, pp: 2, dp: 2, overlap_grad_reduce: true, ddp_bucket_size: "
+        "2000000}, schedule: 1f1b, training: {micro_batch_size: 1, global_batch_size: 8, "
+        "seq_length: 1024}",
+        "parallelism: {tp: 1, pp: 1, dp: 8, sharding: zero3}, schedule: 1f1b,"
+        " training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}",
+        "parallelism: {tp: 1, pp: 1, dp: 8, sharding: zero3, shard_size: 4}, schedule: 1f1b,"
+        " training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}",
+        "parallelism: {tp: 1, pp: 2, dp: 4, vpp: 2}, schedule: interleaved,"
+        " training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}",
+    };
+    for (const auto& layout : layouts) {
+        CAPTURE(layout);
+        const auto spec = jobs(
+            "topology: two-nodes-four-gpus.yaml\njobs:\n"
+            "  - {name: a, experiment: {" +
+            common + ", " + layout + "}}\n");
+        cs::api::RunOptions options;
+        options.fold = false;
+        const auto single = cs::api::run(spec.jobs.front().experiment, options).summary;
+        const auto r = cs::api::run_jobs(spec);
+        CHECK(r.jobs.front().shared.iteration_time_s == single.iteration_time_s);
+        CHECK(r.jobs.front().alone.iteration_time_s == single.iteration_time_s);
+        CHECK(r.jobs.front().shared.mfu == single.mfu);
+        CHECK(r.jobs.front().shared.bubble_fraction == single.bubble_fraction);
+    }
+}
