@@ -173,6 +173,9 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
                                         "); this experiment names another: remove its "
                                         "'topology' or name the same file");
             } else {
+                // The one write into a document: the experiment loader reads the topology from
+                // its `topology` key, which a job may leave out. For an inline experiment this
+                // adds the key to the jobs file's parsed tree, which nothing reads afterwards.
                 edoc.root["topology"] = canonical_topology.string();
             }
         }
@@ -193,8 +196,8 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
             job.experiment.network.fidelity != out.jobs.front().experiment.network.fidelity)
             er.fail("network",
                     "every job of a shared fabric runs on one network model: this "
-                    "job's differs from job '" +
-                        out.jobs.front().name + "''s");
+                    "job's network.model differs from that of the first job ('" +
+                        out.jobs.front().name + "')");
         out.jobs.push_back(std::move(job));
     }
 
