@@ -140,6 +140,11 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
                                " has it too); every job needs its own name");
         names.emplace(job.name, out.jobs.size());
 
+        // Unknown keys first: a misspelt `placement` must not surface as a placement error.
+        j.has("experiment");
+        j.has("placement");
+        j.finish();
+
         // The experiment: a file (relative to the jobs file) or an inline mapping.
         const YAML::Node e = j.value("experiment");
         config::Document edoc;
@@ -270,8 +275,6 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
             }
         }
     }
-    for (const auto& j : entries)
-        j.finish();
     return out;
 }
 
