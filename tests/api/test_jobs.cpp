@@ -258,3 +258,44 @@ TEST_CASE("jobs: one job on the whole topology gives api::run's iteration exactl
         CHECK(r.jobs.front().shared.bubble_fraction == single.bubble_fraction);
     }
 }
+
+TEST_CASE("jobs: two identical pipelines share the NIC link their activations cross") {
+    // two-nodes-one-nic again, rail placement: job a's stages on GPUs 0 (node 0) and 2 (node 1),
+    // job b's on 1 and 3. Each job is pp = 2, one microbatch, F = 1 ms and B = 4 ms per stage
+    // (one layer each), so the iteration alone is F, the activation send, F, B, the gradient
+    // send, B: 2F + 2B + 2 (4 us + A / 50 GB/s), with A = s x b x h x 2 bytes (bf16) =
+    // 1024 x 1 x 4096 x 2 = 8,388,608 and 4 us the four hops' latency (GPU-NIC, NIC-switch,
+    // switch-NIC, NIC-GPU). Together both jobs send at the same instants in the same direction
+    // over the NIC-switch links: 25 GB/s each, so shared = alone + 2 A / 50 GB/s.
+    const std::string pipeline =
+        "{model: {layers: 2, hidden_size: 4096, attention_heads: 32, vocab_size: 0},"
+        " parallelism: {tp: 1, pp: 2, dp: 1}, schedule: 1f1b,"
+        " training: {micro_batch_size: 1, global_batch_size: 1, seq_length: 1024},"
+        " compute: {model: profile, layer_forward: 1ms, layer_backward: 4ms},"
+        " network: {model: flow, calibration: nominal}}";
+    const auto spec = jobs(
+        "topology: two-nodes-one-nic.yaml\njobs:\n"
+        "  - {name: a, experiment: " +
+        pipeline +
+        ", placement: rail}\n"
+        "  - {name: b, experiment: " +
+        pipeline + ", placement: rail}\n");
+    const auto plan =
+        cs::workload::plan_iteration(spec.jobs[0].experiment, 1, false, [](int vs) { return vs; });
+    CHECK(plan.virtual_stages[0].activation_bytes.value == 8'388'608);
+    const double a = 8'388'608;
+    const double alone = 2e-3 + 8e-3 + 2 * (4e-6 + a / 50e9);
+    const double shared = alone + 2 * a / 50e9;
+    const auto r = cs::api::run_jobs(spec);
+    for (const auto& j : r.jobs) {
+        CHECK(j.alone.iteration_time_s == doctest::Approx(alone).epsilon(1e-9));
+        CHECK(j.shared.iteration_time_s == doctest::Approx(shared).epsilon(1e-9));
+    }
+    // The activation crosses node 0 -> node 1, the gradient node 1 -> node 0: the four NIC-switch
+    // links, each carrying A of each job.
+    REQUIRE(r.links.size() == 4);
+    for (const auto& l : r.links) {
+        CHECK(l.bytes[0] == doctest::Approx(a));
+        CHECK(l.bytes[1] == doctest::Approx(a));
+    }
+}
