@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "see docs/python.md)") from e
 
 __all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "SimulationError",
-           "load", "run", "compare", "sweep", "report", "schedules", "columns"]
+           "load", "run", "compare", "sweep", "report", "schedules", "columns", "run_jobs"]
 
 
 def schedules():
@@ -291,6 +291,14 @@ def sweep(source, vary, overrides=None, *, base_dir=None):
 def report(source, path, overrides=None, *, schedules=None, base_dir=None):
     """Writes the HTML report of an experiment (one run, or the comparison of `schedules`)."""
     return _with(source, overrides, base_dir).report(path, schedules=schedules)
+
+
+def run_jobs(path, *, trace=None):
+    """Simulates a jobs file (several jobs on one topology, docs/yaml/jobs.md) together and each
+    job alone. Returns the dict `clustersim run JOBS --json` writes: `jobs` (each with `name`,
+    `gpus`, `iteration_time_s`, `alone_iteration_time_s`, `slowdown`, and the `shared` and
+    `alone` summaries), `contested_links`, `makespan_s`."""
+    return json.loads(_core.run_jobs(os.fspath(path), "" if trace is None else os.fspath(trace)))
 
 
 def _with(source, overrides, base_dir):

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "api/inputs.hpp"
+#include "api/jobs.hpp"
 #include "api/report.hpp"
 #include "api/run.hpp"
 #include "cli/commands.hpp"
@@ -48,7 +49,57 @@ struct RunArgs {
     bool no_fold = false;
 };
 
+// A jobs file (`jobs:`, docs/what-if.md): every job alone and all together on one fabric.
+void run_jobs(const RunArgs& a) {
+    const auto refuse = [](bool given, const char* option) {
+        if (given)
+            throw ConfigError(
+                std::string(option) +
+                " does not apply to a jobs file: each job's experiment holds its "
+                "own settings (edit them there); --json, --trace, --trace-links none, "
+                "--max-memory and --no-fold are accepted");
+    };
+    // The jobs file is read first, so that its own errors come before those about options.
+    const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
+    const auto spec = api::load_jobs(a.experiment, max_memory);
+    refuse(!a.sets.empty(), "--set");
+    refuse(!a.megatron_args.empty(), "--megatron-args");
+    refuse(!a.schedule.empty(), "--schedule");
+    refuse(!a.summaries.empty(), "--summary");
+    refuse(!a.trace_ranks.empty(), "--trace-ranks");
+    refuse(!a.html.empty(), "--html");
+    if (a.trace_links != "auto" && a.trace_links != "none")
+        throw ConfigError("--trace-links " + a.trace_links +
+                          " does not apply to a jobs file: its trace has no link counters");
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    outputs.declare("--trace", a.trace);
+    for (const auto& job : spec.jobs)
+        for (const auto& w : job.experiment.warnings)
+            spdlog::warn("job '{}': {}", job.name, w);
+    api::JobsOptions options;
+    if (!a.trace.empty()) options.trace = a.trace;
+    options.outputs = &outputs;
+    options.max_memory = max_memory;
+    const auto result = api::run_jobs(spec, options);
+    for (const auto& w : result.warnings)
+        spdlog::warn("{}", w);
+    if (!a.json.empty())
+        write_file_atomically(
+            a.json, [&](std::ostream& out) { out << api::to_json(result).dump(2) << "\n"; },
+            &outputs);
+    outputs.commit();
+    api::print_jobs(std::cout, spec, result);
+    if (!a.trace.empty())
+        std::cout << "\ntrace written to " << a.trace
+                  << " (one process per job; open it in ui.perfetto.dev)\n";
+}
+
 void run(const RunArgs& a) {
+    if (!a.experiment.empty() && api::is_jobs_file(a.experiment)) {
+        run_jobs(a);
+        return;
+    }
     // Unknown summary formats and unusable output paths are reported before anything runs.
     std::vector<const report::SummaryWriterEntry*> writers;
     for (const auto& file : a.summaries)

@@ -14,6 +14,7 @@
 
 #include "api/compare.hpp"
 #include "api/inputs.hpp"
+#include "api/jobs.hpp"
 #include "api/report.hpp"
 #include "api/run.hpp"
 #include "api/sweep.hpp"
@@ -141,6 +142,20 @@ void html_report(const Source& source, const std::vector<std::string>& sets,
     outputs.commit();
 }
 
+// A jobs file (docs/yaml/jobs.md): the JSON `clustersim run JOBS --json` writes.
+std::string run_jobs(const std::string& path, const std::string& trace) {
+    py::gil_scoped_release release;
+    OutputSet outputs;
+    outputs.declare("trace", trace);
+    const auto spec = api::load_jobs(path);
+    api::JobsOptions options;
+    if (!trace.empty()) options.trace = trace;
+    options.outputs = &outputs;
+    const auto result = api::run_jobs(spec, options);
+    outputs.commit();
+    return api::to_json(result).dump();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_clustersim, m) {
@@ -155,6 +170,7 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
+    m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"));
     m.def("schedule_names", [] { return schedule::schedule_names(); });
     m.def("default_experiment", [] { return api::default_experiment().string(); });
 

@@ -85,18 +85,28 @@ static_assert(static_cast<int>(Pass::Forward) == 0 && static_cast<int>(Pass::Bac
 }  // namespace
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
-               const schedule::Schedule& schedule, const schedule::PipelineShape& shape)
+               const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
+               const SharedFabric* shared)
     : spec_(spec),
       plan_(plan),
       schedule_(schedule),
       shape_(shape),
       layout_(spec.layout),
       ranks_(spec.layout),
-      sim_(spec.seed),
+      own_sim_(shared ? nullptr : std::make_unique<Simulation>(spec.seed)),
+      sim_(shared ? *shared->sim : *own_sim_),
       costs_(*spec.cluster, spec.network) {
     handler_ = sim_.add_handler(*this);
-    network_ = network::make_network(sim_, *spec.cluster, spec.network);
-    network_->set_client(this);
+    if (shared) {
+        shared_ = true;
+        token_base_ = shared->token_base;
+        network_ = shared->network;
+        if (!shared->placement.empty()) ranks_.place(shared->placement);
+    } else {
+        own_network_ = network::make_network(sim_, *spec.cluster, spec.network);
+        network_ = own_network_.get();
+        network_->set_client(this);
+    }
 
     const int members = ranks_.members();
     for (int w = 0; w < ranks_.workers(); ++w)
@@ -320,6 +330,11 @@ void Replay::decide_fold(ReplayResult& result) {
     const int members = ranks_.members();
     members_on_network_ = members;
     if (!fold_allowed_ || members < 2 || spec_.network.fidelity != network::Fidelity::Flow) return;
+    // Other jobs' flows on the shared network break the symmetry folding relies on.
+    if (shared_) {
+        result.fold_refused = "a shared-fabric (jobs:) run is not folded";
+        return;
+    }
     // Not checked for folding: the shard groups' collectives of ZeRO-2/3 and HSDP, and faults
     // (routes that change during the run). Such runs are not folded.
     if (sharded_units_ || hsdp_) {
@@ -798,7 +813,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             messages_.push_back(msg);
             for (std::size_t g = 0; g < static_cast<std::size_t>(members_on_network_); ++g)
                 network_->send(w.gpus[g], dw.gpus[g], msg.record.bytes,
-                               static_cast<std::uint64_t>(id));
+                               token_base_ + static_cast<std::uint64_t>(id));
         }
     }
 
@@ -962,14 +977,15 @@ void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::S
         switch (scope) {
             case TransferRecord::Scope::Dp:
                 if (m >= members_on_network_) break;  // folded: member 0 stands for all
-                network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto, id);
+                network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto,
+                                     token_base_ + id);
                 break;
             case TransferRecord::Scope::Shard:
                 for (int g = 0; g < groups; ++g)
                     network_->collective(kind,
                                          shard_groups_[base * static_cast<std::size_t>(groups) +
                                                        static_cast<std::size_t>(g)],
-                                         bytes, network::Algorithm::Auto, id);
+                                         bytes, network::Algorithm::Auto, token_base_ + id);
                 break;
             case TransferRecord::Scope::Replica:
                 for (int i = 0; i < shard_size_; ++i)
@@ -977,7 +993,7 @@ void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::S
                         kind,
                         replica_groups_[base * static_cast<std::size_t>(shard_size_) +
                                         static_cast<std::size_t>(i)],
-                        bytes, network::Algorithm::Auto, id);
+                        bytes, network::Algorithm::Auto, token_base_ + id);
                 break;
         }
     }
@@ -1098,7 +1114,7 @@ void Replay::launch_unit_collectives(int index) {
         network_->collective(
             kind,
             shard_groups_[static_cast<std::size_t>((ss.stage * members + m) * groups + ss.group)],
-            ss.bytes[n], network::Algorithm::Auto, id);
+            ss.bytes[n], network::Algorithm::Auto, token_base_ + id);
 }
 
 void Replay::unit_collective_done(int index) {
@@ -1247,6 +1263,7 @@ void Replay::stop_at(Time at) {
 }
 
 void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
+    token -= token_base_;
     auto& msg = messages_[static_cast<std::size_t>(token)];
     if (--msg.remaining > 0) return;
     if (msg.then_all_reduce.value > 0) {
@@ -1311,11 +1328,20 @@ void Replay::chunk_synchronised(int stage) {
 }
 
 ReplayResult Replay::run() {
-    ReplayResult result;
-    decide_fold(result);
+    start();
+    sim_.run();
+    return finish();
+}
+
+void Replay::start() {
+    started_ = ReplayResult{};
+    decide_fold(started_);
     for (std::size_t w = 0; w < workers_.size(); ++w)
         try_start(static_cast<int>(w));
-    sim_.run();
+}
+
+ReplayResult Replay::finish() {
+    ReplayResult result = started_;
     if (stopped_) {
         result.iteration_time = sim_.now();
         result.events = sim_.events_processed();

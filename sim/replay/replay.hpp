@@ -167,10 +167,23 @@ struct OverlappedTime {
 OverlappedTime overlapped_time(std::int64_t compute, std::int64_t collective, std::int64_t chain_f,
                                std::int64_t chain_b, double interference);
 
+// A shared-fabric run (`jobs:`, api/jobs.hpp): one Replay per job, all on one Simulation and one
+// Network, so that the jobs' pipeline transfers and DP collectives contend for links. The caller
+// owns both and routes the network's completions to the job whose token range they fall in.
+struct SharedFabric {
+    Simulation* sim = nullptr;
+    network::Network* network = nullptr;
+    std::uint64_t token_base = 0;  // added to every network token this replay issues
+    std::vector<int> placement;    // rank r on GPU placement[r] (RankLayout::place)
+};
+
 class Replay final : public EventHandler, public network::TransferClient {
   public:
+    // With `shared`, the replay runs on its simulation and network (start(), then the caller
+    // runs the simulation, then finish()); member folding is refused. Otherwise it owns both.
     Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
-           const schedule::Schedule& schedule, const schedule::PipelineShape& shape);
+           const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
+           const SharedFabric* shared = nullptr);
     ~Replay() override;
 
     void add_observer(ReplayObserver& observer) { observers_.push_back(&observer); }
@@ -194,6 +207,12 @@ class Replay final : public EventHandler, public network::TransferClient {
     // every member's flows); only engine events and time drop. run() decides.
     void set_fold(bool allowed) { fold_allowed_ = allowed; }
     ReplayResult run();
+    // run() in three parts for a shared fabric: start() issues the first passes, the owner of the
+    // shared Simulation runs it, finish() checks completion and notifies the iteration's end.
+    void start();
+    ReplayResult finish();
+    // The tokens this replay gives the network are [token_base, token_base + messages).
+    std::uint64_t token_base() const { return token_base_; }
 
     const std::vector<Worker>& workers() const { return workers_; }
     const network::Network& network() const { return *network_; }
@@ -354,9 +373,14 @@ class Replay final : public EventHandler, public network::TransferClient {
     schedule::PipelineShape shape_;
     workload::ParallelLayout layout_;
     workload::RankLayout ranks_;
-    Simulation sim_;
+    std::unique_ptr<Simulation> own_sim_;  // null on a shared fabric
+    Simulation& sim_;
     HandlerId handler_ = 0;
-    std::unique_ptr<network::Network> network_;
+    std::unique_ptr<network::Network> own_network_;  // null on a shared fabric
+    network::Network* network_ = nullptr;
+    bool shared_ = false;
+    std::uint64_t token_base_ = 0;
+    ReplayResult started_;  // decide_fold's part of the result, between start() and finish()
     CollectiveCosts costs_;
     std::vector<std::vector<schedule::PipelineOp>> orders_;  // per stage, shared by dp replicas
     std::vector<Worker> workers_;

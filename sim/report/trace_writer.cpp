@@ -91,7 +91,7 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, TraceContext context
         traced_gpu_[static_cast<std::size_t>(r)] = 1;
     }
     // Opened after the checks so that bad options leave no file behind.
-    sink_ = make_trace_sink(path, opts_.outputs);
+    sink_ = opts_.open_sink ? opts_.open_sink() : make_trace_sink(path, opts_.outputs);
 
     worker_traced_.assign(ctx_.workers.size(), 0);
     for (std::size_t w = 0; w < ctx_.workers.size(); ++w)

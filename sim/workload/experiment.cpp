@@ -124,7 +124,10 @@ PipelineSplitSpec parse_pipeline_split(const config::Reader& r) {
     return p;
 }
 
-ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec) {
+// `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs than the topology has and
+// must then give dp.
+ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec,
+                            bool part = false) {
     ParallelLayout l;
     l.tp = static_cast<int>(r.count_or("tp", 1));
     l.pp = static_cast<int>(r.count_or("pp", 1));
@@ -160,15 +163,20 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     if (r.has("dp")) {
         l.dp = static_cast<int>(r.count("dp"));
         const auto total = checked_product({model_parallel, l.dp});
-        if (!total || *total != world)
+        if (part && total && *total <= world) {
+            // A job on part of a shared topology: any W up to the topology's GPUs.
+        } else if (!total || *total != world)
             r.fail("dp", "tp x pp x dp x cp = " + std::to_string(l.tp) + " x " +
                              std::to_string(l.pp) + " x " + std::to_string(l.dp) + " x " +
                              std::to_string(l.cp) + " = " +
                              (total ? std::to_string(*total) : std::string("more than 2^63")) +
                              " GPUs, but the topology has " + std::to_string(world) +
-                             (world % model_parallel == 0
+                             (part ? " (a job may take up to all of them)"
+                              : world % model_parallel == 0
                                   ? "; use dp: " + std::to_string(world / model_parallel)
                                   : ""));
+    } else if (part) {
+        r.fail_here("a job on a shared topology needs dp: its GPUs are tp x pp x dp x cp");
     } else {
         if (world % model_parallel != 0)
             r.fail_here("tp x pp x cp = " + std::to_string(model_parallel) +
@@ -665,7 +673,7 @@ network::NetworkConfig parse_network(const config::Reader& r) {
 // The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
 ExperimentSpec load_experiment_document(config::Document doc,
                                         const std::vector<std::string>& overrides,
-                                        std::int64_t max_memory) {
+                                        std::int64_t max_memory, bool part = false) {
     ExperimentSpec spec;
     spec.source = doc.display_path;
 
@@ -679,6 +687,11 @@ ExperimentSpec load_experiment_document(config::Document doc,
         config::apply_override(doc, key, value);
     }
     const config::Reader root = config::root_reader(doc);
+    if (const YAML::Node& raw = doc.root; raw.IsMap() && raw["jobs"].IsDefined())
+        throw ConfigError(root.location("jobs"),
+                          "'jobs': a jobs file (several jobs on one topology) runs with "
+                          "`clustersim run` (docs/yaml/jobs.md); this command takes one "
+                          "experiment");
 
     // The topology: a path (resolved against the experiment's folder) or an inline mapping.
     const YAML::Node topo_node = root.value("topology");
@@ -724,7 +737,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
 
     spec.model = parse_model(root.map("model"));
     spec.layout_where = root.location("parallelism");
-    spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec);
+    spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec, part);
     spec.training = parse_training(root.map("training"));
     spec.schedule_where = root.location("schedule");
     spec.schedule = root.string_or("schedule", "1f1b");
@@ -823,6 +836,14 @@ ExperimentSpec load_experiment(const ExperimentText& source,
     return load_experiment_document(
         config::parse_document(source.text, source.display_path, source.folder), overrides,
         max_memory);
+}
+
+ExperimentSpec load_job_experiment(const config::Document& doc, std::int64_t max_memory) {
+    return load_experiment_document(doc, {}, max_memory, true);
+}
+
+std::vector<int> gpu_set(const config::Reader& r, const topology::Cluster& cluster) {
+    return variability_gpus(r, cluster);
 }
 
 std::string gpu_list_text(const std::vector<int>& gpus) {

@@ -375,6 +375,17 @@ ExperimentSpec load_experiment(const ExperimentText& source,
                                const std::vector<std::string>& overrides,
                                std::int64_t max_memory = topology::kDefaultMaxMemory);
 
+// A `jobs:` file's job (api/jobs.hpp) from a document already parsed: as load_experiment, except
+// that the layout may take fewer GPUs than the topology has (tp x pp x dp x cp up to its GPUs,
+// with dp given).
+ExperimentSpec load_job_experiment(const config::Document& doc,
+                                   std::int64_t max_memory = topology::kDefaultMaxMemory);
+
+// The GPUs a mapping names by `gpus:` (a number, "all", numbers and ranges such as "0-3,8", or a
+// list) or `nodes:` (the same forms, by node): sorted, unique, checked against the cluster. The
+// parser of variability.gpus, faults.gpus and explicit job placements.
+std::vector<int> gpu_set(const config::Reader& r, const topology::Cluster& cluster);
+
 // GPU (or node) numbers as ranges, for messages and summaries: {0, 1, 2, 3, 8} -> "0-3,8".
 std::string gpu_list_text(const std::vector<int>& gpus);
 

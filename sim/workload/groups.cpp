@@ -22,18 +22,30 @@ RankLayout::RankLayout(const ParallelLayout& layout)
     dp_inside_cp_ = layout.order == RankOrder::TpDpCpPp || layout.order == RankOrder::TpPpDp;
 }
 
+void RankLayout::place(std::vector<int> gpus) {
+    if (static_cast<int>(gpus.size()) != layout_.world_size())
+        throw ConfigError("placement: " + std::to_string(gpus.size()) + " GPUs for a layout of " +
+                          std::to_string(layout_.world_size()));
+    placement_ = std::move(gpus);
+}
+
 int RankLayout::gpu(int t, int c, int d, int s) const {
+    int rank = 0;
     switch (layout_.order) {
         case RankOrder::TpDpCpPp:
-            return t + tp_ * (d + dp_ * (c + cp_ * s));
+            rank = t + tp_ * (d + dp_ * (c + cp_ * s));
+            break;
         case RankOrder::TpPpDp:
-            return t + tp_ * (s + pp_ * (d + dp_ * c));
+            rank = t + tp_ * (s + pp_ * (d + dp_ * c));
+            break;
         case RankOrder::TpCpPpDp:
-            return t + tp_ * (c + cp_ * (s + pp_ * d));
+            rank = t + tp_ * (c + cp_ * (s + pp_ * d));
+            break;
         case RankOrder::TpCpDpPp:
+            rank = t + tp_ * (c + cp_ * (d + dp_ * s));
             break;
     }
-    return t + tp_ * (c + cp_ * (d + dp_ * s));
+    return placement_.empty() ? rank : placement_[static_cast<std::size_t>(rank)];
 }
 
 int RankLayout::member_gpu(int worker, int member) const {

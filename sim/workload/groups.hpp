@@ -32,8 +32,13 @@ class RankLayout {
     // Throws ConfigError for sizes below 1 or an ep that does not divide dp x cp.
     explicit RankLayout(const ParallelLayout& layout);
 
-    // The GPU of tensor rank t, context rank c, data-parallel replica d, pipeline stage s.
+    // The GPU of tensor rank t, context rank c, data-parallel replica d, pipeline stage s: the
+    // rank itself, or placement[rank] once place() gave one.
     int gpu(int t, int c, int d, int s) const;
+    // A shared-fabric job (`jobs:`, api/jobs.hpp): rank r runs on GPU gpus[r]; gpus must hold
+    // world_size() distinct GPU numbers (ConfigError otherwise).
+    void place(std::vector<int> gpus);
+    const std::vector<int>& placement() const { return placement_; }
 
     const ParallelLayout& layout() const { return layout_; }
     int workers() const { return pp_ * dp_; }
@@ -59,6 +64,7 @@ class RankLayout {
     // Innermost first; "dp" before "cp" when data parallelism is inside context parallelism.
     bool dp_inside_cp_ = false;
     ParallelLayout layout_;
+    std::vector<int> placement_;  // empty: rank r is GPU r
 };
 
 }  // namespace cs::workload

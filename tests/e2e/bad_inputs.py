@@ -114,6 +114,20 @@ check("sweep --json summaries above --max-memory",
       "--json: keeping every combination's summary would take about", corpus, outputs=("--json",))
 check("--max-memory unreadable", ["run", valid, "--max-memory", "lots"],
       "--max-memory lots: expected a positive size", corpus)
+# Jobs files (docs/yaml/jobs.md): options that belong to one experiment are refused, and a jobs
+# file given to a command that takes one experiment says so.
+two_jobs = os.path.join(here, "..", "..", "workloads", "two-jobs.yaml")
+check("jobs file with --set", ["run", two_jobs, "--set", "parallelism.tp=2"],
+      "--set does not apply to a jobs file", corpus)
+check("jobs file with --trace-links all", ["run", two_jobs, "--trace-links", "all"],
+      "--trace-links all does not apply to a jobs file", corpus)
+check("jobs file with an unknown trace extension", ["run", two_jobs, "--trace", "out.txt"],
+      "out.txt", corpus, outputs=("--json",))
+check("jobs file above --max-memory", ["run", two_jobs, "--max-memory", "40MiB"],
+      "the shared run of these jobs would need about", corpus)
+check("jobs file given to compare", ["compare", two_jobs, "--schedules", "1f1b"],
+      "two-jobs.yaml:11:3: 'jobs': a jobs file (several jobs on one topology) runs with "
+      "`clustersim run`", corpus, outputs=("--json",))
 
 for f in failures:
     print("FAIL", f)

@@ -10,7 +10,8 @@
 // An input's target is its extension: .exp.yaml an experiment, .topo.yaml a topology, .model.yaml
 // a model file (model: {from: FILE} in tests/fuzz/base.yaml), .set one --set assignment per line
 // and .margs Megatron-LM flags, both applied to base.yaml; .nccl.txt nccl-tests output (read, and
-// fitted on the two-GPU topology when it has at most two ranks and 40 rows). A valid experiment is
+// fitted on the two-GPU topology when it has at most two ranks and 40 rows); .jobs.yaml a jobs
+// file (several jobs on one topology, run when small). A valid experiment is
 // also simulated when it is small (kMaxPasses). A crash ends the process: `mutate` writes the input
 // it is about to try to OUT/current first, so that the crashing input is kept.
 #include <spdlog/spdlog.h>
@@ -29,6 +30,7 @@
 
 #include "api/calibrate_network.hpp"
 #include "api/inputs.hpp"
+#include "api/jobs.hpp"
 #include "api/nccl_tests.hpp"
 #include "api/run.hpp"
 #include "api/topology.hpp"
@@ -49,8 +51,8 @@ constexpr std::int64_t kFuzzMaxMemory = std::int64_t{512} << 20;
 constexpr double kMaxPasses = 20'000;
 
 // The extensions that name an input's target.
-constexpr const char* kTargets[] = {".exp.yaml", ".topo.yaml", ".model.yaml",
-                                    ".set",      ".margs",     ".nccl.txt"};
+constexpr const char* kTargets[] = {".exp.yaml", ".topo.yaml", ".model.yaml", ".set",
+                                    ".margs",    ".nccl.txt",  ".jobs.yaml"};
 
 const fs::path kBase = fs::path(CLUSTERSIM_SOURCE_DIR) / "tests" / "fuzz" / "base.yaml";
 const fs::path kTwoGpus = fs::path(CLUSTERSIM_SOURCE_DIR) / "topologies" / "h200-2gpu-nvlink.yaml";
@@ -84,6 +86,20 @@ std::string attempt(const fs::path& file) {
     try {
         if (ends_with(name, ".exp.yaml")) {
             run_if_small(cs::workload::load_experiment(file, {}, kFuzzMaxMemory));
+        } else if (ends_with(name, ".jobs.yaml")) {
+            // A jobs file (api/jobs.hpp): loaded, and run when every job is small.
+            const auto spec = cs::api::load_jobs(file, kFuzzMaxMemory);
+            double passes = 0;
+            for (const auto& job : spec.jobs) {
+                const auto& l = job.experiment.layout;
+                passes += static_cast<double>(l.pp) * l.dp *
+                          job.experiment.training.microbatches(l) * std::max(1, l.vpp) * 3;
+            }
+            if (passes <= kMaxPasses && spec.cluster->gpu_count() <= 4096) {
+                cs::api::JobsOptions options;
+                options.max_memory = kFuzzMaxMemory;
+                cs::api::run_jobs(spec, options);
+            }
         } else if (ends_with(name, ".topo.yaml")) {
             const auto loaded = cs::api::load_topology(file, {}, kFuzzMaxMemory);
             if (loaded.cluster.gpu_count() <= 4096) cs::topology::summarize(loaded.cluster);

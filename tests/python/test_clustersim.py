@@ -139,6 +139,27 @@ class ReportTest(unittest.TestCase):
             self.assertFalse(os.path.exists(bad))
 
 
+class JobsTest(unittest.TestCase):
+    def test_two_jobs_example(self):
+        # workloads/two-jobs.yaml, docs/what-if.md: both jobs end at 275.2 ms together, 196.5 and
+        # 222.7 ms alone; six links carry bytes of both.
+        r = clustersim.run_jobs(os.path.join(ROOT, "workloads", "two-jobs.yaml"))
+        self.assertEqual([j["name"] for j in r["jobs"]], ["job-a", "job-b"])
+        self.assertEqual(r["jobs"][0]["gpus"], "0-3,8-11")
+        for j in r["jobs"]:
+            self.assertAlmostEqual(j["iteration_time_s"], r["makespan_s"], places=12)
+            self.assertGreater(j["slowdown"], 1.2)
+        self.assertAlmostEqual(r["makespan_s"], 0.2752, places=4)
+        self.assertEqual(len(r["contested_links"]), 6)
+
+    def test_bad_jobs_file_is_located(self):
+        path = os.path.join(ROOT, "tests", "bad_inputs", "jobs-overlap.yaml")
+        with self.assertRaises(clustersim.InputError) as ctx:
+            clustersim.run_jobs(path)
+        self.assertIn("already belong to job 'a'", str(ctx.exception))
+        self.assertEqual(ctx.exception.line, 5)
+
+
 class ErrorTest(unittest.TestCase):
     def test_unknown_value_is_located_with_accepted_names(self):
         with self.assertRaises(clustersim.InputError) as caught:

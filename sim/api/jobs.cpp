@@ -1,0 +1,696 @@
+#include "api/jobs.hpp"
+
+#include "api/run.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "config/document.hpp"
+#include "replay/replay.hpp"
+#include "report/trace_sink.hpp"
+#include "report/trace_writer.hpp"
+#include "schedule/schedule.hpp"
+#include "topology/topology_yaml.hpp"
+#include "workload/memory.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::api {
+
+const char* placement_name(Placement p) {
+    switch (p) {
+        case Placement::Contiguous:
+            return "contiguous";
+        case Placement::Rail:
+            return "rail";
+        case Placement::Scattered:
+            return "scattered";
+        case Placement::Explicit:
+            break;
+    }
+    return "explicit";
+}
+
+std::vector<int> place_gpus(const topology::Cluster& cluster, Placement kind, int count,
+                            const std::vector<std::uint8_t>& taken) {
+    std::vector<int> free;
+    for (int g = 0; g < cluster.gpu_count(); ++g)
+        if (!taken[static_cast<std::size_t>(g)]) free.push_back(g);
+    if (count < 1 || static_cast<int>(free.size()) < count) return {};
+    std::vector<int> out;
+    switch (kind) {
+        case Placement::Rail: {
+            // Local index of every GPU inside its node: its position among the node's GPUs in
+            // number order.
+            std::map<int, int> next_local;                           // node -> GPUs seen so far
+            std::vector<std::pair<std::pair<int, int>, int>> order;  // ((local, node), gpu)
+            for (int g = 0; g < cluster.gpu_count(); ++g) {
+                const int node = cluster.node_of_gpu(g);
+                const int local = next_local[node]++;
+                if (!taken[static_cast<std::size_t>(g)]) order.push_back({{local, node}, g});
+            }
+            std::sort(order.begin(), order.end());
+            for (int i = 0; i < count; ++i)
+                out.push_back(order[static_cast<std::size_t>(i)].second);
+            break;
+        }
+        case Placement::Scattered: {
+            const auto f = static_cast<std::int64_t>(free.size());
+            for (std::int64_t r = 0; r < count; ++r)
+                out.push_back(free[static_cast<std::size_t>(r * f / count)]);
+            break;
+        }
+        case Placement::Contiguous:
+        case Placement::Explicit:
+            out.assign(free.begin(), free.begin() + count);
+            break;
+    }
+    return out;
+}
+
+bool is_jobs_file(const std::filesystem::path& path) {
+    try {
+        const config::Document doc = config::load_document(path);
+        const YAML::Node& root = doc.root;
+        return root.IsMap() && root["jobs"].IsDefined();
+    } catch (const ConfigError&) {
+        return false;
+    }
+}
+
+namespace {
+
+std::string layout_text(const workload::ParallelLayout& l) {
+    return "tp x cp x dp x pp = " + std::to_string(l.tp) + " x " + std::to_string(l.cp) + " x " +
+           std::to_string(l.dp) + " x " + std::to_string(l.pp) + " = " +
+           std::to_string(l.world_size());
+}
+
+JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory) {
+    JobsSpec out;
+    out.source = doc.display_path;
+    const config::Reader root = config::root_reader(doc);
+
+    // The topology: a file, which a job's experiment may name too.
+    const YAML::Node topo = root.value("topology");
+    if (!topo.IsDefined() || topo.IsNull())
+        root.fail("topology", "missing; expected the path of the topology file the jobs share");
+    if (!topo.IsScalar())
+        root.fail("topology",
+                  "expected the path of a topology file (a jobs file names its topology by "
+                  "file, so that the jobs' own experiments can name the same file)");
+    const std::filesystem::path topo_path = doc.resolve(topo.Scalar());
+    config::Document tdoc;
+    try {
+        tdoc = config::load_document(topo_path);
+    } catch (const ConfigError& e) {
+        if (e.where().line > 0) throw;
+        root.fail("topology", "cannot load \"" + topo.Scalar() + "\" (" + topo_path.string() +
+                                  "): " + e.message());
+    }
+    tdoc.override_prefix = "topology.";
+    out.topology_source = tdoc.display_path;
+    out.cluster =
+        std::make_shared<const topology::Cluster>(topology::load_cluster(tdoc, max_memory));
+    const auto canonical_topology = std::filesystem::weakly_canonical(topo_path);
+
+    const YAML::Node list = root.value("jobs");
+    if (!list.IsDefined() || list.IsNull() || (list.IsSequence() && list.size() == 0))
+        root.fail("jobs", "expected a non-empty list of jobs, each {name, experiment, placement}");
+    const auto entries = root.list_of_maps("jobs");
+    root.has("name");
+    root.has("description");
+    root.finish();
+
+    const auto& cluster = *out.cluster;
+    std::vector<std::uint8_t> taken(static_cast<std::size_t>(cluster.gpu_count()), 0);
+    std::vector<int> owner(static_cast<std::size_t>(cluster.gpu_count()), -1);
+    std::vector<const config::Reader*> readers;
+    std::map<std::string, std::size_t> names;
+    for (const auto& j : entries) {
+        JobSpec job;
+        job.where = j.location();
+        job.name = j.string("name");
+        if (job.name.empty()) j.fail("name", "must not be empty");
+        if (const auto it = names.find(job.name); it != names.end())
+            j.fail("name", "duplicate job name '" + job.name + "' (job " +
+                               std::to_string(it->second) +
+                               " has it too); every job needs its own name");
+        names.emplace(job.name, out.jobs.size());
+
+        // Unknown keys first: a misspelt `placement` must not surface as a placement error.
+        j.has("experiment");
+        j.has("placement");
+        j.finish();
+
+        // The experiment: a file (relative to the jobs file) or an inline mapping.
+        const YAML::Node e = j.value("experiment");
+        config::Document edoc;
+        if (e.IsDefined() && e.IsScalar()) {
+            try {
+                edoc = config::load_document(doc.resolve(e.Scalar()));
+            } catch (const ConfigError& err) {
+                if (err.where().line > 0) throw;
+                j.fail("experiment", "cannot load \"" + e.Scalar() + "\": " + err.message());
+            }
+        } else if (e.IsDefined() && e.IsMap()) {
+            edoc = doc;
+            edoc.root.reset(e);
+            edoc.overrides.clear();
+        } else {
+            j.fail("experiment",
+                   std::string(e.IsDefined() ? "expected" : "missing; expected") +
+                       " the path of an experiment file or an inline experiment mapping");
+        }
+        {
+            const YAML::Node& eroot = edoc.root;
+            const YAML::Node et = eroot["topology"];
+            if (et.IsDefined() && !et.IsNull()) {
+                const bool same =
+                    et.IsScalar() && std::filesystem::weakly_canonical(edoc.resolve(et.Scalar())) ==
+                                         canonical_topology;
+                if (!same)
+                    config::root_reader(edoc).fail(
+                        "topology", "a job runs on the jobs file's topology (" +
+                                        out.topology_source +
+                                        "); this experiment names another: remove its "
+                                        "'topology' or name the same file");
+            } else {
+                // The one write into a document: the experiment loader reads the topology from
+                // its `topology` key, which a job may leave out. For an inline experiment this
+                // adds the key to the jobs file's parsed tree, which nothing reads afterwards.
+                edoc.root["topology"] = canonical_topology.string();
+            }
+        }
+        job.experiment = workload::load_job_experiment(edoc, max_memory);
+        const config::Reader er = config::root_reader(edoc);
+        if (job.experiment.variability.any())
+            er.fail("variability",
+                    "is not supported in a jobs file's experiment yet (a shared "
+                    "fabric simulates each job without stragglers)");
+        if (job.experiment.faults.any())
+            er.fail("faults",
+                    "is not supported in a jobs file's experiment yet (a shared "
+                    "fabric simulates each job without faults)");
+        if (job.experiment.goodput.present)
+            er.fail("goodput", "is not supported in a jobs file's experiment yet");
+        job.experiment.cluster = out.cluster;
+        if (!out.jobs.empty() &&
+            job.experiment.network.fidelity != out.jobs.front().experiment.network.fidelity)
+            er.fail("network",
+                    "every job of a shared fabric runs on one network model: this "
+                    "job's network.model differs from that of the first job ('" +
+                        out.jobs.front().name + "')");
+        out.jobs.push_back(std::move(job));
+    }
+
+    // Placements: explicit ones first (they name their GPUs), then the others in list order on
+    // the GPUs left.
+    for (int pass = 0; pass < 2; ++pass) {
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            const auto& j = entries[i];
+            auto& job = out.jobs[i];
+            const int need = job.experiment.layout.world_size();
+            const YAML::Node p = j.value("placement");
+            const bool explicit_gpus = p.IsDefined() && p.IsMap();
+            if ((pass == 0) != explicit_gpus) continue;
+            if (explicit_gpus) {
+                const config::Reader pr = j.map("placement");
+                job.placement = Placement::Explicit;
+                job.gpus = workload::gpu_set(pr, cluster);
+                pr.finish();
+                if (static_cast<int>(job.gpus.size()) != need)
+                    j.fail("placement", "names " + std::to_string(job.gpus.size()) + " GPU" +
+                                            (job.gpus.size() == 1 ? "" : "s") + " (" +
+                                            workload::gpu_list_text(job.gpus) + "), but job '" +
+                                            job.name + "' needs " + std::to_string(need) + " (" +
+                                            layout_text(job.experiment.layout) + ")");
+                std::vector<int> clash;
+                int other = -1;
+                for (int g : job.gpus)
+                    if (taken[static_cast<std::size_t>(g)]) {
+                        clash.push_back(g);
+                        if (other < 0) other = owner[static_cast<std::size_t>(g)];
+                    }
+                if (!clash.empty())
+                    j.fail("placement",
+                           "GPU" + std::string(clash.size() == 1 ? " " : "s ") +
+                               workload::gpu_list_text(clash) +
+                               (clash.size() == 1 ? " already belongs" : " already belong") +
+                               " to job '" + out.jobs[static_cast<std::size_t>(other)].name +
+                               "'; jobs may not share GPUs");
+            } else {
+                if (p.IsDefined() && !p.IsScalar())
+                    j.fail("placement",
+                           "expected contiguous, rail, scattered, or a mapping "
+                           "{gpus: ...} or {nodes: ...} naming the job's GPUs");
+                const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
+                if (kind == "contiguous")
+                    job.placement = Placement::Contiguous;
+                else if (kind == "rail")
+                    job.placement = Placement::Rail;
+                else if (kind == "scattered")
+                    job.placement = Placement::Scattered;
+                else
+                    j.fail("placement",
+                           "unknown placement '" + kind +
+                               "'; expected contiguous, rail, scattered, or a mapping {gpus: "
+                               "...} or {nodes: ...} naming the job's GPUs");
+                job.gpus = place_gpus(cluster, job.placement, need, taken);
+                if (job.gpus.empty()) {
+                    const auto free = static_cast<int>(std::count(taken.begin(), taken.end(), 0));
+                    j.fail(p.IsDefined() ? "placement" : "name",
+                           "job '" + job.name + "' needs " + std::to_string(need) + " GPUs (" +
+                               layout_text(job.experiment.layout) + "), but only " +
+                               std::to_string(free) + " of the topology's " +
+                               std::to_string(cluster.gpu_count()) +
+                               " are free once the other jobs are placed");
+                }
+            }
+            for (int g : job.gpus) {
+                taken[static_cast<std::size_t>(g)] = 1;
+                owner[static_cast<std::size_t>(g)] = static_cast<int>(i);
+            }
+        }
+    }
+    return out;
+}
+
+// One job ready to replay: its schedule, shape, plan and memory, as api::run prepares them.
+struct Prepared {
+    workload::ExperimentSpec spec;
+    std::unique_ptr<schedule::Schedule> sched;
+    schedule::PipelineShape shape;
+    workload::IterationPlan plan;
+    std::vector<int> peak_inflight;
+};
+
+std::unique_ptr<Prepared> prepare(const JobSpec& job, std::vector<std::string>& warnings) {
+    auto p = std::make_unique<Prepared>();
+    p->spec = job.experiment;
+    const auto& spec = p->spec;
+    p->sched = schedule::require_schedule(spec.schedule, spec.schedule_where);
+    const int chunks = p->sched->chunks_for(spec.layout.vpp);
+    if (spec.layout.vpp > 1 && chunks == 1)
+        warnings.push_back("job '" + job.name + "': schedule " + spec.schedule +
+                           " has no virtual stages: vpp = " + std::to_string(spec.layout.vpp) +
+                           " is ignored");
+    p->shape = {spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
+    if (auto problem = p->sched->check(p->shape); !problem.empty())
+        throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
+    const auto* sched = p->sched.get();
+    const auto shape = p->shape;
+    const auto device_of = [sched, shape](int vs) { return sched->place(shape, vs, 0).device; };
+    p->plan = workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
+    std::vector<Bytes> peak_activations;
+    const auto chunk_activation = [&](int vs) {
+        return p->plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
+    };
+    for (int s = 0; s < shape.devices; ++s) {
+        p->peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
+        peak_activations.push_back(
+            Bytes{schedule::peak_inflight_bytes(*sched, shape, s, chunk_activation)});
+    }
+    workload::fill_memory(spec, p->plan, p->peak_inflight, device_of, peak_activations);
+    return p;
+}
+
+constexpr int kTokenShift = 40;  // job k's network tokens are k << 40 + message
+
+// Hands each finished transfer to the job whose token range it is in.
+class JobClients final : public network::TransferClient {
+  public:
+    std::vector<replay::Replay*> replays;
+    void on_transfer_done(Simulation& sim, std::uint64_t token) override {
+        replays[static_cast<std::size_t>(token >> kTokenShift)]->on_transfer_done(sim, token);
+    }
+};
+
+// Bytes per link and job: a flow belongs to the job of the GPU its route leaves (or, for flows
+// that start at a switch, the GPU it reaches).
+class JobBytes final : public network::NetworkObserver {
+  public:
+    JobBytes(const topology::Cluster& cluster, std::vector<int> job_of_gpu, std::size_t jobs)
+        : cluster_(cluster),
+          job_of_gpu_(std::move(job_of_gpu)),
+          jobs_(jobs),
+          bytes_(cluster.links().size() * jobs, 0.0) {}
+    void on_flow_start(const FlowStart& flow) override {
+        if (flow.path.empty()) return;
+        const auto& links = cluster_.links();
+        int gpu = cluster_.devices()[links[flow.path.front()].from].gpu;
+        if (gpu < 0) gpu = cluster_.devices()[links[flow.path.back()].to].gpu;
+        if (gpu < 0) return;
+        const int job = job_of_gpu_[static_cast<std::size_t>(gpu)];
+        if (job < 0) return;
+        for (topology::LinkId l : flow.path)
+            bytes_[l * jobs_ + static_cast<std::size_t>(job)] += flow.bytes;
+    }
+    double bytes(topology::LinkId link, std::size_t job) const {
+        return bytes_[link * jobs_ + job];
+    }
+
+  private:
+    const topology::Cluster& cluster_;
+    std::vector<int> job_of_gpu_;
+    std::size_t jobs_;
+    std::vector<double> bytes_;
+};
+
+// One job's view of the shared trace file: the processes its writer makes ("node N", "cluster")
+// become groups inside one process per job ("job NAME", pid = job + 1), and its track uuids and
+// flow ids move into the job's own range, so that the jobs' writers never collide.
+class JobTraceSink final : public report::TraceSink {
+  public:
+    JobTraceSink(report::TraceSink& file, std::size_t job, std::string name)
+        : file_(file), job_(job), name_(std::move(name)) {}
+    void process(std::uint64_t uuid, int pid, const std::string& name) override {
+        if (!created_) {
+            file_.process(map(0), static_cast<int>(job_) + 1, "job " + name_);
+            created_ = true;
+        }
+        file_.group(map(uuid), map(0), name, pid);
+    }
+    void group(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override {
+        file_.group(map(uuid), map(parent), name, rank);
+    }
+    void track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+               int rank) override {
+        file_.track(map(uuid), map(parent), name, rank);
+    }
+    void counter_track(std::uint64_t uuid, std::uint64_t parent, const std::string& name,
+                       const std::string& unit, int rank) override {
+        file_.counter_track(map(uuid), map(parent), name, unit, rank);
+    }
+    void slice(const report::TraceSlice& slice,
+               const std::vector<report::TraceSlice>& children) override {
+        std::vector<report::TraceSlice> moved = children;
+        for (auto& c : moved)
+            shift(c);
+        report::TraceSlice s = slice;
+        shift(s);
+        file_.slice(s, moved);
+    }
+    void instant(std::uint64_t track, Time at, const std::string& name,
+                 const report::TraceArgs& args) override {
+        file_.instant(map(track), at, name, args);
+    }
+    void counter(std::uint64_t track, Time at, double value) override {
+        file_.counter(map(track), at, value);
+    }
+    void finish(const report::TraceArgs&) override {}  // the file is finished once, by its owner
+
+  private:
+    // The writers number uuids and flows from 1: job k's are moved above (k + 1) x 2^40, and
+    // (k + 1) x 2^40 itself is the job's process.
+    std::uint64_t map(std::uint64_t id) const { return id + ((job_ + 1) << 40); }
+    void shift(report::TraceSlice& s) const {
+        s.track = map(s.track);
+        for (auto& f : s.flows)
+            f.id = map(f.id);
+    }
+    report::TraceSink& file_;
+    std::uint64_t job_;
+    std::string name_;
+    bool created_ = false;
+};
+
+struct Simulated {
+    std::vector<report::Summary> summaries;  // per job of the subset
+    std::vector<ContestedLink> links;
+    double makespan_s = 0;
+    std::string fold_refused;
+};
+
+// The jobs `which` of `prepared` in one replay on one network.
+Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepared>>& prepared,
+                   const std::vector<std::size_t>& which, const JobsOptions* options = nullptr) {
+    const auto& cluster = *spec.cluster;
+    const auto& first = prepared[which.front()]->spec;
+    Simulation sim(first.seed);
+    auto network = network::make_network(sim, cluster, first.network);
+    JobClients clients;
+    network->set_client(&clients);
+    std::vector<int> job_of_gpu(static_cast<std::size_t>(cluster.gpu_count()), -1);
+    for (std::size_t k = 0; k < which.size(); ++k)
+        for (int g : spec.jobs[which[k]].gpus)
+            job_of_gpu[static_cast<std::size_t>(g)] = static_cast<int>(k);
+    report::LinkAccounting accounting(cluster.links().size());
+    JobBytes job_bytes(cluster, job_of_gpu, which.size());
+    network->add_observer(&accounting);
+    network->add_observer(&job_bytes);
+
+    std::vector<std::unique_ptr<replay::Replay>> replays;
+    std::vector<std::unique_ptr<report::MetricsObserver>> metrics;
+    for (std::size_t k = 0; k < which.size(); ++k) {
+        const auto& p = *prepared[which[k]];
+        replay::SharedFabric fabric;
+        fabric.sim = &sim;
+        fabric.network = network.get();
+        fabric.token_base = static_cast<std::uint64_t>(k) << kTokenShift;
+        fabric.placement = spec.jobs[which[k]].gpus;
+        replays.push_back(
+            std::make_unique<replay::Replay>(p.spec, p.plan, *p.sched, p.shape, &fabric));
+        metrics.push_back(
+            std::make_unique<report::MetricsObserver>(replays.back()->workers().size()));
+        replays.back()->add_observer(*metrics.back());
+        clients.replays.push_back(replays.back().get());
+    }
+    // The trace: one file, one process per job (JobTraceSink), no link counters (every job's
+    // writer would see all the links).
+    std::unique_ptr<report::TraceSink> trace_file;
+    std::vector<std::unique_ptr<report::TraceWriter>> writers;
+    if (options && options->trace) {
+        trace_file = report::make_trace_sink(*options->trace, options->outputs);
+        for (std::size_t k = 0; k < which.size(); ++k) {
+            const auto& p = *prepared[which[k]];
+            report::TraceOptions topts;
+            topts.links = report::TraceLinks::None;
+            report::TraceSink* file = trace_file.get();
+            const std::string name = spec.jobs[which[k]].name;
+            topts.open_sink = [file, k, name] {
+                return std::unique_ptr<report::TraceSink>(
+                    std::make_unique<JobTraceSink>(*file, k, name));
+            };
+            writers.push_back(std::make_unique<report::TraceWriter>(
+                *options->trace, report::TraceContext::of(p.spec, p.plan, *replays[k]), topts));
+            replays[k]->add_observer(*writers.back());
+        }
+    }
+    for (auto& r : replays)
+        r->start();
+    sim.run();
+    Simulated out;
+    for (std::size_t k = 0; k < which.size(); ++k) {
+        const auto& p = *prepared[which[k]];
+        const replay::ReplayResult result = replays[k]->finish();
+        report::SummaryInputs in;
+        in.spec = &p.spec;
+        in.plan = &p.plan;
+        in.replay = replays[k].get();
+        in.metrics = metrics[k].get();
+        in.result = result;
+        in.schedule = p.spec.schedule;
+        in.peak_inflight = p.peak_inflight;
+        out.summaries.push_back(report::summarize(in));
+        out.summaries.back().wall_time_s = 0;
+        if (!writers.empty()) {
+            auto meta = report::to_json(out.summaries.back());
+            meta.erase("wall_time_s");
+            meta.erase("links");
+            writers[k]->finish(meta);
+        }
+        out.makespan_s = std::max(out.makespan_s, result.iteration_time.seconds());
+        if (out.fold_refused.empty()) out.fold_refused = result.fold_refused;
+    }
+    if (trace_file)
+        trace_file->finish(
+            {report::TraceArg::integer("jobs", static_cast<std::int64_t>(which.size())),
+             report::TraceArg::real("makespan_s", out.makespan_s)});
+    const auto& links = cluster.links();
+    for (topology::LinkId l = 0; l < links.size(); ++l) {
+        ContestedLink c;
+        int jobs_on = 0;
+        for (std::size_t k = 0; k < which.size(); ++k) {
+            c.bytes.push_back(job_bytes.bytes(l, k));
+            if (c.bytes.back() > 0) ++jobs_on;
+        }
+        if (jobs_on < 2) continue;
+        c.name = links[l].name;
+        const auto& st = accounting.links()[l];
+        c.busy_s = st.busy.seconds();
+        c.shared_s = st.shared.seconds();
+        c.busy_share = out.makespan_s > 0 ? c.busy_s / out.makespan_s : 0;
+        out.links.push_back(std::move(c));
+    }
+    const auto total = [](const ContestedLink& c) {
+        double t = 0;
+        for (double b : c.bytes)
+            t += b;
+        return t;
+    };
+    std::stable_sort(out.links.begin(), out.links.end(),
+                     [&](const ContestedLink& a, const ContestedLink& b) {
+                         const double ta = total(a), tb = total(b);
+                         if (ta != tb) return ta > tb;
+                         return a.name < b.name;
+                     });
+    return out;
+}
+
+}  // namespace
+
+JobsSpec load_jobs(const std::filesystem::path& path, std::int64_t max_memory) {
+    return load_jobs_document(config::load_document(path), max_memory);
+}
+
+JobsSpec load_jobs(const workload::ExperimentText& text, std::int64_t max_memory) {
+    return load_jobs_document(config::parse_document(text.text, text.display_path, text.folder),
+                              max_memory);
+}
+
+JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
+    JobsResult out;
+    std::vector<std::unique_ptr<Prepared>> prepared;
+    double need = 0;
+    for (const auto& job : spec.jobs) {
+        prepared.push_back(prepare(job, out.warnings));
+        need += estimate_run_bytes(prepared.back()->spec, prepared.back()->shape.chunks);
+    }
+    if (need > static_cast<double>(options.max_memory)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.3g", need / 1e9);
+        throw ConfigError(SourceLocation{spec.source},
+                          std::string("the shared run of these jobs would need about ") + text +
+                              " GB of memory, more than the limit of " +
+                              format_bytes(Bytes{options.max_memory}) +
+                              "; use fewer microbatches or GPUs, or raise the limit with "
+                              "--max-memory");
+    }
+    std::vector<std::size_t> all;
+    for (std::size_t k = 0; k < spec.jobs.size(); ++k)
+        all.push_back(k);
+    Simulated shared = simulate(spec, prepared, all, &options);
+    out.links = std::move(shared.links);
+    out.makespan_s = shared.makespan_s;
+    out.fold_refused = shared.fold_refused;
+    for (std::size_t k = 0; k < spec.jobs.size(); ++k) {
+        JobResult j;
+        j.name = spec.jobs[k].name;
+        j.placement = spec.jobs[k].placement;
+        j.gpus = spec.jobs[k].gpus;
+        j.shared = shared.summaries[k];
+        j.alone = simulate(spec, prepared, {k}).summaries.front();
+        j.slowdown = j.alone.iteration_time_s > 0
+                         ? j.shared.iteration_time_s / j.alone.iteration_time_s
+                         : 1.0;
+        out.jobs.push_back(std::move(j));
+    }
+    return out;
+}
+
+nlohmann::ordered_json to_json(const JobsResult& r) {
+    nlohmann::ordered_json j;
+    j["makespan_s"] = r.makespan_s;
+    j["fold_refused"] = r.fold_refused;
+    auto& jobs = j["jobs"] = nlohmann::ordered_json::array();
+    for (const auto& job : r.jobs) {
+        auto shared = report::to_json(job.shared);
+        auto alone = report::to_json(job.alone);
+        shared.erase("wall_time_s");
+        alone.erase("wall_time_s");
+        jobs.push_back({{"name", job.name},
+                        {"placement", placement_name(job.placement)},
+                        {"gpus", workload::gpu_list_text([&] {
+                             auto g = job.gpus;
+                             std::sort(g.begin(), g.end());
+                             return g;
+                         }())},
+                        {"rank_gpus", job.gpus},
+                        {"iteration_time_s", job.shared.iteration_time_s},
+                        {"alone_iteration_time_s", job.alone.iteration_time_s},
+                        {"slowdown", job.slowdown},
+                        {"shared", shared},
+                        {"alone", alone}});
+    }
+    auto& links = j["contested_links"] = nlohmann::ordered_json::array();
+    for (const auto& l : r.links) {
+        nlohmann::ordered_json per = nlohmann::ordered_json::object();
+        for (std::size_t k = 0; k < l.bytes.size() && k < r.jobs.size(); ++k)
+            per[r.jobs[k].name] = l.bytes[k];
+        links.push_back({{"name", l.name},
+                         {"bytes", per},
+                         {"busy_s", l.busy_s},
+                         {"shared_s", l.shared_s},
+                         {"busy_share", l.busy_share}});
+    }
+    return j;
+}
+
+void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
+                std::size_t max_links) {
+    char buf[256];
+    out << "jobs file             " << spec.source << "\n";
+    out << "topology              " << spec.topology_source << " (" << spec.cluster->gpu_count()
+        << " GPUs)\n";
+    out << "shared run            " << format_time(Time::from_seconds_ceil(r.makespan_s))
+        << " until the last job's iteration ends; member folding off ("
+        << (r.fold_refused.empty() ? "nothing to fold" : r.fold_refused) << ")\n\n";
+    std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %9s %7s %7s %8s\n", "job",
+                  "placement", "GPUs", "alone", "shared", "slowdown", "MFU", "alone", "bubble");
+    out << buf;
+    // GPU lists longer than the column are given whole below the table.
+    constexpr std::size_t kGpuColumn = 16;
+    std::vector<std::string> long_lists;
+    for (const auto& j : r.jobs) {
+        auto sorted = j.gpus;
+        std::sort(sorted.begin(), sorted.end());
+        std::string gpus = workload::gpu_list_text(sorted);
+        if (gpus.size() > kGpuColumn) {
+            long_lists.push_back(j.name + ": " + gpus);
+            gpus = std::to_string(sorted.size()) + " (below)";
+        }
+        std::snprintf(
+            buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %6.2f%% %6.2f%% %7.2f%%\n",
+            j.name.c_str(), placement_name(j.placement), gpus.c_str(),
+            format_time(Time::from_seconds_ceil(j.alone.iteration_time_s)).c_str(),
+            format_time(Time::from_seconds_ceil(j.shared.iteration_time_s)).c_str(), j.slowdown,
+            100 * j.shared.mfu, 100 * j.alone.mfu, 100 * j.shared.bubble_fraction);
+        out << buf;
+    }
+    for (const auto& l : long_lists)
+        out << "  GPUs of " << l << "\n";
+    out << "\n";
+    if (r.links.empty()) {
+        out << "contested links       none (no link carried traffic of two jobs)\n";
+        return;
+    }
+    out << "contested links (" << r.links.size() << " carried traffic of more than one job)\n";
+    std::snprintf(buf, sizeof buf, "  %-28s %8s %8s", "link", "busy", "shared");
+    out << buf;
+    for (const auto& j : r.jobs) {
+        std::snprintf(buf, sizeof buf, " %14s", (j.name + " bytes").c_str());
+        out << buf;
+    }
+    out << "\n";
+    for (std::size_t i = 0; i < r.links.size() && i < max_links; ++i) {
+        const auto& l = r.links[i];
+        const double shared_share = r.makespan_s > 0 ? l.shared_s / r.makespan_s : 0;
+        std::snprintf(buf, sizeof buf, "  %-28s %7.2f%% %7.2f%%", l.name.c_str(),
+                      100 * l.busy_share, 100 * shared_share);
+        out << buf;
+        for (double b : l.bytes) {
+            std::snprintf(buf, sizeof buf, " %14s",
+                          format_bytes(Bytes{static_cast<std::int64_t>(b)}).c_str());
+            out << buf;
+        }
+        out << "\n";
+    }
+    if (r.links.size() > max_links)
+        out << "  ... " << r.links.size() - max_links << " more in --json\n";
+}
+
+}  // namespace cs::api
