@@ -82,24 +82,7 @@ class Executor final : public EventHandler, public network::TransferClient {
         out.events = sim_.events_processed();
         for (std::size_t r = 0; r < ranks_.size(); ++r)
             out.ranks.push_back(RankStats{gpus_[r], ranks_[r].compute_busy, ranks_[r].last_end});
-        const auto& links = cluster_.links();
-        const double T = end_.seconds();
-        for (std::size_t l = 0; l < links.size(); ++l) {
-            const auto& st = links_.links()[l];
-            if (st.bytes <= 0) continue;
-            report::LinkSummary ls;
-            ls.name = links[l].name;
-            ls.kind = topology::link_kind_name(links[l].kind);
-            ls.bytes = st.bytes;
-            ls.busy_s = st.busy.seconds();
-            ls.shared_s = st.shared.seconds();
-            ls.max_concurrent_flows = st.max_concurrent_flows;
-            ls.utilization = T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;
-            out.links.push_back(std::move(ls));
-        }
-        std::stable_sort(out.links.begin(), out.links.end(), [](const auto& a, const auto& b) {
-            return a.utilization > b.utilization;
-        });
+        out.links = report::link_summaries(cluster_, links_, end_.seconds());
         return out;
     }
 

@@ -151,10 +151,19 @@ Summary summarize(const SummaryInputs& in) {
     const double gpus_per_worker = static_cast<double>(spec.layout.tp * spec.layout.cp);
     s.p2p_bytes = in.metrics->p2p_bytes_per_gpu() * gpus_per_worker;
 
-    const auto& links = spec.cluster->links();
-    const std::size_t accounted = in.links ? in.links->links().size() : 0;
-    for (std::size_t l = 0; l < links.size() && l < accounted; ++l) {
-        const auto& st = in.links->links()[l];
+    if (in.links) s.links = link_summaries(*spec.cluster, *in.links, T);
+    for (const auto& d : plan.devices)
+        if (d.memory.total > s.memory.total) s.memory = d.memory;
+    return s;
+}
+
+std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
+                                        const LinkAccounting& accounting, double iteration_s) {
+    std::vector<LinkSummary> out;
+    const auto& links = cluster.links();
+    const auto& seen = accounting.links();
+    for (std::size_t l = 0; l < links.size() && l < seen.size(); ++l) {
+        const auto& st = seen[l];
         if (st.bytes <= 0) continue;
         LinkSummary ls;
         ls.name = links[l].name;
@@ -163,15 +172,14 @@ Summary summarize(const SummaryInputs& in) {
         ls.busy_s = st.busy.seconds();
         ls.shared_s = st.shared.seconds();
         ls.max_concurrent_flows = st.max_concurrent_flows;
-        ls.utilization = T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;
-        s.links.push_back(std::move(ls));
+        ls.utilization =
+            iteration_s > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * iteration_s) : 0;
+        out.push_back(std::move(ls));
     }
-    std::stable_sort(
-        s.links.begin(), s.links.end(),
-        [](const LinkSummary& a, const LinkSummary& b) { return a.utilization > b.utilization; });
-    for (const auto& d : plan.devices)
-        if (d.memory.total > s.memory.total) s.memory = d.memory;
-    return s;
+    std::stable_sort(out.begin(), out.end(), [](const LinkSummary& a, const LinkSummary& b) {
+        return a.utilization > b.utilization;
+    });
+    return out;
 }
 
 nlohmann::ordered_json to_json(const Summary& s) {

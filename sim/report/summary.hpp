@@ -194,6 +194,11 @@ class LinkAccounting final : public network::NetworkObserver {
     std::vector<State> state_;
 };
 
+// The summary's `links`: every link of `cluster` that `accounting` saw carry bytes, with its
+// utilisation over an iteration of `iteration_s`, busiest first (stable: link order breaks ties).
+std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
+                                        const LinkAccounting& accounting, double iteration_s);
+
 struct SummaryInputs {
     const workload::ExperimentSpec* spec = nullptr;
     const workload::IterationPlan* plan = nullptr;
