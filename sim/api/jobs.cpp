@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -120,6 +121,10 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
     if (!list.IsDefined() || list.IsNull() || (list.IsSequence() && list.size() == 0))
         root.fail("jobs", "expected a non-empty list of jobs, each {name, experiment, placement}");
     const auto entries = root.list_of_maps("jobs");
+    out.iterations = static_cast<int>(root.count_or("iterations", 1, 1));
+    if (out.iterations > kMaxJobIterations)
+        root.fail("iterations", "at most " + std::to_string(kMaxJobIterations) +
+                                    " iterations per job, found " + std::to_string(out.iterations));
     root.has("name");
     root.has("description");
     root.finish();
@@ -317,14 +322,19 @@ std::unique_ptr<Prepared> prepare(const JobSpec& job, std::vector<std::string>& 
     return p;
 }
 
-constexpr int kTokenShift = 40;  // job k's network tokens are k << 40 + message
+// Job k's network tokens in its iteration i are k << 40 + i << 32 + message (iterations up to
+// kMaxJobIterations < 256, messages of one iteration below 2^32).
+constexpr int kTokenShift = 40;
+constexpr int kIterationShift = 32;
 
-// Hands each finished transfer to the job whose token range it is in.
+// Hands each finished transfer to the job and iteration whose token range it is in.
 class JobClients final : public network::TransferClient {
   public:
-    std::vector<replay::Replay*> replays;
+    std::vector<std::vector<replay::Replay*>> replays;  // [job][iteration]
     void on_transfer_done(Simulation& sim, std::uint64_t token) override {
-        replays[static_cast<std::size_t>(token >> kTokenShift)]->on_transfer_done(sim, token);
+        const auto job = static_cast<std::size_t>(token >> kTokenShift);
+        const auto iteration = static_cast<std::size_t>((token >> kIterationShift) & 0xff);
+        replays[job][iteration]->on_transfer_done(sim, token);
     }
 };
 
@@ -419,21 +429,32 @@ class JobTraceSink final : public report::TraceSink {
 };
 
 struct Simulated {
-    std::vector<report::Summary> summaries;  // per job of the subset
+    std::vector<report::Summary> summaries;            // per job of the subset
+    std::vector<std::vector<double>> iteration_times;  // per job: each completed iteration
     std::vector<ContestedLink> links;
     double makespan_s = 0;
     std::string fold_refused;
 };
 
-// The jobs `which` of `prepared` in one replay on one network.
+// The jobs `which` of `prepared` on one network: each job runs its iterations back to back (the
+// next starts when the last ends) until every job has completed `iterations` of them; each job's
+// summary is that of its `iterations`-th iteration (the trace shows that one too).
+//
+// `alone` (a job index) runs that job only, the others built but never started: every job's
+// communicators are then registered in the same order as in the shared run, so that the job's
+// collectives take the same ECMP routes alone as shared (a plan's route salt is its group id)
+// and the slowdown measures contention, not a different draw of routes.
 Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepared>>& prepared,
-                   const std::vector<std::size_t>& which, const JobsOptions* options = nullptr) {
+                   const std::vector<std::size_t>& which, int iterations,
+                   const JobsOptions* options = nullptr,
+                   std::optional<std::size_t> alone = std::nullopt) {
     const auto& cluster = *spec.cluster;
     const auto& first = prepared[which.front()]->spec;
     Simulation sim(first.seed);
     auto network = network::make_network(sim, cluster, first.network);
     JobClients clients;
     network->set_client(&clients);
+    network->reuse_groups();  // a job's later iterations keep its communicators and routes
     std::vector<int> job_of_gpu(static_cast<std::size_t>(cluster.gpu_count()), -1);
     for (std::size_t k = 0; k < which.size(); ++k)
         for (int g : spec.jobs[which[k]].gpus)
@@ -443,30 +464,45 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
     network->add_observer(&accounting);
     network->add_observer(&job_bytes);
 
-    std::vector<std::unique_ptr<replay::Replay>> replays;
-    std::vector<std::unique_ptr<report::MetricsObserver>> metrics;
-    for (std::size_t k = 0; k < which.size(); ++k) {
+    // The trace: one file, one process per job (JobTraceSink), no link counters (every job's
+    // writer would see all the links); each job's reported iteration only.
+    std::unique_ptr<report::TraceSink> trace_file;
+    if (options && options->trace)
+        trace_file = report::make_trace_sink(*options->trace, options->outputs);
+    std::vector<std::unique_ptr<report::TraceWriter>> writers(which.size());
+
+    // Per job and iteration: its replay and metrics. Replays stay alive to the end (the engine
+    // holds their handlers); a job's next iteration starts from inside its last one's completion.
+    std::vector<std::vector<std::unique_ptr<replay::Replay>>> replays(which.size());
+    std::vector<std::vector<std::unique_ptr<report::MetricsObserver>>> metrics(which.size());
+    std::vector<std::vector<Time>> ends(which.size());  // completed iterations' ends
+    clients.replays.resize(which.size());
+    std::size_t behind = alone ? 1 : which.size();  // jobs with fewer than `iterations` done
+    std::function<void(std::size_t)> launch;
+    const auto build = [&](std::size_t k) -> replay::Replay& {
         const auto& p = *prepared[which[k]];
+        const auto i = replays[k].size();
         replay::SharedFabric fabric;
         fabric.sim = &sim;
         fabric.network = network.get();
-        fabric.token_base = static_cast<std::uint64_t>(k) << kTokenShift;
+        fabric.token_base = (static_cast<std::uint64_t>(k) << kTokenShift) +
+                            (static_cast<std::uint64_t>(i) << kIterationShift);
         fabric.placement = spec.jobs[which[k]].gpus;
-        replays.push_back(
+        fabric.on_complete = [&, k](Time end) {
+            ends[k].push_back(end);
+            if (ends[k].size() == static_cast<std::size_t>(iterations) && --behind == 0) {
+                sim.stop();
+                return;
+            }
+            launch(k);
+        };
+        auto& r = *replays[k].emplace_back(
             std::make_unique<replay::Replay>(p.spec, p.plan, *p.sched, p.shape, &fabric));
-        metrics.push_back(
-            std::make_unique<report::MetricsObserver>(replays.back()->workers().size()));
-        replays.back()->add_observer(*metrics.back());
-        clients.replays.push_back(replays.back().get());
-    }
-    // The trace: one file, one process per job (JobTraceSink), no link counters (every job's
-    // writer would see all the links).
-    std::unique_ptr<report::TraceSink> trace_file;
-    std::vector<std::unique_ptr<report::TraceWriter>> writers;
-    if (options && options->trace) {
-        trace_file = report::make_trace_sink(*options->trace, options->outputs);
-        for (std::size_t k = 0; k < which.size(); ++k) {
-            const auto& p = *prepared[which[k]];
+        auto& m =
+            *metrics[k].emplace_back(std::make_unique<report::MetricsObserver>(r.workers().size()));
+        r.add_observer(m);
+        clients.replays[k].push_back(&r);
+        if (trace_file && i + 1 == static_cast<std::size_t>(iterations)) {
             report::TraceOptions topts;
             topts.links = report::TraceLinks::None;
             report::TraceSink* file = trace_file.get();
@@ -475,35 +511,54 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
                 return std::unique_ptr<report::TraceSink>(
                     std::make_unique<JobTraceSink>(*file, k, name));
             };
-            writers.push_back(std::make_unique<report::TraceWriter>(
-                *options->trace, report::TraceContext::of(p.spec, p.plan, *replays[k]), topts));
-            replays[k]->add_observer(*writers.back());
+            writers[k] = std::make_unique<report::TraceWriter>(
+                *options->trace, report::TraceContext::of(p.spec, p.plan, r), topts);
+            r.add_observer(*writers[k]);
         }
+        return r;
+    };
+    launch = [&](std::size_t k) { build(k).start(); };
+    for (std::size_t k = 0; k < which.size(); ++k) {
+        auto& r = build(k);
+        if (!alone || *alone == k) r.start();
     }
-    for (auto& r : replays)
-        r->start();
     sim.run();
     Simulated out;
     for (std::size_t k = 0; k < which.size(); ++k) {
+        if (alone && *alone != k) continue;
         const auto& p = *prepared[which[k]];
-        const replay::ReplayResult result = replays[k]->finish();
+        const std::size_t reported = static_cast<std::size_t>(iterations) - 1;
+        if (ends[k].size() <= reported)
+            throw SimulationError("jobs",
+                                  "job '" + spec.jobs[which[k]].name + "' completed " +
+                                      std::to_string(ends[k].size()) + " of " +
+                                      std::to_string(iterations) + " iterations",
+                                  sim.now());
+        const replay::ReplayResult result = replays[k][reported]->finish();
         report::SummaryInputs in;
         in.spec = &p.spec;
         in.plan = &p.plan;
-        in.replay = replays[k].get();
-        in.metrics = metrics[k].get();
+        in.replay = replays[k][reported].get();
+        in.metrics = metrics[k][reported].get();
         in.result = result;
         in.schedule = p.spec.schedule;
         in.peak_inflight = p.peak_inflight;
         out.summaries.push_back(report::summarize(in));
         out.summaries.back().wall_time_s = 0;
-        if (!writers.empty()) {
+        std::vector<double> times;
+        Time from = Time::zero();
+        for (Time e : ends[k]) {
+            times.push_back((e - from).seconds());
+            from = e;
+        }
+        out.iteration_times.push_back(std::move(times));
+        if (writers[k]) {
             auto meta = report::to_json(out.summaries.back());
             meta.erase("wall_time_s");
             meta.erase("links");
             writers[k]->finish(meta);
         }
-        out.makespan_s = std::max(out.makespan_s, result.iteration_time.seconds());
+        out.makespan_s = std::max(out.makespan_s, ends[k][reported].seconds());
         if (out.fold_refused.empty()) out.fold_refused = result.fold_refused;
     }
     if (trace_file)
@@ -573,9 +628,10 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
     std::vector<std::size_t> all;
     for (std::size_t k = 0; k < spec.jobs.size(); ++k)
         all.push_back(k);
-    Simulated shared = simulate(spec, prepared, all, &options);
+    Simulated shared = simulate(spec, prepared, all, spec.iterations, &options);
     out.links = std::move(shared.links);
     out.makespan_s = shared.makespan_s;
+    out.iterations = spec.iterations;
     out.fold_refused = shared.fold_refused;
     for (std::size_t k = 0; k < spec.jobs.size(); ++k) {
         JobResult j;
@@ -583,7 +639,9 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
         j.placement = spec.jobs[k].placement;
         j.gpus = spec.jobs[k].gpus;
         j.shared = shared.summaries[k];
-        j.alone = simulate(spec, prepared, {k}).summaries.front();
+        j.shared_iteration_times_s = shared.iteration_times[k];
+        // Alone, a job's iterations are all alike: one is simulated.
+        j.alone = simulate(spec, prepared, all, 1, nullptr, k).summaries.front();
         j.slowdown = j.alone.iteration_time_s > 0
                          ? j.shared.iteration_time_s / j.alone.iteration_time_s
                          : 1.0;
@@ -595,6 +653,7 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
 nlohmann::ordered_json to_json(const JobsResult& r) {
     nlohmann::ordered_json j;
     j["makespan_s"] = r.makespan_s;
+    j["iterations"] = r.iterations;
     j["fold_refused"] = r.fold_refused;
     auto& jobs = j["jobs"] = nlohmann::ordered_json::array();
     for (const auto& job : r.jobs) {
@@ -613,6 +672,7 @@ nlohmann::ordered_json to_json(const JobsResult& r) {
                         {"iteration_time_s", job.shared.iteration_time_s},
                         {"alone_iteration_time_s", job.alone.iteration_time_s},
                         {"slowdown", job.slowdown},
+                        {"shared_iteration_times_s", job.shared_iteration_times_s},
                         {"shared", shared},
                         {"alone", alone}});
     }
@@ -637,8 +697,12 @@ void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
     out << "topology              " << spec.topology_source << " (" << spec.cluster->gpu_count()
         << " GPUs)\n";
     out << "shared run            " << format_time(Time::from_seconds_ceil(r.makespan_s))
-        << " until the last job's iteration ends; member folding off ("
-        << (r.fold_refused.empty() ? "nothing to fold" : r.fold_refused) << ")\n\n";
+        << (r.iterations == 1 ? std::string(" until the last job's iteration ends")
+                              : " until every job has run " + std::to_string(r.iterations) +
+                                    " iterations (each job's iteration " +
+                                    std::to_string(r.iterations) + " below)")
+        << "; member folding off (" << (r.fold_refused.empty() ? "nothing to fold" : r.fold_refused)
+        << ")\n\n";
     std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %9s %7s %7s %8s\n", "job",
                   "placement", "GPUs", "alone", "shared", "slowdown", "MFU", "alone", "bubble");
     out << buf;

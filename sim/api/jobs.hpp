@@ -52,7 +52,13 @@ struct JobsSpec {
     std::string topology_source;  // display path of its topology
     std::shared_ptr<const topology::Cluster> cluster;
     std::vector<JobSpec> jobs;
+    // `iterations:` each job runs back to back in the shared run, until every job has completed
+    // this many; a job's shared figures are those of its iteration `iterations` (1: all jobs
+    // start together and each runs one iteration).
+    int iterations = 1;
 };
+
+inline constexpr int kMaxJobIterations = 100;
 
 // Whether the YAML file has a top-level `jobs:` key (then `clustersim run` takes it as a jobs
 // file). False for files that cannot be read (the experiment loader then says why).
@@ -74,6 +80,9 @@ struct JobResult {
     report::Summary shared;  // in the run with all jobs
     report::Summary alone;   // the same job alone on the same GPUs
     double slowdown = 1;     // shared.iteration_time_s / alone.iteration_time_s
+    // Every iteration the job completed in the shared run, in order (the first `iterations` and
+    // any it finished while others were still catching up).
+    std::vector<double> shared_iteration_times_s;
 };
 
 // A link that carried traffic of more than one job in the shared run.
@@ -88,8 +97,9 @@ struct ContestedLink {
 struct JobsResult {
     std::vector<JobResult> jobs;
     std::vector<ContestedLink> links;  // by total bytes, most first; ties by name
-    double makespan_s = 0;             // the shared run: the last job's iteration end
-    std::string fold_refused;          // why member folding is off (always, for a shared run)
+    double makespan_s = 0;  // the shared run: the last job's end of its iteration `iterations`
+    int iterations = 1;
+    std::string fold_refused;  // why member folding is off (always, for a shared run)
     std::vector<std::string> warnings;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "core/errors.hpp"
@@ -126,8 +127,18 @@ class NetworkImpl final : public Network, public EventHandler {
         std::sort(sorted.begin(), sorted.end());
         if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
             throw ConfigError("a communicator lists a GPU twice");
+        if (reuse_groups_) {
+            auto [it, added] = group_ids_.try_emplace(ranks, static_cast<GroupId>(groups_.size()));
+            if (!added) return it->second;
+        }
         groups_.push_back(std::move(ranks));
         return static_cast<GroupId>(groups_.size() - 1);
+    }
+    void reuse_groups() override {
+        if (reuse_groups_) return;
+        reuse_groups_ = true;
+        for (std::size_t g = 0; g < groups_.size(); ++g)
+            group_ids_.try_emplace(groups_[g], static_cast<GroupId>(g));
     }
 
     void send(int src, int dst, Bytes size, std::uint64_t token) override {
@@ -764,6 +775,8 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<NetworkObserver*> observers_;
     std::vector<double> capacity_;  // current, per solver link (real then NVLS virtual)
     std::vector<std::vector<int>> groups_;
+    bool reuse_groups_ = false;
+    std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
     std::vector<Op> ops_;

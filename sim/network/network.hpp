@@ -192,6 +192,12 @@ class Network {
 
     // Registers a communicator (global GPU numbers, in ring order). Groups are reused across calls.
     virtual GroupId register_group(std::vector<int> ranks) = 0;
+    // From now on, registering a rank list already registered (same GPUs, same order) returns
+    // its group instead of a new one, so it keeps its collective plans and their ECMP routes
+    // (the plan's route salt is the group id). Shared fabrics set it: a job's later iterations,
+    // and its run alone, register their communicators again and must route them as before. Off
+    // by default: a single run's group ids, and so its routes, stay as they were.
+    virtual void reuse_groups() = 0;
 
     // One message of `size` bytes from GPU src to GPU dst.
     virtual void send(int src, int dst, Bytes size, std::uint64_t token) = 0;

@@ -101,6 +101,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
         shared_ = true;
         token_base_ = shared->token_base;
         network_ = shared->network;
+        on_complete_ = shared->on_complete;
         if (!shared->placement.empty()) ranks_.place(shared->placement);
     } else {
         own_network_ = network::make_network(sim_, *spec.cluster, spec.network);
@@ -1228,6 +1229,7 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             st.optimizer_done = true;
             end_time_ = std::max(end_time_, sim.now());
             start_parameter_gather(worker);
+            check_complete();
             break;
         }
         case kUnitDone:
@@ -1256,6 +1258,14 @@ void Replay::on_event(Simulation& sim, const Event& event) {
         default:
             throw SimulationError("replay", "unknown event kind", sim.now());
     }
+}
+
+void Replay::check_complete() {
+    if (!on_complete_ || completed_) return;
+    for (const auto& st : states_)
+        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) return;
+    completed_ = true;
+    on_complete_(end_time_);
 }
 
 void Replay::stop_at(Time at) {
@@ -1303,6 +1313,7 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
             emit_idle(w, sim.now(), IdleCause::Collective);
             states_[static_cast<std::size_t>(w)].parameters_done = true;
         }
+        check_complete();
         return;
     }
     if (const auto* bucket = std::get_if<GradientBucket>(&purpose)) {
@@ -1335,6 +1346,14 @@ ReplayResult Replay::run() {
 
 void Replay::start() {
     started_ = ReplayResult{};
+    origin_ = sim_.now();
+    end_time_ = origin_;
+    for (auto& st : states_) {
+        st.idle_since = origin_;
+        st.last_compute_end = origin_;
+        st.host_free = origin_;
+        std::fill(st.arrived_at.begin(), st.arrived_at.end(), origin_);
+    }
     decide_fold(started_);
     for (std::size_t w = 0; w < workers_.size(); ++w)
         try_start(static_cast<int>(w));
@@ -1343,7 +1362,7 @@ void Replay::start() {
 ReplayResult Replay::finish() {
     ReplayResult result = started_;
     if (stopped_) {
-        result.iteration_time = sim_.now();
+        result.iteration_time = sim_.now() - origin_;
         result.events = sim_.events_processed();
         result.stopped = true;
         return result;
@@ -1371,7 +1390,7 @@ ReplayResult Replay::finish() {
         emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
     for (auto* o : observers_)
         o->on_iteration_end(end_time_);
-    result.iteration_time = end_time_;
+    result.iteration_time = end_time_ - origin_;
     result.events = sim_.events_processed();
     return result;
 }

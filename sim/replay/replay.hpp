@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -175,6 +176,10 @@ struct SharedFabric {
     network::Network* network = nullptr;
     std::uint64_t token_base = 0;  // added to every network token this replay issues
     std::vector<int> placement;    // rank r on GPU placement[r] (RankLayout::place)
+    // Called from inside the simulation when the iteration completes (every worker's ops,
+    // optimizer step and parameter gather done), with its end; a job's next iteration can start
+    // there. Empty: nothing is called.
+    std::function<void(Time)> on_complete;
 };
 
 class Replay final : public EventHandler, public network::TransferClient {
@@ -209,6 +214,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     ReplayResult run();
     // run() in three parts for a shared fabric: start() issues the first passes, the owner of the
     // shared Simulation runs it, finish() checks completion and notifies the iteration's end.
+    // start() begins the iteration at the simulation's current time (0 for a run of its own; a
+    // shared fabric's next iteration of a job starts where its last ended); iteration_time counts
+    // from there.
     void start();
     ReplayResult finish();
     // The tokens this replay gives the network are [token_base, token_base + messages).
@@ -417,6 +425,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<RandomStream*> duration_streams_;    // per worker, filled on first use
     std::int64_t step_ = 0;
     Time end_time_ = Time::zero();
+    Time origin_ = Time::zero();  // when start() ran
+    std::function<void(Time)> on_complete_;
+    bool completed_ = false;
+    // Calls on_complete_ once, when every worker is done (shared fabrics only).
+    void check_complete();
     bool stopped_ = false;
     bool fold_allowed_ = true;
     int members_on_network_ = 1;  // members whose transfers are issued: 1 when folded

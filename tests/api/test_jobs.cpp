@@ -136,6 +136,24 @@ TEST_CASE("jobs: two identical jobs sharing one NIC link each see the max-min sl
     CHECK(json["jobs"][0]["name"] == "a");
     CHECK(json["jobs"][1]["gpus"] == "1,3");
     CHECK(json["contested_links"].size() == 4);
+
+    // With `iterations: 2` both jobs end their first iteration together at T_shared and start
+    // the second together there, from the same state: T_shared again, for each.
+    const auto spec2 = jobs(
+        "topology: two-nodes-one-nic.yaml\niterations: 2\njobs:\n"
+        "  - {name: a, experiment: " +
+        dp_job(2) +
+        ", placement: rail}\n"
+        "  - {name: b, experiment: " +
+        dp_job(2) + ", placement: rail}\n");
+    const auto r2 = cs::api::run_jobs(spec2);
+    for (const auto& j : r2.jobs) {
+        REQUIRE(j.shared_iteration_times_s.size() == 2);
+        for (double t : j.shared_iteration_times_s)
+            CHECK(t == doctest::Approx(shared).epsilon(1e-9));
+        CHECK(j.slowdown == doctest::Approx(shared / alone).epsilon(1e-9));
+    }
+    CHECK(r2.makespan_s == doctest::Approx(2 * shared).epsilon(1e-9));
 }
 
 TEST_CASE("jobs: member folding is off in a shared run, and a job alone matches api::run") {
@@ -256,6 +274,26 @@ TEST_CASE("jobs: one job on the whole topology gives api::run's iteration exactl
         CHECK(r.jobs.front().alone.iteration_time_s == single.iteration_time_s);
         CHECK(r.jobs.front().shared.mfu == single.mfu);
         CHECK(r.jobs.front().shared.bubble_fraction == single.bubble_fraction);
+        // Three iterations back to back: each starts where the last ended and takes the single
+        // run's time exactly (the replay counts from its start; the job's communicators are
+        // registered again and reused, so its collectives keep their routes); the reported one
+        // is the third, with the single run's figures.
+        const auto spec3 = jobs(
+            "topology: two-nodes-four-gpus.yaml\niterations: 3\njobs:\n"
+            "  - {name: a, experiment: {" +
+            common + ", " + layout + "}}\n");
+        const auto r3 = cs::api::run_jobs(spec3);
+        CHECK(r3.iterations == 3);
+        const auto& times = r3.jobs.front().shared_iteration_times_s;
+        REQUIRE(times.size() == 3);
+        for (double t : times)
+            CHECK(t == doctest::Approx(single.iteration_time_s).epsilon(1e-12));
+        CHECK(r3.jobs.front().shared.iteration_time_s ==
+              doctest::Approx(single.iteration_time_s).epsilon(1e-12));
+        CHECK(r3.jobs.front().shared.mfu == doctest::Approx(single.mfu).epsilon(1e-12));
+        CHECK(r3.jobs.front().shared.bubble_fraction ==
+              doctest::Approx(single.bubble_fraction).epsilon(1e-12));
+        CHECK(r3.makespan_s == doctest::Approx(3 * single.iteration_time_s).epsilon(1e-12));
     }
 }
 
