@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "api/collective.hpp"
 #include "api/topology.hpp"
@@ -182,6 +184,39 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
                           [](double a, double b) { return std::abs(a) < std::abs(b); });
     fit.rms_residual = std::sqrt(squares / static_cast<double>(residuals.size()));
     if (latency_us == 0) fit.note = "the fixed cost fitted at its lower bound, 0";
+    // Rows that no efficiency and fixed cost can reach: even at the links' full rate and no fixed
+    // cost the simulated collective is slower than measured, its fixed part (pipeline steps x the
+    // step overhead, hop latencies) being larger than this machine's (e.g. 8 GPUs in a ring take
+    // 14 steps: 14 x 8.6 us, fitted on 2 H200s, against 79 us measured for a 1 MiB all-reduce on
+    // 8 A100s). Said, with the sizes, so the user can fit where bandwidth dominates.
+    {
+        NetworkConfig full = base;
+        full.op_efficiency[static_cast<int>(op)][best_kind] = 1;
+        full.op_latency[static_cast<int>(op)][best_kind] = Time::zero();
+        int slower = 0;
+        std::int64_t largest_slower = 0;
+        double at_us = 0, measured_us = 0;
+        for (const auto& smp : samples) {
+            const double floor_us = simulate_us(cluster, full, op, smp);
+            if (floor_us <= smp.measured_us) continue;
+            ++slower;
+            if (smp.row->size >= largest_slower) {
+                largest_slower = smp.row->size;
+                at_us = floor_us;
+                measured_us = smp.measured_us;
+            }
+        }
+        if (slower > 0) {
+            std::ostringstream w;
+            w << op_name << ": " << slower << " row(s) up to "
+              << format_bytes(Bytes{largest_slower}) << " are faster than the model can be (at "
+              << format_bytes(Bytes{largest_slower}) << ": " << std::fixed << std::setprecision(1)
+              << at_us << " us simulated at full link rate and no fixed cost, " << measured_us
+              << " us measured): the per-step overhead and latencies are larger than this "
+                 "machine's; fit from where bandwidth dominates (--nccl-sizes)";
+            result.warnings.push_back(w.str());
+        }
+    }
     result.constants.push_back({op, static_cast<topology::LinkKind>(best_kind), e, fit.latency});
 }
 

@@ -218,58 +218,102 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     }
     if (which != "forward" && which != "backward")
         r.fail("layer_pass", "expected forward or backward");
-    // Forward, then forward + backward as one program: a timed call of the layer, its backward
-    // measured as (forward + backward) - forward, as the microbenchmarks time it.
-    workload::PassPlan both = passes.forward;
-    both.steps.insert(both.steps.end(), passes.backward.steps.begin(), passes.backward.steps.end());
+    // The microbenchmarks time two calls of the bare layer, each in its own loop: the forward,
+    // and forward + backward; the backward row is their difference. `fwd_bwd_clocks` gives the
+    // clocks of the (forward + backward) loop when they differ from the experiment's (docs/
+    // validation.md: the longer loop runs under the power cap, the forward loop does not).
+    const std::string clocks =
+        r.choice("fwd_bwd_clocks", {"experiment", "sustained", "burst"}, "experiment");
+    if (which == "forward" && clocks != "experiment")
+        r.fail("fwd_bwd_clocks",
+               "applies to backward rows only (the forward row times the "
+               "forward alone)");
     const workload::RankLayout ranks_of(spec.layout);
-    Time comm;
-    std::vector<Time> times;
-    for (const auto& step : both.steps) {
-        if (step.kind == workload::Step::Kind::Compute) {
-            times.push_back(step.duration);
-            continue;
-        }
-        // The group of GPU 0 (worker 0, member 0) in Megatron's rank order: the replay's own.
-        const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
-        const Time one = ranks.size() < 2
-                             ? Time::zero()
-                             : network::isolated_collective_time(*spec.cluster, spec.network,
-                                                                 step.collective, ranks, step.size);
-        times.push_back(one);
-        const bool in_backward = times.size() > passes.forward.steps.size();
-        if (in_backward == (which == "backward")) comm += one * step.repeat;
-    }
-    // With a host model the call is issued kernel by kernel from an idle GPU (no pipeline pass
-    // around it, so no per-pass framework cost); without one it is the sum of its steps.
-    const auto& host = spec.compute.host;
-    const std::size_t nf = passes.forward.steps.size();
-    const auto span_of = [&](std::size_t from, std::size_t to, Time lead) {
-        const auto blocks =
-            replay::kernel_blocks(std::span(both.steps).subspan(from, to - from),
-                                  std::span<const Time>(times).subspan(from, to - from));
-        if (host.enabled) return replay::host_issue(lead, host.launch, blocks).earliest_end;
-        Time sum;
-        for (const auto& b : blocks)
-            sum += b.time;
-        return sum;
+    // Each step of the forward, then of the backward, as kernel blocks: compute steps with
+    // their roofline time, collectives simulated alone on the experiment's network over GPU
+    // 0's group (worker 0, member 0, in Megatron's rank order: the replay's own).
+    struct Call {
+        std::vector<replay::KernelBlock> fwd, bwd;
+        Time comm_fwd, comm_bwd;
     };
-    // A timed call of the bare layer, the kernels as the host issues them. Its forward has no
-    // framework work before the first kernel (the stage and chunk timings of h200-pipeline-
-    // runtime.json: 0.03 ms fixed per forward call), its backward the framework's and the
-    // autograd engine's (0.37 ms fixed per backward call there): host.pass + host.backward.
-    const Time total = which == "forward"
-                           ? span_of(0, nf, Time::zero())
-                           : span_of(nf, both.steps.size(), host.pass + host.backward);
-    const auto& pass = which == "forward" ? passes.forward : passes.backward;
+    const auto call_of = [&](const workload::LayerPasses& lp) {
+        Call c;
+        for (const auto* plan : {&lp.forward, &lp.backward}) {
+            std::vector<Time> times;
+            Time& comm = plan == &lp.forward ? c.comm_fwd : c.comm_bwd;
+            for (const auto& step : plan->steps) {
+                if (step.kind == workload::Step::Kind::Compute) {
+                    times.push_back(step.duration);
+                    continue;
+                }
+                const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
+                const Time one = ranks.size() < 2 ? Time::zero()
+                                                  : network::isolated_collective_time(
+                                                        *spec.cluster, spec.network,
+                                                        step.collective, ranks, step.size);
+                times.push_back(one);
+                comm += one * step.repeat;
+            }
+            (plan == &lp.forward ? c.fwd : c.bwd) = replay::kernel_blocks(plan->steps, times);
+        }
+        return c;
+    };
+    const auto gpu_time = [](const std::vector<replay::KernelBlock>& blocks) {
+        Time t;
+        for (const auto& b : blocks)
+            t += b.time;
+        return t;
+    };
+    // With a host model a call is issued kernel by kernel from an idle GPU (no pipeline pass
+    // around it, so no per-pass framework cost); without one it is the sum of its steps. The
+    // forward has no framework work before its first kernel (the stage and chunk timings of
+    // h200-pipeline-runtime.json: 0.03 ms fixed per forward call); the backward starts with
+    // the framework's and the autograd engine's work (0.37 ms per backward call there):
+    // host.pass + host.backward, spent after the host has issued the forward's kernels.
+    const auto& host = spec.compute.host;
+    const auto forward_end = [&](const Call& c) {
+        return host.enabled ? replay::host_issue(Time::zero(), host.launch, c.fwd).earliest_end
+                            : gpu_time(c.fwd);
+    };
+    // Forward + backward as one call: kernel j of the backward is issued at (the forward's
+    // issue) + lead + (j + 1) launch while the GPU may still run the forward, so the call
+    // ends at the later of the forward's end plus the backward's GPU time and the forward's
+    // issue plus the backward's own closed form from its lead: a lead shorter than the
+    // forward's GPU time is hidden.
+    const auto call_end = [&](const Call& c) {
+        const Time chained = forward_end(c) + gpu_time(c.bwd);
+        if (!host.enabled) return chained;
+        const auto f = replay::host_issue(Time::zero(), host.launch, c.fwd);
+        const auto b = replay::host_issue(host.pass + host.backward, host.launch, c.bwd);
+        return std::max(chained, f.issue + b.earliest_end);
+    };
+    const auto passes_at = [&](bool sustained) {
+        auto compute = spec.compute.roofline;
+        compute.sustained = sustained;
+        return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute,
+                                        false);
+    };
+    const Call alone = call_of(passes);
+    const bool other_clocks =
+        clocks != "experiment" && (clocks == "sustained") != spec.compute.roofline.sustained;
+    const auto both_passes = other_clocks ? passes_at(clocks == "sustained") : passes;
+    const Call both = other_clocks ? call_of(both_passes) : alone;
+    const Time fwd_end = forward_end(alone);
+    const Time total = which == "forward" ? fwd_end : call_end(both) - fwd_end;
+    const auto& pass = which == "forward" ? passes.forward : both_passes.backward;
+    const Time comm = which == "forward" ? alone.comm_fwd : both.comm_bwd;
     out.predicted = total.seconds() * 1e3;
     out.inputs = layout_text(spec) + "; " + which;
     out.note = "kernels " + number(pass.compute_time().seconds() * 1e3) + " ms in " +
                std::to_string(pass.launches()) + " launches + collectives " +
-               number(comm.seconds() * 1e3) + " ms" +
-               (host.enabled ? "; host-bound to " + number(total.seconds() * 1e3) + " ms at " +
-                                   format_time(host.launch) + " per launch"
-                             : std::string());
+               number(comm.seconds() * 1e3) + " ms";
+    if (which == "backward")
+        out.note += "; (forward + backward) " + number(call_end(both).seconds() * 1e3) + " ms" +
+                    (other_clocks ? " at " + clocks + " clocks" : std::string()) + " - forward " +
+                    number(fwd_end.seconds() * 1e3) + " ms";
+    if (host.enabled)
+        out.note += "; host " + format_time(host.launch) + " per launch, " +
+                    format_time(host.pass + host.backward) + " before the backward";
 }
 
 // One bf16 GEMM called back to back: the tensor-core load of the GPU's sustained figure (duty

@@ -65,7 +65,9 @@ bool nvls_applies(const Cluster& cluster, const std::vector<int>& ranks) {
     if (ranks.size() < 2) return false;
     const int node = cluster.node_of_gpu(ranks.front());
     for (int r : ranks)
-        if (cluster.node_of_gpu(r) != node || switch_uplinks(cluster, r).empty()) return false;
+        if (cluster.node_of_gpu(r) != node || switch_uplinks(cluster, r).empty() ||
+            !cluster.gpu_model(r).nvls)
+            return false;
     return true;
 }
 
@@ -285,7 +287,8 @@ AlgorithmEntry nvls_algorithm() {
     e.description = "NVLink SHARP: multimem reduce-scatter and all-gather in the NVSwitches";
     e.condition = [](const Cluster& cluster, const std::vector<int>& ranks) -> std::string {
         if (nvls_applies(cluster, ranks)) return {};
-        return "nvls needs a single node whose GPUs link to NVSwitches";
+        return "nvls needs a single node whose GPUs link to NVSwitches and support NVLink SHARP "
+               "(gpu_models.<name>.nvls; not the A100s)";
     };
     e.decompose = [](PlanBuilder& b, CollectiveKind, const std::vector<int>& ranks) {
         // Reduce-scatter with multimem loads (the switch reads every GPU's whole buffer and

@@ -77,6 +77,9 @@ struct GpuModel {
     // Last: tests build catalogue-free models by aggregate, with {} for these.
     SustainedRates sustained;
     GemmCurve gemm;
+    // NVLink SHARP (the NVSwitch's multimem reductions, NCCL's NVLS algorithm): Hopper and later
+    // on NVSwitch gen3; the A100s' NVSwitch gen2 has none.
+    bool nvls = true;
 };
 
 using DeviceIndex = std::uint32_t;

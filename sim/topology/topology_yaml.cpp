@@ -69,7 +69,9 @@ GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
     if (const GpuModel* known = find_catalog_model(name)) {
         s.model.sustained = known->sustained;
         s.model.gemm = known->gemm;
+        s.model.nvls = known->nvls;
     }
+    s.model.nvls = r.boolean_or("nvls", s.model.nvls);
     if (auto g = r.map_opt("gemm")) {
         auto& c = s.model.gemm;
         c.peak_fraction = g->number("peak_fraction");
@@ -307,15 +309,21 @@ const std::vector<GpuModel>& gpu_catalog() {
         // compute-model.md); the A100s keep the generic curve (no A100 kernel measurement here).
         const GemmCurve hopper_gemm{0.825, 600, 2.5,
                                     "H200 SXM kernels in training (h200-kernels.json)"};
-        const auto with = [](GpuModel m, const SustainedRates& sustained, const GemmCurve& gemm) {
+        const auto with = [](GpuModel m, const SustainedRates& sustained, const GemmCurve& gemm,
+                             bool nvls = true) {
             m.sustained = sustained;
             m.gemm = gemm;
+            m.nvls = nvls;
             return m;
         };
         const SustainedRates burst{1.0, 1.0, "no sustained measurement: burst rates"};
         return std::vector<GpuModel>{
-            with(make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039), burst, GemmCurve{}),
-            with(make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935), burst, GemmCurve{}),
+            // NVLink SHARP needs NVSwitch gen3 (Hopper): none on A100 (NCCL enables NVLS on
+            // sm90 and later only).
+            with(make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039), burst, GemmCurve{},
+                 false),
+            with(make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935), burst, GemmCurve{},
+                 false),
             with(make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),
             with(make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8), hopper, hopper_gemm),
             with(make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),

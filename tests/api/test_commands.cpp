@@ -242,3 +242,64 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
     // The family row: 2 cases, 1 pass, 1 fail.
     CHECK(text.str().find("2     1     1") != std::string::npos);
 }
+
+TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forward of two calls") {
+    // The h200-layer experiment (eager PyTorch: 15 forward and 45 backward kernels, host lead
+    // host.pass + host.backward before the backward). Its kernel sums come from `time: kernels`
+    // cases of the same layer, so the wall rows are checked against closed forms of them.
+    const fs::path dir = fs::temp_directory_path() / "cs_api_validate_layer";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string exp = kRoot + "/tests/validation/experiments/h200-layer.yaml";
+    const auto row = [&](const std::string& id, const std::string& rest, const std::string& sets) {
+        return "  - {id: " + id + ", family: l, source: test, kind: layer, experiment: \"" + exp +
+               "\", " + rest + ", set: [" + sets + "], published: 1, unit: ms}\n";
+    };
+    // h = 8192: the forward's 4.6 ms of kernels outlast the host's 15 launches and its 0.4 ms
+    // lead, which are hidden. h = 256, s = 128 with 100 us launches: every kernel is far shorter
+    // than a launch, so the host sets both calls.
+    const std::string big = "\"model.hidden_size=8192\", \"model.attention_heads=64\"";
+    const std::string tiny =
+        "\"model.hidden_size=256\", \"model.attention_heads=4\", \"training.seq_length=128\", "
+        "\"compute.host.launch=100us\"";
+    const std::string sus = big + ", \"compute.clocks=sustained\"";
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: l, title: layers, mode: microbenchmark, tolerance: 100, error: relative}\n"
+        << "cases:\n"
+        << row("kf", "layer_pass: forward, time: kernels", big)
+        << row("kfb", "layer_pass: forward_backward, time: kernels", big)
+        << row("kfb-sus", "layer_pass: forward_backward, time: kernels", sus)
+        << row("bwd", "layer_pass: backward", big)
+        << row("bwd-sus", "layer_pass: backward, fwd_bwd_clocks: sustained", big)
+        << row("tiny-fwd", "layer_pass: forward", tiny)
+        << row("tiny-bwd", "layer_pass: backward", tiny)
+        << row("tiny-kfb", "layer_pass: forward_backward, time: kernels", tiny);
+    const auto report = cs::api::validate({dir, "", {}});
+    REQUIRE(report.cases.size() == 8);
+    for (const auto& c : report.cases)
+        INFO(c.id << ": " << c.note);
+    const double kf = report.cases[0].predicted, kfb = report.cases[1].predicted,
+                 kfb_sus = report.cases[2].predicted;
+    // Lead hidden: the call ends at the forward's end + the backward's kernels, so the row is
+    // the backward's GPU time, kfb - kf (the forward's own end cancels).
+    CHECK(report.cases[3].predicted == doctest::Approx(kfb - kf).epsilon(1e-6));
+    // The (forward + backward) loop at sustained clocks, the forward loop at burst: the row is
+    // kfb(sustained) - kf(burst), longer than the burst row by the sustained factor's share.
+    CHECK(report.cases[4].predicted == doctest::Approx(kfb_sus - kf).epsilon(1e-6));
+    CHECK(report.cases[4].predicted > report.cases[3].predicted * 1.02);
+    // Host-bound: forward = 15 x 100 us + its last kernel; forward + backward = 15 x 100 us +
+    // 0.4 ms + 45 x 100 us + the backward's last kernel, so the row is 4.9 ms plus the
+    // difference of two last kernels (a few us at this size); the forward 1.5 ms plus one.
+    CHECK(report.cases[5].predicted == doctest::Approx(1.5).epsilon(0.01));
+    CHECK(report.cases[6].predicted == doctest::Approx(4.9).epsilon(0.01));
+    CHECK(report.cases[7].predicted < 0.5);  // all 60 kernels: the host, not the GPU, sets it
+    // fwd_bwd_clocks on a forward row is refused at its key.
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n"
+        << "  - {id: l, title: layers, mode: microbenchmark, tolerance: 100, error: relative}\n"
+        << "cases:\n"
+        << row("f", "layer_pass: forward, fwd_bwd_clocks: sustained", big);
+    CHECK_THROWS_WITH_AS(cs::api::validate({dir, "", {}}),
+                         doctest::Contains("applies to backward rows only"), cs::ConfigError);
+}

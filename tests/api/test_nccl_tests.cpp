@@ -479,6 +479,82 @@ TEST_CASE("real nccl-tests output pasted in public issues: both parsers read it"
         CHECK(error_of("all_gather:3=" + path).find("do not fit all_gather_perf on 3 ranks") !=
               std::string::npos);
     }
+    SUBCASE("reduce_scatter_perf, 8 ranks on 2 nodes: zero-size rows, a table without devices") {
+        const std::string path =
+            dir + "reduce_scatter_perf-8GPU-2nodes-nccl-tests-128-table-only.txt";
+        // Two nodes of 4 GPUs (the comment says so): 8 ranks, named since the table has no
+        // device lines.
+        CHECK(error_of(path).find("no \"# Using devices\" rank lines") != std::string::npos);
+        const auto f = cs::api::read_nccl_tests("reduce_scatter:8=" + path);
+        CHECK(f.kind == cs::network::CollectiveKind::ReduceScatter);
+        REQUIRE(f.rows.size() == 7);
+        // -b below 8 ranks x 4 B: nccl-tests prints five rows of size and count 0.
+        for (int i = 0; i < 5; ++i) {
+            CHECK(f.rows[i].size == 0);
+            CHECK(f.rows[i].count == 0);
+        }
+        CHECK(f.rows[0].time_us[0] == 5.70);
+        CHECK(f.rows[4].time_us[1] == 5.52);
+        // size = count x 4 B x 8 ranks: 4 x 32 = 128, 8 x 32 = 256.
+        CHECK(f.rows[5].size == 128);
+        CHECK(f.rows[5].count == 4);
+        CHECK(f.rows[5].time_us[0] == 32.31);
+        CHECK(f.rows[6].size == 256);
+        CHECK(f.rows[6].busbw[1] == 0.01);
+        CHECK_FALSE(f.avg_busbw);
+        CHECK(has(f.warnings, "no \"# Avg bus bandwidth\" footer"));
+        // 4 ranks would not fit the 128-byte row: 4 x 4 B x 4 != 128.
+        CHECK(error_of("reduce_scatter:4=" + path)
+                  .find("do not fit reduce_scatter_perf on 4 ranks") != std::string::npos);
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 7);
+        CHECK(p.rows[6].ip_time_us == 23.18);
+        CHECK(p.cut_rows == 0);
+    }
+    SUBCASE("sendrecv_perf, 8 x A100 NVLink in one process, 128 MiB .. 1 GiB") {
+        const std::string path = dir + "sendrecv_perf-8xA100-NVLink-li-plus-playground.txt";
+        // The command echoed without '#' is skipped; no device lines: -g 8 gives 8 ranks.
+        const auto f = cs::api::read_nccl_tests("sendrecv:8=" + path);
+        CHECK(f.kind == cs::network::CollectiveKind::SendRecv);
+        REQUIRE(f.rows.size() == 4);
+        CHECK(f.rows[0].size == 134217728);
+        CHECK(f.rows[0].count == 33554432);  // sendrecv: size / 4 B, not split over the ranks
+        CHECK(f.rows[3].time_us[0] == 5503.4);
+        CHECK(f.rows[3].busbw[0] == 195.10);
+        CHECK(f.rows[3].wrong[1] == "N/A");
+        // busbw = algbw for sendrecv: 1073741824 B / 5503.4 us = 195.10 GB/s.
+        CHECK(f.rows[3].algbw[0] == doctest::Approx(1073741824.0 / 5503.4e3).epsilon(1e-4));
+        CHECK_FALSE(f.avg_busbw);
+        const auto p = script_parse(read_text(path));
+        REQUIRE(p.rows.size() == 4);
+        CHECK(p.rows[1].busbw == 188.60);
+    }
+    SUBCASE("all_reduce_perf, 8 x A100-SXM4-40GB (DGX A100), 1 MiB .. 1 GiB, complete") {
+        const std::string path = dir + "all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt";
+        const auto f = cs::api::read_nccl_tests(path);
+        CHECK(f.kind == cs::network::CollectiveKind::AllReduce);  // from the file name
+        CHECK(f.ranks == 8);  // eight device lines, one process (nGpus 8)
+        CHECK(f.devices[7] == "NVIDIA A100-SXM4-40GB");
+        REQUIRE(f.rows.size() == 11);
+        CHECK(f.rows[0].size == 1048576);
+        CHECK(f.rows[10].size == 1073741824);
+        CHECK(f.rows[10].count == 268435456);
+        CHECK(f.rows[10].time_us[0] == 8139.9);
+        // busbw = algbw x 2(n-1)/n = 131.91 x 1.75 = 230.84.
+        CHECK(f.rows[10].busbw[0] == doctest::Approx(f.rows[10].algbw[0] * 1.75).epsilon(1e-4));
+        REQUIRE(f.avg_busbw);
+        CHECK(*f.avg_busbw == 130.613);
+        CHECK(f.warnings.empty());
+        const auto p = script_parse(read_text(path));
+        CHECK(p.device_lines == 8);
+        REQUIRE(p.rows.size() == 11);
+        // The footer is the mean busbw over both column groups: (1433.58 + 1439.89) / 22 =
+        // 130.612 against 130.613 printed (the columns are rounded to 0.01).
+        double sum = 0;
+        for (const auto& r : p.rows)
+            sum += r.busbw + r.ip_busbw;
+        CHECK(sum / 22 == doctest::Approx(p.avg_busbw).epsilon(1e-5));
+    }
     SUBCASE("mpirun --tag-output prefixes on every line") {
         const std::string path = dir + "all_reduce_perf-p5-aws-k8s-tester-503-mpi-prefix.txt";
         CHECK(error_of(path).find("no \"# Using devices\" rank lines") != std::string::npos);
@@ -684,4 +760,82 @@ TEST_CASE(
     }
     for (const auto& op : fit.ops)
         CHECK(op.samples == 4);  // 16, 64, 256 MiB and 1 GiB (per rank)
+}
+
+TEST_CASE(
+    "calibrate --nccl-tests on a real run: 8 x A100 all_reduce (DGX A100), fitted and predicted "
+    "back") {
+    using cs::network::CollectiveKind;
+    // tests/api/data/nccl-tests-public/README.md: a complete all_reduce_perf run on one DGX A100
+    // (40 GB), 1 MiB .. 1 GiB; tests/api/data/dgx-a100-40gb-1node.yaml describes the machine.
+    const std::string topology = kData + "dgx-a100-40gb-1node.yaml";
+    const auto files = std::vector<cs::api::NcclTestsFile>{cs::api::read_nccl_tests(
+        kData + "nccl-tests-public/all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt")};
+    const auto topo = cs::api::load_topology(topology, {});
+
+    // All eleven rows: the 1 .. 8 MiB rows are faster than the model's fixed part (14 ring steps
+    // x 8.6 us of step overhead plus hop latencies, about 140 us, against 79 us measured at
+    // 1 MiB), which the fit says in a warning naming them.
+    const auto all = cs::api::fit_network(files, topo.cluster, "dgx-a100", std::nullopt);
+    REQUIRE(all.ops.size() == 1);
+    CHECK(all.ops[0].algorithm == "ring");  // an A100 node has no NVLink SHARP
+    bool warned = false;
+    for (const auto& w : all.warnings)
+        warned |= w.find("all_reduce: 4 row(s) up to 8.389 MB are faster than the model can be") !=
+                  std::string::npos;
+    CHECK(warned);
+
+    // Asked for, NVLS is refused on A100s with the reason.
+    {
+        cs::api::CollectiveRequest nvls;
+        nvls.topology = topology;
+        nvls.kind = CollectiveKind::AllReduce;
+        nvls.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+        nvls.sizes = {cs::Bytes{1LL << 30}};
+        nvls.algorithm = cs::network::Algorithm::Nvls;
+        CHECK_THROWS_WITH_AS(cs::api::run_collective(nvls),
+                             doctest::Contains("support NVLink SHARP"), cs::ConfigError);
+    }
+
+    // 16 MiB .. 1 GiB, where bandwidth dominates.
+    const auto fit =
+        cs::api::fit_network(files, topo.cluster, "dgx-a100",
+                             std::pair<std::int64_t, std::int64_t>{16LL << 20, 1LL << 30});
+    REQUIRE(fit.constants.size() == 1);
+    const auto& op = fit.ops[0];
+    CHECK(op.algorithm == "ring");
+    CHECK(op.link == "nvswitch");
+    REQUIRE(op.samples == 7);
+    CHECK(op.left_out == 4);
+    for (const auto& w : fit.warnings)
+        CHECK(w.find("faster than the model can be") == std::string::npos);
+    // The tolerance, from the run itself: its busbw jumps from 202.00 to 230.84 GB/s between
+    // 512 MiB and 1 GiB (+14.3%) while the modelled rate rises smoothly towards its plateau, so
+    // a least-squares fit splits that step between the two rows, about 7% each way: the worst
+    // residual cannot be much below 7%, and we allow 8%; the rms over 7 rows with two of them
+    // near 7% is at least sqrt(2 x 0.07^2 / 7) = 3.7%, and we allow 5%.
+    CHECK(std::abs(op.worst_residual) < 0.08);
+    CHECK(op.rms_residual < 0.05);
+    CHECK(op.points.back().fitted_us > op.points.back().measured_us);  // 1 GiB: over
+    CHECK(op.points[5].fitted_us < op.points[5].measured_us);          // 512 MiB: under
+
+    // Predicted back: `collective --calibration` with the written file gives the fit's times,
+    // within the rounding of the written efficiency (4 decimals: 5e-5 / 0.74 = 7e-5 relative)
+    // and fixed cost (1 ns).
+    const auto dir = scratch_dir("a100");
+    cs::workload::CalibrationFile file;
+    file.network = fit.constants;
+    std::ofstream(dir / "fitted.yaml") << cs::workload::calibration_yaml(file, {"test"});
+    cs::api::CollectiveRequest request;
+    request.topology = topology;
+    request.kind = CollectiveKind::AllReduce;
+    request.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+    request.sizes = cs::api::parse_size_range("16M:1G", 2);
+    request.calibration = dir / "fitted.yaml";
+    const auto back = cs::api::run_collective(request);
+    REQUIRE(back.rows.size() == 7);
+    for (std::size_t i = 0; i < 7; ++i)
+        CHECK(back.rows[i].time.seconds() * 1e6 ==
+              doctest::Approx(op.points[i].fitted_us).epsilon(1e-4));
+    std::filesystem::remove_all(dir);
 }
