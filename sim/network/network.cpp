@@ -285,6 +285,34 @@ class NetworkImpl final : public Network, public EventHandler {
 
     int fold_copies() const override { return folded_; }
 
+    RouteCost p2p_cost(int src, int dst) override {
+        const Plan& plan = p2p_plan(src, dst);
+        RouteCost cost;
+        if (config_.fidelity == Fidelity::Ideal || plan.phases.empty()) return cost;
+        const Phase& p = plan.phases.front();
+        cost.delay = plan.fixed_latency + phase_delay(p);
+        cost.rate = flow_rate(p.flows.front());
+        return cost;
+    }
+
+    void account_send(int src, int dst, Bytes size) override {
+        if (config_.fidelity == Fidelity::Flow)
+            throw SimulationError("network", "a send accounted without its flow under `flow`",
+                                  sim_.now());
+        if (!observed()) return;
+        const Plan& plan = p2p_plan(src, dst);
+        const double bytes = static_cast<double>(size.value);
+        for (const Phase& p : plan.phases)
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0) continue;
+                const Time t = config_.fidelity == Fidelity::Analytical
+                                   ? transfer_time(fb, Bandwidth{flow_rate(f)})
+                                   : Time::zero();
+                real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
+            }
+    }
+
     void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
         check_capacity(link, bandwidth);
         refuse_if_folded();
