@@ -109,9 +109,12 @@ struct Source {
     const std::filesystem::path* path = nullptr;
     const workload::ExperimentText* text = nullptr;
     std::int64_t max_memory = topology::kDefaultMaxMemory;
+    // The topology is built once per distinct `topology.` settings, not once per combination
+    // (at 16,384 GPUs building it took longer than an analytical run of it).
+    std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
-        return text ? workload::load_experiment(*text, overrides, max_memory)
-                    : workload::load_experiment(*path, overrides, max_memory);
+        return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get())
+                    : workload::load_experiment(*path, overrides, max_memory, clusters.get());
     }
 };
 

@@ -295,10 +295,15 @@ class NetworkImpl final : public Network, public EventHandler {
         return cost;
     }
 
-    void account_send(int src, int dst, Bytes size) override {
+    bool accounts_in_bulk() const override { return !real_links_.wants_flow_times(); }
+
+    void account_send(int src, int dst, Bytes size, std::int64_t count) override {
         if (config_.fidelity == Fidelity::Flow)
             throw SimulationError("network", "a send accounted without its flow under `flow`",
                                   sim_.now());
+        if (count < 1 || (count > 1 && !accounts_in_bulk()))
+            throw SimulationError(
+                "network", "sends accounted in bulk for an observer of flow times", sim_.now());
         if (!observed()) return;
         const Plan& plan = p2p_plan(src, dst);
         const double bytes = static_cast<double>(size.value);
@@ -309,7 +314,10 @@ class NetworkImpl final : public Network, public EventHandler {
                 const Time t = config_.fidelity == Fidelity::Analytical
                                    ? transfer_time(fb, Bandwidth{flow_rate(f)})
                                    : Time::zero();
-                real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
+                // count equal flows: their bytes and stand-alone times summed (whole numbers of
+                // bytes and picoseconds, so the sums are those of count separate notifications).
+                real_links_.on_flow_start(
+                    {sim_.now(), f.path, fb * static_cast<double>(count), false, t * count});
             }
     }
 
@@ -458,6 +466,10 @@ class NetworkImpl final : public Network, public EventHandler {
             return std::any_of(targets.begin(), targets.end(), [](const NetworkObserver* o) {
                 return o->wants_ordered_link_rates();
             });
+        }
+        bool wants_flow_times() const override {
+            return std::any_of(targets.begin(), targets.end(),
+                               [](const NetworkObserver* o) { return o->wants_flow_times(); });
         }
     };
     bool observed() const { return !real_links_.targets.empty(); }

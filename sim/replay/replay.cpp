@@ -484,6 +484,24 @@ void Replay::decide_replica_fold(ReplayResult& result) {
             followers_[static_cast<std::size_t>(worker_of(s, r))].push_back(w);
         }
     result.replicas_simulated = static_cast<int>(classes.size());
+    bulk_accounting_ = network_->accounts_in_bulk();
+}
+
+void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
+    const auto& from = followers_[static_cast<std::size_t>(worker)];
+    const auto& to = followers_[static_cast<std::size_t>(dst)];
+    for (std::size_t i = 0; i < from.size(); ++i) {
+        const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
+        const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
+        for (std::size_t g = 0; g < fs.size(); ++g)
+            network_->account_send(fs[g], fd[g], bytes, count);
+    }
+}
+
+void Replay::flush_follower_sends() {
+    for (const auto& [key, count] : follower_sends_)
+        account_follower_sends(std::get<0>(key), std::get<1>(key), Bytes{std::get<2>(key)}, count);
+    follower_sends_.clear();
 }
 
 bool Replay::sends_p2p(int worker, Pass pass, int vs, int microbatch) const {
@@ -920,15 +938,11 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
                                token_base_ + static_cast<std::uint64_t>(id));
             // Replica folding: the same message of every replica this one stands for costs the
             // same time (their classes are equal); the network's observers hear of its flows.
-            if (!followers_.empty()) {
-                const auto& from = followers_[static_cast<std::size_t>(worker)];
-                const auto& to = followers_[static_cast<std::size_t>(dst)];
-                for (std::size_t i = 0; i < from.size(); ++i) {
-                    const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
-                    const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
-                    for (std::size_t g = 0; g < fs.size(); ++g)
-                        network_->account_send(fs[g], fd[g], msg.record.bytes);
-                }
+            if (!followers_.empty() && !followers_[static_cast<std::size_t>(worker)].empty()) {
+                if (bulk_accounting_)
+                    ++follower_sends_[{worker, dst, msg.record.bytes.value}];
+                else
+                    account_follower_sends(worker, dst, msg.record.bytes, 1);
             }
         }
     }
@@ -1509,6 +1523,7 @@ ReplayResult Replay::finish() {
                                   sim_.now());
         }
     }
+    flush_follower_sends();
     // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w)))

@@ -476,6 +476,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::vector<int>> followers_;
     std::string replica_refused_;
     bool stop_requested_ = false;
+    // Replica folding with observers that only sum per link (Network::accounts_in_bulk): the
+    // representatives' pipeline messages counted per (sending worker, receiving worker, bytes);
+    // their followers' copies are accounted once per entry at the end (flush_follower_sends).
+    bool bulk_accounting_ = false;
+    std::map<std::tuple<int, int, std::int64_t>, std::int64_t> follower_sends_;
+    void account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count);
+    void flush_follower_sends();
 };
 
 }  // namespace cs::replay

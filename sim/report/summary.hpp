@@ -180,6 +180,7 @@ class LinkAccounting final : public network::NetworkObserver {
     void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
+    bool wants_flow_times() const override { return false; }          // sums per link
 
     struct Link {
         double bytes = 0;
