@@ -264,6 +264,8 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
             *options.trace, report::TraceContext::of(spec, plan, replay), options.trace_options);
         replay.add_observer(*trace);
         replay.add_network_observer(*trace);
+        // A trace draws every pass's dependency arrows by pass id: each replica's own passes.
+        replay.refuse_replica_fold("a trace is written (it needs every replica's own passes)");
     }
     std::unique_ptr<report::CriticalPath> critical;
     if (spec.variability.any()) {

@@ -205,8 +205,9 @@ void register_run(CLI::App& app) {
            "The memory a run may take (default 16GiB); larger runs are refused before they start")
         ->type_name("SIZE");
     cmd->add_flag("--no-fold", args->no_fold,
-                  "Simulate every tensor-parallel member's transfers on the network instead of "
-                  "folding identical ones (same results; for checking and timing)");
+                  "Simulate every tensor-parallel member's transfers on the network (and, "
+                  "under analytical and ideal networks, every data-parallel replica) instead "
+                  "of folding identical ones (same results; for checking and timing)");
     cmd->callback([args] { run(*args); });
 }
 

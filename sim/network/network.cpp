@@ -285,6 +285,42 @@ class NetworkImpl final : public Network, public EventHandler {
 
     int fold_copies() const override { return folded_; }
 
+    RouteCost p2p_cost(int src, int dst) override {
+        const Plan& plan = p2p_plan(src, dst);
+        RouteCost cost;
+        if (config_.fidelity == Fidelity::Ideal || plan.phases.empty()) return cost;
+        const Phase& p = plan.phases.front();
+        cost.delay = plan.fixed_latency + phase_delay(p);
+        cost.rate = flow_rate(p.flows.front());
+        return cost;
+    }
+
+    bool accounts_in_bulk() const override { return !real_links_.wants_flow_times(); }
+
+    void account_send(int src, int dst, Bytes size, std::int64_t count) override {
+        if (config_.fidelity == Fidelity::Flow)
+            throw SimulationError("network", "a send accounted without its flow under `flow`",
+                                  sim_.now());
+        if (count < 1 || (count > 1 && !accounts_in_bulk()))
+            throw SimulationError(
+                "network", "sends accounted in bulk for an observer of flow times", sim_.now());
+        if (!observed()) return;
+        const Plan& plan = p2p_plan(src, dst);
+        const double bytes = static_cast<double>(size.value);
+        for (const Phase& p : plan.phases)
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0) continue;
+                const Time t = config_.fidelity == Fidelity::Analytical
+                                   ? transfer_time(fb, Bandwidth{flow_rate(f)})
+                                   : Time::zero();
+                // count equal flows: their bytes and stand-alone times summed (whole numbers of
+                // bytes and picoseconds, so the sums are those of count separate notifications).
+                real_links_.on_flow_start(
+                    {sim_.now(), f.path, fb * static_cast<double>(count), false, t * count});
+            }
+    }
+
     void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
         check_capacity(link, bandwidth);
         refuse_if_folded();
@@ -430,6 +466,10 @@ class NetworkImpl final : public Network, public EventHandler {
             return std::any_of(targets.begin(), targets.end(), [](const NetworkObserver* o) {
                 return o->wants_ordered_link_rates();
             });
+        }
+        bool wants_flow_times() const override {
+            return std::any_of(targets.begin(), targets.end(),
+                               [](const NetworkObserver* o) { return o->wants_flow_times(); });
         }
     };
     bool observed() const { return !real_links_.targets.empty(); }

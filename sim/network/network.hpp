@@ -170,6 +170,12 @@ class NetworkObserver {
     // Whether the rates of one instant must come in increasing link order (a trace's output
     // order depends on it; a per-link sum does not, and spares the network a sort).
     virtual bool wants_ordered_link_rates() const { return true; }
+    // Whether the observer needs each unshared flow's own start time (a timeline, a trace). An
+    // observer that only sums bytes and busy times per link (report::LinkAccounting) says no, and
+    // the network may then tell it of several equal transfers at once (Network::account_send with
+    // a count: one FlowStart with their bytes and times summed, at a time of the network's
+    // choosing).
+    virtual bool wants_flow_times() const { return true; }
 };
 
 using GroupId = std::uint32_t;
@@ -246,6 +252,27 @@ class Network {
     virtual bool fold(int copies, const std::vector<FoldClass>& classes, std::string& why) = 0;
     // The copies of the accepted fold, 1 without.
     virtual int fold_copies() const = 0;
+
+    // Replica folding (docs/network.md, "Folding"), `analytical` and `ideal` only, where a
+    // transfer's time depends on its own route alone. p2p_cost: what a message from src to dst
+    // costs on its route, as start() times it: `delay` (latencies and step overheads) plus its
+    // bytes over `rate` (the route's bottleneck in bytes/s; 0 under `ideal`, where it is free).
+    // Two messages with equal costs take equal times whatever their size. account_send: the
+    // observers are told of the flows of send(src, dst, size) as if it had started now (its own
+    // route, bytes and stand-alone time), but nothing is scheduled and no client is called: a
+    // folded replica's message whose time its representative's stands for. SimulationError under
+    // `flow` (flows there share links, so no message stands for another's time).
+    struct RouteCost {
+        Time delay;
+        double rate = 0;
+        bool operator==(const RouteCost&) const = default;
+    };
+    virtual RouteCost p2p_cost(int src, int dst) = 0;
+    // With `count` > 1 it stands for `count` such sends: allowed only when accounts_in_bulk().
+    virtual void account_send(int src, int dst, Bytes size, std::int64_t count = 1) = 0;
+    // Whether no observer needs each flow's start time (NetworkObserver::wants_flow_times), so
+    // that equal sends may be accounted at once, at the end of a run.
+    virtual bool accounts_in_bulk() const = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

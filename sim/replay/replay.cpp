@@ -299,15 +299,23 @@ Time Replay::modelled_compute(int worker, const PassRecord& r, Time nominal) {
 void Replay::emit_idle(int worker, Time until, IdleCause cause) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     if (until > st.idle_since)
-        for (auto* o : observers_)
+        for (auto* o : observers_) {
             o->on_idle(worker, st.idle_since, until, cause);
+            if (!followers_.empty())
+                for (int f : followers_[static_cast<std::size_t>(worker)])
+                    o->on_idle(f, st.idle_since, until, cause);
+        }
     st.idle_since = until;
 }
 
 void Replay::emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass) {
     if (end > start)
-        for (auto* o : observers_)
+        for (auto* o : observers_) {
             o->on_host(worker, start, end, kind, pass);
+            if (!followers_.empty())
+                for (int f : followers_[static_cast<std::size_t>(worker)])
+                    o->on_host(f, start, end, kind, pass);
+        }
 }
 
 bool Replay::p2p_target(int worker, Pass pass, int vs, int microbatch, int& dst, int& key,
@@ -401,6 +409,99 @@ void Replay::decide_fold(ReplayResult& result) {
     } else {
         result.fold_refused = why;
     }
+}
+
+void Replay::decide_replica_fold(ReplayResult& result) {
+    result.replicas_simulated = layout_.dp;
+    if (!fold_allowed_ || layout_.dp < 2 || spec_.network.fidelity == network::Fidelity::Flow)
+        return;
+    // Anything that may make one replica differ from another keeps them all.
+    std::string why;
+    if (!replica_refused_.empty())
+        why = replica_refused_;
+    else if (shared_)
+        why = "a shared-fabric (jobs:) run is not folded";
+    else if (duration_model_ || spec_.variability.any())
+        why = "variability (a per-worker duration or host model) makes replicas differ";
+    else if (!spec_.faults.links.empty() || !spec_.faults.gpus.empty() || stop_requested_)
+        why = "a run with faults is not folded";
+    else if (sharded_units_ || hsdp_)
+        why = "sharded data parallelism (zero2/zero3 or HSDP) is not folded by replicas";
+    if (!why.empty()) {
+        result.replicas_refused = why;
+        return;
+    }
+    // The stage pairs that exchange pipeline messages (the same in every replica).
+    std::vector<std::pair<int, int>> pairs;
+    for (int s = 0; s < layout_.pp; ++s) {
+        const int w = worker_of(s, 0);
+        for (const auto& op : orders_[static_cast<std::size_t>(s)]) {
+            const int vs = schedule_.virtual_stage(shape_, s, op.chunk, op.microbatch);
+            int dst = -1, key = -1, target_vs = -1;
+            bool gradient = false;
+            if (p2p_target(w, op.pass, vs, op.microbatch, dst, key, target_vs, gradient) &&
+                dst != w)
+                pairs.emplace_back(s, workers_[static_cast<std::size_t>(dst)].stage);
+        }
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    // A replica's class: the cost of every pipeline message route of every member, pair by pair.
+    // Replicas with equal classes start, wait and finish alike (no contention: a message's time
+    // is its route's), DP collectives being common to all.
+    using Signature = std::vector<std::pair<std::int64_t, double>>;
+    std::map<Signature, int> classes;
+    rep_replica_.assign(static_cast<std::size_t>(layout_.dp), 0);
+    const int members = ranks_.members();
+    for (int d = 0; d < layout_.dp; ++d) {
+        Signature sig;
+        sig.reserve(pairs.size() * static_cast<std::size_t>(members));
+        for (const auto& [a, b] : pairs) {
+            const auto& src = workers_[static_cast<std::size_t>(worker_of(a, d))].gpus;
+            const auto& dst = workers_[static_cast<std::size_t>(worker_of(b, d))].gpus;
+            for (int m = 0; m < members; ++m) {
+                const auto cost = network_->p2p_cost(src[static_cast<std::size_t>(m)],
+                                                     dst[static_cast<std::size_t>(m)]);
+                sig.emplace_back(cost.delay.count_ps(), cost.rate);
+            }
+        }
+        rep_replica_[static_cast<std::size_t>(d)] =
+            classes.try_emplace(std::move(sig), d).first->second;
+    }
+    if (static_cast<int>(classes.size()) == layout_.dp) {
+        rep_replica_.clear();
+        result.replicas_refused = "every replica's pipeline messages cost differently";
+        return;
+    }
+    is_follower_.assign(workers_.size(), 0);
+    followers_.assign(workers_.size(), {});
+    for (int s = 0; s < layout_.pp; ++s)
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int r = rep_replica_[static_cast<std::size_t>(d)];
+            if (r == d) continue;
+            const int w = worker_of(s, d);
+            is_follower_[static_cast<std::size_t>(w)] = 1;
+            followers_[static_cast<std::size_t>(worker_of(s, r))].push_back(w);
+        }
+    result.replicas_simulated = static_cast<int>(classes.size());
+    bulk_accounting_ = network_->accounts_in_bulk();
+}
+
+void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
+    const auto& from = followers_[static_cast<std::size_t>(worker)];
+    const auto& to = followers_[static_cast<std::size_t>(dst)];
+    for (std::size_t i = 0; i < from.size(); ++i) {
+        const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
+        const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
+        for (std::size_t g = 0; g < fs.size(); ++g)
+            network_->account_send(fs[g], fd[g], bytes, count);
+    }
+}
+
+void Replay::flush_follower_sends() {
+    for (const auto& [key, count] : follower_sends_)
+        account_follower_sends(std::get<0>(key), std::get<1>(key), Bytes{std::get<2>(key)}, count);
+    follower_sends_.clear();
 }
 
 bool Replay::sends_p2p(int worker, Pass pass, int vs, int microbatch) const {
@@ -533,6 +634,17 @@ void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     rec.to_pass = pass_id;
     for (auto* o : observers_)
         o->on_transfer(rec);
+    if (followers_.empty() || followers_[static_cast<std::size_t>(worker)].empty()) return;
+    // The same message of every replica the receiver stands for (the sender is of its replica).
+    const auto& to = followers_[static_cast<std::size_t>(worker)];
+    const auto& from = followers_[static_cast<std::size_t>(rec.src_worker)];
+    TransferRecord copy = rec;
+    for (std::size_t i = 0; i < to.size(); ++i) {
+        copy.dst_worker = to[i];
+        copy.src_worker = from[i];
+        for (auto* o : observers_)
+            o->on_transfer(copy);
+    }
 }
 
 void Replay::try_start(int worker) {
@@ -724,7 +836,8 @@ void Replay::bucket_ready(int worker, int chunk, int bucket) {
     // Launched when every replica of the stage has this bucket (the last one launches it).
     auto& ready = buckets_ready_[static_cast<std::size_t>(
         (w.stage * shape_.chunks + chunk) * max_buckets_ + bucket)];
-    if (++ready < layout_.dp) return;
+    ready += class_size(worker);  // a representative stands for its followers
+    if (ready < layout_.dp) return;
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
@@ -767,6 +880,14 @@ void Replay::finish_pass(int worker) {
     end_time_ = std::max(end_time_, r.end);
     for (auto* o : observers_)
         o->on_pass(r);
+    if (!followers_.empty() && !followers_[static_cast<std::size_t>(worker)].empty()) {
+        PassRecord copy = r;
+        for (int f : followers_[static_cast<std::size_t>(worker)]) {
+            copy.worker = f;
+            for (auto* o : observers_)
+                o->on_pass(copy);
+        }
+    }
     if (!st.running.empty()) {
         // An overlapped group runs on: its passes' outputs leave together when it ends.
         st.held.push_back(r);
@@ -815,6 +936,14 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             for (std::size_t g = 0; g < static_cast<std::size_t>(members_on_network_); ++g)
                 network_->send(w.gpus[g], dw.gpus[g], msg.record.bytes,
                                token_base_ + static_cast<std::uint64_t>(id));
+            // Replica folding: the same message of every replica this one stands for costs the
+            // same time (their classes are equal); the network's observers hear of its flows.
+            if (!followers_.empty() && !followers_[static_cast<std::size_t>(worker)].empty()) {
+                if (bulk_accounting_)
+                    ++follower_sends_[{worker, dst, msg.record.bytes.value}];
+                else
+                    account_follower_sends(worker, dst, msg.record.bytes, 1);
+            }
         }
     }
 
@@ -838,7 +967,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     // passes; the last replica to get there launches it for all.
     int ready = 0;
     for (int d = 0; d < layout_.dp; ++d)
-        if (states_[static_cast<std::size_t>(worker_of(w.stage, d))]
+        if (states_[static_cast<std::size_t>(simulated_worker(w.stage, d))]
                 .backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
             ++ready;
     if (ready < layout_.dp) return;
@@ -900,7 +1029,7 @@ void Replay::start_parameter_gather(int worker) {
     // parameters (without --overlap-param-gather this is exposed before the next forward). The
     // last replica of the stage to finish its optimizer step launches it for all.
     for (int d = 0; d < layout_.dp; ++d)
-        if (!states_[static_cast<std::size_t>(worker_of(w.stage, d))].optimizer_done) return;
+        if (!states_[static_cast<std::size_t>(simulated_worker(w.stage, d))].optimizer_done) return;
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpParameters;
     msg.record.src_worker = msg.record.dst_worker = worker;
@@ -1222,8 +1351,12 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             auto& st = states_[static_cast<std::size_t>(worker)];
             const Time start = st.idle_since;
             if (sim.now() > start)
-                for (auto* o : observers_)
+                for (auto* o : observers_) {
                     o->on_optimizer(worker, start, sim.now());
+                    if (!followers_.empty())
+                        for (int f : followers_[static_cast<std::size_t>(worker)])
+                            o->on_optimizer(f, start, sim.now());
+                }
             st.idle_since = sim.now();
             st.last_compute_end = sim.now();
             st.optimizer_done = true;
@@ -1269,6 +1402,7 @@ void Replay::check_complete() {
 }
 
 void Replay::stop_at(Time at) {
+    stop_requested_ = true;
     sim_.schedule_at(at, handler_, kStop);
 }
 
@@ -1310,6 +1444,7 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     if (const auto* gather = std::get_if<ParameterGather>(&purpose)) {
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(gather->stage, d);
+            if (follower(w)) continue;  // its representative's notifications stand for it
             emit_idle(w, sim.now(), IdleCause::Collective);
             states_[static_cast<std::size_t>(w)].parameters_done = true;
         }
@@ -1333,6 +1468,7 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
 void Replay::chunk_synchronised(int stage) {
     for (int d = 0; d < layout_.dp; ++d) {
         const int w = worker_of(stage, d);
+        if (follower(w)) continue;
         ++states_[static_cast<std::size_t>(w)].dp_done;
         maybe_start_optimizer(w);
     }
@@ -1355,8 +1491,9 @@ void Replay::start() {
         std::fill(st.arrived_at.begin(), st.arrived_at.end(), origin_);
     }
     decide_fold(started_);
+    decide_replica_fold(started_);
     for (std::size_t w = 0; w < workers_.size(); ++w)
-        try_start(static_cast<int>(w));
+        if (!follower(static_cast<int>(w))) try_start(static_cast<int>(w));
 }
 
 ReplayResult Replay::finish() {
@@ -1369,6 +1506,7 @@ ReplayResult Replay::finish() {
     }
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
+        if (follower(static_cast<int>(w))) continue;
         if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
             const auto& order = orders_[static_cast<std::size_t>(workers_[w].stage)];
             std::string what =
@@ -1385,9 +1523,11 @@ ReplayResult Replay::finish() {
                                   sim_.now());
         }
     }
+    flush_follower_sends();
     // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
     for (std::size_t w = 0; w < workers_.size(); ++w)
-        emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
+        if (!follower(static_cast<int>(w)))
+            emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
     for (auto* o : observers_)
         o->on_iteration_end(end_time_);
     result.iteration_time = end_time_ - origin_;

@@ -154,6 +154,11 @@ struct ReplayResult {
     // network (1: not folded), and why not when it was allowed but refused.
     int fold_copies = 1;
     std::string fold_refused;
+    // Replica folding (`analytical` and `ideal` networks): the data-parallel replicas simulated,
+    // one per class of replicas whose pipeline messages cost the same (dp when not folded), and
+    // why not when it was allowed but refused.
+    int replicas_simulated = 1;
+    std::string replicas_refused;
 };
 
 // An overlapped group's time (DualPipe's F&B, Replay's overlap_group), in picoseconds: the
@@ -210,7 +215,20 @@ class Replay final : public EventHandler, public network::TransferClient {
     // each other by a link map and share no link) only member 0's transfers go on the network,
     // each standing for all members. Results are the same (the network's observers still see
     // every member's flows); only engine events and time drop. run() decides.
+    //
+    // Replica folding (same switch): under `analytical` and `ideal` networks a transfer's time
+    // depends on its own route alone, so data-parallel replicas whose pipeline messages cost the
+    // same (Network::p2p_cost, member by member and pair by pair) run exactly alike: one
+    // representative per class is simulated, the DP collectives (which span every replica) start
+    // when every class's representative is ready, and observers hear every replica's passes,
+    // idle times and transfers (the representative's, renumbered) and the network's observers
+    // every replica's flows (Network::account_send). Refused where a replica may differ: a
+    // duration model (variability), faults, a stop, sharded data parallelism (ZeRO-2/3, HSDP), a
+    // shared fabric, or refuse_replica_fold().
     void set_fold(bool allowed) { fold_allowed_ = allowed; }
+    // Keeps replicas unfolded, with `why` reported (ReplayResult::replicas_refused): for an
+    // observer that needs every replica's own records (a trace's per-pass dependency arrows).
+    void refuse_replica_fold(std::string why) { replica_refused_ = std::move(why); }
     ReplayResult run();
     // run() in three parts for a shared fabric: start() issues the first passes, the owner of the
     // shared Simulation runs it, finish() checks completion and notifies the iteration's end.
@@ -311,6 +329,23 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The fold check's classes (every p2p worker pair and DP collective the run will issue) and
     // Network::fold; sets members_on_network_.
     void decide_fold(ReplayResult& result);
+    // Replica folding: the classes of replicas (set_fold) and followers_; sets replicas_simulated.
+    void decide_replica_fold(ReplayResult& result);
+    // The worker that runs for `worker`: itself, or its replica class's representative.
+    bool follower(int worker) const {
+        return !is_follower_.empty() && is_follower_[static_cast<std::size_t>(worker)];
+    }
+    int class_size(int worker) const {
+        return followers_.empty()
+                   ? 1
+                   : 1 + static_cast<int>(followers_[static_cast<std::size_t>(worker)].size());
+    }
+    // The representative of worker(stage, replica).
+    int simulated_worker(int stage, int replica) const {
+        return worker_of(stage, rep_replica_.empty()
+                                    ? replica
+                                    : rep_replica_[static_cast<std::size_t>(replica)]);
+    }
     // Where the output of `worker`'s pass goes: the receiving worker, arrival key and whether it
     // is a gradient; false when the pass sends nothing.
     bool p2p_target(int worker, schedule::Pass pass, int vs, int microbatch, int& dst, int& key,
@@ -433,6 +468,21 @@ class Replay final : public EventHandler, public network::TransferClient {
     bool stopped_ = false;
     bool fold_allowed_ = true;
     int members_on_network_ = 1;  // members whose transfers are issued: 1 when folded
+    // Replica folding: per replica its class's representative replica; per worker whether it is
+    // a follower (not simulated) and, for a representative, its followers (same stage, in replica
+    // order, so that two representatives' i-th followers are the same replica). Empty unfolded.
+    std::vector<int> rep_replica_;
+    std::vector<std::uint8_t> is_follower_;
+    std::vector<std::vector<int>> followers_;
+    std::string replica_refused_;
+    bool stop_requested_ = false;
+    // Replica folding with observers that only sum per link (Network::accounts_in_bulk): the
+    // representatives' pipeline messages counted per (sending worker, receiving worker, bytes);
+    // their followers' copies are accounted once per entry at the end (flush_follower_sends).
+    bool bulk_accounting_ = false;
+    std::map<std::tuple<int, int, std::int64_t>, std::int64_t> follower_sends_;
+    void account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count);
+    void flush_follower_sends();
 };
 
 }  // namespace cs::replay

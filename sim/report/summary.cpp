@@ -96,6 +96,8 @@ Summary summarize(const SummaryInputs& in) {
     s.events = in.result.events;
     s.fold_copies = in.result.fold_copies;
     s.fold_refused = in.result.fold_refused;
+    s.fold_replicas = in.result.replicas_simulated;
+    s.fold_replicas_refused = in.result.replicas_refused;
     s.host_bound_passes = in.metrics->host_bound_passes();
 
     // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
@@ -286,6 +288,8 @@ nlohmann::ordered_json to_json(const Summary& s) {
     j["events"] = s.events;
     j["fold"] = {{"copies", s.fold_copies}};
     if (!s.fold_refused.empty()) j["fold"]["refused"] = s.fold_refused;
+    j["fold"]["replicas"] = s.fold_replicas;
+    if (!s.fold_replicas_refused.empty()) j["fold"]["replicas_refused"] = s.fold_replicas_refused;
     j["wall_time_s"] = s.wall_time_s;
     return j;
 }

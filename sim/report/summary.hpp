@@ -133,6 +133,10 @@ struct Summary {
     // (1: not folded) and, when folding was allowed but refused, why.
     int fold_copies = 1;
     std::string fold_refused;
+    // Replica folding (analytical and ideal networks): the data-parallel replicas simulated, one
+    // per class (dp when not folded), and why not when it was allowed but refused.
+    int fold_replicas = 1;
+    std::string fold_replicas_refused;
     double wall_time_s = 0;  // host time of the simulation (the only non-deterministic field)
 };
 
@@ -176,6 +180,7 @@ class LinkAccounting final : public network::NetworkObserver {
     void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
+    bool wants_flow_times() const override { return false; }          // sums per link
 
     struct Link {
         double bytes = 0;

@@ -673,7 +673,8 @@ network::NetworkConfig parse_network(const config::Reader& r) {
 // The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
 ExperimentSpec load_experiment_document(config::Document doc,
                                         const std::vector<std::string>& overrides,
-                                        std::int64_t max_memory, bool part = false) {
+                                        std::int64_t max_memory, bool part = false,
+                                        ClusterCache* clusters = nullptr) {
     ExperimentSpec spec;
     spec.source = doc.display_path;
 
@@ -699,7 +700,21 @@ ExperimentSpec load_experiment_document(config::Document doc,
         root.fail("topology",
                   "missing; expected the path of a topology file, e.g. "
                   "../topologies/h200-2gpu-nvlink.yaml");
-    std::shared_ptr<topology::Cluster> cluster;
+    std::shared_ptr<const topology::Cluster> cluster;
+    // The cache key: what the cluster is built from, then its overrides and the memory limit.
+    const auto cache_key = [&](const std::string& source) {
+        std::string key = source;
+        key.append("\n").append(std::to_string(max_memory));
+        for (const auto& [k, v] : topo_overrides)
+            key.append("\n").append(k).append("=").append(v);
+        return key;
+    };
+    const auto build = [&](const std::string& source, const config::Document& tdoc) {
+        const auto make = [&] { return topology::load_cluster(tdoc, max_memory); };
+        if (clusters) return clusters->get(cache_key(source), make);
+        return std::shared_ptr<const topology::Cluster>(
+            std::make_shared<topology::Cluster>(make()));
+    };
     if (topo_node.IsScalar()) {
         config::Document tdoc;
         try {
@@ -714,7 +729,8 @@ ExperimentSpec load_experiment_document(config::Document doc,
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
+        cluster =
+            build(std::string("file ").append(doc.resolve(topo_node.Scalar()).string()), tdoc);
     } else if (topo_node.IsMap()) {
         // Inline topology: overrides address it as topology.<key> within the experiment itself.
         for (const auto& [k, v] : topo_overrides)
@@ -729,7 +745,11 @@ ExperimentSpec load_experiment_document(config::Document doc,
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;
-        cluster = std::make_shared<topology::Cluster>(topology::load_cluster(tdoc, max_memory));
+        cluster = build(std::string("inline ")
+                            .append(doc.display_path)
+                            .append("\n")
+                            .append(YAML::Dump(tdoc.root)),
+                        tdoc);
     } else {
         root.fail("topology", "expected a file path or a mapping");
     }
@@ -826,16 +846,30 @@ ExperimentSpec load_experiment_document(config::Document doc,
 
 }  // namespace
 
+std::shared_ptr<const topology::Cluster> ClusterCache::get(
+    const std::string& key, const std::function<topology::Cluster()>& build) {
+    for (const auto& [k, cluster] : entries_)
+        if (k == key) return cluster;
+    auto cluster = std::make_shared<const topology::Cluster>(build());
+    ++builds_;
+    if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
+    entries_.emplace_back(key, cluster);
+    return cluster;
+}
+
 ExperimentSpec load_experiment(const std::filesystem::path& path,
-                               const std::vector<std::string>& overrides, std::int64_t max_memory) {
-    return load_experiment_document(config::load_document(path), overrides, max_memory);
+                               const std::vector<std::string>& overrides, std::int64_t max_memory,
+                               ClusterCache* clusters) {
+    return load_experiment_document(config::load_document(path), overrides, max_memory, false,
+                                    clusters);
 }
 
 ExperimentSpec load_experiment(const ExperimentText& source,
-                               const std::vector<std::string>& overrides, std::int64_t max_memory) {
+                               const std::vector<std::string>& overrides, std::int64_t max_memory,
+                               ClusterCache* clusters) {
     return load_experiment_document(
         config::parse_document(source.text, source.display_path, source.folder), overrides,
-        max_memory);
+        max_memory, false, clusters);
 }
 
 ExperimentSpec load_job_experiment(const config::Document& doc, std::int64_t max_memory) {
@@ -854,7 +888,7 @@ std::string gpu_list_text(const std::vector<int>& gpus) {
             ++j;
         if (!text.empty()) text += ",";
         text += std::to_string(gpus[i]);
-        if (j > i) text += "-" + std::to_string(gpus[j]);
+        if (j > i) text.append("-").append(std::to_string(gpus[j]));
         i = j + 1;
     }
     return text;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -356,12 +357,33 @@ struct ExperimentSpec {
     std::vector<std::string> warnings;  // non-fatal notes to show the user
 };
 
+// Clusters already built, so that loading the same experiment again (a sweep loads it once per
+// combination) reuses its topology instead of building it again: keyed by the topology's source
+// (its resolved file path, or the text of an inline topology), its `topology.` overrides and the
+// memory limit. A cluster is immutable once built (routes are a pure function of it), so a reused
+// one gives the same results. Holds the kMaxEntries most recently built.
+class ClusterCache {
+  public:
+    static constexpr std::size_t kMaxEntries = 4;
+    // The cluster under `key`, built by `build` if it is not held. A build that throws caches
+    // nothing (the next load fails the same way).
+    std::shared_ptr<const topology::Cluster> get(const std::string& key,
+                                                 const std::function<topology::Cluster()>& build);
+    std::size_t builds() const { return builds_; }
+
+  private:
+    std::vector<std::pair<std::string, std::shared_ptr<const topology::Cluster>>> entries_;
+    std::size_t builds_ = 0;
+};
+
 // Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
 // `topology.` go to the referenced topology file). Throws ConfigError, also for a topology whose
 // estimated memory exceeds `max_memory` (topology::check_size).
+// With `clusters`, the topology comes from (and goes to) that cache.
 ExperimentSpec load_experiment(const std::filesystem::path& path,
                                const std::vector<std::string>& overrides,
-                               std::int64_t max_memory = topology::kDefaultMaxMemory);
+                               std::int64_t max_memory = topology::kDefaultMaxMemory,
+                               ClusterCache* clusters = nullptr);
 
 // An experiment given as YAML text instead of a file (the Python bindings pass a dict as JSON,
 // which is YAML): `display_path` names it in messages, and relative paths inside it (the
@@ -373,7 +395,8 @@ struct ExperimentText {
 };
 ExperimentSpec load_experiment(const ExperimentText& source,
                                const std::vector<std::string>& overrides,
-                               std::int64_t max_memory = topology::kDefaultMaxMemory);
+                               std::int64_t max_memory = topology::kDefaultMaxMemory,
+                               ClusterCache* clusters = nullptr);
 
 // A `jobs:` file's job (api/jobs.hpp) from a document already parsed: as load_experiment, except
 // that the layout may take fewer GPUs than the topology has (tp x pp x dp x cp up to its GPUs,

@@ -112,3 +112,105 @@ TEST_CASE("fold: ECMP routes that differ between members refuse folding") {
     CHECK(j["fold"]["copies"] == 1);
     CHECK(j["fold"]["refused"] == r.summary.fold_refused);
 }
+
+// ---- Replica folding (analytical and ideal networks) ------------------------------------------
+
+namespace {
+
+std::vector<std::string> analytical(std::vector<std::string> sets,
+                                    const std::string& model = "analytical") {
+    sets.push_back("network.model=" + model);
+    return sets;
+}
+
+// The folded and unfolded runs of `sets`, checked equal in everything but `fold`, `events` and
+// `wall_time_s`; returns the folded summary.
+cs::report::Summary folded_equals_unfolded(const std::vector<std::string>& sets) {
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(full.summary.fold_replicas == full.summary.dp);
+    CHECK(full.summary.fold_replicas_refused.empty());  // not asked for: no reason
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    CHECK_FALSE(folded.summary.links.empty());
+    if (folded.summary.fold_replicas < folded.summary.dp)
+        CHECK(folded.summary.events < full.summary.events);
+    return folded.summary;
+}
+
+}  // namespace
+
+TEST_CASE("fold: identical replicas fold to one under the analytical network, interleaved") {
+    // 16 DGX H100 nodes under one leaf per rail, tp 4 pp 8 dp 4 interleaved (the default's
+    // schedule and ZeRO-1): replica d's stage s is a half node; every pipeline message goes
+    // GPU -> NVSwitch -> GPU or GPU -> rail leaf -> GPU, the same route shape for every replica,
+    // so all four replicas form one class: one is simulated and the DP reduce-scatters and
+    // all-gathers (over all four) start when it is ready, as in the full run.
+    const auto s = folded_equals_unfolded(analytical(layout(16, 4)));
+    CHECK(s.dp == 4);
+    CHECK(s.fold_replicas == 1);
+    CHECK(s.fold_replicas_refused.empty());
+    CHECK(s.fold_copies == 1);  // member folding is for the flow network only
+    CHECK(s.p2p_bytes > 0);     // every replica's messages counted
+}
+
+TEST_CASE("fold: replica folding with overlapped gradient buckets, 1f1b and all-reduce (DDP)") {
+    // Buckets: a bucket is reduced once every replica has it; a representative stands for its
+    // class's replicas in that count. Without the distributed optimizer the sync is an all-reduce.
+    const auto s = folded_equals_unfolded(
+        analytical(layout(16, 4,
+                          {"parallelism.overlap_grad_reduce=true", "schedule=1f1b",
+                           "parallelism.vpp=1", "parallelism.distributed_optimizer=false"})));
+    CHECK(s.fold_replicas == 1);
+}
+
+TEST_CASE("fold: replica folding under the ideal network") {
+    // Every transfer is free, so every replica is in one class.
+    const auto s = folded_equals_unfolded(analytical(layout(16, 4), "ideal"));
+    CHECK(s.fold_replicas == 1);
+}
+
+TEST_CASE("fold: replicas whose pipeline routes differ form classes, and stay exact") {
+    // 40 DGX H100 nodes: nodes 0-31 under the first leaf of each rail, 32-39 under the second,
+    // spines between them. tp 8, pp 8, dp 5, ranks tp-dp-pp: worker (stage s, replica d) is node
+    // d + 5s. Stage pair (5, 6) goes from node 25 + d to 30 + d: it crosses a spine (two more
+    // hops, more latency) for d = 2, 3, 4; pair (6, 7), from 30 + d to 35 + d, for d = 0, 1. So
+    // replicas {0, 1} and {2, 3, 4} are two classes, two replicas are simulated, and the run
+    // stays exact.
+    const auto s = folded_equals_unfolded(analytical(layout(40, 8)));
+    CHECK(s.dp == 5);
+    CHECK(s.fold_replicas == 2);
+    // 64 nodes, dp 8: worker (s, d) is node d + 8s, so stage pair (3, 4) crosses a spine in
+    // every replica (nodes 24 + d -> 32 + d) and no other pair does: one class. ECMP hashes each
+    // replica's messages onto other spines, of equal capacity and latency: the same cost.
+    const auto t = folded_equals_unfolded(analytical(layout(64, 8)));
+    CHECK(t.dp == 8);
+    CHECK(t.fold_replicas == 1);
+}
+
+TEST_CASE("fold: a straggler turns replica folding off, and the run is the unfolded one") {
+    // variability slows GPU 9's passes: its replica is no longer like the others.
+    const auto sets = analytical(layout(16, 4, {"variability.gpus=[{gpus: [9], factor: 1.3}]"}));
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(folded.summary.fold_replicas == 4);
+    CHECK(folded.summary.fold_replicas_refused ==
+          "variability (a per-worker duration or host model) makes replicas differ");
+    CHECK(folded.summary.events == full.summary.events);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    const auto j = cs::report::to_json(folded.summary);
+    CHECK(j["fold"]["replicas"] == 4);
+    CHECK(j["fold"]["replicas_refused"] == folded.summary.fold_replicas_refused);
+}
+
+TEST_CASE("fold: zero3 is not folded by replicas; --no-fold unfolds") {
+    const auto z3 =
+        run(analytical(layout(16, 4,
+                              {"parallelism.sharding=zero3", "parallelism.pp=1",
+                               "parallelism.vpp=1", "schedule=1f1b", "parallelism.dp=32"})),
+            true);
+    CHECK(z3.summary.fold_replicas == 32);
+    CHECK_FALSE(z3.summary.fold_replicas_refused.empty());
+    const auto off = run(analytical(layout(16, 4)), false);
+    CHECK(off.summary.fold_replicas == 4);
+    CHECK(off.summary.fold_replicas_refused.empty());
+}

@@ -55,6 +55,11 @@ TEST_CASE("sweep: every combination, invalid ones with their reason, repeats lis
     for (std::size_t i = 0; i < 5; ++i)
         if (list[i]["settings"]["schedule"] == "gpipe") ++gpipe;
     CHECK(gpipe == 2);
+    // Without --json the rows are tallied and each summary digested without its text (links as
+    // bytes): the same repeats are found, and the table is the one printed with --json.
+    const std::string table = run_sweep({kExperiment, "--vary", "schedule=gpipe,1f1b,interleaved",
+                                         "--vary", "parallelism.vpp=1,2"});
+    CHECK(table == out);
 }
 
 TEST_CASE("sweep: dp follows a varied layout unless the sweep fixes it") {

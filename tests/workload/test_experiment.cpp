@@ -420,3 +420,34 @@ TEST_CASE("an error in a topology.* override names the --set argument as given")
     const auto message = error_of([&] { load_experiment(e, {"topology.nodes=two"}); });
     CHECK(message.rfind("--set topology.nodes=two: ", 0) == 0);
 }
+
+TEST_CASE("ClusterCache: one build per distinct topology settings, reused across loads") {
+    // A sweep loads its experiment once per combination; the cluster is built once per distinct
+    // (topology source, topology overrides, memory limit) and shared.
+    const std::string path = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+    ClusterCache cache;
+    const auto a = load_experiment(path, {"parallelism.tp=4", "parallelism.dp=8"},
+                                   topology::kDefaultMaxMemory, &cache);
+    const auto b = load_experiment(path, {"parallelism.tp=8"}, topology::kDefaultMaxMemory, &cache);
+    CHECK(cache.builds() == 1);
+    CHECK(a.cluster == b.cluster);  // the same object
+    const auto c = load_experiment(path, {"topology.nodes=16", "parallelism.dp=2"},
+                                   topology::kDefaultMaxMemory, &cache);
+    CHECK(cache.builds() == 2);
+    CHECK(c.cluster->gpu_count() == 128);
+    CHECK(a.cluster->gpu_count() == 256);
+    // Without a cache every load builds its own.
+    const auto d = load_experiment(path, {"parallelism.tp=8"});
+    CHECK(d.cluster != b.cluster);
+    CHECK(d.cluster->links().size() == b.cluster->links().size());
+    // A topology that fails to load caches nothing and fails again the same way.
+    const auto bad = [&] {
+        return error_of([&] {
+            load_experiment(path, {"topology.nodes=0"}, topology::kDefaultMaxMemory, &cache);
+        });
+    };
+    const std::string first = bad();
+    CHECK_FALSE(first.empty());
+    CHECK(bad() == first);
+    CHECK(cache.builds() == 2);
+}
