@@ -166,7 +166,7 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         const auto& st = seen[l];
         if (st.bytes <= 0) continue;
         LinkSummary ls;
-        ls.name = links[l].name;
+        ls.name = cluster.link_name(static_cast<topology::LinkId>(l));
         ls.kind = topology::link_kind_name(links[l].kind);
         ls.bytes = st.bytes;
         ls.busy_s = st.busy.seconds();
