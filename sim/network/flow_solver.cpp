@@ -204,41 +204,38 @@ bool FlowSolver::fill() {
             share_order_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
     }
 
-    // Repeatedly saturate the link with the smallest fair share. Freezing a flow at the current
-    // minimum share r can only raise the share (c - r) / (n - 1) of the other links it crosses,
-    // so keys are never too large: a popped entry whose link's share has grown since is queued
-    // again with the new value instead of re-queueing on every change. The initial shares are
-    // sorted once (most links are popped only to find all their flows frozen elsewhere, and a
-    // sorted array makes that cheap); re-queued entries go to a heap, merged in by key.
+    // Repeatedly saturate the link with the smallest fair share (ties: lowest link id). Freezing
+    // a flow at the current minimum share r can only raise the share (c - r) / (n - 1) of the
+    // other links it crosses, so keys are never too large: a popped entry whose link's share has
+    // grown since is queued again with the new value instead of re-queueing on every change.
+    // Every link is in the queue at most once and (share, link) orders entries totally, so the
+    // pops come in one order whatever the queue's layout. The initial shares are heaped in linear
+    // time and popped only until every flow of A is frozen: most links of L (those of flows
+    // frozen elsewhere, and the wide in-node links) are never popped, where a sort of all of L
+    // paid n log n for them.
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
     };
-    std::sort(share_order_.begin(), share_order_.end(),
-              [&](const Share& x, const Share& y) { return share_after(y, x); });
-    share_heap_.clear();
-    std::size_t next = 0;
-    while (next < share_order_.size() || !share_heap_.empty()) {
-        Share top;
-        if (share_heap_.empty() ||
-            (next < share_order_.size() && share_after(share_heap_.front(), share_order_[next]))) {
-            top = share_order_[next++];
-        } else {
-            std::pop_heap(share_heap_.begin(), share_heap_.end(), share_after);
-            top = share_heap_.back();
-            share_heap_.pop_back();
-        }
+    auto& queue = share_order_;
+    std::make_heap(queue.begin(), queue.end(), share_after);
+    std::size_t unfrozen = set_flows_.size();
+    while (unfrozen > 0 && !queue.empty()) {
+        std::pop_heap(queue.begin(), queue.end(), share_after);
+        const Share top = queue.back();
+        queue.pop_back();
         Link& bottleneck = links_[top.link];
         if (bottleneck.unfrozen == 0) continue;
         const double rate = std::max(0.0, bottleneck.remaining) / bottleneck.unfrozen;
         if (rate > top.share) {
-            share_heap_.push_back({rate, top.link});
-            std::push_heap(share_heap_.begin(), share_heap_.end(), share_after);
+            queue.push_back({rate, top.link});
+            std::push_heap(queue.begin(), queue.end(), share_after);
             continue;
         }
         for (FlowId g : link_flows_[top.link]) {
             FlowState& st = state_[g];
             if (st.frozen) continue;
             st.frozen = 1;
+            --unfrozen;
             const bool changed = rate_[g] != rate;
             rate_[g] = rate;
             const LinkId* path = path_of(g);
