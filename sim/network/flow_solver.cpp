@@ -89,6 +89,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         flows_.emplace_back();
         state_.emplace_back();
         rate_.push_back(0);
+        heap_pos_.push_back(kNoFlow);
         hop_links_.resize(flows_.size() * stride_);
         hop_slots_.resize(flows_.size() * stride_);
     }
@@ -153,8 +154,8 @@ void FlowSolver::remove(FlowId id) {
 }
 
 void FlowSolver::take_link(LinkId l) {
-    if (loads_[l].mark == epoch_) return;
-    loads_[l].mark = epoch_;
+    if (links_[l].mark == epoch_) return;
+    links_[l].mark = epoch_;
     links_[l].members = 0;
     set_links_.push_back(l);
 }
@@ -243,8 +244,8 @@ bool FlowSolver::fill() {
                 Link& link = links_[path[i]];
                 link.remaining -= rate;
                 --link.unfrozen;
-                if (changed && loads_[path[i]].noted != check_round_ + 1) {
-                    loads_[path[i]].noted = check_round_ + 1;
+                if (changed && link.noted != check_round_ + 1) {
+                    link.noted = check_round_ + 1;
                     changed_links_.push_back(path[i]);
                 }
             }
@@ -395,63 +396,59 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         o->on_link_rates(now, changed_rates_);
 }
 
-bool FlowSolver::heap_less(FlowId a, FlowId b) const {
-    const Flow& x = flows_[a];
-    const Flow& y = flows_[b];
-    return x.finish < y.finish || (x.finish == y.finish && a < b);
-}
-
 void FlowSolver::heap_up(std::uint32_t i) {
-    const FlowId f = heap_[i];
+    const HeapEntry e = heap_[i];
     while (i > 0) {
         const std::uint32_t parent = (i - 1) / 2;
-        if (!heap_less(f, heap_[parent])) break;
+        if (!heap_less(e, heap_[parent])) break;
         heap_[i] = heap_[parent];
-        flows_[heap_[i]].heap_index = i;
+        heap_pos_[heap_[i].flow] = i;
         i = parent;
     }
-    heap_[i] = f;
-    flows_[f].heap_index = i;
+    heap_[i] = e;
+    heap_pos_[e.flow] = i;
 }
 
 void FlowSolver::heap_down(std::uint32_t i) {
-    const FlowId f = heap_[i];
+    const HeapEntry e = heap_[i];
     const auto n = static_cast<std::uint32_t>(heap_.size());
     for (;;) {
         std::uint32_t child = 2 * i + 1;
         if (child >= n) break;
         if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
-        if (!heap_less(heap_[child], f)) break;
+        if (!heap_less(heap_[child], e)) break;
         heap_[i] = heap_[child];
-        flows_[heap_[i]].heap_index = i;
+        heap_pos_[heap_[i].flow] = i;
         i = child;
     }
-    heap_[i] = f;
-    flows_[f].heap_index = i;
+    heap_[i] = e;
+    heap_pos_[e.flow] = i;
 }
 
 void FlowSolver::heap_update(FlowId f) {
-    std::uint32_t i = flows_[f].heap_index;
+    std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) {
         i = static_cast<std::uint32_t>(heap_.size());
-        heap_.push_back(f);
-        flows_[f].heap_index = i;
+        heap_.push_back({flows_[f].finish, f});
+        heap_pos_[f] = i;
+    } else {
+        heap_[i].finish = flows_[f].finish;
     }
     heap_up(i);
-    heap_down(flows_[f].heap_index);
+    heap_down(heap_pos_[f]);
 }
 
 void FlowSolver::heap_erase(FlowId f) {
-    const std::uint32_t i = flows_[f].heap_index;
+    const std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) return;
-    flows_[f].heap_index = kNoFlow;
-    const FlowId last = heap_.back();
+    heap_pos_[f] = kNoFlow;
+    const HeapEntry last = heap_.back();
     heap_.pop_back();
-    if (last == f) return;
+    if (last.flow == f) return;
     heap_[i] = last;
-    flows_[last].heap_index = i;
+    heap_pos_[last.flow] = i;
     heap_up(i);
-    heap_down(flows_[last].heap_index);
+    heap_down(heap_pos_[last.flow]);
 }
 
 }  // namespace cs::network
