@@ -471,8 +471,17 @@ Cluster ClusterBuilder::build() {
     c.graph_ = Graph(c.devices_.size());
     c.out_links_.assign(c.devices_.size(), {});
     c.in_links_.assign(c.devices_.size(), {});
-    for (std::size_t v = 0; v < c.devices_.size(); ++v)
+    // Each device's link lists sized once (one allocation each, not one per doubling).
+    std::vector<std::uint32_t> out_degree(c.devices_.size(), 0), in_degree(c.devices_.size(), 0);
+    for (const Link& l : c.links_) {
+        ++out_degree[l.from];
+        ++in_degree[l.to];
+    }
+    for (std::size_t v = 0; v < c.devices_.size(); ++v) {
         c.graph_[v].device = static_cast<DeviceIndex>(v);
+        c.out_links_[v].reserve(out_degree[v]);
+        c.in_links_[v].reserve(in_degree[v]);
+    }
     for (std::size_t l = 0; l < c.links_.size(); ++l) {
         boost::add_edge(c.links_[l].from, c.links_[l].to, EdgeProps{static_cast<LinkId>(l)},
                         c.graph_);
