@@ -574,7 +574,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
             if (c.bytes.back() > 0) ++jobs_on;
         }
         if (jobs_on < 2) continue;
-        c.name = links[l].name;
+        c.name = cluster.link_name(l);
         const auto& st = accounting.links()[l];
         c.busy_s = st.busy.seconds();
         c.shared_s = st.shared.seconds();

@@ -89,6 +89,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         flows_.emplace_back();
         state_.emplace_back();
         rate_.push_back(0);
+        heap_pos_.push_back(kNoFlow);
         hop_links_.resize(flows_.size() * stride_);
         hop_slots_.resize(flows_.size() * stride_);
     }
@@ -153,8 +154,8 @@ void FlowSolver::remove(FlowId id) {
 }
 
 void FlowSolver::take_link(LinkId l) {
-    if (loads_[l].mark == epoch_) return;
-    loads_[l].mark = epoch_;
+    if (links_[l].mark == epoch_) return;
+    links_[l].mark = epoch_;
     links_[l].members = 0;
     set_links_.push_back(l);
 }
@@ -204,41 +205,38 @@ bool FlowSolver::fill() {
             share_order_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
     }
 
-    // Repeatedly saturate the link with the smallest fair share. Freezing a flow at the current
-    // minimum share r can only raise the share (c - r) / (n - 1) of the other links it crosses,
-    // so keys are never too large: a popped entry whose link's share has grown since is queued
-    // again with the new value instead of re-queueing on every change. The initial shares are
-    // sorted once (most links are popped only to find all their flows frozen elsewhere, and a
-    // sorted array makes that cheap); re-queued entries go to a heap, merged in by key.
+    // Repeatedly saturate the link with the smallest fair share (ties: lowest link id). Freezing
+    // a flow at the current minimum share r can only raise the share (c - r) / (n - 1) of the
+    // other links it crosses, so keys are never too large: a popped entry whose link's share has
+    // grown since is queued again with the new value instead of re-queueing on every change.
+    // Every link is in the queue at most once and (share, link) orders entries totally, so the
+    // pops come in one order whatever the queue's layout. The initial shares are heaped in linear
+    // time and popped only until every flow of A is frozen: most links of L (those of flows
+    // frozen elsewhere, and the wide in-node links) are never popped, where a sort of all of L
+    // paid n log n for them.
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
     };
-    std::sort(share_order_.begin(), share_order_.end(),
-              [&](const Share& x, const Share& y) { return share_after(y, x); });
-    share_heap_.clear();
-    std::size_t next = 0;
-    while (next < share_order_.size() || !share_heap_.empty()) {
-        Share top;
-        if (share_heap_.empty() ||
-            (next < share_order_.size() && share_after(share_heap_.front(), share_order_[next]))) {
-            top = share_order_[next++];
-        } else {
-            std::pop_heap(share_heap_.begin(), share_heap_.end(), share_after);
-            top = share_heap_.back();
-            share_heap_.pop_back();
-        }
+    auto& queue = share_order_;
+    std::make_heap(queue.begin(), queue.end(), share_after);
+    std::size_t unfrozen = set_flows_.size();
+    while (unfrozen > 0 && !queue.empty()) {
+        std::pop_heap(queue.begin(), queue.end(), share_after);
+        const Share top = queue.back();
+        queue.pop_back();
         Link& bottleneck = links_[top.link];
         if (bottleneck.unfrozen == 0) continue;
         const double rate = std::max(0.0, bottleneck.remaining) / bottleneck.unfrozen;
         if (rate > top.share) {
-            share_heap_.push_back({rate, top.link});
-            std::push_heap(share_heap_.begin(), share_heap_.end(), share_after);
+            queue.push_back({rate, top.link});
+            std::push_heap(queue.begin(), queue.end(), share_after);
             continue;
         }
         for (FlowId g : link_flows_[top.link]) {
             FlowState& st = state_[g];
             if (st.frozen) continue;
             st.frozen = 1;
+            --unfrozen;
             const bool changed = rate_[g] != rate;
             rate_[g] = rate;
             const LinkId* path = path_of(g);
@@ -246,8 +244,8 @@ bool FlowSolver::fill() {
                 Link& link = links_[path[i]];
                 link.remaining -= rate;
                 --link.unfrozen;
-                if (changed && loads_[path[i]].noted != check_round_ + 1) {
-                    loads_[path[i]].noted = check_round_ + 1;
+                if (changed && link.noted != check_round_ + 1) {
+                    link.noted = check_round_ + 1;
                     changed_links_.push_back(path[i]);
                 }
             }
@@ -398,63 +396,59 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
         o->on_link_rates(now, changed_rates_);
 }
 
-bool FlowSolver::heap_less(FlowId a, FlowId b) const {
-    const Flow& x = flows_[a];
-    const Flow& y = flows_[b];
-    return x.finish < y.finish || (x.finish == y.finish && a < b);
-}
-
 void FlowSolver::heap_up(std::uint32_t i) {
-    const FlowId f = heap_[i];
+    const HeapEntry e = heap_[i];
     while (i > 0) {
         const std::uint32_t parent = (i - 1) / 2;
-        if (!heap_less(f, heap_[parent])) break;
+        if (!heap_less(e, heap_[parent])) break;
         heap_[i] = heap_[parent];
-        flows_[heap_[i]].heap_index = i;
+        heap_pos_[heap_[i].flow] = i;
         i = parent;
     }
-    heap_[i] = f;
-    flows_[f].heap_index = i;
+    heap_[i] = e;
+    heap_pos_[e.flow] = i;
 }
 
 void FlowSolver::heap_down(std::uint32_t i) {
-    const FlowId f = heap_[i];
+    const HeapEntry e = heap_[i];
     const auto n = static_cast<std::uint32_t>(heap_.size());
     for (;;) {
         std::uint32_t child = 2 * i + 1;
         if (child >= n) break;
         if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
-        if (!heap_less(heap_[child], f)) break;
+        if (!heap_less(heap_[child], e)) break;
         heap_[i] = heap_[child];
-        flows_[heap_[i]].heap_index = i;
+        heap_pos_[heap_[i].flow] = i;
         i = child;
     }
-    heap_[i] = f;
-    flows_[f].heap_index = i;
+    heap_[i] = e;
+    heap_pos_[e.flow] = i;
 }
 
 void FlowSolver::heap_update(FlowId f) {
-    std::uint32_t i = flows_[f].heap_index;
+    std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) {
         i = static_cast<std::uint32_t>(heap_.size());
-        heap_.push_back(f);
-        flows_[f].heap_index = i;
+        heap_.push_back({flows_[f].finish, f});
+        heap_pos_[f] = i;
+    } else {
+        heap_[i].finish = flows_[f].finish;
     }
     heap_up(i);
-    heap_down(flows_[f].heap_index);
+    heap_down(heap_pos_[f]);
 }
 
 void FlowSolver::heap_erase(FlowId f) {
-    const std::uint32_t i = flows_[f].heap_index;
+    const std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) return;
-    flows_[f].heap_index = kNoFlow;
-    const FlowId last = heap_.back();
+    heap_pos_[f] = kNoFlow;
+    const HeapEntry last = heap_.back();
     heap_.pop_back();
-    if (last == f) return;
+    if (last.flow == f) return;
     heap_[i] = last;
-    flows_[last].heap_index = i;
+    heap_pos_[last.flow] = i;
     heap_up(i);
-    heap_down(flows_[last].heap_index);
+    heap_down(heap_pos_[last.flow]);
 }
 
 }  // namespace cs::network

@@ -74,7 +74,7 @@ class FlowSolver {
 
     // The flow with the earliest finish time (ties: lowest id), or kNoFlow if none.
     static constexpr FlowId kNoFlow = 0xffffffffu;
-    FlowId next_finishing() const { return heap_.empty() ? kNoFlow : heap_.front(); }
+    FlowId next_finishing() const { return heap_.empty() ? kNoFlow : heap_.front().flow; }
     Time finish_time(FlowId f) const { return flows_[f].finish; }
     std::uint32_t owner(FlowId f) const { return flows_[f].owner; }
     // Bytes per second, as of the last recompute().
@@ -109,7 +109,6 @@ class FlowSolver {
         Time updated;
         Time finish = Time::max();
         std::uint32_t owner = 0;
-        std::uint32_t heap_index = kNoFlow;
         bool active = false;
         bool pending = false;  // added since the last recompute
     };
@@ -119,17 +118,19 @@ class FlowSolver {
         std::uint32_t hops = 0;
         std::uint32_t frozen = 1;  // outside fill() every flow is frozen
     };
-    struct Link {  // progressive-filling scratch
+    // Link data in two 24-byte records: what taking a flow into A and freezing it touch, and
+    // what the bottleneck check reads.
+    struct Link {  // progressive-filling scratch and set membership
         double remaining = 0;
         std::uint32_t unfrozen = 0;
         std::uint32_t members = 0;  // flows of A on the link
+        std::uint32_t mark = 0;     // == epoch_: in the link set L of this recompute
+        std::uint32_t noted = 0;    // == check_round_ + 1: in changed_links_
     };
     struct LinkLoad {
         double capacity = 0;
-        double total = 0;         // sum of the rates of its flows, as of the last solve
-        double max_rate = 0;      // largest rate of its flows, as of the last solve
-        std::uint32_t mark = 0;   // == epoch_: in the link set L of this recompute
-        std::uint32_t noted = 0;  // == check_round_ + 1: in changed_links_
+        double total = 0;     // sum of the rates of its flows, as of the last solve
+        double max_rate = 0;  // largest rate of its flows, as of the last solve
     };
     struct LinkState {
         double acct_rate = 0;  // values last reported to observers
@@ -157,7 +158,16 @@ class FlowSolver {
     bool has_bottleneck(FlowId f) const;
     void finish(Time now, const std::vector<NetworkObserver*>& observers);
 
-    bool heap_less(FlowId a, FlowId b) const;
+    // The finish-time heap holds each flow's key beside its id, and positions live in a dense
+    // array of their own, so that sifting through hundreds of thousands of flows reads the heap's
+    // own memory instead of one Flow record per comparison.
+    struct HeapEntry {
+        Time finish;
+        FlowId flow;
+    };
+    static bool heap_less(const HeapEntry& a, const HeapEntry& b) {
+        return a.finish < b.finish || (a.finish == b.finish && a.flow < b.flow);
+    }
     void heap_up(std::uint32_t i);
     void heap_down(std::uint32_t i);
     void heap_update(FlowId f);
@@ -177,7 +187,8 @@ class FlowSolver {
     std::vector<LinkLoad> loads_;
     std::vector<LinkState> link_state_;
     std::vector<std::vector<FlowId>> link_flows_;
-    std::vector<FlowId> heap_;
+    std::vector<HeapEntry> heap_;
+    std::vector<std::uint32_t> heap_pos_;  // per flow: its index in heap_, kNoFlow if none
     std::vector<topology::LinkId> dirty_links_;
     std::vector<FlowId> new_flows_;
     std::uint32_t epoch_ = 0;
@@ -193,8 +204,7 @@ class FlowSolver {
     std::vector<topology::LinkId> changed_links_;  // links where a rate changed in the last fill
     std::vector<FlowId> failed_;                   // flows that failed the check this round
     std::vector<FlowId> recheck_;                  // ... and in the round before
-    std::vector<Share> share_order_;               // initial shares, sorted
-    std::vector<Share> share_heap_;                // shares queued again
+    std::vector<Share> share_order_;               // fill(): the queue of link shares, a heap
 };
 
 }  // namespace cs::network

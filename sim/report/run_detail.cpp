@@ -145,7 +145,7 @@ std::vector<LinkSeries> busiest_links(const LinkTimeline& timeline,
     for (const std::size_t l : order) {
         const auto id = static_cast<topology::LinkId>(l);
         LinkSeries s;
-        s.name = links[l].name;
+        s.name = cluster.link_name(static_cast<topology::LinkId>(l));
         s.kind = topology::link_kind_name(links[l].kind);
         s.bytes = timeline.total_bytes(id);
         const double capacity = links[l].bandwidth.bytes_per_s * width_s;

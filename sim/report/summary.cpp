@@ -44,29 +44,33 @@ void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
         p2p_bytes_ += static_cast<double>(t.bytes.value);
 }
 
-LinkAccounting::LinkAccounting(std::size_t links) : links_(links), state_(links) {}
+LinkAccounting::LinkAccounting(std::size_t links) : starts_(links), rates_(links) {}
 
 void LinkAccounting::on_flow_start(const FlowStart& flow) {
+    if (flow.shared) {
+        for (topology::LinkId l : flow.path) {
+            auto& st = starts_[l];
+            st.bytes += flow.bytes;
+            st.max_concurrent_flows = std::max(st.max_concurrent_flows, ++st.flows);
+        }
+        return;
+    }
     for (topology::LinkId l : flow.path) {
-        auto& link = links_[l];
-        link.bytes += flow.bytes;
-        if (flow.shared)
-            link.max_concurrent_flows = std::max(link.max_concurrent_flows, ++state_[l].flows);
-        else
-            link.busy += flow.holds;
+        starts_[l].bytes += flow.bytes;
+        rates_[l].busy += flow.holds;
     }
 }
 
 void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
     for (topology::LinkId l : path)
-        --state_[l].flows;
+        --starts_[l].flows;
 }
 
 void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
-    auto& st = state_[l];
+    auto& st = rates_[l];
     const Time span = at - st.since;
-    if (st.rate_flows >= 1) links_[l].busy += span;
-    if (st.rate_flows >= 2) links_[l].shared += span;
+    if (st.rate_flows >= 1) st.busy += span;
+    if (st.rate_flows >= 2) st.shared += span;
     st.rate_flows = flows;
     st.since = at;
 }
@@ -168,7 +172,7 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         const auto& st = seen[l];
         if (st.bytes <= 0) continue;
         LinkSummary ls;
-        ls.name = links[l].name;
+        ls.name = cluster.link_name(static_cast<topology::LinkId>(l));
         ls.kind = topology::link_kind_name(links[l].kind);
         ls.bytes = st.bytes;
         ls.busy_s = st.busy.seconds();

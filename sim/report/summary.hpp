@@ -187,16 +187,38 @@ class LinkAccounting final : public network::NetworkObserver {
         Time busy, shared;
         int max_concurrent_flows = 0;
     };
-    const std::vector<Link>& links() const { return links_; }
+    // Per link, by index (assembled from the tables below on access).
+    class Links {
+      public:
+        std::size_t size() const { return a_->starts_.size(); }
+        Link operator[](std::size_t l) const {
+            const auto& s = a_->starts_[l];
+            const auto& r = a_->rates_[l];
+            return {s.bytes, r.busy, r.shared, s.max_concurrent_flows};
+        }
+
+      private:
+        friend class LinkAccounting;
+        explicit Links(const LinkAccounting* a) : a_(a) {}
+        const LinkAccounting* a_;
+    };
+    Links links() const { return Links(this); }
 
   private:
-    struct State {
-        int flows = 0;       // started and not ended
-        int rate_flows = 0;  // as of the last rate notification, in force since `since`
-        Time since;
+    // Split by notification so that each touches one table, one cache line per link: a 131,072-
+    // GPU run keeps millions of links here and the notifications come in random link order.
+    struct Starts {  // on_flow_start, on_flow_end
+        double bytes = 0;
+        std::int32_t flows = 0;  // started and not ended
+        std::int32_t max_concurrent_flows = 0;
     };
-    std::vector<Link> links_;
-    std::vector<State> state_;
+    struct Rates {  // on_link_rate
+        Time busy, shared;
+        Time since;                   // rate_flows in force since
+        std::int32_t rate_flows = 0;  // as of the last rate notification
+    };
+    std::vector<Starts> starts_;
+    std::vector<Rates> rates_;
 };
 
 // The summary's `links`: every link of `cluster` that `accounting` saw carry bytes, with its

@@ -615,7 +615,8 @@ void TraceWriter::flush_link(topology::LinkId id) {
             it = links_groups_.emplace(pid, uuid).first;
         }
         st.track = next_uuid_++;
-        sink_->counter_track(st.track, it->second, link.name, "%", static_cast<int>(id));
+        sink_->counter_track(st.track, it->second, cluster.link_name(id), "%",
+                             static_cast<int>(id));
     }
     sink_->counter(st.track, st.at, st.value);
     st.last = st.value;

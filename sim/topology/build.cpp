@@ -202,10 +202,44 @@ class Builder {
             if (n.intra.kind == IntraKind::Pcie)
                 shape_.pcie_switches = std::min(n.intra.pcie_switches, n.gpus);
         }
+        reserve_generated();
         for (int k = 0; k < spec_.nodes; ++k)
             add_node(k, model);
         if (spec_.fabric) add_fabric();
         b_.set_generated_shape(shape_);
+    }
+
+    // Sizes the device and link tables and the name index for the generated nodes and a fabric
+    // of up to three tiers above their NICs (an upper bound for full bisection; a hint only), so
+    // that a 131,072-GPU cluster is built without regrowing them.
+    void reserve_generated() {
+        const NodeSpec& n = *spec_.node;
+        const auto nodes = static_cast<std::size_t>(spec_.nodes);
+        const auto gpus = static_cast<std::size_t>(n.gpus);
+        const auto nics = static_cast<std::size_t>(n.nics.count);
+        std::size_t node_links = 0, served = 0;
+        for (const auto& s : n.nics.serves)
+            served += s.size();
+        switch (n.intra.kind) {
+            case IntraKind::NvSwitch:
+                node_links = gpus;
+                break;
+            case IntraKind::NvLinkMesh:
+                node_links = gpus * (gpus - 1) / 2;
+                break;
+            case IntraKind::Pcie:
+                node_links = gpus + static_cast<std::size_t>(n.intra.pcie_switches);
+                break;
+        }
+        const std::size_t node_devices =
+            gpus + nics + 2 + static_cast<std::size_t>(n.intra.pcie_switches);
+        const std::size_t fabric_links = spec_.fabric ? 3 * nics : 0;
+        const std::size_t devices =
+            spec_.devices.size() + nodes * (node_devices + (spec_.fabric ? nics : 0));
+        const std::size_t links = spec_.links.size() + nodes * (node_links + served + fabric_links);
+        b_.reserve(devices, 2 * links);
+        index_of_.reserve(devices);
+        where_of_.reserve(devices);
     }
 
     void add_node(int k, int model) {

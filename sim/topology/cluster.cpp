@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "core/errors.hpp"
 
@@ -26,6 +28,26 @@ double SustainedRates::factor(double duty) const {
 DeviceIndex Cluster::find_device(const std::string& id) const {
     auto it = by_id_.find(id);
     return it == by_id_.end() ? kNone : it->second;
+}
+
+std::string Cluster::link_name(LinkId link) const {
+    const Link& l = links_.at(link);
+    const std::string& from = devices_[l.from].id;
+    const std::string& to = devices_[l.to].id;
+    std::string name;
+    name.reserve(from.size() + 2 + to.size());
+    name += from;
+    name += "->";
+    name += to;
+    return name;
+}
+
+bool Cluster::link_named(LinkId link, std::string_view name) const {
+    const Link& l = links_.at(link);
+    const std::string& from = devices_[l.from].id;
+    const std::string& to = devices_[l.to].id;
+    return name.size() == from.size() + 2 + to.size() && name.starts_with(from) &&
+           name.substr(from.size(), 2) == "->" && name.ends_with(to);
 }
 
 const std::vector<std::int32_t>& Cluster::hops_to(DeviceIndex dst) const {
@@ -295,6 +317,99 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     }
 }
 
+void Cluster::route_lengths(int src, const std::vector<int>& dsts, std::vector<int>& out) const {
+    out.clear();
+    out.reserve(dsts.size());
+    const int na = node_of_gpu(src);
+    const DeviceIndex s = gpu_device(src);
+    std::vector<LinkId> route_buf;
+    auto by_route = [&](int dst) {
+        route_buf.clear();
+        route(src, dst, 0, route_buf);
+        return static_cast<int>(route_buf.size());
+    };
+    // reach[f]: hops from `src` to fabric switch f (fabric-local index) through its node's
+    // non-GPU devices, an exit link and fabric-to-fabric links only: the forward image of the
+    // per-destination tables route_two_level() reads (fabric_hops_to), so that
+    //   length(src, d) = min over entry links f -> e of node(d) of reach[f] + 1 + hops(e, d in
+    //   node)
+    // equals route_two_level()'s dist_a[src] by exchanging the two minima.
+    std::vector<std::int32_t> reach;
+    std::vector<std::int32_t> dist_b;
+    std::vector<DeviceIndex> queue;
+    auto fill_reach = [&] {
+        const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
+        std::vector<std::int32_t> dist_a(devs_a.size(), kFar);
+        dist_a[static_cast<std::size_t>(local_index_[s])] = 0;
+        queue.assign(1, s);
+        for (std::size_t head = 0; head < queue.size(); ++head) {
+            const DeviceIndex v = queue[head];
+            const std::int32_t dv = dist_a[static_cast<std::size_t>(local_index_[v])];
+            for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+                const Arc& a = out_arcs_[i];
+                if (a.other_node != na || a.other_is_gpu) continue;  // never through a GPU
+                auto& dw = dist_a[static_cast<std::size_t>(a.other_local)];
+                if (dw != kFar) continue;
+                dw = dv + 1;
+                queue.push_back(a.other);
+            }
+        }
+        reach.assign(fabric_devices_.size(), kFar);
+        using Item = std::pair<std::int32_t, std::uint32_t>;  // (hops, fabric-local index)
+        std::priority_queue<Item, std::vector<Item>, std::greater<>> open;
+        for (LinkId l : node_exits_[static_cast<std::size_t>(na)]) {
+            const DeviceIndex u = links_[l].from;
+            if (u != s && is_gpu_[u]) continue;  // another GPU's own exit
+            const std::int32_t du = dist_a[static_cast<std::size_t>(local_index_[u])];
+            if (du == kFar) continue;
+            const auto x = static_cast<std::uint32_t>(local_index_[links_[l].to]);
+            if (du + 1 < reach[x]) {
+                reach[x] = du + 1;
+                open.emplace(du + 1, x);
+            }
+        }
+        while (!open.empty()) {
+            const auto [d, x] = open.top();
+            open.pop();
+            if (d != reach[x]) continue;
+            const DeviceIndex v = fabric_devices_[x];
+            for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+                const Arc& a = out_arcs_[i];
+                if (a.other_node >= 0) continue;
+                const auto y = static_cast<std::uint32_t>(a.other_local);
+                if (d + 1 < reach[y]) {
+                    reach[y] = d + 1;
+                    open.emplace(d + 1, y);
+                }
+            }
+        }
+    };
+    for (int dst : dsts) {
+        const int nb = node_of_gpu(dst);
+        if (dst == src || !two_level_ || na < 0 || nb < 0 || na == nb) {
+            out.push_back(by_route(dst));
+            continue;
+        }
+        if (reach.empty()) fill_reach();
+        const DeviceIndex d = gpu_device(dst);
+        dist_b.assign(node_devices_[static_cast<std::size_t>(nb)].size(), kFar);
+        node_bfs(in_offsets_, in_arcs_, node_of_device_, is_gpu_, local_index_, nb, d, dist_b,
+                 queue);
+        std::int32_t best = kFar;
+        for (LinkId l : node_entries_[static_cast<std::size_t>(nb)]) {
+            const DeviceIndex e = links_[l].to;
+            if (e != d && is_gpu_[e]) continue;
+            const std::int32_t inside = dist_b[static_cast<std::size_t>(local_index_[e])];
+            const std::int32_t before =
+                reach[static_cast<std::size_t>(local_index_[links_[l].from])];
+            if (inside == kFar || before == kFar) continue;
+            best = std::min(best, before + 1 + inside);
+        }
+        // No path: route() reports it as it would.
+        out.push_back(best == kFar ? by_route(dst) : static_cast<int>(best));
+    }
+}
+
 Time Cluster::route_latency(const std::vector<LinkId>& route) const {
     Time t = Time::zero();
     for (LinkId l : route)
@@ -335,15 +450,15 @@ LinkId ClusterBuilder::add_link(DeviceIndex from, DeviceIndex to, LinkKind kind,
     const bool inter = c_.devices_[from].node != c_.devices_[to].node ||
                        c_.devices_[from].node < 0 || c_.devices_[to].node < 0;
     const Bandwidth total{per_link.bytes_per_s * count};
-    Link fwd{from,   to,      kind,
-             total,  latency, count,
-             id + 1, inter,   c_.devices_[from].id + "->" + c_.devices_[to].id};
-    Link rev{to,    from,    kind,
-             total, latency, count,
-             id,    inter,   c_.devices_[to].id + "->" + c_.devices_[from].id};
-    c_.links_.push_back(std::move(fwd));
-    c_.links_.push_back(std::move(rev));
+    c_.links_.push_back(Link{from, to, kind, total, latency, count, id + 1, inter});
+    c_.links_.push_back(Link{to, from, kind, total, latency, count, id, inter});
     return id;
+}
+
+void ClusterBuilder::reserve(std::size_t devices, std::size_t directed_links) {
+    c_.devices_.reserve(devices);
+    c_.by_id_.reserve(devices);
+    c_.links_.reserve(directed_links);
 }
 
 void ClusterBuilder::set_generated_shape(const GeneratedShape& shape) {
@@ -356,8 +471,17 @@ Cluster ClusterBuilder::build() {
     c.graph_ = Graph(c.devices_.size());
     c.out_links_.assign(c.devices_.size(), {});
     c.in_links_.assign(c.devices_.size(), {});
-    for (std::size_t v = 0; v < c.devices_.size(); ++v)
+    // Each device's link lists sized once (one allocation each, not one per doubling).
+    std::vector<std::uint32_t> out_degree(c.devices_.size(), 0), in_degree(c.devices_.size(), 0);
+    for (const Link& l : c.links_) {
+        ++out_degree[l.from];
+        ++in_degree[l.to];
+    }
+    for (std::size_t v = 0; v < c.devices_.size(); ++v) {
         c.graph_[v].device = static_cast<DeviceIndex>(v);
+        c.out_links_[v].reserve(out_degree[v]);
+        c.in_links_[v].reserve(in_degree[v]);
+    }
     for (std::size_t l = 0; l < c.links_.size(); ++l) {
         boost::add_edge(c.links_[l].from, c.links_[l].to, EdgeProps{static_cast<LinkId>(l)},
                         c.graph_);

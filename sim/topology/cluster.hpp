@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -104,7 +105,8 @@ struct Link {
     std::int32_t count = 1;
     LinkId reverse = kNone;
     bool inter_node = false;  // true when the link leaves a node (NIC or fabric)
-    std::string name;         // "gpu0->gpu1"
+    // No stored name: Cluster::link_name() makes "<from id>-><to id>" ("gpu0->gpu1") on demand
+    // (a 131,072-GPU fabric has millions of links, and a heap string each cost a second to load).
 };
 
 struct VertexProps {
@@ -113,8 +115,11 @@ struct VertexProps {
 struct EdgeProps {
     LinkId link = 0;
 };
-using Graph =
-    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps, EdgeProps>;
+// Edges in a vector (EdgeList vecS) rather than Boost's default std::list: the graph is never
+// edited after build(), and a list costs one allocation per directed link (millions at 131,072
+// GPUs) and a slow copy in Cluster::with_faults(). Out- and in-edge order is the same either way.
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps,
+                                    EdgeProps, boost::no_property, boost::vecS>;
 
 // The shape a generator built (node template and fabric tiers), kept so that summaries can
 // derive bisection bandwidth from the structure instead of a max-flow. Absent when the cluster
@@ -174,6 +179,10 @@ class Cluster {
     }
     // Devices by id; kNone if unknown.
     DeviceIndex find_device(const std::string& id) const;
+    // A directed link's name in files, messages and reports: "<from id>-><to id>" ("gpu0->gpu1").
+    std::string link_name(LinkId link) const;
+    // Whether link_name(link) == name, without building the name.
+    bool link_named(LinkId link, std::string_view name) const;
 
     // Appends to `out` the directed links of a path from GPU `src` to GPU `dst` (empty when equal).
     // Shortest path in hops that never passes through another GPU; traffic between two GPUs of
@@ -198,6 +207,13 @@ class Cluster {
     Cluster with_faults(const std::vector<LinkId>& failed,
                         const std::vector<std::pair<LinkId, Bandwidth>>& bandwidths) const;
     bool link_failed(LinkId link) const { return !failed_.empty() && failed_[link] != 0; }
+
+    // The number of links route(src, d, flow_id) appends, for each d of `dsts` (in order, into
+    // `out`): route lengths are shortest-path lengths, the same for every flow id. Between two
+    // nodes of a two-level cluster it takes one search of the fabric from `src` for all the
+    // destinations (cheaper than route(), which searches the fabric once per destination-side
+    // switch); otherwise it calls route(). Throws what route() throws where no path exists.
+    void route_lengths(int src, const std::vector<int>& dsts, std::vector<int>& out) const;
 
     // Sum of link latencies along a route.
     Time route_latency(const std::vector<LinkId>& route) const;
@@ -271,6 +287,9 @@ class ClusterBuilder {
     // Returns the model's index; a model with the same name is reused.
     int add_gpu_model(const GpuModel& model);
     DeviceIndex add_device(Device device);
+    // Room for this many devices and directed links (both directions), to build large clusters
+    // without regrowing the tables; a hint, never a limit.
+    void reserve(std::size_t devices, std::size_t directed_links);
     // Adds both directions of a physical link; returns the forward direction's id.
     LinkId add_link(DeviceIndex from, DeviceIndex to, LinkKind kind, Bandwidth per_link,
                     Time latency, int count = 1);

@@ -45,19 +45,22 @@ std::optional<Bandwidth> structural_bisection(const GeneratedShape& s, int total
 
 int diameter(const Cluster& c) {
     const int n = c.gpu_count();
-    std::vector<LinkId> route;
-    std::size_t longest = 0;
-    auto visit = [&](int a, int b) {
-        if (a == b) return;
-        route.clear();
-        c.route(a, b, 0, route);
-        longest = std::max(longest, route.size());
+    // Route lengths are shortest-path lengths (the same for every flow id); route_lengths()
+    // finds them for one source and many destinations with one search of the fabric.
+    std::vector<int> lengths;
+    int longest = 0;
+    auto visit = [&](int a, const std::vector<int>& targets) {
+        c.route_lengths(a, targets, lengths);
+        for (int len : lengths)
+            longest = std::max(longest, len);
     };
     if (n <= 128) {
+        std::vector<int> all(static_cast<std::size_t>(n));
+        for (int b = 0; b < n; ++b)
+            all[static_cast<std::size_t>(b)] = b;
         for (int a = 0; a < n; ++a)
-            for (int b = 0; b < n; ++b)
-                visit(a, b);
-        return static_cast<int>(longest);
+            visit(a, all);
+        return longest;
     }
     // Sources: the GPUs of the first GPU's node. Destinations: every GPU of the next node and of
     // the last node, and GPU (k mod per-node) of every other node.
@@ -78,9 +81,8 @@ int diameter(const Cluster& c) {
             targets.push_back(g);
     }
     for (int a : sources)
-        for (int b : targets)
-            visit(a, b);
-    return static_cast<int>(longest);
+        visit(a, targets);
+    return longest;
 }
 
 }  // namespace

@@ -354,7 +354,7 @@ std::vector<topology::LinkId> fault_links(const config::Reader& r,
     const std::string to = arrow == std::string::npos ? std::string() : name.substr(arrow + 2);
     std::vector<topology::LinkId> found;
     for (topology::LinkId l = 0; l < links.size(); ++l)
-        if (links[l].name == name) {
+        if (cluster.link_named(l, name)) {
             found.push_back(l);
             found.push_back(links[l].reverse);
         }
@@ -367,10 +367,10 @@ std::vector<topology::LinkId> fault_links(const config::Reader& r,
     const auto list_links_of = [&](topology::DeviceIndex d) {
         std::string names;
         int shown = 0, total = 0;
-        for (const auto& link : links)
-            if (link.from == d) {
+        for (topology::LinkId l = 0; l < links.size(); ++l)
+            if (links[l].from == d) {
                 if (shown < 8) {
-                    names += (shown ? ", " : "") + link.name;
+                    names += (shown ? ", " : "") + cluster.link_name(l);
                     ++shown;
                 }
                 ++total;

@@ -4,7 +4,9 @@
 #include <set>
 #include <string>
 
+#include "bundled.hpp"
 #include "config/document.hpp"
+#include "core/errors.hpp"
 #include "topology/topology_yaml.hpp"
 
 using namespace cs;
@@ -114,4 +116,108 @@ TEST_CASE("explicit clusters with direct cables between nodes use the general ro
     const auto r = route_of(c, 1, 2, 0);
     CHECK(hops_of(c, r) == std::vector<std::string>{"na", "nb", "b0"});
     CHECK(c.route_bandwidth(r).bytes_per_s == doctest::Approx(64e9));
+}
+
+namespace {
+// route_lengths(src, every GPU) against the length of route(src, d, flow) for flows 0 and 7
+// (route lengths are shortest-path lengths, the same for every flow), for the given sources.
+void check_lengths(const Cluster& c, const std::vector<int>& sources) {
+    std::vector<int> all(static_cast<std::size_t>(c.gpu_count()));
+    for (int d = 0; d < c.gpu_count(); ++d)
+        all[static_cast<std::size_t>(d)] = d;
+    std::vector<int> lengths;
+    for (int s : sources) {
+        c.route_lengths(s, all, lengths);
+        REQUIRE(lengths.size() == all.size());
+        for (int d = 0; d < c.gpu_count(); ++d) {
+            CAPTURE(s);
+            CAPTURE(d);
+            const auto len = static_cast<int>(route_of(c, s, d, 0).size());
+            CHECK(lengths[static_cast<std::size_t>(d)] == len);
+            CHECK(static_cast<int>(route_of(c, s, d, 7).size()) == len);
+        }
+    }
+}
+}  // namespace
+
+TEST_CASE("route_lengths: the lengths route() takes, from one fabric search per source") {
+    SUBCASE("by hand: rail-optimised leaf-spine") {
+        // 4 nodes of 8 GPUs, one leaf per rail, spines above. From n0.gpu0: itself 0; n0.gpu3 via
+        // the NVSwitch 2; n1.gpu0 and n2.gpu0 on rail 0 (nic, leaf0, nic, gpu) 4; n2.gpu3 on rail
+        // 3 (nic0, leaf0, a spine, leaf3, n2.nic3, gpu) 6.
+        const Cluster c = load_text(
+            "node: {gpus: 8, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+            "       nics: {count: 8, bandwidth: 400Gbps, rail_optimized: true}}\n"
+            "nodes: 4\n"
+            "fabric: {kind: leaf_spine, leaf: {down: 4}}\n");
+        std::vector<int> lengths;
+        c.route_lengths(0, {0, 3, 8, 16, 19}, lengths);
+        CHECK(lengths == std::vector<int>{0, 2, 4, 4, 6});
+        check_lengths(c, {0, 5, 31});
+    }
+    SUBCASE("three-tier fat tree across pods, oversubscribed") {
+        const Cluster c = load_text(
+            "node: {gpus: 2, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+            "       nics: {count: 2, bandwidth: 400Gbps, rail_optimized: true}}\n"
+            "nodes: 10\n"
+            "fabric: {kind: fat_tree, leaf: {down: 2, up: 2, bandwidth: 200Gbps},\n"
+            "         spine: {down: 2, up: 1, bandwidth: 200Gbps}}\n");
+        check_lengths(c, {0, 1, 7, 19});
+    }
+    SUBCASE("bundled fabrics: PCIe servers, an oversubscribed pod, a 3-tier SuperPOD") {
+        check_lengths(cs::test::load_bundled("ethernet-a100-pcie.yaml"), {0, 3, 9, 63});
+        check_lengths(cs::test::load_bundled("h100-4node-oversubscribed.yaml"), {0, 9, 15});
+        check_lengths(cs::test::load_bundled("dgx-a100-superpod.yaml", "40"), {0, 7, 100, 319});
+        check_lengths(cs::test::load_bundled("h200-2gpu-nvlink.yaml"), {0, 1});
+    }
+    SUBCASE("failed links: the search avoids them as route() does") {
+        // Every leaf0 - spine link but one fails (both directions): rail 0's way up is the
+        // surviving spine, lengths unchanged. With that one failed too, rail 0 reaches other
+        // rails by no path (NICs serve only their own GPU, routes never transit a GPU): route()
+        // throws, and so does route_lengths; rail 0 and the node's own GPUs stay reachable.
+        const Cluster base = load_text(
+            "node: {gpus: 8, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+            "       nics: {count: 8, bandwidth: 400Gbps, rail_optimized: true}}\n"
+            "nodes: 4\n"
+            "fabric: {kind: leaf_spine, leaf: {down: 4}}\n");
+        std::vector<LinkId> up;  // leaf0 <-> spine links, both directions
+        for (LinkId l = 0; l < base.links().size(); ++l) {
+            const auto& from = base.devices()[base.links()[l].from].id;
+            const auto& to = base.devices()[base.links()[l].to].id;
+            if ((from == "leaf0" && to.starts_with("spine")) ||
+                (to == "leaf0" && from.starts_with("spine")))
+                up.push_back(l);
+        }
+        REQUIRE(up.size() > 2);
+        const std::vector<LinkId> all_but_one(up.begin() + 2, up.end());
+        const Cluster some = base.with_faults(all_but_one, {});
+        check_lengths(some, {0, 3, 8});
+        std::vector<int> lengths;
+        some.route_lengths(0, {19}, lengths);
+        CHECK(lengths == std::vector<int>{6});
+        const Cluster none = base.with_faults(up, {});
+        CHECK_THROWS_AS(none.route_lengths(0, {19}, lengths), NoPathError);
+        CHECK_THROWS_AS(route_of(none, 0, 19, 0), NoPathError);
+        none.route_lengths(0, {8, 1}, lengths);  // rail 0 and in-node still reachable
+        CHECK(lengths == std::vector<int>{4, 2});
+    }
+    SUBCASE("direct cables between nodes: route() throughout") {
+        const Cluster c = load_text(
+            "devices:\n"
+            "  - {id: a0, type: gpu, model: H100, node: 0}\n"
+            "  - {id: a1, type: gpu, model: H100, node: 0}\n"
+            "  - {id: b0, type: gpu, model: H100, node: 1}\n"
+            "  - {id: na, type: nic, node: 0}\n"
+            "  - {id: nb, type: nic, node: 1}\n"
+            "links:\n"
+            "  - {from: a0, to: a1, kind: nvlink, bandwidth: 450GB/s}\n"
+            "  - {from: a0, to: na, kind: pcie, bandwidth: 64GB/s}\n"
+            "  - {from: a1, to: na, kind: pcie, bandwidth: 64GB/s}\n"
+            "  - {from: b0, to: nb, kind: pcie, bandwidth: 64GB/s}\n"
+            "  - {from: na, to: nb, kind: infiniband, bandwidth: 400Gbps}\n");
+        std::vector<int> lengths;
+        c.route_lengths(1, {0, 1, 2}, lengths);
+        CHECK(lengths == std::vector<int>{1, 0, 3});  // a1-a0 cable; a1, na, nb, b0
+        check_lengths(c, {0, 1, 2});
+    }
 }
