@@ -190,7 +190,7 @@ bool FlowSolver::fill() {
     for (FlowId g : set_flows_)
         state_[g].frozen = 0;
     bool holds = false;
-    share_order_.clear();
+    share_queue_.clear();
     for (LinkId l : set_links_) {
         Link& link = links_[l];
         link.remaining = loads_[l].capacity;
@@ -202,7 +202,7 @@ bool FlowSolver::fill() {
                 if (state_[g].mark != epoch_) link.remaining -= rate_[g];
         }
         if (link.unfrozen > 0)
-            share_order_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
+            share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
     }
 
     // Repeatedly saturate the link with the smallest fair share (ties: lowest link id). Freezing
@@ -217,7 +217,7 @@ bool FlowSolver::fill() {
     auto share_after = [](const Share& x, const Share& y) {
         return x.share > y.share || (x.share == y.share && x.link > y.link);
     };
-    auto& queue = share_order_;
+    auto& queue = share_queue_;
     std::make_heap(queue.begin(), queue.end(), share_after);
     std::size_t unfrozen = set_flows_.size();
     while (unfrozen > 0 && !queue.empty()) {

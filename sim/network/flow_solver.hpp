@@ -204,7 +204,7 @@ class FlowSolver {
     std::vector<topology::LinkId> changed_links_;  // links where a rate changed in the last fill
     std::vector<FlowId> failed_;                   // flows that failed the check this round
     std::vector<FlowId> recheck_;                  // ... and in the round before
-    std::vector<Share> share_order_;               // fill(): the queue of link shares, a heap
+    std::vector<Share> share_queue_;               // fill(): the queue of link shares, a heap
 };
 
 }  // namespace cs::network

@@ -299,23 +299,15 @@ Time Replay::modelled_compute(int worker, const PassRecord& r, Time nominal) {
 void Replay::emit_idle(int worker, Time until, IdleCause cause) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     if (until > st.idle_since)
-        for (auto* o : observers_) {
-            o->on_idle(worker, st.idle_since, until, cause);
-            if (!followers_.empty())
-                for (int f : followers_[static_cast<std::size_t>(worker)])
-                    o->on_idle(f, st.idle_since, until, cause);
-        }
+        notify_replicas(
+            worker, [&](ReplayObserver& o, int w) { o.on_idle(w, st.idle_since, until, cause); });
     st.idle_since = until;
 }
 
 void Replay::emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass) {
     if (end > start)
-        for (auto* o : observers_) {
-            o->on_host(worker, start, end, kind, pass);
-            if (!followers_.empty())
-                for (int f : followers_[static_cast<std::size_t>(worker)])
-                    o->on_host(f, start, end, kind, pass);
-        }
+        notify_replicas(worker,
+                        [&](ReplayObserver& o, int w) { o.on_host(w, start, end, kind, pass); });
 }
 
 bool Replay::p2p_target(int worker, Pass pass, int vs, int microbatch, int& dst, int& key,
@@ -488,8 +480,8 @@ void Replay::decide_replica_fold(ReplayResult& result) {
 }
 
 void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
-    const auto& from = followers_[static_cast<std::size_t>(worker)];
-    const auto& to = followers_[static_cast<std::size_t>(dst)];
+    const auto& from = followers_of(worker);
+    const auto& to = followers_of(dst);
     for (std::size_t i = 0; i < from.size(); ++i) {
         const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
         const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
@@ -634,10 +626,9 @@ void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     rec.to_pass = pass_id;
     for (auto* o : observers_)
         o->on_transfer(rec);
-    if (followers_.empty() || followers_[static_cast<std::size_t>(worker)].empty()) return;
     // The same message of every replica the receiver stands for (the sender is of its replica).
-    const auto& to = followers_[static_cast<std::size_t>(worker)];
-    const auto& from = followers_[static_cast<std::size_t>(rec.src_worker)];
+    const auto& to = followers_of(worker);
+    const auto& from = followers_of(rec.src_worker);
     TransferRecord copy = rec;
     for (std::size_t i = 0; i < to.size(); ++i) {
         copy.dst_worker = to[i];
@@ -880,9 +871,9 @@ void Replay::finish_pass(int worker) {
     end_time_ = std::max(end_time_, r.end);
     for (auto* o : observers_)
         o->on_pass(r);
-    if (!followers_.empty() && !followers_[static_cast<std::size_t>(worker)].empty()) {
+    if (!followers_of(worker).empty()) {
         PassRecord copy = r;
-        for (int f : followers_[static_cast<std::size_t>(worker)]) {
+        for (int f : followers_of(worker)) {
             copy.worker = f;
             for (auto* o : observers_)
                 o->on_pass(copy);
@@ -938,7 +929,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
                                token_base_ + static_cast<std::uint64_t>(id));
             // Replica folding: the same message of every replica this one stands for costs the
             // same time (their classes are equal); the network's observers hear of its flows.
-            if (!followers_.empty() && !followers_[static_cast<std::size_t>(worker)].empty()) {
+            if (!followers_of(worker).empty()) {
                 if (bulk_accounting_)
                     ++follower_sends_[{worker, dst, msg.record.bytes.value}];
                 else
@@ -1351,12 +1342,8 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             auto& st = states_[static_cast<std::size_t>(worker)];
             const Time start = st.idle_since;
             if (sim.now() > start)
-                for (auto* o : observers_) {
-                    o->on_optimizer(worker, start, sim.now());
-                    if (!followers_.empty())
-                        for (int f : followers_[static_cast<std::size_t>(worker)])
-                            o->on_optimizer(f, start, sim.now());
-                }
+                notify_replicas(
+                    worker, [&](ReplayObserver& o, int w) { o.on_optimizer(w, start, sim.now()); });
             st.idle_since = sim.now();
             st.last_compute_end = sim.now();
             st.optimizer_done = true;

@@ -331,16 +331,28 @@ class Replay final : public EventHandler, public network::TransferClient {
     void decide_fold(ReplayResult& result);
     // Replica folding: the classes of replicas (set_fold) and followers_; sets replicas_simulated.
     void decide_replica_fold(ReplayResult& result);
-    // The worker that runs for `worker`: itself, or its replica class's representative.
+    // Whether `worker` is a folded replica's (not simulated: its class's representative stands
+    // for it).
     bool follower(int worker) const {
         return !is_follower_.empty() && is_follower_[static_cast<std::size_t>(worker)];
     }
-    int class_size(int worker) const {
-        return followers_.empty()
-                   ? 1
-                   : 1 + static_cast<int>(followers_[static_cast<std::size_t>(worker)].size());
+    int class_size(int worker) const { return 1 + static_cast<int>(followers_of(worker).size()); }
+    // The workers a representative stands for (empty for any other worker, or unfolded).
+    const std::vector<int>& followers_of(int worker) const {
+        return followers_.empty() ? kNoFollowers : followers_[static_cast<std::size_t>(worker)];
     }
-    // The representative of worker(stage, replica).
+    static inline const std::vector<int> kNoFollowers;
+    // notify(observer, w) for every observer, with w = `worker` and then every worker it stands
+    // for: a representative's idle, host and optimizer records are its followers' too.
+    template <class Notify>
+    void notify_replicas(int worker, Notify&& notify) const {
+        for (auto* o : observers_) {
+            notify(*o, worker);
+            for (int f : followers_of(worker))
+                notify(*o, f);
+        }
+    }
+    // The worker that runs for worker(stage, replica): itself, or its class's representative.
     int simulated_worker(int stage, int replica) const {
         return worker_of(stage, rep_replica_.empty()
                                     ? replica

@@ -37,6 +37,18 @@ std::string dp_job(int dp) {
            " network: {model: flow, calibration: nominal}}";
 }
 
+// Two copies of dp_job(2) placed by rail on two-nodes-one-nic (job a on GPUs 0 and 2, b on 1 and
+// 3), with `header` (e.g. "iterations: 2\n") before the jobs.
+cs::api::JobsSpec two_rail_jobs(const std::string& header = "") {
+    return jobs("topology: two-nodes-one-nic.yaml\n" + header +
+                "jobs:\n"
+                "  - {name: a, experiment: " +
+                dp_job(2) +
+                ", placement: rail}\n"
+                "  - {name: b, experiment: " +
+                dp_job(2) + ", placement: rail}\n");
+}
+
 }  // namespace
 
 TEST_CASE("jobs: placements take the GPUs derived by hand") {
@@ -94,13 +106,7 @@ TEST_CASE("jobs: two identical jobs sharing one NIC link each see the max-min sl
     // NIC links in the same direction: max-min gives each 25 GB/s (still below the 64 GB/s PCIe
     // link each job has to itself), so T_shared = 5 ms + 8 us + G / 25 GB/s, and the slowdown is
     // T_shared / T_alone for both.
-    const auto spec = jobs(
-        "topology: two-nodes-one-nic.yaml\njobs:\n"
-        "  - {name: a, experiment: " +
-        dp_job(2) +
-        ", placement: rail}\n"
-        "  - {name: b, experiment: " +
-        dp_job(2) + ", placement: rail}\n");
+    const auto spec = two_rail_jobs();
     REQUIRE(spec.jobs.size() == 2);
     CHECK(spec.jobs[0].gpus == std::vector<int>{0, 2});
     CHECK(spec.jobs[1].gpus == std::vector<int>{1, 3});
@@ -139,13 +145,7 @@ TEST_CASE("jobs: two identical jobs sharing one NIC link each see the max-min sl
 
     // With `iterations: 2` both jobs end their first iteration together at T_shared and start
     // the second together there, from the same state: T_shared again, for each.
-    const auto spec2 = jobs(
-        "topology: two-nodes-one-nic.yaml\niterations: 2\njobs:\n"
-        "  - {name: a, experiment: " +
-        dp_job(2) +
-        ", placement: rail}\n"
-        "  - {name: b, experiment: " +
-        dp_job(2) + ", placement: rail}\n");
+    const auto spec2 = two_rail_jobs("iterations: 2\n");
     const auto r2 = cs::api::run_jobs(spec2);
     for (const auto& j : r2.jobs) {
         REQUIRE(j.shared_iteration_times_s.size() == 2);
@@ -210,13 +210,7 @@ TEST_CASE("jobs: bad jobs files are refused with the place and what is accepted"
 
 TEST_CASE("jobs: the trace has one process per job, each with its own GPUs") {
     // The two rail-placed jobs of the slowdown test: job a on GPUs 0 and 2, job b on 1 and 3.
-    const auto spec = jobs(
-        "topology: two-nodes-one-nic.yaml\njobs:\n"
-        "  - {name: a, experiment: " +
-        dp_job(2) +
-        ", placement: rail}\n"
-        "  - {name: b, experiment: " +
-        dp_job(2) + ", placement: rail}\n");
+    const auto spec = two_rail_jobs();
     const auto path = std::filesystem::temp_directory_path() / "clustersim-test-jobs-trace.json";
     cs::api::JobsOptions options;
     options.trace = path;
