@@ -33,7 +33,8 @@ import os
 
 P = 2
 # One 8 MiB NCCL send/recv (or the fused sendrecv) on the NVLink pair, ms: docs/network.md's
-# 2-GPU fits give a sendrecv 77 us + 8 MiB / (0.701 x 450 GB/s) = 0.10 ms, a single send less.
+# 2-GPU fits give a sendrecv 77 us + 8 MiB / (0.701 x 450 GB/s) = 0.10 ms, a single send
+# about 0.03 ms; the larger figure for both (the sweep in main() covers 0.03-0.3).
 X = 0.10
 
 
