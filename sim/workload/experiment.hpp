@@ -181,10 +181,12 @@ enum class MemKind : std::uint8_t {
     MixedAccumulate,  // fp32 main gradient += 16-bit gradient (non-vectorised, mixed types)
     Softmax,          // fp32 log-softmax forward and backward of the loss
     Optimizer,        // fused multi-tensor AdamW
+    Scores,           // unfused attention's score-matrix kernels forward (bmms, softmax, dropout)
+    ScoresBackward,   // the same kernels' backward
 };
 
 // Names of the kinds in a calibration file (compute.hbm_fractions) and fit reports.
-inline constexpr std::array<Named<MemKind>, 10> kMemKindNames{{
+inline constexpr std::array<Named<MemKind>, 12> kMemKindNames{{
     {"fused", MemKind::Fused},
     {"elementwise", MemKind::Elementwise},
     {"activation", MemKind::Activation},
@@ -195,6 +197,8 @@ inline constexpr std::array<Named<MemKind>, 10> kMemKindNames{{
     {"mixed_accumulate", MemKind::MixedAccumulate},
     {"softmax", MemKind::Softmax},
     {"optimizer", MemKind::Optimizer},
+    {"scores", MemKind::Scores},
+    {"scores_backward", MemKind::ScoresBackward},
 }};
 inline constexpr std::size_t kMemKindCount = kMemKindNames.size();
 
