@@ -204,6 +204,27 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
     // a profiler's kernel sum counts it; forward_backward sums both passes.
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
+    // `part: attention`: only the attention core's kernels (workload::attention_core_step), as
+    // an attention microbenchmark times them without the layer's projections.
+    const bool attention_only = r.choice("part", {"layer", "attention"}, "layer") == "attention";
+    if (attention_only) {
+        if (!kernels) r.fail("part", "part: attention needs time: kernels");
+        if (which != "forward" && which != "backward")
+            r.fail("layer_pass", "expected forward or backward with part: attention");
+        const auto& pass = which == "forward" ? passes.forward : passes.backward;
+        Time t;
+        std::int64_t launches = 0;
+        for (const auto& step : pass.steps) {
+            if (!workload::attention_core_step(step)) continue;
+            t += step.duration * step.repeat;
+            launches += std::int64_t{step.launches} * step.repeat;
+        }
+        if (launches == 0) r.fail("part", "the layer's " + which + " pass has no attention core");
+        out.predicted = t.seconds() * 1e3;
+        out.inputs = layout_text(spec) + "; " + which + " attention core kernels";
+        out.note = std::to_string(launches) + " kernels, GPU time only";
+        return;
+    }
     if (kernels) {
         if (which != "forward" && which != "forward_backward")
             r.fail("layer_pass", "expected forward or forward_backward with time: kernels");

@@ -942,8 +942,20 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     // ZeRO-2/3 reduce-scatter every unit's gradients as its backward ends (sharded_units_).
     if (completes_gradients &&
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == chunk_microbatches() &&
-        !overlaps_dp(w.stage) && !sharded_units_)
-        start_dp_sync(worker, r.chunk);
+        !overlaps_dp(w.stage) && !sharded_units_) {
+        if (!layout_.grad_reduce_after_backward) {
+            start_dp_sync(worker, r.chunk);
+        } else if (all_chunks_backward_done(st)) {
+            // Megatron-LM's local DDP: every chunk's all-reduce after the whole backward.
+            for (int c = 0; c < shape_.chunks; ++c)
+                start_dp_sync(worker, c);
+        }
+    }
+}
+
+bool Replay::all_chunks_backward_done(const WorkerState& st) const {
+    return std::all_of(st.backward_done.begin(), st.backward_done.end(),
+                       [&](int done) { return done == chunk_microbatches(); });
 }
 
 void Replay::start_dp_sync(int worker, int chunk) {
@@ -955,12 +967,16 @@ void Replay::start_dp_sync(int worker, int chunk) {
         return;
     }
     // The collective starts once every replica of the stage has finished this chunk's backward
-    // passes; the last replica to get there launches it for all.
+    // passes (with grad_reduce_after_backward: all its chunks' backward passes); the last replica
+    // to get there launches it for all.
     int ready = 0;
-    for (int d = 0; d < layout_.dp; ++d)
-        if (states_[static_cast<std::size_t>(simulated_worker(w.stage, d))]
-                .backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
+    for (int d = 0; d < layout_.dp; ++d) {
+        const auto& other = states_[static_cast<std::size_t>(simulated_worker(w.stage, d))];
+        if (layout_.grad_reduce_after_backward
+                ? all_chunks_backward_done(other)
+                : other.backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
             ++ready;
+    }
     if (ready < layout_.dp) return;
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpGradients;

@@ -367,6 +367,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     void complete_pass(int worker, const PassRecord& r);
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
+    // Whether the worker has run every backward pass of every chunk.
+    bool all_chunks_backward_done(const WorkerState& st) const;
     // --overlap-grad-reduce: the gradient buckets of a stage's chunk, launched during the last
     // backward pass of the chunk as they become ready.
     bool overlaps_dp(int stage) const;

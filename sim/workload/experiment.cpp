@@ -137,6 +137,11 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     l.sequence_parallel = r.boolean_or("sequence_parallel", false);
     l.distributed_optimizer = r.boolean_or("distributed_optimizer", false);
     l.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", false);
+    l.grad_reduce_after_backward = r.boolean_or("grad_reduce_after_backward", false);
+    if (l.grad_reduce_after_backward && l.overlap_grad_reduce)
+        r.fail("grad_reduce_after_backward",
+               "cannot be combined with overlap_grad_reduce (which reduces buckets during the last "
+               "backward pass); set one of them");
     if (r.has("ddp_bucket_size")) {
         // Parameters, as Megatron-LM's --ddp-bucket-size (not bytes or MB): below 100,000 a
         // model would need millions of buckets, which is a unit mistake, not a layout.

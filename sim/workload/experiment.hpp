@@ -70,6 +70,10 @@ struct ParallelLayout {
     // Megatron-LM's --overlap-grad-reduce: the gradients of the last microbatch's backward pass are
     // reduced bucket by bucket as they become ready, overlapped with the rest of that pass.
     bool overlap_grad_reduce = false;
+    // Megatron-LM's --DDP-impl local before 2022: train_step all-reduces every model chunk's
+    // gradients after forward_backward_func returns, so no chunk's all-reduce overlaps a backward
+    // pass. Off: a chunk's all-reduce starts once its own backward passes are done everywhere.
+    bool grad_reduce_after_backward = false;
     std::int64_t ddp_bucket_size = 0;  // parameters per bucket; 0: max(40M, 1M x dp) as Megatron
     std::int64_t bucket_parameters() const {
         return ddp_bucket_size > 0 ? ddp_bucket_size
@@ -181,10 +185,12 @@ enum class MemKind : std::uint8_t {
     MixedAccumulate,  // fp32 main gradient += 16-bit gradient (non-vectorised, mixed types)
     Softmax,          // fp32 log-softmax forward and backward of the loss
     Optimizer,        // fused multi-tensor AdamW
+    Scores,           // unfused attention's score-matrix kernels forward (bmms, softmax, dropout)
+    ScoresBackward,   // the same kernels' backward
 };
 
 // Names of the kinds in a calibration file (compute.hbm_fractions) and fit reports.
-inline constexpr std::array<Named<MemKind>, 10> kMemKindNames{{
+inline constexpr std::array<Named<MemKind>, 12> kMemKindNames{{
     {"fused", MemKind::Fused},
     {"elementwise", MemKind::Elementwise},
     {"activation", MemKind::Activation},
@@ -195,6 +201,8 @@ inline constexpr std::array<Named<MemKind>, 10> kMemKindNames{{
     {"mixed_accumulate", MemKind::MixedAccumulate},
     {"softmax", MemKind::Softmax},
     {"optimizer", MemKind::Optimizer},
+    {"scores", MemKind::Scores},
+    {"scores_backward", MemKind::ScoresBackward},
 }};
 inline constexpr std::size_t kMemKindCount = kMemKindNames.size();
 

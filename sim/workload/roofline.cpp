@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <string_view>
 
 #include "core/errors.hpp"
 #include "workload/flops.hpp"
@@ -40,9 +42,10 @@ bool eager(const RooflineCompute& compute) {
 }
 
 Time roofline_time(Flops executed, FlopRate rate, Bytes bytes, const topology::GpuModel& gpu,
-                   const RooflineCompute& compute, int launches = 1) {
+                   const RooflineCompute& compute, int launches = 1,
+                   MemKind kind = MemKind::Fused) {
     const Time math = executed.value > 0 ? compute_time(executed, rate) : Time::zero();
-    const Time memory = transfer_time(bytes, achievable_hbm(gpu, compute));
+    const Time memory = transfer_time(bytes, achievable_hbm(gpu, compute, kind));
     return std::max(math, memory) + overheads(compute, launches);
 }
 
@@ -100,15 +103,16 @@ class PassBuilder {
 
     // A batched GEMM of the unfused attention core (scores or context, all heads in one call) on
     // the 16-bit tensor cores at the large-GEMM cap: with the head dimension as its short side it
-    // is HBM-bound on every GPU we model, so the bytes decide its time.
+    // is HBM-bound on every GPU we model, so the bytes decide its time, at the score-matrix
+    // kernels' fraction of the bandwidth (MemKind::Scores, or ScoresBackward).
     void batched_gemm(PassPlan& pass, const char* label, Flops flops, Flops model, Bytes bytes,
-                      bool recompute) {
+                      bool recompute, MemKind kind = MemKind::Scores) {
         Step s;
         s.label = label;
         s.tensor_core = true;
         const FlopRate rate = scaled(peak_rate(gpu_, Precision::Bf16),
                                      compute_.gemm(gpu_).peak_fraction * compute_.efficiency_scale);
-        s.duration = roofline_time(flops, rate, bytes, gpu_, compute_);
+        s.duration = roofline_time(flops, rate, bytes, gpu_, compute_, 1, kind);
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
         s.hbm_bytes = bytes;
@@ -233,9 +237,9 @@ void attention_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool reco
     const Bytes score_bytes = Bytes{static_cast<std::int64_t>(std::ceil(scores * e))};
     pb.batched_gemm(pass, rc("attention scores", "recompute attention scores"), Flops{model / 2},
                     Flops{model / 2}, q_bytes + kv_bytes + score_bytes, recompute);
-    pb.memory(pass, rc("softmax", "recompute softmax"), score_bytes + score_bytes);
+    pb.memory(pass, rc("softmax", "recompute softmax"), score_bytes + score_bytes, MemKind::Scores);
     pb.memory(pass, rc("attention dropout", "recompute attention dropout"),
-              Bytes{static_cast<std::int64_t>(std::ceil(scores * (2 * e + 1)))});
+              Bytes{static_cast<std::int64_t>(std::ceil(scores * (2 * e + 1)))}, MemKind::Scores);
     pb.batched_gemm(pass, rc("attention context", "recompute attention context"), Flops{model / 2},
                     Flops{model / 2}, score_bytes + kv_bytes + q_bytes, recompute);
 }
@@ -262,11 +266,11 @@ void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
         return Bytes{static_cast<std::int64_t>(std::ceil(scores * per_score))};
     };
     pb.batched_gemm(in, "attention context bwd", Flops{fwd}, Flops{fwd},
-                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false);
-    pb.memory(in, "attention dropout bwd", score_io(2.0 * e + 1));
-    pb.memory(in, "softmax bwd", score_io(3.0 * e));
+                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false, MemKind::ScoresBackward);
+    pb.memory(in, "attention dropout bwd", score_io(2.0 * e + 1), MemKind::ScoresBackward);
+    pb.memory(in, "softmax bwd", score_io(3.0 * e), MemKind::ScoresBackward);
     pb.batched_gemm(in, "attention scores bwd", Flops{fwd}, Flops{fwd},
-                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false);
+                    score_io(2.0 * e) + qkv_bytes + qkv_bytes, false, MemKind::ScoresBackward);
 }
 
 // The forward ops of one layer. With `recompute` the same ops are emitted as re-executed work.
@@ -424,8 +428,40 @@ double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
             return 0.50;  // fp32 log-softmax forward 2.1 TB/s, backward 2.8 (profiled iteration)
         case MemKind::Optimizer:
             return 0.69;  // fused AdamW, 28 bytes per parameter at 3.3 TB/s (profiled iteration)
+        // Megatron-LM's unfused attention at s = 2048 (b 16, 8 heads of 64, dropout 0.1) on an
+        // A100 40GB, the FlashAttention paper's Tables 15 and 16 (arXiv 2205.14135v2; tests/
+        // validation/data/a100-attention.json): 7.1 GB forward in 6.56 ms, 10.5 GB backward in
+        // 10.80 ms, of 1.555 TB/s. Not measured on any other GPU: the fractions carry over.
+        case MemKind::Scores:
+            return 0.698;
+        case MemKind::ScoresBackward:
+            return 0.624;
     }
     return hbm_fraction;
+}
+
+bool attention_core_step(const Step& step) {
+    // Every label attention_forward and attention_backward emit.
+    static constexpr std::string_view kLabels[] = {
+        "attention",
+        "recompute attention",
+        "attention bwd",
+        "attention scores",
+        "recompute attention scores",
+        "softmax",
+        "recompute softmax",
+        "attention dropout",
+        "recompute attention dropout",
+        "attention context",
+        "recompute attention context",
+        "attention context bwd",
+        "attention dropout bwd",
+        "softmax bwd",
+        "attention scores bwd",
+    };
+    if (step.kind != Step::Kind::Compute) return false;
+    const std::string_view label = step.label;
+    return std::find(std::begin(kLabels), std::end(kLabels), label) != std::end(kLabels);
 }
 
 double attention_efficiency(std::int64_t seq, bool backward, const RooflineCalibration& cal) {

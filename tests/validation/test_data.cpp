@@ -207,3 +207,55 @@ TEST_CASE("a published value moved by 1e-5 relative, or a row with no data, is c
     REQUIRE(d.problems.size() == 1);
     CHECK(d.problems[0] == "gemm-512x512x512: no row of the data files matches its inputs");
 }
+
+namespace {
+
+// The FA22 cases (family attention-a100) against tests/validation/data/a100-attention.json: the
+// case id "attn-a100-<impl>-<fwd|bwd>-s<seq>" names the row; the cases are the dropout tables.
+std::vector<std::string> fa22_drift(const YAML::Node& cases, const YAML::Node& data) {
+    std::vector<std::string> problems;
+    const auto& seqs = data["seq_lengths"];
+    for (const auto& c : cases["cases"]) {
+        if (!c["source"].as<std::string>().starts_with("FA22")) continue;
+        const auto id = c["id"].as<std::string>();
+        // attn-a100-megatron-fwd-s2048 -> megatron, fwd, 2048
+        const auto rest = id.substr(std::string("attn-a100-").size());
+        const auto dash = rest.find('-');
+        const auto impl = rest.substr(0, dash);
+        const auto pass = rest.substr(dash + 1, 3) == "fwd" ? "forward" : "backward";
+        const auto seq = std::stoll(rest.substr(rest.rfind("-s") + 2));
+        std::optional<double> value;
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+            const auto& v = data["ms"]["dropout"][pass][impl][i];
+            if (seqs[i].as<std::int64_t>() == seq && v && !v.IsNull()) value = v.as<double>();
+        }
+        if (!value) {
+            problems.push_back(id + ": no row of a100-attention.json matches");
+            continue;
+        }
+        if (std::fabs(c["published"].as<double>() / *value - 1) > 1e-9)
+            problems.push_back(id + ": published differs from a100-attention.json");
+        if (c["set"][0].as<std::string>() != "training.seq_length=" + std::to_string(seq))
+            problems.push_back(id + ": runs another sequence length than its id");
+    }
+    return problems;
+}
+
+}  // namespace
+
+TEST_CASE("every FA22 attention number in cases.yaml equals a100-attention.json's") {
+    const YAML::Node cases = YAML::LoadFile(kDir + "cases.yaml");
+    const YAML::Node data = YAML::LoadFile(kDir + "data/a100-attention.json");
+    // The fit row: Megatron's forward at s = 2048 with dropout, 6.56 ms (Table 15).
+    CHECK(data["ms"]["dropout"]["forward"]["megatron"][4].as<double>() == 6.56);
+    for (const auto& p : fa22_drift(cases, data))
+        FAIL_CHECK(p);
+    CHECK(count_source(cases, "FA22") >= 14);
+    // A moved value is caught.
+    YAML::Node moved = YAML::Clone(cases);
+    for (auto c : moved["cases"])
+        if (c["id"].as<std::string>() == "attn-a100-pytorch-bwd-s4096") c["published"] = 41.68;
+    const auto problems = fa22_drift(moved, data);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0] == "attn-a100-pytorch-bwd-s4096: published differs from a100-attention.json");
+}
