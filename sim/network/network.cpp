@@ -87,14 +87,9 @@ class NetworkImpl final : public Network, public EventHandler {
         handler_ = sim_.add_handler(*this);
         const auto& links = cluster_.links();
         real_links_.links = links.size();
-        capacity_.resize(links.size());
-        for (std::size_t l = 0; l < links.size(); ++l) {
-            const double eff = config_.link_efficiency[static_cast<int>(links[l].kind)];
-            if (!(eff > 0 && eff <= 1))
-                throw ConfigError("network: link efficiency must be in (0, 1], got " +
-                                  std::to_string(eff));
-            capacity_[l] = links[l].bandwidth.bytes_per_s * eff;
-        }
+        std::array<double, kLinkKinds> per_kind{};
+        std::copy(std::begin(config_.link_efficiency), std::end(config_.link_efficiency),
+                  per_kind.begin());
         for (const auto& row : config_.op_efficiency)
             for (double eff : row)
                 if (!(eff > 0 && eff <= 1))
@@ -103,13 +98,21 @@ class NetworkImpl final : public Network, public EventHandler {
         if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
             throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
                               std::to_string(config_.nvls_efficiency));
-        // One virtual link per real one after them (nvls_virtual_link): the NVLS rate cap of a
-        // GPU-NVSwitch link; unused (but positive) for the others.
-        capacity_.resize(2 * links.size());
-        for (std::size_t l = 0; l < links.size(); ++l)
-            capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
+        // Per real link its bandwidth times its kind's efficiency, then one virtual link per
+        // real one after them (nvls_virtual_link): the NVLS rate cap of a GPU-NVSwitch link;
+        // unused (but positive) for the others. The cluster keeps them for the next network
+        // (Cluster::scaled_capacities); copied only if a capacity changes (own_capacity_).
+        base_capacity_ = cluster_.scaled_capacities(per_kind, config_.nvls_efficiency);
+        for (int k = 0; k < kLinkKinds; ++k) {
+            const double eff = per_kind[static_cast<std::size_t>(k)];
+            if ((base_capacity_->kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
+                throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                  std::to_string(eff));
+        }
+        capacity_ = base_capacity_->capacity.data();
         if (config_.fidelity == Fidelity::Flow)
-            solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{} : capacity_);
+            solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{}
+                                                            : base_capacity_->capacity);
     }
 
     void set_client(TransferClient* client) override { client_ = client; }
@@ -327,8 +330,12 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_changed_ = true;
         const auto& links = cluster_.links();
         const double eff = config_.link_efficiency[static_cast<int>(links[link].kind)];
-        capacity_[link] = bandwidth.bytes_per_s * eff;
-        capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
+        if (own_capacity_.empty()) {
+            own_capacity_ = base_capacity_->capacity;
+            capacity_ = own_capacity_.data();
+        }
+        own_capacity_[link] = bandwidth.bytes_per_s * eff;
+        own_capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
         if (!solver_) return;
         solver_->set_capacity(link, capacity_[link]);
         solver_->set_capacity(static_cast<LinkId>(links.size() + link),
@@ -813,7 +820,11 @@ class NetworkImpl final : public Network, public EventHandler {
     HandlerId handler_ = 0;
     TransferClient* client_ = nullptr;
     std::vector<NetworkObserver*> observers_;
-    std::vector<double> capacity_;  // current, per solver link (real then NVLS virtual)
+    // Current capacity per solver link (real then NVLS virtual): the cluster's kept ones
+    // (base_capacity_) until set_link_capacity changes one, then a copy of this network's own.
+    std::shared_ptr<const topology::Cluster::ScaledCapacities> base_capacity_;
+    std::vector<double> own_capacity_;
+    const double* capacity_ = nullptr;
     std::vector<std::vector<int>> groups_;
     bool reuse_groups_ = false;
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks

@@ -2,6 +2,7 @@
 // closed-form times, fidelities and determinism.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -709,6 +710,48 @@ TEST_CASE("link capacity changes under the analytical and ideal fidelities") {
     free_net->send(0, 1, Bytes{1'000'000'000}, 1);
     sim2.run();
     CHECK(rec2.done[1] == Time::zero());
+}
+
+TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
+    // Networks on one cluster start from the capacities the cluster keeps
+    // (Cluster::scaled_capacities); one that halves its link copies them first. By hand: 1 GB
+    // over 100 GB/s = 10 ms + 1 us, over 50 GB/s 20 ms + 1 us.
+    const Cluster c = pair(100 * GB, Time::us(1));
+    const auto send_time = [&](Fidelity f, bool halve) {
+        NetworkConfig cfg;
+        cfg.fidelity = f;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        if (halve) net->set_link_capacity(0, Bandwidth{50 * GB});
+        net->send(0, 1, Bytes{1'000'000'000}, 1);
+        sim.run();
+        return rec.done[1];
+    };
+    for (Fidelity f : {Fidelity::Flow, Fidelity::Analytical}) {
+        CHECK(send_time(f, false) == Time::ms(10) + Time::us(1));
+        CHECK(send_time(f, true) == Time::ms(20) + Time::us(1));
+        CHECK(send_time(f, false) == Time::ms(10) + Time::us(1));  // the halving was its own
+    }
+    // The same factors give the kept capacities; other factors their own, and at most
+    // kKeptCapacities sets are kept.
+    const std::array<double, 5> ones{1, 1, 1, 1, 1};
+    const auto kept = c.scaled_capacities(ones, 1.0);
+    CHECK(kept == c.scaled_capacities(ones, 1.0));
+    REQUIRE(kept->capacity.size() == 2 * c.links().size());
+    CHECK(kept->capacity[0] == 100 * GB);
+    CHECK(kept->kinds == 1u << static_cast<int>(LinkKind::NvLink));
+    const auto half = c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
+    CHECK(half->capacity[0] == 50 * GB);                 // nvlink x 0.5
+    CHECK(half->capacity[c.links().size()] == 25 * GB);  // its NVLS twin x 0.25
+    (void)c.scaled_capacities({0.7, 1, 1, 1, 1}, 1.0);   // pushes the oldest (ones) out
+    CHECK(c.scaled_capacities(ones, 1.0) != kept);
+    CHECK(c.scaled_capacities(ones, 1.0)->capacity == kept->capacity);
+    // A copy with other bandwidths keeps none of them.
+    const Cluster slow = c.with_faults({}, {{0, Bandwidth{10 * GB}}});
+    CHECK(slow.scaled_capacities(ones, 1.0)->capacity[0] == 10 * GB);
+    CHECK(c.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
 }
 
 TEST_CASE("link capacity changes: bad input") {
