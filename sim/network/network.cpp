@@ -4,6 +4,7 @@
 #include <bit>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/errors.hpp"
@@ -183,8 +184,17 @@ class NetworkImpl final : public Network, public EventHandler {
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
         const auto& ranks = groups_[group];
         const AlgorithmRegistry& algorithms = *config_.algorithms;
-        const Algorithm resolved =
-            resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms);
+        // Resolved once per (group, operation, algorithm asked, size): every DP sync of every
+        // stage asks again, and resolving looks at every rank's node (a pure function of them
+        // and the routing; one that throws is not kept and throws again).
+        const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
+        auto found = resolved_.find(asked);
+        if (found == resolved_.end())
+            found = resolved_
+                        .emplace(asked,
+                                 resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms))
+                        .first;
+        const Algorithm resolved = found->second;
         const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
                                   static_cast<std::uint64_t>(kind) << 16 |
                                   static_cast<std::uint64_t>(resolved.id);
@@ -755,6 +765,7 @@ class NetworkImpl final : public Network, public EventHandler {
         retired_plans_.push_back(std::move(p2p_plans_));
         plans_.clear();
         p2p_plans_.clear();
+        resolved_.clear();  // resolved on the old routes
         routing_ = &routing;
         if (!solver_) return;
         const Time now = sim_.now();
@@ -830,6 +841,8 @@ class NetworkImpl final : public Network, public EventHandler {
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
+    // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.
+    std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, Algorithm> resolved_;
     std::vector<Op> ops_;
     std::vector<std::uint32_t> free_ops_;
     std::unique_ptr<FlowSolver> solver_;
