@@ -754,6 +754,45 @@ TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
     CHECK(c.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
 }
 
+TEST_CASE("a collective's algorithm, resolved once per (group, operation, algorithm, size)") {
+    // Auto all-reduce across nodes is a tree below 64 MiB and a ring from there. One network
+    // runs 1 MiB, 128 MiB and 1 MiB again on one group, one after another: each takes what a
+    // fresh network takes for it alone, so the second 1 MiB is the tree again, not the ring the
+    // resolution of 128 MiB gave.
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    NetworkConfig cfg;
+    cfg.fidelity = Fidelity::Analytical;
+    const std::vector<std::int64_t> sizes = {1 << 20, std::int64_t{128} << 20, 1 << 20};
+    Simulation sim;
+    auto net = make_network(sim, c, cfg);
+    Recorder rec;
+    net->set_client(&rec);
+    const auto g = net->register_group({0, 1, 2, 3});
+    Time start = Time::zero();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        net->collective(CollectiveKind::AllReduce, g, Bytes{sizes[i]}, Algorithm::Auto, i);
+        sim.run();
+        const Time took = rec.done[i] - start;
+        start = rec.done[i];
+        CHECK(took == run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3},
+                                     Bytes{sizes[i]}, Algorithm::Auto));
+    }
+    // Auto gave different algorithms for the two sizes (else the check above proves nothing).
+    CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{1 << 20},
+                         Algorithm::Tree) == run_collective(c, cfg, CollectiveKind::AllReduce,
+                                                            {0, 1, 2, 3}, Bytes{1 << 20},
+                                                            Algorithm::Auto));
+    CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{1 << 20},
+                         Algorithm::Ring) != run_collective(c, cfg, CollectiveKind::AllReduce,
+                                                            {0, 1, 2, 3}, Bytes{1 << 20},
+                                                            Algorithm::Auto));
+    // An algorithm that does not apply is refused every time (nothing kept).
+    for (int twice = 0; twice < 2; ++twice)
+        CHECK_THROWS_AS(
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1 << 20}, Algorithm::Nvls, 9),
+            ConfigError);
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
