@@ -111,6 +111,11 @@ class NetworkImpl final : public Network, public EventHandler {
                                   std::to_string(eff));
         }
         capacity_ = base_capacity_->capacity.data();
+        if (!compact_ && cluster_.keeps_routes()) {
+            auto& slot = cluster_.kept_plans();
+            if (!slot) slot = std::make_shared<SharedP2pPlans>();
+            shared_p2p_ = std::static_pointer_cast<SharedP2pPlans>(slot);
+        }
         if (config_.fidelity == Fidelity::Flow)
             solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{}
                                                             : base_capacity_->capacity);
@@ -154,22 +159,38 @@ class NetworkImpl final : public Network, public EventHandler {
         check_gpu(dst);
         const std::uint64_t key =
             static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
-        auto it = p2p_plans_.find(key);
-        if (it == p2p_plans_.end()) {
-            Plan plan;
-            plan.algorithm = Algorithm::Direct;
-            if (src != dst) {
-                Phase p;
-                FlowTemplate t;
-                routing_->route(src, dst, key, t.path);
-                t.bytes_per_size = 1.0;
-                p.latency = cluster_.route_latency(t.path);
-                p.flows.push_back(std::move(t));
-                plan.phases.push_back(std::move(p));
-            }
-            it = p2p_plans_.emplace(key, std::move(plan)).first;
-        }
+        // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
+        // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
+        // fixed costs), so later networks on it take them as they are.
+        const bool shared = shared_p2p_ && routing_ == &cluster_;
+        auto& plans = shared ? shared_p2p_->plans : p2p_plans_;
+        auto it = plans.find(key);
+        if (it == plans.end() && shared && plans.size() >= SharedP2pPlans::kMaxPlans)
+            return own_p2p_plan(key, src, dst);  // full: this network's own
+        if (it == plans.end()) it = plans.emplace(key, make_p2p_plan(src, dst, key)).first;
         return it->second;
+    }
+    const Plan& own_p2p_plan(std::uint64_t key, int src, int dst) {
+        auto it = p2p_plans_.find(key);
+        if (it == p2p_plans_.end())
+            it = p2p_plans_.emplace(key, make_p2p_plan(src, dst, key)).first;
+        return it->second;
+    }
+    // One message's plan: its route (flow id `key`) and the route's latency; none from a GPU to
+    // itself.
+    Plan make_p2p_plan(int src, int dst, std::uint64_t key) const {
+        Plan plan;
+        plan.algorithm = Algorithm::Direct;
+        if (src != dst) {
+            Phase p;
+            FlowTemplate t;
+            routing_->route(src, dst, key, t.path);
+            t.bytes_per_size = 1.0;
+            p.latency = cluster_.route_latency(t.path);
+            p.flows.push_back(std::move(t));
+            plan.phases.push_back(std::move(p));
+        }
+        return plan;
     }
 
     void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
@@ -841,6 +862,14 @@ class NetworkImpl final : public Network, public EventHandler {
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
+    // Point-to-point plans kept with a cluster that keeps its routes (Cluster::kept_plans), for
+    // every network on it; never erased (operations in flight point into them), at most
+    // kMaxPlans (about 200 bytes each), then each network plans the rest itself.
+    struct SharedP2pPlans {
+        static constexpr std::size_t kMaxPlans = std::size_t{1} << 18;
+        std::unordered_map<std::uint64_t, Plan> plans;
+    };
+    std::shared_ptr<SharedP2pPlans> shared_p2p_;
     // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.
     std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, Algorithm> resolved_;
     std::vector<Op> ops_;

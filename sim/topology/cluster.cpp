@@ -109,6 +109,7 @@ std::size_t Cluster::RouteKeyHash::operator()(const RouteKey& k) const {
 void Cluster::keep_routes(std::size_t max_bytes) const {
     route_memo_ = RouteMemo{};
     route_memo_.max_bytes = max_bytes;
+    kept_plans_.reset();
 }
 
 void Cluster::route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const {
@@ -635,6 +636,7 @@ Cluster Cluster::with_faults(const std::vector<LinkId>& failed,
     Cluster c = *this;
     c.route_memo_ = RouteMemo{};  // this cluster's routes, not the copy's
     c.capacities_.clear();        // and its bandwidths
+    c.kept_plans_.reset();
     for (const auto& [link, bandwidth] : bandwidths)
         c.links_.at(link).bandwidth = bandwidth;
     if (failed.empty()) return c;

@@ -224,6 +224,11 @@ class Cluster {
     // The bytes the kept routes take now (keep_routes), and how many calls found theirs kept.
     std::size_t kept_route_bytes() const { return route_memo_.bytes(); }
     std::uint64_t kept_route_hits() const { return route_memo_.hits; }
+    bool keeps_routes() const { return route_memo_.max_bytes > 0; }
+    // What the network layer keeps with a cluster that keeps its routes (its point-to-point
+    // plans, docs/network.md): an opaque slot, emptied by keep_routes and not copied by
+    // with_faults. Not thread-safe, like route().
+    std::shared_ptr<void>& kept_plans() const { return kept_plans_; }
     // A copy of this cluster with link faults (the experiment's `faults.links`, docs/what-if.md):
     // the directed links of `failed` carry nothing and routes avoid them (route() throws
     // NoPathError where no path remains), and each (link, bandwidth) of `bandwidths` has that
@@ -328,6 +333,7 @@ class Cluster {
         }
     };
     mutable RouteMemo route_memo_;
+    mutable std::shared_ptr<void> kept_plans_;
     mutable std::vector<std::shared_ptr<const ScaledCapacities>> capacities_;  // newest last
 };
 

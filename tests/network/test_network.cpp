@@ -793,6 +793,42 @@ TEST_CASE("a collective's algorithm, resolved once per (group, operation, algori
             ConfigError);
 }
 
+TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks time alike") {
+    // Two clusters alike, one keeping its routes (and with them the networks' p2p plans). Two
+    // networks in turn on each send the same messages; every message takes the same time on
+    // both, and the second network on the keeping cluster finds every plan kept. By hand (no
+    // latency, analytical): 1 GB over the 25 GB/s fabric links = 40 ms across nodes, over the
+    // 100 GB/s NVLink 10 ms inside one.
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    const auto times = [](const Cluster& c) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {0, 1}, {3, 0}, {2, 2}};
+        for (std::size_t i = 0; i < pairs.size(); ++i)
+            net->send(pairs[i].first, pairs[i].second, Bytes{1'000'000'000}, i);
+        sim.run();
+        return rec.done;
+    };
+    const auto want = times(plain);
+    CHECK(want.at(0) == Time::ms(40));
+    CHECK(want.at(2) == Time::ms(10));
+    CHECK(want.at(4) == Time::zero());  // to itself: no route
+    CHECK(times(keeping) == want);
+    const auto searched = keeping.kept_route_hits();
+    CHECK(times(keeping) == want);
+    CHECK(keeping.kept_route_hits() == searched);  // the plans were kept: no route asked again
+    CHECK(keeping.kept_plans() != nullptr);
+    CHECK(plain.kept_plans() == nullptr);
+    // A copy with other capacities keeps none of them.
+    CHECK(keeping.with_faults({}, {}).kept_plans() == nullptr);
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
