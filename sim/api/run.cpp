@@ -256,7 +256,14 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
-    report::LinkAccounting links(spec.cluster->links().size());
+    std::optional<report::LinkAccounting> own_links;
+    report::LinkAccounting* links_seen = options.link_accounting;
+    if (links_seen && links_seen->links().size() == spec.cluster->links().size()) {
+        links_seen->reset();
+    } else {
+        links_seen = &own_links.emplace(spec.cluster->links().size());
+    }
+    report::LinkAccounting& links = *links_seen;
     replay.add_network_observer(links);
     std::unique_ptr<report::TraceWriter> trace;
     if (options.trace) {
@@ -298,7 +305,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
-    in.links = &links;
+    in.links = options.link_list ? &links : nullptr;
     out.summary = report::summarize(in);
     report::add_goodput(out.summary, spec);
     if (spec.faults.any()) {

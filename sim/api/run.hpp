@@ -42,6 +42,14 @@ struct RunOptions {
     // Member folding (replay::Replay::set_fold; --no-fold turns it off): exact where it applies,
     // so only for checking and timing.
     bool fold = true;
+    // Per-link accounting to fill instead of one of the run's own (reset first; ignored unless
+    // sized for the run's cluster): a sweep reuses one over its runs rather than allocating and
+    // zeroing an entry per directed link (1.3 M at 16,384 GPUs) for each. It holds the run's
+    // link figures after run() returns.
+    report::LinkAccounting* link_accounting = nullptr;
+    // Whether the summary lists its links (Summary::links, sorted by utilisation). A caller that
+    // reads them from `link_accounting` instead (a table-only sweep's digest) says no.
+    bool link_list = true;
 };
 
 struct RunResult {

@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #endif
 
 namespace cs::api {
@@ -33,6 +35,16 @@ constexpr int kTag = 7301;
 // MPI counts are ints: longer buffers go in pieces.
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
+// Waits without spinning. Open MPI's blocking calls poll in a busy loop, so a rank that finished
+// its share first burned a core until the last one was done (measured on the 2-core machine:
+// twice the CPU time of the work, and where the other core was loaded, the spinning rank took
+// time from the one still working). `ready` is polled every millisecond instead.
+template <typename Ready>
+void wait_politely(Ready ready) {
+    while (!ready())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 }  // namespace
 
 SweepRanks::SweepRanks() {
@@ -48,7 +60,17 @@ SweepRanks::SweepRanks() {
 }
 
 SweepRanks::~SweepRanks() {
-    if (joined_) MPI_Finalize();
+    if (!joined_) return;
+    // Every rank meets here before MPI_Finalize (which synchronises the ranks too, spinning):
+    // rank 0 prints while the others wait.
+    MPI_Request barrier;
+    MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
+    wait_politely([&] {
+        int done = 0;
+        MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+        return done != 0;
+    });
+    MPI_Finalize();
 }
 
 std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
@@ -67,6 +89,11 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
     all.push_back(std::move(mine));
     for (int from = 1; from < size_; ++from) {
         std::uint64_t length = 0;
+        wait_politely([&] {  // the rank may still be simulating its share
+            int arrived = 0;
+            MPI_Iprobe(from, kTag, MPI_COMM_WORLD, &arrived, MPI_STATUS_IGNORE);
+            return arrived != 0;
+        });
         MPI_Recv(&length, 1, MPI_UINT64_T, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         auto& bytes = all.emplace_back(length);
         for (std::size_t at = 0; at < bytes.size(); at += kPiece)

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+#include <unordered_map>
 
 #include "api/run.hpp"
 #include "api/text.hpp"
@@ -106,6 +107,37 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
     return values;
 }
 
+// What a sweep keeps per cluster its runs use (at most kMaxEntries clusters, the most recently
+// used): one link accounting its runs reuse (RunOptions::link_accounting: reset over the links a
+// run touched instead of allocated and zeroed over all of them) and a hash of each link's name,
+// computed on first use (8 bytes per link). About 60 bytes per directed link in all: 80 MB at
+// 16,384 GPUs (1.3 M links), where a run allocated as much for itself before.
+struct LinkState {
+    std::shared_ptr<const topology::Cluster> cluster;  // keeps the key alive
+    report::LinkAccounting accounting;
+    std::vector<std::uint64_t> name_hash;  // per link, 0 until computed
+    explicit LinkState(std::shared_ptr<const topology::Cluster> c)
+        : cluster(std::move(c)),
+          accounting(cluster->links().size()),
+          name_hash(cluster->links().size(), 0) {}
+};
+
+struct LinkStates {
+    static constexpr std::size_t kMaxEntries = 2;
+    std::vector<std::unique_ptr<LinkState>> entries;  // the most recently used last
+    LinkState& of(const std::shared_ptr<const topology::Cluster>& cluster) {
+        for (std::size_t i = 0; i < entries.size(); ++i)
+            if (entries[i]->cluster == cluster) {
+                std::rotate(entries.begin() + static_cast<std::ptrdiff_t>(i),
+                            entries.begin() + static_cast<std::ptrdiff_t>(i) + 1, entries.end());
+                return *entries.back();
+            }
+        if (entries.size() >= kMaxEntries) entries.erase(entries.begin());
+        entries.push_back(std::make_unique<LinkState>(cluster));
+        return *entries.back();
+    }
+};
+
 // Where a sweep's experiment comes from: a file, or its text (SweepOptions::text).
 struct Source {
     const std::filesystem::path* path = nullptr;
@@ -114,6 +146,7 @@ struct Source {
     // The topology is built once per distinct `topology.` settings, not once per combination
     // (at 16,384 GPUs building it took longer than an analytical run of it).
     std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
+    std::shared_ptr<LinkStates> links = std::make_shared<LinkStates>();
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
         return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get())
                     : workload::load_experiment(*path, overrides, max_memory, clusters.get());
@@ -163,6 +196,96 @@ std::uint64_t summary_digest_without_text(report::Summary& s) {
     return h;
 }
 
+// splitmix64's finaliser: a bijection of 64-bit words.
+std::uint64_t mix64(std::uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+    return x ^ (x >> 31);
+}
+
+// The digest of a table-only summary whose links are still in the run's accounting (`state`,
+// RunOptions::link_list off): equal for two summaries exactly when their JSON texts are equal,
+// up to 64-bit hash collisions, as summary_digest_without_text, without building the link list.
+// The list is every link with bytes, by utilisation (descending), ties in link order; so it is
+// the sequence, over the distinct utilisations in descending order, of each one's links in
+// link order. Walking the links in link order, each link's record (a hash of its name's text,
+// its kind's name and the numbers the list prints, bit for bit, computed as link_summaries
+// computes them) extends the running hash of its utilisation's group; the groups are then
+// taken in descending order with their counts. No sort of the links and no strings (link names
+// are hashed once per cluster: equal names, e.g. parallel links, give equal records).
+std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& state) {
+    auto json = report::to_json(s);  // `links` is empty: RunOptions::link_list was off
+    json.erase("wall_time_s");
+    std::uint64_t h = fnv1a(json.dump());
+    const auto& cluster = *state.cluster;
+    const auto& links = cluster.links();
+    const auto& devices = cluster.devices();
+    const auto seen = state.accounting.links();
+    const double T = s.iteration_time_s;
+    std::array<std::uint64_t, 5> kind_hash{};
+    for (std::size_t k = 0; k < kind_hash.size(); ++k)
+        kind_hash[k] = fnv1a(topology::link_kind_name(static_cast<topology::LinkKind>(k)));
+    struct Group {
+        double utilization = 0;
+        std::uint64_t hash = 0;
+        std::uint64_t count = 0;
+    };
+    std::unordered_map<std::uint64_t, Group> groups;  // by the utilisation's bits
+    Group* last = nullptr;                            // the last link's group (nodes stay put)
+    std::uint64_t last_key = 0;
+    std::uint64_t total = 0;
+    state.accounting.for_each_seen([&](topology::LinkId l) {
+        if (l >= links.size()) return;
+        const auto st = seen[l];
+        if (st.bytes <= 0) return;
+        std::uint64_t& name = state.name_hash[l];
+        if (name == 0) {  // fnv1a of "from->to", the text link_name gives
+            name = fnv1a(devices[links[l].from].id);
+            name = fnv1a("->", name);
+            name = fnv1a(devices[links[l].to].id, name);
+        }
+        const double utilization =
+            T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;  // as link_summaries
+        std::uint64_t r = mix64(name);
+        for (const std::uint64_t word :
+             {kind_hash.at(static_cast<std::size_t>(links[l].kind)),
+              std::bit_cast<std::uint64_t>(st.bytes),
+              std::bit_cast<std::uint64_t>(st.busy.seconds()),
+              std::bit_cast<std::uint64_t>(utilization),
+              std::bit_cast<std::uint64_t>(st.shared.seconds()),
+              static_cast<std::uint64_t>(static_cast<std::int64_t>(st.max_concurrent_flows))})
+            r = mix64(r ^ word) + 0x9e3779b97f4a7c15;
+        // Neighbouring links often share a utilisation (a ring's hops, a rail's uplinks).
+        const auto key = std::bit_cast<std::uint64_t>(utilization);
+        if (last == nullptr || key != last_key) {
+            last = &groups[key];
+            last_key = key;
+        }
+        Group& g = *last;
+        g.utilization = utilization;
+        g.hash = mix64(g.hash * 0x100000001b3 + r);  // depends on the order within the group
+        ++g.count;
+        ++total;
+    });
+    std::vector<Group> ordered;
+    ordered.reserve(groups.size());
+    for (const auto& [bits, g] : groups)
+        ordered.push_back(g);
+    std::sort(ordered.begin(), ordered.end(),
+              [](const Group& a, const Group& b) { return a.utilization > b.utilization; });
+    const auto bytes = [&h](const auto& value) {
+        const auto raw = std::bit_cast<std::array<char, sizeof value>>(value);
+        h = fnv1a(std::string_view(raw.data(), raw.size()), h);
+    };
+    bytes(total);
+    for (const Group& g : ordered) {
+        bytes(g.utilization);
+        bytes(g.count);
+        bytes(g.hash);
+    }
+    return h;
+}
+
 void simulate_row(const Source& experiment, const std::vector<std::string>& base,
                   const std::vector<SweepAxis>& axes, bool keep_summary, SweepRow& row) {
     std::vector<std::string> overrides = base;
@@ -171,7 +294,14 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
     try {
         const auto spec = experiment.load(overrides);
         row.source = spec.source;
-        auto s = run(spec).summary;
+        LinkState& links = experiment.links->of(spec.cluster);
+        RunOptions options;
+        options.link_accounting = &links.accounting;
+        // The digest reads the links from the accounting, against the run's cluster: the
+        // experiment's own unless link faults from the start change its capacities.
+        const bool from_links = !keep_summary && spec.faults.links.empty();
+        options.link_list = !from_links;
+        auto s = run(spec, options).summary;
         const auto hbm = spec.cluster->gpu_model(0).hbm;
         std::string text;
         std::uint64_t digest = 0;
@@ -180,6 +310,8 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
             json.erase("wall_time_s");
             text = json.dump();
             digest = fnv1a(text);
+        } else if (from_links) {
+            digest = summary_digest_from_links(s, links);
         } else {
             digest = summary_digest_without_text(s);  // takes s.links: nothing below reads them
         }

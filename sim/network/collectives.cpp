@@ -1,7 +1,6 @@
 #include "network/collectives.hpp"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -43,14 +42,29 @@ std::uint64_t mix(std::uint64_t x) {
 }
 
 // Ranks of the group per node, in group order; nodes in order of first appearance.
+// (A DP group at 16,384 GPUs spans hundreds of nodes: a node's slot is found by sorting the
+// (node, position) pairs, not in a tree map with one allocation per node.)
 std::vector<std::vector<int>> ranks_by_node(const Cluster& cluster, const std::vector<int>& ranks) {
-    std::vector<std::vector<int>> out;
-    std::map<int, std::size_t> index;
-    for (int r : ranks) {
-        const int node = cluster.node_of_gpu(r);
-        auto [it, fresh] = index.emplace(node, out.size());
-        if (fresh) out.emplace_back();
-        out[it->second].push_back(r);
+    std::vector<std::pair<int, std::size_t>> at;  // (node, position in the group)
+    at.reserve(ranks.size());
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        at.emplace_back(cluster.node_of_gpu(ranks[i]), i);
+    std::sort(at.begin(), at.end());
+    // Each node's first position (the first of its run), then the nodes in that order.
+    std::vector<std::pair<std::size_t, std::size_t>> first;  // (first position, run start)
+    for (std::size_t i = 0; i < at.size(); ++i)
+        if (i == 0 || at[i].first != at[i - 1].first) first.emplace_back(at[i].second, i);
+    std::sort(first.begin(), first.end());
+    std::vector<std::vector<int>> out(first.size());
+    for (std::size_t n = 0; n < first.size(); ++n) {
+        const std::size_t start = first[n].second;
+        std::size_t end = start;
+        while (end < at.size() && at[end].first == at[start].first)
+            ++end;
+        auto& node = out[n];
+        node.reserve(end - start);
+        for (std::size_t i = start; i < end; ++i)  // positions ascending: group order
+            node.push_back(ranks[at[i].second]);
     }
     return out;
 }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/errors.hpp"
@@ -87,14 +88,9 @@ class NetworkImpl final : public Network, public EventHandler {
         handler_ = sim_.add_handler(*this);
         const auto& links = cluster_.links();
         real_links_.links = links.size();
-        capacity_.resize(links.size());
-        for (std::size_t l = 0; l < links.size(); ++l) {
-            const double eff = config_.link_efficiency[static_cast<int>(links[l].kind)];
-            if (!(eff > 0 && eff <= 1))
-                throw ConfigError("network: link efficiency must be in (0, 1], got " +
-                                  std::to_string(eff));
-            capacity_[l] = links[l].bandwidth.bytes_per_s * eff;
-        }
+        std::array<double, kLinkKinds> per_kind{};
+        std::copy(std::begin(config_.link_efficiency), std::end(config_.link_efficiency),
+                  per_kind.begin());
         for (const auto& row : config_.op_efficiency)
             for (double eff : row)
                 if (!(eff > 0 && eff <= 1))
@@ -103,13 +99,26 @@ class NetworkImpl final : public Network, public EventHandler {
         if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
             throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
                               std::to_string(config_.nvls_efficiency));
-        // One virtual link per real one after them (nvls_virtual_link): the NVLS rate cap of a
-        // GPU-NVSwitch link; unused (but positive) for the others.
-        capacity_.resize(2 * links.size());
-        for (std::size_t l = 0; l < links.size(); ++l)
-            capacity_[links.size() + l] = links[l].bandwidth.bytes_per_s * config_.nvls_efficiency;
+        // Per real link its bandwidth times its kind's efficiency, then one virtual link per
+        // real one after them (nvls_virtual_link): the NVLS rate cap of a GPU-NVSwitch link;
+        // unused (but positive) for the others. The cluster keeps them for the next network
+        // (Cluster::scaled_capacities); copied only if a capacity changes (own_capacity_).
+        base_capacity_ = cluster_.scaled_capacities(per_kind, config_.nvls_efficiency);
+        for (int k = 0; k < kLinkKinds; ++k) {
+            const double eff = per_kind[static_cast<std::size_t>(k)];
+            if ((base_capacity_->kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
+                throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                  std::to_string(eff));
+        }
+        capacity_ = base_capacity_->capacity.data();
+        if (!compact_ && cluster_.keeps_routes()) {
+            auto& slot = cluster_.kept_plans();
+            if (!slot) slot = std::make_shared<SharedP2pPlans>();
+            shared_p2p_ = std::static_pointer_cast<SharedP2pPlans>(slot);
+        }
         if (config_.fidelity == Fidelity::Flow)
-            solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{} : capacity_);
+            solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{}
+                                                            : base_capacity_->capacity);
     }
 
     void set_client(TransferClient* client) override { client_ = client; }
@@ -150,22 +159,38 @@ class NetworkImpl final : public Network, public EventHandler {
         check_gpu(dst);
         const std::uint64_t key =
             static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
-        auto it = p2p_plans_.find(key);
-        if (it == p2p_plans_.end()) {
-            Plan plan;
-            plan.algorithm = Algorithm::Direct;
-            if (src != dst) {
-                Phase p;
-                FlowTemplate t;
-                routing_->route(src, dst, key, t.path);
-                t.bytes_per_size = 1.0;
-                p.latency = cluster_.route_latency(t.path);
-                p.flows.push_back(std::move(t));
-                plan.phases.push_back(std::move(p));
-            }
-            it = p2p_plans_.emplace(key, std::move(plan)).first;
-        }
+        // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
+        // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
+        // fixed costs), so later networks on it take them as they are.
+        const bool shared = shared_p2p_ && routing_ == &cluster_;
+        auto& plans = shared ? shared_p2p_->plans : p2p_plans_;
+        auto it = plans.find(key);
+        if (it == plans.end() && shared && plans.size() >= SharedP2pPlans::kMaxPlans)
+            return own_p2p_plan(key, src, dst);  // full: this network's own
+        if (it == plans.end()) it = plans.emplace(key, make_p2p_plan(src, dst, key)).first;
         return it->second;
+    }
+    const Plan& own_p2p_plan(std::uint64_t key, int src, int dst) {
+        auto it = p2p_plans_.find(key);
+        if (it == p2p_plans_.end())
+            it = p2p_plans_.emplace(key, make_p2p_plan(src, dst, key)).first;
+        return it->second;
+    }
+    // One message's plan: its route (flow id `key`) and the route's latency; none from a GPU to
+    // itself.
+    Plan make_p2p_plan(int src, int dst, std::uint64_t key) const {
+        Plan plan;
+        plan.algorithm = Algorithm::Direct;
+        if (src != dst) {
+            Phase p;
+            FlowTemplate t;
+            routing_->route(src, dst, key, t.path);
+            t.bytes_per_size = 1.0;
+            p.latency = cluster_.route_latency(t.path);
+            p.flows.push_back(std::move(t));
+            plan.phases.push_back(std::move(p));
+        }
+        return plan;
     }
 
     void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
@@ -180,8 +205,17 @@ class NetworkImpl final : public Network, public EventHandler {
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
         const auto& ranks = groups_[group];
         const AlgorithmRegistry& algorithms = *config_.algorithms;
-        const Algorithm resolved =
-            resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms);
+        // Resolved once per (group, operation, algorithm asked, size): every DP sync of every
+        // stage asks again, and resolving looks at every rank's node (a pure function of them
+        // and the routing; one that throws is not kept and throws again).
+        const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
+        auto found = resolved_.find(asked);
+        if (found == resolved_.end())
+            found = resolved_
+                        .emplace(asked,
+                                 resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms))
+                        .first;
+        const Algorithm resolved = found->second;
         const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
                                   static_cast<std::uint64_t>(kind) << 16 |
                                   static_cast<std::uint64_t>(resolved.id);
@@ -327,8 +361,12 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_changed_ = true;
         const auto& links = cluster_.links();
         const double eff = config_.link_efficiency[static_cast<int>(links[link].kind)];
-        capacity_[link] = bandwidth.bytes_per_s * eff;
-        capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
+        if (own_capacity_.empty()) {
+            own_capacity_ = base_capacity_->capacity;
+            capacity_ = own_capacity_.data();
+        }
+        own_capacity_[link] = bandwidth.bytes_per_s * eff;
+        own_capacity_[links.size() + link] = bandwidth.bytes_per_s * config_.nvls_efficiency;
         if (!solver_) return;
         solver_->set_capacity(link, capacity_[link]);
         solver_->set_capacity(static_cast<LinkId>(links.size() + link),
@@ -748,6 +786,7 @@ class NetworkImpl final : public Network, public EventHandler {
         retired_plans_.push_back(std::move(p2p_plans_));
         plans_.clear();
         p2p_plans_.clear();
+        resolved_.clear();  // resolved on the old routes
         routing_ = &routing;
         if (!solver_) return;
         const Time now = sim_.now();
@@ -813,12 +852,26 @@ class NetworkImpl final : public Network, public EventHandler {
     HandlerId handler_ = 0;
     TransferClient* client_ = nullptr;
     std::vector<NetworkObserver*> observers_;
-    std::vector<double> capacity_;  // current, per solver link (real then NVLS virtual)
+    // Current capacity per solver link (real then NVLS virtual): the cluster's kept ones
+    // (base_capacity_) until set_link_capacity changes one, then a copy of this network's own.
+    std::shared_ptr<const topology::Cluster::ScaledCapacities> base_capacity_;
+    std::vector<double> own_capacity_;
+    const double* capacity_ = nullptr;
     std::vector<std::vector<int>> groups_;
     bool reuse_groups_ = false;
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
+    // Point-to-point plans kept with a cluster that keeps its routes (Cluster::kept_plans), for
+    // every network on it; never erased (operations in flight point into them), at most
+    // kMaxPlans (about 200 bytes each), then each network plans the rest itself.
+    struct SharedP2pPlans {
+        static constexpr std::size_t kMaxPlans = std::size_t{1} << 18;
+        std::unordered_map<std::uint64_t, Plan> plans;
+    };
+    std::shared_ptr<SharedP2pPlans> shared_p2p_;
+    // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.
+    std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, Algorithm> resolved_;
     std::vector<Op> ops_;
     std::vector<std::uint32_t> free_ops_;
     std::unique_ptr<FlowSolver> solver_;

@@ -44,11 +44,21 @@ void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
         p2p_bytes_ += static_cast<double>(t.bytes.value);
 }
 
-LinkAccounting::LinkAccounting(std::size_t links) : starts_(links), rates_(links) {}
+LinkAccounting::LinkAccounting(std::size_t links)
+    : starts_(links), rates_(links), seen_((links + 63) / 64) {}
+
+void LinkAccounting::reset() {
+    for_each_seen([this](topology::LinkId l) {
+        starts_[l] = {};
+        rates_[l] = {};
+    });
+    std::fill(seen_.begin(), seen_.end(), 0);
+}
 
 void LinkAccounting::on_flow_start(const FlowStart& flow) {
     if (flow.shared) {
         for (topology::LinkId l : flow.path) {
+            see(l);
             auto& st = starts_[l];
             st.bytes += flow.bytes;
             st.max_concurrent_flows = std::max(st.max_concurrent_flows, ++st.flows);
@@ -56,6 +66,7 @@ void LinkAccounting::on_flow_start(const FlowStart& flow) {
         return;
     }
     for (topology::LinkId l : flow.path) {
+        see(l);
         starts_[l].bytes += flow.bytes;
         rates_[l].busy += flow.holds;
     }
@@ -67,6 +78,7 @@ void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
 }
 
 void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
+    see(l);
     auto& st = rates_[l];
     const Time span = at - st.since;
     if (st.rate_flows >= 1) st.busy += span;
@@ -168,9 +180,11 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
     std::vector<LinkSummary> out;
     const auto& links = cluster.links();
     const auto& seen = accounting.links();
-    for (std::size_t l = 0; l < links.size() && l < seen.size(); ++l) {
+    // Only the links a notification named can have bytes (in increasing order, as before).
+    accounting.for_each_seen([&](topology::LinkId l) {
+        if (l >= links.size()) return;
         const auto& st = seen[l];
-        if (st.bytes <= 0) continue;
+        if (st.bytes <= 0) return;
         LinkSummary ls;
         ls.name = cluster.link_name(static_cast<topology::LinkId>(l));
         ls.kind = topology::link_kind_name(links[l].kind);
@@ -181,7 +195,7 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         ls.utilization =
             iteration_s > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * iteration_s) : 0;
         out.push_back(std::move(ls));
-    }
+    });
     std::stable_sort(out.begin(), out.end(), [](const LinkSummary& a, const LinkSummary& b) {
         return a.utilization > b.utilization;
     });

@@ -1,6 +1,7 @@
 // Metrics of one simulated iteration, collected by observing the replay (the models never compute
 // metrics), and their renderings: the summary JSON of DESIGN.md's contract and a text table.
 #pragma once
+#include <bit>
 
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -175,6 +176,18 @@ class MetricsObserver final : public replay::ReplayObserver {
 class LinkAccounting final : public network::NetworkObserver {
   public:
     explicit LinkAccounting(std::size_t links);
+    // Back to nothing seen, for another run on the same cluster: only the links seen are cleared
+    // (a sweep reuses one accounting instead of allocating and zeroing millions of links per run).
+    void reset();
+    // Calls f(link) for every link a notification named since the reset, in increasing order
+    // (links without bytes among them under `flow`: link_summaries skips those).
+    template <typename F>
+    void for_each_seen(F&& f) const {
+        for (std::size_t w = 0; w < seen_.size(); ++w)
+            for (std::uint64_t bits = seen_[w]; bits != 0; bits &= bits - 1)
+                f(static_cast<topology::LinkId>(w * 64 +
+                                                static_cast<std::size_t>(std::countr_zero(bits))));
+    }
     void on_flow_start(const FlowStart& flow) override;
     void on_flow_end(Time at, std::span<const topology::LinkId> path) override;
     void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
@@ -219,6 +232,8 @@ class LinkAccounting final : public network::NetworkObserver {
     };
     std::vector<Starts> starts_;
     std::vector<Rates> rates_;
+    std::vector<std::uint64_t> seen_;  // a bit per link a notification named
+    void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
 };
 
 // The summary's `links`: every link of `cluster` that `accounting` saw carry bytes, with its

@@ -9,6 +9,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -198,6 +199,36 @@ class Cluster {
     // topologies fall back to one hop table per destination GPU. The caches make route() not
     // thread-safe; results never depend on what is cached.
     void route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    // Keeps the routes route() finds, keyed by (src, dst, flow_id), for later calls to copy
+    // instead of searching again, until they take about `max_bytes` (then the kept routes are
+    // dropped and kept again from the next call on); 0 turns it off (the default) and drops
+    // them. Routes are a pure function of the cluster, so results never depend on it. For a
+    // cluster that outlives many runs (workload::ClusterCache: a sweep's layouts route the same
+    // GPU pairs and communicators again); a single run routes each pair once and gains nothing.
+    // Not copied by with_faults (another cluster's routes). Not thread-safe, like route().
+    void keep_routes(std::size_t max_bytes) const;
+    // The per-link capacities a network starts from: each directed link's bandwidth times
+    // `per_kind[its kind]`, then each link's bandwidth again times `nvls` (2 x links() entries),
+    // and which link kinds occur (bit k for LinkKind k). The last kKeptCapacities factor sets
+    // asked for are kept (a network per run and per costed collective built its own: 21 MB at
+    // 16,384 GPUs); with_faults's copy keeps none. Not thread-safe, like route().
+    struct ScaledCapacities {
+        std::array<double, 5> per_kind{};
+        double nvls = 0;
+        std::vector<double> capacity;
+        unsigned kinds = 0;
+    };
+    static constexpr std::size_t kKeptCapacities = 2;
+    std::shared_ptr<const ScaledCapacities> scaled_capacities(const std::array<double, 5>& per_kind,
+                                                              double nvls) const;
+    // The bytes the kept routes take now (keep_routes), and how many calls found theirs kept.
+    std::size_t kept_route_bytes() const { return route_memo_.bytes(); }
+    std::uint64_t kept_route_hits() const { return route_memo_.hits; }
+    bool keeps_routes() const { return route_memo_.max_bytes > 0; }
+    // What the network layer keeps with a cluster that keeps its routes (its point-to-point
+    // plans, docs/network.md): an opaque slot, emptied by keep_routes and not copied by
+    // with_faults. Not thread-safe, like route().
+    std::shared_ptr<void>& kept_plans() const { return kept_plans_; }
     // A copy of this cluster with link faults (the experiment's `faults.links`, docs/what-if.md):
     // the directed links of `failed` carry nothing and routes avoid them (route() throws
     // NoPathError where no path remains), and each (link, bandwidth) of `bandwidths` has that
@@ -222,6 +253,7 @@ class Cluster {
 
   private:
     friend class ClusterBuilder;
+    void route_uncached(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
     const std::vector<std::uint16_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
     bool route_in_node(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
@@ -280,6 +312,29 @@ class Cluster {
     // Hop-count tables per destination device, filled on first use (routes are computed on
     // demand; no all-pairs table). Mutable cache only; results do not depend on fill order.
     mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> hops_cache_;
+    // keep_routes(): every kept route's links in one array, found by (src, dst, flow_id).
+    struct RouteKey {
+        std::int32_t src, dst;
+        std::uint64_t flow_id;
+        bool operator==(const RouteKey&) const = default;
+    };
+    struct RouteKeyHash {
+        std::size_t operator()(const RouteKey& k) const;
+    };
+    struct RouteMemo {
+        // About what a hash node (key, offset, length, next pointer, bucket) costs per route.
+        static constexpr std::size_t kEntryBytes = 48;
+        std::size_t max_bytes = 0;  // 0: off
+        std::unordered_map<RouteKey, std::pair<std::uint32_t, std::uint32_t>, RouteKeyHash> at;
+        std::vector<LinkId> links;
+        std::uint64_t hits = 0;
+        std::size_t bytes() const {
+            return links.capacity() * sizeof(LinkId) + at.size() * kEntryBytes;
+        }
+    };
+    mutable RouteMemo route_memo_;
+    mutable std::shared_ptr<void> kept_plans_;
+    mutable std::vector<std::shared_ptr<const ScaledCapacities>> capacities_;  // newest last
 };
 
 class ClusterBuilder {

@@ -856,6 +856,7 @@ std::shared_ptr<const topology::Cluster> ClusterCache::get(
     for (const auto& [k, cluster] : entries_)
         if (k == key) return cluster;
     auto cluster = std::make_shared<const topology::Cluster>(build());
+    cluster->keep_routes(kKeptRouteBytes);
     ++builds_;
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
     entries_.emplace_back(key, cluster);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/collective.hpp"
+#include "api/run.hpp"
 #include "api/sweep.hpp"
 #include "api/topology.hpp"
 #include "api/validate.hpp"
@@ -72,6 +73,60 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     cs::api::print_sweep(streamed, options.axes, *tally, 1);
     cs::api::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
     CHECK(streamed.str() == full.str());
+}
+
+TEST_CASE(
+    "sweep caches: kept routes, a reused link accounting and the link digest change nothing") {
+    // GPT-3 175B on the default 256-GPU cluster, analytical network (replica folding on). The
+    // combinations run in order (the last axis fastest) on one cached cluster: (vpp 1, tp 4)
+    // first, on a cold cluster; then tp 8, then (vpp 2, tp 4) and (vpp 2, tp 8) with their routes
+    // kept from the first two and the accounting reused. 1f1b ignores vpp, so the vpp 2 rows are
+    // repeats of the vpp 1 rows, and tp 4 and tp 8 differ.
+    cs::api::SweepOptions options;
+    options.experiment = kRoot + "/workloads/default.yaml";
+    options.sets = {"network.model=analytical", "schedule=1f1b"};
+    options.axes = cs::api::parse_sweep_axes({"parallelism.vpp=1,2", "parallelism.tp=4,8"});
+    const cs::api::SweepRanks ranks;
+    const auto full = cs::api::sweep(options, ranks);  // summaries kept: their texts
+    REQUIRE(full);
+    REQUIRE(full->size() == 4);
+    for (const auto& row : *full) {
+        REQUIRE(row.result);
+        // The same experiment loaded and run alone, with no cache of any kind: the same summary
+        // text (links included) as in the sweep, cold or warm.
+        const auto spec = cs::workload::load_experiment(
+            options.experiment,
+            {"parallelism.dp=~", "network.model=analytical", "schedule=1f1b",
+             "parallelism.vpp=" + row.values[0], "parallelism.tp=" + row.values[1]});
+        auto alone = cs::report::to_json(cs::api::run(spec).summary);
+        alone.erase("wall_time_s");
+        CHECK(alone["links"].size() > 0);
+        CHECK(alone.dump() == row.result->summary);
+    }
+    CHECK((*full)[0].result->summary == (*full)[2].result->summary);
+    CHECK((*full)[1].result->summary == (*full)[3].result->summary);
+    CHECK((*full)[0].result->summary != (*full)[1].result->summary);
+
+    // A table-only sweep digests the links from the accounting: equal digests exactly where the
+    // texts are equal, the same figures, and the same digests when run again.
+    options.keep_summaries = false;
+    const auto lean = cs::api::sweep(options, ranks);
+    const auto again = cs::api::sweep(options, ranks);
+    REQUIRE(lean);
+    REQUIRE(again);
+    REQUIRE(lean->size() == 4);
+    for (std::size_t i = 0; i < 4; ++i) {
+        const auto& a = *(*lean)[i].result;
+        const auto& b = *(*full)[i].result;
+        CHECK(a.summary.empty());
+        CHECK(a.tokens_per_s == b.tokens_per_s);
+        CHECK(a.iteration_time_s == b.iteration_time_s);
+        CHECK(a.memory_bytes == b.memory_bytes);
+        CHECK(a.summary_digest == (*again)[i].result->summary_digest);
+        for (std::size_t j = 0; j < 4; ++j)
+            CHECK((b.summary == (*full)[j].result->summary) ==
+                  (a.summary_digest == (*lean)[j].result->summary_digest));
+    }
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // closed-form times, fidelities and determinism.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -709,6 +710,123 @@ TEST_CASE("link capacity changes under the analytical and ideal fidelities") {
     free_net->send(0, 1, Bytes{1'000'000'000}, 1);
     sim2.run();
     CHECK(rec2.done[1] == Time::zero());
+}
+
+TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
+    // Networks on one cluster start from the capacities the cluster keeps
+    // (Cluster::scaled_capacities); one that halves its link copies them first. By hand: 1 GB
+    // over 100 GB/s = 10 ms + 1 us, over 50 GB/s 20 ms + 1 us.
+    const Cluster c = pair(100 * GB, Time::us(1));
+    const auto send_time = [&](Fidelity f, bool halve) {
+        NetworkConfig cfg;
+        cfg.fidelity = f;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        if (halve) net->set_link_capacity(0, Bandwidth{50 * GB});
+        net->send(0, 1, Bytes{1'000'000'000}, 1);
+        sim.run();
+        return rec.done[1];
+    };
+    for (Fidelity f : {Fidelity::Flow, Fidelity::Analytical}) {
+        CHECK(send_time(f, false) == Time::ms(10) + Time::us(1));
+        CHECK(send_time(f, true) == Time::ms(20) + Time::us(1));
+        CHECK(send_time(f, false) == Time::ms(10) + Time::us(1));  // the halving was its own
+    }
+    // The same factors give the kept capacities; other factors their own, and at most
+    // kKeptCapacities sets are kept.
+    const std::array<double, 5> ones{1, 1, 1, 1, 1};
+    const auto kept = c.scaled_capacities(ones, 1.0);
+    CHECK(kept == c.scaled_capacities(ones, 1.0));
+    REQUIRE(kept->capacity.size() == 2 * c.links().size());
+    CHECK(kept->capacity[0] == 100 * GB);
+    CHECK(kept->kinds == 1u << static_cast<int>(LinkKind::NvLink));
+    const auto half = c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
+    CHECK(half->capacity[0] == 50 * GB);                 // nvlink x 0.5
+    CHECK(half->capacity[c.links().size()] == 25 * GB);  // its NVLS twin x 0.25
+    (void)c.scaled_capacities({0.7, 1, 1, 1, 1}, 1.0);   // pushes the oldest (ones) out
+    CHECK(c.scaled_capacities(ones, 1.0) != kept);
+    CHECK(c.scaled_capacities(ones, 1.0)->capacity == kept->capacity);
+    // A copy with other bandwidths keeps none of them.
+    const Cluster slow = c.with_faults({}, {{0, Bandwidth{10 * GB}}});
+    CHECK(slow.scaled_capacities(ones, 1.0)->capacity[0] == 10 * GB);
+    CHECK(c.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
+}
+
+TEST_CASE("a collective's algorithm, resolved once per (group, operation, algorithm, size)") {
+    // Auto all-reduce across nodes is a tree below 64 MiB and a ring from there. One network
+    // runs 1 MiB, 128 MiB and 1 MiB again on one group, one after another: each takes what a
+    // fresh network takes for it alone, so the second 1 MiB is the tree again, not the ring the
+    // resolution of 128 MiB gave.
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    NetworkConfig cfg;
+    cfg.fidelity = Fidelity::Analytical;
+    const std::vector<std::int64_t> sizes = {1 << 20, std::int64_t{128} << 20, 1 << 20};
+    Simulation sim;
+    auto net = make_network(sim, c, cfg);
+    Recorder rec;
+    net->set_client(&rec);
+    const auto g = net->register_group({0, 1, 2, 3});
+    Time start = Time::zero();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        net->collective(CollectiveKind::AllReduce, g, Bytes{sizes[i]}, Algorithm::Auto, i);
+        sim.run();
+        const Time took = rec.done[i] - start;
+        start = rec.done[i];
+        CHECK(took == run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3},
+                                     Bytes{sizes[i]}, Algorithm::Auto));
+    }
+    // Auto gave different algorithms for the two sizes (else the check above proves nothing).
+    CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{1 << 20},
+                         Algorithm::Tree) == run_collective(c, cfg, CollectiveKind::AllReduce,
+                                                            {0, 1, 2, 3}, Bytes{1 << 20},
+                                                            Algorithm::Auto));
+    CHECK(run_collective(c, cfg, CollectiveKind::AllReduce, {0, 1, 2, 3}, Bytes{1 << 20},
+                         Algorithm::Ring) != run_collective(c, cfg, CollectiveKind::AllReduce,
+                                                            {0, 1, 2, 3}, Bytes{1 << 20},
+                                                            Algorithm::Auto));
+    // An algorithm that does not apply is refused every time (nothing kept).
+    for (int twice = 0; twice < 2; ++twice)
+        CHECK_THROWS_AS(
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1 << 20}, Algorithm::Nvls, 9),
+            ConfigError);
+}
+
+TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks time alike") {
+    // Two clusters alike, one keeping its routes (and with them the networks' p2p plans). Two
+    // networks in turn on each send the same messages; every message takes the same time on
+    // both, and the second network on the keeping cluster finds every plan kept. By hand (no
+    // latency, analytical): 1 GB over the 25 GB/s fabric links = 40 ms across nodes, over the
+    // 100 GB/s NVLink 10 ms inside one.
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    const auto times = [](const Cluster& c) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {0, 1}, {3, 0}, {2, 2}};
+        for (std::size_t i = 0; i < pairs.size(); ++i)
+            net->send(pairs[i].first, pairs[i].second, Bytes{1'000'000'000}, i);
+        sim.run();
+        return rec.done;
+    };
+    const auto want = times(plain);
+    CHECK(want.at(0) == Time::ms(40));
+    CHECK(want.at(2) == Time::ms(10));
+    CHECK(want.at(4) == Time::zero());  // to itself: no route
+    CHECK(times(keeping) == want);
+    const auto searched = keeping.kept_route_hits();
+    CHECK(times(keeping) == want);
+    CHECK(keeping.kept_route_hits() == searched);  // the plans were kept: no route asked again
+    CHECK(keeping.kept_plans() != nullptr);
+    CHECK(plain.kept_plans() == nullptr);
+    // A copy with other capacities keeps none of them.
+    CHECK(keeping.with_faults({}, {}).kept_plans() == nullptr);
 }
 
 TEST_CASE("link capacity changes: bad input") {
