@@ -77,11 +77,21 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
     std::vector<std::uint8_t> mine) const {
     if (size_ == 1) return {std::move(mine)};
     if (rank_ != 0) {
+        // Non-blocking sends waited for politely: a rank that finished first would otherwise
+        // spin in MPI_Send until rank 0 gets to it (above Open MPI's eager limit).
+        const auto send = [](const void* data, int count, MPI_Datatype type) {
+            MPI_Request request;
+            MPI_Isend(data, count, type, 0, kTag, MPI_COMM_WORLD, &request);
+            wait_politely([&] {
+                int done = 0;
+                MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+                return done != 0;
+            });
+        };
         const std::uint64_t length = mine.size();
-        MPI_Send(&length, 1, MPI_UINT64_T, 0, kTag, MPI_COMM_WORLD);
+        send(&length, 1, MPI_UINT64_T);
         for (std::size_t at = 0; at < mine.size(); at += kPiece)
-            MPI_Send(mine.data() + at, static_cast<int>(std::min(kPiece, mine.size() - at)),
-                     MPI_BYTE, 0, kTag, MPI_COMM_WORLD);
+            send(mine.data() + at, static_cast<int>(std::min(kPiece, mine.size() - at)), MPI_BYTE);
         return {};
     }
     std::vector<std::vector<std::uint8_t>> all;

@@ -245,7 +245,7 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
             name = fnv1a(devices[links[l].to].id, name);
         }
         const double utilization =
-            T > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * T) : 0;  // as link_summaries
+            report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T);
         std::uint64_t r = mix64(name);
         for (const std::uint64_t word :
              {kind_hash.at(static_cast<std::size_t>(links[l].kind)),

@@ -159,6 +159,11 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         set.warnings.push_back(
             "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold the "
             "workload, and running them gives the iteration on the topology as it is");
+    if (layout.grad_reduce_after_backward && layout.dp > 1 && layout.vpp > 1)
+        set.warnings.push_back(
+            "grad_reduce_after_backward is not exported: each model chunk's gradient all-reduce "
+            "depends on that chunk's last backward pass only, so running the ETs may overlap it "
+            "with other chunks' backward passes");
     if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
         set.warnings.push_back(
             "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "

@@ -946,9 +946,10 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
         if (!layout_.grad_reduce_after_backward) {
             start_dp_sync(worker, r.chunk);
         } else if (all_chunks_backward_done(st)) {
-            // Megatron-LM's local DDP: every chunk's all-reduce after the whole backward.
-            for (int c = 0; c < shape_.chunks; ++c)
-                start_dp_sync(worker, c);
+            // Megatron-LM's local DDP: every chunk's all-reduce after the whole backward, one
+            // after another on the data-parallel communicator (the next is issued when the one
+            // before completes, on_transfer_done).
+            start_dp_sync(worker, 0);
         }
     }
 }
@@ -963,7 +964,8 @@ void Replay::start_dp_sync(int worker, int chunk) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
     if (layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
-        ++st.dp_done;
+        // Nothing to reduce: with grad_reduce_after_backward this call stands for every chunk.
+        st.dp_done += layout_.grad_reduce_after_backward ? shape_.chunks : 1;
         return;
     }
     // The collective starts once every replica of the stage has finished this chunk's backward
@@ -978,12 +980,18 @@ void Replay::start_dp_sync(int worker, int chunk) {
             ++ready;
     }
     if (ready < layout_.dp) return;
+    issue_dp_sync(worker, chunk);
+}
+
+void Replay::issue_dp_sync(int worker, int chunk) {
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
     Message msg;
     msg.record.kind = TransferRecord::Kind::DpGradients;
     msg.record.src_worker = msg.record.dst_worker = worker;
     msg.record.bytes = dev.dp_gradient_bytes;
     msg.record.start = sim_.now();
-    msg.purpose = GradientSync{w.stage};
+    msg.purpose = GradientSync{w.stage, chunk};
     const auto id = static_cast<std::uint64_t>(messages_.size());
     messages_.push_back(msg);
     const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
@@ -1424,8 +1432,9 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     }
     msg.record.end = sim.now();
     end_time_ = std::max(end_time_, sim.now());
-    // A copy: `msg` may move when launch_bucket or deliver add messages.
+    // Copies: `msg` may move when launch_bucket or deliver add messages.
     const auto purpose = msg.purpose;
+    const int launcher = msg.record.src_worker;
     if (const auto* p2p = std::get_if<PipelineDelivery>(&purpose)) {
         deliver(msg.record.dst_worker, p2p->arrival_key);
         return;
@@ -1465,7 +1474,11 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
         chunk_synchronised(bucket->stage);
         return;
     }
-    chunk_synchronised(std::get<GradientSync>(purpose).stage);
+    const auto& sync = std::get<GradientSync>(purpose);
+    chunk_synchronised(sync.stage);
+    // grad_reduce_after_backward: the stage's next chunk follows on the same communicator.
+    if (layout_.grad_reduce_after_backward && sync.chunk + 1 < shape_.chunks)
+        issue_dp_sync(launcher, sync.chunk + 1);
 }
 
 void Replay::chunk_synchronised(int stage) {

@@ -277,6 +277,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     };
     struct GradientSync {  // DP gradient synchronisation of one chunk of a stage, all replicas
         int stage;
+        int chunk;
     };
     struct GradientBucket {  // one bucket of it under --overlap-grad-reduce
         int stage;
@@ -367,6 +368,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     void complete_pass(int worker, const PassRecord& r);
     void deliver(int worker, int key);
     void start_dp_sync(int worker, int chunk);
+    // Issues chunk `chunk`'s DP gradient collective of the worker's stage (every replica ready).
+    void issue_dp_sync(int worker, int chunk);
     // Whether the worker has run every backward pass of every chunk.
     bool all_chunks_backward_done(const WorkerState& st) const;
     // --overlap-grad-reduce: the gradient buckets of a stage's chunk, launched during the last

@@ -192,8 +192,7 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         ls.busy_s = st.busy.seconds();
         ls.shared_s = st.shared.seconds();
         ls.max_concurrent_flows = st.max_concurrent_flows;
-        ls.utilization =
-            iteration_s > 0 ? st.bytes / (links[l].bandwidth.bytes_per_s * iteration_s) : 0;
+        ls.utilization = link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, iteration_s);
         out.push_back(std::move(ls));
     });
     std::stable_sort(out.begin(), out.end(), [](const LinkSummary& a, const LinkSummary& b) {

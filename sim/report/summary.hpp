@@ -236,6 +236,13 @@ class LinkAccounting final : public network::NetworkObserver {
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
 };
 
+// A link's utilisation in the summary: its bytes over what its bandwidth carries in an iteration
+// of `iteration_s` (0 for an empty iteration). The one formula of link_summaries and of the
+// sweep's link digest, which must agree bit for bit.
+inline double link_utilization(double bytes, double bytes_per_s, double iteration_s) {
+    return iteration_s > 0 ? bytes / (bytes_per_s * iteration_s) : 0;
+}
+
 // The summary's `links`: every link of `cluster` that `accounting` saw carry bytes, with its
 // utilisation over an iteration of `iteration_s`, busiest first (stable: link order breaks ties).
 std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,

@@ -196,6 +196,12 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
     if (l.sequence_parallel && l.tp == 1)
         spec.warnings.push_back("sequence_parallel has no effect with tp = 1");
     parse_sharding(r, l);
+    if (l.grad_reduce_after_backward && l.sharding >= Sharding::Gradients)
+        r.fail("grad_reduce_after_backward",
+               "cannot be combined with sharding " +
+                   std::string(name_of(kShardingNames, l.sharding)) +
+                   " (which reduce-scatters each unit's gradients as its backward ends); use "
+                   "sharding: none or zero1");
     spec.pipeline_split = parse_pipeline_split(r);
     r.finish();
     return l;
