@@ -14,6 +14,7 @@
 #include "api/run.hpp"
 #include "api/text.hpp"
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cs::api {
 
@@ -153,14 +154,6 @@ struct Source {
     }
 };
 
-std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325) {
-    for (const char c : text) {
-        h ^= static_cast<unsigned char>(c);
-        h *= 0x100000001b3;
-    }
-    return h;
-}
-
 // The digest of a summary whose text is not kept (a table-only sweep): FNV-1a of its JSON
 // without `links`, continued over every link's fields as bytes (each string after its length,
 // each number's bits). Two summaries get equal digests exactly when their JSON texts are equal
@@ -175,10 +168,7 @@ std::uint64_t summary_digest_without_text(report::Summary& s) {
     auto json = report::to_json(s);
     json.erase("wall_time_s");
     std::uint64_t h = fnv1a(json.dump());
-    const auto bytes = [&h](const auto& value) {
-        const auto raw = std::bit_cast<std::array<char, sizeof value>>(value);
-        h = fnv1a(std::string_view(raw.data(), raw.size()), h);
-    };
+    const auto bytes = [&h](const auto& value) { h = fnv1a_bytes(value, h); };
     const auto text = [&](const std::string& t) {
         bytes(static_cast<std::uint64_t>(t.size()));
         h = fnv1a(t, h);
@@ -194,13 +184,6 @@ std::uint64_t summary_digest_without_text(report::Summary& s) {
         bytes(static_cast<std::int64_t>(l.max_concurrent_flows));
     }
     return h;
-}
-
-// splitmix64's finaliser: a bijection of 64-bit words.
-std::uint64_t mix64(std::uint64_t x) {
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-    return x ^ (x >> 31);
 }
 
 // The digest of a table-only summary whose links are still in the run's accounting (`state`,
@@ -273,10 +256,7 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
         ordered.push_back(g);
     std::sort(ordered.begin(), ordered.end(),
               [](const Group& a, const Group& b) { return a.utilization > b.utilization; });
-    const auto bytes = [&h](const auto& value) {
-        const auto raw = std::bit_cast<std::array<char, sizeof value>>(value);
-        h = fnv1a(std::string_view(raw.data(), raw.size()), h);
-    };
+    const auto bytes = [&h](const auto& value) { h = fnv1a_bytes(value, h); };
     bytes(total);
     for (const Group& g : ordered) {
         bytes(g.utilization);
@@ -339,16 +319,10 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
 // the ranks (a stride of 2 over micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
 // Every rank computes the same deal, so it costs no message and the output does not depend on it.
 std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
-    // splitmix64's finaliser: a bijection, so the order has no ties.
-    const auto mix = [](std::uint64_t x) {
-        x += 0x9e3779b97f4a7c15;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-        return x ^ (x >> 31);
-    };
+    // splitmix64 is a bijection, so the order has no ties.
     std::vector<std::pair<std::uint64_t, std::size_t>> order;
     for (std::size_t n = 0; n < total; ++n)
-        order.emplace_back(mix(n), n);
+        order.emplace_back(splitmix64(n), n);
     std::sort(order.begin(), order.end());
     std::vector<std::size_t> mine;
     for (std::size_t p = static_cast<std::size_t>(rank); p < total;

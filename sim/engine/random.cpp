@@ -4,17 +4,12 @@
 #include <numbers>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cs {
 namespace {
 constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 
-// splitmix64's output function (a bijection on 64-bit values).
-std::uint64_t mix64(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 }  // namespace
 
 RandomStream::RandomStream(std::uint64_t seed, std::uint64_t stream_id) {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cs {
 namespace {
@@ -22,13 +23,6 @@ constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
 constexpr std::uint64_t kOrderLimit = std::uint64_t{1} << (64 - kSlotBits);
 __extension__ using U128 = unsigned __int128;
 
-// splitmix64, to spread every bit of the seed.
-std::uint64_t mix64(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 // A bijection on 32-bit values (Wellons' lowbias32), so shuffled orders stay unique.
 std::uint32_t mix32(std::uint32_t x) {
     x ^= x >> 16;
@@ -66,7 +60,7 @@ HandlerId Simulation::add_handler(EventHandler& handler) {
 
 void Simulation::set_tie_shuffle(std::uint64_t seed) {
     shuffle_ = true;
-    shuffle_key_ = static_cast<std::uint32_t>(mix64(seed));
+    shuffle_key_ = static_cast<std::uint32_t>(splitmix64(seed));  // every bit of the seed
 }
 
 RandomStream& Simulation::random(std::uint64_t stream_id) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cs::network {
 
@@ -33,13 +34,6 @@ namespace detail {
 }  // namespace detail
 
 namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 // Ranks of the group per node, in group order; nodes in order of first appearance.
 // (A DP group at 16,384 GPUs spans hundreds of nodes: a node's slot is found by sorting the
@@ -165,7 +159,7 @@ Phase& PlanBuilder::phase(int steps) {
 void PlanBuilder::flow(Phase& p, int src, int dst, double bytes_per_size) {
     if (src == dst || bytes_per_size <= 0) return;
     FlowTemplate t;
-    cluster_.route(src, dst, mix(salt_ ^ mix(++counter_)), t.path);
+    cluster_.route(src, dst, splitmix64(salt_ ^ splitmix64(++counter_)), t.path);
     add(p, std::move(t), bytes_per_size);
 }
 

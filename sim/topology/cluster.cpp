@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cs::topology {
 
@@ -97,13 +98,10 @@ LinkId pick(const std::vector<LinkId>& candidates, int src, int dst, std::uint64
 
 std::size_t Cluster::RouteKeyHash::operator()(const RouteKey& k) const {
     // splitmix64's finaliser over the three fields.
-    std::uint64_t x =
-        k.flow_id ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.src)) << 32 |
-                     static_cast<std::uint32_t>(k.dst)) *
-                        0x9e3779b97f4a7c15;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-    return static_cast<std::size_t>(x ^ (x >> 31));
+    return static_cast<std::size_t>(
+        mix64(k.flow_id ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.src)) << 32 |
+                           static_cast<std::uint32_t>(k.dst)) *
+                              0x9e3779b97f4a7c15));
 }
 
 void Cluster::keep_routes(std::size_t max_bytes) const {
