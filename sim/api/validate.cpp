@@ -204,8 +204,9 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
     // a profiler's kernel sum counts it; forward_backward sums both passes.
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
-    // `part: attention`: only the attention core's kernels (workload::attention_core_step), as
-    // an attention microbenchmark times them without the layer's projections.
+    // `part: attention`: only the attention core's kernels (the steps flagged
+    // Step::AttentionCore), as an attention microbenchmark times them without the layer's
+    // projections.
     const bool attention_only = r.choice("part", {"layer", "attention"}, "layer") == "attention";
     if (attention_only) {
         if (!kernels) r.fail("part", "part: attention needs time: kernels");
@@ -215,7 +216,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         Time t;
         std::int64_t launches = 0;
         for (const auto& step : pass.steps) {
-            if (!workload::attention_core_step(step)) continue;
+            if (!step.has(workload::Step::AttentionCore)) continue;
             t += step.duration * step.repeat;
             launches += std::int64_t{step.launches} * step.repeat;
         }
