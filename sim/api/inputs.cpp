@@ -145,4 +145,13 @@ workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
     return workload::load_experiment(text, sets);
 }
 
+void guard_experiment_inputs(const OutputSet& outputs, const workload::ExperimentSpec& spec,
+                             const std::string& megatron_args) {
+    outputs.guard_input("the experiment", spec.source);
+    if (spec.topology_source != spec.source)
+        outputs.guard_input("the topology", spec.topology_source);
+    if (!megatron_args.empty() && megatron_args.front() == '@')
+        outputs.guard_input("--megatron-args", megatron_args.substr(1));
+}
+
 }  // namespace cs::api

@@ -34,6 +34,7 @@ void compare(const CompareArgs& a) {
     options.timelines = !a.svg.empty();
     options.details = !a.html.empty();
     const auto spec = api::load_experiment({a.experiment, a.sets, ""});
+    api::guard_experiment_inputs(outputs, spec);
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     const auto result = api::compare(spec, options);

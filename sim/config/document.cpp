@@ -37,6 +37,23 @@ std::string describe(const YAML::Node& n) {
 // a document this large is refused rather than walked.
 constexpr std::size_t kMaxNodes = 10'000'000;
 
+// yaml-cpp's messages about a tab in the indentation ("illegal map value") do not say so: when
+// the line of the error, or the one before it, indents with a tab, the hint names it.
+std::string tab_hint(const std::string& text, const YAML::Mark& mark) {
+    if (mark.is_null() || mark.line < 0) return "";
+    std::istringstream lines(text);
+    std::string line;
+    for (int n = 0; std::getline(lines, line); ++n) {
+        if (n < mark.line - 1) continue;
+        const auto indent = line.substr(0, line.find_first_not_of(" \t"));
+        if (indent.find('\t') != std::string::npos)
+            return "; line " + std::to_string(n + 1) +
+                   " is indented with a tab, and YAML indents with spaces only";
+        if (n >= mark.line) break;
+    }
+    return "";
+}
+
 std::string line_column(const YAML::Mark& mark) {
     return std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
@@ -74,20 +91,27 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
 
 // The documents in `text`, counted from its document markers: a "---" line after content or
 // after another "---", or content after a "..." line, starts another. (yaml-cpp's LoadAll would
-// count them, but loops without end on some inputs, such as ",us".)
-int document_count(const std::string& text) {
+// count them, but loops without end on some inputs, such as ",us".) `second_line`, when given,
+// receives the 1-based line where the second document starts (0 for one document).
+int document_count(const std::string& text, int* second_line = nullptr) {
     const auto marker = [](const std::string& line, const char* m) {
         return line.compare(0, 3, m) == 0 &&
                (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
     };
     int documents = 0;
+    int number = 0;
+    if (second_line) *second_line = 0;
+    const auto count = [&] {
+        if (++documents == 2 && second_line) *second_line = number;
+    };
     bool open = false, content = false;
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
+        ++number;
         const auto first = line.find_first_not_of(" \t\r");
         const bool blank = first == std::string::npos || line[first] == '#';
         if (marker(line, "---")) {
-            if (!open || content) ++documents;
+            if (!open || content) count();
             open = true;
             content = line.find_first_not_of(" \t\r", 3) != std::string::npos;
         } else if (marker(line, "...")) {
@@ -95,7 +119,7 @@ int document_count(const std::string& text) {
             content = false;
         } else if (!blank) {
             if (!open) {
-                ++documents;
+                count();
                 open = true;
             }
             content = true;
@@ -125,8 +149,17 @@ Document parse_document(const std::string& text, const std::string& display_path
     try {
         doc.root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-        throw ConfigError(mark_location(display_path, e.mark), "invalid YAML: " + e.msg);
+        throw ConfigError(mark_location(display_path, e.mark),
+                          "invalid YAML: " + e.msg + tab_hint(text, e.mark));
     }
+    // yaml-cpp reads the first document only: a second one ("---" and more keys) would be
+    // ignored without a word.
+    int second = 0;
+    if (const int documents = document_count(text, &second); documents > 1)
+        throw ConfigError(SourceLocation{display_path, second, 1},
+                          "the file holds " + std::to_string(documents) +
+                              " YAML documents (separated by ---); expected one: join their keys "
+                              "into one mapping");
     reject_duplicate_keys(doc.root, display_path, true);
     if (!doc.root.IsMap())
         throw ConfigError(SourceLocation{display_path, 1, 1},
@@ -242,24 +275,34 @@ std::string Reader::child_path(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
 }
 
+std::optional<SourceLocation> Reader::override_location(const std::string& full, bool below) const {
+    std::optional<SourceLocation> under;
+    for (const auto& [k, text] : doc_->overrides) {
+        if (k == full || full.rfind(k + ".", 0) == 0)
+            return SourceLocation{doc_->override_text(k, text)};
+        if (below && !under && k.rfind(full + ".", 0) == 0)
+            under = SourceLocation{doc_->override_text(k, text)};
+    }
+    return under;
+}
+
 SourceLocation Reader::location() const {
-    auto it = doc_->overrides.find(path_);
-    if (it != doc_->overrides.end())
-        return SourceLocation{doc_->override_text(it->first, it->second)};
+    if (auto o = override_location(path_, false)) return *o;
+    if (!node_.Mark().is_null()) return mark_location(doc_->display_path, node_.Mark());
+    if (auto o = override_location(path_, !path_.empty())) return *o;
     return mark_location(doc_->display_path, node_.Mark());
 }
 
 SourceLocation Reader::location(const std::string& key) const {
     const std::string full = child_path(key);
-    auto it = doc_->overrides.find(full);
-    if (it != doc_->overrides.end())
-        return SourceLocation{doc_->override_text(it->first, it->second)};
+    if (auto o = override_location(full, false)) return *o;
     const YAML::Node& cn = node_;
     const YAML::Node v = cn[key];
     if (v.IsDefined() && !v.Mark().is_null()) return mark_location(doc_->display_path, v.Mark());
-    // Inserted by --set under a parent that was overridden, or missing: point at the mapping.
-    for (const auto& [k, text] : doc_->overrides)
-        if (full.rfind(k + ".", 0) == 0) return SourceLocation{doc_->override_text(k, text)};
+    // A mapping --set created (traning.seq_length=4 creates `traning`): the argument under it.
+    if (v.IsDefined())
+        if (auto o = override_location(full, true)) return *o;
+    // Missing: point at the mapping.
     return location();
 }
 
@@ -477,10 +520,10 @@ void Reader::finish() const {
     for (auto it = cn.begin(); it != cn.end(); ++it) {
         const std::string k = it->first.Scalar();
         if (accepted_.count(k)) continue;
+        // Given by --set (the key itself, a mapping above it, or, for a mapping --set created,
+        // a key under it), else where the file has it.
         SourceLocation where = mark_location(doc_->display_path, it->first.Mark());
-        auto ov = doc_->overrides.find(child_path(k));
-        if (ov != doc_->overrides.end())
-            where = SourceLocation{doc_->override_text(ov->first, ov->second)};
+        if (auto o = override_location(child_path(k), it->first.Mark().is_null())) where = *o;
         std::vector<std::string> names(accepted_order_.begin(), accepted_order_.end());
         throw ConfigError(where, "unknown key '" + child_path(k) +
                                      "'; accepted keys here: " + join_alternatives(names));
