@@ -432,7 +432,7 @@ std::string Reader::choice(const std::string& key, const std::vector<std::string
 namespace {
 template <typename T, typename Parse>
 T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const char* units,
-                  const char* what) {
+                  const char* what, const char* limit) {
     const YAML::Node v = r.value(key);
     if (!v.IsDefined() || v.IsNull()) r.fail(key, std::string("missing; expected ") + what);
     if (!v.IsScalar()) r.fail(key, std::string("expected ") + what);
@@ -440,8 +440,16 @@ T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const ch
     auto parsed = parse(text);
     if (!parsed) {
         char* end = nullptr;
-        std::strtod(text.c_str(), &end);
+        const double number = std::strtod(text.c_str(), &end);
+        const bool read_number = end != text.c_str();
         const bool bare_number = !text.empty() && *end == '\0';
+        // Say what is wrong: the sign, the magnitude (the unit alone reads, as "1" + unit), or
+        // the unit.
+        if (read_number && number < 0)
+            r.fail(key, "\"" + text + "\" is negative, and " + what + " cannot be");
+        if (read_number && !bare_number && parse("1" + std::string(end)))
+            r.fail(key, "\"" + text + "\" is too large for " + what + " (" + limit +
+                            "); check the number and its unit");
         r.fail(key, std::string(bare_number ? "missing unit in \"" : "cannot read \"") + text +
                         "\" as " + what + "; accepted units: " + units);
     }
@@ -450,22 +458,24 @@ T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const ch
 }  // namespace
 
 Time Reader::time(const std::string& key) const {
-    return parse_with_unit<Time>(*this, key, parse_time, kTimeUnits, "a duration");
+    return parse_with_unit<Time>(*this, key, parse_time, kTimeUnits, "a duration",
+                                 "at most 9e6 s, about 104 days");
 }
 std::optional<Time> Reader::time_opt(const std::string& key) const {
     if (!has(key)) return std::nullopt;
     return time(key);
 }
 Bytes Reader::bytes(const std::string& key) const {
-    return parse_with_unit<Bytes>(*this, key, parse_bytes, kBytesUnits, "a size");
+    return parse_with_unit<Bytes>(*this, key, parse_bytes, kBytesUnits, "a size",
+                                  "at most 9e18 bytes");
 }
 std::optional<Bytes> Reader::bytes_opt(const std::string& key) const {
     if (!has(key)) return std::nullopt;
     return bytes(key);
 }
 Bandwidth Reader::bandwidth(const std::string& key) const {
-    auto bw =
-        parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits, "a bandwidth");
+    auto bw = parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits,
+                                         "a bandwidth", "a finite number of bytes per second");
     if (!(bw.bytes_per_s > 0)) fail(key, "a bandwidth must be greater than zero");
     return bw;
 }
@@ -474,8 +484,8 @@ std::optional<Bandwidth> Reader::bandwidth_opt(const std::string& key) const {
     return bandwidth(key);
 }
 FlopRate Reader::flop_rate(const std::string& key) const {
-    auto r =
-        parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits, "a compute rate");
+    auto r = parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits,
+                                       "a compute rate", "a finite number of FLOP/s");
     if (!(r.flops_per_s > 0)) fail(key, "a compute rate must be greater than zero");
     return r;
 }
