@@ -199,3 +199,20 @@ TEST_CASE("validate: --write-doc may not replace a validation input; --only must
     CHECK(o.status == 2);
     CHECK_MESSAGE(has(o, "error: --only no-such-case-id: no case id contains"), o.err);
 }
+
+TEST_CASE("a jobs file: neither it nor a job's experiment or topology may be an output") {
+    const fs::path dir = cs::test::scratch("hostile_jobs");
+    fs::copy(kRoot + "/workloads", dir / "workloads", fs::copy_options::recursive);
+    fs::copy(kRoot + "/topologies", dir / "topologies", fs::copy_options::recursive);
+    const std::string jobs = (dir / "workloads" / "two-jobs.yaml").string();
+    const std::string job = (dir / "workloads" / "jobs" / "dp-gpt-1b.yaml").string();
+    const std::string jobs_text = slurp(jobs), job_text = slurp(job);
+    const auto a = run_binary({"run", jobs, "--json", jobs});
+    CHECK(a.status == 2);
+    CHECK_MESSAGE(has(a, "--json " + jobs + ": is the jobs file"), a.err);
+    const auto b = run_binary({"run", jobs, "--json", job});
+    CHECK(b.status == 2);
+    CHECK_MESSAGE(has(b, "--json " + job + ": is the experiment"), b.err);
+    CHECK(slurp(jobs) == jobs_text);
+    CHECK(slurp(job) == job_text);
+}
