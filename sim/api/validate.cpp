@@ -632,6 +632,11 @@ void write_doc(const std::filesystem::path& file, const std::vector<ValidationFa
 
 ValidationReport validate(const ValidateOptions& a) {
     const std::filesystem::path dir = a.dir.empty() ? data_root() / "tests" / "validation" : a.dir;
+    std::error_code ec;
+    if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+        throw ConfigError(SourceLocation{dir.string()},
+                          "not a folder: expected a folder holding cases.yaml, such as the "
+                          "bundled tests/validation");
     const auto doc = config::load_document(dir / "cases.yaml");
     const auto root = config::root_reader(doc);
     std::vector<ValidationFamily> families;

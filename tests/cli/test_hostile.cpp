@@ -216,3 +216,11 @@ TEST_CASE("a jobs file: neither it nor a job's experiment or topology may be an 
     CHECK(slurp(jobs) == jobs_text);
     CHECK(slurp(job) == job_text);
 }
+
+TEST_CASE("validate: a file given as the folder is named as such") {
+    const auto r = run_binary({"validate", kProfile});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(
+        has(r, "error: " + kProfile + ": not a folder: expected a folder holding cases.yaml"),
+        r.err);
+}
