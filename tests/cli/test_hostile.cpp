@@ -224,3 +224,16 @@ TEST_CASE("validate: a file given as the folder is named as such") {
         has(r, "error: " + kProfile + ": not a folder: expected a folder holding cases.yaml"),
         r.err);
 }
+
+TEST_CASE("an output option given an empty path is refused, not skipped") {
+    // `--json "$UNSET"` used to run and write nothing.
+    for (const std::string option : {"--json", "--trace", "--html", "--summary"}) {
+        const auto r = run_binary({"run", kProfile, option, ""});
+        CHECK(r.status == 2);
+        CHECK_MESSAGE(has(r, option + ": expected a file name, found an empty path"), r.err);
+        CHECK(r.out.empty());
+    }
+    const auto t = run_binary({"topology", kTwoGpus, "--dot", ""});
+    CHECK(t.status == 2);
+    CHECK(has(t, "--dot: expected a file name, found an empty path"));
+}
