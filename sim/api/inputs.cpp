@@ -102,9 +102,8 @@ std::int64_t parse_max_memory(const std::string& text) {
     if (text.empty()) return topology::kDefaultMaxMemory;
     const auto b = parse_bytes(text);
     if (!b || b->value <= 0)
-        throw ConfigError(
-            SourceLocation{"--max-memory " + text},
-            std::string("expected a positive size with a unit (") + kBytesUnits + "), e.g. 64GiB");
+        throw ConfigError(SourceLocation{"--max-memory " + text},
+                          std::string("expected a positive size with a unit: ") + kBytesUnits);
     return b->value;
 }
 

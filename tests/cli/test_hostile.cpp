@@ -237,3 +237,12 @@ TEST_CASE("an output option given an empty path is refused, not skipped") {
     CHECK(t.status == 2);
     CHECK(has(t, "--dot: expected a file name, found an empty path"));
 }
+
+TEST_CASE("compare says once that schedules without virtual stages ignore vpp") {
+    const auto r = run_binary({"compare", kProfile, "--schedules", "gpipe,1f1b,interleaved",
+                               "--set", "parallelism.vpp=2"});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("note: vpp=2 is ignored by schedules without virtual stages (gpipe, 1f1b)") !=
+          std::string::npos);
+    CHECK_MESSAGE(r.err.find("has no virtual stages") == std::string::npos, r.err);
+}
