@@ -735,8 +735,12 @@ void print_validation_case(std::ostream& out, const ValidationCase& c, const Val
 }
 
 void print_validation_summary(std::ostream& out, const ValidationReport& report) {
+    // The family column is as wide as the longest id, so that no row shifts its columns.
+    int width = 16;
+    for (const auto& f : report.families)
+        width = std::max(width, static_cast<int>(f.id.size()));
     char line[512];
-    std::snprintf(line, sizeof line, "%-16s %-16s %6s %5s %5s %5s %5s %12s  %s\n", "family",
+    std::snprintf(line, sizeof line, "%-*s %-16s %6s %5s %5s %5s %5s %12s  %s\n", width, "family",
                   "tolerance", "cases", "pass", "fail", "gap", "n/r", "mean |err|", "worst (case)");
     out << line;
     const auto stats = family_stats(report.families, report.cases);
@@ -746,7 +750,7 @@ void print_validation_summary(std::ostream& out, const ValidationReport& report)
             return f.absolute ? fmt("%+.4f", e) : fmt("%+.1f%%", 100 * e);
         };
         std::snprintf(
-            line, sizeof line, "%-16s %-16s %6d %5d %5d %5d %5d %12s  %s\n", f.id.c_str(),
+            line, sizeof line, "%-*s %-16s %6d %5d %5d %5d %5d %12s  %s\n", width, f.id.c_str(),
             tolerance_text(f).c_str(), s.reproduced, s.passed, s.failed, s.gaps, s.not_reproduced,
             s.reproduced
                 ? (f.absolute ? fmt("%.4f", s.mean_abs) : fmt("%.1f%%", 100 * s.mean_abs)).c_str()
