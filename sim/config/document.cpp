@@ -146,6 +146,14 @@ Document parse_document(const std::string& text, const std::string& display_path
     Document doc;
     doc.display_path = display_path;
     doc.folder = folder;
+    // yaml-cpp reads UTF-16 (after its byte-order mark) and stops at a NUL byte; neither is
+    // what a user meant to give, and the messages that follow would show mangled text.
+    const bool utf16 = text.size() >= 2 && ((text[0] == '\xff' && text[1] == '\xfe') ||
+                                            (text[0] == '\xfe' && text[1] == '\xff'));
+    if (utf16 || text.find('\0') != std::string::npos)
+        throw ConfigError(SourceLocation{display_path, 1, 1},
+                          std::string(utf16 ? "is UTF-16 text" : "holds NUL bytes (binary data?)") +
+                              "; expected a YAML text file in UTF-8");
     try {
         doc.root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {

@@ -246,3 +246,20 @@ TEST_CASE("compare says once that schedules without virtual stages ignore vpp") 
           std::string::npos);
     CHECK_MESSAGE(r.err.find("has no virtual stages") == std::string::npos, r.err);
 }
+
+TEST_CASE("an experiment in UTF-16 or with binary bytes is named as such") {
+    const fs::path dir = cs::test::scratch("hostile_encoding");
+    // "topology: x" in UTF-16 LE with its byte-order mark, as some Windows editors save it.
+    std::string utf16 = "\xff\xfe";
+    for (char c : std::string("topology: x\n"))
+        utf16.append({c, '\0'});
+    std::ofstream(dir / "utf16.yaml", std::ios::binary) << utf16;
+    const auto u = run_binary({"run", (dir / "utf16.yaml").string()});
+    CHECK(u.status == 2);
+    CHECK_MESSAGE(has(u, "utf16.yaml:1:1: is UTF-16 text; expected a YAML text file in UTF-8"),
+                  u.err);
+    std::ofstream(dir / "nul.yaml", std::ios::binary) << std::string("topology: a\0b\n", 14);
+    const auto n = run_binary({"run", (dir / "nul.yaml").string()});
+    CHECK(n.status == 2);
+    CHECK_MESSAGE(has(n, "nul.yaml:1:1: holds NUL bytes"), n.err);
+}
