@@ -263,3 +263,16 @@ TEST_CASE("an experiment in UTF-16 or with binary bytes is named as such") {
     CHECK(n.status == 2);
     CHECK_MESSAGE(has(n, "nul.yaml:1:1: holds NUL bytes"), n.err);
 }
+
+TEST_CASE("an experiment given where a topology is expected is named as such") {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"topology", kProfile},
+          std::vector<std::string>{"collective", "--topology", kProfile, "--ranks", "0-1"}}) {
+        const auto r = run_binary(args);
+        CHECK(r.status == 2);
+        CHECK_MESSAGE(has(r,
+                          "has a 'topology' key: this is an experiment or jobs file, not a "
+                          "topology; give the topology file it names"),
+                      r.err);
+    }
+}
