@@ -151,6 +151,11 @@ void guard_experiment_inputs(const OutputSet& outputs, const workload::Experimen
         outputs.guard_input("the topology", spec.topology_source);
     if (!megatron_args.empty() && megatron_args.front() == '@')
         outputs.guard_input("--megatron-args", megatron_args.substr(1));
+    // compute.calibration is relative to the experiment's folder, as the loader resolved it.
+    if (const std::filesystem::path cal = spec.compute.calibration_file; !cal.empty())
+        outputs.guard_input(
+            "the compute calibration",
+            cal.is_absolute() ? cal : std::filesystem::path(spec.source).parent_path() / cal);
 }
 
 }  // namespace cs::api

@@ -57,8 +57,9 @@ workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
                                          const std::vector<std::string>& sets);
 
 // Refuses (ConfigError naming the output) an output of `outputs` that is a file the experiment
-// was read from: the experiment file, its topology file, and the file of `--megatron-args @FILE`
-// when `megatron_args` names one. Outputs are committed last, so this may run after loading.
+// was read from: the experiment file, its topology file, its `compute.calibration` file, and the
+// file of `--megatron-args @FILE` when `megatron_args` names one. Outputs are committed last, so
+// this may run after loading.
 void guard_experiment_inputs(const OutputSet& outputs, const workload::ExperimentSpec& spec,
                              const std::string& megatron_args = "");
 

@@ -276,3 +276,15 @@ TEST_CASE("an experiment given where a topology is expected is named as such") {
                       r.err);
     }
 }
+
+TEST_CASE("the experiment's compute.calibration file is an input too") {
+    const fs::path dir = cs::test::scratch("hostile_calibration");
+    const std::string cal = (dir / "cal.yaml").string();
+    fs::copy_file(kRoot + "/tests/validation/calibrations/h200-gpt-h3072.yaml", cal);
+    const std::string text = slurp(cal);
+    const auto r = run_binary({"run", kRoot + "/tests/validation/experiments/h200-gpt-h3072.yaml",
+                               "--set", "compute.calibration=" + cal, "--json", cal});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r, "--json " + cal + ": is the compute calibration"), r.err);
+    CHECK(slurp(cal) == text);
+}
