@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
+#include "core/errors.hpp"
 #include "schedule/schedule.hpp"
 
 namespace cs::cli {
@@ -33,8 +34,11 @@ void compare(const CompareArgs& a) {
     options.schedules = api::parse_schedule_list(a.schedules);
     options.timelines = !a.svg.empty();
     options.details = !a.html.empty();
-    const auto spec = api::load_experiment({a.experiment, a.sets, ""});
+    auto spec = api::load_experiment({a.experiment, a.sets, ""});
     api::guard_experiment_inputs(outputs, spec);
+    // Every schedule run comes from --schedules: messages about one name the option, not the
+    // file's `schedule:` line.
+    spec.schedule_where = SourceLocation{"--schedules " + a.schedules};
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     const auto result = api::compare(spec, options);

@@ -288,3 +288,11 @@ TEST_CASE("the experiment's compute.calibration file is an input too") {
     CHECK_MESSAGE(has(r, "--json " + cal + ": is the compute calibration"), r.err);
     CHECK(slurp(cal) == text);
 }
+
+TEST_CASE("compare: a schedule that does not fit names --schedules, not the file") {
+    // DualPipe needs an even number of microbatches, at least 2 pp = 4: 3 are refused.
+    const auto r = run_binary({"compare", kProfile, "--schedules", "1f1b,dualpipe", "--set",
+                               "training.global_batch_size=3"});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r, "error: --schedules 1f1b,dualpipe: schedule 'dualpipe'"), r.err);
+}
