@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and simulates the bundled default experiment, printing the
 # summary and writing a Perfetto trace of one data-parallel replica (the 64 GPUs of all eight
-# pipeline stages of replica 0) to out/default-trace.pftrace, 36 MB; open it in ui.perfetto.dev.
+# pipeline stages of replica 0) to out/default-trace.pftrace, about 41 MB; open it in
+# ui.perfetto.dev.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/tools/install-deps.sh"

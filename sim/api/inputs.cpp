@@ -102,9 +102,8 @@ std::int64_t parse_max_memory(const std::string& text) {
     if (text.empty()) return topology::kDefaultMaxMemory;
     const auto b = parse_bytes(text);
     if (!b || b->value <= 0)
-        throw ConfigError(
-            SourceLocation{"--max-memory " + text},
-            std::string("expected a positive size with a unit (") + kBytesUnits + "), e.g. 64GiB");
+        throw ConfigError(SourceLocation{"--max-memory " + text},
+                          std::string("expected a positive size with a unit: ") + kBytesUnits);
     return b->value;
 }
 
@@ -143,6 +142,20 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
 workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
                                          const std::vector<std::string>& sets) {
     return workload::load_experiment(text, sets);
+}
+
+void guard_experiment_inputs(const OutputSet& outputs, const workload::ExperimentSpec& spec,
+                             const std::string& megatron_args) {
+    outputs.guard_input("the experiment", spec.source);
+    if (spec.topology_source != spec.source)
+        outputs.guard_input("the topology", spec.topology_source);
+    if (!megatron_args.empty() && megatron_args.front() == '@')
+        outputs.guard_input("--megatron-args", megatron_args.substr(1));
+    // compute.calibration is relative to the experiment's folder, as the loader resolved it.
+    if (const std::filesystem::path cal = spec.compute.calibration_file; !cal.empty())
+        outputs.guard_input(
+            "the compute calibration",
+            cal.is_absolute() ? cal : std::filesystem::path(spec.source).parent_path() / cal);
 }
 
 }  // namespace cs::api

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.hpp"
 #include "workload/experiment.hpp"
 
 namespace cs::api {
@@ -54,5 +55,12 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request);
 // The same for an experiment given as text (the Python bindings' dicts), with --set overrides.
 workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,
                                          const std::vector<std::string>& sets);
+
+// Refuses (ConfigError naming the output) an output of `outputs` that is a file the experiment
+// was read from: the experiment file, its topology file, its `compute.calibration` file, and the
+// file of `--megatron-args @FILE` when `megatron_args` names one. Outputs are committed last, so
+// this may run after loading.
+void guard_experiment_inputs(const OutputSet& outputs, const workload::ExperimentSpec& spec,
+                             const std::string& megatron_args = "");
 
 }  // namespace cs::api

@@ -3,6 +3,9 @@
 #include <zlib.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -346,8 +349,21 @@ std::int64_t TraceArg::numel(std::size_t shape) const {
 TorchTrace read_torch_trace(const std::filesystem::path& path) {
     TorchTrace out;
     out.source = path.string();
+    // Streamed (traces run to GBs, gzipped or not), so not through read_input_file; its messages
+    // for a missing file or a folder all the same.
+    const SourceLocation where{out.source};
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (status.type() == std::filesystem::file_type::not_found)
+        throw ConfigError(where, "no such file");
+    if (status.type() == std::filesystem::file_type::directory)
+        throw ConfigError(where,
+                          "is a directory, expected a PyTorch profiler trace (.json or "
+                          ".json.gz)");
     std::ifstream file(path, std::ios::binary);
-    if (!file) throw ConfigError(out.source + ": cannot open the trace file");
+    if (!file)
+        throw ConfigError(where,
+                          std::string("cannot open the trace file: ") + std::strerror(errno));
     TraceStreamBuf buf(file, out.source);
     out.gzip = buf.gzip();
     std::istream in(&buf);

@@ -204,8 +204,9 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
     // a profiler's kernel sum counts it; forward_backward sums both passes.
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
-    // `part: attention`: only the attention core's kernels (workload::attention_core_step), as
-    // an attention microbenchmark times them without the layer's projections.
+    // `part: attention`: only the attention core's kernels (the steps flagged
+    // Step::AttentionCore), as an attention microbenchmark times them without the layer's
+    // projections.
     const bool attention_only = r.choice("part", {"layer", "attention"}, "layer") == "attention";
     if (attention_only) {
         if (!kernels) r.fail("part", "part: attention needs time: kernels");
@@ -215,7 +216,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         Time t;
         std::int64_t launches = 0;
         for (const auto& step : pass.steps) {
-            if (!workload::attention_core_step(step)) continue;
+            if (!step.has(workload::Step::AttentionCore)) continue;
             t += step.duration * step.repeat;
             launches += std::int64_t{step.launches} * step.repeat;
         }
@@ -631,6 +632,11 @@ void write_doc(const std::filesystem::path& file, const std::vector<ValidationFa
 
 ValidationReport validate(const ValidateOptions& a) {
     const std::filesystem::path dir = a.dir.empty() ? data_root() / "tests" / "validation" : a.dir;
+    std::error_code ec;
+    if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+        throw ConfigError(SourceLocation{dir.string()},
+                          "not a folder: expected a folder holding cases.yaml, such as the "
+                          "bundled tests/validation");
     const auto doc = config::load_document(dir / "cases.yaml");
     const auto root = config::root_reader(doc);
     std::vector<ValidationFamily> families;
@@ -729,8 +735,12 @@ void print_validation_case(std::ostream& out, const ValidationCase& c, const Val
 }
 
 void print_validation_summary(std::ostream& out, const ValidationReport& report) {
+    // The family column is as wide as the longest id, so that no row shifts its columns.
+    int width = 16;
+    for (const auto& f : report.families)
+        width = std::max(width, static_cast<int>(f.id.size()));
     char line[512];
-    std::snprintf(line, sizeof line, "%-16s %-16s %6s %5s %5s %5s %5s %12s  %s\n", "family",
+    std::snprintf(line, sizeof line, "%-*s %-16s %6s %5s %5s %5s %5s %12s  %s\n", width, "family",
                   "tolerance", "cases", "pass", "fail", "gap", "n/r", "mean |err|", "worst (case)");
     out << line;
     const auto stats = family_stats(report.families, report.cases);
@@ -740,7 +750,7 @@ void print_validation_summary(std::ostream& out, const ValidationReport& report)
             return f.absolute ? fmt("%+.4f", e) : fmt("%+.1f%%", 100 * e);
         };
         std::snprintf(
-            line, sizeof line, "%-16s %-16s %6d %5d %5d %5d %5d %12s  %s\n", f.id.c_str(),
+            line, sizeof line, "%-*s %-16s %6d %5d %5d %5d %5d %12s  %s\n", width, f.id.c_str(),
             tolerance_text(f).c_str(), s.reproduced, s.passed, s.failed, s.gaps, s.not_reproduced,
             s.reproduced
                 ? (f.absolute ? fmt("%.4f", s.mean_abs) : fmt("%.1f%%", 100 * s.mean_abs)).c_str()

@@ -25,6 +25,12 @@ void run(const CalibrateArgs& a) {
     OutputSet outputs;
     outputs.declare("--out", a.out);
     outputs.declare("--json", a.json);
+    for (const auto& trace : a.options.traces)
+        outputs.guard_input("--torch-trace", trace);
+    // "FILE", "OP=FILE" or "OP:RANKS=FILE".
+    for (const auto& file : a.options.nccl_tests)
+        outputs.guard_input("--nccl-tests", file.substr(file.find('=') + 1));
+    outputs.guard_input("--topology", a.options.topology);
     const auto result = api::calibrate(a.options);
     api::print_calibration(std::cout, result);
     write_file_atomically(

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -43,10 +44,16 @@ struct RunArgs {
 };
 
 void run_export(const ExportArgs& a) {
-    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
+    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
+    if (!a.schedule.empty()) {
+        // Messages about the schedule name the option, not the file's `schedule:` line.
+        spec.schedule = a.schedule;
+        spec.schedule_where = SourceLocation{"--schedule " + a.schedule};
+    }
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     OutputSet outputs;
+    api::guard_experiment_inputs(outputs, spec, a.megatron_args);
     const auto result = api::chakra_export(spec, a.schedule, a.out, a.prefix, outputs, a.host);
     outputs.commit();
     for (const auto& w : result.warnings)
@@ -61,6 +68,12 @@ void run_chakra(const RunArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--trace", a.trace);
+    outputs.guard_input("--topology", a.topology);
+    outputs.guard_input("--experiment", a.experiment);
+    // The folder's files are inputs too: its ETs and communicator groups.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(a.folder, ec))
+        outputs.guard_input("the Chakra folder's file", entry.path());
     api::ChakraRunRequest request;
     request.folder = a.folder;
     request.experiment = a.experiment;

@@ -2,6 +2,7 @@
 //                       --sizes 1KiB:1GiB [--step-factor 2] [--algo ring] [--json FILE]
 // The rows come from api::run_collective (sim/api/collective.hpp).
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -107,11 +108,15 @@ void run(const CollectiveArgs& a) {
         const std::string first = a.min_opt->count() ? a.min_bytes : "32M";
         const std::string last = a.max_opt->count() ? a.max_bytes : "32M";
         const Bytes increment = size("-i", a.step_bytes);
+        // Messages name the step as given: -f unless it is 1 (a bad factor included), else the
+        // increment.
+        char factor_text[32];
+        std::snprintf(factor_text, sizeof factor_text, " -f %g", a.nccl_factor);
+        const bool show_factor = a.nccl_factor != 1;
         request.sizes = api::nccl_size_sweep(
             size("-b", first), size("-e", last), a.nccl_factor, increment.value,
             "-b " + first + " -e " + last +
-                (a.nccl_factor > 1 ? " -f " + std::to_string(static_cast<long long>(a.nccl_factor))
-                                   : " -i " + a.step_bytes));
+                (show_factor ? std::string(factor_text) : " -i " + a.step_bytes));
         char text[64];
         if (a.nccl_factor > 1)
             std::snprintf(text, sizeof text, "%g(factor)", a.nccl_factor);
@@ -129,6 +134,7 @@ void run(const CollectiveArgs& a) {
     if (!a.ranks.empty()) request.ranks = api::parse_rank_list(a.ranks, "--ranks");
     OutputSet outputs;
     outputs.declare("--json", a.json);
+    outputs.guard_input("--topology", a.topology);
     const auto report = api::run_collective(request);
     if (a.format == "nccl-tests")
         api::print_collective_nccl_tests(std::cout, request, report, sweep);

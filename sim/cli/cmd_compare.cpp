@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
+#include "core/errors.hpp"
 #include "schedule/schedule.hpp"
 
 namespace cs::cli {
@@ -33,12 +34,19 @@ void compare(const CompareArgs& a) {
     options.schedules = api::parse_schedule_list(a.schedules);
     options.timelines = !a.svg.empty();
     options.details = !a.html.empty();
-    const auto spec = api::load_experiment({a.experiment, a.sets, ""});
+    auto spec = api::load_experiment({a.experiment, a.sets, ""});
+    api::guard_experiment_inputs(outputs, spec);
+    // Every schedule run comes from --schedules: messages about one name the option, not the
+    // file's `schedule:` line.
+    spec.schedule_where = SourceLocation{"--schedules " + a.schedules};
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     const auto result = api::compare(spec, options);
     for (const auto& w : result.warnings)
-        spdlog::warn("{}", w);
+        // The table's note line names the schedules that ignore vpp, once for all of them.
+        if (result.without_virtual_stages.empty() ||
+            w.find(" has no virtual stages: vpp = ") == std::string::npos)
+            spdlog::warn("{}", w);
 
     if (!a.json.empty())
         write_file_atomically(

@@ -19,6 +19,8 @@ struct DiffArgs {
 void run(const DiffArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
+    outputs.guard_input("the simulated trace", a.options.simulated);
+    outputs.guard_input("the measured trace", a.options.measured);
     const auto result = api::diff_traces(a.options);
     api::print_diff(std::cout, result);
     if (!a.json.empty())

@@ -74,6 +74,9 @@ void run_jobs(const RunArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--trace", a.trace);
+    outputs.guard_input("the jobs file", a.experiment);
+    for (const auto& job : spec.jobs)
+        api::guard_experiment_inputs(outputs, job.experiment);
     for (const auto& job : spec.jobs)
         for (const auto& w : job.experiment.warnings)
             spdlog::warn("job '{}': {}", job.name, w);
@@ -100,6 +103,13 @@ void run(const RunArgs& a) {
         run_jobs(a);
         return;
     }
+    // Options that shape a trace do nothing without one: refused rather than ignored.
+    if (a.trace.empty() && !a.trace_ranks.empty())
+        throw ConfigError(SourceLocation{"--trace-ranks " + a.trace_ranks},
+                          "chooses the GPUs of a trace, and no --trace FILE is given");
+    if (a.trace.empty() && a.trace_links != "auto")
+        throw ConfigError(SourceLocation{"--trace-links " + a.trace_links},
+                          "chooses the link counters of a trace, and no --trace FILE is given");
     // Unknown summary formats and unusable output paths are reported before anything runs.
     std::vector<const report::SummaryWriterEntry*> writers;
     for (const auto& file : a.summaries)
@@ -111,7 +121,13 @@ void run(const RunArgs& a) {
     outputs.declare("--trace", a.trace);
     outputs.declare("--html", a.html);
     const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
-    const auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
+    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
+    api::guard_experiment_inputs(outputs, spec, a.megatron_args);
+    if (!a.schedule.empty()) {
+        // Messages about the schedule name the option, not the file's `schedule:` line.
+        spec.schedule = a.schedule;
+        spec.schedule_where = SourceLocation{"--schedule " + a.schedule};
+    }
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
     api::RunOptions opt;

@@ -1,6 +1,7 @@
 // clustersim sweep EXPERIMENT.yaml --vary KEY=V1,V2,... [--vary ...] [--set k=v]...
 //                 [--top N] [--json FILE]
 // The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "api/sweep.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
+#include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
@@ -28,11 +30,40 @@ struct SweepArgs {
     std::string max_memory;
 };
 
+// Refuses an output that is the experiment or its topology file. The sweep loads the experiment
+// itself (and reports its errors); here only its `topology:` path is looked up.
+void guard_sweep_inputs(const OutputSet& outputs, const std::string& experiment) {
+    const std::filesystem::path path =
+        experiment.empty() ? api::default_experiment() : std::filesystem::path(experiment);
+    outputs.guard_input("the experiment", path);
+    std::filesystem::path topology;
+    try {
+        const auto doc = config::load_document(path);
+        const YAML::Node& root = doc.root;
+        const YAML::Node node = root["topology"];
+        if (node.IsScalar()) topology = doc.resolve(node.Scalar());
+    } catch (const ConfigError&) {
+        // The sweep reports it, with its --set and --vary context.
+    }
+    outputs.guard_input("the topology", topology);
+}
+
 void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     api::SweepOptions options;
     options.experiment = a.experiment;
     options.sets = a.sets;
     options.axes = api::parse_sweep_axes(a.vary);
+    // Each combination's --vary values are applied after the --set ones: a key given to both
+    // would have its --set value replaced in every combination without a word.
+    for (const auto& set : a.sets) {
+        const auto key = config::split_assignment(set).first;
+        for (const auto& axis : options.axes)
+            if (axis.key == key)
+                throw ConfigError(SourceLocation{"--set " + set},
+                                  "'" + key +
+                                      "' is also varied by --vary; give it with --vary or "
+                                      "--set, not both");
+    }
     // Summaries are kept only for the files that list every combination; the HTML page's plots
     // need every row but not their summaries.
     options.keep_summaries = !a.json.empty();
@@ -43,6 +74,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     if (ranks.rank() == 0) {
         outputs.declare("--json", a.json);
         outputs.declare("--html", a.html);
+        guard_sweep_inputs(outputs, a.experiment);
     }
     const auto top = static_cast<std::size_t>(a.top);
     options.max_memory = api::parse_max_memory(a.max_memory);

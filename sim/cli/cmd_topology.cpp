@@ -26,6 +26,7 @@ void run(const TopologyArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--dot", a.dot);
+    outputs.guard_input("the topology", a.topology);
     const auto loaded = api::load_topology(a.topology, a.sets, api::parse_max_memory(a.max_memory));
     // Checked before anything is printed or written.
     const std::string dot =

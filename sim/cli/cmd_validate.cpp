@@ -4,11 +4,15 @@
 // published or measured value, the prediction and the error, and per family the mean and worst
 // error; --write-doc regenerates docs/validation.md. With --check the command exits with status 3
 // when a case is outside its family's tolerance and not listed in DIR/known_gaps.txt.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "api/inputs.hpp"
 #include "api/validate.hpp"
 #include "cli/commands.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
 
 namespace cs::cli {
 
@@ -26,6 +30,18 @@ struct ValidateArgs {
 };
 
 void run(const ValidateArgs& a) {
+    // --write-doc is checked before the cases run, and may not name a file of the validation
+    // folder (its cases, data, experiments), which the report would replace.
+    OutputSet outputs;
+    outputs.declare("--write-doc", a.write_doc);
+    if (!a.write_doc.empty()) {
+        namespace fs = std::filesystem;
+        const fs::path dir =
+            a.dir.empty() ? api::data_root() / "tests" / "validation" : fs::path(a.dir);
+        std::error_code ec;
+        for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+            if (it->is_regular_file(ec)) outputs.guard_input("the validation input", it->path());
+    }
     api::ValidateOptions options;
     options.dir = a.dir;
     options.only = a.only;
@@ -34,6 +50,10 @@ void run(const ValidateArgs& a) {
         std::cout << std::flush;
     };
     const auto report = api::validate(options);
+    if (!a.only.empty() && report.cases.empty())
+        throw ConfigError(SourceLocation{"--only " + a.only},
+                          "no case id contains \"" + a.only +
+                              "\"; the ids are the `id:` keys of the folder's cases.yaml");
     std::cout << "\n";
     api::print_validation_summary(std::cout, report);
     if (!a.write_doc.empty()) {

@@ -4,11 +4,34 @@
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <set>
+#include <string>
 
 #include "api/shard.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "core/errors.hpp"
+
+namespace {
+
+// Output options given an empty path (`--json "$UNSET"`) would write nothing without a word: an
+// empty path is a command-line error on every subcommand's output options.
+void refuse_empty_outputs(CLI::App& app) {
+    static const std::set<std::string> kOutputs{"--json", "--trace", "--html",    "--svg",
+                                                "--dot",  "--out",   "--summary", "--write-doc"};
+    for (CLI::Option* option : app.get_options())
+        if (kOutputs.count(option->get_name()))
+            option->check(
+                [](const std::string& path) {
+                    return path.empty() ? std::string("expected a file name, found an empty path")
+                                        : std::string();
+                },
+                "");
+    for (CLI::App* sub : app.get_subcommands({}))
+        refuse_empty_outputs(*sub);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"clustersim: discrete-event simulator of GPU training clusters"};
@@ -33,6 +56,7 @@ int main(int argc, char** argv) {
     cs::cli::register_calibrate(app);
     cs::cli::register_chakra(app);
     cs::cli::register_diff(app);
+    refuse_empty_outputs(app);
 
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");

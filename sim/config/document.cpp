@@ -37,6 +37,23 @@ std::string describe(const YAML::Node& n) {
 // a document this large is refused rather than walked.
 constexpr std::size_t kMaxNodes = 10'000'000;
 
+// yaml-cpp's messages about a tab in the indentation ("illegal map value") do not say so: when
+// the line of the error, or the one before it, indents with a tab, the hint names it.
+std::string tab_hint(const std::string& text, const YAML::Mark& mark) {
+    if (mark.is_null() || mark.line < 0) return "";
+    std::istringstream lines(text);
+    std::string line;
+    for (int n = 0; std::getline(lines, line); ++n) {
+        if (n < mark.line - 1) continue;
+        const auto indent = line.substr(0, line.find_first_not_of(" \t"));
+        if (indent.find('\t') != std::string::npos)
+            return "; line " + std::to_string(n + 1) +
+                   " is indented with a tab, and YAML indents with spaces only";
+        if (n >= mark.line) break;
+    }
+    return "";
+}
+
 std::string line_column(const YAML::Mark& mark) {
     return std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
@@ -74,20 +91,27 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
 
 // The documents in `text`, counted from its document markers: a "---" line after content or
 // after another "---", or content after a "..." line, starts another. (yaml-cpp's LoadAll would
-// count them, but loops without end on some inputs, such as ",us".)
-int document_count(const std::string& text) {
+// count them, but loops without end on some inputs, such as ",us".) `second_line`, when given,
+// receives the 1-based line where the second document starts (0 for one document).
+int document_count(const std::string& text, int* second_line = nullptr) {
     const auto marker = [](const std::string& line, const char* m) {
         return line.compare(0, 3, m) == 0 &&
                (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
     };
     int documents = 0;
+    int number = 0;
+    if (second_line) *second_line = 0;
+    const auto count = [&] {
+        if (++documents == 2 && second_line) *second_line = number;
+    };
     bool open = false, content = false;
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
+        ++number;
         const auto first = line.find_first_not_of(" \t\r");
         const bool blank = first == std::string::npos || line[first] == '#';
         if (marker(line, "---")) {
-            if (!open || content) ++documents;
+            if (!open || content) count();
             open = true;
             content = line.find_first_not_of(" \t\r", 3) != std::string::npos;
         } else if (marker(line, "...")) {
@@ -95,7 +119,7 @@ int document_count(const std::string& text) {
             content = false;
         } else if (!blank) {
             if (!open) {
-                ++documents;
+                count();
                 open = true;
             }
             content = true;
@@ -122,11 +146,28 @@ Document parse_document(const std::string& text, const std::string& display_path
     Document doc;
     doc.display_path = display_path;
     doc.folder = folder;
+    // yaml-cpp reads UTF-16 (after its byte-order mark) and stops at a NUL byte; neither is
+    // what a user meant to give, and the messages that follow would show mangled text.
+    const bool utf16 = text.size() >= 2 && ((text[0] == '\xff' && text[1] == '\xfe') ||
+                                            (text[0] == '\xfe' && text[1] == '\xff'));
+    if (utf16 || text.find('\0') != std::string::npos)
+        throw ConfigError(SourceLocation{display_path, 1, 1},
+                          std::string(utf16 ? "is UTF-16 text" : "holds NUL bytes (binary data?)") +
+                              "; expected a YAML text file in UTF-8");
     try {
         doc.root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-        throw ConfigError(mark_location(display_path, e.mark), "invalid YAML: " + e.msg);
+        throw ConfigError(mark_location(display_path, e.mark),
+                          "invalid YAML: " + e.msg + tab_hint(text, e.mark));
     }
+    // yaml-cpp reads the first document only: a second one ("---" and more keys) would be
+    // ignored without a word.
+    int second = 0;
+    if (const int documents = document_count(text, &second); documents > 1)
+        throw ConfigError(SourceLocation{display_path, second, 1},
+                          "the file holds " + std::to_string(documents) +
+                              " YAML documents (separated by ---); expected one: join their keys "
+                              "into one mapping");
     reject_duplicate_keys(doc.root, display_path, true);
     if (!doc.root.IsMap())
         throw ConfigError(SourceLocation{display_path, 1, 1},
@@ -242,24 +283,34 @@ std::string Reader::child_path(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
 }
 
+std::optional<SourceLocation> Reader::override_location(const std::string& full, bool below) const {
+    std::optional<SourceLocation> under;
+    for (const auto& [k, text] : doc_->overrides) {
+        if (k == full || full.rfind(k + ".", 0) == 0)
+            return SourceLocation{doc_->override_text(k, text)};
+        if (below && !under && k.rfind(full + ".", 0) == 0)
+            under = SourceLocation{doc_->override_text(k, text)};
+    }
+    return under;
+}
+
 SourceLocation Reader::location() const {
-    auto it = doc_->overrides.find(path_);
-    if (it != doc_->overrides.end())
-        return SourceLocation{doc_->override_text(it->first, it->second)};
+    if (auto o = override_location(path_, false)) return *o;
+    if (!node_.Mark().is_null()) return mark_location(doc_->display_path, node_.Mark());
+    if (auto o = override_location(path_, !path_.empty())) return *o;
     return mark_location(doc_->display_path, node_.Mark());
 }
 
 SourceLocation Reader::location(const std::string& key) const {
     const std::string full = child_path(key);
-    auto it = doc_->overrides.find(full);
-    if (it != doc_->overrides.end())
-        return SourceLocation{doc_->override_text(it->first, it->second)};
+    if (auto o = override_location(full, false)) return *o;
     const YAML::Node& cn = node_;
     const YAML::Node v = cn[key];
     if (v.IsDefined() && !v.Mark().is_null()) return mark_location(doc_->display_path, v.Mark());
-    // Inserted by --set under a parent that was overridden, or missing: point at the mapping.
-    for (const auto& [k, text] : doc_->overrides)
-        if (full.rfind(k + ".", 0) == 0) return SourceLocation{doc_->override_text(k, text)};
+    // A mapping --set created (traning.seq_length=4 creates `traning`): the argument under it.
+    if (v.IsDefined())
+        if (auto o = override_location(full, true)) return *o;
+    // Missing: point at the mapping.
     return location();
 }
 
@@ -389,7 +440,7 @@ std::string Reader::choice(const std::string& key, const std::vector<std::string
 namespace {
 template <typename T, typename Parse>
 T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const char* units,
-                  const char* what) {
+                  const char* what, const char* limit) {
     const YAML::Node v = r.value(key);
     if (!v.IsDefined() || v.IsNull()) r.fail(key, std::string("missing; expected ") + what);
     if (!v.IsScalar()) r.fail(key, std::string("expected ") + what);
@@ -397,8 +448,16 @@ T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const ch
     auto parsed = parse(text);
     if (!parsed) {
         char* end = nullptr;
-        std::strtod(text.c_str(), &end);
+        const double number = std::strtod(text.c_str(), &end);
+        const bool read_number = end != text.c_str();
         const bool bare_number = !text.empty() && *end == '\0';
+        // Say what is wrong: the sign, the magnitude (the unit alone reads, as "1" + unit), or
+        // the unit.
+        if (read_number && number < 0)
+            r.fail(key, "\"" + text + "\" is negative, and " + what + " cannot be");
+        if (read_number && !bare_number && parse("1" + std::string(end)))
+            r.fail(key, "\"" + text + "\" is too large for " + what + " (" + limit +
+                            "); check the number and its unit");
         r.fail(key, std::string(bare_number ? "missing unit in \"" : "cannot read \"") + text +
                         "\" as " + what + "; accepted units: " + units);
     }
@@ -407,22 +466,24 @@ T parse_with_unit(const Reader& r, const std::string& key, Parse parse, const ch
 }  // namespace
 
 Time Reader::time(const std::string& key) const {
-    return parse_with_unit<Time>(*this, key, parse_time, kTimeUnits, "a duration");
+    return parse_with_unit<Time>(*this, key, parse_time, kTimeUnits, "a duration",
+                                 "at most 9e6 s, about 104 days");
 }
 std::optional<Time> Reader::time_opt(const std::string& key) const {
     if (!has(key)) return std::nullopt;
     return time(key);
 }
 Bytes Reader::bytes(const std::string& key) const {
-    return parse_with_unit<Bytes>(*this, key, parse_bytes, kBytesUnits, "a size");
+    return parse_with_unit<Bytes>(*this, key, parse_bytes, kBytesUnits, "a size",
+                                  "at most 9e18 bytes");
 }
 std::optional<Bytes> Reader::bytes_opt(const std::string& key) const {
     if (!has(key)) return std::nullopt;
     return bytes(key);
 }
 Bandwidth Reader::bandwidth(const std::string& key) const {
-    auto bw =
-        parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits, "a bandwidth");
+    auto bw = parse_with_unit<Bandwidth>(*this, key, parse_bandwidth, kBandwidthUnits,
+                                         "a bandwidth", "a finite number of bytes per second");
     if (!(bw.bytes_per_s > 0)) fail(key, "a bandwidth must be greater than zero");
     return bw;
 }
@@ -431,8 +492,8 @@ std::optional<Bandwidth> Reader::bandwidth_opt(const std::string& key) const {
     return bandwidth(key);
 }
 FlopRate Reader::flop_rate(const std::string& key) const {
-    auto r =
-        parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits, "a compute rate");
+    auto r = parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits,
+                                       "a compute rate", "a finite number of FLOP/s");
     if (!(r.flops_per_s > 0)) fail(key, "a compute rate must be greater than zero");
     return r;
 }
@@ -477,10 +538,10 @@ void Reader::finish() const {
     for (auto it = cn.begin(); it != cn.end(); ++it) {
         const std::string k = it->first.Scalar();
         if (accepted_.count(k)) continue;
+        // Given by --set (the key itself, a mapping above it, or, for a mapping --set created,
+        // a key under it), else where the file has it.
         SourceLocation where = mark_location(doc_->display_path, it->first.Mark());
-        auto ov = doc_->overrides.find(child_path(k));
-        if (ov != doc_->overrides.end())
-            where = SourceLocation{doc_->override_text(ov->first, ov->second)};
+        if (auto o = override_location(child_path(k), it->first.Mark().is_null())) where = *o;
         std::vector<std::string> names(accepted_order_.begin(), accepted_order_.end());
         throw ConfigError(where, "unknown key '" + child_path(k) +
                                      "'; accepted keys here: " + join_alternatives(names));

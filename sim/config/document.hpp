@@ -119,6 +119,10 @@ class Reader {
 
   private:
     std::string child_path(const std::string& key) const;
+    // The --set argument that gave the value at dotted path `full`: one that set the path itself
+    // or a mapping above it (its value's positions are in the argument's text, not the file), or
+    // with `below`, one that set a key under it (a mapping --set created has no position).
+    std::optional<SourceLocation> override_location(const std::string& full, bool below) const;
     std::string scalar_text(const std::string& key, const char* expected) const;
 
     const Document* doc_;

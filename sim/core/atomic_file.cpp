@@ -96,6 +96,20 @@ void OutputSet::declare(const std::string& option, const fs::path& path) {
     declared_.push_back({option, path, canonical.empty() ? resolved : canonical});
 }
 
+void OutputSet::guard_input(const std::string& what, const fs::path& path) const {
+    if (path.empty()) return;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return;
+    for (const auto& d : declared_) {
+        std::error_code eq_ec;
+        if (fs::exists(d.resolved, eq_ec) && fs::equivalent(d.resolved, path, eq_ec))
+            throw output_error(d.option + " " + d.path.string(),
+                               "is " + what + " " + path.string() +
+                                   ", an input of this command: writing it would replace the "
+                                   "input; give the output its own file");
+    }
+}
+
 std::string OutputSet::label(const fs::path& path) const {
     for (const auto& d : declared_)
         if (d.path == path) return d.option + " " + d.path.string();

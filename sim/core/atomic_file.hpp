@@ -36,6 +36,12 @@ class OutputSet {
     // `option` names the output for messages ("--json"). An empty path is ignored. Throws
     // ConfigError for a path that cannot be written or that an earlier output already names.
     void declare(const std::string& option, const std::filesystem::path& path);
+    // Refuses (ConfigError at the output's "OPTION PATH") a declared output that is the same file
+    // as `path`, an input of the command (after following symbolic links; hard links
+    // included), so that `--json experiment.yaml` cannot replace what it read. `what` names the
+    // input in the message ("the experiment", "--topology"). A missing or empty path is no
+    // conflict.
+    void guard_input(const std::string& what, const std::filesystem::path& path) const;
     // "OPTION PATH" for a declared path, else the path itself.
     std::string label(const std::filesystem::path& path) const;
     // Renames every staged file over its target, in the order they were staged.

@@ -377,8 +377,16 @@ TopologySpec parse_topology(const config::Document& doc) {
             fabric->fail_here("a fabric connects generated nodes; add node: {...} and nodes: N");
         spec.fabric = parse_fabric(*fabric);
     }
-    if (spec.devices.empty() && !spec.node)
+    if (spec.devices.empty() && !spec.node) {
+        // An experiment (or jobs file) where a topology was expected: say so, not what it lacks.
+        const auto keys = root.keys();
+        for (const char* k : {"topology", "jobs"})
+            if (std::find(keys.begin(), keys.end(), k) != keys.end())
+                root.fail_here(std::string("has a '") + k +
+                               "' key: this is an experiment or jobs file, not a topology; give "
+                               "the topology file it names");
         root.fail_here("describes no GPUs; give devices and links, or node, nodes and fabric");
+    }
     root.finish();
     return spec;
 }

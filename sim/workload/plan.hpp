@@ -20,8 +20,17 @@ const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
 // One step of a pass on the compute stream: a kernel, or a collective that the compute stream
 // waits for (TP/CP/EP collectives sit on the critical path of the layer).
 struct Step {
+    // What a step is part of, set where the step is emitted (never derived from its label, which
+    // is free text for traces and reports).
+    enum Flag : std::uint8_t {
+        // The attention core: flash attention's kernel, or unfused attention's score and context
+        // bmms, softmax and dropout; forward, backward or recomputed. Not the q/k/v and output
+        // projections around it.
+        AttentionCore = 1u << 0,
+    };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
+    std::uint8_t flags = 0;    // a set of Flag
     const char* label = "";    // static string: "layer", "qkv", "attention", "all-reduce tp", ...
     Time duration;             // compute only
     Flops model_flops;         // compute only: counted for MFU
@@ -35,6 +44,8 @@ struct Step {
     // an `op` of the roofline may stand for several kernels of one kind). The host model
     // (HostModel) issues them `launch` apart, spread evenly over the step's duration.
     std::int32_t launches = 1;
+
+    bool has(Flag f) const { return (flags & f) != 0; }
 };
 
 struct PassPlan {

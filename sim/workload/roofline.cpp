@@ -165,6 +165,12 @@ I local_expert_count(const ModelSpec& m, const ParallelLayout& layout) {
     return std::max<I>(1, m.experts / layout.ep);
 }
 
+// Flags every step of `pass` from index `first` on: what one emitting function appended.
+void flag_from(PassPlan& pass, std::size_t first, Step::Flag flag) {
+    for (auto i = first; i < pass.steps.size(); ++i)
+        pass.steps[i].flags |= flag;
+}
+
 void append(PassPlan& to, const PassPlan& from) {
     to.steps.insert(to.steps.end(), from.steps.begin(), from.steps.end());
 }
@@ -218,7 +224,7 @@ void tp_leave(PassPlan& pass, const Dims& d, Bytes size) {
 //           score matrix, the fused scale-mask-softmax reads and writes it, dropout reads it and
 //           writes its output and a 1-byte mask, the context bmm reads it: 13 bytes per score;
 //           the whole matrix is computed (the mask is applied in the softmax).
-void attention_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool recompute) {
+void attention_core_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool recompute) {
     const I e = kActivationBytes;
     const double model = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
     const auto rc = [recompute](const char* normal, const char* again) {
@@ -250,7 +256,7 @@ void attention_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool reco
 //  unfused: context bmm backward (dP writes the scores, dV reads the probabilities), dropout
 //           backward (reads dP and the mask, writes), softmax backward (reads P and dP, writes
 //           dS), scores bmm backward (dQ and dK read dS): 19 bytes per score.
-void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
+void attention_core_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
     const I e = kActivationBytes;
     const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
     if (d.attention == Attention::Flash) {
@@ -271,6 +277,19 @@ void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
     pb.memory(in, "softmax bwd", score_io(3.0 * e), MemKind::ScoresBackward);
     pb.batched_gemm(in, "attention scores bwd", Flops{fwd}, Flops{fwd},
                     score_io(2.0 * e) + qkv_bytes + qkv_bytes, false, MemKind::ScoresBackward);
+}
+
+// The attention core's steps, each flagged Step::AttentionCore (what the validator's
+// `part: attention` sums): everything the two functions above emit, whatever its label.
+void attention_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool recompute) {
+    const auto first = pass.steps.size();
+    attention_core_forward(pass, pb, d, recompute);
+    flag_from(pass, first, Step::AttentionCore);
+}
+void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
+    const auto first = in.steps.size();
+    attention_core_backward(in, pb, d);
+    flag_from(in, first, Step::AttentionCore);
 }
 
 // The forward ops of one layer. With `recompute` the same ops are emitted as re-executed work.
@@ -438,30 +457,6 @@ double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
             return 0.624;
     }
     return hbm_fraction;
-}
-
-bool attention_core_step(const Step& step) {
-    // Every label attention_forward and attention_backward emit.
-    static constexpr std::string_view kLabels[] = {
-        "attention",
-        "recompute attention",
-        "attention bwd",
-        "attention scores",
-        "recompute attention scores",
-        "softmax",
-        "recompute softmax",
-        "attention dropout",
-        "recompute attention dropout",
-        "attention context",
-        "recompute attention context",
-        "attention context bwd",
-        "attention dropout bwd",
-        "softmax bwd",
-        "attention scores bwd",
-    };
-    if (step.kind != Step::Kind::Compute) return false;
-    const std::string_view label = step.label;
-    return std::find(std::begin(kLabels), std::end(kLabels), label) != std::end(kLabels);
 }
 
 double attention_efficiency(std::int64_t seq, bool backward, const RooflineCalibration& cal) {

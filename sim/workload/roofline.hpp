@@ -68,10 +68,6 @@ Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const Rooflin
 // The flash-attention kernels' fraction of the bf16 peak at sequence length `seq`.
 double attention_efficiency(std::int64_t seq, bool backward,
                             const RooflineCalibration& cal = default_calibration());
-// Whether a step of roofline_layer's passes belongs to the attention core (flash attention's
-// kernels, or unfused attention's score and context bmms, softmax and dropout, forward, backward
-// or recomputed): what an attention microbenchmark times without the q/k/v and output GEMMs.
-bool attention_core_step(const Step& step);
 // Divides the tensor-core steps of `passes` by the GPU's sustained factor for their duty cycle
 // (the tensor-core share of the compute time of all of them together); no-op with burst clocks.
 void apply_sustained(std::initializer_list<PassPlan*> passes, const topology::GpuModel& gpu,

@@ -70,7 +70,11 @@ TEST_CASE("zero, negative and unit-less bandwidths") {
     CHECK(error_of(links + "kind: nvlink, bandwidth: 0GB/s}\n") ==
           "bad.yaml:5:53: 'links.0.bandwidth': a bandwidth must be greater than zero");
     CHECK(error_of(links + "kind: nvlink, bandwidth: -5GB/s}\n")
-              .find("bad.yaml:5:53: 'links.0.bandwidth': cannot read \"-5GB/s\" as a bandwidth; "
+              .find("bad.yaml:5:53: 'links.0.bandwidth': \"-5GB/s\" is negative, and a bandwidth "
+                    "cannot be") == 0);
+    // A unit it does not know is named as such.
+    CHECK(error_of(links + "kind: nvlink, bandwidth: 5GB/h}\n")
+              .find("bad.yaml:5:53: 'links.0.bandwidth': cannot read \"5GB/h\" as a bandwidth; "
                     "accepted units: ") == 0);
     CHECK(error_of(links + "kind: nvlink, bandwidth: 25}\n")
               .find("bad.yaml:5:53: 'links.0.bandwidth': missing unit in \"25\"") == 0);

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "topology/topology_yaml.hpp"
 #include "workload/flops.hpp"
@@ -215,15 +217,15 @@ TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole
         return label.find("attention") != std::string::npos || label.find("softmax") == 0;
     };
     for (const auto& st : unfused.forward.steps) {
-        // attention_core_step (what the validator's `part: attention` sums) picks the same steps.
-        CHECK(attention_core_step(st) == is_core(st.label));
+        // The AttentionCore flag (what the validator's `part: attention` sums) marks these steps.
+        CHECK(st.has(Step::AttentionCore) == is_core(st.label));
         if (is_core(st.label)) {
             fwd_bytes += static_cast<double>(st.hbm_bytes.value);
             fwd_attention_ms += st.duration.seconds() * 1e3;
         }
     }
     for (const auto& st : unfused.backward.steps) {
-        CHECK(attention_core_step(st) == is_core(st.label));
+        CHECK(st.has(Step::AttentionCore) == is_core(st.label));
         if (is_core(st.label)) {
             bwd_bytes += static_cast<double>(st.hbm_bytes.value);
             bwd_attention_ms += st.duration.seconds() * 1e3;
@@ -245,7 +247,7 @@ TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole
     // Flash attention's core is one kernel each way, also an attention-core step.
     int flash_core = 0;
     for (const auto& st : flash.forward.steps)
-        flash_core += attention_core_step(st);
+        flash_core += st.has(Step::AttentionCore);
     CHECK(flash_core == 1);
     // Selective recomputation re-runs the four forward kernels as hardware FLOPs only.
     t.recompute = Recompute::Selective;
@@ -254,6 +256,71 @@ TEST_CASE("unfused attention: 13 bytes per score forward, 19 backward, the whole
           doctest::Approx(4.0 * 2 * 1024 * 1024 * 1024));
     CHECK(compute_ms(sel.backward) ==
           doctest::Approx(compute_ms(unfused.backward) + fwd_attention_ms).epsilon(1e-6));
+}
+
+TEST_CASE("the AttentionCore flag marks exactly the attention core's kernels, by framework") {
+    // Expected from the emitting code (roofline.cpp): attention_core_forward emits one flash
+    // kernel "attention", or unfused "attention scores", "softmax", "attention dropout",
+    // "attention context" (each "recompute ..." when re-executed); attention_core_backward emits
+    // "attention bwd", or "attention context bwd", "attention dropout bwd", "softmax bwd",
+    // "attention scores bwd". Selective recomputation re-runs the forward core at the start of
+    // backward_input; full recomputation the whole layer forward, the core inside it. Both
+    // frameworks emit the same core (eager PyTorch changes launches, not which kernels). No
+    // other step (projections, norms, the MLP, collectives) carries the flag.
+    const auto m = gpt_layer(1024, 8);
+    ParallelLayout l;
+    l.tp = 2;
+    l.sequence_parallel = true;
+    const std::vector<std::string> flash_fwd{"attention"};
+    const std::vector<std::string> unfused_fwd{"attention scores", "softmax", "attention dropout",
+                                               "attention context"};
+    const auto recomputed = [](std::vector<std::string> labels) {
+        for (auto& x : labels)
+            x = "recompute " + x;
+        return labels;
+    };
+    const auto flagged = [](const PassPlan& p) {
+        std::vector<std::string> labels;
+        for (const auto& st : p.steps)
+            if (st.has(Step::AttentionCore)) labels.emplace_back(st.label);
+        return labels;
+    };
+    for (const auto framework : {Framework::Megatron, Framework::Pytorch}) {
+        for (const auto attention : {Attention::Flash, Attention::Unfused}) {
+            for (const auto recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+                CAPTURE(static_cast<int>(framework));
+                CAPTURE(static_cast<int>(attention));
+                CAPTURE(static_cast<int>(recompute));
+                RooflineCompute c = burst();
+                c.framework = framework;
+                TrainingSpec t;
+                t.seq_length = 512;
+                t.micro_batch_size = 2;
+                t.attention = attention;
+                t.recompute = recompute;
+                const auto p = roofline_layer(m, l, t, h200(), c, false);
+                const bool flash = attention == Attention::Flash;
+                const auto fwd = flash ? flash_fwd : unfused_fwd;
+                const std::vector<std::string> bwd =
+                    flash
+                        ? std::vector<std::string>{"attention bwd"}
+                        : std::vector<std::string>{"attention context bwd", "attention dropout bwd",
+                                                   "softmax bwd", "attention scores bwd"};
+                std::vector<std::string> in =
+                    recompute == Recompute::None ? std::vector<std::string>{} : recomputed(fwd);
+                in.insert(in.end(), bwd.begin(), bwd.end());
+                CHECK(flagged(p.forward) == fwd);
+                CHECK(flagged(p.backward_input) == in);
+                CHECK(flagged(p.backward_weight).empty());
+                CHECK(flagged(p.backward) == in);
+                // A collective (the TP all-gathers and reduce-scatters around the core) is
+                // never flagged.
+                for (const auto* pass : {&p.forward, &p.backward})
+                    for (const auto& st : pass->steps)
+                        if (st.has(Step::AttentionCore)) CHECK(st.kind == Step::Kind::Compute);
+            }
+        }
+    }
 }
 
 TEST_CASE("TP collectives: two all-reduces each way, or all-gather + reduce-scatter with SP") {
