@@ -156,6 +156,9 @@ void guard_experiment_inputs(const OutputSet& outputs, const workload::Experimen
         outputs.guard_input(
             "the compute calibration",
             cal.is_absolute() ? cal : std::filesystem::path(spec.source).parent_path() / cal);
+    if (!spec.model_file.empty()) outputs.guard_input("the model file", spec.model_file);
+    if (!spec.network_calibration_file.empty())
+        outputs.guard_input("the network calibration", spec.network_calibration_file);
 }
 
 }  // namespace cs::api

@@ -648,7 +648,9 @@ ComputeSpec parse_compute(const config::Reader& r) {
     return c;
 }
 
-network::NetworkConfig parse_network(const config::Reader& r) {
+// `file_read`, when given, receives the calibration file `calibration:` named (empty for
+// measured or nominal).
+network::NetworkConfig parse_network(const config::Reader& r, std::filesystem::path* file_read) {
     const auto fidelity =
         r.choice("model", network::kFidelityNames, std::optional{network::Fidelity::Flow});
     // `calibration: measured` (default) uses the link efficiencies and per-step overhead fitted on
@@ -674,6 +676,7 @@ network::NetworkConfig parse_network(const config::Reader& r) {
                                       "\" holds no network constants (fit them with clustersim "
                                       "calibrate --nccl-tests)");
         apply_network_calibration(file, n);
+        if (file_read) *file_read = r.document().resolve(cal);
     }
     n.fidelity = fidelity;
     if (auto t = r.time_opt("step_overhead")) n.step_overhead = *t;
@@ -766,7 +769,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
     }
     spec.cluster = cluster;
 
-    spec.model = parse_model(root.map("model"));
+    spec.model = parse_model(root.map("model"), &spec.model_file);
     spec.layout_where = root.location("parallelism");
     spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec, part);
     spec.training = parse_training(root.map("training"));
@@ -792,7 +795,8 @@ ExperimentSpec load_experiment_document(config::Document doc,
                                         " was fitted on " + fitted_name + ", applied to " + m.name);
     }
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
-    if (auto n = root.map_opt("network")) spec.network = parse_network(*n);
+    if (auto n = root.map_opt("network"))
+        spec.network = parse_network(*n, &spec.network_calibration_file);
     spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));
     if (auto g = root.map_opt("goodput")) spec.goodput = parse_goodput(*g);
     if (auto v = root.map_opt("variability")) {

@@ -346,6 +346,9 @@ struct FaultsSpec {
 struct ExperimentSpec {
     std::string source;           // display path of the experiment file
     std::string topology_source;  // display path of the topology file (or the experiment's)
+    // Other files the experiment read, for the outputs' guard: `model: {from: FILE}` and
+    // `network: {calibration: FILE}` (empty when not given).
+    std::filesystem::path model_file, network_calibration_file;
     std::shared_ptr<const topology::Cluster> cluster;
     ModelSpec model;
     ParallelLayout layout;

@@ -130,11 +130,12 @@ std::filesystem::path bundled_models_dir(const std::filesystem::path& start) {
     }
 }
 
-ModelSpec parse_model(const config::Reader& model) {
+ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_read) {
     ModelKeys k;
     std::string file_stem;
     if (model.has("from")) {
         const auto file = resolve_from(model);
+        if (file_read) *file_read = file;
         const config::Document base = config::load_document(file);
         const config::Reader base_reader = config::root_reader(base);
         read_keys(base_reader, k);

@@ -296,3 +296,36 @@ TEST_CASE("compare: a schedule that does not fit names --schedules, not the file
     CHECK(r.status == 2);
     CHECK_MESSAGE(has(r, "error: --schedules 1f1b,dualpipe: schedule 'dualpipe'"), r.err);
 }
+
+TEST_CASE("the experiment's model file and network calibration file are inputs too") {
+    const fs::path dir = cs::test::scratch("hostile_model_network");
+    const auto paths = private_copies(dir);
+    const std::string exp = paths.first;
+    // A model file (`model: {from: FILE}`) and a network calibration (`network: {calibration:
+    // FILE}`, the layout `clustersim calibrate --nccl-tests` writes), both beside the experiment.
+    const std::string model = (dir / "model.yaml").string();
+    const std::string cal = (dir / "net.yaml").string();
+    std::ofstream(model) << "layers: 8\nhidden_size: 2048\nattention_heads: 16\nvocab_size: "
+                            "50304\n";
+    std::ofstream(cal) << "clustersim_calibration: 2\nsources:\n  - \"test\"\nnetwork:\n"
+                          "  all_reduce:\n    nvlink: {efficiency: 0.8, latency: 20us}\n";
+    const std::string model_text = slurp(model), cal_text = slurp(cal);
+    const std::vector<std::string> sets = {"--set", "model.from=model.yaml", "--set",
+                                           "network.calibration=net.yaml"};
+    auto args = [&](const std::string& out) {
+        std::vector<std::string> a = {"run", exp, "--json", out};
+        a.insert(a.end(), sets.begin(), sets.end());
+        return a;
+    };
+    // The files are accepted as inputs: the run writes its summary elsewhere.
+    const auto ok = run_binary(args((dir / "out.json").string()));
+    REQUIRE_MESSAGE(ok.status == 0, ok.err);
+    auto r = run_binary(args(model));
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r, "--json " + model + ": is the model file"), r.err);
+    r = run_binary(args(cal));
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r, "--json " + cal + ": is the network calibration"), r.err);
+    CHECK(slurp(model) == model_text);
+    CHECK(slurp(cal) == cal_text);
+}
