@@ -477,6 +477,16 @@ void Replay::decide_replica_fold(ReplayResult& result) {
         }
     result.replicas_simulated = static_cast<int>(classes.size());
     bulk_accounting_ = network_->accounts_in_bulk();
+    copy_followers_ = std::all_of(observers_.begin(), observers_.end(),
+                                  [](const ReplayObserver* o) { return o->copies_followers(); });
+}
+
+void Replay::copy_followers() {
+    if (!copy_followers_) return;
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        for (int f : followers_of(static_cast<int>(w)))
+            for (auto* o : observers_)
+                o->copy_worker(static_cast<int>(w), f);
 }
 
 void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
@@ -627,7 +637,7 @@ void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     for (auto* o : observers_)
         o->on_transfer(rec);
     // The same message of every replica the receiver stands for (the sender is of its replica).
-    const auto& to = followers_of(worker);
+    const auto& to = notified_followers(worker);
     const auto& from = followers_of(rec.src_worker);
     TransferRecord copy = rec;
     for (std::size_t i = 0; i < to.size(); ++i) {
@@ -871,9 +881,9 @@ void Replay::finish_pass(int worker) {
     end_time_ = std::max(end_time_, r.end);
     for (auto* o : observers_)
         o->on_pass(r);
-    if (!followers_of(worker).empty()) {
+    if (!notified_followers(worker).empty()) {
         PassRecord copy = r;
-        for (int f : followers_of(worker)) {
+        for (int f : notified_followers(worker)) {
             copy.worker = f;
             for (auto* o : observers_)
                 o->on_pass(copy);
@@ -1544,6 +1554,7 @@ ReplayResult Replay::finish() {
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w)))
             emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
+    copy_followers();
     for (auto* o : observers_)
         o->on_iteration_end(end_time_);
     result.iteration_time = end_time_ - origin_;

@@ -829,6 +829,53 @@ TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks t
     CHECK(keeping.with_faults({}, {}).kept_plans() == nullptr);
 }
 
+TEST_CASE("collective plans kept with a cluster that keeps its routes: later networks time alike") {
+    // As above for collectives: every collective takes the same time on a cluster keeping its
+    // routes (and so the plans and resolved algorithms of its networks) as on one that does not,
+    // for the first network and for the next ones, which ask no route again. Two groups with the
+    // same ranks have their own plans (the group's number is the flow id); a network with other
+    // operation efficiencies is not given the plans of the first (its rate caps differ).
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    const auto times = [](const Cluster& c, double all_gather_nvlink_efficiency) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        cfg.op_efficiency[static_cast<int>(CollectiveKind::AllGather)]
+                         [static_cast<int>(topology::LinkKind::NvLink)] =
+            all_gather_nvlink_efficiency;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        const GroupId all = net->register_group({0, 1, 2, 3});
+        const GroupId again = net->register_group({0, 1, 2, 3});
+        const GroupId cross = net->register_group({1, 2});
+        std::uint64_t token = 0;
+        for (const GroupId g : {all, again, cross}) {
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1 << 20}, Algorithm::Auto, token++);
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1'000'000'000}, Algorithm::Ring,
+                            token++);
+            net->collective(CollectiveKind::AllGather, g, Bytes{1'000'000'000}, Algorithm::Auto,
+                            token++);
+        }
+        sim.run();
+        return rec.done;
+    };
+    const auto want = times(plain, 1.0);
+    REQUIRE(want.size() == 9);
+    CHECK(times(keeping, 1.0) == want);
+    const auto searched = keeping.kept_route_hits();
+    CHECK(times(keeping, 1.0) == want);
+    CHECK(keeping.kept_route_hits() == searched);  // every plan kept: no route asked again
+    // A tenth of the NVLink rate for all-gathers (10 GB/s, below the 25 GB/s fabric links):
+    // the all-gather on 0-3, whose ring crosses NVLink, is slower on both clusters alike.
+    const auto slower = times(plain, 0.1);
+    CHECK(slower.at(2) > want.at(2));
+    CHECK(times(keeping, 0.1) == slower);
+    CHECK(times(keeping, 1.0) == want);
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
