@@ -420,6 +420,109 @@ class NetworkImpl final : public Network, public EventHandler {
             }
     }
 
+    // send_routes' result: per pair its cost and its flows (real links only, as observers see
+    // them; the rate each is timed at), flat.
+    class Routes final : public SendRoutes {
+      public:
+        struct Flow {
+            std::uint32_t first = 0, links = 0;  // in `path`
+            double bytes_per_size = 0;
+            double rate = 0;
+        };
+        std::size_t size() const override { return costs.size(); }
+        RouteCost cost(std::size_t i) const override { return costs[i]; }
+        std::vector<RouteCost> costs;
+        std::vector<std::uint32_t> flows_of;  // pair i: flows [flows_of[i], flows_of[i + 1])
+        std::vector<Flow> flows;
+        std::vector<LinkId> path;
+        std::size_t bytes() const {
+            return sizeof(Routes) + costs.size() * sizeof(RouteCost) +
+                   flows_of.size() * sizeof(std::uint32_t) + flows.size() * sizeof(Flow) +
+                   path.size() * sizeof(LinkId);
+        }
+    };
+
+    std::shared_ptr<const SendRoutes> send_routes(
+        const std::vector<std::pair<int, int>>& pairs) override {
+        // Kept only on the cluster's own routes and capacities (the rates are the base ones).
+        const bool keep = shares_plans() && own_capacity_.empty();
+        SharedPlans::CollectiveKey k;
+        if (keep) {
+            k.ranks.reserve(2 * pairs.size());
+            for (const auto& [a, b] : pairs) {
+                k.ranks.push_back(a);
+                k.ranks.push_back(b);
+            }
+            k.words = calibration_words(CollectiveKind::SendRecv);
+            k.words[0] = ~std::uint64_t{0};  // not a group: send routes
+            k.words[1] = static_cast<std::uint64_t>(config_.fidelity);
+            k.words[2] = static_cast<std::uint64_t>(config_.step_overhead.count_ps());
+            if (auto it = shared_plans_->sends.find(k); it != shared_plans_->sends.end())
+                return it->second;
+        }
+        auto r = std::make_shared<Routes>();
+        r->costs.reserve(pairs.size());
+        r->flows_of.reserve(pairs.size() + 1);
+        for (const auto& [src, dst] : pairs) {
+            r->costs.push_back(p2p_cost(src, dst));
+            r->flows_of.push_back(static_cast<std::uint32_t>(r->flows.size()));
+            const Plan& plan = p2p_plan(src, dst);
+            for (const Phase& p : plan.phases)
+                for (const FlowTemplate& f : p.flows) {
+                    Routes::Flow flow;
+                    flow.first = static_cast<std::uint32_t>(r->path.size());
+                    for (LinkId l : f.path)
+                        if (l < real_links_.links) r->path.push_back(l);
+                    flow.links = static_cast<std::uint32_t>(r->path.size()) - flow.first;
+                    flow.bytes_per_size = f.bytes_per_size;
+                    flow.rate = flow_rate(f);
+                    r->flows.push_back(flow);
+                }
+        }
+        r->flows_of.push_back(static_cast<std::uint32_t>(r->flows.size()));
+        if (keep && shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
+            shared_plans_->collective_bytes += r->bytes() + k.ranks.size() * sizeof(int);
+            shared_plans_->sends.emplace(std::move(k), r);
+        }
+        return r;
+    }
+
+    void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
+        if (config_.fidelity == Fidelity::Flow)
+            throw SimulationError("network", "a send accounted without its flow under `flow`",
+                                  sim_.now());
+        if (count < 1 || (count > 1 && !accounts_in_bulk()))
+            throw SimulationError(
+                "network", "sends accounted in bulk for an observer of flow times", sim_.now());
+        if (!observed()) return;
+        const auto& r = dynamic_cast<const Routes&>(routes);
+        // As account_send, pair after pair: real_links_.on_flow_start drops the virtual links
+        // (done in send_routes) and, unfolded by members (always, outside `flow`), passes the
+        // flow on to its targets as it is.
+        if (!real_links_.maps.empty())
+            throw SimulationError("network", "sends accounted in a run folded by members",
+                                  sim_.now());
+        const double bytes = static_cast<double>(size.value);
+        const bool timed = config_.fidelity == Fidelity::Analytical;
+        double last_fb = -1, last_rate = -1;
+        Time last_t = Time::zero();
+        for (const Routes::Flow& f : r.flows) {
+            const double fb = f.bytes_per_size * bytes;
+            if (fb <= 0 || f.links == 0) continue;
+            if (timed && (fb != last_fb || f.rate != last_rate)) {
+                last_fb = fb;
+                last_rate = f.rate;
+                last_t = transfer_time(fb, Bandwidth{f.rate});
+            }
+            const Time t = timed ? last_t : Time::zero();
+            const NetworkObserver::FlowStart flow{
+                sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
+                fb * static_cast<double>(count), false, t * count};
+            for (NetworkObserver* o : real_links_.targets)
+                o->on_flow_start(flow);
+        }
+    }
+
     void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
         check_capacity(link, bandwidth);
         refuse_if_folded();
@@ -515,6 +618,14 @@ class NetworkImpl final : public Network, public EventHandler {
             return copy_path;
         }
         void on_flow_start(const FlowStart& flow) override {
+            // Unfolded (every run outside `flow`) and on real links only: as it is.
+            if (maps.empty() && std::all_of(flow.path.begin(), flow.path.end(),
+                                            [this](LinkId l) { return l < links; })) {
+                if (flow.path.empty()) return;
+                for (NetworkObserver* o : targets)
+                    o->on_flow_start(flow);
+                return;
+            }
             FlowStart f = flow;
             f.path = real(flow.path);
             if (f.path.empty()) return;
@@ -705,6 +816,10 @@ class NetworkImpl final : public Network, public EventHandler {
         Time total = config_.fidelity == Fidelity::Analytical && !plan.phases.empty()
                          ? plan.fixed_latency
                          : Time::zero();
+        // A collective's flows mostly carry equal bytes at equal rates: the last time is reused
+        // for the same arguments (transfer_time is a function of them).
+        double last_fb = -1, last_rate = -1;
+        Time last_t = Time::zero();
         for (const Phase& p : plan.phases) {
             Time longest = Time::zero();
             for (const FlowTemplate& f : p.flows) {
@@ -715,7 +830,13 @@ class NetworkImpl final : public Network, public EventHandler {
                         real_links_.on_flow_start({sim_.now(), f.path, fb, false, Time::zero()});
                     continue;
                 }
-                const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
+                const double rate = flow_rate(f);
+                if (fb != last_fb || rate != last_rate) {
+                    last_fb = fb;
+                    last_rate = rate;
+                    last_t = transfer_time(fb, Bandwidth{rate});
+                }
+                const Time t = last_t;
                 longest = std::max(longest, t);
                 if (observed()) real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
             }
@@ -966,6 +1087,9 @@ class NetworkImpl final : public Network, public EventHandler {
         std::unordered_map<CollectiveKey, Plan, KeyHash> collectives;
         // resolve(): words (size, operation, algorithm asked) -> the algorithm resolved.
         std::unordered_map<CollectiveKey, Algorithm, KeyHash> resolved;
+        // send_routes: ranks (src, dst, src, dst, ...), words (fidelity, step overhead,
+        // capacities' efficiencies) -> the routes.
+        std::unordered_map<CollectiveKey, std::shared_ptr<const SendRoutes>, KeyHash> sends;
         std::size_t collective_bytes = 0;
     };
     std::shared_ptr<SharedPlans> shared_plans_;

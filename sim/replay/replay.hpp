@@ -515,6 +515,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     // their followers' copies are accounted once per entry at the end (flush_follower_sends).
     bool bulk_accounting_ = false;
     std::map<std::tuple<int, int, std::int64_t>, std::int64_t> follower_sends_;
+    // Per (representative worker, its receiver): the followers' GPU pairs' routes, every
+    // follower's members in turn (Network::send_routes).
+    std::map<std::pair<int, int>, std::shared_ptr<const network::Network::SendRoutes>>
+        follower_routes_;
     void account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count);
     void flush_follower_sends();
 };

@@ -876,6 +876,60 @@ TEST_CASE("collective plans kept with a cluster that keeps its routes: later net
     CHECK(times(keeping, 1.0) == want);
 }
 
+TEST_CASE("send routes: account_sends tells observers what account_send does pair by pair") {
+    // A folded replica class's followers are accounted through send_routes/account_sends: the
+    // observers must get, in pair order, the very notifications account_send gives for each pair
+    // (path, bytes x count, stand-alone time x count), and cost(i) must be p2p_cost. By hand for
+    // pair (0, 2), 1 GB across nodes at 25 GB/s: 40 ms; three sends of it: 3 GB and 120 ms.
+    const auto notes = [](const Cluster& c, bool batch) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        struct BulkLog final : NetworkObserver {  // as FlowLog, and sums alone: bulk allowed
+            FlowLog log;
+            void on_flow_start(const FlowStart& f) override { log.on_flow_start(f); }
+            bool wants_flow_times() const override { return false; }
+        } bulk;
+        auto& log = bulk.log;
+        net->add_observer(&bulk);
+        const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {2, 2}, {0, 1}, {3, 0}};
+        if (batch) {
+            const auto routes = net->send_routes(pairs);
+            REQUIRE(routes->size() == pairs.size());
+            for (std::size_t i = 0; i < pairs.size(); ++i)
+                CHECK(routes->cost(i) == net->p2p_cost(pairs[i].first, pairs[i].second));
+            net->account_sends(*routes, Bytes{1'000'000'000}, 3);
+        } else {
+            for (const auto& [a, b] : pairs)
+                net->account_send(a, b, Bytes{1'000'000'000}, 3);
+        }
+        return log.seen;
+    };
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const auto want = notes(plain, false);
+    REQUIRE(want.size() == 4);  // no flow from GPU 2 to itself
+    CHECK(want[0].bytes == 3e9);
+    CHECK(want[0].holds == Time::ms(120));
+    const auto same = [&](const std::vector<FlowLog::Entry>& got) {
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            CHECK(got[i].path == want[i].path);
+            CHECK(got[i].bytes == want[i].bytes);
+            CHECK(got[i].holds == want[i].holds);
+            CHECK(got[i].shared == want[i].shared);
+        }
+    };
+    same(notes(plain, true));
+    // Kept with a cluster that keeps its routes: the second network asks no route.
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    same(notes(keeping, true));
+    const auto searched = keeping.kept_route_hits();
+    same(notes(keeping, true));
+    CHECK(keeping.kept_route_hits() == searched);
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
