@@ -261,3 +261,28 @@ TEST_CASE(
     CHECK(cache.builds() == 1);  // one cluster for all
     CHECK(folded >= 5);          // the comparison covers replica-folded runs
 }
+
+TEST_CASE("fold: followers' metrics copied at the end equal the notifications repeated") {
+    // The summary's metrics copy a representative's records to its followers at the end
+    // (ReplayObserver::copies_followers); one more observer that does not copy makes the replay
+    // repeat every notification for each follower instead. Both give the same summary, and the
+    // extra observer hears of every follower's passes (4 replicas: the representative's passes x
+    // 4).
+    struct Passes final : cs::replay::ReplayObserver {
+        std::size_t passes = 0;
+        void on_pass(const cs::replay::PassRecord&) override { ++passes; }
+    };
+    const auto sets = analytical(layout(16, 4));
+    const auto copied = run(sets, true);
+    Passes counter;
+    const auto repeated =
+        run(sets, true, [&](cs::replay::Replay& replay) { replay.add_observer(counter); });
+    CHECK(copied.summary.fold_replicas == 1);
+    CHECK(repeated.summary.fold_replicas == 1);
+    CHECK(results_json(copied.summary) == results_json(repeated.summary));
+    Passes unfolded_counter;
+    (void)run(sets, false,
+              [&](cs::replay::Replay& replay) { replay.add_observer(unfolded_counter); });
+    CHECK(counter.passes == unfolded_counter.passes);
+    CHECK(counter.passes > 0);
+}
