@@ -116,7 +116,7 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
 struct LinkState {
     std::shared_ptr<const topology::Cluster> cluster;  // keeps the key alive
     report::LinkAccounting accounting;
-    std::vector<std::uint64_t> name_hash;  // per link, 0 until computed
+    std::vector<std::uint64_t> name_hash;  // per link its record's start, 0 until computed
     explicit LinkState(std::shared_ptr<const topology::Cluster> c)
         : cluster(std::move(c)),
           accounting(cluster->links().size()),
@@ -221,18 +221,21 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
         if (l >= links.size()) return;
         const auto st = seen[l];
         if (st.bytes <= 0) return;
-        std::uint64_t& name = state.name_hash[l];
-        if (name == 0) {  // fnv1a of "from->to", the text link_name gives
-            name = fnv1a(devices[links[l].from].id);
+        // The record's start, a function of the link alone: its name (fnv1a of "from->to", the
+        // text link_name gives) and its kind's name, mixed once per cluster.
+        std::uint64_t& start = state.name_hash[l];
+        if (start == 0) {
+            std::uint64_t name = fnv1a(devices[links[l].from].id);
             name = fnv1a("->", name);
             name = fnv1a(devices[links[l].to].id, name);
+            start = mix64(mix64(name) ^ kind_hash.at(static_cast<std::size_t>(links[l].kind))) +
+                    0x9e3779b97f4a7c15;
         }
         const double utilization =
             report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T);
-        std::uint64_t r = mix64(name);
+        std::uint64_t r = start;
         for (const std::uint64_t word :
-             {kind_hash.at(static_cast<std::size_t>(links[l].kind)),
-              std::bit_cast<std::uint64_t>(st.bytes),
+             {std::bit_cast<std::uint64_t>(st.bytes),
               std::bit_cast<std::uint64_t>(st.busy.seconds()),
               std::bit_cast<std::uint64_t>(utilization),
               std::bit_cast<std::uint64_t>(st.shared.seconds()),

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 #include "network/collectives.hpp"
 #include "network/flow_solver.hpp"
 
@@ -73,6 +74,9 @@ enum EventKind : std::uint32_t {
     kRouting
 };
 
+// A kept collective plan's key besides its ranks (NetworkImpl::calibration_words).
+using PlanWords = std::array<std::uint64_t, 4 + 3 * kLinkKinds>;
+
 class NetworkImpl final : public Network, public EventHandler {
   public:
     // `compact`: for isolated_collective_time only (one collective, no observers, no capacity
@@ -113,8 +117,8 @@ class NetworkImpl final : public Network, public EventHandler {
         capacity_ = base_capacity_->capacity.data();
         if (!compact_ && cluster_.keeps_routes()) {
             auto& slot = cluster_.kept_plans();
-            if (!slot) slot = std::make_shared<SharedP2pPlans>();
-            shared_p2p_ = std::static_pointer_cast<SharedP2pPlans>(slot);
+            if (!slot) slot = std::make_shared<SharedPlans>();
+            shared_plans_ = std::static_pointer_cast<SharedPlans>(slot);
         }
         if (config_.fidelity == Fidelity::Flow)
             solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{}
@@ -162,10 +166,10 @@ class NetworkImpl final : public Network, public EventHandler {
         // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
         // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
         // fixed costs), so later networks on it take them as they are.
-        const bool shared = shared_p2p_ && routing_ == &cluster_;
-        auto& plans = shared ? shared_p2p_->plans : p2p_plans_;
+        const bool shared = shared_plans_ && routing_ == &cluster_;
+        auto& plans = shared ? shared_plans_->plans : p2p_plans_;
         auto it = plans.find(key);
-        if (it == plans.end() && shared && plans.size() >= SharedP2pPlans::kMaxPlans)
+        if (it == plans.end() && shared && plans.size() >= SharedPlans::kMaxPlans)
             return own_p2p_plan(key, src, dst);  // full: this network's own
         if (it == plans.end()) it = plans.emplace(key, make_p2p_plan(src, dst, key)).first;
         return it->second;
@@ -211,21 +215,82 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
         auto found = resolved_.find(asked);
         if (found == resolved_.end())
-            found = resolved_
-                        .emplace(asked,
-                                 resolve_algorithm(*routing_, kind, ranks, size, algo, algorithms))
-                        .first;
+            found = resolved_.emplace(asked, resolve(kind, ranks, size, algo)).first;
         const Algorithm resolved = found->second;
         const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
                                   static_cast<std::uint64_t>(kind) << 16 |
                                   static_cast<std::uint64_t>(resolved.id);
         auto it = plans_.find(key);
-        if (it == plans_.end()) {
-            Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
-            apply_operation(plan, kind);
-            it = plans_.emplace(key, std::move(plan)).first;
+        if (it != plans_.end()) return it->second;
+        // On the cluster's own routes with the bundled algorithms, a cluster that keeps its
+        // routes keeps the collective plans too (SharedPlans::collectives): a plan is a function
+        // of the cluster, the ranks, the flow id (the group's number), the operation, the
+        // algorithm and the operation's calibration, all in the key.
+        if (shares_plans()) {
+            auto shared = shared_plan_of_.find(key);
+            if (shared != shared_plan_of_.end()) return *shared->second;
+            SharedPlans::CollectiveKey k;
+            k.ranks = ranks;
+            k.words = calibration_words(kind);
+            k.words[0] = group;
+            k.words[1] = static_cast<std::uint64_t>(kind);
+            k.words[2] = resolved.id;
+            auto& kept = shared_plans_->collectives;
+            auto found_kept = kept.find(k);
+            if (found_kept == kept.end() &&
+                shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
+                Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
+                apply_operation(plan, kind);
+                shared_plans_->collective_bytes += SharedPlans::bytes_of(plan, k.ranks.size());
+                found_kept = kept.emplace(std::move(k), std::move(plan)).first;
+            }
+            if (found_kept != kept.end()) {
+                shared_plan_of_.emplace(key, &found_kept->second);
+                return found_kept->second;
+            }
         }
-        return it->second;
+        Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
+        apply_operation(plan, kind);
+        return plans_.emplace(key, std::move(plan)).first->second;
+    }
+    // resolve_algorithm, kept with the cluster's plans where they are shared (a function of the
+    // cluster, the ranks, the operation, the size and the algorithm asked).
+    Algorithm resolve(CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                      Algorithm algo) {
+        if (!shares_plans())
+            return resolve_algorithm(*routing_, kind, ranks, size, algo, *config_.algorithms);
+        SharedPlans::CollectiveKey k;
+        k.ranks = ranks;
+        k.words[0] = static_cast<std::uint64_t>(size.value);
+        k.words[1] = static_cast<std::uint64_t>(kind);
+        k.words[2] = algo.id;
+        auto& kept = shared_plans_->resolved;
+        if (auto it = kept.find(k); it != kept.end()) return it->second;
+        const Algorithm resolved =
+            resolve_algorithm(*routing_, kind, ranks, size, algo, *config_.algorithms);
+        if (shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
+            shared_plans_->collective_bytes += sizeof(k) + 64 + ranks.size() * sizeof(int);
+            kept.emplace(std::move(k), resolved);
+        }
+        return resolved;
+    }
+    bool shares_plans() const {
+        return shared_plans_ && routing_ == &cluster_ &&
+               config_.algorithms == &AlgorithmRegistry::builtin();
+    }
+    // What apply_operation reads of the configuration for operation `kind`, bit for bit, after
+    // three words left for the group, the operation and the algorithm.
+    PlanWords calibration_words(CollectiveKind kind) const {
+        PlanWords w{};
+        std::size_t i = 3;
+        for (int l = 0; l < kLinkKinds; ++l) {
+            w[i++] = std::bit_cast<std::uint64_t>(config_.link_efficiency[l]);
+            w[i++] = std::bit_cast<std::uint64_t>(config_.op_efficiency[static_cast<int>(kind)][l]);
+            w[i++] = static_cast<std::uint64_t>(
+                config_.op_latency[static_cast<int>(kind)][l].count_ps());
+        }
+        w[i] = std::bit_cast<std::uint64_t>(config_.nvls_efficiency);
+        return w;
     }
 
     bool fold(int copies, const std::vector<FoldClass>& classes, std::string& why) override {
@@ -355,6 +420,109 @@ class NetworkImpl final : public Network, public EventHandler {
             }
     }
 
+    // send_routes' result: per pair its cost and its flows (real links only, as observers see
+    // them; the rate each is timed at), flat.
+    class Routes final : public SendRoutes {
+      public:
+        struct Flow {
+            std::uint32_t first = 0, links = 0;  // in `path`
+            double bytes_per_size = 0;
+            double rate = 0;
+        };
+        std::size_t size() const override { return costs.size(); }
+        RouteCost cost(std::size_t i) const override { return costs[i]; }
+        std::vector<RouteCost> costs;
+        std::vector<std::uint32_t> flows_of;  // pair i: flows [flows_of[i], flows_of[i + 1])
+        std::vector<Flow> flows;
+        std::vector<LinkId> path;
+        std::size_t bytes() const {
+            return sizeof(Routes) + costs.size() * sizeof(RouteCost) +
+                   flows_of.size() * sizeof(std::uint32_t) + flows.size() * sizeof(Flow) +
+                   path.size() * sizeof(LinkId);
+        }
+    };
+
+    std::shared_ptr<const SendRoutes> send_routes(
+        const std::vector<std::pair<int, int>>& pairs) override {
+        // Kept only on the cluster's own routes and capacities (the rates are the base ones).
+        const bool keep = shares_plans() && own_capacity_.empty();
+        SharedPlans::CollectiveKey k;
+        if (keep) {
+            k.ranks.reserve(2 * pairs.size());
+            for (const auto& [a, b] : pairs) {
+                k.ranks.push_back(a);
+                k.ranks.push_back(b);
+            }
+            k.words = calibration_words(CollectiveKind::SendRecv);
+            k.words[0] = ~std::uint64_t{0};  // not a group: send routes
+            k.words[1] = static_cast<std::uint64_t>(config_.fidelity);
+            k.words[2] = static_cast<std::uint64_t>(config_.step_overhead.count_ps());
+            if (auto it = shared_plans_->sends.find(k); it != shared_plans_->sends.end())
+                return it->second;
+        }
+        auto r = std::make_shared<Routes>();
+        r->costs.reserve(pairs.size());
+        r->flows_of.reserve(pairs.size() + 1);
+        for (const auto& [src, dst] : pairs) {
+            r->costs.push_back(p2p_cost(src, dst));
+            r->flows_of.push_back(static_cast<std::uint32_t>(r->flows.size()));
+            const Plan& plan = p2p_plan(src, dst);
+            for (const Phase& p : plan.phases)
+                for (const FlowTemplate& f : p.flows) {
+                    Routes::Flow flow;
+                    flow.first = static_cast<std::uint32_t>(r->path.size());
+                    for (LinkId l : f.path)
+                        if (l < real_links_.links) r->path.push_back(l);
+                    flow.links = static_cast<std::uint32_t>(r->path.size()) - flow.first;
+                    flow.bytes_per_size = f.bytes_per_size;
+                    flow.rate = flow_rate(f);
+                    r->flows.push_back(flow);
+                }
+        }
+        r->flows_of.push_back(static_cast<std::uint32_t>(r->flows.size()));
+        if (keep && shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
+            shared_plans_->collective_bytes += r->bytes() + k.ranks.size() * sizeof(int);
+            shared_plans_->sends.emplace(std::move(k), r);
+        }
+        return r;
+    }
+
+    void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
+        if (config_.fidelity == Fidelity::Flow)
+            throw SimulationError("network", "a send accounted without its flow under `flow`",
+                                  sim_.now());
+        if (count < 1 || (count > 1 && !accounts_in_bulk()))
+            throw SimulationError(
+                "network", "sends accounted in bulk for an observer of flow times", sim_.now());
+        if (!observed()) return;
+        const auto& r = dynamic_cast<const Routes&>(routes);
+        // As account_send, pair after pair: real_links_.on_flow_start drops the virtual links
+        // (done in send_routes) and, unfolded by members (always, outside `flow`), passes the
+        // flow on to its targets as it is.
+        if (!real_links_.maps.empty())
+            throw SimulationError("network", "sends accounted in a run folded by members",
+                                  sim_.now());
+        const double bytes = static_cast<double>(size.value);
+        const bool timed = config_.fidelity == Fidelity::Analytical;
+        double last_fb = -1, last_rate = -1;
+        Time last_t = Time::zero();
+        for (const Routes::Flow& f : r.flows) {
+            const double fb = f.bytes_per_size * bytes;
+            if (fb <= 0 || f.links == 0) continue;
+            if (timed && (fb != last_fb || f.rate != last_rate)) {
+                last_fb = fb;
+                last_rate = f.rate;
+                last_t = transfer_time(fb, Bandwidth{f.rate});
+            }
+            const Time t = timed ? last_t : Time::zero();
+            const NetworkObserver::FlowStart flow{
+                sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
+                fb * static_cast<double>(count), false, t * count};
+            for (NetworkObserver* o : real_links_.targets)
+                o->on_flow_start(flow);
+        }
+    }
+
     void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
         check_capacity(link, bandwidth);
         refuse_if_folded();
@@ -450,6 +618,14 @@ class NetworkImpl final : public Network, public EventHandler {
             return copy_path;
         }
         void on_flow_start(const FlowStart& flow) override {
+            // Unfolded (every run outside `flow`) and on real links only: as it is.
+            if (maps.empty() && std::all_of(flow.path.begin(), flow.path.end(),
+                                            [this](LinkId l) { return l < links; })) {
+                if (flow.path.empty()) return;
+                for (NetworkObserver* o : targets)
+                    o->on_flow_start(flow);
+                return;
+            }
             FlowStart f = flow;
             f.path = real(flow.path);
             if (f.path.empty()) return;
@@ -640,6 +816,10 @@ class NetworkImpl final : public Network, public EventHandler {
         Time total = config_.fidelity == Fidelity::Analytical && !plan.phases.empty()
                          ? plan.fixed_latency
                          : Time::zero();
+        // A collective's flows mostly carry equal bytes at equal rates: the last time is reused
+        // for the same arguments (transfer_time is a function of them).
+        double last_fb = -1, last_rate = -1;
+        Time last_t = Time::zero();
         for (const Phase& p : plan.phases) {
             Time longest = Time::zero();
             for (const FlowTemplate& f : p.flows) {
@@ -650,7 +830,13 @@ class NetworkImpl final : public Network, public EventHandler {
                         real_links_.on_flow_start({sim_.now(), f.path, fb, false, Time::zero()});
                     continue;
                 }
-                const Time t = transfer_time(fb, Bandwidth{flow_rate(f)});
+                const double rate = flow_rate(f);
+                if (fb != last_fb || rate != last_rate) {
+                    last_fb = fb;
+                    last_rate = rate;
+                    last_t = transfer_time(fb, Bandwidth{rate});
+                }
+                const Time t = last_t;
                 longest = std::max(longest, t);
                 if (observed()) real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
             }
@@ -786,7 +972,8 @@ class NetworkImpl final : public Network, public EventHandler {
         retired_plans_.push_back(std::move(p2p_plans_));
         plans_.clear();
         p2p_plans_.clear();
-        resolved_.clear();  // resolved on the old routes
+        shared_plan_of_.clear();  // not used again: the routes are no longer the cluster's
+        resolved_.clear();        // resolved on the old routes
         routing_ = &routing;
         if (!solver_) return;
         const Time now = sim_.now();
@@ -865,11 +1052,49 @@ class NetworkImpl final : public Network, public EventHandler {
     // Point-to-point plans kept with a cluster that keeps its routes (Cluster::kept_plans), for
     // every network on it; never erased (operations in flight point into them), at most
     // kMaxPlans (about 200 bytes each), then each network plans the rest itself.
-    struct SharedP2pPlans {
+    // Collective plans likewise (shares_plans()), keyed by everything a plan is a function of,
+    // up to kMaxBytes of plans (bytes_of: an estimate of their heap), then each network plans
+    // the rest itself. A sweep's later runs on a shape already run take every DP communicator's
+    // plan as it is instead of routing every ring hop again.
+    struct SharedPlans {
         static constexpr std::size_t kMaxPlans = std::size_t{1} << 18;
         std::unordered_map<std::uint64_t, Plan> plans;
+        struct CollectiveKey {
+            std::vector<int> ranks;
+            PlanWords words{};  // group (flow id), operation, algorithm, calibration_words
+            bool operator==(const CollectiveKey&) const = default;
+        };
+        struct KeyHash {
+            std::size_t operator()(const CollectiveKey& k) const {
+                std::uint64_t h = kFnv1aBasis;
+                for (std::uint64_t w : k.words)
+                    h = mix64(h ^ w);
+                for (int r : k.ranks)
+                    h = mix64(h ^ static_cast<std::uint32_t>(r));
+                return static_cast<std::size_t>(h);
+            }
+        };
+        static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
+        static std::size_t bytes_of(const Plan& plan, std::size_t ranks) {
+            std::size_t b = sizeof(CollectiveKey) + sizeof(Plan) + 64 + ranks * sizeof(int);
+            for (const Phase& p : plan.phases) {
+                b += sizeof(Phase);
+                for (const FlowTemplate& f : p.flows)
+                    b += sizeof(FlowTemplate) + f.path.size() * sizeof(LinkId);
+            }
+            return b;
+        }
+        std::unordered_map<CollectiveKey, Plan, KeyHash> collectives;
+        // resolve(): words (size, operation, algorithm asked) -> the algorithm resolved.
+        std::unordered_map<CollectiveKey, Algorithm, KeyHash> resolved;
+        // send_routes: ranks (src, dst, src, dst, ...), words (fidelity, step overhead,
+        // capacities' efficiencies) -> the routes.
+        std::unordered_map<CollectiveKey, std::shared_ptr<const SendRoutes>, KeyHash> sends;
+        std::size_t collective_bytes = 0;
     };
-    std::shared_ptr<SharedP2pPlans> shared_p2p_;
+    std::shared_ptr<SharedPlans> shared_plans_;
+    // This network's collective plans found in shared_plans_, by its own key (collective_plan).
+    std::unordered_map<std::uint64_t, const Plan*> shared_plan_of_;
     // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.
     std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, Algorithm> resolved_;
     std::vector<Op> ops_;

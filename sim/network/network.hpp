@@ -273,6 +273,21 @@ class Network {
     // Whether no observer needs each flow's start time (NetworkObserver::wants_flow_times), so
     // that equal sends may be accounted at once, at the end of a run.
     virtual bool accounts_in_bulk() const = 0;
+    // Many GPU pairs at once (a folded replica class's followers, every replica's pipeline
+    // pairs): send_routes resolves the routes of `pairs` (src, dst) once; cost(i) is
+    // p2p_cost(pairs[i]), and account_sends(routes, size, count) tells the observers exactly
+    // what account_send(src, dst, size, count) would for each pair in turn, in pair order. A
+    // network on a cluster that keeps its routes keeps these too (a function of the cluster, the
+    // pairs and the link efficiencies), so a sweep's later runs of a shape take them as they are.
+    class SendRoutes {
+      public:
+        virtual ~SendRoutes() = default;
+        virtual std::size_t size() const = 0;
+        virtual RouteCost cost(std::size_t i) const = 0;
+    };
+    virtual std::shared_ptr<const SendRoutes> send_routes(
+        const std::vector<std::pair<int, int>>& pairs) = 0;
+    virtual void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count = 1) = 0;
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

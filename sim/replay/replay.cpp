@@ -441,21 +441,31 @@ void Replay::decide_replica_fold(ReplayResult& result) {
     // A replica's class: the cost of every pipeline message route of every member, pair by pair.
     // Replicas with equal classes start, wait and finish alike (no contention: a message's time
     // is its route's), DP collectives being common to all.
+    // The costs of every replica's pairs come at once (Network::send_routes, kept with a
+    // cluster that keeps its routes: a sweep's later runs of this placement look them up).
     using Signature = std::vector<std::pair<std::int64_t, double>>;
     std::map<Signature, int> classes;
     rep_replica_.assign(static_cast<std::size_t>(layout_.dp), 0);
     const int members = ranks_.members();
-    for (int d = 0; d < layout_.dp; ++d) {
-        Signature sig;
-        sig.reserve(pairs.size() * static_cast<std::size_t>(members));
+    std::vector<std::pair<int, int>> gpu_pairs;
+    gpu_pairs.reserve(static_cast<std::size_t>(layout_.dp) * pairs.size() *
+                      static_cast<std::size_t>(members));
+    for (int d = 0; d < layout_.dp; ++d)
         for (const auto& [a, b] : pairs) {
             const auto& src = workers_[static_cast<std::size_t>(worker_of(a, d))].gpus;
             const auto& dst = workers_[static_cast<std::size_t>(worker_of(b, d))].gpus;
-            for (int m = 0; m < members; ++m) {
-                const auto cost = network_->p2p_cost(src[static_cast<std::size_t>(m)],
-                                                     dst[static_cast<std::size_t>(m)]);
-                sig.emplace_back(cost.delay.count_ps(), cost.rate);
-            }
+            for (int m = 0; m < members; ++m)
+                gpu_pairs.emplace_back(src[static_cast<std::size_t>(m)],
+                                       dst[static_cast<std::size_t>(m)]);
+        }
+    const auto costs = network_->send_routes(gpu_pairs);
+    std::size_t next = 0;
+    for (int d = 0; d < layout_.dp; ++d) {
+        Signature sig;
+        sig.reserve(pairs.size() * static_cast<std::size_t>(members));
+        for (std::size_t i = 0; i < pairs.size() * static_cast<std::size_t>(members); ++i) {
+            const auto cost = costs->cost(next++);
+            sig.emplace_back(cost.delay.count_ps(), cost.rate);
         }
         rep_replica_[static_cast<std::size_t>(d)] =
             classes.try_emplace(std::move(sig), d).first->second;
@@ -477,17 +487,34 @@ void Replay::decide_replica_fold(ReplayResult& result) {
         }
     result.replicas_simulated = static_cast<int>(classes.size());
     bulk_accounting_ = network_->accounts_in_bulk();
+    copy_followers_ = std::all_of(observers_.begin(), observers_.end(),
+                                  [](const ReplayObserver* o) { return o->copies_followers(); });
+}
+
+void Replay::copy_followers() {
+    if (!copy_followers_) return;
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        for (int f : followers_of(static_cast<int>(w)))
+            for (auto* o : observers_)
+                o->copy_worker(static_cast<int>(w), f);
 }
 
 void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
-    const auto& from = followers_of(worker);
-    const auto& to = followers_of(dst);
-    for (std::size_t i = 0; i < from.size(); ++i) {
-        const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
-        const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
-        for (std::size_t g = 0; g < fs.size(); ++g)
-            network_->account_send(fs[g], fd[g], bytes, count);
+    auto& routes = follower_routes_[{worker, dst}];
+    if (!routes) {
+        // Follower i's member g sends to the receiving representative's follower i's member g.
+        const auto& from = followers_of(worker);
+        const auto& to = followers_of(dst);
+        std::vector<std::pair<int, int>> pairs;
+        for (std::size_t i = 0; i < from.size(); ++i) {
+            const auto& fs = workers_[static_cast<std::size_t>(from[i])].gpus;
+            const auto& fd = workers_[static_cast<std::size_t>(to[i])].gpus;
+            for (std::size_t g = 0; g < fs.size(); ++g)
+                pairs.emplace_back(fs[g], fd[g]);
+        }
+        routes = network_->send_routes(pairs);
     }
+    network_->account_sends(*routes, bytes, count);
 }
 
 void Replay::flush_follower_sends() {
@@ -627,7 +654,7 @@ void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     for (auto* o : observers_)
         o->on_transfer(rec);
     // The same message of every replica the receiver stands for (the sender is of its replica).
-    const auto& to = followers_of(worker);
+    const auto& to = notified_followers(worker);
     const auto& from = followers_of(rec.src_worker);
     TransferRecord copy = rec;
     for (std::size_t i = 0; i < to.size(); ++i) {
@@ -871,9 +898,9 @@ void Replay::finish_pass(int worker) {
     end_time_ = std::max(end_time_, r.end);
     for (auto* o : observers_)
         o->on_pass(r);
-    if (!followers_of(worker).empty()) {
+    if (!notified_followers(worker).empty()) {
         PassRecord copy = r;
-        for (int f : followers_of(worker)) {
+        for (int f : notified_followers(worker)) {
             copy.worker = f;
             for (auto* o : observers_)
                 o->on_pass(copy);
@@ -1544,6 +1571,7 @@ ReplayResult Replay::finish() {
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w)))
             emit_idle(static_cast<int>(w), end_time_, IdleCause::Pipeline);
+    copy_followers();
     for (auto* o : observers_)
         o->on_iteration_end(end_time_);
     result.iteration_time = end_time_ - origin_;

@@ -130,6 +130,14 @@ class ReplayObserver {
     // Called when the receiving pass starts (so to_pass is known) or, for DP, when it ends.
     virtual void on_transfer(const TransferRecord& transfer) { (void)transfer; }
     virtual void on_iteration_end(Time end) { (void)end; }
+    // Replica folding (Replay::set_fold): an observer whose records of a worker depend on the
+    // notifications naming that worker alone, summed or min/max'ed in any order (whole numbers),
+    // may say so here. When every observer does, a representative's notifications are not
+    // repeated for its followers as they happen; instead, after the last notification and before
+    // on_iteration_end, copy_worker(representative, follower) is called once per follower: the
+    // follower's records become exactly what the repeated notifications would have made them.
+    virtual bool copies_followers() const { return false; }
+    virtual void copy_worker(int from, int to) { (void)from, (void)to; }
 };
 
 // Cost of a collective run alone on the network model (network::isolated_collective_time), cached
@@ -349,9 +357,14 @@ class Replay final : public EventHandler, public network::TransferClient {
     void notify_replicas(int worker, Notify&& notify) const {
         for (auto* o : observers_) {
             notify(*o, worker);
+            if (copy_followers_) continue;  // copied at the end (ReplayObserver::copy_worker)
             for (int f : followers_of(worker))
                 notify(*o, f);
         }
+    }
+    // The followers repeated notifications stand for, none when the observers copy them.
+    const std::vector<int>& notified_followers(int worker) const {
+        return copy_followers_ ? kNoFollowers : followers_of(worker);
     }
     // The worker that runs for worker(stage, replica): itself, or its class's representative.
     int simulated_worker(int stage, int replica) const {
@@ -492,12 +505,20 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::uint8_t> is_follower_;
     std::vector<std::vector<int>> followers_;
     std::string replica_refused_;
+    // Replica folding with observers that all copy followers (ReplayObserver::copies_followers):
+    // no notification is repeated for a follower; copy_followers() copies at the end instead.
+    bool copy_followers_ = false;
+    void copy_followers();
     bool stop_requested_ = false;
     // Replica folding with observers that only sum per link (Network::accounts_in_bulk): the
     // representatives' pipeline messages counted per (sending worker, receiving worker, bytes);
     // their followers' copies are accounted once per entry at the end (flush_follower_sends).
     bool bulk_accounting_ = false;
     std::map<std::tuple<int, int, std::int64_t>, std::int64_t> follower_sends_;
+    // Per (representative worker, its receiver): the followers' GPU pairs' routes, every
+    // follower's members in turn (Network::send_routes).
+    std::map<std::pair<int, int>, std::shared_ptr<const network::Network::SendRoutes>>
+        follower_routes_;
     void account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count);
     void flush_follower_sends();
 };

@@ -5,7 +5,16 @@
 
 namespace cs::report {
 
-MetricsObserver::MetricsObserver(std::size_t workers) : workers_(workers) {}
+MetricsObserver::MetricsObserver(std::size_t workers) : workers_(workers), totals_(workers) {}
+
+void MetricsObserver::copy_worker(int from, int to) {
+    const auto f = static_cast<std::size_t>(from);
+    const auto t = static_cast<std::size_t>(to);
+    workers_[t] = workers_[f];
+    p2p_bytes_ += totals_[f].p2p_bytes - totals_[t].p2p_bytes;
+    host_bound_passes_ += totals_[f].host_bound_passes - totals_[t].host_bound_passes;
+    totals_[t] = totals_[f];
+}
 
 void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     auto& w = workers_[static_cast<std::size_t>(pass.worker)];
@@ -14,7 +23,10 @@ void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     // blocking collectives.
     w.collective += pass.collective + pass.gather_wait;
     w.host_stall += pass.host_stall;
-    if (pass.host_stall > Time::zero()) ++host_bound_passes_;
+    if (pass.host_stall > Time::zero()) {
+        ++host_bound_passes_;
+        ++totals_[static_cast<std::size_t>(pass.worker)].host_bound_passes;
+    }
     w.first_pass = std::min(w.first_pass, pass.start);
     w.last_pass_end = std::max(w.last_pass_end, pass.end);
 }
@@ -40,8 +52,10 @@ void MetricsObserver::on_optimizer(int worker, Time start, Time end) {
 
 void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
     using K = replay::TransferRecord::Kind;
-    if (t.kind == K::Activation || t.kind == K::Gradient)
-        p2p_bytes_ += static_cast<double>(t.bytes.value);
+    if (t.kind == K::Activation || t.kind == K::Gradient) {
+        p2p_bytes_ += t.bytes.value;
+        totals_[static_cast<std::size_t>(t.dst_worker)].p2p_bytes += t.bytes.value;
+    }
 }
 
 LinkAccounting::LinkAccounting(std::size_t links)

@@ -149,6 +149,10 @@ class MetricsObserver final : public replay::ReplayObserver {
     void on_idle(int worker, Time start, Time end, replay::IdleCause cause) override;
     void on_optimizer(int worker, Time start, Time end) override;
     void on_transfer(const replay::TransferRecord& transfer) override;
+    // Every record is per worker (sums of whole picoseconds, min and max) or a whole-number total
+    // kept per worker too, so a follower's records are its representative's (replica folding).
+    bool copies_followers() const override { return true; }
+    void copy_worker(int from, int to) override;
 
     struct PerWorker {
         Time compute, collective, idle_pipeline, idle_collective;
@@ -156,12 +160,19 @@ class MetricsObserver final : public replay::ReplayObserver {
         Time first_pass = Time::max(), last_pass_end;  // first_pass is max() until a pass ran
     };
     const std::vector<PerWorker>& per_worker() const { return workers_; }
-    double p2p_bytes_per_gpu() const { return p2p_bytes_; }
+    // Whole bytes summed exactly (as a double sum of them is while it stays below 2^53).
+    double p2p_bytes_per_gpu() const { return static_cast<double>(p2p_bytes_); }
     std::int64_t host_bound_passes() const { return host_bound_passes_; }
 
   private:
     std::vector<PerWorker> workers_;
-    double p2p_bytes_ = 0;
+    // Per worker, what it added to the totals below (copy_worker adds a follower's).
+    struct Totals {
+        std::int64_t p2p_bytes = 0;  // pipeline messages it received
+        std::int64_t host_bound_passes = 0;
+    };
+    std::vector<Totals> totals_;
+    std::int64_t p2p_bytes_ = 0;
     std::int64_t host_bound_passes_ = 0;
 };
 

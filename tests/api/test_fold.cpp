@@ -3,6 +3,7 @@
 // the run that carries them all; folding is refused where it would not be exact.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
+#include "workload/experiment.hpp"
 
 namespace {
 
@@ -213,4 +215,74 @@ TEST_CASE("fold: zero3 is not folded by replicas; --no-fold unfolds") {
     const auto off = run(analytical(layout(16, 4)), false);
     CHECK(off.summary.fold_replicas == 4);
     CHECK(off.summary.fold_replicas_refused.empty());
+}
+
+TEST_CASE(
+    "fold: runs on a sweep's cached cluster (kept routes, plans, accounting) equal fresh runs") {
+    // A sweep loads every combination onto one cached cluster (workload::ClusterCache: it keeps
+    // routes, p2p and collective plans and resolved algorithms) and reuses one link accounting;
+    // replica folding copies followers' metrics at the end. Each run in this sequence, on a
+    // cluster that already ran other shapes and layouts, gives the summary of the same layout
+    // loaded alone (every key but the host's wall time, links included). The sequence revisits
+    // a shape with another batch, and the same tp/pp/dp in another rank order (its DP groups and
+    // pipeline pairs are other GPUs: nothing of the first may be reused for it).
+    cs::workload::ClusterCache cache;
+    cs::report::LinkAccounting* accounting = nullptr;
+    std::optional<cs::report::LinkAccounting> own;
+    const auto text = [](const cs::report::Summary& s) {
+        auto j = cs::report::to_json(s);
+        j.erase("wall_time_s");
+        return j.dump(1);
+    };
+    const std::vector<std::vector<std::string>> sequence = {
+        analytical(layout(16, 4)),
+        analytical(layout(16, 8)),
+        analytical(layout(16, 4, {"training.global_batch_size=64"})),
+        analytical(layout(16, 4, {"parallelism.order=tp-dp-cp-pp"})),
+        analytical(layout(16, 4, {"parallelism.order=tp-pp-dp", "parallelism.cp=1"})),
+        analytical(layout(
+            16, 4, {"schedule=1f1b", "parallelism.vpp=1", "parallelism.overlap_grad_reduce=true"})),
+        analytical(layout(16, 4)),
+    };
+    int folded = 0;
+    for (const auto& sets : sequence) {
+        CAPTURE(sets.size());
+        const auto cached_spec =
+            cs::workload::load_experiment(kDefault, sets, cs::topology::kDefaultMaxMemory, &cache);
+        if (!accounting) accounting = &own.emplace(cached_spec.cluster->links().size());
+        cs::api::RunOptions options;
+        options.link_accounting = accounting;
+        const auto cached = cs::api::run(cached_spec, options);
+        const auto fresh = run(sets, true);
+        CHECK(text(cached.summary) == text(fresh.summary));
+        CHECK_FALSE(cached.summary.links.empty());
+        if (cached.summary.fold_replicas < cached.summary.dp) ++folded;
+    }
+    CHECK(cache.builds() == 1);  // one cluster for all
+    CHECK(folded >= 5);          // the comparison covers replica-folded runs
+}
+
+TEST_CASE("fold: followers' metrics copied at the end equal the notifications repeated") {
+    // The summary's metrics copy a representative's records to its followers at the end
+    // (ReplayObserver::copies_followers); one more observer that does not copy makes the replay
+    // repeat every notification for each follower instead. Both give the same summary, and the
+    // extra observer hears of every follower's passes (4 replicas: the representative's passes x
+    // 4).
+    struct Passes final : cs::replay::ReplayObserver {
+        std::size_t passes = 0;
+        void on_pass(const cs::replay::PassRecord&) override { ++passes; }
+    };
+    const auto sets = analytical(layout(16, 4));
+    const auto copied = run(sets, true);
+    Passes counter;
+    const auto repeated =
+        run(sets, true, [&](cs::replay::Replay& replay) { replay.add_observer(counter); });
+    CHECK(copied.summary.fold_replicas == 1);
+    CHECK(repeated.summary.fold_replicas == 1);
+    CHECK(results_json(copied.summary) == results_json(repeated.summary));
+    Passes unfolded_counter;
+    (void)run(sets, false,
+              [&](cs::replay::Replay& replay) { replay.add_observer(unfolded_counter); });
+    CHECK(counter.passes == unfolded_counter.passes);
+    CHECK(counter.passes > 0);
 }

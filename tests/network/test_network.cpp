@@ -829,6 +829,107 @@ TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks t
     CHECK(keeping.with_faults({}, {}).kept_plans() == nullptr);
 }
 
+TEST_CASE("collective plans kept with a cluster that keeps its routes: later networks time alike") {
+    // As above for collectives: every collective takes the same time on a cluster keeping its
+    // routes (and so the plans and resolved algorithms of its networks) as on one that does not,
+    // for the first network and for the next ones, which ask no route again. Two groups with the
+    // same ranks have their own plans (the group's number is the flow id); a network with other
+    // operation efficiencies is not given the plans of the first (its rate caps differ).
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    const auto times = [](const Cluster& c, double all_gather_nvlink_efficiency) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        cfg.op_efficiency[static_cast<int>(CollectiveKind::AllGather)]
+                         [static_cast<int>(topology::LinkKind::NvLink)] =
+            all_gather_nvlink_efficiency;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        const GroupId all = net->register_group({0, 1, 2, 3});
+        const GroupId again = net->register_group({0, 1, 2, 3});
+        const GroupId cross = net->register_group({1, 2});
+        std::uint64_t token = 0;
+        for (const GroupId g : {all, again, cross}) {
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1 << 20}, Algorithm::Auto, token++);
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1'000'000'000}, Algorithm::Ring,
+                            token++);
+            net->collective(CollectiveKind::AllGather, g, Bytes{1'000'000'000}, Algorithm::Auto,
+                            token++);
+        }
+        sim.run();
+        return rec.done;
+    };
+    const auto want = times(plain, 1.0);
+    REQUIRE(want.size() == 9);
+    CHECK(times(keeping, 1.0) == want);
+    const auto searched = keeping.kept_route_hits();
+    CHECK(times(keeping, 1.0) == want);
+    CHECK(keeping.kept_route_hits() == searched);  // every plan kept: no route asked again
+    // A tenth of the NVLink rate for all-gathers (10 GB/s, below the 25 GB/s fabric links):
+    // the all-gather on 0-3, whose ring crosses NVLink, is slower on both clusters alike.
+    const auto slower = times(plain, 0.1);
+    CHECK(slower.at(2) > want.at(2));
+    CHECK(times(keeping, 0.1) == slower);
+    CHECK(times(keeping, 1.0) == want);
+}
+
+TEST_CASE("send routes: account_sends tells observers what account_send does pair by pair") {
+    // A folded replica class's followers are accounted through send_routes/account_sends: the
+    // observers must get, in pair order, the very notifications account_send gives for each pair
+    // (path, bytes x count, stand-alone time x count), and cost(i) must be p2p_cost. By hand for
+    // pair (0, 2), 1 GB across nodes at 25 GB/s: 40 ms; three sends of it: 3 GB and 120 ms.
+    const auto notes = [](const Cluster& c, bool batch) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        struct BulkLog final : NetworkObserver {  // as FlowLog, and sums alone: bulk allowed
+            FlowLog log;
+            void on_flow_start(const FlowStart& f) override { log.on_flow_start(f); }
+            bool wants_flow_times() const override { return false; }
+        } bulk;
+        auto& log = bulk.log;
+        net->add_observer(&bulk);
+        const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {2, 2}, {0, 1}, {3, 0}};
+        if (batch) {
+            const auto routes = net->send_routes(pairs);
+            REQUIRE(routes->size() == pairs.size());
+            for (std::size_t i = 0; i < pairs.size(); ++i)
+                CHECK(routes->cost(i) == net->p2p_cost(pairs[i].first, pairs[i].second));
+            net->account_sends(*routes, Bytes{1'000'000'000}, 3);
+        } else {
+            for (const auto& [a, b] : pairs)
+                net->account_send(a, b, Bytes{1'000'000'000}, 3);
+        }
+        return log.seen;
+    };
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const auto want = notes(plain, false);
+    REQUIRE(want.size() == 4);  // no flow from GPU 2 to itself
+    CHECK(want[0].bytes == 3e9);
+    CHECK(want[0].holds == Time::ms(120));
+    const auto same = [&](const std::vector<FlowLog::Entry>& got) {
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            CHECK(got[i].path == want[i].path);
+            CHECK(got[i].bytes == want[i].bytes);
+            CHECK(got[i].holds == want[i].holds);
+            CHECK(got[i].shared == want[i].shared);
+        }
+    };
+    same(notes(plain, true));
+    // Kept with a cluster that keeps its routes: the second network asks no route.
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    same(notes(keeping, true));
+    const auto searched = keeping.kept_route_hits();
+    same(notes(keeping, true));
+    CHECK(keeping.kept_route_hits() == searched);
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
