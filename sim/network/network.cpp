@@ -107,13 +107,17 @@ class NetworkImpl final : public Network, public EventHandler {
         // real one after them (nvls_virtual_link): the NVLS rate cap of a GPU-NVSwitch link;
         // unused (but positive) for the others. The cluster keeps them for the next network
         // (Cluster::scaled_capacities); copied only if a capacity changes (own_capacity_).
-        base_capacity_ = cluster_.scaled_capacities(per_kind, config_.nvls_efficiency);
-        for (int k = 0; k < kLinkKinds; ++k) {
-            const double eff = per_kind[static_cast<std::size_t>(k)];
-            if ((base_capacity_->kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
-                throw ConfigError("network: link efficiency must be in (0, 1], got " +
-                                  std::to_string(eff));
-        }
+        // The efficiencies of the link kinds the cluster has are checked before it keeps the set
+        // (a kept set would be found, unchecked, by the next network).
+        base_capacity_ = cluster_.scaled_capacities(
+            per_kind, config_.nvls_efficiency, [&per_kind](unsigned kinds) {
+                for (int k = 0; k < kLinkKinds; ++k) {
+                    const double eff = per_kind[static_cast<std::size_t>(k)];
+                    if ((kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
+                        throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                          std::to_string(eff));
+                }
+            });
         capacity_ = base_capacity_->capacity.data();
         if (!compact_ && cluster_.keeps_routes()) {
             auto& slot = cluster_.kept_plans();

@@ -149,7 +149,8 @@ void Cluster::route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>
 }
 
 std::shared_ptr<const Cluster::ScaledCapacities> Cluster::scaled_capacities(
-    const std::array<double, 5>& per_kind, double nvls) const {
+    const std::array<double, 5>& per_kind, double nvls,
+    const std::function<void(unsigned kinds)>& check) const {
     for (std::size_t i = 0; i < capacities_.size(); ++i) {
         const auto kept = capacities_[i];
         if (kept->per_kind == per_kind && kept->nvls == nvls) {
@@ -168,6 +169,7 @@ std::shared_ptr<const Cluster::ScaledCapacities> Cluster::scaled_capacities(
         made->capacity[l] = links_[l].bandwidth.bytes_per_s * per_kind.at(k);
         made->capacity[links_.size() + l] = links_[l].bandwidth.bytes_per_s * nvls;
     }
+    if (check) check(made->kinds);
     if (capacities_.size() >= kKeptCapacities) capacities_.erase(capacities_.begin());
     capacities_.push_back(made);
     return made;

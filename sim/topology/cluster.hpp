@@ -9,6 +9,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -211,7 +212,9 @@ class Cluster {
     // `per_kind[its kind]`, then each link's bandwidth again times `nvls` (2 x links() entries),
     // and which link kinds occur (bit k for LinkKind k). The last kKeptCapacities factor sets
     // asked for are kept (a network per run and per costed collective built its own: 21 MB at
-    // 16,384 GPUs); with_faults's copy keeps none. Not thread-safe, like route().
+    // 16,384 GPUs); with_faults's copy keeps none. `check`, when given, sees a new set's `kinds`
+    // before the cluster keeps it and may throw: a set refused is not kept (it would push out a
+    // good one). Not thread-safe, like route().
     struct ScaledCapacities {
         std::array<double, 5> per_kind{};
         double nvls = 0;
@@ -219,8 +222,9 @@ class Cluster {
         unsigned kinds = 0;
     };
     static constexpr std::size_t kKeptCapacities = 2;
-    std::shared_ptr<const ScaledCapacities> scaled_capacities(const std::array<double, 5>& per_kind,
-                                                              double nvls) const;
+    std::shared_ptr<const ScaledCapacities> scaled_capacities(
+        const std::array<double, 5>& per_kind, double nvls,
+        const std::function<void(unsigned kinds)>& check = {}) const;
     // The bytes the kept routes take now (keep_routes), and how many calls found theirs kept.
     std::size_t kept_route_bytes() const { return route_memo_.bytes(); }
     std::uint64_t kept_route_hits() const { return route_memo_.hits; }

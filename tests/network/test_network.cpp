@@ -752,6 +752,21 @@ TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
     const Cluster slow = c.with_faults({}, {{0, Bandwidth{10 * GB}}});
     CHECK(slow.scaled_capacities(ones, 1.0)->capacity[0] == 10 * GB);
     CHECK(c.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
+    // A network whose efficiency is out of range for a link kind the cluster has (NVLink at 1.5)
+    // is refused, and its set is not kept: the two sets kept before it (ones, then 0.5 with NVLS
+    // 0.25) are still found as they were, where a kept refused set would have pushed `ones` out.
+    const auto good = c.scaled_capacities(ones, 1.0);
+    const auto other = c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
+    NetworkConfig bad;
+    bad.link_efficiency[static_cast<int>(LinkKind::NvLink)] = 1.5;
+    Simulation sim;
+    CHECK_THROWS_AS((void)make_network(sim, c, bad), cs::ConfigError);
+    CHECK(c.scaled_capacities(ones, 1.0) == good);
+    CHECK(c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25) == other);
+    // An efficiency out of range for a kind the cluster does not have (InfiniBand) is not read.
+    NetworkConfig unused;
+    unused.link_efficiency[static_cast<int>(LinkKind::InfiniBand)] = 1.5;
+    CHECK_NOTHROW((void)make_network(sim, c, unused));
 }
 
 TEST_CASE("a collective's algorithm, resolved once per (group, operation, algorithm, size)") {
