@@ -148,6 +148,9 @@ struct Source {
     // (at 16,384 GPUs building it took longer than an analytical run of it).
     std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
     std::shared_ptr<LinkStates> links = std::make_shared<LinkStates>();
+    // The replay's per-worker containers, reused by every run of the sweep (RunOptions).
+    std::shared_ptr<replay::ReplayScratch> replay_scratch =
+        std::make_shared<replay::ReplayScratch>();
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
         return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get())
                     : workload::load_experiment(*path, overrides, max_memory, clusters.get());
@@ -280,6 +283,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         LinkState& links = experiment.links->of(spec.cluster);
         RunOptions options;
         options.link_accounting = &links.accounting;
+        options.replay_scratch = experiment.replay_scratch.get();
         // The digest reads the links from the accounting, against the run's cluster: the
         // experiment's own unless link faults from the start change its capacities.
         const bool from_links = !keep_summary && spec.faults.links.empty();
