@@ -243,7 +243,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     warn_memory(spec, plan, shape.devices, out.warnings);
 
     std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
-    replay::Replay replay(spec, plan, *sched, shape);
+    replay::Replay replay(spec, plan, *sched, shape, nullptr, options.replay_scratch);
     schedule_link_faults(experiment, *spec.cluster, replay, routings);
     // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
     std::optional<Time> gpu_failure;

@@ -50,6 +50,9 @@ struct RunOptions {
     // Whether the summary lists its links (Summary::links, sorted by utilisation). A caller that
     // reads them from `link_accounting` instead (a table-only sweep's digest) says no.
     bool link_list = true;
+    // Per-worker containers the replay takes and gives back (replay::ReplayScratch; null: built
+    // and freed by the run): a sweep keeps one over its runs. Results do not depend on it.
+    replay::ReplayScratch* replay_scratch = nullptr;
 };
 
 struct RunResult {

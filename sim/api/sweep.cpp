@@ -148,6 +148,9 @@ struct Source {
     // (at 16,384 GPUs building it took longer than an analytical run of it).
     std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
     std::shared_ptr<LinkStates> links = std::make_shared<LinkStates>();
+    // The replay's per-worker containers, reused by every run of the sweep (RunOptions).
+    std::shared_ptr<replay::ReplayScratch> replay_scratch =
+        std::make_shared<replay::ReplayScratch>();
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
         return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get())
                     : workload::load_experiment(*path, overrides, max_memory, clusters.get());
@@ -233,14 +236,20 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
         }
         const double utilization =
             report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T);
+        // The record: each word xored in, then a multiply by an odd constant and a rotation
+        // (a bijection of the running value, so records that differ in one word differ), and
+        // one mix64 at the end; about a third of the instructions of a mix64 per word.
         std::uint64_t r = start;
-        for (const std::uint64_t word :
-             {std::bit_cast<std::uint64_t>(st.bytes),
-              std::bit_cast<std::uint64_t>(st.busy.seconds()),
-              std::bit_cast<std::uint64_t>(utilization),
-              std::bit_cast<std::uint64_t>(st.shared.seconds()),
-              static_cast<std::uint64_t>(static_cast<std::int64_t>(st.max_concurrent_flows))})
-            r = mix64(r ^ word) + 0x9e3779b97f4a7c15;
+        const auto add = [&r](std::uint64_t word, std::uint64_t odd) {
+            r = std::rotl((r ^ word) * odd, 29);
+        };
+        add(std::bit_cast<std::uint64_t>(st.bytes), 0x9e3779b97f4a7c15);
+        add(std::bit_cast<std::uint64_t>(st.busy.seconds()), 0xbf58476d1ce4e5b9);
+        add(std::bit_cast<std::uint64_t>(utilization), 0x94d049bb133111eb);
+        add(std::bit_cast<std::uint64_t>(st.shared.seconds()), 0xff51afd7ed558ccd);
+        add(static_cast<std::uint64_t>(static_cast<std::int64_t>(st.max_concurrent_flows)),
+            0xc4ceb9fe1a85ec53);
+        r = mix64(r);
         // Neighbouring links often share a utilisation (a ring's hops, a rail's uplinks).
         const auto key = std::bit_cast<std::uint64_t>(utilization);
         if (last == nullptr || key != last_key) {
@@ -249,7 +258,9 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
         }
         Group& g = *last;
         g.utilization = utilization;
-        g.hash = mix64(g.hash * 0x100000001b3 + r);  // depends on the order within the group
+        // Depends on the order within the group: the running hash goes through a bijection
+        // (multiply by an odd constant, rotate) before each well-mixed record is added.
+        g.hash = std::rotl(g.hash * 0x100000001b3, 31) + r;
         ++g.count;
         ++total;
     });
@@ -280,6 +291,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         LinkState& links = experiment.links->of(spec.cluster);
         RunOptions options;
         options.link_accounting = &links.accounting;
+        options.replay_scratch = experiment.replay_scratch.get();
         // The digest reads the links from the accounting, against the run's cluster: the
         // experiment's own unless link faults from the start change its capacities.
         const bool from_links = !keep_summary && spec.faults.links.empty();

@@ -42,27 +42,21 @@ enum EventKind : std::uint32_t {
 };
 }
 
-struct Replay::WorkerState {
+// A worker's state: its scalars (reset as a whole when a scratch's state is reused) and its
+// containers (cleared or refilled, keeping their storage).
+struct WorkerScalars {
     std::size_t cursor = 0;
     bool busy = false;
     bool finished_ops = false;
     Time idle_since = Time::zero();
-    // The passes running: one, or an overlapped group (PipelineOp::overlap) laid back to back;
-    // each ends in turn. `held`: the group's finished passes, whose outputs leave with the last.
-    std::deque<PassRecord> running;
-    std::vector<PassRecord> held;
-    std::vector<std::uint8_t> arrived;          // [arrival_key]
-    std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1
-    std::vector<int> backward_done;             // per chunk
-    int dp_done = 0;                            // chunks whose gradients are synchronised
+    int dp_done = 0;  // chunks whose gradients are synchronised
     bool optimizer_started = false;
     bool optimizer_done = false;
     bool parameters_done = false;  // distributed optimizer: updated parameters gathered back
     Time last_compute_end = Time::zero();
-    // The host model: when the worker's host thread is free to start issuing its next pass, and
-    // when each pass's input arrived (the host waits for it before issuing the pass).
+    // The host model: when the worker's host thread is free to start issuing its next pass (and
+    // arrived_at below: when each pass's input arrived; the host waits for it before issuing).
     Time host_free = Time::zero();
-    std::vector<Time> arrived_at;  // [arrival_key], filled only with a host model
     // variability.hosts: every host cost of this worker times this (the slowest of its GPUs).
     double host_factor = 1;
     // ZeRO-2/3: the current pass run unit by unit (units 0: in one piece). Unit k of the pass is
@@ -71,10 +65,53 @@ struct Replay::WorkerState {
     bool unit_busy = false, unit_gathers = false, unit_reduces = false, unit_forward = true;
     Time unit_span;   // the pass's duration without waits, shared out over its units
     Time unit_ready;  // when the next unit may start: the previous unit's end
-    std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
     std::int64_t gathers_issued = 0, reduces_issued = 0;  // on the worker's shard streams
     bool replica_done = false;  // HSDP: gradient shards all-reduced across the shard groups
 };
+
+struct Replay::WorkerState : WorkerScalars {
+    // The passes running: one, or an overlapped group (PipelineOp::overlap) laid back to back;
+    // each ends in turn. `held`: the group's finished passes, whose outputs leave with the last.
+    std::deque<PassRecord> running;
+    std::vector<PassRecord> held;
+    std::vector<std::uint8_t> arrived;          // [arrival_key]
+    std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1
+    std::vector<int> backward_done;             // per chunk
+    std::vector<Time> arrived_at;               // [arrival_key], filled only with a host model
+    std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
+
+    // The state of a new run, every container sized as in a newly built state (`keys` arrival
+    // keys, `chunks` chunks; arrived_at only with a host model), keeping their storage.
+    void reset(std::size_t keys, std::size_t chunks, bool host) {
+        static_cast<WorkerScalars&>(*this) = WorkerScalars{};
+        running.clear();
+        held.clear();
+        arrived.assign(keys, 0);
+        pending_message.assign(keys, -1);
+        backward_done.assign(chunks, 0);
+        if (host)
+            arrived_at.assign(keys, Time::zero());
+        else
+            arrived_at.clear();
+        unit_gather.clear();
+    }
+};
+
+// ---- ReplayScratch ----------------------------------------------------------------------------
+
+struct ReplayScratch::Parts {
+    struct Entry {
+        std::vector<Worker> workers;
+        std::vector<Replay::WorkerState> states;
+    };
+    std::vector<Entry> entries;  // the most recently used last, each a distinct worker count
+};
+
+ReplayScratch::ReplayScratch() : parts_(std::make_unique<Parts>()) {}
+ReplayScratch::~ReplayScratch() = default;
+std::size_t ReplayScratch::entries() const {
+    return parts_->entries.size();
+}
 
 namespace {
 // pass_costs_ holds, per virtual stage, the ChunkPlan's passes in schedule::Pass order.
@@ -86,7 +123,7 @@ static_assert(static_cast<int>(Pass::Forward) == 0 && static_cast<int>(Pass::Bac
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
                const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
-               const SharedFabric* shared)
+               const SharedFabric* shared, ReplayScratch* scratch)
     : spec_(spec),
       plan_(plan),
       schedule_(schedule),
@@ -110,20 +147,36 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     }
 
     const int members = ranks_.members();
-    for (int w = 0; w < ranks_.workers(); ++w)
-        workers_.push_back(Worker{ranks_.stage_of(w), ranks_.replica_of(w), ranks_.worker_gpus(w)});
+    const auto worker_count = static_cast<std::size_t>(ranks_.workers());
+    if (scratch) {
+        scratch_ = scratch;
+        auto& entries = scratch->parts_->entries;
+        for (auto it = entries.begin(); it != entries.end(); ++it)
+            if (it->workers.size() == worker_count) {
+                workers_.swap(it->workers);
+                states_.swap(it->states);
+                entries.erase(it);
+                break;
+            }
+    }
+    // Filled in place: a scratch's workers keep their GPU lists' storage.
+    workers_.resize(worker_count);
+    for (std::size_t w = 0; w < worker_count; ++w) {
+        auto& worker = workers_[w];
+        worker.stage = ranks_.stage_of(static_cast<int>(w));
+        worker.dp = ranks_.replica_of(static_cast<int>(w));
+        worker.gpus.resize(static_cast<std::size_t>(members));
+        for (int m = 0; m < members; ++m)
+            worker.gpus[static_cast<std::size_t>(m)] = ranks_.member_gpu(static_cast<int>(w), m);
+    }
     orders_.resize(static_cast<std::size_t>(layout_.pp));
     for (int s = 0; s < layout_.pp; ++s)
         orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
 
     const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
     states_.resize(workers_.size());
-    for (auto& st : states_) {
-        st.arrived.assign(keys, 0);
-        st.pending_message.assign(keys, -1);
-        st.backward_done.assign(static_cast<std::size_t>(shape_.chunks), 0);
-        if (spec_.compute.host.enabled) st.arrived_at.assign(keys, Time::zero());
-    }
+    for (auto& st : states_)
+        st.reset(keys, static_cast<std::size_t>(shape_.chunks), spec_.compute.host.enabled);
     for (const auto& slow : spec_.variability.hosts)
         for (std::size_t w = 0; w < workers_.size(); ++w)
             for (int g : workers_[w].gpus)
@@ -195,7 +248,14 @@ bool Replay::overlaps_dp(int stage) const {
            plan_.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
 }
 
-Replay::~Replay() = default;
+Replay::~Replay() {
+    if (!scratch_) return;
+    auto& entries = scratch_->parts_->entries;
+    if (entries.size() >= ReplayScratch::kMaxEntries) entries.erase(entries.begin());
+    entries.emplace_back();
+    entries.back().workers.swap(workers_);
+    entries.back().states.swap(states_);
+}
 
 void Replay::add_network_observer(network::NetworkObserver& observer) {
     network_->add_observer(&observer);

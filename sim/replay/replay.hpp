@@ -195,13 +195,38 @@ struct SharedFabric {
     std::function<void(Time)> on_complete;
 };
 
+// What a replay builds per worker (its workers' GPU lists and per-worker state, their arrays
+// sized by the schedule's shape), kept between the runs of a sweep: a replay given a scratch
+// takes the containers kept for its worker count, resets every field and refills them (the
+// same values as built anew), and gives them back when it is destroyed, so that a sweep's later
+// runs do not allocate and free thousands of small vectors each. At most kMaxEntries worker
+// counts are kept (the most recently used). Not thread-safe: one replay at a time.
+class ReplayScratch {
+  public:
+    ReplayScratch();
+    ~ReplayScratch();
+    ReplayScratch(const ReplayScratch&) = delete;
+    ReplayScratch& operator=(const ReplayScratch&) = delete;
+    static constexpr std::size_t kMaxEntries = 4;
+    // How many worker counts are kept (for tests).
+    std::size_t entries() const;
+
+  private:
+    friend class Replay;
+    struct Parts;
+    std::unique_ptr<Parts> parts_;
+};
+
 class Replay final : public EventHandler, public network::TransferClient {
   public:
+    // With `scratch`, the per-worker containers come from it and go back to it when the replay
+    // is destroyed (ReplayScratch); the scratch must outlive the replay.
+    //
     // With `shared`, the replay runs on its simulation and network (start(), then the caller
     // runs the simulation, then finish()); member folding is refused. Otherwise it owns both.
     Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
            const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
-           const SharedFabric* shared = nullptr);
+           const SharedFabric* shared = nullptr, ReplayScratch* scratch = nullptr);
     ~Replay() override;
 
     void add_observer(ReplayObserver& observer) { observers_.push_back(&observer); }
@@ -267,8 +292,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     void on_event(Simulation& sim, const Event& event) override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
+    struct WorkerState;  // defined in replay.cpp
+
   private:
-    struct WorkerState;
     struct PassCost {
         Time compute, collective;
         std::vector<Time> step_times;  // PassRecord::step_times
@@ -458,6 +484,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::vector<schedule::PipelineOp>> orders_;  // per stage, shared by dp replicas
     std::vector<Worker> workers_;
     std::vector<WorkerState> states_;
+    ReplayScratch* scratch_ = nullptr;  // where workers_ and states_ go back, or null
     std::vector<Message> messages_;
     std::vector<ReplayObserver*> observers_;
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]

@@ -262,6 +262,48 @@ TEST_CASE(
     CHECK(folded >= 5);          // the comparison covers replica-folded runs
 }
 
+TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs without it") {
+    // A sweep passes one replay::ReplayScratch to all its runs: a replay takes the per-worker
+    // containers kept for its worker count and resets them. The sequence changes the worker
+    // count (128 GPUs: tp 4 gives 32 workers of 4 GPUs, tp 8 16 workers), the arrival keys (other
+    // pp, vpp, batch), turns the host model on (arrived_at is then filled) and off again, runs
+    // ZeRO-3 unit by unit (unit_gather) and then a layout with the same worker count again: every
+    // run must give the summary of the same layout run without a scratch (every key but the host's
+    // wall time, links included), so no field of a previous run's state may leak into the next.
+    cs::replay::ReplayScratch scratch;
+    const auto text = [](const cs::report::Summary& s) {
+        auto j = cs::report::to_json(s);
+        j.erase("wall_time_s");
+        return j.dump(1);
+    };
+    const std::vector<std::vector<std::string>> sequence = {
+        analytical(layout(16, 4)),
+        analytical(layout(16, 8)),
+        analytical(layout(16, 4, {"training.global_batch_size=64"})),
+        analytical(layout(16, 4,
+                          {"compute.framework=megatron", "compute.host.launch=1us",
+                           "training.global_batch_size=64"})),
+        analytical(layout(16, 4,
+                          {"parallelism.sharding=zero3", "parallelism.pp=1", "parallelism.vpp=1",
+                           "schedule=1f1b", "parallelism.dp=32"})),
+        analytical(layout(16, 4, {"parallelism.order=tp-pp-dp", "parallelism.cp=1"})),
+        analytical(layout(16, 8, {"schedule=1f1b", "parallelism.vpp=1"})),
+        analytical(layout(16, 4)),
+    };
+    for (std::size_t i = 0; i < sequence.size(); ++i) {
+        CAPTURE(i);
+        const auto& sets = sequence[i];
+        const auto spec = cs::api::load_experiment({kDefault, sets, ""});
+        cs::api::RunOptions options;
+        options.replay_scratch = &scratch;
+        const auto reused = cs::api::run(spec, options);
+        const auto fresh = run(sets, true);
+        CHECK(text(reused.summary) == text(fresh.summary));
+    }
+    // Two worker counts were kept: 128 / 4 = 32 (tp 4, whatever pp and dp) and 128 / 8 = 16.
+    CHECK(scratch.entries() == 2);
+}
+
 TEST_CASE("fold: followers' metrics copied at the end equal the notifications repeated") {
     // The summary's metrics copy a representative's records to its followers at the end
     // (ReplayObserver::copies_followers); one more observer that does not copy makes the replay
