@@ -322,7 +322,18 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
                                  .summary_digest = digest,
                                  .wall_time_s = s.wall_time_s};
     } catch (const ConfigError& e) {
+        // A varied value is applied as an override, so its errors name "--set KEY=VALUE": the
+        // user typed it as --vary KEY=...; say so, with this combination's value.
         row.error = e.what();
+        for (std::size_t i = 0; i < axes.size(); ++i)
+            if (e.where().file == "--set " + axes[i].key + "=" + row.values[i]) {
+                row.error =
+                    ConfigError(SourceLocation{"--vary " + axes[i].key + "=" + row.values[i],
+                                               e.where().line, e.where().column},
+                                e.message())
+                        .what();
+                break;
+            }
     } catch (const SimulationError& e) {
         // An internal failure of one combination is reported with it, not for the sweep.
         row.error = std::string("simulation failed: ") + e.what();

@@ -100,5 +100,16 @@ TEST_CASE("sweep: malformed --vary and all-invalid sweeps are errors that write 
               .find("varied twice") != std::string::npos);
     CHECK(message({kExperiment, "--vary", "parallelism.tp=3,5"})
               .find("none of the 2 combinations is a valid experiment") != std::string::npos);
+    // A varied value's error names the --vary option with that combination's value, not the
+    // --set override it is applied as.
+    const auto typo = message({kExperiment, "--vary", "parallelism.tp=x,y"});
+    CHECK_MESSAGE(typo.find("--vary parallelism.tp=x: 'parallelism.tp': expected a whole number") !=
+                      std::string::npos,
+                  typo);
+    CHECK(typo.find("--set") == std::string::npos);
+    const auto misspelt = message({kExperiment, "--vary", "Schedule=gpipe,1f1b"});
+    CHECK_MESSAGE(
+        misspelt.find("--vary Schedule=gpipe: unknown key 'Schedule'") != std::string::npos,
+        misspelt);
     CHECK_FALSE(fs::exists(json));
 }
