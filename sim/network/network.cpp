@@ -400,13 +400,19 @@ class NetworkImpl final : public Network, public EventHandler {
 
     bool accounts_in_bulk() const override { return !real_links_.wants_flow_times(); }
 
-    void account_send(int src, int dst, Bytes size, std::int64_t count) override {
+    // Sends accounted without a flow (account_send, account_sends): only outside `flow`, and
+    // `count` > 1 at once only for observers that do not need each flow's times.
+    void check_accounted_sends(std::int64_t count) const {
         if (config_.fidelity == Fidelity::Flow)
             throw SimulationError("network", "a send accounted without its flow under `flow`",
                                   sim_.now());
         if (count < 1 || (count > 1 && !accounts_in_bulk()))
             throw SimulationError(
                 "network", "sends accounted in bulk for an observer of flow times", sim_.now());
+    }
+
+    void account_send(int src, int dst, Bytes size, std::int64_t count) override {
+        check_accounted_sends(count);
         if (!observed()) return;
         const Plan& plan = p2p_plan(src, dst);
         const double bytes = static_cast<double>(size.value);
@@ -492,12 +498,7 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
-        if (config_.fidelity == Fidelity::Flow)
-            throw SimulationError("network", "a send accounted without its flow under `flow`",
-                                  sim_.now());
-        if (count < 1 || (count > 1 && !accounts_in_bulk()))
-            throw SimulationError(
-                "network", "sends accounted in bulk for an observer of flow times", sim_.now());
+        check_accounted_sends(count);
         if (!observed()) return;
         const auto& r = dynamic_cast<const Routes&>(routes);
         // As account_send, pair after pair: real_links_.on_flow_start drops the virtual links

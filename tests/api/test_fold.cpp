@@ -36,6 +36,14 @@ std::string results_json(const cs::report::Summary& s) {
     return j.dump(1);
 }
 
+// The whole summary JSON but the host's wall time (runs that must agree in every result,
+// folding and events included).
+std::string text(const cs::report::Summary& s) {
+    auto j = cs::report::to_json(s);
+    j.erase("wall_time_s");
+    return j.dump(1);
+}
+
 // GPT-3 175B (tp 8, pp 8, interleaved) on `nodes` DGX H100 nodes with dp filling them.
 std::vector<std::string> layout(int nodes, int tp, std::vector<std::string> more = {}) {
     const int dp = nodes * 8 / (tp * 8);
@@ -229,11 +237,6 @@ TEST_CASE(
     cs::workload::ClusterCache cache;
     cs::report::LinkAccounting* accounting = nullptr;
     std::optional<cs::report::LinkAccounting> own;
-    const auto text = [](const cs::report::Summary& s) {
-        auto j = cs::report::to_json(s);
-        j.erase("wall_time_s");
-        return j.dump(1);
-    };
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
@@ -271,11 +274,6 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
     // run must give the summary of the same layout run without a scratch (every key but the host's
     // wall time, links included), so no field of a previous run's state may leak into the next.
     cs::replay::ReplayScratch scratch;
-    const auto text = [](const cs::report::Summary& s) {
-        auto j = cs::report::to_json(s);
-        j.erase("wall_time_s");
-        return j.dump(1);
-    };
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
