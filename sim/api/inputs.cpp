@@ -151,14 +151,10 @@ void guard_experiment_inputs(const OutputSet& outputs, const workload::Experimen
         outputs.guard_input("the topology", spec.topology_source);
     if (!megatron_args.empty() && megatron_args.front() == '@')
         outputs.guard_input("--megatron-args", megatron_args.substr(1));
-    // compute.calibration is relative to the experiment's folder, as the loader resolved it.
-    if (const std::filesystem::path cal = spec.compute.calibration_file; !cal.empty())
-        outputs.guard_input(
-            "the compute calibration",
-            cal.is_absolute() ? cal : std::filesystem::path(spec.source).parent_path() / cal);
-    if (!spec.model_file.empty()) outputs.guard_input("the model file", spec.model_file);
-    if (!spec.network_calibration_file.empty())
-        outputs.guard_input("the network calibration", spec.network_calibration_file);
+    // The files the loader read, as it resolved them (guard_input skips an empty path).
+    outputs.guard_input("the compute calibration", spec.compute.calibration_path);
+    outputs.guard_input("the model file", spec.model_file);
+    outputs.guard_input("the network calibration", spec.network_calibration_file);
 }
 
 }  // namespace cs::api

@@ -569,6 +569,7 @@ ComputeSpec parse_compute(const config::Reader& r) {
                                       "under network: {calibration: FILE}");
         apply_calibration(cal, c.roofline, c.host);
         c.calibration_file = file;
+        c.calibration_path = r.document().resolve(file);
         c.calibration_gpu_model = cal.gpu_model;
     }
     if (auto h = r.map_opt("host")) {

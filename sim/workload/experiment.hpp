@@ -265,9 +265,11 @@ struct ComputeSpec {
     // 1 + interference times as long while they overlap (measured on 2 x H200: a GEMM ~10%
     // slower during concurrent 1 GiB all-reduces).
     double interference = 0.10;
-    // compute.calibration: the file applied and the GPU model it was fitted for (checked
-    // against the cluster's); empty without one.
+    // compute.calibration: the file applied (as given, and resolved against the experiment's
+    // folder) and the GPU model it was fitted for (checked against the cluster's); empty
+    // without one.
     std::string calibration_file, calibration_gpu_model;
+    std::filesystem::path calibration_path;
 };
 
 // `variability:` (docs/what-if.md): GPUs that run slower than the plan says, fixed or drawn per
