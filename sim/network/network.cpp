@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -74,8 +75,21 @@ enum EventKind : std::uint32_t {
     kRouting
 };
 
+// What observers are told a flow carries: its share of the transfer rounded to whole bytes (at
+// least one), so that their per-link sums are exact whatever order they are added in
+// (NetworkObserver::FlowStart::bytes). Transfer times are computed from the share itself.
+double whole_bytes(double share) {
+    return std::max(1.0, std::round(share));
+}
+
 // A kept collective plan's key besides its ranks (NetworkImpl::calibration_words).
 using PlanWords = std::array<std::uint64_t, 4 + 3 * kLinkKinds>;
+
+// What a transfer costs on a plan outside `flow` (NetworkImpl::kept_cost).
+struct PlanCost {
+    Time time;
+    std::vector<NetworkObserver::LinkTotal> links;  // real links, increasing
+};
 
 class NetworkImpl final : public Network, public EventHandler {
   public:
@@ -203,12 +217,15 @@ class NetworkImpl final : public Network, public EventHandler {
 
     void collective(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
                     std::uint64_t token) override {
-        const Plan& plan = collective_plan(kind, group, size, algo);
+        bool kept = false;
+        const Plan& plan = collective_plan(kind, group, size, algo, &kept);
         if (compact_ && solver_) number_compact(plan);
-        start(plan, size, token);
+        start(plan, size, token, kept);
     }
 
-    const Plan& collective_plan(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo) {
+    // `kept`, if given, is set to whether the plan is one kept with the cluster (SharedPlans).
+    const Plan& collective_plan(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
+                                bool* kept = nullptr) {
         if (group >= groups_.size())
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
         const auto& ranks = groups_[group];
@@ -232,24 +249,28 @@ class NetworkImpl final : public Network, public EventHandler {
         // algorithm and the operation's calibration, all in the key.
         if (shares_plans()) {
             auto shared = shared_plan_of_.find(key);
-            if (shared != shared_plan_of_.end()) return *shared->second;
+            if (shared != shared_plan_of_.end()) {
+                if (kept) *kept = true;
+                return *shared->second;
+            }
             SharedPlans::CollectiveKey k;
             k.ranks = ranks;
             k.words = calibration_words(kind);
             k.words[0] = group;
             k.words[1] = static_cast<std::uint64_t>(kind);
             k.words[2] = resolved.id;
-            auto& kept = shared_plans_->collectives;
-            auto found_kept = kept.find(k);
-            if (found_kept == kept.end() &&
+            auto& kept_plans = shared_plans_->collectives;
+            auto found_kept = kept_plans.find(k);
+            if (found_kept == kept_plans.end() &&
                 shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
                 Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
                 apply_operation(plan, kind);
                 shared_plans_->collective_bytes += SharedPlans::bytes_of(plan, k.ranks.size());
-                found_kept = kept.emplace(std::move(k), std::move(plan)).first;
+                found_kept = kept_plans.emplace(std::move(k), std::move(plan)).first;
             }
-            if (found_kept != kept.end()) {
+            if (found_kept != kept_plans.end()) {
                 shared_plan_of_.emplace(key, &found_kept->second);
+                if (kept) *kept = true;
                 return found_kept->second;
             }
         }
@@ -425,8 +446,9 @@ class NetworkImpl final : public Network, public EventHandler {
                                    : Time::zero();
                 // count equal flows: their bytes and stand-alone times summed (whole numbers of
                 // bytes and picoseconds, so the sums are those of count separate notifications).
-                real_links_.on_flow_start(
-                    {sim_.now(), f.path, fb * static_cast<double>(count), false, t * count});
+                real_links_.on_flow_start({sim_.now(), f.path,
+                                           whole_bytes(fb) * static_cast<double>(count), false,
+                                           t * count});
             }
     }
 
@@ -522,7 +544,7 @@ class NetworkImpl final : public Network, public EventHandler {
             const Time t = timed ? last_t : Time::zero();
             const NetworkObserver::FlowStart flow{
                 sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
-                fb * static_cast<double>(count), false, t * count};
+                whole_bytes(fb) * static_cast<double>(count), false, t * count};
             for (NetworkObserver* o : real_links_.targets)
                 o->on_flow_start(flow);
         }
@@ -690,6 +712,11 @@ class NetworkImpl final : public Network, public EventHandler {
             return std::any_of(targets.begin(), targets.end(),
                                [](const NetworkObserver* o) { return o->wants_flow_times(); });
         }
+        // Real links only, and never under member folding (takes_link_totals).
+        void on_link_totals(Time at, std::span<const LinkTotal> totals) override {
+            for (NetworkObserver* o : targets)
+                o->on_link_totals(at, totals);
+        }
     };
     bool observed() const { return !real_links_.targets.empty(); }
 
@@ -795,6 +822,65 @@ class NetworkImpl final : public Network, public EventHandler {
         return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
     }
 
+    // Whether the observers may be told a transfer's per-link sums (NetworkObserver::
+    // on_link_totals): none wants flow times, and no member folding repeats each flow.
+    bool takes_link_totals() const { return accounts_in_bulk() && real_links_.maps.empty(); }
+
+    // What a transfer of `size` on a kept plan costs outside `flow` (start's loop below, done
+    // once): its time and its flows' whole bytes and holding times summed per real link, in
+    // increasing link order. Kept with the cluster's plans, keyed by the plan (kept plans are
+    // never erased), the size and what the times are a function of besides (fidelity, step
+    // overhead, the efficiencies behind the capacities); null once the kept plans are full.
+    const PlanCost* kept_cost(const Plan& plan, Bytes size) {
+        SharedPlans& shared = *shared_plans_;
+        SharedPlans::CostKey k{&plan,
+                               size.value,
+                               static_cast<std::uint64_t>(config_.fidelity),
+                               config_.step_overhead.count_ps(),
+                               {}};
+        for (int l = 0; l < kLinkKinds; ++l)
+            k.efficiency[static_cast<std::size_t>(l)] =
+                std::bit_cast<std::uint64_t>(config_.link_efficiency[l]);
+        k.efficiency[kLinkKinds] = std::bit_cast<std::uint64_t>(config_.nvls_efficiency);
+        if (auto it = shared.costs.find(k); it != shared.costs.end()) return &it->second;
+        if (shared.collective_bytes >= SharedPlans::kMaxBytes) return nullptr;
+        PlanCost cost;
+        const bool analytical = config_.fidelity == Fidelity::Analytical;
+        const double bytes = static_cast<double>(size.value);
+        cost.time = analytical && !plan.phases.empty() ? plan.fixed_latency : Time::zero();
+        auto& sums = shared.link_sums;
+        if (sums.size() < real_links_.links) sums.resize(real_links_.links);
+        std::vector<LinkId> touched;
+        for (const Phase& p : plan.phases) {
+            Time longest = Time::zero();
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0) continue;
+                const Time t =
+                    analytical ? transfer_time(fb, Bandwidth{flow_rate(f)}) : Time::zero();
+                longest = std::max(longest, t);
+                const double whole = whole_bytes(fb);
+                for (LinkId l : f.path) {
+                    if (l >= real_links_.links) continue;
+                    auto& sum = sums[l];
+                    if (sum.bytes == 0) touched.push_back(l);
+                    sum.bytes += whole;
+                    sum.holds += t;
+                }
+            }
+            if (analytical) cost.time += phase_delay(p) + longest;
+        }
+        std::sort(touched.begin(), touched.end());
+        cost.links.reserve(touched.size());
+        for (LinkId l : touched) {
+            cost.links.push_back({l, sums[l].bytes, sums[l].holds});
+            sums[l] = {};
+        }
+        shared.collective_bytes += sizeof(SharedPlans::CostKey) + sizeof(PlanCost) + 64 +
+                                   cost.links.size() * sizeof(NetworkObserver::LinkTotal);
+        return &shared.costs.emplace(k, std::move(cost)).first->second;
+    }
+
     std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
         std::uint32_t id;
         if (!free_ops_.empty()) {
@@ -808,7 +894,9 @@ class NetworkImpl final : public Network, public EventHandler {
         return id;
     }
 
-    void start(const Plan& plan, Bytes size, std::uint64_t token) {
+    // `kept`: the plan is kept with the cluster (SharedPlans), so what a size costs on it may be
+    // kept too (kept_cost).
+    void start(const Plan& plan, Bytes size, std::uint64_t token, bool kept = false) {
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         const std::uint32_t op = allocate(plan, size, token);
@@ -817,6 +905,17 @@ class NetworkImpl final : public Network, public EventHandler {
             sim_.schedule_in(plan.fixed_latency + phase_delay(plan.phases.front()), handler_,
                              kPhaseStart, op);
             return;
+        }
+        // Outside `flow` a transfer's time and its flows' per-link sums are functions of the
+        // plan, the size and the capacities: a sweep's later runs on a shape take them as they
+        // are instead of walking every flow of every DP ring again.
+        if (kept && own_capacity_.empty() && (!observed() || takes_link_totals())) {
+            if (const PlanCost* cost = kept_cost(plan, size)) {
+                if (observed() && !cost->links.empty())
+                    real_links_.on_link_totals(sim_.now(), cost->links);
+                sim_.schedule_in(cost->time, handler_, kDone, op);
+                return;
+            }
         }
         Time total = config_.fidelity == Fidelity::Analytical && !plan.phases.empty()
                          ? plan.fixed_latency
@@ -832,7 +931,8 @@ class NetworkImpl final : public Network, public EventHandler {
                 if (fb <= 0) continue;
                 if (config_.fidelity != Fidelity::Analytical) {  // ideal: free, even at 0
                     if (observed())
-                        real_links_.on_flow_start({sim_.now(), f.path, fb, false, Time::zero()});
+                        real_links_.on_flow_start(
+                            {sim_.now(), f.path, whole_bytes(fb), false, Time::zero()});
                     continue;
                 }
                 const double rate = flow_rate(f);
@@ -843,7 +943,8 @@ class NetworkImpl final : public Network, public EventHandler {
                 }
                 const Time t = last_t;
                 longest = std::max(longest, t);
-                if (observed()) real_links_.on_flow_start({sim_.now(), f.path, fb, false, t});
+                if (observed())
+                    real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(fb), false, t});
             }
             if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
         }
@@ -901,7 +1002,7 @@ class NetworkImpl final : public Network, public EventHandler {
         if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
         flow_template_[flow] = &f;
         if (!observed()) return;
-        real_links_.on_flow_start({sim_.now(), f.path, bytes, true, Time::zero()});
+        real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(bytes), true, Time::zero()});
     }
 
     void advance(std::uint32_t id) {
@@ -1095,6 +1196,33 @@ class NetworkImpl final : public Network, public EventHandler {
         // send_routes: ranks (src, dst, src, dst, ...), words (fidelity, step overhead,
         // capacities' efficiencies) -> the routes.
         std::unordered_map<CollectiveKey, std::shared_ptr<const SendRoutes>, KeyHash> sends;
+        // kept_cost: (kept plan, size, fidelity, step overhead, link and NVLS efficiencies) ->
+        // the transfer's time and per-link sums.
+        struct CostKey {
+            const Plan* plan = nullptr;
+            std::int64_t size = 0;
+            std::uint64_t fidelity = 0;
+            std::int64_t step_overhead_ps = 0;
+            std::array<std::uint64_t, kLinkKinds + 1> efficiency{};
+            bool operator==(const CostKey&) const = default;
+        };
+        struct CostKeyHash {
+            std::size_t operator()(const CostKey& k) const {
+                std::uint64_t h = mix64(reinterpret_cast<std::uintptr_t>(k.plan));
+                h = mix64(h ^ static_cast<std::uint64_t>(k.size));
+                h = mix64(h ^ k.fidelity ^ static_cast<std::uint64_t>(k.step_overhead_ps) << 2);
+                for (std::uint64_t w : k.efficiency)
+                    h = mix64(h ^ w);
+                return static_cast<std::size_t>(h);
+            }
+        };
+        std::unordered_map<CostKey, PlanCost, CostKeyHash> costs;
+        // kept_cost's scratch: per real link, zero between calls.
+        struct LinkSum {
+            double bytes = 0;
+            Time holds;
+        };
+        std::vector<LinkSum> link_sums;
         std::size_t collective_bytes = 0;
     };
     std::shared_ptr<SharedPlans> shared_plans_;

@@ -136,7 +136,10 @@ class NetworkObserver {
     struct FlowStart {
         Time at;
         std::span<const topology::LinkId> path;  // the links it crosses, in route order
-        double bytes = 0;                        // > 0
+        // > 0, a whole number: a flow's share of its transfer rounded to the nearest byte (at
+        // least one), times the count of equal flows told at once. So per-link sums of them are
+        // exact (below 2^53) and do not depend on the order they are added in.
+        double bytes = 0;
         // `flow` fidelity: the flow shares its links with the others; on_link_rate reports each
         // change of a link's total rate and flow count, and on_flow_end the flow's last byte.
         // `analytical` and `ideal`: nothing is shared and no end is reported; the flow holds
@@ -176,6 +179,20 @@ class NetworkObserver {
     // a count: one FlowStart with their bytes and times summed, at a time of the network's
     // choosing).
     virtual bool wants_flow_times() const { return true; }
+    // A transfer's unshared flows summed per link (outside `flow`, and only to observers that do
+    // not want flow times): each link once, in increasing link order, with its flows' bytes and
+    // holding times summed. The same sums as one on_flow_start per flow (whole bytes and
+    // picoseconds add exactly). The default tells them as one-link flows.
+    struct LinkTotal {
+        topology::LinkId link;
+        double bytes;  // whole, > 0
+        Time holds;
+    };
+    virtual void on_link_totals(Time at, std::span<const LinkTotal> totals) {
+        for (const LinkTotal& t : totals)
+            on_flow_start(
+                {at, std::span<const topology::LinkId>(&t.link, 1), t.bytes, false, t.holds});
+    }
 };
 
 using GroupId = std::uint32_t;

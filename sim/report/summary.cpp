@@ -86,6 +86,14 @@ void LinkAccounting::on_flow_start(const FlowStart& flow) {
     }
 }
 
+void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals) {
+    for (const LinkTotal& t : totals) {
+        see(t.link);
+        starts_[t.link].bytes += t.bytes;
+        rates_[t.link].busy += t.holds;
+    }
+}
+
 void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
     for (topology::LinkId l : path)
         --starts_[l].flows;
