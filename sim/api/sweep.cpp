@@ -157,127 +157,92 @@ struct Source {
     }
 };
 
-// The digest of a summary whose text is not kept (a table-only sweep): FNV-1a of its JSON
-// without `links`, continued over every link's fields as bytes (each string after its length,
-// each number's bits). Two summaries get equal digests exactly when their JSON texts are equal
-// (a double's shortest round-trip text and its bits determine each other), as with the text's
-// own digest, without building and printing a JSON tree of every link (at 16,384 GPUs 122,434
-// links, most of a table-only sweep's time per layout). Every rank of a sweep computes digests
-// the same way, so the ranking's repeats are those of the text digests.
+// Digests of a summary whose text is not kept (a table-only sweep). FNV-1a of its JSON without
+// `links` and `wall_time_s`, then the number of links and the sum (mod 2^64) of one record hash
+// per link: a hash of what the JSON prints of the link (its name, kind, bytes, busy time,
+// utilisation, shared time and most flows at once, each number bit for bit). The list is
+// printed in an order that is a function of those records (by utilisation, ties in link order),
+// so a sum, which needs no sort and no grouping, stands for it:
+//   - equal texts give equal digests (the same records);
+//   - different texts give different digests (up to 64-bit hash collisions), except where the
+//     only difference is the order of two same-named links (parallel links) of equal
+//     utilisation whose other numbers were exchanged.
+// Both functions below give the same digest for the same text, whichever a row takes, and every
+// rank of a sweep computes digests the same way, so the ranking's repeats are those of the text.
+
+// A link record's start: its name's FNV-1a (of "from->to", as Cluster::link_name writes it) and
+// its kind's name, mixed.
+std::uint64_t link_record_start(std::uint64_t name_fnv, std::string_view kind) {
+    return mix64(mix64(name_fnv) ^ fnv1a(kind)) + 0x9e3779b97f4a7c15;
+}
+
+// The record: each number's bits xored in, then a multiply by an odd constant and a rotation (a
+// bijection of the running value, so records that differ in one word differ), and one mix64 at
+// the end.
+std::uint64_t link_record(std::uint64_t start, double bytes, double busy_s, double utilization,
+                          double shared_s, int max_concurrent_flows) {
+    std::uint64_t r = start;
+    const auto add = [&r](std::uint64_t word, std::uint64_t odd) {
+        r = std::rotl((r ^ word) * odd, 29);
+    };
+    add(std::bit_cast<std::uint64_t>(bytes), 0x9e3779b97f4a7c15);
+    add(std::bit_cast<std::uint64_t>(busy_s), 0xbf58476d1ce4e5b9);
+    add(std::bit_cast<std::uint64_t>(utilization), 0x94d049bb133111eb);
+    add(std::bit_cast<std::uint64_t>(shared_s), 0xff51afd7ed558ccd);
+    add(static_cast<std::uint64_t>(static_cast<std::int64_t>(max_concurrent_flows)),
+        0xc4ceb9fe1a85ec53);
+    return mix64(r);
+}
+
+std::uint64_t digest_of(const report::Summary& s, std::uint64_t links, std::uint64_t record_sum) {
+    auto json = report::to_json(s);  // without links: the caller took them or none were listed
+    json.erase("wall_time_s");
+    std::uint64_t h = fnv1a(json.dump());
+    h = fnv1a_bytes(links, h);
+    return fnv1a_bytes(record_sum, h);
+}
+
+// From the summary's own link list (runs whose links are listed: link faults from the start).
 // Takes the links out of `s` (they are not needed after).
 std::uint64_t summary_digest_without_text(report::Summary& s) {
     std::vector<report::LinkSummary> links;
     links.swap(s.links);
-    auto json = report::to_json(s);
-    json.erase("wall_time_s");
-    std::uint64_t h = fnv1a(json.dump());
-    const auto bytes = [&h](const auto& value) { h = fnv1a_bytes(value, h); };
-    const auto text = [&](const std::string& t) {
-        bytes(static_cast<std::uint64_t>(t.size()));
-        h = fnv1a(t, h);
-    };
-    bytes(static_cast<std::uint64_t>(links.size()));
-    for (const auto& l : links) {
-        text(l.name);
-        text(l.kind);
-        bytes(l.bytes);
-        bytes(l.busy_s);
-        bytes(l.utilization);
-        bytes(l.shared_s);
-        bytes(static_cast<std::int64_t>(l.max_concurrent_flows));
-    }
-    return h;
+    std::uint64_t sum = 0;
+    for (const auto& l : links)
+        sum += link_record(link_record_start(fnv1a(l.name), l.kind), l.bytes, l.busy_s,
+                           l.utilization, l.shared_s, l.max_concurrent_flows);
+    return digest_of(s, links.size(), sum);
 }
 
-// The digest of a table-only summary whose links are still in the run's accounting (`state`,
-// RunOptions::link_list off): equal for two summaries exactly when their JSON texts are equal,
-// up to 64-bit hash collisions, as summary_digest_without_text, without building the link list.
-// The list is every link with bytes, by utilisation (descending), ties in link order; so it is
-// the sequence, over the distinct utilisations in descending order, of each one's links in
-// link order. Walking the links in link order, each link's record (a hash of its name's text,
-// its kind's name and the numbers the list prints, bit for bit, computed as link_summaries
-// computes them) extends the running hash of its utilisation's group; the groups are then
-// taken in descending order with their counts. No sort of the links and no strings (link names
-// are hashed once per cluster: equal names, e.g. parallel links, give equal records).
+// From the run's accounting (`state`, RunOptions::link_list off), as link_summaries would list
+// the links (every link with bytes, its numbers computed as there), without building the list:
+// one pass over the links the run touched, no strings (each link's record start is computed
+// once per cluster).
 std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& state) {
-    auto json = report::to_json(s);  // `links` is empty: RunOptions::link_list was off
-    json.erase("wall_time_s");
-    std::uint64_t h = fnv1a(json.dump());
     const auto& cluster = *state.cluster;
     const auto& links = cluster.links();
     const auto& devices = cluster.devices();
     const auto seen = state.accounting.links();
     const double T = s.iteration_time_s;
-    std::array<std::uint64_t, 5> kind_hash{};
-    for (std::size_t k = 0; k < kind_hash.size(); ++k)
-        kind_hash[k] = fnv1a(topology::link_kind_name(static_cast<topology::LinkKind>(k)));
-    struct Group {
-        double utilization = 0;
-        std::uint64_t hash = 0;
-        std::uint64_t count = 0;
-    };
-    std::unordered_map<std::uint64_t, Group> groups;  // by the utilisation's bits
-    Group* last = nullptr;                            // the last link's group (nodes stay put)
-    std::uint64_t last_key = 0;
-    std::uint64_t total = 0;
+    std::uint64_t count = 0;
+    std::uint64_t sum = 0;
     state.accounting.for_each_seen([&](topology::LinkId l) {
         if (l >= links.size()) return;
         const auto st = seen[l];
         if (st.bytes <= 0) return;
-        // The record's start, a function of the link alone: its name (fnv1a of "from->to", the
-        // text link_name gives) and its kind's name, mixed once per cluster.
         std::uint64_t& start = state.name_hash[l];
         if (start == 0) {
             std::uint64_t name = fnv1a(devices[links[l].from].id);
             name = fnv1a("->", name);
             name = fnv1a(devices[links[l].to].id, name);
-            start = mix64(mix64(name) ^ kind_hash.at(static_cast<std::size_t>(links[l].kind))) +
-                    0x9e3779b97f4a7c15;
+            start = link_record_start(name, topology::link_kind_name(links[l].kind));
         }
-        const double utilization =
-            report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T);
-        // The record: each word xored in, then a multiply by an odd constant and a rotation
-        // (a bijection of the running value, so records that differ in one word differ), and
-        // one mix64 at the end; about a third of the instructions of a mix64 per word.
-        std::uint64_t r = start;
-        const auto add = [&r](std::uint64_t word, std::uint64_t odd) {
-            r = std::rotl((r ^ word) * odd, 29);
-        };
-        add(std::bit_cast<std::uint64_t>(st.bytes), 0x9e3779b97f4a7c15);
-        add(std::bit_cast<std::uint64_t>(st.busy.seconds()), 0xbf58476d1ce4e5b9);
-        add(std::bit_cast<std::uint64_t>(utilization), 0x94d049bb133111eb);
-        add(std::bit_cast<std::uint64_t>(st.shared.seconds()), 0xff51afd7ed558ccd);
-        add(static_cast<std::uint64_t>(static_cast<std::int64_t>(st.max_concurrent_flows)),
-            0xc4ceb9fe1a85ec53);
-        r = mix64(r);
-        // Neighbouring links often share a utilisation (a ring's hops, a rail's uplinks).
-        const auto key = std::bit_cast<std::uint64_t>(utilization);
-        if (last == nullptr || key != last_key) {
-            last = &groups[key];
-            last_key = key;
-        }
-        Group& g = *last;
-        g.utilization = utilization;
-        // Depends on the order within the group: the running hash goes through a bijection
-        // (multiply by an odd constant, rotate) before each well-mixed record is added.
-        g.hash = std::rotl(g.hash * 0x100000001b3, 31) + r;
-        ++g.count;
-        ++total;
+        sum += link_record(start, st.bytes, st.busy.seconds(),
+                           report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T),
+                           st.shared.seconds(), st.max_concurrent_flows);
+        ++count;
     });
-    std::vector<Group> ordered;
-    ordered.reserve(groups.size());
-    for (const auto& [bits, g] : groups)
-        ordered.push_back(g);
-    std::sort(ordered.begin(), ordered.end(),
-              [](const Group& a, const Group& b) { return a.utilization > b.utilization; });
-    const auto bytes = [&h](const auto& value) { h = fnv1a_bytes(value, h); };
-    bytes(total);
-    for (const Group& g : ordered) {
-        bytes(g.utilization);
-        bytes(g.count);
-        bytes(g.hash);
-    }
-    return h;
+    return digest_of(s, count, sum);
 }
 
 void simulate_row(const Source& experiment, const std::vector<std::string>& base,

@@ -64,9 +64,10 @@ LinkAccounting::LinkAccounting(std::size_t links)
 void LinkAccounting::reset() {
     for_each_seen([this](topology::LinkId l) {
         starts_[l] = {};
-        rates_[l] = {};
+        if (rated_) rates_[l] = {};
     });
     std::fill(seen_.begin(), seen_.end(), 0);
+    rated_ = false;
 }
 
 void LinkAccounting::on_flow_start(const FlowStart& flow) {
@@ -81,16 +82,18 @@ void LinkAccounting::on_flow_start(const FlowStart& flow) {
     }
     for (topology::LinkId l : flow.path) {
         see(l);
-        starts_[l].bytes += flow.bytes;
-        rates_[l].busy += flow.holds;
+        auto& st = starts_[l];
+        st.bytes += flow.bytes;
+        st.holds += flow.holds;
     }
 }
 
 void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals) {
     for (const LinkTotal& t : totals) {
         see(t.link);
-        starts_[t.link].bytes += t.bytes;
-        rates_[t.link].busy += t.holds;
+        auto& st = starts_[t.link];
+        st.bytes += t.bytes;
+        st.holds += t.holds;
     }
 }
 
@@ -101,6 +104,7 @@ void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
 
 void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
     see(l);
+    rated_ = true;
     auto& st = rates_[l];
     const Time span = at - st.since;
     if (st.rate_flows >= 1) st.busy += span;
