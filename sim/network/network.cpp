@@ -173,10 +173,13 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     void send(int src, int dst, Bytes size, std::uint64_t token) override {
-        start(p2p_plan(src, dst), size, token);
+        bool kept = false;
+        const Plan& plan = p2p_plan(src, dst, &kept);
+        start(plan, size, token, kept);
     }
 
-    const Plan& p2p_plan(int src, int dst) {
+    // `kept`, if given, is set to whether the plan is one kept with the cluster (SharedPlans).
+    const Plan& p2p_plan(int src, int dst, bool* kept = nullptr) {
         check_gpu(src);
         check_gpu(dst);
         const std::uint64_t key =
@@ -190,6 +193,7 @@ class NetworkImpl final : public Network, public EventHandler {
         if (it == plans.end() && shared && plans.size() >= SharedPlans::kMaxPlans)
             return own_p2p_plan(key, src, dst);  // full: this network's own
         if (it == plans.end()) it = plans.emplace(key, make_p2p_plan(src, dst, key)).first;
+        if (kept) *kept = shared;
         return it->second;
     }
     const Plan& own_p2p_plan(std::uint64_t key, int src, int dst) {
@@ -1175,9 +1179,18 @@ class NetworkImpl final : public Network, public EventHandler {
                 std::uint64_t h = kFnv1aBasis;
                 for (std::uint64_t w : k.words)
                     h = mix64(h ^ w);
-                for (int r : k.ranks)
-                    h = mix64(h ^ static_cast<std::uint32_t>(r));
-                return static_cast<std::size_t>(h);
+                // Two ranks a word, each word through a multiply and a rotation (a bijection of
+                // the running value), one mix64 at the end: send routes' keys hold thousands of
+                // ranks and are looked up by every run of a sweep.
+                const std::size_t n = k.ranks.size();
+                const auto word = [&k](std::size_t i) {
+                    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.ranks[i]));
+                };
+                std::size_t i = 0;
+                for (; i + 1 < n; i += 2)
+                    h = std::rotl((h ^ (word(i) | word(i + 1) << 32)) * 0x9e3779b97f4a7c15, 29);
+                if (i < n) h = std::rotl((h ^ word(i)) * 0x9e3779b97f4a7c15, 29);
+                return static_cast<std::size_t>(mix64(h ^ n));
             }
         };
         static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
