@@ -523,6 +523,14 @@ class NetworkImpl final : public Network, public EventHandler {
         return r;
     }
 
+    void hold_link_totals() override { hold_totals_ = true; }
+    void flush_link_totals() override {
+        for (const auto& [cost, count] : held_)
+            real_links_.on_link_totals(sim_.now(), cost->links, count);
+        held_.clear();
+        held_of_.clear();
+    }
+
     void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
         check_accounted_sends(count);
         if (!observed()) return;
@@ -717,9 +725,10 @@ class NetworkImpl final : public Network, public EventHandler {
                                [](const NetworkObserver* o) { return o->wants_flow_times(); });
         }
         // Real links only, and never under member folding (takes_link_totals).
-        void on_link_totals(Time at, std::span<const LinkTotal> totals) override {
+        void on_link_totals(Time at, std::span<const LinkTotal> totals,
+                            std::int64_t count) override {
             for (NetworkObserver* o : targets)
-                o->on_link_totals(at, totals);
+                o->on_link_totals(at, totals, count);
         }
     };
     bool observed() const { return !real_links_.targets.empty(); }
@@ -836,6 +845,14 @@ class NetworkImpl final : public Network, public EventHandler {
     // never erased), the size and what the times are a function of besides (fidelity, step
     // overhead, the efficiencies behind the capacities); null once the kept plans are full.
     const PlanCost* kept_cost(const Plan& plan, Bytes size) {
+        // This network's own index first: its configuration is fixed, so (plan, size) is the key.
+        const auto mine = std::pair{&plan, size.value};
+        if (auto it = cost_of_.find(mine); it != cost_of_.end()) return it->second;
+        const PlanCost* cost = shared_cost(plan, size);
+        if (cost) cost_of_.emplace(mine, cost);
+        return cost;
+    }
+    const PlanCost* shared_cost(const Plan& plan, Bytes size) {
         SharedPlans& shared = *shared_plans_;
         SharedPlans::CostKey k{&plan,
                                size.value,
@@ -915,8 +932,15 @@ class NetworkImpl final : public Network, public EventHandler {
         // are instead of walking every flow of every DP ring again.
         if (kept && own_capacity_.empty() && (!observed() || takes_link_totals())) {
             if (const PlanCost* cost = kept_cost(plan, size)) {
-                if (observed() && !cost->links.empty())
-                    real_links_.on_link_totals(sim_.now(), cost->links);
+                if (observed() && !cost->links.empty()) {
+                    if (hold_totals_) {
+                        const auto [at, fresh] = held_of_.try_emplace(cost, held_.size());
+                        if (fresh) held_.push_back({cost, 0});
+                        ++held_[at->second].second;
+                    } else {
+                        real_links_.on_link_totals(sim_.now(), cost->links, 1);
+                    }
+                }
                 sim_.schedule_in(cost->time, handler_, kDone, op);
                 return;
             }
@@ -1239,6 +1263,21 @@ class NetworkImpl final : public Network, public EventHandler {
         std::size_t collective_bytes = 0;
     };
     std::shared_ptr<SharedPlans> shared_plans_;
+    // kept_cost's index of this network's lookups, by (plan, size).
+    struct PlanSizeHash {
+        std::size_t operator()(const std::pair<const Plan*, std::int64_t>& k) const {
+            return static_cast<std::size_t>(
+                mix64(reinterpret_cast<std::uintptr_t>(k.first) ^
+                      static_cast<std::uint64_t>(k.second) * 0x9e3779b97f4a7c15));
+        }
+    };
+    std::unordered_map<std::pair<const Plan*, std::int64_t>, const PlanCost*, PlanSizeHash>
+        cost_of_;
+    // hold_link_totals: the kept costs told at flush_link_totals, in first-use order, with the
+    // transfers each stands for.
+    bool hold_totals_ = false;
+    std::vector<std::pair<const PlanCost*, std::int64_t>> held_;
+    std::unordered_map<const PlanCost*, std::size_t> held_of_;
     // This network's collective plans found in shared_plans_, by its own key (collective_plan).
     std::unordered_map<std::uint64_t, const Plan*> shared_plan_of_;
     // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.

@@ -179,19 +179,20 @@ class NetworkObserver {
     // a count: one FlowStart with their bytes and times summed, at a time of the network's
     // choosing).
     virtual bool wants_flow_times() const { return true; }
-    // A transfer's unshared flows summed per link (outside `flow`, and only to observers that do
-    // not want flow times): each link once, in increasing link order, with its flows' bytes and
-    // holding times summed. The same sums as one on_flow_start per flow (whole bytes and
-    // picoseconds add exactly). The default tells them as one-link flows.
+    // `count` equal transfers' unshared flows summed per link (outside `flow`, and only to
+    // observers that do not want flow times): each link once, in increasing link order, with one
+    // transfer's bytes and holding times summed, to be multiplied by `count`. The same sums as
+    // one on_flow_start per flow (whole bytes and picoseconds add exactly). The default tells
+    // them as one-link flows.
     struct LinkTotal {
         topology::LinkId link;
         double bytes;  // whole, > 0
         Time holds;
     };
-    virtual void on_link_totals(Time at, std::span<const LinkTotal> totals) {
+    virtual void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) {
         for (const LinkTotal& t : totals)
-            on_flow_start(
-                {at, std::span<const topology::LinkId>(&t.link, 1), t.bytes, false, t.holds});
+            on_flow_start({at, std::span<const topology::LinkId>(&t.link, 1),
+                           t.bytes * static_cast<double>(count), false, t.holds * count});
     }
 };
 
@@ -305,6 +306,15 @@ class Network {
     virtual std::shared_ptr<const SendRoutes> send_routes(
         const std::vector<std::pair<int, int>>& pairs) = 0;
     virtual void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count = 1) = 0;
+
+    // Lets the network hold the per-link totals it tells observers that take them
+    // (NetworkObserver::on_link_totals) and tell each distinct one once, multiplied by the
+    // transfers it stands for, at flush_link_totals(); the sums are the same (whole bytes and
+    // picoseconds). Whoever calls it must flush before the observers are read (replay::Replay
+    // does, at the end of the iteration, for a network of its own). Without it the totals are
+    // told as each transfer starts.
+    virtual void hold_link_totals() {}
+    virtual void flush_link_totals() {}
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

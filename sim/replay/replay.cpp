@@ -143,6 +143,8 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     } else {
         own_network_ = network::make_network(sim_, *spec.cluster, spec.network);
         network_ = own_network_.get();
+        // Its link totals may be held to the end of the iteration (flushed in run()).
+        own_network_->hold_link_totals();
         network_->set_client(this);
     }
 
@@ -1627,6 +1629,7 @@ ReplayResult Replay::finish() {
         }
     }
     flush_follower_sends();
+    network_->flush_link_totals();
     // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w)))

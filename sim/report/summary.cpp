@@ -88,12 +88,13 @@ void LinkAccounting::on_flow_start(const FlowStart& flow) {
     }
 }
 
-void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals) {
+void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals, std::int64_t count) {
+    const double n = static_cast<double>(count);
     for (const LinkTotal& t : totals) {
         see(t.link);
         auto& st = starts_[t.link];
-        st.bytes += t.bytes;
-        st.holds += t.holds;
+        st.bytes += t.bytes * n;
+        st.holds += t.holds * count;
     }
 }
 

@@ -203,7 +203,7 @@ class LinkAccounting final : public network::NetworkObserver {
     void on_flow_end(Time at, std::span<const topology::LinkId> path) override;
     void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
-    void on_link_totals(Time at, std::span<const LinkTotal> totals) override;
+    void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
     bool wants_flow_times() const override { return false; }          // sums per link
 
