@@ -305,19 +305,63 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
     }
 }
 
-// The combinations rank `rank` of `size` simulates, in enumeration order. They are dealt round
-// the ranks in a fixed pseudo-random order: with a stride or blocks, a key's values line up with
-// the ranks (a stride of 2 over micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
-// Every rank computes the same deal, so it costs no message and the output does not depend on it.
-std::vector<std::size_t> dealt_to(int rank, int size, std::size_t total) {
-    // splitmix64 is a bijection, so the order has no ties.
-    std::vector<std::pair<std::uint64_t, std::size_t>> order;
-    for (std::size_t n = 0; n < total; ++n)
-        order.emplace_back(splitmix64(n), n);
-    std::sort(order.begin(), order.end());
+// Whether a varied key can change a run's shape: its cluster, parallel layout, schedule or
+// network, and so the routes, plans and kept costs a sweep's cached cluster builds for it.
+// Everything but the batch, sequence and recompute settings under `training.` is taken to.
+bool shapes_runs(const std::string& key) {
+    return key.rfind("training.", 0) != 0;
+}
+
+// The combinations rank `rank` of `size` simulates, in enumeration order. Every rank computes the
+// same deal, so it costs no message, and the output does not depend on it.
+//   - Shapes whole: a shape (one value of each axis that shapes_runs) costs most the first time
+//     a process runs it (routes, plans, costs), so while there are at least two shapes per rank
+//     each rank takes whole shapes, the same number of them (all shapes have the same number of
+//     combinations), in a fixed pseudo-random order of the shapes;
+//   - the rest: the combinations of the shapes left over (fewer than the ranks), or all of them
+//     if there are too few shapes, are dealt round the ranks in a fixed pseudo-random order. With
+//     a stride or blocks, a key's values would line up with the ranks (a stride of 2 over
+//     micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
+std::vector<std::size_t> dealt_to(int rank, int size, const std::vector<SweepAxis>& axes,
+                                  std::size_t total) {
+    const auto ranks = static_cast<std::size_t>(size);
+    const auto me = static_cast<std::size_t>(rank);
+    // The shape of combination n: its values' indices on the shaping axes, as one number.
+    std::size_t shapes = 1;
+    for (const auto& axis : axes)
+        if (shapes_runs(axis.key)) shapes *= axis.values.size();
+    const auto shape_of = [&axes](std::size_t n) {
+        std::size_t shape = 0, radix = 1;
+        for (std::size_t i = axes.size(); i-- > 0;) {
+            const std::size_t values = axes[i].values.size();
+            if (shapes_runs(axes[i].key)) {
+                shape += (n % values) * radix;
+                radix *= values;
+            }
+            n /= values;
+        }
+        return shape;
+    };
+    // splitmix64 is a bijection, so neither order has ties.
+    const std::size_t whole = shapes >= 2 * ranks ? shapes - shapes % ranks : 0;
+    std::vector<std::pair<std::uint64_t, std::size_t>> shape_order;
+    for (std::size_t g = 0; g < shapes; ++g)
+        shape_order.emplace_back(splitmix64(g ^ 0x5851f42d4c957f2d), g);
+    std::sort(shape_order.begin(), shape_order.end());
+    // Per shape: the rank that takes it whole, or `ranks` for a shape dealt combination by
+    // combination.
+    std::vector<std::size_t> owner(shapes, ranks);
+    for (std::size_t p = 0; p < whole; ++p)
+        owner[shape_order[p].second] = p % ranks;
     std::vector<std::size_t> mine;
-    for (std::size_t p = static_cast<std::size_t>(rank); p < total;
-         p += static_cast<std::size_t>(size))
+    std::vector<std::pair<std::uint64_t, std::size_t>> order;
+    for (std::size_t n = 0; n < total; ++n) {
+        const std::size_t o = owner[shape_of(n)];
+        if (o == me) mine.push_back(n);
+        if (o == ranks) order.emplace_back(splitmix64(n), n);
+    }
+    std::sort(order.begin(), order.end());
+    for (std::size_t p = me; p < order.size(); p += ranks)
         mine.push_back(order[p].second);
     std::sort(mine.begin(), mine.end());
     return mine;
@@ -341,7 +385,7 @@ std::optional<Failure> simulate_share(const Source& experiment,
                                       const std::function<void(SweepRow&&)>& sink) {
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
-    const auto mine = dealt_to(ranks.rank(), ranks.size(), total);
+    const auto mine = dealt_to(ranks.rank(), ranks.size(), options.axes, total);
     std::size_t done = 0;
     bool sized = false;
     for (const std::size_t n : mine) {
