@@ -103,6 +103,13 @@ def fails_once(name, args, expect):
 
 same_as_serial("16 combinations", SWEEP,
                ["NO\n", "not valid:", "gave the same result"])
+# Eight shapes (pp x schedule) of two combinations each (micro_batch_size, which does not change a
+# run's shape): 2 ranks take four whole shapes each; 3 ranks take two whole shapes each and share
+# the combinations of the two shapes left over.
+same_as_serial("8 shapes of 2", [experiment, "--vary", "parallelism.pp=2,4,8,16",
+                                 "--vary", "schedule=1f1b,gpipe",
+                                 "--vary", "training.micro_batch_size=1,2",
+                                 "--set", "network.model=analytical"], ["gpipe", "1f1b"])
 # Fewer combinations than ranks: rank 2 has none.
 same_as_serial("2 combinations", [experiment, "--vary", "schedule=gpipe,1f1b",
                                   "--set", "network.model=analytical"], ["gpipe", "1f1b"])

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -1021,4 +1022,86 @@ TEST_CASE(
         REQUIRE(folded->fold(2, {p2p}, why));
         CHECK_THROWS_AS(folded->set_link_capacity(0, Bandwidth{50 * GB}), SimulationError);
     }
+}
+
+TEST_CASE("link totals: a kept plan's flows told per link, in whole bytes, as flow by flow") {
+    // Observers that only sum per link (wants_flow_times false) are told a transfer on a kept
+    // plan as per-link totals (on_link_totals), held to flush_link_totals when the network is
+    // asked to; anyone else, and any plan not kept, flow by flow. Both must give the same sums,
+    // and every flow counts whole bytes: a ring all-reduce of S = 1,000,000,001 bytes on 3 GPUs
+    // moves S/3 = 333,333,333.67 bytes per flow and step, counted as 333,333,334 (S is not a
+    // multiple of 3, so the rounding is exercised). Each transfer is run twice and a p2p send
+    // three times, so the held totals are told multiplied.
+    struct Sums final : NetworkObserver {
+        std::map<topology::LinkId, std::pair<double, Time>> per_link;
+        std::size_t totals_calls = 0;
+        void on_flow_start(const FlowStart& f) override {
+            for (auto l : f.path) {
+                per_link[l].first += f.bytes;
+                per_link[l].second += f.holds;
+            }
+        }
+        void on_link_totals(Time at, std::span<const LinkTotal> totals,
+                            std::int64_t count) override {
+            ++totals_calls;
+            NetworkObserver::on_link_totals(at, totals, count);  // as one-link flows
+        }
+        bool wants_flow_times() const override { return false; }
+    };
+    const auto sums = [](const Cluster& c, bool hold, Sums& s) {
+        NetworkConfig cfg;
+        cfg.fidelity = Fidelity::Analytical;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        Recorder rec;
+        net->set_client(&rec);
+        net->add_observer(&s);
+        if (hold) net->hold_link_totals();
+        const GroupId g = net->register_group({0, 1, 2});
+        std::uint64_t token = 0;
+        for (int i = 0; i < 2; ++i) {
+            net->collective(CollectiveKind::AllReduce, g, Bytes{1'000'000'001}, Algorithm::Ring,
+                            token++);
+            net->collective(CollectiveKind::AllGather, g, Bytes{999'999'999}, Algorithm::Ring,
+                            token++);
+        }
+        for (int i = 0; i < 3; ++i)
+            net->send(0, 3, Bytes{12'345}, token++);
+        sim.run();
+        net->flush_link_totals();
+        return rec.done;
+    };
+    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    keeping.keep_routes(std::size_t{1} << 20);
+    Sums flow_by_flow;
+    const auto want = sums(plain, false, flow_by_flow);
+    CHECK(flow_by_flow.totals_calls == 0);  // nothing kept on the plain cluster
+    REQUIRE_FALSE(flow_by_flow.per_link.empty());
+    for (const auto& [link, sum] : flow_by_flow.per_link)
+        CHECK(sum.first == std::floor(sum.first));
+    for (const bool hold : {false, true}) {
+        CAPTURE(hold);
+        Sums totals;
+        CHECK(sums(keeping, hold, totals) == want);  // the same times
+        CHECK(totals.totals_calls > 0);
+        CHECK(totals.per_link == flow_by_flow.per_link);
+        Sums again;  // a second network: the costs found kept, nothing computed
+        CHECK(sums(keeping, hold, again) == want);
+        CHECK(again.per_link == flow_by_flow.per_link);
+        // Held: each distinct (plan, size) told once at the flush, however often it ran.
+        if (hold) CHECK(again.totals_calls <= 3);
+    }
+    // By hand, for the GPU 0 -> GPU 1 NVLink (link 0, the first one built), an edge of the ring
+    // (GPUs 0, 1 and 2 are on two nodes, two and one: a single ring in group order). A ring
+    // plan's edge is one flow over all its steps: the all-reduce's carries 2(n-1)/n x S =
+    // 4/3 x 1,000,000,001 = 1,333,333,334.67 bytes, counted 1,333,333,335; the all-gather's
+    // 2/3 x 999,999,999 = 666,666,666 exactly; both run twice: 2 x (1,333,333,335 + 666,666,666)
+    // = 4,000,000,002 bytes (the shares themselves sum to 4,000,000,001.33). The p2p send from
+    // GPU 0 to GPU 3 crosses four links (PCIe, IB, IB, PCIe), each carrying 3 x 12,345 = 37,035.
+    CHECK(flow_by_flow.per_link.at(0).first == 4'000'000'002.0);
+    std::size_t p2p_links = 0;
+    for (const auto& [link, sum] : flow_by_flow.per_link)
+        if (sum.first == 37'035.0) ++p2p_links;
+    CHECK(p2p_links == 4);
 }
