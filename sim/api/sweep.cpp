@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cstdio>
+#include <exception>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -245,13 +246,27 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
     return digest_of(s, count, sum);
 }
 
+// What SweepOptions::on_loaded threw: not the combination's error but the sweep's.
+struct LoadedHookError {
+    std::exception_ptr error;
+};
+
 void simulate_row(const Source& experiment, const std::vector<std::string>& base,
-                  const std::vector<SweepAxis>& axes, bool keep_summary, SweepRow& row) {
+                  const std::vector<SweepAxis>& axes, bool keep_summary,
+                  const std::function<void(const workload::ExperimentSpec&)>& on_loaded,
+                  SweepRow& row) {
     std::vector<std::string> overrides = base;
     for (std::size_t i = 0; i < axes.size(); ++i)
         overrides.push_back(axes[i].key + "=" + row.values[i]);
     try {
         const auto spec = experiment.load(overrides);
+        if (on_loaded) {
+            try {
+                on_loaded(spec);
+            } catch (...) {
+                throw LoadedHookError{std::current_exception()};
+            }
+        }
         row.source = spec.source;
         LinkState& links = experiment.links->of(spec.cluster);
         RunOptions options;
@@ -393,7 +408,12 @@ std::optional<Failure> simulate_share(const Source& experiment,
         row.index = n;
         row.values = combination(options.axes, n);
         try {
-            simulate_row(experiment, base, options.axes, options.keep_summaries, row);
+            try {
+                simulate_row(experiment, base, options.axes, options.keep_summaries,
+                             options.on_loaded, row);
+            } catch (const LoadedHookError& e) {
+                std::rethrow_exception(e.error);
+            }
             if (options.keep_summaries && row.result && !sized) {
                 sized = true;
                 // Every kept summary is about this size (the same topology's links): refuse a

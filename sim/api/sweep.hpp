@@ -67,6 +67,10 @@ struct SweepOptions {
     std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
     // Called after each combination this process simulated: (done, this process's total).
     std::function<void(std::size_t, std::size_t)> on_row;
+    // Called with each combination's experiment once loaded, before it runs; what it throws
+    // stops the sweep (a ConfigError is reported as the sweep's, not as the row's). The command
+    // line refuses here an output that would replace a file a combination was read from.
+    std::function<void(const workload::ExperimentSpec&)> on_loaded;
     // Keep each valid row's summary text (for `sweep --json`); without it a row costs a few
     // hundred bytes, so memory does not grow with the size of the topology.
     bool keep_summaries = true;

@@ -30,8 +30,9 @@ struct SweepArgs {
     std::string max_memory;
 };
 
-// Refuses an output that is the experiment or its topology file. The sweep loads the experiment
-// itself (and reports its errors); here only its `topology:` path is looked up.
+// Refuses an output that is the experiment or its topology file before anything runs. The sweep
+// loads the experiment itself (and reports its errors); here only its `topology:` path is looked
+// up. The other files a combination reads are checked as it is loaded (SweepOptions::on_loaded).
 void guard_sweep_inputs(const OutputSet& outputs, const std::string& experiment) {
     const std::filesystem::path path =
         experiment.empty() ? api::default_experiment() : std::filesystem::path(experiment);
@@ -75,6 +76,11 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         outputs.declare("--json", a.json);
         outputs.declare("--html", a.html);
         guard_sweep_inputs(outputs, a.experiment);
+        // Every combination's own inputs (its model and calibration files, which --vary may
+        // change), as it is loaded: the outputs are written after the last one.
+        options.on_loaded = [&outputs](const workload::ExperimentSpec& spec) {
+            api::guard_experiment_inputs(outputs, spec);
+        };
     }
     const auto top = static_cast<std::size_t>(a.top);
     options.max_memory = api::parse_max_memory(a.max_memory);

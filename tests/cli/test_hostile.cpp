@@ -329,3 +329,38 @@ TEST_CASE("the experiment's model file and network calibration file are inputs t
     CHECK(slurp(model) == model_text);
     CHECK(slurp(cal) == cal_text);
 }
+
+TEST_CASE("sweep: a combination's model and calibration files are inputs too") {
+    // The sweep checks each combination's own inputs as it is loaded (a varied key may change
+    // them), so `--json` (or `--html`) naming the model file or the network calibration is
+    // refused with exit 2 and the file left as it was; a path elsewhere is accepted.
+    const fs::path dir = cs::test::scratch("hostile_sweep_inputs");
+    const auto paths = private_copies(dir);
+    const std::string model = (dir / "model.yaml").string();
+    const std::string cal = (dir / "net.yaml").string();
+    std::ofstream(model) << "layers: 8\nhidden_size: 2048\nattention_heads: 16\nvocab_size: "
+                            "50304\n";
+    std::ofstream(cal) << "clustersim_calibration: 2\nsources:\n  - \"test\"\nnetwork:\n"
+                          "  all_reduce:\n    nvlink: {efficiency: 0.8, latency: 20us}\n";
+    const std::string model_text = slurp(model), cal_text = slurp(cal);
+    auto args = [&](const std::string& option, const std::string& out) {
+        return std::vector<std::string>{"sweep",  paths.first,
+                                        "--vary", "schedule=1f1b,gpipe",
+                                        "--set",  "model.from=model.yaml",
+                                        "--set",  "network.calibration=net.yaml",
+                                        option,   out};
+    };
+    const auto ok = run_binary(args("--json", (dir / "out.json").string()));
+    REQUIRE_MESSAGE(ok.status == 0, ok.err);
+    for (const std::string option : {"--json", "--html"}) {
+        CAPTURE(option);
+        auto r = run_binary(args(option, model));
+        CHECK(r.status == 2);
+        CHECK_MESSAGE(has(r, option + " " + model + ": is the model file"), r.err);
+        r = run_binary(args(option, cal));
+        CHECK(r.status == 2);
+        CHECK_MESSAGE(has(r, option + " " + cal + ": is the network calibration"), r.err);
+    }
+    CHECK(slurp(model) == model_text);
+    CHECK(slurp(cal) == cal_text);
+}
