@@ -297,18 +297,28 @@ TEST_CASE("compare: a schedule that does not fit names --schedules, not the file
     CHECK_MESSAGE(has(r, "error: --schedules 1f1b,dualpipe: schedule 'dualpipe'"), r.err);
 }
 
-TEST_CASE("the experiment's model file and network calibration file are inputs too") {
-    const fs::path dir = cs::test::scratch("hostile_model_network");
-    const auto paths = private_copies(dir);
-    const std::string exp = paths.first;
-    // A model file (`model: {from: FILE}`) and a network calibration (`network: {calibration:
-    // FILE}`, the layout `clustersim calibrate --nccl-tests` writes), both beside the experiment.
+namespace {
+
+// A model file (`model: {from: FILE}`) and a network calibration (`network: {calibration:
+// FILE}`, the layout `clustersim calibrate --nccl-tests` writes) in `dir`: model.yaml, net.yaml.
+std::pair<std::string, std::string> model_and_network_calibration(const fs::path& dir) {
     const std::string model = (dir / "model.yaml").string();
     const std::string cal = (dir / "net.yaml").string();
     std::ofstream(model) << "layers: 8\nhidden_size: 2048\nattention_heads: 16\nvocab_size: "
                             "50304\n";
     std::ofstream(cal) << "clustersim_calibration: 2\nsources:\n  - \"test\"\nnetwork:\n"
                           "  all_reduce:\n    nvlink: {efficiency: 0.8, latency: 20us}\n";
+    return {model, cal};
+}
+
+}  // namespace
+
+TEST_CASE("the experiment's model file and network calibration file are inputs too") {
+    const fs::path dir = cs::test::scratch("hostile_model_network");
+    const auto paths = private_copies(dir);
+    const std::string exp = paths.first;
+    // A model file and a network calibration, both beside the experiment.
+    const auto [model, cal] = model_and_network_calibration(dir);
     const std::string model_text = slurp(model), cal_text = slurp(cal);
     const std::vector<std::string> sets = {"--set", "model.from=model.yaml", "--set",
                                            "network.calibration=net.yaml"};
@@ -336,12 +346,7 @@ TEST_CASE("sweep: a combination's model and calibration files are inputs too") {
     // refused with exit 2 and the file left as it was; a path elsewhere is accepted.
     const fs::path dir = cs::test::scratch("hostile_sweep_inputs");
     const auto paths = private_copies(dir);
-    const std::string model = (dir / "model.yaml").string();
-    const std::string cal = (dir / "net.yaml").string();
-    std::ofstream(model) << "layers: 8\nhidden_size: 2048\nattention_heads: 16\nvocab_size: "
-                            "50304\n";
-    std::ofstream(cal) << "clustersim_calibration: 2\nsources:\n  - \"test\"\nnetwork:\n"
-                          "  all_reduce:\n    nvlink: {efficiency: 0.8, latency: 20us}\n";
+    const auto [model, cal] = model_and_network_calibration(dir);
     const std::string model_text = slurp(model), cal_text = slurp(cal);
     auto args = [&](const std::string& option, const std::string& out) {
         return std::vector<std::string>{"sweep",  paths.first,
