@@ -64,48 +64,59 @@ LinkAccounting::LinkAccounting(std::size_t links)
 void LinkAccounting::reset() {
     for_each_seen([this](topology::LinkId l) {
         starts_[l] = {};
-        if (rated_) rates_[l] = {};
+        if (shared_) rates_[l] = {};
     });
     std::fill(seen_.begin(), seen_.end(), 0);
-    rated_ = false;
+    shared_ = unshared_ = false;
+}
+
+void LinkAccounting::sharing(bool shared) {
+    if (shared ? shared_ : unshared_) return;
+    (shared ? shared_ : unshared_) = true;
+    if (shared_ && unshared_)
+        throw SimulationError("report", "one link accounting told of shared and unshared flows");
 }
 
 void LinkAccounting::on_flow_start(const FlowStart& flow) {
+    sharing(flow.shared);
     if (flow.shared) {
         for (topology::LinkId l : flow.path) {
             see(l);
             auto& st = starts_[l];
             st.bytes += flow.bytes;
-            st.max_concurrent_flows = std::max(st.max_concurrent_flows, ++st.flows);
+            const std::int64_t flows = (st.word & 0xffffffff) + 1;
+            st.word = std::max(st.word >> 32, flows) << 32 | flows;
         }
         return;
     }
+    const std::int64_t holds = flow.holds.count_ps();
     for (topology::LinkId l : flow.path) {
         see(l);
         auto& st = starts_[l];
         st.bytes += flow.bytes;
-        st.holds += flow.holds;
+        st.word += holds;
     }
 }
 
 void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals, std::int64_t count) {
+    sharing(false);
     const double n = static_cast<double>(count);
     for (const LinkTotal& t : totals) {
         see(t.link);
         auto& st = starts_[t.link];
         st.bytes += t.bytes * n;
-        st.holds += t.holds * count;
+        st.word += (t.holds * count).count_ps();
     }
 }
 
 void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
     for (topology::LinkId l : path)
-        --starts_[l].flows;
+        --starts_[l].word;  // one flow fewer: the low 32 bits, never below zero
 }
 
 void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
     see(l);
-    rated_ = true;
+    sharing(true);
     auto& st = rates_[l];
     const Time span = at - st.since;
     if (st.rate_flows >= 1) st.busy += span;

@@ -218,9 +218,9 @@ class LinkAccounting final : public network::NetworkObserver {
         std::size_t size() const { return a_->starts_.size(); }
         Link operator[](std::size_t l) const {
             const auto& s = a_->starts_[l];
-            if (!a_->rated_) return {s.bytes, s.holds, Time::zero(), s.max_concurrent_flows};
+            if (!a_->shared_) return {s.bytes, Time::ps(s.word), Time::zero(), 0};
             const auto& r = a_->rates_[l];
-            return {s.bytes, s.holds + r.busy, r.shared, s.max_concurrent_flows};
+            return {s.bytes, r.busy, r.shared, static_cast<int>(s.word >> 32)};
         }
 
       private:
@@ -233,13 +233,14 @@ class LinkAccounting final : public network::NetworkObserver {
   private:
     // Split by notification so that each touches one table, one cache line per link: a 131,072-
     // GPU run keeps millions of links here and the notifications come in random link order.
-    // Unshared flows (outside `flow`) touch Starts alone, and Rates is neither read nor cleared
-    // in a run that had no rate notification (rated_).
-    struct alignas(32) Starts {  // on_flow_start, on_flow_end, on_link_totals
+    // A network's flows are all shared (`flow`) or all unshared (outside it): unshared flows
+    // touch Starts alone, with their holding times in `word`, and Rates is neither read nor
+    // cleared in a run without shared flows (shared_).
+    struct Starts {  // on_flow_start, on_flow_end, on_link_totals
         double bytes = 0;
-        Time holds;              // unshared flows' holding times, summed
-        std::int32_t flows = 0;  // started and not ended
-        std::int32_t max_concurrent_flows = 0;
+        // Unshared flows: their holding times summed, in picoseconds. Shared flows: those
+        // started and not ended (low 32 bits) and the most at once (high 32 bits).
+        std::int64_t word = 0;
     };
     struct Rates {  // on_link_rate
         Time busy, shared;
@@ -248,7 +249,9 @@ class LinkAccounting final : public network::NetworkObserver {
     };
     std::vector<Starts> starts_;
     std::vector<Rates> rates_;
-    bool rated_ = false;               // a rate notification since the reset
+    // Since the reset: a shared flow or a rate notification / an unshared flow or link totals.
+    bool shared_ = false, unshared_ = false;
+    void sharing(bool shared);         // records which, refusing a mix
     std::vector<std::uint64_t> seen_;  // a bit per link a notification named
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
 };
