@@ -100,12 +100,18 @@ nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepR
 }
 
 // The values of combination `n`: the last axis varies fastest.
-std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::size_t n) {
-    std::vector<std::string> values(axes.size());
+// Calls f(axis, index of its value) for each axis of combination `n`, the last axis first.
+template <typename F>
+void for_each_value(const std::vector<SweepAxis>& axes, std::size_t n, F&& f) {
     for (std::size_t i = axes.size(); i-- > 0;) {
-        values[i] = axes[i].values[n % axes[i].values.size()];
+        f(i, n % axes[i].values.size());
         n /= axes[i].values.size();
     }
+}
+
+std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::size_t n) {
+    std::vector<std::string> values(axes.size());
+    for_each_value(axes, n, [&](std::size_t i, std::size_t v) { values[i] = axes[i].values[v]; });
     return values;
 }
 
@@ -347,14 +353,11 @@ std::vector<std::size_t> dealt_to(int rank, int size, const std::vector<SweepAxi
         if (shapes_runs(axis.key)) shapes *= axis.values.size();
     const auto shape_of = [&axes](std::size_t n) {
         std::size_t shape = 0, radix = 1;
-        for (std::size_t i = axes.size(); i-- > 0;) {
-            const std::size_t values = axes[i].values.size();
-            if (shapes_runs(axes[i].key)) {
-                shape += (n % values) * radix;
-                radix *= values;
-            }
-            n /= values;
-        }
+        for_each_value(axes, n, [&](std::size_t i, std::size_t v) {
+            if (!shapes_runs(axes[i].key)) return;
+            shape += v * radix;
+            radix *= axes[i].values.size();
+        });
         return shape;
     };
     // splitmix64 is a bijection, so neither order has ties.

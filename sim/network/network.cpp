@@ -835,6 +835,41 @@ class NetworkImpl final : public Network, public EventHandler {
         return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
     }
 
+    // A transfer of `bytes` on `plan` outside `flow`: its time (analytical: the fixed latency,
+    // then per phase its delay and its longest flow; ideal: zero), calling each(flow, its
+    // bytes, its stand-alone time) for every flow that carries bytes. The one definition of
+    // start()'s time, run flow by flow or once for a kept cost (kept_cost).
+    template <typename Each>
+    Time unshared_time(const Plan& plan, double bytes, Each&& each) const {
+        const bool analytical = config_.fidelity == Fidelity::Analytical;
+        Time total = analytical && !plan.phases.empty() ? plan.fixed_latency : Time::zero();
+        // A collective's flows mostly carry equal bytes at equal rates: the last time is reused
+        // for the same arguments (transfer_time is a function of them).
+        double last_fb = -1, last_rate = -1;
+        Time last_t = Time::zero();
+        for (const Phase& p : plan.phases) {
+            Time longest = Time::zero();
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0) continue;
+                Time t = Time::zero();  // ideal: free, even at 0
+                if (analytical) {
+                    const double rate = flow_rate(f);
+                    if (fb != last_fb || rate != last_rate) {
+                        last_fb = fb;
+                        last_rate = rate;
+                        last_t = transfer_time(fb, Bandwidth{rate});
+                    }
+                    t = last_t;
+                    longest = std::max(longest, t);
+                }
+                each(f, fb, t);
+            }
+            if (analytical) total += phase_delay(p) + longest;
+        }
+        return total;
+    }
+
     // Whether the observers may be told a transfer's per-link sums (NetworkObserver::
     // on_link_totals): none wants flow times, and no member folding repeats each flow.
     bool takes_link_totals() const { return accounts_in_bulk() && real_links_.maps.empty(); }
@@ -866,31 +901,20 @@ class NetworkImpl final : public Network, public EventHandler {
         if (auto it = shared.costs.find(k); it != shared.costs.end()) return &it->second;
         if (shared.collective_bytes >= SharedPlans::kMaxBytes) return nullptr;
         PlanCost cost;
-        const bool analytical = config_.fidelity == Fidelity::Analytical;
-        const double bytes = static_cast<double>(size.value);
-        cost.time = analytical && !plan.phases.empty() ? plan.fixed_latency : Time::zero();
         auto& sums = shared.link_sums;
         if (sums.size() < real_links_.links) sums.resize(real_links_.links);
         std::vector<LinkId> touched;
-        for (const Phase& p : plan.phases) {
-            Time longest = Time::zero();
-            for (const FlowTemplate& f : p.flows) {
-                const double fb = f.bytes_per_size * bytes;
-                if (fb <= 0) continue;
-                const Time t =
-                    analytical ? transfer_time(fb, Bandwidth{flow_rate(f)}) : Time::zero();
-                longest = std::max(longest, t);
-                const double whole = whole_bytes(fb);
-                for (LinkId l : f.path) {
-                    if (l >= real_links_.links) continue;
-                    auto& sum = sums[l];
-                    if (sum.bytes == 0) touched.push_back(l);
-                    sum.bytes += whole;
-                    sum.holds += t;
-                }
-            }
-            if (analytical) cost.time += phase_delay(p) + longest;
-        }
+        cost.time = unshared_time(plan, static_cast<double>(size.value),
+                                  [&](const FlowTemplate& f, double fb, Time t) {
+                                      const double whole = whole_bytes(fb);
+                                      for (LinkId l : f.path) {
+                                          if (l >= real_links_.links) continue;
+                                          auto& sum = sums[l];
+                                          if (sum.bytes == 0) touched.push_back(l);
+                                          sum.bytes += whole;
+                                          sum.holds += t;
+                                      }
+                                  });
         std::sort(touched.begin(), touched.end());
         cost.links.reserve(touched.size());
         for (LinkId l : touched) {
@@ -945,37 +969,11 @@ class NetworkImpl final : public Network, public EventHandler {
                 return;
             }
         }
-        Time total = config_.fidelity == Fidelity::Analytical && !plan.phases.empty()
-                         ? plan.fixed_latency
-                         : Time::zero();
-        // A collective's flows mostly carry equal bytes at equal rates: the last time is reused
-        // for the same arguments (transfer_time is a function of them).
-        double last_fb = -1, last_rate = -1;
-        Time last_t = Time::zero();
-        for (const Phase& p : plan.phases) {
-            Time longest = Time::zero();
-            for (const FlowTemplate& f : p.flows) {
-                const double fb = f.bytes_per_size * bytes;
-                if (fb <= 0) continue;
-                if (config_.fidelity != Fidelity::Analytical) {  // ideal: free, even at 0
-                    if (observed())
-                        real_links_.on_flow_start(
-                            {sim_.now(), f.path, whole_bytes(fb), false, Time::zero()});
-                    continue;
-                }
-                const double rate = flow_rate(f);
-                if (fb != last_fb || rate != last_rate) {
-                    last_fb = fb;
-                    last_rate = rate;
-                    last_t = transfer_time(fb, Bandwidth{rate});
-                }
-                const Time t = last_t;
-                longest = std::max(longest, t);
+        const Time total =
+            unshared_time(plan, bytes, [this](const FlowTemplate& f, double fb, Time t) {
                 if (observed())
                     real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(fb), false, t});
-            }
-            if (config_.fidelity == Fidelity::Analytical) total += phase_delay(p) + longest;
-        }
+            });
         // Even a zero-cost transfer completes through an event, never inside send().
         sim_.schedule_in(total, handler_, kDone, op);
     }

@@ -70,8 +70,7 @@ void LinkAccounting::reset() {
     shared_ = unshared_ = false;
 }
 
-void LinkAccounting::sharing(bool shared) {
-    if (shared ? shared_ : unshared_) return;
+void LinkAccounting::note_sharing(bool shared) {
     (shared ? shared_ : unshared_) = true;
     if (shared_ && unshared_)
         throw SimulationError("report", "one link accounting told of shared and unshared flows");
@@ -115,19 +114,25 @@ void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
 }
 
 void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
-    see(l);
     sharing(true);
+    rate(at, l, flows);
+}
+
+void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
+    if (rates.empty()) return;
+    sharing(true);  // once for the instant's rates
+    for (const LinkRate& r : rates)
+        rate(at, r.link, r.flows);
+}
+
+void LinkAccounting::rate(Time at, topology::LinkId l, int flows) {
+    see(l);
     auto& st = rates_[l];
     const Time span = at - st.since;
     if (st.rate_flows >= 1) st.busy += span;
     if (st.rate_flows >= 2) st.shared += span;
     st.rate_flows = flows;
     st.since = at;
-}
-
-void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
-    for (const LinkRate& r : rates)
-        on_link_rate(at, r.link, r.bytes_per_s, r.flows);
 }
 
 Summary summarize(const SummaryInputs& in) {

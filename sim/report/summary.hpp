@@ -251,8 +251,14 @@ class LinkAccounting final : public network::NetworkObserver {
     std::vector<Rates> rates_;
     // Since the reset: a shared flow or a rate notification / an unshared flow or link totals.
     bool shared_ = false, unshared_ = false;
-    void sharing(bool shared);         // records which, refusing a mix
-    std::vector<std::uint64_t> seen_;  // a bit per link a notification named
+    // Records which (a branch on the notification paths; the first of each kind goes to
+    // note_sharing, which refuses a mix).
+    void sharing(bool shared) {
+        if (!(shared ? shared_ : unshared_)) note_sharing(shared);
+    }
+    void note_sharing(bool shared);
+    void rate(Time at, topology::LinkId link, int flows);  // on_link_rate without sharing()
+    std::vector<std::uint64_t> seen_;                      // a bit per link a notification named
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
 };
 
