@@ -257,14 +257,19 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
     std::optional<report::LinkAccounting> own_links;
-    report::LinkAccounting* links_seen = options.link_accounting;
-    if (links_seen && links_seen->links().size() == spec.cluster->links().size()) {
-        links_seen->reset();
+    report::LinkAccounting* links_seen = nullptr;
+    if (options.link_sketch && &options.link_sketch->cluster() == spec.cluster.get()) {
+        options.link_sketch->reset();
+        replay.add_network_observer(*options.link_sketch);
     } else {
-        links_seen = &own_links.emplace(spec.cluster->links().size());
+        links_seen = options.link_accounting;
+        if (links_seen && links_seen->links().size() == spec.cluster->links().size()) {
+            links_seen->reset();
+        } else {
+            links_seen = &own_links.emplace(spec.cluster->links().size());
+        }
+        replay.add_network_observer(*links_seen);
     }
-    report::LinkAccounting& links = *links_seen;
-    replay.add_network_observer(links);
     std::unique_ptr<report::TraceWriter> trace;
     if (options.trace) {
         trace = std::make_unique<report::TraceWriter>(
@@ -305,7 +310,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
-    in.links = options.link_list ? &links : nullptr;
+    in.links = options.link_list ? links_seen : nullptr;
     out.summary = report::summarize(in);
     report::add_goodput(out.summary, spec);
     if (spec.faults.any()) {

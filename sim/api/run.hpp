@@ -47,6 +47,11 @@ struct RunOptions {
     // zeroing an entry per directed link (1.3 M at 16,384 GPUs) for each. It holds the run's
     // link figures after run() returns.
     report::LinkAccounting* link_accounting = nullptr;
+    // Instead of any per-link accounting, the link sketch of the run's unshared flows
+    // (report::LinkSketch, reset first; used only when made for the run's own cluster, and only
+    // without `flow` fidelity, whose shared flows it refuses): a table-only sweep's digest. The
+    // summary then lists no links, and `link_accounting` is left as it was.
+    report::LinkSketch* link_sketch = nullptr;
     // Whether the summary lists its links (Summary::links, sorted by utilisation). A caller that
     // reads them from `link_accounting` instead (a table-only sweep's digest) says no.
     bool link_list = true;

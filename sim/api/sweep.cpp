@@ -116,18 +116,31 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
 }
 
 // What a sweep keeps per cluster its runs use (at most kMaxEntries clusters, the most recently
-// used): one link accounting its runs reuse (RunOptions::link_accounting: reset over the links a
-// run touched instead of allocated and zeroed over all of them) and a hash of each link's name,
-// computed on first use (8 bytes per link). About 60 bytes per directed link in all: 80 MB at
-// 16,384 GPUs (1.3 M links), where a run allocated as much for itself before.
+// used), each made on first use:
+//   - runs outside `flow`: one link sketch (RunOptions::link_sketch; the cluster's link keys, 8
+//     bytes per link, are kept with the cluster);
+//   - `flow` runs: one link accounting its runs reuse (RunOptions::link_accounting: reset over
+//     the links a run touched instead of allocated and zeroed over all of them) and a hash of
+//     each link's name, computed on first use (8 bytes per link). About 60 bytes per directed
+//     link in all: 80 MB at 16,384 GPUs (1.3 M links), where a run allocated as much for itself
+//     before.
 struct LinkState {
     std::shared_ptr<const topology::Cluster> cluster;  // keeps the key alive
-    report::LinkAccounting accounting;
+    std::optional<report::LinkSketch> sketch;
+    std::optional<report::LinkAccounting> accounting;
     std::vector<std::uint64_t> name_hash;  // per link its record's start, 0 until computed
-    explicit LinkState(std::shared_ptr<const topology::Cluster> c)
-        : cluster(std::move(c)),
-          accounting(cluster->links().size()),
-          name_hash(cluster->links().size(), 0) {}
+    explicit LinkState(std::shared_ptr<const topology::Cluster> c) : cluster(std::move(c)) {}
+    report::LinkSketch& sketched() {
+        if (!sketch) sketch.emplace(*cluster);
+        return *sketch;
+    }
+    report::LinkAccounting& accounted() {
+        if (!accounting) {
+            accounting.emplace(cluster->links().size());
+            name_hash.assign(cluster->links().size(), 0);
+        }
+        return *accounting;
+    }
 };
 
 struct LinkStates {
@@ -164,10 +177,11 @@ struct Source {
     }
 };
 
-// Digests of a summary whose text is not kept (a table-only sweep). FNV-1a of its JSON without
-// `links` and `wall_time_s`, then the number of links and the sum (mod 2^64) of one record hash
-// per link: a hash of what the JSON prints of the link (its name, kind, bytes, busy time,
-// utilisation, shared time and most flows at once, each number bit for bit). The list is
+// Digests of a summary whose text is not kept (a table-only sweep). Outside `flow` without link
+// faults, from the run's link sketch (summary_digest_from_sketch, below). Otherwise FNV-1a of its
+// JSON without `links` and `wall_time_s`, then the number of links and the sum (mod 2^64) of one
+// record hash per link: a hash of what the JSON prints of the link (its name, kind, bytes, busy
+// time, utilisation, shared time and most flows at once, each number bit for bit). The list is
 // printed in an order that is a function of those records (by utilisation, ties in link order),
 // so a sum, which needs no sort and no grouping, stands for it:
 //   - equal texts give equal digests (the same records);
@@ -209,6 +223,23 @@ std::uint64_t digest_of(const report::Summary& s, std::uint64_t links, std::uint
     return fnv1a_bytes(record_sum, h);
 }
 
+// From the run's link sketch (RunOptions::link_sketch: outside `flow`, no link faults): the JSON's
+// FNV-1a, then the sketch. The sketch stands for the link list as the record sum does, from
+// another side: the list prints per link its name, kind, bytes, busy time (the holding times
+// summed) and utilisation (bytes over bandwidth and iteration time, which is in the JSON), and
+// nothing shared; the link keys are a function of name, kind, bandwidth and link number. So:
+//   - different lists give different digests but for a chance of about 2^-61 (the sketch's);
+//   - equal lists give equal digests when their links are numbered alike: always on one
+//     cluster, except for parallel links of the same name whose figures were exchanged
+//     (listed in the same order, so the same text; here two results, each listed).
+// Where it errs it lists a repeat twice, never hides a result. A row of another kind (a `flow`
+// run, link faults) never has this row's JSON, so no digest needs to match across the kinds.
+std::uint64_t summary_digest_from_sketch(const report::Summary& s, std::uint64_t sketch) {
+    auto json = report::to_json(s);  // no links: RunOptions::link_sketch lists none
+    json.erase("wall_time_s");
+    return fnv1a_bytes(sketch, fnv1a(json.dump()));
+}
+
 // From the summary's own link list (runs whose links are listed: link faults from the start).
 // Takes the links out of `s` (they are not needed after).
 std::uint64_t summary_digest_without_text(report::Summary& s) {
@@ -229,11 +260,11 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
     const auto& cluster = *state.cluster;
     const auto& links = cluster.links();
     const auto& devices = cluster.devices();
-    const auto seen = state.accounting.links();
+    const auto seen = state.accounting->links();
     const double T = s.iteration_time_s;
     std::uint64_t count = 0;
     std::uint64_t sum = 0;
-    state.accounting.for_each_seen([&](topology::LinkId l) {
+    state.accounting->for_each_seen([&](topology::LinkId l) {
         if (l >= links.size()) return;
         const auto st = seen[l];
         if (st.bytes <= 0) return;
@@ -276,11 +307,16 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         row.source = spec.source;
         LinkState& links = experiment.links->of(spec.cluster);
         RunOptions options;
-        options.link_accounting = &links.accounting;
         options.replay_scratch = experiment.replay_scratch.get();
-        // The digest reads the links from the accounting, against the run's cluster: the
-        // experiment's own unless link faults from the start change its capacities.
+        // The digest reads the links from the sketch (outside `flow`) or the accounting,
+        // against the run's cluster: the experiment's own unless link faults from the start
+        // change its capacities.
         const bool from_links = !keep_summary && spec.faults.links.empty();
+        const bool from_sketch = from_links && spec.network.fidelity != network::Fidelity::Flow;
+        if (from_sketch)
+            options.link_sketch = &links.sketched();
+        else
+            options.link_accounting = &links.accounted();
         options.link_list = !from_links;
         auto s = run(spec, options).summary;
         const auto hbm = spec.cluster->gpu_model(0).hbm;
@@ -291,6 +327,8 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
             json.erase("wall_time_s");
             text = json.dump();
             digest = fnv1a(text);
+        } else if (from_sketch) {
+            digest = summary_digest_from_sketch(s, links.sketch->value());
         } else if (from_links) {
             digest = summary_digest_from_links(s, links);
         } else {

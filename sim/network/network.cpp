@@ -89,6 +89,10 @@ using PlanWords = std::array<std::uint64_t, 4 + 3 * kLinkKinds>;
 struct PlanCost {
     Time time;
     std::vector<NetworkObserver::LinkTotal> links;  // real links, increasing
+    // Its links' term of the link sketch (link_sketch_term), made the first time an observer
+    // that sketches is told it (RealLinksOnly::tell_cost).
+    mutable bool sketched = false;
+    mutable std::uint64_t sketch = 0;
 };
 
 class NetworkImpl final : public Network, public EventHandler {
@@ -147,6 +151,8 @@ class NetworkImpl final : public Network, public EventHandler {
     void add_observer(NetworkObserver* observer) override {
         if (compact_) throw SimulationError("network", "a compact network takes no observers");
         real_links_.targets.push_back(observer);
+        (observer->sketches_links() ? real_links_.sketches : real_links_.tables)
+            .push_back(observer);
         observers_.assign(1, &real_links_);
     }
 
@@ -471,6 +477,9 @@ class NetworkImpl final : public Network, public EventHandler {
         std::vector<std::uint32_t> flows_of;  // pair i: flows [flows_of[i], flows_of[i + 1])
         std::vector<Flow> flows;
         std::vector<LinkId> path;
+        // Per flow its path's link keys summed (link sketches), made the first time an observer
+        // that sketches is told these sends (account_sends).
+        mutable std::vector<PathKeys> keys;
         std::size_t bytes() const {
             return sizeof(Routes) + costs.size() * sizeof(RouteCost) +
                    flows_of.size() * sizeof(std::uint32_t) + flows.size() * sizeof(Flow) +
@@ -526,7 +535,7 @@ class NetworkImpl final : public Network, public EventHandler {
     void hold_link_totals() override { hold_totals_ = true; }
     void flush_link_totals() override {
         for (const auto& [cost, count] : held_)
-            real_links_.on_link_totals(sim_.now(), cost->links, count);
+            real_links_.tell_cost(sim_.now(), cluster_, *cost, count);
         held_.clear();
         held_of_.clear();
     }
@@ -543,9 +552,21 @@ class NetworkImpl final : public Network, public EventHandler {
                                   sim_.now());
         const double bytes = static_cast<double>(size.value);
         const bool timed = config_.fidelity == Fidelity::Analytical;
+        // Observers that sketch are told the sends' term once: per flow its whole bytes and
+        // holding time against its path's keys, summed here (kept with the routes).
+        const bool sketch = !real_links_.sketches.empty();
+        if (sketch && r.keys.size() != r.flows.size()) {
+            if (!real_links_.keys) real_links_.keys = &cluster_.link_keys();
+            r.keys.clear();
+            for (const Routes::Flow& f : r.flows)
+                r.keys.push_back(path_keys(
+                    *real_links_.keys, std::span<const LinkId>(r.path.data() + f.first, f.links)));
+        }
+        std::uint64_t term = 0;
         double last_fb = -1, last_rate = -1;
         Time last_t = Time::zero();
-        for (const Routes::Flow& f : r.flows) {
+        for (std::size_t i = 0; i < r.flows.size(); ++i) {
+            const Routes::Flow& f = r.flows[i];
             const double fb = f.bytes_per_size * bytes;
             if (fb <= 0 || f.links == 0) continue;
             if (timed && (fb != last_fb || f.rate != last_rate)) {
@@ -557,9 +578,12 @@ class NetworkImpl final : public Network, public EventHandler {
             const NetworkObserver::FlowStart flow{
                 sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
                 whole_bytes(fb) * static_cast<double>(count), false, t * count};
-            for (NetworkObserver* o : real_links_.targets)
+            for (NetworkObserver* o : real_links_.tables)
                 o->on_flow_start(flow);
+            if (sketch) term = modp::add(term, link_sketch_term(r.keys[i], flow.bytes, flow.holds));
         }
+        for (NetworkObserver* o : real_links_.sketches)
+            o->on_link_sketch(term);
     }
 
     void set_link_capacity(LinkId link, Bandwidth bandwidth) override {
@@ -632,6 +656,31 @@ class NetworkImpl final : public Network, public EventHandler {
     struct RealLinksOnly final : NetworkObserver {
         std::size_t links = 0;
         std::vector<NetworkObserver*> targets;
+        // The targets split by sketches_links(): told sums as a link sketch's term / as flows
+        // or link totals.
+        std::vector<NetworkObserver*> sketches, tables;
+        const std::vector<std::uint64_t>* keys = nullptr;  // the cluster's link keys, once asked
+        // A kept transfer's cost, `count` times: its link totals, or its sketch term.
+        void tell_cost(Time at, const Cluster& cluster, const PlanCost& cost, std::int64_t count) {
+            for (NetworkObserver* o : tables)
+                o->on_link_totals(at, cost.links, count);
+            if (sketches.empty()) return;
+            if (!cost.sketched) {
+                if (!keys) keys = &cluster.link_keys();
+                std::uint64_t sum = 0;
+                for (const LinkTotal& t : cost.links) {
+                    const LinkId l = t.link;
+                    sum = modp::add(sum, link_sketch_term({(*keys)[l], link_holds_key((*keys)[l])},
+                                                          t.bytes, t.holds));
+                }
+                cost.sketch = sum;
+                cost.sketched = true;
+            }
+            const std::uint64_t term =
+                modp::mul(cost.sketch, modp::of(static_cast<std::uint64_t>(count)));
+            for (NetworkObserver* o : sketches)
+                o->on_link_sketch(term);
+        }
         std::vector<LinkId> real_path;  // scratch, reused
         // Member folding (Network::fold): maps[m] carries member 0's links onto member m's; empty
         // without folding. Each notification about member 0's flows is repeated for every member.
@@ -962,7 +1011,7 @@ class NetworkImpl final : public Network, public EventHandler {
                         if (fresh) held_.push_back({cost, 0});
                         ++held_[at->second].second;
                     } else {
-                        real_links_.on_link_totals(sim_.now(), cost->links, 1);
+                        real_links_.tell_cost(sim_.now(), cluster_, *cost, 1);
                     }
                 }
                 sim_.schedule_in(cost->time, handler_, kDone, op);

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.hpp"
+#include "core/modp.hpp"
 #include "core/name_table.hpp"
 #include "core/units.hpp"
 #include "engine/simulation.hpp"
@@ -194,7 +196,43 @@ class NetworkObserver {
             on_flow_start({at, std::span<const topology::LinkId>(&t.link, 1),
                            t.bytes * static_cast<double>(count), false, t.holds * count});
     }
+    // Whether the observer needs of the unshared flows only the link sketch of their per-link
+    // sums (link_sketch_term below; report::LinkSketch, a table-only sweep's digest). The
+    // network then tells it what it has summed already as one term (on_link_sketch): a kept
+    // transfer's cost, a kept route's sends, instead of their flows or link totals. Every other
+    // notification still comes as it is.
+    virtual bool sketches_links() const { return false; }
+    virtual void on_link_sketch(std::uint64_t term) { (void)term; }
 };
+
+// The link sketch of per-link sums outside `flow`: over the links l, key(l) x bytes(l) +
+// hkey(l) x holds(l) (picoseconds), modulo the prime 2^61 - 1 (core/modp.hpp), with key(l) the
+// cluster's pseudo-random link key (Cluster::link_keys) and hkey(l) one made from it. A linear
+// function of whole numbers, so a flow adds the same whatever order it comes in, and a
+// transfer's or a route's terms can be summed once and reused. Two runs on one cluster whose
+// per-link bytes or holding times differ anywhere (below p) get equal sketches only when the
+// difference vector is orthogonal to the keys modulo p: about 1 chance in 2^61 for keys that
+// do not depend on the runs.
+inline std::uint64_t link_holds_key(std::uint64_t key) {
+    return modp::of(mix64(key ^ 0x3c6ef372fe94f82b));
+}
+struct PathKeys {
+    std::uint64_t bytes = 0, holds = 0;  // the links' key and hkey, each summed modulo p
+};
+inline PathKeys path_keys(const std::vector<std::uint64_t>& keys,
+                          std::span<const topology::LinkId> path) {
+    PathKeys k;
+    for (topology::LinkId l : path) {
+        k.bytes = modp::add(k.bytes, keys[l]);
+        k.holds = modp::add(k.holds, link_holds_key(keys[l]));
+    }
+    return k;
+}
+// What a flow of whole `bytes` holding each link of a path for `holds` adds to the sketch.
+inline std::uint64_t link_sketch_term(PathKeys k, double bytes, Time holds) {
+    return modp::add(modp::mul(k.bytes, modp::of(static_cast<std::uint64_t>(bytes))),
+                     modp::mul(k.holds, modp::of(static_cast<std::uint64_t>(holds.count_ps()))));
+}
 
 using GroupId = std::uint32_t;
 

@@ -135,6 +135,52 @@ void LinkAccounting::rate(Time at, topology::LinkId l, int flows) {
     st.since = at;
 }
 
+LinkSketch::LinkSketch(const topology::Cluster& cluster)
+    : cluster_(&cluster), keys_(&cluster.link_keys()) {}
+
+std::uint64_t LinkSketch::of(const LinkAccounting& accounting, const topology::Cluster& cluster) {
+    const auto& keys = cluster.link_keys();
+    const auto links = accounting.links();
+    std::uint64_t sum = 0;
+    accounting.for_each_seen([&](topology::LinkId l) {
+        const auto st = links[l];
+        const topology::LinkId one[] = {l};
+        sum = modp::add(
+            sum, network::link_sketch_term(network::path_keys(keys, one), st.bytes, st.busy));
+    });
+    return sum;
+}
+
+void LinkSketch::on_flow_start(const FlowStart& flow) {
+    if (flow.shared)
+        throw SimulationError("report", "a link sketch told of a shared flow (`flow` fidelity)",
+                              flow.at);
+    value_ = modp::add(value_, network::link_sketch_term(network::path_keys(*keys_, flow.path),
+                                                         flow.bytes, flow.holds));
+}
+
+void LinkSketch::on_flow_end(Time at, std::span<const topology::LinkId>) {
+    throw SimulationError("report", "a link sketch told of a shared flow's end", at);
+}
+
+void LinkSketch::on_link_rate(Time at, topology::LinkId, double, int) {
+    throw SimulationError("report", "a link sketch told of link rates (`flow` fidelity)", at);
+}
+
+void LinkSketch::on_link_rates(Time at, std::span<const LinkRate> rates) {
+    if (!rates.empty()) on_link_rate(at, rates.front().link, 0, 0);
+}
+
+void LinkSketch::on_link_totals(Time, std::span<const LinkTotal> totals, std::int64_t count) {
+    std::uint64_t sum = 0;
+    for (const LinkTotal& t : totals) {
+        const topology::LinkId one[] = {t.link};
+        sum = modp::add(
+            sum, network::link_sketch_term(network::path_keys(*keys_, one), t.bytes, t.holds));
+    }
+    value_ = modp::add(value_, modp::mul(sum, modp::of(static_cast<std::uint64_t>(count))));
+}
+
 Summary summarize(const SummaryInputs& in) {
     const auto& spec = *in.spec;
     const auto& plan = *in.plan;

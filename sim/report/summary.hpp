@@ -262,6 +262,39 @@ class LinkAccounting final : public network::NetworkObserver {
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
 };
 
+// The link sketch (network::link_sketch_term) of a run's unshared flows: what a LinkAccounting
+// would sum per link, reduced to one number that is a linear function of those sums. Equal
+// sketches on one cluster are equal per-link bytes and holding times but for a chance of about
+// 2^-61, so a table-only sweep tells repeated runs apart by it without a table per link or a walk
+// over the links (api/sweep.cpp). Told kept transfers and routes as precomputed terms
+// (sketches_links). Refuses shared flows (`flow` fidelity: busy and shared times come from
+// rates, which are not sums of flows) with a SimulationError.
+class LinkSketch final : public network::NetworkObserver {
+  public:
+    explicit LinkSketch(const topology::Cluster& cluster);
+    void reset() { value_ = 0; }
+    std::uint64_t value() const { return value_; }
+    const topology::Cluster& cluster() const { return *cluster_; }
+    // The sketch of the sums `accounting` holds for a run on `cluster` without shared flows:
+    // value() of a LinkSketch that saw the same run.
+    static std::uint64_t of(const LinkAccounting& accounting, const topology::Cluster& cluster);
+
+    void on_flow_start(const FlowStart& flow) override;
+    void on_flow_end(Time at, std::span<const topology::LinkId> path) override;
+    void on_link_rate(Time at, topology::LinkId link, double bytes_per_s, int flows) override;
+    void on_link_rates(Time at, std::span<const LinkRate> rates) override;
+    void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
+    bool wants_ordered_link_rates() const override { return false; }
+    bool wants_flow_times() const override { return false; }
+    bool sketches_links() const override { return true; }
+    void on_link_sketch(std::uint64_t term) override { value_ = modp::add(value_, term); }
+
+  private:
+    const topology::Cluster* cluster_;
+    const std::vector<std::uint64_t>* keys_;
+    std::uint64_t value_ = 0;
+};
+
 // A link's utilisation in the summary: its bytes over what its bandwidth carries in an iteration
 // of `iteration_s` (0 for an empty iteration). The one formula of link_summaries and of the
 // sweep's link digest, which must agree bit for bit.

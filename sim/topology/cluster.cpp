@@ -1,6 +1,7 @@
 #include "topology/cluster.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -8,6 +9,7 @@
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "core/modp.hpp"
 
 namespace cs::topology {
 
@@ -41,6 +43,24 @@ std::string Cluster::link_name(LinkId link) const {
     name += "->";
     name += to;
     return name;
+}
+
+const std::vector<std::uint64_t>& Cluster::link_keys() const {
+    if (link_keys_.size() == links_.size()) return link_keys_;
+    // The name "<from>-><to>" through its two device ids' FNV-1a, each id hashed once.
+    std::vector<std::uint64_t> id(devices_.size());
+    for (std::size_t d = 0; d < devices_.size(); ++d)
+        id[d] = fnv1a(devices_[d].id);
+    link_keys_.resize(links_.size());
+    for (std::size_t l = 0; l < links_.size(); ++l) {
+        const Link& link = links_[l];
+        std::uint64_t h = mix64(id[link.from] ^ 0x6a09e667f3bcc909);
+        h = mix64(h ^ std::rotl(id[link.to], 23));
+        h = mix64(h ^ (static_cast<std::uint64_t>(l) << 8 | static_cast<std::uint64_t>(link.kind)));
+        h = mix64(h ^ std::bit_cast<std::uint64_t>(link.bandwidth.bytes_per_s));
+        link_keys_[l] = modp::of(h);
+    }
+    return link_keys_;
 }
 
 bool Cluster::link_named(LinkId link, std::string_view name) const {
@@ -637,6 +657,7 @@ Cluster Cluster::with_faults(const std::vector<LinkId>& failed,
     c.route_memo_ = RouteMemo{};  // this cluster's routes, not the copy's
     c.capacities_.clear();        // and its bandwidths
     c.kept_plans_.reset();
+    c.link_keys_.clear();
     for (const auto& [link, bandwidth] : bandwidths)
         c.links_.at(link).bandwidth = bandwidth;
     if (failed.empty()) return c;

@@ -233,6 +233,12 @@ class Cluster {
     // plans, docs/network.md): an opaque slot, emptied by keep_routes and not copied by
     // with_faults. Not thread-safe, like route().
     std::shared_ptr<void>& kept_plans() const { return kept_plans_; }
+    // A pseudo-random key per directed link, below 2^61 - 1, for linear sketches of per-link
+    // sums (network::link_sketch_term): a function of what a summary prints of the link (its
+    // name, kind and bandwidth) and of its number, so equal keys on two clusters are the same
+    // link. Made on first call (8 bytes per link) and kept; not copied by with_faults (whose
+    // bandwidths differ). Not thread-safe, like route().
+    const std::vector<std::uint64_t>& link_keys() const;
     // A copy of this cluster with link faults (the experiment's `faults.links`, docs/what-if.md):
     // the directed links of `failed` carry nothing and routes avoid them (route() throws
     // NoPathError where no path remains), and each (link, bandwidth) of `bandwidths` has that
@@ -339,6 +345,7 @@ class Cluster {
     mutable RouteMemo route_memo_;
     mutable std::shared_ptr<void> kept_plans_;
     mutable std::vector<std::shared_ptr<const ScaledCapacities>> capacities_;  // newest last
+    mutable std::vector<std::uint64_t> link_keys_;  // link_keys(): empty until first asked
 };
 
 class ClusterBuilder {

@@ -265,6 +265,68 @@ TEST_CASE(
     CHECK(folded >= 5);          // the comparison covers replica-folded runs
 }
 
+TEST_CASE("fold: a link sketch on a sweep's cached cluster is the sketch of the run's link sums") {
+    // A table-only sweep outside `flow` keeps no per-link table: the run's link sketch
+    // (report::LinkSketch) is told kept transfers' costs, held totals and followers' sends as
+    // precomputed terms. The sketch is linear in the per-link sums, so it must equal the sketch
+    // computed from a link accounting of the same run (LinkSketch::of), both on the cached
+    // cluster (one run with the accounting and a second sketch attached at once: the network
+    // tells each its own way) and on a fresh one (same topology, so the same link keys).
+    cs::workload::ClusterCache cache;
+    const std::vector<std::vector<std::string>> sequence = {
+        analytical(layout(16, 4)),
+        analytical(layout(16, 8)),
+        analytical(layout(16, 4, {"training.global_batch_size=64"})),
+        analytical(layout(16, 4, {"parallelism.order=tp-pp-dp", "parallelism.cp=1"})),
+        analytical(layout(
+            16, 4, {"schedule=1f1b", "parallelism.vpp=1", "parallelism.overlap_grad_reduce=true"})),
+        analytical(layout(16, 4), "ideal"),
+        analytical(layout(16, 4)),
+    };
+    std::vector<std::uint64_t> values;
+    int folded = 0;
+    for (const auto& sets : sequence) {
+        CAPTURE(values.size());
+        const auto cached_spec =
+            cs::workload::load_experiment(kDefault, sets, cs::topology::kDefaultMaxMemory, &cache);
+        cs::report::LinkSketch sketch(*cached_spec.cluster);
+        cs::api::RunOptions options;
+        options.link_sketch = &sketch;
+        options.link_list = false;
+        const auto sketched = cs::api::run(cached_spec, options);
+        CHECK(sketched.summary.links.empty());
+
+        cs::report::LinkAccounting accounting(cached_spec.cluster->links().size());
+        cs::report::LinkSketch beside(*cached_spec.cluster);
+        cs::api::RunOptions both;
+        both.link_accounting = &accounting;
+        both.attach = [&](cs::replay::Replay& r) { r.add_network_observer(beside); };
+        const auto accounted = cs::api::run(cached_spec, both);
+        CHECK(text(accounted.summary).size() > text(sketched.summary).size());  // its links
+
+        const auto fresh_spec = cs::api::load_experiment({kDefault, sets, ""});
+        cs::report::LinkAccounting fresh(fresh_spec.cluster->links().size());
+        cs::api::RunOptions alone;
+        alone.link_accounting = &fresh;
+        cs::api::run(fresh_spec, alone);
+
+        const std::uint64_t want = cs::report::LinkSketch::of(fresh, *fresh_spec.cluster);
+        CHECK(sketch.value() == want);
+        CHECK(beside.value() == want);
+        CHECK(cs::report::LinkSketch::of(accounting, *cached_spec.cluster) == want);
+        values.push_back(sketch.value());
+        if (sketched.summary.fold_replicas < sketched.summary.dp) ++folded;
+    }
+    CHECK(folded >= 4);  // followers' sends told as terms
+    // The same layout gives the same sketch (first and last); the others move bytes or holding
+    // times on some link (the ideal network holds none: its sketch is of bytes alone), so each
+    // differs from every other.
+    CHECK(values.front() == values.back());
+    for (std::size_t i = 0; i + 1 < values.size(); ++i)
+        for (std::size_t j = i + 1; j + 1 < values.size(); ++j)
+            CHECK_MESSAGE(values[i] != values[j], i, " ", j);
+}
+
 TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs without it") {
     // A sweep passes one replay::ReplayScratch to all its runs: a replay takes the per-worker
     // containers kept for its worker count and resets them. The sequence changes the worker
