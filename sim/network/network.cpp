@@ -477,9 +477,17 @@ class NetworkImpl final : public Network, public EventHandler {
         std::vector<std::uint32_t> flows_of;  // pair i: flows [flows_of[i], flows_of[i + 1])
         std::vector<Flow> flows;
         std::vector<LinkId> path;
-        // Per flow its path's link keys summed (link sketches), made the first time an observer
-        // that sketches is told these sends (account_sends).
-        mutable std::vector<PathKeys> keys;
+        // For link sketches, made the first time an observer that sketches is told these sends
+        // (account_sends): the flows with links grouped by what their whole bytes and holding
+        // time are a function of (bytes per size, rate), each group with its paths' link keys
+        // summed. A follower's sends are mostly one group: one term for all of them.
+        struct Group {
+            double bytes_per_size = 0;
+            double rate = 0;
+            PathKeys keys;
+        };
+        mutable std::vector<Group> groups;
+        mutable bool grouped = false;
         std::size_t bytes() const {
             return sizeof(Routes) + costs.size() * sizeof(RouteCost) +
                    flows_of.size() * sizeof(std::uint32_t) + flows.size() * sizeof(Flow) +
@@ -554,33 +562,54 @@ class NetworkImpl final : public Network, public EventHandler {
         const bool timed = config_.fidelity == Fidelity::Analytical;
         // Observers that sketch are told the sends' term once: per flow its whole bytes and
         // holding time against its path's keys, summed here (kept with the routes).
-        const bool sketch = !real_links_.sketches.empty();
-        if (sketch && r.keys.size() != r.flows.size()) {
-            if (!real_links_.keys) real_links_.keys = &cluster_.link_keys();
-            r.keys.clear();
-            for (const Routes::Flow& f : r.flows)
-                r.keys.push_back(path_keys(
-                    *real_links_.keys, std::span<const LinkId>(r.path.data() + f.first, f.links)));
-        }
-        std::uint64_t term = 0;
+        // A flow's whole bytes and holding time, as start() times it.
         double last_fb = -1, last_rate = -1;
         Time last_t = Time::zero();
-        for (std::size_t i = 0; i < r.flows.size(); ++i) {
-            const Routes::Flow& f = r.flows[i];
-            const double fb = f.bytes_per_size * bytes;
-            if (fb <= 0 || f.links == 0) continue;
-            if (timed && (fb != last_fb || f.rate != last_rate)) {
+        const auto holds = [&](double fb, double rate) {
+            if (!timed) return Time::zero();
+            if (fb != last_fb || rate != last_rate) {
                 last_fb = fb;
-                last_rate = f.rate;
-                last_t = transfer_time(fb, Bandwidth{f.rate});
+                last_rate = rate;
+                last_t = transfer_time(fb, Bandwidth{rate});
             }
-            const Time t = timed ? last_t : Time::zero();
-            const NetworkObserver::FlowStart flow{
-                sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
-                whole_bytes(fb) * static_cast<double>(count), false, t * count};
-            for (NetworkObserver* o : real_links_.tables)
-                o->on_flow_start(flow);
-            if (sketch) term = modp::add(term, link_sketch_term(r.keys[i], flow.bytes, flow.holds));
+            return last_t;
+        };
+        if (!real_links_.tables.empty())
+            for (const Routes::Flow& f : r.flows) {
+                const double fb = f.bytes_per_size * bytes;
+                if (fb <= 0 || f.links == 0) continue;
+                const Time t = holds(fb, f.rate);
+                const NetworkObserver::FlowStart flow{
+                    sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
+                    whole_bytes(fb) * static_cast<double>(count), false, t * count};
+                for (NetworkObserver* o : real_links_.tables)
+                    o->on_flow_start(flow);
+            }
+        if (real_links_.sketches.empty()) return;
+        // The sketch is linear: a group's flows add their summed keys times the group's whole
+        // bytes and holding time, as each flow would add its own.
+        if (!r.grouped) {
+            if (!real_links_.keys) real_links_.keys = &cluster_.link_keys();
+            for (const Routes::Flow& f : r.flows) {
+                if (f.links == 0) continue;
+                const PathKeys k = path_keys(
+                    *real_links_.keys, std::span<const LinkId>(r.path.data() + f.first, f.links));
+                auto g = std::find_if(r.groups.begin(), r.groups.end(), [&](const auto& x) {
+                    return x.bytes_per_size == f.bytes_per_size && x.rate == f.rate;
+                });
+                if (g == r.groups.end())
+                    g = r.groups.insert(r.groups.end(), {f.bytes_per_size, f.rate, {}});
+                g->keys = {modp::add(g->keys.bytes, k.bytes), modp::add(g->keys.holds, k.holds)};
+            }
+            r.grouped = true;
+        }
+        std::uint64_t term = 0;
+        for (const Routes::Group& g : r.groups) {
+            const double fb = g.bytes_per_size * bytes;
+            if (fb <= 0) continue;
+            term = modp::add(term,
+                             link_sketch_term(g.keys, whole_bytes(fb) * static_cast<double>(count),
+                                              holds(fb, g.rate) * count));
         }
         for (NetworkObserver* o : real_links_.sketches)
             o->on_link_sketch(term);
