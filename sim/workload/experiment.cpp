@@ -726,11 +726,19 @@ ExperimentSpec load_experiment_document(config::Document doc,
     };
     const auto build = [&](const std::string& source, const config::Document& tdoc) {
         const auto make = [&] { return topology::load_cluster(tdoc, max_memory); };
-        if (clusters) return clusters->get(cache_key(source), make);
+        if (clusters) return clusters->get(cache_key(source), make, tdoc.display_path);
         return std::shared_ptr<const topology::Cluster>(
             std::make_shared<topology::Cluster>(make()));
     };
-    if (topo_node.IsScalar()) {
+    // A topology file with these overrides already built into the cache loaded, took its
+    // overrides and built then: its file is not parsed again (a sweep's combinations).
+    if (topo_node.IsScalar() && clusters)
+        cluster = clusters->find(
+            cache_key(std::string("file ").append(doc.resolve(topo_node.Scalar()).string())),
+            spec.topology_source);
+    if (cluster) {
+        // held: nothing to load
+    } else if (topo_node.IsScalar()) {
         config::Document tdoc;
         try {
             tdoc = config::load_document(doc.resolve(topo_node.Scalar()));
@@ -863,15 +871,26 @@ ExperimentSpec load_experiment_document(config::Document doc,
 }  // namespace
 
 std::shared_ptr<const topology::Cluster> ClusterCache::get(
-    const std::string& key, const std::function<topology::Cluster()>& build) {
-    for (const auto& [k, cluster] : entries_)
-        if (k == key) return cluster;
+    const std::string& key, const std::function<topology::Cluster()>& build,
+    const std::string& source) {
+    for (const auto& e : entries_)
+        if (e.key == key) return e.cluster;
     auto cluster = std::make_shared<const topology::Cluster>(build());
     cluster->keep_routes(kKeptRouteBytes);
     ++builds_;
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
-    entries_.emplace_back(key, cluster);
+    entries_.push_back({key, cluster, source});
     return cluster;
+}
+
+std::shared_ptr<const topology::Cluster> ClusterCache::find(const std::string& key,
+                                                            std::string& source) const {
+    for (const auto& e : entries_)
+        if (e.key == key) {
+            source = e.source;
+            return e.cluster;
+        }
+    return nullptr;
 }
 
 ExperimentSpec load_experiment(const std::filesystem::path& path,

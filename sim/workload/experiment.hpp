@@ -383,12 +383,23 @@ class ClusterCache {
     static constexpr std::size_t kKeptRouteBytes = std::size_t{64} << 20;
     // The cluster under `key`, built by `build` if it is not held. A build that throws caches
     // nothing (the next load fails the same way).
+    // `source`: the display path of the topology file it is built from, kept with it.
     std::shared_ptr<const topology::Cluster> get(const std::string& key,
-                                                 const std::function<topology::Cluster()>& build);
+                                                 const std::function<topology::Cluster()>& build,
+                                                 const std::string& source = {});
+    // The cluster under `key` if held, with its file's display path in `source`; else null. A
+    // sweep's later combinations take their topology here without parsing its file again.
+    std::shared_ptr<const topology::Cluster> find(const std::string& key,
+                                                  std::string& source) const;
     std::size_t builds() const { return builds_; }
 
   private:
-    std::vector<std::pair<std::string, std::shared_ptr<const topology::Cluster>>> entries_;
+    struct Entry {
+        std::string key;
+        std::shared_ptr<const topology::Cluster> cluster;
+        std::string source;
+    };
+    std::vector<Entry> entries_;
     std::size_t builds_ = 0;
 };
 

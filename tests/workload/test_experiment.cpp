@@ -433,6 +433,8 @@ TEST_CASE("ClusterCache: one build per distinct topology settings, reused across
     const auto b = load_experiment(path, {"parallelism.tp=8"}, topology::kDefaultMaxMemory, &cache);
     CHECK(cache.builds() == 1);
     CHECK(a.cluster == b.cluster);  // the same object
+    // The second load took the cluster without reading the topology file: it still names it.
+    CHECK(b.topology_source == a.topology_source);
     const auto c = load_experiment(path, {"topology.nodes=16", "parallelism.dp=2"},
                                    topology::kDefaultMaxMemory, &cache);
     CHECK(cache.builds() == 2);
@@ -442,6 +444,8 @@ TEST_CASE("ClusterCache: one build per distinct topology settings, reused across
     const auto d = load_experiment(path, {"parallelism.tp=8"});
     CHECK(d.cluster != b.cluster);
     CHECK(d.cluster->links().size() == b.cluster->links().size());
+    CHECK(d.topology_source == b.topology_source);
+    CHECK(d.topology_source.find("topologies/") != std::string::npos);
     // A topology that fails to load caches nothing and fails again the same way.
     const auto bad = [&] {
         return error_of([&] {
