@@ -1,11 +1,13 @@
 #include "api/shard.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #ifdef CLUSTERSIM_WITH_MPI
 #include <mpi.h>
 
-#include <algorithm>
+#include <array>
 #include <chrono>
 #include <thread>
 #endif
@@ -31,7 +33,9 @@ bool launched_by_mpi() {
     return false;
 }
 
-constexpr int kTag = 7301;
+constexpr int kTag = 7301;      // gather_to_root
+constexpr int kAskTag = 7302;   // WorkQueue: a rank's request for its next chunk
+constexpr int kDealTag = 7303;  // WorkQueue: rank 0's answer
 // MPI counts are ints: longer buffers go in pieces.
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
@@ -113,6 +117,99 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
     return all;
 }
 
+// What is in flight between rank 0 and the others. Each rank other than 0 has at most one
+// request out (it asks again only once answered), so rank 0 keeps one answer buffer per rank.
+struct WorkQueue::Messages {
+    // Ranks other than 0: the request in flight (this rank's earliest failure) and its answer
+    // (rank 0's cutoff, then the chunk's begin and end).
+    std::uint64_t request = kNoCutoff;
+    std::array<std::uint64_t, 3> answer{};
+    MPI_Request sent = MPI_REQUEST_NULL;
+    MPI_Request received = MPI_REQUEST_NULL;
+    // Rank 0: per rank, the answer being sent; how many ranks other than 0 were told the work is
+    // out (they ask no more).
+    std::vector<std::array<std::uint64_t, 3>> answers;
+    std::vector<MPI_Request> answering;
+    int told_out = 0;
+    Messages(int size, int out_at_start)
+        : answers(static_cast<std::size_t>(size)),
+          answering(static_cast<std::size_t>(size), MPI_REQUEST_NULL),
+          told_out(out_at_start) {}
+};
+
+namespace {
+
+void complete(MPI_Request& request) {  // MPI_REQUEST_NULL completes at once
+    wait_politely([&] {
+        int done = 0;
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        return done != 0;
+    });
+}
+
+}  // namespace
+
+WorkQueue::Chunk WorkQueue::next() {
+    if (out_) return {};
+    Messages* m = messages_.get();
+    const bool root = ranks_.rank() == 0;
+    Chunk chunk = first_;
+    if (started_ && root) {
+        serve();
+        chunk = deal_(0, cutoff_);
+    } else if (started_) {
+        complete(m->received);  // asked for with the previous chunk
+        complete(m->sent);
+        cutoff_ = std::min(cutoff_, m->answer[0]);
+        chunk = Chunk{m->answer[1], m->answer[2]};
+    }
+    started_ = true;
+    if (chunk.empty()) {
+        out_ = true;
+        if (m != nullptr && root) {
+            // The others still simulate their last chunks and ask again: each is told the work is
+            // out before rank 0 goes on to the gather, so no request is left unanswered.
+            wait_politely([&] {
+                serve();
+                return m->told_out == ranks_.size() - 1;
+            });
+            for (auto& request : m->answering)
+                complete(request);
+        }
+        return {};
+    }
+    if (m != nullptr && !root) {
+        // One chunk ahead: the answer comes while this chunk is simulated (rank 0 answers between
+        // its own rows, which can take hundreds of milliseconds).
+        m->request = failure_;
+        MPI_Irecv(m->answer.data(), 3, MPI_UINT64_T, 0, kDealTag, MPI_COMM_WORLD, &m->received);
+        MPI_Isend(&m->request, 1, MPI_UINT64_T, 0, kAskTag, MPI_COMM_WORLD, &m->sent);
+    }
+    return chunk;
+}
+
+void WorkQueue::serve() {
+    Messages* m = messages_.get();
+    if (m == nullptr || ranks_.rank() != 0) return;
+    for (;;) {
+        int arrived = 0;
+        MPI_Status status;
+        MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, MPI_COMM_WORLD, &arrived, &status);
+        if (arrived == 0) return;
+        const int from = status.MPI_SOURCE;
+        std::uint64_t failure = kNoCutoff;
+        MPI_Recv(&failure, 1, MPI_UINT64_T, from, kAskTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        cutoff_ = std::min(cutoff_, failure);
+        const Chunk chunk = deal_(from, cutoff_);
+        if (chunk.empty()) ++m->told_out;
+        const auto at = static_cast<std::size_t>(from);
+        complete(m->answering[at]);  // the previous answer, received before `from` asked again
+        m->answers[at] = {cutoff_, chunk.begin, chunk.end};
+        MPI_Isend(m->answers[at].data(), 3, MPI_UINT64_T, from, kDealTag, MPI_COMM_WORLD,
+                  &m->answering[at]);
+    }
+}
+
 #else  // built without MPI: always a job of one
 
 SweepRanks::SweepRanks() = default;
@@ -123,6 +220,37 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
     return {std::move(mine)};
 }
 
+struct WorkQueue::Messages {};
+
+WorkQueue::Chunk WorkQueue::next() {
+    if (out_) return {};
+    const Chunk chunk = started_ ? deal_(0, cutoff_) : first_;
+    started_ = true;
+    out_ = chunk.empty();
+    return chunk;
+}
+
+void WorkQueue::serve() {}
+
 #endif
+
+WorkQueue::WorkQueue(const SweepRanks& ranks, Deal deal) : ranks_(ranks), deal_(std::move(deal)) {
+    [[maybe_unused]] int out = 0;  // ranks other than 0 given nothing: they never ask
+    for (int r = 0; r < ranks_.size(); ++r) {
+        const Chunk chunk = deal_(r, kNoCutoff);
+        if (r == ranks_.rank()) first_ = chunk;
+        if (r != 0 && chunk.empty()) ++out;
+    }
+#ifdef CLUSTERSIM_WITH_MPI
+    if (ranks_.size() > 1) messages_ = std::make_unique<Messages>(ranks_.size(), out);
+#endif
+}
+
+WorkQueue::~WorkQueue() = default;
+
+void WorkQueue::failed(std::uint64_t index) {
+    failure_ = std::min(failure_, index);
+    cutoff_ = std::min(cutoff_, index);
+}
 
 }  // namespace cs::api
