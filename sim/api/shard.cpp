@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #endif
 
@@ -55,10 +56,17 @@ SweepRanks::SweepRanks() {
     if (!launched_by_mpi()) return;
     int initialized = 0;
     MPI_Initialized(&initialized);
+    // WorkQueue's rank 0 answers from a second thread while the first simulates; all of its MPI
+    // calls are made under one lock, which MPI_THREAD_SERIALIZED allows (Open MPI takes no locks
+    // of its own at that level).
+    int threads = MPI_THREAD_SINGLE;
     if (!initialized) {
-        MPI_Init(nullptr, nullptr);
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &threads);
         joined_ = true;
+    } else {
+        MPI_Query_thread(&threads);
     }
+    threads_ = threads >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
@@ -131,10 +139,23 @@ struct WorkQueue::Messages {
     std::vector<std::array<std::uint64_t, 3>> answers;
     std::vector<MPI_Request> answering;
     int told_out = 0;
+    // Rank 0: the main thread and `server` take turns under `lock` for every MPI call, the deal
+    // and the cutoff.
+    std::mutex lock;
+    std::thread server;
+    std::atomic<bool> stop = false;
+
     Messages(int size, int out_at_start)
         : answers(static_cast<std::size_t>(size)),
           answering(static_cast<std::size_t>(size), MPI_REQUEST_NULL),
           told_out(out_at_start) {}
+    ~Messages() { stop_server(); }
+    void stop_server() {
+        stop = true;
+        if (server.joinable()) server.join();
+    }
+    // Rank 0, under `lock`: answers every request that has arrived.
+    void answer_requests(WorkQueue& queue);
 };
 
 namespace {
@@ -149,18 +170,69 @@ void complete(MPI_Request& request) {  // MPI_REQUEST_NULL completes at once
 
 }  // namespace
 
+void WorkQueue::Messages::answer_requests(WorkQueue& queue) {
+    for (;;) {
+        int arrived = 0;
+        MPI_Status status;
+        MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, MPI_COMM_WORLD, &arrived, &status);
+        if (arrived == 0) return;
+        const int from = status.MPI_SOURCE;
+        std::uint64_t failure = kNoCutoff;
+        MPI_Recv(&failure, 1, MPI_UINT64_T, from, kAskTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        const std::uint64_t cutoff = std::min(queue.cutoff(), failure);
+        queue.cutoff_ = cutoff;
+        const Chunk chunk = queue.deal_(from, cutoff);
+        if (chunk.empty()) ++told_out;
+        const auto at = static_cast<std::size_t>(from);
+        complete(answering[at]);  // the previous answer, received before `from` asked again
+        answers[at] = {cutoff, chunk.begin, chunk.end};
+        MPI_Isend(answers[at].data(), 3, MPI_UINT64_T, from, kDealTag, MPI_COMM_WORLD,
+                  &answering[at]);
+    }
+}
+
+WorkQueue::WorkQueue(const SweepRanks& ranks, Deal deal) : ranks_(ranks), deal_(std::move(deal)) {
+    int out = 0;  // ranks other than 0 given nothing: they never ask
+    for (int r = 0; r < ranks_.size(); ++r) {
+        const Chunk chunk = deal_(r, kNoCutoff);
+        if (r == ranks_.rank()) first_ = chunk;
+        if (r != 0 && chunk.empty()) ++out;
+    }
+    if (ranks_.size() == 1) return;
+    messages_ = std::make_unique<Messages>(ranks_.size(), out);
+    if (ranks_.rank() != 0 || !ranks_.threads_) return;
+    // Answers come within about a millisecond, not after rank 0's current row (a shape's first
+    // row can take a quarter of a second, and more with the flow network), so that a rank never
+    // finishes its chunk before the next one is dealt.
+    Messages* m = messages_.get();
+    m->server = std::thread([this, m] {
+        while (!m->stop) {
+            {
+                const std::lock_guard guard(m->lock);
+                m->answer_requests(*this);
+                if (m->told_out == ranks_.size() - 1) return;  // nobody will ask again
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    });
+}
+
 WorkQueue::Chunk WorkQueue::next() {
     if (out_) return {};
     Messages* m = messages_.get();
     const bool root = ranks_.rank() == 0;
     Chunk chunk = first_;
     if (started_ && root) {
-        serve();
-        chunk = deal_(0, cutoff_);
+        std::unique_lock<std::mutex> guard;
+        if (m != nullptr) {
+            guard = std::unique_lock(m->lock);
+            m->answer_requests(*this);
+        }
+        chunk = deal_(0, cutoff());
     } else if (started_) {
         complete(m->received);  // asked for with the previous chunk
         complete(m->sent);
-        cutoff_ = std::min(cutoff_, m->answer[0]);
+        cutoff_ = std::min(cutoff(), m->answer[0]);
         chunk = Chunk{m->answer[1], m->answer[2]};
     }
     started_ = true;
@@ -170,17 +242,18 @@ WorkQueue::Chunk WorkQueue::next() {
             // The others still simulate their last chunks and ask again: each is told the work is
             // out before rank 0 goes on to the gather, so no request is left unanswered.
             wait_politely([&] {
-                serve();
+                const std::lock_guard guard(m->lock);
+                m->answer_requests(*this);
                 return m->told_out == ranks_.size() - 1;
             });
+            m->stop_server();
             for (auto& request : m->answering)
                 complete(request);
         }
         return {};
     }
     if (m != nullptr && !root) {
-        // One chunk ahead: the answer comes while this chunk is simulated (rank 0 answers between
-        // its own rows, which can take hundreds of milliseconds).
+        // One chunk ahead: the answer comes while this chunk is simulated.
         m->request = failure_;
         MPI_Irecv(m->answer.data(), 3, MPI_UINT64_T, 0, kDealTag, MPI_COMM_WORLD, &m->received);
         MPI_Isend(&m->request, 1, MPI_UINT64_T, 0, kAskTag, MPI_COMM_WORLD, &m->sent);
@@ -191,23 +264,15 @@ WorkQueue::Chunk WorkQueue::next() {
 void WorkQueue::serve() {
     Messages* m = messages_.get();
     if (m == nullptr || ranks_.rank() != 0) return;
-    for (;;) {
-        int arrived = 0;
-        MPI_Status status;
-        MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, MPI_COMM_WORLD, &arrived, &status);
-        if (arrived == 0) return;
-        const int from = status.MPI_SOURCE;
-        std::uint64_t failure = kNoCutoff;
-        MPI_Recv(&failure, 1, MPI_UINT64_T, from, kAskTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        cutoff_ = std::min(cutoff_, failure);
-        const Chunk chunk = deal_(from, cutoff_);
-        if (chunk.empty()) ++m->told_out;
-        const auto at = static_cast<std::size_t>(from);
-        complete(m->answering[at]);  // the previous answer, received before `from` asked again
-        m->answers[at] = {cutoff_, chunk.begin, chunk.end};
-        MPI_Isend(m->answers[at].data(), 3, MPI_UINT64_T, from, kDealTag, MPI_COMM_WORLD,
-                  &m->answering[at]);
-    }
+    const std::lock_guard guard(m->lock);
+    m->answer_requests(*this);
+}
+
+void WorkQueue::failed(std::uint64_t index) {
+    failure_ = std::min(failure_, index);
+    std::unique_lock<std::mutex> guard;
+    if (messages_ != nullptr && ranks_.rank() == 0) guard = std::unique_lock(messages_->lock);
+    cutoff_ = std::min(cutoff(), index);
 }
 
 #else  // built without MPI: always a job of one
@@ -222,9 +287,12 @@ std::vector<std::vector<std::uint8_t>> SweepRanks::gather_to_root(
 
 struct WorkQueue::Messages {};
 
+WorkQueue::WorkQueue(const SweepRanks& ranks, Deal deal)
+    : ranks_(ranks), deal_(std::move(deal)), first_(deal_(0, kNoCutoff)) {}
+
 WorkQueue::Chunk WorkQueue::next() {
     if (out_) return {};
-    const Chunk chunk = started_ ? deal_(0, cutoff_) : first_;
+    const Chunk chunk = started_ ? deal_(0, cutoff()) : first_;
     started_ = true;
     out_ = chunk.empty();
     return chunk;
@@ -232,25 +300,13 @@ WorkQueue::Chunk WorkQueue::next() {
 
 void WorkQueue::serve() {}
 
-#endif
-
-WorkQueue::WorkQueue(const SweepRanks& ranks, Deal deal) : ranks_(ranks), deal_(std::move(deal)) {
-    [[maybe_unused]] int out = 0;  // ranks other than 0 given nothing: they never ask
-    for (int r = 0; r < ranks_.size(); ++r) {
-        const Chunk chunk = deal_(r, kNoCutoff);
-        if (r == ranks_.rank()) first_ = chunk;
-        if (r != 0 && chunk.empty()) ++out;
-    }
-#ifdef CLUSTERSIM_WITH_MPI
-    if (ranks_.size() > 1) messages_ = std::make_unique<Messages>(ranks_.size(), out);
-#endif
-}
-
-WorkQueue::~WorkQueue() = default;
-
 void WorkQueue::failed(std::uint64_t index) {
     failure_ = std::min(failure_, index);
-    cutoff_ = std::min(cutoff_, index);
+    cutoff_ = std::min(cutoff(), index);
 }
+
+#endif
+
+WorkQueue::~WorkQueue() = default;
 
 }  // namespace cs::api
