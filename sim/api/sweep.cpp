@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -371,57 +372,122 @@ bool shapes_runs(const std::string& key) {
     return key.rfind("training.", 0) != 0;
 }
 
-// The combinations rank `rank` of `size` simulates, in enumeration order. Every rank computes the
-// same deal, so it costs no message, and the output does not depend on it.
-//   - Shapes whole: a shape (one value of each axis that shapes_runs) costs most the first time
-//     a process runs it (routes, plans, costs), so while there are at least two shapes per rank
-//     each rank takes whole shapes, the same number of them (all shapes have the same number of
-//     combinations), in a fixed pseudo-random order of the shapes;
-//   - the rest: the combinations of the shapes left over (fewer than the ranks), or all of them
-//     if there are too few shapes, are dealt round the ranks in a fixed pseudo-random order. With
-//     a stride or blocks, a key's values would line up with the ranks (a stride of 2 over
-//     micro_batch_size=1,2 gives one rank every mbs 1, the slow half).
-std::vector<std::size_t> dealt_to(int rank, int size, const std::vector<SweepAxis>& axes,
-                                  std::size_t total) {
-    const auto ranks = static_cast<std::size_t>(size);
-    const auto me = static_cast<std::size_t>(rank);
-    // The shape of combination n: its values' indices on the shaping axes, as one number.
-    std::size_t shapes = 1;
-    for (const auto& axis : axes)
-        if (shapes_runs(axis.key)) shapes *= axis.values.size();
-    const auto shape_of = [&axes](std::size_t n) {
-        std::size_t shape = 0, radix = 1;
-        for_each_value(axes, n, [&](std::size_t i, std::size_t v) {
-            if (!shapes_runs(axes[i].key)) return;
-            shape += v * radix;
-            radix *= axes[i].values.size();
-        });
-        return shape;
-    };
-    // splitmix64 is a bijection, so neither order has ties.
-    const std::size_t whole = shapes >= 2 * ranks ? shapes - shapes % ranks : 0;
-    std::vector<std::pair<std::uint64_t, std::size_t>> shape_order;
-    for (std::size_t g = 0; g < shapes; ++g)
-        shape_order.emplace_back(splitmix64(g ^ 0x5851f42d4c957f2d), g);
-    std::sort(shape_order.begin(), shape_order.end());
-    // Per shape: the rank that takes it whole, or `ranks` for a shape dealt combination by
-    // combination.
-    std::vector<std::size_t> owner(shapes, ranks);
-    for (std::size_t p = 0; p < whole; ++p)
-        owner[shape_order[p].second] = p % ranks;
-    std::vector<std::size_t> mine;
-    std::vector<std::pair<std::uint64_t, std::size_t>> order;
-    for (std::size_t n = 0; n < total; ++n) {
-        const std::size_t o = owner[shape_of(n)];
-        if (o == me) mine.push_back(n);
-        if (o == ranks) order.emplace_back(splitmix64(n), n);
+// How a sweep's combinations are dealt to the ranks of an MPI job as they ask (WorkQueue, on
+// rank 0). A shape (one value of each axis that shapes_runs) costs most the first time a process
+// runs it: its routes, plans and costs are found, then kept (in sweep D of docs/performance.md
+// about ten times a later combination of the shape). And shapes differ in cost (there a 1f1b
+// shape costs about twice an interleaved one), so any deal fixed in advance leaves the rank that
+// drew the slower shapes finishing last. Here:
+//   - a position is a combination, shape by shape (shapes in enumeration order, each shape's
+//     combinations in enumeration order), so a chunk is a run of one shape's combinations with
+//     increasing indices;
+//   - a rank keeps to the shape it works on, taking a quarter of what is left of it each time:
+//     large chunks while it is alone on the shape, small ones near its end, so that the last
+//     chunks of a sweep are short. While untouched shapes remain (no other rank will want this
+//     one yet), a chunk is at least kMinChunk combinations: fewer answers to wait for;
+//   - when that shape is out, the first shape no rank has touched;
+//   - when none is left, a chunk of the shape with the most combinations left (the earliest of
+//     equals), if at least kMinSteal are: the rank pays that shape's first run again, which
+//     fewer would not repay. With fewer shapes than ranks this spreads a shape over several
+//     ranks from the start. A rank that finds nothing is told the work is out; what is left of
+//     other shapes goes to the ranks on them;
+//   - once a rank reports a failure at index f, nothing after f is dealt: one process would have
+//     stopped there, so those rows cannot change what is reported.
+// A job of one takes every combination in enumeration order, as one chunk.
+class ShapeDeal {
+  public:
+    ShapeDeal(const std::vector<SweepAxis>& axes, std::size_t total, int ranks)
+        : axes_(axes), current_(static_cast<std::size_t>(ranks), kNone) {
+        std::size_t shapes = 1;
+        if (ranks > 1)
+            for (const auto& axis : axes)
+                if (shapes_runs(axis.key)) shapes *= axis.values.size();
+        per_shape_ = total / shapes;  // every shape has as many combinations
+        for (std::size_t g = 0; g < shapes; ++g) {
+            next_.push_back(g * per_shape_);
+            end_.push_back((g + 1) * per_shape_);
+        }
     }
-    std::sort(order.begin(), order.end());
-    for (std::size_t p = me; p < order.size(); p += ranks)
-        mine.push_back(order[p].second);
-    std::sort(mine.begin(), mine.end());
-    return mine;
-}
+
+    // The combination at `position`: its shape's values on the shaping axes, the others' from its
+    // place in the shape (the last axis varying fastest in both, as in the enumeration). With one
+    // shape (a job of one, or no shaping axis) the position is the index.
+    std::size_t index(std::uint64_t position) const {
+        if (next_.size() == 1) return position;
+        std::size_t shape = position / per_shape_, k = position % per_shape_;
+        std::size_t n = 0, radix = 1;
+        for (std::size_t i = axes_.size(); i-- > 0;) {
+            const std::size_t values = axes_[i].values.size();
+            std::size_t& digits = shapes_runs(axes_[i].key) ? shape : k;
+            n += digits % values * radix;
+            digits /= values;
+            radix *= values;
+        }
+        return n;
+    }
+
+    WorkQueue::Chunk deal(int rank, std::uint64_t cutoff) {
+        if (current_.size() == 1) {  // a job of one
+            if (next_[0] >= end_[0]) return {};
+            next_[0] = end_[0];
+            return {0, end_[0]};
+        }
+        if (cutoff < cutoff_) {
+            cutoff_ = cutoff;
+            for (std::size_t g = 0; g < next_.size(); ++g)
+                end_[g] = std::min(end_[g], g * per_shape_ + before(g, cutoff));
+        }
+        std::size_t& shape = current_[static_cast<std::size_t>(rank)];
+        if (shape == kNone || left(shape) == 0) {
+            while (fresh_ < next_.size() && left(fresh_) == 0)
+                ++fresh_;
+            if (fresh_ < next_.size()) {
+                shape = fresh_++;
+            } else {
+                shape = 0;
+                for (std::size_t g = 1; g < next_.size(); ++g)
+                    if (left(g) > left(shape)) shape = g;
+                if (left(shape) < kMinSteal) {
+                    shape = kNone;
+                    return {};
+                }
+            }
+        }
+        std::uint64_t size = (left(shape) + 3) / 4;
+        if (fresh_ < next_.size()) size = std::max(size, std::min(left(shape), kMinChunk));
+        const WorkQueue::Chunk chunk{next_[shape], next_[shape] + size};
+        next_[shape] = chunk.end;
+        return chunk;
+    }
+
+  private:
+    static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+    static constexpr std::uint64_t kMinChunk = 8;
+    static constexpr std::uint64_t kMinSteal = 8;
+
+    std::uint64_t left(std::size_t g) const { return end_[g] - std::min(next_[g], end_[g]); }
+
+    // How many of shape g's combinations come before index `cutoff` (a prefix of the shape's).
+    std::uint64_t before(std::size_t g, std::uint64_t cutoff) const {
+        std::uint64_t lo = 0, hi = per_shape_;
+        while (lo < hi) {
+            const std::uint64_t mid = lo + (hi - lo) / 2;
+            if (index(g * per_shape_ + mid) < cutoff)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return lo;
+    }
+
+    const std::vector<SweepAxis>& axes_;
+    std::size_t per_shape_ = 1;
+    std::vector<std::uint64_t> next_;  // per shape, its positions not dealt: [next_, end_)
+    std::vector<std::uint64_t> end_;
+    std::size_t fresh_ = 0;             // shapes before it were touched
+    std::vector<std::size_t> current_;  // per rank, the shape of its last chunk
+    std::uint64_t cutoff_ = WorkQueue::kNoCutoff;
+};
 
 // The first combination a rank failed on unexpectedly, with the message; a ConfigError (input the
 // sweep cannot take, found while running) stays one on rank 0.
@@ -431,9 +497,15 @@ struct Failure {
     bool config = false;
 };
 
-// One rank's combinations in enumeration order, each row handed to `sink` as it is simulated. A
-// rank that fails unexpectedly stops and returns the combination it failed on, so that it still
-// takes part in the gather and no rank is left waiting.
+// This rank's share of the combinations (all of them in a job of one, in enumeration order),
+// taken chunk by chunk from `ranks`' work queue; each row is handed to `sink` as it is
+// simulated. Returns the earliest combination this rank failed on unexpectedly. One process
+// stops at its first failure; here a rank that failed at f goes on with the combinations it is
+// handed before f (one of them could fail first) and skips those after f, or after an earlier
+// failure of another rank (rank 0 passes the earliest on). So every combination before the
+// earliest failure is run, the earliest failure over all ranks is the one process's, and every
+// rank goes on asking until the work is out and then takes part in the gather: none is left
+// waiting.
 std::optional<Failure> simulate_share(const Source& experiment,
                                       const std::vector<std::string>& base,
                                       const SweepOptions& options, std::size_t total,
@@ -441,50 +513,72 @@ std::optional<Failure> simulate_share(const Source& experiment,
                                       const std::function<void(SweepRow&&)>& sink) {
     // Per-combination warnings (e.g. memory above HBM) are dropped: the table's "fits HBM"
     // column says it.
-    const auto mine = dealt_to(ranks.rank(), ranks.size(), options.axes, total);
-    std::size_t done = 0;
-    bool sized = false;
-    for (const std::size_t n : mine) {
-        SweepRow row;
-        row.index = n;
-        row.values = combination(options.axes, n);
-        try {
+    ShapeDeal deal(options.axes, total, ranks.size());
+    WorkQueue queue(ranks,
+                    [&deal](int rank, std::uint64_t cutoff) { return deal.deal(rank, cutoff); });
+    std::optional<Failure> failure;
+    // One process makes the summary-size check below on the first valid row in enumeration
+    // order. A rank checks each valid row that comes before every one it checked already, so the
+    // rank holding that first row checks it (and reports it, the earliest failure). A rank's
+    // check of a later row fails where that first row passed only if the two summaries' sizes
+    // straddle the limit (a deal fixed in advance had the same edge).
+    std::size_t checked = std::numeric_limits<std::size_t>::max();
+    std::size_t done = 0, handed = 0;
+    // A share's expected size, for the progress line: a rank learns its real share only as it
+    // is dealt.
+    const std::size_t share = (total + static_cast<std::size_t>(ranks.size()) - 1) /
+                              static_cast<std::size_t>(ranks.size());
+    for (auto chunk = queue.next(); !chunk.empty(); chunk = queue.next()) {
+        handed += chunk.end - chunk.begin;
+        for (std::uint64_t position = chunk.begin; position < chunk.end; ++position) {
+            const std::size_t n = deal.index(position);
+            if (n > queue.cutoff()) break;  // and the rest of the chunk, whose indices are larger
+            queue.serve();
+            SweepRow row;
+            row.index = n;
+            row.values = combination(options.axes, n);
             try {
-                simulate_row(experiment, base, options.axes, options.keep_summaries,
-                             options.on_loaded, row);
-            } catch (const LoadedHookError& e) {
-                std::rethrow_exception(e.error);
+                try {
+                    simulate_row(experiment, base, options.axes, options.keep_summaries,
+                                 options.on_loaded, row);
+                } catch (const LoadedHookError& e) {
+                    std::rethrow_exception(e.error);
+                }
+                if (options.keep_summaries && row.result && n < checked) {
+                    checked = n;
+                    // Every kept summary is about this size (the same topology's links): refuse
+                    // a sweep whose summaries cannot be held before running the rest of it.
+                    const double need = static_cast<double>(total) *
+                                        static_cast<double>(row.result->summary.size() + 512);
+                    if (need > static_cast<double>(options.max_memory))
+                        throw ConfigError(
+                            SourceLocation{"--json"},
+                            "keeping every combination's summary would take about " +
+                                format_bytes(Bytes{static_cast<std::int64_t>(need)}) + " (" +
+                                std::to_string(total) + " combinations x " +
+                                format_bytes(
+                                    Bytes{static_cast<std::int64_t>(row.result->summary.size())}) +
+                                "), more than --max-memory " +
+                                format_bytes(Bytes{options.max_memory}) +
+                                "; leave out --json (the table and --html need no summaries), "
+                                "vary fewer keys, or raise --max-memory");
+                }
+            } catch (const ConfigError& e) {
+                failure = Failure{n, e.what(), true};
+            } catch (const std::exception& e) {
+                failure = Failure{n, e.what(), false};
+            } catch (...) {
+                failure = Failure{n, "unknown exception", false};
             }
-            if (options.keep_summaries && row.result && !sized) {
-                sized = true;
-                // Every kept summary is about this size (the same topology's links): refuse a
-                // sweep whose summaries cannot be held before running the rest of it.
-                const double need = static_cast<double>(total) *
-                                    static_cast<double>(row.result->summary.size() + 512);
-                if (need > static_cast<double>(options.max_memory))
-                    throw ConfigError(
-                        SourceLocation{"--json"},
-                        "keeping every combination's summary would take about " +
-                            format_bytes(Bytes{static_cast<std::int64_t>(need)}) + " (" +
-                            std::to_string(total) + " combinations x " +
-                            format_bytes(
-                                Bytes{static_cast<std::int64_t>(row.result->summary.size())}) +
-                            "), more than --max-memory " + format_bytes(Bytes{options.max_memory}) +
-                            "; leave out --json (the table and --html need no summaries), vary "
-                            "fewer "
-                            "keys, or raise --max-memory");
+            if (failure && failure->index == n) {
+                queue.failed(n);  // n is below every failure before: it is this rank's earliest
+                continue;
             }
-        } catch (const ConfigError& e) {
-            return Failure{n, e.what(), true};
-        } catch (const std::exception& e) {
-            return Failure{n, e.what(), false};
-        } catch (...) {
-            return Failure{n, "unknown exception", false};
+            sink(std::move(row));
+            if (options.on_row) options.on_row(++done, std::max(handed, share));
         }
-        sink(std::move(row));
-        if (options.on_row) options.on_row(++done, mine.size());
     }
-    return std::nullopt;
+    return failure;
 }
 
 nlohmann::json row_cbor(const SweepRow& r) {

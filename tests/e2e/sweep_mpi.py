@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """`mpirun -n N clustersim sweep` must print the same table and write the same --json file as one
 process, for N = 2 and 3, with nothing on stderr (only rank 0 speaks); bad input, found by every
-rank or by rank 0 after the gather, must exit 2 with the message once and leave no rank waiting.
+rank or by rank 0 after the gather, must exit 2 with the message once and leave no rank waiting;
+a failure found while running, on any rank, must be reported as one process reports it.
+Which rank runs which combination is decided at run time (api/sweep.cpp, ShapeDeal); the cases
+below are built so that the deal's rules (a shape's chunks to the rank on it, untouched shapes
+next, then chunks of other ranks' shapes) come into play whatever the timing.
 Usage: sweep_mpi.py CLUSTERSIM_BINARY MPIEXEC"""
 import os
 import re
@@ -34,10 +38,10 @@ SWEEP = [experiment, "--vary", "parallelism.tp=1,8", "--vary", "parallelism.pp=4
          "--set", "network.model=analytical"]
 
 
-def run(ranks, args, out):
+def run(ranks, args, out, json_path=None):
     """Runs the sweep in one process (ranks 0) or under mpirun; returns (code, stdout, stderr,
-    --json text or None)."""
-    json_path = os.path.join(out, f"sweep-{ranks}.json")
+    --json text or None). --json goes to a file of its own in `out` unless `json_path` is given."""
+    json_path = json_path or os.path.join(out, f"sweep-{ranks}.json")
     argv = [binary, "sweep"] + args + ["--json", json_path]
     if ranks:
         argv = [mpiexec, "-n", str(ranks)] + argv
@@ -47,7 +51,7 @@ def run(ranks, args, out):
         failures.append(f"{ranks} ranks: no answer after 60 s (a rank left waiting?)")
         return None
     text = None
-    if os.path.exists(json_path):
+    if os.path.exists(json_path) and json_path.startswith(out):
         with open(json_path) as f:
             text = f.read()
     return r.returncode, r.stdout, r.stderr, text
@@ -58,7 +62,7 @@ def stable(json_text):
     return re.sub(r'"wall_time_s": [^,\n]+', '"wall_time_s": 0', json_text)
 
 
-def same_as_serial(name, args, must_contain):
+def same_as_serial(name, args, must_contain, all_ranks=(2, 3)):
     with tempfile.TemporaryDirectory() as out:
         serial = run(0, args, out)
         if serial is None:
@@ -70,7 +74,7 @@ def same_as_serial(name, args, must_contain):
         for needle in must_contain:
             if needle not in stdout:
                 failures.append(f"{name}: serial table lacks {needle!r}; the case tests less")
-        for ranks in (2, 3):
+        for ranks in all_ranks:
             got = run(ranks, args, out)
             if got is None:
                 continue
@@ -101,6 +105,37 @@ def fails_once(name, args, expect):
             failures.append(f"{name}: wrote a table or a --json file")
 
 
+def fails_as_serial(name, args, expect, json_path=None, all_ranks=(2, 3)):
+    """A sweep that fails while it runs: under mpirun -n 2 and -n 3 it must exit with the serial
+    run's code and print the serial run's message, once (the earliest failure in enumeration
+    order, wherever it was found), write nothing, and leave no rank waiting."""
+    with tempfile.TemporaryDirectory() as out:
+        serial = run(0, args, out, json_path)
+        if serial is None:
+            return
+        code, stdout, stderr, _ = serial
+        if code != 2 or expect not in stderr:
+            failures.append(f"{name}: serial run exit {code}, stderr {stderr.strip()!r}; "
+                            f"expected exit 2 and {expect!r}: the case tests less")
+            return
+        for ranks in all_ranks:
+            got = run(ranks, args, out, json_path)
+            if got is None:
+                continue
+            mpi_code, mpi_stdout, mpi_stderr, mpi_text = got
+            where = f"{name}, mpirun -n {ranks}"
+            if mpi_code != code:
+                failures.append(f"{where}: exit {mpi_code}, serial {code}: {mpi_stderr.strip()}")
+            # mpirun adds its own lines after a rank's non-zero exit: the message is rank 0's
+            # first line.
+            if mpi_stderr.splitlines()[:1] != stderr.splitlines()[:1] or \
+                    mpi_stderr.count(expect) != 1:
+                failures.append(f"{where}: stderr differs\n--- serial\n{stderr}--- mpi\n"
+                                f"{mpi_stderr}")
+            if mpi_stdout or mpi_text is not None:
+                failures.append(f"{where}: wrote a table or a --json file")
+
+
 same_as_serial("16 combinations", SWEEP,
                ["NO\n", "not valid:", "gave the same result"])
 # Eight shapes (pp x schedule) of two combinations each (micro_batch_size, which does not change a
@@ -113,6 +148,54 @@ same_as_serial("8 shapes of 2", [experiment, "--vary", "parallelism.pp=2,4,8,16"
 # Fewer combinations than ranks: rank 2 has none.
 same_as_serial("2 combinations", [experiment, "--vary", "schedule=gpipe,1f1b",
                                   "--set", "network.model=analytical"], ["gpipe", "1f1b"])
+# One shape (only training. keys vary) of 24 combinations: rank 0 starts on it and the other
+# ranks take chunks of it from the start (6, then 5 and 4 of those left). Three ranks only, to
+# keep the test short.
+same_as_serial("1 shape, 3 ranks", [experiment,
+                                    "--vary", "training.global_batch_size=256,512",
+                                    "--vary", "training.micro_batch_size=1,2,4,8",
+                                    "--vary", "training.recompute=none,selective,full",
+                                    "--set", "network.model=analytical"], ["NO\n", "full"],
+               all_ranks=(3,))
+# Two shapes of very unequal cost: tp 3 does not divide the 256 GPUs (16 combinations not valid,
+# no run), tp 8 runs all 16. The rank on tp 3 is done at once and takes chunks of tp 8's; of 3
+# ranks, the third has no shape of its own from the start.
+same_as_serial("2 shapes, unequal", [experiment, "--vary", "parallelism.tp=3,8",
+                                     "--vary", "training.global_batch_size=256,512,768,1024",
+                                     "--vary", "training.micro_batch_size=1,2",
+                                     "--vary", "training.recompute=selective,full",
+                                     "--set", "network.model=analytical"],
+               ["not valid:", "1024"])
+# A failure while running, on a rank other than 0: --json keeps every summary, and 192
+# combinations of about 171 KB each are more than --max-memory (20 MiB; the topology needs 18.4
+# MB), found at the first valid combination, index 1 (tp 8; index 0 has tp 3). Index 1 opens the
+# tp 8 shape, which rank 1 starts with. The other ranks find the same error at later indices,
+# each with its own combination's summary size in the message: the earliest must be reported.
+fails_as_serial("summaries above --max-memory",
+                [experiment, "--vary", "training.global_batch_size=256,512,768,1024,1280,1536,"
+                                       "1792,2048",
+                 "--vary", "training.micro_batch_size=1,2",
+                 "--vary", "training.recompute=none,selective,full",
+                 "--vary", "training.seq_length=1024,2048", "--vary", "parallelism.tp=3,8",
+                 "--set", "network.model=analytical", "--max-memory", "20MiB"],
+                "more than --max-memory")
+# Refused by rank 0 at its first combination (SweepOptions::on_loaded): --json names the model
+# file every combination reads. The other two ranks are told to stop and still reach the gather;
+# the file is kept. (A failing mpirun takes over a second to tear down: three ranks only.)
+with tempfile.TemporaryDirectory() as scratch:
+    model = os.path.join(scratch, "model.yaml")
+    model_text = "layers: 16\nhidden_size: 2048\nattention_heads: 16\nvocab_size: 50304\n"
+    with open(model, "w") as f:
+        f.write(model_text)
+    fails_as_serial("--json is the model file",
+                    [experiment, "--set", "model.from=" + model,
+                     "--vary", "schedule=1f1b,gpipe,interleaved",
+                     "--vary", "training.micro_batch_size=1,2",
+                     "--set", "network.model=analytical"],
+                    "is the model file", json_path=model, all_ranks=(3,))
+    with open(model) as f:
+        if f.read() != model_text:
+            failures.append("--json is the model file: the model file was replaced")
 # Found by every rank while parsing, before anything is exchanged.
 fails_once("bad --vary", [experiment, "--vary", "parallelism.tp"], "expected KEY=VALUE1,VALUE2")
 # A command-line error, found by every process's parser in main() before any sweep starts.
