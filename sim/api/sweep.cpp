@@ -381,16 +381,15 @@ bool shapes_runs(const std::string& key) {
 //   - a position is a combination, shape by shape (shapes in enumeration order, each shape's
 //     combinations in enumeration order), so a chunk is a run of one shape's combinations with
 //     increasing indices;
-//   - a rank keeps to the shape it works on, taking a quarter of what is left of it each time:
-//     large chunks while it is alone on the shape, small ones near its end, so that the last
-//     chunks of a sweep are short. While untouched shapes remain (no other rank will want this
-//     one yet), a chunk is at least kMinChunk combinations: fewer answers to wait for;
+//   - a rank keeps to the shape it works on, taking a quarter of what is left of it each time
+//     (at least one): large chunks while it is alone on the shape, small ones near its end, so
+//     that the last chunks of a sweep are short;
 //   - when that shape is out, the first shape no rank has touched;
 //   - when none is left, a chunk of the shape with the most combinations left (the earliest of
-//     equals), if at least kMinSteal are: the rank pays that shape's first run again, which
-//     fewer would not repay. With fewer shapes than ranks this spreads a shape over several
-//     ranks from the start. A rank that finds nothing is told the work is out; what is left of
-//     other shapes goes to the ranks on them;
+//     equals): the rank pays that shape's first run again, so this happens only at the tail.
+//     With fewer shapes than ranks it spreads a shape over several ranks from the start. There
+//     is no minimum: a needless chunk of another rank's shape costs one first run, a missed one
+//     up to every row left there, and rows can take seconds (the flow network);
 //   - once a rank reports a failure at index f, nothing after f is dealt: one process would have
 //     stopped there, so those rows cannot change what is reported.
 // A job of one takes every combination in enumeration order, as one chunk.
@@ -447,23 +446,16 @@ class ShapeDeal {
                 shape = 0;
                 for (std::size_t g = 1; g < next_.size(); ++g)
                     if (left(g) > left(shape)) shape = g;
-                if (left(shape) < kMinSteal) {
-                    shape = kNone;
-                    return {};
-                }
+                if (left(shape) == 0) return {};
             }
         }
-        std::uint64_t size = (left(shape) + 3) / 4;
-        if (fresh_ < next_.size()) size = std::max(size, std::min(left(shape), kMinChunk));
-        const WorkQueue::Chunk chunk{next_[shape], next_[shape] + size};
+        const WorkQueue::Chunk chunk{next_[shape], next_[shape] + (left(shape) + 3) / 4};
         next_[shape] = chunk.end;
         return chunk;
     }
 
   private:
     static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
-    static constexpr std::uint64_t kMinChunk = 8;
-    static constexpr std::uint64_t kMinSteal = 8;
 
     std::uint64_t left(std::size_t g) const { return end_[g] - std::min(next_[g], end_[g]); }
 
