@@ -71,17 +71,17 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     if (a.top < 0)
         throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
                           "expected a number of rows, 0 or more");
+    // Declared and guarded on every rank (rank 0 alone writes them): under mpirun a combination
+    // that reads an output may be dealt to any rank, and the rank that loads it must refuse it.
     OutputSet outputs;
-    if (ranks.rank() == 0) {
-        outputs.declare("--json", a.json);
-        outputs.declare("--html", a.html);
-        guard_sweep_inputs(outputs, a.experiment);
-        // Every combination's own inputs (its model and calibration files, which --vary may
-        // change), as it is loaded: the outputs are written after the last one.
-        options.on_loaded = [&outputs](const workload::ExperimentSpec& spec) {
-            api::guard_experiment_inputs(outputs, spec);
-        };
-    }
+    outputs.declare("--json", a.json);
+    outputs.declare("--html", a.html);
+    guard_sweep_inputs(outputs, a.experiment);
+    // Every combination's own inputs (its model and calibration files, which --vary may
+    // change), as it is loaded: the outputs are written after the last one.
+    options.on_loaded = [&outputs](const workload::ExperimentSpec& spec) {
+        api::guard_experiment_inputs(outputs, spec);
+    };
     const auto top = static_cast<std::size_t>(a.top);
     options.max_memory = api::parse_max_memory(a.max_memory);
     // Rank 0 shows its own share's progress (the other ranks' shares run alongside); the line is

@@ -194,6 +194,23 @@ with tempfile.TemporaryDirectory() as scratch:
     with open(model) as f:
         if f.read() != model_text:
             failures.append("--json is the model file: the model file was replaced")
+# Refused by a rank other than 0: two model files varied, --json names the second. Its shape is
+# dealt to rank 1 in the first round, and rank 0 never loads it, so the rank that loads a
+# combination must refuse it (every rank guards the outputs; rank 0 alone writes them).
+with tempfile.TemporaryDirectory() as scratch:
+    models = [os.path.join(scratch, name) for name in ("a.yaml", "b.yaml")]
+    model_text = "layers: 16\nhidden_size: 2048\nattention_heads: 16\nvocab_size: 50304\n"
+    for path in models:
+        with open(path, "w") as f:
+            f.write(model_text)
+    fails_as_serial("--json is a varied model file",
+                    [experiment, "--vary", "model.from=" + ",".join(models),
+                     "--vary", "training.micro_batch_size=1,2",
+                     "--set", "network.model=analytical"],
+                    "is the model file", json_path=models[1], all_ranks=(2,))
+    with open(models[1]) as f:
+        if f.read() != model_text:
+            failures.append("--json is a varied model file: the model file was replaced")
 # Found by every rank while parsing, before anything is exchanged.
 fails_once("bad --vary", [experiment, "--vary", "parallelism.tp"], "expected KEY=VALUE1,VALUE2")
 # A command-line error, found by every process's parser in main() before any sweep starts.
