@@ -560,9 +560,7 @@ class NetworkImpl final : public Network, public EventHandler {
                                   sim_.now());
         const double bytes = static_cast<double>(size.value);
         const bool timed = config_.fidelity == Fidelity::Analytical;
-        // Observers that sketch are told the sends' term once: per flow its whole bytes and
-        // holding time against its path's keys, summed here (kept with the routes).
-        // A flow's whole bytes and holding time, as start() times it.
+        // A flow's holding time, as start() times it (the last one reused for equal arguments).
         double last_fb = -1, last_rate = -1;
         Time last_t = Time::zero();
         const auto holds = [&](double fb, double rate) {
