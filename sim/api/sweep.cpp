@@ -216,10 +216,17 @@ std::uint64_t link_record(std::uint64_t start, double bytes, double busy_s, doub
     return mix64(r);
 }
 
-std::uint64_t digest_of(const report::Summary& s, std::uint64_t links, std::uint64_t record_sum) {
-    auto json = report::to_json(s);  // without links: the caller took them or none were listed
+// The summary's JSON text without `wall_time_s` (the one field that differs between two runs of
+// one experiment): what `sweep --json` keeps, and what every digest starts from.
+std::string summary_text(const report::Summary& s) {
+    auto json = report::to_json(s);
     json.erase("wall_time_s");
-    std::uint64_t h = fnv1a(json.dump());
+    return json.dump();
+}
+
+std::uint64_t digest_of(const report::Summary& s, std::uint64_t links, std::uint64_t record_sum) {
+    // without links: the caller took them or none were listed
+    std::uint64_t h = fnv1a(summary_text(s));
     h = fnv1a_bytes(links, h);
     return fnv1a_bytes(record_sum, h);
 }
@@ -236,9 +243,7 @@ std::uint64_t digest_of(const report::Summary& s, std::uint64_t links, std::uint
 // Where it errs it lists a repeat twice, never hides a result. A row of another kind (a `flow`
 // run, link faults) never has this row's JSON, so no digest needs to match across the kinds.
 std::uint64_t summary_digest_from_sketch(const report::Summary& s, std::uint64_t sketch) {
-    auto json = report::to_json(s);  // no links: RunOptions::link_sketch lists none
-    json.erase("wall_time_s");
-    return fnv1a_bytes(sketch, fnv1a(json.dump()));
+    return fnv1a_bytes(sketch, fnv1a(summary_text(s)));  // no links: the sketch lists none
 }
 
 // From the summary's own link list (runs whose links are listed: link faults from the start).
@@ -324,9 +329,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         std::string text;
         std::uint64_t digest = 0;
         if (keep_summary) {
-            auto json = report::to_json(s);
-            json.erase("wall_time_s");
-            text = json.dump();
+            text = summary_text(s);
             digest = fnv1a(text);
         } else if (from_sketch) {
             digest = summary_digest_from_sketch(s, links.sketch->value());

@@ -694,13 +694,7 @@ class NetworkImpl final : public Network, public EventHandler {
             if (sketches.empty()) return;
             if (!cost.sketched) {
                 if (!keys) keys = &cluster.link_keys();
-                std::uint64_t sum = 0;
-                for (const LinkTotal& t : cost.links) {
-                    const LinkId l = t.link;
-                    sum = modp::add(sum, link_sketch_term({(*keys)[l], link_holds_key((*keys)[l])},
-                                                          t.bytes, t.holds));
-                }
-                cost.sketch = sum;
+                cost.sketch = link_totals_sketch(*keys, cost.links);
                 cost.sketched = true;
             }
             const std::uint64_t term =

@@ -219,12 +219,17 @@ inline std::uint64_t link_holds_key(std::uint64_t key) {
 struct PathKeys {
     std::uint64_t bytes = 0, holds = 0;  // the links' key and hkey, each summed modulo p
 };
+// One link's key and hkey (`keys`: Cluster::link_keys()).
+inline PathKeys link_keys_of(const std::vector<std::uint64_t>& keys, topology::LinkId l) {
+    return {keys[l], link_holds_key(keys[l])};
+}
 inline PathKeys path_keys(const std::vector<std::uint64_t>& keys,
                           std::span<const topology::LinkId> path) {
     PathKeys k;
     for (topology::LinkId l : path) {
-        k.bytes = modp::add(k.bytes, keys[l]);
-        k.holds = modp::add(k.holds, link_holds_key(keys[l]));
+        const PathKeys one = link_keys_of(keys, l);
+        k.bytes = modp::add(k.bytes, one.bytes);
+        k.holds = modp::add(k.holds, one.holds);
     }
     return k;
 }
@@ -232,6 +237,14 @@ inline PathKeys path_keys(const std::vector<std::uint64_t>& keys,
 inline std::uint64_t link_sketch_term(PathKeys k, double bytes, Time holds) {
     return modp::add(modp::mul(k.bytes, modp::of(static_cast<std::uint64_t>(bytes))),
                      modp::mul(k.holds, modp::of(static_cast<std::uint64_t>(holds.count_ps()))));
+}
+// What one transfer's link totals (NetworkObserver::on_link_totals) add to the sketch.
+inline std::uint64_t link_totals_sketch(const std::vector<std::uint64_t>& keys,
+                                        std::span<const NetworkObserver::LinkTotal> totals) {
+    std::uint64_t sum = 0;
+    for (const NetworkObserver::LinkTotal& t : totals)
+        sum = modp::add(sum, link_sketch_term(link_keys_of(keys, t.link), t.bytes, t.holds));
+    return sum;
 }
 
 using GroupId = std::uint32_t;

@@ -144,9 +144,8 @@ std::uint64_t LinkSketch::of(const LinkAccounting& accounting, const topology::C
     std::uint64_t sum = 0;
     accounting.for_each_seen([&](topology::LinkId l) {
         const auto st = links[l];
-        const topology::LinkId one[] = {l};
         sum = modp::add(
-            sum, network::link_sketch_term(network::path_keys(keys, one), st.bytes, st.busy));
+            sum, network::link_sketch_term(network::link_keys_of(keys, l), st.bytes, st.busy));
     });
     return sum;
 }
@@ -172,13 +171,8 @@ void LinkSketch::on_link_rates(Time at, std::span<const LinkRate> rates) {
 }
 
 void LinkSketch::on_link_totals(Time, std::span<const LinkTotal> totals, std::int64_t count) {
-    std::uint64_t sum = 0;
-    for (const LinkTotal& t : totals) {
-        const topology::LinkId one[] = {t.link};
-        sum = modp::add(
-            sum, network::link_sketch_term(network::path_keys(*keys_, one), t.bytes, t.holds));
-    }
-    value_ = modp::add(value_, modp::mul(sum, modp::of(static_cast<std::uint64_t>(count))));
+    value_ = modp::add(value_, modp::mul(network::link_totals_sketch(*keys_, totals),
+                                         modp::of(static_cast<std::uint64_t>(count))));
 }
 
 Summary summarize(const SummaryInputs& in) {
