@@ -119,6 +119,8 @@ struct NetworkConfig {
     // closed-form tests use. calibrated() returns the fitted values for NVLink, NVSwitch and NVLS
     // (the only ones with calibration data); other link kinds stay at nominal capacity.
     static NetworkConfig calibrated(Fidelity fidelity = Fidelity::Flow);
+
+    bool operator==(const NetworkConfig&) const = default;
 };
 
 // Called when a transfer or collective finishes, with the token it was started with.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "workload/memory.hpp"
@@ -105,12 +106,78 @@ struct ReplayScratch::Parts {
         std::vector<Replay::WorkerState> states;
     };
     std::vector<Entry> entries;  // the most recently used last, each a distinct worker count
+    std::vector<std::shared_ptr<Placement>> placements;  // the most recently used last
+    std::size_t folds_taken = 0;
+};
+
+struct ReplayScratch::Placement {
+    int tp = 0, cp = 0, dp = 0, pp = 0, ep = 0;
+    workload::RankOrder order{};
+    bool of(const workload::ParallelLayout& l) const {
+        return l.tp == tp && l.cp == cp && l.dp == dp && l.pp == pp && l.ep == ep &&
+               l.order == order;
+    }
+    std::vector<int> gpus;                    // [worker * members + member]; empty until filled
+    std::vector<std::vector<int>> dp_groups;  // [stage * members + member]; empty until filled
+    // decide_replica_fold's result for one cluster, network configuration and set of pipeline
+    // stage pairs: the representative of each replica (empty: no two replicas alike) and the
+    // class count; and the followers' send routes the runs asked for (account_follower_sends).
+    struct Fold {
+        std::weak_ptr<const topology::Cluster> cluster;
+        const topology::Cluster* cluster_at = nullptr;
+        network::NetworkConfig network;
+        std::vector<std::pair<int, int>> pairs;
+        std::vector<int> rep_replica;
+        int classes = 0;
+        std::map<std::pair<int, int>, std::shared_ptr<const network::Network::SendRoutes>>
+            follower_routes;
+        bool of(const std::shared_ptr<const topology::Cluster>& c, const network::NetworkConfig& n,
+                const std::vector<std::pair<int, int>>& p) const {
+            // A cluster freed since is not the one asked about, even at the same address.
+            return c.get() == cluster_at && cluster.lock() == c && network == n && pairs == p;
+        }
+    };
+    std::optional<Fold> fold;
 };
 
 ReplayScratch::ReplayScratch() : parts_(std::make_unique<Parts>()) {}
 ReplayScratch::~ReplayScratch() = default;
 std::size_t ReplayScratch::entries() const {
     return parts_->entries.size();
+}
+std::size_t ReplayScratch::placements() const {
+    return parts_->placements.size();
+}
+std::size_t ReplayScratch::folds() const {
+    return static_cast<std::size_t>(
+        std::count_if(parts_->placements.begin(), parts_->placements.end(),
+                      [](const auto& p) { return p->fold.has_value(); }));
+}
+
+std::size_t ReplayScratch::folds_taken() const {
+    return parts_->folds_taken;
+}
+
+std::shared_ptr<ReplayScratch::Placement> ReplayScratch::placement(
+    const workload::ParallelLayout& layout) {
+    auto& kept = parts_->placements;
+    auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& p) { return p->of(layout); });
+    std::shared_ptr<Placement> found;
+    if (it != kept.end()) {
+        found = *it;
+        kept.erase(it);
+    } else {
+        if (kept.size() >= kMaxEntries) kept.erase(kept.begin());
+        found = std::make_shared<Placement>();
+        found->tp = layout.tp;
+        found->cp = layout.cp;
+        found->dp = layout.dp;
+        found->pp = layout.pp;
+        found->ep = layout.ep;
+        found->order = layout.order;
+    }
+    kept.push_back(found);
+    return found;
 }
 
 namespace {
@@ -119,6 +186,7 @@ constexpr int kPassKinds = 4;
 static_assert(static_cast<int>(Pass::Forward) == 0 && static_cast<int>(Pass::Backward) == 1 &&
               static_cast<int>(Pass::BackwardInput) == 2 &&
               static_cast<int>(Pass::BackwardWeight) == 3);
+constexpr const char* kReplicasDiffer = "every replica's pipeline messages cost differently";
 }  // namespace
 
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
@@ -161,15 +229,26 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
                 break;
             }
     }
+    // An own run's placement: its GPUs and communicators as a scratch keeps them, if it does.
+    if (scratch && !shared) placement_ = scratch->placement(layout_);
+    const bool placed = placement_ && !placement_->gpus.empty();
     // Filled in place: a scratch's workers keep their GPU lists' storage.
     workers_.resize(worker_count);
+    const auto width = static_cast<std::size_t>(members);
     for (std::size_t w = 0; w < worker_count; ++w) {
         auto& worker = workers_[w];
         worker.stage = ranks_.stage_of(static_cast<int>(w));
         worker.dp = ranks_.replica_of(static_cast<int>(w));
-        worker.gpus.resize(static_cast<std::size_t>(members));
+        worker.gpus.resize(width);
+        if (placed) {
+            std::copy_n(placement_->gpus.begin() + static_cast<std::ptrdiff_t>(w * width), width,
+                        worker.gpus.begin());
+            continue;
+        }
         for (int m = 0; m < members; ++m)
             worker.gpus[static_cast<std::size_t>(m)] = ranks_.member_gpu(static_cast<int>(w), m);
+        if (placement_)
+            placement_->gpus.insert(placement_->gpus.end(), worker.gpus.begin(), worker.gpus.end());
     }
     orders_.resize(static_cast<std::size_t>(layout_.pp));
     for (int s = 0; s < layout_.pp; ++s)
@@ -184,11 +263,18 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             for (int g : workers_[w].gpus)
                 if (std::binary_search(slow.gpus.begin(), slow.gpus.end(), g))
                     states_[w].host_factor = std::max(states_[w].host_factor, slow.factor);
-    if (layout_.dp > 1)
+    if (layout_.dp > 1) {
+        if (placement_ && placement_->dp_groups.empty())
+            for (int s = 0; s < layout_.pp; ++s)
+                for (int m = 0; m < members; ++m)
+                    placement_->dp_groups.push_back(
+                        ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus);
         for (int s = 0; s < layout_.pp; ++s)
             for (int m = 0; m < members; ++m)
                 dp_groups_.push_back(network_->register_group(
-                    ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+                    placement_ ? placement_->dp_groups[static_cast<std::size_t>(s * members + m)]
+                               : ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+    }
     setup_sharding();
     // Every pass kind of every virtual stage, costed once before the run.
     pass_costs_.reserve(plan_.virtual_stages.size() * kPassKinds);
@@ -251,6 +337,8 @@ bool Replay::overlaps_dp(int stage) const {
 }
 
 Replay::~Replay() {
+    // The followers' send routes this run asked for, kept with its fold for later runs.
+    if (fold_kept_) placement_->fold->follower_routes.swap(follower_routes_);
     if (!scratch_) return;
     auto& entries = scratch_->parts_->entries;
     if (entries.size() >= ReplayScratch::kMaxEntries) entries.erase(entries.begin());
@@ -505,6 +593,21 @@ void Replay::decide_replica_fold(ReplayResult& result) {
     // is its route's), DP collectives being common to all.
     // The costs of every replica's pairs come at once (Network::send_routes, kept with a
     // cluster that keeps its routes: a sweep's later runs of this placement look them up).
+    // A placement kept by the scratch may hold this very fold (same cluster, network and pairs).
+    if (placement_ && placement_->fold &&
+        placement_->fold->of(spec_.cluster, spec_.network, pairs)) {
+        auto& kept = *placement_->fold;
+        ++scratch_->parts_->folds_taken;
+        if (kept.rep_replica.empty()) {
+            result.replicas_refused = kReplicasDiffer;
+            return;
+        }
+        rep_replica_ = kept.rep_replica;
+        follower_routes_.swap(kept.follower_routes);
+        fold_kept_ = true;
+        set_followers(result, kept.classes);
+        return;
+    }
     using Signature = std::vector<std::pair<std::int64_t, double>>;
     std::map<Signature, int> classes;
     rep_replica_.assign(static_cast<std::size_t>(layout_.dp), 0);
@@ -532,11 +635,26 @@ void Replay::decide_replica_fold(ReplayResult& result) {
         rep_replica_[static_cast<std::size_t>(d)] =
             classes.try_emplace(std::move(sig), d).first->second;
     }
-    if (static_cast<int>(classes.size()) == layout_.dp) {
-        rep_replica_.clear();
-        result.replicas_refused = "every replica's pipeline messages cost differently";
+    const bool differ = static_cast<int>(classes.size()) == layout_.dp;
+    if (differ) rep_replica_.clear();
+    if (placement_) {
+        auto& kept = placement_->fold.emplace();
+        kept.cluster = spec_.cluster;
+        kept.cluster_at = spec_.cluster.get();
+        kept.network = spec_.network;
+        kept.pairs = std::move(pairs);
+        kept.rep_replica = rep_replica_;
+        kept.classes = static_cast<int>(classes.size());
+        fold_kept_ = true;
+    }
+    if (differ) {
+        result.replicas_refused = kReplicasDiffer;
         return;
     }
+    set_followers(result, static_cast<int>(classes.size()));
+}
+
+void Replay::set_followers(ReplayResult& result, int classes) {
     is_follower_.assign(workers_.size(), 0);
     followers_.assign(workers_.size(), {});
     for (int s = 0; s < layout_.pp; ++s)
@@ -547,7 +665,7 @@ void Replay::decide_replica_fold(ReplayResult& result) {
             is_follower_[static_cast<std::size_t>(w)] = 1;
             followers_[static_cast<std::size_t>(worker_of(s, r))].push_back(w);
         }
-    result.replicas_simulated = static_cast<int>(classes.size());
+    result.replicas_simulated = classes;
     bulk_accounting_ = network_->accounts_in_bulk();
     copy_followers_ = std::all_of(observers_.begin(), observers_.end(),
                                   [](const ReplayObserver* o) { return o->copies_followers(); });

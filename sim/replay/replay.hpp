@@ -200,7 +200,14 @@ struct SharedFabric {
 // takes the containers kept for its worker count, resets every field and refills them (the
 // same values as built anew), and gives them back when it is destroyed, so that a sweep's later
 // runs do not allocate and free thousands of small vectors each. At most kMaxEntries worker
-// counts are kept (the most recently used). Not thread-safe: one replay at a time.
+// counts are kept (the most recently used).
+//
+// It also keeps what a rank placement (tp, cp, dp, pp, ep, order) gives whatever the model's
+// sizes and the microbatches: the workers' GPUs, the data-parallel communicators' GPUs and, for
+// one cluster and network configuration, the replica fold's classes and the followers' send
+// routes. A later run of the same placement takes them as they are instead of deriving them
+// again (the same values: they are functions of that key alone). kMaxEntries placements are
+// kept. Not thread-safe: one replay at a time.
 class ReplayScratch {
   public:
     ReplayScratch();
@@ -210,10 +217,18 @@ class ReplayScratch {
     static constexpr std::size_t kMaxEntries = 4;
     // How many worker counts are kept (for tests).
     std::size_t entries() const;
+    // How many placements are kept, and how many of them hold a replica fold (for tests).
+    std::size_t placements() const;
+    std::size_t folds() const;
+    // How many runs took a kept replica fold as it was (for tests).
+    std::size_t folds_taken() const;
 
   private:
     friend class Replay;
     struct Parts;
+    struct Placement;
+    // The entry kept for `layout`'s placement, made (empty) if there is none.
+    std::shared_ptr<Placement> placement(const workload::ParallelLayout& layout);
     std::unique_ptr<Parts> parts_;
 };
 
@@ -366,6 +381,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     void decide_fold(ReplayResult& result);
     // Replica folding: the classes of replicas (set_fold) and followers_; sets replicas_simulated.
     void decide_replica_fold(ReplayResult& result);
+    // Followers from rep_replica_ (`classes` representatives); sets replicas_simulated.
+    void set_followers(ReplayResult& result, int classes);
     // Whether `worker` is a folded replica's (not simulated: its class's representative stands
     // for it).
     bool follower(int worker) const {
@@ -485,6 +502,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<Worker> workers_;
     std::vector<WorkerState> states_;
     ReplayScratch* scratch_ = nullptr;  // where workers_ and states_ go back, or null
+    // The scratch's entry for this run's placement (own runs with a scratch only), and whether
+    // this run's fold is the one kept there (follower_routes_ goes back to it at the end).
+    std::shared_ptr<ReplayScratch::Placement> placement_;
+    bool fold_kept_ = false;
     std::vector<Message> messages_;
     std::vector<ReplayObserver*> observers_;
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]

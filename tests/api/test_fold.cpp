@@ -335,7 +335,16 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
     // ZeRO-3 unit by unit (unit_gather) and then a layout with the same worker count again: every
     // run must give the summary of the same layout run without a scratch (every key but the host's
     // wall time, links included), so no field of a previous run's state may leak into the next.
+    //
+    // The scratch also keeps per placement (tp, cp, dp, pp, ep, order) the workers' GPUs, the DP
+    // communicators and the replica fold of one cluster, network and set of stage pairs, which
+    // the specs here share through a cluster cache as a sweep's do. The last runs change one of
+    // those at a time on placement A (tp 4, pp 8, dp 4): another cluster (half the NICs'
+    // bandwidth: the followers' sends cross other rates), another network (ideal), and the
+    // first's again (its kept fold was replaced meanwhile): each must still give a fresh run's
+    // summary, followers' link bytes and times included.
     cs::replay::ReplayScratch scratch;
+    cs::workload::ClusterCache clusters;
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
@@ -349,11 +358,15 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
         analytical(layout(16, 4, {"parallelism.order=tp-pp-dp", "parallelism.cp=1"})),
         analytical(layout(16, 8, {"schedule=1f1b", "parallelism.vpp=1"})),
         analytical(layout(16, 4)),
+        analytical(layout(16, 4, {"topology.node.nics.bandwidth=200Gbps"})),
+        analytical(layout(16, 4), "ideal"),
+        analytical(layout(16, 4)),
     };
     for (std::size_t i = 0; i < sequence.size(); ++i) {
         CAPTURE(i);
         const auto& sets = sequence[i];
-        const auto spec = cs::api::load_experiment({kDefault, sets, ""});
+        const auto spec = cs::workload::load_experiment(kDefault, sets,
+                                                        cs::topology::kDefaultMaxMemory, &clusters);
         cs::api::RunOptions options;
         options.replay_scratch = &scratch;
         const auto reused = cs::api::run(spec, options);
@@ -362,6 +375,15 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
     }
     // Two worker counts were kept: 128 / 4 = 32 (tp 4, whatever pp and dp) and 128 / 8 = 16.
     CHECK(scratch.entries() == 2);
+    // Four placements: A (tp 4, pp 8, dp 4), B (tp 8, pp 8, dp 2), ZeRO-3's (tp 4, pp 1, dp 32)
+    // and A's GPUs in tp-pp-dp order. ZeRO-3 is not folded by replicas, so three hold a fold.
+    CHECK(scratch.placements() == 4);
+    CHECK(scratch.folds() == 3);
+    // Runs 2, 3 and 7 took A's kept fold (same cluster, network and interleaved stage pairs
+    // whatever the batch or host model). Run 6 (B under 1f1b) has no interleaved wrap-around
+    // pair (stage 7 to 0), unlike run 1's; runs 8 and 9 differ in cluster and network; run 10
+    // finds run 9's fold in A's place.
+    CHECK(scratch.folds_taken() == 3);
 }
 
 TEST_CASE("fold: followers' metrics copied at the end equal the notifications repeated") {
