@@ -812,9 +812,12 @@ class NetworkImpl final : public Network, public EventHandler {
     };
 
     void check_gpu(int gpu) const {
-        if (gpu < 0 || gpu >= cluster_.gpu_count())
-            throw ConfigError("GPU " + std::to_string(gpu) + " does not exist (the cluster has " +
-                              std::to_string(cluster_.gpu_count()) + " GPUs)");
+        if (gpu < 0 || gpu >= cluster_.gpu_count()) [[unlikely]]
+            no_such_gpu(gpu);
+    }
+    [[noreturn, gnu::cold, gnu::noinline]] void no_such_gpu(int gpu) const {
+        throw ConfigError("GPU " + std::to_string(gpu) + " does not exist (the cluster has " +
+                          std::to_string(cluster_.gpu_count()) + " GPUs)");
     }
 
     // compact_: solver links for the plan's links, in increasing cluster order, before any rate
@@ -1015,15 +1018,37 @@ class NetworkImpl final : public Network, public EventHandler {
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         const std::uint32_t op = allocate(plan, size, token);
-        const double bytes = static_cast<double>(size.value);
         if (config_.fidelity == Fidelity::Flow && !plan.phases.empty()) {
             sim_.schedule_in(plan.fixed_latency + phase_delay(plan.phases.front()), handler_,
                              kPhaseStart, op);
             return;
         }
-        // Outside `flow` a transfer's time and its flows' per-link sums are functions of the
-        // plan, the size and the capacities: a sweep's later runs on a shape take them as they
-        // are instead of walking every flow of every DP ring again.
+        // Even a zero-cost transfer completes through an event, never inside send().
+        sim_.schedule_in(unshared_start(plan, size, kept), handler_, kDone, op);
+    }
+
+    int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                      std::uint64_t token) override {
+        if (config_.fidelity == Fidelity::Flow || srcs.empty())
+            return Network::send_together(srcs, dsts, size, token);
+        if (size.value < 0)
+            throw SimulationError("network", "a transfer of negative size", sim_.now());
+        Time last = Time::zero();
+        const Plan* plan = nullptr;
+        for (std::size_t i = 0; i < srcs.size(); ++i) {
+            bool kept = false;
+            plan = &p2p_plan(srcs[i], dsts[i], &kept);
+            last = std::max(last, unshared_start(*plan, size, kept));
+        }
+        sim_.schedule_in(last, handler_, kDone, allocate(*plan, size, token));
+        return 1;
+    }
+
+    // Outside `flow`: tells the observers of a transfer of `size` on `plan` started now and
+    // returns its time. A transfer's time and its flows' per-link sums are functions of the
+    // plan, the size and the capacities: a sweep's later runs on a shape take them as they are
+    // (kept_cost) instead of walking every flow of every DP ring again.
+    Time unshared_start(const Plan& plan, Bytes size, bool kept) {
         if (kept && own_capacity_.empty() && (!observed() || takes_link_totals())) {
             if (const PlanCost* cost = kept_cost(plan, size)) {
                 if (observed() && !cost->links.empty()) {
@@ -1035,17 +1060,15 @@ class NetworkImpl final : public Network, public EventHandler {
                         real_links_.tell_cost(sim_.now(), cluster_, *cost, 1);
                     }
                 }
-                sim_.schedule_in(cost->time, handler_, kDone, op);
-                return;
+                return cost->time;
             }
         }
-        const Time total =
-            unshared_time(plan, bytes, [this](const FlowTemplate& f, double fb, Time t) {
+        return unshared_time(
+            plan, static_cast<double>(size.value),
+            [this](const FlowTemplate& f, double fb, Time t) {
                 if (observed())
                     real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(fb), false, t});
             });
-        // Even a zero-cost transfer completes through an event, never inside send().
-        sim_.schedule_in(total, handler_, kDone, op);
     }
 
     void start_phase(std::uint32_t id) {

@@ -278,6 +278,19 @@ class Network {
 
     // One message of `size` bytes from GPU src to GPU dst.
     virtual void send(int src, int dst, Bytes size, std::uint64_t token) = 0;
+    // A message of `size` bytes from srcs[i] to dsts[i] for every i (as many of each), all
+    // started now; returns how many completions the client will be told of with `token`. Outside
+    // `flow` nothing is shared, so each message's time is its own and the network tells the
+    // client once, when the last has arrived: the times, link notifications (pair by pair, as
+    // send() makes them) and that last completion are those of one send() per pair, with one
+    // event instead of one per pair. Under `flow` (and here by default) it is one send() per
+    // pair, each told.
+    virtual int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                              std::uint64_t token) {
+        for (std::size_t i = 0; i < srcs.size(); ++i)
+            send(srcs[i], dsts[i], size, token);
+        return static_cast<int>(srcs.size());
+    }
     // A collective on a group, started when all its members are ready (the caller synchronises).
     // `algo` is Auto or an algorithm of NetworkConfig::algorithms that applies (ConfigError
     // otherwise, see resolve_algorithm).

@@ -1129,11 +1129,12 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
         } else {
             const auto& dw = workers_[static_cast<std::size_t>(dst)];
-            msg.remaining = members_on_network_;
+            const auto members = static_cast<std::size_t>(members_on_network_);
             messages_.push_back(msg);
-            for (std::size_t g = 0; g < static_cast<std::size_t>(members_on_network_); ++g)
-                network_->send(w.gpus[g], dw.gpus[g], msg.record.bytes,
-                               token_base_ + static_cast<std::uint64_t>(id));
+            // The message has arrived when every member's part has.
+            messages_.back().remaining = network_->send_together(
+                std::span(w.gpus).first(members), std::span(dw.gpus).first(members),
+                msg.record.bytes, token_base_ + static_cast<std::uint64_t>(id));
             // Replica folding: the same message of every replica this one stands for costs the
             // same time (their classes are equal); the network's observers hear of its flows.
             if (!followers_of(worker).empty()) {

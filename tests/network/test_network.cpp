@@ -946,6 +946,62 @@ TEST_CASE("send routes: account_sends tells observers what account_send does pai
     CHECK(keeping.kept_route_hits() == searched);
 }
 
+TEST_CASE(
+    "send_together: one completion at the last pair's arrival outside flow, one per pair under "
+    "flow") {
+    // Two nodes (two_nodes: NVLink 100 GB/s, PCIe 50 GB/s, IB 25 GB/s, no latency), 1 GB from
+    // GPU 0 to GPU 1 (NVLink: 10 ms) and from GPU 1 to GPU 3 (PCIe, IB, IB, PCIe: the IB links
+    // the slowest, 40 ms). Outside `flow` the pair costs are their own: the client hears of
+    // token 5 once, at 40 ms, and the observers get the flows send() gives pair by pair (the
+    // same log). Under `flow` it is one send() per pair: two completions, at 10 and 40 ms (the
+    // two share no link).
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const std::vector<int> srcs = {0, 1}, dsts = {1, 3};
+    const auto run = [&](Fidelity fidelity, bool together) {
+        NetworkConfig cfg;
+        cfg.fidelity = fidelity;
+        Simulation sim;
+        auto net = make_network(sim, c, cfg);
+        struct Calls : TransferClient {
+            std::vector<Time> at;
+            void on_transfer_done(Simulation& s, std::uint64_t token) override {
+                CHECK(token == 5);
+                at.push_back(s.now());
+            }
+        } calls;
+        net->set_client(&calls);
+        FlowLog log;
+        net->add_observer(&log);
+        int told = 2;
+        if (together)
+            told = net->send_together(srcs, dsts, Bytes{1'000'000'000}, 5);
+        else
+            for (std::size_t i = 0; i < srcs.size(); ++i)
+                net->send(srcs[i], dsts[i], Bytes{1'000'000'000}, 5);
+        sim.run();
+        CHECK(static_cast<int>(calls.at.size()) == told);
+        return std::make_pair(calls.at, log.seen);
+    };
+    for (const auto fidelity : {Fidelity::Analytical, Fidelity::Ideal}) {
+        CAPTURE(static_cast<int>(fidelity));
+        const auto [apart_at, apart_log] = run(fidelity, false);
+        const auto [together_at, together_log] = run(fidelity, true);
+        REQUIRE(together_at.size() == 1);
+        CHECK(together_at[0] == apart_at.back());
+        if (fidelity == Fidelity::Analytical) CHECK(together_at[0] == Time::ms(40));
+        REQUIRE(together_log.size() == apart_log.size());
+        for (std::size_t i = 0; i < apart_log.size(); ++i) {
+            CHECK(together_log[i].path == apart_log[i].path);
+            CHECK(together_log[i].bytes == apart_log[i].bytes);
+            CHECK(together_log[i].holds == apart_log[i].holds);
+        }
+    }
+    const auto [flow_at, flow_log] = run(Fidelity::Flow, true);
+    REQUIRE(flow_at.size() == 2);
+    CHECK(flow_at[0] == Time::ms(10));
+    CHECK(flow_at[1] == Time::ms(40));
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
