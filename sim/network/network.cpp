@@ -84,6 +84,7 @@ double whole_bytes(double share) {
 
 // A kept collective plan's key besides its ranks (NetworkImpl::calibration_words).
 using PlanWords = std::array<std::uint64_t, 4 + 3 * kLinkKinds>;
+constexpr std::uint64_t kNoCommunicator = ~std::uint64_t{0};
 
 // What a transfer costs on a plan outside `flow` (NetworkImpl::kept_cost).
 struct PlanCost {
@@ -157,19 +158,55 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
     GroupId register_group(std::vector<int> ranks) override {
-        if (ranks.empty()) throw ConfigError("a communicator needs at least one rank");
-        for (int r : ranks)
-            check_gpu(r);
-        std::vector<int> sorted = ranks;
-        std::sort(sorted.begin(), sorted.end());
-        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-            throw ConfigError("a communicator lists a GPU twice");
+        const std::uint64_t number = communicator_number(ranks);
         if (reuse_groups_) {
             auto [it, added] = group_ids_.try_emplace(ranks, static_cast<GroupId>(groups_.size()));
             if (!added) return it->second;
         }
         groups_.push_back(std::move(ranks));
+        communicators_.push_back(number);
         return static_cast<GroupId>(groups_.size() - 1);
+    }
+    static void check_communicator(const std::vector<int>& ranks, int gpus) {
+        if (ranks.empty()) throw ConfigError("a communicator needs at least one rank");
+        for (int r : ranks)
+            if (r < 0 || r >= gpus)
+                throw ConfigError("GPU " + std::to_string(r) + " does not exist (the cluster has " +
+                                  std::to_string(gpus) + " GPUs)");
+        std::vector<int> sorted = ranks;
+        std::sort(sorted.begin(), sorted.end());
+        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+            throw ConfigError("a communicator lists a GPU twice");
+    }
+    // Checks `ranks` (ConfigError) and returns their number among the communicators kept with
+    // the cluster's plans (SharedPlans::communicators), kNoCommunicator if none are kept. A
+    // communicator kept there was checked on this cluster when it was first registered.
+    std::uint64_t communicator_number(std::vector<int>& ranks) {
+        if (!shared_plans_) {
+            check_communicator(ranks, cluster_.gpu_count());
+            return kNoCommunicator;
+        }
+        auto& known = shared_plans_->communicators;
+        SharedPlans::CollectiveKey k;
+        k.ranks = std::move(ranks);  // looked up as they are, then given back
+        const auto it = known.find(k);
+        ranks = std::move(k.ranks);
+        if (it != known.end()) return it->second;
+        check_communicator(ranks, cluster_.gpu_count());
+        if (shared_plans_->collective_bytes >= SharedPlans::kMaxBytes) return kNoCommunicator;
+        shared_plans_->collective_bytes += sizeof(k) + 64 + ranks.size() * sizeof(int);
+        const auto number = static_cast<std::uint64_t>(known.size());
+        k.ranks = ranks;
+        known.emplace(std::move(k), number);
+        return number;
+    }
+    // The key of `group`'s kept plans and algorithms: its communicator's number, or (not kept)
+    // its ranks.
+    auto group_key(GroupId group) const {  // a SharedPlans::CollectiveKey
+        SharedPlans::CollectiveKey k;
+        k.communicator = communicators_[group];
+        if (k.communicator == kNoCommunicator) k.ranks = groups_[group];
+        return k;
     }
     void reuse_groups() override {
         if (reuse_groups_) return;
@@ -246,7 +283,7 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
         auto found = resolved_.find(asked);
         if (found == resolved_.end())
-            found = resolved_.emplace(asked, resolve(kind, ranks, size, algo)).first;
+            found = resolved_.emplace(asked, resolve(kind, group, size, algo)).first;
         const Algorithm resolved = found->second;
         const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
                                   static_cast<std::uint64_t>(kind) << 16 |
@@ -263,8 +300,7 @@ class NetworkImpl final : public Network, public EventHandler {
                 if (kept) *kept = true;
                 return *shared->second;
             }
-            SharedPlans::CollectiveKey k;
-            k.ranks = ranks;
+            SharedPlans::CollectiveKey k = group_key(group);
             k.words = calibration_words(kind);
             k.words[0] = group;
             k.words[1] = static_cast<std::uint64_t>(kind);
@@ -290,12 +326,11 @@ class NetworkImpl final : public Network, public EventHandler {
     }
     // resolve_algorithm, kept with the cluster's plans where they are shared (a function of the
     // cluster, the ranks, the operation, the size and the algorithm asked).
-    Algorithm resolve(CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                      Algorithm algo) {
+    Algorithm resolve(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo) {
+        const auto& ranks = groups_[group];
         if (!shares_plans())
             return resolve_algorithm(*routing_, kind, ranks, size, algo, *config_.algorithms);
-        SharedPlans::CollectiveKey k;
-        k.ranks = ranks;
+        SharedPlans::CollectiveKey k = group_key(group);
         k.words[0] = static_cast<std::uint64_t>(size.value);
         k.words[1] = static_cast<std::uint64_t>(kind);
         k.words[2] = algo.id;
@@ -1270,6 +1305,8 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<double> own_capacity_;
     const double* capacity_ = nullptr;
     std::vector<std::vector<int>> groups_;
+    // Per group, its number among the cluster's kept communicators (kNoCommunicator: not kept).
+    std::vector<std::uint64_t> communicators_;
     bool reuse_groups_ = false;
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
@@ -1285,13 +1322,14 @@ class NetworkImpl final : public Network, public EventHandler {
         static constexpr std::size_t kMaxPlans = std::size_t{1} << 18;
         std::unordered_map<std::uint64_t, Plan> plans;
         struct CollectiveKey {
-            std::vector<int> ranks;
+            std::vector<int> ranks;  // empty where `communicator` stands for them
+            std::uint64_t communicator = kNoCommunicator;
             PlanWords words{};  // group (flow id), operation, algorithm, calibration_words
             bool operator==(const CollectiveKey&) const = default;
         };
         struct KeyHash {
             std::size_t operator()(const CollectiveKey& k) const {
-                std::uint64_t h = kFnv1aBasis;
+                std::uint64_t h = mix64(kFnv1aBasis ^ k.communicator);
                 for (std::uint64_t w : k.words)
                     h = mix64(h ^ w);
                 // Two ranks a word, each word through a multiply and a rotation (a bijection of
@@ -1319,6 +1357,10 @@ class NetworkImpl final : public Network, public EventHandler {
             return b;
         }
         std::unordered_map<CollectiveKey, Plan, KeyHash> collectives;
+        // Every communicator registered on the cluster, numbered (words zero): the kept plans
+        // and algorithms of a communicator are keyed by its number, so that a later run finds
+        // them without copying and hashing its ranks again (register_group looks them up once).
+        std::unordered_map<CollectiveKey, std::uint64_t, KeyHash> communicators;
         // resolve(): words (size, operation, algorithm asked) -> the algorithm resolved.
         std::unordered_map<CollectiveKey, Algorithm, KeyHash> resolved;
         // send_routes: ranks (src, dst, src, dst, ...), words (fidelity, step overhead,

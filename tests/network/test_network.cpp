@@ -890,6 +890,19 @@ TEST_CASE("collective plans kept with a cluster that keeps its routes: later net
     CHECK(slower.at(2) > want.at(2));
     CHECK(times(keeping, 0.1) == slower);
     CHECK(times(keeping, 1.0) == want);
+    // The kept plans are found by the communicator's number (its ranks looked up once, when it
+    // is registered); ranks never registered on the cluster are still checked, on a later
+    // network as on the first: a GPU it lacks, a GPU listed twice.
+    Simulation sim;
+    NetworkConfig cfg;
+    cfg.fidelity = Fidelity::Analytical;
+    auto net = make_network(sim, keeping, cfg);
+    CHECK_THROWS_WITH_AS(net->register_group({0, 4}),
+                         "GPU 4 does not exist (the cluster has 4 GPUs)", cs::ConfigError);
+    CHECK_THROWS_WITH_AS(net->register_group({2, 1, 2}), "a communicator lists a GPU twice",
+                         cs::ConfigError);
+    CHECK_THROWS_AS(net->register_group({}), cs::ConfigError);
+    CHECK(net->register_group({1, 2}) == 0);
 }
 
 TEST_CASE("send routes: account_sends tells observers what account_send does pair by pair") {
