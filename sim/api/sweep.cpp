@@ -168,13 +168,18 @@ struct Source {
     // The topology is built once per distinct `topology.` settings, not once per combination
     // (at 16,384 GPUs building it took longer than an analytical run of it).
     std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
+    // The experiment, topology and model files are parsed once; each combination applies its
+    // overrides to a copy.
+    std::shared_ptr<config::DocumentCache> documents = std::make_shared<config::DocumentCache>();
     std::shared_ptr<LinkStates> links = std::make_shared<LinkStates>();
     // The replay's per-worker containers, reused by every run of the sweep (RunOptions).
     std::shared_ptr<replay::ReplayScratch> replay_scratch =
         std::make_shared<replay::ReplayScratch>();
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
-        return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get())
-                    : workload::load_experiment(*path, overrides, max_memory, clusters.get());
+        return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get(),
+                                                documents.get())
+                    : workload::load_experiment(*path, overrides, max_memory, clusters.get(),
+                                                documents.get());
     }
 };
 

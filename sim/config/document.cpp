@@ -6,9 +6,83 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/input_file.hpp"
 #include "core/quantity.hpp"
+
+namespace cs::config {
+namespace {
+// Names the specialization of YAML::as_if below; nothing else uses it.
+struct MarkedTreeCopy {};
+}  // namespace
+}  // namespace cs::config
+
+// copy_document's deep copy of a yaml-cpp tree, which keeps every node's mark.
+//
+// Messages name file:line:column from Node::Mark(), and YAML::Clone rebuilds the tree from events
+// whose marks are null, so a cloned document would name no position. No public yaml-cpp interface
+// sets a mark or reaches the detail::node behind a Node, but Node befriends every specialization
+// of YAML::as_if (`template <typename T, typename S> friend struct as_if;`, node/node.h). This
+// explicit specialization, for a tag type private to this file, is the one place that uses that
+// access: it reads the source's detail::node tree and builds a new one through detail::node's
+// public members, making the calls yaml-cpp's NodeBuilder makes while it parses (create_node,
+// set_mark, then set_null, set_scalar or set_type with set_tag and set_style, then push_back or
+// insert of finished children), so that the copy is what a parse of the same text gives:
+//   - each node keeps its mark, type, scalar text, tag and style (a parse sets nothing else;
+//     mapping keys are nodes with marks too, and keep their order);
+//   - a node that aliases (*name) refer to is one node reached from several places, and stays
+//     one node: an override through one path shows at the others, as in a fresh parse;
+//   - the copy lives in its own memory_holder, so it shares nothing with the source.
+// Written against yaml-cpp 0.7.0 (node/detail/node.h); Clone is not needed.
+namespace YAML {
+template <>
+struct as_if<cs::config::MarkedTreeCopy, void> {
+    explicit as_if(const Node& node_) : node(node_) {}
+    const Node& node;
+
+    Node operator()() const {
+        if (!node.m_isValid || node.m_pNode == nullptr) return node;  // no tree to share
+        const auto memory = std::make_shared<detail::memory_holder>();
+        std::unordered_map<const detail::node*, detail::node*> copies;
+        return Node(copy(*node.m_pNode, memory, copies), memory);
+    }
+
+  private:
+    // `copies`: the copy of each node already copied, so that aliases stay shared.
+    static detail::node& copy(const detail::node& from, const detail::shared_memory_holder& memory,
+                              std::unordered_map<const detail::node*, detail::node*>& copies) {
+        if (const auto it = copies.find(&from); it != copies.end()) return *it->second;
+        detail::node& to = memory->create_node();
+        copies.emplace(&from, &to);
+        to.set_mark(from.mark());
+        switch (from.type()) {
+            case NodeType::Undefined:  // not in a parsed tree; left undefined as it was
+                return to;
+            case NodeType::Null:
+                to.set_null();
+                break;
+            case NodeType::Scalar:
+                to.set_scalar(from.scalar());
+                break;
+            case NodeType::Sequence:
+            case NodeType::Map:
+                to.set_type(from.type());
+                break;
+        }
+        to.set_tag(from.tag());
+        to.set_style(from.style());
+        if (from.type() == NodeType::Sequence)
+            for (const auto item : from)
+                to.push_back(copy(*item, memory, copies), memory);
+        if (from.type() == NodeType::Map)
+            for (const auto pair : from)
+                to.insert(copy(*pair.first, memory, copies), copy(*pair.second, memory, copies),
+                          memory);
+        return to;
+    }
+};
+}  // namespace YAML
 
 namespace cs::config {
 namespace {
@@ -182,6 +256,40 @@ Document load_document(const std::filesystem::path& path) {
     auto folder = path.parent_path();
     if (folder.empty()) folder = ".";
     return parse_document(text, shown, folder);
+}
+
+Document copy_document(const Document& doc) {
+    Document copy = doc;
+    // reset, not assignment: assigning to a yaml-cpp node rewrites the node both handles share,
+    // which would replace the original's tree too.
+    copy.root.reset(YAML::as_if<MarkedTreeCopy, void>(doc.root)());
+    return copy;
+}
+
+std::shared_ptr<const Document> DocumentCache::find_or_add(std::string key,
+                                                           const std::function<Document()>& parse) {
+    for (const auto& e : entries_)
+        if (e.key == key) return e.doc;
+    auto doc = std::make_shared<const Document>(parse());
+    ++parses_;
+    if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
+    entries_.push_back({std::move(key), doc});
+    return doc;
+}
+
+std::shared_ptr<const Document> DocumentCache::load(const std::filesystem::path& path) {
+    return find_or_add("file\n" + path.string(), [&] { return load_document(path); });
+}
+
+std::shared_ptr<const Document> DocumentCache::parse(const std::string& text,
+                                                     const std::string& display_path,
+                                                     const std::filesystem::path& folder) {
+    // Lengths first, so that no two (display path, folder, text) give one key.
+    const std::string shown_folder = folder.string();
+    return find_or_add("text " + std::to_string(display_path.size()) + " " +
+                           std::to_string(shown_folder.size()) + "\n" + display_path +
+                           shown_folder + text,
+                       [&] { return parse_document(text, display_path, folder); });
 }
 
 std::pair<std::string, std::string> split_assignment(const std::string& assignment) {

@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -50,6 +52,42 @@ Document load_document(const std::filesystem::path& path);
 // Parses YAML text (for tests and inline documents) under a display name.
 Document parse_document(const std::string& text, const std::string& display_path,
                         const std::filesystem::path& folder = ".");
+
+// A copy of `doc` whose tree shares no node with doc.root, so that overrides applied to one do not
+// reach the other. A reader cannot tell it from `doc`: every node (mappings, lists, values and
+// mapping keys) keeps its position (file:line:column in messages), type, text, tag and style, and
+// a node several aliases name stays one node. (yaml-cpp's YAML::Clone drops the positions.)
+Document copy_document(const Document& doc);
+
+// Documents parsed once and kept, for a process that loads the same files many times: a sweep
+// loads its experiment, model and topology files once per combination (workload::load_experiment
+// takes it beside its workload::ClusterCache). A file is read on first use only: it is assumed not
+// to change while the cache lives (one sweep). Holds the kMaxEntries most recently parsed; a
+// document is a few kB.
+class DocumentCache {
+  public:
+    static constexpr std::size_t kMaxEntries = 8;
+    // What load_document(path) gives, parsed on first use. Kept under `path` as spelled: that
+    // spelling is the file name messages show and gives the folder relative paths resolve
+    // against, so the same file reached by another spelling is another entry. Throws as
+    // load_document; a failure keeps nothing (the next call fails the same way). The document is
+    // shared and read-only: a caller that applies overrides applies them to copy_document of it.
+    std::shared_ptr<const Document> load(const std::filesystem::path& path);
+    // What parse_document(text, display_path, folder) gives, the same way, kept under all three.
+    std::shared_ptr<const Document> parse(const std::string& text, const std::string& display_path,
+                                          const std::filesystem::path& folder);
+    std::size_t parses() const { return parses_; }
+
+  private:
+    std::shared_ptr<const Document> find_or_add(std::string key,
+                                                const std::function<Document()>& parse);
+    struct Entry {
+        std::string key;
+        std::shared_ptr<const Document> doc;
+    };
+    std::vector<Entry> entries_;  // the oldest first
+    std::size_t parses_ = 0;
+};
 
 // Splits "a.b.c=value" (as given to --set); throws ConfigError when there is no '=' or no key.
 std::pair<std::string, std::string> split_assignment(const std::string& assignment);

@@ -685,11 +685,19 @@ network::NetworkConfig parse_network(const config::Reader& r, std::filesystem::p
     return n;
 }
 
+// The document of `path`, to apply overrides to: parsed, or with `documents` copied from the one
+// parsed there.
+config::Document editable_document(const std::filesystem::path& path,
+                                   config::DocumentCache* documents) {
+    return documents ? config::copy_document(*documents->load(path)) : config::load_document(path);
+}
+
 // The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
 ExperimentSpec load_experiment_document(config::Document doc,
                                         const std::vector<std::string>& overrides,
                                         std::int64_t max_memory, bool part = false,
-                                        ClusterCache* clusters = nullptr) {
+                                        ClusterCache* clusters = nullptr,
+                                        config::DocumentCache* documents = nullptr) {
     ExperimentSpec spec;
     spec.source = doc.display_path;
 
@@ -741,7 +749,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
     } else if (topo_node.IsScalar()) {
         config::Document tdoc;
         try {
-            tdoc = config::load_document(doc.resolve(topo_node.Scalar()));
+            tdoc = editable_document(doc.resolve(topo_node.Scalar()), documents);
         } catch (const ConfigError& e) {
             if (e.where().line > 0) throw;
             throw ConfigError(root.location("topology"),
@@ -778,7 +786,7 @@ ExperimentSpec load_experiment_document(config::Document doc,
     }
     spec.cluster = cluster;
 
-    spec.model = parse_model(root.map("model"), &spec.model_file);
+    spec.model = parse_model(root.map("model"), &spec.model_file, documents);
     spec.layout_where = root.location("parallelism");
     spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec, part);
     spec.training = parse_training(root.map("training"));
@@ -895,17 +903,19 @@ std::shared_ptr<const topology::Cluster> ClusterCache::find(const std::string& k
 
 ExperimentSpec load_experiment(const std::filesystem::path& path,
                                const std::vector<std::string>& overrides, std::int64_t max_memory,
-                               ClusterCache* clusters) {
-    return load_experiment_document(config::load_document(path), overrides, max_memory, false,
-                                    clusters);
+                               ClusterCache* clusters, config::DocumentCache* documents) {
+    return load_experiment_document(editable_document(path, documents), overrides, max_memory,
+                                    false, clusters, documents);
 }
 
 ExperimentSpec load_experiment(const ExperimentText& source,
                                const std::vector<std::string>& overrides, std::int64_t max_memory,
-                               ClusterCache* clusters) {
+                               ClusterCache* clusters, config::DocumentCache* documents) {
     return load_experiment_document(
-        config::parse_document(source.text, source.display_path, source.folder), overrides,
-        max_memory, false, clusters);
+        documents ? config::copy_document(
+                        *documents->parse(source.text, source.display_path, source.folder))
+                  : config::parse_document(source.text, source.display_path, source.folder),
+        overrides, max_memory, false, clusters, documents);
 }
 
 ExperimentSpec load_job_experiment(const config::Document& doc, std::int64_t max_memory) {

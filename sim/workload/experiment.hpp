@@ -406,11 +406,16 @@ class ClusterCache {
 // Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
 // `topology.` go to the referenced topology file). Throws ConfigError, also for a topology whose
 // estimated memory exceeds `max_memory` (topology::check_size).
-// With `clusters`, the topology comes from (and goes to) that cache.
+// With `clusters`, the topology comes from (and goes to) that cache. With `documents`, the
+// experiment, topology and model files are parsed once into that cache (a sweep keeps one beside
+// its ClusterCache): each load applies its overrides to its own copy (config::copy_document) and
+// reads the model file's parsed tree, which nothing writes, in place. Results and messages are
+// those of a load without it.
 ExperimentSpec load_experiment(const std::filesystem::path& path,
                                const std::vector<std::string>& overrides,
                                std::int64_t max_memory = topology::kDefaultMaxMemory,
-                               ClusterCache* clusters = nullptr);
+                               ClusterCache* clusters = nullptr,
+                               config::DocumentCache* documents = nullptr);
 
 // An experiment given as YAML text instead of a file (the Python bindings pass a dict as JSON,
 // which is YAML): `display_path` names it in messages, and relative paths inside it (the
@@ -423,7 +428,8 @@ struct ExperimentText {
 ExperimentSpec load_experiment(const ExperimentText& source,
                                const std::vector<std::string>& overrides,
                                std::int64_t max_memory = topology::kDefaultMaxMemory,
-                               ClusterCache* clusters = nullptr);
+                               ClusterCache* clusters = nullptr,
+                               config::DocumentCache* documents = nullptr);
 
 // A `jobs:` file's job (api/jobs.hpp) from a document already parsed: as load_experiment, except
 // that the layout may take fewer GPUs than the topology has (tp x pp x dp x cp up to its GPUs,

@@ -1,6 +1,7 @@
 #include "workload/model.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 namespace cs::workload {
@@ -130,14 +131,18 @@ std::filesystem::path bundled_models_dir(const std::filesystem::path& start) {
     }
 }
 
-ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_read) {
+ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_read,
+                      config::DocumentCache* documents) {
     ModelKeys k;
     std::string file_stem;
     if (model.has("from")) {
         const auto file = resolve_from(model);
         if (file_read) *file_read = file;
-        const config::Document base = config::load_document(file);
-        const config::Reader base_reader = config::root_reader(base);
+        // Read through const nodes only, so a cached tree serves every load as it is.
+        const auto base =
+            documents ? documents->load(file)
+                      : std::make_shared<const config::Document>(config::load_document(file));
+        const config::Reader base_reader = config::root_reader(*base);
         read_keys(base_reader, k);
         base_reader.finish();  // a model file may not itself use `from`
         file_stem = file.stem().string();

@@ -65,8 +65,10 @@ struct ModelSpec {
 // Parses `model:` (inline keys, or `from:` a model file plus inline overrides). `from` takes a
 // path relative to the document (`from: models/x.yaml`) or a bundled model name (`from:
 // llama3-70b`), looked up in bundled_models_dir(document folder). Throws ConfigError.
-// `file_read`, when given, receives the model file `from:` named (empty without one).
-ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_read = nullptr);
+// `file_read`, when given, receives the model file `from:` named (empty without one). With
+// `documents`, the model file is parsed once into that cache and only read.
+ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_read = nullptr,
+                      config::DocumentCache* documents = nullptr);
 
 // The bundled model folder: the first `workloads/models` found in `start` or one of its parents
 // (so experiments anywhere inside the source tree find it); empty when there is none.

@@ -2,8 +2,12 @@
 
 #include "../error_of.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "config/document.hpp"
 
@@ -150,4 +154,168 @@ TEST_CASE("a document whose aliases expand past ten million values is refused, n
     CHECK(error_of([&] { parse_document(text.str(), "laughs.yaml"); }) ==
           "laughs.yaml: the document expands to more than 10000000 values (aliases repeated too "
           "often)");
+}
+
+namespace {
+
+// Twelve lines holding each kind of node a reader meets: a comment, nested mappings, a list of
+// flow and block mappings, a tagged value, a flow list, a null, an anchor and its alias.
+const char* const kEveryKind =
+    "# a comment, as experiment files open with\n"  // line 1
+    "p:\n"                                          // line 2
+    "  tp: 4\n"                                     // line 3: the 4 at column 7
+    "  list:\n"                                     // line 4: the key at column 3
+    "    - {a: 1, b: two}\n"                        // line 5
+    "    - a: 3\n"                                  // line 6
+    "      b: !custom four\n"                       // line 7
+    "  flow: [1, 2, 3]\n"                           // line 8: the [ at column 9
+    "empty:\n"                                      // line 9
+    "base: &base\n"                                 // line 10: the anchor at column 7
+    "  v: 1\n"                                      // line 11
+    "alias: *base\n";                               // line 12
+
+// Walks two trees side by side and checks that they hold the same nodes (type, text, tag, style,
+// mark: line and column), keys included; returns the number of nodes compared.
+int check_same_tree(const YAML::Node& fresh, const YAML::Node& copy) {
+    CHECK(copy.Type() == fresh.Type());
+    CHECK(copy.Tag() == fresh.Tag());
+    CHECK(copy.Style() == fresh.Style());
+    CHECK(copy.Mark().line == fresh.Mark().line);
+    CHECK(copy.Mark().column == fresh.Mark().column);
+    CHECK(copy.Mark().pos == fresh.Mark().pos);
+    if (fresh.IsScalar()) CHECK(copy.Scalar() == fresh.Scalar());
+    REQUIRE(copy.size() == fresh.size());
+    int nodes = 1;
+    auto c = copy.begin();
+    for (auto f = fresh.begin(); f != fresh.end(); ++f, ++c) {
+        if (fresh.IsMap()) {
+            nodes += check_same_tree(f->first, c->first);
+            nodes += check_same_tree(f->second, c->second);
+        } else {
+            nodes += check_same_tree(*f, *c);
+        }
+    }
+    return nodes;
+}
+
+}  // namespace
+
+TEST_CASE("copy_document: every node keeps the position, tag and style a fresh parse gives") {
+    const Document fresh = parse_document(kEveryKind, "k.yaml");
+    const Document copy = copy_document(fresh);
+    // Nodes: the root 1; p's key and mapping 2; tp 2; list's key and list 2; the flow item 1 +
+    // 2 x 2; the block item 1 + 2 x 2; flow's key and list 2 + 3; empty 2; base 2 + v 2;
+    // alias's key 1 and its value 1 (the base mapping, walked again) + v 2: 32.
+    CHECK(check_same_tree(fresh.root, copy.root) == 32);
+    CHECK(YAML::Dump(copy.root) == YAML::Dump(fresh.root));
+    CHECK(copy.display_path == "k.yaml");
+    // The alias is the anchored mapping itself, in the copy as in the parse, and none of the
+    // copy's nodes is the original's.
+    CHECK(copy.root["alias"].is(copy.root["base"]));
+    CHECK_FALSE(copy.root["base"].is(fresh.root["base"]));
+
+    // The messages a reader gives name the same file:line:column on both.
+    const auto both = [&](const std::function<void(const Document&)>& read) {
+        const std::string from_fresh = error_of([&] { read(fresh); });
+        CHECK(error_of([&] { read(copy); }) == from_fresh);
+        return from_fresh;
+    };
+    // A scalar value: the 4 of line 3 starts at column 7.
+    CHECK(both([](const Document& d) {
+              root_reader(d).map("p").time("tp");
+          }).rfind("k.yaml:3:7: 'p.tp': missing unit in \"4\"", 0) == 0);
+    // A key: `list` (line 4, column 3) is the first key of p no reader asked for.
+    CHECK(both([](const Document& d) {
+              const Reader p = root_reader(d).map("p");
+              p.has("tp");
+              p.finish();
+          }) == "k.yaml:4:3: unknown key 'p.list'; accepted keys here: tp");
+    // A nested value: `four` in the list's second mapping, after its tag `!custom` at column 10.
+    CHECK(both([](const Document& d) {
+              root_reader(d).map("p").list_of_maps("list")[1].integer("b");
+          }) == "k.yaml:7:10: 'p.list.1.b': expected a whole number, found \"four\"");
+    // A list where a mapping is expected: the [ of line 8, column 9.
+    CHECK(both([](const Document& d) { root_reader(d).map("p").map("flow"); }) ==
+          "k.yaml:8:9: 'p.flow': expected a mapping of keys to values, found a list");
+    // A list item: the flow mapping of line 5 opens at column 7.
+    CHECK(both([](const Document& d) {
+              root_reader(d).map("p").list_of_maps("list")[0].fail_here("x");
+          }) == "k.yaml:5:7: 'p.list.0': x");
+    // A null (`empty:` with no value): yaml-cpp marks it where the next token starts, line 10
+    // column 1.
+    CHECK(both([](const Document& d) { root_reader(d).map("empty"); }) ==
+          "k.yaml:10:1: 'empty': missing; expected a mapping of keys to values");
+    // Through the alias: the mapping it names is marked where its properties start, at the
+    // anchor (line 10, column 7).
+    CHECK(both([](const Document& d) { root_reader(d).map("alias").fail_here("x"); }) ==
+          "k.yaml:10:7: 'alias': x");
+}
+
+TEST_CASE("copy_document: overrides applied to a copy leave the original as parsed") {
+    const Document original = parse_document(kEveryKind, "k.yaml");
+    Document first = copy_document(original);
+    apply_override(first, "p.tp", "8");
+    apply_override(first, "p.list.1.a", "5");
+    apply_override(first, "q.r", "new");
+    // Through the alias: base and alias are one node, so base.v changes too, as it would in a
+    // fresh parse.
+    apply_override(first, "alias.v", "2");
+    const Reader edited = root_reader(first);
+    CHECK(edited.map("p").integer("tp") == 8);
+    CHECK(edited.map("q").string("r") == "new");
+    CHECK(edited.map("base").integer("v") == 2);
+    Document fresh = parse_document(kEveryKind, "k.yaml");
+    apply_override(fresh, "alias.v", "2");
+    CHECK(root_reader(fresh).map("base").integer("v") == 2);
+
+    // A second copy holds the file's values (tp 4, a 3, base.v and alias.v 1, no q), as does
+    // the original.
+    const Document second = copy_document(original);
+    const Reader r = root_reader(second);
+    CHECK(r.map("p").integer("tp") == 4);
+    CHECK(r.map("p").list_of_maps("list")[1].integer("a") == 3);
+    CHECK(r.map("base").integer("v") == 1);
+    CHECK(r.map("alias").integer("v") == 1);
+    CHECK_FALSE(r.has("q"));
+    CHECK(second.overrides.empty());
+    CHECK(root_reader(original).map("p").integer("tp") == 4);
+    CHECK(YAML::Dump(original.root) == YAML::Dump(parse_document(kEveryKind, "k.yaml").root));
+    // An error in an overridden value names the --set argument on the copy.
+    apply_override(first, "p.tp", "many");
+    CHECK(error_of([&] { root_reader(first).map("p").integer("tp"); }) ==
+          "--set p.tp=many: 'p.tp': expected a whole number, found \"many\"");
+}
+
+TEST_CASE("DocumentCache: each file parsed once, failures kept nowhere") {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("cs_config_tests_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto path = dir / "c.yaml";
+    std::ofstream(path) << "a: 1\n";
+    DocumentCache cache;
+    const auto first = cache.load(path);
+    const auto second = cache.load(path);
+    CHECK(first == second);  // the same parsed document
+    CHECK(cache.parses() == 1);
+    CHECK(first->display_path == path.string());
+    CHECK(first->folder == dir);
+    // The same text under another name is another document.
+    const auto text = cache.parse("a: 1\n", "inline", ".");
+    CHECK(text != first);
+    CHECK(cache.parse("a: 1\n", "inline", ".") == text);
+    CHECK(cache.parse("a: 2\n", "inline", ".") != text);
+    CHECK(cache.parses() == 3);
+    // A file that does not load fails each time with load_document's message.
+    const auto missing = dir / "missing.yaml";
+    const std::string message = error_of([&] { load_document(missing); });
+    CHECK(message != "(no error)");
+    CHECK(error_of([&] { cache.load(missing); }) == message);
+    CHECK(error_of([&] { cache.load(missing); }) == message);
+    CHECK(cache.parses() == 3);
+    // At most kMaxEntries are kept: after that many others, the first is parsed again.
+    for (std::size_t i = 0; i < DocumentCache::kMaxEntries; ++i)
+        cache.parse("a: 1\n", "other " + std::to_string(i), ".");
+    CHECK(cache.load(path) != first);
+    CHECK(cache.parses() == 4 + DocumentCache::kMaxEntries);
+    std::filesystem::remove_all(dir);
 }

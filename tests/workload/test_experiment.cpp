@@ -457,3 +457,106 @@ TEST_CASE("ClusterCache: one build per distinct topology settings, reused across
     CHECK(bad() == first);
     CHECK(cache.builds() == 2);
 }
+
+TEST_CASE("DocumentCache: a sweep's loads through it give what fresh loads give") {
+    // A sweep loads its experiment once per combination with one ClusterCache and one
+    // DocumentCache: the experiment, topology and model files are parsed once, and every load
+    // must give the spec, or the message, a load without the caches gives.
+    Scratch s("document_cache");
+    s.write("four-gpus.yaml", kFourGpus);
+    s.write("models/m.yaml",
+            "layers: 4\n"
+            "hidden_size: 1024\n"
+            "attention_heads: 16\n");
+    const auto e = s.write("e.yaml",
+                           "topology: four-gpus.yaml\n"      // line 1
+                           "model: {from: models/m.yaml}\n"  // line 2
+                           "parallelism:\n"                  // line 3
+                           "  pp: 2\n"                       // line 4
+                           "training:\n"                     // line 5
+                           "  global_batch_size: 8\n");      // line 6
+    ClusterCache clusters;
+    config::DocumentCache documents;
+    const auto cached = [&](const std::vector<std::string>& overrides) {
+        return load_experiment(e, overrides, topology::kDefaultMaxMemory, &clusters, &documents);
+    };
+    const auto same = [](const ExperimentSpec& a, const ExperimentSpec& b) {
+        CHECK(a.source == b.source);
+        CHECK(a.topology_source == b.topology_source);
+        CHECK(a.model_file == b.model_file);
+        CHECK(a.model.name == b.model.name);
+        CHECK(a.model.layers == b.model.layers);
+        CHECK(a.model.hidden_size == b.model.hidden_size);
+        CHECK(a.layout.pp == b.layout.pp);
+        CHECK(a.layout.dp == b.layout.dp);
+        CHECK(a.training.global_batch_size == b.training.global_batch_size);
+        CHECK(a.training.micro_batch_size == b.training.micro_batch_size);
+        CHECK(a.cluster->gpu_count() == b.cluster->gpu_count());
+        CHECK(a.schedule_where.line == b.schedule_where.line);
+        CHECK(a.layout_where.line == b.layout_where.line);
+        CHECK(a.layout_where.column == b.layout_where.column);
+    };
+
+    // The first load's override reaches its own copy only: the second sees the file's pp 2.
+    const auto pp4 = cached({"parallelism.pp=4"});
+    CHECK(pp4.layout.pp == 4);
+    same(pp4, load_experiment(e, {"parallelism.pp=4"}));
+    const auto plain = cached({});
+    CHECK(plain.layout.pp == 2);
+    CHECK(plain.model.name == "m");  // the model file's stem
+    same(plain, load_experiment(e, {}));
+    CHECK(plain.layout_where.line == 4);  // parallelism's mapping starts at `pp`, line 4
+
+    // An error at a position in the experiment file: micro batches of 3 do not divide 8, named
+    // at global_batch_size's value (line 6; 2 spaces and "global_batch_size: " put the 8 at
+    // column 22).
+    const std::string gbs = error_of([&] { cached({"training.micro_batch_size=3"}); });
+    CHECK(gbs.rfind(e.string() + ":6:22: 'training.global_batch_size': ", 0) == 0);
+    CHECK(gbs == error_of([&] { load_experiment(e, {"training.micro_batch_size=3"}); }));
+    CHECK(error_of([&] { cached({"training.micro_batch_size=3"}); }) == gbs);
+
+    // The topology's overrides reach the copy the load built its cluster from: a load with
+    // another ClusterCache (so the topology file is read again) sees the file's one node.
+    CHECK(cached({"topology.nodes=2", "parallelism.dp=4"}).cluster->gpu_count() == 8);
+    ClusterCache other;
+    const auto again = load_experiment(e, {}, topology::kDefaultMaxMemory, &other, &documents);
+    CHECK(again.cluster->gpu_count() == 4);
+    same(again, plain);
+    // Three files, each parsed once over all these loads.
+    CHECK(documents.parses() == 3);
+
+    // A model file with an error: the message names its line and column through the cache,
+    // every time, as without it (`width` is line 4's key).
+    s.write("models/bad.yaml",
+            "layers: 4\n"
+            "hidden_size: 1024\n"
+            "attention_heads: 16\n"
+            "width: 3\n");
+    const auto bad = s.write("bad.yaml",
+                             "topology: four-gpus.yaml\n"
+                             "model: {from: models/bad.yaml}\n"
+                             "parallelism: {pp: 2}\n"
+                             "training: {global_batch_size: 8}\n");
+    const std::string fresh_error = error_of([&] { load_experiment(bad, {}); });
+    CHECK(fresh_error.rfind((s.dir() / "models/bad.yaml").string() + ":4:1: unknown key 'width'",
+                            0) == 0);
+    for (int i = 0; i < 2; ++i)
+        CHECK(error_of([&] {
+                  load_experiment(bad, {}, topology::kDefaultMaxMemory, &clusters, &documents);
+              }) == fresh_error);
+
+    // An experiment given as text is parsed once too.
+    const ExperimentText text{
+        "topology: four-gpus.yaml\n"
+        "model: {from: models/m.yaml}\n"
+        "parallelism: {pp: 2}\n"
+        "training: {global_batch_size: 8}\n",
+        "<text>", s.dir()};
+    const std::size_t before = documents.parses();
+    CHECK(load_experiment(text, {"parallelism.pp=4"}, topology::kDefaultMaxMemory, &clusters,
+                          &documents)
+              .layout.pp == 4);
+    CHECK(load_experiment(text, {}, topology::kDefaultMaxMemory, &clusters, &documents).layout.pp ==
+          2);
+    CHECK(documents.parses() == before + 1);
+}
