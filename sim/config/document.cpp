@@ -268,8 +268,13 @@ Document copy_document(const Document& doc) {
 
 std::shared_ptr<const Document> DocumentCache::find_or_add(std::string key,
                                                            const std::function<Document()>& parse) {
-    for (const auto& e : entries_)
-        if (e.key == key) return e.doc;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->key == key) {
+            // The most recently used last: a sweep's experiment file stays while model files
+            // it varies over come and go.
+            std::rotate(it, it + 1, entries_.end());
+            return entries_.back().doc;
+        }
     auto doc = std::make_shared<const Document>(parse());
     ++parses_;
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());

@@ -62,7 +62,7 @@ Document copy_document(const Document& doc);
 // Documents parsed once and kept, for a process that loads the same files many times: a sweep
 // loads its experiment, model and topology files once per combination (workload::load_experiment
 // takes it beside its workload::ClusterCache). A file is read on first use only: it is assumed not
-// to change while the cache lives (one sweep). Holds the kMaxEntries most recently parsed; a
+// to change while the cache lives (one sweep). Holds the kMaxEntries most recently used; a
 // document is a few kB.
 class DocumentCache {
   public:
@@ -85,7 +85,7 @@ class DocumentCache {
         std::string key;
         std::shared_ptr<const Document> doc;
     };
-    std::vector<Entry> entries_;  // the oldest first
+    std::vector<Entry> entries_;  // the least recently used first
     std::size_t parses_ = 0;
 };
 

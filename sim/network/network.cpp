@@ -167,12 +167,10 @@ class NetworkImpl final : public Network, public EventHandler {
         communicators_.push_back(number);
         return static_cast<GroupId>(groups_.size() - 1);
     }
-    static void check_communicator(const std::vector<int>& ranks, int gpus) {
+    void check_communicator(const std::vector<int>& ranks) const {
         if (ranks.empty()) throw ConfigError("a communicator needs at least one rank");
         for (int r : ranks)
-            if (r < 0 || r >= gpus)
-                throw ConfigError("GPU " + std::to_string(r) + " does not exist (the cluster has " +
-                                  std::to_string(gpus) + " GPUs)");
+            check_gpu(r);
         std::vector<int> sorted = ranks;
         std::sort(sorted.begin(), sorted.end());
         if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
@@ -183,7 +181,7 @@ class NetworkImpl final : public Network, public EventHandler {
     // communicator kept there was checked on this cluster when it was first registered.
     std::uint64_t communicator_number(std::vector<int>& ranks) {
         if (!shared_plans_) {
-            check_communicator(ranks, cluster_.gpu_count());
+            check_communicator(ranks);
             return kNoCommunicator;
         }
         auto& known = shared_plans_->communicators;
@@ -192,7 +190,7 @@ class NetworkImpl final : public Network, public EventHandler {
         const auto it = known.find(k);
         ranks = std::move(k.ranks);
         if (it != known.end()) return it->second;
-        check_communicator(ranks, cluster_.gpu_count());
+        check_communicator(ranks);
         if (shared_plans_->collective_bytes >= SharedPlans::kMaxBytes) return kNoCommunicator;
         shared_plans_->collective_bytes += sizeof(k) + 64 + ranks.size() * sizeof(int);
         const auto number = static_cast<std::uint64_t>(known.size());

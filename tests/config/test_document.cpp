@@ -317,5 +317,18 @@ TEST_CASE("DocumentCache: each file parsed once, failures kept nowhere") {
         cache.parse("a: 1\n", "other " + std::to_string(i), ".");
     CHECK(cache.load(path) != first);
     CHECK(cache.parses() == 4 + DocumentCache::kMaxEntries);
+    // The least recently used goes first: a use keeps a document. In a fresh cache, the file,
+    // then kMaxEntries - 1 texts fill it; the file used again, one more text evicts text 0 (the
+    // oldest use), not the file: the file is not parsed again, text 0 is.
+    DocumentCache lru;
+    const auto kept = lru.load(path);
+    for (std::size_t i = 0; i + 1 < DocumentCache::kMaxEntries; ++i)
+        lru.parse("a: 1\n", "text " + std::to_string(i), ".");
+    CHECK(lru.load(path) == kept);
+    lru.parse("a: 1\n", "one more", ".");
+    CHECK(lru.parses() == DocumentCache::kMaxEntries + 1);
+    CHECK(lru.load(path) == kept);
+    lru.parse("a: 1\n", "text 0", ".");
+    CHECK(lru.parses() == DocumentCache::kMaxEntries + 2);
     std::filesystem::remove_all(dir);
 }
