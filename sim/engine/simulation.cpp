@@ -22,6 +22,15 @@ constexpr int kSlotBits = 32;
 constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
 constexpr std::uint64_t kOrderLimit = std::uint64_t{1} << (64 - kSlotBits);
 __extension__ using U128 = unsigned __int128;
+// A year has between these many buckets (a power of two near the number of keys it is built from).
+constexpr std::size_t kMinBuckets = 16;
+constexpr std::size_t kMaxBuckets = 64 * 64;  // what occupied_ can flag
+// A year spans this many times the mean distance of its keys from the earliest, doubled, with as
+// many times more buckets than keys: the events its own events schedule mostly fall inside it.
+constexpr std::size_t kSpans = 4;
+// Above this many keys a year would put dozens in a bucket (a bucket, sorted into the near heap,
+// then costs more than the heap alone): the year becomes one bucket as long as time itself.
+constexpr std::size_t kCalendarUpTo = 32768;
 
 // A bijection on 32-bit values (Wellons' lowbias32), so shuffled orders stay unique.
 std::uint32_t mix32(std::uint32_t x) {
@@ -74,6 +83,7 @@ void Simulation::reserve(std::size_t events) {
     if (events > capacity_) grow_keys(events);
     payloads_.reserve(events);
     free_slots_.reserve(events);
+    far_.reserve(events);
 }
 
 void Simulation::grow_keys(std::size_t capacity) {
@@ -118,16 +128,22 @@ void Simulation::throw_time_went_backwards() const {
 // Orders are 32 bits wide: once they run out, the pending events are relabelled with their ranks,
 // which keeps every pairwise order (so the heap stays valid) and frees the orders above them.
 void Simulation::renumber() {
-    std::vector<std::uint32_t> by_key(size_);
-    std::iota(by_key.begin(), by_key.end(), 0U);
-    std::sort(by_key.begin(), by_key.end(), [this](std::uint32_t x, std::uint32_t y) {
-        return std::bit_cast<U128>(keys_[x]) < std::bit_cast<U128>(keys_[y]);
-    });
-    for (std::size_t rank = 0; rank < size_; ++rank) {
-        Key& k = keys_[by_key[rank]];
+    std::vector<Key*> by_key;
+    by_key.reserve(size_ + in_buckets_ + far_.size());
+    for (std::size_t i = 0; i < size_; ++i)
+        by_key.push_back(&keys_[i]);
+    for (std::size_t j = 0; j < bucket_count_; ++j)
+        for (std::uint32_t i = 0; i < buckets_[j].size; ++i)
+            by_key.push_back(&buckets_[j].keys[i]);
+    for (Key& k : far_)
+        by_key.push_back(&k);
+    std::sort(by_key.begin(), by_key.end(),
+              [](const Key* x, const Key* y) { return before(*x, *y); });
+    for (std::size_t rank = 0; rank < by_key.size(); ++rank) {
+        Key& k = *by_key[rank];
         k.order_slot = static_cast<std::uint64_t>(rank) << kSlotBits | (k.order_slot & kSlotMask);
     }
-    next_seq_ = size_;
+    next_seq_ = by_key.size();
 }
 
 std::uint64_t Simulation::next_order() {
@@ -135,26 +151,119 @@ std::uint64_t Simulation::next_order() {
     return shuffle_ ? mix32(static_cast<std::uint32_t>(seq) ^ shuffle_key_) : seq;
 }
 
+inline void Simulation::file(Key k) {
+    if (k.at_ps >= year_end_) [[unlikely]]
+        return far_.push_back(k);
+    const std::uint64_t j = (k.at_ps - year_start_) >> shift_;
+    Bucket& bucket = buckets_[j];
+    if (bucket.size == bucket.capacity) grow(bucket);
+    bucket.keys[bucket.size++] = k;
+    occupied_[j / 64] |= std::uint64_t{1} << (j % 64);
+    occupied_words_ |= std::uint64_t{1} << (j / 64);
+    ++in_buckets_;
+}
+
 void Simulation::schedule_at(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
                              std::uint64_t b) {
     if (at < now_ || handler >= handlers_.size() || next_seq_ == kOrderLimit) [[unlikely]]
         return schedule_rare(at, handler, kind, a, b);
-    if (!root_taken_) return push(at, handler, kind, a, b);
-    // The handler's first successor takes over the slot of the event being processed.
-    root_taken_ = false;
-    const std::uint64_t slot = keys_[0].order_slot & kSlotMask;
+    std::uint32_t slot;
+    if (holding_) {  // the handler's first successor takes over its event's slot
+        holding_ = false;
+        slot = held_slot_;
+    } else {
+        slot = new_slot();
+    }
     payloads_[slot] = Payload{handler, kind, a, b};
-    sift_from_root(
-        Key{next_order() << kSlotBits | slot, static_cast<std::uint64_t>(at.count_ps())});
+    const Key k{next_order() << kSlotBits | slot, static_cast<std::uint64_t>(at.count_ps())};
+    if (k.at_ps >= near_end_) return file(k);
+    if (root_taken_) {  // ... and the place of its key at the root
+        root_taken_ = false;
+        return sift_from_root(k);
+    }
+    if (size_ == capacity_) grow_keys(std::max<std::size_t>(16, 2 * capacity_));
+    sift_up(size_++, k);
 }
 
-void Simulation::push(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
-                      std::uint64_t b) {
-    const std::uint32_t slot = new_slot();
-    payloads_[slot] = Payload{handler, kind, a, b};
-    if (size_ == capacity_) grow_keys(std::max<std::size_t>(16, 2 * capacity_));
-    sift_up(size_++,
-            Key{next_order() << kSlotBits | slot, static_cast<std::uint64_t>(at.count_ps())});
+bool Simulation::advance() {
+    if (occupied_words_ == 0) {
+        if (far_.empty()) return false;
+        new_year();
+    }
+    const int word = std::countr_zero(occupied_words_);
+    std::uint64_t& bits = occupied_[static_cast<std::size_t>(word)];
+    const auto j = static_cast<std::size_t>(word * 64 + std::countr_zero(bits));
+    bits &= bits - 1;
+    if (bits == 0) occupied_words_ &= occupied_words_ - 1;
+    // At most year_end_, which is at most 2^64 - 1.
+    near_end_ = static_cast<std::uint64_t>(
+        std::min<U128>(U128{year_start_} + (U128{j + 1} << shift_), year_end_));
+    Bucket& bucket = buckets_[j];
+    in_buckets_ -= bucket.size;
+    if (bucket.size > capacity_) grow_keys(std::bit_ceil(std::size_t{bucket.size}));  // size_ is 0
+    size_ = bucket.size;
+    bucket.size = 0;
+    // Sorted, the keys make a heap; buckets are small, so insertion sort first.
+    Key* const out = keys_;
+    const Key* const in = bucket.keys.get();
+    if (size_ <= 16) {
+        for (std::size_t i = 0; i < size_; ++i) {
+            const Key k = in[i];
+            std::size_t hole = i;
+            for (; hole > 0 && before(k, out[hole - 1]); --hole)
+                out[hole] = out[hole - 1];
+            out[hole] = k;
+        }
+    } else {
+        std::copy(in, in + size_, out);
+        std::sort(out, out + size_, before<Key>);
+    }
+    return true;
+}
+
+void Simulation::grow(Bucket& bucket) {
+    const std::uint32_t capacity = std::max<std::uint32_t>(4, 2 * bucket.capacity);
+    std::unique_ptr<Key[]> keys(new Key[capacity]);
+    std::copy(bucket.keys.get(), bucket.keys.get() + bucket.size, keys.get());
+    bucket.keys = std::move(keys);
+    bucket.capacity = capacity;
+}
+
+// A year is sized from the keys in far_ (all of them, as the year before is used up): a power of
+// two of buckets near their number, over twice their mean distance from the earliest, so that a
+// bucket holds about one key when times are spread evenly. Markov's inequality puts at least half
+// of them in the year however they are spread.
+void Simulation::new_year() {
+    std::uint64_t earliest = far_.front().at_ps;
+    for (const Key& k : far_)
+        earliest = std::min(earliest, k.at_ps);
+    U128 distance = 0;
+    for (const Key& k : far_)
+        distance += k.at_ps - earliest;
+    const std::uint64_t mean = static_cast<std::uint64_t>(distance / far_.size());
+    if (far_.size() > kCalendarUpTo) {
+        // One bucket as long as time itself: the near heap takes every key.
+        bucket_count_ = 1;
+        shift_ = 63;
+    } else {
+        bucket_count_ = std::clamp(std::bit_ceil(far_.size()) * kSpans, kMinBuckets, kMaxBuckets);
+        // The smallest power-of-two width with bucket_count_ * width > 2 * kSpans * mean.
+        shift_ =
+            std::bit_width(static_cast<std::uint64_t>(U128{2 * kSpans} * mean / bucket_count_));
+    }
+    if (buckets_.size() < bucket_count_) buckets_.resize(bucket_count_);
+    year_start_ = earliest;
+    near_end_ = earliest;
+    const U128 end = U128{earliest} + (U128{bucket_count_} << shift_);
+    year_end_ = static_cast<std::uint64_t>(std::min<U128>(end, ~std::uint64_t{0}));
+    std::size_t kept = 0;
+    for (const Key& k : far_) {
+        if (k.at_ps >= year_end_)
+            far_[kept++] = k;
+        else
+            file(k);
+    }
+    far_.resize(kept);
 }
 
 // Moves the hole at `i` up past every parent that `k` precedes, then fills it with `k`.
@@ -226,17 +335,25 @@ void Simulation::sift_from_root(Key k) {
 
 void Simulation::drop_taken_root() {
     root_taken_ = false;
-    free_slots_.push_back(static_cast<std::uint32_t>(keys_[0].order_slot & kSlotMask));
     const Key last = keys_[--size_];
     if (size_ > 0) sift_from_root(last);
 }
 
-bool Simulation::step() {
+void Simulation::finish_event() {
     if (root_taken_) drop_taken_root();
-    if (size_ == 0) return false;
+    if (holding_) {
+        holding_ = false;
+        free_slots_.push_back(held_slot_);
+    }
+}
+
+bool Simulation::step() {
+    finish_event();
+    if (size_ == 0 && !advance()) return false;
     const Key k = keys_[0];
-    const Payload& p = payloads_[k.order_slot & kSlotMask];
-    // A copy: the handler's first schedule_at() overwrites the root and its slot.
+    const auto slot = static_cast<std::uint32_t>(k.order_slot & kSlotMask);
+    const Payload& p = payloads_[slot];
+    // A copy: the handler's first schedule_at() overwrites the root and the slot.
     const Event e{Time::ps(static_cast<std::int64_t>(k.at_ps)),
                   k.order_slot >> kSlotBits,
                   p.handler,
@@ -246,6 +363,8 @@ bool Simulation::step() {
     if (e.at < now_) [[unlikely]]
         throw_time_went_backwards();
     root_taken_ = true;
+    holding_ = true;
+    held_slot_ = slot;
     now_ = e.at;
     ++processed_;
     handlers_[e.handler]->on_event(*this, e);
@@ -261,8 +380,9 @@ void Simulation::run() {
 void Simulation::run_until(Time limit) {
     stopped_ = false;
     for (;;) {
-        if (root_taken_) drop_taken_root();
-        if (stopped_ || size_ == 0 || Time::ps(static_cast<std::int64_t>(keys_[0].at_ps)) > limit)
+        finish_event();
+        if (stopped_ || (size_ == 0 && !advance()) ||
+            Time::ps(static_cast<std::int64_t>(keys_[0].at_ps)) > limit)
             break;
         step();
     }

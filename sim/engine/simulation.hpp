@@ -5,16 +5,25 @@
 // carries a kind and two 64-bit payload words that the handler interprets; no allocation happens
 // per event. Handlers are not owned by the Simulation and must outlive run().
 //
-// The queue is a 4-ary min-heap of 16-byte keys (time, order << 32 | slot); the handler, kind and
-// payload words wait in a slot array (slots are recycled through a free list), so the four
-// children of a node fill one 64-byte cache line and a sift moves 16 bytes per level. The event
-// being processed stays at the root while its handler runs: the handler's first schedule_at()
-// reuses its slot and replaces its key with a single sift from the root (a "hold" costs one pass
-// instead of a pop and a push); if the handler schedules nothing, the root is removed before the
-// next event. Keys are unique, so the processing order is the same as with any other exact
-// priority queue.
+// The queue is a calendar in front of a heap. Keys are 16 bytes (time, order << 32 | slot); the
+// handler, kind and payload words wait in a slot array (slots are recycled through a free list).
+//  - The near heap, a 4-ary min-heap whose four children of a node fill one 64-byte cache line,
+//    holds every pending key before near_end_. The event being processed stays at its root while
+//    its handler runs: a first successor that belongs in the heap replaces it with a single sift
+//    (a "hold" costs one pass instead of a pop and a push).
+//  - A "year" of buckets (a power of two of them, each a power-of-two span of time, unsorted)
+//    holds the keys from near_end_ to year_end_; when the heap runs dry, the earliest occupied
+//    bucket (found through two levels of bit flags) is sorted into it.
+//  - far_ holds, unsorted, the keys after the year. When the year is used up, the next one is
+//    laid out over far_'s keys: about one key per bucket, and long enough that most successors
+//    of its events fall inside it.
+// An event is thus filed once or twice and sorted in a bucket of a few keys, instead of sifted
+// through log4(n) levels. Above 32,768 keys the year becomes a single endless bucket, that is the
+// plain heap. Keys are unique and each structure yields them in key order, so the processing
+// order is the same as with any other exact priority queue.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,7 +83,9 @@ class Simulation {
 
     Time now() const { return now_; }
     std::uint64_t events_processed() const { return processed_; }
-    std::size_t pending() const { return size_ - (root_taken_ ? 1 : 0); }
+    std::size_t pending() const {
+        return size_ - (root_taken_ ? 1 : 0) + in_buckets_ + far_.size();
+    }
     // Preallocates room for `events` pending events.
     void reserve(std::size_t events);
 
@@ -94,8 +105,8 @@ class Simulation {
   private:
     friend struct SimulationTestAccess;
 
-    // Heap entry. Compared as one unsigned 128-bit number (time high, order_slot low), hence the
-    // member order on a little-endian machine.
+    // A pending event's key. Compared as one unsigned 128-bit number (time high, order_slot low),
+    // hence the member order on a little-endian machine.
     struct alignas(16) Key {
         std::uint64_t order_slot;  // order << 32 | slot in payloads_
         std::uint64_t at_ps;
@@ -110,8 +121,15 @@ class Simulation {
         void operator()(Key* p) const;
     };
 
-    // schedule_at() for an event that gets a new slot and a new place in the heap.
-    void push(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a, std::uint64_t b);
+    // Files a key at or after near_end_ in its bucket of the year, or in far_ after the year.
+    void file(Key k);
+    // Loads the earliest occupied bucket into the (empty) near heap, starting a new year from
+    // far_ first if the year is used up; returns false when nothing is pending.
+    bool advance();
+    void new_year();
+    // Ends the event last processed: drops its key if no successor took its place, and frees its
+    // slot if no successor took it.
+    void finish_event();
     // Puts `k` in place of the root (which is overwritten) and restores the heap order.
     void sift_from_root(Key k);
     void sift_up(std::size_t i, Key k);
@@ -124,13 +142,38 @@ class Simulation {
                                      std::uint64_t a, std::uint64_t b);
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
 
-    // 4-ary min-heap. keys_ points 3 entries into a 64-byte aligned block, so that the children
-    // 4i+1 .. 4i+4 of every node share a cache line.
+    // The near heap: a 4-ary min-heap of every pending key before near_end_. keys_ points 3
+    // entries into a 64-byte aligned block, so that the children 4i+1 .. 4i+4 of every node share
+    // a cache line.
     std::unique_ptr<Key[], AlignedDelete> key_block_;
     Key* keys_ = nullptr;
     std::size_t size_ = 0;
     std::size_t capacity_ = 0;
     bool root_taken_ = false;  // keys_[0] is the event being (or last) processed
+    // The slot of the event being processed: its handler's first schedule_at() takes it over.
+    std::uint32_t held_slot_ = 0;
+    bool holding_ = false;
+    // The year: bucket j < bucket_count_ holds, unsorted, the keys from year_start_ + j * 2^shift_
+    // (inclusive) to year_start_ + (j + 1) * 2^shift_; buckets that end at or before near_end_
+    // are empty. Bit j % 64 of occupied_[j / 64] is set when bucket j is not empty, bit
+    // w of occupied_words_ when occupied_[w] is not 0. far_ holds, unsorted, the keys at or after
+    // year_end_.
+    struct Bucket {  // a growable array of keys, 16 bytes so that four share a cache line
+        std::unique_ptr<Key[]> keys;
+        std::uint32_t size = 0;
+        std::uint32_t capacity = 0;
+    };
+    [[gnu::cold]] static void grow(Bucket& bucket);
+    std::vector<Bucket> buckets_;
+    std::array<std::uint64_t, 64> occupied_{};
+    std::uint64_t occupied_words_ = 0;
+    std::size_t bucket_count_ = 0;
+    std::size_t in_buckets_ = 0;
+    std::uint64_t near_end_ = 0;
+    std::uint64_t year_start_ = 0;
+    std::uint64_t year_end_ = 0;
+    int shift_ = 0;
+    std::vector<Key> far_;
     std::vector<Payload> payloads_;
     std::vector<std::uint32_t> free_slots_;
     std::vector<EventHandler*> handlers_;

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <set>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -213,4 +215,147 @@ TEST_CASE("events keep (time, insertion) order when the 32-bit orders run out") 
         }
         CHECK(ordered);
     }
+}
+
+namespace {
+// Checks every processed event against a reference queue (an ordered set of (time, insertion
+// index)): without shuffling, the engine must pop exactly the reference's smallest entry. Each
+// event schedules successors whose delays follow `spread`, so the calendar's years, buckets and
+// far list see evenly spread times, heavy ties, twelve orders of magnitude, two far-apart modes,
+// and a queue that grows past the calendar's 32,768 keys and drains again.
+enum class Spread { Even, Ties, Decades, TwoModes, Swell };
+
+struct Referenced : EventHandler {
+    Spread spread = Spread::Even;
+    std::uint64_t x = 17;
+    std::uint64_t budget = 0;
+    std::uint64_t next_id = 0;
+    std::set<std::pair<std::int64_t, std::uint64_t>> reference;
+    std::uint64_t processed = 0;
+    std::uint64_t mismatches = 0;
+    std::uint64_t pending_mismatches = 0;
+    std::size_t most_pending = 0;
+
+    std::uint64_t next() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return x;
+    }
+    std::int64_t delay() {
+        const std::uint64_t r = next();
+        switch (spread) {
+            case Spread::Even:
+                return static_cast<std::int64_t>(r % 1'000'000);
+            case Spread::Ties:
+                return r % 2 == 0 ? 0 : static_cast<std::int64_t>((r >> 1) % 8);
+            case Spread::Decades:  // 2^0 .. 2^40 ps, about 1 ps to 1 s
+                return static_cast<std::int64_t>((std::uint64_t{1} << ((r >> 8) % 41)) + (r & 255));
+            case Spread::TwoModes:  // nine in ten within a microsecond, one in ten a second later
+                return r % 10 == 0 ? 1'000'000'000'000
+                                   : static_cast<std::int64_t>((r >> 4) % 1'000'000);
+            case Spread::Swell:
+                return static_cast<std::int64_t>(r % 100'000);
+        }
+        return 0;
+    }
+    void add(Simulation& sim, Time at, HandlerId h) {
+        sim.schedule_at(at, h, 0, next_id);
+        reference.emplace(at.count_ps(), next_id);
+        ++next_id;
+    }
+    void on_event(Simulation& sim, const Event& e) override {
+        ++processed;
+        if (reference.empty() || *reference.begin() != std::pair{e.at.count_ps(), e.a})
+            ++mismatches;
+        reference.erase({e.at.count_ps(), e.a});
+        if (sim.pending() != reference.size()) ++pending_mismatches;
+        most_pending = std::max(most_pending, reference.size());
+        int fanout = static_cast<int>(next() % 4);  // 0 to 3 successors, 1.5 on average
+        // Swell: two successors each (the queue doubles per generation) until 40,000 are
+        // pending, then none, so the queue drains from past the calendar's limit.
+        if (spread == Spread::Swell) fanout = most_pending < 40'000 ? 2 : 0;
+        for (int k = 0; k < fanout && budget > 0; ++k, --budget)
+            add(sim, sim.now() + Time::ps(delay()), e.handler);
+    }
+};
+}  // namespace
+
+TEST_CASE("the calendar queue pops what a reference queue pops, however times are spread") {
+    for (const Spread spread :
+         {Spread::Even, Spread::Ties, Spread::Decades, Spread::TwoModes, Spread::Swell}) {
+        CAPTURE(static_cast<int>(spread));
+        Simulation sim;
+        Referenced ref;
+        ref.spread = spread;
+        const auto h = sim.add_handler(ref);
+        ref.budget = 150'000;
+        for (int i = 0; i < 1'000; ++i)
+            ref.add(sim, Time::ps(ref.delay()), h);
+        sim.run();
+        CHECK(ref.processed == ref.next_id);  // every event, once
+        CHECK(ref.mismatches == 0);
+        CHECK(ref.pending_mismatches == 0);
+        CHECK(ref.reference.empty());
+        if (spread == Spread::Swell) CHECK(ref.most_pending >= 40'000);
+    }
+}
+
+TEST_CASE("run_until in slices, with an event scheduled between slices before what it looked at") {
+    // run_until(limit) loads the next bucket to see whether its first event is past the limit;
+    // an event then scheduled at now() + 1 ps falls before that bucket and must still come first.
+    Simulation sim;
+    Referenced ref;
+    const auto h = sim.add_handler(ref);
+    ref.budget = 100'000;
+    for (int i = 0; i < 1'000; ++i)
+        ref.add(sim, Time::ps(ref.delay()), h);
+    std::int64_t limit = 0;
+    int slices = 0;
+    while (sim.pending() > 0) {
+        limit += 7'777;
+        sim.run_until(Time::ps(limit));
+        if (ref.budget > 0) {
+            ref.add(sim, sim.now() + Time::ps(1), h);
+            --ref.budget;
+        }
+        ++slices;
+    }
+    // The run lasts about 4.9 M ps (630 slices when written): many slices, each ending in a look.
+    CHECK(slices > 100);
+    CHECK(ref.processed == ref.next_id);
+    CHECK(ref.mismatches == 0);
+    CHECK(ref.pending_mismatches == 0);
+}
+
+TEST_CASE(
+    "times from 0 to the largest pop in order; run_until looks ahead and a later schedule "
+    "may fall before what it saw") {
+    Simulation sim;
+    Recorder r;
+    sim.add_handler(r);
+    const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+    // Times spanning the whole range: a year laid out over them saturates at 2^64 - 1.
+    sim.schedule_at(Time::ps(big), 0, 0, 1);
+    sim.schedule_at(Time::ps(std::int64_t{1} << 62), 0, 0, 2);
+    sim.schedule_at(Time::ps(std::int64_t{1} << 40), 0, 0, 3);
+    sim.schedule_at(Time::ps(0), 0, 0, 4);
+    sim.schedule_at(Time::ps(1), 0, 0, 5);
+    sim.schedule_at(Time::ps(big - 1), 0, 0, 6);
+    // run_until loads the bucket of 2^40 into the near heap to see it is past the limit ...
+    sim.run_until(Time::ps(1'000));
+    CHECK(sim.pending() == 4);
+    // ... and a new event before it, but after now, still comes first.
+    sim.schedule_at(Time::ps(5'000), 0, 0, 7);
+    sim.schedule_at(Time::ps(std::int64_t{1} << 40), 0, 0, 8);  // a tie, inserted later
+    sim.run();
+    const std::vector<std::pair<std::int64_t, std::uint64_t>> expect{{0, 4},
+                                                                     {1, 5},
+                                                                     {5'000, 7},
+                                                                     {std::int64_t{1} << 40, 3},
+                                                                     {std::int64_t{1} << 40, 8},
+                                                                     {std::int64_t{1} << 62, 2},
+                                                                     {big - 1, 6},
+                                                                     {big, 1}};
+    CHECK(r.seen == expect);
 }
