@@ -206,7 +206,9 @@ bool Simulation::advance() {
     // Sorted, the keys make a heap; buckets are small, so insertion sort first.
     Key* const out = keys_;
     const Key* const in = bucket.keys.get();
-    if (size_ <= 16) {
+    if (size_ == 1) {
+        out[0] = in[0];
+    } else if (size_ <= 16) {
         for (std::size_t i = 0; i < size_; ++i) {
             const Key k = in[i];
             std::size_t hole = i;
@@ -336,7 +338,10 @@ void Simulation::sift_from_root(Key k) {
 void Simulation::drop_taken_root() {
     root_taken_ = false;
     const Key last = keys_[--size_];
-    if (size_ > 0) sift_from_root(last);
+    if (size_ > 1)
+        sift_from_root(last);
+    else  // the heap is empty, or `last` alone is left
+        keys_[0] = last;
 }
 
 void Simulation::finish_event() {
