@@ -64,6 +64,7 @@ void Simulation::AlignedDelete::operator()(Key* p) const {
 
 HandlerId Simulation::add_handler(EventHandler& handler) {
     handlers_.push_back(&handler);
+    handler_count_ = handlers_.size();
     return static_cast<HandlerId>(handlers_.size() - 1);
 }
 
@@ -77,6 +78,13 @@ RandomStream& Simulation::random(std::uint64_t stream_id) {
     if (it == random_streams_.end())
         it = random_streams_.try_emplace(stream_id, seed_, stream_id).first;
     return it->second;
+}
+
+std::size_t Simulation::pending() const {
+    std::size_t in_buckets = 0;
+    for (std::size_t j = 0; j < bucket_count_; ++j)
+        in_buckets += buckets_[j].size;
+    return size_ - (root_taken_ ? 1 : 0) + in_buckets + far_.size();
 }
 
 void Simulation::reserve(std::size_t events) {
@@ -129,7 +137,7 @@ void Simulation::throw_time_went_backwards() const {
 // which keeps every pairwise order (so the heap stays valid) and frees the orders above them.
 void Simulation::renumber() {
     std::vector<Key*> by_key;
-    by_key.reserve(size_ + in_buckets_ + far_.size());
+    by_key.reserve(size_ + pending() + far_.size());
     for (std::size_t i = 0; i < size_; ++i)
         by_key.push_back(&keys_[i]);
     for (std::size_t j = 0; j < bucket_count_; ++j)
@@ -151,38 +159,58 @@ std::uint64_t Simulation::next_order() {
     return shuffle_ ? mix32(static_cast<std::uint32_t>(seq) ^ shuffle_key_) : seq;
 }
 
+// The hot paths below end in tail calls only, so that schedule_at() saves no registers.
 inline void Simulation::file(Key k) {
     if (k.at_ps >= year_end_) [[unlikely]]
-        return far_.push_back(k);
+        return file_far(k);
     const std::uint64_t j = (k.at_ps - year_start_) >> shift_;
     Bucket& bucket = buckets_[j];
-    if (bucket.size == bucket.capacity) grow(bucket);
+    if (bucket.size == bucket.capacity) [[unlikely]]
+        return file_growing(k, j);
     bucket.keys[bucket.size++] = k;
     occupied_[j / 64] |= std::uint64_t{1} << (j % 64);
     occupied_words_ |= std::uint64_t{1} << (j / 64);
-    ++in_buckets_;
+}
+
+void Simulation::file_far(Key k) {
+    far_.push_back(k);
+}
+
+void Simulation::file_growing(Key k, std::uint64_t j) {
+    grow(buckets_[j]);
+    file(k);
+}
+
+inline void Simulation::place(Key k) {
+    if (k.at_ps >= near_end_) return file(k);
+    if (root_taken_) {  // the place of the event being processed, at the root
+        root_taken_ = false;
+        return sift_from_root(k);
+    }
+    push_near(k);
+}
+
+void Simulation::push_near(Key k) {
+    if (size_ == capacity_) grow_keys(std::max<std::size_t>(16, 2 * capacity_));
+    sift_up(size_++, k);
 }
 
 void Simulation::schedule_at(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
                              std::uint64_t b) {
-    if (at < now_ || handler >= handlers_.size() || next_seq_ == kOrderLimit) [[unlikely]]
+    if (at < now_ || handler >= handler_count_ || next_seq_ == kOrderLimit) [[unlikely]]
         return schedule_rare(at, handler, kind, a, b);
-    std::uint32_t slot;
-    if (holding_) {  // the handler's first successor takes over its event's slot
-        holding_ = false;
-        slot = held_slot_;
-    } else {
-        slot = new_slot();
-    }
+    if (!holding_) return schedule_in_new_slot(at, handler, kind, a, b);
+    // The handler's first successor takes over its event's slot.
+    holding_ = false;
+    payloads_[held_slot_] = Payload{handler, kind, a, b};
+    place(Key{next_order() << kSlotBits | held_slot_, static_cast<std::uint64_t>(at.count_ps())});
+}
+
+void Simulation::schedule_in_new_slot(Time at, HandlerId handler, std::uint32_t kind,
+                                      std::uint64_t a, std::uint64_t b) {
+    const std::uint32_t slot = new_slot();
     payloads_[slot] = Payload{handler, kind, a, b};
-    const Key k{next_order() << kSlotBits | slot, static_cast<std::uint64_t>(at.count_ps())};
-    if (k.at_ps >= near_end_) return file(k);
-    if (root_taken_) {  // ... and the place of its key at the root
-        root_taken_ = false;
-        return sift_from_root(k);
-    }
-    if (size_ == capacity_) grow_keys(std::max<std::size_t>(16, 2 * capacity_));
-    sift_up(size_++, k);
+    place(Key{next_order() << kSlotBits | slot, static_cast<std::uint64_t>(at.count_ps())});
 }
 
 bool Simulation::advance() {
@@ -195,11 +223,8 @@ bool Simulation::advance() {
     const auto j = static_cast<std::size_t>(word * 64 + std::countr_zero(bits));
     bits &= bits - 1;
     if (bits == 0) occupied_words_ &= occupied_words_ - 1;
-    // At most year_end_, which is at most 2^64 - 1.
-    near_end_ = static_cast<std::uint64_t>(
-        std::min<U128>(U128{year_start_} + (U128{j + 1} << shift_), year_end_));
+    near_end_ = year_start_ + ((std::uint64_t{j} + 1) << shift_);  // at most year_end_
     Bucket& bucket = buckets_[j];
-    in_buckets_ -= bucket.size;
     if (bucket.size > capacity_) grow_keys(std::bit_ceil(std::size_t{bucket.size}));  // size_ is 0
     size_ = bucket.size;
     bucket.size = 0;
@@ -208,6 +233,10 @@ bool Simulation::advance() {
     const Key* const in = bucket.keys.get();
     if (size_ == 1) {
         out[0] = in[0];
+    } else if (size_ == 2) {
+        const bool swap = before(in[1], in[0]);
+        out[0] = in[swap ? 1 : 0];
+        out[1] = in[swap ? 0 : 1];
     } else if (size_ <= 16) {
         for (std::size_t i = 0; i < size_; ++i) {
             const Key k = in[i];
@@ -249,15 +278,17 @@ void Simulation::new_year() {
         shift_ = 63;
     } else {
         bucket_count_ = std::clamp(std::bit_ceil(far_.size()) * kSpans, kMinBuckets, kMaxBuckets);
-        // The smallest power-of-two width with bucket_count_ * width > 2 * kSpans * mean.
-        shift_ =
-            std::bit_width(static_cast<std::uint64_t>(U128{2 * kSpans} * mean / bucket_count_));
+        // The smallest power-of-two width with bucket_count_ * width > 2 * kSpans * mean, but a
+        // year of at most 2^63 ps: it then ends below 2^64 (times are below 2^63), and so does
+        // every bucket.
+        const auto wide = static_cast<std::uint64_t>(U128{2 * kSpans} * mean / bucket_count_);
+        shift_ = std::min(static_cast<int>(std::bit_width(wide)),
+                          63 - std::countr_zero(bucket_count_));
     }
     if (buckets_.size() < bucket_count_) buckets_.resize(bucket_count_);
     year_start_ = earliest;
     near_end_ = earliest;
-    const U128 end = U128{earliest} + (U128{bucket_count_} << shift_);
-    year_end_ = static_cast<std::uint64_t>(std::min<U128>(end, ~std::uint64_t{0}));
+    year_end_ = earliest + (std::uint64_t{bucket_count_} << shift_);
     std::size_t kept = 0;
     for (const Key& k : far_) {
         if (k.at_ps >= year_end_)

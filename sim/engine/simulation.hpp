@@ -83,9 +83,8 @@ class Simulation {
 
     Time now() const { return now_; }
     std::uint64_t events_processed() const { return processed_; }
-    std::size_t pending() const {
-        return size_ - (root_taken_ ? 1 : 0) + in_buckets_ + far_.size();
-    }
+    // Pending events, excluding the one being processed (counts the buckets: not for a hot path).
+    std::size_t pending() const;
     // Preallocates room for `events` pending events.
     void reserve(std::size_t events);
 
@@ -123,6 +122,14 @@ class Simulation {
 
     // Files a key at or after near_end_ in its bucket of the year, or in far_ after the year.
     void file(Key k);
+    // Out of line (noinline: an inlined call here would make schedule_at() save registers).
+    [[gnu::noinline]] void file_far(Key k);
+    [[gnu::noinline, gnu::cold]] void file_growing(Key k, std::uint64_t j);
+    // Puts a new key where it belongs: the root's place, the near heap, a bucket or far_.
+    void place(Key k);
+    [[gnu::noinline]] void push_near(Key k);
+    [[gnu::noinline]] void schedule_in_new_slot(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
+                              std::uint64_t b);
     // Loads the earliest occupied bucket into the (empty) near heap, starting a new year from
     // far_ first if the year is used up; returns false when nothing is pending.
     bool advance();
@@ -138,7 +145,7 @@ class Simulation {
     std::uint32_t new_slot();
     void renumber();
     std::uint64_t next_order();
-    [[gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
+    [[gnu::noinline, gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
                                      std::uint64_t a, std::uint64_t b);
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
 
@@ -168,7 +175,6 @@ class Simulation {
     std::array<std::uint64_t, 64> occupied_{};
     std::uint64_t occupied_words_ = 0;
     std::size_t bucket_count_ = 0;
-    std::size_t in_buckets_ = 0;
     std::uint64_t near_end_ = 0;
     std::uint64_t year_start_ = 0;
     std::uint64_t year_end_ = 0;
@@ -177,6 +183,7 @@ class Simulation {
     std::vector<Payload> payloads_;
     std::vector<std::uint32_t> free_slots_;
     std::vector<EventHandler*> handlers_;
+    std::size_t handler_count_ = 0;  // handlers_.size(), read by every schedule_at()
     Time now_ = Time::zero();
     std::uint64_t next_seq_ = 0;
     std::uint64_t processed_ = 0;
