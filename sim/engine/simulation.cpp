@@ -28,9 +28,6 @@ constexpr std::size_t kMaxBuckets = 64 * 64;  // what occupied_ can flag
 // A year spans this many times the mean distance of its keys from the earliest, doubled, with as
 // many times more buckets than keys: the events its own events schedule mostly fall inside it.
 constexpr std::size_t kSpans = 4;
-// Above this many keys a year would put dozens in a bucket (a bucket, sorted into the near heap,
-// then costs more than the heap alone): the year becomes one bucket as long as time itself.
-constexpr std::size_t kCalendarUpTo = 32768;
 
 // A bijection on 32-bit values (Wellons' lowbias32), so shuffled orders stay unique.
 std::uint32_t mix32(std::uint32_t x) {
@@ -84,7 +81,7 @@ std::size_t Simulation::pending() const {
     std::size_t in_buckets = 0;
     for (std::size_t j = 0; j < bucket_count_; ++j)
         in_buckets += buckets_[j].size;
-    return size_ - (root_taken_ ? 1 : 0) + in_buckets + far_.size();
+    return run_.size + size_ - (root_taken_ ? 1 : 0) + in_buckets + far_.size();
 }
 
 void Simulation::reserve(std::size_t events) {
@@ -140,6 +137,8 @@ void Simulation::renumber() {
     by_key.reserve(size_ + pending() + far_.size());
     for (std::size_t i = 0; i < size_; ++i)
         by_key.push_back(&keys_[i]);
+    for (std::uint32_t i = 0; i < run_.size; ++i)
+        by_key.push_back(&run_.keys[i]);
     for (std::size_t j = 0; j < bucket_count_; ++j)
         for (std::uint32_t i = 0; i < buckets_[j].size; ++i)
             by_key.push_back(&buckets_[j].keys[i]);
@@ -224,30 +223,27 @@ bool Simulation::advance() {
     bits &= bits - 1;
     if (bits == 0) occupied_words_ &= occupied_words_ - 1;
     near_end_ = year_start_ + ((std::uint64_t{j} + 1) << shift_);  // at most year_end_
+    // The bucket's array becomes the run (the empty run's array the bucket's), sorted in place,
+    // latest first; buckets are small, so insertion sort first.
     Bucket& bucket = buckets_[j];
-    if (bucket.size > capacity_) grow_keys(std::bit_ceil(std::size_t{bucket.size}));  // size_ is 0
-    size_ = bucket.size;
+    std::swap(run_.keys, bucket.keys);
+    std::swap(run_.capacity, bucket.capacity);
+    run_.size = bucket.size;
     bucket.size = 0;
-    // Sorted, the keys make a heap; buckets are small, so insertion sort first.
-    Key* const out = keys_;
-    const Key* const in = bucket.keys.get();
-    if (size_ == 1) {
-        out[0] = in[0];
-    } else if (size_ == 2) {
-        const bool swap = before(in[1], in[0]);
-        out[0] = in[swap ? 1 : 0];
-        out[1] = in[swap ? 0 : 1];
-    } else if (size_ <= 16) {
-        for (std::size_t i = 0; i < size_; ++i) {
-            const Key k = in[i];
-            std::size_t hole = i;
-            for (; hole > 0 && before(k, out[hole - 1]); --hole)
-                out[hole] = out[hole - 1];
-            out[hole] = k;
+    Key* const r = run_.keys.get();
+    const auto later = [](const Key& x, const Key& y) { return before(y, x); };
+    if (run_.size == 2) {
+        if (later(r[1], r[0])) std::swap(r[0], r[1]);
+    } else if (run_.size <= 16) {
+        for (std::uint32_t i = 1; i < run_.size; ++i) {
+            const Key k = r[i];
+            std::uint32_t hole = i;
+            for (; hole > 0 && later(k, r[hole - 1]); --hole)
+                r[hole] = r[hole - 1];
+            r[hole] = k;
         }
     } else {
-        std::copy(in, in + size_, out);
-        std::sort(out, out + size_, before<Key>);
+        std::sort(r, r + run_.size, later);
     }
     return true;
 }
@@ -260,10 +256,11 @@ void Simulation::grow(Bucket& bucket) {
     bucket.capacity = capacity;
 }
 
-// A year is sized from the keys in far_ (all of them, as the year before is used up): a power of
-// two of buckets near their number, over twice their mean distance from the earliest, so that a
-// bucket holds about one key when times are spread evenly. Markov's inequality puts at least half
-// of them in the year however they are spread.
+// A year is laid out over the keys in far_ (all of them, as the year before is used up): kSpans
+// buckets per key (a power of two, 16 to 4,096) over more than 2 * kSpans times their mean distance
+// from the earliest, so that a bucket holds about one key when times are spread evenly and the
+// events they schedule mostly fall inside the year. Markov's inequality puts at least 7/8 of the
+// keys in the year however they are spread (all of them when the year is capped at 2^63 ps).
 void Simulation::new_year() {
     std::uint64_t earliest = far_.front().at_ps;
     for (const Key& k : far_)
@@ -272,19 +269,11 @@ void Simulation::new_year() {
     for (const Key& k : far_)
         distance += k.at_ps - earliest;
     const std::uint64_t mean = static_cast<std::uint64_t>(distance / far_.size());
-    if (far_.size() > kCalendarUpTo) {
-        // One bucket as long as time itself: the near heap takes every key.
-        bucket_count_ = 1;
-        shift_ = 63;
-    } else {
-        bucket_count_ = std::clamp(std::bit_ceil(far_.size()) * kSpans, kMinBuckets, kMaxBuckets);
-        // The smallest power-of-two width with bucket_count_ * width > 2 * kSpans * mean, but a
-        // year of at most 2^63 ps: it then ends below 2^64 (times are below 2^63), and so does
-        // every bucket.
-        const auto wide = static_cast<std::uint64_t>(U128{2 * kSpans} * mean / bucket_count_);
-        shift_ = std::min(static_cast<int>(std::bit_width(wide)),
-                          63 - std::countr_zero(bucket_count_));
-    }
+    bucket_count_ = std::clamp(std::bit_ceil(far_.size()) * kSpans, kMinBuckets, kMaxBuckets);
+    // The smallest power-of-two width with bucket_count_ * width > 2 * kSpans * mean, but a year
+    // of at most 2^63 ps: it then ends below 2^64 (times are below 2^63), and so does every bucket.
+    const auto wide = static_cast<std::uint64_t>(U128{2 * kSpans} * mean / bucket_count_);
+    shift_ = std::min(static_cast<int>(std::bit_width(wide)), 63 - std::countr_zero(bucket_count_));
     if (buckets_.size() < bucket_count_) buckets_.resize(bucket_count_);
     year_start_ = earliest;
     near_end_ = earliest;
@@ -385,11 +374,19 @@ void Simulation::finish_event() {
 
 bool Simulation::step() {
     finish_event();
-    if (size_ == 0 && !advance()) return false;
-    const Key k = keys_[0];
+    Key k;
+    if (run_.size > 0 && (size_ == 0 || before(run_.keys[run_.size - 1], keys_[0]))) {
+        k = run_.keys[--run_.size];
+    } else if (size_ > 0) {
+        k = keys_[0];
+        root_taken_ = true;  // stays at the root for the handler's first successor
+    } else {
+        if (!advance()) return false;
+        k = run_.keys[--run_.size];
+    }
     const auto slot = static_cast<std::uint32_t>(k.order_slot & kSlotMask);
     const Payload& p = payloads_[slot];
-    // A copy: the handler's first schedule_at() overwrites the root and the slot.
+    // A copy: the handler's first schedule_at() may overwrite the root and the slot.
     const Event e{Time::ps(static_cast<std::int64_t>(k.at_ps)),
                   k.order_slot >> kSlotBits,
                   p.handler,
@@ -398,7 +395,6 @@ bool Simulation::step() {
                   p.b};
     if (e.at < now_) [[unlikely]]
         throw_time_went_backwards();
-    root_taken_ = true;
     holding_ = true;
     held_slot_ = slot;
     now_ = e.at;
@@ -417,9 +413,11 @@ void Simulation::run_until(Time limit) {
     stopped_ = false;
     for (;;) {
         finish_event();
-        if (stopped_ || (size_ == 0 && !advance()) ||
-            Time::ps(static_cast<std::int64_t>(keys_[0].at_ps)) > limit)
-            break;
+        if (stopped_ || (run_.size == 0 && size_ == 0 && !advance())) break;
+        std::uint64_t next = ~std::uint64_t{0};
+        if (run_.size > 0) next = run_.keys[run_.size - 1].at_ps;
+        if (size_ > 0) next = std::min(next, keys_[0].at_ps);
+        if (Time::ps(static_cast<std::int64_t>(next)) > limit) break;
         step();
     }
 }

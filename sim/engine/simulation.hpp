@@ -7,20 +7,21 @@
 //
 // The queue is a calendar in front of a heap. Keys are 16 bytes (time, order << 32 | slot); the
 // handler, kind and payload words wait in a slot array (slots are recycled through a free list).
-//  - The near heap, a 4-ary min-heap whose four children of a node fill one 64-byte cache line,
-//    holds every pending key before near_end_. The event being processed stays at its root while
-//    its handler runs: a first successor that belongs in the heap replaces it with a single sift
-//    (a "hold" costs one pass instead of a pop and a push).
 //  - A "year" of buckets (a power of two of them, each a power-of-two span of time, unsorted)
-//    holds the keys from near_end_ to year_end_; when the heap runs dry, the earliest occupied
-//    bucket (found through two levels of bit flags) is sorted into it.
+//    holds the keys from near_end_ to year_end_. When the keys before near_end_ are used up, the
+//    earliest occupied bucket (found through two levels of bit flags) becomes the run: sorted in
+//    place, latest first, and popped from its end.
+//  - The near heap, a 4-ary min-heap whose four children of a node fill one 64-byte cache line,
+//    holds the keys scheduled before near_end_ after their bucket was taken. The next event is the
+//    earlier of the run's last key and the heap's root. An event taken from the heap stays at its
+//    root while its handler runs: a first successor that belongs in the heap replaces it with a
+//    single sift (a "hold" costs one pass instead of a pop and a push).
 //  - far_ holds, unsorted, the keys after the year. When the year is used up, the next one is
 //    laid out over far_'s keys: about one key per bucket, and long enough that most successors
 //    of its events fall inside it.
-// An event is thus filed once or twice and sorted in a bucket of a few keys, instead of sifted
-// through log4(n) levels. Above 32,768 keys the year becomes a single endless bucket, that is the
-// plain heap. Keys are unique and each structure yields them in key order, so the processing
-// order is the same as with any other exact priority queue.
+// An event is thus filed once or twice and sorted among the few keys of its bucket, instead of
+// sifted through log4(n) levels. Keys are unique and each structure yields them in key order, so
+// the processing order is the same as with any other exact priority queue.
 #pragma once
 
 #include <array>
@@ -128,8 +129,8 @@ class Simulation {
     // Puts a new key where it belongs: the root's place, the near heap, a bucket or far_.
     void place(Key k);
     [[gnu::noinline]] void push_near(Key k);
-    [[gnu::noinline]] void schedule_in_new_slot(Time at, HandlerId handler, std::uint32_t kind, std::uint64_t a,
-                              std::uint64_t b);
+    [[gnu::noinline]] void schedule_in_new_slot(Time at, HandlerId handler, std::uint32_t kind,
+                                                std::uint64_t a, std::uint64_t b);
     // Loads the earliest occupied bucket into the (empty) near heap, starting a new year from
     // far_ first if the year is used up; returns false when nothing is pending.
     bool advance();
@@ -146,10 +147,11 @@ class Simulation {
     void renumber();
     std::uint64_t next_order();
     [[gnu::noinline, gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
-                                     std::uint64_t a, std::uint64_t b);
+                                                    std::uint64_t a, std::uint64_t b);
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
 
-    // The near heap: a 4-ary min-heap of every pending key before near_end_. keys_ points 3
+    // The near heap: a 4-ary min-heap of the keys scheduled before near_end_ since the run was
+    // taken (with the run, every pending key before near_end_). keys_ points 3
     // entries into a 64-byte aligned block, so that the children 4i+1 .. 4i+4 of every node share
     // a cache line.
     std::unique_ptr<Key[], AlignedDelete> key_block_;
@@ -172,6 +174,10 @@ class Simulation {
     };
     [[gnu::cold]] static void grow(Bucket& bucket);
     std::vector<Bucket> buckets_;
+    // The bucket last taken from the year, sorted latest first (its earliest key is last): all
+    // its keys are before near_end_, like the near heap's. The next event is the earlier of its
+    // last key and the heap's root.
+    Bucket run_;
     std::array<std::uint64_t, 64> occupied_{};
     std::uint64_t occupied_words_ = 0;
     std::size_t bucket_count_ = 0;

@@ -222,7 +222,7 @@ namespace {
 // index)): without shuffling, the engine must pop exactly the reference's smallest entry. Each
 // event schedules successors whose delays follow `spread`, so the calendar's years, buckets and
 // far list see evenly spread times, heavy ties, twelve orders of magnitude, two far-apart modes,
-// and a queue that grows past the calendar's 32,768 keys and drains again.
+// and a queue that grows to 40,000 keys (ten per bucket at the calendar's 4,096) and drains again.
 enum class Spread { Even, Ties, Decades, TwoModes, Swell };
 
 struct Referenced : EventHandler {
