@@ -28,6 +28,8 @@ constexpr std::size_t kMaxBuckets = 64 * 64;  // what occupied_ can flag
 // A year spans this many times the mean distance of its keys from the earliest, doubled, with as
 // many times more buckets than keys: the events its own events schedule mostly fall inside it.
 constexpr std::size_t kSpans = 4;
+// A used run's array larger than this many keys (1 KiB) is freed rather than handed to a bucket.
+constexpr std::uint32_t kKeptRun = 64;
 
 // A bijection on 32-bit values (Wellons' lowbias32), so shuffled orders stay unique.
 std::uint32_t mix32(std::uint32_t x) {
@@ -134,7 +136,7 @@ void Simulation::throw_time_went_backwards() const {
 // which keeps every pairwise order (so the heap stays valid) and frees the orders above them.
 void Simulation::renumber() {
     std::vector<Key*> by_key;
-    by_key.reserve(size_ + pending() + far_.size());
+    by_key.reserve(pending() + 1);  // and the root, if taken
     for (std::size_t i = 0; i < size_; ++i)
         by_key.push_back(&keys_[i]);
     for (std::uint32_t i = 0; i < run_.size; ++i)
@@ -223,8 +225,13 @@ bool Simulation::advance() {
     bits &= bits - 1;
     if (bits == 0) occupied_words_ &= occupied_words_ - 1;
     near_end_ = year_start_ + ((std::uint64_t{j} + 1) << shift_);  // at most year_end_
-    // The bucket's array becomes the run (the empty run's array the bucket's), sorted in place,
-    // latest first; buckets are small, so insertion sort first.
+    // The bucket's array becomes the run (the empty run's array the bucket's, unless it is larger
+    // than kKeptRun: a burst's array is not kept by every bucket it passes through), sorted in
+    // place, latest first; buckets are small, so insertion sort first.
+    if (run_.capacity > kKeptRun) {
+        run_.keys.reset();
+        run_.capacity = 0;
+    }
     Bucket& bucket = buckets_[j];
     std::swap(run_.keys, bucket.keys);
     std::swap(run_.capacity, bucket.capacity);

@@ -17,8 +17,8 @@
 //    root while its handler runs: a first successor that belongs in the heap replaces it with a
 //    single sift (a "hold" costs one pass instead of a pop and a push).
 //  - far_ holds, unsorted, the keys after the year. When the year is used up, the next one is
-//    laid out over far_'s keys: about one key per bucket, and long enough that most successors
-//    of its events fall inside it.
+//    laid out over far_'s keys: four buckets per key (at most 4,096), and long enough that most
+//    successors of its events fall inside it.
 // An event is thus filed once or twice and sorted among the few keys of its bucket, instead of
 // sifted through log4(n) levels. Keys are unique and each structure yields them in key order, so
 // the processing order is the same as with any other exact priority queue.
@@ -131,8 +131,8 @@ class Simulation {
     [[gnu::noinline]] void push_near(Key k);
     [[gnu::noinline]] void schedule_in_new_slot(Time at, HandlerId handler, std::uint32_t kind,
                                                 std::uint64_t a, std::uint64_t b);
-    // Loads the earliest occupied bucket into the (empty) near heap, starting a new year from
-    // far_ first if the year is used up; returns false when nothing is pending.
+    // Makes the earliest occupied bucket the run (the run and the near heap are empty), starting a
+    // new year from far_ first if the year is used up; returns false when nothing is pending.
     bool advance();
     void new_year();
     // Ends the event last processed: drops its key if no successor took its place, and frees its

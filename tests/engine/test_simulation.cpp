@@ -160,6 +160,13 @@ namespace cs {
 struct SimulationTestAccess {
     static std::uint64_t next_seq(const Simulation& sim) { return sim.next_seq_; }
     static void set_next_seq(Simulation& sim, std::uint64_t seq) { sim.next_seq_ = seq; }
+    // Keys' room held by the year's buckets and the run, whether or not they hold keys.
+    static std::size_t bucket_room(const Simulation& sim) {
+        std::size_t room = sim.run_.capacity;
+        for (const auto& bucket : sim.buckets_)
+            room += bucket.capacity;
+        return room;
+    }
 };
 }  // namespace cs
 
@@ -235,6 +242,7 @@ struct Referenced : EventHandler {
     std::uint64_t mismatches = 0;
     std::uint64_t pending_mismatches = 0;
     std::size_t most_pending = 0;
+    std::uint64_t stop_every = 0;  // calls stop() after every this many events (0: never)
 
     std::uint64_t next() {
         x ^= x << 13;
@@ -271,6 +279,7 @@ struct Referenced : EventHandler {
         reference.erase({e.at.count_ps(), e.a});
         if (sim.pending() != reference.size()) ++pending_mismatches;
         most_pending = std::max(most_pending, reference.size());
+        if (stop_every > 0 && processed % stop_every == 0) sim.stop();
         int fanout = static_cast<int>(next() % 4);  // 0 to 3 successors, 1.5 on average
         // Swell: two successors each (the queue doubles per generation) until 40,000 are
         // pending, then none, so the queue drains from past the calendar's limit.
@@ -335,14 +344,14 @@ TEST_CASE(
     Recorder r;
     sim.add_handler(r);
     const std::int64_t big = std::numeric_limits<std::int64_t>::max();
-    // Times spanning the whole range: a year laid out over them saturates at 2^64 - 1.
+    // Times spanning the whole range: the year laid out over them is capped at 2^63 ps.
     sim.schedule_at(Time::ps(big), 0, 0, 1);
     sim.schedule_at(Time::ps(std::int64_t{1} << 62), 0, 0, 2);
     sim.schedule_at(Time::ps(std::int64_t{1} << 40), 0, 0, 3);
     sim.schedule_at(Time::ps(0), 0, 0, 4);
     sim.schedule_at(Time::ps(1), 0, 0, 5);
     sim.schedule_at(Time::ps(big - 1), 0, 0, 6);
-    // run_until loads the bucket of 2^40 into the near heap to see it is past the limit ...
+    // run_until takes the first bucket (0, 1 and 2^40) as the run and sees 2^40 past the limit ...
     sim.run_until(Time::ps(1'000));
     CHECK(sim.pending() == 4);
     // ... and a new event before it, but after now, still comes first.
@@ -358,4 +367,51 @@ TEST_CASE(
                                                                      {big - 1, 6},
                                                                      {big, 1}};
     CHECK(r.seen == expect);
+}
+
+TEST_CASE("a burst's array is not kept by every bucket it passes through") {
+    // 16 triggers a second apart make a year of 64 buckets (four per key) of 2^40 ps (about 1.1 s:
+    // the mean distance is 7.5e12 ps and 8 * 7.5e12 / 64 needs 40 bits). Each trigger schedules
+    // 4,000 events at one time 1.5 s later, in a later bucket, which grows to room for 4,096 keys
+    // and becomes the run. A used run larger than 64 keys is freed, so at the end the buckets hold
+    // at most 64 keys' room each, and the last run its 4,096: 64 * 64 + 4,096 = 8,192. Were each
+    // run's array handed to the bucket it came from, the 16 bursts' arrays would stay: 65,536.
+    struct Burst : EventHandler {
+        std::uint64_t processed = 0;
+        void on_event(Simulation& sim, const Event& e) override {
+            ++processed;
+            if (e.kind != 1) return;
+            for (int i = 0; i < 4'000; ++i)
+                sim.schedule_in(Time::ps(1'500'000'000'000), e.handler, 0);
+        }
+    } burst;
+    Simulation sim;
+    const auto h = sim.add_handler(burst);
+    for (std::int64_t i = 0; i < 16; ++i)
+        sim.schedule_at(Time::ps(i * 1'000'000'000'000), h, 1);
+    sim.run();
+    CHECK(burst.processed == 16 * 4'001);
+    CHECK(SimulationTestAccess::bucket_room(sim) <= 8'192);
+}
+
+TEST_CASE("stop() mid-run, then a schedule from outside and run() again") {
+    // The handler stops the run every 1,000 events, while its own successors are pending; the
+    // driver then adds an event 3 ps after now() (before most of them) and runs again.
+    Simulation sim;
+    Referenced ref;
+    ref.stop_every = 1'000;
+    const auto h = sim.add_handler(ref);
+    ref.budget = 60'000;
+    for (int i = 0; i < 1'000; ++i)
+        ref.add(sim, Time::ps(ref.delay()), h);
+    int runs = 0;
+    while (sim.pending() > 0) {
+        sim.run();
+        if (sim.pending() > 0) ref.add(sim, sim.now() + Time::ps(3), h);
+        ++runs;
+    }
+    CHECK(runs > 50);  // about 60,000 events and more, stopped every 1,000
+    CHECK(ref.processed == ref.next_id);
+    CHECK(ref.mismatches == 0);
+    CHECK(ref.pending_mismatches == 0);
 }
