@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
-#include <numeric>
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
@@ -22,7 +21,7 @@ constexpr int kSlotBits = 32;
 constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
 constexpr std::uint64_t kOrderLimit = std::uint64_t{1} << (64 - kSlotBits);
 __extension__ using U128 = unsigned __int128;
-// A year has between these many buckets (a power of two near the number of keys it is built from).
+// A year has between these many buckets (a power of two, kSpans per key it is laid out over).
 constexpr std::size_t kMinBuckets = 16;
 constexpr std::size_t kMaxBuckets = 64 * 64;  // what occupied_ can flag
 // A year spans this many times the mean distance of its keys from the earliest, doubled, with as

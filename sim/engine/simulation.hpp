@@ -151,9 +151,8 @@ class Simulation {
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
 
     // The near heap: a 4-ary min-heap of the keys scheduled before near_end_ since the run was
-    // taken (with the run, every pending key before near_end_). keys_ points 3
-    // entries into a 64-byte aligned block, so that the children 4i+1 .. 4i+4 of every node share
-    // a cache line.
+    // taken (with the run, every pending key before near_end_). keys_ points 3 entries into a
+    // 64-byte aligned block, so that the children 4i+1 .. 4i+4 of every node share a cache line.
     std::unique_ptr<Key[], AlignedDelete> key_block_;
     Key* keys_ = nullptr;
     std::size_t size_ = 0;
