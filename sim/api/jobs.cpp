@@ -15,8 +15,7 @@
 #include "report/trace_writer.hpp"
 #include "schedule/schedule.hpp"
 #include "topology/topology_yaml.hpp"
-#include "workload/memory.hpp"
-#include "workload/plan.hpp"
+#include "replay/prepare.hpp"
 
 namespace cs::api {
 
@@ -283,45 +282,6 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
     return out;
 }
 
-// One job ready to replay: its schedule, shape, plan and memory, as api::run prepares them.
-struct Prepared {
-    workload::ExperimentSpec spec;
-    std::unique_ptr<schedule::Schedule> sched;
-    schedule::PipelineShape shape;
-    workload::IterationPlan plan;
-    std::vector<int> peak_inflight;
-};
-
-std::unique_ptr<Prepared> prepare(const JobSpec& job, std::vector<std::string>& warnings) {
-    auto p = std::make_unique<Prepared>();
-    p->spec = job.experiment;
-    const auto& spec = p->spec;
-    p->sched = schedule::require_schedule(spec.schedule, spec.schedule_where);
-    const int chunks = p->sched->chunks_for(spec.layout.vpp);
-    if (spec.layout.vpp > 1 && chunks == 1)
-        warnings.push_back("job '" + job.name + "': schedule " + spec.schedule +
-                           " has no virtual stages: vpp = " + std::to_string(spec.layout.vpp) +
-                           " is ignored");
-    p->shape = {spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
-    if (auto problem = p->sched->check(p->shape); !problem.empty())
-        throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
-    const auto* sched = p->sched.get();
-    const auto shape = p->shape;
-    const auto device_of = [sched, shape](int vs) { return sched->place(shape, vs, 0).device; };
-    p->plan = workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
-    std::vector<Bytes> peak_activations;
-    const auto chunk_activation = [&](int vs) {
-        return p->plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
-    };
-    for (int s = 0; s < shape.devices; ++s) {
-        p->peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
-        peak_activations.push_back(
-            Bytes{schedule::peak_inflight_bytes(*sched, shape, s, chunk_activation)});
-    }
-    workload::fill_memory(spec, p->plan, p->peak_inflight, device_of, peak_activations);
-    return p;
-}
-
 // Job k's network tokens in its iteration i are k << 40 + i << 32 + message (iterations up to
 // kMaxJobIterations < 256, messages of one iteration below 2^32).
 constexpr int kTokenShift = 40;
@@ -444,12 +404,12 @@ struct Simulated {
 // communicators are then registered in the same order as in the shared run, so that the job's
 // collectives take the same ECMP routes alone as shared (a plan's route salt is its group id)
 // and the slowdown measures contention, not a different draw of routes.
-Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepared>>& prepared,
+Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedIteration>& prepared,
                    const std::vector<std::size_t>& which, int iterations,
                    const JobsOptions* options = nullptr,
                    std::optional<std::size_t> alone = std::nullopt) {
     const auto& cluster = *spec.cluster;
-    const auto& first = prepared[which.front()]->spec;
+    const auto& first = prepared[which.front()].spec;
     Simulation sim(first.seed);
     auto network = network::make_network(sim, cluster, first.network);
     JobClients clients;
@@ -480,7 +440,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
     std::size_t behind = alone ? 1 : which.size();  // jobs with fewer than `iterations` done
     std::function<void(std::size_t)> launch;
     const auto build = [&](std::size_t k) -> replay::Replay& {
-        const auto& p = *prepared[which[k]];
+        const auto& p = prepared[which[k]];
         const auto i = replays[k].size();
         replay::SharedFabric fabric;
         fabric.sim = &sim;
@@ -497,7 +457,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
             launch(k);
         };
         auto& r = *replays[k].emplace_back(
-            std::make_unique<replay::Replay>(p.spec, p.plan, *p.sched, p.shape, &fabric));
+            std::make_unique<replay::Replay>(p.spec, p.plan, *p.schedule, p.shape, &fabric));
         auto& m =
             *metrics[k].emplace_back(std::make_unique<report::MetricsObserver>(r.workers().size()));
         r.add_observer(m);
@@ -526,7 +486,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<std::unique_ptr<Prepa
     Simulated out;
     for (std::size_t k = 0; k < which.size(); ++k) {
         if (alone && *alone != k) continue;
-        const auto& p = *prepared[which[k]];
+        const auto& p = prepared[which[k]];
         const std::size_t reported = static_cast<std::size_t>(iterations) - 1;
         if (ends[k].size() <= reported)
             throw SimulationError("jobs",
@@ -609,21 +569,27 @@ JobsSpec load_jobs(const workload::ExperimentText& text, std::int64_t max_memory
 
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
     JobsResult out;
-    std::vector<std::unique_ptr<Prepared>> prepared;
+    std::vector<replay::PreparedIteration> prepared;
+    // The shared run holds every job at once: the jobs' sizes are summed, each checked as it is
+    // prepared (before its orders are built).
     double need = 0;
-    for (const auto& job : spec.jobs) {
-        prepared.push_back(prepare(job, out.warnings));
-        need += estimate_run_bytes(prepared.back()->spec, prepared.back()->shape.chunks);
-    }
-    if (need > static_cast<double>(options.max_memory)) {
+    replay::PrepareOptions how;
+    how.admit = [&](const replay::PreparedIteration& it) {
+        need += estimate_run_bytes(it.spec, it.shape.chunks);
+        if (need <= static_cast<double>(options.max_memory)) return;
         char text[32];
         std::snprintf(text, sizeof text, "%.3g", need / 1e9);
         throw ConfigError(SourceLocation{spec.source},
-                          std::string("the shared run of these jobs would need about ") + text +
+                          std::string("the shared run of these jobs would need at least ") + text +
                               " GB of memory, more than the limit of " +
                               format_bytes(Bytes{options.max_memory}) +
                               "; use fewer microbatches or GPUs, or raise the limit with "
                               "--max-memory");
+    };
+    for (const auto& job : spec.jobs) {
+        prepared.push_back(replay::prepare(job.experiment, "", how));
+        for (const auto& w : prepared.back().warnings)
+            out.warnings.push_back("job '" + job.name + "': " + w);
     }
     std::vector<std::size_t> all;
     for (std::size_t k = 0; k < spec.jobs.size(); ++k)

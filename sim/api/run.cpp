@@ -8,6 +8,7 @@
 #include "replay/durations/variability.hpp"
 #include "report/critical_path.hpp"
 #include "schedule/schedule.hpp"
+#include "replay/prepare.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::api {
@@ -172,6 +173,23 @@ double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
 
 namespace {
 
+// Refuses a run whose estimate_run_bytes is above `max_memory` (--max-memory).
+void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
+                      std::int64_t max_memory) {
+    const double need = estimate_run_bytes(spec, shape.chunks);
+    if (need <= static_cast<double>(max_memory)) return;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", need / 1e9);
+    throw ConfigError(spec.layout_where,
+                      std::string("this run would need about ") + text + " GB of memory (" +
+                          std::to_string(spec.cluster->gpu_count()) + " GPUs, " +
+                          std::to_string(shape.microbatches) +
+                          " microbatches per replica), more than the limit of " +
+                          format_bytes(Bytes{max_memory}) +
+                          "; use fewer microbatches or GPUs, or raise the limit with "
+                          "--max-memory");
+}
+
 RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunResult out;
@@ -191,59 +209,31 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     double unfaulted_time_s = 0;
     if (experiment.faults.any() && !options.baseline)
         unfaulted_time_s = baseline_time([](workload::ExperimentSpec& e) { e.faults = {}; });
-    const std::string name = options.schedule.empty() ? experiment.schedule : options.schedule;
-    // The copy names the schedule actually run, so that messages about it say so.
-    workload::ExperimentSpec spec = experiment;
-    spec.schedule = name;
     // Link faults from the start are a cluster with those links degraded or failed: routes,
     // blocking collectives' costs and the network all see them.
-    spec.cluster = faulted_at_start(experiment);
-    auto sched = schedule::require_schedule(name, spec.schedule_where);
-    const int chunks = sched->chunks_for(spec.layout.vpp);
-    if (spec.layout.vpp > 1 && chunks == 1)
-        out.warnings.push_back("schedule " + name + " has no virtual stages: vpp = " +
-                               std::to_string(spec.layout.vpp) + " is ignored");
-    schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
-    if (auto problem = sched->check(shape); !problem.empty())
-        throw ConfigError(spec.schedule_where, "schedule '" + name + "': " + problem);
-
-    const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-    // A schedule holding two model copies (DualPipe) splits the layers over its virtual stages
-    // (one copy), chunks / copies per device.
-    const int copies = sched->model_copies();
-    workload::IterationPlan plan = workload::plan_iteration(
-        spec, chunks / copies, sched->splits_backward(), device_of, copies);
+    workload::ExperimentSpec faulted = experiment;
+    faulted.cluster = faulted_at_start(experiment);
+    replay::PrepareOptions how;
     // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
     // with the microbatches and GPUs is checked before it is built.
-    if (const double need = estimate_run_bytes(spec, chunks);
-        need > static_cast<double>(options.max_memory)) {
-        char text[32];
-        std::snprintf(text, sizeof text, "%.3g", need / 1e9);
-        throw ConfigError(spec.layout_where,
-                          std::string("this run would need about ") + text + " GB of memory (" +
-                              std::to_string(spec.cluster->gpu_count()) + " GPUs, " +
-                              std::to_string(shape.microbatches) +
-                              " microbatches per replica), more than the limit of " +
-                              format_bytes(Bytes{options.max_memory}) +
-                              "; use fewer microbatches or GPUs, or raise the limit with "
-                              "--max-memory");
-    }
-    if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
-    std::vector<int> peak_inflight;
-    std::vector<Bytes> peak_activations;
-    const auto chunk_activation = [&](int vs) {
-        return plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
+    how.admit = [&options](const replay::PreparedIteration& it) {
+        check_run_memory(it.spec, it.shape, options.max_memory);
     };
-    for (int s = 0; s < shape.devices; ++s) {
-        peak_inflight.push_back(schedule::peak_inflight_microbatches(*sched, shape, s));
-        peak_activations.push_back(
-            Bytes{schedule::peak_inflight_bytes(*sched, shape, s, chunk_activation)});
-    }
-    workload::fill_memory(spec, plan, peak_inflight, device_of, peak_activations, copies);
+    const replay::PreparedIteration prepared = replay::prepare(std::move(faulted), options.schedule, how);
+    const auto& spec = prepared.spec;  // names the schedule actually run, for messages
+    const std::string& name = spec.schedule;
+    const auto& sched = *prepared.schedule;
+    const auto& shape = prepared.shape;
+    const auto& plan = prepared.plan;
+    const int chunks = shape.chunks;
+    const auto& peak_inflight = prepared.peak_inflight;
+    out.warnings = prepared.warnings;
+    if (options.on_prepared) options.on_prepared(prepared);
+    if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
     warn_memory(spec, plan, shape.devices, out.warnings);
 
     std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
-    replay::Replay replay(spec, plan, *sched, shape, nullptr, options.replay_scratch);
+    replay::Replay replay(spec, plan, sched, shape, nullptr, options.replay_scratch);
     schedule_link_faults(experiment, *spec.cluster, replay, routings);
     // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
     std::optional<Time> gpu_failure;
@@ -340,9 +330,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
                         break;
                     }
             f.passes_done = passes.passes;
-            for (int st = 0; st < shape.devices; ++st)
-                f.passes_total +=
-                    static_cast<std::int64_t>(sched->order(shape, st).size()) * spec.layout.dp;
+            f.passes_total = prepared.passes();
             f.lost_gpu_s = f.failed_at_s * spec.cluster->gpu_count();
             // The iteration trained nothing: no optimizer step ran.
             out.summary.mfu = out.summary.hfu = 0;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/prepare.hpp"
 #include "report/run_detail.hpp"
 #include "report/summary.hpp"
 #include "report/trace_writer.hpp"
@@ -27,6 +28,9 @@ struct RunOptions {
     // Called once the replay is built, before it runs: lets callers register extra observers
     // (which must outlive run()) with access to Replay::workers().
     std::function<void(replay::Replay&)> attach;
+    // Called with the prepared iteration (replay::prepare) before the replay is built: what a
+    // progress display counts to (PreparedIteration::passes()).
+    std::function<void(const replay::PreparedIteration&)> on_prepared;
     // Record what the HTML report shows beyond the summary (RunResult::detail): replica 0's
     // timeline, link utilisation over time, memory per stage and over time.
     bool detail = false;

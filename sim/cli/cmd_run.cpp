@@ -143,20 +143,15 @@ void run(const RunArgs& a) {
     opt.detail = !a.html.empty();
     Progress progress("simulating");
     std::unique_ptr<PassProgress> counter;
+    std::size_t passes = 0;  // every worker's passes, from the prepared iteration
     if (progress.enabled()) {
-        const auto sched = schedule::make_schedule(a.schedule.empty() ? spec.schedule : a.schedule);
-        if (sched) {
-            const std::size_t passes =
-                static_cast<std::size_t>(sched->chunks_for(spec.layout.vpp)) *
-                static_cast<std::size_t>(spec.training.microbatches(spec.layout)) *
-                (sched->splits_backward() ? 3 : 2);
-            // `passes` by value: the run calls this after this block has ended.
-            opt.attach = [&counter, &progress, passes](replay::Replay& replay) {
-                counter =
-                    std::make_unique<PassProgress>(progress, passes * replay.workers().size());
-                replay.add_observer(*counter);
-            };
-        }
+        opt.on_prepared = [&passes](const replay::PreparedIteration& it) {
+            passes = static_cast<std::size_t>(it.passes());
+        };
+        opt.attach = [&counter, &progress, &passes](replay::Replay& replay) {
+            counter = std::make_unique<PassProgress>(progress, passes);
+            replay.add_observer(*counter);
+        };
     }
     const auto result = api::run(spec, opt);
     counter.reset();
