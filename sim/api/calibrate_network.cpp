@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "api/collective.hpp"
+#include "api/nccl_format.hpp"
 #include "api/topology.hpp"
 #include "core/errors.hpp"
 #include "network/network.hpp"

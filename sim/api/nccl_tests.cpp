@@ -9,7 +9,7 @@
 #include <sstream>
 #include <utility>
 
-#include "api/collective.hpp"
+#include "api/nccl_format.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
 

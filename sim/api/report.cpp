@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "api/run.hpp"
 #include "api/validate.hpp"
 
 namespace cs::api {
@@ -11,7 +12,9 @@ nlohmann::ordered_json validation_confidence(const workload::ExperimentSpec& spe
     const bool network = spec.network.fidelity != network::Fidelity::Ideal;
     ValidationReport report;
     try {
-        report = validate(ValidateOptions{});
+        ValidateOptions options;
+        options.run = [](const workload::ExperimentSpec& s) { return run(s).summary; };
+        report = validate(options);
     } catch (const ConfigError& e) {
         return {{"note", std::string("validation suite not run: ") + e.what()}};
     }

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "api/inputs.hpp"
-#include "api/run.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -152,9 +151,11 @@ double narayanan_eq3_flops(const workload::ExperimentSpec& spec) {
 }
 
 void run_experiment(const config::Reader& r, const std::vector<std::string>& sets,
-                    ValidationCase& out) {
+                    const ValidateOptions& options, ValidationCase& out) {
     const auto spec = workload::load_experiment(r.document().resolve(r.string("experiment")), sets);
-    const auto summary = run(spec).summary;
+    if (!options.run)
+        throw SimulationError("validate", "an experiment case needs ValidateOptions::run");
+    const auto summary = options.run(spec);
     out.inputs = layout_text(spec);
     const std::string metric = r.string("metric");
     const double t = summary.iteration_time_s;
@@ -685,7 +686,7 @@ ValidationReport validate(const ValidateOptions& a) {
         res.fitted = c.boolean_or("fitted", false);
         const auto sets = string_list(c, "set");
         if (kind == "experiment")
-            run_experiment(c, sets, res);
+            run_experiment(c, sets, a, res);
         else if (kind == "layer")
             run_layer(c, sets, res);
         else if (kind == "gemm")

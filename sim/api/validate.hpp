@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "report/summary.hpp"
+#include "workload/experiment.hpp"
+
 namespace cs::api {
 
 struct ValidationFamily {
@@ -33,6 +36,10 @@ struct ValidateOptions {
     std::string only;           // run only cases whose id contains this text
     // Called after each case is scored, in file order (lets a front end print as it goes).
     std::function<void(const ValidationCase&, const ValidationFamily&)> on_case;
+    // Simulates an `experiment` case's iteration: the session's api::run (the fit layer sits
+    // below the session and never runs a whole iteration itself). Required when the cases hold
+    // an experiment case.
+    std::function<report::Summary(const workload::ExperimentSpec&)> run;
 };
 
 struct ValidationReport {

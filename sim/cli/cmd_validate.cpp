@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "api/inputs.hpp"
+#include "api/run.hpp"
 #include "api/validate.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
@@ -45,6 +46,7 @@ void run(const ValidateArgs& a) {
     api::ValidateOptions options;
     options.dir = a.dir;
     options.only = a.only;
+    options.run = [](const workload::ExperimentSpec& spec) { return api::run(spec).summary; };
     options.on_case = [](const api::ValidationCase& c, const api::ValidationFamily& f) {
         api::print_validation_case(std::cout, c, f);
         std::cout << std::flush;

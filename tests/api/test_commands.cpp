@@ -269,7 +269,7 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
         << "cases:\n"
         << "  - {id: ok, family: g, source: test, kind: gemm, topology: " << kTwoGpus
         << ", gemm: {m: 4096, n: 4096, k: 4096}, published: 1, unit: ms}\n";
-    const auto first = cs::api::validate({dir, "", {}});
+    const auto first = cs::api::validate({dir, "", {}, {}});
     REQUIRE(first.cases.size() == 1);
     const double t = first.cases[0].predicted;
     CHECK(t > 0);
@@ -284,7 +284,8 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
     int seen = 0;
     const auto report = cs::api::validate(
         {dir, "",
-         [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; }});
+         [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; },
+         {}});
     CHECK(seen == 2);
     REQUIRE(report.cases.size() == 2);
     CHECK(report.cases[0].status == cs::api::ValidationStatus::Pass);
@@ -330,7 +331,7 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
         << row("tiny-fwd", "layer_pass: forward", tiny)
         << row("tiny-bwd", "layer_pass: backward", tiny)
         << row("tiny-kfb", "layer_pass: forward_backward, time: kernels", tiny);
-    const auto report = cs::api::validate({dir, "", {}});
+    const auto report = cs::api::validate({dir, "", {}, {}});
     REQUIRE(report.cases.size() == 8);
     for (const auto& c : report.cases)
         INFO(c.id << ": " << c.note);
@@ -355,6 +356,6 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
         << "  - {id: l, title: layers, mode: microbenchmark, tolerance: 100, error: relative}\n"
         << "cases:\n"
         << row("f", "layer_pass: forward, fwd_bwd_clocks: sustained", big);
-    CHECK_THROWS_WITH_AS(cs::api::validate({dir, "", {}}),
+    CHECK_THROWS_WITH_AS(cs::api::validate({dir, "", {}, {}}),
                          doctest::Contains("applies to backward rows only"), cs::ConfigError);
 }
