@@ -16,8 +16,8 @@
 #include <ctime>
 #include <string>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 #include "bench_common.hpp"
 
 namespace {

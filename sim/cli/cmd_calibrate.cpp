@@ -7,7 +7,7 @@
 #include <iostream>
 #include <memory>
 
-#include "api/calibrate.hpp"
+#include "fit/calibrate.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 

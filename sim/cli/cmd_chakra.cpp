@@ -9,8 +9,8 @@
 #include <iostream>
 #include <memory>
 
-#include "api/chakra.hpp"
-#include "api/inputs.hpp"
+#include "session/chakra.hpp"
+#include "ingest/inputs.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"

@@ -7,8 +7,8 @@
 #include <iostream>
 #include <memory>
 
-#include "api/collective.hpp"
-#include "api/inputs.hpp"
+#include "session/collective.hpp"
+#include "ingest/inputs.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"

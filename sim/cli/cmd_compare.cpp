@@ -4,9 +4,9 @@
 #include <iostream>
 #include <memory>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/report.hpp"
+#include "session/compare.hpp"
+#include "ingest/inputs.hpp"
+#include "session/report.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"

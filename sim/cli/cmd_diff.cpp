@@ -3,7 +3,7 @@
 #include <iostream>
 #include <memory>
 
-#include "api/diff.hpp"
+#include "fit/diff.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 

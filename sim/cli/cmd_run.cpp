@@ -3,10 +3,10 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/report.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
+#include "session/jobs.hpp"
+#include "session/report.hpp"
+#include "session/run.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "config/document.hpp"

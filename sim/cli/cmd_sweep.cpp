@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/report.hpp"
-#include "api/sweep.hpp"
+#include "ingest/inputs.hpp"
+#include "session/report.hpp"
+#include "session/sweep.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "config/document.hpp"

@@ -5,8 +5,8 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/topology.hpp"
+#include "ingest/inputs.hpp"
+#include "ingest/topology.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
-#include "api/validate.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
+#include "fit/validate.hpp"
 #include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"

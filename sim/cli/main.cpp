@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "api/shard.hpp"
+#include "session/shard.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "core/errors.hpp"

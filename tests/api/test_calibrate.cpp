@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "api/calibrate.hpp"
-#include "api/torch_trace.hpp"
+#include "fit/calibrate.hpp"
+#include "ingest/torch_trace.hpp"
 #include "core/errors.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"

@@ -7,11 +7,11 @@
 #include <sstream>
 #include <string>
 
-#include "api/collective.hpp"
-#include "api/run.hpp"
-#include "api/sweep.hpp"
-#include "api/topology.hpp"
-#include "api/validate.hpp"
+#include "session/collective.hpp"
+#include "session/run.hpp"
+#include "session/sweep.hpp"
+#include "ingest/topology.hpp"
+#include "fit/validate.hpp"
 #include "core/errors.hpp"
 #include "topology/summary.hpp"
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "api/diff.hpp"
+#include "fit/diff.hpp"
 #include "core/errors.hpp"
 
 namespace fs = std::filesystem;

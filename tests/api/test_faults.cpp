@@ -4,11 +4,11 @@
 
 #include <string>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
-#include "api/shard.hpp"
-#include "api/sweep.hpp"
+#include "session/compare.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
+#include "session/shard.hpp"
+#include "session/sweep.hpp"
 #include "core/errors.hpp"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
 #include "workload/experiment.hpp"

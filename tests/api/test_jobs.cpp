@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
-#include "api/jobs.hpp"
-#include "api/run.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 #include "core/errors.hpp"
 #include "workload/plan.hpp"
 

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "api/calibrate_network.hpp"
-#include "api/collective.hpp"
-#include "api/nccl_tests.hpp"
-#include "api/topology.hpp"
+#include "fit/calibrate_network.hpp"
+#include "session/collective.hpp"
+#include "ingest/nccl_tests.hpp"
+#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "network/network.hpp"
 #include "workload/calibration.hpp"

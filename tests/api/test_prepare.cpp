@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "../error_of.hpp"
-#include "api/chakra.hpp"
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/run.hpp"
+#include "session/chakra.hpp"
+#include "ingest/inputs.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 #include "core/atomic_file.hpp"
 #include "replay/prepare.hpp"
 #include "schedule/schedule.hpp"

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "session/compare.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 #include "core/errors.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "../error_of.hpp"
-#include "api/inputs.hpp"
+#include "ingest/inputs.hpp"
 #include "chakra/execute.hpp"
 #include "chakra/program.hpp"
 

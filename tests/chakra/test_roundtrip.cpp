@@ -7,9 +7,9 @@
 #include <string>
 
 #include "../error_of.hpp"
-#include "api/chakra.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "session/chakra.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 #include "chakra/execute.hpp"
 #include "chakra/export.hpp"
 #include "chakra/program.hpp"

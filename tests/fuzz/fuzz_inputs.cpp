@@ -28,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "api/calibrate_network.hpp"
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/nccl_tests.hpp"
-#include "api/run.hpp"
-#include "api/topology.hpp"
+#include "fit/calibrate_network.hpp"
+#include "ingest/inputs.hpp"
+#include "session/jobs.hpp"
+#include "ingest/nccl_tests.hpp"
+#include "session/run.hpp"
+#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "topology/summary.hpp"
 

@@ -8,8 +8,8 @@
 #include <tuple>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 #include "core/errors.hpp"
 #include "replay/duration_model.hpp"
 #include "replay/replay.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "replay/host.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../schedule/toy_schedule.hpp"
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "test_support.hpp"

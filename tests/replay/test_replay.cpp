@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "test_support.hpp"

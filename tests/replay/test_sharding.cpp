@@ -3,7 +3,7 @@
 // iteration times they give, derived by hand.
 #include <doctest/doctest.h>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "replay/replay.hpp"
 #include "test_support.hpp"
 #include "workload/flops.hpp"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "replay/durations/variability.hpp"
 #include "test_support.hpp"
 

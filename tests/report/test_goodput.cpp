@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "../replay/test_support.hpp"
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "report/goodput.hpp"
 
 using namespace cs;

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "../replay/test_support.hpp"
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 

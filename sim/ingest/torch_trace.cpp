@@ -1,4 +1,4 @@
-#include "api/torch_trace.hpp"
+#include "ingest/torch_trace.hpp"
 
 #include <zlib.h>
 

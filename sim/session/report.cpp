@@ -1,9 +1,9 @@
-#include "api/report.hpp"
+#include "session/report.hpp"
 
 #include <cmath>
 
-#include "api/run.hpp"
-#include "api/validate.hpp"
+#include "session/run.hpp"
+#include "fit/validate.hpp"
 
 namespace cs::api {
 

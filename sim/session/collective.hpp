@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/units.hpp"
-#include "api/nccl_format.hpp"
+#include "ingest/nccl_format.hpp"
 #include "network/collectives.hpp"
 #include "network/network.hpp"
 #include "topology/topology_spec.hpp"

@@ -1,6 +1,6 @@
-#include "api/jobs.hpp"
+#include "session/jobs.hpp"
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "api/inputs.hpp"
+#include "ingest/inputs.hpp"
 
 #include <unistd.h>
 

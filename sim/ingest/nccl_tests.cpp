@@ -1,4 +1,4 @@
-#include "api/nccl_tests.hpp"
+#include "ingest/nccl_tests.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <utility>
 
-#include "api/nccl_format.hpp"
+#include "ingest/nccl_format.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
 

@@ -1,4 +1,4 @@
-#include "api/shard.hpp"
+#include "session/shard.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 #include "report/svg_timeline.hpp"
 
 namespace cs::api {

@@ -1,4 +1,4 @@
-#include "api/diff.hpp"
+#include "fit/diff.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "api/torch_trace.hpp"
+#include "ingest/torch_trace.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
 

@@ -1,4 +1,4 @@
-#include "api/sweep.hpp"
+#include "session/sweep.hpp"
 
 #include <algorithm>
 #include <array>
@@ -13,8 +13,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "api/run.hpp"
-#include "api/text.hpp"
+#include "session/run.hpp"
+#include "session/text.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 

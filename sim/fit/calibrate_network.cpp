@@ -1,4 +1,4 @@
-#include "api/calibrate_network.hpp"
+#include "fit/calibrate_network.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "api/nccl_format.hpp"
-#include "api/topology.hpp"
+#include "ingest/nccl_format.hpp"
+#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "network/network.hpp"
 

@@ -1,4 +1,4 @@
-#include "api/topology.hpp"
+#include "ingest/topology.hpp"
 
 #include <cstdio>
 

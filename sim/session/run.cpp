@@ -1,4 +1,4 @@
-#include "api/run.hpp"
+#include "session/run.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "api/calibrate_network.hpp"
-#include "api/torch_trace.hpp"
+#include "fit/calibrate_network.hpp"
+#include "ingest/torch_trace.hpp"
 #include "topology/cluster.hpp"
 #include "workload/calibration.hpp"
 

@@ -1,4 +1,4 @@
-#include "api/nccl_format.hpp"
+#include "ingest/nccl_format.hpp"
 
 #include <array>
 #include <cctype>

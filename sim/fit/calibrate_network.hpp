@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "api/nccl_tests.hpp"
+#include "ingest/nccl_tests.hpp"
 #include "core/units.hpp"
 #include "topology/cluster.hpp"
 #include "workload/calibration.hpp"

@@ -1,4 +1,4 @@
-#include "api/calibrate.hpp"
+#include "fit/calibrate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "api/topology.hpp"
+#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/roofline.hpp"

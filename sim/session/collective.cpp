@@ -1,4 +1,4 @@
-#include "api/collective.hpp"
+#include "session/collective.hpp"
 
 #include <array>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "api/topology.hpp"
+#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
 #include "workload/calibration.hpp"

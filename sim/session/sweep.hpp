@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/shard.hpp"
+#include "ingest/inputs.hpp"
+#include "session/shard.hpp"
 
 namespace cs::api {
 

@@ -1,10 +1,10 @@
-#include "api/compare.hpp"
+#include "session/compare.hpp"
 
 #include <algorithm>
 #include <memory>
 #include <sstream>
 
-#include "api/text.hpp"
+#include "session/text.hpp"
 #include "config/document.hpp"
 #include "core/errors.hpp"
 #include "schedule/schedule.hpp"

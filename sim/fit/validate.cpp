@@ -1,4 +1,4 @@
-#include "api/validate.hpp"
+#include "fit/validate.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "api/inputs.hpp"
+#include "ingest/inputs.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"

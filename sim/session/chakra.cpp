@@ -1,7 +1,7 @@
-#include "api/chakra.hpp"
+#include "session/chakra.hpp"
 
-#include "api/inputs.hpp"
-#include "api/topology.hpp"
+#include "ingest/inputs.hpp"
+#include "ingest/topology.hpp"
 #include "chakra/export.hpp"
 #include "core/errors.hpp"
 
