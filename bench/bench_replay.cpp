@@ -16,9 +16,9 @@
 #include <ctime>
 #include <string>
 
+#include "bench_common.hpp"
 #include "ingest/inputs.hpp"
 #include "session/run.hpp"
-#include "bench_common.hpp"
 
 namespace {
 double cpu_s() {

@@ -134,7 +134,8 @@ class Exporter {
             if (interferes() && overlaps(s))
                 for (int b = 0; b + 1 < bucket_count(s); ++b)
                     overlapped_[static_cast<std::size_t>(s)] += costs_.cost(
-                        dp_kind(s), ranks_.group(workload::GroupKind::Dp, ranks_.worker(s, 0), 0).gpus,
+                        dp_kind(s),
+                        ranks_.group(workload::GroupKind::Dp, ranks_.worker(s, 0), 0).gpus,
                         bucket_bytes(s, b));
         for (int w = 0; w < ranks_.workers(); ++w)
             for (int m = 0; m < ranks_.members(); ++m)
@@ -278,8 +279,8 @@ class Exporter {
         auto blocks = replay::kernel_blocks(pp.steps, times);
         const Time nominal = pp.compute_time();
         if (compute && *compute != nominal && nominal > Time::zero()) {
-            const double scale = static_cast<double>(compute->count_ps()) /
-                                 static_cast<double>(nominal.count_ps());
+            const double scale =
+                static_cast<double>(compute->count_ps()) / static_cast<double>(nominal.count_ps());
             for (std::size_t i = 0; i < blocks.size(); ++i)
                 if (pp.steps[i].kind == workload::Step::Kind::Compute)
                     blocks[i].time = Time::ps(static_cast<std::int64_t>(
@@ -380,8 +381,8 @@ class Exporter {
         p.what = std::string(schedule::pass_letter(p.op.pass)) +
                  (p.op.pass == Pass::BackwardInput ? "i" : "") + " mb" +
                  std::to_string(p.op.microbatch) + " vs" + std::to_string(p.vs);
-        p.buckets_here = overlaps(st.stage) &&
-                         index == st.last_grad_op[static_cast<std::size_t>(p.op.chunk)];
+        p.buckets_here =
+            overlaps(st.stage) && index == st.last_grad_op[static_cast<std::size_t>(p.op.chunk)];
         return p;
     }
 
@@ -399,16 +400,17 @@ class Exporter {
         if (src == st.worker) {
             auto found = st.local.find({p.vs, mb, need_grad});
             if (found == st.local.end())
-                throw SimulationError("chakra", "a pass of " + p.what + " runs before its local input");
+                throw SimulationError("chakra",
+                                      "a pass of " + p.what + " runs before its local input");
             p.input = found->second;
             return;
         }
         const Bytes bytes =
             it_.plan.virtual_stages[static_cast<std::size_t>(need_grad ? p.vs : p.vs - 1)]
                 .activation_bytes;
-        Node& r = st.out.p2p(false,
-                             std::string("recv ") + (need_grad ? "gradient " : "activation ") + p.what,
-                             ranks_.member_gpu(src, st.member), tag_of(p.vs, mb, need_grad), bytes);
+        Node& r = st.out.p2p(
+            false, std::string("recv ") + (need_grad ? "gradient " : "activation ") + p.what,
+            ranks_.member_gpu(src, st.member), tag_of(p.vs, mb, need_grad), bytes);
         p.input = r.id;
         p.input_remote = true;
     }
@@ -418,8 +420,8 @@ class Exporter {
     // input's arrival with sync_after_p2p). Returns the first issue's node (the GPU starts the
     // pass once it is done) and sets `issued_all` and `wait` (the end no earlier than
     // h0 + earliest_end, which a wait after the issue enforces).
-    std::uint64_t write_issue(Member& st, const PassNodes& p, std::uint64_t& issued_all,
-                              Time& wait, std::optional<Time> compute = std::nullopt) {
+    std::uint64_t write_issue(Member& st, const PassNodes& p, std::uint64_t& issued_all, Time& wait,
+                              std::optional<Time> compute = std::nullopt) {
         const replay::HostIssue is = issue_of(p.op.pass, p.vs, compute);
         if (p.input_remote) {
             Node& post = st.out.host("post recv " + p.what, host_.p2p);
@@ -516,8 +518,8 @@ class Exporter {
             flush();
             const std::string name = group_name(g);
             for (int k = 0; k < step.repeat; ++k)
-                chain(st.out.collective(p.what + " " + step.label, step.collective, step.size,
-                                        name, true));
+                chain(st.out.collective(p.what + " " + step.label, step.collective, step.size, name,
+                                        true));
         }
         if (pending || first) {
             pending = true;
@@ -529,8 +531,8 @@ class Exporter {
             const Time slowed = slowed_by_buckets(st.stage, compute);
             if (slowed > Time::zero())
                 chain(st.out.compute(p.what + " interference", slowed, 0, 0));
-            write_bucket_timers(st, p, compute + slowed + collectives_time(pp), st.prev,
-                                {p.input}, issued_first);
+            write_bucket_timers(st, p, compute + slowed + collectives_time(pp), st.prev, {p.input},
+                                issued_first);
         }
         if (host_on_) last = write_host_end(st, p, last, issued_all, host_wait);
         st.prev = p.end = last;
@@ -566,9 +568,8 @@ class Exporter {
             a += collective[j];
             (j == 0 ? chain_f : chain_b) += compute[j] + collective[j];
         }
-        const double i = spec_.compute.framework != workload::Framework::None
-                             ? spec_.compute.interference
-                             : 0.0;
+        const double i =
+            spec_.compute.framework != workload::Framework::None ? spec_.compute.interference : 0.0;
         const auto shared = replay::overlapped_time(c, a, chain_f, chain_b, i);
         const auto share = [](std::int64_t total, std::int64_t upto, std::int64_t of) {
             return of == 0 ? (upto == of ? total : 0)
@@ -629,7 +630,8 @@ class Exporter {
     static std::int64_t hbm_bytes(const workload::PassPlan& pp) {
         std::int64_t bytes = 0;
         for (const auto& step : pp.steps)
-            if (step.kind == workload::Step::Kind::Compute) bytes += step.hbm_bytes.value * step.repeat;
+            if (step.kind == workload::Step::Kind::Compute)
+                bytes += step.hbm_bytes.value * step.repeat;
         return bytes;
     }
 

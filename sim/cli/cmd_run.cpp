@@ -3,17 +3,18 @@
 #include <iostream>
 #include <memory>
 
-#include "ingest/inputs.hpp"
-#include "session/jobs.hpp"
-#include "session/report.hpp"
-#include "session/run.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
+#include "cli/tables.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
+#include "ingest/inputs.hpp"
 #include "report/summary_writers.hpp"
 #include "report/trace_sink.hpp"
 #include "schedule/schedule.hpp"
+#include "session/jobs.hpp"
+#include "session/report.hpp"
+#include "session/run.hpp"
 
 namespace cs::cli {
 
@@ -92,7 +93,7 @@ void run_jobs(const RunArgs& a) {
             a.json, [&](std::ostream& out) { out << api::to_json(result).dump(2) << "\n"; },
             &outputs);
     outputs.commit();
-    api::print_jobs(std::cout, spec, result);
+    print_jobs(std::cout, spec, result);
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace
                   << " (one process per job; open it in ui.perfetto.dev)\n";

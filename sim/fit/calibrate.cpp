@@ -8,8 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "ingest/topology.hpp"
 #include "core/errors.hpp"
+#include "ingest/topology.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/roofline.hpp"
 
@@ -486,83 +486,6 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
         r.network = std::move(network);
     }
     return r;
-}
-
-void print_compute(std::ostream& out, const CalibrationResult& r);
-
-void print_calibration(std::ostream& out, const CalibrationResult& r) {
-    if (r.compute) print_compute(out, r);
-    if (r.network) {
-        if (r.compute) out << "\n";
-        print_network_fit(out, *r.network);
-    }
-}
-
-void print_compute(std::ostream& out, const CalibrationResult& r) {
-    out << "calibration for " << r.file.gpu_model << " from " << r.file.sources.size()
-        << " trace(s): " << r.kernels << " kernels, " << r.memsets << " memsets, " << r.memcpys
-        << " memcpys, " << fmt("%.1f", r.gpu_ms) << " ms of GPU time\n\n";
-    char line[512];
-    std::snprintf(line, sizeof line, "%-17s %7s %7s %10s %10s %10s %8s %8s  %s\n", "kind",
-                  "kernels", "samples", "meas ms", "samp ms", "fit ms", "med res", "worst",
-                  "fitted");
-    out << line;
-    for (const auto& k : r.kinds) {
-        const bool fitted = k.fitted_ms >= 0;
-        std::snprintf(line, sizeof line, "%-17s %7lld %7lld %10.3f %10s %10s %8s %8s  %s\n",
-                      k.kind.c_str(), static_cast<long long>(k.kernels),
-                      static_cast<long long>(k.samples), k.measured_ms,
-                      fitted ? fmt("%.3f", k.sample_ms).c_str() : "-",
-                      fitted ? fmt("%.3f", k.fitted_ms).c_str() : "-",
-                      fitted ? fmt("%+.1f%%", 100 * k.median_residual).c_str() : "-",
-                      fitted ? fmt("%+.1f%%", 100 * k.worst_residual).c_str() : "-",
-                      k.value.empty() ? "-" : k.value.c_str());
-        out << line;
-        if (!k.note.empty()) out << "                  " << k.note << "\n";
-    }
-    if (!r.gemm_shapes.empty()) {
-        out << "\nGEMM shapes (m x n x k), the largest first:\n";
-        std::size_t shown = 0;
-        for (const auto& g : r.gemm_shapes) {
-            if (++shown > 12) {
-                out << "  ... " << r.gemm_shapes.size() - 12 << " more in --json\n";
-                break;
-            }
-            std::snprintf(line, sizeof line,
-                          "  %6lld x %6lld x %6lld  %5lldx  %9.3f ms  fit %9.3f  %+.1f%%\n",
-                          static_cast<long long>(g.m), static_cast<long long>(g.n),
-                          static_cast<long long>(g.k), static_cast<long long>(g.count),
-                          g.measured_ms, g.fitted_ms, 100 * (g.fitted_ms / g.measured_ms - 1));
-            out << line;
-        }
-    }
-    out << "\nlaunch gap (GPU side): ";
-    if (r.file.launch_overhead)
-        out << format_time(*r.file.launch_overhead) << ", median of " << r.gap_samples
-            << " back-to-back gaps\n";
-    else
-        out << "unfitted\n";
-    out << "host launch: ";
-    if (r.file.host_launch)
-        out << format_time(*r.file.host_launch) << ", median of " << r.host_samples
-            << " host-bound launch intervals\n";
-    else
-        out << "unfitted (" << r.host_samples << " host-bound launches)\n";
-    out << "tensor-core duty " << fmt("%.3f", r.tensor_duty) << ", sustained factor "
-        << fmt("%.3f", r.sustained_factor) << "\n";
-    if (r.skipped_kernels > 0) {
-        out << "\nskipped " << r.skipped_kernels << " kernels (" << fmt("%.3f", r.skipped_ms)
-            << " ms) not modelled by kind; the largest:\n";
-        for (const auto& s : r.skipped)
-            out << "  " << fmt("%9.3f", s.ms) << " ms "
-                << fmt("%5.0f", static_cast<double>(s.count)) << "x  " << s.name.substr(0, 100)
-                << "\n";
-    }
-    out << "\nunfitted:\n";
-    for (const auto& u : r.unfitted)
-        out << "  " << u.what << ": " << u.why << "\n";
-    for (const auto& w : r.warnings)
-        out << "warning: " << w << "\n";
 }
 
 nlohmann::json calibration_json(const CalibrationResult& r) {

@@ -91,7 +91,6 @@ CalibrationResult calibrate(const CalibrateOptions& options);
 CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                                    const topology::GpuModel& gpu);
 
-void print_calibration(std::ostream& out, const CalibrationResult& r);
 nlohmann::json calibration_json(const CalibrationResult& r);
 // The calibration file's text, with the fit summary as its header comments.
 std::string calibration_file_text(const CalibrationResult& r);

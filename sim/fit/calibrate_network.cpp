@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/errors.hpp"
 #include "ingest/nccl_format.hpp"
 #include "ingest/topology.hpp"
-#include "core/errors.hpp"
 #include "network/network.hpp"
 
 namespace cs::api {
@@ -18,12 +18,6 @@ namespace {
 
 using network::CollectiveKind;
 using network::NetworkConfig;
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
 
 struct Sample {
     const NcclTestsFile* file = nullptr;
@@ -307,54 +301,6 @@ NetworkFitResult calibrate_network(const NetworkFitOptions& options) {
         files.push_back(read_nccl_tests(spec));
     const auto topo = load_topology(options.topology, options.sets);
     return fit_network(files, topo.cluster, topo.display_path, range);
-}
-
-void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
-    out << "network calibration on " << r.topology << " from " << r.sources.size()
-        << " nccl-tests file(s)\n\n";
-    char line[512];
-    std::snprintf(line, sizeof line, "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s  %s\n",
-                  "operation", "link", "ranks", "samples", "left", "meas us", "fit us",
-                  "efficiency", "latency", "med res", "rms", "worst");
-    out << line;
-    for (const auto& f : r.ops) {
-        std::string ranks;
-        for (int n : f.rank_counts) {
-            if (!ranks.empty()) ranks.push_back(',');
-            ranks.append(std::to_string(n));
-        }
-        const bool fitted = !f.link.empty();
-        std::snprintf(line, sizeof line,
-                      "%-15s %-9s %-6s %7lld %5lld %11s %11s %10s %8s %8s %8s  %s\n",
-                      network::collective_name(f.op), fitted ? f.link.c_str() : "-", ranks.c_str(),
-                      static_cast<long long>(f.samples), static_cast<long long>(f.left_out),
-                      fitted ? fmt("%.1f", f.measured_us).c_str() : "-",
-                      fitted ? fmt("%.1f", f.fitted_us).c_str() : "-",
-                      fitted ? fmt("%.4f", f.efficiency).c_str() : "-",
-                      fitted ? fmt("%.2fus", f.latency.seconds() * 1e6).c_str() : "-",
-                      fitted ? fmt("%+.1f%%", 100 * f.median_residual).c_str() : "-",
-                      fitted ? fmt("%.1f%%", 100 * f.rms_residual).c_str() : "-",
-                      fitted ? fmt("%+.1f%%", 100 * f.worst_residual).c_str() : "-");
-        out << line;
-        if (!f.note.empty()) out << "                " << f.note << "\n";
-    }
-    for (const auto& f : r.ops) {
-        if (f.points.empty()) continue;
-        out << "\n"
-            << network::collective_name(f.op) << " (" << f.algorithm
-            << "): size, measured us, fitted us, residual\n";
-        for (const auto& p : f.points) {
-            std::snprintf(line, sizeof line, "  %12lld B  %3d ranks  %11.2f  %11.2f  %+6.1f%%\n",
-                          static_cast<long long>(p.size), p.ranks, p.measured_us, p.fitted_us,
-                          100 * (p.fitted_us / p.measured_us - 1));
-            out << line;
-        }
-    }
-    out << "\nnetwork unfitted:\n";
-    for (const auto& u : r.unfitted)
-        out << "  " << u.what << ": " << u.why << "\n";
-    for (const auto& w : r.warnings)
-        out << "warning: " << w << "\n";
 }
 
 nlohmann::json network_fit_json(const NetworkFitResult& r) {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "ingest/nccl_tests.hpp"
 #include "core/units.hpp"
+#include "ingest/nccl_tests.hpp"
 #include "topology/cluster.hpp"
 #include "workload/calibration.hpp"
 
@@ -76,7 +76,6 @@ NetworkFitResult fit_network(const std::vector<NcclTestsFile>& files,
 // Reads the files and the topology, then fits.
 NetworkFitResult calibrate_network(const NetworkFitOptions& options);
 
-void print_network_fit(std::ostream& out, const NetworkFitResult& r);
 nlohmann::json network_fit_json(const NetworkFitResult& r);
 
 }  // namespace cs::api

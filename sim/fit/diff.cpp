@@ -7,9 +7,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ingest/torch_trace.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
+#include "ingest/torch_trace.hpp"
 
 namespace cs::api {
 namespace {
@@ -28,12 +28,6 @@ int kind_index(const std::string& name) {
     for (int k = 0; k < kKinds; ++k)
         if (kernel_kind_name(static_cast<KernelKind>(k)) == name) return k;
     return static_cast<int>(KernelKind::Other);
-}
-
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
 }
 
 // The layer-pass rows of L layers, in the order the table prints them: embedding forward,
@@ -462,66 +456,6 @@ DiffResult diff_traces(const DiffOptions& options) {
     });
     if (r.largest.size() > 5) r.largest.resize(5);
     return r;
-}
-
-void print_diff(std::ostream& out, const DiffResult& r) {
-    out << "simulated " << r.simulated << " (GPU " << r.rank << ", " << r.microbatches
-        << " microbatch(es) x " << r.layers << " layers) against measured " << r.measured << " ("
-        << r.iterations << " iteration(s), per iteration below)\n";
-    out << "compute busy: simulated " << fmt("%.3f", r.simulated_busy_ms) << " ms, measured "
-        << fmt("%.3f", r.measured_busy_ms) << " ms of kernels ("
-        << fmt("%+.1f%%",
-               100 * (r.measured_busy_ms > 0 ? r.simulated_busy_ms / r.measured_busy_ms - 1 : 0))
-        << "); simulated iteration " << fmt("%.3f", r.simulated_iteration_ms) << " ms\n\n";
-    char line[256];
-    const auto table = [&](const char* title, const std::vector<DiffLine>& rows, bool per_layer) {
-        std::snprintf(line, sizeof line, "%-17s %8s %11s %8s %11s %10s %8s%s\n", title, "sim ops",
-                      "sim ms", "kernels", "meas ms", "diff ms", "diff",
-                      per_layer ? "   per layer-pass sim / meas ms" : "");
-        out << line;
-        for (const auto& d : rows) {
-            std::snprintf(line, sizeof line, "%-17s %8lld %11.3f %8lld %11.3f %+10.3f %8s",
-                          d.name.c_str(), static_cast<long long>(d.simulated_ops), d.simulated_ms,
-                          static_cast<long long>(d.measured_kernels), d.measured_ms,
-                          d.difference_ms(),
-                          d.measured_ms > 0 ? fmt("%+.1f%%", 100 * d.relative()).c_str() : "-");
-            out << line;
-            const int passes_of_layers = r.microbatches * r.layers;
-            if (per_layer && passes_of_layers > 0 && (d.name == "forward" || d.name == "backward"))
-                out << "   " << fmt("%.3f", d.simulated_ms / passes_of_layers) << " / "
-                    << fmt("%.3f", d.measured_ms / passes_of_layers);
-            out << "\n";
-        }
-    };
-    table("kind", r.kinds, false);
-    out << "\n";
-    table("pass", r.passes, true);
-    out << "\nlargest departures (simulated - measured):\n";
-    for (const auto& d : r.largest)
-        out << "  " << d.name << ": " << fmt("%+.3f", d.difference_ms()) << " ms"
-            << (d.measured_ms > 0 ? " (" + fmt("%+.1f%%", 100 * d.relative()) + ")" : "") << "\n";
-    if (!r.layer_passes.empty()) {
-        out << "\nper layer pass (mean per microbatch pass; "
-            << r.layer_passes.front().simulated_passes << " simulated, "
-            << r.layer_passes.front().measured_passes << " measured forward passes):\n";
-        std::snprintf(line, sizeof line, "%-20s %10s %10s %8s %10s %8s\n", "layer pass", "sim ms",
-                      "meas ms", "kernels", "diff ms", "diff");
-        out << line;
-        for (const auto& d : r.layer_passes) {
-            std::snprintf(line, sizeof line, "%-20s %10.3f %10.3f %8lld %+10.3f %8s\n",
-                          d.name.c_str(), d.simulated_ms, d.measured_ms,
-                          static_cast<long long>(d.measured_kernels), d.difference_ms(),
-                          d.measured_ms > 0 ? fmt("%+.1f%%", 100 * d.relative()).c_str() : "-");
-            out << line;
-        }
-        out << "\nlargest layer-pass departures (simulated - measured):\n";
-        for (const auto& d : r.largest_layer_passes)
-            out << "  " << d.name << ": " << fmt("%+.3f", d.difference_ms()) << " ms"
-                << (d.measured_ms > 0 ? " (" + fmt("%+.1f%%", 100 * d.relative()) + ")" : "")
-                << "\n";
-    }
-    for (const auto& w : r.warnings)
-        out << "warning: " << w << "\n";
 }
 
 nlohmann::json diff_json(const DiffResult& r) {

@@ -87,7 +87,6 @@ std::string simulated_kind(const std::string& label);
 // or iterations < 1.
 DiffResult diff_traces(const DiffOptions& options);
 
-void print_diff(std::ostream& out, const DiffResult& r);
 nlohmann::json diff_json(const DiffResult& r);
 
 }  // namespace cs::api

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -51,12 +52,21 @@ struct ValidationReport {
 // Throws ConfigError for a bad cases file (located, with the accepted values).
 ValidationReport validate(const ValidateOptions& options);
 
-// The two lines per case that `clustersim validate` prints as it goes.
-void print_validation_case(std::ostream& out, const ValidationCase& c, const ValidationFamily& f);
-// The per-family table (cases, pass, fail, gaps, mean and worst error).
-void print_validation_summary(std::ostream& out, const ValidationReport& report);
-// Regenerates a Markdown report (e.g. docs/validation.md), keeping the text above its
-// generated-section marker; written atomically.
-void write_validation_doc(const std::filesystem::path& file, const ValidationReport& report);
+// A value as the validation tables write it: significant digits that keep small and large values
+// readable ("123.4", "12.34", "1.234", "0.1234").
+std::string value_text(double v);
+// A case's error as its family states it: "+1.2%" (relative), "+0.0123" (absolute); "-" for a
+// case not reproduced.
+std::string error_text(const ValidationCase& c, bool absolute);
+
+// Per family: cases reproduced, passed, failed, known gaps and not reproduced; the mean |error|
+// and the worst error (the largest |error|, signed) with its case.
+struct FamilyStats {
+    int reproduced = 0, passed = 0, failed = 0, gaps = 0, not_reproduced = 0;
+    double mean_abs = 0, worst = 0;
+    std::string worst_id;
+};
+std::map<std::string, FamilyStats> family_stats(const std::vector<ValidationFamily>& families,
+                                                const std::vector<ValidationCase>& results);
 
 }  // namespace cs::api

@@ -9,9 +9,9 @@
 #include <sstream>
 #include <utility>
 
-#include "ingest/nccl_format.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
+#include "ingest/nccl_format.hpp"
 
 namespace cs::api {
 namespace {

@@ -8,17 +8,6 @@
 
 namespace cs::api {
 
-namespace {
-
-std::string counts_text(const std::map<std::string, int>& counts) {
-    std::string out;
-    for (const auto& [kind, n] : counts)
-        out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
-    return out.empty() ? "none" : out;
-}
-
-}  // namespace
-
 LoadedTopology load_topology(const std::filesystem::path& path,
                              const std::vector<std::string>& sets, std::int64_t max_memory) {
     auto doc = config::load_document(path);
@@ -27,31 +16,6 @@ LoadedTopology load_topology(const std::filesystem::path& path,
         config::apply_override(doc, key, value);
     }
     return LoadedTopology{doc.display_path, topology::load_cluster(doc, max_memory)};
-}
-
-void print_topology(std::ostream& out, const std::string& display_path,
-                    const topology::TopologySummary& s) {
-    std::string tiers;
-    for (const auto& [tier, n] : s.switches_by_tier)
-        tiers += (tiers.empty() ? "" : ", ") + std::to_string(n) + " tier " + std::to_string(tier);
-    out << "topology: " << display_path << " (" << s.fabric << ")\n"
-        << "gpus: " << s.gpus << "\n"
-        << "nodes: " << s.nodes << "\n"
-        << "devices: " << counts_text(s.devices_by_kind)
-        << (tiers.empty() ? "" : " (switches: " + tiers + ")") << "\n"
-        << "links: " << counts_text(s.links_by_kind)
-        << " (physical links; each direction has the full capacity)\n"
-        << "per-GPU bandwidth inside a node: " << format_bandwidth(s.intra_node_bandwidth_per_gpu)
-        << " each way\n"
-        << "per-GPU bandwidth between nodes: "
-        << (s.nodes > 1 ? format_bandwidth(s.inter_node_bandwidth_per_gpu) + " each way"
-                        : std::string("none (one node)"))
-        << "\n"
-        << "bisection bandwidth: "
-        << (s.bisection_bandwidth ? format_bandwidth(*s.bisection_bandwidth) + " each way"
-                                  : std::string("not derived (explicit topology)"))
-        << "\n"
-        << "diameter: " << s.diameter_hops << (s.diameter_hops == 1 ? " hop" : " hops") << "\n";
 }
 
 nlohmann::json topology_json(const topology::TopologySummary& s) {

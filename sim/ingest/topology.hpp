@@ -24,10 +24,7 @@ LoadedTopology load_topology(const std::filesystem::path& path,
                              const std::vector<std::string>& sets,
                              std::int64_t max_memory = topology::kDefaultMaxMemory);
 
-// The text description (GPU count on a line of its own, devices and links by kind, per-GPU
-// bandwidth inside and between nodes, bisection bandwidth, diameter) and its JSON form.
-void print_topology(std::ostream& out, const std::string& display_path,
-                    const topology::TopologySummary& s);
+// The description `clustersim topology` gives (cli::print_topology prints it as text), as JSON.
 nlohmann::json topology_json(const topology::TopologySummary& s);
 
 // Graphviz lays out a few thousand vertices at most in reasonable time: to_dot of a larger

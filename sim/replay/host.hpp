@@ -46,7 +46,6 @@ HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks
 // The framework's work before a pass's first kernel: host.pass, host.backward more for a backward
 // pass (or its input half: the autograd engine's start), and host.runtime_pass more under the
 // schedules torch runs on its pipeline runtime.
-Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule,
-               bool backward);
+Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule, bool backward);
 
 }  // namespace cs::replay

@@ -32,8 +32,8 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
 
     it.copies = sched.model_copies();
     const auto device_of = [&it](int vs) { return it.device_of(vs); };
-    it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(),
-                                       device_of, it.copies);
+    it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(), device_of,
+                                       it.copies);
     if (options.admit) options.admit(it);
 
     const int devices = it.shape.devices;

@@ -1,9 +1,9 @@
 #include "session/chakra.hpp"
 
-#include "ingest/inputs.hpp"
-#include "ingest/topology.hpp"
 #include "chakra/export.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
+#include "ingest/topology.hpp"
 
 namespace cs::api {
 

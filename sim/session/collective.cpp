@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <utility>
 
-#include "ingest/topology.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
+#include "ingest/topology.hpp"
 #include "workload/calibration.hpp"
 
 namespace cs::api {
@@ -85,116 +85,6 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         report.rows.push_back(row);
     }
     return report;
-}
-
-void print_collective(std::ostream& out, const CollectiveRequest& request,
-                      const CollectiveReport& report) {
-    using namespace network;
-    char line[256];
-    out << "# clustersim collective: " << collective_name(request.kind) << " on " << report.ranks
-        << " ranks of " << report.topology << ", network " << fidelity_name(request.fidelity)
-        << " (" << (request.nominal ? "nominal links" : "calibrated")
-        << (request.calibration.empty() ? "" : " + " + request.calibration.string()) << ")"
-        << (request.host_overhead > Time::zero()
-                ? ", plus " + format_time(request.host_overhead) + " host launch"
-                : std::string())
-        << "\n#\n";
-    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %s\n", "size", "count",
-                  "type", "time", "algbw", "busbw", "algorithm");
-    out << line;
-    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s\n", "(B)", "(elements)", "",
-                  "(us)", "(GB/s)", "(GB/s)");
-    out << line;
-    for (const auto& row : report.rows) {
-        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
-                      static_cast<long long>(row.size.value), static_cast<long long>(row.count),
-                      request.data_type.name, row.time.seconds() * 1e6, row.algbw_GBps,
-                      row.busbw_GBps, algorithm_name(row.algorithm).c_str());
-        out << line;
-    }
-    if (!report.skipped.empty())
-        out << "# " << report.skipped.size() << " size(s) from " << report.skipped.front().value
-            << " B skipped: less than one " << request.data_type.name << " per rank\n";
-}
-
-namespace {
-
-// nccl-tests' time column: whole microseconds from 10 ms, one decimal from 100 us, else two.
-std::string nccl_time_text(double us) {
-    char buf[32];
-    if (us >= 10000.0)
-        std::snprintf(buf, sizeof buf, "%7.0f", us);
-    else if (us >= 100.0)
-        std::snprintf(buf, sizeof buf, "%7.1f", us);
-    else
-        std::snprintf(buf, sizeof buf, "%7.2f", us);
-    return buf;
-}
-
-}  // namespace
-
-void print_collective_nccl_tests(std::ostream& out, const CollectiveRequest& request,
-                                 const CollectiveReport& report, const std::string& sweep) {
-    using network::CollectiveKind;
-    char line[512];
-    const std::int64_t min_bytes = request.sizes.empty() ? 0 : request.sizes.front().value;
-    const std::int64_t max_bytes = request.sizes.empty() ? 0 : request.sizes.back().value;
-    out << "# nccl-tests version clustersim (simulated: no GPU ran; " << report.topology
-        << ", network " << network::fidelity_name(request.fidelity) << ", "
-        << (request.nominal ? "nominal links" : "calibrated")
-        << (request.calibration.empty() ? "" : " + " + request.calibration.string()) << ")\n";
-    out << "# Collective test starting: " << nccl_binary(request.kind) << "\n";
-    std::snprintf(line, sizeof line,
-                  "# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %s warmup iters: 0 "
-                  "iters: 1 agg iters: 1 validation: 0 graph: 0\n",
-                  static_cast<long long>(min_bytes), static_cast<long long>(max_bytes),
-                  sweep.c_str());
-    out << line << "#\n# Using devices\n";
-    for (int r = 0; r < report.ranks; ++r) {
-        std::snprintf(line, sizeof line,
-                      "#  Rank %2d Group  0 Pid %6d on %10s device %2d [0x%02x] %s\n", r, 0,
-                      "clustersim", r, 0, report.gpu_names[static_cast<std::size_t>(r)].c_str());
-        out << line;
-    }
-    out << "#\n";
-    std::snprintf(line, sizeof line,
-                  "# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-                  "in-place          \n",
-                  "", "", "", "", "");
-    out << line;
-    std::snprintf(line, sizeof line,
-                  "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
-                  "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-                  "algbw", "busbw", "#wrong");
-    out << line;
-    std::snprintf(line, sizeof line,
-                  "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                  "(GB/s)", "");
-    out << line;
-    // nccl-tests checks in-place results of neither all_to_all nor sendrecv.
-    const bool in_place_checked =
-        request.kind != CollectiveKind::AllToAll && request.kind != CollectiveKind::SendRecv;
-    const int root = request.kind == CollectiveKind::Broadcast ? 0 : -1;
-    double busbw_sum = 0;
-    for (const auto& row : report.rows) {
-        const std::string time = nccl_time_text(row.time.seconds() * 1e6);
-        std::snprintf(line, sizeof line,
-                      "%12lld  %12lld  %8s  %6s  %6i  %7s  %6.2f  %6.2f  %5g  %7s  %6.2f  %6.2f  "
-                      "%5s\n",
-                      static_cast<long long>(row.size.value), static_cast<long long>(row.count),
-                      request.data_type.name, nccl_redop(request.kind), root, time.c_str(),
-                      row.algbw_GBps, row.busbw_GBps, 0.0, time.c_str(), row.algbw_GBps,
-                      row.busbw_GBps, in_place_checked ? "0" : "N/A");
-        out << line;
-        busbw_sum += 2 * row.busbw_GBps;  // the average runs over both column groups
-    }
-    const double average =
-        report.rows.empty() ? 0 : busbw_sum / (2 * static_cast<double>(report.rows.size()));
-    out << "# Out of bounds values : 0 OK\n";
-    std::snprintf(line, sizeof line, "# Avg bus bandwidth    : %g \n", average);
-    out << line << "#\n";
-    out << "# Collective test concluded: " << nccl_binary(request.kind) << "\n";
 }
 
 nlohmann::json collective_json(const CollectiveReport& report) {

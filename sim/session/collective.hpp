@@ -57,18 +57,6 @@ struct CollectiveReport {
 // row is simulated. Throws ConfigError for bad input.
 CollectiveReport run_collective(const CollectiveRequest& request);
 
-// The nccl-tests-like table, with a header naming the operation, ranks and network.
-void print_collective(std::ostream& out, const CollectiveRequest& request,
-                      const CollectiveReport& report);
-// What nccl-tests prints (its current layout: version and "Collective test starting" lines, the
-// nThread header, one device line per rank, the out-of-place and in-place column groups with
-// size, count, type, redop, root, time, algbw, busbw, #wrong, and the footer with "# Out of bounds
-// values" and "# Avg bus bandwidth"), so that scripts that parse nccl-tests read it unchanged.
-// Both column groups hold the simulated time (the model has no in-place difference); #wrong is 0
-// (N/A in place for all_to_all and sendrecv, as nccl-tests prints). `sweep` is the header's
-// "step:" text, e.g. "2(factor)" or "1048576(bytes)".
-void print_collective_nccl_tests(std::ostream& out, const CollectiveRequest& request,
-                                 const CollectiveReport& report, const std::string& sweep);
 // A JSON list of rows (`bytes`, `time_s`, `algbw_GBps`, `busbw_GBps`, `algorithm`).
 nlohmann::json collective_json(const CollectiveReport& report);
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "session/run.hpp"
 #include "report/svg_timeline.hpp"
+#include "session/run.hpp"
 
 namespace cs::api {
 
@@ -32,9 +32,5 @@ struct CompareResult {
 };
 
 CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions& options);
-
-// The table `clustersim compare` prints: one row per schedule, then peak activation memory per
-// stage.
-void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results);
 
 }  // namespace cs::api

@@ -10,12 +10,12 @@
 #include <set>
 
 #include "config/document.hpp"
+#include "replay/prepare.hpp"
 #include "replay/replay.hpp"
 #include "report/trace_sink.hpp"
 #include "report/trace_writer.hpp"
 #include "schedule/schedule.hpp"
 #include "topology/topology_yaml.hpp"
-#include "replay/prepare.hpp"
 
 namespace cs::api {
 
@@ -654,73 +654,6 @@ nlohmann::ordered_json to_json(const JobsResult& r) {
                          {"busy_share", l.busy_share}});
     }
     return j;
-}
-
-void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
-                std::size_t max_links) {
-    char buf[256];
-    out << "jobs file             " << spec.source << "\n";
-    out << "topology              " << spec.topology_source << " (" << spec.cluster->gpu_count()
-        << " GPUs)\n";
-    out << "shared run            " << format_time(Time::from_seconds_ceil(r.makespan_s))
-        << (r.iterations == 1 ? std::string(" until the last job's iteration ends")
-                              : " until every job has run " + std::to_string(r.iterations) +
-                                    " iterations (each job's iteration " +
-                                    std::to_string(r.iterations) + " below)")
-        << "; member folding off (" << (r.fold_refused.empty() ? "nothing to fold" : r.fold_refused)
-        << ")\n\n";
-    std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %9s %7s %7s %8s\n", "job",
-                  "placement", "GPUs", "alone", "shared", "slowdown", "MFU", "alone", "bubble");
-    out << buf;
-    // GPU lists longer than the column are given whole below the table.
-    constexpr std::size_t kGpuColumn = 16;
-    std::vector<std::string> long_lists;
-    for (const auto& j : r.jobs) {
-        auto sorted = j.gpus;
-        std::sort(sorted.begin(), sorted.end());
-        std::string gpus = workload::gpu_list_text(sorted);
-        if (gpus.size() > kGpuColumn) {
-            long_lists.push_back(j.name + ": " + gpus);
-            gpus = std::to_string(sorted.size()) + " (below)";
-        }
-        std::snprintf(
-            buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %6.2f%% %6.2f%% %7.2f%%\n",
-            j.name.c_str(), placement_name(j.placement), gpus.c_str(),
-            format_time(Time::from_seconds_ceil(j.alone.iteration_time_s)).c_str(),
-            format_time(Time::from_seconds_ceil(j.shared.iteration_time_s)).c_str(), j.slowdown,
-            100 * j.shared.mfu, 100 * j.alone.mfu, 100 * j.shared.bubble_fraction);
-        out << buf;
-    }
-    for (const auto& l : long_lists)
-        out << "  GPUs of " << l << "\n";
-    out << "\n";
-    if (r.links.empty()) {
-        out << "contested links       none (no link carried traffic of two jobs)\n";
-        return;
-    }
-    out << "contested links (" << r.links.size() << " carried traffic of more than one job)\n";
-    std::snprintf(buf, sizeof buf, "  %-28s %8s %8s", "link", "busy", "shared");
-    out << buf;
-    for (const auto& j : r.jobs) {
-        std::snprintf(buf, sizeof buf, " %14s", (j.name + " bytes").c_str());
-        out << buf;
-    }
-    out << "\n";
-    for (std::size_t i = 0; i < r.links.size() && i < max_links; ++i) {
-        const auto& l = r.links[i];
-        const double shared_share = r.makespan_s > 0 ? l.shared_s / r.makespan_s : 0;
-        std::snprintf(buf, sizeof buf, "  %-28s %7.2f%% %7.2f%%", l.name.c_str(),
-                      100 * l.busy_share, 100 * shared_share);
-        out << buf;
-        for (double b : l.bytes) {
-            std::snprintf(buf, sizeof buf, " %14s",
-                          format_bytes(Bytes{static_cast<std::int64_t>(b)}).c_str());
-            out << buf;
-        }
-        out << "\n";
-    }
-    if (r.links.size() > max_links)
-        out << "  ... " << r.links.size() - max_links << " more in --json\n";
 }
 
 }  // namespace cs::api

@@ -116,7 +116,5 @@ struct JobsOptions {
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options = {});
 
 nlohmann::ordered_json to_json(const JobsResult& r);
-void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
-                std::size_t max_links = 8);
 
 }  // namespace cs::api

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "session/run.hpp"
 #include "fit/validate.hpp"
+#include "session/run.hpp"
 
 namespace cs::api {
 
@@ -18,34 +18,25 @@ nlohmann::ordered_json validation_confidence(const workload::ExperimentSpec& spe
     } catch (const ConfigError& e) {
         return {{"note", std::string("validation suite not run: ") + e.what()}};
     }
+    const auto stats = family_stats(report.families, report.cases);
     auto families = nlohmann::ordered_json::array();
     for (const auto& f : report.families) {
         const bool uses_compute =
             f.mode.find(profile ? "profile" : "roofline") != std::string::npos;
         const bool uses_network = network && f.mode.find("network") != std::string::npos;
         if (!uses_compute && !uses_network) continue;
-        int cases = 0, pass = 0, fail = 0, gaps = 0;
-        double sum = 0, worst = 0;
-        for (const auto& c : report.cases) {
-            if (c.family != f.id || c.status == ValidationStatus::NotReproduced) continue;
-            ++cases;
-            pass += c.status == ValidationStatus::Pass;
-            fail += c.status == ValidationStatus::Fail;
-            gaps += c.status == ValidationStatus::KnownGap;
-            sum += std::abs(c.error);
-            if (std::abs(c.error) > std::abs(worst)) worst = c.error;
-        }
+        const FamilyStats& s = stats.at(f.id);
         families.push_back({{"id", f.id},
                             {"title", f.title},
                             {"mode", f.mode},
                             {"tolerance", f.tolerance},
                             {"absolute", f.absolute},
-                            {"cases", cases},
-                            {"pass", pass},
-                            {"fail", fail},
-                            {"gaps", gaps},
-                            {"mean_abs_error", cases > 0 ? sum / cases : 0.0},
-                            {"worst_error", worst}});
+                            {"cases", s.reproduced},
+                            {"pass", s.passed},
+                            {"fail", s.failed},
+                            {"gaps", s.gaps},
+                            {"mean_abs_error", s.mean_abs},
+                            {"worst_error", s.worst}});
     }
     const std::string models =
         std::string(profile ? "profile" : "roofline") + " compute" +

@@ -6,9 +6,9 @@
 
 #include "config/document.hpp"
 #include "replay/durations/variability.hpp"
+#include "replay/prepare.hpp"
 #include "report/critical_path.hpp"
 #include "schedule/schedule.hpp"
-#include "replay/prepare.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::api {
@@ -219,7 +219,8 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     how.admit = [&options](const replay::PreparedIteration& it) {
         check_run_memory(it.spec, it.shape, options.max_memory);
     };
-    const replay::PreparedIteration prepared = replay::prepare(std::move(faulted), options.schedule, how);
+    const replay::PreparedIteration prepared =
+        replay::prepare(std::move(faulted), options.schedule, how);
     const auto& spec = prepared.spec;  // names the schedule actually run, for messages
     const std::string& name = spec.schedule;
     const auto& sched = *prepared.schedule;

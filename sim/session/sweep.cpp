@@ -13,10 +13,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "session/run.hpp"
-#include "session/text.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "session/run.hpp"
 
 namespace cs::api {
 
@@ -35,48 +34,6 @@ std::string trim(std::string s) {
 bool mentions_key(const std::vector<std::string>& sets, const std::string& key) {
     return std::any_of(sets.begin(), sets.end(),
                        [&](const std::string& s) { return s.rfind(key + "=", 0) == 0; });
-}
-
-// A table cell: padded to `width`, then one space.
-std::string cell(const std::string& s, std::size_t width) {
-    return pad(s, width) + " ";
-}
-
-// The last part of a dotted key: parallelism.tp -> tp.
-std::string short_name(const std::string& key) {
-    const auto dot = key.rfind('.');
-    return dot == std::string::npos ? key : key.substr(dot + 1);
-}
-
-void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
-                 const std::vector<const SweepRow*>& ranked, std::size_t top) {
-    std::vector<std::size_t> width;
-    for (const auto& a : axes) {
-        std::size_t w = short_name(a.key).size();
-        for (const auto& v : a.values)
-            w = std::max(w, v.size());
-        width.push_back(w);
-    }
-    out << cell("rank", 5);
-    for (std::size_t i = 0; i < axes.size(); ++i)
-        out << cell(short_name(axes[i].key), width[i]);
-    out << cell("dp", 4) << cell("iteration", 11) << cell("tokens/s", 10) << cell("MFU", 7)
-        << cell("bubble", 7) << cell("exp.comm", 9) << cell("mem/GPU", 9) << "fits HBM\n";
-    for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
-        const SweepRow& row = *ranked[r];
-        const auto& s = *row.result;
-        char tokens[32];
-        std::snprintf(tokens, sizeof tokens, "%.0f", s.tokens_per_s);
-        out << cell(std::to_string(r + 1), 5);
-        for (std::size_t i = 0; i < axes.size(); ++i)
-            out << cell(row.values[i], width[i]);
-        out << cell(std::to_string(s.dp), 4)
-            << cell(format_time(Time::from_seconds_ceil(s.iteration_time_s)), 11)
-            << cell(tokens, 10) << cell(percent(s.mfu, 1), 7)
-            << cell(percent(s.bubble_fraction, 1), 7)
-            << cell(percent(s.exposed_comm_fraction, 1), 9)
-            << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
-    }
 }
 
 nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
@@ -922,30 +879,6 @@ nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
     for (const auto& r : rows)
         if (!r.result) list.push_back(row_json(axes, r));
     return list;
-}
-
-void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes, const SweepTally& tally,
-                 std::size_t top) {
-    const std::size_t total = tally.combinations();
-    const std::size_t listed = tally.listed();
-    out << "experiment " << tally.source() << "\n"
-        << total << " combinations: " << tally.valid() << " simulated, " << total - tally.valid()
-        << " not valid";
-    if (tally.repeats() > 0)
-        out << "; " << tally.repeats()
-            << " gave the same result as a listed one (a key the run ignores) and are not listed";
-    out << "\n\n";
-    print_table(out, axes, tally.top_rows(), top);
-    if (listed > top) out << "(" << listed - top << " more; --top N to show them)\n";
-    // Reasons of the invalid combinations, each reason once with how often it occurred.
-    const auto reasons = tally.reasons();
-    if (!reasons.empty()) out << "\nnot valid:\n";
-    for (const auto& reason : reasons) {
-        out << "  " << reason.count << " x, e.g.";
-        for (std::size_t i = 0; i < axes.size(); ++i)
-            out << " " << short_name(axes[i].key) << "=" << reason.first_values[i];
-        out << ": " << reason.text << "\n";
-    }
 }
 
 }  // namespace cs::api

@@ -166,9 +166,4 @@ SweepTally tally_rows(const std::vector<SweepRow>& rows, std::size_t top);
 nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
                                   const std::vector<SweepRow>& rows, const SweepRanking& ranking);
 
-// The report `clustersim sweep` prints: counts, the `top` best listed rows, the reasons of the
-// invalid rows (each reason once, with how often).
-void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes, const SweepTally& tally,
-                 std::size_t top);
-
 }  // namespace cs::api

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <string>
 
+#include "core/errors.hpp"
 #include "fit/calibrate.hpp"
 #include "ingest/torch_trace.hpp"
-#include "core/errors.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"
 #include "workload/experiment.hpp"

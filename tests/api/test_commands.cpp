@@ -7,12 +7,13 @@
 #include <sstream>
 #include <string>
 
+#include "cli/tables.hpp"
+#include "core/errors.hpp"
+#include "fit/validate.hpp"
+#include "ingest/topology.hpp"
 #include "session/collective.hpp"
 #include "session/run.hpp"
 #include "session/sweep.hpp"
-#include "ingest/topology.hpp"
-#include "fit/validate.hpp"
-#include "core/errors.hpp"
 #include "topology/summary.hpp"
 
 namespace fs = std::filesystem;
@@ -50,7 +51,7 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     REQUIRE(json.size() == 4);  // ranked rows (repeats included), then the invalid one
     CHECK(json[3].contains("error"));
     std::ostringstream text;
-    cs::api::print_sweep(text, options.axes, cs::api::tally_rows(*rows, 20), 20);
+    cs::cli::print_sweep(text, options.axes, cs::api::tally_rows(*rows, 20), 20);
     CHECK(text.str().find("4 combinations: 3 simulated, 1 not valid; 1 gave the same result") !=
           std::string::npos);
 
@@ -70,8 +71,8 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     CHECK(tally->reasons()[0].count == 1);
     CHECK(tally->reasons()[0].first_index == 2);
     std::ostringstream streamed, full;
-    cs::api::print_sweep(streamed, options.axes, *tally, 1);
-    cs::api::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
+    cs::cli::print_sweep(streamed, options.axes, *tally, 1);
+    cs::cli::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
     CHECK(streamed.str() == full.str());
 }
 
@@ -283,7 +284,8 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
         << ", gemm: {m: 4096, n: 4096, k: 4096}, published: " << 2 * t << ", unit: ms}\n";
     int seen = 0;
     const auto report = cs::api::validate(
-        {dir, "",
+        {dir,
+         "",
          [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; },
          {}});
     CHECK(seen == 2);
@@ -294,7 +296,7 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
     CHECK(report.cases[1].status == cs::api::ValidationStatus::Fail);
     CHECK(report.failed);
     std::ostringstream text;
-    cs::api::print_validation_summary(text, report);
+    cs::cli::print_validation_summary(text, report);
     // The family row: 2 cases, 1 pass, 1 fail.
     CHECK(text.str().find("2     1     1") != std::string::npos);
 }

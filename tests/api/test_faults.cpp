@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "session/compare.hpp"
+#include "core/errors.hpp"
 #include "ingest/inputs.hpp"
+#include "session/compare.hpp"
 #include "session/run.hpp"
 #include "session/shard.hpp"
 #include "session/sweep.hpp"
-#include "core/errors.hpp"
 
 namespace {
 

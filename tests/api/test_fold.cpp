@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "ingest/inputs.hpp"
-#include "session/run.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
+#include "session/run.hpp"
 #include "workload/experiment.hpp"
 
 namespace {

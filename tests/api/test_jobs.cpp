@@ -10,9 +10,9 @@
 #include <set>
 #include <string>
 
+#include "core/errors.hpp"
 #include "session/jobs.hpp"
 #include "session/run.hpp"
-#include "core/errors.hpp"
 #include "workload/plan.hpp"
 
 namespace {

@@ -4,20 +4,20 @@
 // schedule.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "../error_of.hpp"
-#include "session/chakra.hpp"
-#include "ingest/inputs.hpp"
-#include "session/jobs.hpp"
-#include "session/run.hpp"
 #include "core/atomic_file.hpp"
+#include "ingest/inputs.hpp"
 #include "replay/prepare.hpp"
 #include "schedule/schedule.hpp"
+#include "session/chakra.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 
 using namespace cs;
 using cs::test::error_of;
@@ -50,13 +50,13 @@ api::JobsSpec one_job(const std::string& schedule) {
     std::istringstream lines(experiment);
     for (std::string line; std::getline(lines, line);)
         if (!line.empty() && line[0] != '#') indented += "      " + line + "\n";
-    return api::load_jobs(workload::ExperimentText{
-        "topology: ../../../topologies/h100-4node-oversubscribed.yaml\n"
-        "jobs:\n"
-        "  - name: only\n"
-        "    experiment:\n" +
-            indented,
-        "<jobs>", kData});
+    return api::load_jobs(
+        workload::ExperimentText{"topology: ../../../topologies/h100-4node-oversubscribed.yaml\n"
+                                 "jobs:\n"
+                                 "  - name: only\n"
+                                 "    experiment:\n" +
+                                     indented,
+                                 "<jobs>", kData});
 }
 
 }  // namespace
@@ -121,9 +121,9 @@ TEST_CASE("prepare: admit sees the shape and plan before the orders are built, a
     };
     CHECK(error_of([&] { replay::prepare(spec, "zb-v", how); }) == "test: too large");
     // A schedule that cannot run the shape is refused before the plan.
-    CHECK(error_of([&] { replay::prepare(every_schedule({"training.global_batch_size=14"}),
-                                         "dualpipe", how); })
-              .find("dualpipe needs an even number of microbatches") != std::string::npos);
+    CHECK(error_of([&] {
+              replay::prepare(every_schedule({"training.global_batch_size=14"}), "dualpipe", how);
+          }).find("dualpipe needs an even number of microbatches") != std::string::npos);
 }
 
 TEST_CASE("every schedule: run, a one-job jobs file and Chakra export + run agree") {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "session/compare.hpp"
 #include "ingest/inputs.hpp"
+#include "session/compare.hpp"
 #include "session/report.hpp"
 #include "session/run.hpp"
 

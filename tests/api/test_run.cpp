@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "session/compare.hpp"
-#include "ingest/inputs.hpp"
-#include "session/run.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
+#include "session/compare.hpp"
+#include "session/run.hpp"
 
 namespace {
 

@@ -28,13 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "fit/calibrate_network.hpp"
 #include "ingest/inputs.hpp"
-#include "session/jobs.hpp"
 #include "ingest/nccl_tests.hpp"
-#include "session/run.hpp"
 #include "ingest/topology.hpp"
-#include "core/errors.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 #include "topology/summary.hpp"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
