@@ -31,6 +31,7 @@ struct SweepArgs {
     std::string json;
     std::string html;
     std::string max_memory;
+    bool no_fast_paths = false;
 };
 
 // Refuses an output that is the experiment or its topology file before anything runs. The sweep
@@ -71,6 +72,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
     // Summaries are kept only for the file that lists every combination; the HTML page's table
     // and plots need every row's headline figures, which every row keeps.
     options.keep_summaries = !a.json.empty();
+    options.fast_paths = !a.no_fast_paths;
     if (a.top < 0)
         throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
                           "expected a number of rows, 0 or more");
@@ -183,6 +185,10 @@ void register_sweep(CLI::App& app) {
                     "Memory the sweep may take (default 16GiB): each combination's topology, and "
                     "with --json every combination's summary, are checked against it")
         ->type_name("SIZE");
+    cmd->add_flag("--no-fast-paths", args->no_fast_paths,
+                  "Turn off every fast path (folding, kept plans and capacities, batched sends "
+                  "and link sums, caches across runs): the same results, computed the plain "
+                  "way (for checking)");
     cmd->callback([args] { sweep(*args); });
 }
 

@@ -903,7 +903,6 @@ std::shared_ptr<const topology::Cluster> ClusterCache::get(
     for (const auto& e : entries_)
         if (e.key == key) return e.cluster;
     auto cluster = std::make_shared<const topology::Cluster>(build());
-    cluster->keep_routes(kKeptRouteBytes);
     ++builds_;
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
     entries_.push_back({key, cluster, source});
