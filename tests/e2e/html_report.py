@@ -179,7 +179,7 @@ with tempfile.TemporaryDirectory() as tmp:
     def page_data(path):
         text = read(path).decode("ascii")
         start = text.index('<script type="application/json" id="data">') + 42
-        return json.loads(text[start:text.index("</script>", start)].replace("<\\/", "</"))
+        return json.loads(text[start:text.index("</script>", start)])
 
     sweep_json = os.path.join(tmp, "sweep.json")
     r = clustersim(*sweep_args, "--json", sweep_json)
