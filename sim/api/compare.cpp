@@ -70,16 +70,20 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {
     out << pad("schedule", 13) << pad("iteration", 13) << pad("bubble", 9)
-        << pad("exposed comm", 14) << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12)
-        << "p2p bytes\n";
+        << pad("exposed comm", 14);
+    for (const auto& kind : workload::kCommKindNames)
+        out << pad(exposed_column(kind.name), 10);
+    out << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12) << "p2p bytes\n";
     for (const auto& r : results) {
         std::int64_t peak = 0;
         for (const auto& st : r.stages)
             peak = std::max(peak, st.peak_activation_bytes);
         out << pad(r.schedule, 13)
             << pad(format_time(Time::from_seconds_ceil(r.iteration_time_s)), 13)
-            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14)
-            << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
+            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14);
+        for (double f : r.exposed_by_kind)
+            out << pad(percent(f), 10);
+        out << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
             << pad(format_bytes(Bytes{peak}), 12)
             << format_bytes(Bytes{static_cast<std::int64_t>(r.p2p_bytes)}) << "\n";
     }

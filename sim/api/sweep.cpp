@@ -21,7 +21,8 @@
 namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
-                                   bubble_fraction, exposed_comm_fraction, dp, memory_bytes, fits,
+                                   bubble_fraction, exposed_comm_fraction, exposed_by_kind, dp,
+                                   memory_bytes, fits,
                                    summary, summary_digest, wall_time_s)
 
 namespace {
@@ -61,7 +62,10 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
     for (std::size_t i = 0; i < axes.size(); ++i)
         out << cell(short_name(axes[i].key), width[i]);
     out << cell("dp", 4) << cell("iteration", 11) << cell("tokens/s", 10) << cell("MFU", 7)
-        << cell("bubble", 7) << cell("exp.comm", 9) << cell("mem/GPU", 9) << "fits HBM\n";
+        << cell("bubble", 7) << cell("exp.comm", 9);
+    for (const auto& kind : workload::kCommKindNames)
+        out << cell(exposed_column(kind.name), 8);
+    out << cell("mem/GPU", 9) << "fits HBM\n";
     for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
         const SweepRow& row = *ranked[r];
         const auto& s = *row.result;
@@ -74,8 +78,10 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
             << cell(format_time(Time::from_seconds_ceil(s.iteration_time_s)), 11)
             << cell(tokens, 10) << cell(percent(s.mfu, 1), 7)
             << cell(percent(s.bubble_fraction, 1), 7)
-            << cell(percent(s.exposed_comm_fraction, 1), 9)
-            << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
+            << cell(percent(s.exposed_comm_fraction, 1), 9);
+        for (double f : s.exposed_by_kind)
+            out << cell(percent(f, 1), 8);
+        out << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
     }
 }
 
@@ -348,6 +354,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
                                  .mfu = s.mfu,
                                  .bubble_fraction = s.bubble_fraction,
                                  .exposed_comm_fraction = s.exposed_comm_fraction,
+                                 .exposed_by_kind = s.exposed_by_kind,
                                  .dp = s.dp,
                                  .memory_bytes = s.memory.total.value,
                                  .fits = hbm.value <= 0 || s.memory.total <= hbm,

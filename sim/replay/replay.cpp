@@ -30,6 +30,42 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
         .first->second;
 }
 
+workload::CommTimes exposed_by_kind(const PassRecord& pass) {
+    workload::CommTimes out{};
+    const auto dp = static_cast<std::size_t>(workload::CommKind::Dp);
+    out[dp] = pass.gather_wait;
+    if (pass.collective <= Time::zero()) return out;
+    std::int64_t nominal = 0;
+    if (pass.collective_kinds)
+        for (Time t : *pass.collective_kinds)
+            nominal += t.count_ps();
+    if (nominal <= 0)
+        throw SimulationError("replay", "a pass with collective time but no collective steps");
+    const std::int64_t total = pass.collective.count_ps();
+    if (total == nominal) {
+        for (std::size_t k = 0; k < out.size(); ++k)
+            out[k] += (*pass.collective_kinds)[k];
+        return out;
+    }
+    // Cumulative rounding: kind k gets round(total x (its nominal and those before) / nominal)
+    // minus what the kinds before got, so the parts sum to `total` exactly (and equal the
+    // nominal times when nothing was shortened).
+    std::int64_t before = 0, given = 0;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+        const std::int64_t mine = (*pass.collective_kinds)[k].count_ps();
+        if (mine == 0) continue;
+        before += mine;
+        const std::int64_t upto =
+            before == nominal ? total
+                              : static_cast<std::int64_t>(std::llround(
+                                    static_cast<double>(total) * static_cast<double>(before) /
+                                    static_cast<double>(nominal)));
+        out[k] += Time::ps(upto - given);
+        given = upto;
+    }
+    return out;
+}
+
 // ---- Replay state -----------------------------------------------------------------------------
 
 namespace {
@@ -387,6 +423,7 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
             costs_.cost(step.collective, ranks_.group(step.group, 0, 0).gpus, step.size);
         cost.step_times.push_back(once);
         cost.collective += once * step.repeat;
+        cost.collective_kinds[static_cast<std::size_t>(step.comm_kind())] += once * step.repeat;
     }
     const auto& host = spec_.compute.host;
     if (!host.enabled) return cost;
@@ -820,6 +857,7 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
     r.end = now + r.compute + r.collective;
     r.plan = &pass_plan(op, vs);
     r.step_times = cost.step_times;
+    r.collective_kinds = &cost.collective_kinds;
     r.id = next_pass_id_++;
     return last_backward;
 }

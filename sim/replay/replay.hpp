@@ -89,8 +89,19 @@ struct PassRecord {
     // (compute plus `interference`).
     // Points into the Replay, which computed it once for the plan; valid while the Replay lives.
     std::span<const Time> step_times;
+    // The plan's blocking collectives by what they are for (workload::Step::comm_kind), each the
+    // sum of its steps' step_times x repeat as costed for the plan: `collective` before an
+    // overlapped group shortened it (exposed_by_kind shares that out). Points into the Replay,
+    // like step_times; null for a pass without a plan.
+    const workload::CommTimes* collective_kinds = nullptr;
     std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
 };
+
+// The pass's exposed communication by kind, summing exactly to collective + gather_wait: its
+// blocking collectives (collective_kinds, or, where an overlapped group left only part of them
+// exposed, `collective` shared out in proportion to them, rounded cumulatively so the parts add
+// up) and its wait for ZeRO-3 parameter gathers (data parallelism).
+workload::CommTimes exposed_by_kind(const PassRecord& pass);
 
 struct TransferRecord {
     enum class Kind : std::uint8_t { Activation, Gradient, DpGradients, DpParameters } kind;
@@ -312,6 +323,7 @@ class Replay final : public EventHandler, public network::TransferClient {
   private:
     struct PassCost {
         Time compute, collective;
+        workload::CommTimes collective_kinds{};  // PassRecord::collective_kinds
         std::vector<Time> step_times;  // PassRecord::step_times
         // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
         // compute step when block_compute[i] (a duration model scales those).

@@ -25,6 +25,21 @@ const char* group_kind_name(GroupKind g) {
     return "?";
 }
 
+CommKind Step::comm_kind() const {
+    if (has(PipelineComm)) return CommKind::Pipeline;
+    switch (group) {
+        case GroupKind::Tp:
+            return CommKind::Tp;
+        case GroupKind::Cp:
+            return CommKind::Cp;
+        case GroupKind::Ep:
+            return CommKind::Ep;
+        case GroupKind::Dp:
+            return CommKind::Dp;
+    }
+    return CommKind::Tp;
+}
+
 Time PassPlan::compute_time() const {
     Time t = Time::zero();
     for (const auto& s : steps)

@@ -3,11 +3,13 @@
 // stage, the DP replicas) share one plan entry instead of each holding a copy.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 #include "network/network.hpp"
 #include "workload/experiment.hpp"
@@ -16,6 +18,22 @@ namespace cs::workload {
 
 enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp };
 const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
+
+// What a communication is for, as the summary splits exposed communication: tensor, context and
+// expert parallelism (the collectives inside passes), data parallelism (gradient reduction,
+// parameter gathers, sharded data parallelism's collectives) and the pipeline (what moves
+// activations and gradients between stages and the GPU waits for). Names in kCommKindNames.
+enum class CommKind : std::uint8_t { Tp, Cp, Ep, Dp, Pipeline };
+inline constexpr int kCommKinds = 5;
+inline constexpr std::array<Named<CommKind>, kCommKinds> kCommKindNames{{
+    {"tp", CommKind::Tp},
+    {"cp", CommKind::Cp},
+    {"ep", CommKind::Ep},
+    {"dp", CommKind::Dp},
+    {"pipeline", CommKind::Pipeline},
+}};
+// Time per CommKind, indexed by the enumerator.
+using CommTimes = std::array<Time, kCommKinds>;
 
 // One step of a pass on the compute stream: a kernel, or a collective that the compute stream
 // waits for (TP/CP/EP collectives sit on the critical path of the layer).
@@ -27,6 +45,10 @@ struct Step {
         // bmms, softmax and dropout; forward, backward or recomputed. Not the q/k/v and output
         // projections around it.
         AttentionCore = 1u << 0,
+        // Communication that carries a pipeline message although it runs on another group's
+        // communicator (Megatron-LM's scatter/gather: the received 1/tp slice all-gathered over
+        // the tensor-parallel group): counted as pipeline communication (CommKind::Pipeline).
+        PipelineComm = 1u << 1,
     };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
@@ -46,6 +68,8 @@ struct Step {
     std::int32_t launches = 1;
 
     bool has(Flag f) const { return (flags & f) != 0; }
+    // A collective step's kind: Pipeline when flagged PipelineComm, else its group's.
+    CommKind comm_kind() const;
 };
 
 struct PassPlan {

@@ -101,6 +101,15 @@ class CompareSweepTest(unittest.TestCase):
         table = c.table()
         self.assertEqual(table["schedule"], ["gpipe", "interleaved"])
         self.assertEqual(table["iteration_time_s"], [r.iteration_time_s for r in c])
+        # The exposed-communication parts are attributes and row columns; on the ideal network
+        # every one is zero, as is their total.
+        kinds = ["exposed_%s_fraction" % k for k in ("tp", "cp", "ep", "dp", "pipeline")]
+        for r in c:
+            self.assertEqual([getattr(r, k) for k in kinds], [0.0] * 5)
+            self.assertEqual(r.exposed_comm_fraction, 0.0)
+            self.assertEqual([st["exposed_tp_fraction"] for st in r.stages], [0.0, 0.0])
+        for k in kinds:
+            self.assertEqual(table[k], [0.0, 0.0])
 
     def test_sweep(self):
         # global_batch_size 4, 8, 16 gives m = 4, 8, 16 and (m + 1)(F + B) = 5, 9 and 17 x
