@@ -223,6 +223,7 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
                               "calibrate --nccl-tests)");
         workload::apply_network_calibration(cal, config);
     }
+    config.protocol[static_cast<std::size_t>(request.kind)] = request.protocol;
     const double factor = busbw_factor(request.kind, static_cast<int>(ranks.size()));
     CollectiveReport report;
     report.topology = loaded.display_path;
@@ -240,6 +241,8 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         row.size = Bytes{counts.size_column};
         row.count = counts.count_column;
         row.algorithm = used[i];
+        row.protocol =
+            collective_choice(cluster, config, request.kind, ranks, row.size, used[i]).second;
         try {
             row.time =
                 isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
@@ -269,17 +272,18 @@ void print_collective(std::ostream& out, const CollectiveRequest& request,
                 ? ", plus " + format_time(request.host_overhead) + " host launch"
                 : std::string())
         << "\n#\n";
-    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %s\n", "size", "count",
-                  "type", "time", "algbw", "busbw", "algorithm");
+    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %-12s %s\n", "size",
+                  "count", "type", "time", "algbw", "busbw", "algorithm", "protocol");
     out << line;
     std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s\n", "(B)", "(elements)", "",
                   "(us)", "(GB/s)", "(GB/s)");
     out << line;
     for (const auto& row : report.rows) {
-        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
+        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %-12s %s\n",
                       static_cast<long long>(row.size.value), static_cast<long long>(row.count),
                       request.data_type.name, row.time.seconds() * 1e6, row.algbw_GBps,
-                      row.busbw_GBps, algorithm_name(row.algorithm).c_str());
+                      row.busbw_GBps, algorithm_name(row.algorithm).c_str(),
+                      protocol_name(row.protocol));
         out << line;
     }
     if (!report.skipped.empty())
@@ -377,6 +381,7 @@ nlohmann::json collective_json(const CollectiveReport& report) {
         row["algbw_GBps"] = r.algbw_GBps;
         row["busbw_GBps"] = r.busbw_GBps;
         row["algorithm"] = network::algorithm_name(r.algorithm);
+        row["protocol"] = network::protocol_name(r.protocol);
         rows.push_back(std::move(row));
     }
     return rows;

@@ -104,6 +104,13 @@ struct WorkerScalars {
     Time unit_ready;  // when the next unit may start: the previous unit's end
     std::int64_t gathers_issued = 0, reduces_issued = 0;  // on the worker's shard streams
     bool replica_done = false;  // HSDP: gradient shards all-reduced across the shard groups
+    // Batched exchanges (Replay::batched_): the round whose passes run (-1 before the first
+    // exchange); whether its exchange is under way and its transfers not done; when it was
+    // posted and when its last transfer started (every peer had joined).
+    int round = -1;
+    bool exchanging = false;
+    int exchange_pending = 0;
+    Time exchange_started;
 };
 
 struct Replay::WorkerState : WorkerScalars {
@@ -116,6 +123,10 @@ struct Replay::WorkerState : WorkerScalars {
     std::vector<int> backward_done;             // per chunk
     std::vector<Time> arrived_at;               // [arrival_key], filled only with a host model
     std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
+    // Batched exchanges: messages of this round's passes not posted yet, and per arrival key
+    // whether the worker has posted its receive.
+    std::vector<std::int32_t> held_sends;
+    std::vector<std::uint8_t> recv_posted;
 
     // The state of a new run, every container sized as in a newly built state (`keys` arrival
     // keys, `chunks` chunks; arrived_at only with a host model), keeping their storage.
@@ -131,6 +142,8 @@ struct Replay::WorkerState : WorkerScalars {
         else
             arrived_at.clear();
         unit_gather.clear();
+        held_sends.clear();
+        recv_posted.assign(keys, 0);
     }
 };
 
@@ -289,6 +302,26 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     orders_.resize(static_cast<std::size_t>(layout_.pp));
     for (int s = 0; s < layout_.pp; ++s)
         orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
+    // Megatron-LM without --overlap-grad-reduce reduces every model chunk's gradients after the
+    // whole backward (finalize_model_grads: finish_grad_sync of each chunk, one after another),
+    // as its local DDP did in 2021 (grad_reduce_after_backward); with one chunk that is the same
+    // as reducing it after its last backward.
+    reduce_after_backward_ =
+        layout_.grad_reduce_after_backward ||
+        (spec_.compute.framework == workload::Framework::Megatron && !layout_.overlap_grad_reduce &&
+         layout_.sharding < workload::Sharding::Gradients);
+    // Megatron-LM's schedules exchange in synchronised batches unless
+    // --overlap-p2p-communication; other frameworks, and schedules without rounds, send as passes
+    // end.
+    if (spec_.compute.framework == workload::Framework::Megatron && !layout_.overlap_p2p_comm &&
+        layout_.pp > 1) {
+        batched_ = true;
+        for (int s = 0; s < layout_.pp && batched_; ++s) {
+            rounds_.push_back(schedule_.exchange_rounds(shape_, s));
+            batched_ = rounds_.back().size() == orders_[static_cast<std::size_t>(s)].size();
+        }
+        if (!batched_) rounds_.clear();
+    }
 
     const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
     states_.resize(workers_.size());
@@ -888,6 +921,15 @@ void Replay::try_start(int worker) {
     if (st.busy || st.finished_ops) return;
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    if (batched_) {
+        // A round's passes run one after another; between rounds the exchange. After the last
+        // round, one more with its sends alone.
+        if (st.exchanging) return;  // woken by exchange_transfer_done
+        const auto& rounds = rounds_[static_cast<std::size_t>(w.stage)];
+        const int next = st.cursor < order.size() ? rounds[st.cursor]
+                                                  : (rounds.empty() ? 0 : rounds.back() + 1);
+        if (next != st.round && post_exchange(worker, next)) return;
+    }
     if (st.cursor >= order.size()) {
         st.finished_ops = true;
         maybe_start_optimizer(worker);
@@ -1165,22 +1207,14 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             msg.record.end = now;
             messages_.push_back(msg);
             sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
-        } else {
-            const auto& dw = workers_[static_cast<std::size_t>(dst)];
-            const auto members = static_cast<std::size_t>(members_on_network_);
+        } else if (batched_) {
+            // Sent with the round's exchange (post_exchange).
+            msg.posted = false;
             messages_.push_back(msg);
-            // The message has arrived when every member's part has.
-            messages_.back().remaining = network_->send_together(
-                std::span(w.gpus).first(members), std::span(dw.gpus).first(members),
-                msg.record.bytes, token_base_ + static_cast<std::uint64_t>(id));
-            // Replica folding: the same message of every replica this one stands for costs the
-            // same time (their classes are equal); the network's observers hear of its flows.
-            if (!followers_of(worker).empty()) {
-                if (bulk_accounting_)
-                    ++follower_sends_[{worker, dst, msg.record.bytes.value}];
-                else
-                    account_follower_sends(worker, dst, msg.record.bytes, 1);
-            }
+            st.held_sends.push_back(id);
+        } else {
+            messages_.push_back(msg);
+            start_message(static_cast<std::size_t>(id));
         }
     }
 
@@ -1189,7 +1223,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     if (completes_gradients &&
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == chunk_microbatches() &&
         !overlaps_dp(w.stage) && !sharded_units_) {
-        if (!layout_.grad_reduce_after_backward) {
+        if (!reduce_after_backward_) {
             start_dp_sync(worker, r.chunk);
         } else if (all_chunks_backward_done(st)) {
             // Megatron-LM's local DDP: every chunk's all-reduce after the whole backward, one
@@ -1198,6 +1232,95 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             start_dp_sync(worker, 0);
         }
     }
+}
+
+void Replay::start_message(std::size_t id) {
+    Message& msg = messages_[id];
+    const int worker = msg.record.src_worker, dst = msg.record.dst_worker;
+    const auto& sw = workers_[static_cast<std::size_t>(worker)];
+    const auto& dw = workers_[static_cast<std::size_t>(dst)];
+    const auto members = static_cast<std::size_t>(members_on_network_);
+    msg.record.start = sim_.now();
+    // The message has arrived when every member's part has.
+    const Bytes bytes = msg.record.bytes;
+    msg.remaining =
+        network_->send_together(std::span(sw.gpus).first(members),
+                                std::span(dw.gpus).first(members), bytes, token_base_ + id);
+    // Replica folding: the same message of every replica this one stands for costs the same time
+    // (their classes are equal); the network's observers hear of its flows.
+    if (!followers_of(worker).empty()) {
+        if (bulk_accounting_)
+            ++follower_sends_[{worker, dst, bytes.value}];
+        else
+            account_follower_sends(worker, dst, bytes, 1);
+    }
+    if (!batched_) return;
+    for (int w : {worker, dst}) {
+        auto& st = states_[static_cast<std::size_t>(w)];
+        st.exchange_started = std::max(st.exchange_started, sim_.now());
+    }
+}
+
+int Replay::input_sender(int worker, const schedule::PipelineOp& op, int vs) const {
+    const int last_vs = schedule_.virtual_stages(shape_) - 1;
+    int from = -1;
+    if (op.pass == Pass::Forward && vs > 0) from = vs - 1;
+    if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs)
+        from = vs + 1;
+    if (from < 0) return -1;
+    const auto place = schedule_.place(shape_, from, op.microbatch);
+    const int sender = worker_of(place.device, workers_[static_cast<std::size_t>(worker)].dp);
+    return sender == worker ? -1 : sender;
+}
+
+bool Replay::post_exchange(int worker, int next_round) {
+    // Megatron-LM's p2p_communication: one batch_isend_irecv of the round's outputs and the next
+    // round's inputs, then torch.cuda.synchronize(). NCCL's send and receive meet: a transfer
+    // starts once both ends have posted it, and the worker goes on when all of its batch is done.
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    const auto& rounds = rounds_[static_cast<std::size_t>(w.stage)];
+    st.round = next_round;
+    st.exchange_started = sim_.now();
+    int pending = 0;
+    for (const std::int32_t id : st.held_sends) {
+        Message& msg = messages_[static_cast<std::size_t>(id)];
+        msg.posted = true;
+        ++pending;
+        const auto key = std::get<PipelineDelivery>(msg.purpose).arrival_key;
+        if (states_[static_cast<std::size_t>(msg.record.dst_worker)]
+                .recv_posted[static_cast<std::size_t>(key)])
+            start_message(static_cast<std::size_t>(id));
+    }
+    st.held_sends.clear();
+    for (std::size_t i = st.cursor; i < order.size() && rounds[i] == next_round; ++i) {
+        const auto& op = order[i];
+        const int vs = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
+        if (input_sender(worker, op, vs) < 0) continue;
+        const int key = input_key(op, vs);
+        st.recv_posted[static_cast<std::size_t>(key)] = 1;
+        ++pending;
+        const int id = st.pending_message[static_cast<std::size_t>(key)];
+        if (id >= 0 && messages_[static_cast<std::size_t>(id)].posted)
+            start_message(static_cast<std::size_t>(id));
+    }
+    st.exchange_pending += pending;
+    st.exchanging = st.exchange_pending > 0;
+    return st.exchanging;
+}
+
+void Replay::exchange_transfer_done(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (--st.exchange_pending > 0) return;
+    st.exchanging = false;
+    // Waiting for the peers to join is the pipeline's dependency; what is left once all have
+    // joined is the exchange's own transfers.
+    emit_idle(worker, st.exchange_started, IdleCause::Pipeline);
+    emit_idle(worker, sim_.now(), IdleCause::PipelineComm);
+    // The host synchronised with the device: it issues nothing before the exchange is done.
+    if (spec_.compute.host.enabled) st.host_free = std::max(st.host_free, sim_.now());
+    try_start(worker);
 }
 
 bool Replay::all_chunks_backward_done(const WorkerState& st) const {
@@ -1211,7 +1334,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
     if (layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
         // Nothing to reduce: with grad_reduce_after_backward this call stands for every chunk.
-        st.dp_done += layout_.grad_reduce_after_backward ? shape_.chunks : 1;
+        st.dp_done += reduce_after_backward_ ? shape_.chunks : 1;
         return;
     }
     // The collective starts once every replica of the stage has finished this chunk's backward
@@ -1220,7 +1343,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     int ready = 0;
     for (int d = 0; d < layout_.dp; ++d) {
         const auto& other = states_[static_cast<std::size_t>(simulated_worker(w.stage, d))];
-        if (layout_.grad_reduce_after_backward
+        if (reduce_after_backward_
                 ? all_chunks_backward_done(other)
                 : other.backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
             ++ready;
@@ -1682,7 +1805,12 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     const auto purpose = msg.purpose;
     const int launcher = msg.record.src_worker;
     if (const auto* p2p = std::get_if<PipelineDelivery>(&purpose)) {
-        deliver(msg.record.dst_worker, p2p->arrival_key);
+        const int dst = msg.record.dst_worker;
+        deliver(dst, p2p->arrival_key);
+        if (batched_) {
+            exchange_transfer_done(launcher);
+            exchange_transfer_done(dst);
+        }
         return;
     }
     for (auto* o : observers_)
@@ -1723,7 +1851,7 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     const auto& sync = std::get<GradientSync>(purpose);
     chunk_synchronised(sync.stage);
     // grad_reduce_after_backward: the stage's next chunk follows on the same communicator.
-    if (layout_.grad_reduce_after_backward && sync.chunk + 1 < shape_.chunks)
+    if (reduce_after_backward_ && sync.chunk + 1 < shape_.chunks)
         issue_dp_sync(launcher, sync.chunk + 1);
 }
 

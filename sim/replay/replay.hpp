@@ -41,7 +41,11 @@ namespace cs::replay {
 
 enum class IdleCause : std::uint8_t {
     Pipeline,    // waiting for another stage's activation or gradient, warm-up and cool-down
-    Collective,  // waiting for the worker's own collectives (TP/CP/EP inside passes, DP at the end)
+    Collective,  // waiting for the worker's own DP collectives (gradient sync, parameter gather)
+    // Waiting inside a batched point-to-point exchange (Megatron-LM's schedules) for its
+    // transfers once every peer has joined it: the pipeline's exposed communication. The wait
+    // for peers to join is Pipeline.
+    PipelineComm,
     // Waiting for the host to issue the next pass's first kernel (compute.host): the part of the
     // wait beyond max(the GPU's previous work, the pass's input arriving).
     Host,
@@ -357,6 +361,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct Message {
         TransferRecord record;
         int remaining = 0;  // transfers (one per GPU or per DP group) still running
+        // Batched exchanges (batched_): the sender has posted it (its exchange began); it goes
+        // on the network once the receiver has posted its receive too.
+        bool posted = true;
         // HSDP: after this reduce-scatter inside the shard groups, an all-reduce of this many
         // bytes per GPU across them completes the message (0: nothing more).
         Bytes then_all_reduce;
@@ -378,6 +385,17 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The most passes an overlapped group (PipelineOp::overlap) may hold.
     static constexpr std::size_t kMaxGroup = 4;
     void try_start(int worker);
+    // Megatron-LM's batched exchanges (docs/schedules.md, "What interleaving costs"): the
+    // worker's exchange after its round (the round's outputs and the next round's inputs, held
+    // until all are done); true when it must wait for it.
+    bool post_exchange(int worker, int next_round);
+    // A pipeline message of `worker`'s onto the network (its member transfers, the followers'
+    // accounting).
+    void start_message(std::size_t id);
+    // One transfer of `worker`'s exchange is done; the exchange ends with its last.
+    void exchange_transfer_done(int worker);
+    // The worker that sends the input `op` at virtual stage `vs` needs, or -1 (none, or itself).
+    int input_sender(int worker, const schedule::PipelineOp& op, int vs) const;
     // The arrival key a pass waits for (its activation or gradient), or -1.
     int input_key(const schedule::PipelineOp& op, int vs) const;
     // Fills `r` for `op` starting at `now` (nominal or modelled compute, bucket interference);
@@ -511,6 +529,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     ReplayResult started_;  // decide_fold's part of the result, between start() and finish()
     CollectiveCosts costs_;
     std::vector<std::vector<schedule::PipelineOp>> orders_;  // per stage, shared by dp replicas
+    // Batched exchanges (Schedule::exchange_rounds) under Megatron-LM without
+    // overlap_p2p_comm: per stage the round of each op; empty: asynchronous sends.
+    bool batched_ = false;
+    std::vector<std::vector<int>> rounds_;
+    // Every chunk's DP gradient reduction after the stage's whole backward, one chunk after
+    // another (grad_reduce_after_backward, or Megatron-LM without overlap_grad_reduce).
+    bool reduce_after_backward_ = false;
     std::vector<Worker> workers_;
     std::vector<WorkerState> states_;
     ReplayScratch* scratch_ = nullptr;  // where workers_ and states_ go back, or null

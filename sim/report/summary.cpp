@@ -42,9 +42,14 @@ void MetricsObserver::on_idle(int worker, Time start, Time end, replay::IdleCaus
             w.idle_pipeline += end - start;
             break;
         case replay::IdleCause::Collective:
-            // The only collectives a worker waits for outside its passes are its DP ones.
+            // The collectives a worker waits for outside its passes are its DP ones.
             w.idle_collective += end - start;
             w.exposed[static_cast<std::size_t>(workload::CommKind::Dp)] += end - start;
+            break;
+        case replay::IdleCause::PipelineComm:
+            // Inside a batched exchange once every peer has joined: its own p2p transfers.
+            w.idle_collective += end - start;
+            w.exposed[static_cast<std::size_t>(workload::CommKind::Pipeline)] += end - start;
             break;
         case replay::IdleCause::Host:
             w.idle_host += end - start;

@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_comm.hpp"
 #include "workload/pipeline_split.hpp"
 #include "workload/roofline.hpp"
 
@@ -369,6 +370,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     }
 
     plan_shard_units(spec, plan);
+    apply_pipeline_comm(spec, plan, device_of, copies);
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
     plan.model_flops_per_iteration = flops.model;
     plan.hardware_flops_per_iteration = flops.hardware;
