@@ -13,6 +13,7 @@
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/groups.hpp"
+#include "workload/pipeline_comm.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::chakra {
@@ -133,6 +134,10 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
     const workload::RankLayout ranks(spec.layout);
     const auto& layout = spec.layout;
+    // The gradient reduction's GPUs: dp x cp (RankLayout::dp_cp_group).
+    const int dp_ranks = layout.dp * layout.cp;
+    // Every chunk's reduction after the whole backward, one after another.
+    const bool after_backward = workload::dp_reduce_after_backward(spec);
 
     // The export writes the DP collectives of plain DDP and ZeRO-1 (one per chunk at the end);
     // unit-by-unit all-gathers and reduce-scatters and HSDP's two-level reduction are not written.
@@ -159,12 +164,23 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         set.warnings.push_back(
             "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold the "
             "workload, and running them gives the iteration on the topology as it is");
-    if (layout.grad_reduce_after_backward && layout.dp > 1 && layout.vpp > 1)
+    bool overlapped_steps = false;
+    for (const auto& c : plan.virtual_stages)
+        for (const auto* pass : {&c.forward, &c.backward, &c.backward_input, &c.backward_weight})
+            for (const auto& st : pass->steps)
+                overlapped_steps |= st.has(workload::Step::OverlapNext) ||
+                                    st.has(workload::Step::OverlapPrevious);
+    if (overlapped_steps)
         set.warnings.push_back(
-            "grad_reduce_after_backward is not exported: each model chunk's gradient all-reduce "
-            "depends on that chunk's last backward pass only, so running the ETs may overlap it "
-            "with other chunks' backward passes");
-    if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
+            "collectives that overlap their neighbouring compute (context parallelism's ring, "
+            "tp_comm_overlap) are exported one after the other at their stand-alone time: "
+            "running the ETs gives a longer iteration");
+    if (workload::batched_p2p(spec) && layout.pp > 1 && !sched->exchange_rounds(shape, 0).empty())
+        set.warnings.push_back(
+            "Megatron-LM's batched point-to-point exchanges are not exported: the ETs send each "
+            "pass's output as it ends and receive it where the next pass needs it, as with "
+            "--overlap-p2p-communication (parallelism.overlap_p2p_comm: true runs the replay so)");
+    if (host_on && layout.overlap_grad_reduce && dp_ranks > 1)
         set.warnings.push_back(
             "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "
             "the pass's GPU time, not of its time held back by the host: an approximation where "
@@ -228,7 +244,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
     // --overlap-grad-reduce (the replay's gradient buckets): per stage, the buckets of a chunk,
     // their bytes, and the isolated time of all but the last (the interference's overlap).
     const auto overlaps = [&](int stage) {
-        return layout.overlap_grad_reduce && layout.dp > 1 &&
+        return layout.overlap_grad_reduce && dp_ranks > 1 &&
                plan.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
     };
     const auto bucket_count = [&](int stage) {
@@ -264,7 +280,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
         if (interferes && overlaps(s))
             for (int b = 0; b + 1 < bucket_count(s); ++b)
                 overlapped[static_cast<std::size_t>(s)] += costs.cost(
-                    dp_kind(s), ranks.group(workload::GroupKind::Dp, ranks.worker(s, 0), 0).gpus,
+                    dp_kind(s), ranks.dp_cp_group(ranks.worker(s, 0), 0).gpus,
                     bucket_bytes(s, b));
 
     for (int w = 0; w < ranks.workers(); ++w) {
@@ -289,7 +305,7 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                     last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
             std::vector<std::uint64_t> bucket_syncs;  // every bucket's collective, in order
             const std::string dp_name =
-                layout.dp > 1 ? group_name(ranks.group(workload::GroupKind::Dp, w, m).gpus) : "";
+                dp_ranks > 1 ? group_name(ranks.dp_cp_group(w, m).gpus) : "";
             for (std::size_t op_index = 0; op_index < order.size(); ++op_index) {
                 const auto& op = order[op_index];
                 const int vs = sched->virtual_stage(shape, stage, op.chunk, op.microbatch);
@@ -488,9 +504,9 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
             }
             // Data-parallel gradients per chunk, the optimizer step, the parameters.
             const auto& dev = plan.devices[static_cast<std::size_t>(stage)];
-            const bool dp_sync = layout.dp > 1 && dev.dp_gradient_bytes.value > 0;
+            const bool dp_sync = dp_ranks > 1 && dev.dp_gradient_bytes.value > 0;
             std::vector<std::uint64_t> syncs = bucket_syncs;
-            const auto& dp_group = ranks.group(workload::GroupKind::Dp, w, m).gpus;
+            const auto& dp_group = ranks.dp_cp_group(w, m).gpus;
             if (dp_sync && !overlaps(stage)) {
                 const std::string name = group_name(dp_group);
                 for (int c = 0; c < chunks; ++c) {
@@ -499,6 +515,12 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                                                             : network::CollectiveKind::AllReduce,
                                              dev.dp_gradient_bytes, name, false);
                     depend(n, 0, last_grad[static_cast<std::size_t>(c)]);
+                    if (after_backward) {
+                        for (const auto g : last_grad)
+                            if (g != 0 && g != last_grad[static_cast<std::size_t>(c)])
+                                n.data_deps.push_back(g);
+                        if (!syncs.empty()) n.data_deps.push_back(syncs.back());
+                    }
                     syncs.push_back(n.id);
                 }
             }

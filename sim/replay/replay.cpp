@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_comm.hpp"
 
 namespace cs::replay {
 
@@ -111,6 +112,8 @@ struct WorkerScalars {
     bool exchanging = false;
     int exchange_pending = 0;
     Time exchange_started;
+    // --overlap-param-gather: the next op is a forward waiting for its chunk's parameters.
+    bool waiting_parameters = false;
 };
 
 struct Replay::WorkerState : WorkerScalars {
@@ -306,15 +309,13 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     // whole backward (finalize_model_grads: finish_grad_sync of each chunk, one after another),
     // as its local DDP did in 2021 (grad_reduce_after_backward); with one chunk that is the same
     // as reducing it after its last backward.
-    reduce_after_backward_ =
-        layout_.grad_reduce_after_backward ||
-        (spec_.compute.framework == workload::Framework::Megatron && !layout_.overlap_grad_reduce &&
-         layout_.sharding < workload::Sharding::Gradients);
+    reduce_after_backward_ = workload::dp_reduce_after_backward(spec_);
+    param_prefetch_ = layout_.overlap_param_gather && layout_.dp * layout_.cp > 1 &&
+                      layout_.sharding == workload::Sharding::Optimizer;
     // Megatron-LM's schedules exchange in synchronised batches unless
     // --overlap-p2p-communication; other frameworks, and schedules without rounds, send as passes
     // end.
-    if (spec_.compute.framework == workload::Framework::Megatron && !layout_.overlap_p2p_comm &&
-        layout_.pp > 1) {
+    if (workload::batched_p2p(spec_) && layout_.pp > 1) {
         batched_ = true;
         for (int s = 0; s < layout_.pp && batched_; ++s) {
             rounds_.push_back(schedule_.exchange_rounds(shape_, s));
@@ -332,17 +333,27 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             for (int g : workers_[w].gpus)
                 if (std::binary_search(slow.gpus.begin(), slow.gpus.end(), g))
                     states_[w].host_factor = std::max(states_[w].host_factor, slow.factor);
-    if (layout_.dp > 1) {
+    // The gradient reduction spans the dp x cp GPUs holding the same parameters (Megatron-LM's
+    // data-parallel group with context parallelism); with cp > 1 the members of one tensor rank
+    // share one such group, registered once (dp_groups_ repeats it for them).
+    dp_ranks_ = layout_.dp * layout_.cp;
+    if (dp_ranks_ > 1) {
+        const auto dp_group = [&](int s, int m) {
+            return ranks_.dp_cp_group(worker_of(s, 0), m).gpus;
+        };
         if (placement_ && placement_->dp_groups.empty())
             for (int s = 0; s < layout_.pp; ++s)
                 for (int m = 0; m < members; ++m)
-                    placement_->dp_groups.push_back(
-                        ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus);
+                    placement_->dp_groups.push_back(dp_group(s, m));
         for (int s = 0; s < layout_.pp; ++s)
             for (int m = 0; m < members; ++m)
-                dp_groups_.push_back(network_->register_group(
-                    placement_ ? placement_->dp_groups[static_cast<std::size_t>(s * members + m)]
-                               : ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+                dp_groups_.push_back(
+                    layout_.cp > 1 && m >= layout_.tp
+                        ? dp_groups_[static_cast<std::size_t>(s * members + m % layout_.tp)]
+                        : network_->register_group(
+                              placement_
+                                  ? placement_->dp_groups[static_cast<std::size_t>(s * members + m)]
+                                  : dp_group(s, m)));
     }
     setup_sharding();
     // Every pass kind of every virtual stage, costed once before the run.
@@ -376,7 +387,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
             const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                              : network::CollectiveKind::AllReduce;
-            const auto& group = ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), 0).gpus;
+            const auto& group = ranks_.dp_cp_group(worker_of(s, 0), 0).gpus;
             const int buckets = bucket_count_[static_cast<std::size_t>(s)];
             for (int b = 0; b + 1 < buckets; ++b)
                 overlapped_buckets_[static_cast<std::size_t>(s)] +=
@@ -401,7 +412,7 @@ Bytes Replay::bucket_bytes(int stage, int bucket) const {
 }
 
 bool Replay::overlaps_dp(int stage) const {
-    return layout_.overlap_grad_reduce && layout_.dp > 1 && !sharded_units_ &&
+    return layout_.overlap_grad_reduce && dp_ranks_ > 1 && !sharded_units_ &&
            plan_.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
 }
 
@@ -443,20 +454,50 @@ const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int 
 }
 
 Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {
+    using workload::Step;
     PassCost cost;
-    cost.step_times.reserve(plan.steps.size());
-    for (const auto& step : plan.steps) {
-        if (step.kind == workload::Step::Kind::Compute) {
-            cost.step_times.push_back(step.duration);
-            cost.compute += step.duration * step.repeat;
+    const auto& steps = plan.steps;
+    cost.step_times.resize(steps.size());
+    for (std::size_t k = 0; k < steps.size(); ++k)
+        // All workers have the same shape, so worker 0's groups stand for every worker's.
+        cost.step_times[k] =
+            steps[k].kind == Step::Kind::Compute
+                ? steps[k].duration
+                : costs_.cost(steps[k].collective, ranks_.group(steps[k].group, 0, 0).gpus,
+                              steps[k].size);
+    // A collective flagged to overlap its neighbour (Step::OverlapNext, OverlapPrevious): the
+    // pair takes overlapped_time of the two, the compute step slowed by compute.interference
+    // (with a framework) while they overlap, the collective's time what is left exposed.
+    const double interference = spec_.compute.framework != workload::Framework::None
+                                    ? spec_.compute.interference
+                                    : 0.0;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+        const Step& a = steps[k];
+        if (a.kind != Step::Kind::Collective) continue;
+        const bool next = a.has(Step::OverlapNext), previous = a.has(Step::OverlapPrevious);
+        if (!next && !previous) continue;
+        const std::size_t c = next ? k + 1 : k - 1;
+        if ((previous && k == 0) || c >= steps.size() || steps[c].kind != Step::Kind::Compute ||
+            steps[c].repeat != a.repeat)
+            throw SimulationError("replay", std::string("collective step '") + a.label +
+                                                "' overlaps a step that is not a compute step "
+                                                "of its repeat count");
+        const auto t = overlapped_time(cost.step_times[c].count_ps(),
+                                       cost.step_times[k].count_ps(),
+                                       cost.step_times[c].count_ps(),
+                                       cost.step_times[k].count_ps(), interference);
+        cost.step_times[c] += Time::ps(t.slowed);
+        cost.interference += Time::ps(t.slowed) * a.repeat;
+        cost.step_times[k] = Time::ps(t.exposed);
+    }
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+        const Time all = cost.step_times[k] * steps[k].repeat;
+        if (steps[k].kind == Step::Kind::Compute) {
+            cost.compute += all;
             continue;
         }
-        // All workers have the same shape, so worker 0's groups stand for every worker's.
-        const Time once =
-            costs_.cost(step.collective, ranks_.group(step.group, 0, 0).gpus, step.size);
-        cost.step_times.push_back(once);
-        cost.collective += once * step.repeat;
-        cost.collective_kinds[static_cast<std::size_t>(step.comm_kind())] += once * step.repeat;
+        cost.collective += all;
+        cost.collective_kinds[static_cast<std::size_t>(steps[k].comm_kind())] += all;
     }
     const auto& host = spec_.compute.host;
     if (!host.enabled) return cost;
@@ -566,6 +607,12 @@ void Replay::decide_fold(ReplayResult& result) {
         result.fold_refused = "a run with faults is not folded";
         return;
     }
+    if (layout_.cp > 1 && dp_ranks_ > 1) {
+        result.fold_refused =
+            "context parallelism's gradient reduction spans the cp ranks of a tensor rank "
+            "(members share its group)";
+        return;
+    }
     std::vector<network::FoldClass> classes;
     // Pipeline messages: every pair of workers that exchange one, once.
     std::vector<std::pair<int, int>> pairs;
@@ -590,7 +637,7 @@ void Replay::decide_fold(ReplayResult& result) {
     }
     // DP collectives: per stage, every kind and size start_dp_sync, launch_bucket and
     // start_parameter_gather issue.
-    for (int s = 0; s < layout_.pp && layout_.dp > 1; ++s) {
+    for (int s = 0; s < layout_.pp && dp_ranks_ > 1; ++s) {
         const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
         if (dev.dp_gradient_bytes.value <= 0) continue;
         network::FoldClass c;
@@ -610,7 +657,7 @@ void Replay::decide_fold(ReplayResult& result) {
         }
         if (dev.dp_sharded) {
             c.kind = network::CollectiveKind::AllGather;
-            c.size = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
+            c.size = Bytes{dev.dp_parameter_bytes.value * (param_prefetch_ ? 1 : shape_.chunks)};
             classes.push_back(c);
         }
     }
@@ -869,6 +916,7 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
     r.start = now;
     const PassCost& cost = pass_cost(op.pass, vs);
     r.compute = cost.compute;
+    r.interference = cost.interference;
     if (duration_model_) [[unlikely]]
         r.compute = modelled_compute(worker, r, r.compute);
     r.collective = cost.collective;
@@ -883,9 +931,10 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
         // min(compute, their time); the later buckets' readiness follows the longer pass.
         const Time overlap =
             std::min(r.compute, overlapped_buckets_[static_cast<std::size_t>(w.stage)]);
-        r.interference = Time::ps(static_cast<std::int64_t>(
+        const Time slowed = Time::ps(static_cast<std::int64_t>(
             std::llround(static_cast<double>(overlap.count_ps()) * spec_.compute.interference)));
-        r.compute += r.interference;
+        r.interference += slowed;
+        r.compute += slowed;
     }
     r.end = now + r.compute + r.collective;
     r.plan = &pass_plan(op, vs);
@@ -959,6 +1008,14 @@ void Replay::try_start(int worker) {
 
     const Time now = sim_.now();
     emit_idle(worker, now, IdleCause::Pipeline);
+    // --overlap-param-gather: a chunk's forward waits for the chunk's parameters (a DP wait,
+    // told when they arrive: prefetch_parameters' completion).
+    if (param_prefetch_ && order[st.cursor].pass == Pass::Forward &&
+        !params_ready_[static_cast<std::size_t>(w.stage * shape_.chunks +
+                                                order[st.cursor].chunk)]) {
+        st.waiting_parameters = true;
+        return;
+    }
     std::array<bool, kMaxGroup> last_backward{};
     for (std::size_t k = 0; k < group; ++k)
         last_backward[k] =
@@ -1332,7 +1389,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
-    if (layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
+    if (dp_ranks_ <= 1 || dev.dp_gradient_bytes.value <= 0) {
         // Nothing to reduce: with grad_reduce_after_backward this call stands for every chunk.
         st.dp_done += reduce_after_backward_ ? shape_.chunks : 1;
         return;
@@ -1404,8 +1461,10 @@ void Replay::start_parameter_gather(int worker) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
     // ZeRO-3 keeps its parameters sharded: the next forward's unit all-gathers fetch them.
-    if (!dev.dp_sharded || layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0 ||
-        layout_.sharding == workload::Sharding::Parameters) {
+    // With --overlap-param-gather the next iteration's forwards wait for them (as this one's
+    // did, prefetch_parameters).
+    if (!dev.dp_sharded || dp_ranks_ <= 1 || dev.dp_gradient_bytes.value <= 0 ||
+        layout_.sharding == workload::Sharding::Parameters || param_prefetch_) {
         st.parameters_done = true;
         return;
     }
@@ -1473,7 +1532,8 @@ int Replay::dp_collective_count(TransferRecord::Scope scope) const {
     const int members = ranks_.members();
     switch (scope) {
         case TransferRecord::Scope::Dp:
-            return members_on_network_;  // 1 when member 0 stands for all (decide_fold)
+            // 1 when member 0 stands for all (decide_fold); with cp > 1 one per tensor rank.
+            return std::min(members_on_network_, layout_.cp > 1 ? layout_.tp : members);
         case TransferRecord::Scope::Shard:
             return members * (layout_.dp / shard_size_);
         case TransferRecord::Scope::Replica:
@@ -1490,7 +1550,9 @@ void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::S
         const auto base = static_cast<std::size_t>(stage * members + m);
         switch (scope) {
             case TransferRecord::Scope::Dp:
-                if (m >= members_on_network_) break;  // folded: member 0 stands for all
+                // Folded: member 0 stands for all; with cp > 1 the members of a tensor rank
+                // share its group (the first context rank issues it).
+                if (m >= members_on_network_ || (layout_.cp > 1 && m >= layout_.tp)) break;
                 network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto,
                                      token_base_ + id);
                 break;
@@ -1827,6 +1889,20 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
         }
         return;
     }
+    if (const auto* prefetch = std::get_if<PrefetchGather>(&purpose)) {
+        params_ready_[static_cast<std::size_t>(prefetch->stage * shape_.chunks +
+                                               prefetch->chunk)] = 1;
+        prefetch_parameters(prefetch->stage);
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int w = worker_of(prefetch->stage, d);
+            auto& st = states_[static_cast<std::size_t>(w)];
+            if (follower(w) || !st.waiting_parameters) continue;
+            st.waiting_parameters = false;
+            emit_idle(w, sim.now(), IdleCause::Collective);
+            try_start(w);
+        }
+        return;
+    }
     if (const auto* gather = std::get_if<ParameterGather>(&purpose)) {
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(gather->stage, d);
@@ -1853,6 +1929,34 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     // grad_reduce_after_backward: the stage's next chunk follows on the same communicator.
     if (reduce_after_backward_ && sync.chunk + 1 < shape_.chunks)
         issue_dp_sync(launcher, sync.chunk + 1);
+}
+
+void Replay::prefetch_parameters(int stage) {
+    // The distributed optimizer's updated 16-bit parameters of the stage's next chunk, gathered
+    // over the dp x cp group (Megatron-LM's --overlap-param-gather dispatches them bucket by
+    // bucket before the forward pre-hooks wait for them; here per chunk, in chunk order). A
+    // stage without gradients to shard has its parameters ready.
+    auto& next = next_prefetch_[static_cast<std::size_t>(stage)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    if (next >= shape_.chunks) return;
+    const int chunk = next++;
+    if (dev.dp_parameter_bytes.value <= 0) {
+        params_ready_[static_cast<std::size_t>(stage * shape_.chunks + chunk)] = 1;
+        prefetch_parameters(stage);
+        return;
+    }
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpParameters;
+    msg.record.src_worker = msg.record.dst_worker = worker_of(stage, 0);
+    msg.record.bytes = dev.dp_parameter_bytes;
+    msg.record.start = sim_.now();
+    msg.record.label = "prefetch parameter all-gather";
+    msg.purpose = PrefetchGather{stage, chunk};
+    msg.remaining = dp_collective_count(TransferRecord::Scope::Dp);
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    issue_dp(stage, network::CollectiveKind::AllGather, TransferRecord::Scope::Dp,
+             dev.dp_parameter_bytes, id);
 }
 
 void Replay::chunk_synchronised(int stage) {
@@ -1882,6 +1986,12 @@ void Replay::start() {
     }
     decide_fold(started_);
     decide_replica_fold(started_);
+    if (param_prefetch_) {
+        params_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
+        next_prefetch_.assign(static_cast<std::size_t>(layout_.pp), 0);
+        for (int s = 0; s < layout_.pp; ++s)
+            prefetch_parameters(s);
+    }
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w))) try_start(static_cast<int>(w));
 }

@@ -80,7 +80,8 @@ struct PassRecord {
     // host-bound pass, for kernels the host had not issued yet. Zero without a host model.
     Time host_stall;
     // Part of compute added by compute-communication interference (compute.interference): the
-    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it.
+    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it, and the
+    // compute steps slowed by the collectives overlapping them (Step::OverlapNext).
     Time interference;
     // Part of [start, end) the GPU waited inside the pass for ZeRO-3 parameter all-gathers
     // (parallelism.sharding: zero3) of its units that prefetching did not hide. The pass's steps
@@ -328,6 +329,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct PassCost {
         Time compute, collective;
         workload::CommTimes collective_kinds{};  // PassRecord::collective_kinds
+        // Part of compute added by the interference of overlapped collectives (Step::
+        // OverlapNext, OverlapPrevious), in step_times already.
+        Time interference;
         std::vector<Time> step_times;  // PassRecord::step_times
         // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
         // compute step when block_compute[i] (a duration model scales those).
@@ -351,6 +355,12 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct ParameterGather {  // distributed optimizer: updated parameters all-gathered back
         int stage;
     };
+    // --overlap-param-gather: the previous step's parameters of one chunk, gathered under this
+    // iteration's forward passes (the chunk's first forward waits for it).
+    struct PrefetchGather {
+        int stage;
+        int chunk;
+    };
     struct UnitCollective {  // ZeRO-2/3: one unit's all-gather or reduce-scatter, a shard group
         int stream;          // index into shard_streams_
         bool gather;
@@ -368,7 +378,7 @@ class Replay final : public EventHandler, public network::TransferClient {
         // bytes per GPU across them completes the message (0: nothing more).
         Bytes then_all_reduce;
         std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather,
-                     UnitCollective, ReplicaReduce>
+                     UnitCollective, ReplicaReduce, PrefetchGather>
             purpose;
     };
     // ZeRO-2/3: the all-gathers (or reduce-scatters) of one shard group of one stage, in the
@@ -547,6 +557,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<ReplayObserver*> observers_;
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
+    int dp_ranks_ = 1;  // dp x cp: the GPUs of one gradient reduction (dp_cp_group)
+    // --overlap-param-gather: per (stage, chunk) whether its parameters are gathered, and the
+    // next chunk each stage gathers (one after another on its DP communicator).
+    bool param_prefetch_ = false;
+    std::vector<std::uint8_t> params_ready_;
+    std::vector<int> next_prefetch_;
+    void prefetch_parameters(int stage);
     // Sharded data parallelism: the shard group size S (dp without HSDP), the shard groups
     // [(stage * tp*cp + member) * dp/S + g] and the cross-shard (replica) groups
     // [(stage * tp*cp + member) * S + i] (HSDP only).

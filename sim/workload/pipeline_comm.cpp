@@ -2,6 +2,17 @@
 
 namespace cs::workload {
 
+bool batched_p2p(const ExperimentSpec& spec) {
+    return spec.compute.framework == Framework::Megatron && !spec.layout.overlap_p2p_comm;
+}
+
+bool dp_reduce_after_backward(const ExperimentSpec& spec) {
+    const auto& l = spec.layout;
+    return l.grad_reduce_after_backward ||
+           (spec.compute.framework == Framework::Megatron && !l.overlap_grad_reduce &&
+            l.sharding < Sharding::Gradients);
+}
+
 void apply_pipeline_comm(const ExperimentSpec& spec, IterationPlan& plan,
                          const std::function<int(int)>& device_of, int copies) {
     const auto& l = spec.layout;

@@ -24,4 +24,13 @@ namespace cs::workload {
 void apply_pipeline_comm(const ExperimentSpec& spec, IterationPlan& plan,
                          const std::function<int(int)>& device_of, int copies);
 
+// Whether the schedule's point-to-point messages go in Megatron-LM's batched, synchronised
+// exchanges (Schedule::exchange_rounds): Megatron-LM without --overlap-p2p-communication.
+bool batched_p2p(const ExperimentSpec& spec);
+// Whether every model chunk's DP gradient reduction waits for the stage's whole backward and the
+// chunks reduce one after another: grad_reduce_after_backward (Megatron-LM's local DDP of 2021),
+// or Megatron-LM without --overlap-grad-reduce (finalize_model_grads after the schedule) unless
+// sharding reduces each unit's gradients as its backward ends (zero2, zero3).
+bool dp_reduce_after_backward(const ExperimentSpec& spec);
+
 }  // namespace cs::workload

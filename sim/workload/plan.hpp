@@ -16,8 +16,11 @@
 
 namespace cs::workload {
 
-enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp };
-const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
+// The communicators a step's collective runs on. CpInner and CpOuter split the cp group for
+// cp_comm_type a2a+p2p: groups of cp_a2a_size consecutive context ranks (the all-to-all) and the
+// ranks at the same place in each of them (the ring).
+enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp, CpInner, CpOuter };
+const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp", "cp-a2a", "cp-ring"
 
 // What a communication is for, as the summary splits exposed communication: tensor, context and
 // expert parallelism (the collectives inside passes), data parallelism (gradient reduction,
@@ -49,6 +52,15 @@ struct Step {
         // communicator (Megatron-LM's scatter/gather: the received 1/tp slice all-gathered over
         // the tensor-parallel group): counted as pipeline communication (CommKind::Pipeline).
         PipelineComm = 1u << 1,
+        // A collective that runs alongside the next step (a compute step of the same repeat),
+        // as context parallelism's ring sends the next key/value block while attention runs on
+        // this one, or Transformer Engine's userbuffers all-gather under the GEMM that consumes
+        // it: the pair takes the longer of the two, the compute slowed by compute.interference
+        // while they overlap (replay::overlapped_time); what the collective adds beyond the
+        // compute is its exposed time.
+        OverlapNext = 1u << 2,
+        // The same alongside the previous step (a reduce-scatter under the GEMM producing it).
+        OverlapPrevious = 1u << 3,
     };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
