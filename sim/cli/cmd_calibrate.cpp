@@ -7,9 +7,10 @@
 #include <iostream>
 #include <memory>
 
-#include "api/calibrate.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
+#include "fit/calibrate.hpp"
 
 namespace cs::cli {
 
@@ -32,7 +33,7 @@ void run(const CalibrateArgs& a) {
         outputs.guard_input("--nccl-tests", file.substr(file.find('=') + 1));
     outputs.guard_input("--topology", a.options.topology);
     const auto result = api::calibrate(a.options);
-    api::print_calibration(std::cout, result);
+    print_calibration(std::cout, result);
     write_file_atomically(
         a.out, [&](std::ostream& out) { out << api::calibration_file_text(result); }, &outputs);
     if (!a.json.empty())

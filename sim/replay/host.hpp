@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::replay {
@@ -41,5 +42,10 @@ std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
 // launch - d from one kernel to the next, so its maximum is at the block's first or last kernel.
 // A kernel's duration is its block's time / kernels rounded up (the last kernel's tail).
 HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks);
+
+// The framework's work before a pass's first kernel: host.pass, host.backward more for a backward
+// pass (or its input half: the autograd engine's start), and host.runtime_pass more under the
+// schedules torch runs on its pipeline runtime.
+Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule, bool backward);
 
 }  // namespace cs::replay

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <string>
 
-#include "api/calibrate.hpp"
-#include "api/torch_trace.hpp"
 #include "core/errors.hpp"
+#include "fit/calibrate.hpp"
+#include "ingest/torch_trace.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"
 #include "workload/experiment.hpp"

@@ -5,10 +5,10 @@
 #include <algorithm>
 
 #include "../replay/test_support.hpp"
-#include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
 #include "schedule/schedule.hpp"
+#include "session/run.hpp"
 #include "workload/plan.hpp"
 
 using namespace cs;
