@@ -193,6 +193,9 @@ TEST_CASE("passes carry their step times: compute from the plan, collectives cos
     });
     spec.layout.tp = 2;
     spec.layout.cp = 2;
+    // The all-gather of keys and values: every collective stands alone (p2p's ring exchanges
+    // overlap the attention blocks; tests/workload/test_context_parallel.cpp).
+    spec.layout.cp_comm_type = workload::CpCommType::AllGather;
     spec.model.head_dim = 128;  // hidden 1024 / 8 heads (load_experiment derives it)
     spec.compute.kind = workload::ComputeSpec::Kind::Roofline;
     auto sched = schedule::make_schedule("1f1b");
