@@ -71,12 +71,12 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
         row.size = Bytes{counts.size_column};
         row.count = counts.count_column;
         row.algorithm = used[i];
-        row.protocol =
-            collective_choice(cluster, config, request.kind, ranks, row.size, used[i]).second;
         try {
             row.time =
                 isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
                 request.host_overhead;
+            row.protocol =
+                collective_choice(cluster, config, request.kind, ranks, row.size, used[i]).second;
         } catch (const ClockOverflow&) {
             throw ConfigError(SourceLocation{"--sizes " + std::to_string(row.size.value) + "B"},
                               "a collective of this size takes longer than the simulator's clock "
