@@ -144,7 +144,9 @@ class Experiment:
 class Result:
     """One simulated iteration. Every key of the summary JSON (`clustersim run --json`, see
     docs/user-guide.md) is an attribute: iteration_time_s, mfu, hfu, bubble_fraction,
-    exposed_comm_fraction, idle_fraction, host_fraction, tokens_per_s, tflops_per_gpu, ...
+    exposed_comm_fraction (and its parts exposed_tp_fraction, exposed_cp_fraction,
+    exposed_ep_fraction, exposed_dp_fraction, exposed_pipeline_fraction), idle_fraction,
+    host_fraction, tokens_per_s, tflops_per_gpu, ...
     `stages` and `links` are lists of dicts; table("stages") gives them as columns."""
 
     def __init__(self, summary, warnings, source):
@@ -187,7 +189,9 @@ class Result:
 
 # The scalar summary fields a comparison's and a sweep's rows carry.
 _ROW_FIELDS = ("iteration_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
-               "exposed_comm_fraction", "idle_fraction", "host_fraction", "tflops_per_gpu",
+               "exposed_comm_fraction", "exposed_tp_fraction", "exposed_cp_fraction",
+               "exposed_ep_fraction", "exposed_dp_fraction", "exposed_pipeline_fraction",
+               "idle_fraction", "host_fraction", "tflops_per_gpu",
                "world_size", "microbatches", "tp", "pp", "dp", "cp", "ep", "vpp")
 
 

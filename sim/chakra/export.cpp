@@ -15,6 +15,7 @@
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/groups.hpp"
+#include "workload/pipeline_comm.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::chakra {
@@ -135,8 +136,7 @@ class Exporter {
                 for (int b = 0; b + 1 < bucket_count(s); ++b)
                     overlapped_[static_cast<std::size_t>(s)] += costs_.cost(
                         dp_kind(s),
-                        ranks_.group(workload::GroupKind::Dp, ranks_.worker(s, 0), 0).gpus,
-                        bucket_bytes(s, b));
+                        ranks_.dp_cp_group(ranks_.worker(s, 0), 0).gpus, bucket_bytes(s, b));
         for (int w = 0; w < ranks_.workers(); ++w)
             for (int m = 0; m < ranks_.members(); ++m)
                 write_member(w, m);
@@ -202,12 +202,26 @@ class Exporter {
             warnings.push_back(
                 "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold "
                 "the workload, and running them gives the iteration on the topology as it is");
-        if (layout_.grad_reduce_after_backward && layout_.dp > 1 && layout_.vpp > 1)
+        bool overlapped_steps = false;
+        for (const auto& c : it_.plan.virtual_stages)
+            for (const auto* pass :
+                 {&c.forward, &c.backward, &c.backward_input, &c.backward_weight})
+                for (const auto& step : pass->steps)
+                    overlapped_steps |= step.has(workload::Step::OverlapNext) ||
+                                        step.has(workload::Step::OverlapPrevious);
+        if (overlapped_steps)
             warnings.push_back(
-                "grad_reduce_after_backward is not exported: each model chunk's gradient "
-                "all-reduce depends on that chunk's last backward pass only, so running the ETs "
-                "may overlap it with other chunks' backward passes");
-        if (host_on_ && layout_.overlap_grad_reduce && layout_.dp > 1)
+                "collectives that overlap their neighbouring compute (context parallelism's ring, "
+                "tp_comm_overlap) are exported one after the other at their stand-alone time: "
+                "running the ETs gives a longer iteration");
+        if (workload::batched_p2p(spec_) && layout_.pp > 1 &&
+            !it_.schedule->exchange_rounds(it_.shape, 0).empty())
+            warnings.push_back(
+                "Megatron-LM's batched point-to-point exchanges are not exported: the ETs send "
+                "each pass's output as it ends and receive it where the next pass needs it, as "
+                "with --overlap-p2p-communication (parallelism.overlap_p2p_comm: true runs the "
+                "replay so)");
+        if (host_on_ && layout_.overlap_grad_reduce && dp_ranks() > 1)
             warnings.push_back(
                 "with --host, --overlap-grad-reduce's gradient buckets become ready at their "
                 "share of the pass's GPU time, not of its time held back by the host: an "
@@ -296,8 +310,10 @@ class Exporter {
     const workload::StagePlan& device(int stage) const {
         return it_.plan.devices[static_cast<std::size_t>(stage)];
     }
+    // The gradient reduction's GPUs: dp x cp (RankLayout::dp_cp_group).
+    int dp_ranks() const { return layout_.dp * layout_.cp; }
     bool overlaps(int stage) const {
-        return layout_.overlap_grad_reduce && layout_.dp > 1 &&
+        return layout_.overlap_grad_reduce && dp_ranks() > 1 &&
                device(stage).dp_gradient_bytes.value > 0;
     }
     int bucket_count(int stage) const {
@@ -357,7 +373,7 @@ class Exporter {
             if (order[k].pass == Pass::Backward || order[k].pass == Pass::BackwardWeight)
                 st.last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
         st.dp_name =
-            layout_.dp > 1 ? group_name(ranks_.group(workload::GroupKind::Dp, w, m).gpus) : "";
+            dp_ranks() > 1 ? group_name(ranks_.dp_cp_group(w, m).gpus) : "";
         for (std::size_t k = 0; k < order.size();) {
             const std::size_t n = 1 + static_cast<std::size_t>(std::max<int>(0, order[k].overlap));
             if (k + n > order.size())
@@ -691,9 +707,11 @@ class Exporter {
     void write_tail(Member& st) {
         const auto& dev = device(st.stage);
         const int chunks = it_.shape.chunks;
-        const bool dp_sync = layout_.dp > 1 && dev.dp_gradient_bytes.value > 0;
+        const bool dp_sync = dp_ranks() > 1 && dev.dp_gradient_bytes.value > 0;
+        // Every chunk's reduction after the whole backward, one after another.
+        const bool after_backward = workload::dp_reduce_after_backward(spec_);
         std::vector<std::uint64_t> syncs = st.bucket_syncs;
-        const auto& dp_group = ranks_.group(workload::GroupKind::Dp, st.worker, st.member).gpus;
+        const auto& dp_group = ranks_.dp_cp_group(st.worker, st.member).gpus;
         if (dp_sync && !overlaps(st.stage)) {
             const std::string name = group_name(dp_group);
             for (int c = 0; c < chunks; ++c) {
@@ -702,6 +720,12 @@ class Exporter {
                                                            : network::CollectiveKind::AllReduce,
                                             dev.dp_gradient_bytes, name, false);
                 depend(n, 0, st.last_grad[static_cast<std::size_t>(c)]);
+                if (after_backward) {
+                    for (const auto g : st.last_grad)
+                        if (g != 0 && g != st.last_grad[static_cast<std::size_t>(c)])
+                            n.data_deps.push_back(g);
+                    if (!syncs.empty()) n.data_deps.push_back(syncs.back());
+                }
                 syncs.push_back(n.id);
             }
         }

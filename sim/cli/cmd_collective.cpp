@@ -1,5 +1,6 @@
 // clustersim collective --topology T.yaml [--set k=v]... --op all_reduce --ranks 0-7
-//                       --sizes 1KiB:1GiB [--step-factor 2] [--algo ring] [--json FILE]
+//                       --sizes 1KiB:1GiB [--step-factor 2] [--algo ring] [--protocol ll]
+//                       [--json FILE]
 // The rows come from api::run_collective (sim/api/collective.hpp).
 #include <array>
 #include <cstdio>
@@ -36,6 +37,7 @@ struct CollectiveArgs {
     CLI::Option *sizes_opt = nullptr, *step_factor_opt = nullptr, *min_opt = nullptr,
                 *max_opt = nullptr, *nccl_factor_opt = nullptr, *step_bytes_opt = nullptr;
     std::string algo = "auto";
+    std::string protocol = "auto";
     std::string model = "flow";
     bool nominal = false;
     std::string calibration;
@@ -66,6 +68,7 @@ void run(const CollectiveArgs& a) {
     request.sets = a.sets;
     request.kind = pick("--op", a.op, kCollectiveNames);
     request.algorithm = parse_algorithm(a.algo, SourceLocation{"--algo " + a.algo});
+    request.protocol = pick("--protocol", a.protocol, kProtocolNames);
     request.fidelity = pick("--network", a.model, kFidelityNames);
     const auto host = parse_time(a.host_overhead);
     if (!host)
@@ -189,6 +192,10 @@ void register_collective(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--algo", args->algo,
                     join(network::AlgorithmRegistry::builtin().names(), " | "))
+        ->capture_default_str();
+    cmd->add_option("--protocol", args->protocol,
+                    join(names_of(network::kProtocolNames), " | ") +
+                        ": NCCL's protocol (auto: as its tuning picks by size)")
         ->capture_default_str();
     cmd->add_option("--network", args->model, join(names_of(network::kFidelityNames), " | "))
         ->capture_default_str();

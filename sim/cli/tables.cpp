@@ -42,7 +42,10 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
     for (std::size_t i = 0; i < axes.size(); ++i)
         out << cell(short_name(axes[i].key), width[i]);
     out << cell("dp", 4) << cell("iteration", 11) << cell("tokens/s", 10) << cell("MFU", 7)
-        << cell("bubble", 7) << cell("exp.comm", 9) << cell("mem/GPU", 9) << "fits HBM\n";
+        << cell("bubble", 7) << cell("exp.comm", 9);
+    for (const auto& kind : workload::kCommKindNames)
+        out << cell(exposed_column(kind.name), 8);
+    out << cell("mem/GPU", 9) << "fits HBM\n";
     for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
         const SweepRow& row = *ranked[r];
         const auto& s = *row.result;
@@ -55,8 +58,10 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
             << cell(format_time(Time::from_seconds_ceil(s.iteration_time_s)), 11)
             << cell(tokens, 10) << cell(percent(s.mfu, 1), 7)
             << cell(percent(s.bubble_fraction, 1), 7)
-            << cell(percent(s.exposed_comm_fraction, 1), 9)
-            << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
+            << cell(percent(s.exposed_comm_fraction, 1), 9);
+        for (double f : s.exposed_by_kind)
+            out << cell(percent(f, 1), 8);
+        out << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
     }
 }
 
@@ -101,16 +106,20 @@ void print_topology(std::ostream& out, const std::string& display_path,
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {
     out << pad("schedule", 13) << pad("iteration", 13) << pad("bubble", 9)
-        << pad("exposed comm", 14) << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12)
-        << "p2p bytes\n";
+        << pad("exposed comm", 14);
+    for (const auto& kind : workload::kCommKindNames)
+        out << pad(exposed_column(kind.name), 10);
+    out << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12) << "p2p bytes\n";
     for (const auto& r : results) {
         std::int64_t peak = 0;
         for (const auto& st : r.stages)
             peak = std::max(peak, st.peak_activation_bytes);
         out << pad(r.schedule, 13)
             << pad(format_time(Time::from_seconds_ceil(r.iteration_time_s)), 13)
-            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14)
-            << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
+            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14);
+        for (double f : r.exposed_by_kind)
+            out << pad(percent(f), 10);
+        out << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
             << pad(format_bytes(Bytes{peak}), 12)
             << format_bytes(Bytes{static_cast<std::int64_t>(r.p2p_bytes)}) << "\n";
     }
@@ -257,17 +266,18 @@ void print_collective(std::ostream& out, const CollectiveRequest& request,
                 ? ", plus " + format_time(request.host_overhead) + " host launch"
                 : std::string())
         << "\n#\n";
-    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %s\n", "size", "count",
-                  "type", "time", "algbw", "busbw", "algorithm");
+    std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s  %-12s %s\n", "size",
+                  "count", "type", "time", "algbw", "busbw", "algorithm", "protocol");
     out << line;
     std::snprintf(line, sizeof line, "#%11s  %12s  %8s  %10s  %7s  %7s\n", "(B)", "(elements)", "",
                   "(us)", "(GB/s)", "(GB/s)");
     out << line;
     for (const auto& row : report.rows) {
-        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %s\n",
+        std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %10.2f  %7.2f  %7.2f  %-12s %s\n",
                       static_cast<long long>(row.size.value), static_cast<long long>(row.count),
                       request.data_type.name, row.time.seconds() * 1e6, row.algbw_GBps,
-                      row.busbw_GBps, algorithm_name(row.algorithm).c_str());
+                      row.busbw_GBps, algorithm_name(row.algorithm).c_str(),
+                      protocol_name(row.protocol));
         out << line;
     }
     if (!report.skipped.empty())

@@ -228,9 +228,10 @@ void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
     out << "network calibration on " << r.topology << " from " << r.sources.size()
         << " nccl-tests file(s)\n\n";
     char line[512];
-    std::snprintf(line, sizeof line, "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s  %s\n",
-                  "operation", "link", "ranks", "samples", "left", "meas us", "fit us",
-                  "efficiency", "latency", "med res", "rms", "worst");
+    std::snprintf(line, sizeof line,
+                  "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s %8s  %s\n", "operation",
+                  "link", "ranks", "samples", "left", "meas us", "fit us", "efficiency",
+                  "latency", "ll x", "med res", "rms", "worst");
     out << line;
     for (const auto& f : r.ops) {
         std::string ranks;
@@ -240,13 +241,14 @@ void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
         }
         const bool fitted = !f.link.empty();
         std::snprintf(line, sizeof line,
-                      "%-15s %-9s %-6s %7lld %5lld %11s %11s %10s %8s %8s %8s  %s\n",
+                      "%-15s %-9s %-6s %7lld %5lld %11s %11s %10s %8s %8s %8s %8s  %s\n",
                       network::collective_name(f.op), fitted ? f.link.c_str() : "-", ranks.c_str(),
                       static_cast<long long>(f.samples), static_cast<long long>(f.left_out),
                       fitted ? fmt("%.1f", f.measured_us).c_str() : "-",
                       fitted ? fmt("%.1f", f.fitted_us).c_str() : "-",
                       fitted ? fmt("%.4f", f.efficiency).c_str() : "-",
                       fitted ? fmt("%.2fus", f.latency.seconds() * 1e6).c_str() : "-",
+                      fitted ? fmt("%.3f", f.protocol_latency).c_str() : "-",
                       fitted ? fmt("%+.1f%%", 100 * f.median_residual).c_str() : "-",
                       fitted ? fmt("%.1f%%", 100 * f.rms_residual).c_str() : "-",
                       fitted ? fmt("%+.1f%%", 100 * f.worst_residual).c_str() : "-");
@@ -257,11 +259,13 @@ void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
         if (f.points.empty()) continue;
         out << "\n"
             << network::collective_name(f.op) << " (" << f.algorithm
-            << "): size, measured us, fitted us, residual\n";
+            << "): size, measured us, fitted us, residual, protocol\n";
         for (const auto& p : f.points) {
-            std::snprintf(line, sizeof line, "  %12lld B  %3d ranks  %11.2f  %11.2f  %+6.1f%%\n",
+            std::snprintf(line, sizeof line,
+                          "  %12lld B  %3d ranks  %11.2f  %11.2f  %+6.1f%%  %s\n",
                           static_cast<long long>(p.size), p.ranks, p.measured_us, p.fitted_us,
-                          100 * (p.fitted_us / p.measured_us - 1));
+                          100 * (p.fitted_us / p.measured_us - 1),
+                          network::protocol_name(p.protocol));
             out << line;
         }
     }

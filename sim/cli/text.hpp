@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace cs::cli {
 
@@ -24,6 +25,12 @@ inline std::string fmt(const char* format, double v) {
 inline std::string pad(std::string s, std::size_t width) {
     if (s.size() < width) s.append(width - s.size(), ' ');
     return s;
+}
+
+// The column header of one exposed-communication part in compare and sweep tables: "exp.tp",
+// "exp.cp", "exp.ep", "exp.dp", "exp.pp" (the pipeline).
+inline std::string exposed_column(std::string_view kind) {
+    return "exp." + std::string(kind == "pipeline" ? std::string_view("pp") : kind);
 }
 
 }  // namespace cs::cli

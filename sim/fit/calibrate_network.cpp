@@ -70,6 +70,32 @@ std::pair<double, double> best_latency(const std::vector<Sample>& samples) {
     return {latency, objective};
 }
 
+// The minimum of f on [lo, hi] by golden section (40 steps), or `start` (with f(start) =
+// `start_value`) where that is lower: the argument and f there.
+template <typename F>
+std::pair<double, double> golden(double lo, double hi, F&& f, double start, double start_value) {
+    const double g = (std::sqrt(5.0) - 1) / 2;
+    double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+    double f1 = f(x1), f2 = f(x2);
+    for (int it = 0; it < 40; ++it) {
+        if (f1 < f2) {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - g * (hi - lo);
+            f1 = f(x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + g * (hi - lo);
+            f2 = f(x2);
+        }
+    }
+    const double mid = (lo + hi) / 2, at_mid = f(mid);
+    return at_mid > start_value ? std::pair{start, start_value} : std::pair{mid, at_mid};
+}
+
 void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Cluster& cluster,
             NetworkFitResult& result) {
     const CollectiveKind op = fit.op;
@@ -109,50 +135,69 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
                      "changes the largest size's time less than " + fit.link + "'s); kept at " +
                      "the measured default"});
     NetworkConfig config = base;
+    // The protocols' latency factor (NetworkConfig::op_protocol_latency) matters only where a
+    // sample runs LL or LL128; without protocols it stays 1 and is not searched.
+    const bool protocols =
+        base.protocols[static_cast<std::size_t>(network::Protocol::Ll)].enabled ||
+        base.protocols[static_cast<std::size_t>(network::Protocol::Ll128)].enabled;
+    double factor = 1;
     const auto evaluate = [&](double e) {
         config.op_efficiency[static_cast<int>(op)][best_kind] = e;
         config.op_latency[static_cast<int>(op)][best_kind] = Time::zero();
+        config.op_protocol_latency[static_cast<int>(op)][best_kind] = factor;
         for (auto& s : samples)
             s.base_us = simulate_us(cluster, config, op, s);
         return best_latency(samples);
     };
-    // Grid, then golden section around the best grid point.
-    double best_e = 1, best_obj = HUGE_VAL;
-    for (int i = 1; i <= 100; ++i) {
-        const double e = i / 100.0;
-        const double obj = evaluate(e).second;
-        if (obj < best_obj) {
-            best_obj = obj;
-            best_e = e;
+    // The efficiency for the current factor: a grid of 0.01, then golden section around the
+    // best grid point; returns it and its objective (the fixed cost in closed form).
+    const auto best_efficiency = [&](int grid) {
+        double best_e = 1, best_obj = HUGE_VAL;
+        for (int i = 1; i <= grid; ++i) {
+            const double e = i / static_cast<double>(grid);
+            const double obj = evaluate(e).second;
+            if (obj < best_obj) {
+                best_obj = obj;
+                best_e = e;
+            }
         }
-    }
-    double lo = std::max(0.001, best_e - 0.01), hi = std::min(1.0, best_e + 0.01);
-    const double g = (std::sqrt(5.0) - 1) / 2;
-    double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-    double f1 = evaluate(x1).second, f2 = evaluate(x2).second;
-    for (int it = 0; it < 40; ++it) {
-        if (f1 < f2) {
-            hi = x2;
-            x2 = x1;
-            f2 = f1;
-            x1 = hi - g * (hi - lo);
-            f1 = evaluate(x1).second;
-        } else {
-            lo = x1;
-            x1 = x2;
-            f1 = f2;
-            x2 = lo + g * (hi - lo);
-            f2 = evaluate(x2).second;
+        const double step = 1.0 / grid;
+        return golden(std::max(0.001, best_e - step), std::min(1.0, best_e + step),
+                      [&](double e) { return evaluate(e).second; }, best_e, best_obj);
+    };
+    double e = 1;
+    if (!protocols) {
+        e = best_efficiency(100).first;
+    } else {
+        // The factor on a geometric grid from 1/8 to 8 (each point with the efficiency on a
+        // coarse grid of 0.05), then golden section in its logarithm around the best point,
+        // each trial with the efficiency at 0.01.
+        double best_log = 0, best_obj = HUGE_VAL;
+        for (int i = -12; i <= 12; ++i) {
+            factor = std::pow(2.0, i / 4.0);
+            const double obj = best_efficiency(20).second;
+            if (obj < best_obj) {
+                best_obj = obj;
+                best_log = i / 4.0;
+            }
         }
+        const auto at = [&](double log2f) {
+            factor = std::pow(2.0, log2f);
+            return best_efficiency(100).second;
+        };
+        const double log2f =
+            golden(best_log - 0.25, best_log + 0.25, at, best_log, at(best_log)).first;
+        factor = std::pow(2.0, log2f);
+        e = best_efficiency(100).first;
     }
-    double e = (lo + hi) / 2;
-    if (evaluate(e).second > best_obj) e = best_e;
     const double latency_us = evaluate(e).first;
     fit.efficiency = e;
     fit.latency = Time::ps(std::llround(latency_us * 1e6));
+    fit.protocol_latency = factor;
     // The report: each sample as the fitted constants simulate it.
     config.op_efficiency[static_cast<int>(op)][best_kind] = e;
     config.op_latency[static_cast<int>(op)][best_kind] = fit.latency;
+    config.op_protocol_latency[static_cast<int>(op)][best_kind] = factor;
     std::vector<double> residuals;
     double squares = 0;
     for (const auto& s : samples) {
@@ -163,6 +208,9 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         p.size = s.row->size;
         p.measured_us = s.measured_us;
         p.fitted_us = simulate_us(cluster, config, op, s);
+        p.protocol = network::collective_choice(cluster, config, op, s.ranks, Bytes{s.row->size},
+                                                s.algorithm)
+                         .second;
         fit.measured_us += p.measured_us;
         fit.fitted_us += p.fitted_us;
         const double r = p.fitted_us / p.measured_us - 1;
@@ -187,6 +235,7 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         NetworkConfig full = base;
         full.op_efficiency[static_cast<int>(op)][best_kind] = 1;
         full.op_latency[static_cast<int>(op)][best_kind] = Time::zero();
+        full.op_protocol_latency[static_cast<int>(op)][best_kind] = protocols ? 0.125 : 1;
         int slower = 0;
         std::int64_t largest_slower = 0;
         double at_us = 0, measured_us = 0;
@@ -206,12 +255,14 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
               << format_bytes(Bytes{largest_slower}) << " are faster than the model can be (at "
               << format_bytes(Bytes{largest_slower}) << ": " << std::fixed << std::setprecision(1)
               << at_us << " us simulated at full link rate and no fixed cost, " << measured_us
-              << " us measured): the per-step overhead and latencies are larger than this "
-                 "machine's; fit from where bandwidth dominates (--nccl-sizes)";
+              << " us measured, with the protocols' latencies at the smallest factor tried, "
+                 "1/8): the per-step overheads and latencies are larger than this machine's; fit "
+                 "from where bandwidth dominates (--nccl-sizes)";
             result.warnings.push_back(w.str());
         }
     }
-    result.constants.push_back({op, static_cast<topology::LinkKind>(best_kind), e, fit.latency});
+    result.constants.push_back(
+        {op, static_cast<topology::LinkKind>(best_kind), e, fit.latency, factor});
 }
 
 }  // namespace
@@ -321,6 +372,7 @@ nlohmann::json network_fit_json(const NetworkFitResult& r) {
             o["algorithm"] = f.algorithm;
             o["efficiency"] = f.efficiency;
             o["latency_us"] = f.latency.seconds() * 1e6;
+            o["protocol_latency"] = f.protocol_latency;
             o["measured_us"] = f.measured_us;
             o["fitted_us"] = f.fitted_us;
             o["median_residual"] = f.median_residual;
@@ -334,6 +386,7 @@ nlohmann::json network_fit_json(const NetworkFitResult& r) {
                                   {"bytes", p.size},
                                   {"measured_us", p.measured_us},
                                   {"fitted_us", p.fitted_us},
+                                  {"protocol", network::protocol_name(p.protocol)},
                                   {"residual", p.fitted_us / p.measured_us - 1}});
             o["points"] = points;
         }

@@ -43,6 +43,7 @@ struct NetworkOpFit {
     std::string link;                        // the fitted link kind; "" when unfitted
     double efficiency = 0;                   // fitted
     Time latency;                            // fitted
+    double protocol_latency = 1;             // fitted (NetworkConfig::op_protocol_latency)
     std::int64_t samples = 0, left_out = 0;  // rows fitted; rows with wrong elements or off range
     double median_residual = 0, worst_residual = 0, rms_residual = 0;
     double measured_us = 0, fitted_us = 0;  // sums over the samples
@@ -51,6 +52,7 @@ struct NetworkOpFit {
         int line = 0, ranks = 0;
         std::int64_t size = 0;
         double measured_us = 0, fitted_us = 0;
+        network::Protocol protocol = network::Protocol::Simple;  // the fitted model runs it
     };
     std::vector<Point> points;
     std::string note;  // why unfitted, or what the fit assumed

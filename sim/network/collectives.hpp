@@ -66,6 +66,19 @@ inline constexpr Algorithm Algorithm::Nvls{4};
 inline constexpr Algorithm Algorithm::Pairwise{5};
 inline constexpr Algorithm Algorithm::Direct{6};
 
+// NCCL's protocols (docs/network.md, "Protocols"): Simple (large chunks, a flag per chunk),
+// LL128 (128-byte lines, 120 bytes of data and an 8-byte flag) and LL (8-byte lines, 4 bytes of
+// data and a 4-byte flag). Auto asks the network to pick as NCCL's tuning model does.
+enum class Protocol : std::uint8_t { Auto, Simple, Ll128, Ll };
+inline constexpr int kProtocols = 4;  // indexable by the enumerator, Auto included
+inline constexpr std::array<Named<Protocol>, kProtocols> kProtocolNames{{
+    {"auto", Protocol::Auto},
+    {"simple", Protocol::Simple},
+    {"ll128", Protocol::Ll128},
+    {"ll", Protocol::Ll},
+}};
+const char* protocol_name(Protocol p);  // "auto", "simple", "ll128", "ll"
+
 struct FlowTemplate {
     std::vector<topology::LinkId> path;  // directed links, GPU (or switch port) to GPU
     double bytes_per_size = 0;           // bytes of this flow per byte of the collective's size
@@ -82,7 +95,13 @@ struct Phase {
 
 struct Plan {
     Algorithm algorithm = Algorithm::Ring;
-    // Paid once before the first phase (NetworkConfig::op_latency; set by the network).
+    // The protocol it runs (set by the network). Simple pays NetworkConfig::step_overhead per
+    // step; LL and LL128 pay `protocol_step` instead (their per-step latency on the plan's
+    // route kind).
+    Protocol protocol = Protocol::Simple;
+    Time protocol_step;
+    // Paid once before the first phase (Simple: NetworkConfig::op_latency; LL and LL128: their
+    // base latency; set by the network).
     Time fixed_latency;
     std::vector<Phase> phases;
 };

@@ -23,6 +23,10 @@ const char* collective_name(CollectiveKind k) {
     return name_of(kCollectiveNames, k).data();
 }
 
+const char* protocol_name(Protocol p) {
+    return name_of(kProtocolNames, p).data();
+}
+
 const char* fidelity_name(Fidelity f) {
     return name_of(kFidelityNames, f).data();
 }
@@ -45,7 +49,32 @@ NetworkConfig NetworkConfig::calibrated(Fidelity fidelity) {
     c.link_efficiency[static_cast<int>(topology::LinkKind::NvSwitch)] =
         kCalibratedNvSwitchEfficiency;
     c.nvls_efficiency = kCalibratedNvlsEfficiency;
+    c.protocols = nccl_protocols();
     return c;
+}
+
+std::array<ProtocolConstants, kProtocols> nccl_protocols() {
+    // NCCL 2.19-2.28 src/graph/tuning.cc: baseLat and the ring's hwLat (NVLink, PCI, NET) in
+    // us; LL's busBw x 1/4 (all_reduce, or across nodes) or 1/3, at most llMaxBws (Hopper: 87.7
+    // GB/s on one node, 19.0 across four or more); LL128's busBw x 0.92 (120/128), at most
+    // perChMaxRingLL128Bws (Hopper 36.7 GB/s) per channel.
+    std::array<ProtocolConstants, kProtocols> p{};
+    auto& ll = p[static_cast<std::size_t>(Protocol::Ll)];
+    ll.enabled = true;
+    ll.base_ring = Time::ns(6600);
+    ll.base_tree = Time::ns(6800);
+    ll.step = {Time::ns(600), Time::ns(1000), Time::ns(2700)};
+    ll.bandwidth = 1.0 / 4;
+    ll.bandwidth_one_node = 1.0 / 3;
+    ll.max_rate = 87.7e9;
+    ll.max_rate_across_nodes = 19.0e9;
+    auto& ll128 = p[static_cast<std::size_t>(Protocol::Ll128)];
+    ll128.enabled = true;
+    ll128.base_ring = ll128.base_tree = Time::ns(14000);
+    ll128.step = {Time::ns(1900), Time::ns(2500), Time::ns(4000)};
+    ll128.bandwidth = ll128.bandwidth_one_node = 0.92;
+    ll128.channel_rate = 36.7e9;
+    return p;
 }
 
 double busbw_factor(CollectiveKind kind, int ranks) {
@@ -84,7 +113,8 @@ double whole_bytes(double share) {
 }
 
 // A kept collective plan's key besides its ranks (NetworkImpl::calibration_words).
-using PlanWords = std::array<std::uint64_t, 4 + 3 * kLinkKinds>;
+// (Besides the configuration of Simple, the protocol's constants: protocol_words.)
+using PlanWords = std::array<std::uint64_t, 4 + 4 * kLinkKinds + 11>;
 constexpr std::uint64_t kNoCommunicator = ~std::uint64_t{0};
 
 // What a transfer costs on a plan outside `flow` (NetworkImpl::kept_cost).
@@ -277,24 +307,95 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         start(plan, size, token, kept);
     }
 
+    std::pair<Algorithm, Protocol> choice(CollectiveKind kind, GroupId group, Bytes size,
+                                          Algorithm algo) {
+        const Plan& plan = collective_plan(kind, group, size, algo);
+        return {plan.algorithm, plan.protocol};
+    }
+
     // `kept`, if given, is set to whether the plan is one kept with the cluster (SharedPlans).
     const Plan& collective_plan(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo,
                                 bool* kept = nullptr) {
         if (group >= groups_.size())
             throw SimulationError("network", "collective on an unregistered group", sim_.now());
-        const auto& ranks = groups_[group];
-        const AlgorithmRegistry& algorithms = *config_.algorithms;
         // Resolved once per (group, operation, algorithm asked, size): every DP sync of every
         // stage asks again, and resolving looks at every rank's node (a pure function of them
-        // and the routing; one that throws is not kept and throws again).
+        // and the routing; one that throws is not kept and throws again). The protocol likewise.
         const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
         auto found = resolved_.find(asked);
-        if (found == resolved_.end())
-            found = resolved_.emplace(asked, resolve(kind, group, size, algo)).first;
-        const Algorithm resolved = found->second;
-        const std::uint64_t key = static_cast<std::uint64_t>(group) << 24 |
-                                  static_cast<std::uint64_t>(kind) << 16 |
-                                  static_cast<std::uint64_t>(resolved.id);
+        if (found == resolved_.end()) {
+            const Algorithm resolved = resolve(kind, group, size, algo);
+            found = resolved_.emplace(asked, std::pair{resolved, Protocol::Simple}).first;
+            found->second.second = choose_protocol(kind, group, size, resolved);
+        }
+        const auto [resolved, protocol] = found->second;
+        return protocol_plan(kind, group, resolved, protocol, kept);
+    }
+
+    // The protocol a collective of `size` runs with algorithm `algo` (docs/network.md,
+    // "Protocols"): the one NetworkConfig::protocol names, else as NCCL's tuning picks: NVLS
+    // runs Simple; all_to_all and sendrecv (point-to-point operations) LL up to kP2pLlThreshold
+    // bytes per peer, else Simple; the others the enabled protocol of the smallest estimated
+    // time (estimate(): the closed form on nominal capacities), Simple on a tie.
+    Protocol choose_protocol(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo) {
+        const Protocol asked = config_.protocol[static_cast<std::size_t>(kind)];
+        if (asked != Protocol::Auto) return asked;
+        const auto enabled = [&](Protocol p) {
+            return config_.protocols[static_cast<std::size_t>(p)].enabled;
+        };
+        if (algo == Algorithm::Nvls) return Protocol::Simple;
+        if (kind == CollectiveKind::AllToAll || kind == CollectiveKind::SendRecv) {
+            const auto n = static_cast<std::int64_t>(groups_[group].size());
+            const std::int64_t per_peer = kind == CollectiveKind::AllToAll ? size.value / n
+                                                                           : size.value;
+            return enabled(Protocol::Ll) && per_peer <= kP2pLlThreshold ? Protocol::Ll
+                                                                          : Protocol::Simple;
+        }
+        Protocol best = Protocol::Simple;
+        Time best_time = estimate(protocol_plan(kind, group, algo, Protocol::Simple), size);
+        for (const Protocol p : {Protocol::Ll128, Protocol::Ll}) {
+            if (!enabled(p)) continue;
+            const Time t = estimate(protocol_plan(kind, group, algo, p), size);
+            if (t < best_time) {
+                best = p;
+                best_time = t;
+            }
+        }
+        return best;
+    }
+
+    // The time of `plan` for `size` by the closed form that picks protocols: the fixed latency,
+    // then per phase its steps' delay and its longest flow at the flow's rate on the nominal
+    // capacities (no contention), as NCCL's tuning model costs an algorithm and protocol.
+    Time estimate(const Plan& plan, Bytes size) const {
+        Time total = plan.phases.empty() ? Time::zero() : plan.fixed_latency;
+        for (const Phase& p : plan.phases) {
+            Time longest = Time::zero();
+            for (const FlowTemplate& f : p.flows) {
+                const double fb = f.bytes_per_size * static_cast<double>(size.value);
+                if (fb <= 0) continue;
+                longest = std::max(longest, transfer_time(fb, Bandwidth{nominal_rate(f)}));
+            }
+            total += phase_delay(plan, p) + longest;
+        }
+        return total;
+    }
+
+    // The plan of `kind` on `group` with a resolved algorithm and protocol.
+    const Plan& protocol_plan(CollectiveKind kind, GroupId group, Algorithm resolved,
+                              Protocol protocol, bool* kept = nullptr) {
+        const auto& ranks = groups_[group];
+        const AlgorithmRegistry& algorithms = *config_.algorithms;
+        const auto made = [&] {
+            Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
+            apply_operation(plan, kind);
+            if (protocol != Protocol::Simple) apply_protocol(plan, kind, protocol, ranks);
+            return plan;
+        };
+        const std::uint64_t key = static_cast<std::uint64_t>(group) << 26 |
+                                  static_cast<std::uint64_t>(kind) << 18 |
+                                  static_cast<std::uint64_t>(resolved.id) << 2 |
+                                  (static_cast<std::uint64_t>(protocol) - 1);
         auto it = plans_.find(key);
         if (it != plans_.end()) return it->second;
         // On the cluster's own routes with the bundled algorithms, a cluster that keeps its
@@ -308,16 +409,15 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 return *shared->second;
             }
             SharedPlans::CollectiveKey k = group_key(group);
-            k.words = calibration_words(kind);
+            k.words = calibration_words(kind, protocol);
             k.words[0] = group;
             k.words[1] = static_cast<std::uint64_t>(kind);
-            k.words[2] = resolved.id;
+            k.words[2] = resolved.id | static_cast<std::uint64_t>(protocol) << 16;
             auto& kept_plans = shared_plans_->collectives;
             auto found_kept = kept_plans.find(k);
             if (found_kept == kept_plans.end() &&
                 shared_plans_->collective_bytes < SharedPlans::kMaxBytes) {
-                Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
-                apply_operation(plan, kind);
+                Plan plan = made();
                 shared_plans_->collective_bytes += SharedPlans::bytes_of(plan, k.ranks.size());
                 found_kept = kept_plans.emplace(std::move(k), std::move(plan)).first;
             }
@@ -327,9 +427,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 return found_kept->second;
             }
         }
-        Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
-        apply_operation(plan, kind);
-        return plans_.emplace(key, std::move(plan)).first->second;
+        return plans_.emplace(key, made()).first->second;
     }
     // resolve_algorithm, kept with the cluster's plans where they are shared (a function of the
     // cluster, the ranks, the operation, the size and the algorithm asked).
@@ -355,9 +453,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         return shared_plans_ && routing_ == &cluster_ &&
                config_.algorithms == &AlgorithmRegistry::builtin();
     }
-    // What apply_operation reads of the configuration for operation `kind`, bit for bit, after
-    // three words left for the group, the operation and the algorithm.
-    PlanWords calibration_words(CollectiveKind kind) const {
+    // What apply_operation and apply_protocol read of the configuration for operation `kind`
+    // and `protocol`, bit for bit, after three words left for the group, the operation and the
+    // algorithm.
+    PlanWords calibration_words(CollectiveKind kind, Protocol protocol) const {
         PlanWords w{};
         std::size_t i = 3;
         for (int l = 0; l < kLinkKinds; ++l) {
@@ -366,7 +465,21 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             w[i++] = static_cast<std::uint64_t>(
                 config_.op_latency[static_cast<int>(kind)][l].count_ps());
         }
-        w[i] = std::bit_cast<std::uint64_t>(config_.nvls_efficiency);
+        w[i++] = std::bit_cast<std::uint64_t>(config_.nvls_efficiency);
+        if (protocol != Protocol::Simple)
+            for (int l = 0; l < kLinkKinds; ++l)
+                w[i++] = std::bit_cast<std::uint64_t>(
+                    config_.op_protocol_latency[static_cast<int>(kind)][l]);
+        if (protocol == Protocol::Simple) return w;
+        const ProtocolConstants& c = config_.protocols[static_cast<std::size_t>(protocol)];
+        w[i++] = static_cast<std::uint64_t>(c.base_ring.count_ps());
+        w[i++] = static_cast<std::uint64_t>(c.base_tree.count_ps());
+        for (Time t : c.step)
+            w[i++] = static_cast<std::uint64_t>(t.count_ps());
+        for (double d : {c.bandwidth, c.bandwidth_one_node, c.channel_rate, c.max_rate,
+                         c.max_rate_across_nodes})
+            w[i++] = std::bit_cast<std::uint64_t>(d);
+        w[i] = static_cast<std::uint64_t>(config_.channels);
         return w;
     }
 
@@ -395,7 +508,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             return fresh || it->second == m;
         };
         const auto match = [&](const Plan& a, const Plan& b, int m) -> std::string {
-            if (a.fixed_latency != b.fixed_latency || a.phases.size() != b.phases.size())
+            if (a.fixed_latency != b.fixed_latency || a.phases.size() != b.phases.size() ||
+                a.protocol != b.protocol || a.protocol_step != b.protocol_step)
                 return "plans of different shape";
             for (std::size_t p = 0; p < a.phases.size(); ++p) {
                 const Phase& pa = a.phases[p];
@@ -466,7 +580,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         RouteCost cost;
         if (config_.fidelity == Fidelity::Ideal || plan.phases.empty()) return cost;
         const Phase& p = plan.phases.front();
-        cost.delay = plan.fixed_latency + phase_delay(p);
+        cost.delay = plan.fixed_latency + phase_delay(plan, p);
         cost.rate = flow_rate(p.flows.front());
         return cost;
     }
@@ -548,7 +662,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 k.ranks.push_back(a);
                 k.ranks.push_back(b);
             }
-            k.words = calibration_words(CollectiveKind::SendRecv);
+            k.words = calibration_words(CollectiveKind::SendRecv, Protocol::Simple);
             k.words[0] = ~std::uint64_t{0};  // not a group: send routes
             k.words[1] = static_cast<std::uint64_t>(config_.fidelity);
             k.words[2] = static_cast<std::uint64_t>(config_.step_overhead.count_ps());
@@ -907,8 +1021,14 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 sim_.now());
     }
 
-    Time phase_delay(const Phase& p) const {
-        return (config_.step_overhead + p.latency) * static_cast<std::int64_t>(p.steps);
+    // A phase's steps' delay. Simple: per step the configured step overhead (which p2p plans
+    // kept with the cluster do not carry) and the phase's route latency. LL and LL128: per step
+    // the protocol's latency on the route's class, which NCCL measures hop to hop (the link's
+    // own latency is in it).
+    Time phase_delay(const Plan& plan, const Phase& p) const {
+        const Time step = plan.protocol == Protocol::Simple ? config_.step_overhead + p.latency
+                                                            : plan.protocol_step;
+        return step * static_cast<std::int64_t>(p.steps);
     }
 
     double bottleneck(const std::vector<LinkId>& path) const {
@@ -952,6 +1072,70 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             }
     }
 
+    // LL and LL128 on a plan built for Simple (apply_operation done): their per-step latency on
+    // the plan's route class, their base in place of Simple's fixed cost, and each flow's rate
+    // cap at the protocol's fraction of what it reaches under Simple, within the protocol's
+    // channel and total limits (ProtocolConstants).
+    void apply_protocol(Plan& plan, CollectiveKind kind, Protocol protocol,
+                        const std::vector<int>& ranks) const {
+        // A protocol asked for by name runs with NCCL's constants where the configuration has
+        // none (calibration: nominal).
+        static const auto nccl = nccl_protocols();
+        const auto index = static_cast<std::size_t>(protocol);
+        const ProtocolConstants& c =
+            config_.protocols[index].enabled ? config_.protocols[index] : nccl[index];
+        const auto& links = cluster_.links();
+        RouteClass route = RouteClass::NvLink;
+        for (const Phase& phase : plan.phases)
+            for (const FlowTemplate& f : phase.flows)
+                for (LinkId l : f.path) {
+                    if (l >= links.size()) continue;
+                    const auto k = links[l].kind;
+                    if (k == topology::LinkKind::InfiniBand || k == topology::LinkKind::Ethernet)
+                        route = RouteClass::Network;
+                    else if (k == topology::LinkKind::Pcie && route == RouteClass::NvLink)
+                        route = RouteClass::Pcie;
+                }
+        bool across_nodes = false;
+        for (int r : ranks)
+            across_nodes |= cluster_.node_of_gpu(r) != cluster_.node_of_gpu(ranks.front());
+        const bool tree = plan.algorithm == Algorithm::Tree ||
+                          plan.algorithm == Algorithm::Hierarchical;
+        // The largest latency factor over the plan's link kinds (op_protocol_latency).
+        double scale = 0;
+        const auto& factors = config_.op_protocol_latency[static_cast<int>(kind)];
+        for (const Phase& phase : plan.phases)
+            for (const FlowTemplate& f : phase.flows)
+                for (LinkId l : f.path)
+                    if (l < links.size())
+                        scale = std::max(scale, factors[static_cast<int>(links[l].kind)]);
+        const auto scaled = [scale](Time t) {
+            return Time::ps(std::llround(static_cast<double>(t.count_ps()) * scale));
+        };
+        plan.protocol = protocol;
+        plan.protocol_step = scaled(c.step[static_cast<std::size_t>(route)]);
+        // The operation's fixed cost (op_latency, already in fixed_latency) is paid under every
+        // protocol; the protocol's base on top of it.
+        plan.fixed_latency += scaled(tree ? c.base_tree : c.base_ring);
+        const double fraction =
+            kind == CollectiveKind::AllReduce || across_nodes ? c.bandwidth : c.bandwidth_one_node;
+        double limit = std::numeric_limits<double>::infinity();
+        if (c.channel_rate > 0) limit = c.channel_rate * config_.channels;
+        const double total = across_nodes ? c.max_rate_across_nodes : c.max_rate;
+        if (total > 0) limit = std::min(limit, total);
+        for (Phase& phase : plan.phases)
+            for (FlowTemplate& f : phase.flows)
+                f.rate_cap = std::min(nominal_rate(f) * fraction, limit);
+    }
+
+    // A flow's rate alone on the nominal capacities: its route's bottleneck, or its cap below it.
+    double nominal_rate(const FlowTemplate& f) const {
+        double route = nominal_capacity(f.path.front());
+        for (LinkId l : f.path)
+            route = std::min(route, nominal_capacity(l));
+        return f.rate_cap > 0 ? std::min(f.rate_cap, route) : route;
+    }
+
     double flow_rate(const FlowTemplate& f) const {
         return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
     }
@@ -986,7 +1170,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 }
                 each(f, fb, t);
             }
-            if (analytical) total += phase_delay(p) + longest;
+            if (analytical) total += phase_delay(plan, p) + longest;
         }
         return total;
     }
@@ -1067,7 +1251,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         const std::uint32_t op = allocate(plan, size, token);
         if (config_.fidelity == Fidelity::Flow && !plan.phases.empty()) {
-            sim_.schedule_in(plan.fixed_latency + phase_delay(plan.phases.front()), handler_,
+            sim_.schedule_in(plan.fixed_latency + phase_delay(plan, plan.phases.front()), handler_,
                              kPhaseStart, op);
             return;
         }
@@ -1181,7 +1365,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void advance(std::uint32_t id) {
         Op& op = ops_[id];
         if (++op.phase < op.plan->phases.size()) {
-            sim_.schedule_in(phase_delay(op.plan->phases[op.phase]), handler_, kPhaseStart, id);
+            sim_.schedule_in(phase_delay(*op.plan, op.plan->phases[op.phase]), handler_,
+                             kPhaseStart, id);
             return;
         }
         release(id);
@@ -1433,8 +1618,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     std::unordered_map<const PlanCost*, std::size_t> held_of_;
     // This network's collective plans found in shared_plans_, by its own key (collective_plan).
     std::unordered_map<std::uint64_t, const Plan*> shared_plan_of_;
-    // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to.
-    std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, Algorithm> resolved_;
+    // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to and
+    // the protocol it runs.
+    std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, std::pair<Algorithm, Protocol>>
+        resolved_;
     std::vector<Op> ops_;
     std::vector<std::uint32_t> free_ops_;
     std::unique_ptr<FlowSolver> solver_;
@@ -1500,6 +1687,15 @@ Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& confi
     if (done.at == Time::max())
         throw SimulationError("network", "an isolated collective never completed", sim.now());
     return done.at;
+}
+
+std::pair<Algorithm, Protocol> collective_choice(const Cluster& cluster,
+                                                 const NetworkConfig& config, CollectiveKind kind,
+                                                 const std::vector<int>& ranks, Bytes size,
+                                                 Algorithm algorithm) {
+    Simulation sim;
+    NetworkImpl net(sim, cluster, config, /*compact=*/true);
+    return net.choice(kind, net.register_group(ranks), size, algorithm);
 }
 
 }  // namespace cs::network

@@ -91,6 +91,30 @@ inline constexpr double kCalibratedNvlsEfficiency = kCalibratedNvLinkAllReduce;
 // adds it to each row to compare with the measurements as taken.
 inline constexpr Time kHostLaunchOverhead = Time::us(50);
 
+// NCCL's LL and LL128 protocols as its tuning model (src/graph/tuning.cc) costs them
+// (docs/network.md, "Protocols"). Simple is the calibrated model of NetworkConfig itself.
+struct ProtocolConstants {
+    bool enabled = false;  // Auto may pick it
+    // Paid once per collective: NCCL's baseLat for rings (ring, pairwise, direct, broadcast) and
+    // for trees (tree, hierarchical).
+    Time base_ring, base_tree;
+    // Per pipeline step, by the plan's route class (RouteClass: NVLink or NVSwitch, PCIe,
+    // network): NCCL's hwLat for rings. The route's own link latencies are added as for Simple.
+    std::array<Time, 3> step{};
+    // Fraction of Simple's per-flow rate reached: `bandwidth` for all_reduce and across nodes,
+    // `bandwidth_one_node` for the other operations inside one node (NCCL's LL: 1/4 and 1/3).
+    double bandwidth = 1, bandwidth_one_node = 1;
+    // Rate limits in bytes/s: per channel (times NetworkConfig::channels), and in all on one
+    // node and across nodes; 0 = none.
+    double channel_rate = 0, max_rate = 0, max_rate_across_nodes = 0;
+    bool operator==(const ProtocolConstants&) const = default;
+};
+// The class of a plan's route for the protocols' per-step latency.
+enum class RouteClass : std::uint8_t { NvLink, Pcie, Network };
+// NCCL's point-to-point operations (all_to_all, sendrecv) run LL up to this many bytes per peer
+// and Simple above (NCCL_P2P_LL_THRESHOLD).
+inline constexpr std::int64_t kP2pLlThreshold = 16384;
+
 struct NetworkConfig {
     Fidelity fidelity = Fidelity::Flow;
     // Fixed software cost per collective step / p2p message (NCCL protocol overhead), added once
@@ -108,9 +132,26 @@ struct NetworkConfig {
                                                           {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
                                                           {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
     Time op_latency[kCollectiveKinds][kLinkKinds] = {};
+    // Per collective and link kind: a factor on LL's and LL128's base and per-step latencies
+    // (ProtocolConstants) for a collective whose route crosses such a link (the largest over its
+    // links); 1 = NCCL's constants. `clustersim calibrate --nccl-tests` fits it with the
+    // efficiency and the fixed cost, on every size given.
+    double op_protocol_latency[kCollectiveKinds][kLinkKinds] = {
+        {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+        {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
     // Cap on NVLS (multimem) traffic on each GPU-NVSwitch link and direction, as a fraction of
     // the link's nominal bandwidth. 1 = the links' own efficiency alone limits it.
     double nvls_efficiency = 1.0;
+    // NCCL's protocols (docs/network.md, "Protocols"), indexed by Protocol (Auto and Simple are
+    // not used: Simple is the model above). Off in the nominal configuration: every collective
+    // runs Simple. calibrated() enables LL and LL128 with NCCL's constants.
+    std::array<ProtocolConstants, kProtocols> protocols{};
+    // Per collective (CollectiveKind): the protocol to run, or Auto (the fastest of the enabled
+    // ones by the closed form of docs/network.md, as NCCL's tuning picks; `network.protocols`).
+    std::array<Protocol, kCollectiveKinds> protocol{};
+    // NCCL channels a collective runs on (`network.channels`): LL128's per-channel rate limit
+    // applies this many times.
+    int channels = 16;
     // The collective algorithms `collective()` accepts; never null. A registry other than the
     // bundled one must outlive the networks built with it.
     const AlgorithmRegistry* algorithms = &AlgorithmRegistry::builtin();
@@ -122,6 +163,9 @@ struct NetworkConfig {
 
     bool operator==(const NetworkConfig&) const = default;
 };
+
+// NCCL's LL and LL128 constants (NetworkConfig::protocols of calibrated()), from its tuning model.
+std::array<ProtocolConstants, kProtocols> nccl_protocols();
 
 // Called when a transfer or collective finishes, with the token it was started with.
 class TransferClient {
@@ -349,5 +393,13 @@ std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& 
 Time isolated_collective_time(const topology::Cluster& cluster, const NetworkConfig& config,
                               CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
                               Algorithm algorithm = Algorithm::Auto, KeptState* kept = nullptr);
+
+// The algorithm and protocol the network runs that collective with (Auto resolved as
+// collective() resolves it: choose_algorithm, then the protocol NCCL's tuning would pick for the
+// size; docs/network.md, "Protocols").
+std::pair<Algorithm, Protocol> collective_choice(const topology::Cluster& cluster,
+                                                 const NetworkConfig& config, CollectiveKind kind,
+                                                 const std::vector<int>& ranks, Bytes size,
+                                                 Algorithm algorithm = Algorithm::Auto);
 
 }  // namespace cs::network

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_comm.hpp"
 
 namespace cs::replay {
 
@@ -29,6 +30,42 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
         .emplace(key, network::isolated_collective_time(cluster_, config_, kind, group, size,
                                                         network::Algorithm::Auto, kept_))
         .first->second;
+}
+
+workload::CommTimes exposed_by_kind(const PassRecord& pass) {
+    workload::CommTimes out{};
+    const auto dp = static_cast<std::size_t>(workload::CommKind::Dp);
+    out[dp] = pass.gather_wait;
+    if (pass.collective <= Time::zero()) return out;
+    std::int64_t nominal = 0;
+    if (pass.collective_kinds)
+        for (Time t : *pass.collective_kinds)
+            nominal += t.count_ps();
+    if (nominal <= 0)
+        throw SimulationError("replay", "a pass with collective time but no collective steps");
+    const std::int64_t total = pass.collective.count_ps();
+    if (total == nominal) {
+        for (std::size_t k = 0; k < out.size(); ++k)
+            out[k] += (*pass.collective_kinds)[k];
+        return out;
+    }
+    // Cumulative rounding: kind k gets round(total x (its nominal and those before) / nominal)
+    // minus what the kinds before got, so the parts sum to `total` exactly (and equal the
+    // nominal times when nothing was shortened).
+    std::int64_t before = 0, given = 0;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+        const std::int64_t mine = (*pass.collective_kinds)[k].count_ps();
+        if (mine == 0) continue;
+        before += mine;
+        const std::int64_t upto =
+            before == nominal ? total
+                              : static_cast<std::int64_t>(std::llround(
+                                    static_cast<double>(total) * static_cast<double>(before) /
+                                    static_cast<double>(nominal)));
+        out[k] += Time::ps(upto - given);
+        given = upto;
+    }
+    return out;
 }
 
 // ---- Replay state -----------------------------------------------------------------------------
@@ -69,6 +106,15 @@ struct WorkerScalars {
     Time unit_ready;  // when the next unit may start: the previous unit's end
     std::int64_t gathers_issued = 0, reduces_issued = 0;  // on the worker's shard streams
     bool replica_done = false;  // HSDP: gradient shards all-reduced across the shard groups
+    // Batched exchanges (Replay::batched_): the round whose passes run (-1 before the first
+    // exchange); whether its exchange is under way and its transfers not done; when it was
+    // posted and when its last transfer started (every peer had joined).
+    int round = -1;
+    bool exchanging = false;
+    int exchange_pending = 0;
+    Time exchange_started;
+    // --overlap-param-gather: the next op is a forward waiting for its chunk's parameters.
+    bool waiting_parameters = false;
 };
 
 struct Replay::WorkerState : WorkerScalars {
@@ -81,6 +127,10 @@ struct Replay::WorkerState : WorkerScalars {
     std::vector<int> backward_done;             // per chunk
     std::vector<Time> arrived_at;               // [arrival_key], filled only with a host model
     std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
+    // Batched exchanges: messages of this round's passes not posted yet, and per arrival key
+    // whether the worker has posted its receive.
+    std::vector<std::int32_t> held_sends;
+    std::vector<std::uint8_t> recv_posted;
 
     // The state of a new run, every container sized as in a newly built state (`keys` arrival
     // keys, `chunks` chunks; arrived_at only with a host model), keeping their storage.
@@ -96,6 +146,8 @@ struct Replay::WorkerState : WorkerScalars {
         else
             arrived_at.clear();
         unit_gather.clear();
+        held_sends.clear();
+        recv_posted.assign(keys, 0);
     }
 };
 
@@ -271,6 +323,24 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
     orders_.resize(static_cast<std::size_t>(layout_.pp));
     for (int s = 0; s < layout_.pp; ++s)
         orders_[static_cast<std::size_t>(s)] = schedule_.order(shape_, s);
+    // Megatron-LM without --overlap-grad-reduce reduces every model chunk's gradients after the
+    // whole backward (finalize_model_grads: finish_grad_sync of each chunk, one after another),
+    // as its local DDP did in 2021 (grad_reduce_after_backward); with one chunk that is the same
+    // as reducing it after its last backward.
+    reduce_after_backward_ = workload::dp_reduce_after_backward(spec_);
+    param_prefetch_ = layout_.overlap_param_gather && layout_.dp * layout_.cp > 1 &&
+                      layout_.sharding == workload::Sharding::Optimizer;
+    // Megatron-LM's schedules exchange in synchronised batches unless
+    // --overlap-p2p-communication; other frameworks, and schedules without rounds, send as passes
+    // end.
+    if (workload::batched_p2p(spec_) && layout_.pp > 1) {
+        batched_ = true;
+        for (int s = 0; s < layout_.pp && batched_; ++s) {
+            rounds_.push_back(schedule_.exchange_rounds(shape_, s));
+            batched_ = rounds_.back().size() == orders_[static_cast<std::size_t>(s)].size();
+        }
+        if (!batched_) rounds_.clear();
+    }
 
     const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
     states_.resize(workers_.size());
@@ -281,17 +351,27 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             for (int g : workers_[w].gpus)
                 if (std::binary_search(slow.gpus.begin(), slow.gpus.end(), g))
                     states_[w].host_factor = std::max(states_[w].host_factor, slow.factor);
-    if (layout_.dp > 1) {
+    // The gradient reduction spans the dp x cp GPUs holding the same parameters (Megatron-LM's
+    // data-parallel group with context parallelism); with cp > 1 the members of one tensor rank
+    // share one such group, registered once (dp_groups_ repeats it for them).
+    dp_ranks_ = layout_.dp * layout_.cp;
+    if (dp_ranks_ > 1) {
+        const auto dp_group = [&](int s, int m) {
+            return ranks_.dp_cp_group(worker_of(s, 0), m).gpus;
+        };
         if (placement_ && placement_->dp_groups.empty())
             for (int s = 0; s < layout_.pp; ++s)
                 for (int m = 0; m < members; ++m)
-                    placement_->dp_groups.push_back(
-                        ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus);
+                    placement_->dp_groups.push_back(dp_group(s, m));
         for (int s = 0; s < layout_.pp; ++s)
             for (int m = 0; m < members; ++m)
-                dp_groups_.push_back(network_->register_group(
-                    placement_ ? placement_->dp_groups[static_cast<std::size_t>(s * members + m)]
-                               : ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), m).gpus));
+                dp_groups_.push_back(
+                    layout_.cp > 1 && m >= layout_.tp
+                        ? dp_groups_[static_cast<std::size_t>(s * members + m % layout_.tp)]
+                        : network_->register_group(
+                              placement_
+                                  ? placement_->dp_groups[static_cast<std::size_t>(s * members + m)]
+                                  : dp_group(s, m)));
     }
     setup_sharding();
     // Every pass kind of every virtual stage, costed once before the run.
@@ -325,7 +405,7 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
             const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
             const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                              : network::CollectiveKind::AllReduce;
-            const auto& group = ranks_.group(workload::GroupKind::Dp, worker_of(s, 0), 0).gpus;
+            const auto& group = ranks_.dp_cp_group(worker_of(s, 0), 0).gpus;
             const int buckets = bucket_count_[static_cast<std::size_t>(s)];
             for (int b = 0; b + 1 < buckets; ++b)
                 overlapped_buckets_[static_cast<std::size_t>(s)] +=
@@ -350,7 +430,7 @@ Bytes Replay::bucket_bytes(int stage, int bucket) const {
 }
 
 bool Replay::overlaps_dp(int stage) const {
-    return layout_.overlap_grad_reduce && layout_.dp > 1 && !sharded_units_ &&
+    return layout_.overlap_grad_reduce && dp_ranks_ > 1 && !sharded_units_ &&
            plan_.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
 }
 
@@ -400,19 +480,50 @@ const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int 
 }
 
 Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {
+    using workload::Step;
     PassCost cost;
-    cost.step_times.reserve(plan.steps.size());
-    for (const auto& step : plan.steps) {
-        if (step.kind == workload::Step::Kind::Compute) {
-            cost.step_times.push_back(step.duration);
-            cost.compute += step.duration * step.repeat;
+    const auto& steps = plan.steps;
+    cost.step_times.resize(steps.size());
+    for (std::size_t k = 0; k < steps.size(); ++k)
+        // All workers have the same shape, so worker 0's groups stand for every worker's.
+        cost.step_times[k] =
+            steps[k].kind == Step::Kind::Compute
+                ? steps[k].duration
+                : costs_.cost(steps[k].collective, ranks_.group(steps[k].group, 0, 0).gpus,
+                              steps[k].size);
+    // A collective flagged to overlap its neighbour (Step::OverlapNext, OverlapPrevious): the
+    // pair takes overlapped_time of the two, the compute step slowed by compute.interference
+    // (with a framework) while they overlap, the collective's time what is left exposed.
+    const double interference = spec_.compute.framework != workload::Framework::None
+                                    ? spec_.compute.interference
+                                    : 0.0;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+        const Step& a = steps[k];
+        if (a.kind != Step::Kind::Collective) continue;
+        const bool next = a.has(Step::OverlapNext), previous = a.has(Step::OverlapPrevious);
+        if (!next && !previous) continue;
+        const std::size_t c = next ? k + 1 : k - 1;
+        if ((previous && k == 0) || c >= steps.size() || steps[c].kind != Step::Kind::Compute ||
+            steps[c].repeat != a.repeat)
+            throw SimulationError("replay", std::string("collective step '") + a.label +
+                                                "' overlaps a step that is not a compute step "
+                                                "of its repeat count");
+        const auto t = overlapped_time(cost.step_times[c].count_ps(),
+                                       cost.step_times[k].count_ps(),
+                                       cost.step_times[c].count_ps(),
+                                       cost.step_times[k].count_ps(), interference);
+        cost.step_times[c] += Time::ps(t.slowed);
+        cost.interference += Time::ps(t.slowed) * a.repeat;
+        cost.step_times[k] = Time::ps(t.exposed);
+    }
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+        const Time all = cost.step_times[k] * steps[k].repeat;
+        if (steps[k].kind == Step::Kind::Compute) {
+            cost.compute += all;
             continue;
         }
-        // All workers have the same shape, so worker 0's groups stand for every worker's.
-        const Time once =
-            costs_.cost(step.collective, ranks_.group(step.group, 0, 0).gpus, step.size);
-        cost.step_times.push_back(once);
-        cost.collective += once * step.repeat;
+        cost.collective += all;
+        cost.collective_kinds[static_cast<std::size_t>(steps[k].comm_kind())] += all;
     }
     const auto& host = spec_.compute.host;
     if (!host.enabled) return cost;
@@ -521,6 +632,12 @@ void Replay::decide_fold(ReplayResult& result) {
         result.fold_refused = "a run with faults is not folded";
         return;
     }
+    if (layout_.cp > 1 && dp_ranks_ > 1) {
+        result.fold_refused =
+            "context parallelism's gradient reduction spans the cp ranks of a tensor rank "
+            "(members share its group)";
+        return;
+    }
     std::vector<network::FoldClass> classes;
     // Pipeline messages: every pair of workers that exchange one, once.
     std::vector<std::pair<int, int>> pairs;
@@ -545,7 +662,7 @@ void Replay::decide_fold(ReplayResult& result) {
     }
     // DP collectives: per stage, every kind and size start_dp_sync, launch_bucket and
     // start_parameter_gather issue.
-    for (int s = 0; s < layout_.pp && layout_.dp > 1; ++s) {
+    for (int s = 0; s < layout_.pp && dp_ranks_ > 1; ++s) {
         const auto& dev = plan_.devices[static_cast<std::size_t>(s)];
         if (dev.dp_gradient_bytes.value <= 0) continue;
         network::FoldClass c;
@@ -565,7 +682,7 @@ void Replay::decide_fold(ReplayResult& result) {
         }
         if (dev.dp_sharded) {
             c.kind = network::CollectiveKind::AllGather;
-            c.size = Bytes{dev.dp_parameter_bytes.value * shape_.chunks};
+            c.size = Bytes{dev.dp_parameter_bytes.value * (param_prefetch_ ? 1 : shape_.chunks)};
             classes.push_back(c);
         }
     }
@@ -824,6 +941,7 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
     r.start = now;
     const PassCost& cost = pass_cost(op.pass, vs);
     r.compute = cost.compute;
+    r.interference = cost.interference;
     if (duration_model_) [[unlikely]]
         r.compute = modelled_compute(worker, r, r.compute);
     r.collective = cost.collective;
@@ -838,13 +956,15 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
         // min(compute, their time); the later buckets' readiness follows the longer pass.
         const Time overlap =
             std::min(r.compute, overlapped_buckets_[static_cast<std::size_t>(w.stage)]);
-        r.interference = Time::ps(static_cast<std::int64_t>(
+        const Time slowed = Time::ps(static_cast<std::int64_t>(
             std::llround(static_cast<double>(overlap.count_ps()) * spec_.compute.interference)));
-        r.compute += r.interference;
+        r.interference += slowed;
+        r.compute += slowed;
     }
     r.end = now + r.compute + r.collective;
     r.plan = &pass_plan(op, vs);
     r.step_times = cost.step_times;
+    r.collective_kinds = &cost.collective_kinds;
     r.id = next_pass_id_++;
     return last_backward;
 }
@@ -875,6 +995,15 @@ void Replay::try_start(int worker) {
     if (st.busy || st.finished_ops) return;
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    if (batched_) {
+        // A round's passes run one after another; between rounds the exchange. After the last
+        // round, one more with its sends alone.
+        if (st.exchanging) return;  // woken by exchange_transfer_done
+        const auto& rounds = rounds_[static_cast<std::size_t>(w.stage)];
+        const int next = st.cursor < order.size() ? rounds[st.cursor]
+                                                  : (rounds.empty() ? 0 : rounds.back() + 1);
+        if (next != st.round && post_exchange(worker, next)) return;
+    }
     if (st.cursor >= order.size()) {
         st.finished_ops = true;
         maybe_start_optimizer(worker);
@@ -904,6 +1033,14 @@ void Replay::try_start(int worker) {
 
     const Time now = sim_.now();
     emit_idle(worker, now, IdleCause::Pipeline);
+    // --overlap-param-gather: a chunk's forward waits for the chunk's parameters (a DP wait,
+    // told when they arrive: prefetch_parameters' completion).
+    if (param_prefetch_ && order[st.cursor].pass == Pass::Forward &&
+        !params_ready_[static_cast<std::size_t>(w.stage * shape_.chunks +
+                                                order[st.cursor].chunk)]) {
+        st.waiting_parameters = true;
+        return;
+    }
     std::array<bool, kMaxGroup> last_backward{};
     for (std::size_t k = 0; k < group; ++k)
         last_backward[k] =
@@ -1152,22 +1289,14 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             msg.record.end = now;
             messages_.push_back(msg);
             sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
-        } else {
-            const auto& dw = workers_[static_cast<std::size_t>(dst)];
-            const auto members = static_cast<std::size_t>(members_on_network_);
+        } else if (batched_) {
+            // Sent with the round's exchange (post_exchange).
+            msg.posted = false;
             messages_.push_back(msg);
-            // The message has arrived when every member's part has.
-            messages_.back().remaining =
-                send_parts(std::span(w.gpus).first(members), std::span(dw.gpus).first(members),
-                           msg.record.bytes, token_base_ + static_cast<std::uint64_t>(id));
-            // Replica folding: the same message of every replica this one stands for costs the
-            // same time (their classes are equal); the network's observers hear of its flows.
-            if (!followers_of(worker).empty()) {
-                if (bulk_accounting_)
-                    ++follower_sends_[{worker, dst, msg.record.bytes.value}];
-                else
-                    account_follower_sends(worker, dst, msg.record.bytes, 1);
-            }
+            st.held_sends.push_back(id);
+        } else {
+            messages_.push_back(msg);
+            start_message(static_cast<std::size_t>(id));
         }
     }
 
@@ -1176,7 +1305,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
     if (completes_gradients &&
         ++st.backward_done[static_cast<std::size_t>(r.chunk)] == chunk_microbatches() &&
         !overlaps_dp(w.stage) && !sharded_units_) {
-        if (!layout_.grad_reduce_after_backward) {
+        if (!reduce_after_backward_) {
             start_dp_sync(worker, r.chunk);
         } else if (all_chunks_backward_done(st)) {
             // Megatron-LM's local DDP: every chunk's all-reduce after the whole backward, one
@@ -1185,6 +1314,94 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             start_dp_sync(worker, 0);
         }
     }
+}
+
+void Replay::start_message(std::size_t id) {
+    Message& msg = messages_[id];
+    const int worker = msg.record.src_worker, dst = msg.record.dst_worker;
+    const auto& sw = workers_[static_cast<std::size_t>(worker)];
+    const auto& dw = workers_[static_cast<std::size_t>(dst)];
+    const auto members = static_cast<std::size_t>(members_on_network_);
+    msg.record.start = sim_.now();
+    // The message has arrived when every member's part has.
+    const Bytes bytes = msg.record.bytes;
+    msg.remaining = send_parts(std::span(sw.gpus).first(members),
+                               std::span(dw.gpus).first(members), bytes, token_base_ + id);
+    // Replica folding: the same message of every replica this one stands for costs the same time
+    // (their classes are equal); the network's observers hear of its flows.
+    if (!followers_of(worker).empty()) {
+        if (bulk_accounting_)
+            ++follower_sends_[{worker, dst, bytes.value}];
+        else
+            account_follower_sends(worker, dst, bytes, 1);
+    }
+    if (!batched_) return;
+    for (int w : {worker, dst}) {
+        auto& st = states_[static_cast<std::size_t>(w)];
+        st.exchange_started = std::max(st.exchange_started, sim_.now());
+    }
+}
+
+int Replay::input_sender(int worker, const schedule::PipelineOp& op, int vs) const {
+    const int last_vs = schedule_.virtual_stages(shape_) - 1;
+    int from = -1;
+    if (op.pass == Pass::Forward && vs > 0) from = vs - 1;
+    if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs)
+        from = vs + 1;
+    if (from < 0) return -1;
+    const auto place = schedule_.place(shape_, from, op.microbatch);
+    const int sender = worker_of(place.device, workers_[static_cast<std::size_t>(worker)].dp);
+    return sender == worker ? -1 : sender;
+}
+
+bool Replay::post_exchange(int worker, int next_round) {
+    // Megatron-LM's p2p_communication: one batch_isend_irecv of the round's outputs and the next
+    // round's inputs, then torch.cuda.synchronize(). NCCL's send and receive meet: a transfer
+    // starts once both ends have posted it, and the worker goes on when all of its batch is done.
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    const Worker& w = workers_[static_cast<std::size_t>(worker)];
+    const auto& order = orders_[static_cast<std::size_t>(w.stage)];
+    const auto& rounds = rounds_[static_cast<std::size_t>(w.stage)];
+    st.round = next_round;
+    st.exchange_started = sim_.now();
+    int pending = 0;
+    for (const std::int32_t id : st.held_sends) {
+        Message& msg = messages_[static_cast<std::size_t>(id)];
+        msg.posted = true;
+        ++pending;
+        const auto key = std::get<PipelineDelivery>(msg.purpose).arrival_key;
+        if (states_[static_cast<std::size_t>(msg.record.dst_worker)]
+                .recv_posted[static_cast<std::size_t>(key)])
+            start_message(static_cast<std::size_t>(id));
+    }
+    st.held_sends.clear();
+    for (std::size_t i = st.cursor; i < order.size() && rounds[i] == next_round; ++i) {
+        const auto& op = order[i];
+        const int vs = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
+        if (input_sender(worker, op, vs) < 0) continue;
+        const int key = input_key(op, vs);
+        st.recv_posted[static_cast<std::size_t>(key)] = 1;
+        ++pending;
+        const int id = st.pending_message[static_cast<std::size_t>(key)];
+        if (id >= 0 && messages_[static_cast<std::size_t>(id)].posted)
+            start_message(static_cast<std::size_t>(id));
+    }
+    st.exchange_pending += pending;
+    st.exchanging = st.exchange_pending > 0;
+    return st.exchanging;
+}
+
+void Replay::exchange_transfer_done(int worker) {
+    auto& st = states_[static_cast<std::size_t>(worker)];
+    if (--st.exchange_pending > 0) return;
+    st.exchanging = false;
+    // Waiting for the peers to join is the pipeline's dependency; what is left once all have
+    // joined is the exchange's own transfers.
+    emit_idle(worker, st.exchange_started, IdleCause::Pipeline);
+    emit_idle(worker, sim_.now(), IdleCause::PipelineComm);
+    // The host synchronised with the device: it issues nothing before the exchange is done.
+    if (spec_.compute.host.enabled) st.host_free = std::max(st.host_free, sim_.now());
+    try_start(worker);
 }
 
 bool Replay::all_chunks_backward_done(const WorkerState& st) const {
@@ -1196,9 +1413,9 @@ void Replay::start_dp_sync(int worker, int chunk) {
     auto& st = states_[static_cast<std::size_t>(worker)];
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
-    if (layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0) {
+    if (dp_ranks_ <= 1 || dev.dp_gradient_bytes.value <= 0) {
         // Nothing to reduce: with grad_reduce_after_backward this call stands for every chunk.
-        st.dp_done += layout_.grad_reduce_after_backward ? shape_.chunks : 1;
+        st.dp_done += reduce_after_backward_ ? shape_.chunks : 1;
         return;
     }
     // The collective starts once every replica of the stage has finished this chunk's backward
@@ -1207,7 +1424,7 @@ void Replay::start_dp_sync(int worker, int chunk) {
     int ready = 0;
     for (int d = 0; d < layout_.dp; ++d) {
         const auto& other = states_[static_cast<std::size_t>(simulated_worker(w.stage, d))];
-        if (layout_.grad_reduce_after_backward
+        if (reduce_after_backward_
                 ? all_chunks_backward_done(other)
                 : other.backward_done[static_cast<std::size_t>(chunk)] == chunk_microbatches())
             ++ready;
@@ -1268,8 +1485,10 @@ void Replay::start_parameter_gather(int worker) {
     const Worker& w = workers_[static_cast<std::size_t>(worker)];
     const auto& dev = plan_.devices[static_cast<std::size_t>(w.stage)];
     // ZeRO-3 keeps its parameters sharded: the next forward's unit all-gathers fetch them.
-    if (!dev.dp_sharded || layout_.dp <= 1 || dev.dp_gradient_bytes.value <= 0 ||
-        layout_.sharding == workload::Sharding::Parameters) {
+    // With --overlap-param-gather the next iteration's forwards wait for them (as this one's
+    // did, prefetch_parameters).
+    if (!dev.dp_sharded || dp_ranks_ <= 1 || dev.dp_gradient_bytes.value <= 0 ||
+        layout_.sharding == workload::Sharding::Parameters || param_prefetch_) {
         st.parameters_done = true;
         return;
     }
@@ -1337,7 +1556,8 @@ int Replay::dp_collective_count(TransferRecord::Scope scope) const {
     const int members = ranks_.members();
     switch (scope) {
         case TransferRecord::Scope::Dp:
-            return members_on_network_;  // 1 when member 0 stands for all (decide_fold)
+            // 1 when member 0 stands for all (decide_fold); with cp > 1 one per tensor rank.
+            return std::min(members_on_network_, layout_.cp > 1 ? layout_.tp : members);
         case TransferRecord::Scope::Shard:
             return members * (layout_.dp / shard_size_);
         case TransferRecord::Scope::Replica:
@@ -1354,7 +1574,9 @@ void Replay::issue_dp(int stage, network::CollectiveKind kind, TransferRecord::S
         const auto base = static_cast<std::size_t>(stage * members + m);
         switch (scope) {
             case TransferRecord::Scope::Dp:
-                if (m >= members_on_network_) break;  // folded: member 0 stands for all
+                // Folded: member 0 stands for all; with cp > 1 the members of a tensor rank
+                // share its group (the first context rank issues it).
+                if (m >= members_on_network_ || (layout_.cp > 1 && m >= layout_.tp)) break;
                 network_->collective(kind, dp_groups_[base], bytes, network::Algorithm::Auto,
                                      token_base_ + id);
                 break;
@@ -1669,7 +1891,12 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     const auto purpose = msg.purpose;
     const int launcher = msg.record.src_worker;
     if (const auto* p2p = std::get_if<PipelineDelivery>(&purpose)) {
-        deliver(msg.record.dst_worker, p2p->arrival_key);
+        const int dst = msg.record.dst_worker;
+        deliver(dst, p2p->arrival_key);
+        if (batched_) {
+            exchange_transfer_done(launcher);
+            exchange_transfer_done(dst);
+        }
         return;
     }
     for (auto* o : observers_)
@@ -1683,6 +1910,20 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
             const int w = worker_of(replica->stage, d);
             states_[static_cast<std::size_t>(w)].replica_done = true;
             maybe_start_optimizer(w);
+        }
+        return;
+    }
+    if (const auto* prefetch = std::get_if<PrefetchGather>(&purpose)) {
+        params_ready_[static_cast<std::size_t>(prefetch->stage * shape_.chunks +
+                                               prefetch->chunk)] = 1;
+        prefetch_parameters(prefetch->stage);
+        for (int d = 0; d < layout_.dp; ++d) {
+            const int w = worker_of(prefetch->stage, d);
+            auto& st = states_[static_cast<std::size_t>(w)];
+            if (follower(w) || !st.waiting_parameters) continue;
+            st.waiting_parameters = false;
+            emit_idle(w, sim.now(), IdleCause::Collective);
+            try_start(w);
         }
         return;
     }
@@ -1710,8 +1951,36 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
     const auto& sync = std::get<GradientSync>(purpose);
     chunk_synchronised(sync.stage);
     // grad_reduce_after_backward: the stage's next chunk follows on the same communicator.
-    if (layout_.grad_reduce_after_backward && sync.chunk + 1 < shape_.chunks)
+    if (reduce_after_backward_ && sync.chunk + 1 < shape_.chunks)
         issue_dp_sync(launcher, sync.chunk + 1);
+}
+
+void Replay::prefetch_parameters(int stage) {
+    // The distributed optimizer's updated 16-bit parameters of the stage's next chunk, gathered
+    // over the dp x cp group (Megatron-LM's --overlap-param-gather dispatches them bucket by
+    // bucket before the forward pre-hooks wait for them; here per chunk, in chunk order). A
+    // stage without gradients to shard has its parameters ready.
+    auto& next = next_prefetch_[static_cast<std::size_t>(stage)];
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    if (next >= shape_.chunks) return;
+    const int chunk = next++;
+    if (dev.dp_parameter_bytes.value <= 0) {
+        params_ready_[static_cast<std::size_t>(stage * shape_.chunks + chunk)] = 1;
+        prefetch_parameters(stage);
+        return;
+    }
+    Message msg;
+    msg.record.kind = TransferRecord::Kind::DpParameters;
+    msg.record.src_worker = msg.record.dst_worker = worker_of(stage, 0);
+    msg.record.bytes = dev.dp_parameter_bytes;
+    msg.record.start = sim_.now();
+    msg.record.label = "prefetch parameter all-gather";
+    msg.purpose = PrefetchGather{stage, chunk};
+    msg.remaining = dp_collective_count(TransferRecord::Scope::Dp);
+    const auto id = static_cast<std::uint64_t>(messages_.size());
+    messages_.push_back(msg);
+    issue_dp(stage, network::CollectiveKind::AllGather, TransferRecord::Scope::Dp,
+             dev.dp_parameter_bytes, id);
 }
 
 void Replay::chunk_synchronised(int stage) {
@@ -1741,6 +2010,12 @@ void Replay::start() {
     }
     decide_fold(started_);
     decide_replica_fold(started_);
+    if (param_prefetch_) {
+        params_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
+        next_prefetch_.assign(static_cast<std::size_t>(layout_.pp), 0);
+        for (int s = 0; s < layout_.pp; ++s)
+            prefetch_parameters(s);
+    }
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w))) try_start(static_cast<int>(w));
 }

@@ -42,7 +42,11 @@ namespace cs::replay {
 
 enum class IdleCause : std::uint8_t {
     Pipeline,    // waiting for another stage's activation or gradient, warm-up and cool-down
-    Collective,  // waiting for the worker's own collectives (TP/CP/EP inside passes, DP at the end)
+    Collective,  // waiting for the worker's own DP collectives (gradient sync, parameter gather)
+    // Waiting inside a batched point-to-point exchange (Megatron-LM's schedules) for its
+    // transfers once every peer has joined it: the pipeline's exposed communication. The wait
+    // for peers to join is Pipeline.
+    PipelineComm,
     // Waiting for the host to issue the next pass's first kernel (compute.host): the part of the
     // wait beyond max(the GPU's previous work, the pass's input arriving).
     Host,
@@ -77,7 +81,8 @@ struct PassRecord {
     // host-bound pass, for kernels the host had not issued yet. Zero without a host model.
     Time host_stall;
     // Part of compute added by compute-communication interference (compute.interference): the
-    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it.
+    // last backward pass of a chunk slowed by the DP gradient buckets reduced during it, and the
+    // compute steps slowed by the collectives overlapping them (Step::OverlapNext).
     Time interference;
     // Part of [start, end) the GPU waited inside the pass for ZeRO-3 parameter all-gathers
     // (parallelism.sharding: zero3) of its units that prefetching did not hide. The pass's steps
@@ -90,8 +95,19 @@ struct PassRecord {
     // (compute plus `interference`).
     // Points into the Replay, which computed it once for the plan; valid while the Replay lives.
     std::span<const Time> step_times;
+    // The plan's blocking collectives by what they are for (workload::Step::comm_kind), each the
+    // sum of its steps' step_times x repeat as costed for the plan: `collective` before an
+    // overlapped group shortened it (exposed_by_kind shares that out). Points into the Replay,
+    // like step_times; null for a pass without a plan.
+    const workload::CommTimes* collective_kinds = nullptr;
     std::uint64_t id = 0;  // unique per pass in the iteration, for dependency arrows
 };
+
+// The pass's exposed communication by kind, summing exactly to collective + gather_wait: its
+// blocking collectives (collective_kinds, or, where an overlapped group left only part of them
+// exposed, `collective` shared out in proportion to them, rounded cumulatively so the parts add
+// up) and its wait for ZeRO-3 parameter gathers (data parallelism).
+workload::CommTimes exposed_by_kind(const PassRecord& pass);
 
 struct TransferRecord {
     enum class Kind : std::uint8_t { Activation, Gradient, DpGradients, DpParameters } kind;
@@ -337,6 +353,10 @@ class Replay final : public EventHandler, public network::TransferClient {
   private:
     struct PassCost {
         Time compute, collective;
+        workload::CommTimes collective_kinds{};  // PassRecord::collective_kinds
+        // Part of compute added by the interference of overlapped collectives (Step::
+        // OverlapNext, OverlapPrevious), in step_times already.
+        Time interference;
         std::vector<Time> step_times;  // PassRecord::step_times
         // With a host model: the plan's kernels and their issue (host.hpp); blocks[i] is a
         // compute step when block_compute[i] (a duration model scales those).
@@ -360,6 +380,12 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct ParameterGather {  // distributed optimizer: updated parameters all-gathered back
         int stage;
     };
+    // --overlap-param-gather: the previous step's parameters of one chunk, gathered under this
+    // iteration's forward passes (the chunk's first forward waits for it).
+    struct PrefetchGather {
+        int stage;
+        int chunk;
+    };
     struct UnitCollective {  // ZeRO-2/3: one unit's all-gather or reduce-scatter, a shard group
         int stream;          // index into shard_streams_
         bool gather;
@@ -370,11 +396,14 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct Message {
         TransferRecord record;
         int remaining = 0;  // transfers (one per GPU or per DP group) still running
+        // Batched exchanges (batched_): the sender has posted it (its exchange began); it goes
+        // on the network once the receiver has posted its receive too.
+        bool posted = true;
         // HSDP: after this reduce-scatter inside the shard groups, an all-reduce of this many
         // bytes per GPU across them completes the message (0: nothing more).
         Bytes then_all_reduce;
         std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather,
-                     UnitCollective, ReplicaReduce>
+                     UnitCollective, ReplicaReduce, PrefetchGather>
             purpose;
     };
     // ZeRO-2/3: the all-gathers (or reduce-scatters) of one shard group of one stage, in the
@@ -391,6 +420,17 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The most passes an overlapped group (PipelineOp::overlap) may hold.
     static constexpr std::size_t kMaxGroup = 4;
     void try_start(int worker);
+    // Megatron-LM's batched exchanges (docs/schedules.md, "What interleaving costs"): the
+    // worker's exchange after its round (the round's outputs and the next round's inputs, held
+    // until all are done); true when it must wait for it.
+    bool post_exchange(int worker, int next_round);
+    // A pipeline message of `worker`'s onto the network (its member transfers, the followers'
+    // accounting).
+    void start_message(std::size_t id);
+    // One transfer of `worker`'s exchange is done; the exchange ends with its last.
+    void exchange_transfer_done(int worker);
+    // The worker that sends the input `op` at virtual stage `vs` needs, or -1 (none, or itself).
+    int input_sender(int worker, const schedule::PipelineOp& op, int vs) const;
     // The arrival key a pass waits for (its activation or gradient), or -1.
     int input_key(const schedule::PipelineOp& op, int vs) const;
     // Fills `r` for `op` starting at `now` (nominal or modelled compute, bucket interference);
@@ -532,6 +572,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     ReplayResult started_;  // decide_fold's part of the result, between start() and finish()
     CollectiveCosts costs_;
     std::vector<std::vector<schedule::PipelineOp>> orders_;  // per stage, shared by dp replicas
+    // Batched exchanges (Schedule::exchange_rounds) under Megatron-LM without
+    // overlap_p2p_comm: per stage the round of each op; empty: asynchronous sends.
+    bool batched_ = false;
+    std::vector<std::vector<int>> rounds_;
+    // Every chunk's DP gradient reduction after the stage's whole backward, one chunk after
+    // another (grad_reduce_after_backward, or Megatron-LM without overlap_grad_reduce).
+    bool reduce_after_backward_ = false;
     std::vector<Worker> workers_;
     std::vector<WorkerState> states_;
     ReplayScratch* scratch_ = nullptr;  // where workers_ and states_ go back, or null
@@ -544,6 +591,13 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<FollowerCopier*> copiers_;     // per observer: itself as a FollowerCopier, or null
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
+    int dp_ranks_ = 1;  // dp x cp: the GPUs of one gradient reduction (dp_cp_group)
+    // --overlap-param-gather: per (stage, chunk) whether its parameters are gathered, and the
+    // next chunk each stage gathers (one after another on its DP communicator).
+    bool param_prefetch_ = false;
+    std::vector<std::uint8_t> params_ready_;
+    std::vector<int> next_prefetch_;
+    void prefetch_parameters(int stage);
     // Sharded data parallelism: the shard group size S (dp without HSDP), the shard groups
     // [(stage * tp*cp + member) * dp/S + g] and the cross-shard (replica) groups
     // [(stage * tp*cp + member) * S + i] (HSDP only).

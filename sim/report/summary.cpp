@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iomanip>
 
 namespace cs::report {
 
@@ -22,6 +23,9 @@ void MetricsObserver::on_pass(const replay::PassRecord& pass) {
     // A ZeRO-3 pass's wait for its units' all-gathers is exposed communication like its
     // blocking collectives.
     w.collective += pass.collective + pass.gather_wait;
+    const workload::CommTimes kinds = replay::exposed_by_kind(pass);
+    for (std::size_t k = 0; k < kinds.size(); ++k)
+        w.exposed[k] += kinds[k];
     w.host_stall += pass.host_stall;
     if (pass.host_stall > Time::zero()) {
         ++host_bound_passes_;
@@ -38,7 +42,14 @@ void MetricsObserver::on_idle(int worker, Time start, Time end, replay::IdleCaus
             w.idle_pipeline += end - start;
             break;
         case replay::IdleCause::Collective:
+            // The collectives a worker waits for outside its passes are its DP ones.
             w.idle_collective += end - start;
+            w.exposed[static_cast<std::size_t>(workload::CommKind::Dp)] += end - start;
+            break;
+        case replay::IdleCause::PipelineComm:
+            // Inside a batched exchange once every peer has joined: its own p2p transfers.
+            w.idle_collective += end - start;
+            w.exposed[static_cast<std::size_t>(workload::CommKind::Pipeline)] += end - start;
             break;
         case replay::IdleCause::Host:
             w.idle_host += end - start;
@@ -211,6 +222,8 @@ Summary summarize(const SummaryInputs& in) {
         if (T > 0) {
             st.bubble_fraction += p.idle_pipeline.seconds() / T;
             st.exposed_comm_fraction += (p.collective + p.idle_collective).seconds() / T;
+            for (std::size_t k = 0; k < p.exposed.size(); ++k)
+                st.exposed_by_kind[k] += p.exposed[k].seconds() / T;
             st.idle_fraction += (T - p.compute.seconds()) / T;
             st.host_fraction += (p.idle_host + p.host_stall).seconds() / T;
         }
@@ -223,6 +236,8 @@ Summary summarize(const SummaryInputs& in) {
         st.busy_s /= n;
         st.bubble_fraction /= n;
         st.exposed_comm_fraction /= n;
+        for (double& f : st.exposed_by_kind)
+            f /= n;
         st.idle_fraction /= n;
         st.host_fraction /= n;
         if (i < in.peak_inflight.size()) st.peak_inflight_microbatches = in.peak_inflight[i];
@@ -232,6 +247,8 @@ Summary summarize(const SummaryInputs& in) {
             st.peak_activation_bytes = plan.devices[i].memory.activations.value;
         s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
         s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
+        for (std::size_t k = 0; k < st.exposed_by_kind.size(); ++k)
+            s.exposed_by_kind[k] += st.exposed_by_kind[k] / static_cast<double>(stages.size());
         s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());
         s.host_fraction += st.host_fraction / static_cast<double>(stages.size());
     }
@@ -291,12 +308,30 @@ nlohmann::ordered_json trace_summary(const Summary& s) {
     return meta;
 }
 
+const std::array<std::string, workload::kCommKinds>& exposed_kind_keys() {
+    static const std::array<std::string, workload::kCommKinds> keys = [] {
+        std::array<std::string, workload::kCommKinds> k;
+        for (std::size_t i = 0; i < k.size(); ++i)
+            k[i] = "exposed_" + std::string(workload::kCommKindNames[i].name) + "_fraction";
+        return k;
+    }();
+    return keys;
+}
+
+namespace {
+void put_exposed(nlohmann::ordered_json& j, const std::array<double, workload::kCommKinds>& f) {
+    for (std::size_t k = 0; k < f.size(); ++k)
+        j[exposed_kind_keys()[k]] = f[k];
+}
+}  // namespace
+
 nlohmann::ordered_json to_json(const Summary& s) {
     nlohmann::ordered_json j;
     j["schedule"] = s.schedule;
     j["iteration_time_s"] = s.iteration_time_s;
     j["bubble_fraction"] = s.bubble_fraction;
     j["exposed_comm_fraction"] = s.exposed_comm_fraction;
+    put_exposed(j, s.exposed_by_kind);
     j["idle_fraction"] = s.idle_fraction;
     j["host_fraction"] = s.host_fraction;
     j["host_bound_passes"] = s.host_bound_passes;
@@ -310,16 +345,19 @@ nlohmann::ordered_json to_json(const Summary& s) {
                         {"cp", s.cp}, {"ep", s.ep}, {"vpp", s.vpp}};
     j["p2p_bytes"] = s.p2p_bytes;
     auto& stages = j["stages"] = nlohmann::ordered_json::array();
-    for (const auto& st : s.stages)
-        stages.push_back({{"stage", st.stage},
-                          {"busy_s", st.busy_s},
-                          {"pass_span_s", st.pass_span_s},
-                          {"bubble_fraction", st.bubble_fraction},
-                          {"exposed_comm_fraction", st.exposed_comm_fraction},
-                          {"idle_fraction", st.idle_fraction},
-                          {"host_fraction", st.host_fraction},
-                          {"peak_inflight_microbatches", st.peak_inflight_microbatches},
-                          {"peak_activation_bytes", st.peak_activation_bytes}});
+    for (const auto& st : s.stages) {
+        nlohmann::ordered_json o = {{"stage", st.stage},
+                                    {"busy_s", st.busy_s},
+                                    {"pass_span_s", st.pass_span_s},
+                                    {"bubble_fraction", st.bubble_fraction},
+                                    {"exposed_comm_fraction", st.exposed_comm_fraction}};
+        put_exposed(o, st.exposed_by_kind);
+        o["idle_fraction"] = st.idle_fraction;
+        o["host_fraction"] = st.host_fraction;
+        o["peak_inflight_microbatches"] = st.peak_inflight_microbatches;
+        o["peak_activation_bytes"] = st.peak_activation_bytes;
+        stages.push_back(std::move(o));
+    }
     auto& links = j["links"] = nlohmann::ordered_json::array();
     for (const auto& l : s.links)
         links.push_back({{"name", l.name},
@@ -412,6 +450,14 @@ std::string num(double v, const char* fmt = "%.4g") {
     std::snprintf(b, sizeof b, fmt, v);
     return b;
 }
+// " tp 1.20%  cp 0.00%  ep 0.00%  dp 3.40%  pipeline 0.10%"
+std::string exposed_parts(const std::array<double, workload::kCommKinds>& f) {
+    std::string out;
+    for (std::size_t k = 0; k < f.size(); ++k)
+        out += " " + std::string(workload::kCommKindNames[k].name) + " " + pct(f[k]) +
+               (k + 1 < f.size() ? " " : "");
+    return out;
+}
 }  // namespace
 
 void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
@@ -423,6 +469,7 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
         << format_time(Time::from_seconds_ceil(s.iteration_time_s)) << "\n"
         << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
         << "exposed comm fraction " << pct(s.exposed_comm_fraction) << "\n"
+        << "  by kind            " << exposed_parts(s.exposed_by_kind) << "\n"
         << "idle fraction         " << pct(s.idle_fraction) << "\n"
         << "host fraction         " << pct(s.host_fraction) << "\n"
         << "MFU / HFU             " << pct(s.mfu) << " / " << pct(s.hfu) << "\n"
@@ -512,6 +559,9 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
                       st.peak_inflight_microbatches);
         out << line;
     }
+    out << "\nstage   exposed comm by kind\n";
+    for (const auto& st : s.stages)
+        out << std::left << std::setw(7) << st.stage << exposed_parts(st.exposed_by_kind) << "\n";
     if (!s.links.empty()) {
         out << "\nbusiest links (" << s.links.size() << " carried traffic)\n"
             << "link                                   kind        bytes        util     max "

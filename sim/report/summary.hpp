@@ -1,6 +1,7 @@
 // Metrics of one simulated iteration, collected by observing the replay (the models never compute
 // metrics), and their renderings: the summary JSON of DESIGN.md's contract and a text table.
 #pragma once
+#include <array>
 #include <bit>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,9 @@ struct StageSummary {
     double pass_span_s = 0;
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
+    // exposed_comm_fraction by what the communication is for (workload::kCommKindNames: tp, cp,
+    // ep, dp, pipeline); the parts add up to it (each GPU's parts to the picosecond).
+    std::array<double, workload::kCommKinds> exposed_by_kind{};
     double idle_fraction = 0;
     double host_fraction = 0;
     int peak_inflight_microbatches = 0;      // chunk activations held at once, at the peak
@@ -108,6 +112,9 @@ struct Summary {
     double iteration_time_s = 0;
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
+    // exposed_comm_fraction split by kind (tp, cp, ep, dp, pipeline), mean over GPUs; the parts
+    // add up to it (StageSummary::exposed_by_kind).
+    std::array<double, workload::kCommKinds> exposed_by_kind{};
     double idle_fraction = 0;
     // GPU time waiting for the host to issue kernels (IdleCause::Host idle before passes and
     // PassRecord::host_stall inside them) over iteration time, mean over GPUs.
@@ -155,6 +162,9 @@ class MetricsObserver final : public replay::ReplayObserver, public replay::Foll
 
     struct PerWorker {
         Time compute, collective, idle_pipeline, idle_collective;
+        // collective + idle_collective by kind (replay::exposed_by_kind for passes; the idle
+        // time waiting for the worker's DP collectives), summing to them exactly.
+        workload::CommTimes exposed{};
         Time idle_host, host_stall;                    // before passes / inside host-bound passes
         Time first_pass = Time::max(), last_pass_end;  // first_pass is max() until a pass ran
     };
@@ -318,6 +328,11 @@ struct SummaryInputs {
 Summary summarize(const SummaryInputs& in);
 // Fills s.goodput from spec.goodput and the iteration s describes (docs/what-if.md).
 void add_goodput(Summary& s, const workload::ExperimentSpec& spec);
+
+// The summary's names of the exposed-communication parts: "exposed_tp_fraction", ...,
+// "exposed_pipeline_fraction" (JSON keys of the summary and of each stage, CSV, compare and
+// sweep columns), in workload::CommKind order.
+const std::array<std::string, workload::kCommKinds>& exposed_kind_keys();
 
 nlohmann::ordered_json to_json(const Summary& s);
 // What a trace records of the summary (its closing metadata): to_json without `links` (the trace

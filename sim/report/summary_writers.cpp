@@ -43,12 +43,17 @@ std::string csv_number(double v) {
 SummaryWriterEntry csv_summary_writer() {
     return {"csv", ".csv", "CSV, one header line and one row of the run's scalar figures",
             [](std::ostream& out, const Summary& s) {
-                out << "schedule,iteration_time_s,bubble_fraction,exposed_comm_fraction,"
-                       "idle_fraction,host_fraction,mfu,hfu,tokens_per_s,tflops_per_gpu,world_size,"
+                out << "schedule,iteration_time_s,bubble_fraction,exposed_comm_fraction,";
+                for (const std::string& key : exposed_kind_keys())
+                    out << key << ",";
+                out << "idle_fraction,host_fraction,mfu,hfu,tokens_per_s,tflops_per_gpu,world_size,"
                        "microbatches,tp,pp,dp,cp,ep,vpp,memory_per_gpu_bytes\n";
                 out << csv_field(s.schedule);
-                for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction,
-                                 s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s,
+                for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction})
+                    out << "," << csv_number(v);
+                for (double v : s.exposed_by_kind)
+                    out << "," << csv_number(v);
+                for (double v : {s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s,
                                  s.tflops_per_gpu})
                     out << "," << csv_number(v);
                 for (long long v :

@@ -461,6 +461,8 @@ void TraceWriter::emit_pass(Pending& e) {
                     stream = kTp;
                     break;
                 case workload::GroupKind::Cp:
+                case workload::GroupKind::CpInner:
+                case workload::GroupKind::CpOuter:
                     stream = kCp;
                     break;
                 case workload::GroupKind::Ep:

@@ -13,6 +13,15 @@ PipelineOp backward(int microbatch) {
     return PipelineOp{Pass::Backward, microbatch, 0};
 }
 
+// Every pass its own round: Megatron-LM's non-interleaved schedule exchanges after every pass
+// (send_forward_recv_backward after a forward, send_backward_recv_forward after a backward).
+std::vector<int> one_round_per_pass(const PipelineShape& shape) {
+    std::vector<int> rounds(2 * static_cast<std::size_t>(shape.microbatches));
+    for (std::size_t i = 0; i < rounds.size(); ++i)
+        rounds[i] = static_cast<int>(i);
+    return rounds;
+}
+
 class GPipe final : public Schedule {
   public:
     std::string name() const override { return "gpipe"; }
@@ -30,6 +39,11 @@ class GPipe final : public Schedule {
         for (int i = 0; i < shape.microbatches; ++i)
             ops.push_back(backward(i));
         return ops;
+    }
+    // Megatron-LM has no GPipe; its p2p pattern (one exchange after every pass) applies.
+    std::vector<int> exchange_rounds(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        return one_round_per_pass(shape);
     }
 };
 
@@ -57,6 +71,10 @@ class OneFOneB final : public Schedule {
         for (int i = m - warmup; i < m; ++i)
             ops.push_back(backward(i));
         return ops;
+    }
+    std::vector<int> exchange_rounds(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        return one_round_per_pass(shape);
     }
 };
 

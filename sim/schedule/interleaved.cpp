@@ -66,6 +66,27 @@ class Interleaved final : public Schedule {
             ops.push_back(backward(k));
         return ops;
     }
+
+    // Megatron-LM's steps: each warm-up forward (send_forward_recv_forward), each steady
+    // (forward, backward) pair (one send_forward_backward_recv_forward_backward after both: the
+    // forward's output waits for the backward), each cool-down backward
+    // (send_backward_recv_backward).
+    std::vector<int> exchange_rounds(const PipelineShape& shape, int device) const override {
+        require_valid(*this, shape, device);
+        const int p = shape.devices;
+        const int total = shape.microbatches * shape.chunks;
+        const int warmup = std::min((p - device - 1) * 2 + (shape.chunks - 1) * p, total);
+        std::vector<int> rounds;
+        rounds.reserve(2 * static_cast<std::size_t>(total));
+        int round = 0;
+        for (int k = 0; k < warmup; ++k)
+            rounds.push_back(round++);
+        for (int k = 0; k < total - warmup; ++k, ++round)
+            rounds.insert(rounds.end(), 2, round);
+        for (int k = total - warmup; k < total; ++k)
+            rounds.push_back(round++);
+        return rounds;
+    }
 };
 
 }  // namespace

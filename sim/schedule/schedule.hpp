@@ -77,6 +77,16 @@ class Schedule {
     // device d holds stage d of one copy (chunk 0, the microbatches that enter at device 0) and
     // stage p-1-d of the other (chunk 1, those that enter at device p-1).
     virtual int model_copies() const { return 1; }
+    // Megatron-LM's batched point-to-point exchanges (docs/schedules.md, "What interleaving
+    // costs"): for each op of order(shape, device), index for index, the round it belongs to
+    // (non-decreasing from 0). After a round the device sends the outputs of its passes and
+    // receives the inputs of the next round's passes in one batch, and waits for all of it
+    // (batch_isend_irecv, then torch.cuda.synchronize()). Empty (the default): the schedule has
+    // no such rounds and its passes send as they end (the replay's asynchronous sends).
+    virtual std::vector<int> exchange_rounds(const PipelineShape& shape, int device) const {
+        (void)shape, (void)device;
+        return {};
+    }
     // Virtual stages a microbatch runs through: devices x chunks / model_copies.
     int virtual_stages(const PipelineShape& shape) const {
         return shape.devices * shape.chunks / model_copies();

@@ -53,6 +53,7 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
                               "calibrate --nccl-tests)");
         workload::apply_network_calibration(cal, config);
     }
+    config.protocol[static_cast<std::size_t>(request.kind)] = request.protocol;
     const double factor = busbw_factor(request.kind, static_cast<int>(ranks.size()));
     CollectiveReport report;
     report.topology = loaded.display_path;
@@ -74,6 +75,8 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
             row.time =
                 isolated_collective_time(cluster, config, request.kind, ranks, row.size, used[i]) +
                 request.host_overhead;
+            row.protocol =
+                collective_choice(cluster, config, request.kind, ranks, row.size, used[i]).second;
         } catch (const ClockOverflow&) {
             throw ConfigError(SourceLocation{"--sizes " + std::to_string(row.size.value) + "B"},
                               "a collective of this size takes longer than the simulator's clock "
@@ -97,6 +100,7 @@ nlohmann::json collective_json(const CollectiveReport& report) {
         row["algbw_GBps"] = r.algbw_GBps;
         row["busbw_GBps"] = r.busbw_GBps;
         row["algorithm"] = network::algorithm_name(r.algorithm);
+        row["protocol"] = network::protocol_name(r.protocol);
         rows.push_back(std::move(row));
     }
     return rows;

@@ -28,6 +28,8 @@ struct CollectiveRequest {
     std::vector<Bytes> sizes;  // as requested; each row simulates nccl_counts' size column
     NcclDataType data_type{"float", 4};
     network::Algorithm algorithm = network::Algorithm::Auto;
+    // The NCCL protocol to run (`--protocol`), or Auto: as NCCL's tuning picks by size.
+    network::Protocol protocol = network::Protocol::Auto;
     network::Fidelity fidelity = network::Fidelity::Flow;
     bool nominal = false;  // nominal link capacities, no step overheads, instead of calibrated
     // A calibration file's network constants on top of the measured defaults (clustersim
@@ -43,6 +45,7 @@ struct CollectiveRow {
     Time time;
     double algbw_GBps = 0, busbw_GBps = 0;
     network::Algorithm algorithm = network::Algorithm::Auto;  // the one used
+    network::Protocol protocol = network::Protocol::Simple;    // the one used
 };
 
 struct CollectiveReport {
@@ -57,7 +60,7 @@ struct CollectiveReport {
 // row is simulated. Throws ConfigError for bad input.
 CollectiveReport run_collective(const CollectiveRequest& request);
 
-// A JSON list of rows (`bytes`, `time_s`, `algbw_GBps`, `busbw_GBps`, `algorithm`).
+// A JSON list of rows (`bytes`, `time_s`, `algbw_GBps`, `busbw_GBps`, `algorithm`, `protocol`).
 nlohmann::json collective_json(const CollectiveReport& report);
 
 }  // namespace cs::api

@@ -21,7 +21,8 @@
 namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
-                                   bubble_fraction, exposed_comm_fraction, dp, memory_bytes, fits,
+                                   bubble_fraction, exposed_comm_fraction, exposed_by_kind, dp,
+                                   memory_bytes, fits,
                                    summary, summary_digest, wall_time_s)
 
 namespace {
@@ -254,6 +255,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
                                  .mfu = s.mfu,
                                  .bubble_fraction = s.bubble_fraction,
                                  .exposed_comm_fraction = s.exposed_comm_fraction,
+                                 .exposed_by_kind = s.exposed_by_kind,
                                  .dp = s.dp,
                                  .memory_bytes = s.memory.total.value,
                                  .fits = hbm.value <= 0 || s.memory.total <= hbm,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 
 #include "ingest/inputs.hpp"
 #include "session/shard.hpp"
+#include "workload/plan.hpp"
 
 namespace cs::api {
 
@@ -40,6 +42,8 @@ struct SweepResult {
     double mfu = 0;
     double bubble_fraction = 0;
     double exposed_comm_fraction = 0;
+    // exposed_comm_fraction by kind (report::Summary::exposed_by_kind: tp, cp, ep, dp, pipeline).
+    std::array<double, workload::kCommKinds> exposed_by_kind{};
     int dp = 1;
     std::int64_t memory_bytes = 0;  // worst GPU
     bool fits = true;               // worst GPU's memory within its HBM

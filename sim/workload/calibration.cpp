@@ -99,6 +99,10 @@ CalibrationFile parse_calibration(const config::Document& doc) {
                                             "the fraction of the link's nominal bandwidth one "
                                             "flow of the operation reaches");
                     k.latency = l->time_opt("latency").value_or(Time::zero());
+                    if (l->has("protocol_latency"))
+                        k.protocol_latency =
+                            fraction(*l, "protocol_latency", 0, 1000,
+                                     "the factor on the LL and LL128 protocols' latencies");
                     l->finish();
                     cal.network.push_back(k);
                 }
@@ -150,7 +154,8 @@ std::string calibration_yaml(const CalibrationFile& cal, const std::vector<std::
                 out << "  " << network::collective_name(k.op) << ":\n";
             out << "    " << topology::link_kind_name(k.link)
                 << ": {efficiency: " << number_text(k.efficiency)
-                << ", latency: " << time_text(k.latency) << "}\n";
+                << ", latency: " << time_text(k.latency)
+                << ", protocol_latency: " << number_text(k.protocol_latency) << "}\n";
         }
     }
     return out.str();
@@ -160,6 +165,8 @@ void apply_network_calibration(const CalibrationFile& cal, network::NetworkConfi
     for (const auto& k : cal.network) {
         config.op_efficiency[static_cast<int>(k.op)][static_cast<int>(k.link)] = k.efficiency;
         config.op_latency[static_cast<int>(k.op)][static_cast<int>(k.link)] = k.latency;
+        config.op_protocol_latency[static_cast<int>(k.op)][static_cast<int>(k.link)] =
+            k.protocol_latency;
     }
 }
 

@@ -11,7 +11,7 @@
 //     launch_overhead: 1500ns
 //     host: {launch: 25000ns}
 //   network:                      # version 2: fitted on nccl-tests output
-//     all_reduce: {nvlink: {efficiency: 0.669, latency: 0ns}}
+//     all_reduce: {nvlink: {efficiency: 0.669, latency: 0ns, protocol_latency: 1}}
 //
 // Every key under `compute` is optional: what a fit left out keeps the catalogue's value. Keys an
 // experiment writes itself in `compute:` win over the file's. `network` entries (per operation and
@@ -43,6 +43,9 @@ struct NetworkConstant {
     topology::LinkKind link = topology::LinkKind::NvLink;
     double efficiency = 1;  // (0, 1]
     Time latency;
+    // NetworkConfig::op_protocol_latency: the factor on LL's and LL128's latencies (optional
+    // key `protocol_latency`, 1 when absent).
+    double protocol_latency = 1;
 };
 
 struct CalibrationFile {

@@ -152,6 +152,15 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                    "100000, found " +
                        std::to_string(l.ddp_bucket_size));
     }
+    l.overlap_p2p_comm = r.boolean_or("overlap_p2p_comm", false);
+    l.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
+    l.overlap_param_gather = r.boolean_or("overlap_param_gather", false);
+    l.cp_comm_type = r.choice("cp_comm_type", kCpCommTypeNames, std::optional{CpCommType::P2p});
+    if (r.has("cp_a2a_size")) {
+        l.cp_a2a_size = static_cast<int>(r.count("cp_a2a_size"));
+        if (l.cp_comm_type != CpCommType::A2aP2p)
+            r.fail("cp_a2a_size", "applies only with cp_comm_type: a2a+p2p");
+    }
     l.order = r.choice("order", kRankOrderNames, std::optional{RankOrder::TpCpDpPp});
     // In 64 bits and checked: tp = pp = 65536 would wrap an int product to 0.
     const auto product = checked_product({l.tp, l.pp, l.cp});
@@ -195,7 +204,29 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                          " must divide dp x cp = " + std::to_string(l.dp * l.cp));
     if (l.sequence_parallel && l.tp == 1)
         spec.warnings.push_back("sequence_parallel has no effect with tp = 1");
+    if (l.tp_comm_overlap && !(l.sequence_parallel && l.tp > 1))
+        r.fail("tp_comm_overlap",
+               "overlaps the tensor-parallel all-gathers and reduce-scatters of sequence "
+               "parallelism (Megatron-LM requires --sequence-parallel with --tp-comm-overlap); "
+               "set sequence_parallel: true and tp > 1");
+    if (l.cp_comm_type == CpCommType::A2aP2p) {
+        if (l.cp_a2a_size == 0)
+            r.fail("cp_comm_type", "a2a+p2p needs cp_a2a_size: the all-to-all group size inside "
+                                   "each ring step (Megatron-LM's "
+                                   "--hierarchical-context-parallel-sizes), dividing cp = " +
+                                       std::to_string(l.cp));
+        if (l.cp_a2a_size < 2 || l.cp % l.cp_a2a_size != 0 || l.cp_a2a_size == l.cp)
+            r.fail("cp_a2a_size", "must divide cp = " + std::to_string(l.cp) +
+                                      " and lie strictly between 1 and cp (a ring of at least "
+                                      "two groups); found " +
+                                      std::to_string(l.cp_a2a_size));
+    }
     parse_sharding(r, l);
+    if (l.overlap_param_gather && l.sharding != Sharding::Optimizer)
+        r.fail("overlap_param_gather",
+               "overlaps the distributed optimizer's parameter all-gather (Megatron-LM requires "
+               "--use-distributed-optimizer with --overlap-param-gather); set "
+               "distributed_optimizer: true or sharding: zero1");
     if (l.grad_reduce_after_backward && l.sharding >= Sharding::Gradients)
         r.fail("grad_reduce_after_backward",
                "cannot be combined with sharding " +
@@ -681,6 +712,22 @@ network::NetworkConfig parse_network(const config::Reader& r, std::filesystem::p
     }
     n.fidelity = fidelity;
     if (auto t = r.time_opt("step_overhead")) n.step_overhead = *t;
+    // NCCL's protocols (docs/network.md, "Protocols"): per operation auto (as NCCL's tuning
+    // picks by size), simple, ll128 or ll.
+    if (auto p = r.map_opt("protocols")) {
+        for (const auto& op : network::kCollectiveNames)
+            if (p->has(std::string(op.name)))
+                n.protocol[static_cast<std::size_t>(op.value)] =
+                    p->choice(std::string(op.name), network::kProtocolNames);
+        p->finish();
+    }
+    if (r.has("channels")) {
+        const auto channels = r.integer("channels");
+        if (channels < 1 || channels > 64)
+            r.fail("channels", "must be 1 to 64 (NCCL's channels per collective: LL128's "
+                               "per-channel rate limit applies this many times)");
+        n.channels = static_cast<int>(channels);
+    }
     r.finish();
     return n;
 }

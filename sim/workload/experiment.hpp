@@ -48,6 +48,20 @@ inline constexpr std::array<Named<Sharding>, 8> kShardingNames{{
     {"optim_grads_params", Sharding::Parameters},
 }};
 
+// `parallelism.cp_comm_type`: how context parallelism exchanges keys and values, as Megatron-LM's
+// --cp-comm-type runs it through Transformer Engine (docs/compute-model.md, "Context
+// parallelism"): a ring of point-to-point exchanges overlapped with attention on the blocks
+// (p2p), all-to-alls that move heads instead of the sequence (a2a), an all-gather of the keys
+// and values before attention (allgather), or all-to-all inside groups and p2p rings across
+// them (a2a+p2p, with `cp_a2a_size`).
+enum class CpCommType : std::uint8_t { P2p, A2a, AllGather, A2aP2p };
+inline constexpr std::array<Named<CpCommType>, 4> kCpCommTypeNames{{
+    {"p2p", CpCommType::P2p},
+    {"a2a", CpCommType::A2a},
+    {"allgather", CpCommType::AllGather},
+    {"a2a+p2p", CpCommType::A2aP2p},
+}};
+
 struct ParallelLayout {
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
     bool sequence_parallel = false;
@@ -75,6 +89,21 @@ struct ParallelLayout {
     // pass. Off: a chunk's all-reduce starts once its own backward passes are done everywhere.
     bool grad_reduce_after_backward = false;
     std::int64_t ddp_bucket_size = 0;  // parameters per bucket; 0: max(40M, 1M x dp) as Megatron
+    // Megatron-LM's --overlap-p2p-communication: pipeline sends and receives issued
+    // asynchronously as passes end (the replay's asynchronous sends) instead of one batched,
+    // synchronised exchange per schedule step (docs/schedules.md, "What interleaving costs").
+    bool overlap_p2p_comm = false;
+    // Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): with sequence
+    // parallelism, the TP all-gathers and reduce-scatters run chunk by chunk overlapped with
+    // the GEMMs next to them (docs/compute-model.md, "Overlap").
+    bool tp_comm_overlap = false;
+    // Megatron-LM's --overlap-param-gather: the distributed optimizer's parameter all-gather
+    // runs under the next iteration's forward passes instead of before them.
+    bool overlap_param_gather = false;
+    CpCommType cp_comm_type = CpCommType::P2p;
+    // a2a+p2p: the all-to-all group size inside each ring step (Megatron-LM's
+    // --hierarchical-context-parallel-sizes first entry); must divide cp. 0: not given.
+    int cp_a2a_size = 0;
     std::int64_t bucket_parameters() const {
         return ddp_bucket_size > 0 ? ddp_bucket_size
                                    : std::max<std::int64_t>(40'000'000, 1'000'000LL * dp);

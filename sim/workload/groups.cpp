@@ -60,6 +60,20 @@ std::vector<int> RankLayout::worker_gpus(int worker) const {
     return gpus;
 }
 
+CollectiveGroup RankLayout::dp_cp_group(int worker, int member) const {
+    const int t = member % tp_, c = member / tp_;
+    const int d = replica_of(worker), s = stage_of(worker);
+    CollectiveGroup g;
+    // Rank order: the inner of the two dimensions varies fastest.
+    for (int outer = 0; outer < (dp_inside_cp_ ? cp_ : dp_); ++outer)
+        for (int inner = 0; inner < (dp_inside_cp_ ? dp_ : cp_); ++inner) {
+            const int ci = dp_inside_cp_ ? outer : inner, di = dp_inside_cp_ ? inner : outer;
+            if (ci == c && di == d) g.index = static_cast<int>(g.gpus.size());
+            g.gpus.push_back(gpu(t, ci, di, s));
+        }
+    return g;
+}
+
 CollectiveGroup RankLayout::group(GroupKind kind, int worker, int member) const {
     const int t = member % tp_, c = member / tp_;
     const int d = replica_of(worker), s = stage_of(worker);
@@ -80,6 +94,21 @@ CollectiveGroup RankLayout::group(GroupKind kind, int worker, int member) const 
                 g.gpus.push_back(gpu(t, c, i, s));
             g.index = d;
             break;
+        case GroupKind::CpInner:
+        case GroupKind::CpOuter: {
+            // cp_comm_type a2a+p2p: blocks of a = cp_a2a_size consecutive context ranks.
+            const int a = layout_.cp_a2a_size > 0 ? layout_.cp_a2a_size : cp_;
+            if (kind == GroupKind::CpInner) {
+                for (int i = c / a * a; i < c / a * a + a; ++i)
+                    g.gpus.push_back(gpu(t, i, d, s));
+                g.index = c % a;
+            } else {
+                for (int i = c % a; i < cp_; i += a)
+                    g.gpus.push_back(gpu(t, i, d, s));
+                g.index = c / a;
+            }
+            break;
+        }
         case GroupKind::Ep: {
             // Position among the stage's dp x cp GPUs of tensor rank t, in rank order.
             const int j = dp_inside_cp_ ? d + dp_ * c : c + cp_ * d;

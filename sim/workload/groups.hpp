@@ -56,8 +56,16 @@ class RankLayout {
     //   tp: the tp GPUs of the worker with the member's context rank;
     //   cp: the cp GPUs of the worker with the member's tensor rank;
     //   dp: the member's GPU in every data-parallel replica of the stage;
-    //   ep: the ep GPUs of the member's expert block (see the header comment).
+    //   ep: the ep GPUs of the member's expert block (see the header comment);
+    //   cp-a2a, cp-ring (cp_comm_type a2a+p2p): the member's block of cp_a2a_size consecutive
+    //   context ranks, and the context ranks at its place in every block.
     CollectiveGroup group(GroupKind kind, int worker, int member) const;
+    // The data-parallel group with context parallelism (Megatron-LM's
+    // data_parallel_group_with_cp): the member's tensor rank on every context rank of every
+    // replica of the stage, in rank order. The context ranks hold the same parameters and compute
+    // their gradients on different tokens, so the gradient reduction (and the distributed
+    // optimizer's shards) spans dp x cp GPUs. The dp group itself when cp = 1.
+    CollectiveGroup dp_cp_group(int worker, int member) const;
 
   private:
     int tp_, cp_, dp_, pp_, ep_;

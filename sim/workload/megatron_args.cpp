@@ -9,6 +9,8 @@
 #include <set>
 
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
+#include "workload/experiment.hpp"
 
 namespace cs::workload {
 namespace {
@@ -111,6 +113,9 @@ const std::map<std::string, std::string>& switch_flags() {
         {"--sequence-parallel", "parallelism.sequence_parallel=true"},
         {"--use-distributed-optimizer", "parallelism.distributed_optimizer=true"},
         {"--overlap-grad-reduce", "parallelism.overlap_grad_reduce=true"},
+        {"--overlap-param-gather", "parallelism.overlap_param_gather=true"},
+        {"--tp-comm-overlap", "parallelism.tp_comm_overlap=true"},
+        {"--overlap-p2p-communication", "parallelism.overlap_p2p_comm=true"},
         {"--fp16", "training.precision=fp16"},
         {"--bf16", "training.precision=bf16"},
         {"--recompute-activations", "training.recompute=selective"},
@@ -449,6 +454,20 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
             megatron_fsdp = true;
         } else if (flag == "--num-distributed-optimizer-instances") {
             optimizer_instances = positive(flag, value());
+        } else if (flag == "--cp-comm-type") {
+            // Transformer Engine's context-parallel communication (one value for every layer;
+            // Megatron-LM also takes one per layer, which clustersim does not model).
+            const auto v = value();
+            if (!find_named(kCpCommTypeNames, v))
+                bad(flag + ": expected p2p, a2a, allgather or a2a+p2p, found \"" + v + "\"");
+            out.push_back("parallelism.cp_comm_type=" + v);
+        } else if (flag == "--hierarchical-context-parallel-sizes") {
+            // a2a+p2p: the all-to-all group size first, then the p2p ring's; the first is
+            // cp_a2a_size (the product must be --context-parallel-size, checked by the layout).
+            const auto first = value();
+            out.push_back("parallelism.cp_a2a_size=" + std::to_string(positive(flag, first)));
+            while (has_next())
+                positive(flag, words[++i]);
         } else if (flag == "--pipeline-model-parallel-layout") {
             layout = value();
         } else if (flag == "--moe-layer-freq") {

@@ -4,10 +4,13 @@
 #include <string_view>
 
 #include "core/errors.hpp"
+#include "workload/context_parallel.hpp"
 #include "workload/flops.hpp"
 #include "workload/memory.hpp"
+#include "workload/pipeline_comm.hpp"
 #include "workload/pipeline_split.hpp"
 #include "workload/roofline.hpp"
+#include "workload/tp_overlap.hpp"
 
 namespace cs::workload {
 
@@ -21,8 +24,29 @@ const char* group_kind_name(GroupKind g) {
             return "ep";
         case GroupKind::Dp:
             return "dp";
+        case GroupKind::CpInner:
+            return "cp-a2a";
+        case GroupKind::CpOuter:
+            return "cp-ring";
     }
     return "?";
+}
+
+CommKind Step::comm_kind() const {
+    if (has(PipelineComm)) return CommKind::Pipeline;
+    switch (group) {
+        case GroupKind::Tp:
+            return CommKind::Tp;
+        case GroupKind::Cp:
+        case GroupKind::CpInner:
+        case GroupKind::CpOuter:
+            return CommKind::Cp;
+        case GroupKind::Ep:
+            return CommKind::Ep;
+        case GroupKind::Dp:
+            return CommKind::Dp;
+    }
+    return CommKind::Tp;
 }
 
 Time PassPlan::compute_time() const {
@@ -247,7 +271,9 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
     const TrainingSpec stored = stored_layers_training(spec.training);
     const auto add_layers = [&](int from, int count, const TrainingSpec& training) {
         for_each_layer_run(spec.model, from, count, [&](bool moe, int n) {
-            const auto lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
+            auto lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
+            apply_context_parallel(spec, gpu, lp);
+            apply_tp_comm_overlap(spec, lp);
             append_passes(c, lp, n);
             c.activation_bytes = lp.activation_send;
         });
@@ -354,6 +380,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     }
 
     plan_shard_units(spec, plan);
+    apply_pipeline_comm(spec, plan, device_of, copies);
     const auto flops = iteration_flops(m, t.global_batch_size, t.seq_length, t.recompute);
     plan.model_flops_per_iteration = flops.model;
     plan.hardware_flops_per_iteration = flops.hardware;

@@ -3,19 +3,40 @@
 // stage, the DP replicas) share one plan entry instead of each holding a copy.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/name_table.hpp"
 #include "core/units.hpp"
 #include "network/network.hpp"
 #include "workload/experiment.hpp"
 
 namespace cs::workload {
 
-enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp };
-const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp"
+// The communicators a step's collective runs on. CpInner and CpOuter split the cp group for
+// cp_comm_type a2a+p2p: groups of cp_a2a_size consecutive context ranks (the all-to-all) and the
+// ranks at the same place in each of them (the ring).
+enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp, CpInner, CpOuter };
+const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp", "cp-a2a", "cp-ring"
+
+// What a communication is for, as the summary splits exposed communication: tensor, context and
+// expert parallelism (the collectives inside passes), data parallelism (gradient reduction,
+// parameter gathers, sharded data parallelism's collectives) and the pipeline (what moves
+// activations and gradients between stages and the GPU waits for). Names in kCommKindNames.
+enum class CommKind : std::uint8_t { Tp, Cp, Ep, Dp, Pipeline };
+inline constexpr int kCommKinds = 5;
+inline constexpr std::array<Named<CommKind>, kCommKinds> kCommKindNames{{
+    {"tp", CommKind::Tp},
+    {"cp", CommKind::Cp},
+    {"ep", CommKind::Ep},
+    {"dp", CommKind::Dp},
+    {"pipeline", CommKind::Pipeline},
+}};
+// Time per CommKind, indexed by the enumerator.
+using CommTimes = std::array<Time, kCommKinds>;
 
 // One step of a pass on the compute stream: a kernel, or a collective that the compute stream
 // waits for (TP/CP/EP collectives sit on the critical path of the layer).
@@ -27,6 +48,19 @@ struct Step {
         // bmms, softmax and dropout; forward, backward or recomputed. Not the q/k/v and output
         // projections around it.
         AttentionCore = 1u << 0,
+        // Communication that carries a pipeline message although it runs on another group's
+        // communicator (Megatron-LM's scatter/gather: the received 1/tp slice all-gathered over
+        // the tensor-parallel group): counted as pipeline communication (CommKind::Pipeline).
+        PipelineComm = 1u << 1,
+        // A collective that runs alongside the next step (a compute step of the same repeat),
+        // as context parallelism's ring sends the next key/value block while attention runs on
+        // this one, or Transformer Engine's userbuffers all-gather under the GEMM that consumes
+        // it: the pair takes the longer of the two, the compute slowed by compute.interference
+        // while they overlap (replay::overlapped_time); what the collective adds beyond the
+        // compute is its exposed time.
+        OverlapNext = 1u << 2,
+        // The same alongside the previous step (a reduce-scatter under the GEMM producing it).
+        OverlapPrevious = 1u << 3,
     };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
@@ -46,6 +80,8 @@ struct Step {
     std::int32_t launches = 1;
 
     bool has(Flag f) const { return (flags & f) != 0; }
+    // A collective step's kind: Pipeline when flagged PipelineComm, else its group's.
+    CommKind comm_kind() const;
 };
 
 struct PassPlan {

@@ -698,6 +698,17 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     return r;
 }
 
+Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& compute,
+                          const char* label, Flops model, Flops executed, Bytes io,
+                          std::int64_t seq, bool backward, bool recompute) {
+    PassBuilder pb(gpu, compute, Precision::Bf16);
+    PassPlan pass;
+    pb.attention(pass, label, model, executed, io, attention_efficiency(seq, backward), backward,
+                 recompute);
+    pass.steps.back().flags |= Step::AttentionCore;
+    return pass.steps.back();
+}
+
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute) {
     if (held <= 0 && owned <= 0) return Time::zero();

@@ -82,6 +82,15 @@ struct LayerPasses {
     Bytes activation_send;    // the activation passed to the next pipeline stage
 };
 
+// The flash-attention kernel of a layer (PassBuilder::attention's cost): `executed` FLOPs at the
+// attention efficiency for key/value length `seq` (forward or backward), against `io` bytes of
+// HBM, with the framework's launches; `model` FLOPs counted for MFU (hardware FLOPs too, or only
+// those with `recompute`). Context parallelism's ring (workload/context_parallel.cpp) costs its
+// attention blocks with it.
+Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& compute,
+                          const char* label, Flops model, Flops executed, Bytes io,
+                          std::int64_t seq, bool backward, bool recompute);
+
 // One transformer layer on one GPU of the layout (tp, sp, cp, ep applied) for one microbatch.
 // Ops: norm, qkv, attention (flash attention; causal, so half the score matrix is computed while
 // model FLOPs count all of it as Narayanan eq. 3 does), proj, residual, norm, MLP or router +

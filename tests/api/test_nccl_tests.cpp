@@ -774,9 +774,11 @@ TEST_CASE(
         kData + "nccl-tests-public/all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt")};
     const auto topo = cs::api::load_topology(topology, {});
 
-    // All eleven rows: the 1 .. 8 MiB rows are faster than the model's fixed part (14 ring steps
-    // x 8.6 us of step overhead plus hop latencies, about 140 us, against 79 us measured at
-    // 1 MiB), which the fit says in a warning naming them.
+    // All eleven rows. Under Simple alone the 1 .. 8 MiB rows were faster than the model's fixed
+    // part (14 ring steps x 8.6 us of step overhead plus hop latencies, about 140 us, against 79
+    // us measured at 1 MiB) and the fit warned; with NCCL's LL and LL128 (docs/network.md,
+    // "Protocols") a 1 MiB all_reduce costs LL's 6.6 us + 14 x 0.6 us plus its transfer, below
+    // the measurement, so every row can be fitted and no such warning is given.
     const auto all = cs::api::fit_network(files, topo.cluster, "dgx-a100", std::nullopt);
     REQUIRE(all.ops.size() == 1);
     CHECK(all.ops[0].algorithm == "ring");  // an A100 node has no NVLink SHARP
@@ -784,7 +786,7 @@ TEST_CASE(
     for (const auto& w : all.warnings)
         warned |= w.find("all_reduce: 4 row(s) up to 8.389 MB are faster than the model can be") !=
                   std::string::npos;
-    CHECK(warned);
+    CHECK_FALSE(warned);
 
     // Asked for, NVLS is refused on A100s with the reason.
     {

@@ -317,8 +317,12 @@ TEST_CASE("grad_reduce_after_backward: every chunk's gradients reduced after the
     // its first chunk, so by default the second chunk's gradient reduction starts while they
     // run; Megatron-LM's local DDP of 2021 starts both only after the last one (no overlap).
     const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+    // PyTorch's DDP: each chunk's reduction starts after its own last backward (Megatron-LM
+    // without --overlap-grad-reduce already reduces after the whole backward,
+    // workload::dp_reduce_after_backward).
     const std::vector<std::string> sets = {"topology.nodes=16", "parallelism.dp=2",
-                                           "training.global_batch_size=16"};
+                                           "training.global_batch_size=16",
+                                           "compute.framework=pytorch"};
     auto after_sets = sets;
     after_sets.emplace_back("parallelism.grad_reduce_after_backward=true");
     const auto run_with = [&](const std::vector<std::string>& s, const std::string& schedule) {

@@ -63,6 +63,28 @@ for line in lines:
     except Exception as e:  # noqa: BLE001 - report every case
         failures.append(f"{name}: {e}")
         continue
+    # The exposed-communication parts add up to exposed_comm_fraction, in total and per stage
+    # (each GPU's parts sum to its exposed time to the picosecond; the fractions differ from
+    # the total only by the rounding of their divisions and sums).
+    # Every object that has the total (a run, each stage, each job of a jobs file) is checked.
+    def exposed_totals(o, where):
+        if isinstance(o, list):
+            for i, x in enumerate(o):
+                yield from exposed_totals(x, f"{where}[{i}]")
+        elif isinstance(o, dict):
+            if "exposed_comm_fraction" in o:
+                yield where, o
+            for k, x in o.items():
+                yield from exposed_totals(x, f"{where}.{k}")
+    checked = 0
+    for where, o in exposed_totals(s1, "summary"):
+        checked += 1
+        parts = sum(o[f"exposed_{k}_fraction"] for k in ("tp", "cp", "ep", "dp", "pipeline"))
+        if abs(parts - o["exposed_comm_fraction"]) > 1e-12:
+            failures.append(f"{name}: exposed-communication parts of {where} sum to {parts!r}, "
+                            f"not exposed_comm_fraction {o['exposed_comm_fraction']!r}")
+    if checked == 0:
+        failures.append(f"{name}: no exposed_comm_fraction in the summary")
     if plain:
         same = results_only(s1) == results_only(s2)
         if not same or t1 != t2:

@@ -1176,3 +1176,44 @@ TEST_CASE("link totals: a kept plan's flows told per link, in whole bytes, as fl
         if (sum.first == 37'035.0) ++p2p_links;
     CHECK(p2p_links == 4);
 }
+
+TEST_CASE("NCCL protocols: LL, LL128 or Simple chosen by size as NCCL's tuning picks") {
+    // Eight GPUs on one NVSwitch (450 GB/s ports, 1 us each), Simple's step overhead 8.6 us and
+    // NCCL's LL/LL128 constants (docs/network.md, "Protocols"). A ring all_reduce has 2(n-1) = 14
+    // steps and one edge flow of 2(n-1)/n x S = 1.75 S per edge (its route: two 1 us links).
+    //   Simple: 14 x (8.6 + 2) us + 1.75 S / 450 GB/s
+    //   LL128:  14 us + 14 x 1.9 us + 1.75 S / min(0.92 x 450, 16 x 36.7) GB/s = 414 GB/s
+    //   LL:     6.6 us + 14 x 0.6 us + 1.75 S / min(450 / 4, 87.7) GB/s = 87.7 GB/s
+    // S = 1 KiB:  Simple 148.40 us, LL128 40.60 us, LL 15.02 us       -> LL
+    // S = 16 MiB: Simple 213.64 us, LL128 111.52 us, LL 349.78 us     -> LL128
+    // S = 1 GiB:  Simple 4.324 ms, LL128 4.579 ms, LL 21.44 ms         -> Simple
+    const Cluster c = switch_node(8, 450 * GB, Time::us(1));
+    NetworkConfig config = flow_config(Time::ns(8600));
+    config.protocols = nccl_protocols();
+    const std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
+    const auto protocol = [&](CollectiveKind kind, std::int64_t bytes) {
+        return collective_choice(c, config, kind, all, Bytes{bytes}, Algorithm::Ring).second;
+    };
+    CHECK(protocol(CollectiveKind::AllReduce, 1024) == Protocol::Ll);
+    CHECK(protocol(CollectiveKind::AllReduce, 16 << 20) == Protocol::Ll128);
+    CHECK(protocol(CollectiveKind::AllReduce, 1 << 30) == Protocol::Simple);
+    // The 1 KiB all_reduce run on the network: LL's 15.0 us plus 1792 B at 87.7 GB/s = 20.43 ns
+    // (the 134 us of issue #37 was Simple's 14 steps).
+    const Time ll = run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{1024},
+                                   Algorithm::Ring);
+    CHECK(std::abs((ll - Time::us(15) - Time::ps(20433)).count_ps()) <= 2);
+    // all_to_all runs as NCCL's point-to-point operations: LL up to 16 KiB per peer. 64 KiB per
+    // rank is 8 KiB per peer (LL); 1 MiB is 128 KiB per peer (Simple).
+    CHECK(collective_choice(c, config, CollectiveKind::AllToAll, all, Bytes{64 << 10}).second ==
+          Protocol::Ll);
+    CHECK(collective_choice(c, config, CollectiveKind::AllToAll, all, Bytes{1 << 20}).second ==
+          Protocol::Simple);
+    // Forced per operation (network.protocols): LL128 even where LL is faster.
+    config.protocol[static_cast<std::size_t>(CollectiveKind::AllReduce)] = Protocol::Ll128;
+    CHECK(protocol(CollectiveKind::AllReduce, 1024) == Protocol::Ll128);
+    // The nominal configuration has no protocol enabled: Auto runs Simple at every size.
+    NetworkConfig nominal = flow_config(Time::ns(8600));
+    CHECK(collective_choice(c, nominal, CollectiveKind::AllReduce, all, Bytes{1024},
+                            Algorithm::Ring)
+              .second == Protocol::Simple);
+}

@@ -186,27 +186,16 @@ TEST_CASE("passes carry their step times: compute from the plan, collectives cos
     // is GPUs 0-3, member m = 2c + t; its TP group (c = 0) is {0, 1}, its CP group (t = 0) {0, 2}.
     auto spec =
         test::profile_experiment(1, 2, 2, Time::us(1), Time::us(2), network::Fidelity::Flow);
-    {
-        topology::ClusterBuilder b;
-        const int model = b.add_gpu_model(spec.cluster->gpu_model(0));
-        std::vector<topology::DeviceIndex> ids;
-        for (int g = 0; g < 4; ++g) {
-            topology::Device d;
-            d.id = "gpu" + std::to_string(g);
-            d.kind = topology::DeviceKind::Gpu;
-            d.model = model;
-            ids.push_back(b.add_device(d));
-        }
-        // One link each way per pair, 100 GB/s / |i - j|, so that a collective on the wrong pair
-        // of GPUs takes a different time.
-        for (int i = 0; i < 4; ++i)
-            for (int j = i + 1; j < 4; ++j)
-                b.add_link(ids[i], ids[j], topology::LinkKind::NvLink,
-                           Bandwidth{100e9 / std::abs(i - j)}, Time::us(1));
-        spec.cluster = std::make_shared<topology::Cluster>(b.build());
-    }
+    // One link each way per pair, 100 GB/s / |i - j|, so that a collective on the wrong pair of
+    // GPUs takes a different time.
+    spec.cluster = test::mesh_cluster(4, spec.cluster->gpu_model(0), [](int i, int j) {
+        return Bandwidth{100e9 / std::abs(i - j)};
+    });
     spec.layout.tp = 2;
     spec.layout.cp = 2;
+    // The all-gather of keys and values: every collective stands alone (p2p's ring exchanges
+    // overlap the attention blocks; tests/workload/test_context_parallel.cpp).
+    spec.layout.cp_comm_type = workload::CpCommType::AllGather;
     spec.model.head_dim = 128;  // hidden 1024 / 8 heads (load_experiment derives it)
     spec.compute.kind = workload::ComputeSpec::Kind::Roofline;
     auto sched = schedule::make_schedule("1f1b");
@@ -279,4 +268,50 @@ TEST_CASE("overlapped F&B: the longest of each chain and the shared compute and 
     t = overlapped_time(30, 0, 10, 20, 0.25);
     CHECK(t.group == 30);
     CHECK(t.slowed + t.exposed == 0);
+}
+
+TEST_CASE("exposed_by_kind: a pass's collectives by kind, summing to its exposed time exactly") {
+    workload::CommTimes kinds{};
+    const auto at = [&](workload::CommKind k) -> Time& {
+        return kinds[static_cast<std::size_t>(k)];
+    };
+    at(workload::CommKind::Tp) = Time::ps(30);
+    at(workload::CommKind::Ep) = Time::ps(10);
+    replay::PassRecord r;
+    r.collective_kinds = &kinds;
+    const auto of = [](const workload::CommTimes& t, workload::CommKind k) {
+        return t[static_cast<std::size_t>(k)].count_ps();
+    };
+    // As costed: 30 ps of TP and 10 ps of EP collectives, and 5 ps waiting for ZeRO-3 gathers
+    // (data parallelism).
+    r.collective = Time::ps(40);
+    r.gather_wait = Time::ps(5);
+    auto got = replay::exposed_by_kind(r);
+    CHECK(of(got, workload::CommKind::Tp) == 30);
+    CHECK(of(got, workload::CommKind::Ep) == 10);
+    CHECK(of(got, workload::CommKind::Dp) == 5);
+    CHECK(of(got, workload::CommKind::Cp) + of(got, workload::CommKind::Pipeline) == 0);
+    // An overlapped group left 20 of the 40 exposed: shared 3 : 1, TP round(20 x 30/40) = 15,
+    // EP 20 - 15 = 5.
+    r.collective = Time::ps(20);
+    r.gather_wait = Time::zero();
+    got = replay::exposed_by_kind(r);
+    CHECK(of(got, workload::CommKind::Tp) == 15);
+    CHECK(of(got, workload::CommKind::Ep) == 5);
+    // Three equal kinds sharing 2 ps: cumulative rounding gives round(2/3) = 1, round(4/3) - 1 =
+    // 0 and 2 - 1 = 1: the parts add up where rounding each alone (1 + 1 + 1) would not.
+    kinds = {};
+    at(workload::CommKind::Tp) = at(workload::CommKind::Cp) = at(workload::CommKind::Ep) =
+        Time::ps(7);
+    r.collective = Time::ps(2);
+    got = replay::exposed_by_kind(r);
+    CHECK(of(got, workload::CommKind::Tp) == 1);
+    CHECK(of(got, workload::CommKind::Cp) == 0);
+    CHECK(of(got, workload::CommKind::Ep) == 1);
+    // No collective time: only the gather wait.
+    r.collective = Time::zero();
+    r.gather_wait = Time::ps(9);
+    got = replay::exposed_by_kind(r);
+    CHECK(of(got, workload::CommKind::Dp) == 9);
+    CHECK(of(got, workload::CommKind::Tp) == 0);
 }

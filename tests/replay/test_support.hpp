@@ -37,6 +37,28 @@ inline std::shared_ptr<topology::Cluster> chain_cluster(int gpus, Bandwidth bw =
     return std::make_shared<topology::Cluster>(b.build());
 }
 
+// `gpus` GPUs with one NVLink between every pair (routes never pass through a GPU), of
+// bandwidth bandwidth(i, j) and 1 us latency, the GPU model `gpu` (gpu0, gpu1, ...).
+template <typename PairBandwidth>
+std::shared_ptr<topology::Cluster> mesh_cluster(int gpus, const topology::GpuModel& gpu,
+                                                PairBandwidth&& bandwidth) {
+    topology::ClusterBuilder b;
+    const int model = b.add_gpu_model(gpu);
+    std::vector<topology::DeviceIndex> ids;
+    for (int g = 0; g < gpus; ++g) {
+        topology::Device d;
+        d.id = "gpu" + std::to_string(g);
+        d.kind = topology::DeviceKind::Gpu;
+        d.model = model;
+        ids.push_back(b.add_device(d));
+    }
+    for (int i = 0; i < gpus; ++i)
+        for (int j = i + 1; j < gpus; ++j)
+            b.add_link(ids[static_cast<std::size_t>(i)], ids[static_cast<std::size_t>(j)],
+                       topology::LinkKind::NvLink, bandwidth(i, j), Time::us(1));
+    return std::make_shared<topology::Cluster>(b.build());
+}
+
 // A GPT-shaped model with `layers` layers; profile compute with the given per-layer times.
 inline workload::ExperimentSpec profile_experiment(int pp, int microbatches, int layers,
                                                    Time layer_forward, Time layer_backward,

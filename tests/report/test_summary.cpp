@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "../replay/test_support.hpp"
+#include "replay/replay.hpp"
+#include "report/summary.hpp"
 #include "schedule/schedule.hpp"
 #include "session/run.hpp"
 #include "workload/plan.hpp"
@@ -161,4 +163,61 @@ TEST_CASE("the summary's links are the link accounting's") {
         CHECK(l.shared_s == 0.0);
         CHECK(l.max_concurrent_flows == 1);
     }
+}
+
+TEST_CASE("exposed communication by kind: TP, CP and DP parts add up to the total") {
+    // tp 2 x cp 2 x dp 2 on 8 fully connected GPUs (pp = 1), roofline compute, flow network: every
+    // layer has TP collectives and CP gathers; the replicas wait for their gradient all-reduce
+    // at the end (DP). No expert parallelism, no pipeline.
+    auto spec = test::profile_experiment(1, 4, 2, Time::us(1), Time::us(2),
+                                         network::Fidelity::Flow);
+    spec.cluster = test::mesh_cluster(8, spec.cluster->gpu_model(0),
+                                      [](int, int) { return Bandwidth{100e9}; });
+    spec.layout.tp = 2;
+    spec.layout.cp = 2;
+    spec.layout.dp = 2;
+    spec.model.head_dim = 128;
+    spec.compute.kind = workload::ComputeSpec::Kind::Roofline;
+    spec.compute.framework = workload::Framework::Megatron;
+    auto sched = schedule::make_schedule("1f1b");
+    const schedule::PipelineShape shape{1, 2, 1};
+    const auto plan = workload::plan_iteration(spec, 1, false, [](int) { return 0; });
+    replay::Replay replay(spec, plan, *sched, shape);
+    report::MetricsObserver metrics(replay.workers().size());
+    replay.add_observer(metrics);
+    const auto result = replay.run();
+    const auto idx = [](workload::CommKind k) { return static_cast<std::size_t>(k); };
+    for (const auto& w : metrics.per_worker()) {
+        // Each worker's parts sum to its exposed time to the picosecond.
+        Time parts = Time::zero();
+        for (Time t : w.exposed)
+            parts += t;
+        CHECK(parts == w.collective + w.idle_collective);
+        CHECK(w.exposed[idx(workload::CommKind::Tp)] > Time::zero());
+        CHECK(w.exposed[idx(workload::CommKind::Cp)] > Time::zero());
+        // The DP part is the wait for the gradient all-reduce after the last backward.
+        CHECK(w.exposed[idx(workload::CommKind::Dp)] == w.idle_collective);
+        CHECK(w.idle_collective > Time::zero());
+        CHECK(w.exposed[idx(workload::CommKind::Ep)] == Time::zero());
+        CHECK(w.exposed[idx(workload::CommKind::Pipeline)] == Time::zero());
+    }
+    report::SummaryInputs in;
+    in.spec = &spec;
+    in.plan = &plan;
+    in.replay = &replay;
+    in.metrics = &metrics;
+    in.result = result;
+    in.schedule = "1f1b";
+    const auto s = report::summarize(in);
+    double sum = 0;
+    for (double f : s.exposed_by_kind)
+        sum += f;
+    // Fractions of whole picoseconds: equal up to the rounding of the divisions and the sums.
+    CHECK(sum == doctest::Approx(s.exposed_comm_fraction).epsilon(1e-12));
+    CHECK(s.exposed_by_kind[idx(workload::CommKind::Tp)] > 0);
+    CHECK(s.exposed_by_kind[idx(workload::CommKind::Cp)] > 0);
+    CHECK(s.exposed_by_kind[idx(workload::CommKind::Dp)] > 0);
+    const auto j = report::to_json(s);
+    CHECK(j["exposed_tp_fraction"].get<double>() == s.exposed_by_kind[0]);
+    CHECK(j["stages"][0]["exposed_pipeline_fraction"].get<double>() == 0.0);
 }

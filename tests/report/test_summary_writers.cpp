@@ -80,6 +80,10 @@ TEST_CASE("csv: one header and one row, numbers that read back to the same doubl
     const std::string time_field = row.substr(5, row.find(',', 5) - 5);
     CHECK(std::strtod(time_field.c_str(), nullptr) == 0.1);
     CHECK(row.find(",16,8,1,4,4,1,1,1,0") != std::string::npos);
+    // The exposed-communication parts follow exposed_comm_fraction, in CommKind order.
+    CHECK(header.find(",exposed_comm_fraction,exposed_tp_fraction,exposed_cp_fraction,"
+                      "exposed_ep_fraction,exposed_dp_fraction,exposed_pipeline_fraction,"
+                      "idle_fraction,") != std::string::npos);
 }
 
 TEST_CASE("a writer registered by a test is found by extension and writes its file") {

@@ -340,7 +340,8 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
         CHECK(error_with("  tpp: 2\n") ==
               e + ":7:3: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, cp, ep, vpp, "
                   "sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
-                  "grad_reduce_after_backward, ddp_bucket_size, order, dp, sharding, shard_size, "
+                  "grad_reduce_after_backward, ddp_bucket_size, overlap_p2p_comm, tp_comm_overlap, "
+                "overlap_param_gather, cp_comm_type, cp_a2a_size, order, dp, sharding, shard_size, "
                   "shard_replicas, "
                   "reshard_after_forward, shard_prefetch, "
                   "first_stage_layers, last_stage_layers, account_for_embedding, "
@@ -426,7 +427,8 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
           "--set parallelism.tpp=2: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, "
           "cp, ep, vpp, sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
           "grad_reduce_after_backward, "
-          "ddp_bucket_size, order, dp, sharding, shard_size, shard_replicas, "
+          "ddp_bucket_size, overlap_p2p_comm, tp_comm_overlap, overlap_param_gather, "
+          "cp_comm_type, cp_a2a_size, order, dp, sharding, shard_size, shard_replicas, "
           "reshard_after_forward, shard_prefetch, "
           "first_stage_layers, last_stage_layers, account_for_embedding, "
           "account_for_loss or stage_layers");

@@ -70,10 +70,19 @@
     return "tp" + p.tp + " pp" + p.pp + " dp" + p.dp + (p.cp > 1 ? " cp" + p.cp : "") +
       (p.ep > 1 ? " ep" + p.ep : "") + (p.vpp > 1 ? " vpp" + p.vpp : "");
   }
+  // Exposed communication by kind (the summary's exposed_<kind>_fraction keys).
+  var KINDS = ["tp", "cp", "ep", "dp", "pipeline"];
+  function exposedKinds(o) {
+    return KINDS.map(function (k) { return pct(o["exposed_" + k + "_fraction"] || 0); });
+  }
+  function exposedText(o) {
+    return KINDS.map(function (k) { return k + " " + pct(o["exposed_" + k + "_fraction"] || 0); }).join(", ");
+  }
   function summaryCards(parent, s) {
     var cards = el("div", {"class": "cards"}, parent);
     [["iteration", fmtTime(s.iteration_time_s)], ["MFU", pct(s.mfu)], ["HFU", pct(s.hfu)],
      ["bubble", pct(s.bubble_fraction)], ["exposed comm", pct(s.exposed_comm_fraction)],
+     ["exposed comm by kind", exposedText(s)],
      ["host-bound", pct(s.host_fraction)], ["tokens/s", num(s.tokens_per_s)],
      ["TFLOP/s per GPU", num(s.tflops_per_gpu)],
      ["memory per GPU", fmtBytes(s.memory_per_gpu_bytes.total)],
@@ -234,10 +243,12 @@
     el("h3", {}, sec, "Memory per stage against HBM");
     memory(sec, run.memory, run.timeline.end_s);
     el("h3", {}, sec, "Stages");
-    table(sec, ["stage", "busy", "bubble", "exposed comm", "host", "in flight", "activations"],
+    table(sec, ["stage", "busy", "bubble", "exposed comm"].concat(KINDS.map(function (k) { return "exp. " + k; }))
+      .concat(["host", "in flight", "activations"]),
       s.stages.map(function (st) {
-        return [String(st.stage), fmtTime(st.busy_s), pct(st.bubble_fraction), pct(st.exposed_comm_fraction),
-                pct(st.host_fraction), String(st.peak_inflight_microbatches), fmtBytes(st.peak_activation_bytes)];
+        return [String(st.stage), fmtTime(st.busy_s), pct(st.bubble_fraction), pct(st.exposed_comm_fraction)]
+          .concat(exposedKinds(st))
+          .concat([pct(st.host_fraction), String(st.peak_inflight_microbatches), fmtBytes(st.peak_activation_bytes)]);
       }));
   }
 
@@ -245,11 +256,13 @@
     var sec = el("section", {id: "comparison"}, main);
     el("h2", {}, sec, "Schedules compared");
     var best = Math.min.apply(null, runs.map(function (r) { return r.summary.iteration_time_s; }));
-    table(sec, ["schedule", "iteration", "vs best", "bubble", "exposed comm", "MFU", "memory per GPU"],
+    table(sec, ["schedule", "iteration", "vs best", "bubble", "exposed comm"]
+      .concat(KINDS.map(function (k) { return "exp. " + k; })).concat(["MFU", "memory per GPU"]),
       runs.map(function (r) {
         var s = r.summary;
         return [s.schedule, fmtTime(s.iteration_time_s), "+" + pct(s.iteration_time_s / best - 1), pct(s.bubble_fraction),
-                pct(s.exposed_comm_fraction), pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)];
+                pct(s.exposed_comm_fraction)].concat(exposedKinds(s))
+          .concat([pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)]);
       }));
     var W = 1100, left = 120, bh = 20, H = 10 + runs.length * (bh + 6) + 10, pw = W - left - 260;
     var worst = Math.max.apply(null, runs.map(function (r) { return r.summary.iteration_time_s; }));
