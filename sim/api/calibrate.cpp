@@ -88,7 +88,7 @@ GemmFit fit_cap(const std::vector<GemmSample>& samples, double peak, double fact
     std::vector<double> d;
     d.reserve(samples.size());
     for (const auto& s : samples) {
-        const double f = workload::gemm_efficiency(s.shape, workload::Precision::Bf16, curve, cal);
+        const double f = workload::gemm_efficiency(s.shape, curve, cal);
         // The trace's kernels ran at the sustained rate of its duty cycle: their burst time is
         // the measured one times the factor.
         d.push_back(std::log(s.shape.flops().value / (peak * f)) - std::log(s.us * 1e-6 * factor));

@@ -19,6 +19,7 @@
 #include "network/network.hpp"
 #include "replay/host.hpp"
 #include "topology/topology_yaml.hpp"
+#include "workload/flops.hpp"
 #include "workload/groups.hpp"
 #include "workload/roofline.hpp"
 
@@ -198,8 +199,9 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     if (spec.compute.kind != workload::ComputeSpec::Kind::Roofline)
         r.fail("experiment", "layer cases need a roofline experiment");
     const auto& gpu = spec.cluster->gpu_model(0);
+    const bool moe = workload::is_moe_layer(spec.model, 0);
     const auto passes = workload::roofline_layer(spec.model, spec.layout, spec.training, gpu,
-                                                 spec.compute.roofline, false);
+                                                 spec.compute.roofline, moe);
     const std::string which = r.string("layer_pass");
     // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
     // a profiler's kernel sum counts it; forward_backward sums both passes.
@@ -313,7 +315,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         auto compute = spec.compute.roofline;
         compute.sustained = sustained;
         return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute,
-                                        false);
+                                        moe);
     };
     const Call alone = call_of(passes);
     const bool other_clocks =
@@ -370,7 +372,7 @@ void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, Val
                  std::to_string(shape.k) + " bf16 on " + gpu.name + ", per-call overhead " +
                  format_time(compute.launch_overhead) + ", sustained x" + number(sustained);
     out.note = "efficiency " +
-               number(workload::gemm_efficiency(shape, workload::Precision::Bf16, gpu.gemm)) +
+               number(workload::gemm_efficiency(shape, gpu.gemm)) +
                " at burst clocks";
 }
 

@@ -71,8 +71,15 @@ struct ChunkPlan {
     std::vector<std::int64_t> unit_parameters;
 };
 
+// Memory per GPU at its peak (docs/compute-model.md section 5). `activations` are those held at
+// the schedule's peak with the transients of that moment (the loss's buffers on the last stage,
+// a recomputed layer); `temporary_gradients` the 16-bit .grad tensors eager PyTorch keeps beside
+// fp32 main gradients from the backward through the optimizer step. The two peak at different
+// moments: total = parameters + gradients + optimizer_states + max(activations,
+// temporary_gradients).
 struct MemoryBreakdown {
     Bytes parameters, gradients, optimizer_states, activations, total;
+    Bytes temporary_gradients;
 };
 
 // Per pipeline device: what does not depend on the microbatch.
