@@ -244,6 +244,12 @@ struct RooflineCompute {
     // place of RooflineCalibration::hbm_fraction_of (0: the catalogue's), indexed by MemKind.
     std::optional<topology::GemmCurve> gemm_curve;
     std::array<double, kMemKindCount> hbm_fractions{};
+    // Multipliers on the catalogue's flash-attention efficiency (forward, backward) and on the
+    // grouped GEMM's rate, and the unmapped share: GPU time of kernels the model has no op for,
+    // as a fraction of each layer pass's compute (added as a step of its own).
+    double attention_forward_scale = 1, attention_backward_scale = 1;
+    double grouped_gemm_scale = 1;
+    double residual = 0;
     const topology::GemmCurve& gemm(const topology::GpuModel& gpu) const {
         return gemm_curve ? *gemm_curve : gpu.gemm;
     }

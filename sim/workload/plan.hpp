@@ -27,10 +27,15 @@ struct Step {
         // bmms, softmax and dropout; forward, backward or recomputed. Not the q/k/v and output
         // projections around it.
         AttentionCore = 1u << 0,
+        // A grouped GEMM (all local experts' GEMMs in one kernel), not a dense one.
+        GroupedGemm = 1u << 1,
     };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
     std::uint8_t flags = 0;    // a set of Flag
+    // The kind of a memory-bound compute step (tensor_core false): whose HBM fraction sets its
+    // time, and what calibrate and diff compare it with.
+    MemKind mem_kind = MemKind::Fused;
     const char* label = "";    // static string: "layer", "qkv", "attention", "all-reduce tp", ...
     Time duration;             // compute only
     Flops model_flops;         // compute only: counted for MFU
@@ -44,6 +49,10 @@ struct Step {
     // an `op` of the roofline may stand for several kernels of one kind). The host model
     // (HostModel) issues them `launch` apart, spread evenly over the step's duration.
     std::int32_t launches = 1;
+    // The host's time per kernel of the step in units of HostModel::launch: eager PyTorch's
+    // module calls (nn.Linear, the norms) cost it more than plain tensor functions, and the
+    // autograd engine's backward nodes more again (docs/compute-model.md section 6).
+    double host_weight = 1;
 
     bool has(Flag f) const { return (flags & f) != 0; }
 };

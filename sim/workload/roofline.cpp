@@ -67,6 +67,15 @@ class PassBuilder {
 
     bool eager() const { return workload::eager(compute_); }
     Framework framework() const { return compute_.framework; }
+    // The steps emitted from now on run in the backward (the autograd engine issues them).
+    void set_backward(bool backward) { backward_ = backward; }
+    // Eager PyTorch's host time per kernel (RooflineCalibration::host_module etc.); 1 otherwise.
+    double host_weight(bool module) const {
+        if (!eager()) return 1;
+        const auto& cal = default_calibration();
+        if (backward_) return cal.host_backward;
+        return module ? cal.host_module : cal.host_function;
+    }
     const topology::GpuModel& gpu() const { return gpu_; }
     const RooflineCompute& compute() const { return compute_; }
     // The kind of a memory-bound kernel: eager PyTorch's own kernel, or Megatron-LM's fused one.
@@ -81,6 +90,7 @@ class PassBuilder {
         s.label = label;
         s.tensor_core = true;
         s.launches = eager() && bias_ ? 2 : 1;
+        s.host_weight = host_weight(true);
         const int element = precision_ == Precision::Fp8 ? 1 : 2;
         s.duration = gemm_time(shape, precision_, gpu_, compute_, element, recipe_) +
                      compute_.launch_overhead * (s.launches - 1);
@@ -100,7 +110,9 @@ class PassBuilder {
         Step s;
         s.label = label;
         s.tensor_core = true;
+        s.flags = Step::GroupedGemm;
         s.launches = eager() ? 2 : 1;
+        s.host_weight = host_weight(false);
         const int element = precision_ == Precision::Fp8 ? 1 : 2;
         s.duration =
             grouped_gemm_time(experts, tokens, n, k, tokens_reduce, precision_, gpu_, compute_) +
@@ -123,6 +135,7 @@ class PassBuilder {
         s.label = label;
         s.tensor_core = true;
         s.launches = attention_launches(block, backward, compute_.framework);
+        s.host_weight = host_weight(false);
         s.duration =
             attention_time(block, backward, gpu_, compute_) + overheads(compute_, s.launches);
         const Flops model{block.model_flops() * (backward ? 2 : 1)};
@@ -147,21 +160,24 @@ class PassBuilder {
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
         s.hbm_bytes = bytes;
+        s.mem_kind = kind;
         pass.steps.push_back(s);
     }
 
     // `launches` kernels of one kind moving `bytes` together (plus the kind's fixed time per
     // kernel, RooflineCalibration::kind_latency).
     void memory(PassPlan& pass, const char* label, Bytes bytes, MemKind kind = MemKind::Fused,
-                int repeat = 1, int launches = 1) {
+                int repeat = 1, int launches = 1, bool module = false) {
         if (bytes.value <= 0 && default_calibration().kind_latency(kind) == Time::zero()) return;
         Step s;
         s.label = label;
         s.launches = launches;
+        s.host_weight = host_weight(module);
         s.duration = transfer_time(bytes, achievable_hbm(gpu_, compute_, kind)) +
                      default_calibration().kind_latency(kind) * launches +
                      overheads(compute_, launches);
         s.hbm_bytes = bytes;
+        s.mem_kind = kind;
         s.repeat = repeat;
         pass.steps.push_back(s);
     }
@@ -174,8 +190,10 @@ class PassBuilder {
         Step s;
         s.label = label;
         s.launches = small ? 5 : 22;
+        s.host_weight = host_weight(false);
         s.duration = (small ? cal.small_sort : cal.large_sort) + overheads(compute_, s.launches);
         s.hbm_bytes = Bytes{4 * 8 * keys};
+        s.mem_kind = MemKind::Sort;
         pass.steps.push_back(s);
     }
 
@@ -208,6 +226,7 @@ class PassBuilder {
     Precision precision_;
     Fp8Recipe recipe_;
     bool bias_;
+    bool backward_ = false;
 };
 
 I local_expert_count(const ModelSpec& m, const ParallelLayout& layout) {
@@ -281,7 +300,8 @@ const char* pick(bool recompute, const char* normal, const char* again) {
 void norm_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens, bool recompute,
                   const char* label = "norm") {
     const MemKind kind = pb.kind(d.rms ? MemKind::RmsNorm : MemKind::Norm);
-    pb.memory(pass, recompute ? "recompute norm" : label, Bytes{4 * tokens * d.h}, kind);
+    pb.memory(pass, recompute ? "recompute norm" : label, Bytes{4 * tokens * d.h}, kind, 1, 1,
+              true);
 }
 void norm_backward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens,
                    const char* label = "norm bwd") {
@@ -402,7 +422,7 @@ void activation_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I r
     const I e = kActivationBytes;
     if (m.activation != Activation::SwiGlu) {
         pb.memory(pass, pick(recompute, "activation", "recompute activation"),
-                  Bytes{2 * rows * f * e}, pb.kind(MemKind::Activation), repeat);
+                  Bytes{2 * rows * f * e}, pb.kind(MemKind::Activation), repeat, 1, true);
     } else if (pb.eager()) {
         pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), Bytes{5 * rows * f * e},
                   MemKind::Swiglu, repeat, 2);
@@ -663,6 +683,20 @@ void mlp_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpec& m
                   pb.kind(MemKind::Elementwise));
 }
 
+// A calibration's unmapped share (RooflineCompute::residual): the GPU time of kernels the model
+// has no op for, as a step of its own after the pass's kernels, in proportion to their time.
+void add_residual(PassPlan& pass, const RooflineCompute& compute) {
+    if (compute.residual <= 0) return;
+    const Time t = pass.compute_time();
+    if (t == Time::zero()) return;
+    Step s;
+    s.label = "unmapped (calibration residual)";
+    s.launches = 0;
+    s.duration = Time::ps(static_cast<std::int64_t>(
+        std::llround(static_cast<double>(t.count_ps()) * compute.residual)));
+    pass.steps.push_back(s);
+}
+
 // Parameter tensors of one layer on a GPU, each accumulated by a kernel of its own in eager
 // PyTorch: the attention's two linears, the MLP's (or the router, the experts' stacked weights
 // of a grouped GEMM or two linears per local expert, and the shared experts' two), the two
@@ -750,7 +784,7 @@ Time grouped_gemm_time(std::int64_t experts, std::int64_t tokens, std::int64_t n
     const std::int64_t rows = experts * tokens;
     // The dense GEMM of all rows: forward {rows, n, k}; the wgrad reduces over the rows.
     const GemmShape dense = tokens_reduce ? GemmShape{n, k, rows} : GemmShape{rows, n, k};
-    const double ratio = grouped_gemm_ratio(tokens, tokens_reduce);
+    const double ratio = grouped_gemm_ratio(tokens, tokens_reduce) * compute.grouped_gemm_scale;
     const FlopRate rate{gemm_rate(dense, precision, gpu, compute).flops_per_s * ratio};
     const int element = precision == Precision::Fp8 ? 1 : 2;
     const Bytes bytes{element * (tokens_reduce ? rows * n + rows * k + experts * n * k
@@ -789,8 +823,11 @@ double attention_efficiency(const AttentionBlock& block, bool backward,
 
 Time attention_time(const AttentionBlock& block, bool backward, const topology::GpuModel& gpu,
                     const RooflineCompute& compute) {
-    const FlopRate rate = scaled(peak_rate(gpu, Precision::Bf16),
-                                 attention_efficiency(block, backward) * compute.efficiency_scale);
+    const double scale =
+        backward ? compute.attention_backward_scale : compute.attention_forward_scale;
+    const FlopRate rate =
+        scaled(peak_rate(gpu, Precision::Bf16),
+               attention_efficiency(block, backward) * scale * compute.efficiency_scale);
     const Time math = compute_time(Flops{block.executed_flops(backward)}, rate);
     return std::max(math, transfer_time(block.hbm_bytes(backward), achievable_hbm(gpu, compute)));
 }
@@ -807,28 +844,31 @@ Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const Rooflin
 }
 
 double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
-    // Effective bandwidth / 4.8 TB/s on H200 (docs/compute-model.md tabulates the fits).
+    // Effective bandwidth / 4.8 TB/s on H200 (docs/compute-model.md tabulates the fits). Where a
+    // kind runs in more than one public profiled iteration (gpt-h3072, llama-h2048-l8,
+    // moe-h2048-e8-l4), the fraction is their pooled fit by `clustersim calibrate --experiment`:
+    // the model's bytes of the kind over its kernels' time, summed over the traces.
     switch (kind) {
         case MemKind::Fused:
             return hbm_fraction;
         case MemKind::Elementwise:
-            return 0.85;  // residual adds 3.8-4.2 TB/s, bf16 casts 3.9, fills 4.3
+            return 0.887;  // gpt 0.887, llama 0.876, moe 0.900: adds, casts, fills at 4.2-4.3 TB/s
         case MemKind::Activation:
-            return 0.63;  // GELU forward 2.4-3.0 TB/s, backward 2.6-3.3
+            return 0.63;  // GELU forward 2.4-3.0 TB/s, backward 2.6-3.3 (gpt trace: 0.611)
         case MemKind::Norm:
-            return 0.45;  // LayerNorm forward 1.6-2.1 TB/s, backward 2.0-2.7, gamma/beta 1.9-2.3
+            return 0.45;  // LayerNorm forward 1.6-2.1 TB/s, backward 2.0-2.7 (gpt trace: 0.464)
         case MemKind::Reduce:
-            return 0.42;  // bias gradients 1.4-2.4 TB/s
+            return 0.42;  // bias gradients 1.4-2.4 TB/s (gpt 0.410, moe 0.389)
         case MemKind::Concat:
-            return 0.21;  // torch.cat of the q, k, v gradients 0.8-1.0 TB/s
+            return 0.19;  // torch.cat of the q, k, v gradients (gpt 0.191, llama 0.178, moe 0.185)
         case MemKind::StridedCopy:
-            return 0.31;  // 1.3-1.7 TB/s
+            return 0.245;  // gpt's q, k, v gradient copy 0.236, moe's routing-weight product 0.325
         case MemKind::MixedAccumulate:
-            return 0.50;  // fp32 += bf16 main-gradient adds, 2.4 TB/s (profiled iteration)
+            return 0.565;  // fp32 += bf16 main gradients beyond kind_latency (0.54-0.58)
         case MemKind::Softmax:
-            return 0.50;  // fp32 log-softmax forward 2.1 TB/s, backward 2.8 (profiled iteration)
+            return 0.495;  // the loss's cast, log-softmax and its backward (0.480-0.517)
         case MemKind::Optimizer:
-            return 0.69;  // fused AdamW, 28 bytes per parameter at 3.3 TB/s (profiled iteration)
+            return 0.707;  // fused AdamW, 28 bytes per parameter (gpt 0.698 - moe 0.719)
         // Megatron-LM's unfused attention at s = 2048 (b 16, 8 heads of 64, dropout 0.1) on an
         // A100 40GB, the FlashAttention paper's Tables 15 and 16 (arXiv 2205.14135v2; tests/
         // validation/data/a100-attention.json): 7.1 GB forward in 6.56 ms, 10.5 GB backward in
@@ -838,25 +878,39 @@ double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
         case MemKind::ScoresBackward:
             return 0.624;
         case MemKind::RmsNorm:
-            return 0.54;
+            return 0.542;  // llama 0.536, moe 0.565 (forward 3.4 TB/s, backward 2.4)
         case MemKind::Rotary:
-            return 0.26;
+            return 0.26;  // llama 0.259, moe 0.261: strided mul, neg, cat, add at 1.1-1.7 TB/s
         case MemKind::Swiglu:
-            return 0.39;
+            return 0.387;  // llama 0.386, moe 0.390: silu, strided mul, silu_backward
         case MemKind::Permute:
-            return 0.69;
+            return 0.495;  // moe: the token gather with its index gather
         case MemKind::Unpermute:
-            return 0.07;
+            return 0.067;  // index_add_ (moe 0.074) and the embedding's backward (gpt, llama)
+        // The router's softmax and top-k and the index arithmetic: a fixed time per kernel
+        // (kind_latency) and their bytes at this fraction, from the routing microbenchmarks
+        // (T = 4096-32768 tokens, 8-256 experts: 22-477 us).
         case MemKind::Routing:
             return 0.07;
         case MemKind::Sort:
-            return 1;
+            return 1;  // its time is RooflineCalibration::small_sort or large_sort
     }
     return hbm_fraction;
 }
 
 Time RooflineCalibration::kind_latency(MemKind kind) const {
-    return kind == MemKind::Routing ? Time::ns(2000) : Time::zero();
+    switch (kind) {
+        case MemKind::Routing:
+            return Time::ns(2000);
+        // The main-gradient adds, one per parameter tensor from a norm's weight to the
+        // embedding: a regression of their kernel times on their bytes in the three profiled
+        // iterations gives 3.1-3.8 us per kernel (the tiny ones take 3.6 us) and 0.54-0.58 of
+        // the HBM bandwidth beyond it, where one fraction alone ranges 0.50-0.57 with the sizes.
+        case MemKind::MixedAccumulate:
+            return Time::ns(3400);
+        default:
+            return Time::zero();
+    }
 }
 
 void apply_sustained(std::initializer_list<PassPlan*> passes, const topology::GpuModel& gpu,
@@ -897,6 +951,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     } else if (training.recompute == Recompute::Selective) {
         attention_forward(in, pb, d, true);
     }
+    pb.set_backward(true);
 
     const Bytes hidden_full{d.tokens * d.h * e};
     const Bytes residual_io{3 * d.norm_tokens * d.h * e};  // add the two gradient branches
@@ -947,6 +1002,8 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     }
 
     apply_sustained({&r.forward, &in, &w}, gpu, compute);
+    add_residual(r.forward, compute);
+    add_residual(in, compute);
     append(r.backward, r.backward_input);
     append(r.backward, r.backward_weight);
     r.activation_memory =
@@ -974,15 +1031,21 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
         pb.memory(r.forward, "embedding", Bytes{2 * d.tokens * d.h * e});
     }
     tp_leave(r.forward, d, Bytes{d.tokens * d.h * e});
+    pb.set_backward(true);
     if (d.t > 1 && d.sp)
         PassBuilder::collective(r.backward_weight, "all-gather tp", CollectiveKind::AllGather,
                                 GroupKind::Tp, Bytes{d.tokens * d.h * e});
     // Scatter-add of the output gradient into the table's gradient (read-modify-write rows).
-    pb.memory(r.backward_weight, "embedding wgrad", Bytes{3 * d.tokens * d.h * e});
+    // Eager PyTorch's embedding_dense_backward sorts the token ids, sums the gradient rows of
+    // each id and scatters the sums (reading the rows twice, writing partial sums and the
+    // table's rows: 4 x T x h x 2 bytes at the scatter-add's rate, MemKind::Unpermute, in about
+    // ten small kernels) into a dense gradient of the (vocab-parallel) table zeroed before.
+    if (pb.eager())
+        pb.memory(r.backward_weight, "embedding wgrad", Bytes{4 * d.tokens * d.h * e},
+                  MemKind::Unpermute, 1, 10);
+    else
+        pb.memory(r.backward_weight, "embedding wgrad", Bytes{3 * d.tokens * d.h * e});
     if (pb.eager()) {
-        // A dense gradient of the whole (vocab-parallel) table is allocated and zeroed before the
-        // scatter (which sorts the token ids: a handful of small kernels), then accumulated into
-        // the main gradient with the positions' gradient.
         const I rows = (I{model.vocab_size} + d.t - 1) / d.t;
         pb.memory(r.backward_weight, "embedding grad zero", Bytes{rows * d.h * e},
                   MemKind::Elementwise);
@@ -1022,6 +1085,7 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
         PassBuilder::collective(r.forward, "all-reduce tp", CollectiveKind::AllReduce,
                                 GroupKind::Tp, Bytes{3 * d.tokens * 4});
 
+    pb.set_backward(true);
     if (pb.eager()) {
         // NLL backward (zeroing an fp32 gradient of the logits, then a scatter), log-softmax
         // backward (read 4 + 4, write 4) and the cast of the gradient back to 16 bits (read 4,
@@ -1053,18 +1117,20 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     return r;
 }
 
-Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
-                             const topology::GpuModel& gpu, const RooflineCompute& compute) {
-    if (held <= 0 && owned <= 0) return Time::zero();
+std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
+                                                   Precision precision,
+                                                   const RooflineCompute& compute) {
+    std::vector<OptimizerKernel> out;
+    if (held <= 0 && owned <= 0) return out;
+    const double h = static_cast<double>(held), o = static_cast<double>(owned);
+    const auto bytes = [](double b) { return Bytes{static_cast<std::int64_t>(std::ceil(b))}; };
     if (eager(compute)) {
-        const double h = static_cast<double>(held), o = static_cast<double>(owned);
-        const auto bytes = [](double b) { return Bytes{static_cast<std::int64_t>(std::ceil(b))}; };
-        return memory_bound_time(bytes(28 * o), gpu, compute, MemKind::Optimizer) +
-               (precision == Precision::Fp32
-                    ? Time::zero()
-                    : memory_bound_time(bytes(6 * o), gpu, compute, MemKind::Elementwise)) +
-               memory_bound_time(bytes(gradient_bytes_per_parameter(precision) * h), gpu, compute,
-                                 MemKind::Elementwise);
+        out.push_back({"adamw", bytes(28 * o), MemKind::Optimizer});
+        if (precision != Precision::Fp32)
+            out.push_back({"master copy", bytes(6 * o), MemKind::Elementwise});
+        out.push_back({"zero main grads", bytes(gradient_bytes_per_parameter(precision) * h),
+                       MemKind::Elementwise});
+        return out;
     }
     const bool fp16 = precision == Precision::Fp16;
     const double zero_bytes_per_held = gradient_bytes_per_parameter(precision);
@@ -1073,11 +1139,21 @@ Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision pr
     const double norm_bytes_per_owned = 4;
     const double adam_bytes_per_owned = 4 * 4 + 3 * 4;
     const double to_weights_bytes_per_owned = precision == Precision::Fp32 ? 0 : 4 + 2;
-    const double bytes = zero_bytes_per_held * static_cast<double>(held) +
-                         (to_fp32_bytes_per_owned + unscale_bytes_per_owned + norm_bytes_per_owned +
-                          adam_bytes_per_owned + to_weights_bytes_per_owned) *
-                             static_cast<double>(owned);
-    return memory_bound_time(Bytes{static_cast<std::int64_t>(std::ceil(bytes))}, gpu, compute);
+    out.push_back({"optimizer", bytes(zero_bytes_per_held * h +
+                                      (to_fp32_bytes_per_owned + unscale_bytes_per_owned +
+                                       norm_bytes_per_owned + adam_bytes_per_owned +
+                                       to_weights_bytes_per_owned) *
+                                          o),
+                   MemKind::Fused});
+    return out;
+}
+
+Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
+                             const topology::GpuModel& gpu, const RooflineCompute& compute) {
+    Time t;
+    for (const auto& k : optimizer_step_kernels(held, owned, precision, compute))
+        t += memory_bound_time(k.bytes, gpu, compute, k.kind);
+    return t;
 }
 
 }  // namespace cs::workload

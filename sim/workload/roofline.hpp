@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "core/units.hpp"
 #include "topology/cluster.hpp"
@@ -61,6 +62,14 @@ struct RooflineCalibration {
     // torch.argsort of n keys: an in-place block radix sort up to kSmallSortKeys keys, cub's
     // onesweep radix sort (histogram, scans, eight passes, memsets) above.
     static constexpr std::int64_t kSmallSortKeys = 4096;
+    // Eager PyTorch's host time per kernel in units of HostModel::launch (Step::host_weight):
+    // a module's call (nn.Linear, the norms, GELU) in the forward, a plain tensor function's
+    // (rotary, SwiGLU, adds, SDPA, the MoE routing and permutation, grouped_mm), and any kernel
+    // of the backward (the autograd engine's nodes, kernel-less ones included). A grid (module
+    // 1.0-1.4, function 0.7-1.0, backward 0.8-1.5) on the host-bound H200 layer rows of the
+    // three families, the 2 x H200 pipeline runs and the profiled iterations (docs/compute-
+    // model.md section 6): 30 us per module kernel, 18.75 us per function kernel at launch 25 us.
+    double host_module = 1.2, host_function = 0.75, host_backward = 1.0;
     Time small_sort = Time::ns(34000);
     Time large_sort = Time::ns(60000);
 };
@@ -176,5 +185,15 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
 // main gradients (4 x held) as separate multi-tensor kernels, and no gradient norm.
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute);
+// The same step as the memory-bound kernels it is timed as (one for Megatron-LM, three for eager
+// PyTorch), each with its bytes and kind: what roofline_optimizer_step sums and calibrate fits.
+struct OptimizerKernel {
+    const char* label;
+    Bytes bytes;
+    MemKind kind;
+};
+std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
+                                                   Precision precision,
+                                                   const RooflineCompute& compute);
 
 }  // namespace cs::workload
