@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "api/inputs.hpp"
+#include "ingest/inputs.hpp"
 
 namespace cs::bench {
 

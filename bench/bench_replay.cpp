@@ -16,9 +16,9 @@
 #include <ctime>
 #include <string>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
 #include "bench_common.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 
 namespace {
 double cpu_s() {

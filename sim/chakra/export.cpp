@@ -4,12 +4,14 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "chakra/program.hpp"
 #include "core/errors.hpp"
 #include "replay/host.hpp"
+#include "replay/prepare.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/groups.hpp"
@@ -110,139 +112,205 @@ void depend(Node& n, std::uint64_t ctrl, std::uint64_t data) {
     if (data && data != ctrl) n.data_deps.push_back(data);
 }
 
-}  // namespace
+// The ETs of one prepared iteration: per GPU, its passes in the schedule's order (a pass alone,
+// or an overlapped group), then its data-parallel gradients, optimizer step and parameters.
+class Exporter {
+  public:
+    Exporter(const replay::PreparedIteration& it, bool with_host, EtSet& set)
+        : it_(it),
+          spec_(it.spec),
+          layout_(it.spec.layout),
+          ranks_(it.spec.layout),
+          host_(it.spec.compute.host),
+          host_on_(with_host && host_.enabled),
+          costs_(*it.spec.cluster, it.spec.network),
+          set_(set) {}
 
-EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::string& schedule,
-                        const std::string& prefix, bool with_host) {
-    EtSet set;
-    set.prefix = prefix;
-    workload::ExperimentSpec spec = experiment;
-    if (!schedule.empty()) spec.schedule = schedule;
-    auto sched = schedule::require_schedule(spec.schedule, spec.schedule_where);
-    const int chunks = sched->chunks_for(spec.layout.vpp);
-    schedule::PipelineShape shape{spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
-    if (auto problem = sched->check(shape); !problem.empty())
-        throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
-    if (sched->model_copies() != 1)
-        throw ConfigError(spec.schedule_where,
-                          "schedule '" + spec.schedule +
-                              "': the Chakra export does not write schedules holding two model "
-                              "copies (the bidirectional DualPipe); use dualpipev");
-    const auto device_of = [&](int vs) { return sched->place(shape, vs, 0).device; };
-    const workload::IterationPlan plan =
-        workload::plan_iteration(spec, chunks, sched->splits_backward(), device_of);
-    const workload::RankLayout ranks(spec.layout);
-    const auto& layout = spec.layout;
-
-    // The export writes the DP collectives of plain DDP and ZeRO-1 (one per chunk at the end);
-    // unit-by-unit all-gathers and reduce-scatters and HSDP's two-level reduction are not written.
-    if (layout.dp > 1 && (layout.sharding >= workload::Sharding::Gradients || layout.hsdp()))
-        throw ConfigError(spec.layout_where,
-                          "'parallelism': chakra export does not write sharded data parallelism "
-                          "beyond ZeRO-1 (sharding " +
-                              std::string(name_of(workload::kShardingNames, layout.sharding)) +
-                              (layout.hsdp() ? ", shard_size " + std::to_string(layout.shard_size)
-                                             : std::string()) +
-                              "); export with sharding: zero1 or none, without shard_size");
-    const auto& host = spec.compute.host;
-    const bool host_on = with_host && host.enabled;
-    if (host.enabled && !with_host)
-        set.warnings.push_back(
-            "the host model (compute.host) is not exported: the ETs hold GPU work only, so "
-            "running them gives the iteration without host delays (export with --host to "
-            "include it, or set compute.host.enabled=false to compare like with like)");
-    if (spec.variability.any())
-        set.warnings.push_back(
-            "variability (slow GPUs and hosts) is not exported: the ETs hold the plan's times, so "
-            "running them gives the iteration without it");
-    if (spec.faults.any())
-        set.warnings.push_back(
-            "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold the "
-            "workload, and running them gives the iteration on the topology as it is");
-    if (layout.grad_reduce_after_backward && layout.dp > 1 && layout.vpp > 1)
-        set.warnings.push_back(
-            "grad_reduce_after_backward is not exported: each model chunk's gradient all-reduce "
-            "depends on that chunk's last backward pass only, so running the ETs may overlap it "
-            "with other chunks' backward passes");
-    if (host_on && layout.overlap_grad_reduce && layout.dp > 1)
-        set.warnings.push_back(
-            "with --host, --overlap-grad-reduce's gradient buckets become ready at their share of "
-            "the pass's GPU time, not of its time held back by the host: an approximation where "
-            "the host holds back the last backward pass of a chunk");
-
-    const int world = ranks.workers() * ranks.members();
-    set.files.resize(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-        auto& f = set.files[static_cast<std::size_t>(r)];
-        f.version = "0.0.4";
-        f.metadata.push_back(Attribute::string("generator", "clustersim chakra export"));
-        f.metadata.push_back(Attribute::string("schedule", spec.schedule));
-        f.metadata.push_back(Attribute::int64("rank", r));
-        f.metadata.push_back(Attribute::int64("world_size", world));
+    void write() {
+        refuse_unwritten();
+        warn_approximations();
+        start_files();
+        for (int s = 0; s < layout_.pp; ++s)
+            if (interferes() && overlaps(s))
+                for (int b = 0; b + 1 < bucket_count(s); ++b)
+                    overlapped_[static_cast<std::size_t>(s)] += costs_.cost(
+                        dp_kind(s),
+                        ranks_.group(workload::GroupKind::Dp, ranks_.worker(s, 0), 0).gpus,
+                        bucket_bytes(s, b));
+        for (int w = 0; w < ranks_.workers(); ++w)
+            for (int m = 0; m < ranks_.members(); ++m)
+                write_member(w, m);
     }
-    std::map<std::vector<int>, std::string> group_names;
-    const auto group_name = [&](const std::vector<int>& gpus) {
-        auto it = group_names.find(gpus);
-        if (it != group_names.end()) return it->second;
-        const std::string name = std::to_string(group_names.size() + 1);
-        group_names.emplace(gpus, name);
-        set.groups.emplace(name, gpus);
-        return name;
+
+  private:
+    // One GPU's program under construction.
+    struct Member {
+        RankWriter out;
+        int worker = 0, member = 0, stage = 0, dp = 0;
+        const std::vector<schedule::PipelineOp>* order = nullptr;
+        std::uint64_t prev = 0;       // the end of the GPU's previous pass
+        std::uint64_t host_prev = 0;  // the host's last node (--host)
+        std::map<std::tuple<int, int, bool>, std::uint64_t> local;  // (vs, mb, grad) -> end
+        std::vector<std::uint64_t> last_grad;  // per chunk: the pass completing its gradients
+        // Per chunk: the index in the order of the last pass completing its gradients, where its
+        // buckets reduce (--overlap-grad-reduce).
+        std::vector<std::size_t> last_grad_op;
+        std::vector<std::uint64_t> bucket_syncs;  // every bucket's collective, in order
+        std::string dp_name;
+        explicit Member(EtFile& file) : out(file) {}
     };
-    const int last_vs = shape.devices * shape.chunks - 1;
-    const auto tag_of = [&](int vs, int mb, bool gradient) {
+    // One pass of the order as written: its input, its end node and its buckets' readiness.
+    struct PassNodes {
+        schedule::PipelineOp op;
+        std::size_t index = 0;  // in the device's order
+        int vs = 0;
+        std::string what;
+        std::uint64_t input = 0;  // the node whose end is its input (0: none)
+        bool input_remote = false;
+        bool buckets_here = false;
+        std::uint64_t end = 0;
+        std::vector<std::uint64_t> bucket_ready;
+    };
+
+    void refuse_unwritten() const {
+        // The export writes the DP collectives of plain DDP and ZeRO-1 (one per chunk at the
+        // end); unit-by-unit all-gathers and reduce-scatters and HSDP's two-level reduction are
+        // not written.
+        if (layout_.dp > 1 && (layout_.sharding >= workload::Sharding::Gradients || layout_.hsdp()))
+            throw ConfigError(
+                spec_.layout_where,
+                "'parallelism': chakra export does not write sharded data parallelism beyond "
+                "ZeRO-1 (sharding " +
+                    std::string(name_of(workload::kShardingNames, layout_.sharding)) +
+                    (layout_.hsdp() ? ", shard_size " + std::to_string(layout_.shard_size)
+                                    : std::string()) +
+                    "); export with sharding: zero1 or none, without shard_size");
+    }
+
+    void warn_approximations() {
+        auto& warnings = set_.warnings;
+        if (host_.enabled && !host_on_)
+            warnings.push_back(
+                "the host model (compute.host) is not exported: the ETs hold GPU work only, so "
+                "running them gives the iteration without host delays (export with --host to "
+                "include it, or set compute.host.enabled=false to compare like with like)");
+        if (spec_.variability.any())
+            warnings.push_back(
+                "variability (slow GPUs and hosts) is not exported: the ETs hold the plan's "
+                "times, so running them gives the iteration without it");
+        if (spec_.faults.any())
+            warnings.push_back(
+                "faults (failed or degraded links, failed GPUs) are not exported: the ETs hold "
+                "the workload, and running them gives the iteration on the topology as it is");
+        if (layout_.grad_reduce_after_backward && layout_.dp > 1 && layout_.vpp > 1)
+            warnings.push_back(
+                "grad_reduce_after_backward is not exported: each model chunk's gradient "
+                "all-reduce depends on that chunk's last backward pass only, so running the ETs "
+                "may overlap it with other chunks' backward passes");
+        if (host_on_ && layout_.overlap_grad_reduce && layout_.dp > 1)
+            warnings.push_back(
+                "with --host, --overlap-grad-reduce's gradient buckets become ready at their "
+                "share of the pass's GPU time, not of its time held back by the host: an "
+                "approximation where the host holds back the last backward pass of a chunk");
+    }
+
+    void start_files() {
+        const int world = ranks_.workers() * ranks_.members();
+        set_.files.resize(static_cast<std::size_t>(world));
+        for (int r = 0; r < world; ++r) {
+            auto& f = set_.files[static_cast<std::size_t>(r)];
+            f.version = "0.0.4";
+            f.metadata.push_back(Attribute::string("generator", "clustersim chakra export"));
+            f.metadata.push_back(Attribute::string("schedule", spec_.schedule));
+            f.metadata.push_back(Attribute::int64("rank", r));
+            f.metadata.push_back(Attribute::int64("world_size", world));
+        }
+        overlapped_.assign(static_cast<std::size_t>(layout_.pp), Time::zero());
+    }
+
+    std::string group_name(const std::vector<int>& gpus) {
+        auto it = group_names_.find(gpus);
+        if (it != group_names_.end()) return it->second;
+        const std::string name = std::to_string(group_names_.size() + 1);
+        group_names_.emplace(gpus, name);
+        set_.groups.emplace(name, gpus);
+        return name;
+    }
+    int last_vs() const { return it_.schedule->virtual_stages(it_.shape) - 1; }
+    std::int32_t tag_of(int vs, int mb, bool gradient) const {
         const std::int64_t tag =
-            (static_cast<std::int64_t>(vs) * shape.microbatches + mb) * 2 + (gradient ? 1 : 0);
+            (static_cast<std::int64_t>(vs) * it_.shape.microbatches + mb) * 2 + (gradient ? 1 : 0);
         if (tag > std::numeric_limits<std::int32_t>::max())
-            throw ConfigError(spec.layout_where,
+            throw ConfigError(spec_.layout_where,
                               "too many virtual stages x microbatches for 32-bit Chakra tags");
         return static_cast<std::int32_t>(tag);
-    };
-    const auto pass_plan = [&](Pass pass, int vs) -> const workload::PassPlan& {
-        return replay::pass_plan(plan.virtual_stages[static_cast<std::size_t>(vs)], pass);
-    };
+    }
+    const workload::PassPlan& pass_plan(Pass pass, int vs) const {
+        return replay::pass_plan(it_.plan.virtual_stages[static_cast<std::size_t>(vs)], pass);
+    }
+    // A collective step once, run alone on worker 0's group (as the replay costs it).
+    Time collective_time(const workload::Step& step) {
+        return costs_.cost(step.collective, ranks_.group(step.group, 0, 0).gpus, step.size);
+    }
+    // Every collective of a pass, each execution run alone.
+    Time collectives_time(const workload::PassPlan& plan) {
+        Time t = Time::zero();
+        for (const auto& step : plan.steps)
+            if (step.kind == workload::Step::Kind::Collective)
+                t += collective_time(step) * step.repeat;
+        return t;
+    }
 
     // With the host model: each pass plan's issue, as the replay costs it (host.hpp's closed
     // form over the plan's kernels, collectives at their stand-alone time on worker 0's groups).
-    replay::CollectiveCosts costs(*spec.cluster, spec.network);
-    std::map<std::pair<int, int>, replay::HostIssue> issues;
-    const auto issue_of = [&](Pass pass, int vs) -> const replay::HostIssue& {
-        const auto key = std::make_pair(vs, static_cast<int>(pass));
-        auto it = issues.find(key);
-        if (it != issues.end()) return it->second;
-        const auto& steps = pass_plan(pass, vs).steps;
+    // `compute`, when given, is the pass's compute as the replay runs it (an overlapped group's
+    // first pass, slowed by the interference): its compute kernels scale alike, as the replay's
+    // start_on_host scales them.
+    replay::HostIssue issue_of(Pass pass, int vs, std::optional<Time> compute = std::nullopt) {
+        const auto key = std::make_tuple(vs, static_cast<int>(pass),
+                                         compute ? compute->count_ps() : std::int64_t{-1});
+        auto found = issues_.find(key);
+        if (found != issues_.end()) return found->second;
+        const auto& pp = pass_plan(pass, vs);
         std::vector<Time> times;
-        for (const auto& step : steps)
-            times.push_back(
-                step.kind == workload::Step::Kind::Compute
-                    ? step.duration
-                    : costs.cost(step.collective, ranks.group(step.group, 0, 0).gpus, step.size));
+        for (const auto& step : pp.steps)
+            times.push_back(step.kind == workload::Step::Kind::Compute ? step.duration
+                                                                       : collective_time(step));
+        auto blocks = replay::kernel_blocks(pp.steps, times);
+        const Time nominal = pp.compute_time();
+        if (compute && *compute != nominal && nominal > Time::zero()) {
+            const double scale =
+                static_cast<double>(compute->count_ps()) / static_cast<double>(nominal.count_ps());
+            for (std::size_t i = 0; i < blocks.size(); ++i)
+                if (pp.steps[i].kind == workload::Step::Kind::Compute)
+                    blocks[i].time = Time::ps(static_cast<std::int64_t>(
+                        std::llround(static_cast<double>(blocks[i].time.count_ps()) * scale)));
+        }
         const bool backward = pass == Pass::Backward || pass == Pass::BackwardInput;
-        const Time lead = host.pass + (backward ? host.backward : Time::zero());
-        return issues
-            .emplace(key,
-                     replay::host_issue(lead, host.launch, replay::kernel_blocks(steps, times)))
-            .first->second;
-    };
+        const Time lead = replay::pass_lead(host_, *it_.schedule, backward);
+        return issues_.emplace(key, replay::host_issue(lead, host_.launch, blocks)).first->second;
+    }
 
     // --overlap-grad-reduce (the replay's gradient buckets): per stage, the buckets of a chunk,
     // their bytes, and the isolated time of all but the last (the interference's overlap).
-    const auto overlaps = [&](int stage) {
-        return layout.overlap_grad_reduce && layout.dp > 1 &&
-               plan.devices[static_cast<std::size_t>(stage)].dp_gradient_bytes.value > 0;
-    };
-    const auto bucket_count = [&](int stage) {
-        const std::int64_t params = plan.devices[static_cast<std::size_t>(stage)].dp_parameters;
-        const std::int64_t per = layout.bucket_parameters();
+    const workload::StagePlan& device(int stage) const {
+        return it_.plan.devices[static_cast<std::size_t>(stage)];
+    }
+    bool overlaps(int stage) const {
+        return layout_.overlap_grad_reduce && layout_.dp > 1 &&
+               device(stage).dp_gradient_bytes.value > 0;
+    }
+    int bucket_count(int stage) const {
+        const std::int64_t params = device(stage).dp_parameters;
+        const std::int64_t per = layout_.bucket_parameters();
         return static_cast<int>(std::max<std::int64_t>(1, (params + per - 1) / per));
-    };
-    const auto bucket_fraction = [&](int stage, int b) {
-        const double params =
-            static_cast<double>(plan.devices[static_cast<std::size_t>(stage)].dp_parameters);
-        return std::min(1.0, b * static_cast<double>(layout.bucket_parameters()) / params);
-    };
-    const auto bucket_bytes = [&](int stage, int b) {
-        const auto& dev = plan.devices[static_cast<std::size_t>(stage)];
+    }
+    double bucket_fraction(int stage, int b) const {
+        const double params = static_cast<double>(device(stage).dp_parameters);
+        return std::min(1.0, b * static_cast<double>(layout_.bucket_parameters()) / params);
+    }
+    Bytes bucket_bytes(int stage, int b) const {
+        const auto& dev = device(stage);
         const int buckets = bucket_count(stage);
         const auto upto = [&](int k) {
             return k >= buckets ? dev.dp_gradient_bytes.value
@@ -251,277 +319,433 @@ EtSet export_experiment(const workload::ExperimentSpec& experiment, const std::s
                                       bucket_fraction(stage, k)));
         };
         return Bytes{upto(b + 1) - upto(b)};
-    };
-    const auto dp_kind = [&](int stage) {
-        return plan.devices[static_cast<std::size_t>(stage)].dp_sharded
-                   ? network::CollectiveKind::ReduceScatter
-                   : network::CollectiveKind::AllReduce;
-    };
-    const bool interferes =
-        spec.compute.interference > 0 && spec.compute.framework != workload::Framework::None;
-    std::vector<Time> overlapped(static_cast<std::size_t>(layout.pp), Time::zero());
-    for (int s = 0; s < layout.pp; ++s)
-        if (interferes && overlaps(s))
-            for (int b = 0; b + 1 < bucket_count(s); ++b)
-                overlapped[static_cast<std::size_t>(s)] += costs.cost(
-                    dp_kind(s), ranks.group(workload::GroupKind::Dp, ranks.worker(s, 0), 0).gpus,
-                    bucket_bytes(s, b));
+    }
+    network::CollectiveKind dp_kind(int stage) const {
+        return device(stage).dp_sharded ? network::CollectiveKind::ReduceScatter
+                                        : network::CollectiveKind::AllReduce;
+    }
+    bool interferes() const {
+        return spec_.compute.interference > 0 &&
+               spec_.compute.framework != workload::Framework::None;
+    }
+    // The interference a chunk's last backward pass takes while its buckets reduce.
+    Time slowed_by_buckets(int stage, Time compute) const {
+        return Time::ps(static_cast<std::int64_t>(std::llround(
+            static_cast<double>(
+                std::min(compute, overlapped_[static_cast<std::size_t>(stage)]).count_ps()) *
+            spec_.compute.interference)));
+    }
 
-    for (int w = 0; w < ranks.workers(); ++w) {
-        const int stage = ranks.stage_of(w);
-        const int dp = ranks.replica_of(w);
-        const auto order = sched->order(shape, stage);
-        for (int m = 0; m < ranks.members(); ++m) {
-            const int gpu = ranks.member_gpu(w, m);
-            if (gpu < 0 || gpu >= world)
-                throw SimulationError("chakra", "GPU " + std::to_string(gpu) +
-                                                    " outside the layout's " +
-                                                    std::to_string(world) + " GPUs");
-            RankWriter out(set.files[static_cast<std::size_t>(gpu)]);
-            std::uint64_t prev = 0;
-            std::uint64_t host_prev = 0;  // the host's last node (--host)
-            std::map<std::tuple<int, int, bool>, std::uint64_t> local;  // (vs, mb, grad) -> end
-            std::vector<std::uint64_t> last_grad(static_cast<std::size_t>(chunks), 0);
-            // The last pass completing each chunk's gradients, where its buckets reduce.
-            std::vector<std::size_t> last_grad_op(static_cast<std::size_t>(chunks), order.size());
-            for (std::size_t k = 0; k < order.size(); ++k)
-                if (order[k].pass == Pass::Backward || order[k].pass == Pass::BackwardWeight)
-                    last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
-            std::vector<std::uint64_t> bucket_syncs;  // every bucket's collective, in order
-            const std::string dp_name =
-                layout.dp > 1 ? group_name(ranks.group(workload::GroupKind::Dp, w, m).gpus) : "";
-            for (std::size_t op_index = 0; op_index < order.size(); ++op_index) {
-                const auto& op = order[op_index];
-                const int vs = sched->virtual_stage(shape, stage, op.chunk, op.microbatch);
-                const int mb = op.microbatch;
-                const std::string what = std::string(schedule::pass_letter(op.pass)) +
-                                         (op.pass == Pass::BackwardInput ? "i" : "") + " mb" +
-                                         std::to_string(mb) + " vs" + std::to_string(vs);
-                // Its input: an activation from vs - 1 or a gradient from vs + 1.
-                std::uint64_t input = 0;
-                bool input_remote = false;
-                const bool need_act = op.pass == Pass::Forward && vs > 0;
-                const bool need_grad =
-                    (op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs < last_vs;
-                if (need_act || need_grad) {
-                    const int src_vs = need_grad ? vs + 1 : vs - 1;
-                    const int src = ranks.worker(sched->place(shape, src_vs, mb).device, dp);
-                    if (src == w) {
-                        auto it = local.find({vs, mb, need_grad});
-                        if (it == local.end())
-                            throw SimulationError(
-                                "chakra", "a pass of " + what + " runs before its local input");
-                        input = it->second;
-                    } else {
-                        const Bytes bytes =
-                            plan.virtual_stages[static_cast<std::size_t>(need_grad ? vs : vs - 1)]
-                                .activation_bytes;
-                        Node& r = out.p2p(
-                            false,
-                            std::string("recv ") + (need_grad ? "gradient " : "activation ") + what,
-                            ranks.member_gpu(src, m), tag_of(vs, mb, need_grad), bytes);
-                        input = r.id;
-                        input_remote = true;
-                    }
-                }
-                // The host (--host): a receive from another GPU is posted first, then the pass's
-                // kernels are issued from h0 (after the input's arrival with sync_after_p2p); the
-                // GPU starts the pass once the first kernel is issued (first_issue) and ends it
-                // no earlier than h0 + earliest_end, which a wait after the issue enforces.
-                std::uint64_t issued_first = 0, issued_all = 0;
-                Time host_wait = Time::zero();
-                if (host_on) {
-                    const auto& is = issue_of(op.pass, vs);
-                    if (input_remote) {
-                        Node& post = out.host("post recv " + what, host.p2p);
-                        depend(post, host_prev, 0);
-                        host_prev = post.id;
-                    }
-                    Node& first_kernel = out.host("issue " + what, is.first_issue);
-                    depend(first_kernel, host_prev, host.sync_after_p2p ? input : 0);
-                    issued_first = first_kernel.id;
-                    Node& rest = out.host("issue rest " + what, is.issue - is.first_issue);
-                    depend(rest, issued_first, 0);
-                    issued_all = host_prev = rest.id;
-                    host_wait = std::max(Time::zero(), is.earliest_end - is.issue);
-                }
-                // The pass: compute folded between collectives, a chain of nodes.
-                const auto& pp = pass_plan(op.pass, vs);
-                bool first = true;
-                std::uint64_t last = 0;
-                const auto chain = [&](Node& n) {
-                    if (first) {
-                        depend(n, prev, input);
-                        if (issued_first) n.ctrl_deps.push_back(issued_first);
-                    } else {
-                        depend(n, last, 0);
-                    }
-                    first = false;
-                    last = n.id;
-                };
-                Time t = Time::zero();
-                double flops = 0;
-                std::int64_t bytes = 0;
-                bool pending = false;
-                const auto flush = [&] {
-                    if (!pending) return;
-                    chain(out.compute(what + " compute", t, flops, bytes));
-                    t = Time::zero();
-                    flops = 0;
-                    bytes = 0;
-                    pending = false;
-                };
-                for (const auto& step : pp.steps) {
-                    if (step.kind == workload::Step::Kind::Compute) {
-                        t += step.duration * step.repeat;
-                        flops += step.hardware_flops.value * step.repeat;
-                        bytes += step.hbm_bytes.value * step.repeat;
-                        pending = true;
-                        continue;
-                    }
-                    const auto& g = ranks.group(step.group, w, m).gpus;
-                    if (g.size() <= 1 || step.size.value <= 0) continue;  // the replay: no cost
-                    flush();
-                    const std::string name = group_name(g);
-                    for (int k = 0; k < step.repeat; ++k)
-                        chain(out.collective(what + " " + step.label, step.collective, step.size,
-                                             name, true));
-                }
-                if (pending || first) {
-                    pending = true;
-                    flush();
-                }
-                // --overlap-grad-reduce: the chunk's last backward pass is slowed by the
-                // interference, and its buckets become ready at even shares of its time
-                // (timers from its start), the last one at its end.
-                const bool buckets_here =
-                    overlaps(stage) && op_index == last_grad_op[static_cast<std::size_t>(op.chunk)];
-                std::vector<std::uint64_t> bucket_ready;
-                if (buckets_here) {
-                    const Time compute = pp.compute_time();
-                    const Time slowed = Time::ps(static_cast<std::int64_t>(std::llround(
-                        static_cast<double>(
-                            std::min(compute, overlapped[static_cast<std::size_t>(stage)])
-                                .count_ps()) *
-                        spec.compute.interference)));
-                    if (slowed > Time::zero())
-                        chain(out.compute(what + " interference", slowed, 0, 0));
-                    Time span = compute + slowed;
-                    for (const auto& step : pp.steps)
-                        if (step.kind == workload::Step::Kind::Collective)
-                            span += costs.cost(step.collective, ranks.group(step.group, 0, 0).gpus,
-                                               step.size) *
-                                    step.repeat;
-                    const int buckets = bucket_count(stage);
-                    for (int b = 0; b + 1 < buckets; ++b) {
-                        const Time at = Time::ps(static_cast<std::int64_t>(std::llround(
-                            static_cast<double>(span.count_ps()) * bucket_fraction(stage, b + 1))));
-                        Node& timer =
-                            out.delay(what + " bucket " + std::to_string(b) + " ready", at);
-                        depend(timer, prev, input);
-                        if (issued_first) timer.ctrl_deps.push_back(issued_first);
-                        bucket_ready.push_back(timer.id);
-                    }
-                }
-                if (host_on) {
-                    std::uint64_t until = issued_all;
-                    if (host_wait > Time::zero()) {
-                        Node& wait = out.delay("host-bound " + what, host_wait);
-                        depend(wait, issued_all, 0);
-                        until = wait.id;
-                    }
-                    Node& end = out.compute(what + " end", Time::zero(), 0, 0);
-                    depend(end, last, 0);
-                    end.ctrl_deps.push_back(until);
-                    last = end.id;
-                }
-                prev = last;
-                // Its output: to vs + 1 (activation) or vs - 1 (gradient).
-                int target = -1;
-                bool gradient = false;
-                if (op.pass == Pass::Forward && vs < last_vs) target = vs + 1;
-                if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && vs > 0) {
-                    target = vs - 1;
-                    gradient = true;
-                }
-                if (target >= 0) {
-                    const int dst = ranks.worker(sched->place(shape, target, mb).device, dp);
-                    if (dst == w) {
-                        local[{target, mb, gradient}] = last;
-                    } else {
-                        const Bytes b =
-                            plan.virtual_stages[static_cast<std::size_t>(gradient ? target : vs)]
-                                .activation_bytes;
-                        Node& s = out.p2p(
-                            true,
-                            std::string("send ") + (gradient ? "gradient " : "activation ") + what,
-                            ranks.member_gpu(dst, m), tag_of(target, mb, gradient), b);
-                        depend(s, 0, last);
-                        if (host_on) {  // posting the send; with sync_after_p2p, waiting for it
-                            Node& post = out.host("post send " + what, host.p2p);
-                            depend(post, host_prev, 0);
-                            host_prev = post.id;
-                            if (host.sync_after_p2p) {
-                                Node& sync = out.host("sync " + what, Time::zero());
-                                depend(sync, host_prev, 0);
-                                sync.ctrl_deps.push_back(last);
-                                host_prev = sync.id;
-                            }
-                        }
-                    }
-                }
-                if (op.pass == Pass::Backward || op.pass == Pass::BackwardWeight)
-                    last_grad[static_cast<std::size_t>(op.chunk)] = last;
-                if (buckets_here) {
-                    // One communicator: each bucket after the one before (of any chunk).
-                    bucket_ready.push_back(last);
-                    for (std::size_t b = 0; b < bucket_ready.size(); ++b) {
-                        Node& n =
-                            out.collective("dp gradients chunk " + std::to_string(op.chunk) +
-                                               " bucket " + std::to_string(b),
-                                           dp_kind(stage), bucket_bytes(stage, static_cast<int>(b)),
-                                           dp_name, false);
-                        depend(n, bucket_syncs.empty() ? 0 : bucket_syncs.back(), bucket_ready[b]);
-                        bucket_syncs.push_back(n.id);
-                    }
-                }
-            }
-            // Data-parallel gradients per chunk, the optimizer step, the parameters.
-            const auto& dev = plan.devices[static_cast<std::size_t>(stage)];
-            const bool dp_sync = layout.dp > 1 && dev.dp_gradient_bytes.value > 0;
-            std::vector<std::uint64_t> syncs = bucket_syncs;
-            const auto& dp_group = ranks.group(workload::GroupKind::Dp, w, m).gpus;
-            if (dp_sync && !overlaps(stage)) {
-                const std::string name = group_name(dp_group);
-                for (int c = 0; c < chunks; ++c) {
-                    Node& n = out.collective("dp gradients chunk " + std::to_string(c),
-                                             dev.dp_sharded ? network::CollectiveKind::ReduceScatter
-                                                            : network::CollectiveKind::AllReduce,
-                                             dev.dp_gradient_bytes, name, false);
-                    depend(n, 0, last_grad[static_cast<std::size_t>(c)]);
-                    syncs.push_back(n.id);
-                }
-            }
-            std::uint64_t opt_issue = 0;
-            if (host_on && dev.optimizer_step > Time::zero()) {
-                Node& issue = out.host("issue optimizer step", host.pass + host.launch);
-                depend(issue, host_prev, 0);
-                opt_issue = host_prev = issue.id;
-            }
-            Node& opt = out.compute("optimizer step", dev.optimizer_step, 0, 0);
-            depend(opt, prev, 0);
-            if (opt_issue) opt.ctrl_deps.push_back(opt_issue);
-            for (const auto s : syncs)
-                opt.data_deps.push_back(s);
-            const std::uint64_t opt_id = opt.id;  // `opt` moves when nodes are added
-            if (dev.dp_sharded && dp_sync) {
-                Node& n = out.collective("dp parameters", network::CollectiveKind::AllGather,
-                                         Bytes{dev.dp_parameter_bytes.value * chunks},
-                                         group_name(dp_group), false);
-                depend(n, 0, opt_id);
-            }
+    void write_member(int w, int m) {
+        const int world = static_cast<int>(set_.files.size());
+        const int gpu = ranks_.member_gpu(w, m);
+        if (gpu < 0 || gpu >= world)
+            throw SimulationError("chakra", "GPU " + std::to_string(gpu) +
+                                                " outside the layout's " + std::to_string(world) +
+                                                " GPUs");
+        Member st(set_.files[static_cast<std::size_t>(gpu)]);
+        st.worker = w;
+        st.member = m;
+        st.stage = ranks_.stage_of(w);
+        st.dp = ranks_.replica_of(w);
+        st.order = &it_.orders[static_cast<std::size_t>(st.stage)];
+        const auto& order = *st.order;
+        const auto chunks = static_cast<std::size_t>(it_.shape.chunks);
+        st.last_grad.assign(chunks, 0);
+        st.last_grad_op.assign(chunks, order.size());
+        for (std::size_t k = 0; k < order.size(); ++k)
+            if (order[k].pass == Pass::Backward || order[k].pass == Pass::BackwardWeight)
+                st.last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
+        st.dp_name =
+            layout_.dp > 1 ? group_name(ranks_.group(workload::GroupKind::Dp, w, m).gpus) : "";
+        for (std::size_t k = 0; k < order.size();) {
+            const std::size_t n = 1 + static_cast<std::size_t>(std::max<int>(0, order[k].overlap));
+            if (k + n > order.size())
+                throw SimulationError("chakra", "schedule " + spec_.schedule +
+                                                    " overlaps a pass with more passes than "
+                                                    "follow it");
+            if (n == 1)
+                write_pass(st, k);
+            else
+                write_group(st, k, n);
+            k += n;
+        }
+        write_tail(st);
+    }
+
+    PassNodes begin_pass(const Member& st, std::size_t index) const {
+        PassNodes p;
+        p.op = (*st.order)[index];
+        p.index = index;
+        p.vs = it_.schedule->virtual_stage(it_.shape, st.stage, p.op.chunk, p.op.microbatch);
+        p.what = std::string(schedule::pass_letter(p.op.pass)) +
+                 (p.op.pass == Pass::BackwardInput ? "i" : "") + " mb" +
+                 std::to_string(p.op.microbatch) + " vs" + std::to_string(p.vs);
+        p.buckets_here =
+            overlaps(st.stage) && index == st.last_grad_op[static_cast<std::size_t>(p.op.chunk)];
+        return p;
+    }
+
+    // Its input: an activation from vs - 1 or a gradient from vs + 1, received from another
+    // GPU (a receive node) or handed over on this one.
+    void write_input(Member& st, PassNodes& p) {
+        const auto& op = p.op;
+        const int mb = op.microbatch;
+        const bool need_act = op.pass == Pass::Forward && p.vs > 0;
+        const bool need_grad =
+            (op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && p.vs < last_vs();
+        if (!need_act && !need_grad) return;
+        const int src_vs = need_grad ? p.vs + 1 : p.vs - 1;
+        const int src = ranks_.worker(it_.schedule->place(it_.shape, src_vs, mb).device, st.dp);
+        if (src == st.worker) {
+            auto found = st.local.find({p.vs, mb, need_grad});
+            if (found == st.local.end())
+                throw SimulationError("chakra",
+                                      "a pass of " + p.what + " runs before its local input");
+            p.input = found->second;
+            return;
+        }
+        const Bytes bytes =
+            it_.plan.virtual_stages[static_cast<std::size_t>(need_grad ? p.vs : p.vs - 1)]
+                .activation_bytes;
+        Node& r = st.out.p2p(
+            false, std::string("recv ") + (need_grad ? "gradient " : "activation ") + p.what,
+            ranks_.member_gpu(src, st.member), tag_of(p.vs, mb, need_grad), bytes);
+        p.input = r.id;
+        p.input_remote = true;
+    }
+
+    // The host (--host) issuing a pass (or an overlapped group, as its first pass): a receive
+    // from another GPU is posted first, then the pass's kernels are issued from h0 (after the
+    // input's arrival with sync_after_p2p). Returns the first issue's node (the GPU starts the
+    // pass once it is done) and sets `issued_all` and `wait` (the end no earlier than
+    // h0 + earliest_end, which a wait after the issue enforces).
+    std::uint64_t write_issue(Member& st, const PassNodes& p, std::uint64_t& issued_all, Time& wait,
+                              std::optional<Time> compute = std::nullopt) {
+        const replay::HostIssue is = issue_of(p.op.pass, p.vs, compute);
+        if (p.input_remote) {
+            Node& post = st.out.host("post recv " + p.what, host_.p2p);
+            depend(post, st.host_prev, 0);
+            st.host_prev = post.id;
+        }
+        Node& first_kernel = st.out.host("issue " + p.what, is.first_issue);
+        depend(first_kernel, st.host_prev, host_.sync_after_p2p ? p.input : 0);
+        const std::uint64_t issued_first = first_kernel.id;
+        Node& rest = st.out.host("issue rest " + p.what, is.issue - is.first_issue);
+        depend(rest, issued_first, 0);
+        issued_all = st.host_prev = rest.id;
+        wait = std::max(Time::zero(), is.earliest_end - is.issue);
+        return issued_first;
+    }
+
+    // The pass's end no earlier than its host allows: a wait after the issue and a zero-time
+    // node after both.
+    std::uint64_t write_host_end(Member& st, const PassNodes& p, std::uint64_t last,
+                                 std::uint64_t issued_all, Time wait) {
+        std::uint64_t until = issued_all;
+        if (wait > Time::zero()) {
+            Node& n = st.out.delay("host-bound " + p.what, wait);
+            depend(n, issued_all, 0);
+            until = n.id;
+        }
+        Node& end = st.out.compute(p.what + " end", Time::zero(), 0, 0);
+        depend(end, last, 0);
+        end.ctrl_deps.push_back(until);
+        return end.id;
+    }
+
+    // --overlap-grad-reduce: the buckets of the pass (the chunk's last backward) become ready at
+    // even shares of `span` from its start (timers on `start_ctrl` and `start_data`, and the
+    // first issue with the host), the last one at its end.
+    void write_bucket_timers(Member& st, PassNodes& p, Time span, std::uint64_t start_ctrl,
+                             const std::vector<std::uint64_t>& start_data,
+                             std::uint64_t issued_first) {
+        const int buckets = bucket_count(st.stage);
+        for (int b = 0; b + 1 < buckets; ++b) {
+            const Time at = Time::ps(static_cast<std::int64_t>(std::llround(
+                static_cast<double>(span.count_ps()) * bucket_fraction(st.stage, b + 1))));
+            Node& timer = st.out.delay(p.what + " bucket " + std::to_string(b) + " ready", at);
+            if (start_ctrl) timer.ctrl_deps.push_back(start_ctrl);
+            for (auto d : start_data)
+                if (d && d != start_ctrl) timer.data_deps.push_back(d);
+            if (issued_first) timer.ctrl_deps.push_back(issued_first);
+            p.bucket_ready.push_back(timer.id);
         }
     }
+
+    // A pass alone: its compute folded between its collectives, a chain of nodes.
+    void write_pass(Member& st, std::size_t index) {
+        PassNodes p = begin_pass(st, index);
+        write_input(st, p);
+        std::uint64_t issued_first = 0, issued_all = 0;
+        Time host_wait = Time::zero();
+        if (host_on_) issued_first = write_issue(st, p, issued_all, host_wait);
+        const auto& pp = pass_plan(p.op.pass, p.vs);
+        bool first = true;
+        std::uint64_t last = 0;
+        const auto chain = [&](Node& n) {
+            if (first) {
+                depend(n, st.prev, p.input);
+                if (issued_first) n.ctrl_deps.push_back(issued_first);
+            } else {
+                depend(n, last, 0);
+            }
+            first = false;
+            last = n.id;
+        };
+        Time t = Time::zero();
+        double flops = 0;
+        std::int64_t bytes = 0;
+        bool pending = false;
+        const auto flush = [&] {
+            if (!pending) return;
+            chain(st.out.compute(p.what + " compute", t, flops, bytes));
+            t = Time::zero();
+            flops = 0;
+            bytes = 0;
+            pending = false;
+        };
+        for (const auto& step : pp.steps) {
+            if (step.kind == workload::Step::Kind::Compute) {
+                t += step.duration * step.repeat;
+                flops += step.hardware_flops.value * step.repeat;
+                bytes += step.hbm_bytes.value * step.repeat;
+                pending = true;
+                continue;
+            }
+            const auto& g = ranks_.group(step.group, st.worker, st.member).gpus;
+            if (g.size() <= 1 || step.size.value <= 0) continue;  // the replay: no cost
+            flush();
+            const std::string name = group_name(g);
+            for (int k = 0; k < step.repeat; ++k)
+                chain(st.out.collective(p.what + " " + step.label, step.collective, step.size, name,
+                                        true));
+        }
+        if (pending || first) {
+            pending = true;
+            flush();
+        }
+        if (p.buckets_here) {
+            // The chunk's last backward pass is slowed by the interference.
+            const Time compute = pp.compute_time();
+            const Time slowed = slowed_by_buckets(st.stage, compute);
+            if (slowed > Time::zero())
+                chain(st.out.compute(p.what + " interference", slowed, 0, 0));
+            write_bucket_timers(st, p, compute + slowed + collectives_time(pp), st.prev, {p.input},
+                                issued_first);
+        }
+        if (host_on_) last = write_host_end(st, p, last, issued_all, host_wait);
+        st.prev = p.end = last;
+        write_outputs(st, p, last, true);
+    }
+
+    // An overlapped group (PipelineOp::overlap, DualPipe's F&B), as the replay runs it: every
+    // pass's input in before the first starts; the passes back to back, each one node of its
+    // compute (slowed by the interference) and a wait for its exposed collective time, as
+    // replay::overlapped_time shares them (the collectives hidden behind the partner's compute
+    // are not written as collectives); the host issues the group as its first pass; every
+    // pass's outputs leave when the group ends.
+    void write_group(Member& st, std::size_t index, std::size_t n) {
+        std::vector<PassNodes> passes;
+        std::vector<std::uint64_t> inputs;
+        for (std::size_t j = 0; j < n; ++j) {
+            passes.push_back(begin_pass(st, index + j));
+            write_input(st, passes.back());
+            inputs.push_back(passes.back().input);
+        }
+        // The replay's overlap_group: compute C and collectives A of every pass, the forward's
+        // chain (record 0) and the others', then each pass's share of the slowed compute and
+        // the exposed collectives, rounded cumulatively so that they add up exactly.
+        std::vector<std::int64_t> compute(n), collective(n);
+        std::int64_t c = 0, a = 0, chain_f = 0, chain_b = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+            const auto& pp = pass_plan(passes[j].op.pass, passes[j].vs);
+            Time cj = pp.compute_time();
+            if (passes[j].buckets_here) cj += slowed_by_buckets(st.stage, cj);
+            compute[j] = cj.count_ps();
+            collective[j] = collectives_time(pp).count_ps();
+            c += compute[j];
+            a += collective[j];
+            (j == 0 ? chain_f : chain_b) += compute[j] + collective[j];
+        }
+        const double i =
+            spec_.compute.framework != workload::Framework::None ? spec_.compute.interference : 0.0;
+        const auto shared = replay::overlapped_time(c, a, chain_f, chain_b, i);
+        const auto share = [](std::int64_t total, std::int64_t upto, std::int64_t of) {
+            return of == 0 ? (upto == of ? total : 0)
+                           : static_cast<std::int64_t>(std::llround(static_cast<double>(total) *
+                                                                    static_cast<double>(upto) /
+                                                                    static_cast<double>(of)));
+        };
+        std::vector<Time> busy(n), exposed(n);
+        std::int64_t c_before = 0, a_before = 0, slowed_given = 0, exposed_given = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+            c_before += compute[j];
+            a_before += collective[j];
+            const std::int64_t s_upto =
+                j + 1 == n ? shared.slowed : share(shared.slowed, c_before, c);
+            const std::int64_t e_upto =
+                j + 1 == n ? shared.exposed : share(shared.exposed, a_before, a);
+            busy[j] = Time::ps(compute[j] + s_upto - slowed_given);
+            exposed[j] = Time::ps(e_upto - exposed_given);
+            slowed_given = s_upto;
+            exposed_given = e_upto;
+        }
+
+        std::uint64_t issued_first = 0, issued_all = 0;
+        Time host_wait = Time::zero();
+        if (host_on_)
+            issued_first = write_issue(st, passes.front(), issued_all, host_wait, busy.front());
+        for (std::size_t j = 0; j < n; ++j) {
+            PassNodes& p = passes[j];
+            const auto& pp = pass_plan(p.op.pass, p.vs);
+            const std::uint64_t start = st.prev;
+            Node& work = st.out.compute(p.what + " compute", busy[j], pp.hardware_flops().value,
+                                        hbm_bytes(pp));
+            if (j == 0) {
+                if (start) work.ctrl_deps.push_back(start);
+                for (auto d : inputs)
+                    if (d && d != start) work.data_deps.push_back(d);
+                if (issued_first) work.ctrl_deps.push_back(issued_first);
+            } else {
+                depend(work, start, 0);
+            }
+            std::uint64_t last = work.id;
+            if (exposed[j] > Time::zero()) {
+                Node& wait = st.out.delay(p.what + " exposed communication", exposed[j]);
+                depend(wait, last, 0);
+                last = wait.id;
+            }
+            if (p.buckets_here)
+                write_bucket_timers(st, p, busy[j] + exposed[j], start,
+                                    j == 0 ? inputs : std::vector<std::uint64_t>{},
+                                    j == 0 ? issued_first : 0);
+            if (j == 0 && host_on_) last = write_host_end(st, p, last, issued_all, host_wait);
+            st.prev = p.end = last;
+        }
+        for (std::size_t j = 0; j < n; ++j)
+            write_outputs(st, passes[j], st.prev, j == 0);
+    }
+
+    static std::int64_t hbm_bytes(const workload::PassPlan& pp) {
+        std::int64_t bytes = 0;
+        for (const auto& step : pp.steps)
+            if (step.kind == workload::Step::Kind::Compute)
+                bytes += step.hbm_bytes.value * step.repeat;
+        return bytes;
+    }
+
+    // A pass's outputs once `done` has ended (the pass, or its group): to vs + 1 (activation) or
+    // vs - 1 (gradient), its chunk's gradients, its buckets' collectives. `host_posts`: the
+    // host posts its send (the pass it issued).
+    void write_outputs(Member& st, PassNodes& p, std::uint64_t done, bool host_posts) {
+        const auto& op = p.op;
+        const int mb = op.microbatch;
+        int target = -1;
+        bool gradient = false;
+        if (op.pass == Pass::Forward && p.vs < last_vs()) target = p.vs + 1;
+        if ((op.pass == Pass::Backward || op.pass == Pass::BackwardInput) && p.vs > 0) {
+            target = p.vs - 1;
+            gradient = true;
+        }
+        if (target >= 0) {
+            const int dst = ranks_.worker(it_.schedule->place(it_.shape, target, mb).device, st.dp);
+            if (dst == st.worker) {
+                st.local[{target, mb, gradient}] = done;
+            } else {
+                const Bytes b =
+                    it_.plan.virtual_stages[static_cast<std::size_t>(gradient ? target : p.vs)]
+                        .activation_bytes;
+                Node& s = st.out.p2p(
+                    true, std::string("send ") + (gradient ? "gradient " : "activation ") + p.what,
+                    ranks_.member_gpu(dst, st.member), tag_of(target, mb, gradient), b);
+                depend(s, 0, done);
+                if (host_on_ && host_posts) {  // posting the send; with sync_after_p2p, waiting
+                    Node& post = st.out.host("post send " + p.what, host_.p2p);
+                    depend(post, st.host_prev, 0);
+                    st.host_prev = post.id;
+                    if (host_.sync_after_p2p) {
+                        Node& sync = st.out.host("sync " + p.what, Time::zero());
+                        depend(sync, st.host_prev, 0);
+                        sync.ctrl_deps.push_back(p.end);
+                        st.host_prev = sync.id;
+                    }
+                }
+            }
+        }
+        if (op.pass == Pass::Backward || op.pass == Pass::BackwardWeight)
+            st.last_grad[static_cast<std::size_t>(op.chunk)] = done;
+        if (!p.buckets_here) return;
+        // One communicator: each bucket after the one before (of any chunk).
+        p.bucket_ready.push_back(p.end);
+        for (std::size_t b = 0; b < p.bucket_ready.size(); ++b) {
+            Node& n = st.out.collective(
+                "dp gradients chunk " + std::to_string(op.chunk) + " bucket " + std::to_string(b),
+                dp_kind(st.stage), bucket_bytes(st.stage, static_cast<int>(b)), st.dp_name, false);
+            depend(n, st.bucket_syncs.empty() ? 0 : st.bucket_syncs.back(), p.bucket_ready[b]);
+            st.bucket_syncs.push_back(n.id);
+        }
+    }
+
+    // Data-parallel gradients per chunk, the optimizer step, the parameters.
+    void write_tail(Member& st) {
+        const auto& dev = device(st.stage);
+        const int chunks = it_.shape.chunks;
+        const bool dp_sync = layout_.dp > 1 && dev.dp_gradient_bytes.value > 0;
+        std::vector<std::uint64_t> syncs = st.bucket_syncs;
+        const auto& dp_group = ranks_.group(workload::GroupKind::Dp, st.worker, st.member).gpus;
+        if (dp_sync && !overlaps(st.stage)) {
+            const std::string name = group_name(dp_group);
+            for (int c = 0; c < chunks; ++c) {
+                Node& n = st.out.collective("dp gradients chunk " + std::to_string(c),
+                                            dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                                           : network::CollectiveKind::AllReduce,
+                                            dev.dp_gradient_bytes, name, false);
+                depend(n, 0, st.last_grad[static_cast<std::size_t>(c)]);
+                syncs.push_back(n.id);
+            }
+        }
+        std::uint64_t opt_issue = 0;
+        if (host_on_ && dev.optimizer_step > Time::zero()) {
+            Node& issue = st.out.host("issue optimizer step", host_.pass + host_.launch);
+            depend(issue, st.host_prev, 0);
+            opt_issue = st.host_prev = issue.id;
+        }
+        Node& opt = st.out.compute("optimizer step", dev.optimizer_step, 0, 0);
+        depend(opt, st.prev, 0);
+        if (opt_issue) opt.ctrl_deps.push_back(opt_issue);
+        for (const auto s : syncs)
+            opt.data_deps.push_back(s);
+        const std::uint64_t opt_id = opt.id;  // `opt` moves when nodes are added
+        if (dev.dp_sharded && dp_sync) {
+            Node& n = st.out.collective("dp parameters", network::CollectiveKind::AllGather,
+                                        Bytes{dev.dp_parameter_bytes.value * chunks},
+                                        group_name(dp_group), false);
+            depend(n, 0, opt_id);
+        }
+    }
+
+    const replay::PreparedIteration& it_;
+    const workload::ExperimentSpec& spec_;
+    const workload::ParallelLayout& layout_;
+    const workload::RankLayout ranks_;
+    const workload::HostModel& host_;
+    const bool host_on_;
+    replay::CollectiveCosts costs_;
+    EtSet& set_;
+    std::map<std::vector<int>, std::string> group_names_;
+    std::map<std::tuple<int, int, std::int64_t>, replay::HostIssue> issues_;
+    std::vector<Time> overlapped_;  // per stage: the buckets before the last, run alone
+};
+
+}  // namespace
+
+EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
+                        const std::string& prefix, bool with_host) {
+    EtSet set;
+    set.prefix = prefix;
+    const replay::PreparedIteration prepared = replay::prepare(spec, schedule);
+    Exporter(prepared, with_host, set).write();
     return set;
 }
 

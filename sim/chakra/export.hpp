@@ -20,6 +20,9 @@
 //                     pass slowed by the interference
 //   optimizer step    a COMP_NODE after the last pass and every gradient collective
 //   parameters        the distributed optimizer's all-gather on the DP communicator after it
+//   overlapped group  DualPipe's F&B (PipelineOp::overlap): every input in before the first pass,
+//                     per pass one COMP_NODE of its overlapped compute and a cs_delay of its
+//                     exposed communication (replay::overlapped_time), outputs after the last
 //   the host model    with --host only: per pass a CPU node for posting a receive from another
 //                     GPU, two for issuing the kernels (up to the first, the rest), one for
 //                     posting a send and a sync after it (sync_after_p2p); the GPU's first node
@@ -49,8 +52,9 @@ struct EtSet {
 
 // `schedule` empty: the experiment's own. `with_host`: with the experiment's host model
 // (compute.host), also its host work as CPU nodes (is_cpu_op) and the GPU's waits for it as
-// cs_delay nodes, so that the run reproduces the replay's host model too. Throws ConfigError as
-// api::run does for layouts the schedule cannot run.
+// cs_delay nodes, so that the run reproduces the replay's host model too. The iteration is
+// replay::prepare's, as api::run's: it throws ConfigError as run does for layouts the schedule
+// cannot run.
 EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
                         const std::string& prefix = "clustersim", bool with_host = false);
 

@@ -7,11 +7,12 @@
 #include <iostream>
 #include <memory>
 
-#include "api/calibrate.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
+#include "fit/calibrate.hpp"
 
 namespace cs::cli {
 
@@ -45,7 +46,7 @@ void run(const CalibrateArgs& a) {
         options.iteration_time_s = t->seconds();
     }
     const auto result = api::calibrate(options);
-    api::print_calibration(std::cout, result);
+    print_calibration(std::cout, result);
     write_file_atomically(
         a.out, [&](std::ostream& out) { out << api::calibration_file_text(result); }, &outputs);
     if (!a.json.empty())

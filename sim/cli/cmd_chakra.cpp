@@ -9,14 +9,14 @@
 #include <iostream>
 #include <memory>
 
-#include "api/chakra.hpp"
-#include "api/inputs.hpp"
 #include "cli/commands.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
 #include "report/trace_sink.hpp"
 #include "schedule/schedule.hpp"
+#include "session/chakra.hpp"
 
 namespace cs::cli {
 

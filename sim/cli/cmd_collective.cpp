@@ -7,14 +7,15 @@
 #include <iostream>
 #include <memory>
 
-#include "api/collective.hpp"
-#include "api/inputs.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/name_table.hpp"
 #include "core/quantity.hpp"
+#include "ingest/inputs.hpp"
+#include "session/collective.hpp"
 
 namespace cs::cli {
 
@@ -137,9 +138,9 @@ void run(const CollectiveArgs& a) {
     outputs.guard_input("--topology", a.topology);
     const auto report = api::run_collective(request);
     if (a.format == "nccl-tests")
-        api::print_collective_nccl_tests(std::cout, request, report, sweep);
+        print_collective_nccl_tests(std::cout, request, report, sweep);
     else
-        api::print_collective(std::cout, request, report);
+        print_collective(std::cout, request, report);
     if (!a.json.empty())
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << api::collective_json(report).dump(2) << "\n"; },

@@ -4,14 +4,15 @@
 #include <iostream>
 #include <memory>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/report.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
 #include "schedule/schedule.hpp"
+#include "session/compare.hpp"
+#include "session/report.hpp"
 
 namespace cs::cli {
 
@@ -88,7 +89,7 @@ void compare(const CompareArgs& a) {
                   << "): they run one model chunk per stage\n";
     }
     std::cout << "\n";
-    api::print_compare_table(std::cout, result.summaries);
+    print_compare_table(std::cout, result.summaries);
     if (!a.svg.empty()) std::cout << "\ntimelines drawn to " << a.svg << "\n";
     if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
 }

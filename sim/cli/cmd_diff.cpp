@@ -3,9 +3,10 @@
 #include <iostream>
 #include <memory>
 
-#include "api/diff.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
+#include "fit/diff.hpp"
 
 namespace cs::cli {
 
@@ -22,7 +23,7 @@ void run(const DiffArgs& a) {
     outputs.guard_input("the simulated trace", a.options.simulated);
     outputs.guard_input("the measured trace", a.options.measured);
     const auto result = api::diff_traces(a.options);
-    api::print_diff(std::cout, result);
+    print_diff(std::cout, result);
     if (!a.json.empty())
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << api::diff_json(result).dump(2) << "\n"; },

@@ -3,17 +3,18 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/report.hpp"
-#include "api/run.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
+#include "cli/tables.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
+#include "ingest/inputs.hpp"
 #include "report/summary_writers.hpp"
 #include "report/trace_sink.hpp"
 #include "schedule/schedule.hpp"
+#include "session/jobs.hpp"
+#include "session/report.hpp"
+#include "session/run.hpp"
 
 namespace cs::cli {
 
@@ -92,7 +93,7 @@ void run_jobs(const RunArgs& a) {
             a.json, [&](std::ostream& out) { out << api::to_json(result).dump(2) << "\n"; },
             &outputs);
     outputs.commit();
-    api::print_jobs(std::cout, spec, result);
+    print_jobs(std::cout, spec, result);
     if (!a.trace.empty())
         std::cout << "\ntrace written to " << a.trace
                   << " (one process per job; open it in ui.perfetto.dev)\n";
@@ -143,20 +144,15 @@ void run(const RunArgs& a) {
     opt.detail = !a.html.empty();
     Progress progress("simulating");
     std::unique_ptr<PassProgress> counter;
+    std::size_t passes = 0;  // every worker's passes, from the prepared iteration
     if (progress.enabled()) {
-        const auto sched = schedule::make_schedule(a.schedule.empty() ? spec.schedule : a.schedule);
-        if (sched) {
-            const std::size_t passes =
-                static_cast<std::size_t>(sched->chunks_for(spec.layout.vpp)) *
-                static_cast<std::size_t>(spec.training.microbatches(spec.layout)) *
-                (sched->splits_backward() ? 3 : 2);
-            // `passes` by value: the run calls this after this block has ended.
-            opt.attach = [&counter, &progress, passes](replay::Replay& replay) {
-                counter =
-                    std::make_unique<PassProgress>(progress, passes * replay.workers().size());
-                replay.add_observer(*counter);
-            };
-        }
+        opt.on_prepared = [&passes](const replay::PreparedIteration& it) {
+            passes = static_cast<std::size_t>(it.passes());
+        };
+        opt.attach = [&counter, &progress, &passes](replay::Replay& replay) {
+            counter = std::make_unique<PassProgress>(progress, passes);
+            replay.add_observer(*counter);
+        };
     }
     const auto result = api::run(spec, opt);
     counter.reset();

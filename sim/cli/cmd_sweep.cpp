@@ -7,14 +7,15 @@
 #include <optional>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/report.hpp"
-#include "api/sweep.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
+#include "cli/tables.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
+#include "session/report.hpp"
+#include "session/sweep.hpp"
 
 namespace cs::cli {
 
@@ -96,7 +97,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         // The table alone: each process keeps only the rows that can still make the top.
         const auto tally = api::sweep_tally(options, ranks, top);
         progress.reset();
-        if (tally) api::print_sweep(std::cout, options.axes, *tally, top);
+        if (tally) print_sweep(std::cout, options.axes, *tally, top);
         return;
     }
     const auto rows = api::sweep(options, ranks);
@@ -123,7 +124,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();
-    api::print_sweep(std::cout, options.axes, api::tally_rows(*rows, top), top);
+    print_sweep(std::cout, options.axes, api::tally_rows(*rows, top), top);
 }
 
 void sweep(const SweepArgs& a) {

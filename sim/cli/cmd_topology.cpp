@@ -5,10 +5,11 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/topology.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
+#include "ingest/inputs.hpp"
+#include "ingest/topology.hpp"
 
 namespace cs::cli {
 
@@ -32,7 +33,7 @@ void run(const TopologyArgs& a) {
     const std::string dot =
         a.dot.empty() ? "" : api::topology_dot(loaded.cluster, "--dot " + a.dot);
     const auto s = topology::summarize(loaded.cluster);
-    api::print_topology(std::cout, loaded.display_path, s);
+    print_topology(std::cout, loaded.display_path, s);
     if (!a.json.empty())
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << api::topology_json(s).dump(2) << "\n"; },

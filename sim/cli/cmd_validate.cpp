@@ -8,11 +8,13 @@
 #include <iostream>
 #include <memory>
 
-#include "api/inputs.hpp"
-#include "api/validate.hpp"
 #include "cli/commands.hpp"
+#include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "fit/validate.hpp"
+#include "ingest/inputs.hpp"
+#include "session/run.hpp"
 
 namespace cs::cli {
 
@@ -45,8 +47,9 @@ void run(const ValidateArgs& a) {
     api::ValidateOptions options;
     options.dir = a.dir;
     options.only = a.only;
+    options.run = [](const workload::ExperimentSpec& spec) { return api::run(spec).summary; };
     options.on_case = [](const api::ValidationCase& c, const api::ValidationFamily& f) {
-        api::print_validation_case(std::cout, c, f);
+        print_validation_case(std::cout, c, f);
         std::cout << std::flush;
     };
     const auto report = api::validate(options);
@@ -55,9 +58,9 @@ void run(const ValidateArgs& a) {
                           "no case id contains \"" + a.only +
                               "\"; the ids are the `id:` keys of the folder's cases.yaml");
     std::cout << "\n";
-    api::print_validation_summary(std::cout, report);
+    print_validation_summary(std::cout, report);
     if (!a.write_doc.empty()) {
-        api::write_validation_doc(a.write_doc, report);
+        write_validation_doc(a.write_doc, report);
         std::cout << "\nwrote " << a.write_doc << "\n";
     }
     std::cout << std::flush;

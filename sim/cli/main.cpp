@@ -7,10 +7,10 @@
 #include <set>
 #include <string>
 
-#include "api/shard.hpp"
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "core/errors.hpp"
+#include "session/shard.hpp"
 
 namespace {
 

@@ -12,16 +12,16 @@
 #include <tuple>
 #include <vector>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/report.hpp"
-#include "api/run.hpp"
-#include "api/sweep.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
 #include "report/summary.hpp"
 #include "schedule/schedule.hpp"
+#include "session/compare.hpp"
+#include "session/jobs.hpp"
+#include "session/report.hpp"
+#include "session/run.hpp"
+#include "session/sweep.hpp"
 
 namespace py = pybind11;
 

@@ -62,4 +62,10 @@ HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks
     return h;
 }
 
+Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule, bool backward) {
+    Time lead = host.pass + (backward ? host.backward : Time::zero());
+    if (workload::HostModel::runs_on_runtime(schedule.name())) lead += host.runtime_pass;
+    return lead;
+}
+
 }  // namespace cs::replay

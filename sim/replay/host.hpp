@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::replay {
@@ -45,5 +46,10 @@ std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
 // last kernel. A kernel's duration is its block's time / kernels rounded up (the last kernel's
 // tail). A kernel of a block takes launch x the block's host_weight of the host's time.
 HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks);
+
+// The framework's work before a pass's first kernel: host.pass, host.backward more for a backward
+// pass (or its input half: the autograd engine's start), and host.runtime_pass more under the
+// schedules torch runs on its pipeline runtime.
+Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule, bool backward);
 
 }  // namespace cs::replay

@@ -393,8 +393,7 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
     cost.blocks = kernel_blocks(plan.steps, cost.step_times);
     for (const auto& step : plan.steps)
         cost.block_compute.push_back(step.kind == workload::Step::Kind::Compute ? 1 : 0);
-    cost.lead = host.pass + (backward ? host.backward : Time::zero());
-    if (workload::HostModel::runs_on_runtime(schedule_.name())) cost.lead += host.runtime_pass;
+    cost.lead = pass_lead(host, schedule_, backward);
     cost.host = host_issue(cost.lead, host.launch, cost.blocks);
     return cost;
 }

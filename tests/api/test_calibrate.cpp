@@ -8,10 +8,10 @@
 #include <fstream>
 #include <string>
 
-#include "api/calibrate.hpp"
-#include "api/kernel_table.hpp"
-#include "api/torch_trace.hpp"
 #include "core/errors.hpp"
+#include "fit/calibrate.hpp"
+#include "fit/kernel_table.hpp"
+#include "ingest/torch_trace.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"
 #include "workload/experiment.hpp"

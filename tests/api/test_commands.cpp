@@ -7,12 +7,13 @@
 #include <sstream>
 #include <string>
 
-#include "api/collective.hpp"
-#include "api/run.hpp"
-#include "api/sweep.hpp"
-#include "api/topology.hpp"
-#include "api/validate.hpp"
+#include "cli/tables.hpp"
 #include "core/errors.hpp"
+#include "fit/validate.hpp"
+#include "ingest/topology.hpp"
+#include "session/collective.hpp"
+#include "session/run.hpp"
+#include "session/sweep.hpp"
 #include "topology/summary.hpp"
 
 namespace fs = std::filesystem;
@@ -50,7 +51,7 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     REQUIRE(json.size() == 4);  // ranked rows (repeats included), then the invalid one
     CHECK(json[3].contains("error"));
     std::ostringstream text;
-    cs::api::print_sweep(text, options.axes, cs::api::tally_rows(*rows, 20), 20);
+    cs::cli::print_sweep(text, options.axes, cs::api::tally_rows(*rows, 20), 20);
     CHECK(text.str().find("4 combinations: 3 simulated, 1 not valid; 1 gave the same result") !=
           std::string::npos);
 
@@ -70,8 +71,8 @@ TEST_CASE("api::sweep in one process: every combination, ranked, repeats listed 
     CHECK(tally->reasons()[0].count == 1);
     CHECK(tally->reasons()[0].first_index == 2);
     std::ostringstream streamed, full;
-    cs::api::print_sweep(streamed, options.axes, *tally, 1);
-    cs::api::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
+    cs::cli::print_sweep(streamed, options.axes, *tally, 1);
+    cs::cli::print_sweep(full, options.axes, cs::api::tally_rows(*rows, 1), 1);
     CHECK(streamed.str() == full.str());
 }
 
@@ -269,7 +270,7 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
         << "cases:\n"
         << "  - {id: ok, family: g, source: test, kind: gemm, topology: " << kTwoGpus
         << ", gemm: {m: 4096, n: 4096, k: 4096}, published: 1, unit: ms}\n";
-    const auto first = cs::api::validate({dir, "", {}});
+    const auto first = cs::api::validate({dir, "", {}, {}});
     REQUIRE(first.cases.size() == 1);
     const double t = first.cases[0].predicted;
     CHECK(t > 0);
@@ -283,8 +284,10 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
         << ", gemm: {m: 4096, n: 4096, k: 4096}, published: " << 2 * t << ", unit: ms}\n";
     int seen = 0;
     const auto report = cs::api::validate(
-        {dir, "",
-         [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; }});
+        {dir,
+         "",
+         [&](const cs::api::ValidationCase&, const cs::api::ValidationFamily&) { ++seen; },
+         {}});
     CHECK(seen == 2);
     REQUIRE(report.cases.size() == 2);
     CHECK(report.cases[0].status == cs::api::ValidationStatus::Pass);
@@ -293,7 +296,7 @@ TEST_CASE("api::validate: scores each case against its family's tolerance") {
     CHECK(report.cases[1].status == cs::api::ValidationStatus::Fail);
     CHECK(report.failed);
     std::ostringstream text;
-    cs::api::print_validation_summary(text, report);
+    cs::cli::print_validation_summary(text, report);
     // The family row: 2 cases, 1 pass, 1 fail.
     CHECK(text.str().find("2     1     1") != std::string::npos);
 }
@@ -330,7 +333,7 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
         << row("tiny-fwd", "layer_pass: forward", tiny)
         << row("tiny-bwd", "layer_pass: backward", tiny)
         << row("tiny-kfb", "layer_pass: forward_backward, time: kernels", tiny);
-    const auto report = cs::api::validate({dir, "", {}});
+    const auto report = cs::api::validate({dir, "", {}, {}});
     REQUIRE(report.cases.size() == 8);
     for (const auto& c : report.cases)
         INFO(c.id << ": " << c.note);
@@ -358,6 +361,6 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
         << "  - {id: l, title: layers, mode: microbenchmark, tolerance: 100, error: relative}\n"
         << "cases:\n"
         << row("f", "layer_pass: forward, fwd_bwd_clocks: sustained", big);
-    CHECK_THROWS_WITH_AS(cs::api::validate({dir, "", {}}),
+    CHECK_THROWS_WITH_AS(cs::api::validate({dir, "", {}, {}}),
                          doctest::Contains("applies to backward rows only"), cs::ConfigError);
 }

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include "api/diff.hpp"
 #include "core/errors.hpp"
+#include "fit/diff.hpp"
 
 namespace fs = std::filesystem;
 

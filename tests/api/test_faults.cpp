@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
-#include "api/shard.hpp"
-#include "api/sweep.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
+#include "session/compare.hpp"
+#include "session/run.hpp"
+#include "session/shard.hpp"
+#include "session/sweep.hpp"
 
 namespace {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
+#include "session/run.hpp"
 #include "workload/experiment.hpp"
 
 namespace {

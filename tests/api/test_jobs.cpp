@@ -10,9 +10,9 @@
 #include <set>
 #include <string>
 
-#include "api/jobs.hpp"
-#include "api/run.hpp"
 #include "core/errors.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 #include "workload/plan.hpp"
 
 namespace {

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "api/calibrate_network.hpp"
-#include "api/collective.hpp"
-#include "api/nccl_tests.hpp"
-#include "api/topology.hpp"
+#include "cli/tables.hpp"
 #include "core/errors.hpp"
+#include "fit/calibrate_network.hpp"
+#include "ingest/nccl_tests.hpp"
+#include "ingest/topology.hpp"
 #include "network/network.hpp"
+#include "session/collective.hpp"
 #include "workload/calibration.hpp"
 #include "workload/experiment.hpp"
 
@@ -109,7 +110,7 @@ std::string simulate_nccl_tests(cs::network::CollectiveKind kind, const std::str
     request.sizes = sizes;
     const auto report = cs::api::run_collective(request);
     std::ostringstream out;
-    cs::api::print_collective_nccl_tests(out, request, report, "2(factor)");
+    cs::cli::print_collective_nccl_tests(out, request, report, "2(factor)");
     return out.str();
 }
 
@@ -657,7 +658,7 @@ TEST_CASE("calibrate --nccl-tests: a file made from known constants fits back to
         request.calibration = dir / "truth.yaml";
         const auto report = cs::api::run_collective(request);
         std::ostringstream out;
-        cs::api::print_collective_nccl_tests(out, request, report, "2(factor)");
+        cs::cli::print_collective_nccl_tests(out, request, report, "2(factor)");
         std::istringstream in(out.str());
         files.push_back(
             cs::api::parse_nccl_tests(in, std::string(cs::api::nccl_binary(kind)) + ".txt"));

@@ -7,10 +7,10 @@
 #include <sstream>
 #include <string>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/report.hpp"
-#include "api/run.hpp"
+#include "ingest/inputs.hpp"
+#include "session/compare.hpp"
+#include "session/report.hpp"
+#include "session/run.hpp"
 
 namespace {
 

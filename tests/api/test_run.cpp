@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "api/compare.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
+#include "session/compare.hpp"
+#include "session/run.hpp"
 
 namespace {
 

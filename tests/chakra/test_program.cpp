@@ -5,9 +5,9 @@
 #include <string>
 
 #include "../error_of.hpp"
-#include "api/inputs.hpp"
 #include "chakra/execute.hpp"
 #include "chakra/program.hpp"
+#include "ingest/inputs.hpp"
 
 using namespace cs;
 using namespace cs::chakra;

@@ -7,13 +7,13 @@
 #include <string>
 
 #include "../error_of.hpp"
-#include "api/chakra.hpp"
-#include "api/inputs.hpp"
-#include "api/run.hpp"
 #include "chakra/execute.hpp"
 #include "chakra/export.hpp"
 #include "chakra/program.hpp"
+#include "ingest/inputs.hpp"
 #include "replay/replay.hpp"
+#include "session/chakra.hpp"
+#include "session/run.hpp"
 
 using namespace cs;
 using cs::test::error_of;

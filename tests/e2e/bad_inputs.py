@@ -124,7 +124,7 @@ check("jobs file with --trace-links all", ["run", two_jobs, "--trace-links", "al
 check("jobs file with an unknown trace extension", ["run", two_jobs, "--trace", "out.txt"],
       "out.txt", corpus, outputs=("--json",))
 check("jobs file above --max-memory", ["run", two_jobs, "--max-memory", "40MiB"],
-      "the shared run of these jobs would need about", corpus)
+      "the shared run of these jobs would need at least", corpus)
 check("jobs file given to compare", ["compare", two_jobs, "--schedules", "1f1b"],
       "two-jobs.yaml:11:3: 'jobs': a jobs file (several jobs on one topology) runs with "
       "`clustersim run`", corpus, outputs=("--json",))

@@ -28,13 +28,13 @@
 #include <string>
 #include <vector>
 
-#include "api/calibrate_network.hpp"
-#include "api/inputs.hpp"
-#include "api/jobs.hpp"
-#include "api/nccl_tests.hpp"
-#include "api/run.hpp"
-#include "api/topology.hpp"
 #include "core/errors.hpp"
+#include "fit/calibrate_network.hpp"
+#include "ingest/inputs.hpp"
+#include "ingest/nccl_tests.hpp"
+#include "ingest/topology.hpp"
+#include "session/jobs.hpp"
+#include "session/run.hpp"
 #include "topology/summary.hpp"
 
 #ifndef CLUSTERSIM_SOURCE_DIR

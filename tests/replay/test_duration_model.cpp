@@ -8,11 +8,11 @@
 #include <tuple>
 #include <vector>
 
-#include "api/inputs.hpp"
-#include "api/run.hpp"
 #include "core/errors.hpp"
+#include "ingest/inputs.hpp"
 #include "replay/duration_model.hpp"
 #include "replay/replay.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 
 using namespace cs;
@@ -335,7 +335,8 @@ TEST_CASE("a link halved before the run doubles the pipeline transfers' time") {
         r.network().set_link_capacity(0, Bandwidth{50e9});
         r.network().set_link_capacity(1, Bandwidth{50e9});
     };
-    CHECK(api::run(spec, opt).summary.iteration_time_s == doctest::Approx(105.88608e-6).epsilon(1e-9));
+    CHECK(api::run(spec, opt).summary.iteration_time_s ==
+          doctest::Approx(105.88608e-6).epsilon(1e-9));
     // Halved from 20 us on (an engine event), in the middle of the forward activation: it
     // started at 3 + 1 = 4 us and has sent 16 us x 100 GB/s = 1,600,000 bytes; the other 497,152
     // take 9.94304 us at 50 GB/s, so it arrives at 29.94304 us. Then F1 and B1 (10 us), the

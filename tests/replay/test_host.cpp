@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "api/run.hpp"
 #include "replay/host.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 #include "workload/plan.hpp"
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "../schedule/toy_schedule.hpp"
-#include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 #include "workload/plan.hpp"
 

@@ -2,9 +2,9 @@
 
 #include <cstdlib>
 
-#include "api/run.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 #include "workload/plan.hpp"
 #include "workload/roofline.hpp"

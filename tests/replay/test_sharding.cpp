@@ -3,8 +3,8 @@
 // iteration times they give, derived by hand.
 #include <doctest/doctest.h>
 
-#include "api/run.hpp"
 #include "replay/replay.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 #include "workload/flops.hpp"
 #include "workload/plan.hpp"

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "api/run.hpp"
 #include "replay/durations/variability.hpp"
+#include "session/run.hpp"
 #include "test_support.hpp"
 
 using namespace cs;

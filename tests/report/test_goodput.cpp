@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "../replay/test_support.hpp"
-#include "api/run.hpp"
 #include "report/goodput.hpp"
+#include "session/run.hpp"
 
 using namespace cs;
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "../replay/test_support.hpp"
-#include "api/run.hpp"
 #include "schedule/schedule.hpp"
+#include "session/run.hpp"
 #include "workload/memory.hpp"
 #include "workload/plan.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "api/run.hpp"
+#include "session/run.hpp"
 
 namespace cs::test {
 

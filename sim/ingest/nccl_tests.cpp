@@ -1,0 +1,345 @@
+#include "ingest/nccl_tests.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "core/errors.hpp"
+#include "core/input_file.hpp"
+#include "ingest/nccl_format.hpp"
+
+namespace cs::api {
+namespace {
+
+using network::CollectiveKind;
+
+struct Token {
+    std::string text;
+    int column = 0;  // 1-based
+};
+
+std::vector<Token> tokens(const std::string& line, std::size_t from) {
+    std::vector<Token> out;
+    std::size_t i = from;
+    while (i < line.size()) {
+        while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i])))
+            ++i;
+        if (i >= line.size()) break;
+        const std::size_t start = i;
+        while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i])))
+            ++i;
+        out.push_back({line.substr(start, i - start), static_cast<int>(start) + 1});
+    }
+    return out;
+}
+
+bool all_digits(const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+    });
+}
+
+std::optional<double> number(const std::string& s) {
+    if (s.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+    return v;
+}
+
+// mpirun's --tag-output prefix "[1,0]<stdout>:", which some logs carry on every line.
+std::size_t prefix_end(const std::string& line) {
+    if (line.empty() || line[0] != '[') return 0;
+    const auto close = line.find("]<stdout>:");
+    if (close == std::string::npos || close > 16) return 0;
+    return close + 10;
+}
+
+}  // namespace
+
+bool NcclTestsRow::wrong_elements() const {
+    for (const auto& w : wrong) {
+        if (w == "N/A") continue;
+        const auto v = number(w);
+        if (!v || *v != 0) return true;
+    }
+    return false;
+}
+
+std::optional<CollectiveKind> nccl_tests_kind(const std::string& name) {
+    static const std::array<std::pair<const char*, CollectiveKind>, 12> kNames{{
+        {"all_reduce_perf", CollectiveKind::AllReduce},
+        {"all_gather_perf", CollectiveKind::AllGather},
+        {"reduce_scatter_perf", CollectiveKind::ReduceScatter},
+        {"alltoall_perf", CollectiveKind::AllToAll},
+        {"sendrecv_perf", CollectiveKind::SendRecv},
+        {"broadcast_perf", CollectiveKind::Broadcast},
+        {"all_reduce", CollectiveKind::AllReduce},
+        {"all_gather", CollectiveKind::AllGather},
+        {"reduce_scatter", CollectiveKind::ReduceScatter},
+        {"alltoall", CollectiveKind::AllToAll},
+        {"sendrecv", CollectiveKind::SendRecv},
+        {"broadcast", CollectiveKind::Broadcast},
+    }};
+    for (const auto& [n, k] : kNames)
+        if (name == n) return k;
+    if (name == "all_to_all") return CollectiveKind::AllToAll;
+    return std::nullopt;
+}
+
+NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
+                               std::optional<CollectiveKind> given,
+                               std::optional<int> given_ranks) {
+    NcclTestsFile f;
+    f.path = path;
+    std::optional<CollectiveKind> from_file;
+    int from_file_line = 0;
+    std::map<int, std::string> ranks;  // rank -> device
+    std::vector<std::string> leading;  // the column names before the first "time"
+    int header_line = 0;
+    std::int64_t noise_lines = 0;
+    bool footer = false;
+    std::string line;
+    int line_no = 0;
+    const auto fail = [&](int column, const std::string& message) {
+        throw ConfigError(SourceLocation{path, line_no, column}, message);
+    };
+    while (std::getline(in, line)) {
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        const std::size_t start = prefix_end(line);
+        const auto t = tokens(line, start);
+        if (t.empty()) continue;
+        if (t[0].text[0] == '#') {
+            // Comment lines: the header, the device list, the column header and the footer.
+            std::vector<std::string> w;
+            for (const auto& tok : t)
+                w.push_back(tok.text);
+            if (w[0] == "#")
+                w.erase(w.begin());
+            else
+                w[0] = w[0].substr(1);
+            if (w.size() >= 4 && w[0] == "Collective" && w[1] == "test" && w[2] == "starting:") {
+                from_file = nccl_tests_kind(w[3]);
+                if (!from_file)
+                    fail(t.back().column, "unknown nccl-tests binary '" + w[3] +
+                                              "'; clustersim reads all_reduce_perf, "
+                                              "all_gather_perf, reduce_scatter_perf, "
+                                              "alltoall_perf, sendrecv_perf, broadcast_perf");
+                f.binary = w[3];
+                from_file_line = line_no;
+            } else if (w.size() >= 2 && w[0] == "Rank" && all_digits(w[1]) && w[1].size() <= 6) {
+                const auto bracket = line.find(']', start);
+                std::string device;
+                if (bracket != std::string::npos) {
+                    device = line.substr(bracket + 1);
+                    device.erase(0, device.find_first_not_of(' '));
+                }
+                ranks[std::stoi(w[1])] = device;
+            } else if (w.size() >= 4 && w[0] == "Avg" && w[1] == "bus" && w[2] == "bandwidth") {
+                const auto colon = std::find(w.begin(), w.end(), ":");
+                if (colon != w.end() && colon + 1 != w.end()) f.avg_busbw = number(*(colon + 1));
+                footer = true;
+            } else if (!w.empty() && w[0] == "size" &&
+                       std::find(w.begin(), w.end(), "count") != w.end()) {
+                leading.clear();
+                for (const auto& name : w) {
+                    if (name == "time" || name == "cputime") break;
+                    leading.push_back(name);
+                }
+                if (leading.size() < 3 || leading[1] != "count" || leading[2] != "type")
+                    fail(t[0].column,
+                         "a column header that does not start with size, count, "
+                         "type: not nccl-tests output");
+                header_line = line_no;
+            }
+            continue;
+        }
+        if (!all_digits(t[0].text) || header_line == 0) {
+            ++noise_lines;  // NCCL INFO lines, warnings, the launcher's own output
+            continue;
+        }
+        // A result row: the leading columns, then time algbw busbw #wrong twice. Older
+        // alltoall_perf printed a redop header but left the column blank in its rows
+        // (nccl-tests issue 78): one column short, the redop one is taken as absent.
+        std::vector<std::string> cols = leading;
+        const auto redop_at = std::find(cols.begin(), cols.end(), "redop");
+        if (t.size() + 1 == cols.size() + 8 && redop_at != cols.end() &&
+            number(t[static_cast<std::size_t>(redop_at - cols.begin())].text))
+            cols.erase(redop_at);
+        const std::size_t want = cols.size() + 8;
+        if (t.size() != want)
+            fail(t[std::min(t.size(), want) - 1].column,
+                 "a result row with " + std::to_string(t.size()) + " columns; the column header " +
+                     "(line " + std::to_string(header_line) + ") has " + std::to_string(want) +
+                     " (" + std::to_string(cols.size()) +
+                     " leading, then time, algbw, busbw, #wrong out of place and in place): a "
+                     "truncated or hand-edited row");
+        NcclTestsRow row;
+        row.line = line_no;
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+            const auto& tok = t[c];
+            if (cols[c] == "size" || cols[c] == "count") {
+                if (!all_digits(tok.text) || tok.text.size() > 18)
+                    fail(tok.column, "the " + cols[c] + " column must be a whole number, got '" +
+                                         tok.text + "'");
+                (cols[c] == "size" ? row.size : row.count) = std::stoll(tok.text);
+            } else if (cols[c] == "type") {
+                row.type = tok.text;
+            } else if (cols[c] == "redop") {
+                row.redop = tok.text;
+            } else if (cols[c] == "root") {
+                const auto v = number(tok.text);
+                if (!v || std::abs(*v) > 1e9)
+                    fail(tok.column,
+                         "the root column must be a rank number, got '" + tok.text + "'");
+                row.root = static_cast<int>(*v);
+            }
+        }
+        for (int g = 0; g < 2; ++g) {
+            const std::size_t base = cols.size() + 4 * static_cast<std::size_t>(g);
+            const char* names[3] = {"time", "algbw", "busbw"};
+            double* into[3] = {&row.time_us[g], &row.algbw[g], &row.busbw[g]};
+            for (int k = 0; k < 3; ++k) {
+                const auto& tok = t[base + static_cast<std::size_t>(k)];
+                const auto v = number(tok.text);
+                // 1e12 us is 11.6 days: no benchmark row takes that long.
+                if (!v || *v < 0 || *v >= 1e12)
+                    fail(tok.column, std::string("the ") + (g ? "in-place " : "out-of-place ") +
+                                         names[k] + " must be a number from 0 to 1e12, got '" +
+                                         tok.text + "'");
+                *into[k] = *v;
+            }
+            row.wrong[g] = t[base + 3].text;
+        }
+        if (!(row.time_us[0] > 0)) fail(t[cols.size()].column, "an out-of-place time of zero");
+        f.rows.push_back(row);
+    }
+    const SourceLocation whole{path, std::max(line_no, 1), 1};
+    if (header_line == 0)
+        throw ConfigError(whole,
+                          "no nccl-tests column header (\"#  size  count  type ...\"): not "
+                          "nccl-tests output, or cut before its table");
+    if (f.rows.empty())
+        throw ConfigError(whole, "no result rows after the column header (line " +
+                                     std::to_string(header_line) +
+                                     "): the run failed or the "
+                                     "file is truncated");
+    if (ranks.empty() && !given_ranks)
+        throw ConfigError(SourceLocation{path, 1, 1},
+                          "no \"# Using devices\" rank lines (a table pasted without the lines "
+                          "above it?): the number of ranks cannot be told; give it as "
+                          "OP:RANKS=FILE, e.g. --nccl-tests all_reduce:16=" +
+                              path);
+    if (!ranks.empty() && given_ranks && *given_ranks != static_cast<int>(ranks.size()))
+        throw ConfigError(SourceLocation{path, 1, 1},
+                          "given as " + std::to_string(*given_ranks) + " ranks, but the file's " +
+                              "device lines name " + std::to_string(ranks.size()));
+    f.ranks = ranks.empty() ? *given_ranks : static_cast<int>(ranks.size());
+    for (const auto& [r, d] : ranks)
+        f.devices.push_back(d);
+    if (!ranks.empty() && ranks.rbegin()->first != f.ranks - 1)
+        f.warnings.push_back(path + ": the device lines name ranks up to " +
+                             std::to_string(ranks.rbegin()->first) + " but only " +
+                             std::to_string(f.ranks) +
+                             " distinct ones (an MPI launch without MPI support in nccl-tests "
+                             "prints rank 0 several times): taking " +
+                             std::to_string(f.ranks) + " ranks");
+    // The operation.
+    std::optional<CollectiveKind> from_name;
+    for (const char* b : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf",
+                          "alltoall_perf", "sendrecv_perf", "broadcast_perf"}) {
+        const auto slash = path.find_last_of('/');
+        const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+        if (base.find(b) != std::string::npos) from_name = nccl_tests_kind(b);
+    }
+    if (from_file && given && *from_file != *given)
+        throw ConfigError(SourceLocation{path, from_file_line, 1},
+                          "the file is " + f.binary + " output but was given as " +
+                              network::collective_name(*given));
+    if (from_file)
+        f.kind = *from_file;
+    else if (given)
+        f.kind = *given;
+    else if (from_name)
+        f.kind = *from_name;
+    else
+        throw ConfigError(SourceLocation{path, 1, 1},
+                          "cannot tell which operation this is (no \"# Collective test starting\" "
+                          "line, no binary name in the file name): give it as OP=FILE, e.g. "
+                          "--nccl-tests all_gather=" +
+                              path);
+    if (f.binary.empty()) f.binary = nccl_binary(f.kind);
+    // Each row's size and count must agree with the operation's buffer layout.
+    for (const auto& row : f.rows) {
+        const auto type = find_nccl_data_type(row.type);
+        if (!type) {
+            f.warnings.push_back(path + ":" + std::to_string(row.line) + ": unknown type '" +
+                                 row.type + "'; its size is not checked");
+            continue;
+        }
+        const bool split = f.kind == CollectiveKind::AllGather ||
+                           f.kind == CollectiveKind::ReduceScatter ||
+                           f.kind == CollectiveKind::AllToAll;
+        // In double: a 18-digit count times the type size and the ranks may not fit 64 bits.
+        const double expected_d =
+            static_cast<double>(row.count) * type->bytes * (split ? f.ranks : 1);
+        const std::int64_t expected =
+            expected_d < 9e18 ? row.count * type->bytes * (split ? f.ranks : 1) : -1;
+        if (expected != row.size)
+            throw ConfigError(SourceLocation{path, row.line, 1},
+                              "size " + std::to_string(row.size) + " and count " +
+                                  std::to_string(row.count) + " " + row.type + " do not fit " +
+                                  f.binary + " on " + std::to_string(f.ranks) +
+                                  " ranks (size = count x " + std::to_string(type->bytes) +
+                                  (split ? " x ranks" : "") + " = " + std::to_string(expected) +
+                                  "): the wrong operation, or device lines missing");
+    }
+    if (!footer)
+        f.warnings.push_back(path +
+                             ": no \"# Avg bus bandwidth\" footer: the run may have been "
+                             "cut short; read " +
+                             std::to_string(f.rows.size()) + " rows");
+    if (noise_lines > 0)
+        f.warnings.push_back(path + ": skipped " + std::to_string(noise_lines) +
+                             " line(s) that are neither comments nor result rows (log output)");
+    return f;
+}
+
+NcclTestsFile read_nccl_tests(const std::string& spec) {
+    std::optional<CollectiveKind> given;
+    std::optional<int> given_ranks;
+    std::string path = spec;
+    const auto eq = spec.find('=');
+    if (eq != std::string::npos) {
+        std::string op = spec.substr(0, eq);
+        const auto colon = op.find(':');
+        if (colon != std::string::npos) {
+            const std::string n = op.substr(colon + 1);
+            if (!all_digits(n) || n.size() > 6 || std::stoi(n) < 1)
+                throw ConfigError(SourceLocation{"--nccl-tests " + spec},
+                                  "the rank count after ':' must be a whole number from 1 to "
+                                  "999999, got '" +
+                                      n + "'");
+            given_ranks = std::stoi(n);
+            op = op.substr(0, colon);
+        }
+        given = nccl_tests_kind(op);
+        if (!given)
+            throw ConfigError(SourceLocation{"--nccl-tests " + spec},
+                              "unknown operation '" + op +
+                                  "'; expected all_reduce, all_gather, reduce_scatter, alltoall, "
+                                  "sendrecv or broadcast (or their _perf names), optionally "
+                                  "followed by :RANKS");
+        path = spec.substr(eq + 1);
+    }
+    std::istringstream in(read_input_file(path, path, "an nccl-tests output file"));
+    return parse_nccl_tests(in, path, given, given_ranks);
+}
+
+}  // namespace cs::api

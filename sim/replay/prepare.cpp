@@ -1,0 +1,56 @@
+#include "replay/prepare.hpp"
+
+#include <string>
+#include <utility>
+
+#include "core/errors.hpp"
+
+namespace cs::replay {
+
+std::int64_t PreparedIteration::passes_per_replica() const {
+    std::int64_t n = 0;
+    for (const auto& order : orders)
+        n += static_cast<std::int64_t>(order.size());
+    return n;
+}
+
+PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view schedule_name,
+                          const PrepareOptions& options) {
+    PreparedIteration it;
+    it.spec = std::move(experiment);
+    if (!schedule_name.empty()) it.spec.schedule = std::string(schedule_name);
+    const auto& spec = it.spec;
+    it.schedule = schedule::require_schedule(spec.schedule, spec.schedule_where);
+    const auto& sched = *it.schedule;
+    const int chunks = sched.chunks_for(spec.layout.vpp);
+    if (spec.layout.vpp > 1 && chunks == 1)
+        it.warnings.push_back("schedule " + spec.schedule + " has no virtual stages: vpp = " +
+                              std::to_string(spec.layout.vpp) + " is ignored");
+    it.shape = {spec.layout.pp, spec.training.microbatches(spec.layout), chunks};
+    if (auto problem = sched.check(it.shape); !problem.empty())
+        throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
+
+    it.copies = sched.model_copies();
+    const auto device_of = [&it](int vs) { return it.device_of(vs); };
+    it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(), device_of,
+                                       it.copies);
+    if (options.admit) options.admit(it);
+
+    const int devices = it.shape.devices;
+    it.orders.reserve(static_cast<std::size_t>(devices));
+    for (int s = 0; s < devices; ++s)
+        it.orders.push_back(sched.order(it.shape, s));
+    const auto chunk_activation = [&it](int vs) {
+        return it.plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
+    };
+    for (int s = 0; s < devices; ++s) {
+        it.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, it.shape, s));
+        it.peak_activations.push_back(
+            Bytes{schedule::peak_inflight_bytes(sched, it.shape, s, chunk_activation)});
+    }
+    workload::fill_memory(spec, it.plan, it.peak_inflight, device_of, it.peak_activations,
+                          it.copies);
+    return it;
+}
+
+}  // namespace cs::replay

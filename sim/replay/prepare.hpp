@@ -1,0 +1,69 @@
+// One training iteration made ready to replay: the one place where an experiment and a schedule
+// meet. Everything that runs or writes an iteration (api::run, a jobs file's jobs, the Chakra
+// export, validate through run, the CLI's progress display) starts from prepare(); nothing else
+// picks chunks, model copies, the plan, in-flight counts or memory on its own.
+//
+// What prepare() decides, in order:
+//   schedule   the experiment's own, or the one named (a ConfigError at the schedule's location
+//              for an unknown name)
+//   shape      p = pp, m = the training's microbatches, chunks = the schedule's chunks for vpp
+//              (a warning when the schedule ignores vpp), checked by Schedule::check
+//   plan       workload::plan_iteration over chunks / model_copies chunks per device (DualPipe
+//              holds the model twice: one copy's p virtual stages, each device holding two),
+//              placed by the schedule
+//   admit      the caller's check of the size, before anything that grows with the microbatches
+//   orders     every device's op order (Schedule::order), and the passes they run
+//   memory     each device's peak in-flight microbatches and activation bytes
+//              (schedule::peak_inflight_*), then workload::fill_memory
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/units.hpp"
+#include "schedule/schedule.hpp"
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::replay {
+
+struct PreparedIteration {
+    // The experiment with `schedule` set to the schedule prepared (messages name it).
+    workload::ExperimentSpec spec;
+    std::unique_ptr<schedule::Schedule> schedule;
+    schedule::PipelineShape shape;
+    int copies = 1;  // Schedule::model_copies()
+    workload::IterationPlan plan;
+    // Per pipeline device: its op order, shared by the data-parallel replicas.
+    std::vector<std::vector<schedule::PipelineOp>> orders;
+    // Per pipeline device: the most microbatch activations held at once, and their bytes with
+    // each chunk weighing its own activation_memory.
+    std::vector<int> peak_inflight;
+    std::vector<Bytes> peak_activations;
+    // Notes for the user, in the order found (a vpp the schedule ignores).
+    std::vector<std::string> warnings;
+
+    // The device virtual stage `vs` runs on (for microbatch 0: the placement the plan uses).
+    int device_of(int vs) const { return schedule->place(shape, vs, 0).device; }
+    // Passes of one data-parallel replica, every device's order summed; all replicas: x dp.
+    std::int64_t passes_per_replica() const;
+    std::int64_t passes() const { return passes_per_replica() * spec.layout.dp; }
+};
+
+struct PrepareOptions {
+    // Called once the shape and plan are known, before the orders and memory (which grow with
+    // the microbatches) are built; throws to refuse the iteration (api::run's --max-memory).
+    std::function<void(const PreparedIteration&)> admit;
+};
+
+// Prepares `spec` under `schedule_name` (empty: the experiment's own schedule). Throws
+// ConfigError for a schedule that is unknown or cannot run the shape, and for layouts the plan
+// refuses (layers that do not split).
+PreparedIteration prepare(workload::ExperimentSpec spec, std::string_view schedule_name,
+                          const PrepareOptions& options = {});
+
+}  // namespace cs::replay

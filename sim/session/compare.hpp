@@ -1,0 +1,36 @@
+// Several schedules on one experiment, side by side.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "report/svg_timeline.hpp"
+#include "session/run.hpp"
+
+namespace cs::api {
+
+// Splits and checks a comma-separated schedule list ("gpipe,1f1b,interleaved") before anything
+// runs, so that a typo costs no simulation. Throws ConfigError (unknown or repeated names, an
+// empty list) located at `option text`.
+std::vector<std::string> parse_schedule_list(const std::string& text,
+                                             const std::string& option = "--schedules");
+
+struct CompareOptions {
+    std::vector<std::string> schedules;  // at least one, as parse_schedule_list gives them
+    bool timelines = false;              // record data-parallel replica 0's passes per schedule
+    bool details = false;                // RunOptions::detail per schedule
+};
+
+struct CompareResult {
+    std::vector<report::Summary> summaries;        // one per schedule, in the order given
+    std::vector<report::TimelinePanel> timelines;  // one per schedule when asked for
+    // Schedules that ran one chunk per stage although the experiment sets vpp > 1.
+    std::vector<std::string> without_virtual_stages;
+    std::vector<std::string> warnings;       // every run's warnings, in order, each once
+    std::vector<report::RunDetail> details;  // one per schedule when asked for
+};
+
+CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions& options);
+
+}  // namespace cs::api

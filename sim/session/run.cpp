@@ -1,0 +1,423 @@
+#include "session/run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "config/document.hpp"
+#include "replay/durations/variability.hpp"
+#include "replay/prepare.hpp"
+#include "report/critical_path.hpp"
+#include "schedule/schedule.hpp"
+#include "workload/plan.hpp"
+
+namespace cs::api {
+
+namespace {
+
+// One warning per run of consecutive stages that need the same (too large) memory.
+void warn_memory(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+                 int devices, std::vector<std::string>& warnings) {
+    const auto& gpu = spec.cluster->gpu_model(0);
+    for (int s = 0; s < devices;) {
+        const auto need = plan.devices[static_cast<std::size_t>(s)].memory.total;
+        int end = s + 1;
+        while (end < devices && plan.devices[static_cast<std::size_t>(end)].memory.total == need)
+            ++end;
+        if (gpu.hbm.value > 0 && need > gpu.hbm) {
+            const std::string stages =
+                end - s == 1 ? "stage " + std::to_string(s)
+                             : "stages " + std::to_string(s) + "-" + std::to_string(end - 1);
+            warnings.push_back(stages + " need" + (end - s == 1 ? "s " : " ") + format_bytes(need) +
+                               " per GPU under " + spec.schedule + ", more than the " +
+                               format_bytes(gpu.hbm) + " of HBM of a " + gpu.name);
+        }
+        s = end;
+    }
+}
+
+// The heat map's rows: the busiest links by bytes.
+constexpr std::size_t kReportLinks = 32;
+
+// A trace holds a slice per step of every pass on every traced GPU: a million microbatches make a
+// file of several GB. Said before the run, with the way to make it smaller.
+void warn_trace_size(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
+                     const RunOptions& options, std::vector<std::string>& warnings) {
+    // Bytes per step counted below, fitted to the measured traces of docs/limits.md (within a
+    // factor of three: steps of a layer share slices, collectives add some): a rough figure.
+    const bool json = options.trace->extension() == ".json";
+    const double per_slice = json ? 64 : 24;
+    double slices_per_microbatch = 0;  // summed over the virtual stages, per GPU running them
+    for (const auto& vs : plan.virtual_stages) {
+        slices_per_microbatch += 2;  // the passes
+        for (const auto* pass : {&vs.forward, &vs.backward})
+            for (const auto& step : pass->steps)
+                slices_per_microbatch += step.repeat;
+    }
+    const double gpus = spec.cluster->gpu_count();
+    const double traced = options.trace_options.ranks.empty()
+                              ? 1.0
+                              : static_cast<double>(options.trace_options.ranks.size()) / gpus;
+    const double bytes =
+        slices_per_microbatch * plan.microbatches * (gpus / spec.layout.pp) * traced * per_slice;
+    constexpr double kWarnAbove = 1e9;
+    if (bytes <= kWarnAbove) return;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", bytes / 1e9);
+    warnings.push_back("the trace " + options.trace->string() + " will be about " + text +
+                       " GB; --trace-ranks keeps only some GPUs (e.g. one per pipeline stage)");
+    if (options.warn_now) options.warn_now(warnings.back());
+}
+
+// Counts the passes that complete (a failed GPU's job reports how far it got).
+struct PassCounter final : replay::ReplayObserver {
+    std::int64_t passes = 0;
+    void on_pass(const replay::PassRecord&) override { ++passes; }
+};
+
+// The cluster of `spec` with its link faults from the start (`at` 0) applied; the topology's own
+// cluster when there are none.
+std::shared_ptr<const topology::Cluster> faulted_at_start(const workload::ExperimentSpec& spec) {
+    std::vector<topology::LinkId> failed;
+    std::vector<std::pair<topology::LinkId, Bandwidth>> degraded;
+    for (const auto& f : spec.faults.links) {
+        if (f.at > Time::zero()) continue;
+        for (topology::LinkId l : f.links) {
+            if (f.fraction > 0)
+                degraded.emplace_back(
+                    l, Bandwidth{spec.cluster->links()[l].bandwidth.bytes_per_s * f.fraction});
+            else
+                failed.push_back(l);
+        }
+    }
+    if (failed.empty() && degraded.empty()) return spec.cluster;
+    return std::make_shared<const topology::Cluster>(spec.cluster->with_faults(failed, degraded));
+}
+
+// Link faults from a time on: capacities for degraded links, and for failed ones the routes of a
+// cluster without every link failed by then (kept in `routings`, which must outlive the replay).
+void schedule_link_faults(const workload::ExperimentSpec& experiment,
+                          const topology::Cluster& start, replay::Replay& replay,
+                          std::vector<std::unique_ptr<topology::Cluster>>& routings) {
+    std::vector<Time> times;
+    for (const auto& f : experiment.faults.links) {
+        if (f.at == Time::zero()) continue;
+        if (f.fraction > 0) {
+            for (topology::LinkId l : f.links)
+                replay.network().schedule_link_capacity(
+                    f.at, l,
+                    Bandwidth{experiment.cluster->links()[l].bandwidth.bytes_per_s * f.fraction});
+        } else {
+            times.push_back(f.at);
+        }
+    }
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    for (Time t : times) {
+        std::vector<topology::LinkId> failed;
+        for (const auto& f : experiment.faults.links)
+            if (f.fraction == 0 && f.at <= t)
+                failed.insert(failed.end(), f.links.begin(), f.links.end());
+        routings.push_back(std::make_unique<topology::Cluster>(start.with_faults(failed, {})));
+        replay.network().schedule_routing(t, *routings.back());
+    }
+}
+
+// The message for a route that failed links cut: the links, the two GPUs, and every GPU the
+// source can no longer reach once all the failed links are down.
+ConfigError no_path_error(const workload::ExperimentSpec& spec, const NoPathError& e) {
+    std::vector<topology::LinkId> failed;
+    std::string names;
+    SourceLocation where{spec.source};
+    for (const auto& f : spec.faults.links) {
+        if (f.fraction > 0) continue;
+        if (failed.empty()) where = f.where;
+        failed.insert(failed.end(), f.links.begin(), f.links.end());
+        names += (names.empty() ? "" : ", ") + f.name +
+                 (f.at > Time::zero() ? " (from " + format_time(f.at) + ")" : "");
+    }
+    const topology::Cluster cut = spec.cluster->with_faults(failed, {});
+    std::vector<int> unreachable;
+    std::vector<topology::LinkId> path;
+    for (int g = 0; g < cut.gpu_count(); ++g) {
+        if (g == e.src()) continue;
+        path.clear();
+        try {
+            cut.route(e.src(), g, 0, path);
+        } catch (const NoPathError&) {
+            unreachable.push_back(g);
+        }
+    }
+    return ConfigError(where, "with the failed link" + std::string(failed.size() > 2 ? "s " : " ") +
+                                  names + " no path remains from GPU " + std::to_string(e.src()) +
+                                  " to GPU " + std::to_string(e.dst()) +
+                                  ", which this run sends data between; cut off from GPU " +
+                                  std::to_string(e.src()) + ": GPU" +
+                                  (unreachable.size() > 1 ? "s " : " ") +
+                                  workload::gpu_list_text(unreachable) +
+                                  " (the run stops: no fabric is left to re-route over)");
+}
+
+}  // namespace
+
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
+    // Measured (Release, docs/limits.md): the default experiment at 16,384 GPUs peaks at 160 MiB,
+    // about 10 KiB per GPU with its cluster; a pipeline of two workers grows by about 150 bytes
+    // per microbatch and worker. Both rounded up to leave room.
+    constexpr double kBase = 32 << 20, kPerGpu = 16 << 10, kPerPass = 128;
+    const auto& l = spec.layout;
+    const double workers = static_cast<double>(l.pp) * l.dp;
+    const double passes = workers * spec.training.microbatches(l) * chunks * 3;
+    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes;
+}
+
+namespace {
+
+// Refuses a run whose estimate_run_bytes is above `max_memory` (--max-memory).
+void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
+                      std::int64_t max_memory) {
+    const double need = estimate_run_bytes(spec, shape.chunks);
+    if (need <= static_cast<double>(max_memory)) return;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", need / 1e9);
+    throw ConfigError(spec.layout_where,
+                      std::string("this run would need about ") + text + " GB of memory (" +
+                          std::to_string(spec.cluster->gpu_count()) + " GPUs, " +
+                          std::to_string(shape.microbatches) +
+                          " microbatches per replica), more than the limit of " +
+                          format_bytes(Bytes{max_memory}) +
+                          "; use fewer microbatches or GPUs, or raise the limit with "
+                          "--max-memory");
+}
+
+RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+    const auto wall_start = std::chrono::steady_clock::now();
+    RunResult out;
+    // The clean iteration time a variability or fault run's cost is against: the same experiment
+    // without them, run first as a baseline (which makes no clean runs of its own).
+    const auto baseline_time = [&](auto strip) {
+        workload::ExperimentSpec clean = experiment;
+        strip(clean);
+        RunOptions plain;
+        plain.schedule = options.schedule;
+        plain.baseline = true;
+        return run(clean, plain).summary.iteration_time_s;
+    };
+    double clean_time_s = 0;
+    if (experiment.variability.any() && !options.baseline)
+        clean_time_s = baseline_time([](workload::ExperimentSpec& e) { e.variability = {}; });
+    double unfaulted_time_s = 0;
+    if (experiment.faults.any() && !options.baseline)
+        unfaulted_time_s = baseline_time([](workload::ExperimentSpec& e) { e.faults = {}; });
+    // Link faults from the start are a cluster with those links degraded or failed: routes,
+    // blocking collectives' costs and the network all see them.
+    workload::ExperimentSpec faulted = experiment;
+    faulted.cluster = faulted_at_start(experiment);
+    replay::PrepareOptions how;
+    // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
+    // with the microbatches and GPUs is checked before it is built.
+    how.admit = [&options](const replay::PreparedIteration& it) {
+        check_run_memory(it.spec, it.shape, options.max_memory);
+    };
+    const replay::PreparedIteration prepared =
+        replay::prepare(std::move(faulted), options.schedule, how);
+    const auto& spec = prepared.spec;  // names the schedule actually run, for messages
+    const std::string& name = spec.schedule;
+    const auto& sched = *prepared.schedule;
+    const auto& shape = prepared.shape;
+    const auto& plan = prepared.plan;
+    const int chunks = shape.chunks;
+    const auto& peak_inflight = prepared.peak_inflight;
+    out.warnings = prepared.warnings;
+    if (options.on_prepared) options.on_prepared(prepared);
+    if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
+    warn_memory(spec, plan, shape.devices, out.warnings);
+
+    std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
+    replay::Replay replay(spec, plan, sched, shape, nullptr, options.replay_scratch);
+    schedule_link_faults(experiment, *spec.cluster, replay, routings);
+    // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
+    std::optional<Time> gpu_failure;
+    for (const auto& f : spec.faults.gpus)
+        gpu_failure = gpu_failure ? std::min(*gpu_failure, f.at) : f.at;
+    PassCounter passes;
+    if (gpu_failure) {
+        replay.stop_at(*gpu_failure);
+        replay.add_observer(passes);
+    }
+    report::MetricsObserver metrics(replay.workers().size());
+    replay.add_observer(metrics);
+    std::optional<report::LinkAccounting> own_links;
+    report::LinkAccounting* links_seen = nullptr;
+    if (options.link_sketch && &options.link_sketch->cluster() == spec.cluster.get()) {
+        options.link_sketch->reset();
+        replay.add_network_observer(*options.link_sketch);
+    } else {
+        links_seen = options.link_accounting;
+        if (links_seen && links_seen->links().size() == spec.cluster->links().size()) {
+            links_seen->reset();
+        } else {
+            links_seen = &own_links.emplace(spec.cluster->links().size());
+        }
+        replay.add_network_observer(*links_seen);
+    }
+    std::unique_ptr<report::TraceWriter> trace;
+    if (options.trace) {
+        trace = std::make_unique<report::TraceWriter>(
+            *options.trace, report::TraceContext::of(spec, plan, replay), options.trace_options);
+        replay.add_observer(*trace);
+        replay.add_network_observer(*trace);
+        // A trace draws every pass's dependency arrows by pass id: each replica's own passes.
+        replay.refuse_replica_fold("a trace is written (it needs every replica's own passes)");
+    }
+    std::unique_ptr<report::CriticalPath> critical;
+    if (spec.variability.any()) {
+        if (!spec.variability.gpus.empty())
+            replay.set_duration_model(
+                replay::make_variability(spec.variability, spec.cluster->gpu_count()));
+        critical = std::make_unique<report::CriticalPath>(replay.workers().size());
+        replay.add_observer(*critical);
+    }
+    std::unique_ptr<report::TimelineRecorder> timeline;
+    std::unique_ptr<report::LinkTimeline> link_timeline;
+    std::unique_ptr<report::MemoryTimeline> memory_timeline;
+    if (options.detail) {
+        timeline = std::make_unique<report::TimelineRecorder>(replay);
+        replay.add_observer(*timeline);
+        memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
+        replay.add_observer(*memory_timeline);
+        link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
+        replay.add_network_observer(*link_timeline);
+    }
+    replay.set_fold(options.fold);
+    if (options.attach) options.attach(replay);
+    const replay::ReplayResult result = replay.run();
+
+    report::SummaryInputs in;
+    in.spec = &spec;
+    in.plan = &plan;
+    in.replay = &replay;
+    in.metrics = &metrics;
+    in.result = result;
+    in.schedule = name;
+    in.peak_inflight = peak_inflight;
+    in.links = options.link_list ? links_seen : nullptr;
+    out.summary = report::summarize(in);
+    report::add_goodput(out.summary, spec);
+    if (spec.faults.any()) {
+        auto& f = out.summary.faults;
+        f.present = true;
+        f.clean_iteration_time_s = unfaulted_time_s;
+        for (const auto& l : spec.faults.links)
+            f.links.push_back({l.name, l.fraction, l.at.seconds()});
+        if (result.stopped) {
+            f.job_failed = true;
+            f.failed_at_s = gpu_failure->seconds();
+            for (const auto& g : spec.faults.gpus) {
+                if (g.at != *gpu_failure) continue;
+                f.failed_what += (f.failed_what.empty() ? "" : "; ") + g.what;
+                f.failed_gpus.insert(f.failed_gpus.end(), g.gpus.begin(), g.gpus.end());
+            }
+            std::sort(f.failed_gpus.begin(), f.failed_gpus.end());
+            f.failed_gpus.erase(std::unique(f.failed_gpus.begin(), f.failed_gpus.end()),
+                                f.failed_gpus.end());
+            const auto& workers = replay.workers();
+            for (std::size_t w = 0; w < workers.size(); ++w)
+                for (int g : workers[w].gpus)
+                    if (std::binary_search(f.failed_gpus.begin(), f.failed_gpus.end(), g)) {
+                        f.failed_workers.push_back(static_cast<int>(w));
+                        f.failed_stages.push_back(workers[w].stage);
+                        f.failed_replicas.push_back(workers[w].dp);
+                        break;
+                    }
+            f.passes_done = passes.passes;
+            f.passes_total = prepared.passes();
+            f.lost_gpu_s = f.failed_at_s * spec.cluster->gpu_count();
+            // The iteration trained nothing: no optimizer step ran.
+            out.summary.mfu = out.summary.hfu = 0;
+            out.summary.tokens_per_s = out.summary.tflops_per_gpu = 0;
+        } else {
+            f.cost_s = out.summary.iteration_time_s - unfaulted_time_s;
+            for (const auto& g : spec.faults.gpus)
+                out.warnings.push_back(
+                    g.what + " fails at " + format_time(g.at) + ", after the iteration ended (" +
+                    format_time(result.iteration_time) + "): the iteration is unaffected");
+        }
+    }
+    if (critical) {
+        auto& v = out.summary.variability;
+        v.present = true;
+        v.clean_iteration_time_s = clean_time_s;
+        v.cost_s = out.summary.iteration_time_s - clean_time_s;
+        const auto path = critical->result();
+        if (path.worker >= 0) {
+            const auto& w = replay.workers()[static_cast<std::size_t>(path.worker)];
+            v.critical_worker = path.worker;
+            v.critical_stage = w.stage;
+            v.critical_dp = w.dp;
+            v.critical_gpus = w.gpus;
+            v.critical_share =
+                path.passes > Time::zero()
+                    ? path.per_worker[static_cast<std::size_t>(path.worker)].seconds() /
+                          path.passes.seconds()
+                    : 0.0;
+            for (int g : w.gpus) {
+                const double f = replay::fixed_slowdown(spec.variability, g);
+                if (v.slowest_gpu < 0 || f > v.slowest_factor) {
+                    v.slowest_gpu = g;
+                    v.slowest_factor = f;
+                }
+            }
+        }
+    }
+    if (trace) {
+        auto meta = report::to_json(out.summary);
+        meta.erase("wall_time_s");
+        meta.erase("links");
+        trace->finish(meta);
+    }
+    if (options.detail) {
+        report::RunDetail& d = out.detail.emplace();
+        d.timeline = {name,
+                      timeline->rows(),
+                      chunks,
+                      result.iteration_time,
+                      out.summary.bubble_fraction,
+                      timeline->blocks()};
+        link_timeline->finish(result.iteration_time);
+        d.bin_width = link_timeline->bin_width();
+        d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
+                                        kReportLinks, &d.links_total);
+        d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
+        for (int s = 0; s < shape.devices; ++s)
+            d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);
+        d.memory_steps = memory_timeline->steps();
+    }
+    out.summary.wall_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    return out;
+}
+
+}  // namespace
+
+RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+    try {
+        return run_unchecked(experiment, options);
+    } catch (const NoPathError& e) {
+        if (!std::any_of(experiment.faults.links.begin(), experiment.faults.links.end(),
+                         [](const workload::LinkFault& f) { return f.fraction == 0; }))
+            throw;
+        throw no_path_error(experiment, e);
+    } catch (const ClockOverflow& e) {
+        // Every time in a run is derived from the input's sizes, rates and durations, so a time
+        // beyond the clock is an input out of range, not a bug.
+        throw ConfigError(SourceLocation{experiment.source},
+                          "a time in this run is longer than the simulator's clock can hold "
+                          "(2^63 ps, about 106 days): " +
+                              std::string(e.what()) +
+                              "; check durations, sizes and rates (seq_length, layers, "
+                              "efficiency_scale, host and launch overheads, bandwidths)");
+    }
+}
+
+}  // namespace cs::api

@@ -1,0 +1,84 @@
+// One simulated iteration of an experiment under one schedule: the run pipeline that every front
+// end calls (CLI `run`, `compare`, `sweep`, `validate`, tests, benchmarks).
+//
+//   plan (workload) -> memory (workload) -> replay (engine, network) -> observers (report)
+//   -> summary (report)
+//
+// Warnings come back as data (RunResult::warnings); nothing here prints or exits.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "replay/prepare.hpp"
+#include "report/run_detail.hpp"
+#include "report/summary.hpp"
+#include "report/trace_writer.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::api {
+
+struct RunOptions {
+    std::string schedule;                        // empty: the experiment's own
+    std::optional<std::filesystem::path> trace;  // .json (Chrome JSON) or .pftrace (Perfetto)
+    report::TraceOptions trace_options;          // --trace-ranks, --trace-links
+    // Called once the replay is built, before it runs: lets callers register extra observers
+    // (which must outlive run()) with access to Replay::workers().
+    std::function<void(replay::Replay&)> attach;
+    // Called with the prepared iteration (replay::prepare) before the replay is built: what a
+    // progress display counts to (PreparedIteration::passes()).
+    std::function<void(const replay::PreparedIteration&)> on_prepared;
+    // Record what the HTML report shows beyond the summary (RunResult::detail): replica 0's
+    // timeline, link utilisation over time, memory per stage and over time.
+    bool detail = false;
+    // The memory the run may take (--max-memory): estimate_run_bytes above it is refused before
+    // anything is built.
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
+    // Called with a warning as soon as it is known (a trace of many GB), before the run; the
+    // warning is in RunResult::warnings as well.
+    std::function<void(const std::string&)> warn_now;
+    // A run made only for the iteration time another run is measured against (the clean runs of
+    // `variability` and `faults`): it makes no clean runs of its own.
+    bool baseline = false;
+    // Member folding (replay::Replay::set_fold; --no-fold turns it off): exact where it applies,
+    // so only for checking and timing.
+    bool fold = true;
+    // Per-link accounting to fill instead of one of the run's own (reset first; ignored unless
+    // sized for the run's cluster): a sweep reuses one over its runs rather than allocating and
+    // zeroing an entry per directed link (1.3 M at 16,384 GPUs) for each. It holds the run's
+    // link figures after run() returns.
+    report::LinkAccounting* link_accounting = nullptr;
+    // Instead of any per-link accounting, the link sketch of the run's unshared flows
+    // (report::LinkSketch, reset first; used only when made for the run's own cluster, and only
+    // without `flow` fidelity, whose shared flows it refuses): a table-only sweep's digest. The
+    // summary then lists no links, and `link_accounting` is left as it was.
+    report::LinkSketch* link_sketch = nullptr;
+    // Whether the summary lists its links (Summary::links, sorted by utilisation). A caller that
+    // reads them from `link_accounting` instead (a table-only sweep's digest) says no.
+    bool link_list = true;
+    // Per-worker containers the replay takes and gives back (replay::ReplayScratch; null: built
+    // and freed by the run): a sweep keeps one over its runs. Results do not depend on it.
+    replay::ReplayScratch* replay_scratch = nullptr;
+};
+
+struct RunResult {
+    report::Summary summary;
+    // Non-fatal notes about this run (a vpp the schedule ignores, stages above HBM), in the order
+    // found. The experiment's own load warnings stay in ExperimentSpec::warnings.
+    std::vector<std::string> warnings;
+    std::optional<report::RunDetail> detail;  // with RunOptions::detail
+};
+
+// An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and
+// per-pass costs measured on the Release build (docs/limits.md); `chunks` is the schedule's
+// model chunks per device. A double, so that absurd layouts cannot wrap.
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
+
+// Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
+// do not split), SimulationError for internal failures.
+RunResult run(const workload::ExperimentSpec& spec, const RunOptions& options = {});
+
+}  // namespace cs::api
