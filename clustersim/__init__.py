@@ -102,26 +102,30 @@ class Experiment:
         copy.overrides = self.overrides + ["%s=%s" % (key, _yaml_value(value))]
         return copy
 
-    def run(self, schedule=None, trace=None):
+    def run(self, schedule=None, trace=None, fast_paths=True):
         """Simulates one iteration (under `schedule`, default the experiment's own); `trace`
-        writes a timeline (.json Chrome JSON, .pftrace Perfetto). Returns a Result."""
+        writes a timeline (.json Chrome JSON, .pftrace Perfetto). `fast_paths=False` turns off
+        every fast path (as --no-fast-paths: the same results, computed the plain way). Returns
+        a Result."""
         summary, warnings, source = _core.run(
-            self._source, self.overrides, schedule or "", os.fspath(trace) if trace else "")
+            self._source, self.overrides, schedule or "", os.fspath(trace) if trace else "",
+            bool(fast_paths))
         return Result(json.loads(summary), warnings, source)
 
-    def compare(self, schedules):
+    def compare(self, schedules, fast_paths=True):
         """Simulates each schedule ("gpipe,1f1b" or a list). Returns a Comparison."""
         if not isinstance(schedules, str):
             schedules = ",".join(schedules)
-        summaries, warnings, source = _core.compare(self._source, self.overrides, schedules)
+        summaries, warnings, source = _core.compare(self._source, self.overrides, schedules,
+                                                    bool(fast_paths))
         return Comparison([Result(json.loads(s), [], source) for s in summaries], warnings)
 
-    def sweep(self, vary):
+    def sweep(self, vary, fast_paths=True):
         """Simulates every combination of `vary` ({"parallelism.tp": [2, 4, 8], ...}, the last
         key varying fastest), ranked as `clustersim sweep` ranks them. Returns a Sweep."""
         axes = ["%s=%s" % (k, ",".join(_yaml_value(v) for v in values))
                 for k, values in vary.items()]
-        text, source = _core.sweep(self._source, self.overrides, axes)
+        text, source = _core.sweep(self._source, self.overrides, axes, bool(fast_paths))
         return Sweep(json.loads(text), list(vary), source)
 
     def report(self, path, schedules=None):
@@ -273,19 +277,21 @@ def load(source=None, overrides=None, *, base_dir=None):
     return Experiment(source, overrides, base_dir=base_dir)
 
 
-def run(source=None, overrides=None, *, schedule=None, trace=None, base_dir=None):
+def run(source=None, overrides=None, *, schedule=None, trace=None, base_dir=None,
+        fast_paths=True):
     """Simulates an experiment (a path, a dict or an Experiment). Returns a Result."""
-    return _with(source, overrides, base_dir).run(schedule=schedule, trace=trace)
+    return _with(source, overrides, base_dir).run(schedule=schedule, trace=trace,
+                                                  fast_paths=fast_paths)
 
 
-def compare(source, schedules, overrides=None, *, base_dir=None):
+def compare(source, schedules, overrides=None, *, base_dir=None, fast_paths=True):
     """Simulates each of `schedules` on an experiment. Returns a Comparison."""
-    return _with(source, overrides, base_dir).compare(schedules)
+    return _with(source, overrides, base_dir).compare(schedules, fast_paths=fast_paths)
 
 
-def sweep(source, vary, overrides=None, *, base_dir=None):
+def sweep(source, vary, overrides=None, *, base_dir=None, fast_paths=True):
     """Simulates every combination of `vary` ({key: [values]}). Returns a Sweep."""
-    return _with(source, overrides, base_dir).sweep(vary)
+    return _with(source, overrides, base_dir).sweep(vary, fast_paths=fast_paths)
 
 
 def report(source, path, overrides=None, *, schedules=None, base_dir=None):
@@ -293,12 +299,13 @@ def report(source, path, overrides=None, *, schedules=None, base_dir=None):
     return _with(source, overrides, base_dir).report(path, schedules=schedules)
 
 
-def run_jobs(path, *, trace=None):
+def run_jobs(path, *, trace=None, fast_paths=True):
     """Simulates a jobs file (several jobs on one topology, docs/yaml/jobs.md) together and each
     job alone. Returns the dict `clustersim run JOBS --json` writes: `jobs` (each with `name`,
     `gpus`, `iteration_time_s`, `alone_iteration_time_s`, `slowdown`, and the `shared` and
     `alone` summaries), `contested_links`, `makespan_s`."""
-    return json.loads(_core.run_jobs(os.fspath(path), "" if trace is None else os.fspath(trace)))
+    return json.loads(_core.run_jobs(os.fspath(path), "" if trace is None else os.fspath(trace),
+                                     bool(fast_paths)))
 
 
 def _with(source, overrides, base_dir):

@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Installs every Debian package clustersim's build, tests and tools need. Idempotent: packages
-# already present are left alone, and apt is only consulted when something is missing.
+# Installs the Debian packages clustersim needs. Idempotent: packages already present are left
+# alone, and apt is only consulted when something is missing.
+#   tools/install-deps.sh         everything: the build, tests, benchmarks, Python package, tools
+#   tools/install-deps.sh --cli   only what building the command-line tool needs (tools/run-default.sh)
 set -euo pipefail
 
-packages=(
+cli_packages=(
   build-essential cmake ninja-build pkg-config
   libboost-graph-dev libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
+)
+case "${1:-}" in
+  "") scope=all ;;
+  --cli) scope=cli ;;
+  *) echo "install-deps: unknown option '$1' (accepted: --cli, or nothing for every package)" >&2
+     exit 2 ;;
+esac
+
+packages=("${cli_packages[@]}")
+[ "$scope" = all ] && packages+=(
   doctest-dev libbenchmark-dev
   protobuf-compiler  # tests decode .pftrace traces with protoc --decode
   python3            # tools/ scripts (standard library only)

@@ -24,6 +24,7 @@ struct CompareArgs {
     std::string json;
     std::string svg;
     std::string html;
+    bool no_fast_paths = false;
 };
 
 void compare(const CompareArgs& a) {
@@ -35,6 +36,7 @@ void compare(const CompareArgs& a) {
     options.schedules = api::parse_schedule_list(a.schedules);
     options.timelines = !a.svg.empty();
     options.details = !a.html.empty();
+    options.fast_paths = !a.no_fast_paths;
     auto spec = api::load_experiment({a.experiment, a.sets, ""});
     api::guard_experiment_inputs(outputs, spec);
     // Every schedule run comes from --schedules: messages about one name the option, not the
@@ -110,6 +112,10 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--html", args->html,
                     "Write a self-contained HTML report comparing the schedules")
         ->type_name("FILE");
+    cmd->add_flag("--no-fast-paths", args->no_fast_paths,
+                  "Turn off every fast path (folding, kept plans and capacities, batched sends "
+                  "and link sums, caches across runs): the same results, computed the plain "
+                  "way (for checking)");
     cmd->callback([args] { compare(*args); });
 }
 

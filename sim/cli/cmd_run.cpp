@@ -48,6 +48,7 @@ struct RunArgs {
     std::string html;
     std::string max_memory;
     bool no_fold = false;
+    bool no_fast_paths = false;
 };
 
 // A jobs file (`jobs:`, docs/what-if.md): every job alone and all together on one fabric.
@@ -58,7 +59,7 @@ void run_jobs(const RunArgs& a) {
                 std::string(option) +
                 " does not apply to a jobs file: each job's experiment holds its "
                 "own settings (edit them there); --json, --trace, --trace-links none, "
-                "--max-memory and --no-fold are accepted");
+                "--max-memory, --no-fold and --no-fast-paths are accepted");
     };
     // The jobs file is read first, so that its own errors come before those about options.
     const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
@@ -85,6 +86,7 @@ void run_jobs(const RunArgs& a) {
     if (!a.trace.empty()) options.trace = a.trace;
     options.outputs = &outputs;
     options.max_memory = max_memory;
+    options.fast_paths = !a.no_fast_paths;
     const auto result = api::run_jobs(spec, options);
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
@@ -135,6 +137,7 @@ void run(const RunArgs& a) {
     opt.schedule = a.schedule;
     opt.max_memory = max_memory;
     opt.fold = !a.no_fold;
+    opt.fast_paths = !a.no_fast_paths;
     opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
@@ -220,6 +223,10 @@ void register_run(CLI::App& app) {
                   "Simulate every tensor-parallel member's transfers on the network (and, "
                   "under analytical and ideal networks, every data-parallel replica) instead "
                   "of folding identical ones (same results; for checking and timing)");
+    cmd->add_flag("--no-fast-paths", args->no_fast_paths,
+                  "Turn off every fast path (folding, kept plans and capacities, batched sends "
+                  "and link sums, the replay's scratch): the same results, computed the plain "
+                  "way (for checking)");
     cmd->callback([args] { run(*args); });
 }
 

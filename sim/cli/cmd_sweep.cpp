@@ -3,8 +3,10 @@
 // The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -29,6 +31,7 @@ struct SweepArgs {
     std::string json;
     std::string html;
     std::string max_memory;
+    bool no_fast_paths = false;
 };
 
 // Refuses an output that is the experiment or its topology file before anything runs. The sweep
@@ -66,9 +69,10 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
                                       "' is also varied by --vary; give it with --vary or "
                                       "--set, not both");
     }
-    // Summaries are kept only for the files that list every combination; the HTML page's plots
-    // need every row but not their summaries.
+    // Summaries are kept only for the file that lists every combination; the HTML page's table
+    // and plots need every row's headline figures, which every row keeps.
     options.keep_summaries = !a.json.empty();
+    options.fast_paths = !a.no_fast_paths;
     if (a.top < 0)
         throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
                           "expected a number of rows, 0 or more");
@@ -118,9 +122,30 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         for (const auto& axis : options.axes)
             page.sweep_keys.push_back(axis.key);
         page.sweep_rows = api::sweep_json(options.axes, *rows, ranking);
-        // Wall-clock times would make two reports of one sweep differ.
-        for (auto& row : *page.sweep_rows)
-            if (row.contains("summary")) row["summary"].erase("wall_time_s");
+        // Wall-clock times would make two reports of one sweep differ. Without --json the rows
+        // kept no summary (memory does not grow with the topology): the page's table and plots
+        // read the headline figures every row keeps, under the same names as a summary's.
+        std::map<std::vector<std::string>, const api::SweepResult*> results;
+        for (const auto& r : *rows)
+            if (r.result) results.emplace(r.values, &*r.result);
+        for (auto& row : *page.sweep_rows) {
+            if (row.contains("summary")) {
+                row["summary"].erase("wall_time_s");
+                continue;
+            }
+            std::vector<std::string> values;
+            for (const auto& axis : options.axes)
+                values.push_back(row["settings"][axis.key].get<std::string>());
+            const auto found = results.find(values);
+            if (found == results.end()) continue;  // not valid: the row gives its reason
+            const api::SweepResult& r = *found->second;
+            row["summary"] = {{"tokens_per_s", r.tokens_per_s},
+                              {"iteration_time_s", r.iteration_time_s},
+                              {"mfu", r.mfu},
+                              {"bubble_fraction", r.bubble_fraction},
+                              {"exposed_comm_fraction", r.exposed_comm_fraction},
+                              {"memory_per_gpu_bytes", {{"total", r.memory_bytes}}}};
+        }
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();
@@ -160,6 +185,10 @@ void register_sweep(CLI::App& app) {
                     "Memory the sweep may take (default 16GiB): each combination's topology, and "
                     "with --json every combination's summary, are checked against it")
         ->type_name("SIZE");
+    cmd->add_flag("--no-fast-paths", args->no_fast_paths,
+                  "Turn off every fast path (folding, kept plans and capacities, batched sends "
+                  "and link sums, caches across runs): the same results, computed the plain "
+                  "way (for checking)");
     cmd->callback([args] { sweep(*args); });
 }
 

@@ -3,9 +3,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
@@ -33,6 +36,25 @@ void refuse_empty_outputs(CLI::App& app) {
 
 }  // namespace
 
+// CLI11's message, except for a first word that is no command ("clustersim bogus", which CLI11
+// reports as "A subcommand is required"): that names the word and the commands.
+static std::string parse_error_text(const CLI::App& app, int argc, char** argv,
+                                    const CLI::ParseError& e) {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({}))
+        names.push_back(sub->get_name());
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view word(argv[i]);
+        if (word.empty() || word.front() == '-') continue;  // a top-level flag
+        if (std::find(names.begin(), names.end(), word) != names.end()) break;
+        std::string list;
+        for (std::size_t n = 0; n < names.size(); ++n)
+            list += (n == 0 ? "" : n + 1 == names.size() ? " or " : ", ") + names[n];
+        return "unknown command '" + std::string(word) + "'; expected " + list;
+    }
+    return e.what();
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"clustersim: discrete-event simulator of GPU training clusters"};
     app.require_subcommand(1);
@@ -41,7 +63,8 @@ int main(int argc, char** argv) {
         "-v,--verbose", [] { spdlog::set_level(spdlog::level::debug); },
         "Log details of what is simulated");
     app.add_flag_callback(
-        "-q,--quiet", [] { spdlog::set_level(spdlog::level::err); }, "Only print errors");
+        "-q,--quiet", [] { spdlog::set_level(spdlog::level::err); },
+        "Log only errors: no warnings or progress on stderr (results still print)");
     app.add_flag_callback(
         "--log-json", [] { cs::cli::use_json_log(); },
         "Log as JSON lines on stderr: {\"level\": ..., \"message\": ...}; errors add file, "
@@ -61,6 +84,12 @@ int main(int argc, char** argv) {
     auto logger = spdlog::stderr_color_mt("clustersim");
     logger->set_pattern("%^%l%$: %v");
     spdlog::set_default_logger(logger);
+    // --log-json holds for errors in the command line itself too, which CLI11 may report
+    // before it has run the flag's callback.
+    bool json_log = false;
+    for (int i = 1; i < argc; ++i)
+        json_log = json_log || std::string_view(argv[i]) == "--log-json";
+    if (json_log) cs::cli::use_json_log();
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -71,9 +100,12 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // Under mpirun every process parses the same command line; rank 0 speaks for all.
-        if (cs::api::launcher_rank() == 0)
-            std::cerr << "clustersim: " << e.what() << "\n"
-                      << "Run 'clustersim --help' or 'clustersim <command> --help' for usage.\n";
+        if (cs::api::launcher_rank() == 0) {
+            cs::cli::print_error("error", parse_error_text(app, argc, argv, e), 2);
+            if (!json_log)
+                std::cerr << "Run 'clustersim --help' or 'clustersim <command> --help' for "
+                             "usage.\n";
+        }
         return 2;
     } catch (const cs::cli::CommandExit& e) {
         std::cerr << e.message << "\n";

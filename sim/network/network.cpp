@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "network/accelerator.hpp"
 #include "network/collectives.hpp"
 #include "network/flow_solver.hpp"
 
@@ -89,14 +90,14 @@ constexpr std::uint64_t kNoCommunicator = ~std::uint64_t{0};
 // What a transfer costs on a plan outside `flow` (NetworkImpl::kept_cost).
 struct PlanCost {
     Time time;
-    std::vector<NetworkObserver::LinkTotal> links;  // real links, increasing
+    std::vector<SummingObserver::LinkTotal> links;  // real links, increasing
     // Its links' term of the link sketch (link_sketch_term), made the first time an observer
     // that sketches is told it (RealLinksOnly::tell_cost).
     mutable bool sketched = false;
     mutable std::uint64_t sketch = 0;
 };
 
-class NetworkImpl final : public Network, public EventHandler {
+class NetworkImpl final : public Network, public Accelerator, public EventHandler {
   public:
     // `compact`: for isolated_collective_time only (one collective, no observers, no capacity
     // changes): the solver knows only the links of the collective's plan, numbered in increasing
@@ -104,9 +105,13 @@ class NetworkImpl final : public Network, public EventHandler {
     // times are those of a full network), instead of per-link state for every link of a cluster
     // of millions (profiled at 16,384 GPUs: 4% of a run plus page faults, one such network per
     // distinct TP/CP/EP collective).
+    // `kept`: what the networks on the cluster keep for each other (accelerator.hpp); null: none,
+    // and no fast path.
     NetworkImpl(Simulation& sim, const Cluster& cluster, const NetworkConfig& config,
-                bool compact = false)
-        : sim_(sim), cluster_(cluster), config_(config), compact_(compact) {
+                KeptState* kept, bool compact = false)
+        : sim_(sim), cluster_(cluster), config_(config), kept_(kept), compact_(compact) {
+        if (kept_ && &kept_->cluster() != &cluster_)
+            throw SimulationError("network", "kept state of another cluster");
         if (!config_.algorithms) throw ConfigError("network: no collective algorithm registry");
         handler_ = sim_.add_handler(*this);
         const auto& links = cluster_.links();
@@ -124,38 +129,42 @@ class NetworkImpl final : public Network, public EventHandler {
                               std::to_string(config_.nvls_efficiency));
         // Per real link its bandwidth times its kind's efficiency, then one virtual link per
         // real one after them (nvls_virtual_link): the NVLS rate cap of a GPU-NVSwitch link;
-        // unused (but positive) for the others. The cluster keeps them for the next network
-        // (Cluster::scaled_capacities); copied only if a capacity changes (own_capacity_).
-        // The efficiencies of the link kinds the cluster has are checked before it keeps the set
+        // unused (but positive) for the others. The kept state keeps them for the next network
+        // (KeptState::scaled_capacities); copied only if a capacity changes (own_capacity_).
+        // The efficiencies of the link kinds the cluster has are checked before a set is kept
         // (a kept set would be found, unchecked, by the next network).
-        base_capacity_ = cluster_.scaled_capacities(
-            per_kind, config_.nvls_efficiency, [&per_kind](unsigned kinds) {
-                for (int k = 0; k < kLinkKinds; ++k) {
-                    const double eff = per_kind[static_cast<std::size_t>(k)];
-                    if ((kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
-                        throw ConfigError("network: link efficiency must be in (0, 1], got " +
-                                          std::to_string(eff));
-                }
-            });
+        const auto check = [&per_kind](unsigned kinds) {
+            for (int k = 0; k < kLinkKinds; ++k) {
+                const double eff = per_kind[static_cast<std::size_t>(k)];
+                if ((kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
+                    throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                      std::to_string(eff));
+            }
+        };
+        base_capacity_ = kept_ ? kept_->scaled_capacities(per_kind, config_.nvls_efficiency, check)
+                               : KeptState::make_scaled_capacities(cluster_, per_kind,
+                                                                   config_.nvls_efficiency, check);
         capacity_ = base_capacity_->capacity.data();
-        if (!compact_ && cluster_.keeps_routes()) {
-            auto& slot = cluster_.kept_plans();
-            if (!slot) slot = std::make_shared<SharedPlans>();
-            shared_plans_ = std::static_pointer_cast<SharedPlans>(slot);
-        }
+        if (!compact_ && kept_) shared_plans_ = kept_plans(*kept_);
         if (config_.fidelity == Fidelity::Flow)
             solver_ = std::make_unique<FlowSolver>(compact_ ? std::vector<double>{}
                                                             : base_capacity_->capacity);
     }
 
     void set_client(TransferClient* client) override { client_ = client; }
+    // An observer that only sums per link (SummingObserver) is told sums only by a network with
+    // fast paths; to a network without, every observer is a plain one.
     void add_observer(NetworkObserver* observer) override {
         if (compact_) throw SimulationError("network", "a compact network takes no observers");
+        SummingObserver* summing = kept_ ? dynamic_cast<SummingObserver*>(observer) : nullptr;
         real_links_.targets.push_back(observer);
-        (observer->sketches_links() ? real_links_.sketches : real_links_.tables)
-            .push_back(observer);
+        real_links_.summing.push_back(summing);
+        if (summing)
+            (summing->sketch_keys() ? real_links_.sketches : real_links_.tables).push_back(summing);
+        if (summing && summing->sketch_keys()) real_links_.keys = summing->sketch_keys();
         observers_.assign(1, &real_links_);
     }
+    Accelerator* accelerator() override { return kept_ && !compact_ ? this : nullptr; }
 
     GroupId register_group(std::vector<int> ranks) override {
         const std::uint64_t number = communicator_number(ranks);
@@ -613,14 +622,13 @@ class NetworkImpl final : public Network, public EventHandler {
                 const NetworkObserver::FlowStart flow{
                     sim_.now(), std::span<const LinkId>(r.path.data() + f.first, f.links),
                     whole_bytes(fb) * static_cast<double>(count), false, t * count};
-                for (NetworkObserver* o : real_links_.tables)
+                for (SummingObserver* o : real_links_.tables)
                     o->on_flow_start(flow);
             }
         if (real_links_.sketches.empty()) return;
         // The sketch is linear: a group's flows add their summed keys times the group's whole
         // bytes and holding time, as each flow would add its own.
         if (!r.grouped) {
-            if (!real_links_.keys) real_links_.keys = &cluster_.link_keys();
             for (const Routes::Flow& f : r.flows) {
                 if (f.links == 0) continue;
                 const PathKeys k = path_keys(
@@ -642,7 +650,7 @@ class NetworkImpl final : public Network, public EventHandler {
                              link_sketch_term(g.keys, whole_bytes(fb) * static_cast<double>(count),
                                               holds(fb, g.rate) * count));
         }
-        for (NetworkObserver* o : real_links_.sketches)
+        for (SummingObserver* o : real_links_.sketches)
             o->on_link_sketch(term);
     }
 
@@ -711,28 +719,33 @@ class NetworkImpl final : public Network, public EventHandler {
     }
 
   private:
+    friend struct network::KeptPlans;
+    struct SharedPlans;
+    // The plans `kept` keeps (made on first use); defined after KeptPlans, below.
+    static std::shared_ptr<SharedPlans> kept_plans(KeptState& kept);
     // Passes notifications about the cluster's links on to the observers, leaving out the
     // virtual links (NVLS caps, private rate caps) numbered after them.
     struct RealLinksOnly final : NetworkObserver {
         std::size_t links = 0;
         std::vector<NetworkObserver*> targets;
-        // The targets split by sketches_links(): told sums as a link sketch's term / as flows
-        // or link totals.
-        std::vector<NetworkObserver*> sketches, tables;
-        const std::vector<std::uint64_t>* keys = nullptr;  // the cluster's link keys, once asked
+        // Per target, itself as a SummingObserver when the network tells it sums (fast paths),
+        // else null; the summing ones split by sketch_keys(): told sums as a link sketch's term /
+        // as flows or link totals.
+        std::vector<SummingObserver*> summing;
+        std::vector<SummingObserver*> sketches, tables;
+        const std::vector<std::uint64_t>* keys = nullptr;  // the sketching observers' link keys
         // A kept transfer's cost, `count` times: its link totals, or its sketch term.
-        void tell_cost(Time at, const Cluster& cluster, const PlanCost& cost, std::int64_t count) {
-            for (NetworkObserver* o : tables)
+        void tell_cost(Time at, const Cluster&, const PlanCost& cost, std::int64_t count) {
+            for (SummingObserver* o : tables)
                 o->on_link_totals(at, cost.links, count);
             if (sketches.empty()) return;
             if (!cost.sketched) {
-                if (!keys) keys = &cluster.link_keys();
                 cost.sketch = link_totals_sketch(*keys, cost.links);
                 cost.sketched = true;
             }
             const std::uint64_t term =
                 modp::mul(cost.sketch, modp::of(static_cast<std::uint64_t>(count)));
-            for (NetworkObserver* o : sketches)
+            for (SummingObserver* o : sketches)
                 o->on_link_sketch(term);
         }
         std::vector<LinkId> real_path;  // scratch, reused
@@ -823,14 +836,16 @@ class NetworkImpl final : public Network, public EventHandler {
                 return o->wants_ordered_link_rates();
             });
         }
-        bool wants_flow_times() const override {
-            return std::any_of(targets.begin(), targets.end(),
-                               [](const NetworkObserver* o) { return o->wants_flow_times(); });
+        // Whether a target needs each flow's own start time: one that is not told sums.
+        bool wants_flow_times() const {
+            return std::any_of(summing.begin(), summing.end(),
+                               [](const SummingObserver* o) { return o == nullptr; });
         }
-        // Real links only, and never under member folding (takes_link_totals).
-        void on_link_totals(Time at, std::span<const LinkTotal> totals,
-                            std::int64_t count) override {
-            for (NetworkObserver* o : targets)
+        // Real links only, never under member folding, and only when every target sums
+        // (takes_link_totals).
+        void on_link_totals(Time at, std::span<const SummingObserver::LinkTotal> totals,
+                            std::int64_t count) {
+            for (SummingObserver* o : summing)
                 o->on_link_totals(at, totals, count);
         }
     };
@@ -1028,7 +1043,7 @@ class NetworkImpl final : public Network, public EventHandler {
             sums[l] = {};
         }
         shared.collective_bytes += sizeof(SharedPlans::CostKey) + sizeof(PlanCost) + 64 +
-                                   cost.links.size() * sizeof(NetworkObserver::LinkTotal);
+                                   cost.links.size() * sizeof(SummingObserver::LinkTotal);
         return &shared.costs.emplace(k, std::move(cost)).first->second;
     }
 
@@ -1060,10 +1075,16 @@ class NetworkImpl final : public Network, public EventHandler {
         sim_.schedule_in(unshared_start(plan, size, kept), handler_, kDone, op);
     }
 
+    int send_each(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                  std::uint64_t token) {
+        for (std::size_t i = 0; i < srcs.size(); ++i)
+            send(srcs[i], dsts[i], size, token);
+        return static_cast<int>(srcs.size());
+    }
     int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                       std::uint64_t token) override {
         if (config_.fidelity == Fidelity::Flow || srcs.empty())
-            return Network::send_together(srcs, dsts, size, token);
+            return send_each(srcs, dsts, size, token);
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         Time last = Time::zero();
@@ -1299,7 +1320,7 @@ class NetworkImpl final : public Network, public EventHandler {
     std::vector<NetworkObserver*> observers_;
     // Current capacity per solver link (real then NVLS virtual): the cluster's kept ones
     // (base_capacity_) until set_link_capacity changes one, then a copy of this network's own.
-    std::shared_ptr<const topology::Cluster::ScaledCapacities> base_capacity_;
+    std::shared_ptr<const KeptState::ScaledCapacities> base_capacity_;
     std::vector<double> own_capacity_;
     const double* capacity_ = nullptr;
     std::vector<std::vector<int>> groups_;
@@ -1309,8 +1330,8 @@ class NetworkImpl final : public Network, public EventHandler {
     std::map<std::vector<int>, GroupId> group_ids_;  // with reuse_groups_: every group's ranks
     std::unordered_map<std::uint64_t, Plan> plans_;
     std::unordered_map<std::uint64_t, Plan> p2p_plans_;
-    // Point-to-point plans kept with a cluster that keeps its routes (Cluster::kept_plans), for
-    // every network on it; never erased (operations in flight point into them), at most
+    // Point-to-point plans kept in the KeptState (KeptState::plans), for every network on its
+    // cluster; never erased (operations in flight point into them), at most
     // kMaxPlans (about 200 bytes each), then each network plans the rest itself.
     // Collective plans likewise (shares_plans()), keyed by everything a plan is a function of,
     // up to kMaxBytes of plans (bytes_of: an estimate of their heap), then each network plans
@@ -1394,6 +1415,7 @@ class NetworkImpl final : public Network, public EventHandler {
         std::size_t collective_bytes = 0;
     };
     std::shared_ptr<SharedPlans> shared_plans_;
+    KeptState* kept_ = nullptr;  // null: no fast path
     // kept_cost's index of this network's lookups, by (plan, size).
     struct PlanSizeHash {
         std::size_t operator()(const std::pair<const Plan*, std::int64_t>& k) const {
@@ -1446,20 +1468,31 @@ class NetworkImpl final : public Network, public EventHandler {
 
 }  // namespace
 
+// The plans a KeptState keeps for the networks on its cluster.
+struct KeptPlans final : NetworkImpl::SharedPlans {};
+
+namespace {
+std::shared_ptr<NetworkImpl::SharedPlans> NetworkImpl::kept_plans(KeptState& kept) {
+    auto& slot = kept.plans();
+    if (!slot) slot = std::make_shared<KeptPlans>();
+    return slot;
+}
+}  // namespace
+
 std::unique_ptr<Network> make_network(Simulation& sim, const Cluster& cluster,
-                                      const NetworkConfig& config) {
-    return std::make_unique<NetworkImpl>(sim, cluster, config);
+                                      const NetworkConfig& config, KeptState* kept) {
+    return std::make_unique<NetworkImpl>(sim, cluster, config, kept);
 }
 
 Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& config,
                               CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                              Algorithm algorithm) {
+                              Algorithm algorithm, KeptState* kept) {
     struct Done final : TransferClient {
         Time at = Time::max();
         void on_transfer_done(Simulation& sim, std::uint64_t) override { at = sim.now(); }
     };
     Simulation sim;
-    auto net = std::make_unique<NetworkImpl>(sim, cluster, config, /*compact=*/true);
+    auto net = std::make_unique<NetworkImpl>(sim, cluster, config, kept, /*compact=*/true);
     Done done;
     net->set_client(&done);
     net->collective(kind, net->register_group(ranks), size, algorithm, 0);

@@ -133,6 +133,8 @@ class TransferClient {
 // Measurement hooks; the network never computes metrics itself (link accounting, utilisation
 // counters and the like are observers in the report layer). Links are the cluster's directed
 // links only (never the solver's private ones); notifications come in simulated-time order.
+// An observer that only sums per link may say so by being a SummingObserver (below), which an
+// accelerated network tells sums instead of flows.
 class NetworkObserver {
   public:
     virtual ~NetworkObserver() = default;
@@ -177,17 +179,22 @@ class NetworkObserver {
     // Whether the rates of one instant must come in increasing link order (a trace's output
     // order depends on it; a per-link sum does not, and spares the network a sort).
     virtual bool wants_ordered_link_rates() const { return true; }
-    // Whether the observer needs each unshared flow's own start time (a timeline, a trace). An
-    // observer that only sums bytes and busy times per link (report::LinkAccounting) says no, and
-    // the network may then tell it of several equal transfers at once (Network::account_send with
-    // a count: one FlowStart with their bytes and times summed, at a time of the network's
-    // choosing).
-    virtual bool wants_flow_times() const { return true; }
-    // `count` equal transfers' unshared flows summed per link (outside `flow`, and only to
-    // observers that do not want flow times): each link once, in increasing link order, with one
-    // transfer's bytes and holding times summed, to be multiplied by `count`. The same sums as
-    // one on_flow_start per flow (whole bytes and picoseconds add exactly). The default tells
-    // them as one-link flows.
+};
+
+// An observer that only sums bytes and busy times per link (report::LinkAccounting, and
+// report::LinkSketch, a table-only sweep's digest): it needs no flow's own start time. A network
+// made with fast paths (make_network with a KeptState) may then tell it several equal unshared
+// transfers at once (Accelerator::account_send with a count: one FlowStart with their bytes and
+// times summed, at a time of the network's choosing), or their per-link totals (on_link_totals),
+// or, when it sketches, only its sketch's term (on_link_sketch). A network without fast paths
+// tells it every flow as it tells any observer; the sums are the same (whole bytes and
+// picoseconds add exactly in any order).
+class SummingObserver : public NetworkObserver {
+  public:
+    // `count` equal transfers' unshared flows summed per link (outside `flow`): each link once,
+    // in increasing link order, with one transfer's bytes and holding times summed, to be
+    // multiplied by `count`. The same sums as one on_flow_start per flow. The default tells them
+    // as one-link flows.
     struct LinkTotal {
         topology::LinkId link;
         double bytes;  // whole, > 0
@@ -198,18 +205,18 @@ class NetworkObserver {
             on_flow_start({at, std::span<const topology::LinkId>(&t.link, 1),
                            t.bytes * static_cast<double>(count), false, t.holds * count});
     }
-    // Whether the observer needs of the unshared flows only the link sketch of their per-link
-    // sums (link_sketch_term below; report::LinkSketch, a table-only sweep's digest). The
-    // network then tells it what it has summed already as one term (on_link_sketch): a kept
-    // transfer's cost, a kept route's sends, instead of their flows or link totals. Every other
-    // notification still comes as it is.
-    virtual bool sketches_links() const { return false; }
+    // Non-null when the observer needs of the unshared flows only the link sketch of their
+    // per-link sums (link_sketch_term below, with these link keys: topology::link_keys of the
+    // network's cluster). The network then tells it what it has summed already as one term
+    // (on_link_sketch): a kept transfer's cost, a kept route's sends, instead of their flows or
+    // link totals. Every other notification still comes as it is.
+    virtual const std::vector<std::uint64_t>* sketch_keys() const { return nullptr; }
     virtual void on_link_sketch(std::uint64_t term) { (void)term; }
 };
 
 // The link sketch of per-link sums outside `flow`: over the links l, key(l) x bytes(l) +
 // hkey(l) x holds(l) (picoseconds), modulo the prime 2^61 - 1 (core/modp.hpp), with key(l) the
-// cluster's pseudo-random link key (Cluster::link_keys) and hkey(l) one made from it. A linear
+// cluster's pseudo-random link key (topology::link_keys) and hkey(l) one made from it. A linear
 // function of whole numbers, so a flow adds the same whatever order it comes in, and a
 // transfer's or a route's terms can be summed once and reused. Two runs on one cluster whose
 // per-link bytes or holding times differ anywhere (below p) get equal sketches only when the
@@ -221,7 +228,7 @@ inline std::uint64_t link_holds_key(std::uint64_t key) {
 struct PathKeys {
     std::uint64_t bytes = 0, holds = 0;  // the links' key and hkey, each summed modulo p
 };
-// One link's key and hkey (`keys`: Cluster::link_keys()).
+// One link's key and hkey (`keys`: topology::link_keys of the cluster).
 inline PathKeys link_keys_of(const std::vector<std::uint64_t>& keys, topology::LinkId l) {
     return {keys[l], link_holds_key(keys[l])};
 }
@@ -240,11 +247,11 @@ inline std::uint64_t link_sketch_term(PathKeys k, double bytes, Time holds) {
     return modp::add(modp::mul(k.bytes, modp::of(static_cast<std::uint64_t>(bytes))),
                      modp::mul(k.holds, modp::of(static_cast<std::uint64_t>(holds.count_ps()))));
 }
-// What one transfer's link totals (NetworkObserver::on_link_totals) add to the sketch.
+// What one transfer's link totals (SummingObserver::on_link_totals) add to the sketch.
 inline std::uint64_t link_totals_sketch(const std::vector<std::uint64_t>& keys,
-                                        std::span<const NetworkObserver::LinkTotal> totals) {
+                                        std::span<const SummingObserver::LinkTotal> totals) {
     std::uint64_t sum = 0;
-    for (const NetworkObserver::LinkTotal& t : totals)
+    for (const SummingObserver::LinkTotal& t : totals)
         sum = modp::add(sum, link_sketch_term(link_keys_of(keys, t.link), t.bytes, t.holds));
     return sum;
 }
@@ -261,6 +268,11 @@ struct FoldClass {
     Bytes size;
 };
 
+class Accelerator;
+class KeptState;
+
+// The model: transfers, collectives, link capacities and routes. What only makes it faster is
+// behind accelerator() (accelerator.hpp).
 class Network {
   public:
     virtual ~Network() = default;
@@ -278,19 +290,6 @@ class Network {
 
     // One message of `size` bytes from GPU src to GPU dst.
     virtual void send(int src, int dst, Bytes size, std::uint64_t token) = 0;
-    // A message of `size` bytes from srcs[i] to dsts[i] for every i (as many of each), all
-    // started now; returns how many completions the client will be told of with `token`. Outside
-    // `flow` nothing is shared, so each message's time is its own and the network tells the
-    // client once, when the last has arrived: the times, link notifications (pair by pair, as
-    // send() makes them) and that last completion are those of one send() per pair, with one
-    // event instead of one per pair. Under `flow` (and here by default) it is one send() per
-    // pair, each told.
-    virtual int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
-                              std::uint64_t token) {
-        for (std::size_t i = 0; i < srcs.size(); ++i)
-            send(srcs[i], dsts[i], size, token);
-        return static_cast<int>(srcs.size());
-    }
     // A collective on a group, started when all its members are ready (the caller synchronises).
     // `algo` is Auto or an algorithm of NetworkConfig::algorithms that applies (ConfigError
     // otherwise, see resolve_algorithm).
@@ -322,74 +321,22 @@ class Network {
     // changed (a failed link simply carries nothing).
     virtual void schedule_routing(Time at, const topology::Cluster& routing) = 0;
 
-    // Member folding (docs/network.md, "Folding"). The caller promises to start every transfer
-    // of `classes` on all `copies` members at once, with the same size and token, and asks the
-    // network to carry member 0's only. Accepted (true) only if that is exact: the `flow`
-    // fidelity, no link capacity changed so far, and for every class the members' plans are the
-    // same phase for phase and flow for flow (steps, latencies, bytes, rate caps, capacities)
-    // over links that one map per member carries from member 0's routes onto member m's, the
-    // members' link sets pairwise disjoint. The members then never share a link, each member's
-    // max-min problem is the image of member 0's, and member 0's flows finish when all copies
-    // would. Observers still see every copy's flows and link rates (mapped). Once accepted the
-    // caller starts member 0's transfers only; a capacity change is then an error, and a flow
-    // outside the checked classes too (SimulationError). On refusal `why` says what failed.
-    virtual bool fold(int copies, const std::vector<FoldClass>& classes, std::string& why) = 0;
-    // The copies of the accepted fold, 1 without.
-    virtual int fold_copies() const = 0;
-
-    // Replica folding (docs/network.md, "Folding"), `analytical` and `ideal` only, where a
-    // transfer's time depends on its own route alone. p2p_cost: what a message from src to dst
-    // costs on its route, as start() times it: `delay` (latencies and step overheads) plus its
-    // bytes over `rate` (the route's bottleneck in bytes/s; 0 under `ideal`, where it is free).
-    // Two messages with equal costs take equal times whatever their size. account_send: the
-    // observers are told of the flows of send(src, dst, size) as if it had started now (its own
-    // route, bytes and stand-alone time), but nothing is scheduled and no client is called: a
-    // folded replica's message whose time its representative's stands for. SimulationError under
-    // `flow` (flows there share links, so no message stands for another's time).
-    struct RouteCost {
-        Time delay;
-        double rate = 0;
-        bool operator==(const RouteCost&) const = default;
-    };
-    virtual RouteCost p2p_cost(int src, int dst) = 0;
-    // With `count` > 1 it stands for `count` such sends: allowed only when accounts_in_bulk().
-    virtual void account_send(int src, int dst, Bytes size, std::int64_t count = 1) = 0;
-    // Whether no observer needs each flow's start time (NetworkObserver::wants_flow_times), so
-    // that equal sends may be accounted at once, at the end of a run.
-    virtual bool accounts_in_bulk() const = 0;
-    // Many GPU pairs at once (a folded replica class's followers, every replica's pipeline
-    // pairs): send_routes resolves the routes of `pairs` (src, dst) once; cost(i) is
-    // p2p_cost(pairs[i]), and account_sends(routes, size, count) tells the observers exactly
-    // what account_send(src, dst, size, count) would for each pair in turn, in pair order. A
-    // network on a cluster that keeps its routes keeps these too (a function of the cluster, the
-    // pairs and the link efficiencies), so a sweep's later runs of a shape take them as they are.
-    class SendRoutes {
-      public:
-        virtual ~SendRoutes() = default;
-        virtual std::size_t size() const = 0;
-        virtual RouteCost cost(std::size_t i) const = 0;
-    };
-    virtual std::shared_ptr<const SendRoutes> send_routes(
-        const std::vector<std::pair<int, int>>& pairs) = 0;
-    virtual void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count = 1) = 0;
-
-    // Lets the network hold the per-link totals it tells observers that take them
-    // (NetworkObserver::on_link_totals) and tell each distinct one once, multiplied by the
-    // transfers it stands for, at flush_link_totals(); the sums are the same (whole bytes and
-    // picoseconds). Whoever calls it must flush before the observers are read (replay::Replay
-    // does, at the end of the iteration, for a network of its own). Without it the totals are
-    // told as each transfer starts.
-    virtual void hold_link_totals() {}
-    virtual void flush_link_totals() {}
+    // The network's fast paths (accelerator.hpp): an accelerator when the network was made with
+    // them (make_network with a KeptState), null otherwise (`--no-fast-paths`). Results are the
+    // same either way.
+    virtual Accelerator* accelerator() { return nullptr; }
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for
 // all_gather, reduce_scatter and all_to_all, 1 for broadcast and sendrecv).
 double busbw_factor(CollectiveKind kind, int ranks);
 
-// Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it.
+// Builds the model for `config.fidelity`. The Simulation and Cluster must outlive it. With
+// `kept` (what the networks on `cluster` keep for each other: accelerator.hpp; it must be made
+// for `cluster` and outlive the network) the network takes its fast paths and offers an
+// accelerator; without, it computes everything itself and offers none.
 std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& cluster,
-                                      const NetworkConfig& config);
+                                      const NetworkConfig& config, KeptState* kept = nullptr);
 
 // The time of one collective run alone: `kind` on the GPUs `ranks` (ring order) with `size`
 // bytes (nccl-tests' size column), on an otherwise idle network built by make_network for
@@ -398,8 +345,9 @@ std::unique_ptr<Network> make_network(Simulation& sim, const topology::Cluster& 
 // (replay::CollectiveCosts), and `clustersim collective` and `clustersim validate` must call it
 // rather than build a network of their own. Throws ConfigError for ranks outside the cluster or
 // listed twice, SimulationError if the collective never completes.
+// `kept`: as make_network's (the run's, so that its collectives share the scaled capacities).
 Time isolated_collective_time(const topology::Cluster& cluster, const NetworkConfig& config,
                               CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                              Algorithm algorithm = Algorithm::Auto);
+                              Algorithm algorithm = Algorithm::Auto, KeptState* kept = nullptr);
 
 }  // namespace cs::network

@@ -55,13 +55,14 @@ std::string summary_text(const report::Summary& s) {
 // (summary JSON, load and run warnings, experiment display path)
 std::tuple<std::string, std::vector<std::string>, std::string> run(
     const Source& source, const std::vector<std::string>& sets, const std::string& schedule,
-    const std::string& trace) {
+    const std::string& trace, bool fast_paths) {
     py::gil_scoped_release release;
     OutputSet outputs;
     outputs.declare("trace", trace);
     const auto spec = source.load(sets);
     api::RunOptions options;
     options.schedule = schedule;
+    options.fast_paths = fast_paths;
     if (!trace.empty()) options.trace = trace;
     options.trace_options.outputs = &outputs;
     const auto result = api::run(spec, options);
@@ -73,9 +74,11 @@ std::tuple<std::string, std::vector<std::string>, std::string> run(
 
 // (summary JSON per schedule, warnings, experiment display path)
 std::tuple<std::vector<std::string>, std::vector<std::string>, std::string> compare(
-    const Source& source, const std::vector<std::string>& sets, const std::string& schedules) {
+    const Source& source, const std::vector<std::string>& sets, const std::string& schedules,
+    bool fast_paths) {
     py::gil_scoped_release release;
     api::CompareOptions options;
+    options.fast_paths = fast_paths;
     options.schedules = api::parse_schedule_list(schedules, "schedules");
     const auto spec = source.load(sets);
     const auto result = api::compare(spec, options);
@@ -90,9 +93,10 @@ std::tuple<std::vector<std::string>, std::vector<std::string>, std::string> comp
 // (sweep JSON as `sweep --json` writes it, experiment display path). `vary` as --vary takes it.
 std::tuple<std::string, std::string> sweep(const Source& source,
                                            const std::vector<std::string>& sets,
-                                           const std::vector<std::string>& vary) {
+                                           const std::vector<std::string>& vary, bool fast_paths) {
     py::gil_scoped_release release;
     api::SweepOptions options;
+    options.fast_paths = fast_paths;
     options.experiment = source.path.empty() ? api::default_experiment().string() : source.path;
     options.text = source.experiment_text();
     options.sets = sets;
@@ -143,7 +147,7 @@ void html_report(const Source& source, const std::vector<std::string>& sets,
 }
 
 // A jobs file (docs/yaml/jobs.md): the JSON `clustersim run JOBS --json` writes.
-std::string run_jobs(const std::string& path, const std::string& trace) {
+std::string run_jobs(const std::string& path, const std::string& trace, bool fast_paths) {
     py::gil_scoped_release release;
     OutputSet outputs;
     outputs.declare("trace", trace);
@@ -151,6 +155,7 @@ std::string run_jobs(const std::string& path, const std::string& trace) {
     api::JobsOptions options;
     if (!trace.empty()) options.trace = trace;
     options.outputs = &outputs;
+    options.fast_paths = fast_paths;
     const auto result = api::run_jobs(spec, options);
     outputs.commit();
     return api::to_json(result).dump();
@@ -165,12 +170,15 @@ PYBIND11_MODULE(_clustersim, m) {
         .def(py::init<std::string, std::optional<std::string>, std::string, std::string>(),
              py::arg("path"), py::arg("text"), py::arg("display"), py::arg("folder"));
 
-    m.def("run", &run, py::arg("source"), py::arg("sets"), py::arg("schedule"), py::arg("trace"));
-    m.def("compare", &compare, py::arg("source"), py::arg("sets"), py::arg("schedules"));
-    m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"));
+    m.def("run", &run, py::arg("source"), py::arg("sets"), py::arg("schedule"), py::arg("trace"),
+          py::arg("fast_paths"));
+    m.def("compare", &compare, py::arg("source"), py::arg("sets"), py::arg("schedules"),
+          py::arg("fast_paths"));
+    m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"),
+          py::arg("fast_paths"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
-    m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"));
+    m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));
     m.def("schedule_names", [] { return schedule::schedule_names(); });
     m.def("default_experiment", [] { return api::default_experiment().string(); });
 

@@ -15,8 +15,8 @@ using schedule::Pass;
 // ---- CollectiveCosts --------------------------------------------------------------------------
 
 CollectiveCosts::CollectiveCosts(const topology::Cluster& cluster,
-                                 const network::NetworkConfig& config)
-    : cluster_(cluster), config_(config) {}
+                                 const network::NetworkConfig& config, network::KeptState* kept)
+    : cluster_(cluster), config_(config), kept_(kept) {}
 
 Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>& group,
                            Bytes size) {
@@ -26,7 +26,8 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_
-        .emplace(key, network::isolated_collective_time(cluster_, config_, kind, group, size))
+        .emplace(key, network::isolated_collective_time(cluster_, config_, kind, group, size,
+                                                        network::Algorithm::Auto, kept_))
         .first->second;
 }
 
@@ -129,7 +130,7 @@ struct ReplayScratch::Placement {
         std::vector<std::pair<int, int>> pairs;
         std::vector<int> rep_replica;
         int classes = 0;
-        std::map<std::pair<int, int>, std::shared_ptr<const network::Network::SendRoutes>>
+        std::map<std::pair<int, int>, std::shared_ptr<const network::Accelerator::SendRoutes>>
             follower_routes;
         bool of(const std::shared_ptr<const topology::Cluster>& c, const network::NetworkConfig& n,
                 const std::vector<std::pair<int, int>>& p) const {
@@ -189,18 +190,34 @@ static_assert(static_cast<int>(Pass::Forward) == 0 && static_cast<int>(Pass::Bac
 constexpr const char* kReplicasDiffer = "every replica's pipeline messages cost differently";
 }  // namespace
 
+namespace {
+// The KeptState a replay's networks use: the caller's when made for the run's cluster, else one
+// of the run's own (`own`), none without fast paths.
+network::KeptState* kept_state(const FastPaths& fast, const topology::Cluster& cluster,
+                               std::unique_ptr<network::KeptState>& own) {
+    if (!fast.enabled) return nullptr;
+    if (fast.network && &fast.network->cluster() == &cluster) return fast.network;
+    own = std::make_unique<network::KeptState>(cluster);
+    return own.get();
+}
+}  // namespace
+
 Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
                const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
-               const SharedFabric* shared, ReplayScratch* scratch)
+               const SharedFabric* shared, const FastPaths& fast)
     : spec_(spec),
       plan_(plan),
       schedule_(schedule),
       shape_(shape),
       layout_(spec.layout),
       ranks_(spec.layout),
+      fast_(fast.enabled),
+      kept_(kept_state(fast, *spec.cluster, own_kept_)),
       own_sim_(shared ? nullptr : std::make_unique<Simulation>(spec.seed)),
       sim_(shared ? *shared->sim : *own_sim_),
-      costs_(*spec.cluster, spec.network) {
+      costs_(*spec.cluster, spec.network, kept_) {
+    ReplayScratch* scratch = fast_ ? fast.scratch : nullptr;
+    if (!fast_) fold_allowed_ = false;
     handler_ = sim_.add_handler(*this);
     if (shared) {
         shared_ = true;
@@ -209,10 +226,11 @@ Replay::Replay(const workload::ExperimentSpec& spec, const workload::IterationPl
         on_complete_ = shared->on_complete;
         if (!shared->placement.empty()) ranks_.place(shared->placement);
     } else {
-        own_network_ = network::make_network(sim_, *spec.cluster, spec.network);
+        own_network_ = network::make_network(sim_, *spec.cluster, spec.network, kept_);
         network_ = own_network_.get();
+        accel_ = network_->accelerator();
         // Its link totals may be held to the end of the iteration (flushed in run()).
-        own_network_->hold_link_totals();
+        if (accel_) accel_->hold_link_totals();
         network_->set_client(this);
     }
 
@@ -345,6 +363,14 @@ Replay::~Replay() {
     entries.emplace_back();
     entries.back().workers.swap(workers_);
     entries.back().states.swap(states_);
+}
+
+int Replay::send_parts(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                       std::uint64_t token) {
+    if (accel_) return accel_->send_together(srcs, dsts, size, token);
+    for (std::size_t i = 0; i < srcs.size(); ++i)
+        network_->send(srcs[i], dsts[i], size, token);
+    return static_cast<int>(srcs.size());
 }
 
 void Replay::add_network_observer(network::NetworkObserver& observer) {
@@ -544,7 +570,7 @@ void Replay::decide_fold(ReplayResult& result) {
         }
     }
     std::string why;
-    if (network_->fold(members, classes, why)) {
+    if (accel_ && accel_->fold(members, classes, why)) {
         members_on_network_ = 1;
         result.fold_copies = members;
     } else {
@@ -622,7 +648,7 @@ void Replay::decide_replica_fold(ReplayResult& result) {
                 gpu_pairs.emplace_back(src[static_cast<std::size_t>(m)],
                                        dst[static_cast<std::size_t>(m)]);
         }
-    const auto costs = network_->send_routes(gpu_pairs);
+    const auto costs = accel_->send_routes(gpu_pairs);
     std::size_t next = 0;
     for (int d = 0; d < layout_.dp; ++d) {
         Signature sig;
@@ -665,17 +691,17 @@ void Replay::set_followers(ReplayResult& result, int classes) {
             followers_[static_cast<std::size_t>(worker_of(s, r))].push_back(w);
         }
     result.replicas_simulated = classes;
-    bulk_accounting_ = network_->accounts_in_bulk();
-    copy_followers_ = std::all_of(observers_.begin(), observers_.end(),
-                                  [](const ReplayObserver* o) { return o->copies_followers(); });
+    bulk_accounting_ = accel_->accounts_in_bulk();
+    copy_followers_ = std::all_of(copiers_.begin(), copiers_.end(),
+                                  [](const FollowerCopier* c) { return c != nullptr; });
 }
 
 void Replay::copy_followers() {
     if (!copy_followers_) return;
     for (std::size_t w = 0; w < workers_.size(); ++w)
         for (int f : followers_of(static_cast<int>(w)))
-            for (auto* o : observers_)
-                o->copy_worker(static_cast<int>(w), f);
+            for (auto* c : copiers_)
+                c->copy_worker(static_cast<int>(w), f);
 }
 
 void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count) {
@@ -691,9 +717,9 @@ void Replay::account_follower_sends(int worker, int dst, Bytes bytes, std::int64
             for (std::size_t g = 0; g < fs.size(); ++g)
                 pairs.emplace_back(fs[g], fd[g]);
         }
-        routes = network_->send_routes(pairs);
+        routes = accel_->send_routes(pairs);
     }
-    network_->account_sends(*routes, bytes, count);
+    accel_->account_sends(*routes, bytes, count);
 }
 
 void Replay::flush_follower_sends() {
@@ -1131,9 +1157,9 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             const auto members = static_cast<std::size_t>(members_on_network_);
             messages_.push_back(msg);
             // The message has arrived when every member's part has.
-            messages_.back().remaining = network_->send_together(
-                std::span(w.gpus).first(members), std::span(dw.gpus).first(members),
-                msg.record.bytes, token_base_ + static_cast<std::uint64_t>(id));
+            messages_.back().remaining =
+                send_parts(std::span(w.gpus).first(members), std::span(dw.gpus).first(members),
+                           msg.record.bytes, token_base_ + static_cast<std::uint64_t>(id));
             // Replica folding: the same message of every replica this one stands for costs the
             // same time (their classes are equal); the network's observers hear of its flows.
             if (!followers_of(worker).empty()) {
@@ -1747,7 +1773,7 @@ ReplayResult Replay::finish() {
         }
     }
     flush_follower_sends();
-    network_->flush_link_totals();
+    if (accel_ && !shared_) accel_->flush_link_totals();
     // The tail after a worker's last op: waiting for the slowest stage (pipeline cool-down).
     for (std::size_t w = 0; w < workers_.size(); ++w)
         if (!follower(static_cast<int>(w)))

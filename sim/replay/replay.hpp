@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "engine/simulation.hpp"
+#include "network/accelerator.hpp"
 #include "network/network.hpp"
 #include "replay/duration_model.hpp"
 #include "replay/host.hpp"
@@ -130,27 +131,35 @@ class ReplayObserver {
     // Called when the receiving pass starts (so to_pass is known) or, for DP, when it ends.
     virtual void on_transfer(const TransferRecord& transfer) { (void)transfer; }
     virtual void on_iteration_end(Time end) { (void)end; }
-    // Replica folding (Replay::set_fold): an observer whose records of a worker depend on the
-    // notifications naming that worker alone, summed or min/max'ed in any order (whole numbers),
-    // may say so here. When every observer does, a representative's notifications are not
-    // repeated for its followers as they happen; instead, after the last notification and before
-    // on_iteration_end, copy_worker(representative, follower) is called once per follower: the
-    // follower's records become exactly what the repeated notifications would have made them.
-    virtual bool copies_followers() const { return false; }
-    virtual void copy_worker(int from, int to) { (void)from, (void)to; }
+};
+
+// Replica folding (Replay::set_fold), a fast path: an observer whose records of a worker depend
+// on the notifications naming that worker alone, summed or min/max'ed in any order (whole
+// numbers), may say so by being a FollowerCopier too. When every observer is, a representative's
+// notifications are not repeated for its followers as they happen; instead, after the last
+// notification and before on_iteration_end, copy_worker(representative, follower) is called once
+// per follower: the follower's records become exactly what the repeated notifications would have
+// made them.
+class FollowerCopier {
+  public:
+    virtual ~FollowerCopier() = default;
+    virtual void copy_worker(int from, int to) = 0;
 };
 
 // Cost of a collective run alone on the network model (network::isolated_collective_time), cached
 // per kind, group and size. A group of one GPU, an empty collective and the ideal network cost
-// nothing (the replay issues no collective for them).
+// nothing (the replay issues no collective for them). `kept`: the run's network::KeptState, which
+// the isolated networks share (null: none).
 class CollectiveCosts {
   public:
-    CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config);
+    CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config,
+                    network::KeptState* kept = nullptr);
     Time cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size);
 
   private:
     const topology::Cluster& cluster_;
     network::NetworkConfig config_;
+    network::KeptState* kept_;
     std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
 };
 
@@ -232,19 +241,35 @@ class ReplayScratch {
     std::unique_ptr<Parts> parts_;
 };
 
+// The speed paths a replay may take (docs/architecture.md, "One seam for speed"), none of which
+// changes a result: member and replica folding (Replay::set_fold), the network's accelerator
+// (network/accelerator.hpp) and what a caller keeps across runs. `enabled` false
+// (`--no-fast-paths`): none of them; the replay's network and its isolated collectives are made
+// without a KeptState, and nothing is taken from or left in a scratch.
+struct FastPaths {
+    bool enabled = true;
+    // The per-worker containers and per-placement results a sweep keeps across its runs
+    // (ReplayScratch; null: built and freed by the run). Must outlive the replay.
+    ReplayScratch* scratch = nullptr;
+    // What the networks on the run's cluster keep for each other (a sweep's, made for that
+    // cluster; null, or made for another cluster: the run's own). Must outlive the replay.
+    network::KeptState* network = nullptr;
+};
+
 class Replay final : public EventHandler, public network::TransferClient {
   public:
-    // With `scratch`, the per-worker containers come from it and go back to it when the replay
-    // is destroyed (ReplayScratch); the scratch must outlive the replay.
-    //
     // With `shared`, the replay runs on its simulation and network (start(), then the caller
     // runs the simulation, then finish()); member folding is refused. Otherwise it owns both.
+    // `fast`: the speed paths it may take (FastPaths).
     Replay(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
            const schedule::Schedule& schedule, const schedule::PipelineShape& shape,
-           const SharedFabric* shared = nullptr, ReplayScratch* scratch = nullptr);
+           const SharedFabric* shared = nullptr, const FastPaths& fast = {});
     ~Replay() override;
 
-    void add_observer(ReplayObserver& observer) { observers_.push_back(&observer); }
+    void add_observer(ReplayObserver& observer) {
+        observers_.push_back(&observer);
+        copiers_.push_back(dynamic_cast<FollowerCopier*>(&observer));
+    }
     void add_network_observer(network::NetworkObserver& observer);
     // Installs the model that times every worker's passes (call before run()); nullptr restores
     // the nominal times. Without a model the replay makes no per-pass call (duration_model.hpp).
@@ -259,21 +284,21 @@ class Replay final : public EventHandler, public network::TransferClient {
     void stop_at(Time at);
     // Member folding (docs/performance.md, "Folding"), on by default: the tp x cp GPUs of a
     // worker run in lockstep and send their pipeline messages and DP collectives at the same
-    // instants with the same sizes, so when Network::fold accepts (their routes are carried onto
-    // each other by a link map and share no link) only member 0's transfers go on the network,
+    // instants with the same sizes, so when Accelerator::fold accepts (their routes are carried
+    // onto each other by a link map and share no link) only member 0's transfers go on the network,
     // each standing for all members. Results are the same (the network's observers still see
     // every member's flows); only engine events and time drop. run() decides.
     //
     // Replica folding (same switch): under `analytical` and `ideal` networks a transfer's time
     // depends on its own route alone, so data-parallel replicas whose pipeline messages cost the
-    // same (Network::p2p_cost, member by member and pair by pair) run exactly alike: one
+    // same (Accelerator::p2p_cost, member by member and pair by pair) run exactly alike: one
     // representative per class is simulated, the DP collectives (which span every replica) start
     // when every class's representative is ready, and observers hear every replica's passes,
     // idle times and transfers (the representative's, renumbered) and the network's observers
-    // every replica's flows (Network::account_send). Refused where a replica may differ: a
+    // every replica's flows (Accelerator::account_send). Refused where a replica may differ: a
     // duration model (variability), faults, a stop, sharded data parallelism (ZeRO-2/3, HSDP), a
     // shared fabric, or refuse_replica_fold().
-    void set_fold(bool allowed) { fold_allowed_ = allowed; }
+    void set_fold(bool allowed) { fold_allowed_ = allowed && fast_; }
     // Keeps replicas unfolded, with `why` reported (ReplayResult::replicas_refused): for an
     // observer that needs every replica's own records (a trace's per-pass dependency arrows).
     void refuse_replica_fold(std::string why) { replica_refused_ = std::move(why); }
@@ -377,7 +402,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     void overlap_group(int worker);
     std::span<const Time> overlapped_steps(const PassRecord& r, Time compute, Time collective);
     // The fold check's classes (every p2p worker pair and DP collective the run will issue) and
-    // Network::fold; sets members_on_network_.
+    // Accelerator::fold; sets members_on_network_.
     void decide_fold(ReplayResult& result);
     // Replica folding: the classes of replicas (set_fold) and followers_; sets replicas_simulated.
     void decide_replica_fold(ReplayResult& result);
@@ -400,7 +425,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     void notify_replicas(int worker, Notify&& notify) const {
         for (auto* o : observers_) {
             notify(*o, worker);
-            if (copy_followers_) continue;  // copied at the end (ReplayObserver::copy_worker)
+            if (copy_followers_) continue;  // copied at the end (FollowerCopier::copy_worker)
             for (int f : followers_of(worker))
                 notify(*o, f);
         }
@@ -465,6 +490,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     void start_parameter_gather(int worker);
     void emit_idle(int worker, Time until, IdleCause cause);
     void emit_host(int worker, Time start, Time end, HostWork kind, std::uint64_t pass);
+    // A pipeline message's parts, srcs[i] to dsts[i]: at once through the accelerator
+    // (Accelerator::send_together), else one send each; returns the completions to wait for.
+    int send_parts(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                   std::uint64_t token);
     // Whether the pass of `worker` at virtual stage `vs` sends its output to another worker.
     bool sends_p2p(int worker, schedule::Pass pass, int vs, int microbatch) const;
     // The host model's part of starting a pass at `now` (try_start): fills r.start, r.end and
@@ -489,11 +518,15 @@ class Replay final : public EventHandler, public network::TransferClient {
     schedule::PipelineShape shape_;
     workload::ParallelLayout layout_;
     workload::RankLayout ranks_;
-    std::unique_ptr<Simulation> own_sim_;  // null on a shared fabric
+    bool fast_ = true;                              // FastPaths::enabled
+    std::unique_ptr<network::KeptState> own_kept_;  // the run's own, when none is given
+    network::KeptState* kept_ = nullptr;            // what its networks keep (null: no fast path)
+    std::unique_ptr<Simulation> own_sim_;           // null on a shared fabric
     Simulation& sim_;
     HandlerId handler_ = 0;
     std::unique_ptr<network::Network> own_network_;  // null on a shared fabric
     network::Network* network_ = nullptr;
+    network::Accelerator* accel_ = nullptr;  // network_->accelerator(): null without fast paths
     bool shared_ = false;
     std::uint64_t token_base_ = 0;
     ReplayResult started_;  // decide_fold's part of the result, between start() and finish()
@@ -508,6 +541,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     bool fold_kept_ = false;
     std::vector<Message> messages_;
     std::vector<ReplayObserver*> observers_;
+    std::vector<FollowerCopier*> copiers_;     // per observer: itself as a FollowerCopier, or null
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
     std::vector<network::GroupId> dp_groups_;  // [stage * tp*cp + member]
     // Sharded data parallelism: the shard group size S (dp without HSDP), the shard groups
@@ -553,19 +587,19 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::vector<std::uint8_t> is_follower_;
     std::vector<std::vector<int>> followers_;
     std::string replica_refused_;
-    // Replica folding with observers that all copy followers (ReplayObserver::copies_followers):
+    // Replica folding with observers that all copy followers (FollowerCopier):
     // no notification is repeated for a follower; copy_followers() copies at the end instead.
     bool copy_followers_ = false;
     void copy_followers();
     bool stop_requested_ = false;
-    // Replica folding with observers that only sum per link (Network::accounts_in_bulk): the
+    // Replica folding with observers that only sum per link (Accelerator::accounts_in_bulk): the
     // representatives' pipeline messages counted per (sending worker, receiving worker, bytes);
     // their followers' copies are accounted once per entry at the end (flush_follower_sends).
     bool bulk_accounting_ = false;
     std::map<std::tuple<int, int, std::int64_t>, std::int64_t> follower_sends_;
     // Per (representative worker, its receiver): the followers' GPU pairs' routes, every
-    // follower's members in turn (Network::send_routes).
-    std::map<std::pair<int, int>, std::shared_ptr<const network::Network::SendRoutes>>
+    // follower's members in turn (Accelerator::send_routes).
+    std::map<std::pair<int, int>, std::shared_ptr<const network::Accelerator::SendRoutes>>
         follower_routes_;
     void account_follower_sends(int worker, int dst, Bytes bytes, std::int64_t count);
     void flush_follower_sends();

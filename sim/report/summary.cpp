@@ -136,10 +136,10 @@ void LinkAccounting::rate(Time at, topology::LinkId l, int flows) {
 }
 
 LinkSketch::LinkSketch(const topology::Cluster& cluster)
-    : cluster_(&cluster), keys_(&cluster.link_keys()) {}
+    : cluster_(&cluster), keys_(topology::link_keys(cluster)) {}
 
 std::uint64_t LinkSketch::of(const LinkAccounting& accounting, const topology::Cluster& cluster) {
-    const auto& keys = cluster.link_keys();
+    const auto keys = topology::link_keys(cluster);
     const auto links = accounting.links();
     std::uint64_t sum = 0;
     accounting.for_each_seen([&](topology::LinkId l) {
@@ -154,7 +154,7 @@ void LinkSketch::on_flow_start(const FlowStart& flow) {
     if (flow.shared)
         throw SimulationError("report", "a link sketch told of a shared flow (`flow` fidelity)",
                               flow.at);
-    value_ = modp::add(value_, network::link_sketch_term(network::path_keys(*keys_, flow.path),
+    value_ = modp::add(value_, network::link_sketch_term(network::path_keys(keys_, flow.path),
                                                          flow.bytes, flow.holds));
 }
 
@@ -171,7 +171,7 @@ void LinkSketch::on_link_rates(Time at, std::span<const LinkRate> rates) {
 }
 
 void LinkSketch::on_link_totals(Time, std::span<const LinkTotal> totals, std::int64_t count) {
-    value_ = modp::add(value_, modp::mul(network::link_totals_sketch(*keys_, totals),
+    value_ = modp::add(value_, modp::mul(network::link_totals_sketch(keys_, totals),
                                          modp::of(static_cast<std::uint64_t>(count))));
 }
 
@@ -282,6 +282,13 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         return a.utilization > b.utilization;
     });
     return out;
+}
+
+nlohmann::ordered_json trace_summary(const Summary& s) {
+    auto meta = to_json(s);
+    for (const char* key : {"wall_time_s", "links", "events", "fold"})
+        meta.erase(key);
+    return meta;
 }
 
 nlohmann::ordered_json to_json(const Summary& s) {

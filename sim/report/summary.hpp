@@ -142,7 +142,7 @@ struct Summary {
 };
 
 // Accumulates per-worker busy, collective and idle time from replay notifications.
-class MetricsObserver final : public replay::ReplayObserver {
+class MetricsObserver final : public replay::ReplayObserver, public replay::FollowerCopier {
   public:
     explicit MetricsObserver(std::size_t workers);
     void on_pass(const replay::PassRecord& pass) override;
@@ -151,7 +151,6 @@ class MetricsObserver final : public replay::ReplayObserver {
     void on_transfer(const replay::TransferRecord& transfer) override;
     // Every record is per worker (sums of whole picoseconds, min and max) or a whole-number total
     // kept per worker too, so a follower's records are its representative's (replica folding).
-    bool copies_followers() const override { return true; }
     void copy_worker(int from, int to) override;
 
     struct PerWorker {
@@ -184,7 +183,7 @@ class MetricsObserver final : public replay::ReplayObserver {
 //                         times, nothing shared; `ideal`: zero;
 //   max_concurrent_flows  `flow` fidelity: the most flows on the link at once, counting a flow
 //                         from its start to its end notification; 0 where nothing is shared.
-class LinkAccounting final : public network::NetworkObserver {
+class LinkAccounting final : public network::SummingObserver {
   public:
     explicit LinkAccounting(std::size_t links);
     // Back to nothing seen, for another run on the same cluster: only the links seen are cleared
@@ -205,7 +204,6 @@ class LinkAccounting final : public network::NetworkObserver {
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
-    bool wants_flow_times() const override { return false; }          // sums per link
 
     struct Link {
         double bytes = 0;
@@ -266,10 +264,10 @@ class LinkAccounting final : public network::NetworkObserver {
 // would sum per link, reduced to one number that is a linear function of those sums. Equal
 // sketches on one cluster are equal per-link bytes and holding times but for a chance of about
 // 2^-61, so a table-only sweep tells repeated runs apart by it without a table per link or a walk
-// over the links (api/sweep.cpp). Told kept transfers and routes as precomputed terms
-// (sketches_links). Refuses shared flows (`flow` fidelity: busy and shared times come from
-// rates, which are not sums of flows) with a SimulationError.
-class LinkSketch final : public network::NetworkObserver {
+// over the links (session/sweep.cpp). Told kept transfers and routes as precomputed terms by a
+// network with fast paths (sketch_keys). Refuses shared flows (`flow` fidelity: busy and shared
+// times come from rates, which are not sums of flows) with a SimulationError.
+class LinkSketch final : public network::SummingObserver {
   public:
     explicit LinkSketch(const topology::Cluster& cluster);
     void reset() { value_ = 0; }
@@ -285,13 +283,12 @@ class LinkSketch final : public network::NetworkObserver {
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }
-    bool wants_flow_times() const override { return false; }
-    bool sketches_links() const override { return true; }
+    const std::vector<std::uint64_t>* sketch_keys() const override { return &keys_; }
     void on_link_sketch(std::uint64_t term) override { value_ = modp::add(value_, term); }
 
   private:
     const topology::Cluster* cluster_;
-    const std::vector<std::uint64_t>* keys_;
+    std::vector<std::uint64_t> keys_;  // topology::link_keys(*cluster_)
     std::uint64_t value_ = 0;
 };
 
@@ -323,6 +320,11 @@ Summary summarize(const SummaryInputs& in);
 void add_goodput(Summary& s, const workload::ExperimentSpec& spec);
 
 nlohmann::ordered_json to_json(const Summary& s);
+// What a trace records of the summary (its closing metadata): to_json without `links` (the trace
+// has its own counters) and without what says how the run was computed rather than what it gave
+// (`wall_time_s`, `events`, `fold`), so that a trace depends on the results alone: the same with
+// and without fast paths (--no-fast-paths).
+nlohmann::ordered_json trace_summary(const Summary& s);
 // The readable table printed by `clustersim run`. Links: the `max_links` busiest.
 void print_summary(std::ostream& out, const Summary& s, std::size_t max_links = 8);
 

@@ -40,6 +40,7 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
         RunOptions opt;
         opt.schedule = n;
         opt.detail = options.details;
+        opt.fast_paths = options.fast_paths;
         std::unique_ptr<report::TimelineRecorder> recorder;
         if (options.timelines)
             opt.attach = [&recorder](replay::Replay& replay) {

@@ -20,6 +20,7 @@ struct CompareOptions {
     std::vector<std::string> schedules;  // at least one, as parse_schedule_list gives them
     bool timelines = false;              // record data-parallel replica 0's passes per schedule
     bool details = false;                // RunOptions::detail per schedule
+    bool fast_paths = true;              // RunOptions::fast_paths per schedule
 };
 
 struct CompareResult {

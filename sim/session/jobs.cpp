@@ -10,6 +10,7 @@
 #include <set>
 
 #include "config/document.hpp"
+#include "network/accelerator.hpp"
 #include "replay/prepare.hpp"
 #include "replay/replay.hpp"
 #include "report/trace_sink.hpp"
@@ -405,13 +406,16 @@ struct Simulated {
 // collectives take the same ECMP routes alone as shared (a plan's route salt is its group id)
 // and the slowdown measures contention, not a different draw of routes.
 Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedIteration>& prepared,
-                   const std::vector<std::size_t>& which, int iterations,
+                   const std::vector<std::size_t>& which, int iterations, network::KeptState* kept,
                    const JobsOptions* options = nullptr,
                    std::optional<std::size_t> alone = std::nullopt) {
     const auto& cluster = *spec.cluster;
     const auto& first = prepared[which.front()].spec;
     Simulation sim(first.seed);
-    auto network = network::make_network(sim, cluster, first.network);
+    auto network = network::make_network(sim, cluster, first.network, kept);
+    replay::FastPaths fast;
+    fast.enabled = kept != nullptr;
+    fast.network = kept;
     JobClients clients;
     network->set_client(&clients);
     network->reuse_groups();  // a job's later iterations keep its communicators and routes
@@ -457,7 +461,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
             launch(k);
         };
         auto& r = *replays[k].emplace_back(
-            std::make_unique<replay::Replay>(p.spec, p.plan, *p.schedule, p.shape, &fabric));
+            std::make_unique<replay::Replay>(p.spec, p.plan, *p.schedule, p.shape, &fabric, fast));
         auto& m =
             *metrics[k].emplace_back(std::make_unique<report::MetricsObserver>(r.workers().size()));
         r.add_observer(m);
@@ -513,10 +517,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
         }
         out.iteration_times.push_back(std::move(times));
         if (writers[k]) {
-            auto meta = report::to_json(out.summaries.back());
-            meta.erase("wall_time_s");
-            meta.erase("links");
-            writers[k]->finish(meta);
+            writers[k]->finish(report::trace_summary(out.summaries.back()));
         }
         out.makespan_s = std::max(out.makespan_s, ends[k][reported].seconds());
         if (out.fold_refused.empty()) out.fold_refused = result.fold_refused;
@@ -594,7 +595,11 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
     std::vector<std::size_t> all;
     for (std::size_t k = 0; k < spec.jobs.size(); ++k)
         all.push_back(k);
-    Simulated shared = simulate(spec, prepared, all, spec.iterations, &options);
+    // What the jobs' networks keep for each other (none without fast paths).
+    std::optional<network::KeptState> kept;
+    if (options.fast_paths) kept.emplace(*spec.cluster);
+    network::KeptState* keep = kept ? &*kept : nullptr;
+    Simulated shared = simulate(spec, prepared, all, spec.iterations, keep, &options);
     out.links = std::move(shared.links);
     out.makespan_s = shared.makespan_s;
     out.iterations = spec.iterations;
@@ -607,7 +612,7 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
         j.shared = shared.summaries[k];
         j.shared_iteration_times_s = shared.iteration_times[k];
         // Alone, a job's iterations are all alike: one is simulated.
-        j.alone = simulate(spec, prepared, all, 1, nullptr, k).summaries.front();
+        j.alone = simulate(spec, prepared, all, 1, keep, nullptr, k).summaries.front();
         j.slowdown = j.alone.iteration_time_s > 0
                          ? j.shared.iteration_time_s / j.alone.iteration_time_s
                          : 1.0;

@@ -111,6 +111,8 @@ struct JobsOptions {
     // The memory the run may take (--max-memory): the sum of the jobs' estimate_run_bytes (the
     // shared run holds them all) above it is refused before anything is built.
     std::int64_t max_memory = topology::kDefaultMaxMemory;
+    // RunOptions::fast_paths for the jobs' runs (--no-fast-paths: none).
+    bool fast_paths = true;
 };
 
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options = {});

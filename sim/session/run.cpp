@@ -9,6 +9,7 @@
 #include "replay/prepare.hpp"
 #include "report/critical_path.hpp"
 #include "schedule/schedule.hpp"
+#include "session/sweep_cache.hpp"
 #include "workload/plan.hpp"
 
 namespace cs::api {
@@ -190,7 +191,8 @@ void check_run_memory(const workload::ExperimentSpec& spec, const schedule::Pipe
                           "--max-memory");
 }
 
-RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options,
+                        SweepCache* cache) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunResult out;
     // The clean iteration time a variability or fault run's cost is against: the same experiment
@@ -201,6 +203,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         RunOptions plain;
         plain.schedule = options.schedule;
         plain.baseline = true;
+        plain.fast_paths = options.fast_paths;
         return run(clean, plain).summary.iteration_time_s;
     };
     double clean_time_s = 0;
@@ -233,8 +236,17 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
     warn_memory(spec, plan, shape.devices, out.warnings);
 
+    // What the sweep keeps for this run's cluster (its experiment's: link faults from the start
+    // run on another, for which nothing is kept).
+    if (!options.fast_paths) cache = nullptr;
+    SweepCache::Cluster* kept = cache ? &cache->of(experiment.cluster) : nullptr;
+    if (kept && kept->cluster != spec.cluster) kept = nullptr;
+    replay::FastPaths fast;
+    fast.enabled = options.fast_paths;
+    fast.scratch = cache ? &cache->replay : nullptr;
+    fast.network = kept ? &kept->network : nullptr;
     std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
-    replay::Replay replay(spec, plan, sched, shape, nullptr, options.replay_scratch);
+    replay::Replay replay(spec, plan, sched, shape, nullptr, fast);
     schedule_link_faults(experiment, *spec.cluster, replay, routings);
     // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
     std::optional<Time> gpu_failure;
@@ -247,18 +259,17 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
+    // The links: into the sweep's sketch or accounting of the cluster (SweepCache::links), else
+    // into an accounting of the run's own.
+    const auto link_mode = kept ? cache->links : SweepCache::Links::Listed;
     std::optional<report::LinkAccounting> own_links;
     report::LinkAccounting* links_seen = nullptr;
-    if (options.link_sketch && &options.link_sketch->cluster() == spec.cluster.get()) {
-        options.link_sketch->reset();
-        replay.add_network_observer(*options.link_sketch);
+    if (link_mode == SweepCache::Links::Sketched) {
+        kept->sketched().reset();
+        replay.add_network_observer(*kept->sketch);
     } else {
-        links_seen = options.link_accounting;
-        if (links_seen && links_seen->links().size() == spec.cluster->links().size()) {
-            links_seen->reset();
-        } else {
-            links_seen = &own_links.emplace(spec.cluster->links().size());
-        }
+        links_seen = kept ? &kept->accounted() : &own_links.emplace(spec.cluster->links().size());
+        links_seen->reset();
         replay.add_network_observer(*links_seen);
     }
     std::unique_ptr<report::TraceWriter> trace;
@@ -301,7 +312,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     in.result = result;
     in.schedule = name;
     in.peak_inflight = peak_inflight;
-    in.links = options.link_list ? links_seen : nullptr;
+    in.links = link_mode == SweepCache::Links::Listed ? links_seen : nullptr;
     out.summary = report::summarize(in);
     report::add_goodput(out.summary, spec);
     if (spec.faults.any()) {
@@ -371,10 +382,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         }
     }
     if (trace) {
-        auto meta = report::to_json(out.summary);
-        meta.erase("wall_time_s");
-        meta.erase("links");
-        trace->finish(meta);
+        trace->finish(report::trace_summary(out.summary));
     }
     if (options.detail) {
         report::RunDetail& d = out.detail.emplace();
@@ -400,9 +408,10 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
 
 }  // namespace
 
-RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options) {
+RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& options,
+              SweepCache* cache) {
     try {
-        return run_unchecked(experiment, options);
+        return run_unchecked(experiment, options, cache);
     } catch (const NoPathError& e) {
         if (!std::any_of(experiment.faults.links.begin(), experiment.faults.links.end(),
                          [](const workload::LinkFault& f) { return f.fraction == 0; }))

@@ -43,25 +43,13 @@ struct RunOptions {
     // A run made only for the iteration time another run is measured against (the clean runs of
     // `variability` and `faults`): it makes no clean runs of its own.
     bool baseline = false;
-    // Member folding (replay::Replay::set_fold; --no-fold turns it off): exact where it applies,
-    // so only for checking and timing.
+    // Member and replica folding (replay::Replay::set_fold; --no-fold turns it off): exact where
+    // it applies, so only for checking and timing.
     bool fold = true;
-    // Per-link accounting to fill instead of one of the run's own (reset first; ignored unless
-    // sized for the run's cluster): a sweep reuses one over its runs rather than allocating and
-    // zeroing an entry per directed link (1.3 M at 16,384 GPUs) for each. It holds the run's
-    // link figures after run() returns.
-    report::LinkAccounting* link_accounting = nullptr;
-    // Instead of any per-link accounting, the link sketch of the run's unshared flows
-    // (report::LinkSketch, reset first; used only when made for the run's own cluster, and only
-    // without `flow` fidelity, whose shared flows it refuses): a table-only sweep's digest. The
-    // summary then lists no links, and `link_accounting` is left as it was.
-    report::LinkSketch* link_sketch = nullptr;
-    // Whether the summary lists its links (Summary::links, sorted by utilisation). A caller that
-    // reads them from `link_accounting` instead (a table-only sweep's digest) says no.
-    bool link_list = true;
-    // Per-worker containers the replay takes and gives back (replay::ReplayScratch; null: built
-    // and freed by the run): a sweep keeps one over its runs. Results do not depend on it.
-    replay::ReplayScratch* replay_scratch = nullptr;
+    // Every fast path (docs/architecture.md, "One seam for speed": folding, the network's
+    // accelerator and kept state, the replay's scratch); false (--no-fast-paths) turns them all
+    // off, with the same summary and trace but for `events` and `fold`, which say how it ran.
+    bool fast_paths = true;
 };
 
 struct RunResult {
@@ -77,8 +65,13 @@ struct RunResult {
 // model chunks per device. A double, so that absurd layouts cannot wrap.
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
 
+class SweepCache;
+
 // Throws ConfigError for experiments that cannot run under the schedule (bad shape, layers that
-// do not split), SimulationError for internal failures.
-RunResult run(const workload::ExperimentSpec& spec, const RunOptions& options = {});
+// do not split), SimulationError for internal failures. `cache`: what a sweep keeps across its
+// runs (session/sweep_cache.hpp), used unless options.fast_paths is off; results do not depend
+// on it.
+RunResult run(const workload::ExperimentSpec& spec, const RunOptions& options = {},
+              SweepCache* cache = nullptr);
 
 }  // namespace cs::api

@@ -16,6 +16,7 @@
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "session/run.hpp"
+#include "session/sweep_cache.hpp"
 
 namespace cs::api {
 
@@ -73,70 +74,19 @@ std::vector<std::string> combination(const std::vector<SweepAxis>& axes, std::si
     return values;
 }
 
-// What a sweep keeps per cluster its runs use (at most kMaxEntries clusters, the most recently
-// used), each made on first use:
-//   - runs outside `flow`: one link sketch (RunOptions::link_sketch; the cluster's link keys, 8
-//     bytes per link, are kept with the cluster);
-//   - `flow` runs: one link accounting its runs reuse (RunOptions::link_accounting: reset over
-//     the links a run touched instead of allocated and zeroed over all of them) and a hash of
-//     each link's name, computed on first use (8 bytes per link). About 60 bytes per directed
-//     link in all: 80 MB at 16,384 GPUs (1.3 M links), where a run allocated as much for itself
-//     before.
-struct LinkState {
-    std::shared_ptr<const topology::Cluster> cluster;  // keeps the key alive
-    std::optional<report::LinkSketch> sketch;
-    std::optional<report::LinkAccounting> accounting;
-    std::vector<std::uint64_t> name_hash;  // per link its record's start, 0 until computed
-    explicit LinkState(std::shared_ptr<const topology::Cluster> c) : cluster(std::move(c)) {}
-    report::LinkSketch& sketched() {
-        if (!sketch) sketch.emplace(*cluster);
-        return *sketch;
-    }
-    report::LinkAccounting& accounted() {
-        if (!accounting) {
-            accounting.emplace(cluster->links().size());
-            name_hash.assign(cluster->links().size(), 0);
-        }
-        return *accounting;
-    }
-};
-
-struct LinkStates {
-    static constexpr std::size_t kMaxEntries = 2;
-    std::vector<std::unique_ptr<LinkState>> entries;  // the most recently used last
-    LinkState& of(const std::shared_ptr<const topology::Cluster>& cluster) {
-        for (std::size_t i = 0; i < entries.size(); ++i)
-            if (entries[i]->cluster == cluster) {
-                std::rotate(entries.begin() + static_cast<std::ptrdiff_t>(i),
-                            entries.begin() + static_cast<std::ptrdiff_t>(i) + 1, entries.end());
-                return *entries.back();
-            }
-        if (entries.size() >= kMaxEntries) entries.erase(entries.begin());
-        entries.push_back(std::make_unique<LinkState>(cluster));
-        return *entries.back();
-    }
-};
-
 // Where a sweep's experiment comes from: a file, or its text (SweepOptions::text).
 struct Source {
     const std::filesystem::path* path = nullptr;
     const workload::ExperimentText* text = nullptr;
     std::int64_t max_memory = topology::kDefaultMaxMemory;
-    // The topology is built once per distinct `topology.` settings, not once per combination
-    // (at 16,384 GPUs building it took longer than an analytical run of it).
-    std::shared_ptr<workload::ClusterCache> clusters = std::make_shared<workload::ClusterCache>();
-    // The experiment, topology and model files are parsed once; each combination applies its
-    // overrides to a copy.
-    std::shared_ptr<config::DocumentCache> documents = std::make_shared<config::DocumentCache>();
-    std::shared_ptr<LinkStates> links = std::make_shared<LinkStates>();
-    // The replay's per-worker containers, reused by every run of the sweep (RunOptions).
-    std::shared_ptr<replay::ReplayScratch> replay_scratch =
-        std::make_shared<replay::ReplayScratch>();
+    // What the sweep keeps across its runs (SweepCache: at 16,384 GPUs building the topology took
+    // longer than an analytical run of it); null with fast paths off (SweepOptions::fast_paths).
+    std::shared_ptr<SweepCache> cache;
     workload::ExperimentSpec load(const std::vector<std::string>& overrides) const {
-        return text ? workload::load_experiment(*text, overrides, max_memory, clusters.get(),
-                                                documents.get())
-                    : workload::load_experiment(*path, overrides, max_memory, clusters.get(),
-                                                documents.get());
+        auto* clusters = cache ? &cache->clusters : nullptr;
+        auto* documents = cache ? &cache->documents : nullptr;
+        return text ? workload::load_experiment(*text, overrides, max_memory, clusters, documents)
+                    : workload::load_experiment(*path, overrides, max_memory, clusters, documents);
     }
 };
 
@@ -224,7 +174,7 @@ std::uint64_t summary_digest_without_text(report::Summary& s) {
 // the links (every link with bytes, its numbers computed as there), without building the list:
 // one pass over the links the run touched, no strings (each link's record start is computed
 // once per cluster).
-std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& state) {
+std::uint64_t summary_digest_from_links(const report::Summary& s, SweepCache::Cluster& state) {
     const auto& cluster = *state.cluster;
     const auto& links = cluster.links();
     const auto& devices = cluster.devices();
@@ -236,7 +186,7 @@ std::uint64_t summary_digest_from_links(const report::Summary& s, LinkState& sta
         if (l >= links.size()) return;
         const auto st = seen[l];
         if (st.bytes <= 0) return;
-        std::uint64_t& start = state.name_hash[l];
+        std::uint64_t& start = state.record_start[l];
         if (start == 0) {
             std::uint64_t name = fnv1a(devices[links[l].from].id);
             name = fnv1a("->", name);
@@ -273,20 +223,19 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
             }
         }
         row.source = spec.source;
-        LinkState& links = experiment.links->of(spec.cluster);
+        SweepCache* cache = experiment.cache.get();
         RunOptions options;
-        options.replay_scratch = experiment.replay_scratch.get();
-        // The digest reads the links from the sketch (outside `flow`) or the accounting,
-        // against the run's cluster: the experiment's own unless link faults from the start
-        // change its capacities.
-        const bool from_links = !keep_summary && spec.faults.links.empty();
+        options.fast_paths = cache != nullptr;
+        // The digest reads the links from the sketch (outside `flow`) or the accounting kept
+        // for the run's cluster: the experiment's own unless link faults from the start change
+        // its capacities. Without a cache (no fast paths) from the summary's own list.
+        const bool from_links = cache && !keep_summary && spec.faults.links.empty();
         const bool from_sketch = from_links && spec.network.fidelity != network::Fidelity::Flow;
-        if (from_sketch)
-            options.link_sketch = &links.sketched();
-        else
-            options.link_accounting = &links.accounted();
-        options.link_list = !from_links;
-        auto s = run(spec, options).summary;
+        if (cache)
+            cache->links = from_sketch  ? SweepCache::Links::Sketched
+                           : from_links ? SweepCache::Links::Accounted
+                                        : SweepCache::Links::Listed;
+        auto s = run(spec, options, cache).summary;
         const auto hbm = spec.cluster->gpu_model(0).hbm;
         std::string text;
         std::uint64_t digest = 0;
@@ -294,9 +243,9 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
             text = summary_text(s);
             digest = fnv1a(text);
         } else if (from_sketch) {
-            digest = summary_digest_from_sketch(s, links.sketch->value());
+            digest = summary_digest_from_sketch(s, cache->of(spec.cluster).sketch->value());
         } else if (from_links) {
-            digest = summary_digest_from_links(s, links);
+            digest = summary_digest_from_links(s, cache->of(spec.cluster));
         } else {
             digest = summary_digest_without_text(s);  // takes s.links: nothing below reads them
         }
@@ -624,7 +573,8 @@ std::pair<std::size_t, std::vector<std::string>> prepare(const SweepOptions& opt
 }
 
 Source source_of(const SweepOptions& options) {
-    return Source{&options.experiment, options.text ? &*options.text : nullptr, options.max_memory};
+    return Source{&options.experiment, options.text ? &*options.text : nullptr, options.max_memory,
+                  options.fast_paths ? std::make_shared<SweepCache>() : nullptr};
 }
 
 }  // namespace

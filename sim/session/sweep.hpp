@@ -77,6 +77,10 @@ struct SweepOptions {
     // With keep_summaries, a sweep whose combinations times the first summary's size would
     // exceed this is refused (ConfigError naming --json) before it runs the rest (--max-memory).
     std::int64_t max_memory = topology::kDefaultMaxMemory;
+    // The sweep's cache (SweepCache) and every run's fast paths (RunOptions::fast_paths); false
+    // (--no-fast-paths): every combination parsed, built and run from nothing, its summary's own
+    // link list digested. The table and JSON are the same.
+    bool fast_paths = true;
 };
 
 // The most combinations a sweep may have. Each is one run, so even this many would take days.

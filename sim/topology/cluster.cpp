@@ -45,22 +45,23 @@ std::string Cluster::link_name(LinkId link) const {
     return name;
 }
 
-const std::vector<std::uint64_t>& Cluster::link_keys() const {
-    if (link_keys_.size() == links_.size()) return link_keys_;
+std::vector<std::uint64_t> link_keys(const Cluster& cluster) {
+    const auto& devices = cluster.devices();
+    const auto& links = cluster.links();
     // The name "<from>-><to>" through its two device ids' FNV-1a, each id hashed once.
-    std::vector<std::uint64_t> id(devices_.size());
-    for (std::size_t d = 0; d < devices_.size(); ++d)
-        id[d] = fnv1a(devices_[d].id);
-    link_keys_.resize(links_.size());
-    for (std::size_t l = 0; l < links_.size(); ++l) {
-        const Link& link = links_[l];
+    std::vector<std::uint64_t> id(devices.size());
+    for (std::size_t d = 0; d < devices.size(); ++d)
+        id[d] = fnv1a(devices[d].id);
+    std::vector<std::uint64_t> keys(links.size());
+    for (std::size_t l = 0; l < links.size(); ++l) {
+        const Link& link = links[l];
         std::uint64_t h = mix64(id[link.from] ^ 0x6a09e667f3bcc909);
         h = mix64(h ^ std::rotl(id[link.to], 23));
         h = mix64(h ^ (static_cast<std::uint64_t>(l) << 8 | static_cast<std::uint64_t>(link.kind)));
         h = mix64(h ^ std::bit_cast<std::uint64_t>(link.bandwidth.bytes_per_s));
-        link_keys_[l] = modp::of(h);
+        keys[l] = modp::of(h);
     }
-    return link_keys_;
+    return keys;
 }
 
 bool Cluster::link_named(LinkId link, std::string_view name) const {
@@ -116,87 +117,8 @@ LinkId pick(const std::vector<LinkId>& candidates, int src, int dst, std::uint64
 }
 }  // namespace
 
-std::size_t Cluster::RouteKeyHash::operator()(const RouteKey& k) const {
-    // splitmix64's finaliser over the three fields.
-    return static_cast<std::size_t>(
-        mix64(k.flow_id ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.src)) << 32 |
-                           static_cast<std::uint32_t>(k.dst)) *
-                              0x9e3779b97f4a7c15));
-}
-
-void Cluster::keep_routes(std::size_t max_bytes) const {
-    route_memo_ = RouteMemo{};
-    route_memo_.max_bytes = max_bytes;
-    kept_plans_.reset();
-}
-
 void Cluster::route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const {
     if (src == dst) return;
-    RouteMemo& memo = route_memo_;
-    if (memo.max_bytes == 0) {
-        route_uncached(src, dst, flow_id, out);
-        return;
-    }
-    const RouteKey key{src, dst, flow_id};
-    if (const auto it = memo.at.find(key); it != memo.at.end()) {
-        const auto begin = memo.links.begin() + it->second.first;
-        out.insert(out.end(), begin, begin + it->second.second);
-        ++memo.hits;
-        return;
-    }
-    const std::size_t from = out.size();
-    route_uncached(src, dst, flow_id, out);  // a route that throws is not kept
-    const std::size_t length = out.size() - from;
-    // The bytes kept once this route is: the links' array grows by doubling.
-    const auto bytes_after = [&] {
-        const std::size_t need = memo.links.size() + length;
-        const std::size_t capacity = memo.links.capacity();
-        const std::size_t grown = need <= capacity ? capacity : std::max(need, 2 * capacity);
-        return grown * sizeof(LinkId) + (memo.at.size() + 1) * RouteMemo::kEntryBytes;
-    };
-    if (bytes_after() > memo.max_bytes ||
-        memo.links.size() + length > std::numeric_limits<std::uint32_t>::max()) {
-        // Full: start again (the routes of the next runs are likelier those just asked for).
-        memo.at = {};
-        memo.links = {};
-        if (bytes_after() > memo.max_bytes) return;  // a bound below one route keeps none
-    }
-    if (memo.links.size() + length > memo.links.capacity())
-        memo.links.reserve(std::max(memo.links.size() + length, 2 * memo.links.capacity()));
-    memo.at.emplace(key, std::pair{static_cast<std::uint32_t>(memo.links.size()),
-                                   static_cast<std::uint32_t>(length)});
-    memo.links.insert(memo.links.end(), out.begin() + static_cast<std::ptrdiff_t>(from), out.end());
-}
-
-std::shared_ptr<const Cluster::ScaledCapacities> Cluster::scaled_capacities(
-    const std::array<double, 5>& per_kind, double nvls,
-    const std::function<void(unsigned kinds)>& check) const {
-    for (std::size_t i = 0; i < capacities_.size(); ++i) {
-        const auto kept = capacities_[i];
-        if (kept->per_kind == per_kind && kept->nvls == nvls) {
-            capacities_.erase(capacities_.begin() + static_cast<std::ptrdiff_t>(i));
-            capacities_.push_back(kept);
-            return kept;
-        }
-    }
-    auto made = std::make_shared<ScaledCapacities>();
-    made->per_kind = per_kind;
-    made->nvls = nvls;
-    made->capacity.resize(2 * links_.size());
-    for (std::size_t l = 0; l < links_.size(); ++l) {
-        const auto k = static_cast<std::size_t>(links_[l].kind);
-        made->kinds |= 1u << k;
-        made->capacity[l] = links_[l].bandwidth.bytes_per_s * per_kind.at(k);
-        made->capacity[links_.size() + l] = links_[l].bandwidth.bytes_per_s * nvls;
-    }
-    if (check) check(made->kinds);
-    if (capacities_.size() >= kKeptCapacities) capacities_.erase(capacities_.begin());
-    capacities_.push_back(made);
-    return made;
-}
-
-void Cluster::route_uncached(int src, int dst, std::uint64_t flow_id,
-                             std::vector<LinkId>& out) const {
     const int a = node_of_gpu(src), b = node_of_gpu(dst);
     if (a >= 0 && a == b) {
         if (route_in_node(src, dst, flow_id, out)) return;
@@ -654,10 +576,6 @@ void Cluster::index_structure() {
 Cluster Cluster::with_faults(const std::vector<LinkId>& failed,
                              const std::vector<std::pair<LinkId, Bandwidth>>& bandwidths) const {
     Cluster c = *this;
-    c.route_memo_ = RouteMemo{};  // this cluster's routes, not the copy's
-    c.capacities_.clear();        // and its bandwidths
-    c.kept_plans_.reset();
-    c.link_keys_.clear();
     for (const auto& [link, bandwidth] : bandwidths)
         c.links_.at(link).bandwidth = bandwidth;
     if (failed.empty()) return c;

@@ -1,6 +1,9 @@
 // The frozen cluster: devices and directed links in a Boost graph, GPU numbering and routing.
 //
-// Built once by ClusterBuilder (from a TopologySpec, see topology_spec.hpp) and immutable after.
+// Built once by ClusterBuilder (from a TopologySpec, see topology_spec.hpp) and immutable after:
+// apart from route()'s own memo of hop tables, nothing in it changes, and it keeps nothing for
+// other layers (what networks or sweeps keep across runs is theirs: network::KeptState,
+// session's SweepCache).
 // Every physical link becomes two directed links, one per direction, each with the full
 // per-direction capacity (count x bandwidth). GPUs are numbered 0..gpu_count()-1 in topology order
 // (explicit devices in the order listed; generated clusters node-major).
@@ -200,50 +203,12 @@ class Cluster {
     //
     // Cost: when every link is inside a node, inside the fabric (devices with node -1) or joins
     // the two (all generated clusters), a route needs only BFS inside the two nodes and hop tables
-    // over the fabric switches cached per destination-side fabric switch: memory grows with
-    // (fabric switches reached from NICs) x (fabric switches), never with GPU pairs. Other
-    // topologies fall back to one hop table per destination GPU. The caches make route() not
-    // thread-safe; results never depend on what is cached.
+    // over the fabric switches made per destination-side fabric switch on first use: memory grows
+    // with (fabric switches reached from NICs) x (fabric switches), never with GPU pairs. Other
+    // topologies fall back to one hop table per destination GPU. The hop tables (and the
+    // search's scratch) are the routing's own memo, the one state a Cluster changes after it is
+    // built: route() is a pure function of the cluster, and not thread-safe.
     void route(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
-    // Keeps the routes route() finds, keyed by (src, dst, flow_id), for later calls to copy
-    // instead of searching again, until they take about `max_bytes` (then the kept routes are
-    // dropped and kept again from the next call on); 0 turns it off (the default) and drops
-    // them. Routes are a pure function of the cluster, so results never depend on it. For a
-    // cluster that outlives many runs (workload::ClusterCache: a sweep's layouts route the same
-    // GPU pairs and communicators again); a single run routes each pair once and gains nothing.
-    // Not copied by with_faults (another cluster's routes). Not thread-safe, like route().
-    void keep_routes(std::size_t max_bytes) const;
-    // The per-link capacities a network starts from: each directed link's bandwidth times
-    // `per_kind[its kind]`, then each link's bandwidth again times `nvls` (2 x links() entries),
-    // and which link kinds occur (bit k for LinkKind k). The last kKeptCapacities factor sets
-    // asked for are kept (a network per run and per costed collective built its own: 21 MB at
-    // 16,384 GPUs); with_faults's copy keeps none. `check`, when given, sees a new set's `kinds`
-    // before the cluster keeps it and may throw: a set refused is not kept (it would push out a
-    // good one). Not thread-safe, like route().
-    struct ScaledCapacities {
-        std::array<double, 5> per_kind{};
-        double nvls = 0;
-        std::vector<double> capacity;
-        unsigned kinds = 0;
-    };
-    static constexpr std::size_t kKeptCapacities = 2;
-    std::shared_ptr<const ScaledCapacities> scaled_capacities(
-        const std::array<double, 5>& per_kind, double nvls,
-        const std::function<void(unsigned kinds)>& check = {}) const;
-    // The bytes the kept routes take now (keep_routes), and how many calls found theirs kept.
-    std::size_t kept_route_bytes() const { return route_memo_.bytes(); }
-    std::uint64_t kept_route_hits() const { return route_memo_.hits; }
-    bool keeps_routes() const { return route_memo_.max_bytes > 0; }
-    // What the network layer keeps with a cluster that keeps its routes (its point-to-point
-    // plans, docs/network.md): an opaque slot, emptied by keep_routes and not copied by
-    // with_faults. Not thread-safe, like route().
-    std::shared_ptr<void>& kept_plans() const { return kept_plans_; }
-    // A pseudo-random key per directed link, below 2^61 - 1, for linear sketches of per-link
-    // sums (network::link_sketch_term): a function of what a summary prints of the link (its
-    // name, kind and bandwidth) and of its number, so equal keys on two clusters are the same
-    // link. Made on first call (8 bytes per link) and kept; not copied by with_faults (whose
-    // bandwidths differ). Not thread-safe, like route().
-    const std::vector<std::uint64_t>& link_keys() const;
     // A copy of this cluster with link faults (the experiment's `faults.links`, docs/what-if.md):
     // the directed links of `failed` carry nothing and routes avoid them (route() throws
     // NoPathError where no path remains), and each (link, bandwidth) of `bandwidths` has that
@@ -268,7 +233,6 @@ class Cluster {
 
   private:
     friend class ClusterBuilder;
-    void route_uncached(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     const std::vector<std::int32_t>& hops_to(DeviceIndex dst) const;
     const std::vector<std::uint16_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
     bool route_in_node(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
@@ -327,31 +291,13 @@ class Cluster {
     // Hop-count tables per destination device, filled on first use (routes are computed on
     // demand; no all-pairs table). Mutable cache only; results do not depend on fill order.
     mutable std::unordered_map<DeviceIndex, std::vector<std::int32_t>> hops_cache_;
-    // keep_routes(): every kept route's links in one array, found by (src, dst, flow_id).
-    struct RouteKey {
-        std::int32_t src, dst;
-        std::uint64_t flow_id;
-        bool operator==(const RouteKey&) const = default;
-    };
-    struct RouteKeyHash {
-        std::size_t operator()(const RouteKey& k) const;
-    };
-    struct RouteMemo {
-        // About what a hash node (key, offset, length, next pointer, bucket) costs per route.
-        static constexpr std::size_t kEntryBytes = 48;
-        std::size_t max_bytes = 0;  // 0: off
-        std::unordered_map<RouteKey, std::pair<std::uint32_t, std::uint32_t>, RouteKeyHash> at;
-        std::vector<LinkId> links;
-        std::uint64_t hits = 0;
-        std::size_t bytes() const {
-            return links.capacity() * sizeof(LinkId) + at.size() * kEntryBytes;
-        }
-    };
-    mutable RouteMemo route_memo_;
-    mutable std::shared_ptr<void> kept_plans_;
-    mutable std::vector<std::shared_ptr<const ScaledCapacities>> capacities_;  // newest last
-    mutable std::vector<std::uint64_t> link_keys_;  // link_keys(): empty until first asked
 };
+
+// A pseudo-random key per directed link of `cluster`, below 2^61 - 1, for linear sketches of
+// per-link sums (network::link_sketch_term): a function of what a summary prints of the link
+// (its name, kind and bandwidth) and of its number, so equal keys on two clusters are the same
+// link. 8 bytes per link, made on each call (report::LinkSketch keeps them).
+std::vector<std::uint64_t> link_keys(const Cluster& cluster);
 
 class ClusterBuilder {
   public:

@@ -697,6 +697,19 @@ config::Document editable_document(const std::filesystem::path& path,
     return documents ? config::copy_document(*documents->load(path)) : config::load_document(path);
 }
 
+// True when `overrides` change tp, pp, cp or the topology and do not give dp (or the whole
+// parallelism mapping) themselves.
+bool layout_resized_without_dp(const std::vector<std::string>& overrides) {
+    bool resized = false;
+    for (const auto& o : overrides) {
+        const auto [key, value] = config::split_assignment(o);
+        if (key == "parallelism" || key == "parallelism.dp") return false;
+        resized = resized || key == "parallelism.tp" || key == "parallelism.pp" ||
+                  key == "parallelism.cp" || key == "topology" || key.rfind("topology.", 0) == 0;
+    }
+    return resized;
+}
+
 // The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
 ExperimentSpec load_experiment_document(config::Document doc,
                                         const std::vector<std::string>& overrides,
@@ -707,6 +720,12 @@ ExperimentSpec load_experiment_document(config::Document doc,
     spec.source = doc.display_path;
 
     std::vector<std::pair<std::string, std::string>> topo_overrides;
+    // As Megatron-LM derives its data-parallel size from the world size: a --set that changes the
+    // model-parallel sizes or the topology while leaving dp alone lets dp follow the GPU count,
+    // rather than keep a file's dp that no longer fits (`run --set parallelism.tp=4` on the
+    // default). A job on part of a shared topology keeps its dp: it says how many GPUs it takes.
+    if (!part && layout_resized_without_dp(overrides))
+        config::apply_override(doc, "parallelism.dp", "~");
     for (const auto& o : overrides) {
         auto [key, value] = config::split_assignment(o);
         if (key.rfind("topology.", 0) == 0) {
@@ -889,7 +908,6 @@ std::shared_ptr<const topology::Cluster> ClusterCache::get(
     for (const auto& e : entries_)
         if (e.key == key) return e.cluster;
     auto cluster = std::make_shared<const topology::Cluster>(build());
-    cluster->keep_routes(kKeptRouteBytes);
     ++builds_;
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
     entries_.push_back({key, cluster, source});

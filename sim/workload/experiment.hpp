@@ -400,13 +400,10 @@ struct ExperimentSpec {
 // combination) reuses its topology instead of building it again: keyed by the topology's source
 // (its resolved file path, or the text of an inline topology), its `topology.` overrides and the
 // memory limit. A cluster is immutable once built (routes are a pure function of it), so a reused
-// one gives the same results. Holds the kMaxEntries most recently built. Each cluster it builds
-// keeps its routes (topology::Cluster::keep_routes) up to kKeptRouteBytes: the runs after the
-// first route the same GPU pairs and communicators again.
+// one gives the same results. Holds the kMaxEntries most recently built.
 class ClusterCache {
   public:
     static constexpr std::size_t kMaxEntries = 4;
-    static constexpr std::size_t kKeptRouteBytes = std::size_t{64} << 20;
     // The cluster under `key`, built by `build` if it is not held. A build that throws caches
     // nothing (the next load fails the same way).
     // `source`: the display path of the topology file it is built from, kept with it.

@@ -11,6 +11,7 @@
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
 #include "session/run.hpp"
+#include "session/sweep_cache.hpp"
 #include "workload/experiment.hpp"
 
 namespace {
@@ -227,16 +228,14 @@ TEST_CASE("fold: zero3 is not folded by replicas; --no-fold unfolds") {
 
 TEST_CASE(
     "fold: runs on a sweep's cached cluster (kept routes, plans, accounting) equal fresh runs") {
-    // A sweep loads every combination onto one cached cluster (workload::ClusterCache: it keeps
-    // routes, p2p and collective plans and resolved algorithms) and reuses one link accounting;
-    // replica folding copies followers' metrics at the end. Each run in this sequence, on a
-    // cluster that already ran other shapes and layouts, gives the summary of the same layout
-    // loaded alone (every key but the host's wall time, links included). The sequence revisits
-    // a shape with another batch, and the same tp/pp/dp in another rank order (its DP groups and
-    // pipeline pairs are other GPUs: nothing of the first may be reused for it).
-    cs::workload::ClusterCache cache;
-    cs::report::LinkAccounting* accounting = nullptr;
-    std::optional<cs::report::LinkAccounting> own;
+    // A sweep loads every combination onto one cached cluster (its SweepCache's ClusterCache,
+    // with the networks' kept state: p2p and collective plans and resolved algorithms) and reuses
+    // one link accounting; replica folding copies followers' metrics at the end. Each run in
+    // this sequence, on a cluster that already ran other shapes and layouts, gives the summary of
+    // the same layout loaded alone (every key but the host's wall time, links included). The
+    // sequence revisits a shape with another batch, and the same tp/pp/dp in another rank order
+    // (its DP groups and pipeline pairs are other GPUs: nothing of the first may be reused for it).
+    cs::api::SweepCache cache;  // Links::Listed: the summaries list their links
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
@@ -250,29 +249,27 @@ TEST_CASE(
     int folded = 0;
     for (const auto& sets : sequence) {
         CAPTURE(sets.size());
-        const auto cached_spec =
-            cs::workload::load_experiment(kDefault, sets, cs::topology::kDefaultMaxMemory, &cache);
-        if (!accounting) accounting = &own.emplace(cached_spec.cluster->links().size());
-        cs::api::RunOptions options;
-        options.link_accounting = accounting;
-        const auto cached = cs::api::run(cached_spec, options);
+        const auto cached_spec = cs::workload::load_experiment(
+            kDefault, sets, cs::topology::kDefaultMaxMemory, &cache.clusters);
+        const auto cached = cs::api::run(cached_spec, {}, &cache);
         const auto fresh = run(sets, true);
         CHECK(text(cached.summary) == text(fresh.summary));
         CHECK_FALSE(cached.summary.links.empty());
         if (cached.summary.fold_replicas < cached.summary.dp) ++folded;
     }
-    CHECK(cache.builds() == 1);  // one cluster for all
-    CHECK(folded >= 5);          // the comparison covers replica-folded runs
+    CHECK(cache.clusters.builds() == 1);  // one cluster for all
+    CHECK(folded >= 5);                   // the comparison covers replica-folded runs
 }
 
 TEST_CASE("fold: a link sketch on a sweep's cached cluster is the sketch of the run's link sums") {
     // A table-only sweep outside `flow` keeps no per-link table: the run's link sketch
-    // (report::LinkSketch) is told kept transfers' costs, held totals and followers' sends as
-    // precomputed terms. The sketch is linear in the per-link sums, so it must equal the sketch
-    // computed from a link accounting of the same run (LinkSketch::of), both on the cached
-    // cluster (one run with the accounting and a second sketch attached at once: the network
-    // tells each its own way) and on a fresh one (same topology, so the same link keys).
-    cs::workload::ClusterCache cache;
+    // (report::LinkSketch, the SweepCache's for the cluster: Links::Sketched) is told kept
+    // transfers' costs, held totals and followers' sends as precomputed terms. The sketch is
+    // linear in the per-link sums, so it must equal the sketch computed from a link accounting
+    // of the same run (LinkSketch::of), both on the cached cluster (one run with the cache's
+    // accounting, Links::Listed, and a second sketch attached at once: the network tells each
+    // its own way) and on a fresh one without fast paths (same topology, so the same link keys).
+    cs::api::SweepCache cache;
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
@@ -287,34 +284,36 @@ TEST_CASE("fold: a link sketch on a sweep's cached cluster is the sketch of the 
     int folded = 0;
     for (const auto& sets : sequence) {
         CAPTURE(values.size());
-        const auto cached_spec =
-            cs::workload::load_experiment(kDefault, sets, cs::topology::kDefaultMaxMemory, &cache);
-        cs::report::LinkSketch sketch(*cached_spec.cluster);
-        cs::api::RunOptions options;
-        options.link_sketch = &sketch;
-        options.link_list = false;
-        const auto sketched = cs::api::run(cached_spec, options);
+        const auto cached_spec = cs::workload::load_experiment(
+            kDefault, sets, cs::topology::kDefaultMaxMemory, &cache.clusters);
+        cache.links = cs::api::SweepCache::Links::Sketched;
+        const auto sketched = cs::api::run(cached_spec, {}, &cache);
         CHECK(sketched.summary.links.empty());
+        auto& entry = cache.of(cached_spec.cluster);
+        REQUIRE(entry.sketch.has_value());
+        const std::uint64_t sketch = entry.sketch->value();
 
-        cs::report::LinkAccounting accounting(cached_spec.cluster->links().size());
         cs::report::LinkSketch beside(*cached_spec.cluster);
         cs::api::RunOptions both;
-        both.link_accounting = &accounting;
         both.attach = [&](cs::replay::Replay& r) { r.add_network_observer(beside); };
-        const auto accounted = cs::api::run(cached_spec, both);
+        cache.links = cs::api::SweepCache::Links::Listed;
+        const auto accounted = cs::api::run(cached_spec, both, &cache);
         CHECK(text(accounted.summary).size() > text(sketched.summary).size());  // its links
+        REQUIRE(entry.accounting.has_value());
+        const auto& accounting = *entry.accounting;
 
         const auto fresh_spec = cs::api::load_experiment({kDefault, sets, ""});
         cs::report::LinkAccounting fresh(fresh_spec.cluster->links().size());
-        cs::api::RunOptions alone;
-        alone.link_accounting = &fresh;
+        cs::api::RunOptions alone;  // without fast paths: every flow told as it starts
+        alone.fast_paths = false;
+        alone.attach = [&](cs::replay::Replay& r) { r.add_network_observer(fresh); };
         cs::api::run(fresh_spec, alone);
 
         const std::uint64_t want = cs::report::LinkSketch::of(fresh, *fresh_spec.cluster);
-        CHECK(sketch.value() == want);
+        CHECK(sketch == want);
         CHECK(beside.value() == want);
         CHECK(cs::report::LinkSketch::of(accounting, *cached_spec.cluster) == want);
-        values.push_back(sketch.value());
+        values.push_back(sketch);
         if (sketched.summary.fold_replicas < sketched.summary.dp) ++folded;
     }
     CHECK(folded >= 4);  // followers' sends told as terms
@@ -328,13 +327,14 @@ TEST_CASE("fold: a link sketch on a sweep's cached cluster is the sketch of the 
 }
 
 TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs without it") {
-    // A sweep passes one replay::ReplayScratch to all its runs: a replay takes the per-worker
-    // containers kept for its worker count and resets them. The sequence changes the worker
-    // count (128 GPUs: tp 4 gives 32 workers of 4 GPUs, tp 8 16 workers), the arrival keys (other
-    // pp, vpp, batch), turns the host model on (arrived_at is then filled) and off again, runs
-    // ZeRO-3 unit by unit (unit_gather) and then a layout with the same worker count again: every
-    // run must give the summary of the same layout run without a scratch (every key but the host's
-    // wall time, links included), so no field of a previous run's state may leak into the next.
+    // A sweep passes its SweepCache's replay::ReplayScratch to all its runs: a replay takes the
+    // per-worker containers kept for its worker count and resets them. The sequence changes the
+    // worker count (128 GPUs: tp 4 gives 32 workers of 4 GPUs, tp 8 16 workers), the arrival
+    // keys (other pp, vpp, batch), turns the host model on (arrived_at is then filled) and off
+    // again, runs ZeRO-3 unit by unit (unit_gather) and then a layout with the same worker count
+    // again: every run must give the summary of the same layout run without a scratch (every key
+    // but the host's wall time, links included), so no field of a previous run's state may leak
+    // into the next.
     //
     // The scratch also keeps per placement (tp, cp, dp, pp, ep, order) the workers' GPUs, the DP
     // communicators and the replica fold of one cluster, network and set of stage pairs, which
@@ -343,8 +343,8 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
     // bandwidth: the followers' sends cross other rates), another network (ideal), and the
     // first's again (its kept fold was replaced meanwhile): each must still give a fresh run's
     // summary, followers' link bytes and times included.
-    cs::replay::ReplayScratch scratch;
-    cs::workload::ClusterCache clusters;
+    cs::api::SweepCache cache;
+    const cs::replay::ReplayScratch& scratch = cache.replay;
     const std::vector<std::vector<std::string>> sequence = {
         analytical(layout(16, 4)),
         analytical(layout(16, 8)),
@@ -365,11 +365,9 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
     for (std::size_t i = 0; i < sequence.size(); ++i) {
         CAPTURE(i);
         const auto& sets = sequence[i];
-        const auto spec = cs::workload::load_experiment(kDefault, sets,
-                                                        cs::topology::kDefaultMaxMemory, &clusters);
-        cs::api::RunOptions options;
-        options.replay_scratch = &scratch;
-        const auto reused = cs::api::run(spec, options);
+        const auto spec = cs::workload::load_experiment(
+            kDefault, sets, cs::topology::kDefaultMaxMemory, &cache.clusters);
+        const auto reused = cs::api::run(spec, {}, &cache);
         const auto fresh = run(sets, true);
         CHECK(text(reused.summary) == text(fresh.summary));
     }
@@ -388,7 +386,7 @@ TEST_CASE("fold: runs that reuse one replay scratch give the summaries of runs w
 
 TEST_CASE("fold: followers' metrics copied at the end equal the notifications repeated") {
     // The summary's metrics copy a representative's records to its followers at the end
-    // (ReplayObserver::copies_followers); one more observer that does not copy makes the replay
+    // (a replay::FollowerCopier); one more observer that does not copy makes the replay
     // repeat every notification for each follower instead. Both give the same summary, and the
     // extra observer hears of every follower's passes (4 replicas: the representative's passes x
     // 4).

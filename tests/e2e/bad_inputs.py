@@ -55,6 +55,13 @@ for f in sorted(os.listdir(corpus)):
 check("missing experiment", ["run", "does-not-exist.yaml"], "does-not-exist.yaml: no such file", corpus)
 check("directory", ["run", "."], ".: is a directory", corpus)
 check("unknown option", ["run", "unknown-top-key.yaml", "--bogus"], "--bogus", corpus)
+# A first word that is no command names it and the commands (CLI11 alone said "A subcommand is
+# required"), in JSON too under --log-json.
+check("unknown command", ["bogus"],
+      "error: unknown command 'bogus'; expected run, compare, sweep, topology, collective, "
+      "validate, calibrate, chakra or diff", corpus, outputs=())
+check("unknown command, --log-json", ["--log-json", "bogus"],
+      '{"level":"error","kind":"error","message":"unknown command \'bogus\'', corpus, outputs=())
 check("--set without =", ["run", "unknown-top-key.yaml", "--set", "parallelism.tp"],
       "expected key=value", corpus)
 

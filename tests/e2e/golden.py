@@ -2,7 +2,13 @@
 """Golden end-to-end runs: each line of tests/golden/cases.txt is `NAME: ARGS...` for
 `clustersim run`; the summary JSON (less wall_time_s) must equal tests/golden/NAME.json. Each case
 also runs twice with a trace to prove byte-identical outputs. UPDATE_GOLDEN=1 rewrites the files
-(review the diff before committing); a golden file without a case fails. Usage: golden.py CLUSTERSIM_BINARY"""
+(review the diff before committing); a golden file without a case fails.
+
+With --no-fast-paths the second run of each case turns every fast path off (folding, kept plans
+and capacities, batched sends and link sums): its trace must equal the first's byte for byte, and
+its summary the golden file with `events`, `fold` and `fold_refused` left out (the fields that
+say how the run was computed, not what it gave; in a jobs file's summaries too).
+Usage: golden.py CLUSTERSIM_BINARY [--no-fast-paths]"""
 import json
 import os
 import shlex
@@ -11,10 +17,25 @@ import sys
 import tempfile
 
 binary = os.path.abspath(sys.argv[1])
+plain = "--no-fast-paths" in sys.argv[2:]
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 golden = os.path.join(root, "tests", "golden")
 update = os.environ.get("UPDATE_GOLDEN") == "1"
 failures, cases = [], 0
+
+
+# How a run was computed, not what it gave (docs/architecture.md, "One seam for speed"): a jobs
+# file's `fold_refused` says why its shared fabric was not folded, empty when no fold was tried.
+HOW = ("wall_time_s", "events", "fold", "fold_refused")
+
+
+def results_only(summary):
+    """`summary` without the fields of HOW, also in a jobs file's per-job summaries."""
+    s = {k: v for k, v in summary.items() if k not in HOW}
+    if "jobs" in s:
+        s["jobs"] = [dict(j, shared=results_only(j["shared"]), alone=results_only(j["alone"]))
+                     for j in s["jobs"]]
+    return s
 
 
 def run(args, out):
@@ -38,15 +59,20 @@ for line in lines:
     try:
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             s1, t1 = run(shlex.split(args), a)
-            s2, t2 = run(shlex.split(args), b)
+            s2, t2 = run(shlex.split(args) + (["--no-fast-paths"] if plain else []), b)
     except Exception as e:  # noqa: BLE001 - report every case
         failures.append(f"{name}: {e}")
         continue
-    if s1 != s2 or t1 != t2:
+    if plain:
+        same = results_only(s1) == results_only(s2)
+        if not same or t1 != t2:
+            failures.append(f"{name}: --no-fast-paths differs (summary equal but for {HOW}: "
+                            f"{same}, trace byte-identical: {t1 == t2})")
+    elif s1 != s2 or t1 != t2:
         failures.append(f"{name}: two runs differ (summary equal: {s1 == s2}, trace equal: {t1 == t2})")
     path = os.path.join(golden, name + ".json")
     text = json.dumps(s1, indent=2, sort_keys=False) + "\n"
-    if update:
+    if update and not plain:
         with open(path, "w") as f:
             f.write(text)
         continue

@@ -13,6 +13,7 @@ UPDATE_SCREENSHOT=1 copies the default report's screenshot to docs/images/report
 
 Usage: html_report.py CLUSTERSIM_BINARY
 """
+import json
 import os
 import re
 import shutil
@@ -171,6 +172,32 @@ with tempfile.TemporaryDirectory() as tmp:
     check('"validation"' in read(default_html).decode() and '"families"' in read(
         default_html).decode(), "run --html: no validation section")
     check('"sweep"' in read(sweep_html).decode(), "sweep --html: no sweep data")
+
+    # The sweep page's figures are --json's: run the sweep again with both, then compare every
+    # combination's headline figures in the page's embedded data (once made without --json, which
+    # keeps no summaries: the page read as "0 simulated, 6 not valid") with the JSON file's.
+    def page_data(path):
+        text = read(path).decode("ascii")
+        start = text.index('<script type="application/json" id="data">') + 42
+        return json.loads(text[start:text.index("</script>", start)].replace("<\\/", "</"))
+
+    sweep_json = os.path.join(tmp, "sweep.json")
+    r = clustersim(*sweep_args, "--json", sweep_json)
+    check(r.returncode == 0, "sweep --json: " + r.stderr)
+    listed = json.loads(read(sweep_json))
+    headline = ("tokens_per_s", "iteration_time_s", "mfu", "bubble_fraction",
+                "exposed_comm_fraction")
+    def figures(rows):
+        return {tuple(sorted(row["settings"].items())):
+                (tuple(row["summary"][k] for k in headline),
+                 row["summary"]["memory_per_gpu_bytes"]["total"]) if "summary" in row else
+                row["error"] for row in rows}
+    shown = page_data(sweep_html)["sweep"]["rows"]
+    check(sum("summary" in row for row in shown) == 6,
+          "sweep --html: %d of 6 combinations shown as simulated" %
+          sum("summary" in row for row in shown))
+    check(figures(shown) == figures(listed),
+          "sweep --html: the page's figures differ from --json's")
 
     # Deterministic: the same compare again gives the same bytes.
     again = os.path.join(tmp, "again.html")

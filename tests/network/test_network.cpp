@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "network/accelerator.hpp"
 #include "network/network.hpp"
 
 using namespace cs;
@@ -713,16 +714,17 @@ TEST_CASE("link capacity changes under the analytical and ideal fidelities") {
     CHECK(rec2.done[1] == Time::zero());
 }
 
-TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
-    // Networks on one cluster start from the capacities the cluster keeps
-    // (Cluster::scaled_capacities); one that halves its link copies them first. By hand: 1 GB
+TEST_CASE("capacities kept in a KeptState: a network's change stays its own") {
+    // Networks given one KeptState start from the capacities it keeps
+    // (KeptState::scaled_capacities); one that halves its link copies them first. By hand: 1 GB
     // over 100 GB/s = 10 ms + 1 us, over 50 GB/s 20 ms + 1 us.
     const Cluster c = pair(100 * GB, Time::us(1));
+    KeptState state(c);
     const auto send_time = [&](Fidelity f, bool halve) {
         NetworkConfig cfg;
         cfg.fidelity = f;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
+        auto net = make_network(sim, c, cfg, &state);
         Recorder rec;
         net->set_client(&rec);
         if (halve) net->set_link_capacity(0, Bandwidth{50 * GB});
@@ -738,36 +740,38 @@ TEST_CASE("capacities kept on the cluster: a network's change stays its own") {
     // The same factors give the kept capacities; other factors their own, and at most
     // kKeptCapacities sets are kept.
     const std::array<double, 5> ones{1, 1, 1, 1, 1};
-    const auto kept = c.scaled_capacities(ones, 1.0);
-    CHECK(kept == c.scaled_capacities(ones, 1.0));
+    const auto kept = state.scaled_capacities(ones, 1.0);
+    CHECK(kept == state.scaled_capacities(ones, 1.0));
     REQUIRE(kept->capacity.size() == 2 * c.links().size());
     CHECK(kept->capacity[0] == 100 * GB);
     CHECK(kept->kinds == 1u << static_cast<int>(LinkKind::NvLink));
-    const auto half = c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
-    CHECK(half->capacity[0] == 50 * GB);                 // nvlink x 0.5
-    CHECK(half->capacity[c.links().size()] == 25 * GB);  // its NVLS twin x 0.25
-    (void)c.scaled_capacities({0.7, 1, 1, 1, 1}, 1.0);   // pushes the oldest (ones) out
-    CHECK(c.scaled_capacities(ones, 1.0) != kept);
-    CHECK(c.scaled_capacities(ones, 1.0)->capacity == kept->capacity);
-    // A copy with other bandwidths keeps none of them.
+    const auto half = state.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
+    CHECK(half->capacity[0] == 50 * GB);                    // nvlink x 0.5
+    CHECK(half->capacity[c.links().size()] == 25 * GB);     // its NVLS twin x 0.25
+    (void)state.scaled_capacities({0.7, 1, 1, 1, 1}, 1.0);  // pushes the oldest (ones) out
+    CHECK(state.scaled_capacities(ones, 1.0) != kept);
+    CHECK(state.scaled_capacities(ones, 1.0)->capacity == kept->capacity);
+    // A copy with other bandwidths has a state of its own.
     const Cluster slow = c.with_faults({}, {{0, Bandwidth{10 * GB}}});
-    CHECK(slow.scaled_capacities(ones, 1.0)->capacity[0] == 10 * GB);
-    CHECK(c.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
+    KeptState slow_state(slow);
+    CHECK(slow_state.scaled_capacities(ones, 1.0)->capacity[0] == 10 * GB);
+    CHECK(state.scaled_capacities(ones, 1.0)->capacity[0] == 100 * GB);
     // A network whose efficiency is out of range for a link kind the cluster has (NVLink at 1.5)
     // is refused, and its set is not kept: the two sets kept before it (ones, then 0.5 with NVLS
     // 0.25) are still found as they were, where a kept refused set would have pushed `ones` out.
-    const auto good = c.scaled_capacities(ones, 1.0);
-    const auto other = c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
+    const auto good = state.scaled_capacities(ones, 1.0);
+    const auto other = state.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25);
     NetworkConfig bad;
     bad.link_efficiency[static_cast<int>(LinkKind::NvLink)] = 1.5;
     Simulation sim;
-    CHECK_THROWS_AS((void)make_network(sim, c, bad), cs::ConfigError);
-    CHECK(c.scaled_capacities(ones, 1.0) == good);
-    CHECK(c.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25) == other);
+    CHECK_THROWS_AS((void)make_network(sim, c, bad, &state), cs::ConfigError);
+    CHECK_THROWS_AS((void)make_network(sim, c, bad), cs::ConfigError);  // without: refused too
+    CHECK(state.scaled_capacities(ones, 1.0) == good);
+    CHECK(state.scaled_capacities({0.5, 1, 1, 1, 1}, 0.25) == other);
     // An efficiency out of range for a kind the cluster does not have (InfiniBand) is not read.
     NetworkConfig unused;
     unused.link_efficiency[static_cast<int>(LinkKind::InfiniBand)] = 1.5;
-    CHECK_NOTHROW((void)make_network(sim, c, unused));
+    CHECK_NOTHROW((void)make_network(sim, c, unused, &state));
 }
 
 TEST_CASE("a collective's algorithm, resolved once per (group, operation, algorithm, size)") {
@@ -809,20 +813,19 @@ TEST_CASE("a collective's algorithm, resolved once per (group, operation, algori
             ConfigError);
 }
 
-TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks time alike") {
-    // Two clusters alike, one keeping its routes (and with them the networks' p2p plans). Two
-    // networks in turn on each send the same messages; every message takes the same time on
-    // both, and the second network on the keeping cluster finds every plan kept. By hand (no
+TEST_CASE("p2p plans kept in a KeptState: later networks time alike") {
+    // Two networks in turn send the same messages, without fast paths and with one KeptState
+    // (which keeps the networks' p2p plans); every message takes the same time either way, and
+    // the second network with the kept state finds the plans the first made. By hand (no
     // latency, analytical): 1 GB over the 25 GB/s fabric links = 40 ms across nodes, over the
     // 100 GB/s NVLink 10 ms inside one.
-    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    keeping.keep_routes(std::size_t{1} << 20);
-    const auto times = [](const Cluster& c) {
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    KeptState kept(c);
+    const auto times = [&c](KeptState* k) {
         NetworkConfig cfg;
         cfg.fidelity = Fidelity::Analytical;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
+        auto net = make_network(sim, c, cfg, k);
         Recorder rec;
         net->set_client(&rec);
         const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {0, 1}, {3, 0}, {2, 2}};
@@ -831,37 +834,38 @@ TEST_CASE("p2p plans kept with a cluster that keeps its routes: later networks t
         sim.run();
         return rec.done;
     };
-    const auto want = times(plain);
+    const auto want = times(nullptr);
     CHECK(want.at(0) == Time::ms(40));
     CHECK(want.at(2) == Time::ms(10));
     CHECK(want.at(4) == Time::zero());  // to itself: no route
-    CHECK(times(keeping) == want);
-    const auto searched = keeping.kept_route_hits();
-    CHECK(times(keeping) == want);
-    CHECK(keeping.kept_route_hits() == searched);  // the plans were kept: no route asked again
-    CHECK(keeping.kept_plans() != nullptr);
-    CHECK(plain.kept_plans() == nullptr);
-    // A copy with other capacities keeps none of them.
-    CHECK(keeping.with_faults({}, {}).kept_plans() == nullptr);
+    CHECK(kept.plans() == nullptr);     // made by the first network given the state
+    CHECK(times(&kept) == want);
+    REQUIRE(kept.plans() != nullptr);
+    const auto* plans = kept.plans().get();
+    CHECK(times(&kept) == want);
+    CHECK(kept.plans().get() == plans);  // the second network took the same plans
+    // A kept state belongs to one cluster: a copy with other capacities gets none of it.
+    const Cluster other = c.with_faults({}, {});
+    Simulation sim;
+    CHECK_THROWS_AS(make_network(sim, other, NetworkConfig{}, &kept), SimulationError);
 }
 
-TEST_CASE("collective plans kept with a cluster that keeps its routes: later networks time alike") {
-    // As above for collectives: every collective takes the same time on a cluster keeping its
-    // routes (and so the plans and resolved algorithms of its networks) as on one that does not,
-    // for the first network and for the next ones, which ask no route again. Two groups with the
-    // same ranks have their own plans (the group's number is the flow id); a network with other
-    // operation efficiencies is not given the plans of the first (its rate caps differ).
-    const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    keeping.keep_routes(std::size_t{1} << 20);
-    const auto times = [](const Cluster& c, double all_gather_nvlink_efficiency) {
+TEST_CASE("collective plans kept in a KeptState: later networks time alike") {
+    // As above for collectives: every collective takes the same time with a KeptState (which
+    // keeps the plans and resolved algorithms of its networks) as without, for the first network
+    // and for the next ones. Two groups with the same ranks have their own plans (the group's
+    // number is the flow id); a network with other operation efficiencies is not given the plans
+    // of the first (its rate caps differ).
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    KeptState kept(c);
+    const auto times = [&c](KeptState* k, double all_gather_nvlink_efficiency) {
         NetworkConfig cfg;
         cfg.fidelity = Fidelity::Analytical;
         cfg.op_efficiency[static_cast<int>(CollectiveKind::AllGather)]
                          [static_cast<int>(topology::LinkKind::NvLink)] =
             all_gather_nvlink_efficiency;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
+        auto net = make_network(sim, c, cfg, k);
         Recorder rec;
         net->set_client(&rec);
         const GroupId all = net->register_group({0, 1, 2, 3});
@@ -878,25 +882,24 @@ TEST_CASE("collective plans kept with a cluster that keeps its routes: later net
         sim.run();
         return rec.done;
     };
-    const auto want = times(plain, 1.0);
+    const auto want = times(nullptr, 1.0);
     REQUIRE(want.size() == 9);
-    CHECK(times(keeping, 1.0) == want);
-    const auto searched = keeping.kept_route_hits();
-    CHECK(times(keeping, 1.0) == want);
-    CHECK(keeping.kept_route_hits() == searched);  // every plan kept: no route asked again
+    CHECK(times(&kept, 1.0) == want);
+    REQUIRE(kept.plans() != nullptr);
+    CHECK(times(&kept, 1.0) == want);
     // A tenth of the NVLink rate for all-gathers (10 GB/s, below the 25 GB/s fabric links):
-    // the all-gather on 0-3, whose ring crosses NVLink, is slower on both clusters alike.
-    const auto slower = times(plain, 0.1);
+    // the all-gather on 0-3, whose ring crosses NVLink, is slower with and without kept plans.
+    const auto slower = times(nullptr, 0.1);
     CHECK(slower.at(2) > want.at(2));
-    CHECK(times(keeping, 0.1) == slower);
-    CHECK(times(keeping, 1.0) == want);
+    CHECK(times(&kept, 0.1) == slower);
+    CHECK(times(&kept, 1.0) == want);
     // The kept plans are found by the communicator's number (its ranks looked up once, when it
     // is registered); ranks never registered on the cluster are still checked, on a later
     // network as on the first: a GPU it lacks, a GPU listed twice.
     Simulation sim;
     NetworkConfig cfg;
     cfg.fidelity = Fidelity::Analytical;
-    auto net = make_network(sim, keeping, cfg);
+    auto net = make_network(sim, c, cfg, &kept);
     CHECK_THROWS_WITH_AS(net->register_group({0, 4}),
                          "GPU 4 does not exist (the cluster has 4 GPUs)", cs::ConfigError);
     CHECK_THROWS_WITH_AS(net->register_group({2, 1, 2}), "a communicator lists a GPU twice",
@@ -910,18 +913,20 @@ TEST_CASE("send routes: account_sends tells observers what account_send does pai
     // observers must get, in pair order, the very notifications account_send gives for each pair
     // (path, bytes x count, stand-alone time x count), and cost(i) must be p2p_cost. By hand for
     // pair (0, 2), 1 GB across nodes at 25 GB/s: 40 ms; three sends of it: 3 GB and 120 ms.
-    const auto notes = [](const Cluster& c, bool batch) {
+    const auto notes = [](const Cluster& c, KeptState& kept, bool batch) {
         NetworkConfig cfg;
         cfg.fidelity = Fidelity::Analytical;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
-        struct BulkLog final : NetworkObserver {  // as FlowLog, and sums alone: bulk allowed
+        auto made = make_network(sim, c, cfg, &kept);
+        Accelerator* net = made->accelerator();
+        REQUIRE(net != nullptr);
+        struct BulkLog final : SummingObserver {  // as FlowLog, and sums alone: bulk allowed
             FlowLog log;
             void on_flow_start(const FlowStart& f) override { log.on_flow_start(f); }
-            bool wants_flow_times() const override { return false; }
         } bulk;
         auto& log = bulk.log;
-        net->add_observer(&bulk);
+        made->add_observer(&bulk);
+        REQUIRE(net->accounts_in_bulk());
         const std::vector<std::pair<int, int>> pairs = {{0, 2}, {1, 3}, {2, 2}, {0, 1}, {3, 0}};
         if (batch) {
             const auto routes = net->send_routes(pairs);
@@ -936,7 +941,8 @@ TEST_CASE("send routes: account_sends tells observers what account_send does pai
         return log.seen;
     };
     const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    const auto want = notes(plain, false);
+    KeptState fresh(plain), fresh2(plain);
+    const auto want = notes(plain, fresh, false);
     REQUIRE(want.size() == 4);  // no flow from GPU 2 to itself
     CHECK(want[0].bytes == 3e9);
     CHECK(want[0].holds == Time::ms(120));
@@ -949,14 +955,9 @@ TEST_CASE("send routes: account_sends tells observers what account_send does pai
             CHECK(got[i].shared == want[i].shared);
         }
     };
-    same(notes(plain, true));
-    // Kept with a cluster that keeps its routes: the second network asks no route.
-    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    keeping.keep_routes(std::size_t{1} << 20);
-    same(notes(keeping, true));
-    const auto searched = keeping.kept_route_hits();
-    same(notes(keeping, true));
-    CHECK(keeping.kept_route_hits() == searched);
+    same(notes(plain, fresh2, true));
+    // Kept in the state: the second network takes the first's send routes.
+    same(notes(plain, fresh2, true));
 }
 
 TEST_CASE(
@@ -974,7 +975,8 @@ TEST_CASE(
         NetworkConfig cfg;
         cfg.fidelity = fidelity;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
+        KeptState kept(c);  // send_together is a fast path: an accelerator's
+        auto net = make_network(sim, c, cfg, together ? &kept : nullptr);
         struct Calls : TransferClient {
             std::vector<Time> at;
             void on_transfer_done(Simulation& s, std::uint64_t token) override {
@@ -987,7 +989,7 @@ TEST_CASE(
         net->add_observer(&log);
         int told = 2;
         if (together)
-            told = net->send_together(srcs, dsts, Bytes{1'000'000'000}, 5);
+            told = net->accelerator()->send_together(srcs, dsts, Bytes{1'000'000'000}, 5);
         else
             for (std::size_t i = 0; i < srcs.size(); ++i)
                 net->send(srcs[i], dsts[i], Bytes{1'000'000'000}, 5);
@@ -1036,17 +1038,19 @@ TEST_CASE(
     FoldClass p2p;
     p2p.src = {0, 1};
     p2p.dst = {2, 3};
+    KeptState kept(c);  // folding is a fast path: an accelerator's
     for (const bool fold : {true, false}) {
         Simulation sim;
-        auto net = make_network(sim, c, NetworkConfig{});
+        auto made = make_network(sim, c, NetworkConfig{}, &kept);
+        Network* net = made.get();
         Recorder rec;
         net->set_client(&rec);
         FlowLog log;
         net->add_observer(&log);
         std::string why;
         if (fold) {
-            REQUIRE(net->fold(2, {p2p}, why));
-            CHECK(net->fold_copies() == 2);
+            REQUIRE(made->accelerator()->fold(2, {p2p}, why));
+            CHECK(made->accelerator()->fold_copies() == 2);
             net->send(0, 2, Bytes{1'000'000'000}, 1);
         } else {
             net->send(0, 2, Bytes{1'000'000'000}, 1);
@@ -1070,38 +1074,38 @@ TEST_CASE(
     {
         // Member 1 sends 1 -> 2: both members would cross sw -> gpu2, and share its capacity.
         Simulation sim;
-        auto net = make_network(sim, c, NetworkConfig{});
+        auto net = make_network(sim, c, NetworkConfig{}, &kept);
         FoldClass shared = p2p;
         shared.dst = {2, 2};
         std::string why;
-        CHECK_FALSE(net->fold(2, {shared}, why));
+        CHECK_FALSE(net->accelerator()->fold(2, {shared}, why));
         CHECK(why.find("share link") != std::string::npos);
-        CHECK(net->fold_copies() == 1);
+        CHECK(net->accelerator()->fold_copies() == 1);
     }
     {
         // A capacity changed before the fold: refused; after an accepted fold: an error.
         Simulation sim;
-        auto net = make_network(sim, c, NetworkConfig{});
+        auto net = make_network(sim, c, NetworkConfig{}, &kept);
         net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{50 * GB});
         std::string why;
-        CHECK_FALSE(net->fold(2, {p2p}, why));
+        CHECK_FALSE(net->accelerator()->fold(2, {p2p}, why));
         CHECK(why == "a link capacity was changed");
         Simulation sim2;
-        auto folded = make_network(sim2, c, NetworkConfig{});
-        REQUIRE(folded->fold(2, {p2p}, why));
+        auto folded = make_network(sim2, c, NetworkConfig{}, &kept);
+        REQUIRE(folded->accelerator()->fold(2, {p2p}, why));
         CHECK_THROWS_AS(folded->set_link_capacity(0, Bandwidth{50 * GB}), SimulationError);
     }
 }
 
 TEST_CASE("link totals: a kept plan's flows told per link, in whole bytes, as flow by flow") {
-    // Observers that only sum per link (wants_flow_times false) are told a transfer on a kept
-    // plan as per-link totals (on_link_totals), held to flush_link_totals when the network is
-    // asked to; anyone else, and any plan not kept, flow by flow. Both must give the same sums,
-    // and every flow counts whole bytes: a ring all-reduce of S = 1,000,000,001 bytes on 3 GPUs
-    // moves S/3 = 333,333,333.67 bytes per flow and step, counted as 333,333,334 (S is not a
+    // Observers that only sum per link (SummingObserver) are told by a network with fast paths
+    // a transfer on a kept plan as per-link totals (on_link_totals), held to flush_link_totals
+    // when the network is asked to; by a network without, flow by flow. Both must give the same
+    // sums, and every flow counts whole bytes: a ring all-reduce of S = 1,000,000,001 bytes on 3
+    // GPUs moves S/3 = 333,333,333.67 bytes per flow and step, counted as 333,333,334 (S is not a
     // multiple of 3, so the rounding is exercised). Each transfer is run twice and a p2p send
     // three times, so the held totals are told multiplied.
-    struct Sums final : NetworkObserver {
+    struct Sums final : SummingObserver {
         std::map<topology::LinkId, std::pair<double, Time>> per_link;
         std::size_t totals_calls = 0;
         void on_flow_start(const FlowStart& f) override {
@@ -1113,19 +1117,18 @@ TEST_CASE("link totals: a kept plan's flows told per link, in whole bytes, as fl
         void on_link_totals(Time at, std::span<const LinkTotal> totals,
                             std::int64_t count) override {
             ++totals_calls;
-            NetworkObserver::on_link_totals(at, totals, count);  // as one-link flows
+            SummingObserver::on_link_totals(at, totals, count);  // as one-link flows
         }
-        bool wants_flow_times() const override { return false; }
     };
-    const auto sums = [](const Cluster& c, bool hold, Sums& s) {
+    const auto sums = [](const Cluster& c, KeptState* kept, bool hold, Sums& s) {
         NetworkConfig cfg;
         cfg.fidelity = Fidelity::Analytical;
         Simulation sim;
-        auto net = make_network(sim, c, cfg);
+        auto net = make_network(sim, c, cfg, kept);
         Recorder rec;
         net->set_client(&rec);
         net->add_observer(&s);
-        if (hold) net->hold_link_totals();
+        if (hold) net->accelerator()->hold_link_totals();
         const GroupId g = net->register_group({0, 1, 2});
         std::uint64_t token = 0;
         for (int i = 0; i < 2; ++i) {
@@ -1137,26 +1140,25 @@ TEST_CASE("link totals: a kept plan's flows told per link, in whole bytes, as fl
         for (int i = 0; i < 3; ++i)
             net->send(0, 3, Bytes{12'345}, token++);
         sim.run();
-        net->flush_link_totals();
+        if (Accelerator* a = net->accelerator()) a->flush_link_totals();
         return rec.done;
     };
     const Cluster plain = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    const Cluster keeping = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    keeping.keep_routes(std::size_t{1} << 20);
     Sums flow_by_flow;
-    const auto want = sums(plain, false, flow_by_flow);
-    CHECK(flow_by_flow.totals_calls == 0);  // nothing kept on the plain cluster
+    const auto want = sums(plain, nullptr, false, flow_by_flow);
+    CHECK(flow_by_flow.totals_calls == 0);  // no fast paths: told flow by flow
     REQUIRE_FALSE(flow_by_flow.per_link.empty());
     for (const auto& [link, sum] : flow_by_flow.per_link)
         CHECK(sum.first == std::floor(sum.first));
     for (const bool hold : {false, true}) {
         CAPTURE(hold);
+        KeptState kept(plain);
         Sums totals;
-        CHECK(sums(keeping, hold, totals) == want);  // the same times
+        CHECK(sums(plain, &kept, hold, totals) == want);  // the same times
         CHECK(totals.totals_calls > 0);
         CHECK(totals.per_link == flow_by_flow.per_link);
         Sums again;  // a second network: the costs found kept, nothing computed
-        CHECK(sums(keeping, hold, again) == want);
+        CHECK(sums(plain, &kept, hold, again) == want);
         CHECK(again.per_link == flow_by_flow.per_link);
         // Held: each distinct (plan, size) told once at the flush, however often it ran.
         if (hold) CHECK(again.totals_calls <= 3);

@@ -189,6 +189,36 @@ TEST_CASE("--set overrides: experiment keys, new keys, and topology.nodes in the
     CHECK(again.schedule == "1f1b");
 }
 
+// `run --set parallelism.tp=4` on the default (tp 8, pp 8, dp 4 pinned in the file) once failed:
+// tp 4 x pp 8 x dp 4 = 128 of 256 GPUs. Megatron-LM derives dp from the world size, and so do we
+// whenever --set resizes the layout or the topology without giving dp.
+TEST_CASE("--set that resizes the layout lets a file's dp follow the GPU count") {
+    Scratch s("dp_follows");
+    s.write("four-gpus.yaml", kFourGpus);
+    const auto pinned = s.write("pinned-dp.yaml",
+                                "topology: four-gpus.yaml\n"
+                                "model: {layers: 4, hidden_size: 1024, attention_heads: 16}\n"
+                                "parallelism: {pp: 2, dp: 2}\n"
+                                "training: {global_batch_size: 8}\n");
+    // The file as written: pp 2 x dp 2 = 4 GPUs.
+    CHECK(load_experiment(pinned, {}).layout.dp == 2);
+    // tp 2 x pp 2 leaves 4 / 4 = 1 replica, not the file's 2 (which would need 8 GPUs).
+    CHECK(load_experiment(pinned, {"parallelism.tp=2"}).layout.dp == 1);
+    // pp 1: 4 / (tp 1 x pp 1) = 4 replicas.
+    CHECK(load_experiment(pinned, {"parallelism.pp=1"}).layout.dp == 4);
+    // topology.nodes=2: 2 x 4 = 8 GPUs, 8 / pp 2 = 4 replicas.
+    CHECK(load_experiment(pinned, {"topology.nodes=2"}).layout.dp == 4);
+    // dp given on the command line wins, and is checked as before: tp 2 x pp 2 x dp 2 = 8 > 4.
+    CHECK(error_of([&] { load_experiment(pinned, {"parallelism.tp=2", "parallelism.dp=2"}); })
+              .find("--set parallelism.dp=2: 'parallelism.dp': tp x pp x dp x cp = 2 x 2 x 2 x 1 "
+                    "= 8 GPUs, but the topology has 4") == 0);
+    // A --set that does not resize keeps the file's dp.
+    CHECK(load_experiment(pinned, {"training.seq_length=4096"}).layout.dp == 2);
+    // A size that does not divide the GPUs is still refused: tp 3 x pp 2 = 6 does not divide 4.
+    CHECK(error_of([&] { load_experiment(pinned, {"parallelism.tp=3"}); }).find("6 GPUs") !=
+          std::string::npos);
+}
+
 TEST_CASE("parallelism.sharding: ZeRO stages, Megatron-FSDP names and HSDP groups") {
     Scratch s("sharding");
     s.write("four-gpus.yaml", kFourGpus);
