@@ -10,6 +10,8 @@
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
 #include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "core/quantity.hpp"
 #include "fit/calibrate.hpp"
 
 namespace cs::cli {
@@ -20,6 +22,7 @@ struct CalibrateArgs {
     api::CalibrateOptions options;
     std::string out;
     std::string json;
+    std::string iteration_time;
 };
 
 void run(const CalibrateArgs& a) {
@@ -32,7 +35,17 @@ void run(const CalibrateArgs& a) {
     for (const auto& file : a.options.nccl_tests)
         outputs.guard_input("--nccl-tests", file.substr(file.find('=') + 1));
     outputs.guard_input("--topology", a.options.topology);
-    const auto result = api::calibrate(a.options);
+    outputs.guard_input("--experiment", a.options.experiment);
+    api::CalibrateOptions options = a.options;
+    if (!a.iteration_time.empty()) {
+        const auto t = parse_time(a.iteration_time);
+        if (!t || *t <= Time::zero())
+            throw ConfigError(SourceLocation{"--iteration-time"},
+                              "expected a positive time with its unit, e.g. 63.3ms; found \"" +
+                                  a.iteration_time + "\"");
+        options.iteration_time_s = t->seconds();
+    }
+    const auto result = api::calibrate(options);
     print_calibration(std::cout, result);
     write_file_atomically(
         a.out, [&](std::ostream& out) { out << api::calibration_file_text(result); }, &outputs);
@@ -73,6 +86,21 @@ void register_calibrate(CLI::App& app) {
                     "gpu_models also define --gpu-model");
     cmd->add_option("--set", args->options.sets, "Override a key of the topology: nodes=4")
         ->type_name("KEY=VALUE");
+    cmd->add_option("--experiment", args->options.experiment,
+                    "The experiment the traces ran (its model, layout and microbatches): the "
+                    "model's own bytes for each kind, and a warning when the trace's model "
+                    "differs")
+        ->type_name("FILE");
+    cmd->add_option("--experiment-set", args->options.experiment_sets,
+                    "Override a key of --experiment: training.micro_batch_size=2")
+        ->type_name("KEY=VALUE");
+    cmd->add_option("--iteration-time", args->iteration_time,
+                    "One training iteration measured without the profiler (e.g. 63.3ms): "
+                    "corrects the host's cost for the profiler's overhead")
+        ->type_name("TIME");
+    cmd->add_option("--iterations", args->options.iterations,
+                    "Training iterations the traces hold (default: their optimizer steps)")
+        ->check(CLI::Range(1, 1000000));
     cmd->add_option("--out", args->out, "The calibration file to write (YAML)")->required();
     cmd->add_option("--json", args->json, "Write the fit report as JSON");
     cmd->callback([args] { run(*args); });

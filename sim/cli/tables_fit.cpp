@@ -199,14 +199,20 @@ void print_compute(std::ostream& out, const CalibrationResult& r) {
         out << "unfitted (" << r.host_samples << " host-bound launches)\n";
     out << "tensor-core duty " << fmt("%.3f", r.tensor_duty) << ", sustained factor "
         << fmt("%.3f", r.sustained_factor) << "\n";
-    if (r.skipped_kernels > 0) {
-        out << "\nskipped " << r.skipped_kernels << " kernels (" << fmt("%.3f", r.skipped_ms)
-            << " ms) not modelled by kind; the largest:\n";
-        for (const auto& s : r.skipped)
-            out << "  " << fmt("%9.3f", s.ms) << " ms "
-                << fmt("%5.0f", static_cast<double>(s.count)) << "x  " << s.name.substr(0, 100)
-                << "\n";
-    }
+    out << "per iteration (" << r.iterations << " in the trace): " << fmt("%.2f", r.busy_ms)
+        << " ms of kernels and launch gaps";
+    if (r.profiled_iteration_ms > 0)
+        out << ", " << fmt("%.2f", r.profiled_iteration_ms) << " ms with the profiler";
+    out << "\n";
+    const double all = r.mapped_ms + r.unmapped_ms;
+    out << "\ncoverage: " << fmt("%.1f%%", all > 0 ? 100 * r.mapped_ms / all : 0)
+        << " of the GPU time maps to the model's ops; residual "
+        << fmt("%.3f", r.unmapped_ms) << " ms per iteration ("
+        << fmt("%.2f%%", r.mapped_ms > 0 ? 100 * r.unmapped_ms / r.mapped_ms : 0)
+        << " of the mapped time, written as compute.residual)\n";
+    for (const auto& u : r.unmapped)
+        out << "  " << fmt("%9.3f", u.ms) << " ms " << fmt("%5.0f", static_cast<double>(u.count))
+            << "x  " << u.name.substr(0, 110) << "\n";
     out << "\nunfitted:\n";
     for (const auto& u : r.unfitted)
         out << "  " << u.what << ": " << u.why << "\n";

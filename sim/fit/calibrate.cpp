@@ -8,9 +8,12 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "fit/kernel_table.hpp"
 #include "core/errors.hpp"
 #include "ingest/topology.hpp"
 #include "topology/topology_yaml.hpp"
+#include "workload/memory.hpp"
+#include "workload/plan.hpp"
 #include "workload/roofline.hpp"
 
 namespace cs::api {
@@ -88,7 +91,7 @@ GemmFit fit_cap(const std::vector<GemmSample>& samples, double peak, double fact
     std::vector<double> d;
     d.reserve(samples.size());
     for (const auto& s : samples) {
-        const double f = workload::gemm_efficiency(s.shape, workload::Precision::Bf16, curve, cal);
+        const double f = workload::gemm_efficiency(s.shape, curve, cal);
         // The trace's kernels ran at the sustained rate of its duty cycle: their burst time is
         // the measured one times the factor.
         d.push_back(std::log(s.shape.flops().value / (peak * f)) - std::log(s.us * 1e-6 * factor));
@@ -130,42 +133,241 @@ void residuals(KindFit& k, const std::vector<double>& predicted,
     k.worst_residual = worst;
 }
 
+// The memory-bound kinds a calibration file carries a fraction for (the latency-bound router
+// and sort kernels keep the catalogue's constants).
 struct KindIndex {
     api::KernelKind kind;
-    std::optional<workload::MemKind> mem;
+    workload::MemKind mem;
 };
 constexpr KindIndex kMemKinds[] = {
     {KernelKind::Elementwise, workload::MemKind::Elementwise},
     {KernelKind::Activation, workload::MemKind::Activation},
     {KernelKind::Norm, workload::MemKind::Norm},
+    {KernelKind::RmsNorm, workload::MemKind::RmsNorm},
     {KernelKind::Reduce, workload::MemKind::Reduce},
     {KernelKind::Concat, workload::MemKind::Concat},
     {KernelKind::StridedCopy, workload::MemKind::StridedCopy},
     {KernelKind::MixedAccumulate, workload::MemKind::MixedAccumulate},
     {KernelKind::Softmax, workload::MemKind::Softmax},
     {KernelKind::Optimizer, workload::MemKind::Optimizer},
+    {KernelKind::Rotary, workload::MemKind::Rotary},
+    {KernelKind::Swiglu, workload::MemKind::Swiglu},
+    {KernelKind::Permute, workload::MemKind::Permute},
+    {KernelKind::Unpermute, workload::MemKind::Unpermute},
 };
+
+std::size_t ki(KernelKind k) {
+    return static_cast<std::size_t>(k);
+}
+
+// The 4-D tensors of an attention operator's arguments: forward (q, k, v, ...), backward
+// (dO, q, k, v, O, ...).
+std::vector<const std::vector<std::int64_t>*> four_d(const TraceCpuOp& op) {
+    std::vector<const std::vector<std::int64_t>*> out;
+    for (const auto& a : op.args)
+        if (!a.list && a.shapes.size() == 1 && a.shapes[0].size() == 4) out.push_back(&a.shapes[0]);
+    return out;
+}
+
+// The attention block an SDPA operator ran, from its recorded shapes (b, heads, s, d).
+std::optional<workload::AttentionBlock> attention_block_of(const TraceCpuOp& op, bool backward) {
+    const auto t = four_d(op);
+    const std::size_t q = backward ? 1 : 0;
+    if (t.size() < q + 2) return std::nullopt;
+    const auto& qs = *t[q];
+    const auto& ks = *t[q + 1];
+    workload::AttentionBlock b;
+    b.b = qs[0];
+    b.heads = qs[1];
+    b.q_len = qs[2];
+    b.head_dim = qs[3];
+    b.kv_heads = ks[1];
+    b.kv_len = ks[2];
+    b.causal = true;
+    return b;
+}
+
+// A grouped GEMM operator's problem: experts, tokens per expert, n, k, and whether the tokens
+// are the reduction (the weight gradient), from _grouped_mm's recorded shapes: a (T, K) against
+// stacked weights (E, K, N), or a (N, T) against (T, K) with E offsets.
+struct GroupedSample {
+    std::int64_t experts = 0, tokens = 0, n = 0, k = 0;
+    bool reduce = false;
+    double us = 0;
+};
+std::optional<GroupedSample> grouped_of(const TraceCpuOp& op) {
+    if (op.args.size() < 3) return std::nullopt;
+    const auto shape = [&](std::size_t i) -> const std::vector<std::int64_t>* {
+        const auto& a = op.args[i];
+        return a.shapes.size() == 1 ? &a.shapes[0] : nullptr;
+    };
+    const auto* a = shape(0);
+    const auto* b = shape(1);
+    const auto* offs = shape(2);
+    if (!a || !b || !offs || a->size() != 2 || offs->size() != 1 || (*offs)[0] <= 0)
+        return std::nullopt;
+    GroupedSample g;
+    g.experts = (*offs)[0];
+    if (b->size() == 3) {
+        g.tokens = (*a)[0] / g.experts;
+        g.k = (*a)[1];
+        g.n = (*b)[2];
+    } else if (b->size() == 2) {
+        g.reduce = true;
+        g.n = (*a)[0];
+        g.tokens = (*a)[1] / g.experts;
+        g.k = (*b)[1];
+    } else {
+        return std::nullopt;
+    }
+    if (g.tokens <= 0 || g.n <= 0 || g.k <= 0) return std::nullopt;
+    return g;
+}
+
+bool is_attention_backward(const std::string& name) {
+    return name.find("backward") != std::string::npos;
+}
+
+// Training iterations a trace holds: the optimizer's step ranges (torch.optim marks each step
+// "Optimizer.step#..."), else its fused-optimizer calls, else 1.
+int count_iterations(const TorchTrace& t, std::vector<double>* step_starts) {
+    std::vector<double> starts;
+    for (const auto& a : t.annotations)
+        if (a.name.rfind("Optimizer.step#", 0) == 0) starts.push_back(a.ts_us);
+    std::sort(starts.begin(), starts.end());
+    if (step_starts) *step_starts = starts;
+    if (!starts.empty()) return static_cast<int>(starts.size());
+    int fused = 0;
+    for (const auto& op : t.cpu_ops)
+        fused += op.name.find("_fused_adam") != std::string::npos ||
+                 op.name.find("_fused_sgd") != std::string::npos;
+    return std::max(fused, 1);
+}
+
+// The experiment's model bytes and kernels per iteration by MemKind, on its one GPU (pp = 1):
+// every microbatch's forward and backward steps and the optimizer step.
+struct ModelKinds {
+    std::array<double, workload::kMemKindCount> bytes{}, kernels{};
+};
+ModelKinds model_bytes(const workload::ExperimentSpec& spec) {
+    ModelKinds out;
+    auto& bytes = out.bytes;
+    const auto plan = workload::plan_iteration(spec, 1, false, [](int) { return 0; });
+    const double m = plan.microbatches;
+    for (const auto& vs : plan.virtual_stages)
+        for (const auto* pass : {&vs.forward, &vs.backward})
+            for (const auto& st : pass->steps)
+                if (st.kind == workload::Step::Kind::Compute && !st.tensor_core) {
+                    bytes[static_cast<std::size_t>(st.mem_kind)] +=
+                        m * static_cast<double>(st.hbm_bytes.value) * st.repeat;
+                    out.kernels[static_cast<std::size_t>(st.mem_kind)] +=
+                        m * static_cast<double>(st.launches) * st.repeat;
+                }
+    const auto& mdl = spec.model;
+    const auto held =
+        workload::parameters_per_gpu(mdl, spec.layout, 0, mdl.layers, true, true);
+    const auto owned =
+        workload::optimizer_parameters_per_gpu(mdl, spec.layout, 0, mdl.layers, true, true);
+    if (spec.training.optimizer == workload::Optimizer::Adam)
+        for (const auto& k : workload::optimizer_step_kernels(
+                 held, owned, spec.training.precision, spec.compute.roofline)) {
+            bytes[static_cast<std::size_t>(k.kind)] += static_cast<double>(k.bytes.value);
+            out.kernels[static_cast<std::size_t>(k.kind)] += 1;
+        }
+    return out;
+}
+
+// Does the trace's model look like the experiment's? Warnings for what differs.
+void check_model(const workload::ExperimentSpec& spec, const TraceDims& dims,
+                 const std::array<std::int64_t, kKernelKinds>& count, std::int64_t norm_ops,
+                 int iterations, std::vector<std::string>& warnings) {
+    const auto& m = spec.model;
+    const std::string where = "the trace's model does not match " + spec.source + ": ";
+    if (dims.hidden > 0 && dims.hidden != m.hidden_size)
+        warnings.push_back(where + "its norms are " + std::to_string(dims.hidden) +
+                           " wide, the experiment's hidden_size is " +
+                           std::to_string(m.hidden_size));
+    const bool trace_moe = count[ki(KernelKind::GroupedGemm)] > 0 || dims.experts > 0;
+    const bool trace_swiglu = count[ki(KernelKind::Swiglu)] > 0;
+    const bool trace_rotary = count[ki(KernelKind::Rotary)] > 0;
+    const std::string family = trace_moe ? "moe" : (trace_swiglu ? "llama" : "gpt");
+    const std::string model_family =
+        m.experts > 0 ? "moe" : (m.activation == workload::Activation::SwiGlu ? "llama" : "gpt");
+    if (family != model_family)
+        warnings.push_back(where + "its kernels are a " + family + " model's (" +
+                           (trace_moe ? "router and grouped GEMMs" : "no router") + ", " +
+                           (trace_swiglu ? "SwiGLU" : "GELU") + "), the experiment is " +
+                           model_family);
+    if (trace_rotary != m.rotary && m.activation == workload::Activation::SwiGlu)
+        warnings.push_back(where + (trace_rotary ? "it runs" : "it has no") +
+                           " rotary embedding kernels, the experiment's model.rotary is " +
+                           (m.rotary ? "true" : "false"));
+    if (trace_moe && dims.experts > 0 && dims.experts != m.experts)
+        warnings.push_back(where + "its router scores " + std::to_string(dims.experts) +
+                           " experts, the experiment has " + std::to_string(m.experts));
+    const int microbatches = spec.training.microbatches(spec.layout);
+    if (norm_ops > 0 && microbatches > 0 && spec.layout.pp == 1) {
+        // Two norms per layer and the final one, per microbatch forward.
+        const double per = static_cast<double>(norm_ops) / iterations / microbatches;
+        const long layers = std::lround((per - 1) / 2);
+        if (layers != m.layers)
+            warnings.push_back(where + "its forward passes run " + fmt("%.0f", per) +
+                               " norms per microbatch (" + std::to_string(layers) +
+                               " layers and the final norm), the experiment has " +
+                               std::to_string(m.layers) + " layers");
+    }
+    if (dims.vocab > 0 && m.vocab_size > 0 &&
+        dims.vocab != (m.vocab_size + spec.layout.tp - 1) / spec.layout.tp)
+        warnings.push_back(where + "its loss is over " + std::to_string(dims.vocab) +
+                           " logits, the experiment's vocabulary per GPU is " +
+                           std::to_string((m.vocab_size + spec.layout.tp - 1) / spec.layout.tp));
+}
 
 }  // namespace
 
 CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
-                                   const topology::GpuModel& gpu) {
+                                   const topology::GpuModel& gpu,
+                                   const CalibrateContext& context) {
     CalibrationResult r;
     r.file.gpu_model = gpu.name;
-    constexpr std::size_t kKinds = static_cast<std::size_t>(KernelKind::Other) + 1;
-    std::array<std::int64_t, kKinds> count{};
-    std::array<double, kKinds> total_us{};
+    std::array<std::int64_t, kKernelKinds> count{};
+    std::array<double, kKernelKinds> total_us{};
     std::vector<GemmSample> gemms;
-    std::int64_t gemm_unshaped = 0;
-    std::array<std::vector<MemSample>, kKinds> mem;
-    std::array<std::int64_t, kKinds> unsized{};
-    std::map<std::string, CalibrationResult::Skipped> skipped;
+    std::vector<GroupedSample> grouped;
+    struct AttentionSample {
+        workload::AttentionBlock block;
+        bool backward = false;
+        double us = 0;
+    };
+    std::vector<AttentionSample> attention;
+    std::int64_t gemm_unshaped = 0, gemm_skinny = 0, grouped_unshaped = 0, attention_unshaped = 0;
+    std::array<std::vector<MemSample>, kKernelKinds> mem;
+    std::array<std::int64_t, kKernelKinds> unsized{};
+    std::map<std::string, CalibrationResult::Unmapped> unmapped;
     std::vector<double> gaps, host;
     double tensor_us = 0, duty_total_us = 0;
+    std::int64_t norm_ops = 0;
+    int iterations = 0;
+    TraceDims first_dims;
 
-    for (const auto& t : traces) {
+    for (std::size_t ti = 0; ti < traces.size(); ++ti) {
+        const auto& t = traces[ti];
         r.file.sources.push_back(std::filesystem::path(t.source).filename().string());
         r.cpu_ops += static_cast<std::int64_t>(t.cpu_ops.size());
+        std::vector<double> step_starts;
+        const int trace_iterations =
+            context.iterations > 0 ? context.iterations : count_iterations(t, &step_starts);
+        iterations = std::max(iterations, trace_iterations);
+        // The iteration with the profiler: the optimizer steps' spacing when the trace holds
+        // three or more (two are too few to tell it from the warm-up), else the GPU's span.
+        if (ti == 0 && step_starts.size() >= 3)
+            r.profiled_iteration_ms = (step_starts.back() - step_starts.front()) /
+                                      static_cast<double>(step_starts.size() - 1) / 1000;
+        const OpNesting nesting(t);
+        const TraceDims dims = trace_dims(t);
+        if (ti == 0) first_dims = dims;
+        for (const auto& op : t.cpu_ops)
+            norm_ops += op.name == "aten::_fused_rms_norm" || op.name == "aten::native_layer_norm";
         std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
         for (const auto& op : t.cpu_ops)
             if (op.external_id >= 0) ops.emplace(op.external_id, &op);
@@ -174,54 +376,78 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
             if (c.correlation >= 0) calls.emplace(c.correlation, &c);
 
         // Per operator (External id) and kind: the kernels' summed time, so that an operator
-        // that launches several kernels of one kind (LayerNorm backward) is one sample.
+        // that launches several kernels of one kind (a norm's backward) is one sample.
         std::map<std::pair<std::int64_t, KernelKind>, double> per_op;
-        std::vector<std::pair<KernelKind, const TraceGpuEvent*>> classified;
+        double first_us = HUGE_VAL, last_us = 0;
         for (const auto& g : t.gpu) {
-            const auto it = ops.find(g.external_id);
-            const TraceCpuOp* op = it == ops.end() ? nullptr : it->second;
-            const KernelKind kind = classify_kernel(g, op);
-            const auto ki = static_cast<std::size_t>(kind);
-            ++count[ki];
-            total_us[ki] += g.dur_us;
+            const KernelSite site = nesting.site(g);
+            const KernelKind kind = classify_kernel(g, site, dims);
+            const TraceCpuOp* op = site.op;
+            ++count[ki(kind)];
+            total_us[ki(kind)] += g.dur_us;
+            first_us = std::min(first_us, g.ts_us);
+            last_us = std::max(last_us, g.end_us());
             r.gpu_ms += g.dur_us / 1000;
             r.kernels += g.cat == TraceGpuEvent::Cat::Kernel;
             r.memsets += g.cat == TraceGpuEvent::Cat::Memset;
             r.memcpys += g.cat == TraceGpuEvent::Cat::Memcpy;
             if (kind != KernelKind::Optimizer) {
                 duty_total_us += g.dur_us;
-                if (kind == KernelKind::Gemm || kind == KernelKind::Attention)
+                if (kind == KernelKind::Gemm || kind == KernelKind::GroupedGemm ||
+                    kind == KernelKind::Attention)
                     tensor_us += g.dur_us;
             }
-            if (kind == KernelKind::Other) {
-                auto& s = skipped[g.name];
-                s.name = g.name;
-                ++s.count;
-                s.ms += g.dur_us / 1000;
+            if (kind == KernelKind::Unmapped) {
+                const std::string name =
+                    g.name.substr(0, 90) + (op ? " (" + op->name + ")" : std::string());
+                auto& u = unmapped[name];
+                u.name = name;
+                ++u.count;
+                u.ms += g.dur_us / 1000;
             }
             if (op)
                 per_op[{g.external_id, kind}] += g.dur_us;
             else if (kind == KernelKind::Gemm)
                 ++gemm_unshaped;
-            else if (kind != KernelKind::Other && kind != KernelKind::Memset &&
-                     kind != KernelKind::Attention)
-                ++unsized[ki];
+            else if (kind != KernelKind::Unmapped && kind != KernelKind::Memset)
+                ++unsized[ki(kind)];
         }
+        if (ti == 0 && r.profiled_iteration_ms <= 0 && last_us > first_us)
+            r.profiled_iteration_ms = (last_us - first_us) / trace_iterations / 1000;
         for (const auto& [key, us] : per_op) {
             const auto& op = *ops.at(key.first);
-            const auto ki = static_cast<std::size_t>(key.second);
-            if (key.second == KernelKind::Gemm) {
-                if (auto shape = gemm_shape(op); shape && us > 0)
+            const KernelKind kind = key.second;
+            if (us <= 0) continue;
+            if (kind == KernelKind::Gemm) {
+                // A GEMM with a dimension below the curve's smallest fitted one (an MoE router's
+                // experts) pads its tiles: the curve is not fitted there.
+                const auto shape = gemm_shape(op);
+                const double floor = workload::default_calibration().gemm_smallest_fitted_dim;
+                if (shape && std::min({shape->m, shape->n, shape->k}) >= floor)
                     gemms.push_back({*shape, us});
+                else if (shape)
+                    ++gemm_skinny;
                 else
                     ++gemm_unshaped;
-            } else if (key.second != KernelKind::Attention && key.second != KernelKind::Memset &&
-                       key.second != KernelKind::Other) {
-                const auto bytes = op_hbm_bytes(op, key.second);
-                if (bytes > 0 && us > 0)
-                    mem[ki].push_back({static_cast<double>(bytes), us});
+            } else if (kind == KernelKind::GroupedGemm) {
+                if (auto g = grouped_of(op)) {
+                    g->us = us;
+                    grouped.push_back(*g);
+                } else {
+                    ++grouped_unshaped;
+                }
+            } else if (kind == KernelKind::Attention) {
+                const bool backward = is_attention_backward(op.name);
+                if (auto b = attention_block_of(op, backward))
+                    attention.push_back({*b, backward, us});
                 else
-                    ++unsized[ki];
+                    ++attention_unshaped;
+            } else if (kind != KernelKind::Memset && kind != KernelKind::Unmapped) {
+                const auto bytes = op_hbm_bytes(op, kind);
+                if (bytes > 0)
+                    mem[ki(kind)].push_back({static_cast<double>(bytes), us});
+                else
+                    ++unsized[ki(kind)];
             }
         }
 
@@ -250,17 +476,22 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
             }
         }
     }
+    r.iterations = std::max(iterations, 1);
+    const double per_iteration = 1.0 / r.iterations;
 
     // The sustained clock factor at the trace's duty cycle (not fitted: see below).
     r.tensor_duty = duty_total_us > 0 ? tensor_us / duty_total_us : 0;
     r.sustained_factor = gpu.sustained.factor(r.tensor_duty);
 
+    const workload::ExperimentSpec* spec = context.experiment;
+    if (spec) check_model(*spec, first_dims, count, norm_ops, r.iterations, r.warnings);
+
     // GEMMs.
     {
         KindFit k;
         k.kind = "gemm";
-        k.kernels = count[static_cast<std::size_t>(KernelKind::Gemm)];
-        k.measured_ms = total_us[static_cast<std::size_t>(KernelKind::Gemm)] / 1000;
+        k.kernels = count[ki(KernelKind::Gemm)];
+        k.measured_ms = total_us[ki(KernelKind::Gemm)] / 1000;
         k.samples = static_cast<std::int64_t>(gemms.size());
         if (gemms.empty()) {
             k.note = "no GEMM with recorded shapes (profile with record_shapes=True)";
@@ -325,97 +556,251 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                 k.note += "; " + std::to_string(gemm_unshaped) +
                           " GEMM operators without usable shapes (batched, not 16-bit or not "
                           "recorded) left out";
+            if (gemm_skinny > 0)
+                k.note += "; " + std::to_string(gemm_skinny) +
+                          " GEMMs with a dimension below 512 (routers) left out: the curve "
+                          "pads their tiles instead";
         }
-        r.kinds.push_back(k);
-    }
-    {
-        KindFit k;
-        k.kind = "attention";
-        k.kernels = count[static_cast<std::size_t>(KernelKind::Attention)];
-        k.measured_ms = total_us[static_cast<std::size_t>(KernelKind::Attention)] / 1000;
-        k.note = "not fitted: the flash-attention curve stays the catalogue's";
-        if (k.kernels > 0)
-            r.unfitted.push_back({"attention",
-                                  "this version fits GEMMs and memory-bound kinds; "
-                                  "the catalogue's flash-attention curve applies"});
         r.kinds.push_back(k);
     }
 
-    // Memory-bound kinds: total bytes over total time, so the kind's total is reproduced.
+    // The model's time for a sample at the catalogue's rates and the trace's clocks (the
+    // tensor-core kernels of the trace ran at the sustained factor of its duty cycle).
+    workload::RooflineCompute catalogue;
+    catalogue.launch_overhead = Time::zero();
+    const auto scale_fit = [&](KindFit& k, const std::vector<double>& model_us,
+                               const std::vector<double>& meas_us) -> std::optional<double> {
+        double model = 0, measured = 0;
+        for (std::size_t i = 0; i < model_us.size(); ++i) {
+            model += model_us[i];
+            measured += meas_us[i];
+        }
+        k.samples = static_cast<std::int64_t>(model_us.size());
+        if (model_us.empty() || measured <= 0) return std::nullopt;
+        const double scale = std::stod(fmt("%.4g", model / measured));
+        std::vector<double> pred;
+        for (double m : model_us)
+            pred.push_back(m / scale);
+        residuals(k, pred, meas_us);
+        k.sample_ms = measured / 1000;
+        return scale;
+    };
+    {
+        KindFit k;
+        k.kind = "grouped_gemm";
+        k.kernels = count[ki(KernelKind::GroupedGemm)];
+        k.measured_ms = total_us[ki(KernelKind::GroupedGemm)] / 1000;
+        std::vector<double> model_us, meas_us;
+        for (const auto& g : grouped) {
+            const Time t = workload::grouped_gemm_time(g.experts, g.tokens, g.n, g.k, g.reduce,
+                                                       workload::Precision::Bf16, gpu, catalogue);
+            model_us.push_back(t.seconds() * 1e6 / r.sustained_factor);
+            meas_us.push_back(g.us);
+        }
+        if (const auto scale = scale_fit(k, model_us, meas_us)) {
+            r.file.grouped_gemm = *scale;
+            k.value = "rate x " + fmt("%.4g", *scale) + " of the catalogue's grouped curve";
+        } else if (k.kernels > 0) {
+            k.note = "no _grouped_mm operator with recorded shapes";
+        }
+        if (grouped_unshaped > 0)
+            k.note += std::to_string(grouped_unshaped) + " operators without usable shapes";
+        if (k.kernels > 0) r.kinds.push_back(k);
+    }
+    for (const bool backward : {false, true}) {
+        KindFit k;
+        k.kind = backward ? "attention bwd" : "attention";
+        std::vector<double> model_us, meas_us;
+        for (const auto& a : attention) {
+            if (a.backward != backward) continue;
+            const Time t = workload::attention_time(a.block, backward, gpu, catalogue);
+            model_us.push_back(t.seconds() * 1e6 / r.sustained_factor);
+            meas_us.push_back(a.us);
+        }
+        k.kernels = static_cast<std::int64_t>(model_us.size());
+        for (double us : meas_us)
+            k.measured_ms += us / 1000;
+        if (const auto scale = scale_fit(k, model_us, meas_us)) {
+            (backward ? r.file.attention_backward : r.file.attention_forward) = *scale;
+            k.value = "efficiency x " + fmt("%.4g", *scale) + " of the catalogue's curve";
+            k.note = "operators' calls (all their kernels) against the attention block of their "
+                     "shapes";
+        } else if (count[ki(KernelKind::Attention)] > 0) {
+            k.note = "no attention operator with recorded 4-D shapes";
+            r.unfitted.push_back({std::string("compute.attention.") +
+                                      (backward ? "backward" : "forward"),
+                                  k.note + "; the catalogue's curve applies"});
+        }
+        if (k.kernels > 0 || !backward) r.kinds.push_back(k);
+    }
+    if (attention_unshaped > 0)
+        r.warnings.push_back(std::to_string(attention_unshaped) +
+                             " attention operators without recorded shapes were left out of the "
+                             "attention fit");
+
+    // Memory-bound kinds: total bytes over total time, so the kind's total is reproduced. With
+    // the experiment, the model's bytes for the kind per iteration; else the operators' bytes.
     const double hbm = gpu.hbm_bandwidth.bytes_per_s;
+    ModelKinds of_model;
+    if (spec) {
+        if (spec->layout.pp != 1) {
+            r.warnings.push_back(spec->source +
+                                 " has pipeline stages: the trace is one GPU's, so the kinds' "
+                                 "bytes come from the recorded shapes, not from the model");
+        } else {
+            of_model = model_bytes(*spec);
+            r.model_bytes = true;
+        }
+    } else {
+        r.warnings.push_back(
+            "no --experiment: the memory-bound kinds' bytes come from the operators' recorded "
+            "shapes, which count some kernels differently from the model (give the experiment "
+            "the trace ran for the model's own bytes and the model checks)");
+    }
+    double residual_us = total_us[ki(KernelKind::Unmapped)];
     for (const auto& [kind, mk] : kMemKinds) {
-        const auto ki = static_cast<std::size_t>(kind);
+        const auto i = ki(kind);
         KindFit k;
         k.kind = std::string(kernel_kind_name(kind));
-        k.kernels = count[ki];
-        k.measured_ms = total_us[ki] / 1000;
-        k.samples = static_cast<std::int64_t>(mem[ki].size());
+        k.kernels = count[i];
+        k.measured_ms = total_us[i] / 1000;
         if (k.kernels == 0) continue;
         double bytes = 0, us = 0;
-        for (const auto& s : mem[ki]) {
-            bytes += s.bytes;
-            us += s.us;
-        }
-        if (mem[ki].empty() || us <= 0) {
-            k.note = "no operator of this kind recorded tensor sizes";
-            if (kind == KernelKind::Optimizer)
-                k.note = "the fused optimizer's tensor lists carry no sizes in the trace";
-            r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
-            r.kinds.push_back(k);
-            continue;
+        std::vector<double> pred, meas;
+        // A kind with a fixed time per kernel (RooflineCalibration::kind_latency) moves its
+        // bytes in what is left.
+        const double latency_us =
+            workload::default_calibration().kind_latency(mk).seconds() * 1e6;
+        if (r.model_bytes) {
+            bytes = of_model.bytes[static_cast<std::size_t>(mk)];
+            us = total_us[i] * per_iteration -
+                 latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
+            k.samples = r.iterations;
+            if (bytes > 0 && us <= 0) {
+                k.note = "the kind's kernels take no longer than their fixed time per kernel: "
+                         "the catalogue's fraction applies";
+                r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
+                r.kinds.push_back(k);
+                continue;
+            }
+            if (bytes <= 0) {
+                k.note = "the experiment's model has no op of this kind: its time goes to the "
+                         "residual";
+                residual_us += total_us[i];
+                CalibrationResult::Unmapped u{"kind " + k.kind + " (no op in the model)", count[i],
+                                              total_us[i] / 1000};
+                unmapped[u.name] = u;
+                r.kinds.push_back(k);
+                continue;
+            }
+        } else {
+            k.samples = static_cast<std::int64_t>(mem[i].size());
+            for (const auto& s : mem[i]) {
+                bytes += s.bytes;
+                us += s.us - latency_us;
+            }
+            if (mem[i].empty() || us <= 0) {
+                k.note = kind == KernelKind::Optimizer
+                             ? "the fused optimizer's tensor lists carry no sizes in the trace "
+                               "(give --experiment)"
+                             : "no operator of this kind recorded tensor sizes";
+                r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
+                r.kinds.push_back(k);
+                continue;
+            }
         }
         const double f = std::min(1.0, bytes / (hbm * us * 1e-6));
-        r.file.hbm_fractions[static_cast<std::size_t>(*mk)] =
+        r.file.hbm_fractions[static_cast<std::size_t>(mk)] =
             std::stod(fmt("%.4g", f));  // as written, so the report shows what applies
-        std::vector<double> pred, meas;
-        for (const auto& s : mem[ki]) {
-            pred.push_back(s.bytes / (hbm * f) * 1e6);
-            meas.push_back(s.us);
-            k.sample_ms += s.us / 1000;
+        if (r.model_bytes) {
+            const double fixed = latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
+            pred.push_back(bytes / (hbm * f) * 1e6 + fixed);
+            meas.push_back(us + fixed);
+            k.sample_ms = (us + fixed) / 1000;
+            k.note = "the model's " + fmt("%.3g", bytes / 1e9) +
+                     " GB per iteration over the kind's kernel time per iteration";
+        } else {
+            for (const auto& s : mem[i]) {
+                pred.push_back(s.bytes / (hbm * f) * 1e6 + latency_us);
+                meas.push_back(s.us);
+                k.sample_ms += s.us / 1000;
+            }
+            if (unsized[i] > 0)
+                k.note = std::to_string(unsized[i]) + " operators without sizes left out";
         }
         residuals(k, pred, meas);
         k.value = "hbm fraction " + fmt("%.4g", f) + " (" + fmt("%.2f", f * hbm / 1e12) + " TB/s)";
-        if (unsized[ki] > 0)
-            k.note = std::to_string(unsized[ki]) + " operators without sizes left out";
         r.kinds.push_back(k);
     }
-    for (KernelKind kind : {KernelKind::Memset, KernelKind::Other}) {
-        const auto ki = static_cast<std::size_t>(kind);
+    for (KernelKind kind : {KernelKind::Routing, KernelKind::Sort, KernelKind::Memset,
+                            KernelKind::Unmapped}) {
+        const auto i = ki(kind);
         KindFit k;
         k.kind = std::string(kernel_kind_name(kind));
-        k.kernels = count[ki];
-        k.measured_ms = total_us[ki] / 1000;
+        k.kernels = count[i];
+        k.measured_ms = total_us[i] / 1000;
         k.note = kind == KernelKind::Memset
-                     ? "modelled as launches (the memset before each cuBLAS/cuDNN call)"
-                     : "skipped: not modelled by kind (see the list of skipped kernels)";
+                     ? "modelled as launches (the memsets before cuBLAS and cuDNN calls)"
+                 : kind == KernelKind::Unmapped
+                     ? "no op of the model: the residual (listed below)"
+                     : "latency-bound: the catalogue's fixed times apply";
         if (k.kernels > 0) r.kinds.push_back(k);
     }
-    r.skipped_kernels = count[static_cast<std::size_t>(KernelKind::Other)];
-    r.skipped_ms = total_us[static_cast<std::size_t>(KernelKind::Other)] / 1000;
-    for (const auto& [name, s] : skipped)
-        r.skipped.push_back(s);
-    std::stable_sort(r.skipped.begin(), r.skipped.end(),
+    for (const auto& [name, u] : unmapped)
+        r.unmapped.push_back(u);
+    std::stable_sort(r.unmapped.begin(), r.unmapped.end(),
                      [](const auto& a, const auto& b) { return a.ms > b.ms; });
-    if (r.skipped.size() > 8) r.skipped.resize(8);
+    if (r.unmapped.size() > 12) r.unmapped.resize(12);
+    double all_us = 0;
+    for (double us : total_us)
+        all_us += us;
+    r.unmapped_ms = residual_us / 1000 * per_iteration;
+    r.mapped_ms = (all_us - residual_us) / 1000 * per_iteration;
+    if (r.mapped_ms > 0 && residual_us > 0)
+        r.file.residual = std::stod(fmt("%.4g", r.unmapped_ms / r.mapped_ms));
 
     // Launch gap and host cost.
     r.gap_samples = static_cast<std::int64_t>(gaps.size());
+    const double gap_us = gaps.empty() ? 0 : median(gaps);
     if (!gaps.empty())
-        r.file.launch_overhead =
-            Time::ns(std::llround(median(gaps) * 1e3));  // whole ns, as written
+        r.file.launch_overhead = Time::ns(std::llround(gap_us * 1e3));  // whole ns, as written
     else
         r.unfitted.push_back({"compute.launch_overhead",
                               "no two kernels of one stream queued back to back (no runtime "
                               "launch calls with correlation ids?)"});
+    // The GPU's own time per iteration: its kernels and a launch gap before each.
+    r.busy_ms = (all_us + static_cast<double>(r.kernels + r.memsets + r.memcpys) * gap_us) /
+                1000 * per_iteration / std::max<std::size_t>(traces.size(), 1);
     r.host_samples = static_cast<std::int64_t>(host.size());
-    if (r.host_samples >= kMinHostSamples)
-        r.file.host_launch = Time::ns(std::llround(median(host) * 1e3));
-    else
+    const double measured_ms = context.iteration_time_s * 1e3;
+    if (r.host_samples < kMinHostSamples) {
         r.unfitted.push_back(
             {"compute.host.launch", "the host ran ahead of the GPU: only " +
                                         std::to_string(r.host_samples) +
                                         " kernels waited for their launch (at least " +
                                         std::to_string(kMinHostSamples) + " needed)"});
+    } else if (measured_ms <= 0) {
+        r.file.host_launch = Time::ns(std::llround(median(host) * 1e3));
+        r.warnings.push_back(
+            "the host's cost per launch (" + fmt("%.1f", median(host)) +
+            " us) includes the profiler's own overhead per operator; give --iteration-time, the "
+            "iteration measured without the profiler, to correct it");
+    } else if (measured_ms <= r.busy_ms * 1.05 || r.profiled_iteration_ms <= r.busy_ms) {
+        r.unfitted.push_back(
+            {"compute.host.launch",
+             "without the profiler the run is GPU-bound (iteration " + fmt("%.2f", measured_ms) +
+                 " ms against " + fmt("%.2f", r.busy_ms) +
+                 " ms of kernels and launch gaps): the host's cost is hidden there, and the "
+                 "trace's host intervals (" +
+                 fmt("%.1f", median(host)) +
+                 " us) are the profiler's; the framework's own cost applies"});
+    } else {
+        // The host-bound part of an iteration grows with the profiler's overhead: scale the
+        // profiled launch interval by the exposed time without the profiler over with it.
+        const double exposed = (measured_ms - r.busy_ms) / (r.profiled_iteration_ms - r.busy_ms);
+        r.file.host_launch =
+            Time::ns(std::llround(median(host) * std::min(1.0, exposed) * 1e3));
+    }
     r.unfitted.push_back(
         {"sustained clock factor",
          "one duty cycle in the data (tensor-core share " + fmt("%.2f", r.tensor_duty) +
@@ -431,6 +816,9 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
         throw ConfigError(
             "calibrate: no measurement given; pass --torch-trace FILE and/or "
             "--nccl-tests FILE");
+    if (options.traces.empty() && !options.experiment.empty())
+        throw ConfigError(SourceLocation{"--experiment"},
+                          "describes the configuration of --torch-trace; give the traces");
     std::optional<NetworkFitResult> network;
     if (!options.nccl_tests.empty())
         network = calibrate_network(
@@ -446,6 +834,9 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
     if (options.gpu_model.empty())
         throw ConfigError(SourceLocation{"--torch-trace"},
                           "name the GPU the traces ran on with --gpu-model");
+    if (!(options.iteration_time_s >= 0) || options.iteration_time_s > 1e6)
+        throw ConfigError(SourceLocation{"--iteration-time"},
+                          "must be a time of one training iteration, e.g. 63.3ms");
     const topology::GpuModel* gpu = nullptr;
     std::optional<LoadedTopology> topo;
     if (!options.topology.empty()) {
@@ -472,10 +863,28 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
                               config::join_alternatives(topology::catalog_names()) +
                               ", or give --topology with a gpu_models entry of that name");
     }
+    std::optional<workload::ExperimentSpec> spec;
+    if (!options.experiment.empty()) {
+        spec = workload::load_experiment(options.experiment, options.experiment_sets);
+        if (spec->compute.kind != workload::ComputeSpec::Kind::Roofline)
+            throw ConfigError(SourceLocation{"--experiment"},
+                              options.experiment +
+                                  ": calibrate needs a roofline experiment (compute.model: "
+                                  "roofline), whose kernels it fits");
+        if (spec->compute.calibration_file.size() > 0)
+            throw ConfigError(SourceLocation{"--experiment"},
+                              options.experiment + " already applies a calibration (" +
+                                  spec->compute.calibration_file +
+                                  "): calibrate against the catalogue, without compute.calibration");
+    }
     std::vector<TorchTrace> traces;
     for (const auto& t : options.traces)
         traces.push_back(read_torch_trace(t));
-    auto r = calibrate_traces(traces, *gpu);
+    CalibrateContext context;
+    context.experiment = spec ? &*spec : nullptr;
+    context.iteration_time_s = options.iteration_time_s;
+    context.iterations = options.iterations;
+    auto r = calibrate_traces(traces, *gpu, context);
     for (std::size_t i = 0; i < traces.size(); ++i)
         r.file.sources[i] = std::filesystem::path(options.traces[i]).filename().string();
     r.compute = true;
@@ -551,10 +960,25 @@ nlohmann::json calibration_json(const CalibrationResult& r) {
     for (const auto& u : r.unfitted)
         un.push_back({{"what", u.what}, {"why", u.why}});
     j["unfitted"] = un;
-    nlohmann::json sk = nlohmann::json::array();
-    for (const auto& s : r.skipped)
-        sk.push_back({{"name", s.name}, {"count", s.count}, {"ms", s.ms}});
-    j["skipped"] = {{"kernels", r.skipped_kernels}, {"ms", r.skipped_ms}, {"largest", sk}};
+    nlohmann::json um = nlohmann::json::array();
+    for (const auto& u : r.unmapped)
+        um.push_back({{"name", u.name}, {"count", u.count}, {"ms", u.ms}});
+    j["coverage"] = {{"mapped_ms_per_iteration", r.mapped_ms},
+                     {"unmapped_ms_per_iteration", r.unmapped_ms},
+                     {"unmapped", um},
+                     {"residual", r.file.residual ? nlohmann::json(*r.file.residual)
+                                                  : nlohmann::json(0.0)}};
+    j["iterations"] = r.iterations;
+    j["busy_ms_per_iteration"] = r.busy_ms;
+    j["profiled_iteration_ms"] = r.profiled_iteration_ms;
+    j["model_bytes"] = r.model_bytes;
+    j["attention"] = {{"forward", r.file.attention_forward ? nlohmann::json(*r.file.attention_forward)
+                                                           : nlohmann::json()},
+                      {"backward", r.file.attention_backward
+                                       ? nlohmann::json(*r.file.attention_backward)
+                                       : nlohmann::json()}};
+    j["grouped_gemm_scale"] =
+        r.file.grouped_gemm ? nlohmann::json(*r.file.grouped_gemm) : nlohmann::json();
     j["warnings"] = r.warnings;
     return j;
 }
@@ -568,8 +992,13 @@ std::string calibration_file_text(const CalibrationResult& r) {
                          " kernels; GEMM samples at tensor-core duty " +
                          fmt("%.3f", r.tensor_duty) + " (sustained factor " +
                          fmt("%.3f", r.sustained_factor) + ").");
+        const double all = r.mapped_ms + r.unmapped_ms;
+        header.push_back("Coverage: " + fmt("%.1f%%", all > 0 ? 100 * r.mapped_ms / all : 0) +
+                         " of the GPU time maps to the model's ops; the rest is the residual.");
         for (const auto& u : r.unfitted)
             header.push_back("Unfitted: " + u.what + ": " + u.why);
+        for (const auto& w : r.warnings)
+            header.push_back("Warning: " + w);
     }
     if (r.network) {
         header.push_back("Network: network: {calibration: THIS_FILE}; fitted on " +

@@ -18,6 +18,7 @@
 #include "network/network.hpp"
 #include "replay/host.hpp"
 #include "topology/topology_yaml.hpp"
+#include "workload/flops.hpp"
 #include "workload/groups.hpp"
 #include "workload/roofline.hpp"
 
@@ -161,6 +162,14 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
     const double t = summary.iteration_time_s;
     if (metric == "iteration_time_s") {
         out.predicted = t;
+    } else if (metric == "peak_memory_gb") {
+        // The largest GPU's memory at its peak (memory_per_gpu_bytes.total), 1e9 bytes, as
+        // torch.cuda.max_memory_allocated reports it in GB.
+        out.predicted = static_cast<double>(summary.memory.total.value) * 1e-9;
+        out.note = "activations " + number(summary.memory.activations.value * 1e-9) +
+                   " GB, 16-bit gradients " +
+                   number(summary.memory.temporary_gradients.value * 1e-9) + " GB; iteration " +
+                   number(t * 1e3) + " ms";
     } else if (metric == "eq3_tflops_per_gpu") {
         out.predicted = narayanan_eq3_flops(spec) / (t * summary.world_size) * 1e-12;
         const double peak =
@@ -186,7 +195,8 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
                    number(summary.bubble_fraction);
     } else {
         r.fail("metric", "unknown metric \"" + metric +
-                             "\"; expected iteration_time_s, eq3_tflops_per_gpu or zb_bubble_rate");
+                             "\"; expected iteration_time_s, peak_memory_gb, eq3_tflops_per_gpu "
+                             "or zb_bubble_rate");
     }
 }
 
@@ -199,8 +209,9 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     if (spec.compute.kind != workload::ComputeSpec::Kind::Roofline)
         r.fail("experiment", "layer cases need a roofline experiment");
     const auto& gpu = spec.cluster->gpu_model(0);
+    const bool moe = workload::is_moe_layer(spec.model, 0);
     const auto passes = workload::roofline_layer(spec.model, spec.layout, spec.training, gpu,
-                                                 spec.compute.roofline, false);
+                                                 spec.compute.roofline, moe);
     const std::string which = r.string("layer_pass");
     // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
     // a profiler's kernel sum counts it; forward_backward sums both passes.
@@ -314,7 +325,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         auto compute = spec.compute.roofline;
         compute.sustained = sustained;
         return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute,
-                                        false);
+                                        moe);
     };
     const Call alone = call_of(passes);
     const bool other_clocks =
@@ -371,7 +382,7 @@ void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, Val
                  std::to_string(shape.k) + " bf16 on " + gpu.name + ", per-call overhead " +
                  format_time(compute.launch_overhead) + ", sustained x" + number(sustained);
     out.note = "efficiency " +
-               number(workload::gemm_efficiency(shape, workload::Precision::Bf16, gpu.gemm)) +
+               number(workload::gemm_efficiency(shape, gpu.gemm)) +
                " at burst clocks";
 }
 
@@ -411,6 +422,76 @@ void run_sustained(const config::Reader& r, const std::vector<std::string>& sets
     } else {
         r.fail("kind", "a sustained case needs `gemm: {m, n, k}` or `elementwise_bytes`");
     }
+}
+
+// A tensor-core kernel of the H200 microbenchmarks (h200-microbench.json), timed back to back
+// in a CUDA graph (no launch gaps) at the SM clock its row records. The model's time at burst
+// clocks is scaled by the tensor-core throughput at that clock relative to 1980 MHz:
+// 0.5281 + 0.000230 x MHz, a least-squares line through the bf16 GEMM rows of the same file
+// (the dense and fp8 sections' bf16 products against the GEMM curve: 0.983 at 1980 MHz, 0.856
+// at 1425), so a row that ran under the power cap is compared at its own clock.
+//   grouped_gemm: {experts, tokens, n, k, pass: fwd | dgrad | wgrad} (one expert's GEMM is
+//                 tokens x n x k forward; the weight gradient reduces over the tokens)
+//   attention:    {batch, heads, kv_heads, seq, head_dim, pass: fwd | bwd}, causal
+//   fp8_gemm:     {m, n, k, recipe: tensorwise | rowwise | blockwise}
+void run_kernel(const config::Reader& r, const std::vector<std::string>& sets,
+                ValidationCase& out) {
+    const auto cluster = load_topology(r, sets);
+    const auto& gpu = cluster.gpu_model(0);
+    workload::RooflineCompute compute;
+    compute.launch_overhead = Time::zero();
+    const double mhz = r.number("sm_mhz");
+    if (!(mhz > 0 && mhz <= 1980)) r.fail("sm_mhz", "must be in (0, 1980]");
+    const auto throughput = [](double clock) { return 0.5281 + 0.000230 * clock; };
+    const double clock = throughput(mhz) / throughput(1980);
+    Time burst;
+    double flops = 0;
+    if (auto g = r.map_opt("grouped_gemm")) {
+        const auto e = g->integer("experts"), t = g->integer("tokens");
+        const auto n = g->integer("n"), k = g->integer("k");
+        const std::string pass = g->choice("pass", {"fwd", "dgrad", "wgrad"});
+        g->finish();
+        burst = workload::grouped_gemm_time(e, t, n, k, pass == "wgrad",
+                                            workload::Precision::Bf16, gpu, compute);
+        flops = 2.0 * static_cast<double>(e * t) * static_cast<double>(n) * static_cast<double>(k);
+        out.inputs = std::to_string(e) + " experts x " + std::to_string(t) + " tokens, " +
+                     std::to_string(n) + " x " + std::to_string(k) + " " + pass + ", grouped";
+        out.note = "grouped / dense ratio " +
+                   number(workload::grouped_gemm_ratio(t, pass == "wgrad"));
+    } else if (auto a = r.map_opt("attention")) {
+        workload::AttentionBlock b;
+        b.b = a->integer("batch");
+        b.heads = a->integer("heads");
+        b.kv_heads = a->integer("kv_heads");
+        b.q_len = b.kv_len = a->integer("seq");
+        b.head_dim = a->integer("head_dim");
+        const bool backward = a->choice("pass", {"fwd", "bwd"}) == "bwd";
+        a->finish();
+        burst = workload::attention_time(b, backward, gpu, compute);
+        flops = b.executed_flops(backward);
+        out.inputs = std::to_string(b.heads) + " heads (" + std::to_string(b.kv_heads) +
+                     " K/V) x " + std::to_string(b.q_len) + " tokens x " +
+                     std::to_string(b.head_dim) + ", causal " + (backward ? "backward" : "forward");
+        out.note = "efficiency " + number(workload::attention_efficiency(b, backward)) +
+                   " at burst clocks";
+    } else if (auto f = r.map_opt("fp8_gemm")) {
+        const workload::GemmShape shape{f->integer("m"), f->integer("n"), f->integer("k")};
+        const auto recipe = f->choice("recipe", workload::kFp8RecipeNames);
+        f->finish();
+        burst = workload::gemm_time(shape, workload::Precision::Fp8, gpu, compute, 1, recipe);
+        flops = shape.flops().value;
+        out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
+                     std::to_string(shape.k) + " fp8 " +
+                     std::string(name_of(workload::kFp8RecipeNames, recipe));
+        out.note = "the bf16 curve x the recipe's speedup";
+    } else {
+        r.fail_here("a kernel case needs grouped_gemm, attention or fp8_gemm");
+    }
+    const double seconds = burst.seconds() / clock;
+    const std::string unit = r.string_or("unit", "ms");
+    out.predicted = unit == "TFLOP/s" ? flops / seconds * 1e-12 : seconds * 1e3;
+    out.inputs += " on " + gpu.name + " at " + number(mhz) + " MHz (throughput x " +
+                  number(clock) + ")";
 }
 
 // A case's `ranks`, each a GPU of `cluster`; errors point at the key in the cases file.
@@ -604,10 +685,12 @@ ValidationReport validate(const ValidateOptions& a) {
             run_collective(c, res);
         else if (kind == "sustained")
             run_sustained(c, sets, res);
+        else if (kind == "kernel")
+            run_kernel(c, sets, res);
         else
             c.fail("kind", "unknown kind \"" + kind +
-                               "\"; expected experiment, layer, gemm, collective, sustained or "
-                               "not_reproduced");
+                               "\"; expected experiment, layer, gemm, collective, sustained, "
+                               "kernel or not_reproduced");
         c.finish();
         res.error =
             fam->absolute ? res.predicted - res.published : res.predicted / res.published - 1;

@@ -257,7 +257,8 @@ class Handler : public nlohmann::json_sax<Json> {
         const bool gpu = ev_.cat == "kernel" || ev_.cat == "gpu_memset" || ev_.cat == "gpu_memcpy";
         const bool cpu = ev_.cat == "cpu_op";
         const bool runtime = ev_.cat == "cuda_runtime" || ev_.cat == "cuda_driver";
-        if (!gpu && !cpu && !runtime) return;
+        const bool annotation = ev_.cat == "user_annotation";
+        if (!gpu && !cpu && !runtime && !annotation) return;
         if (ev_.ph != "X") return;
         if (!ev_.has_ts) fail_event("no numeric \"ts\" (start, microseconds)");
         if (!ev_.has_dur) fail_event("no numeric \"dur\" (duration, microseconds)");
@@ -288,9 +289,11 @@ class Handler : public nlohmann::json_sax<Json> {
             for (std::size_t i = 0; i < op.args.size() && i < ev_.types.size(); ++i)
                 op.args[i].type = ev_.types[i];
             out_.cpu_ops.push_back(std::move(op));
-        } else {
+        } else if (runtime) {
             out_.runtime.push_back(
                 TraceRuntimeCall{std::move(ev_.name), ev_.ts, ev_.dur, ev_.tid, ev_.correlation});
+        } else {
+            out_.annotations.push_back(TraceAnnotation{std::move(ev_.name), ev_.ts, ev_.dur});
         }
     }
 
@@ -386,6 +389,8 @@ std::string_view kernel_kind_name(KernelKind kind) {
     switch (kind) {
         case KernelKind::Gemm:
             return "gemm";
+        case KernelKind::GroupedGemm:
+            return "grouped_gemm";
         case KernelKind::Attention:
             return "attention";
         case KernelKind::Elementwise:
@@ -394,6 +399,8 @@ std::string_view kernel_kind_name(KernelKind kind) {
             return "activation";
         case KernelKind::Norm:
             return "norm";
+        case KernelKind::RmsNorm:
+            return "rms_norm";
         case KernelKind::Reduce:
             return "reduce";
         case KernelKind::Concat:
@@ -406,12 +413,24 @@ std::string_view kernel_kind_name(KernelKind kind) {
             return "softmax";
         case KernelKind::Optimizer:
             return "optimizer";
+        case KernelKind::Rotary:
+            return "rotary";
+        case KernelKind::Swiglu:
+            return "swiglu";
+        case KernelKind::Permute:
+            return "permute";
+        case KernelKind::Unpermute:
+            return "unpermute";
+        case KernelKind::Routing:
+            return "routing";
+        case KernelKind::Sort:
+            return "sort";
         case KernelKind::Memset:
             return "memset";
-        case KernelKind::Other:
-            return "other";
+        case KernelKind::Unmapped:
+            return "unmapped";
     }
-    return "other";
+    return "unmapped";
 }
 
 int element_bytes(std::string_view type) {
@@ -422,53 +441,6 @@ int element_bytes(std::string_view type) {
         contains(type, "Float8"))
         return 1;
     return 0;
-}
-
-KernelKind classify_kernel(const TraceGpuEvent& event, const TraceCpuOp* op) {
-    if (event.cat == TraceGpuEvent::Cat::Memset) return KernelKind::Memset;
-    if (event.cat == TraceGpuEvent::Cat::Memcpy) return KernelKind::Other;
-    const std::string_view k = event.name;
-    const std::string_view o = op ? std::string_view(op->name) : std::string_view();
-    // Attention first: cuDNN's SDPA, FlashAttention and the fmha kernels, and every kernel an
-    // attention operator launches (cuDNN's dO.O and dQ conversion helpers).
-    if (contains(o, "attention") || contains(k, "sdpa") || contains(k, "flash") ||
-        contains(k, "fmha"))
-        return KernelKind::Attention;
-    if (o == "aten::mm" || o == "aten::addmm" || o == "aten::bmm" || o == "aten::baddbmm" ||
-        o == "aten::linear" || o == "aten::matmul" || o == "aten::_scaled_mm" ||
-        contains(k, "nvjet") || contains(k, "gemm") || contains(k, "cutlass") ||
-        contains(k, "xmma"))
-        return KernelKind::Gemm;
-    if (o.empty()) return KernelKind::Other;
-    if (contains(o, "_fused_adam") || contains(o, "_fused_sgd")) return KernelKind::Optimizer;
-    if (o == "aten::native_layer_norm" || o == "aten::native_layer_norm_backward" ||
-        contains(o, "rms_norm") || o == "aten::layer_norm")
-        return KernelKind::Norm;
-    if (contains(o, "gelu") || contains(o, "silu") || contains(o, "relu") || contains(o, "swiglu"))
-        return KernelKind::Activation;
-    if (contains(o, "softmax")) return KernelKind::Softmax;
-    if (o == "aten::cat") return KernelKind::Concat;
-    if (o == "aten::sum" || o == "aten::mean") return KernelKind::Reduce;
-    if (o == "aten::copy_" && op) {
-        // A copy between two tensors of one type that is not vectorised (a generic
-        // elementwise_kernel) makes a strided tensor contiguous; any other copy is a cast.
-        const bool same = op->args.size() >= 2 && op->args[0].type == op->args[1].type;
-        if (same && contains(k, "elementwise_kernel<") && !contains(k, "vectorized") &&
-            !contains(k, "unrolled"))
-            return KernelKind::StridedCopy;
-        return KernelKind::Elementwise;
-    }
-    if (o == "aten::add_" || o == "aten::add" || o == "aten::mul" || o == "aten::mul_" ||
-        o == "aten::sub" || o == "aten::sub_" || o == "aten::div" || o == "aten::div_" ||
-        o == "aten::fill_" || o == "aten::zero_" || o == "aten::to" || o == "aten::_to_copy" ||
-        contains(o, "_foreach_")) {
-        // fp32 += 16-bit: the main-gradient accumulation (mixed types, not vectorised).
-        if (op && (o == "aten::add_") && op->args.size() >= 2 &&
-            element_bytes(op->args[0].type) == 4 && element_bytes(op->args[1].type) == 2)
-            return KernelKind::MixedAccumulate;
-        return KernelKind::Elementwise;
-    }
-    return KernelKind::Other;
 }
 
 std::int64_t op_hbm_bytes(const TraceCpuOp& op, KernelKind kind) {

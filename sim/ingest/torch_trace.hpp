@@ -6,7 +6,8 @@
 // What is kept: GPU kernels, memsets and memcpys (name, start, duration, stream, External id,
 // correlation); CPU operators (name, start, duration, thread, External id, Input Dims and Input
 // type when the profiler recorded shapes); CUDA runtime and driver calls (name, start, duration,
-// thread, correlation). Everything else is skipped. Times are microseconds as in the file.
+// thread, correlation); CPU-side user annotations (name, start, duration). Everything else is
+// skipped. Times are microseconds as in the file.
 #pragma once
 
 #include <cstdint>
@@ -49,11 +50,18 @@ struct TraceRuntimeCall {
     std::int64_t tid = -1, correlation = -1;
 };
 
+// A range the program marked (record_function, the optimizer's "Optimizer.step#..." range).
+struct TraceAnnotation {
+    std::string name;
+    double ts_us = 0, dur_us = 0;
+};
+
 struct TorchTrace {
     std::string source;              // the path as given
     std::vector<TraceGpuEvent> gpu;  // kernels, memsets, memcpys in file order
     std::vector<TraceCpuOp> cpu_ops;
     std::vector<TraceRuntimeCall> runtime;
+    std::vector<TraceAnnotation> annotations;  // CPU-side user annotations
     std::int64_t events = 0;  // traceEvents entries read
     std::int64_t bytes = 0;   // JSON bytes read (after inflating)
     bool gzip = false;
@@ -66,29 +74,35 @@ TorchTrace read_torch_trace(const std::filesystem::path& path);
 // The same from text already in memory (tests); `display` names it in messages.
 TorchTrace parse_torch_trace(std::string_view json, const std::string& display);
 
-// The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM,
-// attention, the memory-bound MemKinds, memset, and other (not modelled by kind: embedding
-// backward, gathers, loss kernels, device copies, kernels nothing recognises).
+// The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM, grouped
+// GEMM, attention, one kind per memory-bound MemKind that eager kernels have, memset, and
+// unmapped (no op of the model: an explicit residual, listed with its time). Every kernel of a
+// trace gets one through the table of api/kernel_table.hpp (docs/calibrate.md prints it).
 enum class KernelKind : std::uint8_t {
     Gemm,
+    GroupedGemm,
     Attention,
     Elementwise,
     Activation,
     Norm,
+    RmsNorm,
     Reduce,
     Concat,
     StridedCopy,
     MixedAccumulate,
     Softmax,
     Optimizer,
+    Rotary,
+    Swiglu,
+    Permute,
+    Unpermute,
+    Routing,
+    Sort,
     Memset,
-    Other,
+    Unmapped,
 };
+inline constexpr std::size_t kKernelKinds = static_cast<std::size_t>(KernelKind::Unmapped) + 1;
 std::string_view kernel_kind_name(KernelKind kind);
-
-// The kind of a GPU event from its name and the innermost operator that launched it (nullptr
-// when none is known).
-KernelKind classify_kernel(const TraceGpuEvent& event, const TraceCpuOp* op);
 
 // Bytes a memory-bound operator moves through HBM, from its recorded shapes and types (0 when
 // they do not say: no shapes, tensor lists without sizes). Reads every tensor input and writes

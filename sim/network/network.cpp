@@ -1694,7 +1694,7 @@ std::pair<Algorithm, Protocol> collective_choice(const Cluster& cluster,
                                                  const std::vector<int>& ranks, Bytes size,
                                                  Algorithm algorithm) {
     Simulation sim;
-    NetworkImpl net(sim, cluster, config, /*compact=*/true);
+    NetworkImpl net(sim, cluster, config, /*kept=*/nullptr, /*compact=*/true);
     return net.choice(kind, net.register_group(ranks), size, algorithm);
 }
 

@@ -1,6 +1,7 @@
 #include "replay/host.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cs::replay {
 
@@ -10,37 +11,50 @@ std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
     blocks.reserve(steps.size());
     for (std::size_t i = 0; i < steps.size(); ++i)
         blocks.push_back(KernelBlock{step_times[i] * steps[i].repeat,
-                                     std::int64_t{steps[i].launches} * steps[i].repeat});
+                                     std::int64_t{steps[i].launches} * steps[i].repeat,
+                                     steps[i].host_weight});
     return blocks;
 }
 
 HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks) {
     HostIssue h;
     Time gpu = Time::zero();
+    Time host = Time::zero();
+    // The host's time for one kernel of a block (whole picoseconds).
+    const auto per = [&](const KernelBlock& b) {
+        return b.host_weight == 1 ? launch
+                                  : Time::ps(std::llround(static_cast<double>(launch.count_ps()) *
+                                                          b.host_weight));
+    };
+    Time first_launch = Time::zero();
     for (const auto& b : blocks) {
-        h.launches += std::max<std::int64_t>(0, b.kernels);
+        const std::int64_t k = std::max<std::int64_t>(0, b.kernels);
+        if (k > 0 && h.launches == 0) first_launch = per(b);
+        h.launches += k;
+        host += per(b) * k;
         gpu += b.time;
     }
-    h.issue = pass + launch * h.launches;
+    h.issue = pass + host;
     if (h.launches == 0) {
         h.first_issue = pass;
         h.earliest_end = pass + gpu;
         return h;
     }
-    h.first_issue = pass + launch;
+    h.first_issue = pass + first_launch;
     // Walk the blocks keeping `suffix`, the GPU time from the current block to the end, and
-    // `issued`, the kernels issued before the current block.
+    // `issued`, the host's time for the kernels issued before the current block.
     Time suffix = gpu;
-    std::int64_t issued = 0;
+    Time issued = Time::zero();
     Time best = Time::zero();
     for (const auto& b : blocks) {
         if (b.kernels > 0) {
-            const Time first = pass + launch * (issued + 1) + suffix;
+            const Time each_launch = per(b);
+            const Time first = pass + issued + each_launch + suffix;
             const Time each = Time::ps((b.time.count_ps() + b.kernels - 1) / b.kernels);
             const Time after = suffix - b.time;  // the blocks after this one
-            const Time last = pass + launch * (issued + b.kernels) + each + after;
+            const Time last = pass + issued + each_launch * b.kernels + each + after;
             best = std::max({best, first, last});
-            issued += b.kernels;
+            issued += each_launch * b.kernels;
         }
         suffix -= b.time;
     }

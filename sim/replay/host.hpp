@@ -19,6 +19,9 @@ namespace cs::replay {
 struct KernelBlock {
     Time time;
     std::int64_t kernels = 0;
+    // The host's time per kernel of the block in units of HostModel::launch
+    // (workload::Step::host_weight).
+    double host_weight = 1;
 };
 
 struct HostIssue {
@@ -39,8 +42,9 @@ std::vector<KernelBlock> kernel_blocks(std::span<const workload::Step> steps,
                                        std::span<const Time> step_times);
 
 // O(blocks): within a block of equal kernels of duration d, issue_i + tail_i changes by
-// launch - d from one kernel to the next, so its maximum is at the block's first or last kernel.
-// A kernel's duration is its block's time / kernels rounded up (the last kernel's tail).
+// launch x host_weight - d from one kernel to the next, so its maximum is at the block's first or
+// last kernel. A kernel's duration is its block's time / kernels rounded up (the last kernel's
+// tail). A kernel of a block takes launch x the block's host_weight of the host's time.
 HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks);
 
 // The framework's work before a pass's first kernel: host.pass, host.backward more for a backward

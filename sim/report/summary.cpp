@@ -371,6 +371,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
                                  {"gradients", s.memory.gradients.value},
                                  {"optimizer_states", s.memory.optimizer_states.value},
                                  {"activations", s.memory.activations.value},
+                                 {"temporary_gradients", s.memory.temporary_gradients.value},
                                  {"total", s.memory.total.value}};
     if (s.variability.present) {
         const auto& v = s.variability;
@@ -479,7 +480,12 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
         out << "memory per GPU        " << format_bytes(s.memory.total) << " (params "
             << format_bytes(s.memory.parameters) << ", grads " << format_bytes(s.memory.gradients)
             << ", optimizer " << format_bytes(s.memory.optimizer_states) << ", activations "
-            << format_bytes(s.memory.activations) << ")\n";
+            << format_bytes(s.memory.activations)
+            << (s.memory.temporary_gradients.value > 0
+                    ? ", or 16-bit gradients " + format_bytes(s.memory.temporary_gradients) +
+                          " at the optimizer step"
+                    : std::string())
+            << ")\n";
     if (s.variability.present) {
         const auto& v = s.variability;
         out << "variability           "

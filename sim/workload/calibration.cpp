@@ -77,6 +77,25 @@ CalibrationFile parse_calibration(const config::Document& doc) {
                                  "the kind's achieved fraction of the HBM bandwidth");
             h->finish();
         }
+        if (auto a = c->map_opt("attention")) {
+            if (a->has("forward"))
+                cal.attention_forward =
+                    fraction(*a, "forward", 0, 4, "a multiplier on the forward's efficiency");
+            if (a->has("backward"))
+                cal.attention_backward =
+                    fraction(*a, "backward", 0, 4, "a multiplier on the backward's efficiency");
+            a->finish();
+        }
+        if (auto g = c->map_opt("grouped_gemm")) {
+            cal.grouped_gemm = fraction(*g, "scale", 0, 4, "a multiplier on the grouped rate");
+            g->finish();
+        }
+        if (c->has("residual")) {
+            const double v = c->number("residual");
+            if (!(v >= 0 && v < 1))
+                c->fail("residual", "must be in [0, 1): the unmapped kernel time over the mapped");
+            cal.residual = v;
+        }
         cal.launch_overhead = c->time_opt("launch_overhead");
         if (auto h = c->map_opt("host")) {
             cal.host_launch = h->time_opt("launch");
@@ -142,6 +161,16 @@ std::string calibration_yaml(const CalibrationFile& cal, const std::vector<std::
         any = true;
         out << "    " << k.name << ": " << number_text(*v) << "\n";
     }
+    if (cal.attention_forward || cal.attention_backward) {
+        out << "  attention: {";
+        if (cal.attention_forward) out << "forward: " << number_text(*cal.attention_forward);
+        if (cal.attention_forward && cal.attention_backward) out << ", ";
+        if (cal.attention_backward) out << "backward: " << number_text(*cal.attention_backward);
+        out << "}\n";
+    }
+    if (cal.grouped_gemm)
+        out << "  grouped_gemm: {scale: " << number_text(*cal.grouped_gemm) << "}\n";
+    if (cal.residual) out << "  residual: " << number_text(*cal.residual) << "\n";
     if (cal.launch_overhead)
         out << "  launch_overhead: " << time_text(*cal.launch_overhead) << "\n";
     if (cal.host_launch) out << "  host: {launch: " << time_text(*cal.host_launch) << "}\n";
@@ -174,6 +203,10 @@ void apply_calibration(const CalibrationFile& cal, RooflineCompute& roofline, Ho
     if (cal.gemm) roofline.gemm_curve = cal.gemm;
     for (std::size_t i = 0; i < kMemKindCount; ++i)
         if (cal.hbm_fractions[i]) roofline.hbm_fractions[i] = *cal.hbm_fractions[i];
+    if (cal.attention_forward) roofline.attention_forward_scale = *cal.attention_forward;
+    if (cal.attention_backward) roofline.attention_backward_scale = *cal.attention_backward;
+    if (cal.grouped_gemm) roofline.grouped_gemm_scale = *cal.grouped_gemm;
+    if (cal.residual) roofline.residual = *cal.residual;
     if (cal.launch_overhead) roofline.launch_overhead = *cal.launch_overhead;
     if (cal.host_launch && host.enabled) host.launch = *cal.host_launch;
 }

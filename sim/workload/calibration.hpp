@@ -8,6 +8,9 @@
 //   compute:
 //     gemm: {peak_fraction: 0.83, half_dim: 600, exponent: 2.5}
 //     hbm_fractions: {elementwise: 0.85, norm: 0.45, ...}
+//     attention: {forward: 1.02, backward: 0.97}   # multipliers on the catalogue's curve
+//     grouped_gemm: {scale: 0.95}                  # multiplier on the grouped GEMM's rate
+//     residual: 0.012                              # unmapped kernel time / mapped
 //     launch_overhead: 1500ns
 //     host: {launch: 25000ns}
 //   network:                      # version 2: fitted on nccl-tests output
@@ -53,11 +56,15 @@ struct CalibrationFile {
     std::vector<std::string> sources;  // the measurement files, as named on the command line
     std::optional<topology::GemmCurve> gemm;
     std::array<std::optional<double>, kMemKindCount> hbm_fractions;  // indexed by MemKind
+    std::optional<double> attention_forward, attention_backward;  // efficiency multipliers
+    std::optional<double> grouped_gemm;                          // rate multiplier
+    std::optional<double> residual;  // unmapped kernel time over the mapped compute time
     std::optional<Time> launch_overhead;   // GPU-side gap between back-to-back kernels
     std::optional<Time> host_launch;       // host time per kernel issued (compute.host.launch)
     std::vector<NetworkConstant> network;  // in operation, then link kind order
     bool has_compute() const {
-        return gemm || launch_overhead || host_launch ||
+        return gemm || launch_overhead || host_launch || attention_forward ||
+               attention_backward || grouped_gemm || residual ||
                std::any_of(hbm_fractions.begin(), hbm_fractions.end(),
                            [](const auto& f) { return f.has_value(); });
     }

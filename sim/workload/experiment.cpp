@@ -254,6 +254,10 @@ TrainingSpec parse_training(const config::Reader& r) {
                             recompute_name(t.recompute));
     const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
     t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
+    t.fp8_recipe = r.choice("fp8_recipe", kFp8RecipeNames, std::optional{Fp8Recipe::Tensorwise});
+    if (r.has("fp8_recipe") && t.precision != Precision::Fp8)
+        r.fail("fp8_recipe", std::string("applies to precision: fp8; precision is ") +
+                                 precision_name(t.precision));
     t.attention = r.choice("attention", kAttentionNames, std::optional{Attention::Flash});
     t.optimizer = r.choice("optimizer", kOptimizerNames, std::optional{Optimizer::Adam});
     r.finish();
@@ -580,6 +584,7 @@ ComputeSpec parse_compute(const config::Reader& r) {
     c.host = default_host(c.framework);
     c.roofline.framework = c.framework == Framework::None ? Framework::Megatron : c.framework;
     c.roofline.main_grads = r.choice("main_grads", kMainGradsNames, std::optional{MainGrads::Fp32});
+    c.roofline.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", true);
     // A calibration file (path relative to the experiment) goes on top of the catalogue; the
     // keys below, written in the experiment itself, win over it.
     if (r.has("calibration")) {

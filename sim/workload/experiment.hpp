@@ -160,6 +160,9 @@ struct TrainingSpec {
     RecomputeMethod recompute_method = RecomputeMethod::Uniform;
     int recompute_layers = 1;
     Precision precision = Precision::Bf16;
+    // How fp8 GEMMs scale their operands (`training.fp8_recipe`, Megatron-LM's --fp8-recipe):
+    // each recipe has its own measured rate (RooflineCalibration::fp8_speedup).
+    Fp8Recipe fp8_recipe = Fp8Recipe::Tensorwise;
     Attention attention = Attention::Flash;
     // Whether the iteration ends with the optimizer step (`training.optimizer`): `none` times
     // forward and backward only, as pipeline benchmarks that call no optimizer do.
@@ -216,10 +219,17 @@ enum class MemKind : std::uint8_t {
     Optimizer,        // fused multi-tensor AdamW
     Scores,           // unfused attention's score-matrix kernels forward (bmms, softmax, dropout)
     ScoresBackward,   // the same kernels' backward
+    RmsNorm,          // eager RMSNorm forward, input gradient and weight gradient
+    Rotary,           // eager rotate-half rotary embedding on the strided q and k (mul, neg, cat, add)
+    Swiglu,           // eager SwiGLU's strided kernels: silu, the product with the up half, backward
+    Permute,          // MoE token permutation: a gather of token rows (index_select)
+    Unpermute,        // MoE unpermutation: a scatter-add of expert rows back to tokens (index_add_)
+    Routing,          // MoE router: fp32 softmax and top-k of the logits, the index arithmetic
+    Sort,             // MoE tokens sorted by expert (argsort of the assignments)
 };
 
 // Names of the kinds in a calibration file (compute.hbm_fractions) and fit reports.
-inline constexpr std::array<Named<MemKind>, 12> kMemKindNames{{
+inline constexpr std::array<Named<MemKind>, 19> kMemKindNames{{
     {"fused", MemKind::Fused},
     {"elementwise", MemKind::Elementwise},
     {"activation", MemKind::Activation},
@@ -232,6 +242,13 @@ inline constexpr std::array<Named<MemKind>, 12> kMemKindNames{{
     {"optimizer", MemKind::Optimizer},
     {"scores", MemKind::Scores},
     {"scores_backward", MemKind::ScoresBackward},
+    {"rms_norm", MemKind::RmsNorm},
+    {"rotary", MemKind::Rotary},
+    {"swiglu", MemKind::Swiglu},
+    {"permute", MemKind::Permute},
+    {"unpermute", MemKind::Unpermute},
+    {"routing", MemKind::Routing},
+    {"sort", MemKind::Sort},
 }};
 inline constexpr std::size_t kMemKindCount = kMemKindNames.size();
 
@@ -245,6 +262,9 @@ struct RooflineCompute {
     // Megatron-LM's kernels unless compute.framework says otherwise).
     Framework framework = Framework::Megatron;
     MainGrads main_grads = MainGrads::Fp32;
+    // MoE experts through one grouped GEMM per expert linear (Megatron-LM's --moe-grouped-gemm,
+    // torch._grouped_mm) or one GEMM per local expert (SequentialMLP, a loop in eager PyTorch).
+    bool moe_grouped_gemm = true;
     // Tensor-core kernels at the GPU's sustained rate for the pass's duty cycle (GpuModel::
     // sustained); false: burst rates, as short microbenchmarks run.
     bool sustained = true;
@@ -253,6 +273,12 @@ struct RooflineCompute {
     // place of RooflineCalibration::hbm_fraction_of (0: the catalogue's), indexed by MemKind.
     std::optional<topology::GemmCurve> gemm_curve;
     std::array<double, kMemKindCount> hbm_fractions{};
+    // Multipliers on the catalogue's flash-attention efficiency (forward, backward) and on the
+    // grouped GEMM's rate, and the unmapped share: GPU time of kernels the model has no op for,
+    // as a fraction of each layer pass's compute (added as a step of its own).
+    double attention_forward_scale = 1, attention_backward_scale = 1;
+    double grouped_gemm_scale = 1;
+    double residual = 0;
     const topology::GemmCurve& gemm(const topology::GpuModel& gpu) const {
         return gemm_curve ? *gemm_curve : gpu.gemm;
     }

@@ -506,6 +506,8 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         return it->second;
     };
     const auto seq = get("--seq-length");
+    // Rotary embeddings in every layer (they cost kernels, and eager PyTorch's keep activations).
+    if (position_type == "rope" || position_type == "mrope") out.push_back("model.rotary=true");
     if (position_type != "learned_absolute")
         out.push_back("model.position_embeddings=0");
     else if (max_positions || seq)

@@ -20,9 +20,11 @@ double optimizer_bytes_per_parameter(Precision precision) {
 }
 
 // Bytes per token of the activations an MLP of width f stores beyond its input: the first
-// GEMM's output and the activation's output (SwiGLU: gate and up outputs, then their product).
-double mlp_activation_bytes_per_token(const ModelSpec& m, double f) {
-    return m.activation == Activation::SwiGlu ? 6 * f : 4 * f;
+// GEMM's output and the activation's output (SwiGLU: gate and up outputs, then their product;
+// eager PyTorch's silu keeps its own output for the product's backward too).
+double mlp_activation_bytes_per_token(const ModelSpec& m, double f, bool eager) {
+    if (m.activation != Activation::SwiGlu) return 4 * f;
+    return eager ? 8 * f : 6 * f;
 }
 
 Bytes ceil_bytes(double b) {
@@ -130,30 +132,41 @@ double weight_bytes_per_parameter(Precision precision) {
 }
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
-                             const TrainingSpec& training, bool moe_layer) {
+                             const TrainingSpec& training, bool moe_layer, Framework framework) {
     const double t = layout.tp;
     const double s = static_cast<double>(training.seq_length) / layout.cp;
     const double b = training.micro_batch_size;
     const double h = m.hidden_size;
     const double sb = s * b;
     const bool sp = layout.sequence_parallel && layout.tp > 1;
+    const bool eager = framework == Framework::Pytorch;
     if (training.recompute == Recompute::Full) return ceil_bytes(2 * sb * h / (sp ? t : 1));
 
     // Kept whole by every TP rank unless sequence parallel: the two norm inputs (2h each), the
-    // QKV and MLP inputs (2h each) and the two dropout masks (1 byte each): 10·sbh.
-    const double replicated = 10 * h;
+    // QKV and MLP inputs (2h each) and the two dropout masks (1 byte each): 10·sbh (8·sbh for a
+    // model without dropout, ModelSpec::dropout).
+    const double replicated = (m.dropout ? 10 : 8) * h;
     // Split over TP ranks: Q and K (2 bytes each), V, the projection input, and the MLP's
     // intermediate tensors. GPT: 8h + 16h = 24h.
     const double q = static_cast<double>(m.attention_heads) * m.head_dim;
     const double kv = static_cast<double>(m.kv_heads) * m.head_dim;
     double split = 4 * q + 4 * kv;
+    // Eager PyTorch's rotate-half rotary embedding keeps its inputs (the qkv output: q and k
+    // before rotation) and the rotated halves for its backward beside the rotated q and k the
+    // attention keeps; Megatron-LM's fused RoPE needs only the tables.
+    if (m.rotary && eager) split += 4 * q + 4 * kv;
     if (moe_layer) {
-        // Each token is dispatched to top_k experts, whose inputs and intermediates are stored.
+        // Each token is dispatched to top_k experts, whose inputs and intermediates are stored;
+        // eager PyTorch (and Megatron-LM's unpermutation with the routing weights) keeps the
+        // experts' outputs for the weights' gradient, and the router its fp32 scores.
         const double f = m.moe_ffn_hidden_size;
-        split += m.top_k * (2 * h + mlp_activation_bytes_per_token(m, f)) +
-                 m.shared_experts * mlp_activation_bytes_per_token(m, f);
+        split += m.top_k * (4 * h + mlp_activation_bytes_per_token(m, f, eager)) +
+                 m.shared_experts * mlp_activation_bytes_per_token(m, f, eager);
+        // The router's fp32 softmax output and the chosen experts' indices (64-bit), kept whole
+        // on every TP rank.
+        split += (4.0 * m.experts + 8.0 * m.top_k) * t;
     } else {
-        split += mlp_activation_bytes_per_token(m, m.ffn_hidden_size);
+        split += mlp_activation_bytes_per_token(m, m.ffn_hidden_size, eager);
     }
     double per_token = sp ? (replicated + split) / t : replicated + split / t;
     double total = sb * per_token;
@@ -169,6 +182,16 @@ Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
             total += 4.0 * m.attention_heads * s * b / t;
     }
     return ceil_bytes(total);
+}
+
+LossBuffers loss_buffer_bytes(const ModelSpec& m, const ParallelLayout& layout,
+                              const TrainingSpec& training, Framework framework) {
+    const double logits = static_cast<double>(training.micro_batch_size) * training.seq_length /
+                          layout.cp * std::ceil(static_cast<double>(m.vocab_size) / layout.tp);
+    LossBuffers r;
+    r.held = ceil_bytes(4 * logits);
+    r.transient = ceil_bytes((framework == Framework::Pytorch ? 4 + 4 : 2) * logits);
+    return r;
 }
 
 std::int64_t parameters_per_gpu(const ModelSpec& m, const ParallelLayout& layout, int first_layer,
@@ -188,14 +211,48 @@ std::int64_t optimizer_parameters_per_gpu(const ModelSpec& m, const ParallelLayo
 
 namespace {
 
+// The framework whose kernels (and so saved tensors and buffers) the experiment runs.
+Framework framework_of(const ExperimentSpec& spec) {
+    return spec.compute.framework == Framework::None ? spec.compute.roofline.framework
+                                                     : spec.compute.framework;
+}
+
+// What the peak holds beyond the activations of the held chunks, on a GPU holding `layers`
+// (first, count) ranges and, with `has_output`, the output layer: the loss's transient buffers
+// (loss_buffer_bytes) and, with full recomputation, the activations of the one layer being
+// recomputed during its backward (its stored input stays).
+double transient_activations(const ExperimentSpec& spec, const std::vector<LayerRange>& layers,
+                             bool has_output) {
+    const Framework fw = framework_of(spec);
+    double transient = 0;
+    if (has_output && spec.model.vocab_size > 0)
+        transient += static_cast<double>(
+            loss_buffer_bytes(spec.model, spec.layout, spec.training, fw).transient.value);
+    if (spec.training.recompute == Recompute::Full) {
+        TrainingSpec plain = spec.training;
+        plain.recompute = Recompute::None;
+        double largest = 0;
+        for (const LayerRange& c : layers)
+            for (int i = c.first; i < c.first + c.count; ++i)
+                largest = std::max(largest, static_cast<double>(
+                                                layer_activation_bytes(
+                                                    spec.model, spec.layout, plain,
+                                                    is_moe_layer(spec.model, i), fw)
+                                                    .value));
+        transient += largest;
+    }
+    return transient;
+}
+
 // The memory of one GPU holding parameters `p` (the largest of its FSDP units: `largest_unit`)
-// and `activations` bytes of activations.
+// and `activations` bytes of activations at its peak (transients included).
 MemoryBreakdown memory_of(const ExperimentSpec& spec, const Parameters& p, double activations,
                           std::int64_t largest_unit) {
     const auto& layout = spec.layout;
     const double dense = static_cast<double>(p.dense);
     const double experts = static_cast<double>(p.experts);
-    double parameters = weight_bytes_per_parameter(spec.training.precision) * (dense + experts);
+    const double weight_bytes = weight_bytes_per_parameter(spec.training.precision);
+    double parameters = weight_bytes * (dense + experts);
     double gradients = gradient_bytes_per_parameter(spec.training.precision) * (dense + experts);
     const double optimizer_states =
         optimizer_bytes_per_parameter(spec.training.precision) * owned_parameters(p, layout);
@@ -204,9 +261,17 @@ MemoryBreakdown memory_of(const ExperimentSpec& spec, const Parameters& p, doubl
         parameters = sharded->parameters;
         gradients = sharded->gradients;
     }
+    // Eager PyTorch with fp32 main gradients: autograd writes each parameter's gradient into its
+    // 16-bit .grad, added to the main gradient after each microbatch and kept to the optimizer
+    // step (the measured peaks of the public H200 runs, 20 bytes per parameter with Adam).
+    // Megatron-LM accumulates into the main gradient inside the weight-gradient GEMMs.
+    const bool temporary = framework_of(spec) == Framework::Pytorch &&
+                           spec.compute.roofline.main_grads == MainGrads::Fp32 &&
+                           spec.training.precision != Precision::Fp32 && !sharded;
+    const double temporary_gradients = temporary ? weight_bytes * (dense + experts) : 0;
     // Found by fuzzing (docs/robustness.md): absurd sizes give more than 2^63 bytes, which Bytes
     // cannot hold.
-    if (!(parameters + gradients + optimizer_states + activations < 9.2e18))
+    if (!(parameters + gradients + optimizer_states + activations + temporary_gradients < 9.2e18))
         throw ConfigError(spec.layout_where,
                           "the memory per GPU of this model and layout is more than 2^63 bytes "
                           "(about 9.2 EB); check the model's sizes, seq_length and "
@@ -216,7 +281,9 @@ MemoryBreakdown memory_of(const ExperimentSpec& spec, const Parameters& p, doubl
     r.gradients = ceil_bytes(gradients);
     r.optimizer_states = ceil_bytes(optimizer_states);
     r.activations = ceil_bytes(activations);
-    r.total = r.parameters + r.gradients + r.optimizer_states + r.activations;
+    r.temporary_gradients = ceil_bytes(temporary_gradients);
+    r.total = r.parameters + r.gradients + r.optimizer_states +
+              std::max(r.activations, r.temporary_gradients);
     return r;
 }
 
@@ -232,6 +299,7 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, int stage, int layers
             layer_activation_bytes(m, spec.layout, spec.training, is_moe_layer(m, first_layer + i))
                 .value);
     activations *= inflight_microbatches;
+    activations += transient_activations(spec, {{first_layer, layers_on_stage}}, has_output);
     std::int64_t largest_unit = 0;
     for (const auto u : unit_parameters_per_gpu(m, spec.layout, first_layer, layers_on_stage,
                                                 has_embedding, has_output))
@@ -272,7 +340,10 @@ MemoryBreakdown memory_per_gpu(const ExperimentSpec& spec, const std::vector<Lay
                                          has_embedding && c == first, has_output && c == last))
                 largest_unit = std::max(largest_unit, u);
     }
-    return memory_of(spec, sum, static_cast<double>(activations.value), largest_unit);
+    return memory_of(spec, sum,
+                     static_cast<double>(activations.value) +
+                         transient_activations(spec, chunks, has_output),
+                     largest_unit);
 }
 
 }  // namespace cs::workload

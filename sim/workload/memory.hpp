@@ -31,13 +31,27 @@ double gradient_bytes_per_parameter(Precision precision);
 double weight_bytes_per_parameter(Precision precision);
 
 // Activation bytes one transformer layer keeps on one GPU for one in-flight microbatch, for the
-// layout's tp, sequence parallelism and cp (which divides s) and the training's recompute. For
-// GPT these are Korthikanti Table 2:
+// layout's tp, sequence parallelism and cp (which divides s) and the training's recompute, with
+// the tensors the framework's kernels save (eager PyTorch's rotary embedding and SwiGLU keep
+// more than Megatron-LM's fused kernels; docs/compute-model.md section 5). For GPT these are
+// Korthikanti Table 2:
 //   none:      sbh(10 + 24/t + 5as/(ht))      with sp: sbh(34/t + 5as/(ht))
 //   selective: sbh(10 + 24/t)                 with sp: sbh(34/t)
 //   full:      2sbh                           with sp: 2sbh/t
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelLayout& layout,
-                             const TrainingSpec& training, bool moe_layer);
+                             const TrainingSpec& training, bool moe_layer,
+                             Framework framework = Framework::Megatron);
+
+// The cross entropy's fp32 buffers on the GPU that holds the output layer, per microbatch: held
+// from the forward to the backward (the log-softmax output, or Megatron-LM's softmax), and the
+// transient ones at the loss's backward beyond it (eager PyTorch: the zeroed NLL gradient and the
+// log-softmax gradient, 8 bytes per logit; Megatron-LM, which turns the saved softmax into the
+// gradient in place: its 16-bit cast, 2).
+struct LossBuffers {
+    Bytes held, transient;
+};
+LossBuffers loss_buffer_bytes(const ModelSpec& m, const ParallelLayout& layout,
+                              const TrainingSpec& training, Framework framework);
 
 // Parameters held by one GPU of pipeline stage `stage` holding `layers_on_stage` layers (the
 // stage's first layer index is stage * layers_on_stage, which decides which layers are MoE),

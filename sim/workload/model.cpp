@@ -37,7 +37,7 @@ struct ModelKeys {
     std::optional<int> layers, hidden_size, attention_heads, kv_heads, head_dim, ffn_hidden_size,
         vocab_size, position_embeddings, experts, top_k, moe_ffn_hidden_size, shared_experts,
         dense_layers;
-    std::optional<bool> tied_embeddings, bias;
+    std::optional<bool> tied_embeddings, bias, rotary, dropout;
 };
 
 void read_int(const config::Reader& r, const char* key, std::optional<int>& out, int min_value,
@@ -74,6 +74,8 @@ void read_keys(const config::Reader& r, ModelKeys& k) {
     read_int(r, "dense_layers", k.dense_layers, 0);
     if (r.has("tied_embeddings")) k.tied_embeddings = r.boolean_or("tied_embeddings", false);
     if (r.has("bias")) k.bias = r.boolean_or("bias", false);
+    if (r.has("rotary")) k.rotary = r.boolean_or("rotary", false);
+    if (r.has("dropout")) k.dropout = r.boolean_or("dropout", false);
 }
 
 std::vector<std::string> bundled_names(const std::filesystem::path& dir) {
@@ -179,6 +181,12 @@ ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_r
         (k.activation ? *k.activation == "gelu" : gpt) ? Activation::Gelu : Activation::SwiGlu;
     m.bias = k.bias.value_or(gpt);
     m.tied_embeddings = k.tied_embeddings.value_or(gpt);
+    m.rotary = k.rotary.value_or(!gpt && m.position_embeddings == 0);
+    m.dropout = k.dropout.value_or(m.norm == Norm::LayerNorm);
+    if (m.rotary && m.position_embeddings > 0)
+        fail("rotary", "rotary: true with position_embeddings " +
+                           std::to_string(m.position_embeddings) +
+                           ": a model has learned positions or rotary embeddings, not both");
 
     m.experts = k.experts.value_or(0);
     if (m.family == "moe" && m.experts == 0)

@@ -23,6 +23,10 @@ enum class Recompute : std::uint8_t { None, Selective, Full };
 // softmax and dropout in HBM (Megatron-LM before FlashAttention, 2021-2022; the activation memory
 // of Korthikanti et al. Table 2 assumes it).
 enum class Attention : std::uint8_t { Flash, Unfused };
+// How fp8 GEMMs are scaled (Megatron-LM's --fp8-recipe; the variants of torch._scaled_mm in the
+// H200 microbenchmarks): one scale per tensor (Transformer Engine's delayed and current scaling),
+// per row, or DeepSeek-V3's blocks (1 x 128 activations, 128 x 128 weights).
+enum class Fp8Recipe : std::uint8_t { Tensorwise, Rowwise, Blockwise };
 
 const char* precision_name(Precision p);
 const char* recompute_name(Recompute r);
@@ -37,6 +41,14 @@ inline constexpr std::array<Named<Recompute>, 3> kRecomputeNames{{
 inline constexpr std::array<Named<Attention>, 2> kAttentionNames{{
     {"flash", Attention::Flash},
     {"unfused", Attention::Unfused},
+}};
+// Names in `training.fp8_recipe`, the default first; `delayed` (Megatron-LM's default) scales
+// per tensor.
+inline constexpr std::array<Named<Fp8Recipe>, 4> kFp8RecipeNames{{
+    {"tensorwise", Fp8Recipe::Tensorwise},
+    {"delayed", Fp8Recipe::Tensorwise},
+    {"rowwise", Fp8Recipe::Rowwise},
+    {"blockwise", Fp8Recipe::Blockwise},
 }};
 
 struct ModelSpec {
@@ -53,7 +65,14 @@ struct ModelSpec {
     Activation activation = Activation::Gelu;
     bool tied_embeddings = false;  // output layer shares the word embedding (gpt default)
     bool bias = false;             // linear layers carry biases (gpt default)
-    int position_embeddings = 0;   // learned absolute positions (0: rotary, no parameters)
+    int position_embeddings = 0;   // learned absolute positions (0: none, or rotary)
+    // Rotary position embedding applied to q and k in every layer (llama and moe by default,
+    // when there are no learned positions); no parameters.
+    bool rotary = false;
+    // Dropout after the attention and the MLP (two 1-byte masks per token kept for the
+    // backward): Megatron-LM's GPT runs (0.1); models with RMSNorm (Llama, Mixtral, DeepSeek)
+    // train without, the default when norm is rmsnorm.
+    bool dropout = true;
     // Mixture of experts (experts == 0: dense).
     int experts = 0;
     int top_k = 0;

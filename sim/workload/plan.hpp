@@ -61,10 +61,15 @@ struct Step {
         OverlapNext = 1u << 2,
         // The same alongside the previous step (a reduce-scatter under the GEMM producing it).
         OverlapPrevious = 1u << 3,
+        // A grouped GEMM (all local experts' GEMMs in one kernel), not a dense one.
+        GroupedGemm = 1u << 4,
     };
     enum class Kind : std::uint8_t { Compute, Collective } kind = Kind::Compute;
     bool tensor_core = false;  // compute on the tensor cores (GEMM, attention): power-capped
     std::uint8_t flags = 0;    // a set of Flag
+    // The kind of a memory-bound compute step (tensor_core false): whose HBM fraction sets its
+    // time, and what calibrate and diff compare it with.
+    MemKind mem_kind = MemKind::Fused;
     const char* label = "";    // static string: "layer", "qkv", "attention", "all-reduce tp", ...
     Time duration;             // compute only
     Flops model_flops;         // compute only: counted for MFU
@@ -78,6 +83,10 @@ struct Step {
     // an `op` of the roofline may stand for several kernels of one kind). The host model
     // (HostModel) issues them `launch` apart, spread evenly over the step's duration.
     std::int32_t launches = 1;
+    // The host's time per kernel of the step in units of HostModel::launch: eager PyTorch's
+    // module calls (nn.Linear, the norms) cost it more than plain tensor functions, and the
+    // autograd engine's backward nodes more again (docs/compute-model.md section 6).
+    double host_weight = 1;
 
     bool has(Flag f) const { return (flags & f) != 0; }
     // A collective step's kind: Pipeline when flagged PipelineComm, else its group's.
@@ -107,8 +116,15 @@ struct ChunkPlan {
     std::vector<std::int64_t> unit_parameters;
 };
 
+// Memory per GPU at its peak (docs/compute-model.md section 5). `activations` are those held at
+// the schedule's peak with the transients of that moment (the loss's buffers on the last stage,
+// a recomputed layer); `temporary_gradients` the 16-bit .grad tensors eager PyTorch keeps beside
+// fp32 main gradients from the backward through the optimizer step. The two peak at different
+// moments: total = parameters + gradients + optimizer_states + max(activations,
+// temporary_gradients).
 struct MemoryBreakdown {
     Bytes parameters, gradients, optimizer_states, activations, total;
+    Bytes temporary_gradients;
 };
 
 // Per pipeline device: what does not depend on the microbatch.

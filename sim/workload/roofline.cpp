@@ -57,23 +57,42 @@ FlopRate scaled(FlopRate peak, double fraction) {
 // backward pass: they count as hardware FLOPs only.
 class PassBuilder {
   public:
-    PassBuilder(const topology::GpuModel& gpu, const RooflineCompute& compute, Precision precision)
-        : gpu_(gpu), compute_(compute), precision_(precision) {}
+    PassBuilder(const topology::GpuModel& gpu, const RooflineCompute& compute,
+                const TrainingSpec& training, bool bias)
+        : gpu_(gpu),
+          compute_(compute),
+          precision_(training.precision),
+          recipe_(training.fp8_recipe),
+          bias_(bias) {}
 
     bool eager() const { return workload::eager(compute_); }
+    Framework framework() const { return compute_.framework; }
+    // The steps emitted from now on run in the backward (the autograd engine issues them).
+    void set_backward(bool backward) { backward_ = backward; }
+    // Eager PyTorch's host time per kernel (RooflineCalibration::host_module etc.); 1 otherwise.
+    double host_weight(bool module) const {
+        if (!eager()) return 1;
+        const auto& cal = default_calibration();
+        if (backward_) return cal.host_backward;
+        return module ? cal.host_module : cal.host_function;
+    }
+    const topology::GpuModel& gpu() const { return gpu_; }
+    const RooflineCompute& compute() const { return compute_; }
     // The kind of a memory-bound kernel: eager PyTorch's own kernel, or Megatron-LM's fused one.
     MemKind kind(MemKind eager_kind) const { return eager() ? eager_kind : MemKind::Fused; }
 
-    // Eager PyTorch runs a memset (cuBLAS workspace) before each GEMM: two launches.
+    // Eager PyTorch's addmm (a linear with a bias) runs a memset (cuBLASLt's workspace) before
+    // its GEMM: two launches; a linear without bias is one mm.
     void gemm(PassPlan& pass, const char* label, GemmShape shape, bool recompute = false,
               int repeat = 1) {
         if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) return;
         Step s;
         s.label = label;
         s.tensor_core = true;
-        s.launches = eager() ? 2 : 1;
+        s.launches = eager() && bias_ ? 2 : 1;
+        s.host_weight = host_weight(true);
         const int element = precision_ == Precision::Fp8 ? 1 : 2;
-        s.duration = gemm_time(shape, precision_, gpu_, compute_, element) +
+        s.duration = gemm_time(shape, precision_, gpu_, compute_, element, recipe_) +
                      compute_.launch_overhead * (s.launches - 1);
         s.hardware_flops = shape.flops();
         s.model_flops = recompute ? Flops{} : shape.flops();
@@ -82,22 +101,47 @@ class PassBuilder {
         pass.steps.push_back(s);
     }
 
-    // Flash attention: `model` FLOPs as counted for MFU, `executed` as run (causal skips the
-    // masked half), at the attention efficiency, always on the 16-bit tensor cores.
-    // Eager PyTorch: cuDNN's forward is a memset and one kernel, its backward a memset, the
-    // dO.O product, the main kernel and the dQ conversion.
-    void attention(PassPlan& pass, const char* label, Flops model, Flops executed, Bytes bytes,
-                   double fraction, bool backward, bool recompute = false) {
+    // One grouped GEMM over `experts` experts of `tokens` rows each: forward {tokens, n, k} per
+    // expert, or with `tokens_reduce` the weight gradient {n, k, tokens}. Eager PyTorch's
+    // torch._grouped_mm launches a small kernel that prepares the problem list, then the GEMM.
+    void grouped_gemm(PassPlan& pass, const char* label, I experts, I tokens, I n, I k,
+                      bool tokens_reduce, bool recompute = false) {
+        if (experts <= 0 || tokens <= 0 || n <= 0 || k <= 0) return;
         Step s;
         s.label = label;
         s.tensor_core = true;
-        s.launches = eager() ? (backward ? 4 : 2) : 1;
-        const FlopRate rate =
-            scaled(peak_rate(gpu_, Precision::Bf16), fraction * compute_.efficiency_scale);
-        s.duration = roofline_time(executed, rate, bytes, gpu_, compute_, s.launches);
+        s.flags = Step::GroupedGemm;
+        s.launches = eager() ? 2 : 1;
+        s.host_weight = host_weight(false);
+        const int element = precision_ == Precision::Fp8 ? 1 : 2;
+        s.duration =
+            grouped_gemm_time(experts, tokens, n, k, tokens_reduce, precision_, gpu_, compute_) +
+            compute_.launch_overhead * s.launches + compute_.op_overhead;
+        const Flops f{2.0 * static_cast<double>(experts) * static_cast<double>(tokens) *
+                      static_cast<double>(n) * static_cast<double>(k)};
+        s.hardware_flops = f;
+        s.model_flops = recompute ? Flops{} : f;
+        const I rows = experts * tokens;
+        s.hbm_bytes = tokens_reduce ? Bytes{element * (rows * n + rows * k + experts * n * k)}
+                                    : Bytes{element * (rows * k + experts * n * k + rows * n)};
+        pass.steps.push_back(s);
+    }
+
+    // Flash attention on the 16-bit tensor cores (also in fp8 runs): `model` FLOPs for MFU, the
+    // block's executed FLOPs at its efficiency.
+    void attention(PassPlan& pass, const char* label, const AttentionBlock& block, bool backward,
+                   bool recompute = false) {
+        Step s;
+        s.label = label;
+        s.tensor_core = true;
+        s.launches = attention_launches(block, backward, compute_.framework);
+        s.host_weight = host_weight(false);
+        s.duration =
+            attention_time(block, backward, gpu_, compute_) + overheads(compute_, s.launches);
+        const Flops model{block.model_flops() * (backward ? 2 : 1)};
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
-        s.hbm_bytes = bytes;
+        s.hbm_bytes = block.hbm_bytes(backward);
         pass.steps.push_back(s);
     }
 
@@ -116,19 +160,40 @@ class PassBuilder {
         s.hardware_flops = model;
         s.model_flops = recompute ? Flops{} : model;
         s.hbm_bytes = bytes;
+        s.mem_kind = kind;
         pass.steps.push_back(s);
     }
 
+    // `launches` kernels of one kind moving `bytes` together (plus the kind's fixed time per
+    // kernel, RooflineCalibration::kind_latency).
     void memory(PassPlan& pass, const char* label, Bytes bytes, MemKind kind = MemKind::Fused,
-                int repeat = 1, int launches = 1) {
-        if (bytes.value <= 0) return;
+                int repeat = 1, int launches = 1, bool module = false) {
+        if (bytes.value <= 0 && default_calibration().kind_latency(kind) == Time::zero()) return;
         Step s;
         s.label = label;
         s.launches = launches;
+        s.host_weight = host_weight(module);
         s.duration = transfer_time(bytes, achievable_hbm(gpu_, compute_, kind)) +
+                     default_calibration().kind_latency(kind) * launches +
                      overheads(compute_, launches);
         s.hbm_bytes = bytes;
+        s.mem_kind = kind;
         s.repeat = repeat;
+        pass.steps.push_back(s);
+    }
+
+    // torch.argsort of `keys` 64-bit keys (RooflineCalibration::small_sort and large_sort): one
+    // block radix sort and its copies for a few keys, cub's onesweep passes and memsets above.
+    void sort(PassPlan& pass, const char* label, I keys) {
+        const auto& cal = default_calibration();
+        const bool small = keys <= RooflineCalibration::kSmallSortKeys;
+        Step s;
+        s.label = label;
+        s.launches = small ? 5 : 22;
+        s.host_weight = host_weight(false);
+        s.duration = (small ? cal.small_sort : cal.large_sort) + overheads(compute_, s.launches);
+        s.hbm_bytes = Bytes{4 * 8 * keys};
+        s.mem_kind = MemKind::Sort;
         pass.steps.push_back(s);
     }
 
@@ -159,6 +224,9 @@ class PassBuilder {
     const topology::GpuModel& gpu_;
     const RooflineCompute& compute_;
     Precision precision_;
+    Fp8Recipe recipe_;
+    bool bias_;
+    bool backward_ = false;
 };
 
 I local_expert_count(const ModelSpec& m, const ParallelLayout& layout) {
@@ -177,8 +245,8 @@ void append(PassPlan& to, const PassPlan& from) {
 
 // Per-GPU sizes of one microbatch through one layer.
 struct Dims {
-    I t, tokens, norm_tokens, h, q, kv, seq_local, seq_full, b, head_dim;
-    bool sp;
+    I t, tokens, norm_tokens, h, q, kv, seq_local, seq_full, b, head_dim, heads, kv_heads;
+    bool sp, rotary, rms;
     Attention attention;
 };
 
@@ -195,6 +263,11 @@ Dims dims_of(const ModelSpec& m, const ParallelLayout& layout, const TrainingSpe
     d.q = I{m.attention_heads} * m.head_dim;
     d.kv = I{m.kv_heads} * m.head_dim;
     d.head_dim = m.head_dim;
+    // Heads on one GPU: K/V heads fewer than tp are replicated (one per rank).
+    d.heads = std::max<I>(1, m.attention_heads / layout.tp);
+    d.kv_heads = std::max<I>(1, m.kv_heads / layout.tp);
+    d.rotary = m.rotary;
+    d.rms = m.norm == Norm::RmsNorm;
     d.attention = training.attention;
     return d;
 }
@@ -216,10 +289,61 @@ void tp_leave(PassPlan& pass, const Dims& d, Bytes size) {
                                 size);
 }
 
+const char* pick(bool recompute, const char* normal, const char* again) {
+    return recompute ? again : normal;
+}
+
+// A norm over `tokens` rows of h (docs/compute-model.md section 3). Forward reads x and writes y
+// (16-bit); backward reads dy and x and writes dx, and eager PyTorch reads dy and x once more
+// for the weight (and bias) gradient in a second kernel. LayerNorm and RMSNorm run PyTorch's
+// layer-norm kernels with their own rates (MemKind::Norm, MemKind::RmsNorm).
+void norm_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens, bool recompute,
+                  const char* label = "norm") {
+    const MemKind kind = pb.kind(d.rms ? MemKind::RmsNorm : MemKind::Norm);
+    pb.memory(pass, recompute ? "recompute norm" : label, Bytes{4 * tokens * d.h}, kind, 1, 1,
+              true);
+}
+void norm_backward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens,
+                   const char* label = "norm bwd") {
+    const MemKind kind = pb.kind(d.rms ? MemKind::RmsNorm : MemKind::Norm);
+    pb.memory(pass, label, Bytes{(pb.eager() ? 10 : 6) * tokens * d.h}, kind, 1,
+              pb.eager() ? 2 : 1);
+}
+
+// Rotate-half rotary embedding of q and k (heads and K/V heads of head_dim on this GPU, N
+// elements each), forward or backward (the same kernels on the gradients). Eager PyTorch, per
+// tensor: x·cos (reads x and the s x head_dim table, writes N), neg of one half (N/2 each way),
+// cat of the halves (N each way), ·sin, and the add (reads 2N, writes N): 20N + 4·s·head_dim
+// bytes in 5 kernels over the strided views of the qkv output (MemKind::Rotary). Megatron-LM's
+// fused RoPE (--apply-rope-fusion): one kernel per tensor reading and writing it, 4N.
+void rotary(PassPlan& pass, PassBuilder& pb, const Dims& d, bool backward, bool recompute) {
+    if (!d.rotary) return;
+    const I n = d.tokens * (d.heads + d.kv_heads) * d.head_dim;
+    const I table = 2 * d.seq_local * d.head_dim * kActivationBytes;
+    const char* label = backward ? "rotary bwd" : pick(recompute, "rotary", "recompute rotary");
+    if (pb.eager())
+        pb.memory(pass, label, Bytes{20 * n + 2 * table}, MemKind::Rotary, 1, 10);
+    else
+        pb.memory(pass, label, Bytes{4 * n + table}, MemKind::Fused, 1, 2);
+}
+
+// The attention block of a layer on this GPU for one microbatch.
+AttentionBlock attention_block(const Dims& d) {
+    AttentionBlock a;
+    a.b = d.b;
+    a.q_len = d.seq_local;
+    a.kv_len = d.seq_full;
+    a.heads = d.heads;
+    a.kv_heads = d.kv_heads;
+    a.head_dim = d.head_dim;
+    a.causal = true;
+    return a;
+}
+
 // The attention core of one layer, forward. Model FLOPs are 4·b·s_local·s_full·q/t (QK^T and
 // the context product, the whole score matrix, as Narayanan eq. 3 counts them).
-//  flash:   one kernel; causal masking skips half the scores, so it executes half the model
-//           FLOPs, at the flash-attention efficiency; HBM traffic is Q, K, V and the output.
+//  flash:   one kernel (AttentionBlock); causal masking skips half the scores; HBM traffic is
+//           Q, K, V and the output.
 //  unfused: Megatron-LM's pre-FlashAttention core: the scores bmm writes the N = b·(a/t)·s·s
 //           score matrix, the fused scale-mask-softmax reads and writes it, dropout reads it and
 //           writes its output and a 1-byte mask, the context bmm reads it: 13 bytes per score;
@@ -231,9 +355,8 @@ void attention_core_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool
         return recompute ? again : normal;
     };
     if (d.attention == Attention::Flash) {
-        const Bytes io{e * d.tokens * (2 * d.q + 2 * d.kv) / d.t};
-        pb.attention(pass, rc("attention", "recompute attention"), Flops{model}, Flops{model / 2},
-                     io, attention_efficiency(d.seq_full, false), false, recompute);
+        pb.attention(pass, rc("attention", "recompute attention"), attention_block(d), false,
+                     recompute);
         return;
     }
     const double scores = static_cast<double>(d.b) * (d.q / d.head_dim / d.t) * d.seq_local *
@@ -260,9 +383,7 @@ void attention_core_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
     const I e = kActivationBytes;
     const double fwd = 4.0 * d.b * d.seq_local * d.seq_full * (d.q / d.t);
     if (d.attention == Attention::Flash) {
-        const Bytes io{e * d.tokens * (4 * d.q + 4 * d.kv) / d.t};
-        pb.attention(in, "attention bwd", Flops{2 * fwd}, Flops{2.5 * fwd / 2}, io,
-                     attention_efficiency(d.seq_full, true), true);
+        pb.attention(in, "attention bwd", attention_block(d), true);
         return;
     }
     const double scores = static_cast<double>(d.b) * (d.q / d.head_dim / d.t) * d.seq_local *
@@ -292,71 +413,183 @@ void attention_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
     flag_from(in, first, Step::AttentionCore);
 }
 
+// The MLP activation on `rows` rows of width f (per GPU), forward. GELU: read and write (4f
+// bytes per row), MemKind::Activation. SwiGLU on the gate|up output of one GEMM: eager PyTorch
+// runs silu on the strided gate half (4f) and multiplies by the strided up half (reads 2f, writes
+// f: 6f), MemKind::Swiglu; Megatron-LM's fused kernel reads 2f and writes f.
+void activation_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I rows, I f,
+                        bool recompute, int repeat = 1) {
+    const I e = kActivationBytes;
+    if (m.activation != Activation::SwiGlu) {
+        pb.memory(pass, pick(recompute, "activation", "recompute activation"),
+                  Bytes{2 * rows * f * e}, pb.kind(MemKind::Activation), repeat, 1, true);
+    } else if (pb.eager()) {
+        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), Bytes{5 * rows * f * e},
+                  MemKind::Swiglu, repeat, 2);
+    } else {
+        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), Bytes{3 * rows * f * e},
+                  MemKind::Fused, repeat);
+    }
+}
+// Backward. GELU reads x and dy, writes dx (6f). SwiGLU in eager PyTorch: d(up) = dy·silu(gate)
+// (contiguous, vectorised: 6f, elementwise), d(silu) = dy·up (strided: 6f) and silu's backward
+// (reads it and the gate, writes: 6f), both MemKind::Swiglu, then the cat of the two halves into
+// the GEMM's output gradient (8f, contiguous, elementwise). Megatron-LM's fused backward reads
+// dy, gate and up and writes both halves (10f).
+void activation_backward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I rows, I f,
+                         int repeat = 1) {
+    const I e = kActivationBytes;
+    if (m.activation != Activation::SwiGlu) {
+        pb.memory(pass, "activation bwd", Bytes{3 * rows * f * e}, pb.kind(MemKind::Activation),
+                  repeat);
+    } else if (pb.eager()) {
+        pb.memory(pass, "swiglu bwd product", Bytes{3 * rows * f * e}, MemKind::Elementwise,
+                  repeat);
+        pb.memory(pass, "swiglu bwd", Bytes{6 * rows * f * e}, MemKind::Swiglu, repeat, 2);
+        pb.memory(pass, "swiglu bwd concat", Bytes{4 * rows * f * e}, MemKind::Elementwise,
+                  repeat);
+    } else {
+        pb.memory(pass, "swiglu bwd", Bytes{5 * rows * f * e}, MemKind::Fused, repeat);
+    }
+}
+
+// Tokens each local expert receives for one microbatch with balanced routing: the ep ranks'
+// tokens x top_k spread evenly over the experts.
+I tokens_per_expert(const ModelSpec& m, const ParallelLayout& layout, const Dims& d) {
+    return std::max<I>(1, (d.tokens * m.top_k * layout.ep + m.experts - 1) / m.experts);
+}
+
+// The router of an MoE layer, forward: the router GEMM (T x E x h), then (MemKind::Routing, a
+// fixed time per kernel plus bytes) the fp32 softmax and top-k of the T x E logits with the
+// index arithmetic of the assignment and the gather of the combine weights; the sort of the T·k
+// assignments by expert, and the tokens per expert (a scatter-add and a cumulative sum).
+// Eager PyTorch: a cast, the softmax, top-k (2 kernels), 5 index kernels and the gather, the
+// argsort, then the division to token indices, 2 fills, the scatter-add, 2 scan kernels and a
+// cast. Megatron-LM: softmax and top-k (3 kernels) and the routing map (2), its permutation
+// indices from the map without a sort (3).
+void router_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, const Dims& d,
+                    bool recompute) {
+    const I tokens = d.tokens, experts = m.experts, k = m.top_k;
+    pb.gemm(pass, pick(recompute, "router", "recompute router"), {tokens, experts, d.h}, recompute);
+    // Logits read as 16-bit, cast to fp32, softmax read and written, top-k read; k fp32 values
+    // and 64-bit indices written.
+    const Bytes scores{tokens * experts * (2 + 4 + 8 + 4) + tokens * k * 12};
+    const Bytes counts{tokens * k * 8 * 4};
+    if (pb.eager()) {
+        pb.memory(pass, pick(recompute, "routing", "recompute routing"), scores, MemKind::Routing,
+                  1, 10);
+        pb.sort(pass, pick(recompute, "routing sort", "recompute routing sort"), tokens * k);
+        pb.memory(pass, pick(recompute, "expert counts", "recompute expert counts"), counts,
+                  MemKind::Routing, 1, 7);
+    } else {
+        pb.memory(pass, pick(recompute, "routing", "recompute routing"), scores, MemKind::Routing,
+                  1, 5);
+        pb.memory(pass, pick(recompute, "expert counts", "recompute expert counts"), counts,
+                  MemKind::Routing, 1, 3);
+    }
+}
+
+// The experts of an MoE layer on this GPU, forward, from the permutation to the combined output.
+void experts_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
+                     const ParallelLayout& layout, const Dims& d, bool recompute) {
+    const I e = kActivationBytes;
+    const I f = m.moe_ffn_hidden_size / d.t;
+    const I k = m.top_k;
+    const I routed_rows = d.tokens * k;
+    const I up = m.activation == Activation::SwiGlu ? 2 : 1;
+    const Bytes routed{routed_rows * d.h * e};
+    // Permutation: a gather of the T·k token rows (and of their 64-bit indices).
+    pb.memory(pass, pick(recompute, "permute", "recompute permute"),
+              Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8}, MemKind::Permute,
+              1, pb.eager() ? 2 : 1);
+    if (layout.ep > 1)
+        PassBuilder::collective(pass, "all-to-all ep dispatch", CollectiveKind::AllToAll,
+                                GroupKind::Ep, routed);
+    const I local = local_expert_count(m, layout);
+    const I per_expert = tokens_per_expert(m, layout, d);
+    if (pb.compute().moe_grouped_gemm) {
+        pb.grouped_gemm(pass, pick(recompute, "expert fc1", "recompute expert fc1"), local,
+                        per_expert, up * f, d.h, false, recompute);
+        activation_forward(pass, pb, m, local * per_expert, f, recompute);
+        pb.grouped_gemm(pass, pick(recompute, "expert fc2", "recompute expert fc2"), local,
+                        per_expert, d.h, f, false, recompute);
+    } else {
+        // One GEMM pair per local expert (SequentialMLP), the outputs joined by a cat.
+        const int rep = static_cast<int>(local);
+        pb.gemm(pass, pick(recompute, "expert fc1", "recompute expert fc1"),
+                {per_expert, up * f, d.h}, recompute, rep);
+        activation_forward(pass, pb, m, per_expert, f, recompute, rep);
+        pb.gemm(pass, pick(recompute, "expert fc2", "recompute expert fc2"), {per_expert, d.h, f},
+                recompute, rep);
+        if (pb.eager())
+            pb.memory(pass, pick(recompute, "expert cat", "recompute expert cat"),
+                      Bytes{2 * local * per_expert * d.h * e}, MemKind::Elementwise);
+    }
+    if (layout.ep > 1)
+        PassBuilder::collective(pass, "all-to-all ep combine", CollectiveKind::AllToAll,
+                                GroupKind::Ep, routed);
+    // Combine: the expert rows times their routing weights (a broadcast over h: strided), then
+    // the scatter-add back to token order into a zeroed output (atomics: MemKind::Unpermute).
+    pb.memory(pass, pick(recompute, "combine weights", "recompute combine weights"),
+              Bytes{2 * routed_rows * d.h * e + routed_rows * e}, pb.kind(MemKind::StridedCopy), 1,
+              pb.eager() ? 2 : 1);
+    pb.memory(pass, pick(recompute, "unpermute zero", "recompute unpermute zero"),
+              Bytes{d.tokens * d.h * e}, pb.kind(MemKind::Elementwise));
+    pb.memory(pass, pick(recompute, "unpermute", "recompute unpermute"),
+              Bytes{(routed_rows * d.h + d.tokens * d.h) * e + routed_rows * 8},
+              MemKind::Unpermute);
+}
+
+// The MLP block of a layer, forward (after its norm and TP entry): a dense MLP, or an MoE block
+// (router, experts, shared experts added to their output).
+void mlp_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, const ParallelLayout& layout,
+                 const Dims& d, bool moe_layer, bool recompute) {
+    const I up = m.activation == Activation::SwiGlu ? 2 : 1;
+    if (!moe_layer) {
+        const I f = m.ffn_hidden_size / d.t;
+        pb.gemm(pass, pick(recompute, "fc1", "recompute fc1"), {d.tokens, up * f, d.h}, recompute);
+        activation_forward(pass, pb, m, d.tokens, f, recompute);
+        pb.gemm(pass, pick(recompute, "fc2", "recompute fc2"), {d.tokens, d.h, f}, recompute);
+        return;
+    }
+    router_forward(pass, pb, m, d, recompute);
+    experts_forward(pass, pb, m, layout, d, recompute);
+    if (m.shared_experts > 0) {
+        const I fs = I{m.shared_experts} * m.moe_ffn_hidden_size / d.t;
+        pb.gemm(pass, pick(recompute, "shared fc1", "recompute shared fc1"),
+                {d.tokens, up * fs, d.h}, recompute);
+        activation_forward(pass, pb, m, d.tokens, fs, recompute);
+        pb.gemm(pass, pick(recompute, "shared fc2", "recompute shared fc2"), {d.tokens, d.h, fs},
+                recompute);
+        pb.memory(pass, pick(recompute, "shared add", "recompute shared add"),
+                  Bytes{3 * d.tokens * d.h * kActivationBytes}, pb.kind(MemKind::Elementwise));
+    }
+}
+
 // The forward ops of one layer. With `recompute` the same ops are emitted as re-executed work.
 void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
                    const ParallelLayout& layout, const Dims& d, bool moe_layer, bool recompute) {
     const I e = kActivationBytes;
     const Bytes hidden_full{d.tokens * d.h * e};
-    const Bytes norm_io{4 * d.norm_tokens * d.h};  // read + write 2-byte tensors
     const Bytes residual_io{3 * d.norm_tokens * d.h * e};
-    const auto rc = [recompute](const char* normal, const char* again) {
-        return recompute ? again : normal;
-    };
-
-    pb.memory(pass, rc("norm", "recompute norm"), norm_io, pb.kind(MemKind::Norm));
+    norm_forward(pass, pb, d, d.norm_tokens, recompute);
     tp_enter(pass, d, hidden_full);
-    pb.gemm(pass, rc("qkv", "recompute qkv"), {d.tokens, (d.q + 2 * d.kv) / d.t, d.h}, recompute);
+    pb.gemm(pass, pick(recompute, "qkv", "recompute qkv"), {d.tokens, (d.q + 2 * d.kv) / d.t, d.h},
+            recompute);
+    rotary(pass, pb, d, false, recompute);
     if (layout.cp > 1)
         PassBuilder::collective(pass, "all-gather cp", CollectiveKind::AllGather, GroupKind::Cp,
                                 Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});
     attention_forward(pass, pb, d, recompute);
-    pb.gemm(pass, rc("proj", "recompute proj"), {d.tokens, d.h, d.q / d.t}, recompute);
+    pb.gemm(pass, pick(recompute, "proj", "recompute proj"), {d.tokens, d.h, d.q / d.t}, recompute);
     tp_leave(pass, d, hidden_full);
-    pb.memory(pass, rc("residual", "recompute residual"), residual_io,
+    pb.memory(pass, pick(recompute, "residual", "recompute residual"), residual_io,
               pb.kind(MemKind::Elementwise));
-    pb.memory(pass, rc("norm", "recompute norm"), norm_io, pb.kind(MemKind::Norm));
+    norm_forward(pass, pb, d, d.norm_tokens, recompute);
     tp_enter(pass, d, hidden_full);
-    const bool swiglu = m.activation == Activation::SwiGlu;
-    const I up_factor = swiglu ? 2 : 1;
-    const I act_io_factor = swiglu ? 3 : 2;  // read gate+up, write product | read, write
-    if (!moe_layer) {
-        const I f = m.ffn_hidden_size / d.t;
-        pb.gemm(pass, rc("fc1", "recompute fc1"), {d.tokens, up_factor * f, d.h}, recompute);
-        pb.memory(pass, rc("activation", "recompute activation"),
-                  Bytes{act_io_factor * d.tokens * f * e}, pb.kind(MemKind::Activation));
-        pb.gemm(pass, rc("fc2", "recompute fc2"), {d.tokens, d.h, f}, recompute);
-    } else {
-        const I f = m.moe_ffn_hidden_size / d.t;
-        pb.gemm(pass, rc("router", "recompute router"), {d.tokens, m.experts, d.h}, recompute);
-        const Bytes routed{d.tokens * m.top_k * d.h * e};
-        if (layout.ep > 1)
-            PassBuilder::collective(pass, "all-to-all ep dispatch", CollectiveKind::AllToAll,
-                                    GroupKind::Ep, routed);
-        const I local_experts = std::max<I>(1, m.experts / layout.ep);
-        // Balanced routing: the ep ranks' tokens x top_k spread evenly over the experts.
-        const I per_expert =
-            std::max<I>(1, (d.tokens * m.top_k * layout.ep + m.experts - 1) / m.experts);
-        const int rep = static_cast<int>(local_experts);
-        pb.gemm(pass, rc("expert fc1", "recompute expert fc1"), {per_expert, up_factor * f, d.h},
-                recompute, rep);
-        pb.memory(pass, rc("expert activation", "recompute expert activation"),
-                  Bytes{act_io_factor * per_expert * f * e}, pb.kind(MemKind::Activation), rep);
-        pb.gemm(pass, rc("expert fc2", "recompute expert fc2"), {per_expert, d.h, f}, recompute,
-                rep);
-        if (layout.ep > 1)
-            PassBuilder::collective(pass, "all-to-all ep combine", CollectiveKind::AllToAll,
-                                    GroupKind::Ep, routed);
-        if (m.shared_experts > 0) {
-            const I fs = I{m.shared_experts} * f;
-            pb.gemm(pass, rc("shared fc1", "recompute shared fc1"), {d.tokens, up_factor * fs, d.h},
-                    recompute);
-            pb.memory(pass, rc("shared activation", "recompute shared activation"),
-                      Bytes{act_io_factor * d.tokens * fs * e}, pb.kind(MemKind::Activation));
-            pb.gemm(pass, rc("shared fc2", "recompute shared fc2"), {d.tokens, d.h, fs}, recompute);
-        }
-    }
+    mlp_forward(pass, pb, m, layout, d, moe_layer, recompute);
     tp_leave(pass, d, hidden_full);
-    pb.memory(pass, rc("residual", "recompute residual"), residual_io,
+    pb.memory(pass, pick(recompute, "residual", "recompute residual"), residual_io,
               pb.kind(MemKind::Elementwise));
 }
 
@@ -370,6 +603,115 @@ void gemm_backward(PassPlan& input, PassPlan& weight, PassBuilder& pb, const cha
     if (bias && pb.eager())
         pb.memory(weight, "bias grad", Bytes{kActivationBytes * fwd.m * fwd.n}, MemKind::Reduce,
                   repeat);
+}
+
+// The experts' backward, from the combine to the permutation (mirroring experts_forward).
+void experts_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpec& m,
+                      const ParallelLayout& layout, const Dims& d, bool bias) {
+    const I e = kActivationBytes;
+    const I f = m.moe_ffn_hidden_size / d.t;
+    const I routed_rows = d.tokens * m.top_k;
+    const I up = m.activation == Activation::SwiGlu ? 2 : 1;
+    const Bytes routed{routed_rows * d.h * e};
+    // The scatter-add's gradient is a gather; the combine's: dY·weight (strided) for the rows
+    // and the sum of dY·Y over h for the weights (a product and a reduction).
+    pb.memory(in, "unpermute bwd", Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8},
+              MemKind::Permute);
+    pb.memory(in, "combine weights bwd", Bytes{2 * routed_rows * d.h * e + routed_rows * e},
+              pb.kind(MemKind::StridedCopy));
+    if (pb.eager()) {
+        pb.memory(in, "combine weights grad", Bytes{3 * routed_rows * d.h * e},
+                  MemKind::Elementwise);
+        pb.memory(in, "combine weights sum", Bytes{routed_rows * d.h * e}, MemKind::Reduce);
+    }
+    if (layout.ep > 1)
+        PassBuilder::collective(in, "all-to-all ep combine bwd", CollectiveKind::AllToAll,
+                                GroupKind::Ep, routed);
+    const I local = local_expert_count(m, layout);
+    const I per_expert = tokens_per_expert(m, layout, d);
+    if (pb.compute().moe_grouped_gemm) {
+        pb.grouped_gemm(in, "expert fc2 dgrad", local, per_expert, f, d.h, false);
+        pb.grouped_gemm(w, "expert fc2 wgrad", local, per_expert, d.h, f, true);
+        activation_backward(in, pb, m, local * per_expert, f);
+        pb.grouped_gemm(in, "expert fc1 dgrad", local, per_expert, d.h, up * f, false);
+        pb.grouped_gemm(w, "expert fc1 wgrad", local, per_expert, up * f, d.h, true);
+    } else {
+        const int rep = static_cast<int>(local);
+        gemm_backward(in, w, pb, "expert fc2 dgrad", "expert fc2 wgrad", {per_expert, d.h, f}, rep,
+                      bias);
+        activation_backward(in, pb, m, per_expert, f, rep);
+        gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad",
+                      {per_expert, up * f, d.h}, rep, bias);
+    }
+    if (layout.ep > 1)
+        PassBuilder::collective(in, "all-to-all ep dispatch bwd", CollectiveKind::AllToAll,
+                                GroupKind::Ep, routed);
+    // The gather's gradient: a scatter-add of the expert rows into zeroed token rows.
+    pb.memory(in, "permute bwd zero", Bytes{d.tokens * d.h * e}, pb.kind(MemKind::Elementwise));
+    pb.memory(in, "permute bwd", Bytes{(routed_rows * d.h + d.tokens * d.h) * e + routed_rows * 8},
+              MemKind::Unpermute);
+}
+
+// The MLP block's backward (last op first).
+void mlp_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpec& m,
+                  const ParallelLayout& layout, const Dims& d, bool moe_layer, bool bias) {
+    const I up = m.activation == Activation::SwiGlu ? 2 : 1;
+    if (!moe_layer) {
+        const I f = m.ffn_hidden_size / d.t;
+        gemm_backward(in, w, pb, "fc2 dgrad", "fc2 wgrad", {d.tokens, d.h, f}, 1, bias);
+        activation_backward(in, pb, m, d.tokens, f);
+        gemm_backward(in, w, pb, "fc1 dgrad", "fc1 wgrad", {d.tokens, up * f, d.h}, 1, bias);
+        return;
+    }
+    if (m.shared_experts > 0) {
+        const I fs = I{m.shared_experts} * m.moe_ffn_hidden_size / d.t;
+        gemm_backward(in, w, pb, "shared fc2 dgrad", "shared fc2 wgrad", {d.tokens, d.h, fs}, 1,
+                      bias);
+        activation_backward(in, pb, m, d.tokens, fs);
+        gemm_backward(in, w, pb, "shared fc1 dgrad", "shared fc1 wgrad", {d.tokens, up * fs, d.h},
+                      1, bias);
+    }
+    experts_backward(in, w, pb, m, layout, d, bias);
+    // The router: the gradient of the gathered weights scattered into zeroed scores, the
+    // softmax's and the cast's backward (MemKind::Routing), then the router GEMM's.
+    pb.memory(in, "routing bwd", Bytes{d.tokens * m.experts * (4 + 8 + 6) + d.tokens * m.top_k * 12},
+              MemKind::Routing, 1, pb.eager() ? 5 : 2);
+    gemm_backward(in, w, pb, "router dgrad", "router wgrad", {d.tokens, m.experts, d.h});
+    // Shared experts' and routed experts' input gradients join.
+    if (m.shared_experts > 0)
+        pb.memory(in, "shared join", Bytes{3 * d.tokens * d.h * kActivationBytes},
+                  pb.kind(MemKind::Elementwise));
+}
+
+// A calibration's unmapped share (RooflineCompute::residual): the GPU time of kernels the model
+// has no op for, as a step of its own after the pass's kernels, in proportion to their time.
+void add_residual(PassPlan& pass, const RooflineCompute& compute) {
+    if (compute.residual <= 0) return;
+    const Time t = pass.compute_time();
+    if (t == Time::zero()) return;
+    Step s;
+    s.label = "unmapped (calibration residual)";
+    s.launches = 0;
+    s.duration = Time::ps(static_cast<std::int64_t>(
+        std::llround(static_cast<double>(t.count_ps()) * compute.residual)));
+    pass.steps.push_back(s);
+}
+
+// Parameter tensors of one layer on a GPU, each accumulated by a kernel of its own in eager
+// PyTorch: the attention's two linears, the MLP's (or the router, the experts' stacked weights
+// of a grouped GEMM or two linears per local expert, and the shared experts' two), the two
+// norms; with biases each linear has two tensors and LayerNorm two per norm.
+I layer_parameter_tensors(const ModelSpec& m, const ParallelLayout& layout, bool moe_layer,
+                          bool grouped) {
+    const I per_linear = m.bias ? 2 : 1;
+    I linears = 2;  // qkv, proj
+    if (!moe_layer) {
+        linears += 2;
+    } else {
+        linears += 1 + (grouped ? 2 : 2 * local_expert_count(m, layout)) +
+                   (m.shared_experts > 0 ? 2 : 0);
+    }
+    return linears * per_linear + (m.norm == Norm::LayerNorm ? 4 : 2);
 }
 
 }  // namespace
@@ -401,22 +743,99 @@ FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision) {
     return r;
 }
 
-double gemm_efficiency(const GemmShape& shape, Precision precision,
-                       const topology::GemmCurve& curve, const RooflineCalibration& cal) {
-    const double cap =
-        precision == Precision::Fp8 ? cal.gemm_peak_fraction_fp8 : curve.peak_fraction;
-    return cap * dim_factor(static_cast<double>(shape.m), curve, cal) *
+double gemm_efficiency(const GemmShape& shape, const topology::GemmCurve& curve,
+                       const RooflineCalibration& cal) {
+    return curve.peak_fraction * dim_factor(static_cast<double>(shape.m), curve, cal) *
            dim_factor(static_cast<double>(shape.n), curve, cal) *
            dim_factor(static_cast<double>(shape.k), curve, cal);
 }
 
+FlopRate gemm_rate(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
+                   const RooflineCompute& compute, Fp8Recipe recipe) {
+    const topology::GemmCurve& curve = compute.gemm(gpu);
+    const double eff = gemm_efficiency(shape, curve) * compute.efficiency_scale;
+    if (precision != Precision::Fp8) return scaled(peak_rate(gpu, precision), eff);
+    peak_rate(gpu, precision);  // an fp8 run needs fp8 tensor cores
+    const double speedup = recipe == Fp8Recipe::Rowwise     ? curve.fp8_rowwise
+                           : recipe == Fp8Recipe::Blockwise ? curve.fp8_blockwise
+                                                            : curve.fp8_tensorwise;
+    return scaled(peak_rate(gpu, Precision::Bf16), eff * speedup);
+}
+
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
-               const RooflineCompute& compute, int element_bytes) {
-    const double eff =
-        gemm_efficiency(shape, precision, compute.gemm(gpu)) * compute.efficiency_scale;
-    const FlopRate rate = scaled(peak_rate(gpu, precision), eff);
+               const RooflineCompute& compute, int element_bytes, Fp8Recipe recipe) {
+    const FlopRate rate = gemm_rate(shape, precision, gpu, compute, recipe);
     const Bytes bytes{element_bytes * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
     return roofline_time(shape.flops(), rate, bytes, gpu, compute);
+}
+
+double grouped_gemm_ratio(std::int64_t tokens, bool tokens_reduce, const RooflineCalibration& cal) {
+    const double t = static_cast<double>(std::max<std::int64_t>(tokens, 1));
+    const double cap = tokens_reduce ? cal.grouped_reduce_cap : cal.grouped_rows_cap;
+    const double t0 = tokens_reduce ? cal.grouped_reduce_t0 : cal.grouped_rows_t0;
+    const double p = tokens_reduce ? cal.grouped_reduce_exponent : cal.grouped_rows_exponent;
+    const double tp = std::pow(t, p);
+    return std::min(1.0, cap * tp / (tp + std::pow(t0, p)));
+}
+
+Time grouped_gemm_time(std::int64_t experts, std::int64_t tokens, std::int64_t n, std::int64_t k,
+                       bool tokens_reduce, Precision precision, const topology::GpuModel& gpu,
+                       const RooflineCompute& compute) {
+    const std::int64_t rows = experts * tokens;
+    // The dense GEMM of all rows: forward {rows, n, k}; the wgrad reduces over the rows.
+    const GemmShape dense = tokens_reduce ? GemmShape{n, k, rows} : GemmShape{rows, n, k};
+    const double ratio = grouped_gemm_ratio(tokens, tokens_reduce) * compute.grouped_gemm_scale;
+    const FlopRate rate{gemm_rate(dense, precision, gpu, compute).flops_per_s * ratio};
+    const int element = precision == Precision::Fp8 ? 1 : 2;
+    const Bytes bytes{element * (tokens_reduce ? rows * n + rows * k + experts * n * k
+                                               : rows * k + experts * n * k + rows * n)};
+    const Time math = compute_time(dense.flops(), rate);
+    return std::max(math, transfer_time(bytes, achievable_hbm(gpu, compute)));
+}
+
+double AttentionBlock::model_flops() const {
+    return 4.0 * static_cast<double>(b) * static_cast<double>(q_len) *
+           static_cast<double>(kv_len) * static_cast<double>(heads) *
+           static_cast<double>(head_dim);
+}
+
+double AttentionBlock::executed_flops(bool backward) const {
+    const double forward = model_flops() / (causal ? 2 : 1);
+    return backward ? 2.5 * forward : forward;
+}
+
+Bytes AttentionBlock::hbm_bytes(bool backward, int element_bytes) const {
+    const std::int64_t q = b * q_len * heads * head_dim;
+    const std::int64_t kv = b * kv_len * kv_heads * head_dim;
+    return Bytes{element_bytes * (backward ? 4 * q + 4 * kv : 2 * q + 2 * kv)};
+}
+
+double attention_efficiency(const AttentionBlock& block, bool backward,
+                            const RooflineCalibration& cal) {
+    const double s = static_cast<double>(block.kv_len);
+    const double w = static_cast<double>(block.b) * static_cast<double>(block.heads) *
+                     static_cast<double>(block.q_len) / 128.0;
+    const double cap = backward ? cal.attention_backward_cap : cal.attention_forward_cap;
+    const double s0 = backward ? cal.attention_backward_s0 : cal.attention_forward_s0;
+    const double w0 = backward ? cal.attention_backward_w0 : cal.attention_forward_w0;
+    return cap * s / (s + s0) * w / (w + w0);
+}
+
+Time attention_time(const AttentionBlock& block, bool backward, const topology::GpuModel& gpu,
+                    const RooflineCompute& compute) {
+    const double scale =
+        backward ? compute.attention_backward_scale : compute.attention_forward_scale;
+    const FlopRate rate =
+        scaled(peak_rate(gpu, Precision::Bf16),
+               attention_efficiency(block, backward) * scale * compute.efficiency_scale);
+    const Time math = compute_time(Flops{block.executed_flops(backward)}, rate);
+    return std::max(math, transfer_time(block.hbm_bytes(backward), achievable_hbm(gpu, compute)));
+}
+
+int attention_launches(const AttentionBlock& block, bool backward, Framework framework) {
+    if (framework != Framework::Pytorch) return 1;
+    if (!backward) return 2;
+    return block.kv_heads < block.heads ? 6 : 4;
 }
 
 Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute,
@@ -425,28 +844,31 @@ Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const Rooflin
 }
 
 double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
-    // Effective bandwidth / 4.8 TB/s on H200 (docs/compute-model.md tabulates the fits).
+    // Effective bandwidth / 4.8 TB/s on H200 (docs/compute-model.md tabulates the fits). Where a
+    // kind runs in more than one public profiled iteration (gpt-h3072, llama-h2048-l8,
+    // moe-h2048-e8-l4), the fraction is their pooled fit by `clustersim calibrate --experiment`:
+    // the model's bytes of the kind over its kernels' time, summed over the traces.
     switch (kind) {
         case MemKind::Fused:
             return hbm_fraction;
         case MemKind::Elementwise:
-            return 0.85;  // residual adds 3.8-4.2 TB/s, bf16 casts 3.9, fills 4.3
+            return 0.887;  // gpt 0.887, llama 0.876, moe 0.900: adds, casts, fills at 4.2-4.3 TB/s
         case MemKind::Activation:
-            return 0.63;  // GELU forward 2.4-3.0 TB/s, backward 2.6-3.3
+            return 0.63;  // GELU forward 2.4-3.0 TB/s, backward 2.6-3.3 (gpt trace: 0.611)
         case MemKind::Norm:
-            return 0.45;  // LayerNorm forward 1.6-2.1 TB/s, backward 2.0-2.7, gamma/beta 1.9-2.3
+            return 0.45;  // LayerNorm forward 1.6-2.1 TB/s, backward 2.0-2.7 (gpt trace: 0.464)
         case MemKind::Reduce:
-            return 0.42;  // bias gradients 1.4-2.4 TB/s
+            return 0.42;  // bias gradients 1.4-2.4 TB/s (gpt 0.410, moe 0.389)
         case MemKind::Concat:
-            return 0.21;  // torch.cat of the q, k, v gradients 0.8-1.0 TB/s
+            return 0.19;  // torch.cat of the q, k, v gradients (gpt 0.191, llama 0.178, moe 0.185)
         case MemKind::StridedCopy:
-            return 0.31;  // 1.3-1.7 TB/s
+            return 0.245;  // gpt's q, k, v gradient copy 0.236, moe's routing-weight product 0.325
         case MemKind::MixedAccumulate:
-            return 0.50;  // fp32 += bf16 main-gradient adds, 2.4 TB/s (profiled iteration)
+            return 0.565;  // fp32 += bf16 main gradients beyond kind_latency (0.54-0.58)
         case MemKind::Softmax:
-            return 0.50;  // fp32 log-softmax forward 2.1 TB/s, backward 2.8 (profiled iteration)
+            return 0.495;  // the loss's cast, log-softmax and its backward (0.480-0.517)
         case MemKind::Optimizer:
-            return 0.69;  // fused AdamW, 28 bytes per parameter at 3.3 TB/s (profiled iteration)
+            return 0.707;  // fused AdamW, 28 bytes per parameter (gpt 0.698 - moe 0.719)
         // Megatron-LM's unfused attention at s = 2048 (b 16, 8 heads of 64, dropout 0.1) on an
         // A100 40GB, the FlashAttention paper's Tables 15 and 16 (arXiv 2205.14135v2; tests/
         // validation/data/a100-attention.json): 7.1 GB forward in 6.56 ms, 10.5 GB backward in
@@ -455,14 +877,40 @@ double RooflineCalibration::hbm_fraction_of(MemKind kind) const {
             return 0.698;
         case MemKind::ScoresBackward:
             return 0.624;
+        case MemKind::RmsNorm:
+            return 0.542;  // llama 0.536, moe 0.565 (forward 3.4 TB/s, backward 2.4)
+        case MemKind::Rotary:
+            return 0.26;  // llama 0.259, moe 0.261: strided mul, neg, cat, add at 1.1-1.7 TB/s
+        case MemKind::Swiglu:
+            return 0.387;  // llama 0.386, moe 0.390: silu, strided mul, silu_backward
+        case MemKind::Permute:
+            return 0.495;  // moe: the token gather with its index gather
+        case MemKind::Unpermute:
+            return 0.067;  // index_add_ (moe 0.074) and the embedding's backward (gpt, llama)
+        // The router's softmax and top-k and the index arithmetic: a fixed time per kernel
+        // (kind_latency) and their bytes at this fraction, from the routing microbenchmarks
+        // (T = 4096-32768 tokens, 8-256 experts: 22-477 us).
+        case MemKind::Routing:
+            return 0.07;
+        case MemKind::Sort:
+            return 1;  // its time is RooflineCalibration::small_sort or large_sort
     }
     return hbm_fraction;
 }
 
-double attention_efficiency(std::int64_t seq, bool backward, const RooflineCalibration& cal) {
-    const double s = static_cast<double>(seq);
-    return backward ? cal.attention_backward_cap * s / (s + cal.attention_backward_half_seq)
-                    : cal.attention_forward_cap * s / (s + cal.attention_forward_half_seq);
+Time RooflineCalibration::kind_latency(MemKind kind) const {
+    switch (kind) {
+        case MemKind::Routing:
+            return Time::ns(2000);
+        // The main-gradient adds, one per parameter tensor from a norm's weight to the
+        // embedding: a regression of their kernel times on their bytes in the three profiled
+        // iterations gives 3.1-3.8 us per kernel (the tiny ones take 3.6 us) and 0.54-0.58 of
+        // the HBM bandwidth beyond it, where one fraction alone ranges 0.50-0.57 with the sizes.
+        case MemKind::MixedAccumulate:
+            return Time::ns(3400);
+        default:
+            return Time::zero();
+    }
 }
 
 void apply_sustained(std::initializer_list<PassPlan*> passes, const topology::GpuModel& gpu,
@@ -491,7 +939,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
                            const RooflineCompute& compute, bool moe_layer) {
     const Dims d = dims_of(model, layout, training);
     const I e = kActivationBytes;
-    PassBuilder pb(gpu, compute, training.precision);
+    PassBuilder pb(gpu, compute, training, model.bias);
     const bool bias = model.bias;
     LayerPasses r;
     layer_forward(r.forward, pb, model, layout, d, moe_layer, false);
@@ -503,62 +951,19 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     } else if (training.recompute == Recompute::Selective) {
         attention_forward(in, pb, d, true);
     }
+    pb.set_backward(true);
 
     const Bytes hidden_full{d.tokens * d.h * e};
-    // Norm backward reads x and dy and writes dx; eager PyTorch then reads x and dy again for the
-    // gamma/beta gradient in a second kernel.
-    const Bytes norm_bwd_io{(pb.eager() ? 10 : 6) * d.norm_tokens * d.h};
-    const int norm_bwd_launches = pb.eager() ? 2 : 1;
     const Bytes residual_io{3 * d.norm_tokens * d.h * e};  // add the two gradient branches
-    const bool swiglu = model.activation == Activation::SwiGlu;
-    const I up_factor = swiglu ? 2 : 1;
-    // Activation backward reads its inputs and the output gradient, writes the input gradients.
-    const I act_bwd_factor = swiglu ? 5 : 3;
-    const MemKind act_kind = pb.kind(MemKind::Activation);
     const MemKind add_kind = pb.kind(MemKind::Elementwise);
-    const MemKind norm_kind = pb.kind(MemKind::Norm);
 
     // MLP block, last op first. Entering the block backward mirrors leaving it forward.
     if (d.t > 1 && d.sp)
         PassBuilder::collective(in, "all-gather tp", CollectiveKind::AllGather, GroupKind::Tp,
                                 hidden_full);
-    if (!moe_layer) {
-        const I f = model.ffn_hidden_size / d.t;
-        gemm_backward(in, w, pb, "fc2 dgrad", "fc2 wgrad", {d.tokens, d.h, f}, 1, bias);
-        pb.memory(in, "activation bwd", Bytes{act_bwd_factor * d.tokens * f * e}, act_kind);
-        gemm_backward(in, w, pb, "fc1 dgrad", "fc1 wgrad", {d.tokens, up_factor * f, d.h}, 1, bias);
-    } else {
-        const I f = model.moe_ffn_hidden_size / d.t;
-        if (model.shared_experts > 0) {
-            const I fs = I{model.shared_experts} * f;
-            gemm_backward(in, w, pb, "shared fc2 dgrad", "shared fc2 wgrad", {d.tokens, d.h, fs}, 1,
-                          bias);
-            pb.memory(in, "shared activation bwd", Bytes{act_bwd_factor * d.tokens * fs * e},
-                      act_kind);
-            gemm_backward(in, w, pb, "shared fc1 dgrad", "shared fc1 wgrad",
-                          {d.tokens, up_factor * fs, d.h}, 1, bias);
-        }
-        const Bytes routed{d.tokens * model.top_k * d.h * e};
-        if (layout.ep > 1)
-            PassBuilder::collective(in, "all-to-all ep combine bwd", CollectiveKind::AllToAll,
-                                    GroupKind::Ep, routed);
-        const I local_experts = std::max<I>(1, model.experts / layout.ep);
-        const I per_expert = std::max<I>(
-            1, (d.tokens * model.top_k * layout.ep + model.experts - 1) / model.experts);
-        const int rep = static_cast<int>(local_experts);
-        gemm_backward(in, w, pb, "expert fc2 dgrad", "expert fc2 wgrad", {per_expert, d.h, f}, rep,
-                      bias);
-        pb.memory(in, "expert activation bwd", Bytes{act_bwd_factor * per_expert * f * e}, act_kind,
-                  rep);
-        gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad",
-                      {per_expert, up_factor * f, d.h}, rep, bias);
-        if (layout.ep > 1)
-            PassBuilder::collective(in, "all-to-all ep dispatch bwd", CollectiveKind::AllToAll,
-                                    GroupKind::Ep, routed);
-        gemm_backward(in, w, pb, "router dgrad", "router wgrad", {d.tokens, model.experts, d.h});
-    }
+    mlp_backward(in, w, pb, model, layout, d, moe_layer, bias);
     tp_leave(in, d, hidden_full);
-    pb.memory(in, "norm bwd", norm_bwd_io, norm_kind, 1, norm_bwd_launches);
+    norm_backward(in, pb, d, d.norm_tokens);
     pb.memory(in, "residual bwd", residual_io, add_kind);
 
     // Attention block.
@@ -570,17 +975,20 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     if (layout.cp > 1)
         PassBuilder::collective(in, "reduce-scatter cp", CollectiveKind::ReduceScatter,
                                 GroupKind::Cp, Bytes{d.b * d.seq_full * 2 * d.kv / d.t * e});
+    rotary(in, pb, d, true, false);
     const I qkv_width = (d.q + 2 * d.kv) / d.t;
     if (pb.eager()) {
         // The q, k and v gradients come out of the attention kernel head-major: torch.cat joins
-        // them (read + write) and a strided copy lays the result out token-major for the GEMMs.
+        // them (read + write) into the qkv output's gradient. A GPT block (q, k, v split by
+        // view and permuted) then lays the result out token-major with a strided copy; the
+        // Llama block's split_with_sizes of the fused output takes the cat as it is.
         const Bytes qkv_grad{2 * d.tokens * qkv_width * e};
         pb.memory(in, "qkv grad concat", qkv_grad, MemKind::Concat);
-        pb.memory(in, "qkv grad copy", qkv_grad, MemKind::StridedCopy);
+        if (!d.rotary) pb.memory(in, "qkv grad copy", qkv_grad, MemKind::StridedCopy);
     }
     gemm_backward(in, w, pb, "qkv dgrad", "qkv wgrad", {d.tokens, qkv_width, d.h}, 1, bias);
     tp_leave(in, d, hidden_full);
-    pb.memory(in, "norm bwd", norm_bwd_io, norm_kind, 1, norm_bwd_launches);
+    norm_backward(in, pb, d, d.norm_tokens);
     pb.memory(in, "residual bwd", residual_io, add_kind);
 
     // The layer's gradients accumulate across microbatches (PassBuilder::main_grad_accumulate):
@@ -589,17 +997,17 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
         const I routed = moe_layer ? routed_expert_parameter_count(model) : 0;
         const I params =
             (layer_parameter_count(model, moe_layer) - routed) / d.t + routed / (d.t * layout.ep);
-        const I linears = moe_layer ? 2 + 1 + 2 * local_expert_count(model, layout) +
-                                          4 * I{model.shared_experts > 0}
-                                    : 4;
-        const I tensors = linears * (bias ? 2 : 1) + (model.norm == Norm::LayerNorm ? 4 : 2);
-        pb.main_grad_accumulate(w, params, tensors);
+        pb.main_grad_accumulate(
+            w, params, layer_parameter_tensors(model, layout, moe_layer, compute.moe_grouped_gemm));
     }
 
     apply_sustained({&r.forward, &in, &w}, gpu, compute);
+    add_residual(r.forward, compute);
+    add_residual(in, compute);
     append(r.backward, r.backward_input);
     append(r.backward, r.backward_weight);
-    r.activation_memory = layer_activation_bytes(model, layout, training, moe_layer);
+    r.activation_memory =
+        layer_activation_bytes(model, layout, training, moe_layer, compute.framework);
     r.activation_send = Bytes{d.norm_tokens * d.h * e};
     return r;
 }
@@ -609,7 +1017,7 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
                                const RooflineCompute& compute) {
     const Dims d = dims_of(model, layout, training);
     const I e = kActivationBytes;
-    PassBuilder pb(gpu, compute, training.precision);
+    PassBuilder pb(gpu, compute, training, model.bias);
     LayerPasses r;
     if (model.vocab_size == 0) return r;
     // Gather rows of the (vocab-parallel) table, add positions: read + write the hidden states.
@@ -623,15 +1031,21 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
         pb.memory(r.forward, "embedding", Bytes{2 * d.tokens * d.h * e});
     }
     tp_leave(r.forward, d, Bytes{d.tokens * d.h * e});
+    pb.set_backward(true);
     if (d.t > 1 && d.sp)
         PassBuilder::collective(r.backward_weight, "all-gather tp", CollectiveKind::AllGather,
                                 GroupKind::Tp, Bytes{d.tokens * d.h * e});
     // Scatter-add of the output gradient into the table's gradient (read-modify-write rows).
-    pb.memory(r.backward_weight, "embedding wgrad", Bytes{3 * d.tokens * d.h * e});
+    // Eager PyTorch's embedding_dense_backward sorts the token ids, sums the gradient rows of
+    // each id and scatters the sums (reading the rows twice, writing partial sums and the
+    // table's rows: 4 x T x h x 2 bytes at the scatter-add's rate, MemKind::Unpermute, in about
+    // ten small kernels) into a dense gradient of the (vocab-parallel) table zeroed before.
+    if (pb.eager())
+        pb.memory(r.backward_weight, "embedding wgrad", Bytes{4 * d.tokens * d.h * e},
+                  MemKind::Unpermute, 1, 10);
+    else
+        pb.memory(r.backward_weight, "embedding wgrad", Bytes{3 * d.tokens * d.h * e});
     if (pb.eager()) {
-        // A dense gradient of the whole (vocab-parallel) table is allocated and zeroed before the
-        // scatter (which sorts the token ids: a handful of small kernels), then accumulated into
-        // the main gradient with the positions' gradient.
         const I rows = (I{model.vocab_size} + d.t - 1) / d.t;
         pb.memory(r.backward_weight, "embedding grad zero", Bytes{rows * d.h * e},
                   MemKind::Elementwise);
@@ -648,19 +1062,20 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
                                   const RooflineCompute& compute) {
     const Dims d = dims_of(model, layout, training);
     const I e = kActivationBytes;
-    PassBuilder pb(gpu, compute, training.precision);
+    PassBuilder pb(gpu, compute, training, model.bias);
     LayerPasses r;
     if (model.vocab_size == 0) return r;
     const I v = (I{model.vocab_size} + d.t - 1) / d.t;
     const Bytes hidden_full{d.tokens * d.h * e};
-    pb.memory(r.forward, "final norm", Bytes{4 * d.norm_tokens * d.h}, pb.kind(MemKind::Norm));
+    norm_forward(r.forward, pb, d, d.norm_tokens, false, "final norm");
     tp_enter(r.forward, d, hidden_full);
     pb.gemm(r.forward, "logits", {d.tokens, v, d.h});
     if (pb.eager()) {
-        // Eager cross entropy in fp32: cast the logits (read 2, write 4), log-softmax (read 4,
-        // write 4), then the NLL gather (small).
-        pb.memory(r.forward, "logits to fp32", Bytes{d.tokens * v * (e + 4)}, MemKind::Elementwise);
-        pb.memory(r.forward, "log softmax", Bytes{d.tokens * v * 8}, MemKind::Softmax, 1, 2);
+        // Eager cross entropy on logits.float(): the cast (read 2, write 4 per logit; a
+        // non-vectorised conversion) and the log-softmax (read 4, write 4), both at the loss
+        // kernels' rate (MemKind::Softmax), then the NLL gather (small).
+        pb.memory(r.forward, "cross entropy", Bytes{d.tokens * v * (e + 4 + 8)}, MemKind::Softmax,
+                  1, 3);
     } else {
         // Vocab-parallel cross entropy: fp32 logits read twice (max, then exp-sum), with
         // all-reduces of the per-token max, sum and target logit over the TP group.
@@ -670,11 +1085,14 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
         PassBuilder::collective(r.forward, "all-reduce tp", CollectiveKind::AllReduce,
                                 GroupKind::Tp, Bytes{3 * d.tokens * 4});
 
+    pb.set_backward(true);
     if (pb.eager()) {
-        // NLL backward (a fill and a scatter), log-softmax backward (read 4 + 4, write 4) and the
-        // cast of the gradient back to 16 bits (read 4, write 2).
-        pb.memory(r.backward_input, "log softmax bwd", Bytes{d.tokens * v * 12}, MemKind::Softmax,
-                  1, 3);
+        // NLL backward (zeroing an fp32 gradient of the logits, then a scatter), log-softmax
+        // backward (read 4 + 4, write 4) and the cast of the gradient back to 16 bits (read 4,
+        // write 2).
+        pb.memory(r.backward_input, "nll bwd", Bytes{d.tokens * v * 4}, MemKind::Elementwise, 1,
+                  2);
+        pb.memory(r.backward_input, "log softmax bwd", Bytes{d.tokens * v * 12}, MemKind::Softmax);
         pb.memory(r.backward_input, "logits grad to bf16", Bytes{d.tokens * v * (4 + e)},
                   MemKind::Elementwise);
     } else {
@@ -683,18 +1101,19 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     gemm_backward(r.backward_input, r.backward_weight, pb, "logits dgrad", "logits wgrad",
                   {d.tokens, v, d.h});
     tp_leave(r.backward_input, d, hidden_full);
-    pb.memory(r.backward_input, "final norm bwd",
-              Bytes{(pb.eager() ? 10 : 6) * d.norm_tokens * d.h}, pb.kind(MemKind::Norm), 1,
-              pb.eager() ? 2 : 1);
+    norm_backward(r.backward_input, pb, d, d.norm_tokens, "final norm bwd");
     if (pb.eager()) {
-        const I params = (model.tied_embeddings ? 0 : v * d.h) + 2 * d.h;
-        pb.main_grad_accumulate(r.backward_weight, params, 3);
+        const I norm_tensors = model.norm == Norm::LayerNorm ? 2 : 1;
+        const I params = (model.tied_embeddings ? 0 : v * d.h) + norm_tensors * d.h;
+        pb.main_grad_accumulate(r.backward_weight, params,
+                                norm_tensors + (model.tied_embeddings ? 0 : 1));
     }
     apply_sustained({&r.forward, &r.backward_input, &r.backward_weight}, gpu, compute);
     append(r.backward, r.backward_input);
     append(r.backward, r.backward_weight);
-    // Logits in fp32 for the loss, split over TP.
-    r.activation_memory = Bytes{d.tokens * v * 4};
+    // The loss's fp32 buffer held to the backward (the transient ones count at the peak:
+    // memory.hpp's loss_buffer_bytes).
+    r.activation_memory = loss_buffer_bytes(model, layout, training, compute.framework).held;
     return r;
 }
 
@@ -709,18 +1128,20 @@ Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& 
     return pass.steps.back();
 }
 
-Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
-                             const topology::GpuModel& gpu, const RooflineCompute& compute) {
-    if (held <= 0 && owned <= 0) return Time::zero();
+std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
+                                                   Precision precision,
+                                                   const RooflineCompute& compute) {
+    std::vector<OptimizerKernel> out;
+    if (held <= 0 && owned <= 0) return out;
+    const double h = static_cast<double>(held), o = static_cast<double>(owned);
+    const auto bytes = [](double b) { return Bytes{static_cast<std::int64_t>(std::ceil(b))}; };
     if (eager(compute)) {
-        const double h = static_cast<double>(held), o = static_cast<double>(owned);
-        const auto bytes = [](double b) { return Bytes{static_cast<std::int64_t>(std::ceil(b))}; };
-        return memory_bound_time(bytes(28 * o), gpu, compute, MemKind::Optimizer) +
-               (precision == Precision::Fp32
-                    ? Time::zero()
-                    : memory_bound_time(bytes(6 * o), gpu, compute, MemKind::Elementwise)) +
-               memory_bound_time(bytes(gradient_bytes_per_parameter(precision) * h), gpu, compute,
-                                 MemKind::Elementwise);
+        out.push_back({"adamw", bytes(28 * o), MemKind::Optimizer});
+        if (precision != Precision::Fp32)
+            out.push_back({"master copy", bytes(6 * o), MemKind::Elementwise});
+        out.push_back({"zero main grads", bytes(gradient_bytes_per_parameter(precision) * h),
+                       MemKind::Elementwise});
+        return out;
     }
     const bool fp16 = precision == Precision::Fp16;
     const double zero_bytes_per_held = gradient_bytes_per_parameter(precision);
@@ -729,11 +1150,21 @@ Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision pr
     const double norm_bytes_per_owned = 4;
     const double adam_bytes_per_owned = 4 * 4 + 3 * 4;
     const double to_weights_bytes_per_owned = precision == Precision::Fp32 ? 0 : 4 + 2;
-    const double bytes = zero_bytes_per_held * static_cast<double>(held) +
-                         (to_fp32_bytes_per_owned + unscale_bytes_per_owned + norm_bytes_per_owned +
-                          adam_bytes_per_owned + to_weights_bytes_per_owned) *
-                             static_cast<double>(owned);
-    return memory_bound_time(Bytes{static_cast<std::int64_t>(std::ceil(bytes))}, gpu, compute);
+    out.push_back({"optimizer", bytes(zero_bytes_per_held * h +
+                                      (to_fp32_bytes_per_owned + unscale_bytes_per_owned +
+                                       norm_bytes_per_owned + adam_bytes_per_owned +
+                                       to_weights_bytes_per_owned) *
+                                          o),
+                   MemKind::Fused});
+    return out;
+}
+
+Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
+                             const topology::GpuModel& gpu, const RooflineCompute& compute) {
+    Time t;
+    for (const auto& k : optimizer_step_kernels(held, owned, precision, compute))
+        t += memory_bound_time(k.bytes, gpu, compute, k.kind);
+    return t;
 }
 
 }  // namespace cs::workload

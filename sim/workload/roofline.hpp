@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "core/units.hpp"
 #include "topology/cluster.hpp"
@@ -29,31 +30,62 @@ struct GemmShape {
 
 // Calibrated constants (see docs/compute-model.md for their sources).
 struct RooflineCalibration {
-    // The 16-bit GEMM curve is the GPU's (topology::GemmCurve); fp8 GEMMs reach this fraction
-    // of the fp8 peak where the 16-bit curve reaches its peak_fraction.
-    double gemm_peak_fraction_fp8 = 0.734;  // H200 SXM fp8 MAMF 1453.4 / 1979 TFLOP/s
+    // The 16-bit GEMM curve is the GPU's (topology::GemmCurve), and so are the fp8 speedups: an
+    // fp8 GEMM runs at the 16-bit curve's rate times its recipe's measured speedup, not at the
+    // datasheet's 2x.
     double gemm_smallest_fitted_dim = 512;  // below it the factor falls linearly (tile padding)
-    // Flash attention (cuDNN SDPA on H200, h200-kernels.json transformer_layer_kernels): the
-    // fraction of the bf16 peak the causal kernel's executed FLOPs reach rises with the sequence
-    // length s as cap x s / (s + s_half) (fit on the h = 4096 rows at s = 2048 and 4096).
-    double attention_forward_cap = 0.666;
-    double attention_forward_half_seq = 1053;
-    double attention_backward_cap = 0.592;
-    double attention_backward_half_seq = 1417;
+    // A grouped GEMM (torch._grouped_mm, Megatron-core's GroupedMLP on Hopper) of E experts with
+    // t tokens each runs at the rate of the one dense GEMM of E·t rows times
+    //   ratio(t) = min(1, cap · t^p / (t^p + t0^p)),
+    // fitted on the 108 grouped / dense pairs of the H200 microbenchmarks (timed side by side):
+    // tokens are the rows of the forward and dgrad GEMMs, the reduction of the wgrad.
+    double grouped_rows_cap = 0.942, grouped_rows_t0 = 105, grouped_rows_exponent = 1.8;
+    double grouped_reduce_cap = 1.122, grouped_reduce_t0 = 295, grouped_reduce_exponent = 0.8;
+    // Flash attention (cuDNN SDPA on H200, the attention microbenchmarks over heads, K/V heads
+    // and sequence length): the fraction of the bf16 peak the causal kernel's executed FLOPs
+    // reach, cap · s/(s + s0) · w/(w + w0), with s the key length and w the query tiles of 128
+    // rows over the batch and heads (b · heads · s_q / 128), the backward's helper kernels
+    // (dO·O, dQ conversion, the GQA head reductions) included.
+    double attention_forward_cap = 0.6862;
+    double attention_forward_s0 = 400;
+    double attention_forward_w0 = 170;
+    double attention_backward_cap = 0.5938;
+    double attention_backward_s0 = 1000;
+    double attention_backward_w0 = 120;
     double hbm_fraction = 0.865;  // H200 device copy 4150.7 GB/s of 4.8 TB/s (MemKind::Fused)
     // Achieved fraction of the datasheet HBM bandwidth per MemKind (h200-kernels.json kernels
     // and the profiled iteration, bytes as docs/compute-model.md counts them).
     double hbm_fraction_of(MemKind kind) const;
+    // The fixed GPU time of one kernel of the latency-bound kinds beyond its bytes (the MoE
+    // router's top-k, the sort), zero for the others.
+    Time kind_latency(MemKind kind) const;
+    // torch.argsort of n keys: an in-place block radix sort up to kSmallSortKeys keys, cub's
+    // onesweep radix sort (histogram, scans, eight passes, memsets) above.
+    static constexpr std::int64_t kSmallSortKeys = 4096;
+    // Eager PyTorch's host time per kernel in units of HostModel::launch (Step::host_weight):
+    // a module's call (nn.Linear, the norms, GELU) in the forward, a plain tensor function's
+    // (rotary, SwiGLU, adds, SDPA, the MoE routing and permutation, grouped_mm), and any kernel
+    // of the backward (the autograd engine's nodes, kernel-less ones included). A grid (module
+    // 1.0-1.4, function 0.7-1.0, backward 0.8-1.5) on the host-bound H200 layer rows of the
+    // three families, the 2 x H200 pipeline runs and the profiled iterations (docs/compute-
+    // model.md section 6): 30 us per module kernel, 18.75 us per function kernel at launch 25 us.
+    double host_module = 1.2, host_function = 0.75, host_backward = 1.0;
+    Time small_sort = Time::ns(34000);
+    Time large_sort = Time::ns(60000);
 };
 const RooflineCalibration& default_calibration();
 
-// Fraction of the peak a GEMM of this shape reaches at this precision (before efficiency_scale):
-// peak_fraction(precision) x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p) for x at least the
-// smallest benchmarked size x_min, f(x_min) x / x_min below it (a skinny GEMM pads its tiles; the
-// fitted curve, quadratic near 0, is not extrapolated there).
-double gemm_efficiency(const GemmShape& shape, Precision precision,
-                       const topology::GemmCurve& curve = topology::GemmCurve{},
+// Fraction of the 16-bit peak a 16-bit GEMM of this shape reaches (before efficiency_scale):
+// peak_fraction x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p) for x at least the smallest
+// benchmarked size x_min, f(x_min) x / x_min below it (a skinny GEMM pads its tiles; the fitted
+// curve, quadratic near 0, is not extrapolated there). An fp8 GEMM reaches this fraction of the
+// 16-bit peak times its recipe's fp8_speedup.
+double gemm_efficiency(const GemmShape& shape, const topology::GemmCurve& curve = {},
                        const RooflineCalibration& cal = default_calibration());
+// The GEMM's rate at a precision: the 16-bit peak x gemm_efficiency x efficiency_scale, x the
+// fp8 recipe's speedup in fp8, the fp32 peak x gemm_efficiency in fp32.
+FlopRate gemm_rate(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
+                   const RooflineCompute& compute, Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 
 // The GPU's dense peak at a precision.
 FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision);
@@ -61,13 +93,45 @@ FlopRate peak_rate(const topology::GpuModel& gpu, Precision precision);
 // Time of one GEMM: max(flops / (peak x efficiency x scale), bytes / HBM) + overheads. The bytes
 // are the operands and the result at `element_bytes` each.
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
-               const RooflineCompute& compute, int element_bytes = 2);
+               const RooflineCompute& compute, int element_bytes = 2,
+               Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 // Time of a memory-bound op moving `bytes` through HBM, + overheads (one launch).
 Time memory_bound_time(Bytes bytes, const topology::GpuModel& gpu, const RooflineCompute& compute,
                        MemKind kind = MemKind::Fused);
-// The flash-attention kernels' fraction of the bf16 peak at sequence length `seq`.
-double attention_efficiency(std::int64_t seq, bool backward,
+// One flash-attention call on one GPU: b sequences of q_len queries against kv_len keys, heads
+// query heads and kv_heads K/V heads of head_dim (the layer's q_len = kv_len = s/cp; context
+// parallelism calls it on its blocks). Causal skips the masked half of the scores.
+struct AttentionBlock {
+    std::int64_t b = 1, q_len = 0, kv_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+    bool causal = true;
+    // Model FLOPs of QK^T and the context product, the whole score matrix (Narayanan eq. 3).
+    double model_flops() const;
+    // FLOPs the kernels execute: half the model's when causal; the backward 2.5 x the forward
+    // (it recomputes the scores).
+    double executed_flops(bool backward) const;
+    // HBM bytes: Q, K, V and the output (forward); Q, K, V, O, dO, dQ, dK, dV (backward).
+    Bytes hbm_bytes(bool backward, int element_bytes = 2) const;
+};
+// The fraction of the bf16 peak the kernel's executed FLOPs reach (RooflineCalibration).
+double attention_efficiency(const AttentionBlock& block, bool backward,
                             const RooflineCalibration& cal = default_calibration());
+// GPU time of the call (forward, or its backward with the helper kernels), without launch gaps.
+Time attention_time(const AttentionBlock& block, bool backward, const topology::GpuModel& gpu,
+                    const RooflineCompute& compute);
+// Kernels the call launches in eager PyTorch (cuDNN SDPA): a memset and the kernel forward; a
+// memset, dO·O, the main kernel and the dQ conversion backward, and with grouped-query
+// attention the reductions of dK and dV over each group.
+int attention_launches(const AttentionBlock& block, bool backward, Framework framework);
+
+// A grouped GEMM of `experts` GEMMs of `tokens` rows each (forward {tokens, n, k} per expert,
+// the wgrad's reduction over the tokens when `tokens_reduce`), at the grouped rate above.
+Time grouped_gemm_time(std::int64_t experts, std::int64_t tokens, std::int64_t n, std::int64_t k,
+                       bool tokens_reduce, Precision precision, const topology::GpuModel& gpu,
+                       const RooflineCompute& compute);
+// The grouped rate's ratio to the dense GEMM of all rows at `tokens` per expert.
+double grouped_gemm_ratio(std::int64_t tokens, bool tokens_reduce,
+                          const RooflineCalibration& cal = default_calibration());
+
 // Divides the tensor-core steps of `passes` by the GPU's sustained factor for their duty cycle
 // (the tensor-core share of the compute time of all of them together); no-op with burst clocks.
 void apply_sustained(std::initializer_list<PassPlan*> passes, const topology::GpuModel& gpu,
@@ -130,5 +194,15 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
 // main gradients (4 x held) as separate multi-tensor kernels, and no gradient norm.
 Time roofline_optimizer_step(std::int64_t held, std::int64_t owned, Precision precision,
                              const topology::GpuModel& gpu, const RooflineCompute& compute);
+// The same step as the memory-bound kernels it is timed as (one for Megatron-LM, three for eager
+// PyTorch), each with its bytes and kind: what roofline_optimizer_step sums and calibrate fits.
+struct OptimizerKernel {
+    const char* label;
+    Bytes bytes;
+    MemKind kind;
+};
+std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
+                                                   Precision precision,
+                                                   const RooflineCompute& compute);
 
 }  // namespace cs::workload

@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "fit/calibrate.hpp"
+#include "fit/kernel_table.hpp"
 #include "ingest/torch_trace.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"
@@ -109,50 +110,117 @@ TEST_CASE("torch trace reader: kernels, operators with shapes, runtime calls") {
     CHECK(cs::api::op_hbm_bytes(add, KernelKind::Elementwise) == 3LL * 8192 * 8192 * 2);
 }
 
-TEST_CASE("kernel classification by name and launching operator") {
+TEST_CASE("the kernel table: every kernel to one of the model's kinds") {
     using cs::api::classify_kernel;
+    using cs::api::KernelSite;
+    using cs::api::TraceArg;
     using cs::api::TraceCpuOp;
+    using cs::api::TraceDims;
     using cs::api::TraceGpuEvent;
-    const auto op = [](std::string name, std::vector<std::string> types = {}) {
+    // An operator with tensors of the given types and shapes (4 x 4 when none is given).
+    const auto op = [](std::string name, std::vector<std::string> types = {},
+                       std::vector<std::vector<std::int64_t>> shapes = {}) {
         TraceCpuOp o;
         o.name = std::move(name);
-        for (auto& ty : types) {
-            cs::api::TraceArg a;
-            a.type = ty;
-            a.shapes = {{4, 4}};
+        for (std::size_t i = 0; i < types.size(); ++i) {
+            TraceArg a;
+            a.type = types[i];
+            a.shapes = {i < shapes.size() ? shapes[i] : std::vector<std::int64_t>{4, 4}};
             o.args.push_back(a);
         }
         o.has_shapes = true;
         return o;
     };
+    const auto site = [](const TraceCpuOp* o, std::vector<const TraceCpuOp*> enclosing = {}) {
+        KernelSite s;
+        s.op = o;
+        s.enclosing = std::move(enclosing);
+        return s;
+    };
+    // A Llama-like trace's sizes: MLP width 5632, vocabulary 32000, 8 experts, head_dim 128.
+    TraceDims dims;
+    dims.mlp_widths = {5632};
+    dims.vocab = 32000;
+    dims.experts = 8;
+    dims.head_dim = 128;
+    const std::string bf16 = "c10::BFloat16";
     TraceGpuEvent k;
     k.name = "void at::native::vectorized_elementwise_kernel<8, ...>";
-    auto add = op("aten::add_", {"float", "c10::BFloat16"});
-    CHECK(classify_kernel(k, &add) == KernelKind::MixedAccumulate);
-    auto add16 = op("aten::add_", {"c10::BFloat16", "c10::BFloat16"});
-    CHECK(classify_kernel(k, &add16) == KernelKind::Elementwise);
-    auto ln = op("aten::native_layer_norm_backward");
-    CHECK(classify_kernel(k, &ln) == KernelKind::Norm);
-    auto cat = op("aten::cat");
-    CHECK(classify_kernel(k, &cat) == KernelKind::Concat);
-    auto sdpa = op("aten::_cudnn_attention_backward");
-    CHECK(classify_kernel(k, &sdpa) == KernelKind::Attention);
-    auto copy = op("aten::copy_", {"c10::BFloat16", "c10::BFloat16"});
     TraceGpuEvent strided;
     strided.name = "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<...>>";
-    CHECK(classify_kernel(strided, &copy) == KernelKind::StridedCopy);
-    CHECK(classify_kernel(k, &copy) == KernelKind::Elementwise);  // vectorised: a plain copy
+
+    auto add = op("aten::add_", {"float", bf16});
+    CHECK(classify_kernel(k, site(&add), dims) == KernelKind::MixedAccumulate);
+    auto add16 = op("aten::add_", {bf16, bf16});
+    CHECK(classify_kernel(k, site(&add16), dims) == KernelKind::Elementwise);
+    auto ln = op("aten::native_layer_norm_backward");
+    CHECK(classify_kernel(k, site(&ln), dims) == KernelKind::Norm);
+    auto rms = op("aten::_fused_rms_norm_backward");
+    CHECK(classify_kernel(k, site(&rms), dims) == KernelKind::RmsNorm);
+    auto sdpa = op("aten::_cudnn_attention_backward");
+    CHECK(classify_kernel(k, site(&sdpa), dims) == KernelKind::Attention);
+    auto copy = op("aten::copy_", {bf16, bf16});
+    CHECK(classify_kernel(strided, site(&copy), dims) == KernelKind::StridedCopy);
+    CHECK(classify_kernel(k, site(&copy), dims) == KernelKind::Elementwise);  // a plain copy
     TraceGpuEvent gemm;
     gemm.name = "nvjet_sm90_tst_192x192";
-    CHECK(classify_kernel(gemm, nullptr) == KernelKind::Gemm);
+    CHECK(classify_kernel(gemm, site(nullptr), dims) == KernelKind::Gemm);
+    auto grouped = op("aten::_grouped_mm");
+    CHECK(classify_kernel(gemm, site(&grouped), dims) == KernelKind::GroupedGemm);
     auto adam = op("aten::_fused_adamw_");
-    CHECK(classify_kernel(k, &adam) == KernelKind::Optimizer);
+    CHECK(classify_kernel(k, site(&adam), dims) == KernelKind::Optimizer);
     TraceGpuEvent memset;
     memset.cat = TraceGpuEvent::Cat::Memset;
-    CHECK(classify_kernel(memset, nullptr) == KernelKind::Memset);
+    CHECK(classify_kernel(memset, site(nullptr), dims) == KernelKind::Memset);
     TraceGpuEvent custom;
     custom.name = "my_custom_kernel";
-    CHECK(classify_kernel(custom, nullptr) == KernelKind::Other);
+    std::size_t rule = 0;
+    CHECK(classify_kernel(custom, site(nullptr), dims, &rule) == KernelKind::Unmapped);
+    CHECK(rule == cs::api::kernel_rules().size());
+
+    // Rotary: neg and cat of halves (head_dim / 2 = 64) on head-major 4-D tensors, mul by a
+    // (sequence, head_dim) table; the q, k, v gradients' cat (sequence before heads) is concat.
+    auto neg = op("aten::neg", {bf16}, {{2, 16, 2048, 64}});
+    CHECK(classify_kernel(strided, site(&neg), dims) == KernelKind::Rotary);
+    auto mul_cos = op("aten::mul", {bf16, bf16}, {{2, 16, 2048, 128}, {2048, 128}});
+    CHECK(classify_kernel(strided, site(&mul_cos), dims) == KernelKind::Rotary);
+    auto cat_qkv = op("aten::cat", {"TensorList"}, {{2, 2048, 16, 128}});
+    CHECK(classify_kernel(k, site(&cat_qkv), dims) == KernelKind::Concat);
+    // SwiGLU: silu, and the strided product whose last dimension is silu's input's (5632); the
+    // contiguous product of the backward is plain elementwise.
+    auto silu = op("aten::silu", {bf16}, {{2, 2048, 5632}});
+    CHECK(classify_kernel(strided, site(&silu), dims) == KernelKind::Swiglu);
+    auto mul_up = op("aten::mul", {bf16, bf16}, {{2, 2048, 5632}, {2, 2048, 5632}});
+    CHECK(classify_kernel(strided, site(&mul_up), dims) == KernelKind::Swiglu);
+    CHECK(classify_kernel(k, site(&mul_up), dims) == KernelKind::Elementwise);
+    // The loss: the cast of the logits (last dimension the vocabulary) to fp32 and the
+    // log-softmax; the cast back is elementwise.
+    auto to32 = op("aten::copy_", {"float", bf16}, {{2, 2048, 32000}, {2, 2048, 32000}});
+    CHECK(classify_kernel(k, site(&to32), dims) == KernelKind::Softmax);
+    auto to16 = op("aten::copy_", {bf16, "float"}, {{2, 2048, 32000}, {2, 2048, 32000}});
+    CHECK(classify_kernel(k, site(&to16), dims) == KernelKind::Elementwise);
+    // The MoE router (top-k, a softmax over the 8 experts, integer index arithmetic), the sort
+    // (everything inside argsort, its copies too), the permutation and the scatter-add back.
+    auto topk = op("aten::topk", {bf16}, {{2048, 8}});
+    CHECK(classify_kernel(k, site(&topk), dims) == KernelKind::Routing);
+    auto softmax = op("aten::_softmax", {"float"}, {{2048, 8}});
+    CHECK(classify_kernel(k, site(&softmax), dims) == KernelKind::Routing);
+    auto div = op("aten::div", {"long int"}, {{4096}});
+    CHECK(classify_kernel(k, site(&div), dims) == KernelKind::Routing);
+    auto argsort = op("aten::argsort");
+    auto copy_in_sort = op("aten::copy_", {"long int", "long int"}, {{4096}, {4096}});
+    TraceGpuEvent memcpy;
+    memcpy.cat = TraceGpuEvent::Cat::Memcpy;
+    CHECK(classify_kernel(memcpy, site(&copy_in_sort, {&argsort}), dims) == KernelKind::Sort);
+    auto index_select = op("aten::index_select");
+    auto gather = op("aten::gather");
+    CHECK(classify_kernel(k, site(&gather, {&index_select}), dims) == KernelKind::Permute);
+    CHECK(classify_kernel(k, site(&gather), dims) == KernelKind::Routing);  // the router's
+    auto index_add = op("aten::index_add_");
+    CHECK(classify_kernel(k, site(&index_add), dims) == KernelKind::Unpermute);
+    // Every rule has a description (docs/calibrate.md prints the table).
+    for (const auto& r : cs::api::kernel_rules())
+        CHECK(!r.description.empty());
 }
 
 TEST_CASE("calibrate on the hand-made trace: the values derived at kHandTrace") {
@@ -169,9 +237,14 @@ TEST_CASE("calibrate on the hand-made trace: the values derived at kHandTrace") 
     REQUIRE(r.file.launch_overhead.has_value());
     CHECK(r.file.launch_overhead->count_ps() == 2'000'000);
     CHECK_FALSE(r.file.host_launch.has_value());  // no kernel waited for the host
-    CHECK(r.skipped_kernels == 1);
-    REQUIRE(r.skipped.size() == 1);
-    CHECK(r.skipped[0].name == "my_custom_kernel");
+    // The custom kernel has no op in the model: the residual, 5 us over the 692.592 us the
+    // table maps (2 x 178.024 + 335.544 + the 1 us memset), one iteration.
+    REQUIRE(r.unmapped.size() == 1);
+    CHECK(r.unmapped[0].name == "my_custom_kernel");
+    CHECK(r.unmapped_ms == doctest::Approx(0.005));
+    CHECK(r.mapped_ms == doctest::Approx(0.692592));
+    REQUIRE(r.file.residual.has_value());
+    CHECK(*r.file.residual == doctest::Approx(0.007219));
     bool host_reason = false;
     for (const auto& u : r.unfitted)
         host_reason |= u.what == "compute.host.launch";
@@ -297,13 +370,36 @@ TEST_CASE("calibrate: the host's launch cost where the GPU waited for it") {
                 std::to_string(i) + "}}";
     }
     json += "]}";
-    const auto r =
-        cs::api::calibrate_traces({cs::api::parse_torch_trace(json, "host.json")}, h200());
+    const auto trace = cs::api::parse_torch_trace(json, "host.json");
+    const auto r = cs::api::calibrate_traces({trace}, h200());
     CHECK(r.host_samples == 29);
     REQUIRE(r.file.host_launch.has_value());
     CHECK(*r.file.host_launch == cs::Time::us(30));
     CHECK_FALSE(r.file.launch_overhead.has_value());
-    CHECK(r.skipped_kernels == 30);  // no operator: not modelled by kind, but counted
+    // No operator launched them: unmapped, counted in the residual.
+    REQUIRE(r.unmapped.size() == 1);
+    CHECK(r.unmapped[0].count == 30);
+    // Without the iteration measured without the profiler, a warning says the cost includes it.
+    bool warned = false;
+    for (const auto& w : r.warnings)
+        warned |= has(w, "includes the profiler's own overhead");
+    CHECK(warned);
+
+    // With it: the GPU's own time is 30 x 5 = 150 us (no launch gaps), the profiled iteration
+    // spans 10 to 29 x 30 + 15 = 885 us: 875 us; measured without the profiler 512.5 us, the
+    // host-bound part shrinks from 875 - 150 = 725 to 512.5 - 150 = 362.5 us, half: the host's
+    // cost per launch is 30 x 0.5 = 15 us.
+    cs::api::CalibrateContext context;
+    context.iteration_time_s = 512.5e-6;
+    const auto corrected = cs::api::calibrate_traces({trace}, h200(), context);
+    CHECK(corrected.busy_ms == doctest::Approx(0.150));
+    CHECK(corrected.profiled_iteration_ms == doctest::Approx(0.875));
+    REQUIRE(corrected.file.host_launch.has_value());
+    CHECK(*corrected.file.host_launch == cs::Time::us(15));
+    // Measured no longer than the GPU's own time: GPU-bound without the profiler, unfitted.
+    context.iteration_time_s = 150e-6;
+    const auto hidden = cs::api::calibrate_traces({trace}, h200(), context);
+    CHECK_FALSE(hidden.file.host_launch.has_value());
 }
 
 TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {

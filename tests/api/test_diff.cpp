@@ -60,10 +60,20 @@ TEST_CASE("diff: the roofline's labels map to the calibration's kinds") {
     CHECK(simulated_kind("main grad accumulate") == "mixed_accumulate");
     CHECK(simulated_kind("bias grad") == "reduce");
     CHECK(simulated_kind("logits to fp32") == "elementwise");
-    CHECK(simulated_kind("embedding grad zero") == "memset");
-    CHECK(simulated_kind("embedding wgrad") == "other");
+    CHECK(simulated_kind("embedding grad zero") == "elementwise");
+    CHECK(simulated_kind("embedding wgrad") == "unpermute");  // a scatter-add of rows
     CHECK(simulated_kind("optimizer step") == "optimizer");
-    CHECK(simulated_kind("something new") == "other");
+    CHECK(simulated_kind("rotary bwd") == "rotary");
+    CHECK(simulated_kind("recompute swiglu") == "swiglu");
+    CHECK(simulated_kind("swiglu bwd concat") == "elementwise");
+    CHECK(simulated_kind("routing sort") == "sort");
+    CHECK(simulated_kind("expert counts") == "routing");
+    CHECK(simulated_kind("permute") == "permute");
+    CHECK(simulated_kind("unpermute") == "unpermute");
+    CHECK(simulated_kind("expert fc1 wgrad") == "grouped_gemm");
+    CHECK(simulated_kind("cross entropy") == "softmax");
+    CHECK(simulated_kind("unmapped (calibration residual)") == "unmapped");
+    CHECK(simulated_kind("something new") == "unmapped");
 }
 
 TEST_CASE("diff: per kind and per pass, by hand") {

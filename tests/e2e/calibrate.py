@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """clustersim calibrate end to end (docs/calibrate.md), the done-when checks of issue 15's compute half:
 
-1. `clustersim calibrate` on the bundled profiler trace writes, byte for byte, the committed
-   tests/validation/calibrations/h200-gpt-h3072.yaml (deterministic; the committed file is what the
-   layer-h200-calibrated validation family uses), and a --json report that parses.
+1. `clustersim calibrate` on each bundled profiler trace (GPT, Llama, MoE) with the experiment it
+   ran and its iteration measured without the profiler writes, byte for byte, the committed
+   tests/validation/calibrations/h200-*.yaml (deterministic; the committed files are what the
+   calibrated validation families use), and a --json report that parses, mapping every kernel.
 2. `clustersim run` of the trace's configuration with that calibration predicts its iteration
    within 3% of iteration_ms_without_profiler in h200-kernels.json (172.6 ms).
 3. Bad traces exit 2 with a located message and write nothing: a truncated .json.gz, a file that
    is not JSON, a JSON file that is not a trace; an unknown GPU model. Unknown kernels are listed
-   as skipped, with their time.
+   as unmapped, with their time, in the residual.
 4. Bad nccl-tests files (real pastes cut short, a file of another format, a file given as the
    wrong operation, a table without device lines) exit 2 with file:line:column and write neither
    --out nor --json; a file cut before its footer is fitted with a warning naming what was read.
@@ -26,8 +27,16 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "validation", "data")
 TRACE = os.path.join(DATA, "gpt-h3072-profile.json.gz")
-COMMITTED = os.path.join(ROOT, "tests", "validation", "calibrations", "h200-gpt-h3072.yaml")
-EXPERIMENT = os.path.join(ROOT, "tests", "validation", "experiments", "h200-gpt-h3072.yaml")
+CALIBRATIONS = os.path.join(ROOT, "tests", "validation", "calibrations")
+EXPERIMENTS = os.path.join(ROOT, "tests", "validation", "experiments")
+EXPERIMENT = os.path.join(EXPERIMENTS, "h200-gpt-h3072.yaml")
+# The bundled traces, the experiment each ran (experiments/NAME.yaml) and its iteration measured
+# without the profiler (h200-kernels.json, h200-llama.json, h200-moe.json).
+FITS = [
+    ("h200-gpt-h3072", "gpt-h3072-profile.json.gz", "172.629ms"),
+    ("h200-llama-h2048", "llama-h2048-l8-profile.json.gz", "63.276ms"),
+    ("h200-moe-h2048", "moe-h2048-e8-l4-profile.json.gz", "50.944ms"),
+]
 
 
 def run(args):
@@ -38,22 +47,30 @@ def main():
     exe = sys.argv[1]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "cal.yaml")
-        report = os.path.join(tmp, "cal.json")
-        r = run([exe, "calibrate", "--torch-trace", TRACE, "--gpu-model", "H200", "--out", out,
-                 "--json", report])
-        if r.returncode != 0:
-            print(r.stdout, r.stderr)
-            return 1
-        with open(out) as f, open(COMMITTED) as g:
-            if f.read() != g.read():
-                failures.append("calibration differs from " + COMMITTED +
-                                " (regenerate it with clustersim calibrate if the fit changed)")
-        with open(report) as f:
-            rep = json.load(f)
-        kinds = {k["kind"]: k for k in rep["kinds"]}
-        if not kinds["gemm"]["fitted"] or kinds["gemm"]["samples"] == 0:
-            failures.append("the GEMM curve was not fitted")
+        for name, trace, measured in FITS:
+            out = os.path.join(tmp, name + ".yaml")
+            report = os.path.join(tmp, name + ".json")
+            r = run([exe, "calibrate", "--torch-trace", os.path.join(DATA, trace), "--gpu-model",
+                     "H200", "--experiment", os.path.join(EXPERIMENTS, name + ".yaml"),
+                     "--iteration-time", measured, "--out", out, "--json", report])
+            if r.returncode != 0:
+                print(r.stdout, r.stderr)
+                return 1
+            committed = os.path.join(CALIBRATIONS, name + ".yaml")
+            with open(out) as f, open(committed) as g:
+                if f.read() != g.read():
+                    failures.append("calibration differs from " + committed +
+                                    " (regenerate it with clustersim calibrate if the fit changed)")
+            with open(report) as f:
+                rep = json.load(f)
+            kinds = {k["kind"]: k for k in rep["kinds"]}
+            if not kinds["gemm"]["fitted"] or kinds["gemm"]["samples"] == 0:
+                failures.append(name + ": the GEMM curve was not fitted")
+            if rep["coverage"]["unmapped"]:
+                failures.append(name + ": unmapped kernels " + str(rep["coverage"]["unmapped"]))
+            if not rep["model_bytes"]:
+                failures.append(name + ": the kinds' bytes did not come from the experiment")
+        out = os.path.join(tmp, "h200-gpt-h3072.yaml")
 
         summary = os.path.join(tmp, "run.json")
         r = run([exe, "run", EXPERIMENT, "--set", "compute.calibration=" + out, "--json", summary])
@@ -99,7 +116,7 @@ def main():
         if r.returncode != 2 or "Z9000" not in r.stderr:
             failures.append(f"unknown GPU model: exit {r.returncode}, {r.stderr.strip()!r}")
 
-        # Unknown kernels: fitted around, listed as skipped with their time.
+        # Unknown kernels: fitted around, listed as unmapped with their time (the residual).
         unknown = os.path.join(tmp, "unknown.json")
         with open(unknown, "w") as f:
             f.write('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "my::op", "pid": 1, '
@@ -108,7 +125,7 @@ def main():
                     '"dur": 50, "args": {"External id": 1, "stream": 7, "correlation": 1}}]}')
         r = run([exe, "calibrate", "--torch-trace", unknown, "--gpu-model", "H200", "--out",
                  os.path.join(tmp, "unknown.yaml")])
-        if r.returncode != 0 or "skipped 1 kernels (0.050 ms)" not in r.stdout or \
+        if r.returncode != 0 or "residual 0.050 ms per iteration" not in r.stdout or \
                 "my_weird_kernel" not in r.stdout:
             failures.append(f"unknown kernels: exit {r.returncode}, {r.stdout[-400:]!r}")
 
