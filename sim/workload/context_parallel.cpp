@@ -1,5 +1,6 @@
 #include "workload/context_parallel.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ class Rewriter {
         shape_.t = l.tp;
         shape_.q = I{spec.model.attention_heads} * spec.model.head_dim;
         shape_.kv = I{spec.model.kv_heads} * spec.model.head_dim;
+        block_ = layer_attention_block(spec.model, l, spec.training);
         shape_.forward_model = 4.0 * static_cast<double>(shape_.b) *
                                static_cast<double>(shape_.s / shape_.cp) *
                                static_cast<double>(shape_.s) * static_cast<double>(shape_.q) /
@@ -78,11 +80,10 @@ class Rewriter {
         // The roofline's own step (workload/roofline.cpp attention_core_*): forward executes half
         // the model FLOPs (causal), backward 2.5 x the forward's executed, at the efficiency of
         // the whole sequence; the same kernel at burst clocks gives the sustained factor.
+        // The roofline's own kernel on the layer's block (s/cp queries against s keys).
         const double model = o.backward ? 2 * shape_.forward_model : shape_.forward_model;
-        const double executed = o.backward ? 1.25 * shape_.forward_model : 0.5 * model;
-        const Step burst =
-            flash_attention_step(gpu_, spec_.compute.roofline, st.label, Flops{model},
-                                 Flops{executed}, st.hbm_bytes, shape_.s, o.backward, o.recompute);
+        const Step burst = flash_attention_step(gpu_, spec_.compute.roofline, st.label, block_,
+                                                Flops{model}, o.backward, o.recompute);
         if (burst.duration > Time::zero())
             o.sustained = static_cast<double>(st.duration.count_ps()) /
                           static_cast<double>(burst.duration.count_ps());
@@ -146,22 +147,21 @@ class Rewriter {
     void ring(std::vector<Step>& out, const Original& o, GroupKind group, int steps,
               int heads_split) const {
         const I c = shape_.s / (2 * I{steps});
-        const I q = shape_.q / heads_split, kv = shape_.kv / heads_split;
+        const I kv = shape_.kv / heads_split;
         const double share = 1.0 / steps;
         const double model = (o.backward ? 2 : 1) * shape_.forward_model * share;
-        const double executed =
-            (o.backward ? 1.25 * shape_.forward_model : 0.5 * shape_.forward_model) * share;
-        // HBM traffic of a block: queries (and outputs) of q_tokens, keys and values of
-        // kv_tokens (backward: their gradients too).
-        const auto io = [&](I q_tokens, I kv_tokens) {
-            const I per = o.backward ? 4 : 2;
-            return Bytes{kBytes * shape_.b * (q_tokens * per * q + kv_tokens * per * kv) /
-                         shape_.t};
-        };
+        // A block of q_tokens queries against kv_tokens keys on this GPU's 1/heads_split of the
+        // heads: causal on the diagonal (half its scores computed), full elsewhere; each step
+        // counts 1/steps of the layer's model FLOPs.
         const auto block = [&](const char* label, I q_tokens, I kv_tokens) {
-            Step st = flash_attention_step(gpu_, spec_.compute.roofline, label, Flops{model},
-                                           Flops{executed}, io(q_tokens, kv_tokens), 2 * c,
-                                           o.backward, o.recompute);
+            AttentionBlock shape = block_;
+            shape.q_len = q_tokens;
+            shape.kv_len = kv_tokens;
+            shape.heads = std::max<I>(1, block_.heads / heads_split);
+            shape.kv_heads = std::max<I>(1, block_.kv_heads / heads_split);
+            shape.causal = q_tokens == kv_tokens;
+            Step st = flash_attention_step(gpu_, spec_.compute.roofline, label, shape,
+                                           Flops{model}, o.backward, o.recompute);
             st.duration = Time::ps(static_cast<std::int64_t>(
                 static_cast<double>(st.duration.count_ps()) * o.sustained + 0.5));
             return st;
@@ -202,6 +202,7 @@ class Rewriter {
     const ExperimentSpec& spec_;
     const topology::GpuModel& gpu_;
     Shape shape_;
+    AttentionBlock block_;
 };
 
 }  // namespace

@@ -1117,15 +1117,23 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     return r;
 }
 
+AttentionBlock layer_attention_block(const ModelSpec& model, const ParallelLayout& layout,
+                                     const TrainingSpec& training) {
+    return attention_block(dims_of(model, layout, training));
+}
+
 Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& compute,
-                          const char* label, Flops model, Flops executed, Bytes io,
-                          std::int64_t seq, bool backward, bool recompute) {
-    PassBuilder pb(gpu, compute, Precision::Bf16);
+                          const char* label, const AttentionBlock& block, Flops model,
+                          bool backward, bool recompute) {
+    PassBuilder pb(gpu, compute, TrainingSpec{}, false);
+    pb.set_backward(backward);
     PassPlan pass;
-    pb.attention(pass, label, model, executed, io, attention_efficiency(seq, backward), backward,
-                 recompute);
-    pass.steps.back().flags |= Step::AttentionCore;
-    return pass.steps.back();
+    pb.attention(pass, label, block, backward, recompute);
+    Step& s = pass.steps.back();
+    s.hardware_flops = model;
+    s.model_flops = recompute ? Flops{} : model;
+    s.flags |= Step::AttentionCore;
+    return s;
 }
 
 std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,

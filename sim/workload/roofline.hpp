@@ -146,14 +146,17 @@ struct LayerPasses {
     Bytes activation_send;    // the activation passed to the next pipeline stage
 };
 
-// The flash-attention kernel of a layer (PassBuilder::attention's cost): `executed` FLOPs at the
-// attention efficiency for key/value length `seq` (forward or backward), against `io` bytes of
-// HBM, with the framework's launches; `model` FLOPs counted for MFU (hardware FLOPs too, or only
-// those with `recompute`). Context parallelism's ring (workload/context_parallel.cpp) costs its
-// attention blocks with it.
+// The attention block of one layer on one GPU for one microbatch (tp and cp applied), as the
+// roofline costs it.
+AttentionBlock layer_attention_block(const ModelSpec& model, const ParallelLayout& layout,
+                                     const TrainingSpec& training);
+// One fused attention call on `block` (forward, or its backward) as the roofline costs it
+// (attention_time, the framework's launches and host weight), counting `model` FLOPs for MFU
+// (hardware FLOPs too, or only those with `recompute`). Context parallelism's ring
+// (workload/context_parallel.cpp) costs its blocks with it.
 Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& compute,
-                          const char* label, Flops model, Flops executed, Bytes io,
-                          std::int64_t seq, bool backward, bool recompute);
+                          const char* label, const AttentionBlock& block, Flops model,
+                          bool backward, bool recompute);
 
 // One transformer layer on one GPU of the layout (tp, sp, cp, ep applied) for one microbatch.
 // Ops: norm, qkv, attention (flash attention; causal, so half the score matrix is computed while
