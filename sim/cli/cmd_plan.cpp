@@ -72,7 +72,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     auto progress = std::make_unique<Progress>("plan");
     if (ranks.rank() == 0 && progress->enabled())
         options.on_progress = [p = progress.get()](const char* phase, std::size_t done,
-                                                    std::size_t total) {
+                                                   std::size_t total) {
             p->update(done, total, std::string("layouts (") + phase + ")");
         };
     const auto result = api::plan(options, ranks);

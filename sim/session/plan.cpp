@@ -30,10 +30,9 @@ std::vector<int> divisors(int n) {
 
 // The axes plan enumerates, by their --set key.
 constexpr std::array<std::string_view, 10> kAxisKeys{
-    "parallelism.tp",      "parallelism.pp",       "parallelism.dp",
-    "parallelism.cp",      "parallelism.ep",       "parallelism.vpp",
-    "parallelism.sharding", "training.micro_batch_size", "training.recompute",
-    "schedule"};
+    "parallelism.tp",     "parallelism.pp",  "parallelism.dp",       "parallelism.cp",
+    "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
+    "training.recompute", "schedule"};
 
 // --fix values: an axis held at one value, or another key applied to every layout.
 struct Fixes {
@@ -81,8 +80,7 @@ Fixes parse_fixes(const std::vector<std::string>& fixes) {
         if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
             throw ConfigError(where, "expected KEY=VALUE, e.g. parallelism.tp=8");
         const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
-        if (!seen.insert(key).second)
-            throw ConfigError(where, "'" + key + "' is fixed twice");
+        if (!seen.insert(key).second) throw ConfigError(where, "'" + key + "' is fixed twice");
         if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) != kAxisKeys.end()) {
             out.axes[key] = value;
         } else if (key.rfind("parallelism.", 0) == 0 || key.rfind("training.", 0) == 0) {
@@ -121,18 +119,16 @@ struct Scorer {
     double gpus = 1, price = 0;
     double score(double T, double flops, double peak, double tokens) const {
         switch (objective) {
-        case PlanObjective::Mfu:
-            return -(flops / (T * gpus * peak));
-        case PlanObjective::Cost:
-            return price * gpus * T / 3600.0 / tokens * 1e6;
-        default:
-            return T;
+            case PlanObjective::Mfu:
+                return -(flops / (T * gpus * peak));
+            case PlanObjective::Cost:
+                return price * gpus * T / 3600.0 / tokens * 1e6;
+            default:
+                return T;
         }
     }
     // The figure printed: MFU as a fraction (higher is better), the others as score().
-    double shown(double score) const {
-        return objective == PlanObjective::Mfu ? -score : score;
-    }
+    double shown(double score) const { return objective == PlanObjective::Mfu ? -score : score; }
 };
 
 // A layout that passed the memory check, with what its bound needs. Small, so that holding
@@ -214,9 +210,9 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
     o << std::fixed;
     const double dt = (loser.iteration_time_s - winner.iteration_time_s) * 1e3;
     o << (dt >= 0 ? "+" : "") << dt << " ms per iteration; the most: " << worst->name << " "
-      << (most >= 0 ? "+" : "") << most * 1e3 << " ms (" << fraction_ms(
-             worst->value(loser), loser.iteration_time_s)
-      << " against " << fraction_ms(worst->value(winner), winner.iteration_time_s) << ")";
+      << (most >= 0 ? "+" : "") << most * 1e3 << " ms ("
+      << fraction_ms(worst->value(loser), loser.iteration_time_s) << " against "
+      << fraction_ms(worst->value(winner), winner.iteration_time_s) << ")";
     return o.str();
 }
 
@@ -258,10 +254,9 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
     const auto recomputes = only_or(
         fixes.choice("training.recompute", workload::kRecomputeNames),
         {workload::Recompute::None, workload::Recompute::Selective, workload::Recompute::Full});
-    const auto shardings =
-        only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
-                {workload::Sharding::None, workload::Sharding::Optimizer,
-                 workload::Sharding::Gradients, workload::Sharding::Parameters});
+    const auto shardings = only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
+                                   {workload::Sharding::None, workload::Sharding::Optimizer,
+                                    workload::Sharding::Gradients, workload::Sharding::Parameters});
     const int layers = base.model.layers;
     const std::int64_t gbs = base.training.global_batch_size;
     for (const int tp : only_or(fixes.number("parallelism.tp"), divisors(n))) {
@@ -330,8 +325,7 @@ struct Loader {
     }
 };
 
-report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache,
-                         bool fast_paths) {
+report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache, bool fast_paths) {
     RunOptions run_options;
     run_options.fast_paths = fast_paths;
     if (cache) cache->links = SweepCache::Links::Listed;
@@ -348,9 +342,23 @@ struct Search {
 
 nlohmann::json survivor_cbor(const Survivor& s) {
     const auto& l = s.layout;
-    return {l.tp, l.pp, l.dp, l.cp, l.ep, l.vpp, l.micro_batch_size,
-            static_cast<int>(l.recompute), static_cast<int>(l.sharding), l.schedule, s.index,
-            s.bound_s, s.bound_score, s.flops, s.peak, s.tokens, s.memory};
+    return {l.tp,
+            l.pp,
+            l.dp,
+            l.cp,
+            l.ep,
+            l.vpp,
+            l.micro_batch_size,
+            static_cast<int>(l.recompute),
+            static_cast<int>(l.sharding),
+            l.schedule,
+            s.index,
+            s.bound_s,
+            s.bound_score,
+            s.flops,
+            s.peak,
+            s.tokens,
+            s.memory};
 }
 Survivor survivor_from(const nlohmann::json& j) {
     Survivor s;
@@ -402,16 +410,16 @@ std::string PlanLayout::text() const {
 
 const char* plan_status_name(PlanEntry::Status s) {
     switch (s) {
-    case PlanEntry::Status::Invalid:
-        return "invalid";
-    case PlanEntry::Status::PrunedMemory:
-        return "pruned_memory";
-    case PlanEntry::Status::PrunedBound:
-        return "pruned_bound";
-    case PlanEntry::Status::Simulated:
-        return "simulated";
-    case PlanEntry::Status::Confirmed:
-        return "confirmed";
+        case PlanEntry::Status::Invalid:
+            return "invalid";
+        case PlanEntry::Status::PrunedMemory:
+            return "pruned_memory";
+        case PlanEntry::Status::PrunedBound:
+            return "pruned_bound";
+        case PlanEntry::Status::Simulated:
+            return "simulated";
+        case PlanEntry::Status::Confirmed:
+            return "confirmed";
     }
     return "?";
 }
@@ -439,11 +447,10 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     const auto base = [&] {
         auto* clusters = cache ? &cache->clusters : nullptr;
         auto* documents = cache ? &cache->documents : nullptr;
-        return options.text
-                   ? workload::load_experiment(*options.text, loader.base, options.max_memory,
-                                               clusters, documents)
-                   : workload::load_experiment(options.experiment, loader.base,
-                                               options.max_memory, clusters, documents);
+        return options.text ? workload::load_experiment(*options.text, loader.base,
+                                                        options.max_memory, clusters, documents)
+                            : workload::load_experiment(options.experiment, loader.base,
+                                                        options.max_memory, clusters, documents);
     }();
     const auto& gpu = base.cluster->gpu_model(0);
     if (options.objective == PlanObjective::Energy)
@@ -463,6 +470,13 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                               "the schedule is not among --schedules");
         schedules = {at->second};
     }
+
+    for (const char* key : {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
+        if (const auto v = fixes.number(key); v && base.layout.world_size() % *v != 0)
+            throw ConfigError(
+                SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
+                "does not divide the experiment's " + std::to_string(base.layout.world_size()) +
+                    " GPUs");
 
     PlanResult result;
     result.source = base.source;
@@ -504,8 +518,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
                 entry.status = PlanEntry::Status::PrunedMemory;
                 entry.reason = "needs " + format_bytes(Bytes{memory}) + " per GPU, above " +
-                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) +
-                               " (HBM " + format_bytes(gpu.hbm) + " less the headroom)";
+                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
+                               format_bytes(gpu.hbm) + " less the headroom)";
                 ++search.pruned_memory;
             } else {
                 Survivor s;
@@ -539,11 +553,11 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 survivors.push_back(survivor_cbor(s));
             nlohmann::json entries = nlohmann::json::array();
             for (const auto& e : search.entries)
-                entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0,
-                                                          0, 0, 0, e.memory_bytes}),
+                entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0,
+                                                          0, 0, e.memory_bytes}),
                                    static_cast<int>(e.status), e.reason});
-            mine = {search.layouts, search.invalid, search.pruned_memory, search.invalid_reasons,
-                    survivors, entries};
+            mine = {search.layouts,         search.invalid, search.pruned_memory,
+                    search.invalid_reasons, survivors,      entries};
         }
         auto parts = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
                                                             : nlohmann::json::to_cbor(mine));
@@ -553,8 +567,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             search.layouts += j.at(0).get<std::size_t>();
             search.invalid += j.at(1).get<std::size_t>();
             search.pruned_memory += j.at(2).get<std::size_t>();
-            for (const auto& [reason, count] :
-                 j.at(3).get<std::map<std::string, std::size_t>>())
+            for (const auto& [reason, count] : j.at(3).get<std::map<std::string, std::size_t>>())
                 search.invalid_reasons[reason] += count;
             for (const auto& s : j.at(4))
                 search.survivors.push_back(survivor_from(s));
@@ -586,11 +599,9 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 (result.invalid_reasons.empty()
                      ? std::string()
                      : "; the most common reason: " +
-                           std::max_element(result.invalid_reasons.begin(),
-                                            result.invalid_reasons.end(),
-                                            [](const auto& x, const auto& y) {
-                                                return x.second < y.second;
-                                            })
+                           std::max_element(
+                               result.invalid_reasons.begin(), result.invalid_reasons.end(),
+                               [](const auto& x, const auto& y) { return x.second < y.second; })
                                ->first));
 
     // 4: the survivors in the order of their bound, simulated with the analytical network until
@@ -606,7 +617,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         PlanFigures figures;
     };
     std::vector<Simulated> simulated;
-    std::multiset<double> best;  // the k best analytical scores
+    std::multiset<double> best;                        // the k best analytical scores
     std::map<std::size_t, PlanFigures> analytical_of;  // with keep_entries: by index
     const auto kth = [&] {
         return best.size() < options.top ? std::numeric_limits<double>::infinity()
@@ -634,8 +645,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     std::vector<PlanChoice> confirmed;
     std::vector<const Simulated*> to_confirm;
     for (const auto& x : simulated)
-        if (scorer.score(x.figures.iteration_time_s * shrink, x.survivor->flops,
-                         x.survivor->peak, x.survivor->tokens) <= kth())
+        if (scorer.score(x.figures.iteration_time_s * shrink, x.survivor->flops, x.survivor->peak,
+                         x.survivor->tokens) <= kth())
             to_confirm.push_back(&x);
     step = 0;
     std::map<std::size_t, PlanFigures> confirmed_of;
@@ -666,8 +677,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     for (std::size_t i = 0; i < confirmed.size(); ++i) {
         auto& c = confirmed[i];
         if (i == 0) {
-            c.megatron_args =
-                workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
+            c.megatron_args = workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
         } else {
             c.why_lost = why_lost(c.figures, confirmed[0].figures);
         }

@@ -63,7 +63,7 @@ struct PlanFigures {
     double iteration_time_s = 0;
     double tokens_per_s = 0;
     double mfu = 0;
-    double objective = 0;  // in the objective's unit (PlanResult::objective_unit)
+    double objective = 0;           // in the objective's unit (PlanResult::objective_unit)
     std::int64_t memory_bytes = 0;  // worst GPU
     double bubble_fraction = 0, exposed_comm_fraction = 0, host_fraction = 0, idle_fraction = 0;
 };
@@ -75,9 +75,9 @@ struct PlanChoice {
     PlanFigures analytical;
     PlanFigures figures;  // under the experiment's own network model: what is ranked
     double lower_bound_s = 0;
-    std::string megatron_args;  // the flags that run it (workload::megatron_args_for)
+    std::string megatron_args;       // the flags that run it (workload::megatron_args_for)
     std::vector<std::string> notes;  // what the flags cannot say (a schedule without a flag)
-    std::string why_lost;       // runners-up: the largest difference against the winner
+    std::string why_lost;            // runners-up: the largest difference against the winner
 };
 
 // Every layout plan looked at, for --json (PlanOptions::keep_entries).
@@ -130,7 +130,7 @@ struct PlanResult {
                 confirmed = 0;
     // The invalid layouts' reasons (the loader's or the schedule's message) and how many gave it.
     std::map<std::string, std::size_t> invalid_reasons;
-    std::vector<PlanChoice> top;  // best first
+    std::vector<PlanChoice> top;     // best first
     std::vector<PlanEntry> entries;  // with keep_entries, in enumeration order
 };
 

@@ -25,8 +25,8 @@ const std::string kSmall = kData + "plan-small.yaml";
 
 // The space both searches cover: 8 GPUs (two nodes of four), cp 1, sharding zero1, micro-batch
 // 1 or 2, every recompute, 1f1b and interleaved (vpp 2, 4 or 8: the divisors >= 2 of 8 / pp
-// layers per stage; 1 for 1f1b). A headroom of 98% of the H100's 80 GB (1.6 GB per GPU left) prunes the
-// layouts whose weights are held by few GPUs (about 0.13 B parameters with the embedding and
+// layers per stage; 1 for 1f1b). A headroom of 98% of the H100's 80 GB (1.6 GB per GPU left) prunes
+// the layouts whose weights are held by few GPUs (about 0.13 B parameters with the embedding and
 // output layer: 2 + 4 bytes of weights and gradients each and 12 / dp of optimizer state, about
 // 1 GB at tp 1, pp 1, dp 8 before activations), so the memory pruning is exercised; which ones
 // it prunes the test reads from the sweep, not from this estimate.
@@ -117,8 +117,7 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
         REQUIRE_MESSAGE(at != entries.end(), key);
         CHECK_MESSAGE(at->second->analytical.has_value(), key);
         if (at->second->analytical)
-            CHECK(at->second->analytical->iteration_time_s ==
-                  fitting[i]->result->iteration_time_s);
+            CHECK(at->second->analytical->iteration_time_s == fitting[i]->result->iteration_time_s);
     }
 
     // Every fitting layout of the sweep is one of plan's entries that passed the memory check,
@@ -130,8 +129,8 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
             ++above;
     CHECK(above == result->pruned_memory);
     CHECK(result->layouts == result->entries.size());
-    CHECK(result->layouts == result->invalid + result->pruned_memory + result->pruned_bound +
-                                 result->simulated);
+    CHECK(result->layouts ==
+          result->invalid + result->pruned_memory + result->pruned_bound + result->simulated);
     CHECK(result->pruned_bound > 0);  // the bound prunes something here
 }
 
@@ -164,11 +163,16 @@ TEST_CASE("plan refuses bad input with a clear message") {
           std::string::npos);
     o = small_options();
     o.fixes = {"parallelism.tp=3"};
-    CHECK(error_of([&] { api::plan(o, ranks); }).find("none of the") != std::string::npos);
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--fix parallelism.tp=3: does not divide the experiment's 8 GPUs");
+    o = small_options();
+    o.headroom = 0.999;  // 80 MB left per GPU: less than any layout's weights
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("layouts searched is valid and fits") !=
+          std::string::npos);
     o = small_options();
     o.objective = api::PlanObjective::Energy;
-    CHECK(error_of([&] { api::plan(o, ranks); })
-              .find("no board power for H100-SXM") != std::string::npos);
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("no board power for H100-SXM") !=
+          std::string::npos);
     o = small_options();
     o.objective = api::PlanObjective::Cost;
     CHECK(error_of([&] { api::plan(o, ranks); }).find("--gpu-hour-price") != std::string::npos);
@@ -200,9 +204,8 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
     // experiment with another layout, give back the layout and training settings.
     const std::vector<std::vector<std::string>> layouts{
         {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "parallelism.vpp=2",
-         "schedule=interleaved", "parallelism.sequence_parallel=true",
-         "parallelism.sharding=zero1", "training.recompute=selective",
-         "training.micro_batch_size=2"},
+         "schedule=interleaved", "parallelism.sequence_parallel=true", "parallelism.sharding=zero1",
+         "training.recompute=selective", "training.micro_batch_size=2"},
         {"parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "parallelism.sharding=zero3",
          "training.recompute=full", "training.precision=fp16"},
         {"parallelism.tp=4", "parallelism.pp=2", "parallelism.dp=1", "parallelism.cp=1",
