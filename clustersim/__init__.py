@@ -83,12 +83,12 @@ class Experiment:
     def __init__(self, source=None, overrides=None, *, base_dir=None, name="<dict>"):
         if isinstance(source, Mapping):
             text = json.dumps(source, indent=2)
-            folder = os.fspath(base_dir) if base_dir is not None else os.getcwd()
+            folder = _path("base_dir", base_dir) if base_dir is not None else os.getcwd()
             self._source = _core.Source("", text, name, folder)
             self.path = None
             self._name = name
         elif source is None or isinstance(source, (str, os.PathLike)):
-            self.path = os.fspath(source) if source is not None else None
+            self.path = _path("source", source) if source is not None else None
             self._source = _core.Source(self.path or "", None, "", "")
             self._name = self.path or "workloads/default.yaml (bundled)"
         else:
@@ -108,7 +108,7 @@ class Experiment:
         every fast path (as --no-fast-paths: the same results, computed the plain way). Returns
         a Result."""
         summary, warnings, source = _core.run(
-            self._source, self.overrides, schedule or "", os.fspath(trace) if trace else "",
+            self._source, self.overrides, schedule or "", _path("trace", trace) if trace else "",
             bool(fast_paths))
         return Result(json.loads(summary), warnings, source)
 
@@ -149,7 +149,7 @@ class Experiment:
         all. Returns the path."""
         if schedules is not None and not isinstance(schedules, str):
             schedules = ",".join(schedules)
-        _core.html_report(self._source, self.overrides, schedules or "", os.fspath(path))
+        _core.html_report(self._source, self.overrides, schedules or "", _path("path", path))
         return path
 
     def __repr__(self):
@@ -325,8 +325,26 @@ def run_jobs(path, *, trace=None, fast_paths=True):
     job alone. Returns the dict `clustersim run JOBS --json` writes: `jobs` (each with `name`,
     `gpus`, `iteration_time_s`, `alone_iteration_time_s`, `slowdown`, and the `shared` and
     `alone` summaries), `contested_links`, `makespan_s`."""
-    return json.loads(_core.run_jobs(os.fspath(path), "" if trace is None else os.fspath(trace),
+    return json.loads(_core.run_jobs(_path("path", path),
+                                     "" if trace is None else _path("trace", trace),
                                      bool(fast_paths)))
+
+
+def _path(argument, value):
+    """`value` (a str or os.PathLike naming a file) as a str; an InputError naming `argument`
+    for anything else, and for a path with a NUL byte, which the operating system would cut
+    there ('x.yaml\\0y' would read x.yaml)."""
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):
+        raise InputError("%s: expected a path (str or os.PathLike), not %s" %
+                         (argument, type(value).__name__))
+    if "\0" in path:
+        raise InputError("%s: the path %r contains a NUL byte; expected a path without one" %
+                         (argument, path))
+    return path
 
 
 def _with(source, overrides, base_dir):

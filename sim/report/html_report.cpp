@@ -70,10 +70,23 @@ nlohmann::ordered_json html_data(const HtmlReport& report) {
 }
 
 void write_html_report(std::ostream& out, const HtmlReport& report) {
-    // ASCII-only JSON, and "</" written "<\/" so that no string can close the script element.
-    std::string json = html_data(report).dump(-1, ' ', true);
-    for (std::size_t at = json.find("</"); at != std::string::npos; at = json.find("</", at + 3))
-        json.replace(at, 2, "<\\/");
+    // ASCII-only JSON (so U+2028 and U+2029 arrive as \u escapes), with every '<', '>' and '&'
+    // written as a \u escape too: no name can then close the script element ("</script>") or put
+    // the HTML parser in its escaped state ("<!--<script>", which made the page render nothing).
+    // Outside strings JSON has none of these characters, so the text stays the same JSON.
+    const std::string dumped = html_data(report).dump(-1, ' ', true);
+    std::string json;
+    json.reserve(dumped.size());
+    for (const char c : dumped) {
+        if (c == '<')
+            json += "\\u003c";
+        else if (c == '>')
+            json += "\\u003e";
+        else if (c == '&')
+            json += "\\u0026";
+        else
+            json += c;
+    }
     const std::string title = markup_escape(report.title + " - " + report.experiment);
     out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"

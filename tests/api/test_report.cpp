@@ -1,6 +1,7 @@
 // What the HTML report draws (api::run with RunOptions::detail) against closed forms, and the page
 // itself: self-contained, deterministic, and no string of the data can end its script element.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <numeric>
@@ -93,7 +94,10 @@ TEST_CASE("html report: one page, deterministic, data that cannot close its scri
     REQUIRE(result.details.size() == 2);
     cs::report::HtmlReport page;
     page.title = "clustersim compare";
-    page.experiment = "a </script><script>alert(1)</script> name";
+    // A name that closes the script element, one that puts the HTML parser in its escaped state
+    // ("<!--<script>": the page once rendered nothing), an ampersand and U+2028 (a line end in
+    // older JavaScript), all embedded in the page's JSON.
+    page.experiment = "a </script><script>alert(1)</script> name <!--<script> & \u2028";
     page.runs = result.summaries;
     page.details = result.details;
     std::ostringstream a, b;
@@ -101,15 +105,23 @@ TEST_CASE("html report: one page, deterministic, data that cannot close its scri
     cs::report::write_html_report(b, page);
     CHECK(a.str() == b.str());
     const std::string html = a.str();
-    // Exactly the page's two script elements end; the name appears escaped in the header and
-    // with "<\/" in the data.
+    // Exactly the page's two script elements end, and the data holds no '<' at all: the name
+    // appears escaped in the header and with \u escapes in the data.
     std::size_t ends = 0;
     for (auto at = html.find("</script>"); at != std::string::npos;
          at = html.find("</script>", at + 1))
         ++ends;
     CHECK(ends == 2);
     CHECK(html.find("a &lt;/script&gt;&lt;script&gt;alert(1)") != std::string::npos);
-    CHECK(html.find("a <\\/script><script>alert(1)<\\/script> name") != std::string::npos);
+    const auto data_start = html.find("<script type=\"application/json\" id=\"data\">") + 42;
+    const std::string embedded =
+        html.substr(data_start, html.find("</script>", data_start) - data_start);
+    CHECK(embedded.find_first_of("<>&") == std::string::npos);
+    CHECK(embedded.find(
+              "a \\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e name "
+              "\\u003c!--\\u003cscript\\u003e \\u0026 \\u2028") != std::string::npos);
+    // What the page's script reads back (JSON.parse of the element's text) is the name itself.
+    CHECK(nlohmann::json::parse(embedded)["experiment"] == page.experiment);
     const auto data = cs::report::html_data(page);
     CHECK(data["runs"].size() == 2);
     CHECK(data["runs"][0]["summary"]["schedule"] == "gpipe");

@@ -149,6 +149,7 @@ with tempfile.TemporaryDirectory() as tmp:
     sweep_html = os.path.join(tmp, "sweep.html")
     r = clustersim("run", "--html", default_html)
     check(r.returncode == 0, "run --html: " + r.stderr)
+    default_console = r.stdout
     # Three schedules on the two-GPU profile pipeline (it sets vpp = 2 for interleaved).
     compare_args = ["compare", PROFILE, "--schedules", "gpipe,1f1b,interleaved",
                     "--set", "parallelism.vpp=2"]
@@ -179,7 +180,7 @@ with tempfile.TemporaryDirectory() as tmp:
     def page_data(path):
         text = read(path).decode("ascii")
         start = text.index('<script type="application/json" id="data">') + 42
-        return json.loads(text[start:text.index("</script>", start)].replace("<\\/", "</"))
+        return json.loads(text[start:text.index("</script>", start)])
 
     sweep_json = os.path.join(tmp, "sweep.json")
     r = clustersim(*sweep_args, "--json", sweep_json)
@@ -223,6 +224,19 @@ with tempfile.TemporaryDirectory() as tmp:
     if chrome is None:
         print("html_report: chromium not found; the browser checks are skipped")
         sys.exit(1 if failures else 77)
+
+    # One unit convention, the console's: the page shows the memory per GPU as `run` prints it
+    # (it once showed 37.40 GiB for the console's 40.16 GB).
+    memory = re.search(r"^memory per GPU\s+(\S+ [KMGT]?B)", default_console, re.M)
+    check(memory is not None, "run: no memory per GPU line in\n" + default_console)
+    if memory:
+        with tempfile.TemporaryDirectory() as profile:
+            dom = subprocess.run(
+                [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--user-data-dir=" + profile, "--dump-dom", "file://" + default_html],
+                capture_output=True, text=True, timeout=120).stdout
+        check(memory.group(1) in dom, "run --html: the page does not show the console's memory "
+              "per GPU, " + memory.group(1))
 
     for html, size in ((default_html, (1200, 2600)), (compare_html, (1200, 2000))):
         png = html[:-5] + ".png"

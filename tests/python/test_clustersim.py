@@ -224,6 +224,24 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(caught.exception.file, "no/such/experiment.yaml")
         self.assertIn("no such file", caught.exception.message)
 
+    def test_paths_with_nul_or_of_the_wrong_type_name_the_argument(self):
+        # The operating system would cut 'x.yaml\0y' at the NUL and read x.yaml; a trace named
+        # 't.json\0.pftrace' would get Perfetto bytes in t.json. Both are refused, naming the
+        # argument, before anything runs or is written.
+        with tempfile.TemporaryDirectory() as tmp:
+            for call, argument in (
+                    (lambda: clustersim.run(PIPELINE + "\0y"), "source"),
+                    (lambda: clustersim.run(PIPELINE, trace=os.path.join(tmp, "t.json\0.pftrace")),
+                     "trace"),
+                    (lambda: clustersim.report(PIPELINE, os.path.join(tmp, "r.html\0x")), "path"),
+                    (lambda: clustersim.run_jobs(PIPELINE + "\0"), "path"),
+                    (lambda: clustersim.run(PIPELINE, trace=42), "trace")):
+                with self.assertRaises(clustersim.InputError) as caught:
+                    call()
+                self.assertTrue(str(caught.exception).startswith(argument + ": "),
+                                str(caught.exception))
+            self.assertEqual(os.listdir(tmp), [])
+
     def test_unknown_schedule_lists_schedules(self):
         with self.assertRaises(clustersim.InputError) as caught:
             clustersim.compare(PIPELINE, "gpipe,zigzag")

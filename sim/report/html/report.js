@@ -29,10 +29,11 @@
     if (a >= 1e-6) return (s * 1e6).toFixed(2) + " us";
     return (s * 1e9).toFixed(1) + " ns";
   }
+  // The console's convention (core/units.cpp format_bytes): decimal units, 4 significant digits.
   function fmtBytes(b) {
-    var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
-    while (Math.abs(b) >= 1024 && i < u.length - 1) { b /= 1024; i++; }
-    return b.toFixed(i ? 2 : 0) + " " + u[i];
+    var u = ["B", "KB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+    return (+b.toPrecision(4)).toString() + " " + u[i];
   }
   function pct(x) { return (100 * x).toFixed(2) + "%"; }
   function num(x) {
