@@ -128,6 +128,21 @@ class Experiment:
         text, source = _core.sweep(self._source, self.overrides, axes, bool(fast_paths))
         return Sweep(json.loads(text), list(vary), source)
 
+    def plan(self, fix=None, *, schedules=None, headroom=0.0, top=5, objective="time",
+             gpu_hour_price=0.0, margin=0.1, max_micro_batch=8, fast_paths=True):
+        """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
+        does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
+        Returns the dict `plan --json` writes: the counts, `top` (best first, each with its
+        `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
+        `layouts_evaluated` (every layout with its status and figures or reason)."""
+        fixes = ["%s=%s" % (k, _yaml_value(v)) for k, v in (fix or {}).items()]
+        if isinstance(schedules, str):
+            schedules = schedules.split(",")
+        text = _core.plan(self._source, self.overrides, fixes, list(schedules or []),
+                          float(headroom), int(top), str(objective), float(gpu_hour_price),
+                          float(margin), int(max_micro_batch), bool(fast_paths))
+        return json.loads(text)
+
     def report(self, path, schedules=None):
         """Writes the HTML report (as `clustersim run --html`, or `compare --html` when
         `schedules` names several) to `path`: one self-contained file, written whole or not at
@@ -296,6 +311,12 @@ def compare(source, schedules, overrides=None, *, base_dir=None, fast_paths=True
 def sweep(source, vary, overrides=None, *, base_dir=None, fast_paths=True):
     """Simulates every combination of `vary` ({key: [values]}). Returns a Sweep."""
     return _with(source, overrides, base_dir).sweep(vary, fast_paths=fast_paths)
+
+
+def plan(source, fix=None, overrides=None, *, base_dir=None, **options):
+    """Searches every layout of an experiment's model on its GPUs (`clustersim plan`); options
+    as Experiment.plan. Returns the dict `plan --json` writes."""
+    return _with(source, overrides, base_dir).plan(fix, **options)
 
 
 def report(source, path, overrides=None, *, schedules=None, base_dir=None):

@@ -12,6 +12,7 @@ namespace cs::cli {
 void register_run(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_sweep(CLI::App& app);
+void register_plan(CLI::App& app);
 void register_topology(CLI::App& app);
 void register_collective(CLI::App& app);
 void register_validate(CLI::App& app);

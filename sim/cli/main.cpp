@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
     cs::cli::register_run(app);
     cs::cli::register_compare(app);
     cs::cli::register_sweep(app);
+    cs::cli::register_plan(app);
     cs::cli::register_topology(app);
     cs::cli::register_collective(app);
     cs::cli::register_validate(app);

@@ -19,6 +19,7 @@
 #include "session/collective.hpp"
 #include "session/compare.hpp"
 #include "session/jobs.hpp"
+#include "session/plan.hpp"
 #include "session/sweep.hpp"
 
 namespace cs::cli {
@@ -40,6 +41,10 @@ void print_jobs(std::ostream& out, const api::JobsSpec& spec, const api::JobsRes
 // reason once, with how often).
 void print_sweep(std::ostream& out, const std::vector<api::SweepAxis>& axes,
                  const api::SweepTally& tally, std::size_t top);
+
+// `clustersim plan`: the search's counts, the top k with where their time goes, the best
+// layout's Megatron-LM flags, why each runner-up lost, the invalid layouts' commonest reasons.
+void print_plan(std::ostream& out, const api::PlanResult& r);
 
 // `clustersim collective`: the nccl-tests-like table, with a header naming the operation, ranks
 // and network.

@@ -21,6 +21,7 @@
 #include "session/jobs.hpp"
 #include "session/report.hpp"
 #include "session/run.hpp"
+#include "session/plan.hpp"
 #include "session/sweep.hpp"
 
 namespace py = pybind11;
@@ -88,6 +89,34 @@ std::tuple<std::vector<std::string>, std::vector<std::string>, std::string> comp
     std::vector<std::string> warnings = spec.warnings;
     warnings.insert(warnings.end(), result.warnings.begin(), result.warnings.end());
     return {summaries, warnings, spec.source};
+}
+
+// The JSON `plan --json` writes (every layout's entry included). Options as `clustersim plan`'s.
+std::string plan(const Source& source, const std::vector<std::string>& sets,
+                 const std::vector<std::string>& fixes, const std::vector<std::string>& schedules,
+                 double headroom, std::size_t top, const std::string& objective,
+                 double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths) {
+    py::gil_scoped_release release;
+    api::PlanOptions options;
+    options.experiment = source.path.empty() ? api::default_experiment().string() : source.path;
+    options.text = source.experiment_text();
+    options.sets = sets;
+    options.fixes = fixes;
+    options.schedules = schedules;
+    options.headroom = headroom;
+    options.top = top;
+    const auto o = find_named(api::kPlanObjectiveNames, objective);
+    if (!o)
+        throw ConfigError(SourceLocation{"objective " + objective},
+                          "unknown objective; expected time, mfu, cost or energy");
+    options.objective = *o;
+    options.gpu_hour_price = gpu_hour_price;
+    options.margin = margin;
+    options.max_micro_batch_size = max_micro_batch;
+    options.keep_entries = true;
+    options.fast_paths = fast_paths;
+    const api::SweepRanks ranks;  // one process, as sweep
+    return api::plan_json(*api::plan(options, ranks)).dump();
 }
 
 // (sweep JSON as `sweep --json` writes it, experiment display path). `vary` as --vary takes it.
@@ -175,6 +204,10 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("compare", &compare, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("fast_paths"));
     m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"),
+          py::arg("fast_paths"));
+    m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"),
+          py::arg("schedules"), py::arg("headroom"), py::arg("top"), py::arg("objective"),
+          py::arg("gpu_hour_price"), py::arg("margin"), py::arg("max_micro_batch"),
           py::arg("fast_paths"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));

@@ -601,3 +601,57 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
 }
 
 }  // namespace cs::workload
+
+namespace cs::workload {
+
+std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::string>* notes) {
+    const auto& l = spec.layout;
+    const auto& t = spec.training;
+    std::vector<std::string> flags;
+    const auto add = [&](const std::string& flag, std::int64_t value) {
+        flags.push_back(flag + " " + std::to_string(value));
+    };
+    add("--tensor-model-parallel-size", l.tp);
+    add("--pipeline-model-parallel-size", l.pp);
+    if (l.cp > 1) add("--context-parallel-size", l.cp);
+    if (l.ep > 1) add("--expert-model-parallel-size", l.ep);
+    if (l.vpp > 1 && spec.schedule == "interleaved")
+        add("--num-virtual-stages-per-pipeline-rank", l.vpp);
+    if (l.sequence_parallel) flags.push_back("--sequence-parallel");
+    add("--micro-batch-size", t.micro_batch_size);
+    add("--global-batch-size", t.global_batch_size);
+    add("--seq-length", t.seq_length);
+    if (t.recompute == Recompute::Selective) flags.push_back("--recompute-granularity selective");
+    if (t.recompute == Recompute::Full) {
+        flags.push_back("--recompute-granularity full");
+        flags.push_back(std::string("--recompute-method ") +
+                        std::string(name_of(kRecomputeMethodNames, t.recompute_method)));
+        add("--recompute-num-layers", t.recompute_layers);
+    }
+    if (t.precision == Precision::Bf16 || t.precision == Precision::Fp8) flags.push_back("--bf16");
+    if (t.precision == Precision::Fp16) flags.push_back("--fp16");
+    if (t.precision == Precision::Fp8) flags.push_back("--fp8-format hybrid");
+    switch (l.sharding) {
+    case Sharding::None:
+        break;
+    case Sharding::Optimizer:
+        flags.push_back("--use-distributed-optimizer");
+        break;
+    case Sharding::Gradients:
+        flags.push_back("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads");
+        break;
+    case Sharding::Parameters:
+        flags.push_back("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params");
+        break;
+    }
+    if (l.hsdp() && l.sharding != Sharding::None) add("--num-distributed-optimizer-instances", l.dp / l.shard_size);
+    if (notes && spec.schedule != "1f1b" && spec.schedule != "interleaved")
+        notes->push_back("Megatron-LM has no flag for the " + spec.schedule +
+                         " schedule; the flags give its layout");
+    std::string out;
+    for (const auto& f : flags)
+        out += (out.empty() ? "" : " ") + f;
+    return out;
+}
+
+}  // namespace cs::workload

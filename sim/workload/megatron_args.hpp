@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "workload/experiment.hpp"
+
 namespace cs::workload {
 
 // Parses `args` (whitespace-separated, with '...' / "..." quoting and backslash-newline
@@ -27,5 +29,18 @@ namespace cs::workload {
 // --make-vocab-size-divisible-by (128) x tp, as Megatron pads it.
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                                                     std::vector<std::string>& warnings);
+
+}  // namespace cs::workload
+
+namespace cs::workload {
+
+// The reverse: Megatron-LM flags that run `spec`'s layout and training settings (parallel sizes,
+// virtual stages under the interleaved schedule, sequence parallelism, micro and global batch,
+// sequence length, recomputation, precision, the distributed optimizer or Megatron-FSDP's
+// sharding), in that order, separated by spaces. megatron_args_to_overrides of the text gives
+// back those settings (tests/api/test_plan.cpp). The model's own flags are not written (they are
+// the model's, not the layout's), nor the data-parallel size (Megatron derives it). A schedule
+// Megatron-LM has no flag for (anything but 1f1b and interleaved) is named in `notes`.
+std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::string>* notes = nullptr);
 
 }  // namespace cs::workload

@@ -58,7 +58,7 @@ check("unknown option", ["run", "unknown-top-key.yaml", "--bogus"], "--bogus", c
 # A first word that is no command names it and the commands (CLI11 alone said "A subcommand is
 # required"), in JSON too under --log-json.
 check("unknown command", ["bogus"],
-      "error: unknown command 'bogus'; expected run, compare, sweep, topology, collective, "
+      "error: unknown command 'bogus'; expected run, compare, sweep, plan, topology, collective, "
       "validate, calibrate, chakra or diff", corpus, outputs=())
 check("unknown command, --log-json", ["--log-json", "bogus"],
       '{"level":"error","kind":"error","message":"unknown command \'bogus\'', corpus, outputs=())
@@ -82,6 +82,23 @@ check("2^64 combinations", ["sweep", "unknown-top-key.yaml"] + many,
       "--vary: the 16 --vary options give 16 x 16 x", corpus, outputs=("--json",))
 check("negative --top", ["sweep", "world-size.yaml", "--vary", "schedule=1f1b,gpipe", "--top", "-1"],
       "--top -1: expected a number of rows, 0 or more", corpus, outputs=("--json",))
+# plan: an unknown --fix key, an objective that does not exist or has no figure, no valid layout.
+small = os.path.join(here, "..", "api", "data", "plan-small.yaml")
+plan = ["plan", small, "--set", "topology.nodes=2", "--schedules", "1f1b"]
+check("plan --fix unknown key", plan + ["--fix", "model.layers=4"],
+      "--fix model.layers=4: unknown key 'model.layers'", corpus, outputs=("--json",))
+check("plan bad objective", plan + ["--objective", "speed"],
+      "--objective speed: unknown objective; expected time, mfu, cost or energy", corpus,
+      outputs=("--json",))
+check("plan energy without board power", plan + ["--objective", "energy"],
+      "the GPU catalogue gives no board power for H100-SXM", corpus, outputs=("--json",))
+check("plan cost without price", plan + ["--objective", "cost"],
+      "--objective cost: needs --gpu-hour-price", corpus, outputs=("--json",))
+check("plan --fix that does not divide", plan + ["--fix", "parallelism.tp=3"],
+      "--fix parallelism.tp=3: does not divide the experiment's 8 GPUs", corpus,
+      outputs=("--json",))
+check("plan no layout fits", plan + ["--headroom", "0.999"],
+      "layouts searched is valid and fits in 80 MB per GPU", corpus, outputs=("--json",))
 topology = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
 check("--ranks twice", ["collective", "--topology", topology, "--ranks", "0,1,1"],
       "--ranks 0,1,1: GPU 1 is listed twice", corpus, outputs=("--json",))

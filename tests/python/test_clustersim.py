@@ -129,6 +129,37 @@ class CompareSweepTest(unittest.TestCase):
         self.assertEqual(s.table()["valid"], [True] * 3 + [False] * 3)
 
 
+class PlanTest(unittest.TestCase):
+    def test_plan_ranks_and_its_best_runs_as_reported(self):
+        # The 8-GPU planner fixture (tests/api/data/plan-small.yaml, analytical network): the
+        # best layout, run on its own through clustersim.run with the layout's settings, takes
+        # the time plan reports, and no simulated layout is faster than plan's top 3.
+        small = os.path.join(ROOT, "tests", "api", "data", "plan-small.yaml")
+        p = clustersim.plan(small, {"parallelism.cp": 1, "parallelism.sharding": "zero1"},
+                            {"topology.nodes": 2}, schedules="1f1b,interleaved", top=3,
+                            max_micro_batch=2)
+        self.assertEqual(len(p["top"]), 3)
+        best = p["top"][0]
+        self.assertIn("--tensor-model-parallel-size %d" % best["layout"]["tp"],
+                      best["megatron_args"])
+        l = best["layout"]
+        sets = {"topology.nodes": 2, "parallelism.tp": l["tp"], "parallelism.pp": l["pp"],
+                "parallelism.dp": l["dp"], "parallelism.cp": l["cp"], "parallelism.vpp": l["vpp"],
+                "parallelism.sequence_parallel": l["tp"] > 1,
+                "parallelism.sharding": l["sharding"],
+                "training.micro_batch_size": l["micro_batch_size"],
+                "training.recompute": l["recompute"], "schedule": l["schedule"]}
+        r = clustersim.run(small, sets)
+        self.assertEqual(r.iteration_time_s, best["figures"]["iteration_time_s"])
+        third = p["top"][2]["figures"]["iteration_time_s"]
+        simulated = [e for e in p["layouts_evaluated"] if "analytical" in e]
+        self.assertEqual(len(simulated), p["simulated"])
+        self.assertTrue(all(e["analytical"]["iteration_time_s"] >= third
+                            for e in simulated if e["status"] == "simulated"))
+        with self.assertRaises(clustersim.InputError):
+            clustersim.plan(small, {"model.layers": 4}, {"topology.nodes": 2})
+
+
 class ReportTest(unittest.TestCase):
     def test_html_report_of_a_comparison(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,142 @@
+// clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
+//                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
+//                 [--margin FRACTION] [--set k=v]... [--json FILE]
+// The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/log.hpp"
+#include "cli/tables.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "session/plan.hpp"
+
+namespace cs::cli {
+
+namespace {
+
+struct PlanArgs {
+    std::string experiment;
+    std::vector<std::string> sets, fixes;
+    std::string schedules;
+    double headroom = 0;
+    std::int64_t top = 5;
+    std::string objective = "time";
+    double gpu_hour_price = 0;
+    double margin = 0.1;
+    int max_micro_batch_size = 8;
+    std::string json;
+    std::string max_memory;
+    bool no_fast_paths = false;
+};
+
+void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
+    api::PlanOptions options;
+    options.experiment = a.experiment;
+    options.sets = a.sets;
+    options.fixes = a.fixes;
+    if (!a.schedules.empty()) {
+        std::stringstream ss(a.schedules);
+        for (std::string s; std::getline(ss, s, ',');) {
+            if (s.empty())
+                throw ConfigError(SourceLocation{"--schedules " + a.schedules},
+                                  "an empty schedule name in the list");
+            options.schedules.push_back(s);
+        }
+    }
+    const auto objective = find_named(api::kPlanObjectiveNames, a.objective);
+    if (!objective)
+        throw ConfigError(SourceLocation{"--objective " + a.objective},
+                          "unknown objective; expected time, mfu, cost or energy");
+    options.objective = *objective;
+    options.gpu_hour_price = a.gpu_hour_price;
+    options.headroom = a.headroom;
+    options.margin = a.margin;
+    if (a.top < 1)
+        throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
+                          "expected a number of layouts, 1 or more");
+    options.top = static_cast<std::size_t>(a.top);
+    if (a.max_micro_batch_size < 1)
+        throw ConfigError(SourceLocation{"--max-micro-batch"}, "expected 1 or more");
+    options.max_micro_batch_size = a.max_micro_batch_size;
+    options.keep_entries = !a.json.empty();
+    options.fast_paths = !a.no_fast_paths;
+    options.max_memory = api::parse_max_memory(a.max_memory);
+    OutputSet outputs;
+    outputs.declare("--json", a.json);
+    outputs.guard_input("the experiment", a.experiment);
+    auto progress = std::make_unique<Progress>("plan");
+    if (ranks.rank() == 0 && progress->enabled())
+        options.on_progress = [p = progress.get()](const char* phase, std::size_t done,
+                                                   std::size_t total) {
+            p->update(done, total, std::string("layouts (") + phase + ")");
+        };
+    const auto result = api::plan(options, ranks);
+    progress.reset();
+    if (!result) return;  // rank 0 reports
+    if (!a.json.empty())
+        write_file_atomically(
+            a.json, [&](std::ostream& out) { out << api::plan_json(*result).dump(2) << "\n"; },
+            &outputs);
+    outputs.commit();
+    print_plan(std::cout, *result);
+}
+
+void plan(const PlanArgs& a) {
+    const api::SweepRanks ranks;
+    try {
+        run_plan(a, ranks);
+    } catch (const ConfigError&) {
+        if (ranks.rank() == 0) throw;
+    }
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+    auto args = std::make_shared<PlanArgs>();
+    auto* cmd = app.add_subcommand(
+        "plan", "Search every layout of the experiment's model on its GPUs and rank the best");
+    cmd->add_option("experiment", args->experiment,
+                    "Experiment YAML: model, topology, sequence length, global batch")
+        ->required();
+    cmd->add_option("--fix", args->fixes,
+                    "Hold a key at one value: parallelism.tp=8, schedule=1f1b, "
+                    "training.recompute=selective, or any parallelism./training. key")
+        ->type_name("KEY=VALUE");
+    cmd->add_option("--schedules", args->schedules,
+                    "Schedules to search (default: every registered one)")
+        ->type_name("A,B,...");
+    cmd->add_option("--headroom", args->headroom, "Fraction of HBM kept free")
+        ->capture_default_str();
+    cmd->add_option("--top", args->top, "Layouts to rank")->capture_default_str();
+    cmd->add_option("--objective", args->objective,
+                    "time (iteration time), mfu, cost (with --gpu-hour-price) or energy")
+        ->capture_default_str();
+    cmd->add_option("--gpu-hour-price", args->gpu_hour_price,
+                    "Price of one GPU for an hour (for --objective cost)");
+    cmd->add_option("--margin", args->margin,
+                    "Layouts whose analytical time divided by 1 + margin would rank in the top "
+                    "are simulated again under the experiment's own network")
+        ->capture_default_str();
+    cmd->add_option("--max-micro-batch", args->max_micro_batch_size,
+                    "Largest micro-batch size searched")
+        ->capture_default_str();
+    cmd->add_option("--set", args->sets, "Override a key of the experiment (see run)")
+        ->type_name("KEY=VALUE");
+    cmd->add_option("--json", args->json,
+                    "Write every layout looked at (figures, or why it was dropped) as JSON")
+        ->type_name("FILE");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "Memory the plan may take (default 16GiB): the topology is checked against it")
+        ->type_name("SIZE");
+    cmd->add_flag("--no-fast-paths", args->no_fast_paths,
+                  "Turn off every fast path (as sweep): the same results, computed the plain way");
+    cmd->callback([args] { plan(*args); });
+}
+
+}  // namespace cs::cli

@@ -1,0 +1,95 @@
+// `clustersim plan`'s text: the search's counts, the top k, the best layout's Megatron-LM flags,
+// why the runners-up lost and the reasons layouts were invalid.
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/tables.hpp"
+#include "cli/text.hpp"
+
+namespace cs::cli {
+
+namespace {
+
+std::string objective_text(const api::PlanResult& r, double value) {
+    switch (r.objective) {
+        case api::PlanObjective::Mfu:
+            return percent(-value, 2);
+        case api::PlanObjective::Cost:
+            return fmt("%.4f", value);
+        default:
+            return fmt("%.4f s", value);
+    }
+}
+
+const char* objective_title(api::PlanObjective o) {
+    switch (o) {
+        case api::PlanObjective::Mfu:
+            return "MFU";
+        case api::PlanObjective::Cost:
+            return "cost per 1M tokens";
+        case api::PlanObjective::Energy:
+            return "energy per token";
+        default:
+            return "iteration time";
+    }
+}
+
+}  // namespace
+
+void print_plan(std::ostream& out, const api::PlanResult& r) {
+    out << "plan " << r.source << ": " << r.gpus << " GPUs, " << format_bytes(Bytes{r.hbm_bytes})
+        << " HBM each; ranked by " << objective_title(r.objective) << " under the " << r.network
+        << " network\n";
+    out << r.layouts << " layouts: " << r.invalid << " invalid, " << r.pruned_memory
+        << " above the memory limit, " << r.pruned_bound << " pruned by the compute bound, "
+        << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("
+        << r.network << " network; margin " << percent(r.margin, 0) << ")\n\n";
+    std::size_t width = 6;
+    for (const auto& c : r.top)
+        width = std::max(width, c.layout.text().size());
+    const int w = static_cast<int>(width);
+    char line[512];
+    std::snprintf(line, sizeof line, "%-3s %-*s %10s %10s %7s %10s %7s %7s %7s %7s %6s  %s\n", "#",
+                  w, "layout", "iter (s)", "tokens/s", "MFU", "mem/GPU", "of HBM", "busy", "bubble",
+                  "exposed", "host", objective_title(r.objective));
+    out << line;
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+        const auto& c = r.top[i];
+        const auto& f = c.figures;
+        std::snprintf(
+            line, sizeof line, "%-3zu %-*s %10.4f %10.0f %7s %10s %7s %7s %7s %7s %6s  %s\n", i + 1,
+            w, c.layout.text().c_str(), f.iteration_time_s, f.tokens_per_s,
+            percent(f.mfu, 1).c_str(), format_bytes(Bytes{f.memory_bytes}).c_str(),
+            r.hbm_bytes > 0
+                ? percent(static_cast<double>(f.memory_bytes) / static_cast<double>(r.hbm_bytes), 0)
+                      .c_str()
+                : "-",
+            percent(1 - f.idle_fraction, 1).c_str(), percent(f.bubble_fraction, 1).c_str(),
+            percent(f.exposed_comm_fraction, 1).c_str(), percent(f.host_fraction, 1).c_str(),
+            objective_text(r, f.objective).c_str());
+        out << line;
+    }
+    out << "(busy: compute and blocking collectives; bubble, exposed communication and host: "
+           "idle GPU time waiting on each, all as fractions of the iteration)\n";
+    if (!r.top.empty()) {
+        out << "\nMegatron-LM flags for #1:\n  " << r.top.front().megatron_args << "\n";
+        for (const auto& note : r.top.front().notes)
+            out << "  (" << note << ")\n";
+    }
+    if (r.top.size() > 1) out << "\nwhy the others rank lower than #1:\n";
+    for (std::size_t i = 1; i < r.top.size(); ++i)
+        out << "  #" << i + 1 << ": " << r.top[i].why_lost << "\n";
+    if (!r.invalid_reasons.empty()) {
+        std::vector<std::pair<std::string, std::size_t>> reasons(r.invalid_reasons.begin(),
+                                                                 r.invalid_reasons.end());
+        std::stable_sort(reasons.begin(), reasons.end(),
+                         [](const auto& x, const auto& y) { return x.second > y.second; });
+        out << "\ninvalid layouts, the most common reasons:\n";
+        for (std::size_t i = 0; i < reasons.size() && i < 5; ++i)
+            out << "  " << reasons[i].second << " x: " << reasons[i].first << "\n";
+        if (reasons.size() > 5)
+            out << "  (" << reasons.size() - 5 << " more reasons; --json lists every layout)\n";
+    }
+}
+
+}  // namespace cs::cli

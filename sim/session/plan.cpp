@@ -1,0 +1,754 @@
+#include "session/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "network/network.hpp"
+#include "replay/prepare.hpp"
+#include "replay/replay.hpp"
+#include "schedule/schedule.hpp"
+#include "session/run.hpp"
+#include "session/sweep_cache.hpp"
+#include "workload/megatron_args.hpp"
+
+namespace cs::api {
+
+namespace {
+
+const SourceLocation kFix{"--fix"};
+
+std::vector<int> divisors(int n) {
+    std::vector<int> out;
+    for (int d = 1; d <= n; ++d)
+        if (n % d == 0) out.push_back(d);
+    return out;
+}
+
+// The axes plan enumerates, by their --set key.
+constexpr std::array<std::string_view, 10> kAxisKeys{
+    "parallelism.tp",     "parallelism.pp",  "parallelism.dp",       "parallelism.cp",
+    "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
+    "training.recompute", "schedule"};
+
+// --fix values: an axis held at one value, or another key applied to every layout.
+struct Fixes {
+    std::map<std::string, std::string> axes;
+    std::vector<std::string> others;  // key=value, in the order given
+
+    std::optional<int> number(const std::string& key) const {
+        const auto at = axes.find(key);
+        if (at == axes.end()) return std::nullopt;
+        const std::string& v = at->second;
+        int n = 0;
+        std::size_t used = 0;
+        try {
+            n = std::stoi(v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != v.size() || v.empty() || n < 1)
+            throw ConfigError(SourceLocation{"--fix " + key + "=" + v},
+                              "expected a positive whole number");
+        return n;
+    }
+    template <typename E, std::size_t N>
+    std::optional<E> choice(const std::string& key, const std::array<Named<E>, N>& table) const {
+        const auto at = axes.find(key);
+        if (at == axes.end()) return std::nullopt;
+        const auto found = find_named(table, at->second);
+        if (!found) {
+            std::string names;
+            for (const auto& row : table)
+                names += (names.empty() ? "" : ", ") + std::string(row.name);
+            throw ConfigError(SourceLocation{"--fix " + key + "=" + at->second},
+                              "unknown value \"" + at->second + "\"; expected " + names);
+        }
+        return *found;
+    }
+};
+
+Fixes parse_fixes(const std::vector<std::string>& fixes) {
+    Fixes out;
+    std::set<std::string> seen;
+    for (const auto& f : fixes) {
+        const SourceLocation where{"--fix " + f};
+        const auto eq = f.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
+            throw ConfigError(where, "expected KEY=VALUE, e.g. parallelism.tp=8");
+        const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
+        if (!seen.insert(key).second) throw ConfigError(where, "'" + key + "' is fixed twice");
+        if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) != kAxisKeys.end()) {
+            out.axes[key] = value;
+        } else if (key.rfind("parallelism.", 0) == 0 || key.rfind("training.", 0) == 0) {
+            out.others.push_back(f);  // the loader checks the key and value
+        } else {
+            std::string axes;
+            for (const auto k : kAxisKeys)
+                axes += (axes.empty() ? "" : ", ") + std::string(k);
+            throw ConfigError(where, "unknown key '" + key +
+                                         "'; expected a parallelism., training. or schedule key "
+                                         "(the searched ones: " +
+                                         axes + ")");
+        }
+    }
+    return out;
+}
+
+template <typename T>
+std::vector<T> only_or(const std::optional<T>& fixed, std::vector<T> all) {
+    if (!fixed) return all;
+    return {*fixed};
+}
+
+double peak_flops(const workload::ExperimentSpec& spec) {
+    // As report::summarize takes the peak for the MFU.
+    const auto& gpu = spec.cluster->gpu_model(0);
+    if (spec.training.precision == workload::Precision::Fp16) return gpu.peak_fp16.flops_per_s;
+    if (spec.training.precision == workload::Precision::Fp8) return gpu.peak_fp8.flops_per_s;
+    return gpu.peak_bf16.flops_per_s;
+}
+
+// The objective of a layout whose iteration takes `T` (lower is better): what is ranked, and,
+// with the bound for T, the bound of the objective.
+struct Scorer {
+    PlanObjective objective = PlanObjective::Time;
+    double gpus = 1, price = 0;
+    double score(double T, double flops, double peak, double tokens) const {
+        switch (objective) {
+            case PlanObjective::Mfu:
+                return -(flops / (T * gpus * peak));
+            case PlanObjective::Cost:
+                return price * gpus * T / 3600.0 / tokens * 1e6;
+            default:
+                return T;
+        }
+    }
+    // The figure printed: MFU as a fraction (higher is better), the others as score().
+    double shown(double score) const { return objective == PlanObjective::Mfu ? -score : score; }
+};
+
+// A layout that passed the memory check, with what its bound needs. Small, so that holding
+// every survivor stays cheap; its settings are made again from `layout` when simulated.
+struct Survivor {
+    PlanLayout layout;
+    std::size_t index = 0;
+    double bound_s = 0;
+    double bound_score = 0;
+    double flops = 0, peak = 0, tokens = 0;
+    std::int64_t memory = 0;
+};
+
+PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double flops, double peak,
+                       double tokens) {
+    PlanFigures f;
+    f.iteration_time_s = s.iteration_time_s;
+    f.tokens_per_s = s.tokens_per_s;
+    f.mfu = s.mfu;
+    f.objective = scorer.score(s.iteration_time_s, flops, peak, tokens);
+    f.memory_bytes = s.memory.total.value;
+    f.bubble_fraction = s.bubble_fraction;
+    f.exposed_comm_fraction = s.exposed_comm_fraction;
+    f.host_fraction = s.host_fraction;
+    f.idle_fraction = s.idle_fraction;
+    return f;
+}
+
+// The busiest pipeline device's compute: every pass of its op order at its plan's compute time,
+// and its optimizer step. The replay runs each of these on the device's compute stream, one
+// after another, and adds what waits for inputs, collectives and the host.
+Time compute_bound(const replay::PreparedIteration& p) {
+    Time bound;
+    for (std::size_t d = 0; d < p.orders.size(); ++d) {
+        Time t = p.plan.devices[d].optimizer_step;
+        for (const auto& op : p.orders[d]) {
+            const int vs =
+                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch);
+            t += replay::pass_plan(p.plan.virtual_stages[static_cast<std::size_t>(vs)], op.pass)
+                     .compute_time();
+        }
+        bound = std::max(bound, t);
+    }
+    return bound;
+}
+
+std::string fraction_ms(double fraction, double T) {
+    std::ostringstream o;
+    o.precision(3);
+    o << std::fixed << fraction * T * 1e3 << " ms";
+    return o.str();
+}
+
+// Why `loser` ranks below `winner`: the part of the iteration that grew the most.
+std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
+    struct Part {
+        const char* name;
+        double seconds(const PlanFigures& f) const { return value(f) * f.iteration_time_s; }
+        double (*value)(const PlanFigures&);
+    };
+    static const std::array<Part, 4> parts{{
+        {"busy (compute and blocking collectives)",
+         [](const PlanFigures& f) { return 1 - f.idle_fraction; }},
+        {"pipeline bubble", [](const PlanFigures& f) { return f.bubble_fraction; }},
+        {"exposed communication", [](const PlanFigures& f) { return f.exposed_comm_fraction; }},
+        {"host", [](const PlanFigures& f) { return f.host_fraction; }},
+    }};
+    const Part* worst = &parts[0];
+    double most = -std::numeric_limits<double>::infinity();
+    for (const auto& part : parts) {
+        const double d = part.seconds(loser) - part.seconds(winner);
+        if (d > most) {
+            most = d;
+            worst = &part;
+        }
+    }
+    std::ostringstream o;
+    o.precision(3);
+    o << std::fixed;
+    const double dt = (loser.iteration_time_s - winner.iteration_time_s) * 1e3;
+    o << (dt >= 0 ? "+" : "") << dt << " ms per iteration; the most: " << worst->name << " "
+      << (most >= 0 ? "+" : "") << most * 1e3 << " ms ("
+      << fraction_ms(worst->value(loser), loser.iteration_time_s) << " against "
+      << fraction_ms(worst->value(winner), winner.iteration_time_s) << ")";
+    return o.str();
+}
+
+nlohmann::ordered_json figures_json(const PlanFigures& f) {
+    return {{"iteration_time_s", f.iteration_time_s},
+            {"tokens_per_s", f.tokens_per_s},
+            {"mfu", f.mfu},
+            {"objective", f.objective},
+            {"memory_per_gpu_bytes", f.memory_bytes},
+            {"bubble_fraction", f.bubble_fraction},
+            {"exposed_comm_fraction", f.exposed_comm_fraction},
+            {"host_fraction", f.host_fraction},
+            {"idle_fraction", f.idle_fraction}};
+}
+
+nlohmann::ordered_json layout_json(const PlanLayout& l) {
+    return {{"tp", l.tp},
+            {"pp", l.pp},
+            {"dp", l.dp},
+            {"cp", l.cp},
+            {"ep", l.ep},
+            {"vpp", l.vpp},
+            {"micro_batch_size", l.micro_batch_size},
+            {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
+            {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
+            {"schedule", l.schedule}};
+}
+
+// Every layout of the space, in enumeration order (tp, pp, cp, then ep, the schedule, vpp, the
+// micro-batch size, recompute and sharding; the last varying fastest). Calls f(layout).
+template <typename F>
+void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
+               const std::vector<std::string>& schedules, int max_mbs, F&& f) {
+    const int n = base.layout.world_size();
+    const auto fixed_dp = fixes.number("parallelism.dp");
+    const auto fixed_ep = fixes.number("parallelism.ep");
+    const auto fixed_vpp = fixes.number("parallelism.vpp");
+    const auto fixed_mbs = fixes.number("training.micro_batch_size");
+    const auto recomputes = only_or(
+        fixes.choice("training.recompute", workload::kRecomputeNames),
+        {workload::Recompute::None, workload::Recompute::Selective, workload::Recompute::Full});
+    const auto shardings = only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
+                                   {workload::Sharding::None, workload::Sharding::Optimizer,
+                                    workload::Sharding::Gradients, workload::Sharding::Parameters});
+    const int layers = base.model.layers;
+    const std::int64_t gbs = base.training.global_batch_size;
+    for (const int tp : only_or(fixes.number("parallelism.tp"), divisors(n))) {
+        if (n % tp) continue;
+        for (const int pp : only_or(fixes.number("parallelism.pp"), divisors(n / tp))) {
+            if ((n / tp) % pp) continue;
+            for (const int cp : only_or(fixes.number("parallelism.cp"), divisors(n / tp / pp))) {
+                if ((n / tp / pp) % cp) continue;
+                const int dp = n / tp / pp / cp;
+                if (fixed_dp && *fixed_dp != dp) continue;
+                const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
+                for (const int ep : only_or(fixed_ep, eps)) {
+                    for (const auto& schedule : schedules) {
+                        // Virtual stages only where the schedule takes a vpp (chunks_for(v) = v):
+                        // v >= 2 dividing the stage's layers.
+                        std::vector<int> vpps{1};
+                        const auto sched = schedule::make_schedule(schedule);
+                        if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
+                            vpps.clear();
+                            if (layers % pp == 0)
+                                for (const int v : divisors(layers / pp))
+                                    if (v >= 2) vpps.push_back(v);
+                            if (vpps.empty()) vpps.push_back(2);  // refused: said so
+                        }
+                        for (const int vpp : only_or(fixed_vpp, vpps)) {
+                            std::vector<int> mbss;
+                            if (gbs % dp == 0) {
+                                for (const int m : divisors(static_cast<int>(gbs / dp)))
+                                    if (m <= max_mbs) mbss.push_back(m);
+                            } else {
+                                mbss.push_back(1);  // refused by the loader: said so
+                            }
+                            for (const int mbs : only_or(fixed_mbs, mbss))
+                                for (const auto recompute : recomputes)
+                                    for (const auto sharding : shardings) {
+                                        // Sharding shards over the data-parallel replicas.
+                                        if (dp == 1 && sharding != workload::Sharding::None &&
+                                            !fixes.axes.count("parallelism.sharding"))
+                                            continue;
+                                        f(PlanLayout{tp, pp, dp, cp, ep, vpp, mbs, recompute,
+                                                     sharding, schedule});
+                                    }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Loader {
+    const PlanOptions& options;
+    std::vector<std::string> base;  // --set, then the --fix keys that are not axes
+    SweepCache* cache = nullptr;
+    workload::ExperimentSpec load(const PlanLayout& l, bool analytical) const {
+        auto overrides = base;
+        for (auto& o : l.overrides())
+            overrides.push_back(std::move(o));
+        if (analytical) overrides.push_back("network.model=analytical");
+        auto* clusters = cache ? &cache->clusters : nullptr;
+        auto* documents = cache ? &cache->documents : nullptr;
+        return options.text ? workload::load_experiment(*options.text, overrides,
+                                                        options.max_memory, clusters, documents)
+                            : workload::load_experiment(options.experiment, overrides,
+                                                        options.max_memory, clusters, documents);
+    }
+};
+
+report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache, bool fast_paths) {
+    RunOptions run_options;
+    run_options.fast_paths = fast_paths;
+    if (cache) cache->links = SweepCache::Links::Listed;
+    return run(spec, run_options, cache).summary;
+}
+
+// What one process found in its share of the search.
+struct Search {
+    std::size_t layouts = 0, invalid = 0, pruned_memory = 0;
+    std::map<std::string, std::size_t> invalid_reasons;
+    std::vector<Survivor> survivors;
+    std::vector<PlanEntry> entries;  // with keep_entries
+};
+
+nlohmann::json survivor_cbor(const Survivor& s) {
+    const auto& l = s.layout;
+    return {l.tp,
+            l.pp,
+            l.dp,
+            l.cp,
+            l.ep,
+            l.vpp,
+            l.micro_batch_size,
+            static_cast<int>(l.recompute),
+            static_cast<int>(l.sharding),
+            l.schedule,
+            s.index,
+            s.bound_s,
+            s.bound_score,
+            s.flops,
+            s.peak,
+            s.tokens,
+            s.memory};
+}
+Survivor survivor_from(const nlohmann::json& j) {
+    Survivor s;
+    auto& l = s.layout;
+    l.tp = j.at(0);
+    l.pp = j.at(1);
+    l.dp = j.at(2);
+    l.cp = j.at(3);
+    l.ep = j.at(4);
+    l.vpp = j.at(5);
+    l.micro_batch_size = j.at(6);
+    l.recompute = static_cast<workload::Recompute>(j.at(7).get<int>());
+    l.sharding = static_cast<workload::Sharding>(j.at(8).get<int>());
+    l.schedule = j.at(9);
+    s.index = j.at(10);
+    s.bound_s = j.at(11);
+    s.bound_score = j.at(12);
+    s.flops = j.at(13);
+    s.peak = j.at(14);
+    s.tokens = j.at(15);
+    s.memory = j.at(16);
+    return s;
+}
+
+}  // namespace
+
+std::vector<std::string> PlanLayout::overrides() const {
+    return {"parallelism.tp=" + std::to_string(tp),
+            "parallelism.pp=" + std::to_string(pp),
+            "parallelism.dp=" + std::to_string(dp),
+            "parallelism.cp=" + std::to_string(cp),
+            "parallelism.ep=" + std::to_string(ep),
+            "parallelism.vpp=" + std::to_string(vpp),
+            "parallelism.sequence_parallel=" + std::string(tp > 1 ? "true" : "false"),
+            "parallelism.sharding=" + std::string(name_of(workload::kShardingNames, sharding)),
+            "training.micro_batch_size=" + std::to_string(micro_batch_size),
+            "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
+            "schedule=" + schedule};
+}
+
+std::string PlanLayout::text() const {
+    std::ostringstream o;
+    o << "tp " << tp << " pp " << pp << " dp " << dp << " cp " << cp << " ep " << ep << " vpp "
+      << vpp << " mbs " << micro_batch_size << " recompute "
+      << name_of(workload::kRecomputeNames, recompute) << " sharding "
+      << name_of(workload::kShardingNames, sharding) << " " << schedule;
+    return o.str();
+}
+
+const char* plan_status_name(PlanEntry::Status s) {
+    switch (s) {
+        case PlanEntry::Status::Invalid:
+            return "invalid";
+        case PlanEntry::Status::PrunedMemory:
+            return "pruned_memory";
+        case PlanEntry::Status::PrunedBound:
+            return "pruned_bound";
+        case PlanEntry::Status::Simulated:
+            return "simulated";
+        case PlanEntry::Status::Confirmed:
+            return "confirmed";
+    }
+    return "?";
+}
+
+std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks) {
+    const Fixes fixes = parse_fixes(options.fixes);
+    if (options.top == 0) throw ConfigError(SourceLocation{"--top"}, "expected 1 or more");
+    if (!(options.headroom >= 0 && options.headroom < 1))
+        throw ConfigError(SourceLocation{"--headroom"},
+                          "expected a fraction of HBM to keep free, at least 0 and below 1");
+    if (!(options.margin >= 0) || !std::isfinite(options.margin))
+        throw ConfigError(SourceLocation{"--margin"}, "expected a fraction, 0 or more");
+    if (options.objective == PlanObjective::Cost &&
+        !(options.gpu_hour_price > 0 && std::isfinite(options.gpu_hour_price)))
+        throw ConfigError(SourceLocation{"--objective cost"},
+                          "needs --gpu-hour-price PRICE (a positive price of one GPU for an "
+                          "hour)");
+
+    auto cache = options.fast_paths ? std::make_shared<SweepCache>() : nullptr;
+    Loader loader{options, options.sets, cache.get()};
+    for (const auto& o : fixes.others)
+        loader.base.push_back(o);
+    // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
+    // batch. Its errors are the plan's.
+    const auto base = [&] {
+        auto* clusters = cache ? &cache->clusters : nullptr;
+        auto* documents = cache ? &cache->documents : nullptr;
+        return options.text ? workload::load_experiment(*options.text, loader.base,
+                                                        options.max_memory, clusters, documents)
+                            : workload::load_experiment(options.experiment, loader.base,
+                                                        options.max_memory, clusters, documents);
+    }();
+    const auto& gpu = base.cluster->gpu_model(0);
+    if (options.objective == PlanObjective::Energy)
+        throw ConfigError(SourceLocation{"--objective energy"},
+                          "the GPU catalogue gives no board power for " + gpu.name +
+                              ", so no energy per token can be computed; use --objective time, "
+                              "mfu or cost");
+
+    std::vector<std::string> schedules = options.schedules;
+    if (schedules.empty()) schedules = schedule::schedule_names();
+    for (const auto& s : schedules)
+        schedule::require_schedule(s, SourceLocation{"--schedules"});
+    if (const auto at = fixes.axes.find("schedule"); at != fixes.axes.end()) {
+        schedule::require_schedule(at->second, SourceLocation{"--fix schedule=" + at->second});
+        if (std::find(schedules.begin(), schedules.end(), at->second) == schedules.end())
+            throw ConfigError(SourceLocation{"--fix schedule=" + at->second},
+                              "the schedule is not among --schedules");
+        schedules = {at->second};
+    }
+
+    for (const char* key : {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
+        if (const auto v = fixes.number(key); v && base.layout.world_size() % *v != 0)
+            throw ConfigError(
+                SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
+                "does not divide the experiment's " + std::to_string(base.layout.world_size()) +
+                    " GPUs");
+
+    PlanResult result;
+    result.source = base.source;
+    result.gpus = base.layout.world_size();
+    result.hbm_bytes = gpu.hbm.value;
+    result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
+    result.objective = options.objective;
+    result.objective_unit = options.objective == PlanObjective::Mfu    ? "MFU"
+                            : options.objective == PlanObjective::Cost ? "per 1M tokens"
+                                                                       : "s";
+    result.margin = options.margin;
+    const Scorer scorer{options.objective, static_cast<double>(result.gpus),
+                        options.gpu_hour_price};
+    const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
+
+    // 1-3: load, prepare, memory, bound. Layout n goes to rank n mod size.
+    Search search;
+    std::size_t n = 0;
+    std::size_t total = 0;
+    enumerate(base, fixes, schedules, options.max_micro_batch_size,
+              [&](const PlanLayout&) { ++total; });
+    enumerate(base, fixes, schedules, options.max_micro_batch_size, [&](const PlanLayout& l) {
+        const std::size_t index = n++;
+        if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) != ranks.rank())
+            return;
+        ++search.layouts;
+        if (options.on_progress && ranks.rank() == 0 && (index % 64 == 0 || index + 1 == total))
+            options.on_progress("search", index + 1, total);
+        PlanEntry entry;
+        entry.layout = l;
+        entry.index = index;
+        try {
+            const auto spec = loader.load(l, true);
+            const auto prepared = replay::prepare(spec, "");
+            std::int64_t memory = 0;
+            for (const auto& d : prepared.plan.devices)
+                memory = std::max(memory, d.memory.total.value);
+            entry.memory_bytes = memory;
+            if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
+                entry.status = PlanEntry::Status::PrunedMemory;
+                entry.reason = "needs " + format_bytes(Bytes{memory}) + " per GPU, above " +
+                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
+                               format_bytes(gpu.hbm) + " less the headroom)";
+                ++search.pruned_memory;
+            } else {
+                Survivor s;
+                s.layout = l;
+                s.index = index;
+                s.bound_s = compute_bound(prepared).seconds();
+                s.flops = prepared.plan.model_flops_per_iteration.value;
+                s.peak = peak_flops(spec);
+                s.tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
+                s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens);
+                s.memory = memory;
+                entry.lower_bound_s = s.bound_s;
+                entry.status = PlanEntry::Status::PrunedBound;  // until simulated
+                search.survivors.push_back(std::move(s));
+            }
+        } catch (const ConfigError& e) {
+            entry.status = PlanEntry::Status::Invalid;
+            entry.reason = e.what();
+            ++search.invalid;
+            ++search.invalid_reasons[e.what()];
+        }
+        if (options.keep_entries) search.entries.push_back(std::move(entry));
+    });
+
+    // Rank 0 gathers the other ranks' shares.
+    if (ranks.size() > 1) {
+        nlohmann::json mine;
+        if (ranks.rank() != 0) {
+            nlohmann::json survivors = nlohmann::json::array();
+            for (const auto& s : search.survivors)
+                survivors.push_back(survivor_cbor(s));
+            nlohmann::json entries = nlohmann::json::array();
+            for (const auto& e : search.entries)
+                entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0,
+                                                          0, 0, e.memory_bytes}),
+                                   static_cast<int>(e.status), e.reason});
+            mine = {search.layouts,         search.invalid, search.pruned_memory,
+                    search.invalid_reasons, survivors,      entries};
+        }
+        auto parts = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
+                                                            : nlohmann::json::to_cbor(mine));
+        if (ranks.rank() != 0) return std::nullopt;
+        for (std::size_t from = 1; from < parts.size(); ++from) {
+            const auto j = nlohmann::json::from_cbor(parts[from]);
+            search.layouts += j.at(0).get<std::size_t>();
+            search.invalid += j.at(1).get<std::size_t>();
+            search.pruned_memory += j.at(2).get<std::size_t>();
+            for (const auto& [reason, count] : j.at(3).get<std::map<std::string, std::size_t>>())
+                search.invalid_reasons[reason] += count;
+            for (const auto& s : j.at(4))
+                search.survivors.push_back(survivor_from(s));
+            for (const auto& e : j.at(5)) {
+                PlanEntry entry;
+                const auto s = survivor_from(e.at(0));
+                entry.layout = s.layout;
+                entry.index = s.index;
+                entry.lower_bound_s = s.bound_s;
+                entry.memory_bytes = s.memory;
+                entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
+                entry.reason = e.at(2).get<std::string>();
+                search.entries.push_back(std::move(entry));
+            }
+        }
+    }
+    result.layouts = search.layouts;
+    result.invalid = search.invalid;
+    result.pruned_memory = search.pruned_memory;
+    result.invalid_reasons = std::move(search.invalid_reasons);
+    if (search.survivors.empty())
+        throw ConfigError(
+            SourceLocation{result.source},
+            "none of the " + std::to_string(result.layouts) +
+                " layouts searched is valid and fits in " +
+                format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " per GPU (" +
+                std::to_string(result.invalid) + " invalid, " +
+                std::to_string(result.pruned_memory) + " above the memory limit)" +
+                (result.invalid_reasons.empty()
+                     ? std::string()
+                     : "; the most common reason: " +
+                           std::max_element(
+                               result.invalid_reasons.begin(), result.invalid_reasons.end(),
+                               [](const auto& x, const auto& y) { return x.second < y.second; })
+                               ->first));
+
+    // 4: the survivors in the order of their bound, simulated with the analytical network until
+    // the bound, shortened by the margin, loses to the k-th best found.
+    auto& survivors = search.survivors;
+    std::sort(survivors.begin(), survivors.end(), [](const Survivor& x, const Survivor& y) {
+        if (x.bound_score != y.bound_score) return x.bound_score < y.bound_score;
+        return x.index < y.index;
+    });
+    const double shrink = 1 / (1 + options.margin);
+    struct Simulated {
+        const Survivor* survivor;
+        PlanFigures figures;
+    };
+    std::vector<Simulated> simulated;
+    std::multiset<double> best;                        // the k best analytical scores
+    std::map<std::size_t, PlanFigures> analytical_of;  // with keep_entries: by index
+    const auto kth = [&] {
+        return best.size() < options.top ? std::numeric_limits<double>::infinity()
+                                         : *std::prev(best.end());
+    };
+    std::size_t step = 0;
+    for (const auto& s : survivors) {
+        const double bound = scorer.score(s.bound_s * shrink, s.flops, s.peak, s.tokens);
+        if (bound > kth()) break;  // and every later one, whose bound is no smaller
+        if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
+        const auto spec = loader.load(s.layout, true);
+        const auto summary = simulate(spec, cache.get(), options.fast_paths);
+        const auto f = figures_of(summary, scorer, s.flops, s.peak, s.tokens);
+        simulated.push_back({&s, f});
+        best.insert(f.objective);
+        if (best.size() > options.top) best.erase(std::prev(best.end()));
+        if (options.keep_entries) analytical_of[s.index] = f;
+    }
+    result.simulated = simulated.size();
+    result.pruned_bound = survivors.size() - simulated.size();
+
+    // 5: the experiment's own network for every layout whose analytical score, shortened by the
+    // margin, is within the k best.
+    const bool same_network = base.network.fidelity == network::Fidelity::Analytical;
+    std::vector<PlanChoice> confirmed;
+    std::vector<const Simulated*> to_confirm;
+    for (const auto& x : simulated)
+        if (scorer.score(x.figures.iteration_time_s * shrink, x.survivor->flops, x.survivor->peak,
+                         x.survivor->tokens) <= kth())
+            to_confirm.push_back(&x);
+    step = 0;
+    std::map<std::size_t, PlanFigures> confirmed_of;
+    for (const Simulated* x : to_confirm) {
+        if (options.on_progress) options.on_progress("confirm", ++step, to_confirm.size());
+        PlanChoice c;
+        c.layout = x->survivor->layout;
+        c.index = x->survivor->index;
+        c.analytical = x->figures;
+        c.lower_bound_s = x->survivor->bound_s;
+        if (same_network) {
+            c.figures = x->figures;
+        } else {
+            const auto spec = loader.load(c.layout, false);
+            c.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
+                                   x->survivor->flops, x->survivor->peak, x->survivor->tokens);
+        }
+        if (options.keep_entries) confirmed_of[c.index] = c.figures;
+        confirmed.push_back(std::move(c));
+    }
+    result.confirmed = confirmed.size();
+    std::sort(confirmed.begin(), confirmed.end(), [](const PlanChoice& x, const PlanChoice& y) {
+        if (x.figures.objective != y.figures.objective)
+            return x.figures.objective < y.figures.objective;
+        return x.index < y.index;
+    });
+    if (confirmed.size() > options.top) confirmed.resize(options.top);
+    for (std::size_t i = 0; i < confirmed.size(); ++i) {
+        auto& c = confirmed[i];
+        if (i == 0) {
+            c.megatron_args = workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
+        } else {
+            c.why_lost = why_lost(c.figures, confirmed[0].figures);
+        }
+    }
+    result.top = std::move(confirmed);
+
+    if (options.keep_entries) {
+        // Every layout in enumeration order (the ranks' shares interleave).
+        result.entries = std::move(search.entries);
+        std::sort(result.entries.begin(), result.entries.end(),
+                  [](const PlanEntry& x, const PlanEntry& y) { return x.index < y.index; });
+        for (auto& e : result.entries) {
+            if (e.status != PlanEntry::Status::PrunedBound) continue;
+            if (const auto a = analytical_of.find(e.index); a != analytical_of.end()) {
+                e.analytical = a->second;
+                e.status = PlanEntry::Status::Simulated;
+            } else {
+                e.reason = "its lower bound " + std::to_string(e.lower_bound_s) +
+                           " s, less the margin, loses to the " + std::to_string(options.top) +
+                           "-th best analytical result";
+            }
+            if (const auto c = confirmed_of.find(e.index); c != confirmed_of.end()) {
+                e.confirmed = c->second;
+                e.status = PlanEntry::Status::Confirmed;
+            }
+        }
+    }
+    return result;
+}
+
+nlohmann::ordered_json plan_json(const PlanResult& r) {
+    nlohmann::ordered_json j;
+    j["experiment"] = r.source;
+    j["gpus"] = r.gpus;
+    j["hbm_bytes"] = r.hbm_bytes;
+    j["network"] = r.network;
+    j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));
+    j["objective_unit"] = r.objective_unit;
+    j["margin"] = r.margin;
+    j["layouts"] = r.layouts;
+    j["invalid"] = r.invalid;
+    j["pruned_memory"] = r.pruned_memory;
+    j["pruned_bound"] = r.pruned_bound;
+    j["simulated"] = r.simulated;
+    j["confirmed"] = r.confirmed;
+    auto top = nlohmann::ordered_json::array();
+    for (const auto& c : r.top) {
+        nlohmann::ordered_json t;
+        t["layout"] = layout_json(c.layout);
+        t["figures"] = figures_json(c.figures);
+        t["analytical"] = figures_json(c.analytical);
+        t["lower_bound_s"] = c.lower_bound_s;
+        if (!c.megatron_args.empty()) t["megatron_args"] = c.megatron_args;
+        if (!c.why_lost.empty()) t["why_lost"] = c.why_lost;
+        top.push_back(std::move(t));
+    }
+    j["top"] = std::move(top);
+    auto entries = nlohmann::ordered_json::array();
+    for (const auto& e : r.entries) {
+        nlohmann::ordered_json t;
+        t["layout"] = layout_json(e.layout);
+        t["status"] = plan_status_name(e.status);
+        if (!e.reason.empty()) t["reason"] = e.reason;
+        if (e.status != PlanEntry::Status::Invalid) t["memory_per_gpu_bytes"] = e.memory_bytes;
+        if (e.lower_bound_s > 0) t["lower_bound_s"] = e.lower_bound_s;
+        if (e.analytical) t["analytical"] = figures_json(*e.analytical);
+        if (e.confirmed) t["confirmed"] = figures_json(*e.confirmed);
+        entries.push_back(std::move(t));
+    }
+    j["layouts_evaluated"] = std::move(entries);
+    return j;
+}
+
+}  // namespace cs::api

@@ -1,0 +1,146 @@
+// `clustersim plan`: every valid layout of an experiment's model on its GPUs, searched, pruned,
+// simulated and ranked (docs/plan.md).
+//
+// The experiment gives the model, the topology, the sequence length and the global batch; the
+// layout it gives is only the starting point of `--set`. plan enumerates tp x pp x cp x dp (every
+// factorisation of the experiment's GPU count), ep (MoE models), vpp (schedules with virtual
+// stages), the micro-batch size, recompute and sharding, under every registered schedule (or
+// those named), and for each:
+//   1. loads it as a sweep's combination loads (the same override list through the same
+//      caches): what the experiment loader or the schedule refuses is invalid, with its reason;
+//   2. prepares it (replay::prepare: plan, op orders, memory per GPU, no replay): a layout whose
+//      worst GPU needs more than HBM x (1 - headroom) is pruned;
+//   3. bounds its iteration time from below by the busiest pipeline device's compute (every
+//      pass's compute kernels in its op order, and the optimizer step: no bubble, no
+//      communication, no host);
+//   4. in the order of that bound, simulates it with the analytical network unless its bound
+//      already loses to the k-th best found (with the margin below);
+//   5. re-simulates under the experiment's own network model those whose analytical result,
+//      shortened by the margin, would still make the top k; the ranking is that model's.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/name_table.hpp"
+#include "ingest/inputs.hpp"
+#include "session/shard.hpp"
+#include "workload/experiment.hpp"
+
+namespace cs::api {
+
+// What plan ranks by. Every objective grows with the iteration time for a given layout (the GPU
+// count, the tokens and the model FLOPs of an iteration are the experiment's), so the lower
+// bound on time bounds each of them.
+enum class PlanObjective : std::uint8_t { Time, Mfu, Cost, Energy };
+inline constexpr std::array<Named<PlanObjective>, 4> kPlanObjectiveNames{{
+    {"time", PlanObjective::Time},
+    {"mfu", PlanObjective::Mfu},
+    {"cost", PlanObjective::Cost},
+    {"energy", PlanObjective::Energy},
+}};
+
+// One point of the search space, as the override list a sweep's combination is.
+struct PlanLayout {
+    int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, micro_batch_size = 1;
+    workload::Recompute recompute = workload::Recompute::None;
+    workload::Sharding sharding = workload::Sharding::None;
+    std::string schedule;
+    // parallelism.tp=.., ..., training.recompute=.., schedule=..: what plan loads it with.
+    std::vector<std::string> overrides() const;
+    // "tp 8 pp 4 dp 8 cp 1 ep 1 vpp 2 mbs 1 recompute selective sharding zero1 interleaved"
+    std::string text() const;
+};
+
+// The headline figures of one simulation of a layout.
+struct PlanFigures {
+    double iteration_time_s = 0;
+    double tokens_per_s = 0;
+    double mfu = 0;
+    double objective = 0;           // in the objective's unit (PlanResult::objective_unit)
+    std::int64_t memory_bytes = 0;  // worst GPU
+    double bubble_fraction = 0, exposed_comm_fraction = 0, host_fraction = 0, idle_fraction = 0;
+};
+
+// A layout of the top k.
+struct PlanChoice {
+    PlanLayout layout;
+    std::size_t index = 0;  // enumeration order
+    PlanFigures analytical;
+    PlanFigures figures;  // under the experiment's own network model: what is ranked
+    double lower_bound_s = 0;
+    std::string megatron_args;       // the flags that run it (workload::megatron_args_for)
+    std::vector<std::string> notes;  // what the flags cannot say (a schedule without a flag)
+    std::string why_lost;            // runners-up: the largest difference against the winner
+};
+
+// Every layout plan looked at, for --json (PlanOptions::keep_entries).
+struct PlanEntry {
+    enum class Status : std::uint8_t { Invalid, PrunedMemory, PrunedBound, Simulated, Confirmed };
+    PlanLayout layout;
+    std::size_t index = 0;  // enumeration order
+    Status status = Status::Invalid;
+    std::string reason;  // invalid or pruned: why
+    std::int64_t memory_bytes = 0;
+    double lower_bound_s = 0;
+    std::optional<PlanFigures> analytical, confirmed;
+};
+const char* plan_status_name(PlanEntry::Status s);
+
+struct PlanOptions {
+    std::filesystem::path experiment;
+    std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
+    std::vector<std::string> sets;                 // --set: applied to every layout first
+    // --fix key=value: an axis held at one value (parallelism.tp, training.micro_batch_size,
+    // schedule, ...), or any other parallelism./training. key applied to every layout.
+    std::vector<std::string> fixes;
+    std::vector<std::string> schedules;  // empty: every registered schedule
+    double headroom = 0;                 // fraction of HBM kept free
+    std::size_t top = 5;
+    PlanObjective objective = PlanObjective::Time;
+    double gpu_hour_price = 0;  // cost: currency per GPU-hour
+    // The analytical network has no contention, so a layout's time under `flow` can be longer:
+    // a layout is re-simulated when its analytical time divided by 1 + margin would still rank in
+    // the top k, and pruned by its bound only when its bound divided by 1 + margin would not.
+    double margin = 0.1;
+    int max_micro_batch_size = 8;  // micro-batch sizes enumerated: divisors of gbs/dp up to it
+    bool keep_entries = false;     // --json: every layout's entry
+    std::int64_t max_memory = topology::kDefaultMaxMemory;
+    bool fast_paths = true;
+    // Progress: (phase, done, total); phase is "search" (load, memory, bound), "simulate"
+    // (analytical) or "confirm" (the experiment's network).
+    std::function<void(const char*, std::size_t, std::size_t)> on_progress;
+};
+
+struct PlanResult {
+    std::string source;          // display path of the experiment
+    int gpus = 0;                // the GPU count every layout factorises
+    std::int64_t hbm_bytes = 0;  // per GPU
+    std::string network;         // the experiment's network model: what the ranking is under
+    PlanObjective objective = PlanObjective::Time;
+    std::string objective_unit;  // "s", "MFU", "per 1M tokens"
+    double margin = 0;
+    std::size_t layouts = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0,
+                confirmed = 0;
+    // The invalid layouts' reasons (the loader's or the schedule's message) and how many gave it.
+    std::map<std::string, std::size_t> invalid_reasons;
+    std::vector<PlanChoice> top;     // best first
+    std::vector<PlanEntry> entries;  // with keep_entries, in enumeration order
+};
+
+// Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
+// experiment that does not load, and when no layout is valid and fits.
+// Under mpirun (`ranks`), the search (load, prepare, bound) is shared among the ranks and rank 0
+// simulates; other ranks return nullopt.
+std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks);
+
+// The JSON `plan --json` writes.
+nlohmann::ordered_json plan_json(const PlanResult& r);
+
+}  // namespace cs::api

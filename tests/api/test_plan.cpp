@@ -1,0 +1,247 @@
+// api::plan (`clustersim plan`): against a brute-force sweep of the same space, its bounds, its
+// bad input; and the Megatron-LM flags of a layout read back by the flag parser.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../error_of.hpp"
+#include "cli/tables.hpp"
+#include "ingest/inputs.hpp"
+#include "session/plan.hpp"
+#include "session/sweep.hpp"
+#include "workload/megatron_args.hpp"
+
+using namespace cs;
+using cs::test::error_of;
+
+namespace {
+
+const std::string kData = std::string(CLUSTERSIM_SOURCE_DIR) + "/tests/api/data/";
+const std::string kSmall = kData + "plan-small.yaml";
+
+// The space both searches cover: 8 GPUs (two nodes of four), cp 1, sharding zero1, micro-batch
+// 1 or 2, every recompute, 1f1b and interleaved (vpp 2, 4 or 8: the divisors >= 2 of 8 / pp
+// layers per stage; 1 for 1f1b). A headroom of 98% of the H100's 80 GB (1.6 GB per GPU left) prunes
+// the layouts whose weights are held by few GPUs (about 0.13 B parameters with the embedding and
+// output layer: 2 + 4 bytes of weights and gradients each and 12 / dp of optimizer state, about
+// 1 GB at tp 1, pp 1, dp 8 before activations), so the memory pruning is exercised; which ones
+// it prunes the test reads from the sweep, not from this estimate.
+api::PlanOptions small_options() {
+    api::PlanOptions o;
+    o.experiment = kSmall;
+    o.sets = {"topology.nodes=2"};
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1"};
+    o.schedules = {"1f1b", "interleaved"};
+    o.max_micro_batch_size = 2;
+    o.headroom = 0.98;
+    o.top = 5;
+    o.margin = 0;
+    o.keep_entries = true;
+    return o;
+}
+
+bool in_plan_space(const api::SweepRow& row) {
+    // values: tp, pp, vpp, sequence_parallel, schedule, mbs, recompute (the sweep's axes below)
+    const int tp = std::stoi(row.values[0]);
+    const int vpp = std::stoi(row.values[2]);
+    const bool sp = row.values[3] == "true";
+    const std::string& schedule = row.values[4];
+    if (sp != (tp > 1)) return false;  // plan runs sequence parallelism exactly when tp > 1
+    if (schedule == "1f1b" && vpp != 1) return false;
+    if (schedule == "interleaved" && vpp == 1) return false;
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its top k") {
+    const api::SweepRanks ranks;
+    const auto options = small_options();
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    REQUIRE(!result->top.empty());
+
+    // The same space as a sweep: every value of every axis (a superset: tp x pp above 8, vpp
+    // under 1f1b, sequence parallelism off at tp > 1 are filtered below or refused).
+    api::SweepOptions sweep;
+    sweep.experiment = kSmall;
+    sweep.sets = {"topology.nodes=2", "parallelism.cp=1", "parallelism.sharding=zero1"};
+    sweep.axes = api::parse_sweep_axes(
+        {"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8", "parallelism.vpp=1,2,4,8",
+         "parallelism.sequence_parallel=false,true", "schedule=1f1b,interleaved",
+         "training.micro_batch_size=1,2", "training.recompute=none,selective,full"});
+    sweep.keep_summaries = false;
+    const auto rows = api::sweep(sweep, ranks);
+    REQUIRE(rows);
+    // The sweep's ranking of the layouts plan may choose: valid, within HBM less the headroom,
+    // by iteration time (ties in enumeration order).
+    const double limit = static_cast<double>(result->hbm_bytes) * (1 - options.headroom);
+    std::vector<const api::SweepRow*> fitting;
+    for (const auto& r : *rows)
+        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes) <= limit)
+            fitting.push_back(&r);
+    REQUIRE(fitting.size() > options.top);
+    std::stable_sort(fitting.begin(), fitting.end(), [](const auto* x, const auto* y) {
+        return x->result->iteration_time_s < y->result->iteration_time_s;
+    });
+    const auto& best = *fitting.front();
+    const auto& winner = result->top.front();
+    CHECK(winner.figures.iteration_time_s == best.result->iteration_time_s);
+    CHECK(std::to_string(winner.layout.tp) == best.values[0]);
+    CHECK(std::to_string(winner.layout.pp) == best.values[1]);
+    CHECK(winner.layout.schedule == best.values[4]);
+    CHECK(std::to_string(winner.layout.micro_batch_size) == best.values[5]);
+
+    // Plan's top k are the sweep's k best times, in order (margin 0, one network model).
+    REQUIRE(result->top.size() == options.top);
+    for (std::size_t i = 0; i < options.top; ++i)
+        CHECK(result->top[i].figures.iteration_time_s == fitting[i]->result->iteration_time_s);
+
+    // No layout of the sweep's top k was pruned: each is among plan's simulated entries, with
+    // the same time.
+    std::map<std::string, const api::PlanEntry*> entries;
+    for (const auto& e : result->entries) {
+        const auto& l = e.layout;
+        entries[std::to_string(l.tp) + "/" + std::to_string(l.pp) + "/" + std::to_string(l.vpp) +
+                "/" + l.schedule + "/" + std::to_string(l.micro_batch_size) + "/" +
+                std::string(name_of(workload::kRecomputeNames, l.recompute))] = &e;
+    }
+    for (std::size_t i = 0; i < options.top; ++i) {
+        const auto& v = fitting[i]->values;
+        const auto key = v[0] + "/" + v[1] + "/" + v[2] + "/" + v[4] + "/" + v[5] + "/" + v[6];
+        const auto at = entries.find(key);
+        REQUIRE_MESSAGE(at != entries.end(), key);
+        CHECK_MESSAGE(at->second->analytical.has_value(), key);
+        if (at->second->analytical)
+            CHECK(at->second->analytical->iteration_time_s == fitting[i]->result->iteration_time_s);
+    }
+
+    // Every fitting layout of the sweep is one of plan's entries that passed the memory check,
+    // and every layout the sweep found above the limit plan pruned by memory: the memory plan
+    // prunes by is the run's.
+    std::size_t above = 0;
+    for (const auto& r : *rows)
+        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes) > limit)
+            ++above;
+    CHECK(above == result->pruned_memory);
+    CHECK(result->layouts == result->entries.size());
+    CHECK(result->layouts ==
+          result->invalid + result->pruned_memory + result->pruned_bound + result->simulated);
+    CHECK(result->pruned_bound > 0);  // the bound prunes something here
+}
+
+TEST_CASE("plan's compute bound is below every simulated iteration time") {
+    // The bound is the busiest device's compute alone; the replay adds bubbles, communication
+    // and the host to the same compute, so bound <= time for every layout simulated.
+    auto options = small_options();
+    options.fixes = {"parallelism.cp=1"};  // every sharding too
+    options.margin = 10;                   // prunes nothing by the bound: every survivor runs
+    const api::SweepRanks ranks;
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    CHECK(result->pruned_bound == 0);
+    std::size_t checked = 0;
+    for (const auto& e : result->entries)
+        if (e.analytical) {
+            CHECK(e.lower_bound_s > 0);
+            CHECK(e.lower_bound_s <= e.analytical->iteration_time_s);
+            ++checked;
+        }
+    CHECK(checked == result->simulated);
+    CHECK(checked > 0);
+}
+
+TEST_CASE("plan refuses bad input with a clear message") {
+    const api::SweepRanks ranks;
+    auto o = small_options();
+    o.fixes = {"model.layers=4"};
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("--fix model.layers=4: unknown key") !=
+          std::string::npos);
+    o = small_options();
+    o.fixes = {"parallelism.tp=3"};
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--fix parallelism.tp=3: does not divide the experiment's 8 GPUs");
+    o = small_options();
+    o.headroom = 0.999;  // 80 MB left per GPU: less than any layout's weights
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("layouts searched is valid and fits") !=
+          std::string::npos);
+    o = small_options();
+    o.objective = api::PlanObjective::Energy;
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("no board power for H100-SXM") !=
+          std::string::npos);
+    o = small_options();
+    o.objective = api::PlanObjective::Cost;
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("--gpu-hour-price") != std::string::npos);
+    o = small_options();
+    o.schedules = {"nope"};
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("unknown schedule") != std::string::npos);
+}
+
+TEST_CASE("plan's cost objective ranks as time does, with the price per 1M tokens") {
+    // cost = price x GPUs x T / 3600 / tokens x 1e6, tokens = 16 x 1024 per iteration: a
+    // multiple of T, so the same order; at $2 per GPU-hour on 8 GPUs the winner's cost is
+    // 2 x 8 x T / 3600 / 16384 x 1e6.
+    auto o = small_options();
+    o.objective = api::PlanObjective::Cost;
+    o.gpu_hour_price = 2;
+    o.keep_entries = false;
+    const api::SweepRanks ranks;
+    const auto cost = api::plan(o, ranks);
+    const auto time = api::plan(small_options(), ranks);
+    REQUIRE(cost);
+    REQUIRE(time);
+    CHECK(cost->top.front().layout.text() == time->top.front().layout.text());
+    const double T = cost->top.front().figures.iteration_time_s;
+    CHECK(cost->top.front().figures.objective == doctest::Approx(2.0 * 8 * T / 3600 / 16384 * 1e6));
+}
+
+TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
+    // Each layout's flags, parsed by megatron_args_to_overrides and loaded over the same
+    // experiment with another layout, give back the layout and training settings.
+    const std::vector<std::vector<std::string>> layouts{
+        {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "parallelism.vpp=2",
+         "schedule=interleaved", "parallelism.sequence_parallel=true", "parallelism.sharding=zero1",
+         "training.recompute=selective", "training.micro_batch_size=2"},
+        {"parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "parallelism.sharding=zero3",
+         "training.recompute=full", "training.precision=fp16"},
+        {"parallelism.tp=4", "parallelism.pp=2", "parallelism.dp=1", "parallelism.cp=1",
+         "parallelism.sequence_parallel=true", "parallelism.sharding=none"},
+        {"parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp=2",
+         "parallelism.sharding=zero1"},
+        {"parallelism.tp=2", "parallelism.pp=1", "parallelism.dp=4", "parallelism.sharding=zero2",
+         "parallelism.sequence_parallel=true"},
+    };
+    for (const auto& layout : layouts) {
+        auto sets = layout;
+        sets.insert(sets.begin(), "topology.nodes=2");
+        const auto spec = workload::load_experiment(kSmall, sets);
+        const auto flags = workload::megatron_args_for(spec);
+        std::vector<std::string> warnings;
+        auto back = workload::megatron_args_to_overrides(flags, warnings);
+        CHECK_MESSAGE(warnings.empty(), flags);
+        // Megatron derives dp from the world size; the schedule follows vpp as Megatron's does.
+        back.insert(back.begin(), {"topology.nodes=2", "parallelism.tp=8", "parallelism.pp=1",
+                                   "parallelism.vpp=1", "training.micro_batch_size=1"});
+        back.push_back("parallelism.dp=" + std::to_string(spec.layout.dp));
+        back.push_back("schedule=" + spec.schedule);
+        const auto again = workload::load_experiment(kSmall, back);
+        const auto& a = spec.layout;
+        const auto& b = again.layout;
+        CHECK_MESSAGE(a.tp == b.tp, flags);
+        CHECK_MESSAGE(a.pp == b.pp, flags);
+        CHECK_MESSAGE(a.cp == b.cp, flags);
+        CHECK_MESSAGE(a.dp == b.dp, flags);
+        CHECK_MESSAGE(a.vpp == b.vpp, flags);
+        CHECK_MESSAGE(a.sequence_parallel == b.sequence_parallel, flags);
+        CHECK_MESSAGE(a.sharding == b.sharding, flags);
+        CHECK_MESSAGE(spec.training.micro_batch_size == again.training.micro_batch_size, flags);
+        CHECK_MESSAGE(spec.training.global_batch_size == again.training.global_batch_size, flags);
+        CHECK_MESSAGE(spec.training.seq_length == again.training.seq_length, flags);
+        CHECK_MESSAGE(spec.training.recompute == again.training.recompute, flags);
+        CHECK_MESSAGE(spec.training.precision == again.training.precision, flags);
+    }
+}
