@@ -43,7 +43,11 @@ full `ctest -j2` at that load it took 215 s (one doc at a time), the longest tes
 --skip-run there: the docs are still read and classified (a stale PLACEHOLDERS or EXIT_STATUSES
 entry still fails), then the script exits 77, which ctest reports as skipped (SKIP_RETURN_CODE).
 
-Usage: docs_examples.py CLUSTERSIM_BINARY [--skip-run] [--only TEXT] [--verbose]
+A command prefixed with `time` or `/usr/bin/time` is a documented measurement (the planner's full
+searches in docs/plan.md and docs/performance.md take minutes each): classified and not run,
+unless --measurements is given.
+
+Usage: docs_examples.py CLUSTERSIM_BINARY [--skip-run] [--measurements] [--only TEXT] [--verbose]
 """
 import glob
 import os
@@ -82,6 +86,9 @@ EXIT_STATUSES = [
 ]
 
 WRAPPERS = {"mpirun", "mpiexec", "time"}
+# Commands prefixed with `time` or `/usr/bin/time` are documented measurements: classified, and run
+# only with --measurements (the planner's full searches take minutes each).
+RUN_MEASUREMENTS = "--measurements" in sys.argv
 TIMEOUT_S = 600
 
 
@@ -234,6 +241,10 @@ def extract():
                 why = synopsis_reason(argv[k + 1:])
                 if why:
                     c["kind"], c["reason"] = "synopsis", why
+                elif argv[0] in ("time", "/usr/bin/time") and not RUN_MEASUREMENTS:
+                    # A documented measurement (docs/performance.md, docs/plan.md): the figure is
+                    # its point, and a full plan search takes minutes.
+                    c["kind"], c["reason"] = "measurement", "run with --measurements"
                 else:
                     names = placeholders_of(argv[k + 1:])
                     c["placeholders"] = names
@@ -414,10 +425,11 @@ def main():
         failures.append(f"the commands changed the repository's tree: {changed[:10]}")
 
     counts = {k: sum(1 for c in commands if c["kind"] == k)
-              for k in ("synopsis", "placeholder", "skipped")}
+              for k in ("synopsis", "placeholder", "skipped", "measurement")}
     ran = sum(1 for c in commands if "seconds" in c)
     print(f"docs_examples: {ran} ran, {counts['synopsis']} synopsis, "
-          f"{counts['placeholder']} placeholder, {counts['skipped']} skipped (no mpirun); "
+          f"{counts['placeholder']} placeholder, {counts['measurement']} measurement, "
+          f"{counts['skipped']} skipped (no mpirun); "
           f"{time.monotonic() - began:.1f} s")
     for f in failures:
         print("FAIL:", f)
