@@ -134,9 +134,9 @@ class Exporter {
         for (int s = 0; s < layout_.pp; ++s)
             if (interferes() && overlaps(s))
                 for (int b = 0; b + 1 < bucket_count(s); ++b)
-                    overlapped_[static_cast<std::size_t>(s)] += costs_.cost(
-                        dp_kind(s),
-                        ranks_.dp_cp_group(ranks_.worker(s, 0), 0).gpus, bucket_bytes(s, b));
+                    overlapped_[static_cast<std::size_t>(s)] +=
+                        costs_.cost(dp_kind(s), ranks_.dp_cp_group(ranks_.worker(s, 0), 0).gpus,
+                                    bucket_bytes(s, b));
         for (int w = 0; w < ranks_.workers(); ++w)
             for (int m = 0; m < ranks_.members(); ++m)
                 write_member(w, m);
@@ -372,8 +372,7 @@ class Exporter {
         for (std::size_t k = 0; k < order.size(); ++k)
             if (order[k].pass == Pass::Backward || order[k].pass == Pass::BackwardWeight)
                 st.last_grad_op[static_cast<std::size_t>(order[k].chunk)] = k;
-        st.dp_name =
-            dp_ranks() > 1 ? group_name(ranks_.dp_cp_group(w, m).gpus) : "";
+        st.dp_name = dp_ranks() > 1 ? group_name(ranks_.dp_cp_group(w, m).gpus) : "";
         for (std::size_t k = 0; k < order.size();) {
             const std::size_t n = 1 + static_cast<std::size_t>(std::max<int>(0, order[k].overlap));
             if (k + n > order.size())

@@ -206,8 +206,8 @@ void print_compute(std::ostream& out, const CalibrationResult& r) {
     out << "\n";
     const double all = r.mapped_ms + r.unmapped_ms;
     out << "\ncoverage: " << fmt("%.1f%%", all > 0 ? 100 * r.mapped_ms / all : 0)
-        << " of the GPU time maps to the model's ops; residual "
-        << fmt("%.3f", r.unmapped_ms) << " ms per iteration ("
+        << " of the GPU time maps to the model's ops; residual " << fmt("%.3f", r.unmapped_ms)
+        << " ms per iteration ("
         << fmt("%.2f%%", r.mapped_ms > 0 ? 100 * r.unmapped_ms / r.mapped_ms : 0)
         << " of the mapped time, written as compute.residual)\n";
     for (const auto& u : r.unmapped)
@@ -234,10 +234,9 @@ void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
     out << "network calibration on " << r.topology << " from " << r.sources.size()
         << " nccl-tests file(s)\n\n";
     char line[512];
-    std::snprintf(line, sizeof line,
-                  "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s %8s  %s\n", "operation",
-                  "link", "ranks", "samples", "left", "meas us", "fit us", "efficiency",
-                  "latency", "ll x", "med res", "rms", "worst");
+    std::snprintf(line, sizeof line, "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s %8s  %s\n",
+                  "operation", "link", "ranks", "samples", "left", "meas us", "fit us",
+                  "efficiency", "latency", "ll x", "med res", "rms", "worst");
     out << line;
     for (const auto& f : r.ops) {
         std::string ranks;
@@ -267,11 +266,10 @@ void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
             << network::collective_name(f.op) << " (" << f.algorithm
             << "): size, measured us, fitted us, residual, protocol\n";
         for (const auto& p : f.points) {
-            std::snprintf(line, sizeof line,
-                          "  %12lld B  %3d ranks  %11.2f  %11.2f  %+6.1f%%  %s\n",
-                          static_cast<long long>(p.size), p.ranks, p.measured_us, p.fitted_us,
-                          100 * (p.fitted_us / p.measured_us - 1),
-                          network::protocol_name(p.protocol));
+            std::snprintf(
+                line, sizeof line, "  %12lld B  %3d ranks  %11.2f  %11.2f  %+6.1f%%  %s\n",
+                static_cast<long long>(p.size), p.ranks, p.measured_us, p.fitted_us,
+                100 * (p.fitted_us / p.measured_us - 1), network::protocol_name(p.protocol));
             out << line;
         }
     }

@@ -8,8 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "fit/kernel_table.hpp"
 #include "core/errors.hpp"
+#include "fit/kernel_table.hpp"
 #include "ingest/topology.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/memory.hpp"
@@ -264,13 +264,12 @@ ModelKinds model_bytes(const workload::ExperimentSpec& spec) {
                         m * static_cast<double>(st.launches) * st.repeat;
                 }
     const auto& mdl = spec.model;
-    const auto held =
-        workload::parameters_per_gpu(mdl, spec.layout, 0, mdl.layers, true, true);
+    const auto held = workload::parameters_per_gpu(mdl, spec.layout, 0, mdl.layers, true, true);
     const auto owned =
         workload::optimizer_parameters_per_gpu(mdl, spec.layout, 0, mdl.layers, true, true);
     if (spec.training.optimizer == workload::Optimizer::Adam)
-        for (const auto& k : workload::optimizer_step_kernels(
-                 held, owned, spec.training.precision, spec.compute.roofline)) {
+        for (const auto& k : workload::optimizer_step_kernels(held, owned, spec.training.precision,
+                                                              spec.compute.roofline)) {
             bytes[static_cast<std::size_t>(k.kind)] += static_cast<double>(k.bytes.value);
             out.kernels[static_cast<std::size_t>(k.kind)] += 1;
         }
@@ -326,8 +325,7 @@ void check_model(const workload::ExperimentSpec& spec, const TraceDims& dims,
 }  // namespace
 
 CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
-                                   const topology::GpuModel& gpu,
-                                   const CalibrateContext& context) {
+                                   const topology::GpuModel& gpu, const CalibrateContext& context) {
     CalibrationResult r;
     r.file.gpu_model = gpu.name;
     std::array<std::int64_t, kKernelKinds> count{};
@@ -623,13 +621,14 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         if (const auto scale = scale_fit(k, model_us, meas_us)) {
             (backward ? r.file.attention_backward : r.file.attention_forward) = *scale;
             k.value = "efficiency x " + fmt("%.4g", *scale) + " of the catalogue's curve";
-            k.note = "operators' calls (all their kernels) against the attention block of their "
-                     "shapes";
+            k.note =
+                "operators' calls (all their kernels) against the attention block of their "
+                "shapes";
         } else if (count[ki(KernelKind::Attention)] > 0) {
             k.note = "no attention operator with recorded 4-D shapes";
-            r.unfitted.push_back({std::string("compute.attention.") +
-                                      (backward ? "backward" : "forward"),
-                                  k.note + "; the catalogue's curve applies"});
+            r.unfitted.push_back(
+                {std::string("compute.attention.") + (backward ? "backward" : "forward"),
+                 k.note + "; the catalogue's curve applies"});
         }
         if (k.kernels > 0 || !backward) r.kinds.push_back(k);
     }
@@ -669,23 +668,24 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         std::vector<double> pred, meas;
         // A kind with a fixed time per kernel (RooflineCalibration::kind_latency) moves its
         // bytes in what is left.
-        const double latency_us =
-            workload::default_calibration().kind_latency(mk).seconds() * 1e6;
+        const double latency_us = workload::default_calibration().kind_latency(mk).seconds() * 1e6;
         if (r.model_bytes) {
             bytes = of_model.bytes[static_cast<std::size_t>(mk)];
             us = total_us[i] * per_iteration -
                  latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
             k.samples = r.iterations;
             if (bytes > 0 && us <= 0) {
-                k.note = "the kind's kernels take no longer than their fixed time per kernel: "
-                         "the catalogue's fraction applies";
+                k.note =
+                    "the kind's kernels take no longer than their fixed time per kernel: "
+                    "the catalogue's fraction applies";
                 r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
                 r.kinds.push_back(k);
                 continue;
             }
             if (bytes <= 0) {
-                k.note = "the experiment's model has no op of this kind: its time goes to the "
-                         "residual";
+                k.note =
+                    "the experiment's model has no op of this kind: its time goes to the "
+                    "residual";
                 residual_us += total_us[i];
                 CalibrationResult::Unmapped u{"kind " + k.kind + " (no op in the model)", count[i],
                                               total_us[i] / 1000};
@@ -732,8 +732,8 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         k.value = "hbm fraction " + fmt("%.4g", f) + " (" + fmt("%.2f", f * hbm / 1e12) + " TB/s)";
         r.kinds.push_back(k);
     }
-    for (KernelKind kind : {KernelKind::Routing, KernelKind::Sort, KernelKind::Memset,
-                            KernelKind::Unmapped}) {
+    for (KernelKind kind :
+         {KernelKind::Routing, KernelKind::Sort, KernelKind::Memset, KernelKind::Unmapped}) {
         const auto i = ki(kind);
         KindFit k;
         k.kind = std::string(kernel_kind_name(kind));
@@ -769,8 +769,8 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                               "no two kernels of one stream queued back to back (no runtime "
                               "launch calls with correlation ids?)"});
     // The GPU's own time per iteration: its kernels and a launch gap before each.
-    r.busy_ms = (all_us + static_cast<double>(r.kernels + r.memsets + r.memcpys) * gap_us) /
-                1000 * per_iteration / std::max<std::size_t>(traces.size(), 1);
+    r.busy_ms = (all_us + static_cast<double>(r.kernels + r.memsets + r.memcpys) * gap_us) / 1000 *
+                per_iteration / std::max<std::size_t>(traces.size(), 1);
     r.host_samples = static_cast<std::int64_t>(host.size());
     const double measured_ms = context.iteration_time_s * 1e3;
     if (r.host_samples < kMinHostSamples) {
@@ -798,8 +798,7 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         // The host-bound part of an iteration grows with the profiler's overhead: scale the
         // profiled launch interval by the exposed time without the profiler over with it.
         const double exposed = (measured_ms - r.busy_ms) / (r.profiled_iteration_ms - r.busy_ms);
-        r.file.host_launch =
-            Time::ns(std::llround(median(host) * std::min(1.0, exposed) * 1e3));
+        r.file.host_launch = Time::ns(std::llround(median(host) * std::min(1.0, exposed) * 1e3));
     }
     r.unfitted.push_back(
         {"sustained clock factor",
@@ -872,10 +871,11 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
                                   ": calibrate needs a roofline experiment (compute.model: "
                                   "roofline), whose kernels it fits");
         if (spec->compute.calibration_file.size() > 0)
-            throw ConfigError(SourceLocation{"--experiment"},
-                              options.experiment + " already applies a calibration (" +
-                                  spec->compute.calibration_file +
-                                  "): calibrate against the catalogue, without compute.calibration");
+            throw ConfigError(
+                SourceLocation{"--experiment"},
+                options.experiment + " already applies a calibration (" +
+                    spec->compute.calibration_file +
+                    "): calibrate against the catalogue, without compute.calibration");
     }
     std::vector<TorchTrace> traces;
     for (const auto& t : options.traces)
@@ -963,20 +963,20 @@ nlohmann::json calibration_json(const CalibrationResult& r) {
     nlohmann::json um = nlohmann::json::array();
     for (const auto& u : r.unmapped)
         um.push_back({{"name", u.name}, {"count", u.count}, {"ms", u.ms}});
-    j["coverage"] = {{"mapped_ms_per_iteration", r.mapped_ms},
-                     {"unmapped_ms_per_iteration", r.unmapped_ms},
-                     {"unmapped", um},
-                     {"residual", r.file.residual ? nlohmann::json(*r.file.residual)
-                                                  : nlohmann::json(0.0)}};
+    j["coverage"] = {
+        {"mapped_ms_per_iteration", r.mapped_ms},
+        {"unmapped_ms_per_iteration", r.unmapped_ms},
+        {"unmapped", um},
+        {"residual", r.file.residual ? nlohmann::json(*r.file.residual) : nlohmann::json(0.0)}};
     j["iterations"] = r.iterations;
     j["busy_ms_per_iteration"] = r.busy_ms;
     j["profiled_iteration_ms"] = r.profiled_iteration_ms;
     j["model_bytes"] = r.model_bytes;
-    j["attention"] = {{"forward", r.file.attention_forward ? nlohmann::json(*r.file.attention_forward)
-                                                           : nlohmann::json()},
-                      {"backward", r.file.attention_backward
-                                       ? nlohmann::json(*r.file.attention_backward)
-                                       : nlohmann::json()}};
+    j["attention"] = {
+        {"forward",
+         r.file.attention_forward ? nlohmann::json(*r.file.attention_forward) : nlohmann::json()},
+        {"backward", r.file.attention_backward ? nlohmann::json(*r.file.attention_backward)
+                                               : nlohmann::json()}};
     j["grouped_gemm_scale"] =
         r.file.grouped_gemm ? nlohmann::json(*r.file.grouped_gemm) : nlohmann::json();
     j["warnings"] = r.warnings;

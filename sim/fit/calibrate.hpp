@@ -83,11 +83,11 @@ struct CalibrationResult {
     };
     std::vector<Unfitted> unfitted;
     std::vector<std::string> warnings;
-    int iterations = 1;                 // per trace (the largest), as used
-    double profiled_iteration_ms = 0;   // with the profiler, per iteration (first trace)
-    double busy_ms = 0;                 // GPU kernels and launch gaps, per iteration
-    double mapped_ms = 0;               // GPU time the table maps to an op of the model
-    double unmapped_ms = 0;             // GPU time it maps to none (or the model has no op for)
+    int iterations = 1;                // per trace (the largest), as used
+    double profiled_iteration_ms = 0;  // with the profiler, per iteration (first trace)
+    double busy_ms = 0;                // GPU kernels and launch gaps, per iteration
+    double mapped_ms = 0;              // GPU time the table maps to an op of the model
+    double unmapped_ms = 0;            // GPU time it maps to none (or the model has no op for)
     // The residual per kernel name (or kind) the model has no op for, the largest first.
     struct Unmapped {
         std::string name;

@@ -162,8 +162,9 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
             }
         }
         const double step = 1.0 / grid;
-        return golden(std::max(0.001, best_e - step), std::min(1.0, best_e + step),
-                      [&](double e) { return evaluate(e).second; }, best_e, best_obj);
+        return golden(
+            std::max(0.001, best_e - step), std::min(1.0, best_e + step),
+            [&](double e) { return evaluate(e).second; }, best_e, best_obj);
     };
     double e = 1;
     if (!protocols) {

@@ -124,14 +124,14 @@ std::string simulated_kind(const std::string& label) {
     if (has(l, "softmax") || l == "cross entropy") return name(KernelKind::Softmax);
     if (has(l, "activation")) return name(KernelKind::Activation);
     if (l.rfind("expert fc", 0) == 0) return name(KernelKind::GroupedGemm);
-    for (const char* g : {"qkv", "proj", "fc1", "fc2", "logits", "router", "shared fc1",
-                          "shared fc2"})
+    for (const char* g :
+         {"qkv", "proj", "fc1", "fc2", "logits", "router", "shared fc1", "shared fc2"})
         if (l == g) return name(KernelKind::Gemm);
     if (ends_with(l, "dgrad") || ends_with(l, "wgrad")) return name(KernelKind::Gemm);
     // Embedding, position add, residual adds, casts, zeroing, the NLL gradient, joins.
-    for (const char* e : {"embedding", "position add", "nll bwd", "shared add", "shared join",
-                          "expert cat", "combine weights grad", "logits to fp32",
-                          "logits grad to bf16"})
+    for (const char* e :
+         {"embedding", "position add", "nll bwd", "shared add", "shared join", "expert cat",
+          "combine weights grad", "logits to fp32", "logits grad to bf16"})
         if (l == e) return name(KernelKind::Elementwise);
     if (l.rfind("residual", 0) == 0 || ends_with(l, " zero")) return name(KernelKind::Elementwise);
     return name(KernelKind::Unmapped);

@@ -47,8 +47,9 @@ struct Kernel {
     }
     bool integer_tensor() const {
         for (const auto& a : site.op ? site.op->args : std::vector<TraceArg>{})
-            if (!a.shapes.empty() && !a.list && (a.type == "long int" || a.type == "long" ||
-                                                  a.type == "int" || a.type == "unsigned int"))
+            if (!a.shapes.empty() && !a.list &&
+                (a.type == "long int" || a.type == "long" || a.type == "int" ||
+                 a.type == "unsigned int"))
                 return true;
         return false;
     }
@@ -133,13 +134,17 @@ const std::vector<Rule>& rules() {
          }},
         {KernelKind::RmsNorm, "aten::_fused_rms_norm, its backward, aten::rms_norm (RMSNorm)",
          [](const Kernel& k) {
-             return k.op_is({"aten::_fused_rms_norm", "aten::_fused_rms_norm_backward",
-                             "aten::rms_norm"});
+             return k.op_is(
+                 {"aten::_fused_rms_norm", "aten::_fused_rms_norm_backward", "aten::rms_norm"});
          }},
         {KernelKind::Activation, "aten::gelu, gelu_backward (the GPT MLP's activation)",
-         [](const Kernel& k) { return k.op_is({"aten::gelu", "aten::gelu_backward"}); }},
+         [](const Kernel& k) {
+             return k.op_is({"aten::gelu", "aten::gelu_backward"});
+         }},
         {KernelKind::Swiglu, "aten::silu, silu_backward (SwiGLU's gate)",
-         [](const Kernel& k) { return k.op_is({"aten::silu", "aten::silu_backward"}); }},
+         [](const Kernel& k) {
+             return k.op_is({"aten::silu", "aten::silu_backward"});
+         }},
         {KernelKind::Swiglu,
          "a non-vectorised aten::mul whose tensors have the last dimension of a silu input in the "
          "trace (SwiGLU's product with the strided up half, forward and backward)",
@@ -290,8 +295,7 @@ KernelSite OpNesting::site(const TraceGpuEvent& event) const {
 TraceDims trace_dims(const TorchTrace& trace) {
     TraceDims d;
     for (const auto& op : trace.cpu_ops) {
-        if (op.args.empty() || op.args[0].shapes.empty() || op.args[0].shapes[0].empty())
-            continue;
+        if (op.args.empty() || op.args[0].shapes.empty() || op.args[0].shapes[0].empty()) continue;
         const std::int64_t last = op.args[0].shapes[0].back();
         if (op.name == "aten::silu" || op.name == "aten::gelu") d.mlp_widths.insert(last);
         if (op.name == "aten::_log_softmax") d.vocab = std::max(d.vocab, last);

@@ -45,7 +45,7 @@ class OpNesting {
 
   private:
     const TorchTrace& trace_;
-    std::vector<int> parent_;                // per cpu op, its enclosing op (-1: none)
+    std::vector<int> parent_;  // per cpu op, its enclosing op (-1: none)
     std::vector<std::pair<std::int64_t, int>> by_external_;  // sorted (External id, op index)
 };
 
