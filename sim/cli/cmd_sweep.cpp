@@ -3,7 +3,6 @@
 // The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,30 +121,10 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         for (const auto& axis : options.axes)
             page.sweep_keys.push_back(axis.key);
         page.sweep_rows = api::sweep_json(options.axes, *rows, ranking);
-        // Wall-clock times would make two reports of one sweep differ. Without --json the rows
-        // kept no summary (memory does not grow with the topology): the page's table and plots
-        // read the headline figures every row keeps, under the same names as a summary's.
-        std::map<std::vector<std::string>, const api::SweepResult*> results;
-        for (const auto& r : *rows)
-            if (r.result) results.emplace(r.values, &*r.result);
-        for (auto& row : *page.sweep_rows) {
-            if (row.contains("summary")) {
-                row["summary"].erase("wall_time_s");
-                continue;
-            }
-            std::vector<std::string> values;
-            for (const auto& axis : options.axes)
-                values.push_back(row["settings"][axis.key].get<std::string>());
-            const auto found = results.find(values);
-            if (found == results.end()) continue;  // not valid: the row gives its reason
-            const api::SweepResult& r = *found->second;
-            row["summary"] = {{"tokens_per_s", r.tokens_per_s},
-                              {"iteration_time_s", r.iteration_time_s},
-                              {"mfu", r.mfu},
-                              {"bubble_fraction", r.bubble_fraction},
-                              {"exposed_comm_fraction", r.exposed_comm_fraction},
-                              {"memory_per_gpu_bytes", {{"total", r.memory_bytes}}}};
-        }
+        // Wall-clock times would make two reports of one sweep differ. (Without --json a row's
+        // summary is its headline figures: api::sweep_json.)
+        for (auto& row : *page.sweep_rows)
+            if (row.contains("summary")) row["summary"].erase("wall_time_s");
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();

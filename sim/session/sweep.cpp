@@ -33,11 +33,6 @@ std::string trim(std::string s) {
     return s;
 }
 
-bool mentions_key(const std::vector<std::string>& sets, const std::string& key) {
-    return std::any_of(sets.begin(), sets.end(),
-                       [&](const std::string& s) { return s.rfind(key + "=", 0) == 0; });
-}
-
 nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepRow& row) {
     nlohmann::ordered_json j;
     auto settings = nlohmann::ordered_json::object();
@@ -48,10 +43,20 @@ nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepR
         j["fits_hbm"] = row.result->fits;
         // The text parses back to what to_json gave (numbers are printed to round-trip), and
         // wall_time_s goes back where to_json puts it: last.
-        // Without SweepOptions::keep_summaries there is no summary text to give.
+        // Without SweepOptions::keep_summaries there is no summary text to give: the headline
+        // figures every row keeps stand in, under a summary's names (the HTML page's table and
+        // plots read only these).
         if (!row.result->summary.empty()) {
             auto& summary = j["summary"] = nlohmann::ordered_json::parse(row.result->summary);
             summary["wall_time_s"] = row.result->wall_time_s;
+        } else {
+            const SweepResult& r = *row.result;
+            j["summary"] = {{"tokens_per_s", r.tokens_per_s},
+                            {"iteration_time_s", r.iteration_time_s},
+                            {"mfu", r.mfu},
+                            {"bubble_fraction", r.bubble_fraction},
+                            {"exposed_comm_fraction", r.exposed_comm_fraction},
+                            {"memory_per_gpu_bytes", {{"total", r.memory_bytes}}}};
         }
     } else {
         j["error"] = row.error;
@@ -562,16 +567,9 @@ std::pair<std::size_t, std::vector<std::string>> prepare(const SweepOptions& opt
                               std::to_string(kMaxSweepCombinations) +
                               " a sweep may run; vary fewer keys or fewer values");
 
-    // A varied layout size keeps the world size: dp follows unless the sweep fixes it.
-    std::vector<std::string> base = options.sets;
-    const bool layout_varied = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& x) {
-        return x.key.rfind("parallelism.", 0) == 0 || x.key.rfind("topology.", 0) == 0;
-    });
-    const bool dp_given = mentions_key(options.sets, "parallelism.dp") ||
-                          std::any_of(axes.begin(), axes.end(),
-                                      [](const SweepAxis& x) { return x.key == "parallelism.dp"; });
-    if (layout_varied && !dp_given) base.insert(base.begin(), "parallelism.dp=~");
-    return {static_cast<std::size_t>(total), base};
+    // A varied layout size keeps the world size: the experiment loader lets dp follow whenever
+    // the overrides resize tp, pp, cp or the topology without giving dp (as for run's --set).
+    return {static_cast<std::size_t>(total), options.sets};
 }
 
 Source source_of(const SweepOptions& options) {

@@ -93,7 +93,8 @@ inline constexpr std::uint64_t kMaxSweepCombinations = 1'000'000;
 // Every combination's row in enumeration order, on rank 0 of `ranks`; nullopt on other ranks.
 // More than kMaxSweepCombinations combinations (the product of the axes' value counts, computed
 // without wrapping) is a ConfigError naming the --vary options.
-// A varied layout keeps the world size: dp follows unless the sweep fixes it. Throws
+// A varied layout keeps the world size: dp follows unless the sweep fixes it (the experiment
+// loader's rule for overrides that resize the layout: workload/experiment.hpp). Throws
 // std::runtime_error when a combination fails unexpectedly (the first such in enumeration order).
 std::optional<std::vector<SweepRow>> sweep(const SweepOptions& options, const SweepRanks& ranks);
 
@@ -171,6 +172,9 @@ std::optional<SweepTally> sweep_tally(const SweepOptions& options, const SweepRa
 SweepTally tally_rows(const std::vector<SweepRow>& rows, std::size_t top);
 
 // The JSON `sweep --json` writes: every ranked row (repeats included), then the invalid ones.
+// A row whose summary was not kept (SweepOptions::keep_summaries) gives its headline figures
+// (tokens_per_s, iteration_time_s, mfu, bubble and exposed fractions, memory_per_gpu_bytes.total)
+// as its summary.
 nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
                                   const std::vector<SweepRow>& rows, const SweepRanking& ranking);
 

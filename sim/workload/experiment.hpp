@@ -456,8 +456,11 @@ class ClusterCache {
 };
 
 // Loads an experiment file, applying `overrides` ("key=value" as given to --set; keys under
-// `topology.` go to the referenced topology file). Throws ConfigError, also for a topology whose
-// estimated memory exceeds `max_memory` (topology::check_size).
+// `topology.` go to the referenced topology file). Overrides that change tp, pp, cp or the
+// topology without giving dp let dp follow the GPU count (the file's dp is dropped), as
+// Megatron-LM derives it; run, compare, sweep and Python all load through here. Throws
+// ConfigError, also for a topology whose estimated memory exceeds `max_memory`
+// (topology::check_size).
 // With `clusters`, the topology comes from (and goes to) that cache. With `documents`, the
 // experiment, topology and model files are parsed once into that cache (a sweep keeps one beside
 // its ClusterCache): each load applies its overrides to its own copy (config::copy_document) and
