@@ -2,7 +2,7 @@
 # Configures and builds clustersim (Release) into ${BUILD_DIR:-build}; the CLI lands in
 # <build>/bin/clustersim.
 #   tools/build.sh         everything: the CLI, the Python package, tests and benchmarks
-#   tools/build.sh --cli   only the CLI (tools/run-default.sh: a first result in about two minutes).
+#   tools/build.sh --cli   only the CLI (tools/run-default.sh: the shortest road to a first result).
 #                          A build folder configured by it is switched to everything by the next
 #                          plain tools/build.sh; one already configured for everything is left so.
 set -euo pipefail
