@@ -1,9 +1,11 @@
-// clustersim validate [DIR] [--check] [--write-doc FILE] [--only SUBSTRING]
+// clustersim validate [DIR] [--check] [--write-doc FILE] [--scores FILE] [--only SUBSTRING]
 //
 // Runs the validation cases of DIR/cases.yaml (api::validate) and prints per case the inputs, the
 // published or measured value, the prediction and the error, and per family the mean and worst
 // error; --write-doc regenerates docs/validation.md. With --check the command exits with status 3
-// when a case is outside its family's tolerance and not listed in DIR/known_gaps.txt.
+// when a case is outside its family's tolerance and not listed in DIR/known_gaps.txt. --scores
+// writes every family's scores for the HTML reports (api::validation_scores_file; the build makes
+// build/share/clustersim/validation-scores.json with it).
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "core/errors.hpp"
 #include "fit/validate.hpp"
 #include "ingest/inputs.hpp"
+#include "session/report.hpp"
 #include "session/run.hpp"
 
 namespace cs::cli {
@@ -28,6 +31,7 @@ struct ValidateArgs {
     std::string dir;
     bool check = false;
     std::string write_doc;
+    std::string scores;
     std::string only;
 };
 
@@ -36,7 +40,11 @@ void run(const ValidateArgs& a) {
     // folder (its cases, data, experiments), which the report would replace.
     OutputSet outputs;
     outputs.declare("--write-doc", a.write_doc);
-    if (!a.write_doc.empty()) {
+    outputs.declare("--scores", a.scores);
+    if (!a.scores.empty() && !a.only.empty())
+        throw ConfigError(SourceLocation{"--scores " + a.scores},
+                          "the scores file holds every family of the suite: drop --only");
+    if (!a.write_doc.empty() || !a.scores.empty()) {
         namespace fs = std::filesystem;
         const fs::path dir =
             a.dir.empty() ? api::data_root() / "tests" / "validation" : fs::path(a.dir);
@@ -63,6 +71,13 @@ void run(const ValidateArgs& a) {
         write_validation_doc(a.write_doc, report);
         std::cout << "\nwrote " << a.write_doc << "\n";
     }
+    if (!a.scores.empty()) {
+        const auto doc = api::validation_scores_file(report, a.dir);
+        write_file_atomically(
+            a.scores, [&](std::ostream& out) { out << doc.dump(1) << "\n"; }, &outputs);
+        outputs.commit();
+        std::cout << "\nwrote " << a.scores << "\n";
+    }
     std::cout << std::flush;
     if (a.check && report.failed)
         throw CommandExit{kValidationFailedExit,
@@ -82,6 +97,10 @@ void register_validate(CLI::App& app) {
     cmd->add_option("--write-doc", args->write_doc,
                     "Regenerate this Markdown report (e.g. docs/validation.md), keeping the text "
                     "above its generated-section marker");
+    cmd->add_option("--scores", args->scores,
+                    "Write every family's scores as JSON, which run/compare --html read instead "
+                    "of running the suite again (the build writes "
+                    "build/share/clustersim/validation-scores.json)");
     cmd->add_option("--only", args->only, "Run only cases whose id contains this text");
     cmd->callback([args] { run(*args); });
 }

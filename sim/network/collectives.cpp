@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "topology/graph.hpp"
 
 namespace cs::network {
 
@@ -17,7 +18,7 @@ using topology::LinkId;
 std::vector<LinkId> switch_uplinks(const Cluster& cluster, int gpu) {
     std::vector<LinkId> out;
     const auto dev = cluster.gpu_device(gpu);
-    const auto& g = cluster.graph();
+    const auto& g = cluster.graph().g;
     for (auto [e, end] = boost::out_edges(dev, g); e != end; ++e) {
         const LinkId l = g[*e].link;
         if (cluster.devices()[cluster.links()[l].to].kind == DeviceKind::NvSwitch) out.push_back(l);

@@ -10,6 +10,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "topology/graph.hpp"
 #include "topology/topology_spec.hpp"
 #include "topology/topology_yaml.hpp"
 
@@ -527,7 +528,7 @@ std::string island_text(const Cluster& c, const std::vector<int>& gpus) {
 }
 
 void Builder::check_connectivity(const Cluster& c) const {
-    const Graph& g = c.graph();
+    const Graph& g = c.graph().g;
     const auto n = boost::num_vertices(g);
     if (c.gpu_count() == 0) throw ConfigError(spec_.where, "the topology has no GPUs");
     // 1. Islands of the whole graph.

@@ -1,4 +1,5 @@
 #include "topology/cluster.hpp"
+#include "topology/graph.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -490,7 +491,8 @@ void ClusterBuilder::set_generated_shape(const GeneratedShape& shape) {
 Cluster ClusterBuilder::build() {
     Cluster c = std::move(c_);
     c_ = Cluster{};
-    c.graph_ = Graph(c.devices_.size());
+    auto graph = std::make_shared<ClusterGraph>(ClusterGraph{Graph(c.devices_.size())});
+    Graph& g = graph->g;
     c.out_links_.assign(c.devices_.size(), {});
     c.in_links_.assign(c.devices_.size(), {});
     // Each device's link lists sized once (one allocation each, not one per doubling).
@@ -500,16 +502,16 @@ Cluster ClusterBuilder::build() {
         ++in_degree[l.to];
     }
     for (std::size_t v = 0; v < c.devices_.size(); ++v) {
-        c.graph_[v].device = static_cast<DeviceIndex>(v);
+        g[v].device = static_cast<DeviceIndex>(v);
         c.out_links_[v].reserve(out_degree[v]);
         c.in_links_[v].reserve(in_degree[v]);
     }
     for (std::size_t l = 0; l < c.links_.size(); ++l) {
-        boost::add_edge(c.links_[l].from, c.links_[l].to, EdgeProps{static_cast<LinkId>(l)},
-                        c.graph_);
+        boost::add_edge(c.links_[l].from, c.links_[l].to, EdgeProps{static_cast<LinkId>(l)}, g);
         c.out_links_[c.links_[l].from].push_back(static_cast<LinkId>(l));
         c.in_links_[c.links_[l].to].push_back(static_cast<LinkId>(l));
     }
+    c.graph_ = std::move(graph);
     c.index_structure();
     return c;
 }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <array>
-#include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -119,17 +118,10 @@ struct Link {
     // (a 131,072-GPU fabric has millions of links, and a heap string each cost a second to load).
 };
 
-struct VertexProps {
-    DeviceIndex device = 0;
-};
-struct EdgeProps {
-    LinkId link = 0;
-};
-// Edges in a vector (EdgeList vecS) rather than Boost's default std::list: the graph is never
-// edited after build(), and a list costs one allocation per directed link (millions at 131,072
-// GPUs) and a slow copy in Cluster::with_faults(). Out- and in-edge order is the same either way.
-using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, VertexProps,
-                                    EdgeProps, boost::no_property, boost::vecS>;
+// The Boost graph of devices and directed links (topology/graph.hpp). Only the files that walk
+// it include Boost.Graph: its headers cost about a second of compile time in each of the ~110
+// files that include this one.
+struct ClusterGraph;
 
 // The shape a generator built (node template and fabric tiers), kept so that summaries can
 // derive bisection bandwidth from the structure instead of a max-flow. Absent when the cluster
@@ -177,7 +169,7 @@ class Cluster {
     const std::vector<Device>& devices() const { return devices_; }
     const std::vector<Link>& links() const { return links_; }
     const std::vector<GpuModel>& gpu_models() const { return models_; }
-    const Graph& graph() const { return graph_; }
+    const ClusterGraph& graph() const { return *graph_; }  // topology/graph.hpp
     const std::optional<GeneratedShape>& generated_shape() const { return shape_; }
 
     int gpu_count() const { return static_cast<int>(gpu_devices_.size()); }
@@ -285,7 +277,8 @@ class Cluster {
         std::vector<std::uint32_t> candidates;  // arc indices
     };
     mutable RouteScratch scratch_;
-    Graph graph_;
+    // Built once by ClusterBuilder::build() and shared by the copies with_faults() makes.
+    std::shared_ptr<const ClusterGraph> graph_;
     int node_count_ = 0;
     std::optional<GeneratedShape> shape_;
     // Hop-count tables per destination device, filled on first use (routes are computed on

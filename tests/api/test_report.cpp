@@ -129,20 +129,39 @@ TEST_CASE("html report: one page, deterministic, data that cannot close its scri
 }
 
 TEST_CASE("validation confidence: the families of the models used") {
-    // h200-2gpu-pipeline computes from measured layer times (profile) on a flow network: the
-    // families whose mode names profile (e2e-profile, zb-bubble) or the network
-    // (collective-8gpu, ...), and none that tests roofline compute alone (gemm-h200).
-    const auto spec = cs::api::load_experiment({kPipeline, {}, ""});
-    const auto v = cs::api::validation_confidence(spec);
-    REQUIRE(v.contains("families"));
-    std::vector<std::string> ids;
-    for (const auto& f : v["families"])
-        ids.push_back(f["id"].get<std::string>());
-    CHECK(std::find(ids.begin(), ids.end(), "e2e-profile") != ids.end());
-    CHECK(std::find(ids.begin(), ids.end(), "zb-bubble") != ids.end());
-    CHECK(std::find(ids.begin(), ids.end(), "collective-8gpu") != ids.end());
-    CHECK(std::find(ids.begin(), ids.end(), "gemm-h200") == ids.end());
-    for (const auto& f : v["families"])
-        CHECK(f["cases"].get<int>() ==
-              f["pass"].get<int>() + f["fail"].get<int>() + f["gaps"].get<int>());
+    // Four families as a scores file lists them (only id and mode matter to the choice). By the
+    // rule of api::validation_confidence, profile compute keeps the modes naming "profile",
+    // roofline compute those naming "roofline", and a network that is not ideal adds those
+    // naming "network":
+    //   h200-2gpu-pipeline (profile compute, flow network): prof, net, roofnet
+    //   the same with network.model=ideal:                 prof
+    //   default (roofline compute, flow network):          roof, net, roofnet
+    //   the same with network.model=ideal:                 roof, roofnet
+    const auto family = [](const char* id, const char* mode) {
+        return nlohmann::ordered_json{{"id", id}, {"mode", mode}, {"cases", 1}};
+    };
+    const nlohmann::ordered_json all = nlohmann::ordered_json::array(
+        {family("roof", "roofline microbenchmark"), family("prof", "profile pipeline"),
+         family("net", "network microbenchmark"), family("roofnet", "roofline + network")});
+    const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+    const auto chosen = [&](const std::string& file, const std::vector<std::string>& sets) {
+        const auto v =
+            cs::api::validation_confidence(cs::api::load_experiment({file, sets, ""}), all);
+        std::vector<std::string> ids;
+        for (const auto& f : v.at("families"))
+            ids.push_back(f.at("id").get<std::string>());
+        return std::make_pair(ids, v.at("note").get<std::string>());
+    };
+    using Ids = std::vector<std::string>;
+    const auto [profile_flow, profile_flow_note] = chosen(kPipeline, {});
+    CHECK(profile_flow == Ids{"prof", "net", "roofnet"});
+    CHECK(profile_flow_note.find("profile compute and the flow network.") != std::string::npos);
+    const auto [profile_ideal, profile_ideal_note] = chosen(kPipeline, {"network.model=ideal"});
+    CHECK(profile_ideal == Ids{"prof"});
+    CHECK(profile_ideal_note.find("uses: profile compute.") != std::string::npos);
+    CHECK(chosen(kDefault, {}).first == Ids{"roof", "net", "roofnet"});
+    CHECK(chosen(kDefault, {"network.model=ideal"}).first == Ids{"roof", "roofnet"});
+    // The families are copied whole, in the scores' order.
+    CHECK(cs::api::validation_confidence(cs::api::load_experiment({kPipeline, {}, ""}), all)
+              .at("families")[0] == all[1]);
 }
