@@ -564,7 +564,8 @@ Program load_program(const std::filesystem::path& folder, std::int64_t max_memor
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(text);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {
+            // A syntax error, or a number beyond a double (out_of_range 406).
             throw ConfigError(SourceLocation{label, 0, 0},
                               std::string("not valid JSON: ") + e.what());
         }

@@ -436,6 +436,11 @@ DiffResult diff_traces(const DiffOptions& options) {
         throw ConfigError(SourceLocation{options.simulated},
                           "not a JSON trace (byte " + std::to_string(e.byte) +
                               "): give the file `clustersim run --trace F.json` wrote");
+    } catch (const nlohmann::json::exception& e) {
+        // A number beyond a double (1e999): out_of_range, not a parse error (found by fuzzing).
+        throw ConfigError(SourceLocation{options.simulated},
+                          std::string("not a JSON trace clustersim reads (") + e.what() +
+                              "): give the file `clustersim run --trace F.json` wrote");
     }
     const nlohmann::json* events = sim.is_object() && sim.contains("traceEvents")
                                        ? &sim["traceEvents"]

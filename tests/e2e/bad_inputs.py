@@ -401,6 +401,16 @@ check("diff: pid of the wrong JSON type",
       "sim-pid.json: traceEvents entry 0: \"pid\" is not a whole number", corpus,
       outputs=("--json",))
 
+# Numbers beyond a double: nlohmann reports them as out_of_range, which was an internal error
+# (found by the first fuzz session of issue 40).
+check("diff: a number beyond a double",
+      ["diff", hostile_file("sim-1e999.json", '{"traceEvents": [{"ts": 1e999}]}'), measured],
+      "sim-1e999.json: not a JSON trace clustersim reads (", corpus, outputs=("--json",))
+check_chakra("comm_groups.json with a number beyond a double",
+             et_folder("et-groups-1e999",
+                       {"w.0.et": bytes([2, 0x0a, 0]), "comm_groups.json": '{"0": [1e999]}'}),
+             "comm_groups.json: not valid JSON: ")
+
 shutil.rmtree(hostile, ignore_errors=True)
 for f in failures:
     print("FAIL", f)
