@@ -286,6 +286,7 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
 // kMaxJobIterations < 256, messages of one iteration below 2^32).
 constexpr int kTokenShift = 40;
 constexpr int kIterationShift = 32;
+constexpr std::size_t kIterationTokens = 256;
 
 // Hands each finished transfer to the job and iteration whose token range it is in.
 class JobClients final : public network::TransferClient {
@@ -445,6 +446,17 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
     const auto build = [&](std::size_t k) -> replay::Replay& {
         const auto& p = prepared[which[k]];
         const auto i = replays[k].size();
+        // A job runs on while the others finish theirs; its tokens hold 256 iterations (and
+        // each iteration keeps its replay). Iteration times that far apart overflowed the token
+        // and crashed (found by fuzzing, issue 40): refused.
+        if (i >= kIterationTokens)
+            throw ConfigError(
+                SourceLocation{spec.source},
+                "job '" + spec.jobs[which[k]].name + "' would start its " + std::to_string(i + 1) +
+                    "th iteration before the others end their " + std::to_string(iterations) +
+                    ": the jobs' iteration times differ by more than " +
+                    std::to_string(kIterationTokens) +
+                    " times, more than a shared run holds; simulate them apart");
         replay::SharedFabric fabric;
         fabric.sim = &sim;
         fabric.network = network.get();

@@ -472,13 +472,13 @@ void check_size(const TopologySpec& spec, std::int64_t max_memory) {
         return std::string(text);
     };
     const SourceLocation where = spec.node ? spec.nodes_where : spec.where;
-    throw ConfigError(where, "this topology would need about " + count(t.bytes / 1e9) +
-                                 " GB of memory to build (" + count(t.devices) + " devices, " +
-                                 count(t.directed_links) +
-                                 " directed links), more than the limit of " +
-                                 format_bytes(Bytes{max_memory}) +
-                                 "; use fewer nodes, GPUs or NICs, or raise the limit with "
-                                 "--max-memory");
+    throw ConfigError(
+        where, "this topology would need about " + count(t.bytes / 1e9) +
+                   " GB of memory to build (" + count(t.devices) + " devices, " +
+                   count(t.directed_links) + " directed links), more than the limit of " +
+                   format_bytes(Bytes{max_memory}) +
+                   "; use fewer nodes, GPUs, NICs or fabric up-links, or raise the limit with "
+                   "--max-memory");
 }
 
 }  // namespace cs::topology

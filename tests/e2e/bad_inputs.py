@@ -294,6 +294,11 @@ check_diff("diff: args of the wrong type",
            hostile_file("sim-args.json", simulated_trace({"args": [1, 2]})),
            "\"args\" is not an object")
 
+check("diff: simulated trace above --max-memory",
+      ["diff", hostile_file("sim-big.json", simulated_trace({"name": "F0" + " " * (1 << 20)})),
+       measured, "--max-memory", "8MiB"],
+      "sim-big.json: a trace of 1048", corpus, outputs=("--json",))
+
 # nccl-tests output: read to its end, so a regular file.
 topology2 = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
 check("nccl-tests output that is a FIFO",
