@@ -96,7 +96,10 @@ struct EtFile {
 // The whole file as bytes. `label` names the file in errors. Throws ConfigError: truncated
 // messages, a first message that is no GlobalMetadata, wire types that contradict the schema,
 // varints longer than ten bytes.
-EtFile decode_et(std::string_view bytes, const std::string& label);
+// With `budget`, each decoded node's memory (its struct, name, dependencies and attributes) is
+// taken from *budget, and a file whose nodes would take more than is left is refused, naming
+// the node count and --max-memory: a file of zeros decodes to a node per byte.
+EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t* budget = nullptr);
 std::string encode_et(const EtFile& et);
 // One message without its length prefix (the tests hand it to protoc --decode).
 std::string encode_node(const Node& node);

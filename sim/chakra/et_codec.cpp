@@ -401,7 +401,7 @@ const Attribute* Node::attr(std::string_view want) const {
     return nullptr;
 }
 
-EtFile decode_et(std::string_view bytes, const std::string& label) {
+EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t* budget) {
     EtFile et;
     if (bytes.empty())
         throw ConfigError(SourceLocation{label, 0, 0},
@@ -441,6 +441,21 @@ EtFile decode_et(std::string_view bytes, const std::string& label) {
         file.set_context(where);
         const auto payload = file.delimited("a Node message");
         et.nodes.push_back(decode_node(file.sub(payload, where)));
+        if (budget) {
+            const Node& n = et.nodes.back();
+            std::size_t held = sizeof(Node) + n.name.size() +
+                               (n.ctrl_deps.size() + n.data_deps.size()) * sizeof(std::uint64_t) +
+                               n.skipped_fields.size() * sizeof(int);
+            for (const auto& a : n.attrs)
+                held += sizeof(Attribute) + a.name.size() + a.bytes.size();
+            *budget -= static_cast<std::int64_t>(held);
+            if (*budget < 0)
+                throw ConfigError(SourceLocation{label, 0, 0},
+                                  "at node message " + std::to_string(index) +
+                                      ": the ETs' nodes read so far, and the program built from "
+                                      "them, would take more than --max-memory; raise it or "
+                                      "give fewer or smaller ETs");
+        }
     }
     return et;
 }

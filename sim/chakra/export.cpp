@@ -60,6 +60,13 @@ class RankWriter {
         n.duration_micros =
             static_cast<std::uint64_t>(std::llround(static_cast<double>(t.count_ps()) / 1e6));
         n.attrs.push_back(Attribute::boolean("is_cpu_op", false));
+        // num_ops is an int64 (and a negative count is no count): a model whose pass needs more
+        // FLOPs than that cannot be written (api::chakra_export names the experiment).
+        if (!(flops >= 0 && flops < 9.2e18) || bytes < 0)
+            throw ConfigError("chakra export: node \"" + n.name + "\" would need num_ops " +
+                              std::to_string(flops) + " and tensor_size " + std::to_string(bytes) +
+                              ", beyond the 0 to 2^63 a Chakra ET's int64 fields hold; the model "
+                              "is too large to export");
         // Without FLOPs or bytes (the optimizer step) a roofline reader must use the duration.
         if (flops > 0 || bytes > 0) {
             n.attrs.push_back(Attribute::int64("num_ops", std::llround(flops)));

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/errors.hpp"
+#include "core/input_file.hpp"
 
 namespace cs::chakra {
 
@@ -496,7 +497,7 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
     return p;
 }
 
-Program load_program(const std::filesystem::path& folder) {
+Program load_program(const std::filesystem::path& folder, std::int64_t max_memory) {
     namespace fs = std::filesystem;
     const std::string shown = folder.string();
     std::error_code ec;
@@ -545,24 +546,26 @@ Program load_program(const std::filesystem::path& folder) {
                                   std::to_string(by_rank.rbegin()->first) + ")");
     std::vector<EtFile> files;
     std::vector<std::string> names;
+    // Half the memory for the decoded nodes, half for the program built from them.
+    std::int64_t budget = max_memory / 2;
     for (const auto& [r, path] : by_rank) {
         const std::string label = path.string();
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw ConfigError(SourceLocation{label, 0, 0}, "cannot read the file");
-        std::ostringstream buf;
-        buf << in.rdbuf();
-        files.push_back(decode_et(buf.str(), label));
+        const std::string bytes =
+            read_regular_file(path, label, "a Chakra ET file", kMaxEtFileBytes);
+        files.push_back(decode_et(bytes, label, &budget));
         names.push_back(label);
     }
     std::map<std::string, std::vector<int>> groups;
     const fs::path groups_file = folder / kCommGroupsFile;
     if (fs::exists(groups_file, ec)) {
         const std::string label = groups_file.string();
-        std::ifstream in(groups_file);
+        const std::string text =
+            read_regular_file(groups_file, label, "comm_groups.json", kMaxCommGroupsBytes);
         nlohmann::json j;
         try {
-            j = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::parse_error& e) {
+            j = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception& e) {
+            // A syntax error, or a number beyond a double (out_of_range 406).
             throw ConfigError(SourceLocation{label, 0, 0},
                               std::string("not valid JSON: ") + e.what());
         }
@@ -578,6 +581,14 @@ Program load_program(const std::filesystem::path& folder) {
                 if (!m.is_number_integer())
                     throw ConfigError(SourceLocation{label, 0, 0},
                                       "communicator \"" + name + "\": " + expected);
+                // A rank beyond int would wrap to another rank: out of range is an error.
+                if (m.is_number_unsigned()
+                        ? m.get<std::uint64_t>() > INT32_MAX
+                        : m.get<std::int64_t>() < 0 || m.get<std::int64_t>() > INT32_MAX)
+                    throw ConfigError(SourceLocation{label, 0, 0},
+                                      "communicator \"" + name + "\": rank " + m.dump() +
+                                          " is not a rank number (0 to " +
+                                          std::to_string(by_rank.size() - 1) + ")");
                 ranks.push_back(m.get<int>());
             }
             groups.emplace(name, std::move(ranks));

@@ -113,7 +113,15 @@ struct Program {
 // if present. Throws ConfigError naming the file and node id: a file that is not a Chakra ET,
 // missing ranks, duplicate node ids, dependencies on absent nodes, cycles, peers or communicator
 // members that are not ranks of the folder, collectives or messages without a match.
-Program load_program(const std::filesystem::path& folder);
+// Bounds (docs/robustness.md): an ET file's size, and the memory the decoded nodes of all ranks
+// take, estimated as they are decoded (twice over: the program built from them is about as
+// large) against `max_memory`. Rank files and comm_groups.json must be regular files (a FIFO or
+// a link to /dev/zero would block or never end).
+inline constexpr std::int64_t kMaxEtFileBytes = std::int64_t{2} << 30;
+inline constexpr std::int64_t kMaxCommGroupsBytes = std::int64_t{64} << 20;
+inline constexpr std::int64_t kDefaultEtMemory = std::int64_t{16} << 30;
+Program load_program(const std::filesystem::path& folder,
+                     std::int64_t max_memory = kDefaultEtMemory);
 
 // The same from ET files in memory (tests): `files[r]` is rank r, named `names[r]`.
 Program build_program(std::vector<EtFile> files, const std::vector<std::string>& names,

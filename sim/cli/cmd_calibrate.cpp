@@ -9,10 +9,12 @@
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/quantity.hpp"
 #include "fit/calibrate.hpp"
+#include "ingest/inputs.hpp"
 
 namespace cs::cli {
 
@@ -23,6 +25,7 @@ struct CalibrateArgs {
     std::string out;
     std::string json;
     std::string iteration_time;
+    std::string max_memory;
 };
 
 void run(const CalibrateArgs& a) {
@@ -37,6 +40,7 @@ void run(const CalibrateArgs& a) {
     outputs.guard_input("--topology", a.options.topology);
     outputs.guard_input("--experiment", a.options.experiment);
     api::CalibrateOptions options = a.options;
+    options.max_memory = api::parse_max_memory(a.max_memory);
     if (!a.iteration_time.empty()) {
         const auto t = parse_time(a.iteration_time);
         if (!t || *t <= Time::zero())
@@ -51,8 +55,7 @@ void run(const CalibrateArgs& a) {
         a.out, [&](std::ostream& out) { out << api::calibration_file_text(result); }, &outputs);
     if (!a.json.empty())
         write_file_atomically(
-            a.json,
-            [&](std::ostream& out) { out << api::calibration_json(result).dump(2) << "\n"; },
+            a.json, [&](std::ostream& out) { out << json_text(api::calibration_json(result)); },
             &outputs);
     outputs.commit();
     std::cout << "\nwrote " << a.out << "\n";
@@ -103,6 +106,8 @@ void register_calibrate(CLI::App& app) {
         ->check(CLI::Range(1, 1000000));
     cmd->add_option("--out", args->out, "The calibration file to write (YAML)")->required();
     cmd->add_option("--json", args->json, "Write the fit report as JSON");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "Memory the traces may take (default 16GiB): larger ones are refused");
     cmd->callback([args] { run(*args); });
 }
 

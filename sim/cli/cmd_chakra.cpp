@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/text.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -30,6 +31,7 @@ struct ExportArgs {
     std::string out;
     std::string prefix = "clustersim";
     bool host = false;
+    std::string max_memory;
 };
 
 struct RunArgs {
@@ -41,10 +43,12 @@ struct RunArgs {
     std::string rank_map;
     std::string json;
     std::string trace;
+    std::string max_memory;
 };
 
 void run_export(const ExportArgs& a) {
-    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args});
+    const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
+    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
     if (!a.schedule.empty()) {
         // Messages about the schedule name the option, not the file's `schedule:` line.
         spec.schedule = a.schedule;
@@ -54,7 +58,8 @@ void run_export(const ExportArgs& a) {
         spdlog::warn("{}", w);
     OutputSet outputs;
     api::guard_experiment_inputs(outputs, spec, a.megatron_args);
-    const auto result = api::chakra_export(spec, a.schedule, a.out, a.prefix, outputs, a.host);
+    const auto result =
+        api::chakra_export(spec, a.schedule, a.out, a.prefix, outputs, a.host, max_memory);
     outputs.commit();
     for (const auto& w : result.warnings)
         spdlog::warn("{}", w);
@@ -93,12 +98,13 @@ void run_chakra(const RunArgs& a) {
         request.trace = a.trace;
     }
     request.outputs = &outputs;
+    request.max_memory = api::parse_max_memory(a.max_memory);
     const auto r = api::chakra_run(request);
     for (const auto& w : r.warnings)
         spdlog::warn("{}", w);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& o) { o << r.summary.dump(2) << "\n"; }, &outputs);
+            a.json, [&](std::ostream& o) { o << json_text(r.summary); }, &outputs);
     outputs.commit();
     const auto& res = r.result;
     char line[160];
@@ -157,6 +163,8 @@ void register_chakra(CLI::App& app) {
     e->add_flag("--host", ex->host,
                 "Also export the host model (compute.host) as CPU nodes and cs_delay waits, for "
                 "an exact round trip (ASTRA-sim runs the waits as compute)");
+    e->add_option("--max-memory", ex->max_memory,
+                  "Memory the export may take (default 16GiB): it holds every rank's ET");
     e->callback([ex] { run_export(*ex); });
 
     auto rn = std::make_shared<RunArgs>();
@@ -175,6 +183,8 @@ void register_chakra(CLI::App& app) {
     r->add_option("--json", rn->json, "Write the summary as JSON");
     r->add_option("--trace", rn->trace,
                   "Write a timeline: " + report::TraceFormatRegistry::builtin().help());
+    r->add_option("--max-memory", rn->max_memory,
+                  "Memory the ETs may take once read (default 16GiB): larger ones are refused");
     r->callback([rn] { run_chakra(*rn); });
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -146,7 +147,7 @@ void run(const CollectiveArgs& a) {
         print_collective(std::cout, request, report);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::collective_json(report).dump(2) << "\n"; },
+            a.json, [&](std::ostream& out) { out << json_text(api::collective_json(report)); },
             &outputs);
     outputs.commit();
 }

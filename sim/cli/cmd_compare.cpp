@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -58,7 +59,7 @@ void compare(const CompareArgs& a) {
                 auto list = nlohmann::ordered_json::array();
                 for (const auto& r : result.summaries)
                     list.push_back(report::to_json(r));
-                out << list.dump(2) << "\n";
+                out << json_text(list);
             },
             &outputs);
     if (!a.svg.empty())

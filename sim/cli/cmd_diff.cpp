@@ -5,8 +5,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "core/atomic_file.hpp"
 #include "fit/diff.hpp"
+#include "ingest/inputs.hpp"
 
 namespace cs::cli {
 
@@ -15,9 +17,11 @@ namespace {
 struct DiffArgs {
     api::DiffOptions options;
     std::string json;
+    std::string max_memory;
 };
 
-void run(const DiffArgs& a) {
+void run(DiffArgs a) {
+    a.options.max_memory = api::parse_max_memory(a.max_memory);
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.guard_input("the simulated trace", a.options.simulated);
@@ -26,8 +30,7 @@ void run(const DiffArgs& a) {
     print_diff(std::cout, result);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::diff_json(result).dump(2) << "\n"; },
-            &outputs);
+            a.json, [&](std::ostream& out) { out << json_text(api::diff_json(result)); }, &outputs);
     outputs.commit();
 }
 
@@ -51,6 +54,8 @@ void register_diff(CLI::App& app) {
                     "Training iterations the measured profile holds (its times are divided by it)")
         ->capture_default_str();
     cmd->add_option("--json", args->json, "Write the comparison as JSON");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "Memory the traces may take (default 16GiB): larger ones are refused");
     cmd->callback([args] { run(*args); });
 }
 

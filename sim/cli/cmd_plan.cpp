@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "session/plan.hpp"
@@ -80,7 +81,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     if (!result) return;  // rank 0 reports
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::plan_json(*result).dump(2) << "\n"; },
+            a.json, [&](std::ostream& out) { out << json_text(api::plan_json(*result)); },
             &outputs);
     outputs.commit();
     print_plan(std::cout, *result);

@@ -6,6 +6,7 @@
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "ingest/inputs.hpp"
@@ -92,8 +93,7 @@ void run_jobs(const RunArgs& a) {
         spdlog::warn("{}", w);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::to_json(result).dump(2) << "\n"; },
-            &outputs);
+            a.json, [&](std::ostream& out) { out << json_text(api::to_json(result)); }, &outputs);
     outputs.commit();
     print_jobs(std::cout, spec, result);
     if (!a.trace.empty())

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "config/document.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -111,7 +112,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         write_file_atomically(
             a.json,
             [&](std::ostream& out) {
-                out << api::sweep_json(options.axes, *rows, ranking).dump(2) << "\n";
+                out << json_text(api::sweep_json(options.axes, *rows, ranking));
             },
             &outputs);
     if (!a.html.empty()) {

@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
+#include "cli/text.hpp"
 #include "core/atomic_file.hpp"
 #include "ingest/inputs.hpp"
 #include "ingest/topology.hpp"
@@ -36,8 +37,7 @@ void run(const TopologyArgs& a) {
     print_topology(std::cout, loaded.display_path, s);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << api::topology_json(s).dump(2) << "\n"; },
-            &outputs);
+            a.json, [&](std::ostream& out) { out << json_text(api::topology_json(s)); }, &outputs);
     if (!a.dot.empty())
         write_file_atomically(
             a.dot, [&](std::ostream& out) { out << dot; }, &outputs);

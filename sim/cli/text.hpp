@@ -21,6 +21,14 @@ inline std::string fmt(const char* format, double v) {
     return buf;
 }
 
+// A JSON document for an output file, indented by 2, with its newline. Bytes that are not UTF-8
+// (a path from the command line in another encoding) become U+FFFD instead of an exception that
+// would lose the whole file.
+template <class Json>
+std::string json_text(const Json& j) {
+    return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 // `s` padded with spaces to at least `width` characters.
 inline std::string pad(std::string s, std::size_t width) {
     if (s.size() < width) s.append(width - s.size(), ' ');

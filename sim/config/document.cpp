@@ -207,9 +207,59 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& file, bool
     reject_duplicate_keys(node, file, in_file, visited);
 }
 
+// The line and column (1-based, in bytes) of the first byte of `text` that is not well-formed
+// UTF-8 (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF), if any. Names
+// read from YAML reach JSON outputs, whose writer refuses such bytes (an internal error once).
+std::optional<std::pair<int, int>> first_invalid_utf8(const std::string& text) {
+    int line = 1, column = 1;
+    for (std::size_t i = 0; i < text.size();) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        std::size_t n = 0;
+        unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
+        if (c < 0x80)
+            n = 1;
+        else if (c >= 0xc2 && c <= 0xdf)
+            n = 2;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        else
+            return std::pair{line, column};
+        if (i + n > text.size()) return std::pair{line, column};
+        for (std::size_t k = 1; k < n; ++k) {
+            const auto b = static_cast<unsigned char>(text[i + k]);
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf))
+                return std::pair{line, column};
+        }
+        if (c == '\n')
+            ++line, column = 1;
+        else
+            ++column;
+        i += n;
+    }
+    return std::nullopt;
+}
+
+void refuse_nul(const std::string& path, const SourceLocation& where) {
+    const auto nul = path.find('\0');
+    if (nul == std::string::npos) return;
+    throw ConfigError(where, "the path \"" + path.substr(0, nul) +
+                                 "\\0...\" holds a NUL byte (character " + std::to_string(nul + 1) +
+                                 "), which would cut it short; give a path without one");
+}
+
 }  // namespace
 
+std::filesystem::path Document::resolve(const YAML::Node& node) const {
+    if (node.IsScalar())
+        refuse_nul(node.Scalar(), node.Mark().is_null() ? SourceLocation{display_path}
+                                                        : mark_location(display_path, node.Mark()));
+    return resolve(node.Scalar());
+}
+
 std::filesystem::path Document::resolve(const std::string& relative) const {
+    refuse_nul(relative, SourceLocation{display_path});
     std::filesystem::path p(relative);
     if (p.is_absolute()) return p;
     return (folder / p).lexically_normal();
@@ -228,6 +278,10 @@ Document parse_document(const std::string& text, const std::string& display_path
         throw ConfigError(SourceLocation{display_path, 1, 1},
                           std::string(utf16 ? "is UTF-16 text" : "holds NUL bytes (binary data?)") +
                               "; expected a YAML text file in UTF-8");
+    if (const auto bad = first_invalid_utf8(text))
+        throw ConfigError(SourceLocation{display_path, bad->first, bad->second},
+                          "is not UTF-8 text (a byte that starts or continues no UTF-8 "
+                          "character); expected a YAML text file in UTF-8");
     try {
         doc.root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
@@ -460,6 +514,12 @@ std::string Reader::scalar_text(const std::string& key, const char* expected) co
 
 std::string Reader::string(const std::string& key) const {
     return scalar_text(key, "a string");
+}
+
+std::filesystem::path Reader::path(const std::string& key) const {
+    const std::string text = string(key);
+    refuse_nul(text, location(key));
+    return doc_->resolve(text);
 }
 
 std::string Reader::string_or(const std::string& key, const std::string& fallback) const {

@@ -44,7 +44,11 @@ struct Document {
         return "--set " + override_prefix + key + "=" + value;
     }
 
+    // A path written in this document, made absolute against `folder`. A path holding a NUL
+    // byte (a YAML escape "\0" or "\x00") would be cut at it by the operating system, so it is
+    // refused: the node overload names its file:line:column, the string one the document.
     std::filesystem::path resolve(const std::string& relative) const;
+    std::filesystem::path resolve(const YAML::Node& node) const;
 };
 
 // Reads and parses a YAML file. Throws ConfigError for a missing/unreadable file or bad YAML.
@@ -112,6 +116,8 @@ class Reader {
     const YAML::Node value(const std::string& key) const;  // marks the key as accepted
 
     std::string string(const std::string& key) const;
+    // A path (relative to the document's folder), checked as Document::resolve checks it.
+    std::filesystem::path path(const std::string& key) const;
     std::string string_or(const std::string& key, const std::string& fallback) const;
     std::int64_t integer(const std::string& key) const;
     std::int64_t integer_or(const std::string& key, std::int64_t fallback) const;

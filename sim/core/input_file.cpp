@@ -20,25 +20,57 @@ struct Descriptor {
     }
 };
 
-std::string mib(std::int64_t bytes) {
-    if (bytes % (1 << 20) != 0) return std::to_string(bytes) + " bytes";
-    return std::to_string(bytes >> 20) + " MiB";
-}
-
-}  // namespace
-
-std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
-                            const std::string& what, std::int64_t max_bytes) {
-    const SourceLocation where{shown, 0, 0};
+// The status of an input, or a ConfigError for a missing path, an unreadable one or a folder.
+struct stat stat_input(const std::filesystem::path& path, const SourceLocation& where,
+                       const std::string& what) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) throw ConfigError(where, "no such file");
         throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
     }
     if (S_ISDIR(st.st_mode)) throw ConfigError(where, "is a directory, expected " + what);
+    return st;
+}
+
+}  // namespace
+
+std::string size_text(std::int64_t bytes) {
+    if (bytes % (1 << 20) != 0) return std::to_string(bytes) + " bytes";
+    if (bytes % (std::int64_t{1} << 30) == 0) return std::to_string(bytes >> 30) + " GiB";
+    return std::to_string(bytes >> 20) + " MiB";
+}
+
+std::int64_t require_regular_file(const std::filesystem::path& path, const std::string& shown,
+                                  const std::string& what, std::int64_t max_bytes) {
+    const SourceLocation where{shown, 0, 0};
+    const struct stat st = stat_input(path, where, what);
+    if (!S_ISREG(st.st_mode))
+        throw ConfigError(where, std::string("is not a regular file (") +
+                                     (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                      : S_ISCHR(st.st_mode) ? "a character device"
+                                      : S_ISBLK(st.st_mode) ? "a block device"
+                                                            : "a socket") +
+                                     "): " + what + " is read to its end, so it must be a " +
+                                     "regular file of at most " + size_text(max_bytes));
+    if (st.st_size > max_bytes)
+        throw ConfigError(where, "is " + std::to_string(st.st_size) + " bytes, more than the " +
+                                     size_text(max_bytes) + " " + what + " may hold");
+    return static_cast<std::int64_t>(st.st_size);
+}
+
+std::string read_regular_file(const std::filesystem::path& path, const std::string& shown,
+                              const std::string& what, std::int64_t max_bytes) {
+    require_regular_file(path, shown, what, max_bytes);
+    return read_input_file(path, shown, what, max_bytes);
+}
+
+std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
+                            const std::string& what, std::int64_t max_bytes) {
+    const SourceLocation where{shown, 0, 0};
+    const struct stat st = stat_input(path, where, what);
     if (S_ISREG(st.st_mode) && st.st_size > max_bytes)
         throw ConfigError(where, "is " + std::to_string(st.st_size) + " bytes, more than the " +
-                                     mib(max_bytes) + " an input file may hold");
+                                     size_text(max_bytes) + " an input file may hold");
     // O_NONBLOCK so that opening a FIFO without a writer does not wait for one; reads then block
     // again as usual.
     Descriptor d;
@@ -58,7 +90,7 @@ std::string read_input_file(const std::filesystem::path& path, const std::string
             throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
         }
         if (static_cast<std::int64_t>(text.size()) + n > max_bytes)
-            throw ConfigError(where, "holds more than the " + mib(max_bytes) +
+            throw ConfigError(where, "holds more than the " + size_text(max_bytes) +
                                          " an input file may hold (a stream that never ends, "
                                          "such as /dev/zero?); give a regular file");
         text.append(buffer, static_cast<std::size_t>(n));

@@ -21,4 +21,17 @@ inline constexpr std::int64_t kMaxInputBytes = std::int64_t{64} << 20;
 std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
                             const std::string& what, std::int64_t max_bytes = kMaxInputBytes);
 
+// For readers that must read an input to its end (a trace, an ET file, a log): a FIFO with a
+// writer that never closes would block them for ever and a device such as /dev/zero never ends,
+// so anything but a regular file (or a link to one) is refused, and so is a regular file above
+// `max_bytes`. Returns the file's size. Throws ConfigError located at `shown`, naming `what` and
+// the limit, for those and for a missing file or a folder.
+std::int64_t require_regular_file(const std::filesystem::path& path, const std::string& shown,
+                                  const std::string& what, std::int64_t max_bytes);
+// read_input_file of a file require_regular_file accepts.
+std::string read_regular_file(const std::filesystem::path& path, const std::string& shown,
+                              const std::string& what, std::int64_t max_bytes = kMaxInputBytes);
+// "64 MiB", "3 GiB", or the number of bytes when it is no whole number of MiB.
+std::string size_text(std::int64_t bytes);
+
 }  // namespace cs

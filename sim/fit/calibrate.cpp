@@ -18,10 +18,15 @@
 
 namespace cs::api {
 namespace {
+std::string calibration_text_unchecked(const CalibrationResult& r);
+}  // namespace
+namespace {
 
 // Fewer host-bound launches than this and the host's cost is left unfitted: a handful of waits
 // (after a synchronisation, at the start) says little about the cadence.
 constexpr std::int64_t kMinHostSamples = 20;
+// A launch gap or a host interval above 1 s is no launch cost (a trace with a pause in it).
+constexpr double kMaxFittedHostUs = 1e6;
 // The knee of the GEMM curve is fitted only when some sample has a dimension below this multiple
 // of the GPU model's half_dim; above it every factor f(x) is near 1 and only the cap is seen.
 constexpr double kKneeReach = 2.0;
@@ -468,7 +473,9 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                 if (gap < 0) continue;
                 if (cb->second->ts_us < a.end_us()) {
                     gaps.push_back(gap);
-                } else if (ca != calls.end() && ca->second->tid == cb->second->tid) {
+                } else if (ca != calls.end() && ca->second->tid == cb->second->tid &&
+                           cb->second->ts_us >= ca->second->ts_us) {
+                    // Launch calls out of order (a hand-edited trace) give no interval.
                     host.push_back(cb->second->ts_us - ca->second->ts_us);
                 }
             }
@@ -756,13 +763,29 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         all_us += us;
     r.unmapped_ms = residual_us / 1000 * per_iteration;
     r.mapped_ms = (all_us - residual_us) / 1000 * per_iteration;
-    if (r.mapped_ms > 0 && residual_us > 0)
-        r.file.residual = std::stod(fmt("%.4g", r.unmapped_ms / r.mapped_ms));
+    if (r.mapped_ms > 0 && residual_us > 0) {
+        const double residual = std::stod(fmt("%.4g", r.unmapped_ms / r.mapped_ms));
+        // The file holds a residual below 1 (docs/calibrate.md): more unmapped time than mapped
+        // is not a model clustersim maps, and no constant would make it one.
+        if (residual < 1)
+            r.file.residual = residual;
+        else
+            r.unfitted.push_back(
+                {"compute.residual", "the kernels no op of the model runs take " +
+                                         fmt("%.3g", r.unmapped_ms) + " ms, more than the " +
+                                         fmt("%.3g", r.mapped_ms) +
+                                         " ms that map: the trace is not of a model clustersim "
+                                         "maps (a residual must be below 1)"});
+    }
 
     // Launch gap and host cost.
     r.gap_samples = static_cast<std::int64_t>(gaps.size());
     const double gap_us = gaps.empty() ? 0 : median(gaps);
-    if (!gaps.empty())
+    if (!gaps.empty() && gap_us > kMaxFittedHostUs)
+        r.unfitted.push_back(
+            {"compute.launch_overhead", "the median launch gap, " + fmt("%.3g", gap_us) +
+                                            " us, is above the 1 s a launch may take"});
+    else if (!gaps.empty())
         r.file.launch_overhead = Time::ns(std::llround(gap_us * 1e3));  // whole ns, as written
     else
         r.unfitted.push_back({"compute.launch_overhead",
@@ -773,7 +796,11 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                 per_iteration / std::max<std::size_t>(traces.size(), 1);
     r.host_samples = static_cast<std::int64_t>(host.size());
     const double measured_ms = context.iteration_time_s * 1e3;
-    if (r.host_samples < kMinHostSamples) {
+    if (r.host_samples >= kMinHostSamples && median(host) > kMaxFittedHostUs) {
+        r.unfitted.push_back({"compute.host.launch",
+                              "the median interval between launches, " + fmt("%.3g", median(host)) +
+                                  " us, is above the 1 s a launch may take"});
+    } else if (r.host_samples < kMinHostSamples) {
         r.unfitted.push_back(
             {"compute.host.launch", "the host ran ahead of the GPU: only " +
                                         std::to_string(r.host_samples) +
@@ -879,7 +906,8 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
     }
     std::vector<TorchTrace> traces;
     for (const auto& t : options.traces)
-        traces.push_back(read_torch_trace(t));
+        traces.push_back(read_torch_trace(
+            t, options.max_memory / static_cast<std::int64_t>(options.traces.size())));
     CalibrateContext context;
     context.experiment = spec ? &*spec : nullptr;
     context.iteration_time_s = options.iteration_time_s;
@@ -984,6 +1012,23 @@ nlohmann::json calibration_json(const CalibrationResult& r) {
 }
 
 std::string calibration_file_text(const CalibrationResult& r) {
+    std::string text = calibration_text_unchecked(r);
+    // What calibrate writes, its reader must take back (issue 40: files it rejected were
+    // written): read it as an experiment would before anything is written.
+    try {
+        workload::parse_calibration(config::parse_document(text, "the calibration file"));
+    } catch (const ConfigError& e) {
+        throw ConfigError(SourceLocation{"--out"},
+                          "the fitted constants make a calibration file clustersim would not "
+                          "read back (" +
+                              e.message() + "); nothing is written");
+    }
+    return text;
+}
+
+namespace {
+
+std::string calibration_text_unchecked(const CalibrationResult& r) {
     std::vector<std::string> header{
         "clustersim calibration (docs/calibrate.md): written by `clustersim calibrate`."};
     if (r.compute) {
@@ -1014,5 +1059,7 @@ std::string calibration_file_text(const CalibrationResult& r) {
     }
     return workload::calibration_yaml(r.file, header);
 }
+
+}  // namespace
 
 }  // namespace cs::api

@@ -52,6 +52,8 @@ struct CalibrateOptions {
     double iteration_time_s = 0;
     // Training iterations the traces hold (0: counted from their optimizer steps).
     int iterations = 0;
+    // The memory the traces' events may take together (--max-memory; read_torch_trace).
+    std::int64_t max_memory = kDefaultTraceMemory;
 };
 
 // What calibrate_traces knows beyond the traces (calibrate() fills it from the options).

@@ -83,7 +83,76 @@ int simulated_part(const std::string& label) {
 struct Slice {
     double ts = 0, end = 0;
     std::string name;
-    const nlohmann::json* args = nullptr;
+    bool microbatch = false;  // a pass slice (args.microbatch)
+    int first_layer = 0, layers = 0, repeat = 1;
+};
+
+// The layers a simulated trace may name: the model's limit (docs/robustness.md).
+constexpr std::int64_t kMaxTraceLayers = 1'000'000;
+
+// The fields of one traceEvents entry of the simulated trace, read with their types checked: the
+// file is clustersim's, but a user may hand any JSON, and nlohmann's value() throws (or casts a
+// float beyond int64, undefined behaviour) on what it does not expect.
+class EntryFields {
+  public:
+    EntryFields(const nlohmann::json& e, const std::string& file, std::size_t index)
+        : e_(e), file_(file), index_(index) {}
+
+    std::string text(const nlohmann::json& in, const char* key) const {
+        const auto it = in.find(key);
+        if (it == in.end()) return {};
+        if (!it->is_string()) fail(key, "a string");
+        return it->get<std::string>();
+    }
+    double real(const nlohmann::json& in, const char* key) const {
+        const auto it = in.find(key);
+        if (it == in.end()) return 0;
+        if (!it->is_number() || !std::isfinite(it->get<double>()) ||
+            std::abs(it->get<double>()) > 1e18)
+            fail(key, "a finite number of microseconds");
+        return it->get<double>();
+    }
+    std::int64_t whole(const nlohmann::json& in, const char* key, std::int64_t fallback,
+                       std::int64_t lo, std::int64_t hi) const {
+        const auto it = in.find(key);
+        if (it == in.end()) return fallback;
+        const std::string range =
+            "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+        if (it->is_number_integer()) {
+            const auto v = it->is_number_unsigned() && it->get<std::uint64_t>() > INT64_MAX
+                               ? hi + 1
+                               : it->get<std::int64_t>();
+            if (v < lo || v > hi) fail(key, range);
+            return v;
+        }
+        if (it->is_number_float()) {
+            const double v = it->get<double>();
+            if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) ||
+                v != std::floor(v))
+                fail(key, range);
+            return static_cast<std::int64_t>(v);
+        }
+        fail(key, range);
+    }
+    const nlohmann::json& args() const {
+        static const nlohmann::json none = nlohmann::json::object();
+        const auto it = e_.find("args");
+        if (it == e_.end()) return none;
+        if (!it->is_object()) fail("args", "an object");
+        return *it;
+    }
+
+  private:
+    [[noreturn]] void fail(const char* key, const std::string& expected) const {
+        throw ConfigError(SourceLocation{file_},
+                          "traceEvents entry " + std::to_string(index_) + ": \"" + key +
+                              "\" is not " + expected +
+                              "; give the file `clustersim run --trace F.json` wrote");
+    }
+
+    const nlohmann::json& e_;
+    const std::string& file_;
+    std::size_t index_;
 };
 
 struct MeasuredKernel {
@@ -148,7 +217,7 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
     bool chunks = false;
     for (const auto& p : pass_slices) {
         if (p.name.rfind('F', 0) != 0) continue;
-        const int fl = p.args->value("first_layer", 0);
+        const int fl = p.first_layer;
         if (first_layer >= 0 && fl != first_layer) chunks = true;
         if (first_layer < 0) first_layer = fl;
     }
@@ -167,7 +236,8 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
     // rest the layers'. The first forward also says how many norms a layer has (its layer norm
     // steps, counted with their repeats, over the layers) and how many follow the layers.
     std::int64_t sim_f = 0, sim_b = 0;
-    int sim_norm_steps = 0, sim_post = 0;
+    std::int64_t sim_norm_steps = 0;
+    int sim_post = 0;
     for (const auto& p : pass_slices) {
         const bool fwd = p.name.rfind('F', 0) == 0;
         if (fwd)
@@ -185,7 +255,7 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             const int part = simulated_part(st.name);  // -1 embedding, 0 layers, 1 head
             if (fwd && sim_f == 1 && kind == "norm") {
                 if (part == 0)
-                    sim_norm_steps += st.args ? st.args->value("repeat", 1) : 1;
+                    sim_norm_steps += st.repeat;
                 else
                     ++sim_post;
             }
@@ -199,7 +269,7 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             }
         }
     }
-    const int sim_k = sim_norm_steps % L == 0 ? sim_norm_steps / L : 0;
+    const std::int64_t sim_k = sim_norm_steps % L == 0 ? sim_norm_steps / L : 0;
 
     // Measured: runs of forward (pass 0) or backward (1) kernels in time order, broken by the
     // optimizer's and unattributed kernels; gradient accumulation is set apart.
@@ -285,7 +355,8 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             continue;
         }
         ++meas_passes[in.pass];
-        const int k = k_of(in.pass), post = post_of(in.pass);
+        // Both fit an int: past the checks above they are at most the passes' norm count.
+        const int k = static_cast<int>(k_of(in.pass)), post = static_cast<int>(post_of(in.pass));
         std::int64_t last = -2;
         int f = 0;
         for (const auto i : in.kernels) {
@@ -359,11 +430,28 @@ DiffResult diff_traces(const DiffOptions& options) {
     // The simulated rank: its compute track's pass slices and steps.
     nlohmann::json sim;
     try {
+        // Parsed whole: nlohmann's tree of a trace takes about 9.4 times its bytes (measured:
+        // a 40.8 MB trace of 32 GPUs peaks at 383 MB); 12 times is counted against --max-memory.
+        const std::int64_t bytes = require_regular_file(options.simulated, options.simulated,
+                                                        "a clustersim trace", kMaxInputBytes);
+        if (static_cast<double>(bytes) * 12 > static_cast<double>(options.max_memory))
+            throw ConfigError(SourceLocation{options.simulated},
+                              "a trace of " + std::to_string(bytes) +
+                                  " bytes takes about 12 times that to read, more than "
+                                  "--max-memory (" +
+                                  std::to_string(options.max_memory) +
+                                  " bytes); raise --max-memory or trace fewer ranks "
+                                  "(--trace-ranks)");
         sim = nlohmann::json::parse(
-            read_input_file(options.simulated, options.simulated, "a clustersim trace"));
+            read_regular_file(options.simulated, options.simulated, "a clustersim trace"));
     } catch (const nlohmann::json::parse_error& e) {
         throw ConfigError(SourceLocation{options.simulated},
                           "not a JSON trace (byte " + std::to_string(e.byte) +
+                              "): give the file `clustersim run --trace F.json` wrote");
+    } catch (const nlohmann::json::exception& e) {
+        // A number beyond a double (1e999): out_of_range, not a parse error (found by fuzzing).
+        throw ConfigError(SourceLocation{options.simulated},
+                          std::string("not a JSON trace clustersim reads (") + e.what() +
                               "): give the file `clustersim run --trace F.json` wrote");
     }
     const nlohmann::json* events = sim.is_object() && sim.contains("traceEvents")
@@ -375,14 +463,17 @@ DiffResult diff_traces(const DiffOptions& options) {
     const std::string track = "GPU " + std::to_string(options.rank) + " compute";
     long long pid = -1, tid = -1;
     std::vector<std::string> tracks;
+    constexpr std::int64_t kIdMax = INT64_MAX;
+    std::size_t index = 0;
     for (const auto& e : *events) {
-        if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "thread_name")
+        const EntryFields f(e, options.simulated, index++);
+        if (!e.is_object() || f.text(e, "ph") != "M" || f.text(e, "name") != "thread_name")
             continue;
-        const std::string n = e.contains("args") ? e["args"].value("name", "") : "";
+        const std::string n = f.text(f.args(), "name");
         if (has(n, "compute")) tracks.push_back(n);
         if (n == track) {
-            pid = e.value("pid", -1LL);
-            tid = e.value("tid", -1LL);
+            pid = f.whole(e, "pid", -1, 0, kIdMax);
+            tid = f.whole(e, "tid", -1, 0, kIdMax);
         }
     }
     if (pid < 0) {
@@ -395,18 +486,25 @@ DiffResult diff_traces(const DiffOptions& options) {
                                             : " (it has " + list + ")"));
     }
     std::vector<Slice> pass_slices, steps;
+    index = 0;
     for (const auto& e : *events) {
-        if (!e.is_object() || e.value("ph", "") != "X") continue;
-        if (e.value("pid", -2LL) != pid || e.value("tid", -2LL) != tid) continue;
-        Slice s{e.value("ts", 0.0), e.value("ts", 0.0) + e.value("dur", 0.0), e.value("name", ""),
-                e.contains("args") ? &e["args"] : nullptr};
-        if (s.args && s.args->contains("microbatch"))
+        const EntryFields f(e, options.simulated, index++);
+        if (!e.is_object() || f.text(e, "ph") != "X") continue;
+        if (f.whole(e, "pid", -2, -2, kIdMax) != pid || f.whole(e, "tid", -2, -2, kIdMax) != tid)
+            continue;
+        const double ts = f.real(e, "ts"), dur = f.real(e, "dur");
+        const auto& args = f.args();
+        Slice s{ts, ts + dur, f.text(e, "name"), args.contains("microbatch")};
+        s.first_layer = static_cast<int>(f.whole(args, "first_layer", 0, 0, kMaxTraceLayers));
+        s.layers = static_cast<int>(f.whole(args, "layers", 0, 0, kMaxTraceLayers));
+        s.repeat = static_cast<int>(f.whole(args, "repeat", 1, 1, kMaxTraceLayers));
+        if (s.microbatch)
             pass_slices.push_back(s);
         else
             steps.push_back(s);
     }
     // The measured profile.
-    const TorchTrace t = read_torch_trace(options.measured);
+    const TorchTrace t = read_torch_trace(options.measured, options.max_memory);
     std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
     std::unordered_set<std::int64_t> autograd_threads;
     for (const auto& op : t.cpu_ops) {
@@ -439,7 +537,7 @@ DiffResult diff_traces(const DiffOptions& options) {
     for (const auto& p : pass_slices) {
         if (p.name.rfind('F', 0) == 0) {
             ++r.microbatches;
-            r.layers = std::max(r.layers, p.args->value("layers", 0));
+            r.layers = std::max(r.layers, p.layers);
         }
     }
     for (const auto& s : steps) {

@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "ingest/torch_trace.hpp"
+
 namespace cs::api {
 
 struct DiffOptions {
@@ -41,6 +43,8 @@ struct DiffOptions {
     std::string measured;   // PyTorch profiler trace (.json, .json.gz)
     int rank = 0;           // the simulated GPU ("GPU r compute" track)
     int iterations = 1;     // iterations in the measured profile
+    // The memory the measured trace's events may take (--max-memory; read_torch_trace).
+    std::int64_t max_memory = kDefaultTraceMemory;
 };
 
 struct DiffLine {

@@ -136,7 +136,7 @@ E pick_named(const config::Reader& r, const std::string& key, const std::array<N
 }
 
 topology::Cluster load_topology(const config::Reader& r, const std::vector<std::string>& sets) {
-    auto doc = config::load_document(r.document().resolve(r.string("topology")));
+    auto doc = config::load_document(r.path("topology"));
     for (const auto& s : sets) {
         const auto [key, value] = config::split_assignment(s);
         config::apply_override(doc, key, value);
@@ -153,7 +153,7 @@ double narayanan_eq3_flops(const workload::ExperimentSpec& spec) {
 
 void run_experiment(const config::Reader& r, const std::vector<std::string>& sets,
                     const ValidateOptions& options, ValidationCase& out) {
-    const auto spec = workload::load_experiment(r.document().resolve(r.string("experiment")), sets);
+    const auto spec = workload::load_experiment(r.path("experiment"), sets);
     if (!options.run)
         throw SimulationError("validate", "an experiment case needs ValidateOptions::run");
     const auto summary = options.run(spec);
@@ -205,7 +205,7 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
 // (network::isolated_collective_time) on the experiment's network over GPU 0's group of the
 // step's kind, as workload::RankLayout places it (the CP group of GPU 0 is {0, tp, 2 tp, ...}).
 void run_layer(const config::Reader& r, const std::vector<std::string>& sets, ValidationCase& out) {
-    const auto spec = workload::load_experiment(r.document().resolve(r.string("experiment")), sets);
+    const auto spec = workload::load_experiment(r.path("experiment"), sets);
     if (spec.compute.kind != workload::ComputeSpec::Kind::Roofline)
         r.fail("experiment", "layer cases need a roofline experiment");
     const auto& gpu = spec.cluster->gpu_model(0);

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -107,9 +108,15 @@ std::int64_t parse_max_memory(const std::string& text) {
     return b->value;
 }
 
-std::vector<std::string> collect_overrides(const std::string& megatron_args,
-                                           const std::vector<std::string>& sets,
-                                           std::vector<std::string>& warnings) {
+namespace {
+
+// collect_overrides, and in `derived_from` for each override a Megatron-LM flag gave one-to-one,
+// the --set text a message would name and the flag ("--megatron-args --num-layers 3000000"), so
+// that errors name what the user typed.
+std::vector<std::string> overrides_from(const std::string& megatron_args,
+                                        const std::vector<std::string>& sets,
+                                        std::vector<std::string>& warnings,
+                                        std::map<std::string, std::string>* derived_from) {
     std::vector<std::string> out;
     if (!megatron_args.empty()) {
         std::string text = megatron_args;
@@ -125,16 +132,46 @@ std::vector<std::string> collect_overrides(const std::string& megatron_args,
             if (d.rfind("parallelism.", 0) == 0) layout_changed = true;
         if (layout_changed) out.push_back("parallelism.dp=~");
         out.insert(out.end(), derived.begin(), derived.end());
+        if (derived_from)
+            for (const auto& d : derived) {
+                const auto eq = d.find('=');
+                const std::string flag = workload::megatron_flag_of(d.substr(0, eq));
+                if (!flag.empty())
+                    (*derived_from)["--set " + d] =
+                        "--megatron-args " + flag + " " + d.substr(eq + 1);
+            }
     }
     out.insert(out.end(), sets.begin(), sets.end());
     return out;
 }
 
+}  // namespace
+
+std::vector<std::string> collect_overrides(const std::string& megatron_args,
+                                           const std::vector<std::string>& sets,
+                                           std::vector<std::string>& warnings) {
+    return overrides_from(megatron_args, sets, warnings, nullptr);
+}
+
 workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
     std::vector<std::string> warnings;
-    const auto overrides = collect_overrides(request.megatron_args, request.sets, warnings);
-    auto spec = workload::load_experiment(
-        request.path.empty() ? default_experiment() : request.path, overrides, request.max_memory);
+    std::map<std::string, std::string> derived_from;
+    const auto overrides =
+        overrides_from(request.megatron_args, request.sets, warnings, &derived_from);
+    workload::ExperimentSpec spec;
+    try {
+        spec = workload::load_experiment(request.path.empty() ? default_experiment() : request.path,
+                                         overrides, request.max_memory);
+    } catch (const ConfigError& e) {
+        // A value a Megatron-LM flag gave (and no --set replaced): name the flag.
+        const auto it = derived_from.find(e.where().file);
+        if (it == derived_from.end() || std::find(request.sets.begin(), request.sets.end(),
+                                                  e.where().file.substr(6)) != request.sets.end())
+            throw;
+        SourceLocation where = e.where();
+        where.file = it->second;
+        throw ConfigError(where, e.message());
+    }
     spec.warnings.insert(spec.warnings.begin(), warnings.begin(), warnings.end());
     return spec;
 }

@@ -338,7 +338,7 @@ NcclTestsFile read_nccl_tests(const std::string& spec) {
                                   "followed by :RANKS");
         path = spec.substr(eq + 1);
     }
-    std::istringstream in(read_input_file(path, path, "an nccl-tests output file"));
+    std::istringstream in(read_regular_file(path, path, "an nccl-tests output file"));
     return parse_nccl_tests(in, path, given, given_ranks);
 }
 

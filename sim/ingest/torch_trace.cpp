@@ -4,14 +4,17 @@
 
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <streambuf>
 
 #include "core/errors.hpp"
+#include "core/input_file.hpp"
 
 namespace cs::api {
 namespace {
@@ -31,7 +34,7 @@ class TraceStreamBuf : public std::streambuf {
             zs_ = z_stream{};
             // 16 + MAX_WBITS: a gzip header and trailer around the deflate stream.
             if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK)
-                throw ConfigError(display_ + ": cannot initialise zlib");
+                throw ConfigError(SourceLocation{display_}, "cannot initialise zlib");
             zinit_ = true;
         }
     }
@@ -50,12 +53,49 @@ class TraceStreamBuf : public std::streambuf {
         if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
         const std::size_t n = gzip_ ? inflate_more() : read_plain();
         if (n == 0) return traits_type::eof();
+        if (delivered_ + static_cast<std::int64_t>(n) > kMaxTraceJsonBytes)
+            throw ConfigError(SourceLocation{display_},
+                              "holds more than the " + size_text(kMaxTraceJsonBytes) +
+                                  " of JSON a trace may hold" + (gzip_ ? " after inflating" : "") +
+                                  "; profile fewer steps (torch.profiler's schedule) or trim it");
+        scan_tokens(n);
         delivered_ += static_cast<std::int64_t>(n);
         setg(out_.data(), out_.data(), out_.data() + n);
         return traits_type::to_int_type(*gptr());
     }
 
   private:
+    // JSON lexers hold a string or number whole: a gzip of one endless string would fill memory
+    // before the parser sees its end. Tracks the token being delivered across chunks.
+    void scan_tokens(std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            const char c = out_[i];
+            if (in_string_) {
+                if (escape_)
+                    escape_ = false;
+                else if (c == '\\')
+                    escape_ = true;
+                else if (c == '"')
+                    in_string_ = false, token_ = -1;
+            } else if (c == '"') {
+                in_string_ = true;
+                token_ = 0;
+            } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == ',' || c == ':' ||
+                       c == '[' || c == ']' || c == '{' || c == '}') {
+                token_ = -1;
+            }
+            if (++token_ > kMaxTraceToken)
+                throw ConfigError(SourceLocation{display_},
+                                  "byte " +
+                                      std::to_string(delivered_ + static_cast<std::int64_t>(i)) +
+                                      (gzip_ ? " (of the inflated JSON)" : "") + ": a " +
+                                      (in_string_ ? "string" : "value") + " longer than " +
+                                      size_text(kMaxTraceToken) +
+                                      ", the longest a trace may hold; expected a PyTorch profiler "
+                                      "Chrome trace");
+        }
+    }
+
     std::size_t read_plain() {
         in_.read(out_.data(), static_cast<std::streamsize>(out_.size()));
         return static_cast<std::size_t>(in_.gcount());
@@ -70,12 +110,12 @@ class TraceStreamBuf : public std::streambuf {
                 in_.read(in_buf_.data(), static_cast<std::streamsize>(in_buf_.size()));
                 const auto got = in_.gcount();
                 if (got == 0)
-                    throw ConfigError(display_ +
-                                      ": truncated gzip file: the compressed data ends "
+                    throw ConfigError(SourceLocation{display_},
+                                      "truncated gzip file: the compressed data ends "
                                       "at byte " +
-                                      std::to_string(compressed_) +
-                                      " before the end of its stream (after " +
-                                      std::to_string(delivered_) + " bytes of JSON)");
+                                          std::to_string(compressed_) +
+                                          " before the end of its stream (after " +
+                                          std::to_string(delivered_) + " bytes of JSON)");
                 compressed_ += got;
                 zs_.next_in = reinterpret_cast<Bytef*>(in_buf_.data());
                 zs_.avail_in = static_cast<uInt>(got);
@@ -86,9 +126,10 @@ class TraceStreamBuf : public std::streambuf {
                 break;
             }
             if (rc != Z_OK && rc != Z_BUF_ERROR)
-                throw ConfigError(display_ + ": corrupt gzip data near compressed byte " +
-                                  std::to_string(compressed_ - zs_.avail_in) + " (zlib: " +
-                                  (zs_.msg ? zs_.msg : "error " + std::to_string(rc)) + ")");
+                throw ConfigError(SourceLocation{display_},
+                                  "corrupt gzip data near compressed byte " +
+                                      std::to_string(compressed_ - zs_.avail_in) + " (zlib: " +
+                                      (zs_.msg ? zs_.msg : "error " + std::to_string(rc)) + ")");
         }
         return out_.size() - zs_.avail_out;
     }
@@ -100,29 +141,43 @@ class TraceStreamBuf : public std::streambuf {
     std::array<char, 1 << 16> in_buf_{};
     std::array<char, 1 << 16> out_{};
     std::int64_t delivered_ = 0, compressed_ = 0;
+    std::int64_t token_ = -1;
+    bool in_string_ = false, escape_ = false;
 };
+
+// A JSON number as a whole number, when it is one within int64 (a float like 3.0 too); JSON
+// floats beyond int64 must not be cast (undefined behaviour).
+std::optional<std::int64_t> whole(double v) {
+    if (!(v >= -9.2e18 && v <= 9.2e18) || v != std::floor(v)) return std::nullopt;
+    return static_cast<std::int64_t>(v);
+}
 
 // The SAX handler: keeps the few fields of the events clustersim reads, skips the rest.
 class Handler : public nlohmann::json_sax<Json> {
   public:
-    Handler(TorchTrace& out, const TraceStreamBuf* buf) : out_(out), buf_(buf) {}
+    Handler(TorchTrace& out, const TraceStreamBuf* buf, std::int64_t max_memory)
+        : out_(out), buf_(buf), max_memory_(max_memory) {}
 
     bool null() override { return scalar(Value{}); }
     bool boolean(bool) override { return scalar(Value{}); }
     bool number_integer(number_integer_t v) override {
-        return scalar(Value{true, static_cast<double>(v), v, {}});
+        return scalar(Value{true, static_cast<double>(v), v, true, {}});
     }
     bool number_unsigned(number_unsigned_t v) override {
-        return scalar(Value{true, static_cast<double>(v), static_cast<std::int64_t>(v), {}});
+        const bool fits = v <= static_cast<number_unsigned_t>(INT64_MAX);
+        return scalar(
+            Value{true, static_cast<double>(v), fits ? static_cast<std::int64_t>(v) : 0, fits, {}});
     }
     bool number_float(number_float_t v, const string_t&) override {
-        return scalar(Value{true, v, static_cast<std::int64_t>(v), {}});
+        const auto w = whole(v);
+        return scalar(Value{true, v, w.value_or(0), w.has_value(), {}});
     }
-    bool string(string_t& v) override { return scalar(Value{false, 0, 0, v}); }
+    bool string(string_t& v) override { return scalar(Value{false, 0, 0, false, v}); }
     bool binary(binary_t&) override { return scalar(Value{}); }
 
     bool start_object(std::size_t) override {
         const auto d = stack_.size();
+        check_depth();
         if (d == 0) root_object_ = true;
         if (in_events_array(d)) begin_event();
         if (event_open_ && d == event_depth_ && key_ == "args") in_args_ = true;
@@ -140,6 +195,7 @@ class Handler : public nlohmann::json_sax<Json> {
     }
     bool start_array(std::size_t) override {
         const auto d = stack_.size();
+        check_depth();
         if (d == 0) {
             events_depth_ = 1;  // the JSON Array Format: the events themselves
             saw_events_ = true;
@@ -175,14 +231,16 @@ class Handler : public nlohmann::json_sax<Json> {
                      const nlohmann::detail::exception& ex) override {
         const std::string what = ex.what();
         const bool eof = what.find("end of input") != std::string::npos;
-        throw ConfigError(out_.source + ": byte " + std::to_string(position) +
-                          (out_.gzip ? " (of the inflated JSON)" : "") + ": " +
-                          (eof ? "truncated: the JSON ends before its last value is complete"
-                               : "not valid JSON near '" + last_token.substr(0, 40) + "'") +
-                          (event_open_ || out_.events > 0 ? " (in or after traceEvents entry " +
-                                                                std::to_string(out_.events) + ")"
-                                                          : "") +
-                          "; expected a PyTorch profiler Chrome trace (" + what + ")");
+        throw ConfigError(
+            SourceLocation{out_.source},
+            "byte " + std::to_string(position) + (out_.gzip ? " (of the inflated JSON)" : "") +
+                ": " +
+                (eof ? "truncated: the JSON ends before its last value is complete"
+                     : "not valid JSON near '" + last_token.substr(0, 40) + "'") +
+                (event_open_ || out_.events > 0
+                     ? " (in or after traceEvents entry " + std::to_string(out_.events) + ")"
+                     : "") +
+                "; expected a PyTorch profiler Chrome trace (" + what + ")");
     }
 
     bool saw_events() const { return saw_events_; }
@@ -192,8 +250,33 @@ class Handler : public nlohmann::json_sax<Json> {
         bool number = false;
         double real = 0;
         std::int64_t integer = 0;
+        bool integral = false;  // `integer` holds the number (a whole number within int64)
         std::string text;
     };
+
+    void check_depth() const {
+        if (stack_.size() < kMaxTraceDepth) return;
+        throw ConfigError(SourceLocation{out_.source},
+                          "byte " + std::to_string(buf_ ? buf_->offset() : 0) +
+                              (out_.gzip ? " (of the inflated JSON)" : "") +
+                              ": arrays and objects nested more than " +
+                              std::to_string(kMaxTraceDepth) +
+                              " deep; a PyTorch profiler Chrome trace nests a few levels");
+    }
+
+    // What a kept event holds in memory, counted against --max-memory twice over: calibrate and
+    // diff build about as much again from it.
+    void hold(std::size_t bytes) {
+        held_ += static_cast<std::int64_t>(bytes);
+        if (held_ > max_memory_ / 2)
+            throw ConfigError(SourceLocation{out_.source},
+                              "the " + std::to_string(out_.events) +
+                                  " trace events read so far keep about " + std::to_string(held_) +
+                                  " bytes, and reading and fitting them would take more than "
+                                  "--max-memory (" +
+                                  std::to_string(max_memory_) +
+                                  " bytes); raise --max-memory or profile fewer steps");
+    }
 
     bool in_events_array(std::size_t depth) const {
         return events_depth_ > 0 && depth == events_depth_ && stack_.back() == 'a';
@@ -203,6 +286,7 @@ class Handler : public nlohmann::json_sax<Json> {
         event_open_ = true;
         event_depth_ = stack_.size() + 1;
         ev_ = Event{};
+        bad_number_.clear();
         ev_.index = out_.events;
         ev_.offset = buf_ ? buf_->offset() : 0;
     }
@@ -221,10 +305,16 @@ class Handler : public nlohmann::json_sax<Json> {
                 ev_.ts = v.real, ev_.has_ts = true;
             else if (key_ == "dur" && v.number)
                 ev_.dur = v.real, ev_.has_dur = true;
-            else if (key_ == "tid" && v.number)
+            else if (key_ == "tid" && v.number && v.integral)
                 ev_.tid = v.integer;
         } else if (in_args_ && d == event_depth_ + 1) {
             if (!v.number) return true;
+            if (!v.integral) {
+                if (key_ == "External id" || key_ == "correlation" || key_ == "stream" ||
+                    key_ == "device")
+                    bad_number_ = "args \"" + key_ + "\" is not a whole number within int64";
+                return true;
+            }
             if (key_ == "External id")
                 ev_.external_id = v.integer;
             else if (key_ == "correlation")
@@ -238,17 +328,35 @@ class Handler : public nlohmann::json_sax<Json> {
         } else if (dims_open_ && d == event_depth_ + 3 && v.number) {
             auto& a = ev_.args.back();
             if (a.shapes.empty()) a.shapes.emplace_back();
-            a.shapes.back().push_back(v.integer);
+            a.shapes.back().push_back(dimension(v));
         } else if (dims_open_ && d == event_depth_ + 4 && v.number) {
-            ev_.args.back().shapes.back().push_back(v.integer);
+            ev_.args.back().shapes.back().push_back(dimension(v));
         }
         return true;
     }
 
+    // A tensor dimension of Input Dims; out of range ones are reported when the event ends.
+    std::int64_t dimension(const Value& v) {
+        if (!v.integral || v.integer < 0 || v.integer > kMaxTraceDim) {
+            bad_number_ = "a dimension in \"Input Dims\" is " + number_text(v) +
+                          "; expected a whole number from 0 to 2^40";
+            return 0;
+        }
+        return v.integer;
+    }
+
+    static std::string number_text(const Value& v) {
+        if (v.integral) return std::to_string(v.integer);
+        std::ostringstream o;
+        o << v.real;
+        return o.str();
+    }
+
     [[noreturn]] void fail_event(const std::string& what) const {
-        throw ConfigError(out_.source + ": traceEvents entry " + std::to_string(ev_.index) +
-                          " (byte " + std::to_string(ev_.offset) + ", " + ev_.cat + " \"" +
-                          ev_.name.substr(0, 60) + "\"): " + what);
+        throw ConfigError(SourceLocation{out_.source},
+                          "traceEvents entry " + std::to_string(ev_.index) + " (byte " +
+                              std::to_string(ev_.offset) + ", " + ev_.cat + " \"" +
+                              ev_.name.substr(0, 60) + "\"): " + what);
     }
 
     void end_event() {
@@ -263,6 +371,28 @@ class Handler : public nlohmann::json_sax<Json> {
         if (!ev_.has_ts) fail_event("no numeric \"ts\" (start, microseconds)");
         if (!ev_.has_dur) fail_event("no numeric \"dur\" (duration, microseconds)");
         if (ev_.dur < 0) fail_event("negative \"dur\"");
+        if (!std::isfinite(ev_.ts) || std::abs(ev_.ts) > 1e18)
+            fail_event("\"ts\" is not a finite number of microseconds within 1e18");
+        if (!std::isfinite(ev_.dur) || ev_.dur > kMaxTraceDurationUs)
+            fail_event(
+                "\"dur\" is more than the 9.2e12 microseconds (about 106 days) the "
+                "simulator's clock holds");
+        if (!bad_number_.empty()) fail_event(bad_number_);
+        if (out_.events > kMaxTraceEvents)
+            fail_event("more than " + std::to_string(kMaxTraceEvents) +
+                       " trace events; profile fewer steps (torch.profiler's schedule)");
+        std::size_t bytes = ev_.name.size();
+        for (const auto& a : ev_.args) {
+            bytes += sizeof(TraceArg) + a.type.size();
+            for (const auto& shape : a.shapes) {
+                bytes += sizeof(shape) + shape.size() * sizeof(std::int64_t);
+                std::int64_t elements = 1;
+                for (const auto dim : shape)
+                    if (__builtin_mul_overflow(elements, dim, &elements) ||
+                        elements > kMaxTraceShapeElements)
+                        fail_event("a shape in \"Input Dims\" has more than 2^50 elements");
+            }
+        }
         if (gpu) {
             TraceGpuEvent g;
             g.cat = ev_.cat == "kernel"       ? TraceGpuEvent::Cat::Kernel
@@ -276,6 +406,7 @@ class Handler : public nlohmann::json_sax<Json> {
             g.external_id = ev_.external_id;
             g.correlation = ev_.correlation;
             g.index = ev_.index;
+            hold(sizeof(TraceGpuEvent) + bytes);
             out_.gpu.push_back(std::move(g));
         } else if (cpu) {
             TraceCpuOp op;
@@ -285,14 +416,17 @@ class Handler : public nlohmann::json_sax<Json> {
             op.tid = ev_.tid;
             op.external_id = ev_.external_id;
             op.has_shapes = ev_.has_shapes;
+            hold(sizeof(TraceCpuOp) + bytes);
             op.args = std::move(ev_.args);
             for (std::size_t i = 0; i < op.args.size() && i < ev_.types.size(); ++i)
                 op.args[i].type = ev_.types[i];
             out_.cpu_ops.push_back(std::move(op));
         } else if (runtime) {
+            hold(sizeof(TraceRuntimeCall) + bytes);
             out_.runtime.push_back(
                 TraceRuntimeCall{std::move(ev_.name), ev_.ts, ev_.dur, ev_.tid, ev_.correlation});
         } else {
+            hold(sizeof(TraceAnnotation) + bytes);
             out_.annotations.push_back(TraceAnnotation{std::move(ev_.name), ev_.ts, ev_.dur});
         }
     }
@@ -309,6 +443,9 @@ class Handler : public nlohmann::json_sax<Json> {
 
     TorchTrace& out_;
     const TraceStreamBuf* buf_;
+    std::int64_t max_memory_;
+    std::int64_t held_ = 0;
+    std::string bad_number_;  // the first out-of-range number of the open event
     std::vector<char> stack_;
     std::string key_;
     bool root_object_ = false, saw_events_ = false;
@@ -317,22 +454,24 @@ class Handler : public nlohmann::json_sax<Json> {
     Event ev_;
 };
 
-void parse_stream(std::istream& in, TorchTrace& out, const TraceStreamBuf* buf) {
-    Handler handler(out, buf);
+void parse_stream(std::istream& in, TorchTrace& out, const TraceStreamBuf* buf,
+                  std::int64_t max_memory) {
+    Handler handler(out, buf, max_memory);
     // strict: anything after the trace's closing bracket is an error too.
     Json::sax_parse(in, &handler, nlohmann::json::input_format_t::json, true);
     if (buf) out.bytes = buf->offset();
     if (!handler.saw_events())
-        throw ConfigError(out.source +
-                          ": not a Chrome trace: no \"traceEvents\" array (expected the JSON "
+        throw ConfigError(SourceLocation{out.source},
+                          "not a Chrome trace: no \"traceEvents\" array (expected the JSON "
                           "torch.profiler's export_chrome_trace writes)");
     std::int64_t kernels = 0;
     for (const auto& g : out.gpu)
         kernels += g.cat == TraceGpuEvent::Cat::Kernel;
     if (kernels == 0)
-        throw ConfigError(out.source + ": " + std::to_string(out.events) +
-                          " trace events but no GPU kernels (cat \"kernel\"); profile with "
-                          "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]");
+        throw ConfigError(SourceLocation{out.source},
+                          "" + std::to_string(out.events) +
+                              " trace events but no GPU kernels (cat \"kernel\"); profile with "
+                              "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]");
 }
 
 bool contains(std::string_view s, std::string_view part) {
@@ -349,7 +488,7 @@ std::int64_t TraceArg::numel(std::size_t shape) const {
     return n;
 }
 
-TorchTrace read_torch_trace(const std::filesystem::path& path) {
+TorchTrace read_torch_trace(const std::filesystem::path& path, std::int64_t max_memory) {
     TorchTrace out;
     out.source = path.string();
     // Streamed (traces run to GBs, gzipped or not), so not through read_input_file; its messages
@@ -363,6 +502,7 @@ TorchTrace read_torch_trace(const std::filesystem::path& path) {
         throw ConfigError(where,
                           "is a directory, expected a PyTorch profiler trace (.json or "
                           ".json.gz)");
+    require_regular_file(path, out.source, "a PyTorch profiler trace", kMaxTraceJsonBytes);
     std::ifstream file(path, std::ios::binary);
     if (!file)
         throw ConfigError(where,
@@ -370,18 +510,19 @@ TorchTrace read_torch_trace(const std::filesystem::path& path) {
     TraceStreamBuf buf(file, out.source);
     out.gzip = buf.gzip();
     std::istream in(&buf);
-    parse_stream(in, out, &buf);
+    parse_stream(in, out, &buf, max_memory);
     return out;
 }
 
-TorchTrace parse_torch_trace(std::string_view json, const std::string& display) {
+TorchTrace parse_torch_trace(std::string_view json, const std::string& display,
+                             std::int64_t max_memory) {
     TorchTrace out;
     out.source = display;
     std::istringstream in{std::string(json)};
     TraceStreamBuf buf(in, display);
     out.gzip = buf.gzip();
     std::istream s(&buf);
-    parse_stream(s, out, &buf);
+    parse_stream(s, out, &buf, max_memory);
     return out;
 }
 
@@ -443,6 +584,17 @@ int element_bytes(std::string_view type) {
     return 0;
 }
 
+namespace {
+
+// Bytes summed over a hostile trace's many large tensors stay below 2^58, so that the few
+// multiples op_hbm_bytes takes of them stay within int64.
+std::int64_t capped_sum(std::int64_t a, std::int64_t b) {
+    constexpr std::int64_t cap = std::int64_t{1} << 58;
+    return a > cap - b ? cap : a + b;
+}
+
+}  // namespace
+
 std::int64_t op_hbm_bytes(const TraceCpuOp& op, KernelKind kind) {
     if (!op.has_shapes) return 0;
     // Bytes of argument i (every tensor of a list), 0 for scalars and unknown types.
@@ -452,12 +604,12 @@ std::int64_t op_hbm_bytes(const TraceCpuOp& op, KernelKind kind) {
         const int e = a.list ? 2 : element_bytes(a.type);  // lists: the 16-bit activations
         std::int64_t total = 0;
         for (std::size_t s = 0; s < a.shapes.size(); ++s)
-            total += a.numel(s) * e;
+            total = capped_sum(total, a.numel(s) * e);  // numel <= 2^50 (kMaxTraceShapeElements)
         return total;
     };
     std::int64_t inputs = 0;
     for (std::size_t i = 0; i < op.args.size(); ++i)
-        inputs += arg_bytes(i);
+        inputs = capped_sum(inputs, arg_bytes(i));
     const std::string_view o = op.name;
     if (o == "aten::fill_" || o == "aten::zero_") return arg_bytes(0);
     if (o == "aten::copy_") return arg_bytes(0) + arg_bytes(1);

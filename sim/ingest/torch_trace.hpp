@@ -67,12 +67,32 @@ struct TorchTrace {
     bool gzip = false;
 };
 
+// Bounds on what a trace may hold (docs/robustness.md), checked while it streams so that a
+// gzip bomb, a FIFO or a trace of absurd size is refused before it fills memory:
+// the JSON text after inflating; one string or number in it (lexers hold a token whole); the
+// nesting of arrays and objects; the entries of traceEvents; a tensor dimension in Input Dims and
+// the elements of one shape (products of dimensions are then within int64 with room to spare);
+// a kernel's duration (the simulator's clock holds 2^63 ps, about 9.2e12 us).
+inline constexpr std::int64_t kMaxTraceJsonBytes = std::int64_t{4} << 30;
+inline constexpr std::int64_t kMaxTraceToken = std::int64_t{16} << 20;
+inline constexpr std::size_t kMaxTraceDepth = 100;
+inline constexpr std::int64_t kMaxTraceEvents = 50'000'000;
+inline constexpr std::int64_t kMaxTraceDim = std::int64_t{1} << 40;
+inline constexpr std::int64_t kMaxTraceShapeElements = std::int64_t{1} << 50;
+inline constexpr double kMaxTraceDurationUs = 9.2e12;
+// The default memory the kept events may take (--max-memory's default, 16 GiB).
+inline constexpr std::int64_t kDefaultTraceMemory = std::int64_t{16} << 30;
+
 // Reads a trace. Throws ConfigError naming the file and the byte offset (of the JSON text, after
 // inflating) or the event index for a truncated or corrupt file, something that is not a Chrome
-// trace, an event that lacks what its category needs, or a trace with no GPU kernels.
-TorchTrace read_torch_trace(const std::filesystem::path& path);
+// trace, an event that lacks what its category needs, or a trace with no GPU kernels; and for a
+// path that is no regular file (a FIFO, a device), a trace beyond the bounds above, or one whose
+// kept events, twice over (what calibrate and diff build from them), would pass `max_memory`.
+TorchTrace read_torch_trace(const std::filesystem::path& path,
+                            std::int64_t max_memory = kDefaultTraceMemory);
 // The same from text already in memory (tests); `display` names it in messages.
-TorchTrace parse_torch_trace(std::string_view json, const std::string& display);
+TorchTrace parse_torch_trace(std::string_view json, const std::string& display,
+                             std::int64_t max_memory = kDefaultTraceMemory);
 
 // The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM, grouped
 // GEMM, attention, one kind per memory-bound MemKind that eager kernels have, memset, and

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/errors.hpp"
@@ -82,6 +83,17 @@ double board_power_w(const std::string& gpu) {
         return 700;
     return 0;  // unknown: no energy unless goodput.gpu_power is given
 }
+
+// Checkpoint intervals up to 1e15 iterations: whole numbers a double and an int64 hold exactly.
+constexpr double kMaxCheckpointIterations = 1e15;
+constexpr double kMaxSegmentMtbfs = 10;
+
+std::string number_text(double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", v);
+    return text;
+}
+
 }  // namespace
 
 void add_goodput(Summary& s, const workload::ExperimentSpec& spec) {
@@ -110,17 +122,34 @@ void add_goodput(Summary& s, const workload::ExperimentSpec& spec) {
     const double wanted = g.interval ? g.interval->seconds() : out.daly_interval_s;
     // Checkpoints fall between iterations: a whole number of them, at least one.
     const double T = s.iteration_time_s;
-    out.interval_iterations = std::max<std::int64_t>(1, std::llround(wanted / T));
+    const double iterations = wanted / T;
+    if (!(iterations <= kMaxCheckpointIterations))
+        throw ConfigError(g.where, "'goodput': the checkpoint interval (" + number_text(wanted) +
+                                       " s) would be " + number_text(iterations) +
+                                       " iterations of " + number_text(T) +
+                                       " s, more than the 1e15 the report holds; give a "
+                                       "shorter goodput.interval or a higher failure rate");
+    out.interval_iterations = std::max<std::int64_t>(1, std::llround(iterations));
     out.interval_s = static_cast<double>(out.interval_iterations) * T;
+    // Beyond 10 MTBFs per segment the run keeps less than e^-10 of its time (and the closed
+    // form's exponentials overflow soon after): refused, not reported as 0% or nan.
+    const double mtbfs = (out.interval_s + out.checkpoint_write_s + out.restart_s) / out.mtbf_s;
+    if (!(mtbfs <= kMaxSegmentMtbfs))
+        throw ConfigError(g.where,
+                          "'goodput': a checkpoint interval (" + number_text(out.interval_s) +
+                              " s), its write (" + number_text(out.checkpoint_write_s) +
+                              " s) and a restart (" + number_text(out.restart_s) +
+                              " s) take more than 10 MTBFs (the job's MTBF is " +
+                              number_text(out.mtbf_s) +
+                              " s): the run would almost never progress; lower the failure rate, "
+                              "or shorten the interval, the checkpoint write or the restart");
     out.fraction = goodput_fraction(in, out.interval_s);
+    if (!(out.fraction > 0 && out.fraction <= 1))
+        throw ConfigError(g.where, "'goodput': the goodput fraction comes out as " +
+                                       number_text(out.fraction) +
+                                       ", outside (0, 1]; check the failure rate, checkpoint "
+                                       "and restart");
     if (g.monte_carlo_runs > 0) {
-        if ((out.interval_s + out.checkpoint_write_s + out.restart_s) / out.mtbf_s > 10)
-            throw ConfigError(
-                "goodput.monte_carlo: a checkpoint interval, write and restart take more than 10 "
-                "MTBFs (" +
-                std::to_string(out.mtbf_s) +
-                " s): the run would almost never progress; shorten goodput.interval or the "
-                "restart");
         const auto mc = monte_carlo_goodput(in, out.interval_s, g.monte_carlo_runs,
                                             g.monte_carlo_segments, g.monte_carlo_seed);
         out.monte_carlo_runs = mc.runs;
@@ -135,6 +164,10 @@ void add_goodput(Summary& s, const workload::ExperimentSpec& spec) {
         out.gpu_hours = out.train_time_s * gpus / 3600;
         out.energy_kwh = gpus * out.gpu_power_w * out.train_time_s * g.pue / 3.6e6;
         out.energy_per_token_j = out.energy_kwh * 3.6e6 / g.tokens;
+        if (!std::isfinite(out.train_time_s) || !std::isfinite(out.energy_kwh))
+            throw ConfigError(g.where, "'goodput.tokens': training " + number_text(g.tokens) +
+                                           " tokens would take " + number_text(out.train_time_s) +
+                                           " s, beyond what the report can state");
     }
 }
 

@@ -74,7 +74,10 @@ void write_html_report(std::ostream& out, const HtmlReport& report) {
     // written as a \u escape too: no name can then close the script element ("</script>") or put
     // the HTML parser in its escaped state ("<!--<script>", which made the page render nothing).
     // Outside strings JSON has none of these characters, so the text stays the same JSON.
-    const std::string dumped = html_data(report).dump(-1, ' ', true);
+    // Bytes that are not UTF-8 (a path named in another encoding) become U+FFFD rather than
+    // stopping the page.
+    const std::string dumped =
+        html_data(report).dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
     std::string json;
     json.reserve(dumped.size());
     for (const char c : dumped) {

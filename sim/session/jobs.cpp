@@ -102,7 +102,7 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
         root.fail("topology",
                   "expected the path of a topology file (a jobs file names its topology by "
                   "file, so that the jobs' own experiments can name the same file)");
-    const std::filesystem::path topo_path = doc.resolve(topo.Scalar());
+    const std::filesystem::path topo_path = doc.resolve(topo);
     config::Document tdoc;
     try {
         tdoc = config::load_document(topo_path);
@@ -155,7 +155,7 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
         config::Document edoc;
         if (e.IsDefined() && e.IsScalar()) {
             try {
-                edoc = config::load_document(doc.resolve(e.Scalar()));
+                edoc = config::load_document(doc.resolve(e));
             } catch (const ConfigError& err) {
                 if (err.where().line > 0) throw;
                 j.fail("experiment", "cannot load \"" + e.Scalar() + "\": " + err.message());
@@ -173,9 +173,8 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
             const YAML::Node& eroot = edoc.root;
             const YAML::Node et = eroot["topology"];
             if (et.IsDefined() && !et.IsNull()) {
-                const bool same =
-                    et.IsScalar() && std::filesystem::weakly_canonical(edoc.resolve(et.Scalar())) ==
-                                         canonical_topology;
+                const bool same = et.IsScalar() && std::filesystem::weakly_canonical(
+                                                       edoc.resolve(et)) == canonical_topology;
                 if (!same)
                     config::root_reader(edoc).fail(
                         "topology", "a job runs on the jobs file's topology (" +
@@ -287,6 +286,7 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
 // kMaxJobIterations < 256, messages of one iteration below 2^32).
 constexpr int kTokenShift = 40;
 constexpr int kIterationShift = 32;
+constexpr std::size_t kIterationTokens = 256;
 
 // Hands each finished transfer to the job and iteration whose token range it is in.
 class JobClients final : public network::TransferClient {
@@ -446,6 +446,17 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
     const auto build = [&](std::size_t k) -> replay::Replay& {
         const auto& p = prepared[which[k]];
         const auto i = replays[k].size();
+        // A job runs on while the others finish theirs; its tokens hold 256 iterations (and
+        // each iteration keeps its replay). Iteration times that far apart overflowed the token
+        // and crashed (found by fuzzing, issue 40): refused.
+        if (i >= kIterationTokens)
+            throw ConfigError(
+                SourceLocation{spec.source},
+                "job '" + spec.jobs[which[k]].name + "' would start its " + std::to_string(i + 1) +
+                    "th iteration before the others end their " + std::to_string(iterations) +
+                    ": the jobs' iteration times differ by more than " +
+                    std::to_string(kIterationTokens) +
+                    " times, more than a shared run holds; simulate them apart");
         replay::SharedFabric fabric;
         fabric.sim = &sim;
         fabric.network = network.get();
@@ -568,7 +579,9 @@ JobsSpec load_jobs(const workload::ExperimentText& text, std::int64_t max_memory
                               max_memory);
 }
 
-JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
+namespace {
+
+JobsResult run_jobs_unchecked(const JobsSpec& spec, const JobsOptions& options) {
     JobsResult out;
     std::vector<replay::PreparedIteration> prepared;
     // The shared run holds every job at once: the jobs' sizes are summed, each checked as it is
@@ -619,6 +632,24 @@ JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
         out.jobs.push_back(std::move(j));
     }
     return out;
+}
+
+}  // namespace
+
+JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options) {
+    try {
+        return run_jobs_unchecked(spec, options);
+    } catch (const ClockOverflow& e) {
+        // As in api::run: every time of the shared run comes from the jobs' inputs.
+        throw ConfigError(SourceLocation{spec.source},
+                          "a time in this shared run is longer than the simulator's clock can "
+                          "hold (2^63 ps, about 106 days): " +
+                              std::string(e.what()) +
+                              "; check the jobs' durations, sizes and rates");
+    } catch (const NoPathError& e) {
+        throw unreachable_gpu_error(e, SourceLocation{spec.source},
+                                    ", which a job sends data between,");
+    }
 }
 
 nlohmann::ordered_json to_json(const JobsResult& r) {

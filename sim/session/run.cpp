@@ -161,6 +161,14 @@ ConfigError no_path_error(const workload::ExperimentSpec& spec, const NoPathErro
 
 }  // namespace
 
+ConfigError unreachable_gpu_error(const NoPathError& e, const SourceLocation& where,
+                                  const std::string& between) {
+    return ConfigError(where, "GPU " + std::to_string(e.src()) + " cannot reach GPU " +
+                                  std::to_string(e.dst()) + between +
+                                  " without passing through another GPU; routes never transit a "
+                                  "GPU (link them directly or through a switch or NIC)");
+}
+
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
     // Measured (Release, docs/limits.md): the default experiment at 16,384 GPUs peaks at 160 MiB,
     // about 10 KiB per GPU with its cluster; a pipeline of two workers grows by about 150 bytes
@@ -169,7 +177,17 @@ double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
     const auto& l = spec.layout;
     const double workers = static_cast<double>(l.pp) * l.dp;
     const double passes = workers * spec.training.microbatches(l) * chunks * 3;
-    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes;
+    // A cluster copy per distinct failure time (schedule_link_faults): its devices and directed
+    // links at the topology estimate's per-object costs (docs/robustness.md).
+    std::vector<Time> times;
+    for (const auto& f : spec.faults.links)
+        if (f.fraction == 0 && f.at > Time::zero()) times.push_back(f.at);
+    std::sort(times.begin(), times.end());
+    const auto copies =
+        static_cast<double>(std::unique(times.begin(), times.end()) - times.begin());
+    const double cluster_bytes = 512.0 * static_cast<double>(spec.cluster->devices().size()) +
+                                 320.0 * static_cast<double>(spec.cluster->links().size());
+    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes + copies * cluster_bytes;
 }
 
 namespace {
@@ -415,7 +433,8 @@ RunResult run(const workload::ExperimentSpec& experiment, const RunOptions& opti
     } catch (const NoPathError& e) {
         if (!std::any_of(experiment.faults.links.begin(), experiment.faults.links.end(),
                          [](const workload::LinkFault& f) { return f.fraction == 0; }))
-            throw;
+            throw unreachable_gpu_error(e, SourceLocation{experiment.topology_source},
+                                        ", which this run sends data between,");
         throw no_path_error(experiment, e);
     } catch (const ClockOverflow& e) {
         // Every time in a run is derived from the input's sizes, rates and durations, so a time

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "replay/prepare.hpp"
 #include "report/run_detail.hpp"
 #include "report/summary.hpp"
@@ -62,8 +63,15 @@ struct RunResult {
 
 // An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and
 // per-pass costs measured on the Release build (docs/limits.md); `chunks` is the schedule's
-// model chunks per device. A double, so that absurd layouts cannot wrap.
+// model chunks per device. A double, so that absurd layouts cannot wrap. Each distinct time at
+// which links fail later in the run adds a copy of the cluster's routing (Cluster::with_faults).
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
+
+// The input error for a route the topology lacks (no link fault involved): `where` names the
+// input, `between` what sends data between the two GPUs ("this run", "a job"). Topologies of up
+// to 4,096 GPUs are checked for it when built; larger ones meet it at the first route.
+ConfigError unreachable_gpu_error(const NoPathError& e, const SourceLocation& where,
+                                  const std::string& between);
 
 class SweepCache;
 

@@ -435,6 +435,26 @@ TopologySize estimate_size(const TopologySpec& spec) {
             const double ports = nodes * nics;
             t.devices += 3 * ports;
             links += 4 * ports;
+            // The tiers' own up-link counts (at most `up`, else `down`: an oversubscription is at
+            // least 1) multiply: every leaf of a pod meets each of its u1 spines, every spine
+            // its plane's u2 cores. Counted here so that `up: 100000000` or a core count that
+            // would overflow an int is refused before anything is built.
+            const FabricSpec& f = *spec.fabric;
+            if (f.kind != FabricKind::SingleSwitch) {
+                const auto ups = [](const TierSpec& tier) {
+                    return static_cast<double>(tier.up ? *tier.up : tier.down.value_or(1));
+                };
+                // A leaf's `down` ports face NICs; partly filled leaves add one per rail.
+                const double leaves =
+                    std::ceil(ports / std::max(1, f.leaf.down.value_or(1))) + nics;
+                const double u1 = ups(f.leaf);
+                const double pods = f.kind == FabricKind::FatTree
+                                        ? std::ceil(leaves / std::max(1, f.spine.down.value_or(1)))
+                                        : 1;
+                const double u2 = f.kind == FabricKind::FatTree ? ups(f.spine) : 0;
+                t.devices += pods * u1 + u1 * u2;
+                links += leaves * u1 + pods * u1 * u2;
+            }
         }
     }
     t.directed_links = 2 * links;
@@ -452,13 +472,13 @@ void check_size(const TopologySpec& spec, std::int64_t max_memory) {
         return std::string(text);
     };
     const SourceLocation where = spec.node ? spec.nodes_where : spec.where;
-    throw ConfigError(where, "this topology would need about " + count(t.bytes / 1e9) +
-                                 " GB of memory to build (" + count(t.devices) + " devices, " +
-                                 count(t.directed_links) +
-                                 " directed links), more than the limit of " +
-                                 format_bytes(Bytes{max_memory}) +
-                                 "; use fewer nodes, GPUs or NICs, or raise the limit with "
-                                 "--max-memory");
+    throw ConfigError(
+        where, "this topology would need about " + count(t.bytes / 1e9) +
+                   " GB of memory to build (" + count(t.devices) + " devices, " +
+                   count(t.directed_links) + " directed links), more than the limit of " +
+                   format_bytes(Bytes{max_memory}) +
+                   "; use fewer nodes, GPUs, NICs or fabric up-links, or raise the limit with "
+                   "--max-memory");
 }
 
 }  // namespace cs::topology

@@ -275,20 +275,32 @@ std::vector<int> variability_gpus(const config::Reader& r, const topology::Clust
     const std::string key = by_gpu ? "gpus" : "nodes";
     const int limit = by_gpu ? cluster.gpu_count() : cluster.node_count();
     const char* expected = "a number, \"all\", numbers and ranges such as \"0-3,8\", or a list";
-    std::vector<int> picked;
-    const auto add = [&](std::int64_t v) {
+    // Ranges are collected, merged, and expanded only then: a long list that repeats a large
+    // range ("0-4095,0-4095,...") costs its text, not the sum of its ranges.
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    // Sorted and merged, overlapping or adjacent ranges joined; done whenever the list grows long
+    // too, so that it never holds more than about as many ranges as the cluster has numbers.
+    const auto merge = [&] {
+        std::sort(ranges.begin(), ranges.end());
+        std::size_t kept = 0;
+        for (const auto& range : ranges)
+            if (kept > 0 && range.first <= ranges[kept - 1].second + 1)
+                ranges[kept - 1].second = std::max(ranges[kept - 1].second, range.second);
+            else
+                ranges[kept++] = range;
+        ranges.resize(kept);
+    };
+    const auto check = [&](std::int64_t v) {
         if (v < 0 || v >= limit)
             r.fail(key, (by_gpu ? "GPU " : "node ") + std::to_string(v) +
                             " is not in the cluster, whose " + (by_gpu ? "GPUs" : "nodes") +
                             " are numbered " +
                             (limit == 1 ? std::string("0") : "0-" + std::to_string(limit - 1)));
-        picked.push_back(static_cast<int>(v));
     };
     const YAML::Node v = r.value(key);
     const auto parse_text = [&](const std::string& text) {
         if (text == "all") {
-            for (int i = 0; i < limit; ++i)
-                picked.push_back(i);
+            ranges.emplace_back(0, limit - 1);
             return;
         }
         std::size_t pos = 0;
@@ -304,15 +316,18 @@ std::vector<int> variability_gpus(const config::Reader& r, const topology::Clust
                 return std::stoll(t);
             };
             if (dash == std::string::npos) {
-                add(number(part));
+                const std::int64_t a = number(part);
+                check(a);
+                ranges.emplace_back(a, a);
             } else {
                 const std::int64_t a = number(part.substr(0, dash)),
                                    b = number(part.substr(dash + 1));
                 if (b < a) r.fail(key, "range " + part + " runs backwards");
-                if (b >= limit) add(b);  // reports the first number outside the cluster
-                for (std::int64_t i = a; i <= b; ++i)
-                    add(i);
+                check(a);
+                check(b);  // reports the first number outside the cluster
+                ranges.emplace_back(a, b);
             }
+            if (ranges.size() > 65536 + 2 * static_cast<std::size_t>(limit)) merge();
             pos = comma + 1;
         }
     };
@@ -326,9 +341,12 @@ std::vector<int> variability_gpus(const config::Reader& r, const topology::Clust
     } else {
         r.fail(key, std::string("expected ") + expected);
     }
-    if (picked.empty()) r.fail(key, "names no GPU");
-    std::sort(picked.begin(), picked.end());
-    picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+    if (ranges.empty()) r.fail(key, "names no GPU");
+    merge();
+    std::vector<int> picked;
+    for (const auto& [a, b] : ranges)
+        for (std::int64_t i = a; i <= b; ++i)
+            picked.push_back(static_cast<int>(i));
     if (by_gpu) return picked;
     std::vector<int> gpus;
     for (int g = 0; g < cluster.gpu_count(); ++g)
@@ -506,10 +524,14 @@ FaultsSpec parse_faults(const config::Reader& r, const topology::Cluster& cluste
 GoodputSpec parse_goodput(const config::Reader& r) {
     GoodputSpec g;
     g.present = true;
+    g.where = r.location();
     g.failures_per_gpu_hour = r.number("failures_per_gpu_hour");
-    if (!(g.failures_per_gpu_hour > 0 && g.failures_per_gpu_hour <= 1))
+    // Below 1e-12 (a failure per GPU every 114 million years) the optimum checkpoint interval
+    // runs past any training run and past the iteration counts the report can hold.
+    if (!(g.failures_per_gpu_hour >= 1e-12 && g.failures_per_gpu_hour <= 1))
         r.fail("failures_per_gpu_hour",
-               "must be in (0, 1] failures per GPU-hour (Llama 3's 16K-GPU run: about 2.2e-5)");
+               "must be in [1e-12, 1] failures per GPU-hour (Llama 3's 16K-GPU run: about "
+               "2.2e-5)");
     g.restart = r.time_opt("restart").value_or(Time::zero());
     if (auto c = r.map_opt("checkpoint")) {
         g.write_time = c->time_opt("write_time");
@@ -591,7 +613,7 @@ ComputeSpec parse_compute(const config::Reader& r) {
         const std::string file = r.string("calibration");
         CalibrationFile cal;
         try {
-            cal = load_calibration(r.document().resolve(file));
+            cal = load_calibration(r.path("calibration"));
         } catch (const ConfigError& e) {
             if (e.where().line > 0) throw;
             throw ConfigError(r.location("calibration"),
@@ -700,7 +722,7 @@ network::NetworkConfig parse_network(const config::Reader& r, std::filesystem::p
     if (cal != "measured" && cal != "nominal") {
         CalibrationFile file;
         try {
-            file = load_calibration(r.document().resolve(cal));
+            file = load_calibration(r.path("calibration"));
         } catch (const ConfigError& e) {
             if (e.where().line > 0) throw;
             r.fail("calibration",
@@ -812,27 +834,26 @@ ExperimentSpec load_experiment_document(config::Document doc,
     // A topology file with these overrides already built into the cache loaded, took its
     // overrides and built then: its file is not parsed again (a sweep's combinations).
     if (topo_node.IsScalar() && clusters)
-        cluster = clusters->find(
-            cache_key(std::string("file ").append(doc.resolve(topo_node.Scalar()).string())),
-            spec.topology_source);
+        cluster =
+            clusters->find(cache_key(std::string("file ").append(doc.resolve(topo_node).string())),
+                           spec.topology_source);
     if (cluster) {
         // held: nothing to load
     } else if (topo_node.IsScalar()) {
         config::Document tdoc;
         try {
-            tdoc = editable_document(doc.resolve(topo_node.Scalar()), documents);
+            tdoc = editable_document(doc.resolve(topo_node), documents);
         } catch (const ConfigError& e) {
             if (e.where().line > 0) throw;
             throw ConfigError(root.location("topology"),
                               "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
-                                  doc.resolve(topo_node.Scalar()).string() + "): " + e.message());
+                                  doc.resolve(topo_node).string() + "): " + e.message());
         }
         tdoc.override_prefix = "topology.";
         for (const auto& [k, v] : topo_overrides)
             config::apply_override(tdoc, k, v);
         spec.topology_source = tdoc.display_path;
-        cluster =
-            build(std::string("file ").append(doc.resolve(topo_node.Scalar()).string()), tdoc);
+        cluster = build(std::string("file ").append(doc.resolve(topo_node).string()), tdoc);
     } else if (topo_node.IsMap()) {
         // Inline topology: overrides address it as topology.<key> within the experiment itself.
         for (const auto& [k, v] : topo_overrides)

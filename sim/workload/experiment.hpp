@@ -377,6 +377,7 @@ struct GoodputSpec {
     int monte_carlo_runs = 0;           // 0: no Monte Carlo check
     std::uint64_t monte_carlo_seed = 1;
     int monte_carlo_segments = 1000;  // checkpoint intervals per Monte Carlo run
+    SourceLocation where;             // of the `goodput` mapping, for what the run finds
 };
 
 // `faults:` (docs/what-if.md): links degraded to a fraction of their bandwidth or failed, and

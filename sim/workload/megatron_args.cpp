@@ -68,7 +68,12 @@ bool is_flag(const std::string& w) {
     return w.size() > 2 && w[0] == '-' && w[1] == '-';
 }
 
-std::int64_t positive(const std::string& flag, const std::string& value) {
+// Counts are ints, as in the YAML (config::kMaxCount): a larger value is refused here, naming the
+// flag, before it reaches a product or the --set path that would name the key instead.
+constexpr std::int64_t kMaxFlagCount = 2147483647;
+
+std::int64_t positive(const std::string& flag, const std::string& value,
+                      std::int64_t max = kMaxFlagCount) {
     std::size_t used = 0;
     long long v = 0;
     try {
@@ -76,8 +81,10 @@ std::int64_t positive(const std::string& flag, const std::string& value) {
     } catch (const std::exception&) {
         used = 0;
     }
-    if (used != value.size() || value.empty() || v < 1)
-        bad(flag + ": expected a positive integer, found \"" + value + "\"");
+    if (used != value.size() || value.empty() || v < 1 || v > max)
+        bad(flag + ": expected a positive integer" +
+            (max == kMaxFlagCount ? " up to 2147483647" : std::string()) + ", found \"" + value +
+            "\"");
     return v;
 }
 
@@ -325,6 +332,12 @@ void append_moe_layer_freq(const std::string& flag, const std::string& text,
 
 }  // namespace
 
+std::string megatron_flag_of(const std::string& key) {
+    for (const auto& [flag, k] : integer_flags())
+        if (k == key) return flag;
+    return {};
+}
+
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                                                     std::vector<std::string>& warnings) {
     const auto words = split_words(args);
@@ -365,7 +378,9 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
         };
 
         if (const auto it = integer_flags().find(flag); it != integer_flags().end()) {
-            const auto v = positive(flag, value());
+            // The bucket size counts parameters, which may pass an int.
+            const auto v =
+                positive(flag, value(), flag == "--ddp-bucket-size" ? INT64_MAX : kMaxFlagCount);
             out.push_back(it->second + "=" + std::to_string(v));
             given[flag] = v;
         } else if (const auto sw = switch_flags().find(flag); sw != switch_flags().end()) {

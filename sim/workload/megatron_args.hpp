@@ -29,6 +29,9 @@ namespace cs::workload {
 // --make-vocab-size-divisible-by (128) x tp, as Megatron pads it.
 std::vector<std::string> megatron_args_to_overrides(const std::string& args,
                                                     std::vector<std::string>& warnings);
+// The flag that sets experiment key `key` one-to-one ("model.layers" -> "--num-layers"), or ""
+// when none does: messages about a derived override name the flag the user typed.
+std::string megatron_flag_of(const std::string& key);
 
 }  // namespace cs::workload
 

@@ -93,7 +93,7 @@ std::filesystem::path resolve_from(const config::Reader& r) {
     const std::string from = r.string("from");
     const bool is_path = from.find('/') != std::string::npos ||
                          (from.size() > 5 && from.substr(from.size() - 5) == ".yaml");
-    if (is_path) return r.document().resolve(from);
+    if (is_path) return r.path("from");
     const auto dir = bundled_models_dir(r.document().folder);
     if (dir.empty())
         r.fail("from", "no bundled model folder (workloads/models) found above " +

@@ -415,3 +415,76 @@ TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {
     CHECK(t.cpu_ops.size() == 1);
     CHECK_FALSE(t.cpu_ops[0].has_shapes);
 }
+
+TEST_CASE("calibrate: what it writes, its reader takes back (issue 40)") {
+    // The hand trace's fit, written and read back as an experiment's compute.calibration would:
+    // the constants derived at kHandTrace come back unchanged.
+    const auto t = cs::api::parse_torch_trace(kHandTrace, "hand.json");
+    const auto r = cs::api::calibrate_traces({t}, h200());
+    const auto back = cs::workload::parse_calibration(
+        cs::config::parse_document(cs::api::calibration_file_text(r), "cal.yaml"));
+    REQUIRE(back.launch_overhead.has_value());
+    CHECK(back.launch_overhead->count_ps() == 2'000'000);  // the 2 us gap, as fitted above
+    REQUIRE(back.residual.has_value());
+    CHECK(*back.residual == *r.file.residual);
+
+    // A trace whose unmapped kernel runs 1,000 us against 178 us of GEMM: a residual of 5.6,
+    // which the file cannot hold (below 1): left unfitted, and the file still reads back.
+    const std::string heavy = R"({"traceEvents": [
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 20,
+       "args": {"External id": 1, "Input Dims": [[4096, 4096], [4096, 4096]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+      {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7,
+       "ts": 1000, "dur": 178, "args": {"External id": 1, "stream": 7}},
+      {"ph": "X", "cat": "kernel", "name": "my_custom_kernel", "pid": 0, "tid": 7,
+       "ts": 2000, "dur": 1000, "args": {"stream": 7}}]})";
+    const auto rh =
+        cs::api::calibrate_traces({cs::api::parse_torch_trace(heavy, "heavy.json")}, h200());
+    CHECK_FALSE(rh.file.residual.has_value());
+    bool residual_reason = false;
+    for (const auto& u : rh.unfitted)
+        residual_reason |= u.what == "compute.residual";
+    CHECK(residual_reason);
+    CHECK_NOTHROW(cs::workload::parse_calibration(
+        cs::config::parse_document(cs::api::calibration_file_text(rh), "heavy-cal.yaml")));
+}
+
+TEST_CASE("torch trace reader: bounds and numbers checked before use (issue 40)") {
+    const auto kernel = [](const std::string& fields) {
+        return R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
+                   "args": {"stream": 7)" +
+               fields + "}}]})";
+    };
+    // 16 MiB + 1 bytes of one string: the reader stops at the limit (the JSON lexer would hold
+    // the whole string first).
+    const std::string endless = R"({"traceEvents": [{"name": ")" + std::string((16 << 20) + 1, 'a');
+    CHECK(has(error_of(endless), "a string longer than 16 MiB"));
+    // 101 nested arrays: one past the limit of 100.
+    CHECK(has(error_of(R"({"traceEvents": )" + std::string(101, '[')), "nested more than 100"));
+    // A float id beyond int64 (cast unchecked before: undefined behaviour).
+    CHECK(has(error_of(kernel(R"(, "correlation": 1e300)")),
+              "args \"correlation\" is not a whole number within int64"));
+    // A duration beyond the clock: 9.2e12 us is 2^63 ps, rounded down.
+    const std::string beyond = R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
+        "ts": 1, "dur": 1e13}]})";
+    CHECK(has(error_of(beyond), "\"dur\" is more than the 9.2e12 microseconds"));
+    // Shapes: 2^26 x 2^25 = 2^51 elements, above the 2^50 limit; each dimension within 2^40.
+    const std::string big = R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm",
+        "ts": 1, "dur": 1, "args": {"Input Dims": [[67108864, 33554432]]}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}]})";
+    CHECK(has(error_of(big), "more than 2^50 elements"));
+    // Kept events against the memory limit: 1,000 kernels of a 100-byte name keep more than
+    // 100 kB, twice over above a 64 kB limit (hold() counts what each event keeps).
+    std::string many = R"({"traceEvents": [)";
+    for (int i = 0; i < 1000; ++i)
+        many += std::string(i ? "," : "") + R"({"ph": "X", "cat": "kernel", "name": ")" +
+                std::string(100, 'k') + R"(", "ts": 1, "dur": 1})";
+    many += "]}";
+    try {
+        cs::api::parse_torch_trace(many, "many.json", 64 << 10);
+        FAIL("expected the memory limit");
+    } catch (const cs::ConfigError& e) {
+        CHECK(has(e.what(), "--max-memory (65536 bytes)"));
+    }
+    CHECK(cs::api::parse_torch_trace(many, "many.json").gpu.size() == 1000);
+}

@@ -192,3 +192,40 @@ TEST_CASE(
     CHECK(from_start > clean);
     CHECK(with("{links: [{link: gpu1->gpu0, fraction: 0.5, at: 10s}]}") == clean);
 }
+
+TEST_CASE("GPU lists: ranges merged before they are expanded, each GPU once (issue 40)") {
+    // 20,000 copies of "0-1" and a lone 1: the two GPUs, once each. Before, every range was
+    // expanded before de-duplication (40,001 entries here; a 900 KB list reached 4.2 GB).
+    std::string list = "1";
+    for (int i = 0; i < 20000; ++i)
+        list += ",0-1";
+    const auto spec = cs::api::load_experiment(
+        {kPipeline, {"variability={gpus: [{gpus: \"" + list + "\", factor: 1.2}]}"}, ""});
+    REQUIRE(spec.variability.gpus.size() == 1);
+    CHECK(spec.variability.gpus[0].gpus == std::vector<int>{0, 1});
+    // Merged ranges still report the first number outside the cluster (two GPUs: 0-1).
+    CHECK_THROWS_WITH_AS(
+        cs::api::load_experiment(
+            {kPipeline, {"variability={gpus: [{gpus: \"0-1,1-2\", factor: 1.2}]}"}, ""}),
+        doctest::Contains("GPU 2 is not in the cluster, whose GPUs are numbered 0-1"),
+        cs::ConfigError);
+}
+
+TEST_CASE("faults: each distinct failure time counts a copy of the cluster in the estimate") {
+    // kTwoLeaves with leaf0 -> spine0 failing at 1, 2 and 3 ms, and again at 2 ms (the same
+    // time: one copy). The estimate grows by 3 x (512 B per device + 320 B per directed link)
+    // over the same run without faults; a degraded link (fraction > 0) copies nothing.
+    const auto clean = cs::api::load_experiment(cs::workload::ExperimentText{kTwoLeaves}, {});
+    const auto timed = cs::api::load_experiment(
+        cs::workload::ExperimentText{
+            kTwoLeaves +
+            "faults: {links: [{link: leaf0->spine0, failed: true, at: 1ms}, "
+            "{link: leaf0->spine0, failed: true, at: 2ms}, {link: leaf0->spine1, failed: true, "
+            "at: 2ms}, {link: leaf0->spine0, failed: true, at: 3ms}, {link: leaf0->spine1, "
+            "fraction: 0.5, at: 4ms}]}\n"},
+        {});
+    const double copy = 512.0 * static_cast<double>(clean.cluster->devices().size()) +
+                        320.0 * static_cast<double>(clean.cluster->links().size());
+    CHECK(cs::api::estimate_run_bytes(timed, 1) - cs::api::estimate_run_bytes(clean, 1) ==
+          doctest::Approx(3 * copy));
+}

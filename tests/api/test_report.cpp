@@ -96,8 +96,8 @@ TEST_CASE("html report: one page, deterministic, data that cannot close its scri
     page.title = "clustersim compare";
     // A name that closes the script element, one that puts the HTML parser in its escaped state
     // ("<!--<script>": the page once rendered nothing), an ampersand and U+2028 (a line end in
-    // older JavaScript), all embedded in the page's JSON.
-    page.experiment = "a </script><script>alert(1)</script> name <!--<script> & \u2028";
+    // older JavaScript) and U+2029 (a paragraph end, the same), all embedded in the page's JSON.
+    page.experiment = "a </script><script>alert(1)</script> name <!--<script> & \u2028\u2029";
     page.runs = result.summaries;
     page.details = result.details;
     std::ostringstream a, b;
@@ -117,9 +117,12 @@ TEST_CASE("html report: one page, deterministic, data that cannot close its scri
     const std::string embedded =
         html.substr(data_start, html.find("</script>", data_start) - data_start);
     CHECK(embedded.find_first_of("<>&") == std::string::npos);
+    // Neither line end reaches the script element as its raw UTF-8 bytes.
+    CHECK(embedded.find("\xe2\x80\xa8") == std::string::npos);
+    CHECK(embedded.find("\xe2\x80\xa9") == std::string::npos);
     CHECK(embedded.find(
               "a \\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e name "
-              "\\u003c!--\\u003cscript\\u003e \\u0026 \\u2028") != std::string::npos);
+              "\\u003c!--\\u003cscript\\u003e \\u0026 \\u2028\\u2029") != std::string::npos);
     // What the page's script reads back (JSON.parse of the element's text) is the name itself.
     CHECK(nlohmann::json::parse(embedded)["experiment"] == page.experiment);
     const auto data = cs::report::html_data(page);

@@ -53,3 +53,29 @@ TEST_CASE("read_input_file: missing paths and folders") {
     CHECK(error_of([] { read_input_file("/", "/", "a YAML file"); }) ==
           "/: is a directory, expected a YAML file");
 }
+
+TEST_CASE("read_regular_file: what must be read to its end is a regular file (issue 40)") {
+    // A FIFO whose writer never closes would block a reader that waits for the end, and
+    // /dev/zero never ends: both refused before they are opened, naming the kind and the limit.
+    const auto fifo = scratch("trace-fifo");
+    fs::remove(fifo);
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(error_of([&] { cs::read_regular_file(fifo, "t.json", "a trace", 1 << 20); }) ==
+          "t.json: is not a regular file (a FIFO): a trace is read to its end, so it must be a "
+          "regular file of at most 1 MiB");
+    fs::remove(fifo);
+    CHECK(error_of([] { cs::read_regular_file("/dev/zero", "z.et", "an ET file", 2LL << 30); }) ==
+          "z.et: is not a regular file (a character device): an ET file is read to its end, so "
+          "it must be a regular file of at most 2 GiB");
+    // A link to a regular file is read; its size is checked against the limit (10 bytes > 9).
+    const auto p = scratch("ten-regular.txt");
+    const auto link = scratch("ten-link.txt");
+    std::ofstream(p) << "0123456789";
+    fs::remove(link);
+    fs::create_symlink(p, link);
+    CHECK(cs::read_regular_file(link, "ten-link.txt", "a log") == "0123456789");
+    CHECK(error_of([&] { cs::require_regular_file(link, "ten-link.txt", "a log", 9); }) ==
+          "ten-link.txt: is 10 bytes, more than the 9 bytes a log may hold");
+    fs::remove(link);
+    fs::remove(p);
+}

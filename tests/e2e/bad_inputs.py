@@ -153,6 +153,270 @@ check("jobs file given to compare", ["compare", two_jobs, "--schedules", "1f1b"]
       "two-jobs.yaml:11:3: 'jobs': a jobs file (several jobs on one topology) runs with "
       "`clustersim run`", corpus, outputs=("--json",))
 
+
+# Fabrics whose tiers multiply (issue 40): 1e8 spines, and a core count (leaf up x spine up) that
+# passes an int, refused by the estimate before anything is built (both took over 60 s).
+check("10^8 spines", ["topology", superpod, "--set", "fabric.leaf.up=100000000",
+                      "--set", "fabric.leaf.radix=~"],
+      "GB of memory to build (", corpus, outputs=("--json",))
+check("core count beyond an int",
+      ["topology", superpod, "--set", "nodes=2048", "--set", "fabric.leaf.up=65536",
+       "--set", "fabric.leaf.radix=~", "--set", "fabric.spine.up=65536",
+       "--set", "fabric.spine.radix=~"],
+      "GB of memory to build (", corpus, outputs=("--json",))
+# chakra export holds every rank's ET: estimated before it allocates.
+check("chakra export above --max-memory",
+      ["chakra", "export", default, "--max-memory", "200MiB"],
+      "chakra export would hold about", corpus, outputs=("--out",))
+# A Megatron-LM flag beyond an int names the flag, not the key it becomes.
+check("Megatron flag beyond an int",
+      ["run", valid, "--megatron-args", "--num-layers 3000000000"],
+      "--megatron-args: --num-layers: expected a positive integer up to 2147483647", corpus)
+check("Megatron flag above the layer limit names the flag",
+      ["run", valid, "--megatron-args", "--num-layers 2000000"],
+      "--megatron-args --num-layers 2000000", corpus)
+
+# Hostile input III (issue 40): the readers of the newer features, each bounded and refusing
+# what it cannot read to an end; numbers checked before use; outputs checked before writing.
+import gzip
+import json
+import shutil
+
+hostile = tempfile.mkdtemp(prefix="clustersim-hostile-")
+def hostile_file(name, data):
+    path = os.path.join(hostile, name)
+    with open(path, "wb") as fh:
+        fh.write(data if isinstance(data, bytes) else data.encode())
+    return path
+
+def fifo(name):
+    path = os.path.join(hostile, name)
+    os.mkfifo(path)
+    return path
+
+def to_zero(name):
+    path = os.path.join(hostile, name)
+    os.symlink("/dev/zero", path)
+    return path
+
+def kernel_trace(extra_event=None, extra_args=None):
+    """A PyTorch profiler trace of one GEMM operator and its kernel (as the unit tests' hand
+    trace), with one event or some args replaced to be hostile."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100,
+          "dur": 20, "args": {"External id": 1, "Input Dims": [[4096, 4096], [4096, 4096]],
+                              "Input type": ["c10::BFloat16", "c10::BFloat16"]}}
+    if extra_args:
+        op["args"].update(extra_args)
+    kernel = {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7,
+              "ts": 1000, "dur": 178, "args": {"External id": 1, "stream": 7, "correlation": 11}}
+    events = [op, kernel] + ([extra_event] if extra_event else [])
+    return json.dumps({"traceEvents": events})
+
+calibrate = ["calibrate", "--gpu-model", "H200-SXM", "--torch-trace"]
+def check_trace(name, path, expect, extra=()):
+    check(name, calibrate + [path] + list(extra), expect, corpus, outputs=("--out",))
+
+check_trace("torch trace that is a FIFO", fifo("trace-fifo.json"),
+            "trace-fifo.json: is not a regular file (a FIFO): a PyTorch profiler trace is read "
+            "to its end, so it must be a regular file of at most 4 GiB")
+check_trace("torch trace linked to /dev/zero", to_zero("trace-zero.json"),
+            "trace-zero.json: is not a regular file (a character device)")
+# 20 MiB of one string, gzipped to about 20 kB: refused at the string's 16 MiB, not inflated whole.
+check_trace("gzip bomb of one endless string",
+            hostile_file("bomb.json.gz",
+                         gzip.compress(b'{"traceEvents": [{"name": "' + b"a" * (20 << 20) + b'"}]}')),
+            "a string longer than 16 MiB, the longest a trace may hold")
+check_trace("trace nested 1,000 deep", hostile_file("deep.json", '{"traceEvents": ' + "[" * 1000),
+            "arrays and objects nested more than 100 deep")
+check_trace("kernel duration beyond the clock",
+            hostile_file("long-kernel.json", kernel_trace(
+                {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2000,
+                 "dur": 1e300, "args": {"stream": 7}})),
+            "traceEvents entry 2 (byte ")
+check_trace("kernel duration beyond the clock names the limit",
+            hostile_file("long-kernel2.json", kernel_trace(
+                {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2000,
+                 "dur": 1e13, "args": {"stream": 7}})),
+            "\"dur\" is more than the 9.2e12 microseconds (about 106 days) the simulator's clock holds")
+check_trace("tensor dimension 1e30 (a float beyond int64)",
+            hostile_file("dims-float.json", kernel_trace(extra_args={"Input Dims": [[1e30, 2], [2, 2]]})),
+            "a dimension in \"Input Dims\" is 1e+30; expected a whole number from 0 to 2^40")
+check_trace("negative tensor dimension",
+            hostile_file("dims-negative.json", kernel_trace(extra_args={"Input Dims": [[-4096, 2], [2, 2]]})),
+            "a dimension in \"Input Dims\" is -4096")
+check_trace("tensor of more than 2^50 elements",
+            hostile_file("dims-product.json",
+                         kernel_trace(extra_args={"Input Dims": [[2 ** 40, 2 ** 40], [2, 2]]})),
+            "a shape in \"Input Dims\" has more than 2^50 elements")
+check_trace("External id 1e300",
+            hostile_file("external-id.json", kernel_trace(extra_args={"External id": 1e300})),
+            "args \"External id\" is not a whole number within int64")
+many_kernels = {"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "k" * 64, "pid": 0, "tid": 7, "ts": i, "dur": 1,
+     "args": {"stream": 7}} for i in range(20000)]}
+check_trace("trace above --max-memory",
+            hostile_file("many-kernels.json", json.dumps(many_kernels)),
+            "trace events read so far keep about", extra=("--max-memory", "1MiB"))
+check("calibrate --max-memory unreadable",
+      calibrate + [hostile_file("ok.json", kernel_trace()), "--max-memory", "lots"],
+      "--max-memory lots: expected a positive size", corpus, outputs=("--out",))
+
+# diff: the simulated trace is read whole (64 MiB at most) and its fields are type-checked.
+measured = hostile_file("measured.json", kernel_trace())
+def check_diff(name, simulated, expect, measured=measured):
+    check(name, ["diff", simulated, measured], expect, corpus, outputs=("--json",))
+
+def simulated_trace(slice_fields):
+    meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "GPU 0 compute"}}
+    step = {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "F0",
+            "args": {"microbatch": 0, "layers": 2, "first_layer": 0}}
+    step.update(slice_fields)
+    return json.dumps({"traceEvents": [meta, step]})
+
+check_diff("diff: simulated trace is a FIFO", fifo("sim-fifo.json"),
+           "sim-fifo.json: is not a regular file (a FIFO): a clustersim trace is read to its end")
+check_diff("diff: measured trace linked to /dev/zero",
+           hostile_file("sim-ok.json", simulated_trace({})),
+           "measured-zero.json: is not a regular file (a character device)",
+           measured=to_zero("measured-zero.json"))
+check_diff("diff: ts of the wrong JSON type",
+           hostile_file("sim-ts.json", simulated_trace({"ts": "soon"})),
+           "sim-ts.json: traceEvents entry 1: \"ts\" is not a finite number of microseconds")
+check_diff("diff: first_layer near INT_MAX",
+           hostile_file("sim-layer.json",
+                        simulated_trace({"args": {"microbatch": 0, "layers": 2, "first_layer": 2147483647}})),
+           "\"first_layer\" is not a whole number from 0 to 1000000")
+check_diff("diff: layers as a float beyond int64",
+           hostile_file("sim-layers.json",
+                        simulated_trace({"args": {"microbatch": 0, "layers": 1e300}})),
+           "\"layers\" is not a whole number from 0 to 1000000")
+check_diff("diff: args of the wrong type",
+           hostile_file("sim-args.json", simulated_trace({"args": [1, 2]})),
+           "\"args\" is not an object")
+
+check("diff: simulated trace above --max-memory",
+      ["diff", hostile_file("sim-big.json", simulated_trace({"name": "F0" + " " * (1 << 20)})),
+       measured, "--max-memory", "8MiB"],
+      "sim-big.json: a trace of 1048", corpus, outputs=("--json",))
+
+# nccl-tests output: read to its end, so a regular file.
+topology2 = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
+check("nccl-tests output that is a FIFO",
+      ["calibrate", "--nccl-tests", fifo("nccl.txt"), "--topology", topology2],
+      "nccl.txt: is not a regular file (a FIFO): an nccl-tests output file is read to its end",
+      corpus, outputs=("--out",))
+
+# Chakra ETs: rank files and comm_groups.json regular files, decoded nodes within --max-memory,
+# communicator ranks in range.
+def et_folder(name, files):
+    folder = os.path.join(hostile, name)
+    os.mkdir(folder)
+    for file, data in files.items():
+        if data == "fifo":
+            os.mkfifo(os.path.join(folder, file))
+        elif data == "zero":
+            os.symlink("/dev/zero", os.path.join(folder, file))
+        else:
+            with open(os.path.join(folder, file), "wb") as fh:
+                fh.write(data if isinstance(data, bytes) else data.encode())
+    return folder
+
+def check_chakra(name, folder, expect, extra=()):
+    check(name, ["chakra", "run", folder, "--topology", topology2] + list(extra), expect, corpus,
+          outputs=("--json",))
+
+check_chakra("Chakra rank file that is a FIFO", et_folder("et-fifo", {"w.0.et": "fifo"}),
+             "w.0.et: is not a regular file (a FIFO): a Chakra ET file is read to its end")
+check_chakra("Chakra rank file linked to /dev/zero", et_folder("et-zero", {"w.0.et": "zero"}),
+             "w.0.et: is not a regular file (a character device)")
+# A metadata message, then 4 MiB of zeros: each zero byte is an empty node message.
+zeros = bytes([2, 0x0a, 0]) + bytes(4 << 20)
+check_chakra("Chakra file of zeros above --max-memory", et_folder("et-zeros", {"w.0.et": zeros}),
+             "the ETs' nodes read so far, and the program built from them, would take more than "
+             "--max-memory", extra=("--max-memory", "64MiB"))
+check_chakra("comm_groups.json that is a FIFO",
+             et_folder("et-groups-fifo", {"w.0.et": bytes([2, 0x0a, 0]), "comm_groups.json": "fifo"}),
+             "comm_groups.json: is not a regular file (a FIFO)")
+check_chakra("communicator rank beyond int",
+             et_folder("et-groups-rank",
+                       {"w.0.et": bytes([2, 0x0a, 0]), "comm_groups.json": '{"0": [0, 4294967296]}'}),
+             "communicator \"0\": rank 4294967296 is not a rank number (0 to 0)")
+
+# A GPU that no route reaches in a topology above 4,096 GPUs (not checked when built): 4,098 GPUs
+# in a chain, where GPU 0 reaches GPU 2049 only through other GPUs. An internal error before.
+chain = ["gpu_models:", "  G: {peak: {bf16: 989TFLOPS}, hbm: 141GB, hbm_bandwidth: 4.8TB/s}",
+         "devices:"]
+chain += [f"  - {{id: g{i}, type: gpu, model: G}}" for i in range(4098)]
+chain += ["links:"] + [f"  - {{from: g{i}, to: g{i + 1}, kind: nvlink, bandwidth: 25GB/s}}"
+                       for i in range(4097)]
+chain_topology = hostile_file("chain.yaml", "\n".join(chain) + "\n")
+chain_run = hostile_file("chain-run.yaml", """topology: chain.yaml
+model: {layers: 2, hidden_size: 1024, attention_heads: 8, vocab_size: 0}
+parallelism: {tp: 1, pp: 2, dp: 2049}
+training: {micro_batch_size: 1, global_batch_size: 2049, seq_length: 1024}
+compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}
+network: {model: analytical}
+""")
+check("unreachable GPU above 4,096 GPUs (run)", ["run", chain_run],
+      "chain.yaml: GPU 0 cannot reach GPU 2049, which this run sends data between, without passing", corpus)
+check("unreachable GPU above 4,096 GPUs (collective)",
+      ["collective", "--topology", chain_topology, "--ranks", "0,2", "--sizes", "1MiB"],
+      "--ranks: GPU 0 cannot reach GPU 2 in this topology", corpus, outputs=("--json",))
+
+# Every distinct time at which links fail copies the cluster's routing: 2,000 of them on two
+# nodes (about 84 kB a copy) are counted in the run's estimate, above a 100 MiB limit.
+times = ", ".join(f"{{link: leaf0->spine0, failed: true, at: {t + 1}us}}" for t in range(2000))
+fault_times = hostile_file("fault-times.yaml", """topology:
+  node: {gpus: 8, gpu_model: H100-SXM, intra: {kind: nvswitch, bandwidth: 450GB/s},
+         nics: {count: 8, kind: infiniband, bandwidth: 400Gbps}}
+  nodes: 2
+  fabric: {kind: leaf_spine, latency: 1us, leaf: {down: 8, up: 2}}
+model: {layers: 4, hidden_size: 4096, attention_heads: 32, vocab_size: 0}
+parallelism: {tp: 8, pp: 1, dp: 2}
+training: {micro_batch_size: 1, global_batch_size: 4, seq_length: 2048}
+compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}
+faults: {links: [""" + times + "]}\n")
+check("2,000 distinct fault times above --max-memory",
+      ["run", fault_times, "--max-memory", "100MiB"],
+      "fault-times.yaml:7:14: this run would need about", corpus)
+# A 900 kB GPU list repeating a range: merged, not expanded (it reached 4.2 GB), and its one bad
+# number still found.
+gpu_list = ",".join(["0-1"] * 300000) + ",2"
+check("900 kB GPU list with one GPU outside the cluster",
+      ["run", hostile_file("gpu-list.yaml", "topology: " + os.path.abspath(topology2) + """
+model: {layers: 8, hidden_size: 4096, attention_heads: 32, vocab_size: 0}
+parallelism: {tp: 1, pp: 2, dp: 1}
+training: {micro_batch_size: 1, global_batch_size: 8, seq_length: 2048}
+compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}
+variability: {gpus: [{gpus: \"""" + gpu_list + """\", factor: 1.2}]}
+"""), "--max-memory", "1GiB"],
+      "gpu-list.yaml:6:29: 'variability.gpus.0.gpus': GPU 2 is not in the cluster", corpus)
+
+# A name that is not UTF-8 reached the JSON writer, which refused it: an internal error after
+# the run. Now the YAML is refused where the byte is.
+check("YAML that is not UTF-8",
+      ["run", hostile_file("latin1.yaml", b"topology: " + os.path.abspath(topology2).encode() +
+                           b"\nmodel: {layers: 8, hidden_size: 4096, attention_heads: 32, "
+                           b"vocab_size: 0}\n# caf\xe9\n")],
+      "latin1.yaml:3:6: is not UTF-8 text", corpus)
+check("diff: pid of the wrong JSON type",
+      ["diff", hostile_file("sim-pid.json", json.dumps({"traceEvents": [
+          {"ph": "M", "name": "thread_name", "pid": "one", "tid": 2,
+           "args": {"name": "GPU 0 compute"}}]})), measured],
+      "sim-pid.json: traceEvents entry 0: \"pid\" is not a whole number", corpus,
+      outputs=("--json",))
+
+# Numbers beyond a double: nlohmann reports them as out_of_range, which was an internal error
+# (found by the first fuzz session of issue 40).
+check("diff: a number beyond a double",
+      ["diff", hostile_file("sim-1e999.json", '{"traceEvents": [{"ts": 1e999}]}'), measured],
+      "sim-1e999.json: not a JSON trace clustersim reads (", corpus, outputs=("--json",))
+check_chakra("comm_groups.json with a number beyond a double",
+             et_folder("et-groups-1e999",
+                       {"w.0.et": bytes([2, 0x0a, 0]), "comm_groups.json": '{"0": [1e999]}'}),
+             "comm_groups.json: not valid JSON: ")
+
+shutil.rmtree(hostile, ignore_errors=True)
 for f in failures:
     print("FAIL", f)
 print(f"bad inputs: {cases - len(failures)} passed, {len(failures)} failed")

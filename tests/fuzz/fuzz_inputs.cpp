@@ -11,10 +11,16 @@
 // a model file (model: {from: FILE} in tests/fuzz/base.yaml), .set one --set assignment per line
 // and .margs Megatron-LM flags, both applied to base.yaml; .nccl.txt nccl-tests output (read, and
 // fitted on the two-GPU topology when it has at most two ranks and 40 rows); .jobs.yaml a jobs
-// file (several jobs on one topology, run when small). A valid experiment is
+// file (several jobs on one topology, run when small). Issue 40's readers: .torch.json a PyTorch
+// profiler trace (read, fitted on the H200 when small, its calibration file read back); .sim.json
+// a simulated trace given to diff against tests/fuzz/measured.json; .et a Chakra ET file (rank 0
+// of a two-rank folder, run on two GPUs when small); .name.txt a name embedded in the HTML report
+// (its script element must hold no '<', '>', '&' or raw U+2028/9, and parse as JSON).
+// Variability, faults and goodput are experiment sections (.exp.yaml seeds). A valid experiment is
 // also simulated when it is small (kMaxPasses). A crash ends the process: `mutate` writes the input
 // it is about to try to OUT/current first, so that the crashing input is kept.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -23,19 +29,30 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "chakra/program.hpp"
+#include "config/document.hpp"
 #include "core/errors.hpp"
+#include "fit/calibrate.hpp"
 #include "fit/calibrate_network.hpp"
+#include "fit/diff.hpp"
 #include "ingest/inputs.hpp"
 #include "ingest/nccl_tests.hpp"
 #include "ingest/topology.hpp"
+#include "ingest/torch_trace.hpp"
+#include "report/html_report.hpp"
+#include "session/chakra.hpp"
 #include "session/jobs.hpp"
 #include "session/run.hpp"
 #include "topology/summary.hpp"
+#include "topology/topology_yaml.hpp"
+#include "workload/calibration.hpp"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
 #define CLUSTERSIM_SOURCE_DIR "."
@@ -52,10 +69,13 @@ constexpr double kMaxPasses = 20'000;
 
 // The extensions that name an input's target.
 constexpr const char* kTargets[] = {".exp.yaml", ".topo.yaml", ".model.yaml", ".set",
-                                    ".margs",    ".nccl.txt",  ".jobs.yaml"};
+                                    ".margs",    ".nccl.txt",  ".jobs.yaml",  ".torch.json",
+                                    ".sim.json", ".et",        ".name.txt"};
 
 const fs::path kBase = fs::path(CLUSTERSIM_SOURCE_DIR) / "tests" / "fuzz" / "base.yaml";
 const fs::path kTwoGpus = fs::path(CLUSTERSIM_SOURCE_DIR) / "topologies" / "h200-2gpu-nvlink.yaml";
+const fs::path kFuzzDir = fs::path(CLUSTERSIM_SOURCE_DIR) / "tests" / "fuzz";
+const fs::path kMeasured = kFuzzDir / "measured.json";
 
 std::string read(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -77,6 +97,26 @@ void run_if_small(const cs::workload::ExperimentSpec& spec) {
     cs::api::RunOptions options;
     options.max_memory = kFuzzMaxMemory;
     cs::api::run(spec, options);
+}
+
+// The HTML report with `name` as its experiment's name: its data element must hold none of the
+// characters that end or confuse a script element, and parse as JSON (bytes that are not UTF-8
+// become U+FFFD).
+void check_html_name(const std::string& name) {
+    cs::report::HtmlReport page;
+    page.title = "fuzz";
+    page.experiment = name;
+    std::ostringstream out;
+    cs::report::write_html_report(out, page);
+    const std::string html = out.str();
+    const std::string open = "<script type=\"application/json\" id=\"data\">";
+    const auto start = html.find(open) + open.size();
+    const std::string data = html.substr(start, html.find("</script>", start) - start);
+    if (data.find_first_of("<>&") != std::string::npos ||
+        data.find("\xe2\x80\xa8") != std::string::npos ||
+        data.find("\xe2\x80\xa9") != std::string::npos ||
+        !nlohmann::json::parse(data)["experiment"].is_string())
+        throw std::runtime_error("the HTML report's data element does not hold the name safely");
 }
 
 // What happened: "ok", or the error message with its digits blanked (so that the same error on
@@ -117,6 +157,44 @@ std::string attempt(const fs::path& file) {
             cs::api::ExperimentRequest request{kBase, {}, read(file), kFuzzMaxMemory};
             if (request.megatron_args.empty()) return "empty";
             run_if_small(cs::api::load_experiment(request));
+        } else if (ends_with(name, ".torch.json")) {
+            // A profiler trace: read within the fuzz memory limit, fitted when small, and the
+            // calibration file it gives read back (calibration_file_text checks that too).
+            const auto t = cs::api::read_torch_trace(file, kFuzzMaxMemory);
+            if (t.gpu.size() <= 20'000) {
+                const auto r =
+                    cs::api::calibrate_traces({t}, *cs::topology::find_catalog_model("H200"), {});
+                cs::workload::parse_calibration(cs::config::parse_document(
+                    cs::api::calibration_file_text(r), "fuzzed calibration"));
+            }
+        } else if (ends_with(name, ".sim.json")) {
+            cs::api::DiffOptions options;
+            options.simulated = file.string();
+            options.measured = kMeasured.string();
+            options.max_memory = kFuzzMaxMemory;
+            cs::api::diff_json(cs::api::diff_traces(options));
+        } else if (ends_with(name, ".et")) {
+            // Rank 0 of a two-rank folder (in the temporary folder: replay must not write into
+            // the corpus), rank 1 and the communicators the pipeline seed's
+            // (tests/fuzz/et-rank1.et, et-comm_groups.json).
+            const fs::path folder =
+                fs::temp_directory_path() / ("clustersim-fuzz-et-" + std::to_string(::getpid()));
+            fs::create_directories(folder);
+            fs::copy_file(file, folder / "fuzz.0.et", fs::copy_options::overwrite_existing);
+            fs::copy_file(kFuzzDir / "et-rank1.et", folder / "fuzz.1.et",
+                          fs::copy_options::overwrite_existing);
+            fs::copy_file(kFuzzDir / "et-comm_groups.json", folder / "comm_groups.json",
+                          fs::copy_options::overwrite_existing);
+            const auto program = cs::chakra::load_program(folder, kFuzzMaxMemory);
+            if (program.nodes <= 20'000) {
+                cs::api::ChakraRunRequest request;
+                request.folder = folder;
+                request.topology = kTwoGpus;
+                request.max_memory = kFuzzMaxMemory;
+                cs::api::chakra_run(request);
+            }
+        } else if (ends_with(name, ".name.txt")) {
+            check_html_name(read(file));
         } else if (ends_with(name, ".nccl.txt")) {
             // nccl-tests output: read, and fitted on the two-GPU topology when it is small.
             const auto f = cs::api::read_nccl_tests(file.string());
@@ -375,6 +453,15 @@ int mutate_corpus(const fs::path& seeds, const fs::path& out, long iterations, s
 int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::off);
     const std::vector<std::string> args(argv + 1, argv + argc);
+    // The .et target's folder (attempt), removed however the run ends but a crash.
+    struct RemoveEtFolder {
+        ~RemoveEtFolder() {
+            std::error_code ec;
+            fs::remove_all(
+                fs::temp_directory_path(ec) / ("clustersim-fuzz-et-" + std::to_string(::getpid())),
+                ec);
+        }
+    } remove_et_folder;
     try {
         if (args.size() >= 2 && args[0] == "replay")
             return replay(std::vector<fs::path>(args.begin() + 1, args.end()));

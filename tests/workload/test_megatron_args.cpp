@@ -101,8 +101,15 @@ TEST_CASE("query groups without --group-query-attention are ignored with a warni
 TEST_CASE("malformed values and impossible virtual stages are errors") {
     std::vector<std::string> w;
     CHECK(error_of([&] { megatron_args_to_overrides("--tensor-model-parallel-size eight", w); }) ==
-          "--megatron-args: --tensor-model-parallel-size: expected a positive integer, found "
-          "\"eight\"");
+          "--megatron-args: --tensor-model-parallel-size: expected a positive integer up to "
+          "2147483647, found \"eight\"");
+    // Beyond an int (a count), named by its flag (issue 40: the error named the --set key the
+    // flag becomes), and the bucket size, which counts parameters, may pass it.
+    CHECK(error_of([&] { megatron_args_to_overrides("--num-layers 2147483648", w); }) ==
+          "--megatron-args: --num-layers: expected a positive integer up to 2147483647, found "
+          "\"2147483648\"");
+    CHECK(megatron_args_to_overrides("--ddp-bucket-size 4000000000", w) ==
+          std::vector<std::string>{"parallelism.ddp_bucket_size=4000000000"});
     CHECK(error_of([&] { megatron_args_to_overrides("--num-layers", w); }) ==
           "--megatron-args: --num-layers: missing value");
     CHECK(error_of([&] {

@@ -58,9 +58,10 @@ class Variability final : public DurationModel {
         slowest = std::clamp(slowest, workload::kMinSlowdown, workload::kMaxSlowdown);
         const double ps = static_cast<double>(nominal.count_ps()) * slowest;
         if (!(ps < 9.0e18))
-            throw SimulationError("variability", "a pass of worker " + std::to_string(ctx.worker) +
-                                                     " slowed " + std::to_string(slowest) +
-                                                     "x overflows the 64-bit picosecond clock");
+            // The input's factor and durations did it: api::run reports it as an input error.
+            throw ClockOverflow("variability", "a pass of worker " + std::to_string(ctx.worker) +
+                                                   " slowed " + std::to_string(slowest) +
+                                                   "x overflows the 64-bit picosecond clock");
         return Time::ps(static_cast<std::int64_t>(std::llround(ps)));
     }
 
