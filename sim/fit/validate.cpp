@@ -324,8 +324,7 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const auto passes_at = [&](bool sustained) {
         auto compute = spec.compute.roofline;
         compute.sustained = sustained;
-        return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute,
-                                        moe);
+        return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute, moe);
     };
     const Call alone = call_of(passes);
     const bool other_clocks =
@@ -381,9 +380,8 @@ void run_gemm(const config::Reader& r, const std::vector<std::string>& sets, Val
     out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
                  std::to_string(shape.k) + " bf16 on " + gpu.name + ", per-call overhead " +
                  format_time(compute.launch_overhead) + ", sustained x" + number(sustained);
-    out.note = "efficiency " +
-               number(workload::gemm_efficiency(shape, gpu.gemm)) +
-               " at burst clocks";
+    out.note =
+        "efficiency " + number(workload::gemm_efficiency(shape, gpu.gemm)) + " at burst clocks";
 }
 
 // A rate under sustained load (h200-kernels.json sustained_throughput): a GEMM called back to
@@ -451,13 +449,13 @@ void run_kernel(const config::Reader& r, const std::vector<std::string>& sets,
         const auto n = g->integer("n"), k = g->integer("k");
         const std::string pass = g->choice("pass", {"fwd", "dgrad", "wgrad"});
         g->finish();
-        burst = workload::grouped_gemm_time(e, t, n, k, pass == "wgrad",
-                                            workload::Precision::Bf16, gpu, compute);
+        burst = workload::grouped_gemm_time(e, t, n, k, pass == "wgrad", workload::Precision::Bf16,
+                                            gpu, compute);
         flops = 2.0 * static_cast<double>(e * t) * static_cast<double>(n) * static_cast<double>(k);
         out.inputs = std::to_string(e) + " experts x " + std::to_string(t) + " tokens, " +
                      std::to_string(n) + " x " + std::to_string(k) + " " + pass + ", grouped";
-        out.note = "grouped / dense ratio " +
-                   number(workload::grouped_gemm_ratio(t, pass == "wgrad"));
+        out.note =
+            "grouped / dense ratio " + number(workload::grouped_gemm_ratio(t, pass == "wgrad"));
     } else if (auto a = r.map_opt("attention")) {
         workload::AttentionBlock b;
         b.b = a->integer("batch");
@@ -490,8 +488,8 @@ void run_kernel(const config::Reader& r, const std::vector<std::string>& sets,
     const double seconds = burst.seconds() / clock;
     const std::string unit = r.string_or("unit", "ms");
     out.predicted = unit == "TFLOP/s" ? flops / seconds * 1e-12 : seconds * 1e3;
-    out.inputs += " on " + gpu.name + " at " + number(mhz) + " MHz (throughput x " +
-                  number(clock) + ")";
+    out.inputs +=
+        " on " + gpu.name + " at " + number(mhz) + " MHz (throughput x " + number(clock) + ")";
 }
 
 // A case's `ranks`, each a GPU of `cluster`; errors point at the key in the cases file.

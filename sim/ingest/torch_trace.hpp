@@ -62,8 +62,8 @@ struct TorchTrace {
     std::vector<TraceCpuOp> cpu_ops;
     std::vector<TraceRuntimeCall> runtime;
     std::vector<TraceAnnotation> annotations;  // CPU-side user annotations
-    std::int64_t events = 0;  // traceEvents entries read
-    std::int64_t bytes = 0;   // JSON bytes read (after inflating)
+    std::int64_t events = 0;                   // traceEvents entries read
+    std::int64_t bytes = 0;                    // JSON bytes read (after inflating)
     bool gzip = false;
 };
 

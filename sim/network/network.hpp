@@ -138,9 +138,9 @@ struct NetworkConfig {
     // (ProtocolConstants) for a collective whose route crosses such a link (the largest over its
     // links); 1 = NCCL's constants. `clustersim calibrate --nccl-tests` fits it with the
     // efficiency and the fixed cost, on every size given.
-    double op_protocol_latency[kCollectiveKinds][kLinkKinds] = {
-        {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
-        {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
+    double op_protocol_latency[kCollectiveKinds][kLinkKinds] = {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+                                                                {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+                                                                {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
     // Cap on NVLS (multimem) traffic on each GPU-NVSwitch link and direction, as a fraction of
     // the link's nominal bandwidth. 1 = the links' own efficiency alone limits it.
     double nvls_efficiency = 1.0;

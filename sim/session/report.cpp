@@ -60,8 +60,7 @@ std::uint64_t suite_digest(const fs::path& suite) {
          {suite, data_root() / "topologies", data_root() / "workloads" / "models"}) {
         std::vector<fs::path> files;
         std::error_code ec;
-        for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end;
-             it.increment(ec))
+        for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
             if (it->is_regular_file(ec)) files.push_back(it->path());
         std::sort(files.begin(), files.end());
         h = fnv1a(dir.filename().generic_string(), h);
@@ -112,7 +111,8 @@ std::optional<nlohmann::ordered_json> built_scores() {
     if (exe.empty()) return std::nullopt;
     const fs::path file = scores_path_for(exe);
     std::error_code ec;
-    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (16u << 20)) return std::nullopt;
+    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (16u << 20))
+        return std::nullopt;
     std::ifstream in(file, std::ios::binary);
     const auto doc = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!doc.is_object() || doc.value("format", "") != kScoresFormat ||

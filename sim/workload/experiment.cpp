@@ -211,10 +211,11 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                "set sequence_parallel: true and tp > 1");
     if (l.cp_comm_type == CpCommType::A2aP2p) {
         if (l.cp_a2a_size == 0)
-            r.fail("cp_comm_type", "a2a+p2p needs cp_a2a_size: the all-to-all group size inside "
-                                   "each ring step (Megatron-LM's "
-                                   "--hierarchical-context-parallel-sizes), dividing cp = " +
-                                       std::to_string(l.cp));
+            r.fail("cp_comm_type",
+                   "a2a+p2p needs cp_a2a_size: the all-to-all group size inside "
+                   "each ring step (Megatron-LM's "
+                   "--hierarchical-context-parallel-sizes), dividing cp = " +
+                       std::to_string(l.cp));
         if (l.cp_a2a_size < 2 || l.cp % l.cp_a2a_size != 0 || l.cp_a2a_size == l.cp)
             r.fail("cp_a2a_size", "must divide cp = " + std::to_string(l.cp) +
                                       " and lie strictly between 1 and cp (a ring of at least "
@@ -751,8 +752,9 @@ network::NetworkConfig parse_network(const config::Reader& r, std::filesystem::p
     if (r.has("channels")) {
         const auto channels = r.integer("channels");
         if (channels < 1 || channels > 64)
-            r.fail("channels", "must be 1 to 64 (NCCL's channels per collective: LL128's "
-                               "per-channel rate limit applies this many times)");
+            r.fail("channels",
+                   "must be 1 to 64 (NCCL's channels per collective: LL128's "
+                   "per-channel rate limit applies this many times)");
         n.channels = static_cast<int>(channels);
     }
     r.finish();

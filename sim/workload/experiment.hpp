@@ -220,12 +220,12 @@ enum class MemKind : std::uint8_t {
     Scores,           // unfused attention's score-matrix kernels forward (bmms, softmax, dropout)
     ScoresBackward,   // the same kernels' backward
     RmsNorm,          // eager RMSNorm forward, input gradient and weight gradient
-    Rotary,           // eager rotate-half rotary embedding on the strided q and k (mul, neg, cat, add)
-    Swiglu,           // eager SwiGLU's strided kernels: silu, the product with the up half, backward
-    Permute,          // MoE token permutation: a gather of token rows (index_select)
-    Unpermute,        // MoE unpermutation: a scatter-add of expert rows back to tokens (index_add_)
-    Routing,          // MoE router: fp32 softmax and top-k of the logits, the index arithmetic
-    Sort,             // MoE tokens sorted by expert (argsort of the assignments)
+    Rotary,     // eager rotate-half rotary embedding on the strided q and k (mul, neg, cat, add)
+    Swiglu,     // eager SwiGLU's strided kernels: silu, the product with the up half, backward
+    Permute,    // MoE token permutation: a gather of token rows (index_select)
+    Unpermute,  // MoE unpermutation: a scatter-add of expert rows back to tokens (index_add_)
+    Routing,    // MoE router: fp32 softmax and top-k of the logits, the index arithmetic
+    Sort,       // MoE tokens sorted by expert (argsort of the assignments)
 };
 
 // Names of the kinds in a calibration file (compute.hbm_fractions) and fit reports.

@@ -647,19 +647,21 @@ std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::strin
     if (t.precision == Precision::Fp16) flags.push_back("--fp16");
     if (t.precision == Precision::Fp8) flags.push_back("--fp8-format hybrid");
     switch (l.sharding) {
-    case Sharding::None:
-        break;
-    case Sharding::Optimizer:
-        flags.push_back("--use-distributed-optimizer");
-        break;
-    case Sharding::Gradients:
-        flags.push_back("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads");
-        break;
-    case Sharding::Parameters:
-        flags.push_back("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params");
-        break;
+        case Sharding::None:
+            break;
+        case Sharding::Optimizer:
+            flags.push_back("--use-distributed-optimizer");
+            break;
+        case Sharding::Gradients:
+            flags.push_back("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads");
+            break;
+        case Sharding::Parameters:
+            flags.push_back(
+                "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params");
+            break;
     }
-    if (l.hsdp() && l.sharding != Sharding::None) add("--num-distributed-optimizer-instances", l.dp / l.shard_size);
+    if (l.hsdp() && l.sharding != Sharding::None)
+        add("--num-distributed-optimizer-instances", l.dp / l.shard_size);
     if (notes && spec.schedule != "1f1b" && spec.schedule != "interleaved")
         notes->push_back("Megatron-LM has no flag for the " + spec.schedule +
                          " schedule; the flags give its layout");

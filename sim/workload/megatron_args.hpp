@@ -44,6 +44,7 @@ namespace cs::workload {
 // back those settings (tests/api/test_plan.cpp). The model's own flags are not written (they are
 // the model's, not the layout's), nor the data-parallel size (Megatron derives it). A schedule
 // Megatron-LM has no flag for (anything but 1f1b and interleaved) is named in `notes`.
-std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::string>* notes = nullptr);
+std::string megatron_args_for(const ExperimentSpec& spec,
+                              std::vector<std::string>* notes = nullptr);
 
 }  // namespace cs::workload
