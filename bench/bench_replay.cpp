@@ -1,10 +1,14 @@
 // Time and memory of whole simulated iterations at growing scale.
 //   build/bin/bench_replay [max_gpus] [experiment.yaml] [min_gpus] [replica_gpus] [--no-fold]
+//                          [--microbatches N] [--set KEY=VALUE ...]
 // Default: GPT-3 175B (the bundled default experiment: TP8 x PP8, interleaved, flow-level network)
 // on DGX H100 clusters of 256 to 16,384 GPUs. Every row multiplies the GPUs by 4 from min_gpus
 // (default: one replica's GPUs x 4), data parallelism filling the cluster at 16 microbatches
-// per replica (global batch = 16 x dp: the experiment's micro batch size must be 1), 8 GPUs per
-// node; replica_gpus (default 64) must be the experiment's tp x pp x cp.
+// per replica (--microbatches; global batch = microbatches x dp: the experiment's micro batch
+// size must be 1), 8 GPUs per node; replica_gpus (default 64) must be the experiment's
+// tp x pp x cp. --set overrides are applied to every row (--set topology.routing=d_mod_k).
+//   build/bin/bench_replay 16384 "" 16384 --microbatches 64 --set topology.routing=d_mod_k
+// is the issue-41 row: the default experiment at 16,384 GPUs with 64 microbatches per replica.
 //   build/bin/bench_replay 131072 workloads/llama3-405b-128l-bench.yaml 2048 128
 // gives the Llama 3 405B rows (TP8 x PP16) at 2,048, 8,192, 32,768 and 131,072 GPUs.
 // Columns: wall and CPU seconds of loading (experiment and cluster) and of the run, engine
@@ -29,17 +33,31 @@ double cpu_s() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> args;
+    std::vector<std::string> args, more;
     bool fold = true;
+    int microbatches = 16;
     for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "--no-fold")
+        const std::string a = argv[i];
+        if (a == "--no-fold") {
             fold = false;
-        else
-            args.emplace_back(argv[i]);
+        } else if ((a == "--set" || a == "--microbatches") && i + 1 < argc) {
+            if (a == "--set")
+                more.emplace_back(argv[++i]);
+            else
+                microbatches = std::atoi(argv[++i]);
+        } else {
+            args.push_back(a);
+        }
+    }
+    if (microbatches < 1) {
+        std::fprintf(stderr, "bench_replay: --microbatches needs a whole number >= 1\n");
+        return 2;
     }
     const int max_gpus = !args.empty() ? std::atoi(args[0].c_str()) : 16384;
     const std::string experiment =
-        args.size() > 1 ? args[1] : (cs::api::data_root() / "workloads" / "default.yaml").string();
+        args.size() > 1 && !args[1].empty()
+            ? args[1]
+            : (cs::api::data_root() / "workloads" / "default.yaml").string();
     // GPUs of one replica (tp x pp x cp of the experiment) and its micro batch size.
     const int replica = args.size() > 3 ? std::atoi(args[3].c_str()) : 64;
     const int mbs = 1;
@@ -49,9 +67,10 @@ int main(int argc, char** argv) {
                 "fold");
     for (int gpus = min_gpus; gpus <= max_gpus; gpus *= 4) {
         const int dp = gpus / replica;
-        const std::vector<std::string> sets = {
+        std::vector<std::string> sets = {
             "topology.nodes=" + std::to_string(gpus / 8), "parallelism.dp=" + std::to_string(dp),
-            "training.global_batch_size=" + std::to_string(16 * dp * mbs)};
+            "training.global_batch_size=" + std::to_string(microbatches * dp * mbs)};
+        sets.insert(sets.end(), more.begin(), more.end());
         const auto t0 = std::chrono::steady_clock::now();
         const double c0 = cpu_s();
         const auto spec = cs::workload::load_experiment(experiment, sets);

@@ -188,6 +188,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (compact_) throw SimulationError("network", "a compact network takes no observers");
         SummingObserver* summing = kept_ ? dynamic_cast<SummingObserver*>(observer) : nullptr;
         real_links_.targets.push_back(observer);
+        (kept_ && observer->copies_link_images() ? real_links_.copiers : real_links_.repeated)
+            .push_back(observer);
         real_links_.summing.push_back(summing);
         if (summing)
             (summing->sketch_keys() ? real_links_.sketches : real_links_.tables).push_back(summing);
@@ -346,10 +348,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (algo == Algorithm::Nvls) return Protocol::Simple;
         if (kind == CollectiveKind::AllToAll || kind == CollectiveKind::SendRecv) {
             const auto n = static_cast<std::int64_t>(groups_[group].size());
-            const std::int64_t per_peer = kind == CollectiveKind::AllToAll ? size.value / n
-                                                                           : size.value;
+            const std::int64_t per_peer =
+                kind == CollectiveKind::AllToAll ? size.value / n : size.value;
             return enabled(Protocol::Ll) && per_peer <= kP2pLlThreshold ? Protocol::Ll
-                                                                          : Protocol::Simple;
+                                                                        : Protocol::Simple;
         }
         Protocol best = Protocol::Simple;
         Time best_time = estimate(protocol_plan(kind, group, algo, Protocol::Simple), size);
@@ -702,6 +704,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             real_links_.tell_cost(sim_.now(), cluster_, *cost, count);
         held_.clear();
         held_of_.clear();
+        real_links_.tell_images();
     }
 
     void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
@@ -864,8 +867,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         std::vector<LinkId> real_path;  // scratch, reused
         // Member folding (Network::fold): maps[m] carries member 0's links onto member m's; empty
-        // without folding. Each notification about member 0's flows is repeated for every member.
+        // without folding. Each notification about member 0's flows is repeated for every member
+        // to the `repeated` targets; the `copiers` (copies_link_images, fast paths only) are told
+        // member 0's alone and, at tell_images(), which links mirror which.
         std::vector<std::unordered_map<LinkId, LinkId>> maps;
+        std::vector<NetworkObserver*> repeated, copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
             real_path.clear();
@@ -900,10 +906,15 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             if (f.path.empty()) return;
             for (NetworkObserver* o : targets)
                 o->on_flow_start(f);
+            if (maps.size() < 2) return;
+            if (repeated.empty()) {
+                (void)copy(f.path, 1);  // a flow outside the folded transfers is still an error
+                return;
+            }
             for (std::size_t m = 1; m < maps.size(); ++m) {
                 FlowStart c = f;
                 c.path = copy(f.path, m);
-                for (NetworkObserver* o : targets)
+                for (NetworkObserver* o : repeated)
                     o->on_flow_start(c);
             }
         }
@@ -912,17 +923,20 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             if (p.empty()) return;
             for (NetworkObserver* o : targets)
                 o->on_flow_end(at, p);
+            if (repeated.empty()) return;
             for (std::size_t m = 1; m < maps.size(); ++m) {
                 const auto c = copy(p, m);
-                for (NetworkObserver* o : targets)
+                for (NetworkObserver* o : repeated)
                     o->on_flow_end(at, c);
             }
         }
         void on_link_rate(Time at, LinkId link, double bytes_per_s, int flows) override {
             if (link >= links) return;
-            for (std::size_t m = 0; m < std::max<std::size_t>(1, maps.size()); ++m)
-                for (NetworkObserver* o : targets)
-                    o->on_link_rate(at, m == 0 ? link : image(link, m), bytes_per_s, flows);
+            for (NetworkObserver* o : targets)
+                o->on_link_rate(at, link, bytes_per_s, flows);
+            for (std::size_t m = 1; m < maps.size(); ++m)
+                for (NetworkObserver* o : repeated)
+                    o->on_link_rate(at, image(link, m), bytes_per_s, flows);
         }
         std::vector<LinkRate> real_rates;  // scratch, reused
         void on_link_rates(Time at, std::span<const LinkRate> rates) override {
@@ -930,6 +944,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             for (const LinkRate& r : rates)
                 if (r.link < links) real_rates.push_back(r);
             if (real_rates.empty()) return;
+            for (NetworkObserver* o : copiers)
+                o->on_link_rates(at, real_rates);
+            if (repeated.empty()) return;
             if (maps.size() > 1) {
                 const std::size_t n = real_rates.size();
                 for (std::size_t m = 1; m < maps.size(); ++m)
@@ -938,12 +955,27 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                         r.link = image(r.link, m);
                         real_rates.push_back(r);
                     }
-                if (wants_ordered_link_rates())
+                if (std::any_of(repeated.begin(), repeated.end(), [](const NetworkObserver* o) {
+                        return o->wants_ordered_link_rates();
+                    }))
                     std::sort(real_rates.begin(), real_rates.end(),
                               [](const LinkRate& a, const LinkRate& b) { return a.link < b.link; });
             }
-            for (NetworkObserver* o : targets)
+            for (NetworkObserver* o : repeated)
                 o->on_link_rates(at, real_rates);
+        }
+        // Under member folding, tells the copiers which real links mirror member 0's (each
+        // member's images, in increasing image order).
+        void tell_images() {
+            if (maps.size() < 2 || copiers.empty()) return;
+            std::vector<LinkImage> images;
+            for (std::size_t m = 1; m < maps.size(); ++m)
+                for (const auto& [of, image] : maps[m])
+                    if (of < links) images.push_back({of, image});
+            std::sort(images.begin(), images.end(),
+                      [](const LinkImage& a, const LinkImage& b) { return a.image < b.image; });
+            for (NetworkObserver* o : copiers)
+                o->on_link_images(images);
         }
         bool wants_ordered_link_rates() const override {
             return std::any_of(targets.begin(), targets.end(), [](const NetworkObserver* o) {
@@ -1099,8 +1131,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         bool across_nodes = false;
         for (int r : ranks)
             across_nodes |= cluster_.node_of_gpu(r) != cluster_.node_of_gpu(ranks.front());
-        const bool tree = plan.algorithm == Algorithm::Tree ||
-                          plan.algorithm == Algorithm::Hierarchical;
+        const bool tree =
+            plan.algorithm == Algorithm::Tree || plan.algorithm == Algorithm::Hierarchical;
         // The largest latency factor over the plan's link kinds (op_protocol_latency).
         double scale = 0;
         const auto& factors = config_.op_protocol_latency[static_cast<int>(kind)];

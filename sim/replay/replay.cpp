@@ -494,9 +494,8 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
     // A collective flagged to overlap its neighbour (Step::OverlapNext, OverlapPrevious): the
     // pair takes overlapped_time of the two, the compute step slowed by compute.interference
     // (with a framework) while they overlap, the collective's time what is left exposed.
-    const double interference = spec_.compute.framework != workload::Framework::None
-                                    ? spec_.compute.interference
-                                    : 0.0;
+    const double interference =
+        spec_.compute.framework != workload::Framework::None ? spec_.compute.interference : 0.0;
     for (std::size_t k = 0; k < steps.size(); ++k) {
         const Step& a = steps[k];
         if (a.kind != Step::Kind::Collective) continue;
@@ -508,10 +507,9 @@ Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward
             throw SimulationError("replay", std::string("collective step '") + a.label +
                                                 "' overlaps a step that is not a compute step "
                                                 "of its repeat count");
-        const auto t = overlapped_time(cost.step_times[c].count_ps(),
-                                       cost.step_times[k].count_ps(),
-                                       cost.step_times[c].count_ps(),
-                                       cost.step_times[k].count_ps(), interference);
+        const auto t = overlapped_time(cost.step_times[c].count_ps(), cost.step_times[k].count_ps(),
+                                       cost.step_times[c].count_ps(), cost.step_times[k].count_ps(),
+                                       interference);
         cost.step_times[c] += Time::ps(t.slowed);
         cost.interference += Time::ps(t.slowed) * a.repeat;
         cost.step_times[k] = Time::ps(t.exposed);
@@ -1000,8 +998,8 @@ void Replay::try_start(int worker) {
         // round, one more with its sends alone.
         if (st.exchanging) return;  // woken by exchange_transfer_done
         const auto& rounds = rounds_[static_cast<std::size_t>(w.stage)];
-        const int next = st.cursor < order.size() ? rounds[st.cursor]
-                                                  : (rounds.empty() ? 0 : rounds.back() + 1);
+        const int next =
+            st.cursor < order.size() ? rounds[st.cursor] : (rounds.empty() ? 0 : rounds.back() + 1);
         if (next != st.round && post_exchange(worker, next)) return;
     }
     if (st.cursor >= order.size()) {
@@ -1325,8 +1323,8 @@ void Replay::start_message(std::size_t id) {
     msg.record.start = sim_.now();
     // The message has arrived when every member's part has.
     const Bytes bytes = msg.record.bytes;
-    msg.remaining = send_parts(std::span(sw.gpus).first(members),
-                               std::span(dw.gpus).first(members), bytes, token_base_ + id);
+    msg.remaining = send_parts(std::span(sw.gpus).first(members), std::span(dw.gpus).first(members),
+                               bytes, token_base_ + id);
     // Replica folding: the same message of every replica this one stands for costs the same time
     // (their classes are equal); the network's observers hear of its flows.
     if (!followers_of(worker).empty()) {
@@ -1914,8 +1912,8 @@ void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {
         return;
     }
     if (const auto* prefetch = std::get_if<PrefetchGather>(&purpose)) {
-        params_ready_[static_cast<std::size_t>(prefetch->stage * shape_.chunks +
-                                               prefetch->chunk)] = 1;
+        params_ready_[static_cast<std::size_t>(prefetch->stage * shape_.chunks + prefetch->chunk)] =
+            1;
         prefetch_parameters(prefetch->stage);
         for (int d = 0; d < layout_.dp; ++d) {
             const int w = worker_of(prefetch->stage, d);
@@ -2010,6 +2008,14 @@ void Replay::start() {
     }
     decide_fold(started_);
     decide_replica_fold(started_);
+    // Each op sends at most one pipeline message, and a stage's DP synchronisation a few: room
+    // for them up front, so that the table of messages is not moved as it grows (hundreds of
+    // thousands of records at 16,384 GPUs).
+    std::size_t expected = 0;
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+        if (!follower(static_cast<int>(w)))
+            expected += orders_[static_cast<std::size_t>(workers_[w].stage)].size() + 4;
+    messages_.reserve(messages_.size() + expected);
     if (param_prefetch_) {
         params_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks), 0);
         next_prefetch_.assign(static_cast<std::size_t>(layout_.pp), 0);

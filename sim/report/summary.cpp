@@ -136,6 +136,16 @@ void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
         rate(at, r.link, r.flows);
 }
 
+void LinkAccounting::on_link_images(std::span<const LinkImage> images) {
+    for (const LinkImage& i : images) {
+        const bool seen = (seen_[i.of >> 6] >> (i.of & 63) & 1) != 0;
+        if (!seen) continue;
+        see(i.image);
+        starts_[i.image] = starts_[i.of];
+        if (shared_) rates_[i.image] = rates_[i.of];
+    }
+}
+
 void LinkAccounting::rate(Time at, topology::LinkId l, int flows) {
     see(l);
     auto& st = rates_[l];

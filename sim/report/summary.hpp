@@ -214,6 +214,10 @@ class LinkAccounting final : public network::SummingObserver {
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
+    // Each link's records come from its own notifications alone: under member folding it takes
+    // the folded members' links as copies of member 0's.
+    bool copies_link_images() const override { return true; }
+    void on_link_images(std::span<const LinkImage> images) override;
 
     struct Link {
         double bytes = 0;

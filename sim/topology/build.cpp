@@ -84,6 +84,7 @@ class Builder {
         add_explicit_devices();
         if (spec_.node) add_generated();
         add_explicit_links();
+        b_.set_routing(spec_.routing);
         Cluster c = b_.build();
         check_connectivity(c);
         return c;

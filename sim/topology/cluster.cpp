@@ -110,11 +110,34 @@ std::uint64_t hash3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 namespace {
 constexpr std::int32_t kFar = std::numeric_limits<std::int32_t>::max() / 4;
 
-LinkId pick(const std::vector<LinkId>& candidates, int src, int dst, std::uint64_t flow_id,
-            DeviceIndex at) {
-    const std::uint64_t pair = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
-                               static_cast<std::uint32_t>(dst);
-    return candidates[hash3(pair, flow_id, at) % candidates.size()];
+// The choices of one route among equal-cost next hops (Routing, cluster.hpp).
+class Chooser {
+  public:
+    Chooser(Routing routing, int src, int dst, std::uint64_t flow_id)
+        : routing_(routing),
+          pair_(static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
+                static_cast<std::uint32_t>(dst)),
+          flow_id_(flow_id),
+          rest_(static_cast<std::uint32_t>(dst)) {}
+    // The index, below k, of the next hop taken at switch `at` among k candidates.
+    std::size_t operator()(std::size_t k, DeviceIndex at) {
+        if (routing_ == Routing::Ecmp) return hash3(pair_, flow_id_, at) % k;
+        if (k <= 1) return 0;
+        // d-mod-k: the destination's digits in the mixed radix of the choices met so far.
+        const std::size_t i = rest_ % k;
+        rest_ /= k;
+        return i;
+    }
+
+  private:
+    Routing routing_;
+    std::uint64_t pair_;
+    std::uint64_t flow_id_;
+    std::uint64_t rest_;
+};
+
+LinkId pick(const std::vector<LinkId>& candidates, Chooser& choose, DeviceIndex at) {
+    return candidates[choose(candidates.size(), at)];
 }
 }  // namespace
 
@@ -139,13 +162,14 @@ void Cluster::route_general(int src, int dst, std::uint64_t flow_id,
             src, dst, "no path from GPU " + std::to_string(src) + " to GPU " + std::to_string(dst));
     DeviceIndex cur = s;
     std::vector<LinkId> candidates;
+    Chooser choose(routing_, src, dst, flow_id);
     while (cur != d) {
         candidates.clear();
         for (LinkId l : out_links_[cur]) {
             const DeviceIndex next = links_[l].to;
             if (hops[next] == hops[cur] - 1) candidates.push_back(l);
         }
-        const LinkId chosen = pick(candidates, src, dst, flow_id, cur);
+        const LinkId chosen = pick(candidates, choose, cur);
         out.push_back(chosen);
         cur = links_[chosen].to;
     }
@@ -188,6 +212,7 @@ bool Cluster::route_in_node(int src, int dst, std::uint64_t flow_id,
     auto dist_of = [&](DeviceIndex v) { return dist[static_cast<std::size_t>(local_index_[v])]; };
     if (dist_of(s) == kFar) return false;
     std::vector<LinkId> candidates;
+    Chooser choose(routing_, src, dst, flow_id);
     for (DeviceIndex cur = s; cur != d;) {
         candidates.clear();
         for (std::uint32_t i = out_offsets_[cur]; i < out_offsets_[cur + 1]; ++i) {
@@ -196,7 +221,7 @@ bool Cluster::route_in_node(int src, int dst, std::uint64_t flow_id,
                 (next == d || !is_gpu_[next]))
                 candidates.push_back(out_arcs_[i].link);
         }
-        const LinkId chosen = pick(candidates, src, dst, flow_id, cur);
+        const LinkId chosen = pick(candidates, choose, cur);
         out.push_back(chosen);
         cur = links_[chosen].to;
     }
@@ -318,8 +343,7 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     if (remaining >= kFar)
         throw NoPathError(
             src, dst, "no path from GPU " + std::to_string(src) + " to GPU " + std::to_string(dst));
-    const std::uint64_t pair = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
-                               static_cast<std::uint32_t>(dst);
+    Chooser choose(routing_, src, dst, flow_id);
     auto& candidates = sc.candidates;
     for (DeviceIndex cur = s; cur != d; --remaining) {
         candidates.clear();
@@ -334,7 +358,7 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
                     : arc_dist(a) == want;
             if (hit) candidates.push_back(i);
         }
-        const Arc& chosen = out_arcs_[candidates[hash3(pair, flow_id, cur) % candidates.size()]];
+        const Arc& chosen = out_arcs_[candidates[choose(candidates.size(), cur)]];
         out.push_back(chosen.link);
         cur = chosen.other;
     }
@@ -486,6 +510,10 @@ void ClusterBuilder::reserve(std::size_t devices, std::size_t directed_links) {
 
 void ClusterBuilder::set_generated_shape(const GeneratedShape& shape) {
     c_.shape_ = shape;
+}
+
+void ClusterBuilder::set_routing(Routing routing) {
+    c_.routing_ = routing;
 }
 
 Cluster ClusterBuilder::build() {

@@ -142,6 +142,20 @@ inline constexpr std::array<Named<FabricKind>, 3> kFabricNames{{
     {"fat_tree", FabricKind::FatTree},
 }};
 
+// How a route chooses among equal-cost next hops (topology `routing`, docs/network.md "Routing").
+//  - ecmp: by a hash of (source GPU, destination GPU, flow id, switch), as hashed ECMP does;
+//    different flow ids (a collective's group) spread over the paths.
+//  - d_mod_k: by the destination alone, as static destination-based fabric routing (InfiniBand's
+//    d-mod-k / ftree engines) does: at the route's i-th choice among k > 1 next hops it takes
+//    number (dst / (k_1 x ... x k_{i-1})) mod k, the hops in link order. Flows to one GPU share
+//    their path; GPUs that differ only in their rail take images of each other's paths, which is
+//    what lets the network fold a worker's tensor-parallel members on large fabrics.
+enum class Routing : std::uint8_t { Ecmp, DModK };
+inline constexpr std::array<Named<Routing>, 2> kRoutingNames{{
+    {"ecmp", Routing::Ecmp},
+    {"d_mod_k", Routing::DModK},
+}};
+
 struct GeneratedShape {
     std::optional<FabricKind> fabric;  // none when the nodes have no fabric
     std::optional<IntraKind> intra;    // none for single-GPU nodes without PCIe switches
@@ -171,6 +185,7 @@ class Cluster {
     const std::vector<GpuModel>& gpu_models() const { return models_; }
     const ClusterGraph& graph() const { return *graph_; }  // topology/graph.hpp
     const std::optional<GeneratedShape>& generated_shape() const { return shape_; }
+    Routing routing() const { return routing_; }
 
     int gpu_count() const { return static_cast<int>(gpu_devices_.size()); }
     DeviceIndex gpu_device(int gpu) const { return gpu_devices_.at(static_cast<std::size_t>(gpu)); }
@@ -190,8 +205,9 @@ class Cluster {
     // Shortest path in hops that never passes through another GPU; traffic between two GPUs of
     // one node stays inside the node when the node connects them (NVLink, NVSwitch, PCIe), and
     // traffic between nodes never transits a third node. Among equal-cost paths the choice at
-    // each hop is a deterministic hash of (src, dst, flow_id), so different flow ids spread over
-    // all equal-cost paths. Throws SimulationError if no path exists.
+    // each hop follows routing(): under ecmp a deterministic hash of (src, dst, flow_id), so
+    // different flow ids spread over all equal-cost paths; under d_mod_k the destination alone.
+    // Throws SimulationError if no path exists.
     //
     // Cost: when every link is inside a node, inside the fabric (devices with node -1) or joins
     // the two (all generated clusters), a route needs only BFS inside the two nodes and hop tables
@@ -280,6 +296,7 @@ class Cluster {
     // Built once by ClusterBuilder::build() and shared by the copies with_faults() makes.
     std::shared_ptr<const ClusterGraph> graph_;
     int node_count_ = 0;
+    Routing routing_ = Routing::Ecmp;
     std::optional<GeneratedShape> shape_;
     // Hop-count tables per destination device, filled on first use (routes are computed on
     // demand; no all-pairs table). Mutable cache only; results do not depend on fill order.
@@ -304,6 +321,7 @@ class ClusterBuilder {
     LinkId add_link(DeviceIndex from, DeviceIndex to, LinkKind kind, Bandwidth per_link,
                     Time latency, int count = 1);
     void set_generated_shape(const GeneratedShape& shape);
+    void set_routing(Routing routing);
     // Freezes into a Cluster: numbers GPUs in insertion order, builds the Boost graph.
     Cluster build();
 

@@ -107,7 +107,8 @@ struct TopologySpec {
     int nodes = 0;  // generated nodes
     SourceLocation nodes_where;
     std::optional<FabricSpec> fabric;
-    SourceLocation where;  // the document
+    Routing routing = Routing::Ecmp;  // `routing`: how routes choose among equal-cost paths
+    SourceLocation where;             // the document
 };
 
 // The memory a run may take unless the user allows more (`--max-memory`): 16 GiB, about ten

@@ -377,6 +377,7 @@ TopologySpec parse_topology(const config::Document& doc) {
             fabric->fail_here("a fabric connects generated nodes; add node: {...} and nodes: N");
         spec.fabric = parse_fabric(*fabric);
     }
+    spec.routing = root.choice("routing", kRoutingNames, std::optional<Routing>{Routing::Ecmp});
     if (spec.devices.empty() && !spec.node) {
         // An experiment (or jobs file) where a topology was expected: say so, not what it lacks.
         const auto keys = root.keys();

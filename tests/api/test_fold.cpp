@@ -3,6 +3,7 @@
 // the run that carries them all; folding is refused where it would not be exact.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -407,4 +408,49 @@ TEST_CASE("fold: followers' metrics copied at the end equal the notifications re
               [&](cs::replay::Replay& replay) { replay.add_observer(unfolded_counter); });
     CHECK(counter.passes == unfolded_counter.passes);
     CHECK(counter.passes > 0);
+}
+
+TEST_CASE("fold: destination-mod-k routing folds members across spines, exactly") {
+    // The 64 nodes of the ECMP case above, routed d_mod_k (docs/network.md, "Routing"): a
+    // route's spine is a function of its destination GPU, and GPUs of one node differ only in
+    // their rail, so member m's routes are member 0's shifted by m spines and share no link
+    // with them. Folding by 8 is accepted, and gives the unfolded summary.
+    const auto sets = layout(64, 8, {"topology.routing=d_mod_k"});
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(folded.summary.fold_copies == 8);
+    CHECK(folded.summary.fold_refused.empty());
+    CHECK(full.summary.fold_copies == 1);
+    CHECK(folded.summary.events < full.summary.events);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    // Some link carries traffic over a spine: the fold is not the trivial one-leaf case.
+    bool spine = false;
+    for (const auto& l : folded.summary.links)
+        spine = spine || l.name.find("spine") != std::string::npos;
+    CHECK(spine);
+}
+
+TEST_CASE("fold: an observer that copies link images and one told every member agree") {
+    // Under member folding the summary's link accounting (copies_link_images) hears of member
+    // 0's flows alone and copies its records onto the other members' links at the end; a plain
+    // observer is told every member's flows through the link maps. Both must see what the
+    // unfolded run shows: here, the bytes per link of a plain observer in the folded run equal
+    // those of one in the unfolded run, and the summaries (link table included) are equal.
+    struct Bytes final : cs::network::NetworkObserver {
+        std::map<cs::topology::LinkId, double> bytes;
+        void on_flow_start(const FlowStart& f) override {
+            for (auto l : f.path)
+                bytes[l] += f.bytes;
+        }
+    };
+    const auto sets = layout(64, 8, {"topology.routing=d_mod_k"});
+    Bytes folded_bytes, full_bytes;
+    const auto folded = run(
+        sets, true, [&](cs::replay::Replay& replay) { replay.add_network_observer(folded_bytes); });
+    const auto full = run(
+        sets, false, [&](cs::replay::Replay& replay) { replay.add_network_observer(full_bytes); });
+    CHECK(folded.summary.fold_copies == 8);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    CHECK(folded_bytes.bytes.size() > 0);
+    CHECK(folded_bytes.bytes == full_bytes.bytes);
 }

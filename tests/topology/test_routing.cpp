@@ -269,3 +269,68 @@ TEST_CASE("with_faults after routing: the copy routes as a fresh cluster's copy 
     }
     CHECK(changed > 0);  // the faults did change some of the routes asked for
 }
+
+TEST_CASE("d_mod_k: the destination's digits choose the spine and the core, whatever the flow") {
+    // The fat tree of the ECMP test above (1 GPU per node, 2 leaves of 1 node per pod, 2 spines
+    // per pod, 2 cores per spine plane), routed destination-mod-k. Up from a leaf the route
+    // meets 2 spines (links in spine order), then 2 cores of the spine's plane; down it has no
+    // choice. So for destination d: spine d mod 2, then core (d / 2) mod 2 of that plane, whose
+    // name is core<plane x 2 + index>.
+    //   0 -> 2: spine 0, core (2 / 2) mod 2 = 1 of plane 0 = core1, pod1.spine0.
+    //   0 -> 3: spine 1, core (3 / 2) mod 2 = 1 of plane 1 = core3, pod1.spine1.
+    //   1 -> 2: the same spine index and core as 0 -> 2 (the destination alone decides).
+    const std::string yaml =
+        "node: {gpus: 1, gpu_model: H100, nics: {count: 1, bandwidth: 400Gbps}}\n"
+        "nodes: 4\n"
+        "routing: d_mod_k\n"
+        "fabric: {kind: fat_tree, leaf: {down: 1, up: 2, bandwidth: 200Gbps},\n"
+        "         spine: {down: 2, up: 2, bandwidth: 200Gbps}}\n";
+    const Cluster c = load_text(yaml);
+    CHECK(c.routing() == Routing::DModK);
+    for (std::uint64_t flow : {0u, 1u, 77u}) {
+        const auto h02 = hops_of(c, route_of(c, 0, 2, flow));
+        REQUIRE(h02.size() == 8);  // nic, leaf, spine, core, spine, leaf, nic, gpu
+        CHECK(h02[2] == "pod0.spine0");
+        CHECK(h02[3] == "core1");
+        CHECK(h02[4] == "pod1.spine0");
+        const auto h03 = hops_of(c, route_of(c, 0, 3, flow));
+        CHECK(h03[2] == "pod0.spine1");
+        CHECK(h03[3] == "core3");
+        CHECK(h03[4] == "pod1.spine1");
+        const auto h12 = hops_of(c, route_of(c, 1, 2, flow));
+        CHECK(h12[2] == "pod0.spine0");
+        CHECK(h12[3] == "core1");
+    }
+    // The default is hashed ECMP, and an unknown policy is refused with the accepted ones.
+    CHECK(load_text("node: {gpus: 1, gpu_model: H100}\nnodes: 1\n").routing() == Routing::Ecmp);
+    try {
+        (void)load_text("node: {gpus: 1, gpu_model: H100}\nnodes: 1\nrouting: adaptive\n");
+        FAIL("an unknown routing was accepted");
+    } catch (const ConfigError& e) {
+        const std::string what = e.what();
+        CHECK(what.find("ecmp") != std::string::npos);
+        CHECK(what.find("d_mod_k") != std::string::npos);
+    }
+}
+
+TEST_CASE("d_mod_k: GPUs that differ only in their rail take images of each other's routes") {
+    // 8 GPUs and 8 rail NICs per node, 64 nodes: two leaves per rail (32 nodes each) joined by
+    // 32 spines. GPU g = 8 x node + rail. From node 0 to node 40 (the other leaf group), rail r:
+    // the leaf's spine is (8 x 40 + r) mod 32 = r, so rails take spines 0..7, one each, and the
+    // links of two rails' routes are disjoint: what lets the network fold a worker's members.
+    const Cluster c = load_text(
+        "node: {gpus: 8, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+        "       nics: {count: 8, bandwidth: 400Gbps, rail_optimized: true}}\n"
+        "nodes: 64\n"
+        "routing: d_mod_k\n"
+        "fabric: {kind: leaf_spine, leaf: {down: 32, up: 32}}\n");
+    std::set<LinkId> used;
+    for (int r = 0; r < 8; ++r) {
+        const auto route = route_of(c, r, 8 * 40 + r, 0);
+        const auto h = hops_of(c, route);
+        REQUIRE(h.size() == 6);  // nic, leaf, spine, leaf, nic, gpu
+        CHECK(h[2] == "spine" + std::to_string(r));
+        for (LinkId l : route)
+            CHECK(used.insert(l).second);
+    }
+}

@@ -209,7 +209,9 @@ TEST_CASE("--set that resizes the layout lets a file's dp follow the GPU count")
     // topology.nodes=2: 2 x 4 = 8 GPUs, 8 / pp 2 = 4 replicas.
     CHECK(load_experiment(pinned, {"topology.nodes=2"}).layout.dp == 4);
     // dp given on the command line wins, and is checked as before: tp 2 x pp 2 x dp 2 = 8 > 4.
-    CHECK(error_of([&] { load_experiment(pinned, {"parallelism.tp=2", "parallelism.dp=2"}); })
+    CHECK(error_of([&] {
+              load_experiment(pinned, {"parallelism.tp=2", "parallelism.dp=2"});
+          })
               .find("--set parallelism.dp=2: 'parallelism.dp': tp x pp x dp x cp = 2 x 2 x 2 x 1 "
                     "= 8 GPUs, but the topology has 4") == 0);
     // A --set that does not resize keeps the file's dp.
@@ -337,15 +339,16 @@ TEST_CASE("errors in the file name file:line:column and what would be accepted")
     const std::string e = (s.dir() / "e.yaml").string();
 
     SUBCASE("unknown key: at the key (column 3), listing the keys of that mapping") {
-        CHECK(error_with("  tpp: 2\n") ==
-              e + ":7:3: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, cp, ep, vpp, "
-                  "sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
-                  "grad_reduce_after_backward, ddp_bucket_size, overlap_p2p_comm, tp_comm_overlap, "
+        CHECK(
+            error_with("  tpp: 2\n") ==
+            e + ":7:3: unknown key 'parallelism.tpp'; accepted keys here: tp, pp, cp, ep, vpp, "
+                "sequence_parallel, distributed_optimizer, overlap_grad_reduce, "
+                "grad_reduce_after_backward, ddp_bucket_size, overlap_p2p_comm, tp_comm_overlap, "
                 "overlap_param_gather, cp_comm_type, cp_a2a_size, order, dp, sharding, shard_size, "
-                  "shard_replicas, "
-                  "reshard_after_forward, shard_prefetch, "
-                  "first_stage_layers, last_stage_layers, account_for_embedding, "
-                  "account_for_loss or stage_layers");
+                "shard_replicas, "
+                "reshard_after_forward, shard_prefetch, "
+                "first_stage_layers, last_stage_layers, account_for_embedding, "
+                "account_for_loss or stage_layers");
     }
     SUBCASE("unknown top-level key: line 10, after the 9 lines of kMinimal") {
         CHECK(error_with("  pp: 2\n", "schedul: zb-h1\n") ==
@@ -440,7 +443,7 @@ TEST_CASE("errors in --set values name the argument instead of a line") {
     // The value lands in the topology file, whose reader lists the topology's keys.
     const auto nodez = error_with({"topology.nodez=2"});
     CHECK(nodez.find("unknown key 'nodez'; accepted keys here: name, description, gpu_models, "
-                     "devices, links, node, nodes or fabric") != std::string::npos);
+                     "devices, links, node, nodes, fabric or routing") != std::string::npos);
     const auto nodes = error_with({"topology.nodes=two"});
     CHECK(nodes.find("expected a whole number, found \"two\"") != std::string::npos);
 }
