@@ -13,7 +13,10 @@
 // gives the Llama 3 405B rows (TP8 x PP16) at 2,048, 8,192, 32,768 and 131,072 GPUs.
 // Columns: wall and CPU seconds of loading (experiment and cluster) and of the run, engine
 // events, the iteration, MFU, the process's peak RSS so far, and the members each transfer stood
-// for (member folding, docs/performance.md).
+// for (member folding, docs/performance.md); then the flow solver's work (zeros outside `flow`):
+// max-min re-solves, flows re-rated per re-solve (summed over its rounds), the run's CPU time per
+// re-solve (an upper bound: the engine and the replay are in it), the most flows active at once
+// and the solver's links.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -62,9 +65,11 @@ int main(int argc, char** argv) {
     const int replica = args.size() > 3 ? std::atoi(args[3].c_str()) : 64;
     const int mbs = 1;
     const int min_gpus = args.size() > 2 ? std::atoi(args[2].c_str()) : replica * 4;
-    std::printf("%-7s %-5s %-7s %-7s %-8s %-8s %-10s %-12s %-7s %-8s %-5s\n", "GPUs", "dp",
-                "load s", "load cpu", "sim s", "sim cpu", "events", "iteration s", "MFU", "RSS MiB",
-                "fold");
+    std::printf(
+        "%-7s %-5s %-7s %-7s %-8s %-8s %-10s %-12s %-7s %-8s %-5s %-9s %-8s %-8s %-8s "
+        "%-9s\n",
+        "GPUs", "dp", "load s", "load cpu", "sim s", "sim cpu", "events", "iteration s", "MFU",
+        "RSS MiB", "fold", "re-solves", "rerated", "us/solve", "peak fl", "links");
     for (int gpus = min_gpus; gpus <= max_gpus; gpus *= 4) {
         const int dp = gpus / replica;
         std::vector<std::string> sets = {
@@ -78,14 +83,24 @@ int main(int argc, char** argv) {
         const double c1 = cpu_s();
         cs::api::RunOptions options;
         options.fold = fold;
-        const auto summary = cs::api::run(spec, options).summary;
+        const auto result = cs::api::run(spec, options);
+        const auto& summary = result.summary;
+        const auto& solver = result.solver;
         const auto t2 = std::chrono::steady_clock::now();
         const double c2 = cpu_s();
-        std::printf("%-7d %-5d %-7.3f %-8.3f %-8.3f %-8.3f %-10llu %-12.4f %-7.4f %-8.1f %-5d\n",
-                    gpus, dp, std::chrono::duration<double>(t1 - t0).count(), c1 - c0,
-                    std::chrono::duration<double>(t2 - t1).count(), c2 - c1,
-                    static_cast<unsigned long long>(summary.events), summary.iteration_time_s,
-                    summary.mfu, cs::bench::peak_rss_mib(), summary.fold_copies);
+        const double solves = static_cast<double>(solver.recomputes);
+        std::printf(
+            "%-7d %-5d %-7.3f %-8.3f %-8.3f %-8.3f %-10llu %-12.4f %-7.4f %-8.1f %-5d "
+            "%-9llu %-8.1f %-8.2f %-8llu %-9llu\n",
+            gpus, dp, std::chrono::duration<double>(t1 - t0).count(), c1 - c0,
+            std::chrono::duration<double>(t2 - t1).count(), c2 - c1,
+            static_cast<unsigned long long>(summary.events), summary.iteration_time_s, summary.mfu,
+            cs::bench::peak_rss_mib(), summary.fold_copies,
+            static_cast<unsigned long long>(solver.recomputes),
+            solves > 0 ? static_cast<double>(solver.rerated) / solves : 0.0,
+            solves > 0 ? (c2 - c1) * 1e6 / solves : 0.0,
+            static_cast<unsigned long long>(solver.peak_flows),
+            static_cast<unsigned long long>(solver.links));
         std::fflush(stdout);
     }
     return 0;

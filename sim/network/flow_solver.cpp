@@ -112,7 +112,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         slots[i] = static_cast<std::uint32_t>(on_link.size());
         on_link.push_back(id);
     }
-    ++active_;
+    peak_ = std::max(peak_, ++active_);
     return id;
 }
 

@@ -80,6 +80,8 @@ class FlowSolver {
     // Bytes per second, as of the last recompute().
     double rate(FlowId f) const { return rate_[f]; }
     std::size_t active_flows() const { return active_; }
+    // The most flows active at once so far.
+    std::size_t peak_flows() const { return peak_; }
 
     // The flows crossing link `l`, in no particular order (invalidated by add() and remove()).
     const std::vector<FlowId>& flows_on(topology::LinkId l) const { return link_flows_[l]; }
@@ -194,6 +196,7 @@ class FlowSolver {
     std::uint32_t epoch_ = 0;
     std::uint32_t check_round_ = 0;
     std::size_t active_ = 0;
+    std::size_t peak_ = 0;
     std::uint64_t recomputes_ = 0;
     std::uint64_t rerated_ = 0;
     std::uint64_t checked_ = 0;

@@ -197,6 +197,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         observers_.assign(1, &real_links_);
     }
     Accelerator* accelerator() override { return kept_ && !compact_ ? this : nullptr; }
+    SolverStats solver_stats() const override {
+        if (!solver_) return {};
+        return {solver_->recomputes(), solver_->rerated_flows(), solver_->checked_flows(),
+                solver_->peak_flows(), solver_->link_count()};
+    }
 
     GroupId register_group(std::vector<int> ranks) override {
         const std::uint64_t number = communicator_number(ranks);
@@ -266,6 +271,30 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         check_gpu(dst);
         const std::uint64_t key =
             static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
+        // A direct-mapped memo in front of the plan maps: one cache line per lookup instead of a
+        // hash map's bucket and node (a pipeline message looks its plan up on every send).
+        if (plan_memo_.empty()) plan_memo_.resize(std::size_t{1} << kPlanMemoBits);
+        PlanMemo& memo = plan_memo_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kPlanMemoBits)];
+        if (memo.key == key) {
+            if (kept) *kept = memo.kept;
+            return *memo.plan;
+        }
+        bool is_kept = false;
+        const Plan& plan = find_p2p_plan(src, dst, key, &is_kept);
+        memo = {key, &plan, is_kept};
+        if (kept) *kept = is_kept;
+        return plan;
+    }
+    // Plans are never erased while the network lives (change_routing retires them, and clears
+    // the memo), so the memo's pointers stay valid.
+    static constexpr int kPlanMemoBits = 14;
+    struct PlanMemo {
+        std::uint64_t key = ~std::uint64_t{0};
+        const Plan* plan = nullptr;
+        bool kept = false;
+    };
+    std::vector<PlanMemo> plan_memo_;  // empty until the first p2p plan is asked for
+    const Plan& find_p2p_plan(int src, int dst, std::uint64_t key, bool* kept) {
         // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
         // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
         // fixed costs), so later networks on it take them as they are.
@@ -502,12 +531,19 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             why = "already folded";
             return false;
         }
-        // maps[m]: member 0's solver link -> member m's; owner: which member a link belongs to.
-        std::vector<std::unordered_map<LinkId, LinkId>> maps(static_cast<std::size_t>(copies));
-        std::unordered_map<LinkId, int> owner;
+        // maps: member 0's solver links -> member m's; owner: which member a link belongs to
+        // (dense per solver link: the classes' plans may add rate-cap links as they are made).
+        LinkMaps maps;
+        maps.image.resize(static_cast<std::size_t>(copies));
+        std::vector<std::int32_t> owner;
         const auto claim = [&](LinkId l, int m) {
-            const auto [it, fresh] = owner.emplace(l, m);
-            return fresh || it->second == m;
+            if (l >= owner.size())
+                owner.resize(std::max<std::size_t>(
+                                 {std::size_t{l} + 1, 2 * owner.size(), real_links_.links}),
+                             -1);
+            std::int32_t& o = owner[l];
+            if (o < 0) o = m;
+            return o == m;
         };
         const auto match = [&](const Plan& a, const Plan& b, int m) -> std::string {
             if (a.fixed_latency != b.fixed_latency || a.phases.size() != b.phases.size() ||
@@ -531,9 +567,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                         if (!claim(la, 0) || !claim(lb, m))
                             return "members share link " +
                                    std::to_string(la < real_links_.links ? la : lb);
-                        auto& map = maps[static_cast<std::size_t>(m)];
-                        const auto [it, fresh] = map.emplace(la, lb);
-                        if (!fresh && it->second != lb)
+                        if (!maps.set(la, lb, static_cast<std::size_t>(m)))
                             return "routes that no link map carries onto each other (ECMP)";
                     }
                 }
@@ -570,7 +604,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         // Member 0's own links must be claimed by member 0 alone (checked by claim above, in
         // both orders). Observers get every member's real links.
-        real_links_.maps.assign(maps.begin(), maps.end());
+        real_links_.maps = std::move(maps);
         folded_ = copies;
         return true;
     }
@@ -842,6 +876,38 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     static std::shared_ptr<SharedPlans> kept_plans(KeptState& kept);
     // Passes notifications about the cluster's links on to the observers, leaving out the
     // virtual links (NVLS caps, private rate caps) numbered after them.
+    // Member folding's link maps: member 0's solver links numbered in the order met, and each
+    // member's image of each. Dense arrays: a folded 16,384-GPU run looks one up per link of every
+    // flow, and the fold's check builds them from a million route hops.
+    struct LinkMaps {
+        static constexpr LinkId kNone = ~LinkId{0};
+        std::vector<std::int32_t> number;  // per solver link: its number, -1 if not member 0's
+        std::vector<std::vector<LinkId>> image;  // image[m][k]: member m's link for number k
+        std::size_t size() const { return image.size(); }
+        bool empty() const { return image.empty(); }
+        // Records that member m's link for member 0's `of` is `to`; member 0 first (m = 0, to =
+        // of). False when member m already had another image of `of`.
+        bool set(LinkId of, LinkId to, std::size_t m) {
+            if (of >= number.size()) number.resize(std::size_t{of} + 1, -1);
+            if (number[of] < 0) {
+                if (m != 0) return false;  // member 0's plans come first
+                number[of] = static_cast<std::int32_t>(image[0].size());
+                image[0].push_back(of);
+            }
+            const auto k = static_cast<std::size_t>(number[of]);
+            auto& img = image[m];
+            if (img.size() <= k) img.resize(image[0].size(), kNone);
+            if (img[k] == kNone) img[k] = to;
+            return img[k] == to;
+        }
+        // Member m's image of member 0's link l, kNone if l is not member 0's or has none.
+        LinkId find(LinkId l, std::size_t m) const {
+            if (l >= number.size() || number[l] < 0) return kNone;
+            const auto k = static_cast<std::size_t>(number[l]);
+            return k < image[m].size() ? image[m][k] : kNone;
+        }
+    };
+
     struct RealLinksOnly final : NetworkObserver {
         std::size_t links = 0;
         std::vector<NetworkObserver*> targets;
@@ -870,7 +936,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         // without folding. Each notification about member 0's flows is repeated for every member
         // to the `repeated` targets; the `copiers` (copies_link_images, fast paths only) are told
         // member 0's alone and, at tell_images(), which links mirror which.
-        std::vector<std::unordered_map<LinkId, LinkId>> maps;
+        LinkMaps maps;
         std::vector<NetworkObserver*> repeated, copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
@@ -880,11 +946,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             return real_path;
         }
         LinkId image(LinkId l, std::size_t m) const {
-            const auto it = maps[m].find(l);
-            if (it == maps[m].end())
+            const LinkId i = maps.find(l, m);
+            if (i == LinkMaps::kNone)
                 throw SimulationError("network", "a flow outside the folded transfers (link " +
                                                      std::to_string(l) + ")");
-            return it->second;
+            return i;
         }
         std::span<const LinkId> copy(std::span<const LinkId> path, std::size_t m) {
             copy_path.clear();
@@ -908,7 +974,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 o->on_flow_start(f);
             if (maps.size() < 2) return;
             if (repeated.empty()) {
-                (void)copy(f.path, 1);  // a flow outside the folded transfers is still an error
+                // A flow outside the folded transfers is still an error: checked on a bit per
+                // link, not a map lookup.
+                for (LinkId l : f.path)
+                    (void)image(l, 1);
                 return;
             }
             for (std::size_t m = 1; m < maps.size(); ++m) {
@@ -969,9 +1038,12 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         void tell_images() {
             if (maps.size() < 2 || copiers.empty()) return;
             std::vector<LinkImage> images;
+            const auto& own = maps.image[0];
             for (std::size_t m = 1; m < maps.size(); ++m)
-                for (const auto& [of, image] : maps[m])
-                    if (of < links) images.push_back({of, image});
+                for (std::size_t k = 0; k < own.size(); ++k)
+                    if (own[k] < links && k < maps.image[m].size() &&
+                        maps.image[m][k] != LinkMaps::kNone)
+                        images.push_back({own[k], maps.image[m][k]});
             std::sort(images.begin(), images.end(),
                       [](const LinkImage& a, const LinkImage& b) { return a.image < b.image; });
             for (NetworkObserver* o : copiers)
@@ -1468,6 +1540,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         retired_plans_.push_back(std::move(p2p_plans_));
         plans_.clear();
         p2p_plans_.clear();
+        plan_memo_.clear();
         shared_plan_of_.clear();  // not used again: the routes are no longer the cluster's
         resolved_.clear();        // resolved on the old routes
         routing_ = &routing;

@@ -384,6 +384,16 @@ class Network {
     // them (make_network with a KeptState), null otherwise (`--no-fast-paths`). Results are the
     // same either way.
     virtual Accelerator* accelerator() { return nullptr; }
+
+    // What the flow solver did so far (`flow` fidelity; zeros otherwise), for benchmarks: max-min
+    // re-solves, flows re-rated (summed over re-solves and their rounds), flows whose bottleneck
+    // was checked, the most flows active at once, and the solver's links (the cluster's directed
+    // links, or a compact network's, plus private rate-cap links).
+    struct SolverStats {
+        std::uint64_t recomputes = 0, rerated = 0, checked = 0;
+        std::uint64_t peak_flows = 0, links = 0;
+    };
+    virtual SolverStats solver_stats() const { return {}; }
 };
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw x factor (2(n-1)/n for all_reduce, (n-1)/n for

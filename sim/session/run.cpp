@@ -321,6 +321,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     replay.set_fold(options.fold);
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
+    out.solver = replay.network().solver_stats();
 
     report::SummaryInputs in;
     in.spec = &spec;

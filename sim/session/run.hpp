@@ -59,6 +59,8 @@ struct RunResult {
     // found. The experiment's own load warnings stay in ExperimentSpec::warnings.
     std::vector<std::string> warnings;
     std::optional<report::RunDetail> detail;  // with RunOptions::detail
+    // The flow solver's work in this run (benchmarks: bench_replay); zeros outside `flow`.
+    network::Network::SolverStats solver;
 };
 
 // An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and
