@@ -100,6 +100,11 @@ ChakraRunResult chakra_run(const ChakraRunRequest& request) {
                               std::string(e.what()) +
                               "; check the nodes' duration_micros, num_ops, tensor_size and "
                               "comm_size");
+    } catch (const NoPathError& e) {
+        // The ETs send between two GPUs the topology does not join (a route would transit a GPU).
+        throw unreachable_gpu_error(
+            e, SourceLocation{out.cluster_source},
+            ", which the ETs in " + request.folder.string() + " send data between,");
     }
     out.summary = chakra::to_json(out.program, out.result);
     out.summary["network"] = network::fidelity_name(config.fidelity);

@@ -359,6 +359,15 @@ network: {model: analytical}
 """)
 check("unreachable GPU above 4,096 GPUs (run)", ["run", chain_run],
       "chain.yaml: GPU 0 cannot reach GPU 2049, which this run sends data between, without passing", corpus)
+# chakra run of a two-rank pipeline's ETs with its ranks on GPUs 0 and 2049 of the chain: the
+# same error, exit 2 (exit 1 and "internal error" before).
+et_chain = os.path.join(hostile, "et-chain")
+subprocess.run([binary, "chakra", "export",
+                os.path.join(here, "..", "..", "workloads", "h200-2gpu-pipeline.yaml"),
+                "--out", et_chain], check=True, capture_output=True)
+check("unreachable GPU above 4,096 GPUs (chakra run)",
+      ["chakra", "run", et_chain, "--topology", chain_topology, "--rank-map", "0,2049"],
+      "chain.yaml: GPU 0 cannot reach GPU 2049, which the ETs in", corpus)
 check("unreachable GPU above 4,096 GPUs (collective)",
       ["collective", "--topology", chain_topology, "--ranks", "0,2", "--sizes", "1MiB"],
       "--ranks: GPU 0 cannot reach GPU 2 in this topology", corpus, outputs=("--json",))
