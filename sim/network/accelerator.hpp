@@ -104,6 +104,18 @@ class Accelerator {
     // The copies of the accepted fold, 1 without.
     virtual int fold_copies() const = 0;
 
+    // Link chains (`flow` only, before any flow starts, no capacity changed or scheduled and the
+    // cluster's own routes): a device other than a GPU joined to exactly two others, one link
+    // each way (a NIC between its GPU and its leaf port), makes the link into it and the link on
+    // out of it carry the same flows, always: routes never turn back nor start or end there. Of
+    // each such chain of links the solver then keeps only the one of least capacity (ties: the
+    // lowest id), which was always the one the progressive filling saturated first; the others
+    // could never bind. Rates, finish times and the order of ties are those of the full paths;
+    // observers are told of every link of a chain (its rate notifications repeated for each).
+    // Afterwards a capacity change or a change of routes is an error (SimulationError). Returns
+    // whether chains were found and merged.
+    virtual bool merge_link_chains() = 0;
+
     // Replica folding (docs/network.md, "Folding"), `analytical` and `ideal` only, where a
     // transfer's time depends on its own route alone. p2p_cost: what a message from src to dst
     // costs on its route, as start() times it: `delay` (latencies and step overheads) plus its

@@ -611,6 +611,92 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
 
     int fold_copies() const override { return folded_; }
 
+    bool merge_link_chains() override {
+        if (config_.fidelity != Fidelity::Flow || compact_ || capacity_changed_ ||
+            routing_ != &cluster_ || !routings_.empty() || !solver_ ||
+            solver_->active_flows() > 0 || !chain_of_.empty())
+            return false;
+        const auto& links = cluster_.links();
+        const auto& devices = cluster_.devices();
+        const std::size_t n = links.size();
+        // Per device: its in- and out-links while there are at most two of each.
+        constexpr LinkId kNoLink = ~LinkId{0};
+        struct Ends {
+            LinkId in[2] = {kNoLink, kNoLink}, out[2] = {kNoLink, kNoLink};
+            int ins = 0, outs = 0;
+        };
+        std::vector<Ends> ends(devices.size());
+        for (LinkId l = 0; l < n; ++l) {
+            Ends& from = ends[links[l].from];
+            if (from.outs < 2) from.out[from.outs] = l;
+            ++from.outs;
+            Ends& to = ends[links[l].to];
+            if (to.ins < 2) to.in[to.ins] = l;
+            ++to.ins;
+        }
+        // Union-find over the links; a chain pair (in from u, out to w != u) joins two.
+        std::vector<LinkId> parent(n);
+        for (LinkId l = 0; l < n; ++l)
+            parent[l] = l;
+        const auto root = [&](LinkId l) {
+            while (parent[l] != l)
+                l = parent[l] = parent[parent[l]];
+            return l;
+        };
+        bool any = false;
+        for (std::size_t v = 0; v < devices.size(); ++v) {
+            const Ends& e = ends[v];
+            if (devices[v].gpu >= 0 || e.ins != 2 || e.outs != 2) continue;
+            const auto far = [&](LinkId out) { return links[out].to; };
+            const auto near = [&](LinkId in) { return links[in].from; };
+            if (far(e.out[0]) == far(e.out[1]) || near(e.in[0]) == near(e.in[1])) continue;
+            for (LinkId in : e.in)
+                for (LinkId out : e.out)
+                    if (far(out) != near(in)) {
+                        const LinkId a = root(in), b = root(out);
+                        if (a != b) parent[std::max(a, b)] = std::min(a, b);
+                        any = true;
+                    }
+        }
+        if (!any) return false;
+        // Each group's solver link: its least capacity, ties to the lowest id; the others point
+        // to it. twin_: the group as a circular list (itself when alone).
+        chain_of_.assign(n, kNoLink);
+        twin_.assign(n, kNoLink);
+        std::vector<LinkId> last(n, kNoLink);
+        for (LinkId l = 0; l < n; ++l) {
+            const LinkId r = root(l);
+            const LinkId best = chain_of_[r];
+            if (best == kNoLink || capacity_[l] < capacity_[best]) chain_of_[r] = l;
+            // Link into the circular list of r's group, in increasing order.
+            if (last[r] == kNoLink) {
+                twin_[l] = l;
+            } else {
+                twin_[l] = twin_[last[r]];
+                twin_[last[r]] = l;
+            }
+            last[r] = l;
+        }
+        for (LinkId l = 0; l < n; ++l)
+            chain_of_[l] = chain_of_[root(l)];
+        real_links_.twins = &twin_;
+        return true;
+    }
+    // merge_link_chains: per cluster link, the solver link it is carried on (itself, or its
+    // chain's link of least capacity), and its chain as a circular list; empty without.
+    std::vector<LinkId> chain_of_, twin_;
+    // The solver path of a planned path: each link on its chain's solver link, a chain once.
+    const std::vector<LinkId>& solver_path(const std::vector<LinkId>& path) {
+        merged_path_.clear();
+        for (LinkId l : path) {
+            const LinkId s = l < chain_of_.size() ? chain_of_[l] : l;
+            if (std::find(merged_path_.begin(), merged_path_.end(), s) == merged_path_.end())
+                merged_path_.push_back(s);
+        }
+        return merged_path_;
+    }
+    std::vector<LinkId> merged_path_;  // scratch of solver_path
+
     RouteCost p2p_cost(int src, int dst) override {
         const Plan& plan = p2p_plan(src, dst);
         RouteCost cost;
@@ -937,6 +1023,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         // to the `repeated` targets; the `copiers` (copies_link_images, fast paths only) are told
         // member 0's alone and, at tell_images(), which links mirror which.
         LinkMaps maps;
+        // merge_link_chains: each link's chain as a circular list (null without): a solver
+        // link's rate is also every other link's of its chain.
+        const std::vector<LinkId>* twins = nullptr;
         std::vector<NetworkObserver*> repeated, copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
@@ -1001,6 +1090,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         void on_link_rate(Time at, LinkId link, double bytes_per_s, int flows) override {
             if (link >= links) return;
+            if (twins) {
+                const LinkRate r{link, bytes_per_s, flows};
+                on_link_rates(at, std::span<const LinkRate>(&r, 1));
+                return;
+            }
             for (NetworkObserver* o : targets)
                 o->on_link_rate(at, link, bytes_per_s, flows);
             for (std::size_t m = 1; m < maps.size(); ++m)
@@ -1013,6 +1107,17 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             for (const LinkRate& r : rates)
                 if (r.link < links) real_rates.push_back(r);
             if (real_rates.empty()) return;
+            if (twins) {
+                // The other links of each rate's chain carry the same flows at the same rate.
+                const std::size_t n = real_rates.size();
+                for (std::size_t i = 0; i < n; ++i)
+                    for (LinkId t = (*twins)[real_rates[i].link]; t != real_rates[i].link;
+                         t = (*twins)[t])
+                        real_rates.push_back({t, real_rates[i].bytes_per_s, real_rates[i].flows});
+                if (real_rates.size() > n && wants_ordered_link_rates())
+                    std::sort(real_rates.begin(), real_rates.end(),
+                              [](const LinkRate& a, const LinkRate& b) { return a.link < b.link; });
+            }
             for (NetworkObserver* o : copiers)
                 o->on_link_rates(at, real_rates);
             if (repeated.empty()) return;
@@ -1104,6 +1209,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     }
 
     void refuse_if_folded() const {
+        if (!chain_of_.empty())
+            throw SimulationError("network", "a link capacity changed after link chains merged",
+                                  sim_.now());
         if (folded_ > 1)
             throw SimulationError("network",
                                   "a link capacity changed in a run folded by members; run it "
@@ -1431,7 +1539,12 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     free_caps_.pop_back();
                     solver_->set_capacity(cap, f.rate_cap);
                 }
-                capped_path_.assign(f.path.begin(), f.path.end());
+                if (chain_of_.empty()) {
+                    capped_path_.assign(f.path.begin(), f.path.end());
+                } else {
+                    const auto& merged = solver_path(f.path);
+                    capped_path_.assign(merged.begin(), merged.end());
+                }
                 if (compact_)
                     for (LinkId& l : capped_path_)
                         l = compact_id_.at(l);
@@ -1446,8 +1559,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     for (LinkId l : f.path)
                         capped_path_.push_back(compact_id_.at(l));
                 }
-                const auto flow =
-                    solver_->add(compact_ ? capped_path_ : f.path, bytes, id, sim_.now());
+                const auto flow = solver_->add(compact_            ? capped_path_
+                                               : chain_of_.empty() ? f.path
+                                                                   : solver_path(f.path),
+                                               bytes, id, sim_.now());
                 if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
                 note_start(flow, f, bytes);
             }
@@ -1536,6 +1651,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // Makes `routing` the network's routes (schedule_routing): plans cached so far stay alive for
     // the operations using them but are no longer found; flows in flight over failed links move.
     void change_routing(const Cluster& routing) {
+        if (!chain_of_.empty())
+            throw SimulationError("network", "routes changed after link chains merged", sim_.now());
         retired_plans_.push_back(std::move(plans_));
         retired_plans_.push_back(std::move(p2p_plans_));
         plans_.clear();

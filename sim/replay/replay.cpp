@@ -2008,6 +2008,8 @@ void Replay::start() {
     }
     decide_fold(started_);
     decide_replica_fold(started_);
+    // Link chains carried as one solver link (exact; refused with faults or capacity changes).
+    if (accel_ && !shared_) accel_->merge_link_chains();
     // Each op sends at most one pipeline message, and a stage's DP synchronisation a few: room
     // for them up front, so that the table of messages is not moved as it grows (hundreds of
     // thousands of records at 16,384 GPUs).

@@ -1199,8 +1199,8 @@ TEST_CASE("NCCL protocols: LL, LL128 or Simple chosen by size as NCCL's tuning p
     CHECK(protocol(CollectiveKind::AllReduce, 1 << 30) == Protocol::Simple);
     // The 1 KiB all_reduce run on the network: LL's 15.0 us plus 1792 B at 87.7 GB/s = 20.43 ns
     // (the 134 us of issue #37 was Simple's 14 steps).
-    const Time ll = run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{1024},
-                                   Algorithm::Ring);
+    const Time ll =
+        run_collective(c, config, CollectiveKind::AllReduce, all, Bytes{1024}, Algorithm::Ring);
     CHECK(std::abs((ll - Time::us(15) - Time::ps(20433)).count_ps()) <= 2);
     // all_to_all runs as NCCL's point-to-point operations: LL up to 16 KiB per peer. 64 KiB per
     // rank is 8 KiB per peer (LL); 1 MiB is 128 KiB per peer (Simple).
@@ -1213,7 +1213,96 @@ TEST_CASE("NCCL protocols: LL, LL128 or Simple chosen by size as NCCL's tuning p
     CHECK(protocol(CollectiveKind::AllReduce, 1024) == Protocol::Ll128);
     // The nominal configuration has no protocol enabled: Auto runs Simple at every size.
     NetworkConfig nominal = flow_config(Time::ns(8600));
-    CHECK(collective_choice(c, nominal, CollectiveKind::AllReduce, all, Bytes{1024},
-                            Algorithm::Ring)
-              .second == Protocol::Simple);
+    CHECK(
+        collective_choice(c, nominal, CollectiveKind::AllReduce, all, Bytes{1024}, Algorithm::Ring)
+            .second == Protocol::Simple);
+}
+
+TEST_CASE("link chains: a NIC's two links carried as one solver link, with the same results") {
+    // two_nodes with PCIe 40 GB/s below IB 50 GB/s: each NIC joins one GPU and the leaf, one
+    // link each way, so gpu->nic is always followed by nic->leaf (and leaf->nic by nic->gpu):
+    // merge_link_chains keeps the PCIe link of each chain (the least capacity, the link the
+    // filling saturated first anyway). A send 0 -> 3 of 1 GB alone: 1 GB / 40 GB/s = 25 ms.
+    // Then a mix (a ring all-reduce across the nodes, three sends, one inside a node) run
+    // merged, with a KeptState but not merged, and without fast paths: completion times, flow
+    // notifications and each link's busy and shared times (from the rate notifications, which
+    // the merged network repeats for the dropped link of each chain) are equal.
+    const Cluster c = two_nodes(200 * GB, 40 * GB, 50 * GB);
+    KeptState kept(c);
+    struct Outcome {
+        std::map<std::uint64_t, Time> done;
+        std::vector<FlowLog::Entry> flows;
+        std::vector<LinkBusy::Link> busy;
+        bool merged = false;
+    };
+    const auto run = [&c](KeptState* k, bool merge, bool mix) {
+        Simulation sim;
+        auto net = make_network(sim, c, flow_config(), k);
+        Recorder rec;
+        FlowLog log;
+        LinkBusy busy;
+        busy.links.resize(c.links().size());
+        net->set_client(&rec);
+        net->add_observer(&log);
+        net->add_observer(&busy);
+        Outcome out;
+        if (merge) out.merged = net->accelerator()->merge_link_chains();
+        if (mix) {
+            const auto dp = net->register_group({0, 2});
+            net->collective(CollectiveKind::AllReduce, dp, Bytes{1'000'000'000}, Algorithm::Ring,
+                            1);
+            net->send(0, 3, Bytes{500'000'000}, 2);
+            net->send(1, 2, Bytes{700'000'000}, 3);
+            net->send(0, 1, Bytes{300'000'000}, 4);
+        } else {
+            net->send(0, 3, Bytes{1'000'000'000}, 1);
+        }
+        sim.run();
+        out.done = rec.done;
+        out.flows = log.seen;
+        out.busy = busy.links;
+        return out;
+    };
+    const auto alone = run(&kept, true, false);
+    CHECK(alone.merged);
+    CHECK(alone.done.at(1) == Time::ms(25));
+    // Every link of the route is told of the flow and of its rate (4 links: gpu0->nic0,
+    // nic0->leaf, leaf->nic3, nic3->gpu3), busy the 25 ms.
+    int busy_links = 0;
+    for (const auto& l : alone.busy)
+        if (l.busy == Time::ms(25)) ++busy_links;
+    CHECK(busy_links == 4);
+
+    const auto merged = run(&kept, true, true);
+    const auto unmerged = run(&kept, false, true);
+    const auto plain = run(nullptr, false, true);
+    CHECK(merged.merged);
+    CHECK(merged.done == unmerged.done);
+    CHECK(merged.done == plain.done);
+    REQUIRE(merged.flows.size() == plain.flows.size());
+    for (std::size_t i = 0; i < merged.flows.size(); ++i) {
+        CHECK(merged.flows[i].at == plain.flows[i].at);
+        CHECK(merged.flows[i].path == plain.flows[i].path);
+        CHECK(merged.flows[i].bytes == plain.flows[i].bytes);
+    }
+    REQUIRE(merged.busy.size() == plain.busy.size());
+    bool shared = false;
+    for (std::size_t l = 0; l < merged.busy.size(); ++l) {
+        CHECK(merged.busy[l].busy == plain.busy[l].busy);
+        CHECK(merged.busy[l].shared == plain.busy[l].shared);
+        shared = shared || merged.busy[l].shared > Time::zero();
+    }
+    CHECK(shared);  // the mix does contend somewhere
+
+    // A network without fast paths has no accelerator; a merged one refuses capacity changes,
+    // and merging after a flow started is refused.
+    Simulation sim;
+    auto net = make_network(sim, c, flow_config(), &kept);
+    REQUIRE(net->accelerator()->merge_link_chains());
+    CHECK_THROWS_AS(net->set_link_capacity(0, Bandwidth{GB}), SimulationError);
+    Simulation sim2;
+    auto late = make_network(sim2, c, flow_config(), &kept);
+    late->send(0, 3, Bytes{1'000'000'000}, 1);
+    sim2.run_until(Time::ms(1));
+    CHECK_FALSE(late->accelerator()->merge_link_chains());
 }
