@@ -101,7 +101,11 @@ void print_topology(std::ostream& out, const std::string& display_path,
         << (s.bisection_bandwidth ? format_bandwidth(*s.bisection_bandwidth) + " each way"
                                   : std::string("not derived (explicit topology)"))
         << "\n"
-        << "diameter: " << s.diameter_hops << (s.diameter_hops == 1 ? " hop" : " hops") << "\n";
+        << "diameter: " << s.diameter_hops << (s.diameter_hops == 1 ? " hop" : " hops") << "\n"
+        << "routing: " << s.routing
+        << (s.routing == "ecmp" ? " (a hash of each flow picks among equal-cost paths)"
+                                : " (the destination GPU picks among equal-cost paths)")
+        << "\n";
 }
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {

@@ -34,6 +34,7 @@ nlohmann::json topology_json(const topology::TopologySummary& s) {
     j["bisection_bandwidth_GBps"] =
         s.bisection_bandwidth ? nlohmann::json(s.bisection_bandwidth->gb_per_s()) : nullptr;
     j["diameter_hops"] = s.diameter_hops;
+    j["routing"] = s.routing;
     return j;
 }
 

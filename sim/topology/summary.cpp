@@ -127,6 +127,7 @@ TopologySummary summarize(const Cluster& c) {
         s.bisection_bandwidth = structural_bisection(*shape, s.nodes);
     }
     s.diameter_hops = diameter(c);
+    s.routing = std::string(name_of(kRoutingNames, c.routing()));
     return s;
 }
 

@@ -32,6 +32,7 @@ struct TopologySummary {
     // every GPU of the first node to every GPU of the second and the last node and to one GPU of
     // each node (exact for generated clusters, whose nodes are alike).
     int diameter_hops = 0;
+    std::string routing = "ecmp";  // the `routing` key: ecmp | d_mod_k
 };
 
 TopologySummary summarize(const Cluster& cluster);

@@ -46,6 +46,16 @@ TEST_CASE("summary of the DGX H100 SuperPOD") {
     CHECK(s.bisection_bandwidth->bytes_per_s == doctest::Approx(6.4e12));
     // Other rail: gpu, nic, leaf, spine, leaf, nic, gpu = 6.
     CHECK(s.diameter_hops == 6);
+    // The bundled file sets no routing: hashed ECMP.
+    CHECK(s.routing == "ecmp");
+}
+
+TEST_CASE("the summary names the routing a topology file gives") {
+    const auto doc = config::parse_document(
+        "node: {gpus: 2, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s}}\n"
+        "nodes: 1\nrouting: d_mod_k\n",
+        "r.yaml");
+    CHECK(summarize(load_cluster(doc)).routing == "d_mod_k");
 }
 
 TEST_CASE("summary of the 24,576-GPU RoCE cluster: 1:7 above the pods") {
