@@ -960,8 +960,6 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     struct SharedPlans;
     // The plans `kept` keeps (made on first use); defined after KeptPlans, below.
     static std::shared_ptr<SharedPlans> kept_plans(KeptState& kept);
-    // Passes notifications about the cluster's links on to the observers, leaving out the
-    // virtual links (NVLS caps, private rate caps) numbered after them.
     // Member folding's link maps: member 0's solver links numbered in the order met, and each
     // member's image of each. Dense arrays: a folded 16,384-GPU run looks one up per link of every
     // flow, and the fold's check builds them from a million route hops.
@@ -994,6 +992,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
     };
 
+    // Passes notifications about the cluster's links on to the observers, leaving out the
+    // virtual links (NVLS caps, private rate caps) numbered after them.
     struct RealLinksOnly final : NetworkObserver {
         std::size_t links = 0;
         std::vector<NetworkObserver*> targets;
@@ -1063,8 +1063,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 o->on_flow_start(f);
             if (maps.size() < 2) return;
             if (repeated.empty()) {
-                // A flow outside the folded transfers is still an error: checked on a bit per
-                // link, not a map lookup.
+                // A flow outside the folded transfers is still an error (image() throws).
                 for (LinkId l : f.path)
                     (void)image(l, 1);
                 return;
