@@ -160,7 +160,7 @@ class Accelerator {
     // told as each transfer starts.
     virtual void hold_link_totals() = 0;
     // Tells the held totals, and under member folding tells the observers that copy link images
-    // (NetworkObserver::copies_link_images) which links mirror member 0's. Called at the end of
+    // (SummingObserver::copies_link_images) which links mirror member 0's. Called at the end of
     // every iteration whether totals are held or not.
     virtual void flush_link_totals() = 0;
 };

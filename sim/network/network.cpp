@@ -188,8 +188,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (compact_) throw SimulationError("network", "a compact network takes no observers");
         SummingObserver* summing = kept_ ? dynamic_cast<SummingObserver*>(observer) : nullptr;
         real_links_.targets.push_back(observer);
-        (kept_ && observer->copies_link_images() ? real_links_.copiers : real_links_.repeated)
-            .push_back(observer);
+        if (summing && summing->copies_link_images())
+            real_links_.copiers.push_back(summing);
+        else
+            real_links_.repeated.push_back(observer);
         real_links_.summing.push_back(summing);
         if (summing)
             (summing->sketch_keys() ? real_links_.sketches : real_links_.tables).push_back(summing);
@@ -1026,7 +1028,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         // merge_link_chains: each link's chain as a circular list (null without): a solver
         // link's rate is also every other link's of its chain.
         const std::vector<LinkId>* twins = nullptr;
-        std::vector<NetworkObserver*> repeated, copiers;
+        std::vector<NetworkObserver*> repeated;
+        std::vector<SummingObserver*> copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
             real_path.clear();
@@ -1117,7 +1120,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     std::sort(real_rates.begin(), real_rates.end(),
                               [](const LinkRate& a, const LinkRate& b) { return a.link < b.link; });
             }
-            for (NetworkObserver* o : copiers)
+            for (SummingObserver* o : copiers)
                 o->on_link_rates(at, real_rates);
             if (repeated.empty()) return;
             if (maps.size() > 1) {
@@ -1141,7 +1144,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         // member's images, in increasing image order).
         void tell_images() {
             if (maps.size() < 2 || copiers.empty()) return;
-            std::vector<LinkImage> images;
+            std::vector<SummingObserver::LinkImage> images;
             const auto& own = maps.image[0];
             for (std::size_t m = 1; m < maps.size(); ++m)
                 for (std::size_t k = 0; k < own.size(); ++k)
@@ -1149,8 +1152,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                         maps.image[m][k] != LinkMaps::kNone)
                         images.push_back({own[k], maps.image[m][k]});
             std::sort(images.begin(), images.end(),
-                      [](const LinkImage& a, const LinkImage& b) { return a.image < b.image; });
-            for (NetworkObserver* o : copiers)
+                      [](const SummingObserver::LinkImage& a, const SummingObserver::LinkImage& b) {
+                          return a.image < b.image;
+                      });
+            for (SummingObserver* o : copiers)
                 o->on_link_images(images);
         }
         bool wants_ordered_link_rates() const override {

@@ -225,19 +225,6 @@ class NetworkObserver {
     // Whether the rates of one instant must come in increasing link order (a trace's output
     // order depends on it; a per-link sum does not, and spares the network a sort).
     virtual bool wants_ordered_link_rates() const { return true; }
-
-    // Member folding (Accelerator::fold): an observer whose record of a link is a function of
-    // the notifications naming that link alone (report::LinkAccounting) may say so. A network
-    // with fast paths then tells it of the simulated member's flows and rates only, and at the
-    // end of an iteration (Accelerator::flush_link_totals) which links mirror which: each
-    // `image` was to be told, from the start of the run, exactly what its `of` was told, and no
-    // other notification names it. The observer copies its records; other observers are told
-    // every member's notifications through the maps.
-    virtual bool copies_link_images() const { return false; }
-    struct LinkImage {
-        topology::LinkId of, image;
-    };
-    virtual void on_link_images(std::span<const LinkImage> images) { (void)images; }
 };
 
 // An observer that only sums bytes and busy times per link (report::LinkAccounting, and
@@ -271,6 +258,19 @@ class SummingObserver : public NetworkObserver {
     // link totals. Every other notification still comes as it is.
     virtual const std::vector<std::uint64_t>* sketch_keys() const { return nullptr; }
     virtual void on_link_sketch(std::uint64_t term) { (void)term; }
+
+    // Member folding (Accelerator::fold): an observer whose record of a link is a function of
+    // the notifications naming that link alone (report::LinkAccounting) may say so. A network
+    // with fast paths then tells it of the simulated member's flows and rates only, and at the
+    // end of an iteration (Accelerator::flush_link_totals) which links mirror which: each
+    // `image` was to be told, from the start of the run, exactly what its `of` was told, and no
+    // other notification names it. The observer copies its records; other observers are told
+    // every member's notifications through the maps.
+    virtual bool copies_link_images() const { return false; }
+    struct LinkImage {
+        topology::LinkId of, image;
+    };
+    virtual void on_link_images(std::span<const LinkImage> images) { (void)images; }
 };
 
 // The link sketch of per-link sums outside `flow`: over the links l, key(l) x bytes(l) +
