@@ -352,3 +352,32 @@ TEST_CASE("grad_reduce_after_backward: every chunk's gradients reduced after the
     CHECK(run_with(analytical_after, "interleaved").iteration_time_s >
           run_with(analytical, "interleaved").iteration_time_s);
 }
+
+TEST_CASE("tp_comm_overlap: hiding the TP collectives under their GEMMs shortens the iteration") {
+    // workloads/default.yaml (GPT-3 175B, tp 8 with sequence parallelism, pp 8, interleaved) on
+    // 8 DGX H100 nodes, dp 1. With tp_comm_overlap each flagged pair (an all-gather and the GEMM
+    // it feeds, a reduce-scatter and the GEMM that makes it; tests/workload/test_tp_overlap.cpp)
+    // takes replay::overlapped_time of the two instead of their sum: the longer of the GEMM
+    // slowed by compute.interference i and the collective, at most C + A i / (1 + i) + excess,
+    // never more than C + A. So every pass is at most as long, the iteration shorter, and less
+    // TP communication is exposed; what is left exposed is the collectives' excess over their
+    // GEMMs, above zero here (a tp 8 all-gather of the sequence outlasts some of its GEMMs).
+    const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+    const std::vector<std::string> sets = {"topology.nodes=8", "parallelism.dp=1",
+                                           "training.global_batch_size=16"};
+    auto over_sets = sets;
+    over_sets.emplace_back("parallelism.tp_comm_overlap=true");
+    const auto run_with = [&](const std::vector<std::string>& s) {
+        return cs::api::run(cs::api::load_experiment({kDefault, s, ""}), {}).summary;
+    };
+    const auto plain = run_with(sets);
+    const auto over = run_with(over_sets);
+    const auto tp = [](const cs::report::Summary& x) {
+        return x.exposed_by_kind[static_cast<std::size_t>(cs::workload::CommKind::Tp)];
+    };
+    CHECK(tp(plain) > 0);
+    CHECK(over.iteration_time_s < plain.iteration_time_s);
+    CHECK(tp(over) < tp(plain));
+    // (The time saved, 0.24 of 1.43 s, exceeds a GPU's exposed TP time, 0.23 s: shorter passes
+    // also shorten the pipeline's warm-up and cool-down, so no bound by exposed TP alone holds.)
+}
