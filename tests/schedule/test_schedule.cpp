@@ -428,3 +428,47 @@ TEST_CASE("dualpipe: p+1 stage activations held, DeepSeek-V3's PP+1") {
         }
     }
 }
+
+TEST_CASE("exchange_rounds: Megatron-LM's batched p2p steps, by hand") {
+    // 1f1b (forward_backward_pipelining_without_interleaving): a send_forward_recv_backward or
+    // the like after every pass, so each op is a round of its own: 0, 1, ..., 2m - 1.
+    const PipelineShape one{4, 8, 1};
+    const auto f1b = make_schedule("1f1b");
+    for (int d = 0; d < one.devices; ++d) {
+        const auto rounds = f1b->exchange_rounds(one, d);
+        REQUIRE(rounds.size() == f1b->order(one, d).size());
+        for (std::size_t k = 0; k < rounds.size(); ++k)
+            CHECK(rounds[k] == static_cast<int>(k));
+    }
+    // Interleaved, p = 4, m = 8, v = 2 (forward_backward_pipelining_with_interleaving): device d
+    // runs w = min((p - d - 1) x 2 + (v - 1) x p, m v) warm-up forwards, one exchange each;
+    // then m v - w steady (forward, backward) pairs, one exchange per pair (the forward's output
+    // waits for the backward's); then w cool-down backwards, one each.
+    //   d = 0: w = min(3 x 2 + 4, 16) = 10: rounds 0..9, then 10,10, 11,11, ..., 15,15,
+    //   then 16..25. d = 3: w = min(0 + 4, 16) = 4: rounds 0..3, then 4,4, ..., 15,15, then 16..19.
+    const PipelineShape two{4, 8, 2};
+    const auto inter = make_schedule("interleaved");
+    const auto expected = [](int warmup, int total) {
+        std::vector<int> r;
+        int round = 0;
+        for (int k = 0; k < warmup; ++k)
+            r.push_back(round++);
+        for (int k = 0; k < total - warmup; ++k, ++round) {
+            r.push_back(round);
+            r.push_back(round);
+        }
+        for (int k = 0; k < warmup; ++k)
+            r.push_back(round++);
+        return r;
+    };
+    const auto r0 = inter->exchange_rounds(two, 0);
+    REQUIRE(r0.size() == inter->order(two, 0).size());
+    CHECK(r0 == expected(10, 16));
+    CHECK(r0.back() == 25);
+    const auto r3 = inter->exchange_rounds(two, 3);
+    CHECK(r3 == expected(4, 16));
+    CHECK(r3.back() == 19);
+    // Schedules without such rounds (here the zero-bubble ones and DualPipe) say so with none.
+    for (const char* name : {"zb-h1", "dualpipe"})
+        CHECK(make_schedule(name)->exchange_rounds(one, 0).empty());
+}
