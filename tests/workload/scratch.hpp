@@ -6,8 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
+
+#include "workload/experiment.hpp"
+#include "workload/plan.hpp"
 
 namespace cs::test {
 
@@ -46,5 +50,15 @@ inline const char* const kFourGpus =
     "       nics: {count: 4, kind: infiniband, bandwidth: 400Gbps}}\n"
     "nodes: 1\n"
     "fabric: {kind: single_switch}\n";
+
+// The iteration plan of `experiment` (YAML whose topology is four-gpus.yaml, kFourGpus) with
+// `overrides`, each pipeline stage on the device of its number, in a scratch folder `name`.
+inline workload::IterationPlan plan_on_four_gpus(const std::string& name, const char* experiment,
+                                                 const std::vector<std::string>& overrides) {
+    Scratch scratch(name);
+    scratch.write("four-gpus.yaml", kFourGpus);
+    const auto spec = workload::load_experiment(scratch.write("e.yaml", experiment), overrides);
+    return workload::plan_iteration(spec, 1, false, [](int vs) { return vs; });
+}
 
 }  // namespace cs::test

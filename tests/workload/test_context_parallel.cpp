@@ -17,9 +17,6 @@ using namespace cs::workload;
 
 namespace {
 
-using cs::test::kFourGpus;
-using cs::test::Scratch;
-
 // 4 layers, h = 1024, 16 heads of 64 (q = kv = 1024 wide), s = 1024, micro-batch b = 2, no tp,
 // one pipeline stage; the roofline gives every step.
 const char* const kGpt =
@@ -31,12 +28,8 @@ const char* const kGpt =
 
 struct Planned {
     IterationPlan plan;
-    explicit Planned(const std::vector<std::string>& overrides) {
-        Scratch scratch("context_parallel");
-        scratch.write("four-gpus.yaml", kFourGpus);
-        const auto spec = load_experiment(scratch.write("e.yaml", kGpt), overrides);
-        plan = plan_iteration(spec, 1, false, [](int vs) { return vs; });
-    }
+    explicit Planned(const std::vector<std::string>& overrides)
+        : plan(cs::test::plan_on_four_gpus("context_parallel", kGpt, overrides)) {}
     const PassPlan& forward() const { return plan.virtual_stages[0].forward; }
     const PassPlan& backward() const { return plan.virtual_stages[0].backward; }
 };

@@ -16,9 +16,6 @@ using namespace cs::workload;
 
 namespace {
 
-using cs::test::kFourGpus;
-using cs::test::Scratch;
-
 // 4 dense layers, tp 2 with sequence parallelism, one pipeline stage, dp 2.
 const char* const kGpt =
     "topology: four-gpus.yaml\n"
@@ -28,10 +25,7 @@ const char* const kGpt =
     "compute: {model: roofline}\n";
 
 IterationPlan planned(const std::vector<std::string>& overrides) {
-    Scratch scratch("tp_overlap");
-    scratch.write("four-gpus.yaml", kFourGpus);
-    const auto spec = load_experiment(scratch.write("e.yaml", kGpt), overrides);
-    return plan_iteration(spec, 1, false, [](int vs) { return vs; });
+    return cs::test::plan_on_four_gpus("tp_overlap", kGpt, overrides);
 }
 
 // The TP collectives of a pass with their flag, as "AG>" (all-gather overlapping the next step),
