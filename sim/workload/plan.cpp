@@ -285,6 +285,18 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
         append_passes(c, roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc), 1);
 }
 
+// A stage's DP bytes: `parameters` x `bytes_per_parameter`. Found by fuzzing under the
+// sanitizers (docs/robustness.md): a model whose stage holds fewer than 2^63 parameters can
+// still exchange more than 2^63 bytes, which Bytes cannot hold (float-cast-overflow before).
+Bytes dp_bytes(const ExperimentSpec& spec, double parameters, double bytes_per_parameter) {
+    const double bytes = parameters * bytes_per_parameter;
+    if (!(bytes < 9.2e18))
+        throw ConfigError(spec.layout_where,
+                          "the gradients one pipeline stage reduces over data parallelism would "
+                          "be more than 2^63 bytes (about 9.2 EB); check the model's sizes");
+    return Bytes{static_cast<std::int64_t>(bytes)};
+}
+
 }  // namespace
 
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
@@ -362,10 +374,10 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         }
         // One bucket per model chunk, reduced in the gradient buffer's type.
         d.dp_parameters = params / (chunks * copies);
-        d.dp_gradient_bytes = Bytes{static_cast<std::int64_t>(
-            static_cast<double>(d.dp_parameters) * gradient_bytes_per_parameter(t.precision))};
-        d.dp_parameter_bytes = Bytes{static_cast<std::int64_t>(
-            static_cast<double>(d.dp_parameters) * weight_bytes_per_parameter(t.precision))};
+        d.dp_gradient_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
+                                       gradient_bytes_per_parameter(t.precision));
+        d.dp_parameter_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
+                                        weight_bytes_per_parameter(t.precision));
         d.dp_sharded = l.distributed_optimizer;
         const auto& prof = spec.compute.profile;
         const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
