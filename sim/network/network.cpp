@@ -687,13 +687,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // merge_link_chains: per cluster link, the solver link it is carried on (itself, or its
     // chain's link of least capacity), and its chain as a circular list; empty without.
     std::vector<LinkId> chain_of_, twin_;
-    // The solver path of a planned path: each link on its chain's solver link, a chain once.
+    // The solver path of a planned path: each link on its chain's solver link, a chain once (a
+    // route crosses a chain's links one after another, so repeats are adjacent).
     const std::vector<LinkId>& solver_path(const std::vector<LinkId>& path) {
         merged_path_.clear();
         for (LinkId l : path) {
             const LinkId s = l < chain_of_.size() ? chain_of_[l] : l;
-            if (std::find(merged_path_.begin(), merged_path_.end(), s) == merged_path_.end())
-                merged_path_.push_back(s);
+            if (merged_path_.empty() || merged_path_.back() != s) merged_path_.push_back(s);
         }
         return merged_path_;
     }

@@ -138,8 +138,7 @@ void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
 
 void LinkAccounting::on_link_images(std::span<const LinkImage> images) {
     for (const LinkImage& i : images) {
-        const bool seen = (seen_[i.of >> 6] >> (i.of & 63) & 1) != 0;
-        if (!seen) continue;
+        if (!seen(i.of)) continue;
         see(i.image);
         starts_[i.image] = starts_[i.of];
         if (shared_) rates_[i.image] = rates_[i.of];

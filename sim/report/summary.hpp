@@ -272,6 +272,7 @@ class LinkAccounting final : public network::SummingObserver {
     void rate(Time at, topology::LinkId link, int flows);  // on_link_rate without sharing()
     std::vector<std::uint64_t> seen_;                      // a bit per link a notification named
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
+    bool seen(topology::LinkId l) const { return (seen_[l >> 6] >> (l & 63) & 1) != 0; }
 };
 
 // The link sketch (network::link_sketch_term) of a run's unshared flows: what a LinkAccounting

@@ -18,6 +18,21 @@ namespace {
 const std::string kPipeline =
     std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
 
+const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
+
+// The summary of workloads/default.yaml with `sets`, under `schedule` (the file's when empty).
+cs::report::Summary default_summary(const std::vector<std::string>& sets,
+                                    const std::string& schedule = "") {
+    cs::api::RunOptions options;
+    options.schedule = schedule;
+    return cs::api::run(cs::api::load_experiment({kDefault, sets, ""}), options).summary;
+}
+
+// One part of the exposed communication (summary.exposed_by_kind).
+double exposed(const cs::report::Summary& s, cs::workload::CommKind kind) {
+    return s.exposed_by_kind[static_cast<std::size_t>(kind)];
+}
+
 bool contains(const std::vector<std::string>& list, const std::string& text) {
     return std::any_of(list.begin(), list.end(),
                        [&](const std::string& s) { return s.find(text) != std::string::npos; });
@@ -316,7 +331,6 @@ TEST_CASE("grad_reduce_after_backward: every chunk's gradients reduced after the
     // nodes: dp = 2. The interleaved schedule's last backward passes on every stage are those of
     // its first chunk, so by default the second chunk's gradient reduction starts while they
     // run; Megatron-LM's local DDP of 2021 starts both only after the last one (no overlap).
-    const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
     // PyTorch's DDP: each chunk's reduction starts after its own last backward (Megatron-LM
     // without --overlap-grad-reduce already reduces after the whole backward,
     // workload::dp_reduce_after_backward).
@@ -362,18 +376,14 @@ TEST_CASE("tp_comm_overlap: hiding the TP collectives under their GEMMs shortens
     // never more than C + A. So every pass is at most as long, the iteration shorter, and less
     // TP communication is exposed; what is left exposed is the collectives' excess over their
     // GEMMs, above zero here (a tp 8 all-gather of the sequence outlasts some of its GEMMs).
-    const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
     const std::vector<std::string> sets = {"topology.nodes=8", "parallelism.dp=1",
                                            "training.global_batch_size=16"};
     auto over_sets = sets;
     over_sets.emplace_back("parallelism.tp_comm_overlap=true");
-    const auto run_with = [&](const std::vector<std::string>& s) {
-        return cs::api::run(cs::api::load_experiment({kDefault, s, ""}), {}).summary;
-    };
-    const auto plain = run_with(sets);
-    const auto over = run_with(over_sets);
+    const auto plain = default_summary(sets);
+    const auto over = default_summary(over_sets);
     const auto tp = [](const cs::report::Summary& x) {
-        return x.exposed_by_kind[static_cast<std::size_t>(cs::workload::CommKind::Tp)];
+        return exposed(x, cs::workload::CommKind::Tp);
     };
     CHECK(tp(plain) > 0);
     CHECK(over.iteration_time_s < plain.iteration_time_s);
@@ -395,25 +405,19 @@ TEST_CASE("overlap_param_gather: the parameter all-gather moves under the next f
     //   end of the iteration waited for before, now at the start of the critical path instead of
     //   its end: the iteration is the same up to the flows' other contention (0.1% here), while
     //   the later stages hide their gathers in the fill, so the exposed DP time still falls.
-    const std::string kDefault = std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/default.yaml";
     const std::vector<std::string> sets = {"topology.nodes=16", "parallelism.dp=2",
                                            "training.global_batch_size=16"};
     auto over_sets = sets;
     over_sets.emplace_back("parallelism.overlap_param_gather=true");
-    const auto run_with = [&](const std::vector<std::string>& s, const std::string& schedule) {
-        cs::api::RunOptions options;
-        options.schedule = schedule;
-        return cs::api::run(cs::api::load_experiment({kDefault, s, ""}), options).summary;
-    };
     const auto dp = [](const cs::report::Summary& x) {
-        return x.exposed_by_kind[static_cast<std::size_t>(cs::workload::CommKind::Dp)];
+        return exposed(x, cs::workload::CommKind::Dp);
     };
-    const auto plain = run_with(sets, "interleaved");
-    const auto over = run_with(over_sets, "interleaved");
+    const auto plain = default_summary(sets, "interleaved");
+    const auto over = default_summary(over_sets, "interleaved");
     CHECK(over.iteration_time_s < plain.iteration_time_s);
     CHECK(dp(over) < dp(plain));
-    const auto plain1 = run_with(sets, "1f1b");
-    const auto over1 = run_with(over_sets, "1f1b");
+    const auto plain1 = default_summary(sets, "1f1b");
+    const auto over1 = default_summary(over_sets, "1f1b");
     CHECK(over1.iteration_time_s == doctest::Approx(plain1.iteration_time_s).epsilon(1e-3));
     CHECK(dp(over1) < dp(plain1));
 }
