@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
 #include "cli/tables.hpp"
@@ -79,6 +81,8 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     const auto result = api::plan(options, ranks);
     progress.reset();
     if (!result) return;  // rank 0 reports
+    spdlog::debug("plan: search {:.2f} s, simulations {:.2f} s (wall)", result->seconds.search,
+                  result->seconds.simulate);
     if (!a.json.empty())
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << json_text(api::plan_json(*result)); },

@@ -41,36 +41,49 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
         << " HBM each; ranked by " << objective_title(r.objective) << " under the " << r.network
         << " network\n";
     out << r.layouts << " layouts: " << r.invalid << " invalid, " << r.pruned_memory
-        << " above the memory limit, " << r.pruned_bound << " pruned by the compute bound, "
+        << " above the memory limit, " << r.pruned_bound << " pruned by the lower bound, "
         << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("
-        << r.network << " network; margin " << percent(r.margin, 0) << ")\n\n";
+        << r.network << " network)\n";
+    if (r.faster_than_analytical > 0)
+        out << "warning: " << r.faster_than_analytical << " layout(s) ran faster under the "
+            << r.network
+            << " network than under the analytical one; the search stops confirming where no "
+               "layout left could enter the top "
+            << r.top.size() << " assuming none does, so the ranking may miss one\n";
+    out << "\n";
     std::size_t width = 6;
     for (const auto& c : r.top)
         width = std::max(width, c.layout.text().size());
     const int w = static_cast<int>(width);
-    char line[512];
-    std::snprintf(line, sizeof line, "%-3s %-*s %10s %10s %7s %10s %7s %7s %7s %7s %6s  %s\n", "#",
-                  w, "layout", "iter (s)", "tokens/s", "MFU", "mem/GPU", "of HBM", "busy", "bubble",
-                  "exposed", "host", objective_title(r.objective));
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "%-3s %-*s %10s %10s %7s %10s %6s %7s %7s %7s %6s %6s %6s %6s %6s %6s  %s\n", "#",
+                  w, "layout", "iter (s)", "tokens/s", "MFU", "mem/GPU", "of HBM", "compute",
+                  "bubble", "exposed", "tp", "cp", "ep", "dp", "pipe", "host",
+                  objective_title(r.objective));
     out << line;
     for (std::size_t i = 0; i < r.top.size(); ++i) {
         const auto& c = r.top[i];
         const auto& f = c.figures;
+        const auto kind = [&f](std::size_t k) { return percent(f.exposed_by_kind[k], 1); };
         std::snprintf(
-            line, sizeof line, "%-3zu %-*s %10.4f %10.0f %7s %10s %7s %7s %7s %7s %6s  %s\n", i + 1,
-            w, c.layout.text().c_str(), f.iteration_time_s, f.tokens_per_s,
+            line, sizeof line,
+            "%-3zu %-*s %10.4f %10.0f %7s %10s %6s %7s %7s %7s %6s %6s %6s %6s %6s %6s  %s\n",
+            i + 1, w, c.layout.text().c_str(), f.iteration_time_s, f.tokens_per_s,
             percent(f.mfu, 1).c_str(), format_bytes(Bytes{f.memory_bytes}).c_str(),
             r.hbm_bytes > 0
                 ? percent(static_cast<double>(f.memory_bytes) / static_cast<double>(r.hbm_bytes), 0)
                       .c_str()
                 : "-",
             percent(1 - f.idle_fraction, 1).c_str(), percent(f.bubble_fraction, 1).c_str(),
-            percent(f.exposed_comm_fraction, 1).c_str(), percent(f.host_fraction, 1).c_str(),
+            percent(f.exposed_comm_fraction, 1).c_str(), kind(0).c_str(), kind(1).c_str(),
+            kind(2).c_str(), kind(3).c_str(), kind(4).c_str(), percent(f.host_fraction, 1).c_str(),
             objective_text(r, f.objective).c_str());
         out << line;
     }
-    out << "(busy: compute and blocking collectives; bubble, exposed communication and host: "
-           "idle GPU time waiting on each, all as fractions of the iteration)\n";
+    out << "(compute: the GPU computing; bubble, exposed communication (by kind: tp, cp, ep, dp, "
+           "pipeline) and host: the GPU idle waiting on each; all as fractions of the "
+           "iteration)\n";
     if (!r.top.empty()) {
         out << "\nMegatron-LM flags for #1:\n  " << r.top.front().megatron_args << "\n";
         for (const auto& note : r.top.front().notes)

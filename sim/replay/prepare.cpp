@@ -34,19 +34,23 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
     const auto device_of = [&it](int vs) { return it.device_of(vs); };
     it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(), device_of,
                                        it.copies);
+    // Each device's memory with one microbatch in flight (its largest chunk's activations): a
+    // floor under the memory filled in below, for admit to refuse a layout before its orders.
+    workload::fill_memory(spec, it.plan,
+                          std::vector<int>(static_cast<std::size_t>(it.shape.devices), 1),
+                          device_of, {}, it.copies);
     if (options.admit) options.admit(it);
 
     const int devices = it.shape.devices;
-    it.orders.reserve(static_cast<std::size_t>(devices));
-    for (int s = 0; s < devices; ++s)
-        it.orders.push_back(sched.order(it.shape, s));
+    it.orders = sched.orders(it.shape);
     const auto chunk_activation = [&it](int vs) {
         return it.plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
     };
     for (int s = 0; s < devices; ++s) {
-        it.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, it.shape, s));
+        const auto& order = it.orders[static_cast<std::size_t>(s)];
+        it.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, order));
         it.peak_activations.push_back(
-            Bytes{schedule::peak_inflight_bytes(sched, it.shape, s, chunk_activation)});
+            Bytes{schedule::peak_inflight_bytes(sched, it.shape, s, order, chunk_activation)});
     }
     workload::fill_memory(spec, it.plan, it.peak_inflight, device_of, it.peak_activations,
                           it.copies);

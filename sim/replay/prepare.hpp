@@ -11,7 +11,8 @@
 //   plan       workload::plan_iteration over chunks / model_copies chunks per device (DualPipe
 //              holds the model twice: one copy's p virtual stages, each device holding two),
 //              placed by the schedule
-//   admit      the caller's check of the size, before anything that grows with the microbatches
+//   admit      the caller's check of the size and of the memory floor (one microbatch in flight),
+//              before anything that grows with the microbatches
 //   orders     every device's op order (Schedule::order), and the passes they run
 //   memory     each device's peak in-flight microbatches and activation bytes
 //              (schedule::peak_inflight_*), then workload::fill_memory
@@ -57,6 +58,9 @@ struct PreparedIteration {
 struct PrepareOptions {
     // Called once the shape and plan are known, before the orders and memory (which grow with
     // the microbatches) are built; throws to refuse the iteration (api::run's --max-memory).
+    // The plan's device memory is then a floor: each device holding one microbatch's
+    // activations of its largest chunk (the schedule's peak holds at least that), so a layout
+    // whose floor does not fit can be refused without its orders (`plan`).
     std::function<void(const PreparedIteration&)> admit;
 };
 

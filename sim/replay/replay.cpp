@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/errors.hpp"
+#include "replay/pass_cost.hpp"
 #include "workload/memory.hpp"
 #include "workload/pipeline_comm.hpp"
 
@@ -480,49 +481,21 @@ const workload::PassPlan& Replay::pass_plan(const schedule::PipelineOp& op, int 
 }
 
 Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {
-    using workload::Step;
-    PassCost cost;
-    const auto& steps = plan.steps;
-    cost.step_times.resize(steps.size());
-    for (std::size_t k = 0; k < steps.size(); ++k)
-        // All workers have the same shape, so worker 0's groups stand for every worker's.
-        cost.step_times[k] =
-            steps[k].kind == Step::Kind::Compute
-                ? steps[k].duration
-                : costs_.cost(steps[k].collective, ranks_.group(steps[k].group, 0, 0).gpus,
-                              steps[k].size);
-    // A collective flagged to overlap its neighbour (Step::OverlapNext, OverlapPrevious): the
-    // pair takes overlapped_time of the two, the compute step slowed by compute.interference
-    // (with a framework) while they overlap, the collective's time what is left exposed.
+    // All workers have the same shape, so worker 0's groups stand for every worker's.
     const double interference =
         spec_.compute.framework != workload::Framework::None ? spec_.compute.interference : 0.0;
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-        const Step& a = steps[k];
-        if (a.kind != Step::Kind::Collective) continue;
-        const bool next = a.has(Step::OverlapNext), previous = a.has(Step::OverlapPrevious);
-        if (!next && !previous) continue;
-        const std::size_t c = next ? k + 1 : k - 1;
-        if ((previous && k == 0) || c >= steps.size() || steps[c].kind != Step::Kind::Compute ||
-            steps[c].repeat != a.repeat)
-            throw SimulationError("replay", std::string("collective step '") + a.label +
-                                                "' overlaps a step that is not a compute step "
-                                                "of its repeat count");
-        const auto t = overlapped_time(cost.step_times[c].count_ps(), cost.step_times[k].count_ps(),
-                                       cost.step_times[c].count_ps(), cost.step_times[k].count_ps(),
-                                       interference);
-        cost.step_times[c] += Time::ps(t.slowed);
-        cost.interference += Time::ps(t.slowed) * a.repeat;
-        cost.step_times[k] = Time::ps(t.exposed);
-    }
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-        const Time all = cost.step_times[k] * steps[k].repeat;
-        if (steps[k].kind == Step::Kind::Compute) {
-            cost.compute += all;
-            continue;
-        }
-        cost.collective += all;
-        cost.collective_kinds[static_cast<std::size_t>(steps[k].comm_kind())] += all;
-    }
+    StepCosts steps = cost_steps(
+        plan,
+        [this](const workload::Step& s) {
+            return costs_.cost(s.collective, ranks_.group(s.group, 0, 0).gpus, s.size);
+        },
+        interference);
+    PassCost cost;
+    cost.compute = steps.compute;
+    cost.collective = steps.collective;
+    cost.collective_kinds = steps.collective_kinds;
+    cost.interference = steps.interference;
+    cost.step_times = std::move(steps.step_times);
     const auto& host = spec_.compute.host;
     if (!host.enabled) return cost;
     cost.blocks = kernel_blocks(plan.steps, cost.step_times);

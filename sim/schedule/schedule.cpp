@@ -84,12 +84,24 @@ std::unique_ptr<Schedule> require_schedule(std::string_view name, const SourceLo
     throw ConfigError(where, "unknown schedule \"" + std::string(name) + "\"; expected " + names);
 }
 
+std::vector<std::vector<PipelineOp>> Schedule::orders(const PipelineShape& shape) const {
+    std::vector<std::vector<PipelineOp>> all;
+    all.reserve(static_cast<std::size_t>(std::max(shape.devices, 0)));
+    for (int d = 0; d < shape.devices; ++d)
+        all.push_back(order(shape, d));
+    return all;
+}
+
 int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& shape, int device) {
     detail::require_valid(schedule, shape, device);
+    return peak_inflight_microbatches(schedule, schedule.order(shape, device));
+}
+
+int peak_inflight_microbatches(const Schedule& schedule, std::span<const PipelineOp> order) {
     const Pass releasing = schedule.splits_backward() ? Pass::BackwardWeight : Pass::Backward;
     int held = 0;
     int peak = 0;
-    for (const PipelineOp& op : schedule.order(shape, device)) {
+    for (const PipelineOp& op : order) {
         if (op.pass == Pass::Forward) {
             peak = std::max(peak, ++held);
         } else if (op.pass == releasing) {
@@ -102,10 +114,17 @@ int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& sh
 std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
                                  const std::function<std::int64_t(int)>& bytes_of_virtual_stage) {
     detail::require_valid(schedule, shape, device);
+    return peak_inflight_bytes(schedule, shape, device, schedule.order(shape, device),
+                               bytes_of_virtual_stage);
+}
+
+std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
+                                 std::span<const PipelineOp> order,
+                                 const std::function<std::int64_t(int)>& bytes_of_virtual_stage) {
     const Pass releasing = schedule.splits_backward() ? Pass::BackwardWeight : Pass::Backward;
     std::int64_t held = 0;
     std::int64_t peak = 0;
-    for (const PipelineOp& op : schedule.order(shape, device)) {
+    for (const PipelineOp& op : order) {
         const bool takes = op.pass == Pass::Forward;
         if (!takes && op.pass != releasing) continue;
         const std::int64_t bytes =

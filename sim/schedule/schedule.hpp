@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,9 @@ class Schedule {
     virtual bool splits_backward() const { return false; }
     // Op order of one device. Precondition: check(shape) is empty.
     virtual std::vector<PipelineOp> order(const PipelineShape& shape, int device) const = 0;
+    // Every device's order, index for index: order(shape, d) for each d. A schedule that builds
+    // all of them at once (zb-h2's list scheduling) overrides it to do so once.
+    virtual std::vector<std::vector<PipelineOp>> orders(const PipelineShape& shape) const;
     // Virtual stage of (device, chunk) for microbatch `microbatch`.
     virtual int virtual_stage(const PipelineShape& shape, int device, int chunk,
                               int microbatch) const;
@@ -148,6 +152,13 @@ int peak_inflight_microbatches(const Schedule& schedule, const PipelineShape& sh
 // size, as uneven pipeline splits make them): the most bytes of activations `device` holds at
 // once.
 std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
+                                 const std::function<std::int64_t(int)>& bytes_of_virtual_stage);
+
+// The two above, given `order` = schedule.order(shape, device) already made (prepare makes each
+// order once).
+int peak_inflight_microbatches(const Schedule& schedule, std::span<const PipelineOp> order);
+std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
+                                 std::span<const PipelineOp> order,
                                  const std::function<std::int64_t(int)>& bytes_of_virtual_stage);
 
 }  // namespace cs::schedule

@@ -69,6 +69,16 @@ class ZeroBubbleH2 final : public SingleChunkSplit {
     std::string name() const override { return "zb-h2"; }
     std::vector<PipelineOp> order(const PipelineShape& shape, int device) const override {
         require_valid(*this, shape, device);
+        return std::move(run(shape)[static_cast<std::size_t>(device)]);
+    }
+    // One construction gives every stage's order: O(p (3m + 2p)) steps for all of them.
+    std::vector<std::vector<PipelineOp>> orders(const PipelineShape& shape) const override {
+        require_valid(*this, shape, 0);
+        return run(shape);
+    }
+
+  private:
+    std::vector<std::vector<PipelineOp>> run(const PipelineShape& shape) const {
         const int p = shape.devices;
         const int m = shape.microbatches;
         const int limit = 2 * p - 1;
@@ -81,12 +91,12 @@ class ZeroBubbleH2 final : public SingleChunkSplit {
         std::vector<long> input_end(at(p, 0), -1);
         std::vector<int> forwards(p, 0), inputs(p, 0), weights(p, 0);
         std::vector<long> free_at(p, 0);
-        std::vector<PipelineOp> ops;
-        ops.reserve(3 * static_cast<std::size_t>(m));
+        std::vector<std::vector<PipelineOp>> ops(static_cast<std::size_t>(p));
+        for (auto& o : ops)
+            o.reserve(3 * static_cast<std::size_t>(m));
         long remaining = 3L * p * m;
         // The unit-time run ends within about 3m + 2p steps (each stage's 3m passes after a
-        // ramp of at most 2p); this far looser bound only guards against a stall. Every call
-        // re-runs all p stages, O(p (3m + 2p)) steps, and the replay calls it once per stage.
+        // ramp of at most 2p); this far looser bound only guards against a stall.
         const long last_step = 3L * p * m + 2L * p;
         for (long t = 0; remaining > 0; ++t) {
             if (t > last_step)
@@ -114,7 +124,7 @@ class ZeroBubbleH2 final : public SingleChunkSplit {
                 }
                 free_at[s] = t + 1;
                 --remaining;
-                if (s == device) ops.push_back(op);
+                ops[static_cast<std::size_t>(s)].push_back(op);
             }
         }
         return ops;

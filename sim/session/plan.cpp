@@ -1,13 +1,16 @@
 #include "session/plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "core/errors.hpp"
 #include "network/network.hpp"
+#include "replay/bound.hpp"
 #include "replay/prepare.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
@@ -154,26 +157,20 @@ PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double fl
     f.exposed_comm_fraction = s.exposed_comm_fraction;
     f.host_fraction = s.host_fraction;
     f.idle_fraction = s.idle_fraction;
+    f.exposed_by_kind = s.exposed_by_kind;
     return f;
 }
 
-// The busiest pipeline device's compute: every pass of its op order at its plan's compute time,
-// and its optimizer step. The replay runs each of these on the device's compute stream, one
-// after another, and adds what waits for inputs, collectives and the host.
-Time compute_bound(const replay::PreparedIteration& p) {
-    Time bound;
-    for (std::size_t d = 0; d < p.orders.size(); ++d) {
-        Time t = p.plan.devices[d].optimizer_step;
-        for (const auto& op : p.orders[d]) {
-            const int vs =
-                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch);
-            t += replay::pass_plan(p.plan.virtual_stages[static_cast<std::size_t>(vs)], op.pass)
-                     .compute_time();
-        }
-        bound = std::max(bound, t);
-    }
-    return bound;
+// The most memory any GPU of the layout needs (the plan's device memory).
+std::int64_t worst_memory(const replay::PreparedIteration& p) {
+    std::int64_t memory = 0;
+    for (const auto& d : p.plan.devices)
+        memory = std::max(memory, d.memory.total.value);
+    return memory;
 }
+
+// Thrown by plan's admit hook: the layout's memory floor is above the limit.
+struct OverMemory {};
 
 std::string fraction_ms(double fraction, double T) {
     std::ostringstream o;
@@ -189,13 +186,18 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
         double seconds(const PlanFigures& f) const { return value(f) * f.iteration_time_s; }
         double (*value)(const PlanFigures&);
     };
-    static const std::array<Part, 4> parts{{
-        {"busy (compute and blocking collectives)",
-         [](const PlanFigures& f) { return 1 - f.idle_fraction; }},
+    static const std::array<Part, 8> parts{{
+        {"compute", [](const PlanFigures& f) { return 1 - f.idle_fraction; }},
         {"pipeline bubble", [](const PlanFigures& f) { return f.bubble_fraction; }},
-        {"exposed communication", [](const PlanFigures& f) { return f.exposed_comm_fraction; }},
+        {"exposed TP communication", [](const PlanFigures& f) { return f.exposed_by_kind[0]; }},
+        {"exposed CP communication", [](const PlanFigures& f) { return f.exposed_by_kind[1]; }},
+        {"exposed EP communication", [](const PlanFigures& f) { return f.exposed_by_kind[2]; }},
+        {"exposed DP communication", [](const PlanFigures& f) { return f.exposed_by_kind[3]; }},
+        {"exposed pipeline communication",
+         [](const PlanFigures& f) { return f.exposed_by_kind[4]; }},
         {"host", [](const PlanFigures& f) { return f.host_fraction; }},
     }};
+    static_assert(workload::kCommKinds == 5, "one part per kind of communication");
     const Part* worst = &parts[0];
     double most = -std::numeric_limits<double>::infinity();
     for (const auto& part : parts) {
@@ -217,15 +219,19 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
 }
 
 nlohmann::ordered_json figures_json(const PlanFigures& f) {
-    return {{"iteration_time_s", f.iteration_time_s},
-            {"tokens_per_s", f.tokens_per_s},
-            {"mfu", f.mfu},
-            {"objective", f.objective},
-            {"memory_per_gpu_bytes", f.memory_bytes},
-            {"bubble_fraction", f.bubble_fraction},
-            {"exposed_comm_fraction", f.exposed_comm_fraction},
-            {"host_fraction", f.host_fraction},
-            {"idle_fraction", f.idle_fraction}};
+    nlohmann::ordered_json j{{"iteration_time_s", f.iteration_time_s},
+                             {"tokens_per_s", f.tokens_per_s},
+                             {"mfu", f.mfu},
+                             {"objective", f.objective},
+                             {"memory_per_gpu_bytes", f.memory_bytes},
+                             {"bubble_fraction", f.bubble_fraction},
+                             {"exposed_comm_fraction", f.exposed_comm_fraction}};
+    // The summary's own keys for the parts (exposed_tp_fraction, ...).
+    for (std::size_t k = 0; k < f.exposed_by_kind.size(); ++k)
+        j[report::exposed_kind_keys()[k]] = f.exposed_by_kind[k];
+    j["host_fraction"] = f.host_fraction;
+    j["idle_fraction"] = f.idle_fraction;
+    return j;
 }
 
 nlohmann::ordered_json layout_json(const PlanLayout& l) {
@@ -328,7 +334,9 @@ struct Loader {
 report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache, bool fast_paths) {
     RunOptions run_options;
     run_options.fast_paths = fast_paths;
-    if (cache) cache->links = SweepCache::Links::Listed;
+    // plan's figures read no link, so none is accounted (the transfers' kept costs are reused
+    // without telling anyone of their links).
+    if (cache) cache->links = SweepCache::Links::None;
     return run(spec, run_options, cache).summary;
 }
 
@@ -492,8 +500,14 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                         options.gpu_hour_price};
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
 
+    const auto started = std::chrono::steady_clock::now();
+    const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
     // 1-3: load, prepare, memory, bound. Layout n goes to rank n mod size.
     Search search;
+    std::unique_ptr<replay::CollectiveCosts> costs;
+    const topology::Cluster* costs_cluster = nullptr;
     std::size_t n = 0;
     std::size_t total = 0;
     enumerate(base, fixes, schedules, options.max_micro_batch_size,
@@ -510,14 +524,31 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         entry.index = index;
         try {
             const auto spec = loader.load(l, true);
-            const auto prepared = replay::prepare(spec, "");
+            // A layout whose memory floor (one microbatch in flight) is already above the
+            // limit is refused before its op orders are made: they grow with the microbatches.
             std::int64_t memory = 0;
-            for (const auto& d : prepared.plan.devices)
-                memory = std::max(memory, d.memory.total.value);
+            bool floor_only = false;
+            replay::PrepareOptions prepare_options;
+            prepare_options.admit = [&](const replay::PreparedIteration& it) {
+                const std::int64_t floor = worst_memory(it);
+                if (gpu.hbm.value > 0 && static_cast<double>(floor) > limit) {
+                    memory = floor;
+                    floor_only = true;
+                    throw OverMemory{};
+                }
+            };
+            std::optional<replay::PreparedIteration> prepared;
+            try {
+                prepared.emplace(replay::prepare(spec, "", prepare_options));
+                memory = worst_memory(*prepared);
+            } catch (const OverMemory&) {
+            }
             entry.memory_bytes = memory;
             if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
                 entry.status = PlanEntry::Status::PrunedMemory;
-                entry.reason = "needs " + format_bytes(Bytes{memory}) + " per GPU, above " +
+                entry.reason = "needs " + std::string(floor_only ? "at least " : "") +
+                               format_bytes(Bytes{memory}) + " per GPU" +
+                               (floor_only ? " (one microbatch in flight)" : "") + ", above " +
                                format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
                                format_bytes(gpu.hbm) + " less the headroom)";
                 ++search.pruned_memory;
@@ -525,10 +556,16 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 Survivor s;
                 s.layout = l;
                 s.index = index;
-                s.bound_s = compute_bound(prepared).seconds();
-                s.flops = prepared.plan.model_flops_per_iteration.value;
+                // The collectives of every layout are priced by one CollectiveCosts per
+                // cluster (its cache serves the layouts that share groups and sizes).
+                if (!costs || costs_cluster != spec.cluster.get()) {
+                    costs = std::make_unique<replay::CollectiveCosts>(*spec.cluster, spec.network);
+                    costs_cluster = spec.cluster.get();
+                }
+                s.bound_s = replay::iteration_lower_bound(*prepared, *costs).seconds();
+                s.flops = prepared->plan.model_flops_per_iteration.value;
                 s.peak = peak_flops(spec);
-                s.tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
+                s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
                 s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens);
                 s.memory = memory;
                 entry.lower_bound_s = s.bound_s;
@@ -604,8 +641,18 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                                [](const auto& x, const auto& y) { return x.second < y.second; })
                                ->first));
 
-    // 4: the survivors in the order of their bound, simulated with the analytical network until
-    // the bound, shortened by the margin, loses to the k-th best found.
+    result.seconds.search = seconds_since(started);
+    const auto simulating = std::chrono::steady_clock::now();
+    // 4 and 5. The survivors are taken in the order of their bound and simulated with the
+    // analytical network (4); those simulated are confirmed under the experiment's own network
+    // in the order of their analytical score (5). Both stop by the same rule: a layout cannot
+    // reach the top k once what it can at best score is no better than the k-th best confirmed
+    // score. At best it scores its bound before step 4 (no replay is faster) and its analytical
+    // score before step 5 (contention only lengthens an iteration: the premise, checked on
+    // every confirmed layout and reported when it fails). Until k layouts are confirmed, step 4
+    // stops where the bound, shortened by the margin, loses to the k-th best analytical score;
+    // when the confirmed k-th best is worse than that, step 4 resumes up to it, and so on until
+    // neither step has a layout left that could enter the top k.
     auto& survivors = search.survivors;
     std::sort(survivors.begin(), survivors.end(), [](const Survivor& x, const Survivor& y) {
         if (x.bound_score != y.bound_score) return x.bound_score < y.bound_score;
@@ -615,58 +662,84 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     struct Simulated {
         const Survivor* survivor;
         PlanFigures figures;
+        bool confirmed = false;
     };
-    std::vector<Simulated> simulated;
-    std::multiset<double> best;                        // the k best analytical scores
+    std::deque<Simulated> simulated;  // stable addresses
+    std::multiset<double> best;       // the k best analytical scores
+    std::multiset<double> best_confirmed;
     std::map<std::size_t, PlanFigures> analytical_of;  // with keep_entries: by index
-    const auto kth = [&] {
-        return best.size() < options.top ? std::numeric_limits<double>::infinity()
-                                         : *std::prev(best.end());
+    const auto kth_of = [&](const std::multiset<double>& scores) {
+        return scores.size() < options.top ? std::numeric_limits<double>::infinity()
+                                           : *std::prev(scores.end());
     };
-    std::size_t step = 0;
-    for (const auto& s : survivors) {
-        const double bound = scorer.score(s.bound_s * shrink, s.flops, s.peak, s.tokens);
-        if (bound > kth()) break;  // and every later one, whose bound is no smaller
-        if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
-        const auto spec = loader.load(s.layout, true);
-        const auto summary = simulate(spec, cache.get(), options.fast_paths);
-        const auto f = figures_of(summary, scorer, s.flops, s.peak, s.tokens);
-        simulated.push_back({&s, f});
-        best.insert(f.objective);
-        if (best.size() > options.top) best.erase(std::prev(best.end()));
-        if (options.keep_entries) analytical_of[s.index] = f;
-    }
-    result.simulated = simulated.size();
-    result.pruned_bound = survivors.size() - simulated.size();
-
-    // 5: the experiment's own network for every layout whose analytical score, shortened by the
-    // margin, is within the k best.
+    const auto keep_best = [&](std::multiset<double>& scores, double score) {
+        scores.insert(score);
+        if (scores.size() > options.top) scores.erase(std::prev(scores.end()));
+    };
     const bool same_network = base.network.fidelity == network::Fidelity::Analytical;
     std::vector<PlanChoice> confirmed;
-    std::vector<const Simulated*> to_confirm;
-    for (const auto& x : simulated)
-        if (scorer.score(x.figures.iteration_time_s * shrink, x.survivor->flops, x.survivor->peak,
-                         x.survivor->tokens) <= kth())
-            to_confirm.push_back(&x);
-    step = 0;
     std::map<std::size_t, PlanFigures> confirmed_of;
-    for (const Simulated* x : to_confirm) {
-        if (options.on_progress) options.on_progress("confirm", ++step, to_confirm.size());
-        PlanChoice c;
-        c.layout = x->survivor->layout;
-        c.index = x->survivor->index;
-        c.analytical = x->figures;
-        c.lower_bound_s = x->survivor->bound_s;
-        if (same_network) {
-            c.figures = x->figures;
-        } else {
-            const auto spec = loader.load(c.layout, false);
-            c.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
-                                   x->survivor->flops, x->survivor->peak, x->survivor->tokens);
+    std::size_t next = 0, step = 0, confirm_step = 0;
+    // Step 4 over the survivors from `next` while their bound (times `scale`) beats `limit()`.
+    const auto simulate_while = [&](double scale, const auto& beaten) {
+        for (; next < survivors.size(); ++next) {
+            const Survivor& s = survivors[next];
+            if (scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens) > beaten()) break;
+            if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
+            const auto spec = loader.load(s.layout, true);
+            const auto summary = simulate(spec, cache.get(), options.fast_paths);
+            const auto f = figures_of(summary, scorer, s.flops, s.peak, s.tokens);
+            simulated.push_back({&s, f});
+            keep_best(best, f.objective);
+            if (options.keep_entries) analytical_of[s.index] = f;
         }
-        if (options.keep_entries) confirmed_of[c.index] = c.figures;
-        confirmed.push_back(std::move(c));
+    };
+    simulate_while(shrink, [&] { return kth_of(best); });
+    for (;;) {
+        // 5: the unconfirmed in the order of their analytical score, while it beats the k-th
+        // best confirmed score.
+        std::vector<Simulated*> order;
+        for (auto& x : simulated)
+            if (!x.confirmed) order.push_back(&x);
+        std::sort(order.begin(), order.end(), [](const Simulated* x, const Simulated* y) {
+            if (x->figures.objective != y->figures.objective)
+                return x->figures.objective < y->figures.objective;
+            return x->survivor->index < y->survivor->index;
+        });
+        for (Simulated* x : order) {
+            if (x->figures.objective > kth_of(best_confirmed)) break;
+            if (options.on_progress)
+                options.on_progress("confirm", ++confirm_step, simulated.size());
+            x->confirmed = true;
+            PlanChoice c;
+            c.layout = x->survivor->layout;
+            c.index = x->survivor->index;
+            c.analytical = x->figures;
+            c.lower_bound_s = x->survivor->bound_s;
+            if (same_network) {
+                c.figures = x->figures;
+            } else {
+                const auto spec = loader.load(c.layout, false);
+                c.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
+                                       x->survivor->flops, x->survivor->peak, x->survivor->tokens);
+            }
+            // The premise of the stop rule: no layout scores better under its own network than
+            // under the analytical one (relative 1e-9: the two sum their parts differently).
+            if (c.figures.objective <
+                c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
+                ++result.faster_than_analytical;
+            keep_best(best_confirmed, c.figures.objective);
+            if (options.keep_entries) confirmed_of[c.index] = c.figures;
+            confirmed.push_back(std::move(c));
+        }
+        // 4 again: survivors whose bound still beats the k-th best confirmed score.
+        const std::size_t before = next;
+        simulate_while(1.0, [&] { return kth_of(best_confirmed); });
+        if (next == before) break;
     }
+    result.seconds.simulate = seconds_since(simulating);
+    result.simulated = simulated.size();
+    result.pruned_bound = survivors.size() - simulated.size();
     result.confirmed = confirmed.size();
     std::sort(confirmed.begin(), confirmed.end(), [](const PlanChoice& x, const PlanChoice& y) {
         if (x.figures.objective != y.figures.objective)
@@ -696,8 +769,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 e.status = PlanEntry::Status::Simulated;
             } else {
                 e.reason = "its lower bound " + std::to_string(e.lower_bound_s) +
-                           " s, less the margin, loses to the " + std::to_string(options.top) +
-                           "-th best analytical result";
+                           " s cannot beat the " + std::to_string(options.top) +
+                           "-th best result under the " + result.network + " network";
             }
             if (const auto c = confirmed_of.find(e.index); c != confirmed_of.end()) {
                 e.confirmed = c->second;
@@ -723,6 +796,7 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
     j["pruned_bound"] = r.pruned_bound;
     j["simulated"] = r.simulated;
     j["confirmed"] = r.confirmed;
+    j["faster_than_analytical"] = r.faster_than_analytical;
     auto top = nlohmann::ordered_json::array();
     for (const auto& c : r.top) {
         nlohmann::ordered_json t;

@@ -19,6 +19,7 @@
 //      shortened by the margin, would still make the top k; the ranking is that model's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -32,6 +33,7 @@
 #include "ingest/inputs.hpp"
 #include "session/shard.hpp"
 #include "workload/experiment.hpp"
+#include "workload/plan.hpp"
 
 namespace cs::api {
 
@@ -66,6 +68,8 @@ struct PlanFigures {
     double objective = 0;           // in the objective's unit (PlanResult::objective_unit)
     std::int64_t memory_bytes = 0;  // worst GPU
     double bubble_fraction = 0, exposed_comm_fraction = 0, host_fraction = 0, idle_fraction = 0;
+    // exposed_comm_fraction by kind (workload::kCommKindNames: tp, cp, ep, dp, pipeline).
+    std::array<double, workload::kCommKinds> exposed_by_kind{};
 };
 
 // A layout of the top k.
@@ -128,6 +132,14 @@ struct PlanResult {
     double margin = 0;
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0,
                 confirmed = 0;
+    // Confirmed layouts that scored better under the experiment's network than under the
+    // analytical one: the stop rule's premise failed for them (a warning when not 0).
+    std::size_t faster_than_analytical = 0;
+    // Wall time of the search (load, prepare, memory, bound) and of the simulations (both
+    // networks), for `plan -v`; not in plan_json (outputs depend on the inputs alone).
+    struct {
+        double search = 0, simulate = 0;
+    } seconds;
     // The invalid layouts' reasons (the loader's or the schedule's message) and how many gave it.
     std::map<std::string, std::size_t> invalid_reasons;
     std::vector<PlanChoice> top;     // best first

@@ -285,6 +285,8 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (link_mode == SweepCache::Links::Sketched) {
         kept->sketched().reset();
         replay.add_network_observer(*kept->sketch);
+    } else if (link_mode == SweepCache::Links::None) {
+        // Nothing observes the network: its transfers' costs are reused as they are.
     } else {
         links_seen = kept ? &kept->accounted() : &own_links.emplace(spec.cluster->links().size());
         links_seen->reset();

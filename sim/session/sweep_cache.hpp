@@ -56,8 +56,9 @@ class SweepCache {
     // the entry's accounting instead of one of its own), or only into the entry's sketch
     // (Sketched: outside `flow`) or accounting (Accounted), which the sweep digests (the summary
     // lists no links). A run whose cluster is not its experiment's (link faults from the start)
-    // lists them.
-    enum class Links { Listed, Sketched, Accounted };
+    // lists them. None: no link is accounted at all (`plan`, whose figures read no link; the
+    // summary lists none).
+    enum class Links { Listed, Sketched, Accounted, None };
     Links links = Links::Listed;
 
   private:

@@ -10,6 +10,35 @@
 namespace cs::workload {
 namespace {
 
+// `node` written out exactly (every scalar with its length and tag, every mapping and list in
+// order): a cache key for an inline topology that two different trees never share. Cheaper than
+// YAML::Dump, which a sweep or plan would run once per loaded combination.
+void canonical_text(const YAML::Node& node, std::string& out) {
+    switch (node.Type()) {
+        case YAML::NodeType::Map:
+            out += '{';
+            for (const auto& kv : node) {
+                canonical_text(kv.first, out);
+                canonical_text(kv.second, out);
+            }
+            out += '}';
+            return;
+        case YAML::NodeType::Sequence:
+            out += '[';
+            for (const auto& item : node)
+                canonical_text(item, out);
+            out += ']';
+            return;
+        case YAML::NodeType::Scalar:
+            out.append(std::to_string(node.Tag().size())).append(":").append(node.Tag());
+            out.append(std::to_string(node.Scalar().size())).append(":").append(node.Scalar());
+            return;
+        default:
+            out += '~';
+            return;
+    }
+}
+
 // parallelism.sharding, shard_size / shard_replicas, reshard_after_forward, shard_prefetch (the
 // layout's dp must be known).
 void parse_sharding(const config::Reader& r, ParallelLayout& l) {
@@ -870,11 +899,9 @@ ExperimentSpec load_experiment_document(config::Document doc,
         for (const auto& [k, v] : topo_overrides)
             tdoc.overrides[k] = v;
         spec.topology_source = doc.display_path;
-        cluster = build(std::string("inline ")
-                            .append(doc.display_path)
-                            .append("\n")
-                            .append(YAML::Dump(tdoc.root)),
-                        tdoc);
+        std::string source = std::string("inline ").append(doc.display_path).append("\n");
+        canonical_text(tdoc.root, source);
+        cluster = build(source, tdoc);
     } else {
         root.fail("topology", "expected a file path or a mapping");
     }

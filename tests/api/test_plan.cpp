@@ -11,6 +11,10 @@
 #include "../error_of.hpp"
 #include "cli/tables.hpp"
 #include "ingest/inputs.hpp"
+#include "replay/bound.hpp"
+#include "replay/pass_cost.hpp"
+#include "replay/prepare.hpp"
+#include "schedule/critical_path.hpp"
 #include "session/plan.hpp"
 #include "session/sweep.hpp"
 #include "workload/megatron_args.hpp"
@@ -134,9 +138,11 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     CHECK(result->pruned_bound > 0);  // the bound prunes something here
 }
 
-TEST_CASE("plan's compute bound is below every simulated iteration time") {
-    // The bound is the busiest device's compute alone; the replay adds bubbles, communication
-    // and the host to the same compute, so bound <= time for every layout simulated.
+TEST_CASE("plan's lower bound is below every simulated iteration time") {
+    // The bound is the longest path through the passes' dependencies with each pass at its
+    // compute plus blocking collectives (replay::iteration_lower_bound); the replay runs the same
+    // passes in the same orders for at least as long and adds waiting for messages, the data-
+    // parallel reduction and the host, so bound <= time for every layout simulated.
     auto options = small_options();
     options.fixes = {"parallelism.cp=1"};  // every sharding too
     options.margin = 10;                   // prunes nothing by the bound: every survivor runs
@@ -153,6 +159,115 @@ TEST_CASE("plan's compute bound is below every simulated iteration time") {
         }
     CHECK(checked == result->simulated);
     CHECK(checked > 0);
+}
+
+TEST_CASE("the lower bound counts the pipeline's fill and drain and the collectives in passes") {
+    // tp 2, pp 4, dp 1, 1f1b, 16 microbatches of the small GPT: the bound must be at least the
+    // critical path of the compute alone, which is at least the busiest device's compute (the
+    // bound of the planner's first version), and above it by the pipeline's fill and drain
+    // ((p - 1) passes' worth, so strictly above) and by the tensor-parallel collectives (tp 2:
+    // every pass has some, so strictly above the compute-only path too).
+    const auto spec = workload::load_experiment(
+        kSmall, {"topology.nodes=2", "parallelism.tp=2", "parallelism.pp=4", "parallelism.dp=1",
+                 "parallelism.sequence_parallel=true"});
+    const auto p = replay::prepare(spec, "");
+    replay::CollectiveCosts costs(*spec.cluster, spec.network);
+    const Time bound = replay::iteration_lower_bound(p, costs);
+    const auto compute = [&](int, std::size_t, const schedule::PipelineOp& op, int vs) {
+        return replay::pass_plan(p.plan.virtual_stages[static_cast<std::size_t>(vs)], op.pass)
+            .compute_time();
+    };
+    std::vector<Time> tail;
+    Time busiest;
+    for (std::size_t d = 0; d < p.orders.size(); ++d) {
+        tail.push_back(p.plan.devices[d].optimizer_step);
+        Time t = tail.back();
+        for (std::size_t k = 0; k < p.orders[d].size(); ++k) {
+            const auto& op = p.orders[d][k];
+            t += compute(
+                0, k, op,
+                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch));
+        }
+        busiest = std::max(busiest, t);
+    }
+    const auto path = schedule::critical_path(*p.schedule, p.shape, p.orders, compute, tail);
+    REQUIRE(path);
+    CHECK(*path > busiest);
+    CHECK(bound > *path);
+    // And below the simulated iteration (analytical network, as plan compares it).
+    api::RunOptions run;
+    const auto summary = api::run(spec, run).summary;
+    CHECK(bound.seconds() <= summary.iteration_time_s);
+}
+
+TEST_CASE("plan's memory floor prunes only layouts whose full memory is above it") {
+    // A layout refused before its op orders (reason "at least ... one microbatch in flight")
+    // has a floor of one microbatch's activations; prepared in full, its memory is at least that
+    // floor and so above the limit too.
+    const api::SweepRanks ranks;
+    const auto options = small_options();
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    const double limit = static_cast<double>(result->hbm_bytes) * (1 - options.headroom);
+    std::size_t floors = 0;
+    for (const auto& e : result->entries) {
+        if (e.status != api::PlanEntry::Status::PrunedMemory ||
+            e.reason.find("one microbatch in flight") == std::string::npos)
+            continue;
+        ++floors;
+        auto overrides = options.sets;
+        for (const auto& f : options.fixes)
+            overrides.push_back(f);
+        for (const auto& o : e.layout.overrides())
+            overrides.push_back(o);
+        const auto full = replay::prepare(workload::load_experiment(kSmall, overrides), "");
+        std::int64_t memory = 0;
+        for (const auto& d : full.plan.devices)
+            memory = std::max(memory, d.memory.total.value);
+        CAPTURE(e.layout.text());
+        CHECK(memory >= e.memory_bytes);
+        CHECK(static_cast<double>(memory) > limit);
+    }
+    CHECK(floors > 0);  // the floor prunes some layouts of this space
+}
+
+TEST_CASE("plan under the flow network: the same top k as a brute-force sweep under flow") {
+    // The confirmation stops once no layout left can enter the top k, assuming no layout runs
+    // faster under flow than under the analytical network (checked: faster_than_analytical is
+    // 0 here). 1f1b, no recompute, zero1, cp 1, micro-batch 1 or 2: tp x pp x dp of 8 GPUs.
+    auto options = small_options();
+    options.sets.push_back("network.model=flow");
+    options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    options.schedules = {"1f1b"};
+    options.top = 3;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    CHECK(result->faster_than_analytical == 0);
+    CHECK(result->confirmed < result->simulated);  // it did not confirm everything
+
+    api::SweepOptions sweep;
+    sweep.experiment = kSmall;
+    sweep.sets = {"topology.nodes=2",           "network.model=flow",      "parallelism.cp=1",
+                  "parallelism.sharding=zero1", "training.recompute=none", "schedule=1f1b"};
+    sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
+                                        "parallelism.sequence_parallel=false,true",
+                                        "training.micro_batch_size=1,2"});
+    sweep.keep_summaries = false;
+    const auto rows = api::sweep(sweep, ranks);
+    REQUIRE(rows);
+    const double limit = static_cast<double>(result->hbm_bytes) * (1 - options.headroom);
+    std::vector<double> times;
+    for (const auto& r : *rows)
+        // plan runs sequence parallelism exactly when tp > 1
+        if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
+            static_cast<double>(r.result->memory_bytes) <= limit)
+            times.push_back(r.result->iteration_time_s);
+    std::sort(times.begin(), times.end());
+    REQUIRE(times.size() > options.top);
+    REQUIRE(result->top.size() == options.top);
+    for (std::size_t i = 0; i < options.top; ++i)
+        CHECK(result->top[i].figures.iteration_time_s == times[i]);
 }
 
 TEST_CASE("plan refuses bad input with a clear message") {
@@ -216,8 +331,9 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
          "parallelism.sequence_parallel=true"},
     };
     for (const auto& layout : layouts) {
-        auto sets = layout;
-        sets.insert(sets.begin(), "topology.nodes=2");
+        std::vector<std::string> sets{"topology.nodes=2"};
+        for (const auto& o : layout)
+            sets.push_back(o);
         const auto spec = workload::load_experiment(kSmall, sets);
         const auto flags = workload::megatron_args_for(spec);
         std::vector<std::string> warnings;

@@ -169,6 +169,11 @@ inline void check_contract(const Schedule& schedule) {
             }
             CHECK(static_cast<int>(slots.size()) == stages);
         }
+        // orders() gives every device's order() at once, index for index.
+        const auto all = schedule.orders(shape);
+        REQUIRE(static_cast<int>(all.size()) == p);
+        for (int d = 0; d < p; ++d)
+            CHECK(all[static_cast<std::size_t>(d)] == schedule.order(shape, d));
         // Pass counts per (pass, virtual stage, microbatch).
         std::map<std::tuple<Pass, int, int>, int> count;
         for (int d = 0; d < p; ++d) {

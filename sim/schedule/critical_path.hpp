@@ -1,0 +1,31 @@
+// The shortest time a pipeline's op orders can take when each pass costs only its own duration:
+// the longest path through the passes' dependency graph. A lower bound on any replay of the
+// orders, since the replay runs the same passes in the same order per device and only adds
+// waiting (communication, the host, collectives).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/units.hpp"
+#include "schedule/schedule.hpp"
+
+namespace cs::schedule {
+
+// Each device runs its ops one after another in `orders[device]` (schedule.order's lists); an op
+// starts once the device's previous op and the op's inputs have ended (schedule.hpp,
+// "Dependencies": F(vs, i) after F(vs-1, i); B/Bi(vs, i) after F(vs, i) and B/Bi(vs+1, i);
+// Bw(vs, i) after Bi(vs, i)). `duration(device, index, op, vs)` is what op `orders[device][index]`
+// on virtual stage vs takes; `tail[device]` (empty: none) is added after the device's last op (its
+// optimizer step). Returns the latest device end, or nullopt if the orders deadlock (an op waits
+// for an input no order produces first), which a valid schedule never does.
+std::optional<Time> critical_path(
+    const Schedule& schedule, const PipelineShape& shape,
+    const std::vector<std::vector<PipelineOp>>& orders,
+    const std::function<Time(int, std::size_t, const PipelineOp&, int)>& duration,
+    std::span<const Time> tail = {});
+
+}  // namespace cs::schedule
