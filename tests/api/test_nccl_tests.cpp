@@ -842,3 +842,85 @@ TEST_CASE(
               doctest::Approx(op.points[i].fitted_us).epsilon(1e-4));
     std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// The fitted residuals of a calibrate --nccl-tests run on `files` over `topology`, per operation:
+// the worst |fitted / measured - 1| over the rows of 1 KiB and up.
+std::map<std::string, double> worst_from_1kib(const std::vector<std::string>& files,
+                                              const std::string& topology) {
+    cs::api::NetworkFitOptions options;
+    options.files = files;
+    options.topology = topology;
+    const auto fit = cs::api::calibrate_network(options);
+    std::map<std::string, double> worst;
+    for (const auto& op : fit.ops) {
+        double w = 0;
+        for (const auto& p : op.points)
+            if (p.size >= 1024) w = std::max(w, std::abs(p.fitted_us / p.measured_us - 1));
+        worst[std::string(cs::network::collective_name(op.op))] = w;
+    }
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "issue 37's bar: public nccl-tests fixtures fitted within 15% at every size from 1 KiB up, "
+    "where a topology describes the hardware and the data admit it") {
+    // The bar (issue 37, "Done when"): every row of 1 KiB and up within 15% after
+    // `calibrate --nccl-tests` on the fixture itself, all sizes fitted (no --nccl-sizes).
+    const double bar = 0.15;
+    const std::string pub = kData + "nccl-tests-public/";
+
+    // One DGX A100 (40 GB), all_reduce 1 MiB .. 1 GiB (dgx-a100-40gb-1node.yaml). It can hold:
+    // the run's worst feature, a busbw step from 202.0 to 230.8 GB/s between 512 MiB and 1 GiB
+    // (+14.3%), costs a smooth rate about 7% each way, half the bar. Fitted: worst 13.6% (16 MiB).
+    const auto a100 = worst_from_1kib({pub + "all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt"},
+                                      kData + "dgx-a100-40gb-1node.yaml");
+    CHECK(a100.at("all_reduce") < bar);
+
+    // Two DGX Spark (GB10) over one 200G cable, all_reduce 8 KiB .. 64 KiB
+    // (dgx-spark-2x-200g.yaml). Its four rows rise monotonically (27.8, 31.9, 39.5, 67.3 us), so
+    // nothing in the data stops an increasing cost from following them. Fitted: worst 8.1%.
+    // (The same hosts' all_gather file has one row, which two fitted constants always match: not
+    // a check, so not counted here.)
+    const auto spark =
+        worst_from_1kib({pub + "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt"},
+                        kData + "dgx-spark-2x-200g.yaml");
+    CHECK(spark.at("all_reduce") < bar);
+}
+
+TEST_CASE(
+    "issue 37's bar cannot hold on the 2 x H200 all_reduce and all_gather fixtures: their "
+    "times fall as the size grows") {
+    // tests/validation/data/nccl-tests/*-h200x2.txt are Python-timed measurements (50 us of launch
+    // subtracted) in nccl-tests' layout. Where a larger size was measured faster than a smaller
+    // one (t_small > t_large), a cost that does not fall with size has f(small) <= f(large), and
+    // its worse relative error on the two rows is at least (t_small - t_large) / (t_small +
+    // t_large) (equal errors of opposite sign). all_reduce: 1 KiB 26.72 us, 4 KiB 16.58 us:
+    // 10.14 / 43.30 = 23.4%. all_gather: 2 MiB 26.00 us, 8 MiB 19.63 us: 6.37 / 45.63 = 14.0%,
+    // and with the NVLink bond's 450 GB/s the 8 MiB row must take at least 3 MiB / 450 GB/s =
+    // 7.0 us more than the 2 MiB one (each of the two GPUs receives 3 MiB more), so
+    // (26.00 - 19.63 + 7.0) / 45.63 = 29.3%. Both above the bar, for any model.
+    const std::string dir = kRoot + "/tests/validation/data/nccl-tests/";
+    const auto lower_bound = [](const cs::api::NcclTestsFile& f, std::int64_t small,
+                                std::int64_t large, double extra_us) {
+        double ts = 0, tl = 0;
+        for (const auto& r : f.rows) {
+            if (r.size == small) ts = r.time_us[0];  // out of place, as the fit reads
+            if (r.size == large) tl = r.time_us[0];
+        }
+        REQUIRE(ts > 0);
+        REQUIRE(tl > 0);
+        return (ts - tl + extra_us) / (ts + tl);
+    };
+    const auto ar = cs::api::read_nccl_tests(dir + "all_reduce_perf-h200x2.txt");
+    CHECK(lower_bound(ar, 1024, 4096, 0) == doctest::Approx(0.234).epsilon(0.01));
+    const auto ag = cs::api::read_nccl_tests(dir + "all_gather_perf-h200x2.txt");
+    const double extra_us = 3.0 * (1 << 20) / 450e9 * 1e6;  // 6.99 us
+    CHECK(lower_bound(ag, 2 << 20, 8 << 20, extra_us) == doctest::Approx(0.293).epsilon(0.01));
+    // And the fit indeed misses there (at least the bound).
+    const auto fitted = worst_from_1kib({dir + "all_reduce_perf-h200x2.txt"}, kTwoGpus);
+    CHECK(fitted.at("all_reduce") >= 0.234);
+}
