@@ -361,41 +361,55 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 
 void apply_override(Document& doc, const std::string& key, const std::string& value) {
     const SourceLocation where{doc.override_text(key, value), 0, 0};
-    // An empty value would read as null, which removes a key silently; `~` says so on purpose.
-    if (value.find_first_not_of(" \t") == std::string::npos)
-        throw ConfigError(where, "no value after '='; give a value, or ~ to remove the key");
-    // More than one document in a value ("1\n---\n2") would silently keep the first.
-    if (const int documents = document_count(value); documents > 1)
-        throw ConfigError(where, "the value holds " + std::to_string(documents) +
-                                     " YAML documents; give one value");
+    // A value already accepted is not checked and parsed again: a sweep or plan applies the same
+    // few values ("4", "true", "zero1") to thousands of documents. Each document gets its own
+    // copy of the parsed tree.
+    thread_local std::unordered_map<std::string, YAML::Node> accepted;
     YAML::Node parsed;
-    try {
-        parsed = YAML::Load(value);
-    } catch (const YAML::ParserException& e) {
-        throw ConfigError(where, "the value is not valid YAML: " + e.msg);
+    if (const auto hit = accepted.find(value); hit != accepted.end()) {
+        parsed = YAML::Clone(hit->second);
+    } else {
+        // An empty value would read as null, which removes a key silently; `~` says so on
+        // purpose.
+        if (value.find_first_not_of(" \t") == std::string::npos)
+            throw ConfigError(where, "no value after '='; give a value, or ~ to remove the key");
+        // More than one document in a value ("1\n---\n2") would silently keep the first.
+        if (const int documents = document_count(value); documents > 1)
+            throw ConfigError(where, "the value holds " + std::to_string(documents) +
+                                         " YAML documents; give one value");
+        try {
+            parsed = YAML::Load(value);
+        } catch (const YAML::ParserException& e) {
+            throw ConfigError(where, "the value is not valid YAML: " + e.msg);
+        }
+        // yaml-cpp reads some malformed text (",us") as nothing: only a null written as such
+        // clears a key.
+        if (parsed.IsNull() || !parsed.IsDefined()) {
+            std::string text = value;
+            text.erase(0, text.find_first_not_of(" \t"));
+            text.erase(text.find_last_not_of(" \t") + 1);
+            if (text != "~" && text != "null" && text != "Null" && text != "NULL")
+                throw ConfigError(where, "the value \"" + value +
+                                             "\" is not valid YAML; quote it, or give ~ to "
+                                             "remove the key");
+        }
+        reject_duplicate_keys(parsed, where.file, false);
+        if (accepted.size() >= 4096) accepted.clear();
+        accepted.emplace(value, YAML::Clone(parsed));
     }
-    // yaml-cpp reads some malformed text (",us") as nothing: only a null written as such clears
-    // a key.
-    if (parsed.IsNull() || !parsed.IsDefined()) {
-        std::string text = value;
-        text.erase(0, text.find_first_not_of(" \t"));
-        text.erase(text.find_last_not_of(" \t") + 1);
-        if (text != "~" && text != "null" && text != "Null" && text != "NULL")
-            throw ConfigError(where, "the value \"" + value +
-                                         "\" is not valid YAML; quote it, or give ~ to remove "
-                                         "the key");
-    }
-    reject_duplicate_keys(parsed, where.file, false);
-    // getline drops a trailing empty component: "parallelism." would replace the whole mapping.
+    // A split that kept empty components would let "parallelism." replace the whole mapping.
     if (key.empty() || key.front() == '.' || key.back() == '.')
         throw ConfigError(where, "empty component in the key '" + key +
                                      "'; expected dotted names such as parallelism.tp");
     std::vector<std::string> parts;
-    std::string part;
-    std::istringstream ss(key);
-    while (std::getline(ss, part, '.')) {
+    for (std::size_t from = 0;;) {
+        const std::size_t dot = key.find('.', from);
+        std::string part =
+            key.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
         if (part.empty()) throw ConfigError(where, "empty component in the key '" + key + "'");
-        parts.push_back(part);
+        parts.push_back(std::move(part));
+        if (dot == std::string::npos) break;
+        from = dot + 1;
     }
     // Walk with non-const nodes on purpose: this is the one place that edits a document.
     YAML::Node cur = doc.root;
