@@ -1,6 +1,6 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
-//                 [--margin FRACTION] [--set k=v]... [--json FILE]
+//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--guide]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -35,6 +35,7 @@ struct PlanArgs {
     std::string json;
     std::string max_memory;
     bool no_fast_paths = false;
+    bool guide = false;
 };
 
 void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
@@ -68,6 +69,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.max_micro_batch_size = a.max_micro_batch_size;
     options.keep_entries = !a.json.empty();
     options.fast_paths = !a.no_fast_paths;
+    options.guide = a.guide;
     options.max_memory = api::parse_max_memory(a.max_memory);
     OutputSet outputs;
     outputs.declare("--json", a.json);
@@ -139,6 +141,9 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--max-memory", args->max_memory,
                     "Memory the plan may take (default 16GiB): the topology is checked against it")
         ->type_name("SIZE");
+    cmd->add_flag("--guide", args->guide,
+                  "Also run what the parallelism guide recommends for this model, cluster and "
+                  "sequence, and place it among the layouts found (docs/plan.md)");
     cmd->add_flag("--no-fast-paths", args->no_fast_paths,
                   "Turn off every fast path (as sweep): the same results, computed the plain way");
     cmd->callback([args] { plan(*args); });

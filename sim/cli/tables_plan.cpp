@@ -92,6 +92,30 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
     if (r.top.size() > 1) out << "\nwhy the others rank lower than #1:\n";
     for (std::size_t i = 1; i < r.top.size(); ++i)
         out << "  #" << i + 1 << ": " << r.top[i].why_lost << "\n";
+    if (!r.guide_reasoning.empty()) {
+        out << "\nthe parallelism guide (NVIDIA Megatron-Bridge, \"Parallelism Strategy "
+               "Selection\"; docs/plan.md):\n";
+        for (const auto& rule : r.guide_reasoning)
+            out << "  " << rule << "\n";
+        for (const auto& g : r.guide) {
+            out << "  " << g.layout.text() << ": ";
+            if (!g.figures) {
+                out << "not valid: " << g.reason << "\n";
+                continue;
+            }
+            out << fmt("%.4f s", g.figures->iteration_time_s) << ", MFU "
+                << percent(g.figures->mfu, 1) << ", "
+                << format_bytes(Bytes{g.figures->memory_bytes}) << " per GPU; ";
+            if (g.rank <= r.top.size())
+                out << "would rank #" << g.rank << " of the top " << r.top.size();
+            else
+                out << "below the top " << r.top.size();
+            if (!g.versus.empty()) out << "; against #1: " << g.versus;
+            out << "\n";
+        }
+        for (const auto& n : r.guide_not_dividing)
+            out << "  " << n << ": not a layout of this cluster\n";
+    }
     if (!r.invalid_reasons.empty()) {
         std::vector<std::pair<std::string, std::size_t>> reasons(r.invalid_reasons.begin(),
                                                                  r.invalid_reasons.end());

@@ -14,6 +14,7 @@
 #include "replay/prepare.hpp"
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
+#include "session/plan_guide.hpp"
 #include "session/run.hpp"
 #include "session/sweep_cache.hpp"
 #include "workload/megatron_args.hpp"
@@ -757,6 +758,37 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     }
     result.top = std::move(confirmed);
 
+    if (options.guide) {
+        auto advice = guide_advice(base);
+        result.guide_reasoning = std::move(advice.reasoning);
+        result.guide_not_dividing = std::move(advice.not_dividing);
+        for (const auto& l : advice.layouts) {
+            PlanGuideEntry g;
+            g.layout = l;
+            try {
+                const auto spec = loader.load(l, false);
+                const auto prepared = replay::prepare(spec, "");
+                const double flops = prepared.plan.model_flops_per_iteration.value;
+                const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
+                g.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
+                                       flops, peak_flops(spec), tokens);
+                g.rank = 1;
+                for (const auto& c : result.top)
+                    if (c.figures.objective <= g.figures->objective) ++g.rank;
+                if (!result.top.empty()) {
+                    g.versus = why_lost(*g.figures, result.top.front().figures);
+                    if (static_cast<double>(g.figures->memory_bytes) > limit)
+                        g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
+                                    " per GPU, above the limit of " +
+                                    format_bytes(Bytes{static_cast<std::int64_t>(limit)});
+                }
+            } catch (const ConfigError& e) {
+                g.reason = e.what();
+            }
+            result.guide.push_back(std::move(g));
+        }
+    }
+
     if (options.keep_entries) {
         // Every layout in enumeration order (the ranks' shares interleave).
         result.entries = std::move(search.entries);
@@ -822,6 +854,26 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
         entries.push_back(std::move(t));
     }
     j["layouts_evaluated"] = std::move(entries);
+    if (!r.guide_reasoning.empty()) {
+        nlohmann::ordered_json g;
+        g["reasoning"] = r.guide_reasoning;
+        auto layouts = nlohmann::ordered_json::array();
+        for (const auto& e : r.guide) {
+            nlohmann::ordered_json t;
+            t["layout"] = layout_json(e.layout);
+            if (e.figures) {
+                t["figures"] = figures_json(*e.figures);
+                t["rank"] = e.rank;
+                if (!e.versus.empty()) t["versus_best"] = e.versus;
+            } else {
+                t["reason"] = e.reason;
+            }
+            layouts.push_back(std::move(t));
+        }
+        g["layouts"] = std::move(layouts);
+        g["not_dividing"] = r.guide_not_dividing;
+        j["guide"] = std::move(g);
+    }
     return j;
 }
 

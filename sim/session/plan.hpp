@@ -84,6 +84,15 @@ struct PlanChoice {
     std::string why_lost;            // runners-up: the largest difference against the winner
 };
 
+// A layout the parallelism guide recommends (PlanOptions::guide), simulated like the top k.
+struct PlanGuideEntry {
+    PlanLayout layout;
+    std::optional<PlanFigures> figures;  // under the experiment's network; none when invalid
+    std::string reason;                  // invalid: why
+    std::size_t rank = 0;                // 1 + the top-k layouts it does not beat
+    std::string versus;                  // against the best: by how much, and the part that grew
+};
+
 // Every layout plan looked at, for --json (PlanOptions::keep_entries).
 struct PlanEntry {
     enum class Status : std::uint8_t { Invalid, PrunedMemory, PrunedBound, Simulated, Confirmed };
@@ -117,6 +126,9 @@ struct PlanOptions {
     bool keep_entries = false;     // --json: every layout's entry
     std::int64_t max_memory = topology::kDefaultMaxMemory;
     bool fast_paths = true;
+    // --guide: also simulate the layouts the parallelism guide recommends (plan_guide.hpp) and
+    // place them among the top k.
+    bool guide = false;
     // Progress: (phase, done, total); phase is "search" (load, memory, bound), "simulate"
     // (analytical) or "confirm" (the experiment's network).
     std::function<void(const char*, std::size_t, std::size_t)> on_progress;
@@ -142,7 +154,11 @@ struct PlanResult {
     } seconds;
     // The invalid layouts' reasons (the loader's or the schedule's message) and how many gave it.
     std::map<std::string, std::size_t> invalid_reasons;
-    std::vector<PlanChoice> top;     // best first
+    std::vector<PlanChoice> top;  // best first
+    // --guide: how the guide's rules applied, its layouts and those that do not divide the GPUs.
+    std::vector<std::string> guide_reasoning;
+    std::vector<PlanGuideEntry> guide;
+    std::vector<std::string> guide_not_dividing;
     std::vector<PlanEntry> entries;  // with keep_entries, in enumeration order
 };
 

@@ -16,6 +16,7 @@
 #include "replay/prepare.hpp"
 #include "schedule/critical_path.hpp"
 #include "session/plan.hpp"
+#include "session/plan_guide.hpp"
 #include "session/sweep.hpp"
 #include "workload/megatron_args.hpp"
 
@@ -268,6 +269,56 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     REQUIRE(result->top.size() == options.top);
     for (std::size_t i = 0; i < options.top; ++i)
         CHECK(result->top[i].figures.iteration_time_s == times[i]);
+}
+
+TEST_CASE("plan --guide: the guide's row, its topology and sequence rules, its layouts") {
+    // GPT-3 175B (174.6B parameters: the guide's 70-175B row, TP=8 + PP=4-8 + DP) on 20 DGX
+    // H100 nodes (160 GPUs; InfiniBand, 8 GPUs per node: TP 8 stays in a node), sequence 2,048
+    // (below 8K: the row's CP 1). PP 4 or 8: tp 8 x pp 4 = 32 divides 160 (dp 5); tp 8 x pp 8 =
+    // 64 does not. (The experiment itself at pp 4, dp 5 and 160 sequences, so that it loads.)
+    const std::string recipe =
+        std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/gpt3-175b-dgx-h100.yaml";
+    const auto spec = workload::load_experiment(
+        recipe, {"topology.nodes=20", "parallelism.pp=4", "training.global_batch_size=160"});
+    const auto advice = api::guide_advice(spec);
+    REQUIRE(advice.reasoning.size() >= 2);
+    CHECK(advice.reasoning[0].find("70-175B on 64-256 GPUs") != std::string::npos);
+    REQUIRE(advice.layouts.size() == 1);
+    const auto& l = advice.layouts[0];
+    CHECK(l.tp == 8);
+    CHECK(l.pp == 4);
+    CHECK(l.cp == 1);
+    CHECK(l.dp == 5);
+    CHECK(l.schedule == spec.schedule);  // the experiment's own other axes
+    REQUIRE(advice.not_dividing.size() == 1);
+    CHECK(advice.not_dividing[0] == "tp 8 x pp 8 x cp 1 = 64 does not divide the 160 GPUs");
+
+    // Sequence 16,384 (the guide's 8K-32K: CP 2): tp 8 x pp 4 x cp 2 = 64 divides 256 (dp 4).
+    const auto longer = api::guide_advice(
+        workload::load_experiment(recipe, {"topology.nodes=32", "training.seq_length=16384"}));
+    REQUIRE(!longer.layouts.empty());
+    CHECK(longer.layouts[0].cp == 2);
+    CHECK(longer.layouts[0].dp == 4);
+
+    // On the planner's 8-GPU fixture (a 0.13B model: the row "< 1B on 1-8 GPUs: DP only"),
+    // plan simulates the guide's one layout, tp 1 pp 1 dp 8, and ranks it against its top k:
+    // 1 + the top layouts it does not beat.
+    auto options = small_options();
+    options.guide = true;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    REQUIRE(result->guide.size() == 1);
+    const auto& g = result->guide[0];
+    CHECK(g.layout.tp == 1);
+    CHECK(g.layout.pp == 1);
+    CHECK(g.layout.dp == 8);
+    REQUIRE(g.figures);
+    std::size_t rank = 1;
+    for (const auto& c : result->top)
+        if (c.figures.objective <= g.figures->objective) ++rank;
+    CHECK(g.rank == rank);
+    CHECK(!g.versus.empty());
 }
 
 TEST_CASE("plan refuses bad input with a clear message") {
