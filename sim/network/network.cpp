@@ -1402,10 +1402,12 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // overhead, the efficiencies behind the capacities); null once the kept plans are full.
     const PlanCost* kept_cost(const Plan& plan, Bytes size) {
         // This network's own index first: its configuration is fixed, so (plan, size) is the key.
+        // A null entry remembers that the kept costs were full when the key was first asked for
+        // (they only grow), so that the shared table is not searched again for it.
         const auto mine = std::pair{&plan, size.value};
         if (auto it = cost_of_.find(mine); it != cost_of_.end()) return it->second;
         const PlanCost* cost = shared_cost(plan, size);
-        if (cost) cost_of_.emplace(mine, cost);
+        cost_of_.emplace(mine, cost);
         return cost;
     }
     const PlanCost* shared_cost(const Plan& plan, Bytes size) {
@@ -1503,8 +1505,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // plan, the size and the capacities: a sweep's later runs on a shape take them as they are
     // (kept_cost) instead of walking every flow of every DP ring again.
     Time unshared_start(const Plan& plan, Bytes size, bool kept) {
-        if (kept && own_capacity_.empty() && (!observed() || takes_link_totals())) {
-            if (const PlanCost* cost = kept_cost(plan, size)) {
+        if (own_capacity_.empty() && (!observed() || takes_link_totals())) {
+            if (const PlanCost* cost = kept ? kept_cost(plan, size) : nullptr) {
                 if (observed() && !cost->links.empty()) {
                     if (hold_totals_) {
                         const auto [at, fresh] = held_of_.try_emplace(cost, held_.size());
@@ -1515,6 +1517,16 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     }
                 }
                 return cost->time;
+            }
+            if (!observed()) {
+                // A plan not kept with the cluster, or kept costs full: this network keeps the
+                // times it works out itself (plans are never freed while it lives: routes
+                // changed retire them, so their addresses are not reused).
+                const auto [at, fresh] = own_time_of_.try_emplace({&plan, size.value});
+                if (fresh)
+                    at->second = unshared_time(plan, static_cast<double>(size.value),
+                                               [](const FlowTemplate&, double, Time) {});
+                return at->second;
             }
         }
         return unshared_time(
@@ -1837,6 +1849,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     };
     std::unordered_map<std::pair<const Plan*, std::int64_t>, const PlanCost*, PlanSizeHash>
         cost_of_;
+    // unshared_start's times of transfers whose cost the kept costs had no room for, by (plan,
+    // size), when nothing observes the network.
+    std::unordered_map<std::pair<const Plan*, std::int64_t>, Time, PlanSizeHash> own_time_of_;
     // hold_link_totals: the kept costs told at flush_link_totals, in first-use order, with the
     // transfers each stands for.
     bool hold_totals_ = false;
