@@ -129,18 +129,19 @@ class Experiment:
         return Sweep(json.loads(text), list(vary), source)
 
     def plan(self, fix=None, *, schedules=None, headroom=0.0, top=5, objective="time",
-             gpu_hour_price=0.0, margin=0.1, max_micro_batch=8, fast_paths=True):
+             gpu_hour_price=0.0, margin=0.1, max_micro_batch=8, fast_paths=True, guide=False):
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
         does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
         Returns the dict `plan --json` writes: the counts, `top` (best first, each with its
         `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
-        `layouts_evaluated` (every layout with its status and figures or reason)."""
+        `layouts_evaluated` (every layout with its status and figures or reason); with
+        `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked."""
         fixes = ["%s=%s" % (k, _yaml_value(v)) for k, v in (fix or {}).items()]
         if isinstance(schedules, str):
             schedules = schedules.split(",")
         text = _core.plan(self._source, self.overrides, fixes, list(schedules or []),
                           float(headroom), int(top), str(objective), float(gpu_hour_price),
-                          float(margin), int(max_micro_batch), bool(fast_paths))
+                          float(margin), int(max_micro_batch), bool(fast_paths), bool(guide))
         return json.loads(text)
 
     def report(self, path, schedules=None):

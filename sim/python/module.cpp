@@ -95,7 +95,8 @@ std::tuple<std::vector<std::string>, std::vector<std::string>, std::string> comp
 std::string plan(const Source& source, const std::vector<std::string>& sets,
                  const std::vector<std::string>& fixes, const std::vector<std::string>& schedules,
                  double headroom, std::size_t top, const std::string& objective,
-                 double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths) {
+                 double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths,
+                 bool guide) {
     py::gil_scoped_release release;
     api::PlanOptions options;
     options.experiment = source.path.empty() ? api::default_experiment().string() : source.path;
@@ -115,6 +116,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
     options.max_micro_batch_size = max_micro_batch;
     options.keep_entries = true;
     options.fast_paths = fast_paths;
+    options.guide = guide;
     const api::SweepRanks ranks;  // one process, as sweep
     return api::plan_json(*api::plan(options, ranks)).dump();
 }
@@ -208,7 +210,7 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"),
           py::arg("schedules"), py::arg("headroom"), py::arg("top"), py::arg("objective"),
           py::arg("gpu_hour_price"), py::arg("margin"), py::arg("max_micro_batch"),
-          py::arg("fast_paths"));
+          py::arg("fast_paths"), py::arg("guide"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));

@@ -159,6 +159,20 @@ class PlanTest(unittest.TestCase):
         with self.assertRaises(clustersim.InputError):
             clustersim.plan(small, {"model.layers": 4}, {"topology.nodes": 2})
 
+    def test_plan_guide(self):
+        # A 0.13B model on 8 GPUs: the guide's row "< 1B on 1-8 GPUs: DP only", one layout
+        # (tp 1, pp 1, dp 8), simulated and ranked against the top k.
+        small = os.path.join(ROOT, "tests", "api", "data", "plan-small.yaml")
+        p = clustersim.plan(small, {"parallelism.cp": 1, "parallelism.sharding": "zero1"},
+                            {"topology.nodes": 2}, schedules="1f1b", top=3, max_micro_batch=1,
+                            guide=True)
+        self.assertIn("DP only", p["guide"]["reasoning"][0])
+        (g,) = p["guide"]["layouts"]
+        self.assertEqual((g["layout"]["tp"], g["layout"]["pp"], g["layout"]["dp"]), (1, 1, 8))
+        better = sum(1 for t in p["top"]
+                     if t["figures"]["objective"] <= g["figures"]["objective"])
+        self.assertEqual(g["rank"], better + 1)
+
 
 class ReportTest(unittest.TestCase):
     def test_html_report_of_a_comparison(self):
