@@ -9,14 +9,18 @@
 //   1. loads it as a sweep's combination loads (the same override list through the same
 //      caches): what the experiment loader or the schedule refuses is invalid, with its reason;
 //   2. prepares it (replay::prepare: plan, op orders, memory per GPU, no replay): a layout whose
-//      worst GPU needs more than HBM x (1 - headroom) is pruned;
-//   3. bounds its iteration time from below by the busiest pipeline device's compute (every
-//      pass's compute kernels in its op order, and the optimizer step: no bubble, no
-//      communication, no host);
-//   4. in the order of that bound, simulates it with the analytical network unless its bound
-//      already loses to the k-th best found (with the margin below);
-//   5. re-simulates under the experiment's own network model those whose analytical result,
-//      shortened by the margin, would still make the top k; the ranking is that model's.
+//      worst GPU needs more than HBM x (1 - headroom) is pruned, before its orders are made when
+//      its floor (one microbatch in flight) is already above;
+//   3. bounds its iteration time from below (replay::iteration_lower_bound: the passes'
+//      critical path at compute plus blocking collectives, and the optimizer step);
+//   4. in the order of that bound, simulates it with the analytical network unless its bound,
+//      shortened by the margin, already loses to the k-th best analytical result;
+//   5. re-simulates under the experiment's own network model in the order of the analytical
+//      result until the next cannot beat the k-th best so confirmed, then resumes 4 for the
+//      layouts whose bound still beats that, and so on; the ranking is that model's. Exact under
+//      the premise that no layout runs faster under that model than under the analytical one
+//      (checked: PlanResult::faster_than_analytical).
+// With PlanOptions::guide, the parallelism guide's layouts (plan_guide.hpp) are simulated too.
 #pragma once
 
 #include <array>
@@ -118,9 +122,10 @@ struct PlanOptions {
     std::size_t top = 5;
     PlanObjective objective = PlanObjective::Time;
     double gpu_hour_price = 0;  // cost: currency per GPU-hour
-    // The analytical network has no contention, so a layout's time under `flow` can be longer:
-    // a layout is re-simulated when its analytical time divided by 1 + margin would still rank in
-    // the top k, and pruned by its bound only when its bound divided by 1 + margin would not.
+    // Before the first confirmation, step 4 simulates the layouts whose bound divided by
+    // 1 + margin beats the k-th best analytical result; the stop rule of step 5 then extends
+    // it as far as needed, so the margin changes how much is simulated first, not the result
+    // (under the premise above).
     double margin = 0.1;
     int max_micro_batch_size = 8;  // micro-batch sizes enumerated: divisors of gbs/dp up to it
     bool keep_entries = false;     // --json: every layout's entry
