@@ -235,9 +235,12 @@ TEST_CASE("plan's memory floor prunes only layouts whose full memory is above it
 TEST_CASE("plan under the flow network: the same top k as a brute-force sweep under flow") {
     // The confirmation stops once no layout left can enter the top k, assuming no layout runs
     // faster under flow than under the analytical network (checked: faster_than_analytical is
-    // 0 here). 1f1b, no recompute, zero1, cp 1, micro-batch 1 or 2: tp x pp x dp of 8 GPUs.
+    // 0 here). 1f1b, no recompute, zero1, cp 1, micro-batch 1 or 2: tp x pp x dp of 16 GPUs on
+    // four nodes of the oversubscribed cluster, where contention reorders the layouts: the flow
+    // top 3 include layouts outside the analytical top 3 (measured when the test was written),
+    // so confirming only the analytical top 3 gives another answer (checked by mutation).
     auto options = small_options();
-    options.sets.push_back("network.model=flow");
+    options.sets = {"topology.nodes=4", "network.model=flow"};
     options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
     options.schedules = {"1f1b"};
     options.top = 3;
@@ -245,11 +248,12 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     const auto result = api::plan(options, ranks);
     REQUIRE(result);
     CHECK(result->faster_than_analytical == 0);
-    CHECK(result->confirmed < result->simulated);  // it did not confirm everything
+    CHECK(result->confirmed > options.top);        // contention made it confirm more
+    CHECK(result->confirmed < result->simulated);  // and not everything
 
     api::SweepOptions sweep;
     sweep.experiment = kSmall;
-    sweep.sets = {"topology.nodes=2",           "network.model=flow",      "parallelism.cp=1",
+    sweep.sets = {"topology.nodes=4",           "network.model=flow",      "parallelism.cp=1",
                   "parallelism.sharding=zero1", "training.recompute=none", "schedule=1f1b"};
     sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
                                         "parallelism.sequence_parallel=false,true",
