@@ -282,6 +282,10 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                         std::vector<int> vpps{1};
                         const auto sched = schedule::make_schedule(schedule);
                         if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
+                            // Megatron-Core refuses virtual stages on one pipeline stage
+                            // ("pipeline-model-parallel size should be greater than 1 with
+                            // interleaved schedule"): not a layout it runs.
+                            if (pp == 1) continue;
                             vpps.clear();
                             if (layers % pp == 0)
                                 for (const int v : divisors(layers / pp))
