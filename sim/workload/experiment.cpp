@@ -78,21 +78,30 @@ void parse_sharding(const config::Reader& r, ParallelLayout& l) {
                             "(optim_grads_params)");
     l.reshard_after_forward = r.boolean_or("reshard_after_forward", true);
     l.shard_prefetch = r.boolean_or("shard_prefetch", true);
-    if (l.sharding >= Sharding::Gradients) {
-        // Gradient and parameter shards are cut over the dp replicas of one context and expert
-        // rank; Megatron's sharding over dp x cp and of experts over expert-data-parallel groups
-        // is not modelled.
-        if (l.cp > 1)
-            r.fail("sharding", "sharding " + std::string(name_of(kShardingNames, l.sharding)) +
-                                   " with cp > 1 is not modelled (gradients and parameters are "
-                                   "sharded over dp only); use cp: 1 or sharding: zero1");
-        if (l.ep > 1)
-            r.fail("sharding", "sharding " + std::string(name_of(kShardingNames, l.sharding)) +
-                                   " with ep > 1 is not modelled (expert parameters would be "
-                                   "sharded over expert-data-parallel groups); use ep: 1 or "
-                                   "sharding: zero1");
-    }
+    if (const auto why = sharding_refusal(l.sharding, l.cp, l.ep); !why.empty())
+        r.fail("sharding", why);
 }
+
+}  // namespace
+
+std::string sharding_refusal(Sharding sharding, int cp, int ep) {
+    if (sharding < Sharding::Gradients) return {};
+    // Gradient and parameter shards are cut over the dp replicas of one context and expert rank;
+    // Megatron's sharding over dp x cp and of experts over expert-data-parallel groups is not
+    // modelled.
+    const std::string name(name_of(kShardingNames, sharding));
+    if (cp > 1)
+        return "sharding " + name +
+               " with cp > 1 is not modelled (gradients and parameters are sharded over dp "
+               "only); use cp: 1 or sharding: zero1";
+    if (ep > 1)
+        return "sharding " + name +
+               " with ep > 1 is not modelled (expert parameters would be sharded over "
+               "expert-data-parallel groups); use ep: 1 or sharding: zero1";
+    return {};
+}
+
+namespace {
 
 // The uneven-pipeline keys of `parallelism` (PipelineSplitSpec). What depends on the
 // schedule's chunks is checked when the split is made (workload/pipeline_split.cpp).

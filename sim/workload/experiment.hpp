@@ -48,6 +48,11 @@ inline constexpr std::array<Named<Sharding>, 8> kShardingNames{{
     {"optim_grads_params", Sharding::Parameters},
 }};
 
+// Why `sharding` cannot be combined with cp and ep in this model (empty: it can): gradient and
+// parameter shards (ZeRO-2/3) are cut over the dp replicas of one context and expert rank only.
+// The loader refuses such a layout with this message; `plan` skips it without loading it.
+std::string sharding_refusal(Sharding sharding, int cp, int ep);
+
 // `parallelism.cp_comm_type`: how context parallelism exchanges keys and values, as Megatron-LM's
 // --cp-comm-type runs it through Transformer Engine (docs/compute-model.md, "Context
 // parallelism"): a ring of point-to-point exchanges overlapped with attention on the blocks
