@@ -19,9 +19,9 @@
 #include "schedule/schedule.hpp"
 #include "session/compare.hpp"
 #include "session/jobs.hpp"
+#include "session/plan.hpp"
 #include "session/report.hpp"
 #include "session/run.hpp"
-#include "session/plan.hpp"
 #include "session/sweep.hpp"
 
 namespace py = pybind11;
@@ -207,10 +207,9 @@ PYBIND11_MODULE(_clustersim, m) {
           py::arg("fast_paths"));
     m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"),
           py::arg("fast_paths"));
-    m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"),
-          py::arg("schedules"), py::arg("headroom"), py::arg("top"), py::arg("objective"),
-          py::arg("gpu_hour_price"), py::arg("margin"), py::arg("max_micro_batch"),
-          py::arg("fast_paths"), py::arg("guide"));
+    m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"), py::arg("schedules"),
+          py::arg("headroom"), py::arg("top"), py::arg("objective"), py::arg("gpu_hour_price"),
+          py::arg("margin"), py::arg("max_micro_batch"), py::arg("fast_paths"), py::arg("guide"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));
