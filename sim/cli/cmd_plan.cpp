@@ -127,8 +127,10 @@ void register_plan(CLI::App& app) {
     cmd->add_option("--gpu-hour-price", args->gpu_hour_price,
                     "Price of one GPU for an hour (for --objective cost)");
     cmd->add_option("--margin", args->margin,
-                    "Layouts whose analytical time divided by 1 + margin would rank in the top "
-                    "are simulated again under the experiment's own network")
+                    "Before the first confirmation under the experiment's network, layouts whose "
+                    "lower bound divided by 1 + margin beats the k-th best analytical time are "
+                    "simulated; the stop rule extends that as needed, so the margin changes the "
+                    "work, not the ranking")
         ->capture_default_str();
     cmd->add_option("--max-micro-batch", args->max_micro_batch_size,
                     "Largest micro-batch size searched")

@@ -1,9 +1,9 @@
 #include "replay/bound.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "replay/pass_cost.hpp"
 #include "schedule/critical_path.hpp"
 #include "workload/groups.hpp"
@@ -52,21 +52,13 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
         const Cost& c = cost_of(op, vs);
         return grouped[static_cast<std::size_t>(d)][k] ? c.compute : c.gpu;
     };
-    if (const auto path = schedule::critical_path(*p.schedule, p.shape, p.orders, duration, tail))
-        return *path;
-    // Orders that do not run (prepare's schedules never give such): the busiest device's work.
-    Time busiest;
-    for (std::size_t d = 0; d < p.orders.size(); ++d) {
-        Time t = tail[d];
-        for (std::size_t k = 0; k < p.orders[d].size(); ++k) {
-            const auto& op = p.orders[d][k];
-            t += duration(
-                static_cast<int>(d), k, op,
-                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch));
-        }
-        busiest = std::max(busiest, t);
-    }
-    return busiest;
+    const auto path = schedule::critical_path(*p.schedule, p.shape, p.orders, duration, tail);
+    // Orders that deadlock are a schedule's bug (the contract tests run every registered one):
+    // the replay would stall on them too.
+    if (!path)
+        throw SimulationError("replay", "schedule " + p.schedule->name() +
+                                            "'s op orders deadlock: no bound can be given");
+    return *path;
 }
 
 }  // namespace cs::replay

@@ -19,7 +19,8 @@ namespace cs::replay {
 // host. So with `costs` made for the experiment's cluster and network configuration, no replay
 // of `p` on that network model ends sooner, unless a duration model (variability) shortens
 // passes, which nothing bundled does. It counts the pipeline's fill and drain, and the tensor,
-// context and expert-parallel collectives inside passes.
+// context and expert-parallel collectives inside passes. Throws SimulationError for orders that
+// deadlock (a schedule's bug).
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs);
 
 }  // namespace cs::replay

@@ -34,12 +34,15 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
     const auto device_of = [&it](int vs) { return it.device_of(vs); };
     it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(), device_of,
                                        it.copies);
-    // Each device's memory with one microbatch in flight (its largest chunk's activations): a
-    // floor under the memory filled in below, for admit to refuse a layout before its orders.
-    workload::fill_memory(spec, it.plan,
-                          std::vector<int>(static_cast<std::size_t>(it.shape.devices), 1),
-                          device_of, {}, it.copies);
-    if (options.admit) options.admit(it);
+    if (options.admit) {
+        // Each device's memory with one microbatch in flight (its largest chunk's activations):
+        // a floor under the memory filled in below, for admit to refuse a layout before its
+        // orders. Only worked out for a caller that asks.
+        workload::fill_memory(spec, it.plan,
+                              std::vector<int>(static_cast<std::size_t>(it.shape.devices), 1),
+                              device_of, {}, it.copies);
+        options.admit(it);
+    }
 
     const int devices = it.shape.devices;
     it.orders = sched.orders(it.shape);

@@ -695,7 +695,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> confirmed_of;
     std::size_t next = 0, step = 0, confirm_step = 0;
-    // Step 4 over the survivors from `next` while their bound (times `scale`) beats `limit()`.
+    // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
+    // `beaten()`.
     const auto simulate_while = [&](double scale, const auto& beaten) {
         for (; next < survivors.size(); ++next) {
             const Survivor& s = survivors[next];

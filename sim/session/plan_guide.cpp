@@ -69,7 +69,7 @@ GuideAdvice guide_advice(const workload::ExperimentSpec& spec) {
 
     // Topology: TP within one NVLink domain (a node), and TP=4 over a limited (Ethernet) network.
     const auto& cluster = *spec.cluster;
-    const int per_node = cluster.node_count() > 0 ? gpus / std::max(1, cluster.node_count()) : 1;
+    const int per_node = cluster.gpu_count() / std::max(1, cluster.node_count());
     bool ethernet = false;
     for (const auto& l : cluster.links())
         ethernet |= l.kind == topology::LinkKind::Ethernet;
