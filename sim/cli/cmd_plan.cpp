@@ -36,6 +36,7 @@ struct PlanArgs {
     std::string max_memory;
     bool no_fast_paths = false;
     bool guide = false;
+    int threads = 0;
 };
 
 void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
@@ -70,6 +71,10 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.keep_entries = !a.json.empty();
     options.fast_paths = !a.no_fast_paths;
     options.guide = a.guide;
+    if (a.threads < 0)
+        throw ConfigError(SourceLocation{"--threads " + std::to_string(a.threads)},
+                          "expected a number of threads, 1 or more (or 0: one per core)");
+    options.threads = a.threads;
     options.max_memory = api::parse_max_memory(a.max_memory);
     OutputSet outputs;
     outputs.declare("--json", a.json);
@@ -146,6 +151,10 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--guide", args->guide,
                   "Also run what the parallelism guide recommends for this model, cluster and "
                   "sequence, and place it among the layouts found (docs/plan.md)");
+    cmd->add_option("--threads,-j", args->threads,
+                    "Worker threads for the search and the simulations (0: one per core, one "
+                    "under mpirun); the result is the same for any number")
+        ->capture_default_str();
     cmd->add_flag("--no-fast-paths", args->no_fast_paths,
                   "Turn off every fast path (as sweep): the same results, computed the plain way");
     cmd->callback([args] { plan(*args); });

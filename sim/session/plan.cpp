@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <future>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "session/plan_guide.hpp"
 #include "session/run.hpp"
 #include "session/sweep_cache.hpp"
+#include "session/worker_pool.hpp"
 #include "workload/megatron_args.hpp"
 
 namespace cs::api {
@@ -345,12 +347,120 @@ report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache
     return run(spec, run_options, cache).summary;
 }
 
-// What one process found in its share of the search.
+// What one process (or one chunk of its share) found in the search.
 struct Search {
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0;
     std::map<std::string, std::size_t> invalid_reasons;
     std::vector<Survivor> survivors;
     std::vector<PlanEntry> entries;  // with keep_entries
+
+    // Appends `part` (a later chunk: the order of survivors and entries stays the enumeration's).
+    void absorb(Search&& part) {
+        layouts += part.layouts;
+        invalid += part.invalid;
+        pruned_memory += part.pruned_memory;
+        for (auto& [reason, count] : part.invalid_reasons)
+            invalid_reasons[reason] += count;
+        survivors.insert(survivors.end(), std::make_move_iterator(part.survivors.begin()),
+                         std::make_move_iterator(part.survivors.end()));
+        entries.insert(entries.end(), std::make_move_iterator(part.entries.begin()),
+                       std::make_move_iterator(part.entries.end()));
+    }
+};
+
+// What each worker thread keeps for itself: its caches (SweepCache's parts and a cluster's
+// mutable route caches are not shared between threads) and the collective costs of its bounds.
+struct Worker {
+    std::shared_ptr<SweepCache> cache;
+    Loader loader;
+    std::unique_ptr<replay::CollectiveCosts> costs;
+    const topology::Cluster* costs_cluster = nullptr;
+
+    // The costs for `cluster`: one CollectiveCosts per cluster (its cache serves the layouts
+    // that share groups and sizes).
+    replay::CollectiveCosts& costs_for(const workload::ExperimentSpec& spec) {
+        if (!costs || costs_cluster != spec.cluster.get()) {
+            costs = std::make_unique<replay::CollectiveCosts>(*spec.cluster, spec.network);
+            costs_cluster = spec.cluster.get();
+        }
+        return *costs;
+    }
+};
+
+// Steps 1-3 for one layout (see plan.hpp), into `out`.
+struct SearchStep {
+    const PlanOptions& options;
+    const Scorer& scorer;
+    const topology::GpuModel& gpu;
+    double limit = 0;
+
+    void operator()(const PlanLayout& l, std::size_t index, Worker& w, Search& out) const {
+        ++out.layouts;
+        PlanEntry entry;
+        entry.layout = l;
+        entry.index = index;
+        // What the loader would refuse for the sharding alone is counted without loading (a
+        // third of GPT-3's layouts, 40% of DeepSeek-V3's): the same rule and message.
+        if (auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep); !why.empty()) {
+            entry.status = PlanEntry::Status::Invalid;
+            ++out.invalid;
+            ++out.invalid_reasons[why];
+            entry.reason = std::move(why);
+            if (options.keep_entries) out.entries.push_back(std::move(entry));
+            return;
+        }
+        try {
+            const auto spec = w.loader.load(l, true);
+            // A layout whose memory floor (one microbatch in flight) is already above the
+            // limit is refused before its op orders are made: they grow with the microbatches.
+            std::int64_t memory = 0;
+            bool floor_only = false;
+            replay::PrepareOptions prepare_options;
+            prepare_options.admit = [&](const replay::PreparedIteration& it) {
+                const std::int64_t floor = worst_memory(it);
+                if (gpu.hbm.value > 0 && static_cast<double>(floor) > limit) {
+                    memory = floor;
+                    floor_only = true;
+                    throw OverMemory{};
+                }
+            };
+            std::optional<replay::PreparedIteration> prepared;
+            try {
+                prepared.emplace(replay::prepare(spec, "", prepare_options));
+                memory = worst_memory(*prepared);
+            } catch (const OverMemory&) {
+            }
+            entry.memory_bytes = memory;
+            if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
+                entry.status = PlanEntry::Status::PrunedMemory;
+                entry.reason = "needs " + std::string(floor_only ? "at least " : "") +
+                               format_bytes(Bytes{memory}) + " per GPU" +
+                               (floor_only ? " (one microbatch in flight)" : "") + ", above " +
+                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
+                               format_bytes(gpu.hbm) + " less the headroom)";
+                ++out.pruned_memory;
+            } else {
+                Survivor s;
+                s.layout = l;
+                s.index = index;
+                s.bound_s = replay::iteration_lower_bound(*prepared, w.costs_for(spec)).seconds();
+                s.flops = prepared->plan.model_flops_per_iteration.value;
+                s.peak = peak_flops(spec);
+                s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
+                s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens);
+                s.memory = memory;
+                entry.lower_bound_s = s.bound_s;
+                entry.status = PlanEntry::Status::PrunedBound;  // until simulated
+                out.survivors.push_back(std::move(s));
+            }
+        } catch (const ConfigError& e) {
+            entry.status = PlanEntry::Status::Invalid;
+            entry.reason = e.what();
+            ++out.invalid;
+            ++out.invalid_reasons[e.what()];
+        }
+        if (options.keep_entries) out.entries.push_back(std::move(entry));
+    }
 };
 
 nlohmann::json survivor_cbor(const Survivor& s) {
@@ -451,10 +561,23 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                           "needs --gpu-hour-price PRICE (a positive price of one GPU for an "
                           "hour)");
 
-    auto cache = options.fast_paths ? std::make_shared<SweepCache>() : nullptr;
-    Loader loader{options, options.sets, cache.get()};
-    for (const auto& o : fixes.others)
-        loader.base.push_back(o);
+    // One worker per thread (PlanOptions::threads), each with its own caches; worker 0's also
+    // serve this thread while no task runs (the experiment as given, the guide, the flags).
+    const std::size_t threads = options.threads > 0 ? static_cast<std::size_t>(options.threads)
+                                : ranks.size() > 1
+                                    ? 1
+                                    : std::max(1u, std::thread::hardware_concurrency());
+    std::vector<Worker> workers;
+    workers.reserve(threads);
+    for (std::size_t t = 0; t < threads; ++t) {
+        auto cache = options.fast_paths ? std::make_shared<SweepCache>() : nullptr;
+        Loader loader{options, options.sets, cache.get()};
+        for (const auto& o : fixes.others)
+            loader.base.push_back(o);
+        workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr});
+    }
+    auto& cache = workers[0].cache;
+    const Loader& loader = workers[0].loader;
     // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
     // batch. Its errors are the plan's.
     const auto base = [&] {
@@ -509,92 +632,64 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     };
-    // 1-3: load, prepare, memory, bound. Layout n goes to rank n mod size.
+    // 1-3: load, prepare, memory, bound. Layout n goes to rank n mod size; a rank's share goes to
+    // its threads in chunks, merged in enumeration order (each layout's entry is its own: the
+    // caches change no result).
+    WorkerPool pool(threads);
+    const SearchStep search_one{options, scorer, gpu, limit};
     Search search;
-    std::unique_ptr<replay::CollectiveCosts> costs;
-    const topology::Cluster* costs_cluster = nullptr;
     std::size_t n = 0;
     std::size_t total = 0;
     enumerate(base, fixes, schedules, options.max_micro_batch_size,
               [&](const PlanLayout&) { ++total; });
-    enumerate(base, fixes, schedules, options.max_micro_batch_size, [&](const PlanLayout& l) {
-        const std::size_t index = n++;
-        if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) != ranks.rank())
-            return;
-        ++search.layouts;
-        if (options.on_progress && ranks.rank() == 0 && (index % 64 == 0 || index + 1 == total))
-            options.on_progress("search", index + 1, total);
-        PlanEntry entry;
-        entry.layout = l;
-        entry.index = index;
-        // What the loader would refuse for the sharding alone is counted without loading (a
-        // third of GPT-3's layouts, 40% of DeepSeek-V3's): the same rule and message.
-        if (auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep); !why.empty()) {
-            entry.status = PlanEntry::Status::Invalid;
-            ++search.invalid;
-            ++search.invalid_reasons[why];
-            entry.reason = std::move(why);
-            if (options.keep_entries) search.entries.push_back(std::move(entry));
-            return;
-        }
-        try {
-            const auto spec = loader.load(l, true);
-            // A layout whose memory floor (one microbatch in flight) is already above the
-            // limit is refused before its op orders are made: they grow with the microbatches.
-            std::int64_t memory = 0;
-            bool floor_only = false;
-            replay::PrepareOptions prepare_options;
-            prepare_options.admit = [&](const replay::PreparedIteration& it) {
-                const std::int64_t floor = worst_memory(it);
-                if (gpu.hbm.value > 0 && static_cast<double>(floor) > limit) {
-                    memory = floor;
-                    floor_only = true;
-                    throw OverMemory{};
-                }
-            };
-            std::optional<replay::PreparedIteration> prepared;
-            try {
-                prepared.emplace(replay::prepare(spec, "", prepare_options));
-                memory = worst_memory(*prepared);
-            } catch (const OverMemory&) {
+    constexpr std::size_t kChunk = 64;
+    struct Chunk {
+        std::vector<std::pair<std::size_t, PlanLayout>> layouts;
+        std::future<Search> found;
+    };
+    std::deque<Chunk> chunks;
+    std::vector<std::pair<std::size_t, PlanLayout>> filling;
+    const auto merge_oldest = [&] {
+        Chunk& c = chunks.front();
+        search.absorb(c.found.get());
+        if (options.on_progress && ranks.rank() == 0)
+            options.on_progress("search", c.layouts.back().first + 1, total);
+        chunks.pop_front();
+    };
+    const auto submit = [&] {
+        if (filling.empty()) return;
+        while (chunks.size() >= 2 * pool.size())
+            merge_oldest();
+        chunks.push_back(Chunk{std::move(filling), {}});
+        filling.clear();
+        const auto* layouts = &chunks.back().layouts;  // a deque keeps it in place
+        chunks.back().found = pool.submit([&, layouts](std::size_t w) {
+            Search part;
+            for (const auto& [index, l] : *layouts)
+                search_one(l, index, workers[w], part);
+            return part;
+        });
+    };
+    {
+        // Whatever is thrown, no chunk may still run when what it refers to goes.
+        struct Drain {
+            std::deque<Chunk>& chunks;
+            ~Drain() {
+                for (auto& c : chunks)
+                    if (c.found.valid()) c.found.wait();
             }
-            entry.memory_bytes = memory;
-            if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
-                entry.status = PlanEntry::Status::PrunedMemory;
-                entry.reason = "needs " + std::string(floor_only ? "at least " : "") +
-                               format_bytes(Bytes{memory}) + " per GPU" +
-                               (floor_only ? " (one microbatch in flight)" : "") + ", above " +
-                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
-                               format_bytes(gpu.hbm) + " less the headroom)";
-                ++search.pruned_memory;
-            } else {
-                Survivor s;
-                s.layout = l;
-                s.index = index;
-                // The collectives of every layout are priced by one CollectiveCosts per
-                // cluster (its cache serves the layouts that share groups and sizes).
-                if (!costs || costs_cluster != spec.cluster.get()) {
-                    costs = std::make_unique<replay::CollectiveCosts>(*spec.cluster, spec.network);
-                    costs_cluster = spec.cluster.get();
-                }
-                s.bound_s = replay::iteration_lower_bound(*prepared, *costs).seconds();
-                s.flops = prepared->plan.model_flops_per_iteration.value;
-                s.peak = peak_flops(spec);
-                s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
-                s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens);
-                s.memory = memory;
-                entry.lower_bound_s = s.bound_s;
-                entry.status = PlanEntry::Status::PrunedBound;  // until simulated
-                search.survivors.push_back(std::move(s));
-            }
-        } catch (const ConfigError& e) {
-            entry.status = PlanEntry::Status::Invalid;
-            entry.reason = e.what();
-            ++search.invalid;
-            ++search.invalid_reasons[e.what()];
-        }
-        if (options.keep_entries) search.entries.push_back(std::move(entry));
-    });
+        } drain{chunks};
+        enumerate(base, fixes, schedules, options.max_micro_batch_size, [&](const PlanLayout& l) {
+            const std::size_t index = n++;
+            if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) != ranks.rank())
+                return;
+            filling.emplace_back(index, l);
+            if (filling.size() == kChunk) submit();
+        });
+        submit();
+        while (!chunks.empty())
+            merge_oldest();
+    }
 
     // Rank 0 gathers the other ranks' shares.
     if (ranks.size() > 1) {
@@ -695,20 +790,33 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> confirmed_of;
     std::size_t next = 0, step = 0, confirm_step = 0;
+    // A layout's figures under the analytical network (or its own), on worker w.
+    const auto figures_on = [&](std::size_t w, const PlanLayout& l, bool analytical,
+                                const Survivor& s) {
+        Worker& worker = workers[w];
+        const auto spec = worker.loader.load(l, analytical);
+        return figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer, s.flops,
+                          s.peak, s.tokens);
+    };
     // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
-    // `beaten()`.
+    // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
     const auto simulate_while = [&](double scale, const auto& beaten) {
-        for (; next < survivors.size(); ++next) {
-            const Survivor& s = survivors[next];
-            if (scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens) > beaten()) break;
-            if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
-            const auto spec = loader.load(s.layout, true);
-            const auto summary = simulate(spec, cache.get(), options.fast_paths);
-            const auto f = figures_of(summary, scorer, s.flops, s.peak, s.tokens);
-            simulated.push_back({&s, f});
-            keep_best(best, f.objective);
-            if (options.keep_entries) analytical_of[s.index] = f;
-        }
+        next = run_ahead(
+            pool, next, survivors.size(),
+            [&](std::size_t i) {
+                const Survivor& s = survivors[i];
+                return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens) <= beaten();
+            },
+            [&](std::size_t i, std::size_t w) {
+                return figures_on(w, survivors[i].layout, true, survivors[i]);
+            },
+            [&](std::size_t i, PlanFigures f) {
+                const Survivor& s = survivors[i];
+                if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
+                simulated.push_back({&s, f});
+                keep_best(best, f.objective);
+                if (options.keep_entries) analytical_of[s.index] = f;
+            });
     };
     simulate_while(shrink, [&] { return kth_of(best); });
     for (;;) {
@@ -722,32 +830,34 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 return x->figures.objective < y->figures.objective;
             return x->survivor->index < y->survivor->index;
         });
-        for (Simulated* x : order) {
-            if (x->figures.objective > kth_of(best_confirmed)) break;
-            if (options.on_progress)
-                options.on_progress("confirm", ++confirm_step, simulated.size());
-            x->confirmed = true;
-            PlanChoice c;
-            c.layout = x->survivor->layout;
-            c.index = x->survivor->index;
-            c.analytical = x->figures;
-            c.lower_bound_s = x->survivor->bound_s;
-            if (same_network) {
-                c.figures = x->figures;
-            } else {
-                const auto spec = loader.load(c.layout, false);
-                c.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
-                                       x->survivor->flops, x->survivor->peak, x->survivor->tokens);
-            }
-            // The premise of the stop rule: no layout scores better under its own network than
-            // under the analytical one (relative 1e-9: the two sum their parts differently).
-            if (c.figures.objective <
-                c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
-                ++result.faster_than_analytical;
-            keep_best(best_confirmed, c.figures.objective);
-            if (options.keep_entries) confirmed_of[c.index] = c.figures;
-            confirmed.push_back(std::move(c));
-        }
+        run_ahead(
+            pool, 0, order.size(),
+            [&](std::size_t i) { return order[i]->figures.objective <= kth_of(best_confirmed); },
+            [&](std::size_t i, std::size_t w) {
+                const Simulated& x = *order[i];
+                return same_network ? x.figures
+                                    : figures_on(w, x.survivor->layout, false, *x.survivor);
+            },
+            [&](std::size_t i, PlanFigures figures) {
+                Simulated* x = order[i];
+                if (options.on_progress)
+                    options.on_progress("confirm", ++confirm_step, simulated.size());
+                x->confirmed = true;
+                PlanChoice c;
+                c.layout = x->survivor->layout;
+                c.index = x->survivor->index;
+                c.analytical = x->figures;
+                c.lower_bound_s = x->survivor->bound_s;
+                c.figures = std::move(figures);
+                // The premise of the stop rule: no layout scores better under its own network than
+                // under the analytical one (relative 1e-9: the two sum their parts differently).
+                if (c.figures.objective <
+                    c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
+                    ++result.faster_than_analytical;
+                keep_best(best_confirmed, c.figures.objective);
+                if (options.keep_entries) confirmed_of[c.index] = c.figures;
+                confirmed.push_back(std::move(c));
+            });
         // 4 again: survivors whose bound still beats the k-th best confirmed score.
         const std::size_t before = next;
         simulate_while(1.0, [&] { return kth_of(best_confirmed); });

@@ -134,8 +134,13 @@ struct PlanOptions {
     // --guide: also simulate the layouts the parallelism guide recommends (plan_guide.hpp) and
     // place them among the top k.
     bool guide = false;
-    // Progress: (phase, done, total); phase is "search" (load, memory, bound), "simulate"
-    // (analytical) or "confirm" (the experiment's network).
+    // Worker threads for the search and the simulations; 0: one per core (one under mpirun,
+    // where the ranks share the cores). Changes no result: every layout is evaluated alone with
+    // caches that change none, and the simulations committed are those of one thread
+    // (worker_pool.hpp, run_ahead).
+    int threads = 0;
+    // Progress: (phase, done, total), called on the calling thread; phase is "search" (load,
+    // memory, bound), "simulate" (analytical) or "confirm" (the experiment's network).
     std::function<void(const char*, std::size_t, std::size_t)> on_progress;
 };
 

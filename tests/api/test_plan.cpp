@@ -3,9 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../error_of.hpp"
@@ -18,6 +22,7 @@
 #include "session/plan.hpp"
 #include "session/plan_guide.hpp"
 #include "session/sweep.hpp"
+#include "session/worker_pool.hpp"
 #include "workload/megatron_args.hpp"
 
 using namespace cs;
@@ -416,5 +421,84 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         CHECK_MESSAGE(spec.training.seq_length == again.training.seq_length, flags);
         CHECK_MESSAGE(spec.training.recompute == again.training.recompute, flags);
         CHECK_MESSAGE(spec.training.precision == again.training.precision, flags);
+    }
+}
+
+TEST_CASE("run_ahead commits what the sequential loop commits, for any number of workers") {
+    // The loop: for (i = 0; i < 40 && go(i); ++i) commit(i, eval(i)), where eval(i) = i * i and
+    // go(i) holds while the sum committed so far is below 3000, a rule that only turns from true
+    // to false as results are committed (as plan's k-th best score). Sequentially: the sum of
+    // the squares 0..k-1 is (k-1) k (2k-1) / 6; it is 2870 for k = 21 (0..20) and 3311 for 22,
+    // so items 0..21 are committed (go(21) sees 2870 < 3000) and go(22) stops it: 22 commits,
+    // the first item not committed 22. Evaluations sleep for a time that varies with i, so
+    // that later items often finish first.
+    for (const std::size_t workers : {1u, 2u, 3u, 8u}) {
+        CAPTURE(workers);
+        api::WorkerPool pool(workers);
+        long sum = 0;
+        std::vector<std::size_t> committed;
+        std::set<std::size_t> worker_ids;
+        std::mutex ids;
+        const std::size_t stop = api::run_ahead(
+            pool, 0, 40, [&](std::size_t) { return sum < 3000; },
+            [&](std::size_t i, std::size_t w) {
+                {
+                    std::lock_guard<std::mutex> lock(ids);
+                    worker_ids.insert(w);
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200 * ((i * 7) % 5)));
+                return static_cast<long>(i * i);
+            },
+            [&](std::size_t i, long r) {
+                committed.push_back(i);
+                sum += r;
+            });
+        CHECK(stop == 22);
+        REQUIRE(committed.size() == 22);
+        for (std::size_t i = 0; i < committed.size(); ++i)
+            CHECK(committed[i] == i);
+        CHECK(sum == 3311);
+        for (const auto w : worker_ids)
+            CHECK(w < workers);
+    }
+}
+
+TEST_CASE("run_ahead passes an evaluation's exception on and leaves nothing running") {
+    api::WorkerPool pool(2);
+    std::vector<std::size_t> committed;
+    CHECK_THROWS_AS(api::run_ahead(
+                        pool, 0, 10, [](std::size_t) { return true; },
+                        [](std::size_t i, std::size_t) {
+                            if (i == 3) throw std::runtime_error("three");
+                            return i;
+                        },
+                        [&](std::size_t i, std::size_t) { committed.push_back(i); }),
+                    std::runtime_error);
+    CHECK(committed == std::vector<std::size_t>{0, 1, 2});
+}
+
+TEST_CASE("plan's answer is the same for any number of threads") {
+    // Each layout is evaluated alone, the caches change no result and run_ahead commits what
+    // one thread would: the JSON of every layout (figures, statuses, reasons) is the same byte
+    // for byte with 1, 2 and 3 threads. Under flow, so that both steps 4 and 5 run ahead.
+    auto options = small_options();
+    options.sets = {"topology.nodes=4", "network.model=flow"};
+    options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    options.schedules = {"1f1b", "interleaved"};
+    options.top = 3;
+    const api::SweepRanks ranks;
+    std::string first;
+    for (const int threads : {1, 2, 3}) {
+        CAPTURE(threads);
+        options.threads = threads;
+        const auto result = api::plan(options, ranks);
+        REQUIRE(result);
+        const auto text = api::plan_json(*result).dump();
+        if (first.empty()) {
+            first = text;
+            CHECK(result->confirmed > options.top);
+        } else {
+            CHECK(text == first);
+        }
     }
 }

@@ -1,0 +1,120 @@
+// A fixed set of worker threads for the session's parallel loops (plan's search and
+// simulations), and the loop that keeps a sequential algorithm's result while running ahead.
+//
+// Each task is given the number of the worker that runs it (0 .. size() - 1), so that it can use
+// what belongs to that worker (a SweepCache, whose parts are not shared between threads) without
+// a lock. A task's exception reaches whoever waits on its future.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace cs::api {
+
+class WorkerPool {
+  public:
+    // `workers` threads (at least one).
+    explicit WorkerPool(std::size_t workers) {
+        if (workers == 0) workers = 1;
+        threads_.reserve(workers);
+        for (std::size_t w = 0; w < workers; ++w)
+            threads_.emplace_back([this, w] { work(w); });
+    }
+    WorkerPool(const WorkerPool&) = delete;
+    WorkerPool& operator=(const WorkerPool&) = delete;
+    // Runs what is queued, then joins.
+    ~WorkerPool() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        ready_.notify_all();
+        for (auto& t : threads_)
+            t.join();
+    }
+
+    std::size_t size() const { return threads_.size(); }
+
+    // Queues f(worker); the future gives its result or rethrows its exception.
+    template <typename F>
+    auto submit(F f) -> std::future<std::invoke_result_t<F&, std::size_t>> {
+        using R = std::invoke_result_t<F&, std::size_t>;
+        auto task = std::make_shared<std::packaged_task<R(std::size_t)>>(std::move(f));
+        auto result = task->get_future();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            queue_.emplace_back([task](std::size_t worker) { (*task)(worker); });
+        }
+        ready_.notify_one();
+        return result;
+    }
+
+  private:
+    void work(std::size_t worker) {
+        for (;;) {
+            std::function<void(std::size_t)> task;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+                if (queue_.empty()) return;  // stopping, nothing left
+                task = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            task(worker);  // a packaged_task: its exception is kept in its future
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<std::function<void(std::size_t)>> queue_;
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
+
+// The sequential loop
+//     for (i = first; i < end && go(i); ++i) commit(i, eval(i));
+// with up to pool.size() evaluations running ahead of the commits. go(i) is asked again when
+// i's turn to commit comes, with every earlier result committed, so the items committed (and the
+// order of the commits) are the sequential loop's whenever go only turns from true to false as
+// results are committed (plan's stop rules: a k-th best score only improves). An evaluation run
+// ahead and then not committed is waited for and dropped. eval(i, worker) runs on a worker; go
+// and commit on the calling thread. Returns the first item not committed.
+template <typename Go, typename Eval, typename Commit>
+std::size_t run_ahead(WorkerPool& pool, std::size_t first, std::size_t end, Go&& go, Eval&& eval,
+                      Commit&& commit) {
+    using R = std::invoke_result_t<Eval&, std::size_t, std::size_t>;
+    std::deque<std::pair<std::size_t, std::future<R>>> running;
+    // Whatever ends the loop, nothing still running may outlive the references its task holds.
+    struct Drain {
+        std::deque<std::pair<std::size_t, std::future<R>>>& running;
+        ~Drain() {
+            for (auto& r : running)
+                if (r.second.valid()) r.second.wait();
+        }
+    } drain{running};
+    std::size_t launched = first;
+    for (;;) {
+        while (running.size() < pool.size() && launched < end && go(launched)) {
+            const std::size_t i = launched++;
+            running.emplace_back(
+                i, pool.submit([&eval, i](std::size_t worker) { return eval(i, worker); }));
+        }
+        if (running.empty()) return launched;  // at the end, or go refused the next
+        const std::size_t i = running.front().first;
+        R result = running.front().second.get();
+        running.pop_front();
+        if (!go(i)) return i;  // Drain waits for those run ahead
+        commit(i, std::move(result));
+    }
+}
+
+}  // namespace cs::api
