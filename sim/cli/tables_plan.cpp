@@ -16,6 +16,8 @@ std::string objective_text(const api::PlanResult& r, double value) {
             return percent(-value, 2);
         case api::PlanObjective::Cost:
             return fmt("%.4f", value);
+        case api::PlanObjective::Energy:
+            return fmt("%.4f J", value);
         default:
             return fmt("%.4f s", value);
     }

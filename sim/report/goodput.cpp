@@ -73,17 +73,6 @@ MonteCarloGoodput monte_carlo_goodput(const GoodputInputs& in, double interval_s
 // ---- The summary's goodput block --------------------------------------------------------------
 
 namespace {
-// Board power under training load, watts: the power cap binds under sustained tensor-core work
-// (docs/compute-model.md, sustained clocks), so a training GPU draws about its TDP.
-// docs/what-if.md cites each figure.
-double board_power_w(const std::string& gpu) {
-    if (gpu.find("A100") != std::string::npos) return 400;
-    if (gpu.find("H100") != std::string::npos || gpu.find("H200") != std::string::npos ||
-        gpu.find("H800") != std::string::npos)
-        return 700;
-    return 0;  // unknown: no energy unless goodput.gpu_power is given
-}
-
 // Checkpoint intervals up to 1e15 iterations: whole numbers a double and an int64 hold exactly.
 constexpr double kMaxCheckpointIterations = 1e15;
 constexpr double kMaxSegmentMtbfs = 10;
@@ -156,7 +145,9 @@ void add_goodput(Summary& s, const workload::ExperimentSpec& spec) {
         out.monte_carlo_fraction = mc.mean;
         out.monte_carlo_ci95 = mc.ci95;
     }
-    out.gpu_power_w = g.gpu_power_w.value_or(board_power_w(spec.cluster->gpu_model(0).name));
+    // The GPU model's board power (the catalogue's TDP, or the topology's board_power); 0 when
+    // neither knows it: no energy unless goodput.gpu_power is given.
+    out.gpu_power_w = g.gpu_power_w.value_or(spec.cluster->gpu_model(0).board_power_w);
     out.iteration_energy_j = gpus * out.gpu_power_w * T * g.pue;
     if (g.tokens > 0 && s.tokens_per_s > 0) {
         out.tokens = g.tokens;

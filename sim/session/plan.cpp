@@ -123,12 +123,15 @@ double peak_flops(const workload::ExperimentSpec& spec) {
 struct Scorer {
     PlanObjective objective = PlanObjective::Time;
     double gpus = 1, price = 0;
+    double watts = 0;  // energy: every GPU's board power times the PUE
     double score(double T, double flops, double peak, double tokens) const {
         switch (objective) {
             case PlanObjective::Mfu:
                 return -(flops / (T * gpus * peak));
             case PlanObjective::Cost:
                 return price * gpus * T / 3600.0 / tokens * 1e6;
+            case PlanObjective::Energy:
+                return watts * T / tokens;
             default:
                 return T;
         }
@@ -589,11 +592,15 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                                                         options.max_memory, clusters, documents);
     }();
     const auto& gpu = base.cluster->gpu_model(0);
-    if (options.objective == PlanObjective::Energy)
+    // Energy counts every GPU at its board power for the whole iteration, times the PUE, as the
+    // summary's goodput block does (docs/what-if.md).
+    const double board_power_w = base.goodput.gpu_power_w.value_or(gpu.board_power_w);
+    if (options.objective == PlanObjective::Energy && !(board_power_w > 0))
         throw ConfigError(SourceLocation{"--objective energy"},
-                          "the GPU catalogue gives no board power for " + gpu.name +
-                              ", so no energy per token can be computed; use --objective time, "
-                              "mfu or cost");
+                          "no board power is known for the GPU model " + gpu.name +
+                              ": give it in the topology (gpu_models: {" + gpu.name +
+                              ": {board_power: WATTS, ...}}) or the experiment (goodput: "
+                              "{gpu_power: WATTS}), or use --objective time, mfu or cost");
 
     std::vector<std::string> schedules = options.schedules;
     if (schedules.empty()) schedules = schedule::schedule_names();
@@ -620,12 +627,13 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     result.hbm_bytes = gpu.hbm.value;
     result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
     result.objective = options.objective;
-    result.objective_unit = options.objective == PlanObjective::Mfu    ? "MFU"
-                            : options.objective == PlanObjective::Cost ? "per 1M tokens"
-                                                                       : "s";
+    result.objective_unit = options.objective == PlanObjective::Mfu      ? "MFU"
+                            : options.objective == PlanObjective::Cost   ? "per 1M tokens"
+                            : options.objective == PlanObjective::Energy ? "J per token"
+                                                                         : "s";
     result.margin = options.margin;
-    const Scorer scorer{options.objective, static_cast<double>(result.gpus),
-                        options.gpu_hour_price};
+    const Scorer scorer{options.objective, static_cast<double>(result.gpus), options.gpu_hour_price,
+                        static_cast<double>(result.gpus) * board_power_w * base.goodput.pue};
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
 
     const auto started = std::chrono::steady_clock::now();

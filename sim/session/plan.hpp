@@ -150,7 +150,7 @@ struct PlanResult {
     std::int64_t hbm_bytes = 0;  // per GPU
     std::string network;         // the experiment's network model: what the ranking is under
     PlanObjective objective = PlanObjective::Time;
-    std::string objective_unit;  // "s", "MFU", "per 1M tokens"
+    std::string objective_unit;  // "s", "MFU", "per 1M tokens", "J per token"
     double margin = 0;
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0,
                 confirmed = 0;

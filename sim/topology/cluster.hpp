@@ -90,6 +90,9 @@ struct GpuModel {
     // NVLink SHARP (the NVSwitch's multimem reductions, NCCL's NVLS algorithm): Hopper and later
     // on NVSwitch gen3; the A100s' NVSwitch gen2 has none.
     bool nvls = true;
+    // Board power under training load, watts (the TDP: a training GPU sits at its power cap,
+    // docs/compute-model.md); 0: not known (no energy figure unless the experiment gives one).
+    double board_power_w = 0;
 };
 
 using DeviceIndex = std::uint32_t;

@@ -70,8 +70,14 @@ GpuModelSpec parse_gpu_model(const config::Reader& r, const std::string& name) {
         s.model.sustained = known->sustained;
         s.model.gemm = known->gemm;
         s.model.nvls = known->nvls;
+        s.model.board_power_w = known->board_power_w;
     }
     s.model.nvls = r.boolean_or("nvls", s.model.nvls);
+    if (r.has("board_power")) {
+        s.model.board_power_w = r.number("board_power");
+        if (!(s.model.board_power_w > 0 && s.model.board_power_w <= 1e5))
+            r.fail("board_power", "must be in (0, 100000] watts (the GPU's TDP, e.g. 700)");
+    }
     if (auto g = r.map_opt("gemm")) {
         auto& c = s.model.gemm;
         c.peak_fraction = g->number("peak_fraction");
@@ -309,8 +315,9 @@ const std::vector<GpuModel>& gpu_catalog() {
         // compute-model.md); the A100s keep the generic curve (no A100 kernel measurement here).
         const GemmCurve hopper_gemm{0.825, 600, 2.5,
                                     "H200 SXM kernels in training (h200-kernels.json)"};
-        const auto with = [](GpuModel m, const SustainedRates& sustained, const GemmCurve& gemm,
-                             bool nvls = true) {
+        const auto with = [](GpuModel m, double watts, const SustainedRates& sustained,
+                             const GemmCurve& gemm, bool nvls = true) {
+            m.board_power_w = watts;
             m.sustained = sustained;
             m.gemm = gemm;
             m.nvls = nvls;
@@ -320,13 +327,15 @@ const std::vector<GpuModel>& gpu_catalog() {
         return std::vector<GpuModel>{
             // NVLink SHARP needs NVSwitch gen3 (Hopper): none on A100 (NCCL enables NVLS on
             // sm90 and later only).
-            with(make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039), burst, GemmCurve{},
-                 false),
-            with(make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935), burst, GemmCurve{},
-                 false),
-            with(make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),
-            with(make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8), hopper, hopper_gemm),
-            with(make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35), hopper, hopper_gemm),
+            // Board power: the TDPs of published.md 7.1 (A100 SXM4 400 W, H100 and H200 SXM
+            // 700 W); A100 PCIe 80GB 300 W and H800 SXM 700 W from NVIDIA's datasheets.
+            with(make_model("A100-SXM4-80GB", 19.5, 312, 312, 0, 80, 2.039), 400, burst,
+                 GemmCurve{}, false),
+            with(make_model("A100-PCIE-80GB", 19.5, 312, 312, 0, 80, 1.935), 300, burst,
+                 GemmCurve{}, false),
+            with(make_model("H100-SXM", 67, 989, 989, 1979, 80, 3.35), 700, hopper, hopper_gemm),
+            with(make_model("H200-SXM", 67, 989, 989, 1979, 141, 4.8), 700, hopper, hopper_gemm),
+            with(make_model("H800-SXM", 67, 989, 989, 1979, 80, 3.35), 700, hopper, hopper_gemm),
         };
     }();
     return catalog;

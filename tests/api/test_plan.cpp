@@ -346,9 +346,25 @@ TEST_CASE("plan refuses bad input with a clear message") {
     o.headroom = 0.999;  // 80 MB left per GPU: less than any layout's weights
     CHECK(error_of([&] { api::plan(o, ranks); }).find("layouts searched is valid and fits") !=
           std::string::npos);
+    // A GPU model of the topology's own, unknown to the catalogue and without board_power.
     o = small_options();
     o.objective = api::PlanObjective::Energy;
-    CHECK(error_of([&] { api::plan(o, ranks); }).find("no board power for H100-SXM") !=
+    o.experiment.clear();
+    o.text = workload::ExperimentText{
+        "topology:\n"
+        "  gpu_models: {X1: {peak: {bf16: 500TFLOPS}, hbm: 80GB, hbm_bandwidth: 2TB/s}}\n"
+        "  node: {gpus: 4, gpu_model: X1, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+        "         nics: {count: 4, kind: infiniband, bandwidth: 400Gbps}}\n"
+        "  nodes: 2\n"
+        "  fabric: {kind: leaf_spine, leaf: {down: 8, up: 2, bandwidth: 400Gbps}}\n"
+        "model: {layers: 8, hidden_size: 1024, attention_heads: 8, vocab_size: 32000}\n"
+        "parallelism: {tp: 2, pp: 2, dp: 2}\n"
+        "training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}\n"
+        "network: {model: analytical}\n"};
+    o.sets.clear();
+    CHECK(error_of([&] {
+              api::plan(o, ranks);
+          }).find("--objective energy: no board power is known for the GPU model X1") !=
           std::string::npos);
     o = small_options();
     o.objective = api::PlanObjective::Cost;
@@ -374,6 +390,34 @@ TEST_CASE("plan's cost objective ranks as time does, with the price per 1M token
     CHECK(cost->top.front().layout.text() == time->top.front().layout.text());
     const double T = cost->top.front().figures.iteration_time_s;
     CHECK(cost->top.front().figures.objective == doctest::Approx(2.0 * 8 * T / 3600 / 16384 * 1e6));
+}
+
+TEST_CASE("plan's energy objective: the catalogue's board power, or the experiment's") {
+    // energy per token = GPUs x board power x PUE x T / tokens: the H100's 700 W (the
+    // catalogue), 8 GPUs, PUE 1, 16 x 1024 tokens per iteration: 8 x 700 x T / 16384 J. A
+    // multiple of T, so the same winner as time. With goodput.gpu_power 500 and pue 1.2 (the
+    // experiment's figures win over the catalogue's): 8 x 500 x 1.2 x T / 16384.
+    auto o = small_options();
+    o.objective = api::PlanObjective::Energy;
+    o.keep_entries = false;
+    const api::SweepRanks ranks;
+    const auto energy = api::plan(o, ranks);
+    const auto time = api::plan(small_options(), ranks);
+    REQUIRE(energy);
+    REQUIRE(time);
+    CHECK(energy->objective_unit == "J per token");
+    CHECK(energy->top.front().layout.text() == time->top.front().layout.text());
+    const double T = energy->top.front().figures.iteration_time_s;
+    CHECK(energy->top.front().figures.objective == doctest::Approx(8 * 700 * T / 16384));
+    // The block needs a failure rate and a checkpoint cost; only its power and PUE count here.
+    o.sets.push_back("goodput.failures_per_gpu_hour=1e-5");
+    o.sets.push_back("goodput.checkpoint.write_time=10s");
+    o.sets.push_back("goodput.gpu_power=500");
+    o.sets.push_back("goodput.pue=1.2");
+    const auto given = api::plan(o, ranks);
+    REQUIRE(given);
+    const double T2 = given->top.front().figures.iteration_time_s;
+    CHECK(given->top.front().figures.objective == doctest::Approx(8 * 500 * 1.2 * T2 / 16384));
 }
 
 TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
