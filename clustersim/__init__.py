@@ -231,6 +231,7 @@ class Experiment:
                  overrides: Overrides = None, *, base_dir: Optional[PathLike] = None,
                  name: str = "<dict>") -> None:
         _text("name", name)
+        folder = _path("base_dir", base_dir) if base_dir is not None else os.getcwd()
         if isinstance(source, Mapping):
             try:
                 text = json.dumps(source, indent=2)
@@ -238,7 +239,6 @@ class Experiment:
                 raise InputError.of_argument(
                     "source", "the dict cannot be written as JSON (%s); expected str, number, "
                     "bool, None, list and dict values" % e) from None
-            folder = _path("base_dir", base_dir) if base_dir is not None else os.getcwd()
             self._source = _core.Source("", text, name, folder)
             self.path: Optional[str] = None
             self._name = name
@@ -268,7 +268,7 @@ class Experiment:
         backward passes), at most ten times a second and at the end. Returns a Result."""
         if schedule is not None:
             (schedule,) = _schedule_names("schedule", _text(
-                "schedule", schedule, "a schedule name (str) or None"))
+                "schedule", schedule, "a str (a schedule name) or None"))
         summary, warnings, source, hbm = _core.run(
             self._source, self.overrides, schedule or "",
             _path("trace", trace) if trace is not None else "", _bool("fast_paths", fast_paths),
@@ -583,7 +583,8 @@ class Comparison:
         return _dump(self.to_dict(), path, indent)
 
     def _repr_html_(self) -> str:
-        return _html_table(self.rows()[:_HTML_ROWS], "clustersim.Comparison",
+        source = self.results[0].source if self.results else ""
+        return _html_table(self.rows()[:_HTML_ROWS], "clustersim.Comparison " + source,
                            max(0, len(self) - _HTML_ROWS))
 
     def __repr__(self) -> str:
@@ -654,8 +655,8 @@ class Sweep:
         return _dump(self.to_dict(), path, indent)
 
     def _repr_html_(self) -> str:
-        caption = "clustersim.Sweep: %d of %d combinations%s" % (
-            len(self), self.total, ", interrupted" if self.interrupted else "")
+        caption = "clustersim.Sweep %s: %d of %d combinations%s" % (
+            self.source, len(self), self.total, ", interrupted" if self.interrupted else "")
         rows = self.rows()
         return _html_table(rows[:_HTML_ROWS], caption, max(0, len(rows) - _HTML_ROWS))
 

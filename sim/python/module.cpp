@@ -300,8 +300,8 @@ std::tuple<std::string, std::string, bool> sweep(
                                       "; vary fewer keys or values (or use `clustersim sweep`)");
         }
         try {
-            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
             if (!progress.is_none()) progress(n + 1, total);
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
         } catch (py::error_already_set& e) {
             if (!e.matches(PyExc_KeyboardInterrupt)) throw;
             interrupted = true;
