@@ -210,8 +210,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
     Hooks hooks(std::move(progress));
     return without_gil(hooks, [&] {
         api::PlanOptions options;
-        options.experiment =
-            source.path.empty() ? api::default_experiment().string() : source.path;
+        options.experiment = source.path.empty() ? api::default_experiment().string() : source.path;
         options.text = source.experiment_text();
         options.sets = sets;
         options.fixes = fixes;
@@ -320,9 +319,8 @@ std::tuple<std::string, std::string, bool> sweep(
         for (const auto& axis : axes) {
             const auto& value = entry.at("settings").at(axis.key).get_ref<const std::string&>();
             n = n * axis.values.size() +
-                static_cast<std::size_t>(
-                    std::find(axis.values.begin(), axis.values.end(), value) -
-                    axis.values.begin());
+                static_cast<std::size_t>(std::find(axis.values.begin(), axis.values.end(), value) -
+                                         axis.values.begin());
         }
         entry["index"] = n;
         entry["hbm_bytes"] = hbm[n];
