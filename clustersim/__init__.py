@@ -8,10 +8,10 @@
     s = clustersim.sweep(None, {"parallelism.tp": [2, 4, 8]}, progress=print)
 
 Every function simulates with the same C++ library as the command line (sim/session), with the
-GIL released; bad input raises clustersim.InputError (a ValueError with the argument, or the file,
-line and column, and the accepted values), exactly where `clustersim run` would exit with status
-2. Ctrl-C stops a run or a plan within about 0.1 s and a sweep after the combination in progress,
-raising SweepInterrupted with the rows finished. See docs/python.md.
+GIL released. Bad input raises clustersim.InputError (a ValueError with the argument, or the file,
+line and column, and the accepted values) where `clustersim run` would exit with status 2.
+Ctrl-C stops a run within about 0.1 s, a plan at its next progress step and a sweep after the
+combination in progress (SweepInterrupted, with the rows finished). See docs/python.md.
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ class Experiment:
         `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
         `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
-        Ctrl-C stops the search within about 0.1 s (KeyboardInterrupt)."""
+        Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
         fixes = _overrides(fix, "fix")
         names = _schedule_names("schedules", schedules) if schedules is not None else []
         text = _core.plan(self._source, self.overrides, fixes, names,

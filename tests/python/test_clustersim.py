@@ -199,7 +199,12 @@ class ProgressTest(unittest.TestCase):
         for call in (lambda: clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size":
                                                               [4, 8, 16]}, base_dir=ROOT,
                                               progress=progress),
-                     lambda: clustersim.run(PIPELINE_DICT, base_dir=ROOT, progress=progress)):
+                     lambda: clustersim.run(PIPELINE_DICT, base_dir=ROOT, progress=progress),
+                     lambda: clustersim.plan(os.path.join(ROOT, "tests", "api", "data",
+                                                          "plan-small.yaml"),
+                                             {"parallelism.cp": 1}, {"topology.nodes": 2},
+                                             schedules="1f1b", max_micro_batch=1,
+                                             progress=lambda d, t, phase: progress(d, t))):
             calls.clear()
             with self.assertRaises(Stop) as caught:
                 call()
