@@ -23,20 +23,13 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+# The source tree's files (size and mtime), build folders, .git and __pycache__ aside: the same
+# snapshot docs_examples holds the tree to.
+from docs_examples import snapshot  # noqa: E402
+
 PRINT_MFU = "import clustersim; print(clustersim.run().mfu)"
-
-
-def tree_state():
-    """(path -> (size, mtime_ns)) of the source tree's files, build folders and .git aside."""
-    state = {}
-    for folder, dirs, files in os.walk(ROOT):
-        if folder == ROOT:
-            dirs[:] = [d for d in dirs if d != ".git" and not d.startswith("build")]
-        for name in files:
-            path = os.path.join(folder, name)
-            st = os.lstat(path)
-            state[os.path.relpath(path, ROOT)] = (st.st_size, st.st_mtime_ns)
-    return state
 
 
 def run(command, cwd, env, expect=0):
@@ -52,7 +45,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     build = os.path.abspath(sys.argv[1])
-    before = tree_state()
+    before = snapshot(ROOT)
     with open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8") as f:
         version = re.search(r"project\(clustersim VERSION ([0-9.]+)", f.read()).group(1)
     # The package of the source tree, imported from the root: what the wheel must reproduce.
@@ -96,7 +89,7 @@ def main():
             sys.exit("FAIL: the editable install printed %r, expected %r" % (got, expected))
         # Only clustersim comes from the source tree: its root's other folders stay hidden.
         run([python, "-c", "import tools"], elsewhere, env, expect=1)
-    after = tree_state()
+    after = snapshot(ROOT)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     if changed:
         sys.exit("FAIL: installing changed the source tree: %s" % ", ".join(changed[:10]))
