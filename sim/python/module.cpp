@@ -254,6 +254,8 @@ std::vector<api::SweepAxis> combination(const std::vector<api::SweepAxis>& axes,
 // is a sweep of one: the rows and ranking are the whole sweep's), so that between two the GIL is
 // taken to run signal handlers and progress(done, total). Ctrl-C, or a KeyboardInterrupt from the
 // callback, ends the sweep with the rows done; anything else the callback raises propagates.
+// The cost: each combination has a SweepCache of its own, so files are parsed and clusters built
+// again for each (SweepOptions has no hook that hands out a finished row or stops the sweep).
 std::tuple<std::string, std::string, bool> sweep(
     const Source& source, const std::vector<std::string>& sets,
     const std::vector<std::pair<std::string, std::vector<std::string>>>& vary, bool fast_paths,
