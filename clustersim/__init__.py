@@ -1,48 +1,142 @@
-"""clustersim from Python: load an experiment, override keys, run, compare schedules, sweep.
+"""clustersim from Python: load an experiment, override keys, run, compare schedules, sweep, plan.
 
     import clustersim
     r = clustersim.run("workloads/default.yaml", {"parallelism.tp": 4})
-    print(r.iteration_time_s, r.mfu, r.bubble_fraction)
+    print(r.iteration_time_s, r.mfu, r.bubble_fraction, r.fits_hbm)
     rows = r.stages                      # list of dicts, one per pipeline stage
     cols = r.table("links")              # dict of columns: pandas.DataFrame(cols) works
+    s = clustersim.sweep(None, {"parallelism.tp": [2, 4, 8]}, progress=print)
 
-Every function simulates with the same C++ library as the command line (sim/api), with the GIL
-released; bad input raises clustersim.InputError (a ValueError with file, line, column and the
-accepted values), exactly where `clustersim run` would exit with status 2. See docs/python.md.
+Every function simulates with the same C++ library as the command line (sim/session), with the
+GIL released. Bad input raises clustersim.InputError (a ValueError with the argument, or the file,
+line and column, and the accepted values) where `clustersim run` would exit with status 2.
+Ctrl-C stops a run within about 0.1 s, a plan at its next progress step and a sweep after the
+combination in progress (SweepInterrupted, with the rows finished). See docs/python.md.
 """
 
+from __future__ import annotations
+
+import html
 import json
+import math
 import os
 from collections.abc import Mapping
+from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, TypeVar, Union
 
-from .errors import InputError, SimulationError
+from .errors import ArgumentTypeError, InputError, SimulationError, SweepInterrupted
 
 try:
     from . import _clustersim as _core
 except ImportError as e:  # pragma: no cover - depends on the build
     raise ImportError(
         "clustersim's compiled module is missing from " + os.path.dirname(__file__) +
-        ": build the repository first (tools/build.sh; it needs python3-dev and pybind11-dev, "
-        "see docs/python.md)") from e
+        ": build the repository first (tools/build.sh, or pip install .; it needs python3-dev "
+        "and pybind11-dev, see docs/python.md)") from e
 
-__all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "SimulationError",
-           "load", "run", "compare", "sweep", "report", "schedules", "columns", "run_jobs"]
+__version__: str = _core.__version__
+
+# An installed package (pip install .) carries the bundled workloads/, topologies/ and validation
+# suite in data/; the library finds them through CLUSTERSIM_DATA (unless the user set it). From a
+# source tree there is no data/: the library finds the tree itself.
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+if os.path.isfile(os.path.join(_DATA, "workloads", "default.yaml")):
+    os.environ.setdefault("CLUSTERSIM_DATA", _DATA)
+
+__all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "ArgumentTypeError",
+           "SimulationError", "SweepInterrupted", "load", "run", "compare", "sweep", "plan",
+           "report", "schedules", "columns", "run_jobs", "__version__"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Source = Union[None, PathLike, Mapping, "Experiment"]
+Overrides = Union[None, Mapping, str, Sequence[str]]
+# progress(done, total); plan's: progress(done, total, phase)
+Progress = Optional[Callable[..., Any]]
+Scalar = Union[bool, int, float, str]
 
 
-def schedules():
+def schedules() -> List[str]:
     """The schedule names `schedule` and compare() accept."""
     return list(_core.schedule_names())
 
 
-def columns(rows):
+def columns(rows: Sequence[Mapping[str, Any]]) -> Dict[str, List[Any]]:
     """A list of dicts as a dict of columns (keys in first-seen order, None where a row has no
     value): the shape pandas.DataFrame() takes, without needing pandas."""
-    keys = []
+    keys: List[str] = []
     for row in rows:
         for k in row:
             if k not in keys:
                 keys.append(k)
     return {k: [row.get(k) for row in rows] for k in keys}
+
+
+# Arguments. Each check names the argument and what it accepts; nothing of the wrong type reaches
+# the compiled module (whose own TypeErrors would name its internals).
+
+def _type_error(argument, expected, value):
+    return ArgumentTypeError.of_argument(
+        argument, "expected %s, not %s" % (expected, type(value).__name__))
+
+
+def _bool(argument, value):
+    if not isinstance(value, bool):
+        raise _type_error(argument, "a bool (True or False)", value)
+    return value
+
+
+def _number(argument, value, whole=False):
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise _type_error(argument, "an int" if whole else "a number (int or float)", value)
+    if not whole and not math.isfinite(value):
+        raise InputError.of_argument(argument, "expected a finite number, not %r" % value)
+    return value
+
+
+def _text(argument, value, what="a str"):
+    if not isinstance(value, str):
+        raise _type_error(argument, what, value)
+    return value
+
+
+def _callback(argument, value):
+    if value is not None and not callable(value):
+        raise _type_error(argument, "a callable progress(done, total) or None", value)
+    return value
+
+
+def _path(argument, value):
+    """`value` (a str or os.PathLike naming a file) as a str; an InputError naming `argument`
+    for anything else, and for a path with a NUL byte, which the operating system would cut
+    there ('x.yaml\\0y' would read x.yaml)."""
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):
+        raise _type_error(argument, "a path (str or os.PathLike)", value)
+    if "\0" in path:
+        raise InputError.of_argument(
+            argument, "the path %r contains a NUL byte; expected a path without one" % path)
+    return path
+
+
+def _schedule_names(argument, value):
+    """A schedule name or several ("gpipe,1f1b" or a list) as a list, each a known schedule."""
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",") if n.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(n, str) for n in value):
+        names = list(value)
+    else:
+        raise _type_error(argument, 'a schedule name, a comma-separated str or a list of str',
+                          value)
+    known = schedules()
+    for name in names:
+        if name not in known:
+            raise InputError.of_argument(
+                argument, 'unknown schedule "%s"; expected %s or %s' %
+                (name, ", ".join(known[:-1]), known[-1]))
+    return names
 
 
 def _yaml_value(value):
@@ -60,15 +154,68 @@ def _yaml_value(value):
     return json.dumps(value)  # lists and mappings: JSON is YAML
 
 
-def _overrides(overrides):
+def _overrides(overrides, argument="overrides"):
     """{"parallelism.tp": 4} or ["parallelism.tp=4", ...] as --set assignments."""
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
+        for k in overrides:
+            _text(argument + " key", k, "a str key such as 'parallelism.tp'")
         return ["%s=%s" % (k, _yaml_value(v)) for k, v in overrides.items()]
     if isinstance(overrides, str):
         return [overrides]
-    return [str(o) for o in overrides]
+    if isinstance(overrides, (list, tuple)) and all(isinstance(o, str) for o in overrides):
+        return list(overrides)
+    raise _type_error(argument, 'a dict {"key": value}, a list of "key=value" str, or None',
+                      overrides)
+
+
+def _axes(vary):
+    """`vary` ({key: [values]}) as the (key, [YAML texts]) pairs the sweep takes, and per key the
+    values as given by YAML text (to give rows their typed values back)."""
+    if not isinstance(vary, Mapping):
+        raise _type_error("vary", "a dict {key: [values]}", vary)
+    if not vary:
+        raise InputError.of_argument("vary", 'expected at least one key to vary, e.g. '
+                                     '{"parallelism.tp": [2, 4, 8]}')
+    axes, typed = [], {}
+    combinations = 1
+    for key, values in vary.items():
+        _text("vary key", key, "a str key such as 'parallelism.tp'")
+        argument = "vary[%r]" % key
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range)):
+            raise _type_error(argument, "a list of values", values)
+        if not values:
+            raise InputError.of_argument(argument, "expected at least one value")
+        texts, by_text = [], {}
+        for v in values:
+            if not isinstance(v, (bool, int, float, str, os.PathLike)):
+                raise _type_error(argument + " value", "a bool, int, float or str", v)
+            t = _yaml_value(v)
+            if not t.strip():
+                raise InputError.of_argument(argument, "an empty value in the list")
+            if t in by_text:
+                raise InputError.of_argument(argument, 'value "%s" is listed twice' % t)
+            by_text[t] = v
+            texts.append(t)
+        axes.append((key, texts))
+        typed[key] = by_text
+        combinations *= len(texts)
+    if combinations > _core.max_sweep_combinations:
+        raise InputError.of_argument(
+            "vary", "%d combinations, more than the %d a sweep may run; vary fewer keys or "
+            "fewer values" % (combinations, _core.max_sweep_combinations))
+    return axes, typed
+
+
+def _as_experiment(source, overrides, base_dir):
+    if isinstance(source, Experiment):
+        exp = source
+        for assignment in _overrides(overrides):
+            key, _, value = assignment.partition("=")
+            exp = exp.set(key, value)
+        return exp
+    return Experiment(source, overrides, base_dir=base_dir)
 
 
 class Experiment:
@@ -80,151 +227,333 @@ class Experiment:
     dict {"parallelism.tp": 4} or a list of "key=value" strings.
     """
 
-    def __init__(self, source=None, overrides=None, *, base_dir=None, name="<dict>"):
+    def __init__(self, source: Union[None, PathLike, Mapping] = None,
+                 overrides: Overrides = None, *, base_dir: Optional[PathLike] = None,
+                 name: str = "<dict>") -> None:
+        _text("name", name)
+        folder = _path("base_dir", base_dir) if base_dir is not None else os.getcwd()
         if isinstance(source, Mapping):
-            text = json.dumps(source, indent=2)
-            folder = _path("base_dir", base_dir) if base_dir is not None else os.getcwd()
+            try:
+                text = json.dumps(source, indent=2)
+            except (TypeError, ValueError) as e:
+                raise InputError.of_argument(
+                    "source", "the dict cannot be written as JSON (%s); expected str, number, "
+                    "bool, None, list and dict values" % e) from None
             self._source = _core.Source("", text, name, folder)
-            self.path = None
+            self.path: Optional[str] = None
             self._name = name
         elif source is None or isinstance(source, (str, os.PathLike)):
             self.path = _path("source", source) if source is not None else None
             self._source = _core.Source(self.path or "", None, "", "")
             self._name = self.path or "workloads/default.yaml (bundled)"
         else:
-            raise TypeError("an experiment is a path or a dict, not " + type(source).__name__)
-        self.overrides = _overrides(overrides)
+            raise _type_error("source", "a path (str or os.PathLike), a dict, an Experiment or "
+                              "None (the bundled default)", source)
+        self.overrides: List[str] = _overrides(overrides)
 
-    def set(self, key, value):
+    def set(self, key: str, value: Any) -> "Experiment":
         """A copy with one more override (later overrides win), as --set key=value."""
+        _text("key", key)
         copy = Experiment.__new__(Experiment)
         copy._source, copy.path, copy._name = self._source, self.path, self._name
         copy.overrides = self.overrides + ["%s=%s" % (key, _yaml_value(value))]
         return copy
 
-    def run(self, schedule=None, trace=None, fast_paths=True):
+    def run(self, schedule: Optional[str] = None, trace: Optional[PathLike] = None,
+            fast_paths: bool = True, *, progress: Progress = None) -> "Result":
         """Simulates one iteration (under `schedule`, default the experiment's own); `trace`
         writes a timeline (.json Chrome JSON, .pftrace Perfetto). `fast_paths=False` turns off
-        every fast path (as --no-fast-paths: the same results, computed the plain way). Returns
-        a Result."""
-        summary, warnings, source = _core.run(
-            self._source, self.overrides, schedule or "", _path("trace", trace) if trace else "",
-            bool(fast_paths))
-        return Result(json.loads(summary), warnings, source)
+        every fast path (as --no-fast-paths: the same results, computed the plain way).
+        `progress(done, total)` is called with the passes simulated (every GPU's forward and
+        backward passes), at most ten times a second and at the end. Returns a Result."""
+        if schedule is not None:
+            (schedule,) = _schedule_names("schedule", _text(
+                "schedule", schedule, "a str (a schedule name) or None"))
+        summary, warnings, source, hbm = _core.run(
+            self._source, self.overrides, schedule or "",
+            _path("trace", trace) if trace is not None else "", _bool("fast_paths", fast_paths),
+            _callback("progress", progress))
+        return Result(json.loads(summary), warnings, source, hbm)
 
-    def compare(self, schedules, fast_paths=True):
+    def compare(self, schedules: Union[str, Sequence[str]], fast_paths: bool = True
+                ) -> "Comparison":
         """Simulates each schedule ("gpipe,1f1b" or a list). Returns a Comparison."""
-        if not isinstance(schedules, str):
-            schedules = ",".join(schedules)
-        summaries, warnings, source = _core.compare(self._source, self.overrides, schedules,
-                                                    bool(fast_paths))
-        return Comparison([Result(json.loads(s), [], source) for s in summaries], warnings)
+        names = _schedule_names("schedules", schedules)
+        summaries, warnings, source, hbm = _core.compare(
+            self._source, self.overrides, ",".join(names), _bool("fast_paths", fast_paths))
+        return Comparison([Result(json.loads(s), [], source, hbm) for s in summaries], warnings)
 
-    def sweep(self, vary, fast_paths=True):
+    def sweep(self, vary: Mapping[str, Sequence[Scalar]], fast_paths: bool = True, *,
+              progress: Progress = None) -> "Sweep":
         """Simulates every combination of `vary` ({"parallelism.tp": [2, 4, 8], ...}, the last
-        key varying fastest), ranked as `clustersim sweep` ranks them. Returns a Sweep."""
-        axes = ["%s=%s" % (k, ",".join(_yaml_value(v) for v in values))
-                for k, values in vary.items()]
-        text, source = _core.sweep(self._source, self.overrides, axes, bool(fast_paths))
-        return Sweep(json.loads(text), list(vary), source)
+        key varying fastest), ranked as `clustersim sweep` ranks them. `progress(done, total)` is
+        called after each combination. Ctrl-C (or a KeyboardInterrupt from `progress`) stops
+        after the combination in progress and raises SweepInterrupted, whose `partial` is the
+        Sweep of the finished ones; anything else `progress` raises propagates as it is.
+        Returns a Sweep."""
+        axes, typed = _axes(vary)
+        text, source, interrupted = _core.sweep(
+            self._source, self.overrides, axes, _bool("fast_paths", fast_paths),
+            _callback("progress", progress))
+        total = math.prod(len(values) for _, values in axes)
+        result = Sweep(json.loads(text), list(vary), source, typed=typed, total=total,
+                       interrupted=interrupted)
+        if interrupted:
+            raise SweepInterrupted(result)
+        return result
 
-    def plan(self, fix=None, *, schedules=None, headroom=0.0, top=5, objective="time",
-             gpu_hour_price=0.0, margin=0.1, max_micro_batch=8, fast_paths=True, guide=False):
+    def plan(self, fix: Optional[Mapping[str, Any]] = None, *,
+             schedules: Union[None, str, Sequence[str]] = None, headroom: float = 0.0,
+             top: int = 5, objective: str = "time", gpu_hour_price: float = 0.0,
+             margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
+             guide: bool = False, progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
         does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
         Returns the dict `plan --json` writes: the counts, `top` (best first, each with its
         `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
         `layouts_evaluated` (every layout with its status and figures or reason); with
-        `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked."""
-        fixes = ["%s=%s" % (k, _yaml_value(v)) for k, v in (fix or {}).items()]
-        if isinstance(schedules, str):
-            schedules = schedules.split(",")
-        text = _core.plan(self._source, self.overrides, fixes, list(schedules or []),
-                          float(headroom), int(top), str(objective), float(gpu_hour_price),
-                          float(margin), int(max_micro_batch), bool(fast_paths), bool(guide))
+        `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
+        `progress(done, total, phase)` is called as each phase ("search", "simulate",
+        "confirm") advances, at most ten times a second and at its first and last step.
+        Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
+        fixes = _overrides(fix, "fix")
+        names = _schedule_names("schedules", schedules) if schedules is not None else []
+        text = _core.plan(self._source, self.overrides, fixes, names,
+                          float(_number("headroom", headroom)), _count("top", top),
+                          _text("objective", objective, "a str: time, mfu, cost or energy"),
+                          float(_number("gpu_hour_price", gpu_hour_price)),
+                          float(_number("margin", margin)),
+                          _count("max_micro_batch", max_micro_batch),
+                          _bool("fast_paths", fast_paths), _bool("guide", guide),
+                          _callback("progress", progress))
         return json.loads(text)
 
-    def report(self, path, schedules=None):
+    def report(self, path: PathLike, schedules: Union[None, str, Sequence[str]] = None
+               ) -> PathLike:
         """Writes the HTML report (as `clustersim run --html`, or `compare --html` when
         `schedules` names several) to `path`: one self-contained file, written whole or not at
         all. Returns the path."""
-        if schedules is not None and not isinstance(schedules, str):
-            schedules = ",".join(schedules)
-        _core.html_report(self._source, self.overrides, schedules or "", _path("path", path))
+        names = _schedule_names("schedules", schedules) if schedules is not None else []
+        _core.html_report(self._source, self.overrides, ",".join(names), _path("path", path))
         return path
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "clustersim.Experiment(%r, overrides=%r)" % (self._name, self.overrides)
 
 
-class Result:
-    """One simulated iteration. Every key of the summary JSON (`clustersim run --json`, see
-    docs/user-guide.md) is an attribute: iteration_time_s, mfu, hfu, bubble_fraction,
-    exposed_comm_fraction (and its parts exposed_tp_fraction, exposed_cp_fraction,
-    exposed_ep_fraction, exposed_dp_fraction, exposed_pipeline_fraction), idle_fraction,
-    host_fraction, tokens_per_s, tflops_per_gpu, ...
-    `stages` and `links` are lists of dicts; table("stages") gives them as columns."""
+def _count(argument, value):
+    _number(argument, value, whole=True)
+    if value < 0:
+        raise InputError.of_argument(argument, "expected a count (0 or more), not %d" % value)
+    return value
 
-    def __init__(self, summary, warnings, source):
+
+# Results. Every field names its unit; the summary JSON (`clustersim run --json`) is the source.
+
+T = TypeVar("T")
+
+
+class _Field(Generic[T]):
+    """A summary key as a typed, documented attribute of Result (help(Result) lists them)."""
+
+    def __init__(self, doc: str, default: Any = KeyError) -> None:
+        self.__doc__ = doc
+        self._default = default
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: Any = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        if self.name in obj.summary:
+            return obj.summary[self.name]
+        if self._default is KeyError:
+            raise AttributeError("this summary has no %r" % self.name)
+        return self._default
+
+
+_FRACTION = "a fraction of the iteration time (0 to 1), mean over GPUs"
+
+
+class Result:
+    """One simulated iteration: the summary `clustersim run --json` writes (`summary`), the
+    warnings the command line would print (`warnings`) and the experiment's display path
+    (`source`). Every summary key is an attribute; the ones below are typed and documented with
+    their units (DESIGN.md's definitions). `stages` and `links` are lists of dicts; table("stages")
+    gives them as columns."""
+
+    schedule = _Field[str]("The pipeline schedule, as named (gpipe, 1f1b, interleaved, ...).")
+    iteration_time_s = _Field[float](
+        "Seconds: first op start to last op end of one training iteration (data-parallel "
+        "gradient synchronisation and optimizer step included when modelled).")
+    bubble_fraction = _Field[float](
+        "Idle time waiting on pipeline dependencies (warm-up, cool-down, activations and "
+        "gradients of other stages): " + _FRACTION + ".")
+    exposed_comm_fraction = _Field[float](
+        "Idle time waiting on the GPU's own collectives (TP, CP, EP, DP): " + _FRACTION + ".")
+    exposed_tp_fraction = _Field[float]("Exposed tensor-parallel communication: " + _FRACTION)
+    exposed_cp_fraction = _Field[float]("Exposed context-parallel communication: " + _FRACTION)
+    exposed_ep_fraction = _Field[float]("Exposed expert-parallel communication: " + _FRACTION)
+    exposed_dp_fraction = _Field[float]("Exposed data-parallel communication: " + _FRACTION)
+    exposed_pipeline_fraction = _Field[float](
+        "Exposed pipeline (point-to-point) communication: " + _FRACTION)
+    idle_fraction = _Field[float]("All idle time of the compute streams: " + _FRACTION + ".")
+    host_fraction = _Field[float](
+        "Time the GPU waits for the host to issue kernels: " + _FRACTION + ".")
+    host_bound_passes = _Field[int]("Passes whose GPU waited for the host (a count).")
+    mfu = _Field[float](
+        "Model FLOPs utilisation (0 to 1): model FLOPs of the iteration (no recompute) / "
+        "(iteration time x GPUs x peak FLOP/s at the run's precision).")
+    hfu = _Field[float]("Hardware FLOPs utilisation (0 to 1): as mfu, recomputation counted.")
+    tokens_per_s = _Field[float]("Tokens per second (the global batch's tokens / iteration time).")
+    tflops_per_gpu = _Field[float]("Model TFLOP/s per GPU (1 TFLOP/s = 1e12 FLOP/s).")
+    world_size = _Field[int]("GPUs in the layout (a count).")
+    microbatches = _Field[int]("Microbatches per iteration per pipeline (a count).")
+    parallelism = _Field[Dict[str, int]]("The layout: tp, pp, dp, cp, ep, vpp (counts).")
+    p2p_bytes = _Field[int]("Bytes sent point-to-point between pipeline stages (bytes).")
+    stages = _Field[List[Dict[str, Any]]](
+        "One dict per pipeline stage: stage, busy_s and pass_span_s (seconds), the fractions "
+        "above per stage, peak_inflight_microbatches (a count), peak_activation_bytes (bytes).",
+        [])
+    links = _Field[List[Dict[str, Any]]](
+        "One dict per link that carried bytes: name, kind, bytes (bytes), busy_s and shared_s "
+        "(seconds), utilization (0 to 1: bytes / (bandwidth x iteration time)), "
+        "max_concurrent_flows (a count).", [])
+    memory_per_gpu_bytes = _Field[Dict[str, int]](
+        "The worst GPU's memory in bytes: parameters, gradients, optimizer_states, activations, "
+        "temporary_gradients and total (its peak).", {})
+    wall_time_s = _Field[float]("Seconds of wall-clock time the simulation took (not an output "
+                                "of the model: varies from run to run).", 0.0)
+
+    def __init__(self, summary: Dict[str, Any], warnings: Sequence[str], source: str,
+                 hbm_bytes: int = 0) -> None:
         self.summary = summary
         self.warnings = list(warnings)
         self.source = source
+        self._hbm_bytes = hbm_bytes
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         summary = self.__dict__.get("summary", {})
         if name in summary:
             return summary[name]
         raise AttributeError("clustersim.Result has no attribute %r (summary keys: %s)" %
                              (name, ", ".join(summary)))
 
-    def __dir__(self):
+    def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | set(self.summary))
 
     @property
-    def stages(self):
-        return self.summary.get("stages", [])
+    def peak_memory_bytes(self) -> int:
+        """Bytes: the peak memory of the worst GPU (memory_per_gpu_bytes["total"])."""
+        return int(self.memory_per_gpu_bytes.get("total", 0))
 
     @property
-    def links(self):
-        return self.summary.get("links", [])
+    def hbm_bytes(self) -> int:
+        """Bytes: the HBM capacity of a GPU of the cluster (GPU 0's model, as sweep ranks by);
+        0 when the model gives none."""
+        return self._hbm_bytes
 
-    def table(self, name):
+    @property
+    def fits_hbm(self) -> bool:
+        """Whether peak_memory_bytes is within hbm_bytes (True when there is no capacity to
+        hold it against), the rule by which sweep ranks layouts that fit first."""
+        return self._hbm_bytes <= 0 or self.peak_memory_bytes <= self._hbm_bytes
+
+    def table(self, name: str) -> Dict[str, List[Any]]:
         """"stages" or "links" as a dict of columns."""
         if name not in ("stages", "links"):
-            raise ValueError("unknown table %r; expected stages or links" % name)
+            raise InputError.of_argument("name", 'unknown table "%s"; expected stages or links'
+                                         % name)
         return columns(self.summary.get(name, []))
 
-    def to_dict(self):
-        return dict(self.summary)
+    def to_dict(self) -> Dict[str, Any]:
+        """The summary (as `run --json` writes it) with `peak_memory_bytes`, `hbm_bytes`,
+        `fits_hbm` and `warnings` added: a copy, plain JSON types only."""
+        out = json.loads(json.dumps(self.summary))
+        out.update(peak_memory_bytes=self.peak_memory_bytes, hbm_bytes=self.hbm_bytes,
+                   fits_hbm=self.fits_hbm, warnings=list(self.warnings))
+        return out
 
-    def __repr__(self):
+    def to_json(self, path: Optional[PathLike] = None, indent: Optional[int] = 2) -> str:
+        """to_dict() as JSON text (numbers to full precision); also written to `path` if given."""
+        return _dump(self.to_dict(), path, indent)
+
+    def row(self) -> Dict[str, Any]:
+        """The headline figures as one flat dict (a comparison's and a sweep's row)."""
+        return _row(self.summary, self.hbm_bytes)
+
+    def _repr_html_(self) -> str:
+        return _html_table([self.row()], caption="clustersim.Result " + self.source)
+
+    def __repr__(self) -> str:
         return "<clustersim.Result %s: iteration %.6g s, mfu %.4f, bubble %.4f>" % (
             self.summary.get("schedule"), self.summary.get("iteration_time_s", 0),
             self.summary.get("mfu", 0), self.summary.get("bubble_fraction", 0))
 
 
-# The scalar summary fields a comparison's and a sweep's rows carry.
+# The scalar summary fields a comparison's and a sweep's rows carry, then the memory columns.
 _ROW_FIELDS = ("iteration_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
                "exposed_comm_fraction", "exposed_tp_fraction", "exposed_cp_fraction",
                "exposed_ep_fraction", "exposed_dp_fraction", "exposed_pipeline_fraction",
                "idle_fraction", "host_fraction", "tflops_per_gpu",
                "world_size", "microbatches", "tp", "pp", "dp", "cp", "ep", "vpp")
 
+# Units of row columns, for the HTML tables' headers.
+_UNITS = {"iteration_time_s": "s", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s",
+          "peak_memory_bytes": "GiB", "hbm_bytes": "GiB"}
 
-def _row(summary):
+
+def _row(summary, hbm_bytes):
     flat = dict(summary, **summary.get("parallelism", {}))
-    return {k: flat[k] for k in _ROW_FIELDS if k in flat}
+    row = {k: flat[k] for k in _ROW_FIELDS if k in flat}
+    peak = int(summary.get("memory_per_gpu_bytes", {}).get("total", 0))
+    row.update(peak_memory_bytes=peak, hbm_bytes=hbm_bytes,
+               fits_hbm=hbm_bytes <= 0 or peak <= hbm_bytes)
+    return row
+
+
+def _dump(value, path, indent):
+    text = json.dumps(value, indent=indent)
+    if path is not None:
+        with open(_path("path", path), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return text
+
+
+def _cell(key, value):
+    if _UNITS.get(key) == "GiB" and isinstance(value, int):
+        return "%.2f" % (value / 2**30)
+    if isinstance(value, float):
+        return "%.4g" % value
+    return "" if value is None else str(value)
+
+
+def _html_table(rows, caption, more=0):
+    """A compact HTML table of rows (dicts), every text escaped; `more` rows not shown."""
+    keys = list(columns(rows))
+    head = "".join("<th>%s</th>" % html.escape(k + (" (%s)" % _UNITS[k] if k in _UNITS else ""))
+                   for k in keys)
+    body = "".join("<tr>%s</tr>" % "".join(
+        "<td>%s</td>" % html.escape(_cell(k, row.get(k))) for k in keys) for row in rows)
+    tail = "<tr><td colspan=%d>... %d more</td></tr>" % (len(keys), more) if more else ""
+    return ("<table><caption>%s</caption><thead><tr>%s</tr></thead><tbody>%s%s</tbody></table>"
+            % (html.escape(caption), head, body, tail))
+
+
+# At most this many rows in a notebook's table of a comparison or a sweep.
+_HTML_ROWS = 20
 
 
 class Comparison:
     """Several schedules on one experiment: `results` (Results, in the order given), indexable by
     schedule name; rows() one dict per schedule; table() the same as columns."""
 
-    def __init__(self, results, warnings):
+    def __init__(self, results: List[Result], warnings: Sequence[str]) -> None:
         self.results = results
         self.warnings = list(warnings)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Union[int, str]) -> Result:
         if isinstance(key, int):
             return self.results[key]
         for r in self.results:
@@ -232,131 +561,164 @@ class Comparison:
                 return r
         raise KeyError(key)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Result]:
         return iter(self.results)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.results)
 
-    def rows(self):
-        return [dict(schedule=r.summary.get("schedule"), **_row(r.summary)) for r in self.results]
+    def rows(self) -> List[Dict[str, Any]]:
+        """One dict per schedule: `schedule`, the headline figures (units as Result's) and the
+        memory columns peak_memory_bytes, hbm_bytes (bytes) and fits_hbm."""
+        return [dict(schedule=r.schedule, **r.row()) for r in self.results]
 
-    def table(self):
+    def table(self) -> Dict[str, List[Any]]:
         return columns(self.rows())
 
-    def __repr__(self):
+    def to_dict(self) -> Dict[str, Any]:
+        """{"results": [each Result's to_dict()], "warnings": [...]}."""
+        return {"results": [r.to_dict() for r in self.results], "warnings": list(self.warnings)}
+
+    def to_json(self, path: Optional[PathLike] = None, indent: Optional[int] = 2) -> str:
+        return _dump(self.to_dict(), path, indent)
+
+    def _repr_html_(self) -> str:
+        source = self.results[0].source if self.results else ""
+        return _html_table(self.rows()[:_HTML_ROWS], "clustersim.Comparison " + source,
+                           max(0, len(self) - _HTML_ROWS))
+
+    def __repr__(self) -> str:
         return "<clustersim.Comparison %s>" % ", ".join(
             str(r.summary.get("schedule")) for r in self.results)
 
 
 class Sweep:
-    """Every combination of a sweep. rows(): one dict per combination, ranked as `clustersim
-    sweep` ranks them (layouts that fit in HBM first, each group by throughput), then the invalid
-    ones; each row has the varied keys, `valid`, `fits_hbm`, the summary's scalars and `error`.
-    `best` is the first ranked Result; results() every valid combination's Result."""
+    """Every combination of a sweep (or those finished before Ctrl-C: `interrupted`). rows():
+    one dict per combination, ranked as `clustersim sweep` ranks them (layouts that fit in HBM
+    first, each group by throughput), then the invalid ones; each row has the varied keys with
+    their values as given (int, float, bool or str), `valid`, the headline figures, the memory
+    columns and `error`. `best` is the first ranked Result; results() every valid combination's
+    Result; `total` the number of combinations asked for."""
 
-    def __init__(self, entries, keys, source):
-        self.entries = entries  # as `clustersim sweep --json` writes them
+    def __init__(self, entries: List[Dict[str, Any]], keys: List[str], source: str, *,
+                 typed: Optional[Dict[str, Dict[str, Any]]] = None, total: Optional[int] = None,
+                 interrupted: bool = False) -> None:
+        self.entries = entries  # as `clustersim sweep --json` writes them, with index, hbm_bytes
         self.keys = keys
         self.source = source
+        self.total = len(entries) if total is None else total
+        self.interrupted = interrupted
+        self._typed = typed or {}
 
-    def rows(self):
+    def _settings(self, entry):
+        return {k: self._typed.get(k, {}).get(v, v) for k, v in entry["settings"].items()}
+
+    def rows(self) -> List[Dict[str, Any]]:
+        """One dict per combination, ranked: the varied keys (values as given), `valid`, the
+        headline figures (units as Result's: iteration_time_s in seconds, tokens_per_s, mfu and
+        the fractions from 0 to 1, ...), peak_memory_bytes (the worst GPU's peak, bytes),
+        hbm_bytes (a GPU's HBM, bytes), fits_hbm, and `error` (why an invalid one is not valid;
+        "" otherwise). An invalid combination has None for the figures and memory columns."""
         out = []
         for e in self.entries:
-            row = dict(e["settings"])
+            row = self._settings(e)
             row["valid"] = "summary" in e
-            row["fits_hbm"] = e.get("fits_hbm")
-            row.update(_row(e.get("summary", {})))
+            if "summary" in e:
+                row.update(_row(e["summary"], e.get("hbm_bytes", 0)))
+            else:
+                row.update(peak_memory_bytes=None, hbm_bytes=None, fits_hbm=None)
             row["error"] = e.get("error", "")
             out.append(row)
         return out
 
-    def table(self):
+    def table(self) -> Dict[str, List[Any]]:
         return columns(self.rows())
 
-    def results(self):
-        return [Result(e["summary"], [], self.source) for e in self.entries if "summary" in e]
+    def results(self) -> List[Result]:
+        return [Result(e["summary"], [], self.source, e.get("hbm_bytes", 0))
+                for e in self.entries if "summary" in e]
 
     @property
-    def best(self):
+    def best(self) -> Optional[Result]:
         for e in self.entries:
             if "summary" in e:
-                return Result(e["summary"], [], self.source)
+                return Result(e["summary"], [], self.source, e.get("hbm_bytes", 0))
         return None
 
-    def __len__(self):
+    def to_dict(self) -> Dict[str, Any]:
+        """{"rows": rows(), "total": ..., "interrupted": ..., "source": ...}: the rows with the
+        values as given; `entries` holds the full summaries."""
+        return {"rows": self.rows(), "total": self.total, "interrupted": self.interrupted,
+                "source": self.source}
+
+    def to_json(self, path: Optional[PathLike] = None, indent: Optional[int] = 2) -> str:
+        return _dump(self.to_dict(), path, indent)
+
+    def _repr_html_(self) -> str:
+        caption = "clustersim.Sweep %s: %d of %d combinations%s" % (
+            self.source, len(self), self.total, ", interrupted" if self.interrupted else "")
+        rows = self.rows()
+        return _html_table(rows[:_HTML_ROWS], caption, max(0, len(rows) - _HTML_ROWS))
+
+    def __len__(self) -> int:
         return len(self.entries)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         valid = sum(1 for e in self.entries if "summary" in e)
-        return "<clustersim.Sweep %d combinations, %d valid>" % (len(self.entries), valid)
+        return "<clustersim.Sweep %d combinations, %d valid%s>" % (
+            len(self.entries), valid,
+            ", interrupted after %d of %d" % (len(self), self.total) if self.interrupted else "")
 
 
-def load(source=None, overrides=None, *, base_dir=None):
+def load(source: Union[None, PathLike, Mapping] = None, overrides: Overrides = None, *,
+         base_dir: Optional[PathLike] = None) -> Experiment:
     """An Experiment from a path (None: the bundled default) or a dict, with overrides."""
     return Experiment(source, overrides, base_dir=base_dir)
 
 
-def run(source=None, overrides=None, *, schedule=None, trace=None, base_dir=None,
-        fast_paths=True):
+def run(source: Source = None, overrides: Overrides = None, *, schedule: Optional[str] = None,
+        trace: Optional[PathLike] = None, base_dir: Optional[PathLike] = None,
+        fast_paths: bool = True, progress: Progress = None) -> Result:
     """Simulates an experiment (a path, a dict or an Experiment). Returns a Result."""
-    return _with(source, overrides, base_dir).run(schedule=schedule, trace=trace,
-                                                  fast_paths=fast_paths)
+    return _as_experiment(source, overrides, base_dir).run(
+        schedule=schedule, trace=trace, fast_paths=fast_paths, progress=progress)
 
 
-def compare(source, schedules, overrides=None, *, base_dir=None, fast_paths=True):
+def compare(source: Source, schedules: Union[str, Sequence[str]], overrides: Overrides = None,
+            *, base_dir: Optional[PathLike] = None, fast_paths: bool = True) -> Comparison:
     """Simulates each of `schedules` on an experiment. Returns a Comparison."""
-    return _with(source, overrides, base_dir).compare(schedules, fast_paths=fast_paths)
+    return _as_experiment(source, overrides, base_dir).compare(schedules, fast_paths=fast_paths)
 
 
-def sweep(source, vary, overrides=None, *, base_dir=None, fast_paths=True):
-    """Simulates every combination of `vary` ({key: [values]}). Returns a Sweep."""
-    return _with(source, overrides, base_dir).sweep(vary, fast_paths=fast_paths)
+def sweep(source: Source, vary: Mapping[str, Sequence[Scalar]], overrides: Overrides = None, *,
+          base_dir: Optional[PathLike] = None, fast_paths: bool = True,
+          progress: Progress = None) -> Sweep:
+    """Simulates every combination of `vary` ({key: [values]}); see Experiment.sweep. Returns a
+    Sweep, or raises SweepInterrupted (with `.partial`) on Ctrl-C."""
+    return _as_experiment(source, overrides, base_dir).sweep(vary, fast_paths=fast_paths,
+                                                             progress=progress)
 
 
-def plan(source, fix=None, overrides=None, *, base_dir=None, **options):
+def plan(source: Source, fix: Optional[Mapping[str, Any]] = None, overrides: Overrides = None,
+         *, base_dir: Optional[PathLike] = None, **options: Any) -> Dict[str, Any]:
     """Searches every layout of an experiment's model on its GPUs (`clustersim plan`); options
     as Experiment.plan. Returns the dict `plan --json` writes."""
-    return _with(source, overrides, base_dir).plan(fix, **options)
+    return _as_experiment(source, overrides, base_dir).plan(fix, **options)
 
 
-def report(source, path, overrides=None, *, schedules=None, base_dir=None):
+def report(source: Source, path: PathLike, overrides: Overrides = None, *,
+           schedules: Union[None, str, Sequence[str]] = None,
+           base_dir: Optional[PathLike] = None) -> PathLike:
     """Writes the HTML report of an experiment (one run, or the comparison of `schedules`)."""
-    return _with(source, overrides, base_dir).report(path, schedules=schedules)
+    return _as_experiment(source, overrides, base_dir).report(path, schedules=schedules)
 
 
-def run_jobs(path, *, trace=None, fast_paths=True):
+def run_jobs(path: PathLike, *, trace: Optional[PathLike] = None, fast_paths: bool = True
+             ) -> Dict[str, Any]:
     """Simulates a jobs file (several jobs on one topology, docs/yaml/jobs.md) together and each
     job alone. Returns the dict `clustersim run JOBS --json` writes: `jobs` (each with `name`,
-    `gpus`, `iteration_time_s`, `alone_iteration_time_s`, `slowdown`, and the `shared` and
-    `alone` summaries), `contested_links`, `makespan_s`."""
+    `gpus`, `iteration_time_s` and `alone_iteration_time_s` in seconds, `slowdown` (a ratio), and
+    the `shared` and `alone` summaries), `contested_links`, `makespan_s` (seconds)."""
     return json.loads(_core.run_jobs(_path("path", path),
                                      "" if trace is None else _path("trace", trace),
-                                     bool(fast_paths)))
-
-
-def _path(argument, value):
-    """`value` (a str or os.PathLike naming a file) as a str; an InputError naming `argument`
-    for anything else, and for a path with a NUL byte, which the operating system would cut
-    there ('x.yaml\\0y' would read x.yaml)."""
-    try:
-        path = os.fspath(value)
-    except TypeError:
-        path = None
-    if not isinstance(path, str):
-        raise InputError("%s: expected a path (str or os.PathLike), not %s" %
-                         (argument, type(value).__name__))
-    if "\0" in path:
-        raise InputError("%s: the path %r contains a NUL byte; expected a path without one" %
-                         (argument, path))
-    return path
-
-
-def _with(source, overrides, base_dir):
-    if isinstance(source, Experiment):
-        exp = source
-        for assignment in _overrides(overrides):
-            key, _, value = assignment.partition("=")
-            exp = exp.set(key, value)
-        return exp
-    return Experiment(source, overrides, base_dir=base_dir)
+                                     _bool("fast_paths", fast_paths)))

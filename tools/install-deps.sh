@@ -22,6 +22,7 @@ packages=("${cli_packages[@]}")
   protobuf-compiler  # tests decode .pftrace traces with protoc --decode
   python3            # tools/ scripts (standard library only)
   python3-dev pybind11-dev  # the Python package (clustersim/, docs/python.md)
+  python3-venv       # pip install . into a fresh virtual environment (tests/python/pip_install.py)
   chromium           # the HTML report's browser test (headless, offline)
   libopenmpi-dev openmpi-bin  # `mpirun -n N clustersim sweep` shards a sweep over N processes
 )

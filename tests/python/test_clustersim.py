@@ -4,9 +4,12 @@ Run from the repository root, as ctest does: python3 -m unittest discover -s tes
 Standard library only.
 """
 
+import html.parser
 import json
 import os
 import pickle
+import re
+import signal
 import tempfile
 import threading
 import time
@@ -120,13 +123,286 @@ class CompareSweepTest(unittest.TestCase):
         rows = s.rows()
         self.assertEqual(len(rows), 6)
         valid = [r for r in rows if r["valid"]]
-        self.assertEqual([r["training.global_batch_size"] for r in valid], ["16", "8", "4"])
+        # The values come back as they were given: ints here, not their text.
+        self.assertEqual([r["training.global_batch_size"] for r in valid], [16, 8, 4])
         self.assertAlmostEqual(valid[2]["iteration_time_s"], 5 * 0.0185016, delta=1e-12)
         invalid = [r for r in rows if not r["valid"]]
-        self.assertEqual([r["parallelism.dp"] for r in invalid], ["3"] * 3)
+        self.assertEqual([r["parallelism.dp"] for r in invalid], [3] * 3)
         self.assertTrue(all(r["error"] for r in invalid))
         self.assertEqual(s.best.microbatches, 16)
         self.assertEqual(s.table()["valid"], [True] * 3 + [False] * 3)
+        self.assertFalse(s.interrupted)
+        self.assertEqual(s.total, 6)
+
+    def test_sweep_values_keep_their_types(self):
+        # A float, a str and an int axis: each row holds the very values given (0.1 is not
+        # "0.1"); to_json keeps them (JSON has the same three types).
+        vary = {"compute.interference": [0.0, 0.1], "schedule": ["gpipe", "1f1b"],
+                "training.global_batch_size": [8]}
+        s = clustersim.sweep(PIPELINE_DICT, vary, base_dir=ROOT)
+        for row in s.rows():
+            for key, values in vary.items():
+                self.assertIn(row[key], values)
+                self.assertIs(type(row[key]), type(values[0]), key)
+        back = json.loads(s.to_json())
+        self.assertEqual(back["rows"], s.rows())
+        self.assertEqual((back["total"], back["interrupted"]), (4, False))
+
+    def test_sweep_memory_columns(self):
+        # The topology gives the H200 141GB of HBM (GB = 1e9 bytes); the sweep overrides it to
+        # 1GB in half the combinations. Each row's peak is the worst GPU's memory total of the
+        # same combination run alone, and it fits exactly when that peak is within the HBM; the
+        # ranking puts every fitting row first.
+        vary = {"topology.gpu_models.H200.hbm": ["1GB", "141GB"],
+                "training.global_batch_size": [4, 8]}
+        s = clustersim.sweep(PIPELINE_DICT, vary, base_dir=ROOT)
+        rows = s.rows()
+        hbm = {"1GB": 10**9, "141GB": 141 * 10**9}
+        for row in rows:
+            alone = clustersim.run(PIPELINE_DICT, {k: row[k] for k in vary}, base_dir=ROOT)
+            self.assertEqual(row["peak_memory_bytes"], alone.memory_per_gpu_bytes["total"])
+            self.assertEqual(row["peak_memory_bytes"], alone.peak_memory_bytes)
+            self.assertEqual(row["hbm_bytes"], hbm[row["topology.gpu_models.H200.hbm"]])
+            self.assertEqual(alone.hbm_bytes, row["hbm_bytes"])
+            self.assertEqual(row["fits_hbm"], row["peak_memory_bytes"] <= row["hbm_bytes"])
+            self.assertEqual(alone.fits_hbm, row["fits_hbm"])
+        fits = [r["fits_hbm"] for r in rows]
+        self.assertEqual(fits, sorted(fits, reverse=True))
+        self.assertIn(False, fits)
+        self.assertIn(True, fits)
+        # An invalid combination has no figures and no memory.
+        bad = clustersim.sweep(PIPELINE_DICT, {"parallelism.dp": [3, 1]}, base_dir=ROOT).rows()
+        self.assertEqual([r["peak_memory_bytes"] for r in bad if not r["valid"]], [None])
+
+
+class ProgressTest(unittest.TestCase):
+    def test_sweep_progress_counts_every_combination(self):
+        calls = []
+        s = clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size": [4, 8, 16],
+                                             "parallelism.dp": [1, 3]}, base_dir=ROOT,
+                             progress=lambda done, total: calls.append((done, total)))
+        # Once after each of the 3 x 2 combinations, in order.
+        self.assertEqual(calls, [(n, 6) for n in range(1, 7)])
+        self.assertEqual(len(s), 6)
+
+    def test_an_exception_in_the_callback_propagates_as_is(self):
+        class Stop(Exception):
+            pass
+        raised = Stop("from the callback")
+
+        calls = []
+
+        def progress(done, total):
+            calls.append(done)
+            if len(calls) == 2:
+                raise raised
+        for call in (lambda: clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size":
+                                                              [4, 8, 16]}, base_dir=ROOT,
+                                              progress=progress),
+                     lambda: clustersim.run(PIPELINE_DICT, base_dir=ROOT, progress=progress),
+                     lambda: clustersim.plan(os.path.join(ROOT, "tests", "api", "data",
+                                                          "plan-small.yaml"),
+                                             {"parallelism.cp": 1}, {"topology.nodes": 2},
+                                             schedules="1f1b", max_micro_batch=1,
+                                             progress=lambda d, t, phase: progress(d, t))):
+            calls.clear()
+            with self.assertRaises(Stop) as caught:
+                call()
+            self.assertIs(caught.exception, raised)
+            self.assertEqual(len(calls), 2)
+        # The package is usable afterwards.
+        r = clustersim.run(PIPELINE_DICT, base_dir=ROOT)
+        self.assertAlmostEqual(r.iteration_time_s, ONE_F_ONE_B_S, delta=1e-12)
+
+    def test_run_progress_ends_at_every_pass(self):
+        # 1F1B runs a forward and a backward pass per microbatch on each of p = 2 stages: 2 x 8 x
+        # 2 = 32 passes; interleaved with v = 2 chunks runs them per chunk: 2 x 8 x 2 x 2 = 64.
+        for schedule, vpp, passes in (("1f1b", 1, 32), ("interleaved", 2, 64)):
+            calls = []
+            clustersim.run(PIPELINE_DICT, {"parallelism.vpp": vpp}, base_dir=ROOT,
+                           schedule=schedule,
+                           progress=lambda done, total: calls.append((done, total)))
+            self.assertEqual(calls[-1], (passes, passes), schedule)
+            self.assertEqual(calls[0], (1, passes))
+            self.assertEqual(calls, sorted(calls))
+
+    def test_plan_progress_names_its_phases(self):
+        small = os.path.join(ROOT, "tests", "api", "data", "plan-small.yaml")
+        calls = []
+        p = clustersim.plan(small, {"parallelism.cp": 1, "parallelism.sharding": "zero1"},
+                            {"topology.nodes": 2}, schedules="1f1b", top=3, max_micro_batch=1,
+                            progress=lambda done, total, phase: calls.append((phase, done, total)))
+        search = [c for c in calls if c[0] == "search"]
+        # The search's last call has every layout of the plan done.
+        self.assertEqual(search[-1][1:], (p["layouts"], p["layouts"]))
+        self.assertIn("simulate", [c[0] for c in calls])
+
+
+class InterruptTest(unittest.TestCase):
+    """Ctrl-C, as a SIGINT the process sends itself from another thread."""
+
+    def _interrupt_when(self, ready):
+        """A thread that sends SIGINT once `ready` is set; returns it and its send time."""
+        sent = []
+
+        def send():
+            if ready.wait(60):
+                sent.append(time.monotonic())
+                os.kill(os.getpid(), signal.SIGINT)
+        thread = threading.Thread(target=send)
+        thread.start()
+        return thread, sent
+
+    def test_ctrl_c_stops_a_sweep_keeping_the_rows_done(self):
+        # 300 combinations of a few milliseconds each (m = 2 ... 301 microbatches). The signal
+        # comes once 3 are done; the sweep stops after the one in progress, within a second,
+        # and SweepInterrupted (a KeyboardInterrupt) carries the finished rows, each the closed
+        # form (m + p - 1)(F + B) = (m + 1) x 18.5016 ms of its m.
+        sizes = list(range(2, 302))
+        ready = threading.Event()
+        thread, sent = self._interrupt_when(ready)
+        done = []
+
+        def progress(n, total):
+            done.append(n)
+            if n == 3:
+                ready.set()
+        try:
+            with self.assertRaises(KeyboardInterrupt) as caught:
+                clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size": sizes},
+                                 base_dir=ROOT, progress=progress)
+            stopped = time.monotonic()
+        finally:
+            ready.set()
+            thread.join()
+        e = caught.exception
+        self.assertIsInstance(e, clustersim.SweepInterrupted)
+        self.assertLess(stopped - sent[0], 1.0)
+        partial = e.partial
+        self.assertTrue(partial.interrupted)
+        self.assertEqual(partial.total, 300)
+        # Every row the callback heard of, and the one it was told of when the signal's
+        # KeyboardInterrupt came out of the callback itself (Python runs the handler there).
+        self.assertIn(len(partial), (done[-1], done[-1] + 1))
+        self.assertTrue(3 <= len(partial) < 300, len(partial))
+        rows = partial.rows()
+        self.assertEqual(sorted(r["training.global_batch_size"] for r in rows),
+                         sizes[:len(rows)])
+        for r in rows:
+            self.assertAlmostEqual(r["iteration_time_s"],
+                                   (r["training.global_batch_size"] + 1) * 0.0185016,
+                                   delta=1e-12)
+        self.assertIn("interrupted", repr(partial))
+
+    def test_keyboard_interrupt_from_the_callback_keeps_the_rows(self):
+        def progress(done, total):
+            if done == 2:
+                raise KeyboardInterrupt
+        with self.assertRaises(clustersim.SweepInterrupted) as caught:
+            clustersim.sweep(PIPELINE_DICT, {"training.global_batch_size": [4, 8, 16]},
+                             base_dir=ROOT, progress=progress)
+        # Exactly the two combinations done when it was raised: m = 4 and 8, ranked 8 first.
+        rows = caught.exception.partial.rows()
+        self.assertEqual([r["training.global_batch_size"] for r in rows], [8, 4])
+
+    def test_ctrl_c_stops_a_long_run_within_a_second(self):
+        # 2,048 GPUs and 192 microbatches with every fast path off: seconds of simulation. The
+        # signal comes once the first passes are done; the run checks for it every 0.1 s.
+        ready = threading.Event()
+        thread, sent = self._interrupt_when(ready)
+        calls = []
+
+        def progress(done, total):
+            calls.append((done, total))
+            ready.set()
+        try:
+            with self.assertRaises(KeyboardInterrupt) as caught:
+                clustersim.run(None, {"topology.nodes": 256, "training.global_batch_size": 6144},
+                               fast_paths=False, progress=progress)
+            stopped = time.monotonic()
+        finally:
+            ready.set()
+            thread.join()
+        self.assertNotIsInstance(caught.exception, clustersim.SweepInterrupted)
+        self.assertLess(stopped - sent[0], 1.0)
+        done, total = calls[-1]
+        self.assertLess(done, total)  # stopped before the end
+
+
+class ResultOutputTest(unittest.TestCase):
+    def test_to_dict_and_to_json(self):
+        r = clustersim.run(PIPELINE_DICT, base_dir=ROOT)
+        d = r.to_dict()
+        # The summary's keys, plus the memory verdict and the warnings.
+        self.assertEqual(set(d) - set(r.summary),
+                         {"peak_memory_bytes", "hbm_bytes", "fits_hbm", "warnings"})
+        self.assertEqual(d["iteration_time_s"], r.iteration_time_s)
+        self.assertEqual(json.loads(r.to_json()), d)
+        d["stages"].clear()  # a copy: the result is unchanged
+        self.assertEqual(len(r.stages), 2)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            text = r.to_json(path)
+            with open(path) as f:
+                self.assertEqual(json.load(f), json.loads(text))
+        c = clustersim.compare(PIPELINE_DICT, ["gpipe", "1f1b"], base_dir=ROOT)
+        self.assertEqual([x["schedule"] for x in json.loads(c.to_json())["results"]],
+                         ["gpipe", "1f1b"])
+        self.assertEqual([row["fits_hbm"] for row in c.rows()], [True, True])
+
+    def test_html_tables_escape_every_string(self):
+        # The experiment's display name and the invalid row's error (which quotes values) are
+        # put in the tables as text: parsed back, every cell and caption is the plain string.
+        name = '<b onclick="x">&name</b>'
+        exp = clustersim.Experiment(PIPELINE_DICT, base_dir=ROOT, name=name)
+        s = exp.sweep({"parallelism.dp": [1, 3], "schedule": ["gpipe", "1f1b"]})
+        for obj in (exp.run(), s, exp.compare("gpipe,1f1b")):
+            text = obj._repr_html_()
+            cells = _HtmlText.of(text)
+            self.assertNotIn("<b", text)
+            self.assertIn(name, cells[0])  # the caption
+            self.assertIn("iteration_time_s (s)", cells)
+        cells = _HtmlText.of(s._repr_html_())
+        errors = [row["error"] for row in s.rows() if row["error"]]
+        self.assertEqual(len(errors), 2)
+        for error in errors:
+            self.assertIn(error, cells)
+        self.assertIn("4 of 4 combinations", cells[0])
+
+    def test_version_is_the_projects(self):
+        with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+            version = re.search(r"project\(clustersim VERSION ([0-9.]+)", f.read()).group(1)
+        self.assertEqual(clustersim.__version__, version)
+
+    def test_fields_name_their_units(self):
+        # Every documented field says its unit (seconds, bytes, a fraction, a count, ...).
+        units = ("Seconds", "seconds", "bytes", "fraction", "count", "per second", "TFLOP/s",
+                 "0 to 1", "as named")
+        for name in ("iteration_time_s", "bubble_fraction", "exposed_tp_fraction", "mfu", "hfu",
+                     "tokens_per_s", "tflops_per_gpu", "world_size", "microbatches", "p2p_bytes",
+                     "stages", "links", "memory_per_gpu_bytes", "schedule", "host_bound_passes"):
+            doc = getattr(clustersim.Result, name).__doc__
+            self.assertTrue(any(u in doc for u in units), (name, doc))
+        for prop in ("peak_memory_bytes", "hbm_bytes"):
+            self.assertIn("Bytes", getattr(clustersim.Result, prop).__doc__)
+
+
+class _HtmlText(html.parser.HTMLParser):
+    """The text of each element of an HTML fragment, entities decoded."""
+
+    @classmethod
+    def of(cls, text):
+        parser = cls()
+        parser.feed(text)
+        parser.close()
+        return parser.texts
+
+    def __init__(self):
+        super().__init__()
+        self.texts = []
+
+    def handle_data(self, data):
+        self.texts.append(data)
 
 
 class PlanTest(unittest.TestCase):
@@ -265,6 +541,76 @@ class ErrorTest(unittest.TestCase):
                 self.assertTrue(str(caught.exception).startswith(argument + ": "),
                                 str(caught.exception))
             self.assertEqual(os.listdir(tmp), [])
+
+    def test_a_bad_schedule_argument_is_blamed_on_the_argument(self):
+        # Not on the experiment file (whose own schedule is fine): on `schedule`, listing every
+        # schedule there is.
+        for call, argument in ((lambda: clustersim.run(PIPELINE, schedule="zigzag"), "schedule"),
+                               (lambda: clustersim.compare(PIPELINE, ["gpipe", "zigzag"]),
+                                "schedules"),
+                               (lambda: clustersim.load(PIPELINE).report("r.html", "zigzag"),
+                                "schedules")):
+            with self.assertRaises(clustersim.InputError) as caught:
+                call()
+            e = caught.exception
+            self.assertEqual(e.argument, argument)
+            self.assertEqual(e.file, "")
+            self.assertTrue(str(e).startswith(argument + ': unknown schedule "zigzag"'), str(e))
+            self.assertEqual(e.accepted, clustersim.schedules())
+
+    def test_wrong_argument_types_name_the_argument_and_the_type(self):
+        # Each raises ArgumentTypeError (an InputError and a TypeError) whose message starts
+        # with the argument's name and says what it accepts; none reaches the compiled module,
+        # whose own TypeError would read "incompatible function arguments".
+        calls = [
+            (lambda: clustersim.run(42), "source", "path"),
+            (lambda: clustersim.run(PIPELINE, 42), "overrides", "dict"),
+            (lambda: clustersim.run(PIPELINE, {4: 1}), "overrides key", "str"),
+            (lambda: clustersim.run(PIPELINE, schedule=1), "schedule", "str"),
+            (lambda: clustersim.run(PIPELINE, fast_paths="no"), "fast_paths", "bool"),
+            (lambda: clustersim.run(PIPELINE, progress="yes"), "progress", "callable"),
+            (lambda: clustersim.run(PIPELINE, base_dir=3), "base_dir", "path"),
+            (lambda: clustersim.run(PIPELINE_DICT, base_dir=[ROOT]), "base_dir", "path"),
+            (lambda: clustersim.compare(PIPELINE, 5), "schedules", "list of str"),
+            (lambda: clustersim.sweep(PIPELINE, ["parallelism.tp=1,2"]), "vary", "dict"),
+            (lambda: clustersim.sweep(PIPELINE, {"parallelism.tp": 2}), "vary['parallelism.tp']",
+             "list"),
+            (lambda: clustersim.sweep(PIPELINE, {"parallelism.tp": [[1]]}),
+             "vary['parallelism.tp'] value", "int"),
+            (lambda: clustersim.plan(PIPELINE, top="3"), "top", "int"),
+            (lambda: clustersim.plan(PIPELINE, headroom="0.1"), "headroom", "number"),
+            (lambda: clustersim.plan(PIPELINE, objective=1), "objective", "str"),
+            (lambda: clustersim.plan(PIPELINE, fix=3), "fix", "dict"),
+            (lambda: clustersim.run_jobs(PIPELINE, fast_paths=None), "fast_paths", "bool"),
+            (lambda: clustersim.load(PIPELINE).set(1, 2), "key", "str"),
+        ]
+        for call, argument, accepted in calls:
+            with self.assertRaises(clustersim.ArgumentTypeError, msg=argument) as caught:
+                call()
+            e = caught.exception
+            self.assertIsInstance(e, TypeError)
+            self.assertIsInstance(e, clustersim.InputError)
+            self.assertEqual(e.argument, argument)
+            self.assertTrue(str(e).startswith(argument + ": expected "), str(e))
+            self.assertIn(accepted, e.expected)
+
+    def test_bad_argument_values_name_the_argument(self):
+        for call, argument in (
+                (lambda: clustersim.sweep(PIPELINE, {}), "vary"),
+                (lambda: clustersim.sweep(PIPELINE, {"parallelism.tp": []}),
+                 "vary['parallelism.tp']"),
+                (lambda: clustersim.sweep(PIPELINE, {"parallelism.tp": [2, 2]}),
+                 "vary['parallelism.tp']"),
+                (lambda: clustersim.sweep(PIPELINE, {"a": list(range(1001)),
+                                                     "b": list(range(1000))}), "vary"),
+                (lambda: clustersim.plan(PIPELINE, top=-1), "top"),
+                (lambda: clustersim.plan(PIPELINE, margin=float("nan")), "margin"),
+                (lambda: clustersim.plan(PIPELINE, objective="speed"), "objective"),
+                (lambda: clustersim.run(PIPELINE).table("layers"), "name")):
+            with self.assertRaises(clustersim.InputError) as caught:
+                call()
+            self.assertTrue(str(caught.exception).startswith(argument + ": "),
+                            str(caught.exception))
 
     def test_unknown_schedule_lists_schedules(self):
         with self.assertRaises(clustersim.InputError) as caught:
