@@ -84,6 +84,13 @@ def _bool(argument, value):
     return value
 
 
+def _threads(value):
+    if _number("threads", value, whole=True) < 0:
+        raise InputError.of_argument("threads",
+                                     "expected a number of threads, 1 or more (or 0: one per core)")
+    return value
+
+
 def _number(argument, value, whole=False):
     kinds = (int,) if whole else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
@@ -306,14 +313,16 @@ class Experiment:
              schedules: Union[None, str, Sequence[str]] = None, headroom: float = 0.0,
              top: int = 5, objective: str = "time", gpu_hour_price: float = 0.0,
              margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
-             guide: bool = False, progress: Progress = None) -> Dict[str, Any]:
+             guide: bool = False, threads: int = 0,
+             progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
         does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
         Returns the dict `plan --json` writes: the counts, `top` (best first, each with its
         `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
         `layouts_evaluated` (every layout with its status and figures or reason); with
         `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
-        `progress(done, total, phase)` is called as each phase ("search", "simulate",
+        `threads` worker threads search and simulate (0: one per core); the result is the
+        same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
         Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
         fixes = _overrides(fix, "fix")
@@ -325,7 +334,7 @@ class Experiment:
                           float(_number("margin", margin)),
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
-                          _callback("progress", progress))
+                          _threads(threads), _callback("progress", progress))
         return json.loads(text)
 
     def report(self, path: PathLike, schedules: Union[None, str, Sequence[str]] = None

@@ -37,6 +37,7 @@
 #include "session/report.hpp"
 #include "session/run.hpp"
 #include "session/sweep.hpp"
+#include "session/sweep_cache.hpp"
 
 #ifndef CLUSTERSIM_VERSION
 #define CLUSTERSIM_VERSION "0"
@@ -206,7 +207,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
                  const std::vector<std::string>& fixes, const std::vector<std::string>& schedules,
                  double headroom, std::size_t top, const std::string& objective,
                  double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths,
-                 bool guide, py::object progress) {
+                 bool guide, int threads, py::object progress) {
     Hooks hooks(std::move(progress));
     return without_gil(hooks, [&] {
         api::PlanOptions options;
@@ -229,6 +230,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
         options.keep_entries = true;
         options.fast_paths = fast_paths;
         options.guide = guide;
+        options.threads = threads;  // checked by the caller (clustersim/__init__.py): >= 0
         options.on_progress = [&hooks](const char* phase, std::size_t done, std::size_t total) {
             hooks.check(done, total, phase, done <= 1 || done == total);
         };
@@ -254,8 +256,8 @@ std::vector<api::SweepAxis> combination(const std::vector<api::SweepAxis>& axes,
 // is a sweep of one: the rows and ranking are the whole sweep's), so that between two the GIL is
 // taken to run signal handlers and progress(done, total). Ctrl-C, or a KeyboardInterrupt from the
 // callback, ends the sweep with the rows done; anything else the callback raises propagates.
-// The cost: each combination has a SweepCache of its own, so files are parsed and clusters built
-// again for each (SweepOptions has no hook that hands out a finished row or stops the sweep).
+// The combinations share one SweepCache (SweepOptions::cache): files parsed and clusters built
+// once, as in `clustersim sweep`.
 std::tuple<std::string, std::string, bool> sweep(
     const Source& source, const std::vector<std::string>& sets,
     const std::vector<std::pair<std::string, std::vector<std::string>>>& vary, bool fast_paths,
@@ -271,6 +273,7 @@ std::tuple<std::string, std::string, bool> sweep(
     options.experiment = source.path.empty() ? api::default_experiment().string() : source.path;
     options.text = source.experiment_text();
     options.sets = sets;
+    if (fast_paths) options.cache = std::make_shared<api::SweepCache>();
     std::vector<api::SweepRow> rows;
     std::vector<std::int64_t> hbm(total, 0);
     bool interrupted = false;
@@ -402,7 +405,7 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"), py::arg("schedules"),
           py::arg("headroom"), py::arg("top"), py::arg("objective"), py::arg("gpu_hour_price"),
           py::arg("margin"), py::arg("max_micro_batch"), py::arg("fast_paths"), py::arg("guide"),
-          py::arg("progress"));
+          py::arg("threads"), py::arg("progress"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));

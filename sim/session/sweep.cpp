@@ -22,8 +22,7 @@ namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
                                    bubble_fraction, exposed_comm_fraction, exposed_by_kind, dp,
-                                   memory_bytes, fits,
-                                   summary, summary_digest, wall_time_s)
+                                   memory_bytes, fits, summary, summary_digest, wall_time_s)
 
 namespace {
 
@@ -574,7 +573,9 @@ std::pair<std::size_t, std::vector<std::string>> prepare(const SweepOptions& opt
 
 Source source_of(const SweepOptions& options) {
     return Source{&options.experiment, options.text ? &*options.text : nullptr, options.max_memory,
-                  options.fast_paths ? std::make_shared<SweepCache>() : nullptr};
+                  !options.fast_paths ? nullptr
+                  : options.cache     ? options.cache
+                                      : std::make_shared<SweepCache>()};
 }
 
 }  // namespace

@@ -7,10 +7,11 @@
 // gathers the rows and alone gets them back, exactly as one process would.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -23,6 +24,8 @@
 #include "workload/plan.hpp"
 
 namespace cs::api {
+
+class SweepCache;  // session/sweep_cache.hpp
 
 struct SweepAxis {
     std::string key;                  // a --set path: parallelism.tp, schedule, topology.nodes
@@ -85,6 +88,10 @@ struct SweepOptions {
     // (--no-fast-paths): every combination parsed, built and run from nothing, its summary's own
     // link list digested. The table and JSON are the same.
     bool fast_paths = true;
+    // With fast_paths: the cache to use, kept by the caller across sweeps (Python runs a sweep one
+    // combination at a time, so that Ctrl-C lands between two, and keeps one cache for all);
+    // none: the sweep makes its own. A cache changes no result.
+    std::shared_ptr<SweepCache> cache;
 };
 
 // The most combinations a sweep may have. Each is one run, so even this many would take days.

@@ -450,6 +450,22 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(g["rank"], better + 1)
 
 
+    def test_plan_threads(self):
+        # The answer does not depend on the number of worker threads (docs/plan.md, Threads):
+        # the same dict, every layout's entry included, with one and with two.
+        small = os.path.join(ROOT, "tests", "api", "data", "plan-small.yaml")
+        args = (small, {"parallelism.cp": 1, "parallelism.sharding": "zero1"},
+                {"topology.nodes": 2})
+        one = clustersim.plan(*args, schedules="1f1b", top=3, threads=1)
+        two = clustersim.plan(*args, schedules="1f1b", top=3, threads=2)
+        self.assertEqual(one, two)
+        with self.assertRaises(clustersim.InputError) as e:
+            clustersim.plan(*args, threads=-1)
+        self.assertEqual(e.exception.argument, "threads")
+        with self.assertRaises(TypeError):
+            clustersim.plan(*args, threads="2")
+
+
 class ReportTest(unittest.TestCase):
     def test_html_report_of_a_comparison(self):
         with tempfile.TemporaryDirectory() as d:
