@@ -313,7 +313,8 @@ class Experiment:
              schedules: Union[None, str, Sequence[str]] = None, headroom: float = 0.0,
              top: int = 5, objective: str = "time", gpu_hour_price: float = 0.0,
              margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
-             guide: bool = False, threads: int = 0,
+             guide: bool = False, hsdp: bool = False, partial_recompute: bool = False,
+             threads: int = 0,
              progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
         does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
@@ -321,7 +322,8 @@ class Experiment:
         `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
         `layouts_evaluated` (every layout with its status and figures or reason); with
         `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
-        `threads` worker threads search and simulate (0: one per core); the result is the
+        `hsdp` and `partial_recompute` add HSDP shard sizes and block recomputation to the
+        space (plan --hsdp, --partial-recompute). `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
         Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
@@ -334,6 +336,7 @@ class Experiment:
                           float(_number("margin", margin)),
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
+                          _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),
                           _threads(threads), _callback("progress", progress))
         return json.loads(text)
 

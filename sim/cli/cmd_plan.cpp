@@ -1,6 +1,7 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
-//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--guide]
+//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--guide] [--hsdp]
+//                 [--partial-recompute] [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -36,6 +37,7 @@ struct PlanArgs {
     std::string max_memory;
     bool no_fast_paths = false;
     bool guide = false;
+    bool hsdp = false, partial_recompute = false;
     int threads = 0;
 };
 
@@ -71,6 +73,8 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.keep_entries = !a.json.empty();
     options.fast_paths = !a.no_fast_paths;
     options.guide = a.guide;
+    options.hsdp = a.hsdp;
+    options.partial_recompute = a.partial_recompute;
     if (a.threads < 0)
         throw ConfigError(SourceLocation{"--threads " + std::to_string(a.threads)},
                           "expected a number of threads, 1 or more (or 0: one per core)");
@@ -151,6 +155,12 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--guide", args->guide,
                   "Also run what the parallelism guide recommends for this model, cluster and "
                   "sequence, and place it among the layouts found (docs/plan.md)");
+    cmd->add_flag("--hsdp", args->hsdp,
+                  "Also search HSDP: each sharded layout with every shard group size dividing dp "
+                  "(parallelism.shard_size); multiplies the sharded layouts");
+    cmd->add_flag("--partial-recompute", args->partial_recompute,
+                  "Also search partial recomputation: full recomputation of the first N layers of "
+                  "each chunk (Megatron-LM's block method), for every N below the chunk's layers");
     cmd->add_option("--threads,-j", args->threads,
                     "Worker threads for the search and the simulations (0: one per core, one "
                     "under mpirun); the result is the same for any number")

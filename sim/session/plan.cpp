@@ -241,23 +241,32 @@ nlohmann::ordered_json figures_json(const PlanFigures& f) {
 }
 
 nlohmann::ordered_json layout_json(const PlanLayout& l) {
-    return {{"tp", l.tp},
-            {"pp", l.pp},
-            {"dp", l.dp},
-            {"cp", l.cp},
-            {"ep", l.ep},
-            {"vpp", l.vpp},
-            {"micro_batch_size", l.micro_batch_size},
-            {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
-            {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
-            {"schedule", l.schedule}};
+    nlohmann::ordered_json j{
+        {"tp", l.tp},
+        {"pp", l.pp},
+        {"dp", l.dp},
+        {"cp", l.cp},
+        {"ep", l.ep},
+        {"vpp", l.vpp},
+        {"micro_batch_size", l.micro_batch_size},
+        {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
+        {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
+        {"schedule", l.schedule}};
+    // Only where searched (--hsdp, --partial-recompute) and set.
+    if (l.shard_size > 0) j["shard_size"] = l.shard_size;
+    if (l.recompute_layers > 0) {
+        j["recompute_method"] = "block";
+        j["recompute_layers"] = l.recompute_layers;
+    }
+    return j;
 }
 
 // Every layout of the space, in enumeration order (tp, pp, cp, then ep, the schedule, vpp, the
 // micro-batch size, recompute and sharding; the last varying fastest). Calls f(layout).
 template <typename F>
 void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
-               const std::vector<std::string>& schedules, int max_mbs, F&& f) {
+               const std::vector<std::string>& schedules, int max_mbs, bool hsdp,
+               bool partial_recompute, F&& f) {
     const int n = base.layout.world_size();
     const auto fixed_dp = fixes.number("parallelism.dp");
     const auto fixed_ep = fixes.number("parallelism.ep");
@@ -305,15 +314,35 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             } else {
                                 mbss.push_back(1);  // refused by the loader: said so
                             }
+                            // Partial recomputation: N recomputed layers of a chunk's
+                            // (rounded up when the chunks are uneven: the loader refuses what
+                            // does not fit).
+                            const int chunks = pp * sched->chunks_for(vpp);
+                            const int chunk_layers = (layers + chunks - 1) / chunks;
                             for (const int mbs : only_or(fixed_mbs, mbss))
                                 for (const auto recompute : recomputes)
-                                    for (const auto sharding : shardings) {
-                                        // Sharding shards over the data-parallel replicas.
-                                        if (dp == 1 && sharding != workload::Sharding::None &&
-                                            !fixes.axes.count("parallelism.sharding"))
-                                            continue;
-                                        f(PlanLayout{tp, pp, dp, cp, ep, vpp, mbs, recompute,
-                                                     sharding, schedule});
+                                    for (int block = 0; block == 0 || block < chunk_layers;
+                                         ++block) {
+                                        if (block > 0 && !(partial_recompute &&
+                                                           recompute == workload::Recompute::Full))
+                                            break;
+                                        for (const auto sharding : shardings) {
+                                            // Sharding shards over the data-parallel replicas.
+                                            if (dp == 1 && sharding != workload::Sharding::None &&
+                                                !fixes.axes.count("parallelism.sharding"))
+                                                continue;
+                                            PlanLayout l{tp,  pp,  dp,        cp,       ep,
+                                                         vpp, mbs, recompute, sharding, schedule};
+                                            l.recompute_layers = block;
+                                            f(l);
+                                            if (!hsdp || sharding == workload::Sharding::None)
+                                                continue;
+                                            for (const int s : divisors(dp))
+                                                if (s >= 2 && s < dp) {
+                                                    l.shard_size = s;
+                                                    f(l);
+                                                }
+                                        }
                                     }
                         }
                     }
@@ -478,6 +507,8 @@ nlohmann::json survivor_cbor(const Survivor& s) {
             static_cast<int>(l.recompute),
             static_cast<int>(l.sharding),
             l.schedule,
+            l.shard_size,
+            l.recompute_layers,
             s.index,
             s.bound_s,
             s.bound_score,
@@ -499,38 +530,50 @@ Survivor survivor_from(const nlohmann::json& j) {
     l.recompute = static_cast<workload::Recompute>(j.at(7).get<int>());
     l.sharding = static_cast<workload::Sharding>(j.at(8).get<int>());
     l.schedule = j.at(9);
-    s.index = j.at(10);
-    s.bound_s = j.at(11);
-    s.bound_score = j.at(12);
-    s.flops = j.at(13);
-    s.peak = j.at(14);
-    s.tokens = j.at(15);
-    s.memory = j.at(16);
+    l.shard_size = j.at(10);
+    l.recompute_layers = j.at(11);
+    s.index = j.at(12);
+    s.bound_s = j.at(13);
+    s.bound_score = j.at(14);
+    s.flops = j.at(15);
+    s.peak = j.at(16);
+    s.tokens = j.at(17);
+    s.memory = j.at(18);
     return s;
 }
 
 }  // namespace
 
 std::vector<std::string> PlanLayout::overrides() const {
-    return {"parallelism.tp=" + std::to_string(tp),
-            "parallelism.pp=" + std::to_string(pp),
-            "parallelism.dp=" + std::to_string(dp),
-            "parallelism.cp=" + std::to_string(cp),
-            "parallelism.ep=" + std::to_string(ep),
-            "parallelism.vpp=" + std::to_string(vpp),
-            "parallelism.sequence_parallel=" + std::string(tp > 1 ? "true" : "false"),
-            "parallelism.sharding=" + std::string(name_of(workload::kShardingNames, sharding)),
-            "training.micro_batch_size=" + std::to_string(micro_batch_size),
-            "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
-            "schedule=" + schedule};
+    std::vector<std::string> out{
+        "parallelism.tp=" + std::to_string(tp),
+        "parallelism.pp=" + std::to_string(pp),
+        "parallelism.dp=" + std::to_string(dp),
+        "parallelism.cp=" + std::to_string(cp),
+        "parallelism.ep=" + std::to_string(ep),
+        "parallelism.vpp=" + std::to_string(vpp),
+        "parallelism.sequence_parallel=" + std::string(tp > 1 ? "true" : "false"),
+        "parallelism.sharding=" + std::string(name_of(workload::kShardingNames, sharding)),
+        "training.micro_batch_size=" + std::to_string(micro_batch_size),
+        "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
+        "schedule=" + schedule};
+    if (shard_size > 0) out.push_back("parallelism.shard_size=" + std::to_string(shard_size));
+    if (recompute_layers > 0) {
+        out.emplace_back("training.recompute_method=block");
+        out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
+    }
+    return out;
 }
 
 std::string PlanLayout::text() const {
     std::ostringstream o;
     o << "tp " << tp << " pp " << pp << " dp " << dp << " cp " << cp << " ep " << ep << " vpp "
       << vpp << " mbs " << micro_batch_size << " recompute "
-      << name_of(workload::kRecomputeNames, recompute) << " sharding "
-      << name_of(workload::kShardingNames, sharding) << " " << schedule;
+      << name_of(workload::kRecomputeNames, recompute);
+    if (recompute_layers > 0) o << " block " << recompute_layers;
+    o << " sharding " << name_of(workload::kShardingNames, sharding);
+    if (shard_size > 0) o << " shard " << shard_size;
+    o << " " << schedule;
     return o.str();
 }
 
@@ -648,8 +691,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     Search search;
     std::size_t n = 0;
     std::size_t total = 0;
-    enumerate(base, fixes, schedules, options.max_micro_batch_size,
-              [&](const PlanLayout&) { ++total; });
+    enumerate(base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
+              options.partial_recompute, [&](const PlanLayout&) { ++total; });
     constexpr std::size_t kChunk = 64;
     struct Chunk {
         std::vector<std::pair<std::size_t, PlanLayout>> layouts;
@@ -687,13 +730,15 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                     if (c.found.valid()) c.found.wait();
             }
         } drain{chunks};
-        enumerate(base, fixes, schedules, options.max_micro_batch_size, [&](const PlanLayout& l) {
-            const std::size_t index = n++;
-            if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) != ranks.rank())
-                return;
-            filling.emplace_back(index, l);
-            if (filling.size() == kChunk) submit();
-        });
+        enumerate(base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
+                  options.partial_recompute, [&](const PlanLayout& l) {
+                      const std::size_t index = n++;
+                      if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
+                          ranks.rank())
+                          return;
+                      filling.emplace_back(index, l);
+                      if (filling.size() == kChunk) submit();
+                  });
         submit();
         while (!chunks.empty())
             merge_oldest();

@@ -58,9 +58,15 @@ struct PlanLayout {
     workload::Recompute recompute = workload::Recompute::None;
     workload::Sharding sharding = workload::Sharding::None;
     std::string schedule;
+    // HSDP (PlanOptions::hsdp): the replicas of one shard group, dividing dp; 0: all of dp.
+    int shard_size = 0;
+    // Partial recomputation (PlanOptions::partial_recompute): with recompute full, Megatron-LM's
+    // block method on the first N layers of each chunk; 0: its uniform method, every layer.
+    int recompute_layers = 0;
     // parallelism.tp=.., ..., training.recompute=.., schedule=..: what plan loads it with.
     std::vector<std::string> overrides() const;
-    // "tp 8 pp 4 dp 8 cp 1 ep 1 vpp 2 mbs 1 recompute selective sharding zero1 interleaved"
+    // "tp 8 pp 4 dp 8 cp 1 ep 1 vpp 2 mbs 1 recompute selective sharding zero1 interleaved", with
+    // "recompute full block 3" and "sharding zero3 shard 8" where set.
     std::string text() const;
 };
 
@@ -134,6 +140,12 @@ struct PlanOptions {
     // --guide: also simulate the layouts the parallelism guide recommends (plan_guide.hpp) and
     // place them among the top k.
     bool guide = false;
+    // --hsdp: every sharded layout also with each shard group size s, 2 <= s < dp dividing dp
+    // (parallelism.shard_size). --partial-recompute: every fully recomputed layout also with the
+    // block method on N = 1 .. (layers per chunk) - 1 layers (training.recompute_method=block,
+    // recompute_layers=N). Both multiply the layouts searched, so they are asked for.
+    bool hsdp = false;
+    bool partial_recompute = false;
     // Worker threads for the search and the simulations; 0: one per core (one under mpirun,
     // where the ranks share the cores). Changes no result: every layout is evaluated alone with
     // caches that change none, and the simulations committed are those of one thread

@@ -546,3 +546,58 @@ TEST_CASE("plan's answer is the same for any number of threads") {
         }
     }
 }
+
+TEST_CASE("plan --hsdp and --partial-recompute: their layouts, loaded as the overrides say") {
+    // tp 1, pp 2 on 8 GPUs: dp 4. 1f1b has one chunk per stage, so a chunk holds 8 / 2 = 4
+    // layers and the block method takes N = 1, 2 or 3 (with N = 0, the uniform method: 4
+    // variants of recompute full); HSDP's shard groups of dp 4: s = 2 (with 0, all of dp: 2
+    // variants of zero3). 4 x 2 = 8 layouts.
+    auto o = small_options();
+    o.fixes = {"parallelism.tp=1",        "parallelism.pp=2",
+               "parallelism.cp=1",        "parallelism.sharding=zero3",
+               "training.recompute=full", "training.micro_batch_size=1"};
+    o.schedules = {"1f1b"};
+    o.headroom = 0;
+    o.margin = 100;  // every layout simulated
+    o.hsdp = true;
+    o.partial_recompute = true;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(o, ranks);
+    REQUIRE(result);
+    CHECK(result->layouts == 8);
+    std::set<std::pair<int, int>> seen;
+    for (const auto& e : result->entries)
+        seen.insert({e.layout.recompute_layers, e.layout.shard_size});
+    CHECK(seen == std::set<std::pair<int, int>>{
+                      {0, 0}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 2}, {3, 0}, {3, 2}});
+    // Each simulated layout's time is a run of the experiment with the same keys.
+    for (const auto& e : result->entries) {
+        if (!e.analytical) continue;
+        std::vector<std::string> sets = o.sets;
+        for (const auto& s : e.layout.overrides())
+            sets.push_back(s);
+        const auto spec = workload::load_experiment(kSmall, sets);
+        CHECK(spec.layout.shard_size == (e.layout.shard_size > 0 ? e.layout.shard_size : 0));
+        CHECK(spec.training.recompute_layers ==
+              (e.layout.recompute_layers > 0 ? e.layout.recompute_layers : 1));
+        CHECK(api::run(spec).summary.iteration_time_s == e.analytical->iteration_time_s);
+    }
+    // More recomputed layers, more compute: with the sharding fixed, N = 3 is slower than N = 1.
+    const auto time_of = [&](int n) {
+        for (const auto& e : result->entries)
+            if (e.layout.recompute_layers == n && e.layout.shard_size == 0 && e.analytical)
+                return e.analytical->iteration_time_s;
+        return -1.0;
+    };
+    CHECK(time_of(1) > 0);
+    CHECK(time_of(3) > time_of(1));
+    // The flags of a block layout say so.
+    api::PlanLayout l = result->entries.front().layout;
+    l.recompute_layers = 2;
+    std::vector<std::string> sets = o.sets;
+    for (const auto& s : l.overrides())
+        sets.push_back(s);
+    const auto args = workload::megatron_args_for(workload::load_experiment(kSmall, sets));
+    CHECK(args.find("--recompute-method block") != std::string::npos);
+    CHECK(args.find("--recompute-num-layers 2") != std::string::npos);
+}

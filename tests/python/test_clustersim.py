@@ -459,6 +459,9 @@ class PlanTest(unittest.TestCase):
         one = clustersim.plan(*args, schedules="1f1b", top=3, threads=1)
         two = clustersim.plan(*args, schedules="1f1b", top=3, threads=2)
         self.assertEqual(one, two)
+        # --hsdp and --partial-recompute reach the planner: more layouts.
+        wider = clustersim.plan(*args, schedules="1f1b", top=3, hsdp=True, partial_recompute=True)
+        self.assertGreater(wider["layouts"], one["layouts"])
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, threads=-1)
         self.assertEqual(e.exception.argument, "threads")
