@@ -1,7 +1,7 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
 //                 [--margin FRACTION] [--set k=v]... [--json FILE] [--guide] [--hsdp]
-//                 [--partial-recompute] [--threads N]
+//                 [--partial-recompute] [--gpus N,N,...] [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -38,6 +38,7 @@ struct PlanArgs {
     bool no_fast_paths = false;
     bool guide = false;
     bool hsdp = false, partial_recompute = false;
+    std::vector<int> gpus;
     int threads = 0;
 };
 
@@ -74,6 +75,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.fast_paths = !a.no_fast_paths;
     options.guide = a.guide;
     options.hsdp = a.hsdp;
+    options.gpus = a.gpus;
     options.partial_recompute = a.partial_recompute;
     if (a.threads < 0)
         throw ConfigError(SourceLocation{"--threads " + std::to_string(a.threads)},
@@ -155,6 +157,12 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--guide", args->guide,
                   "Also run what the parallelism guide recommends for this model, cluster and "
                   "sequence, and place it among the layouts found (docs/plan.md)");
+    cmd->add_option("--gpus", args->gpus,
+                    "Search these GPU counts (whole nodes of the topology, which is scaled by "
+                    "topology.nodes) instead of the experiment's own; compare them by --objective "
+                    "cost, energy or mfu (time favours the most GPUs)")
+        ->delimiter(',')
+        ->type_name("N,N,...");
     cmd->add_flag("--hsdp", args->hsdp,
                   "Also search HSDP: each sharded layout with every shard group size dividing dp "
                   "(parallelism.shard_size); multiplies the sharded layouts");

@@ -39,9 +39,15 @@ const char* objective_title(api::PlanObjective o) {
 }  // namespace
 
 void print_plan(std::ostream& out, const api::PlanResult& r) {
-    out << "plan " << r.source << ": " << r.gpus << " GPUs, " << format_bytes(Bytes{r.hbm_bytes})
-        << " HBM each; ranked by " << objective_title(r.objective) << " under the " << r.network
-        << " network\n";
+    out << "plan " << r.source << ": ";
+    if (r.gpu_counts.empty()) {
+        out << r.gpus;
+    } else {
+        for (std::size_t i = 0; i < r.gpu_counts.size(); ++i)
+            out << (i == 0 ? "" : i + 1 == r.gpu_counts.size() ? " or " : ", ") << r.gpu_counts[i];
+    }
+    out << " GPUs, " << format_bytes(Bytes{r.hbm_bytes}) << " HBM each; ranked by "
+        << objective_title(r.objective) << " under the " << r.network << " network\n";
     out << r.layouts << " layouts: " << r.invalid << " invalid, " << r.pruned_memory
         << " above the memory limit, " << r.pruned_bound << " pruned by the lower bound, "
         << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("

@@ -122,16 +122,17 @@ double peak_flops(const workload::ExperimentSpec& spec) {
 // with the bound for T, the bound of the objective.
 struct Scorer {
     PlanObjective objective = PlanObjective::Time;
-    double gpus = 1, price = 0;
-    double watts = 0;  // energy: every GPU's board power times the PUE
-    double score(double T, double flops, double peak, double tokens) const {
+    double price = 0;
+    double watts = 0;  // energy: a GPU's board power times the PUE
+    // For a layout of `gpus` GPUs (PlanLayout::gpus: they differ with --gpus).
+    double score(double T, double flops, double peak, double tokens, double gpus) const {
         switch (objective) {
             case PlanObjective::Mfu:
                 return -(flops / (T * gpus * peak));
             case PlanObjective::Cost:
                 return price * gpus * T / 3600.0 / tokens * 1e6;
             case PlanObjective::Energy:
-                return watts * T / tokens;
+                return watts * gpus * T / tokens;
             default:
                 return T;
         }
@@ -152,12 +153,12 @@ struct Survivor {
 };
 
 PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double flops, double peak,
-                       double tokens) {
+                       double tokens, double gpus) {
     PlanFigures f;
     f.iteration_time_s = s.iteration_time_s;
     f.tokens_per_s = s.tokens_per_s;
     f.mfu = s.mfu;
-    f.objective = scorer.score(s.iteration_time_s, flops, peak, tokens);
+    f.objective = scorer.score(s.iteration_time_s, flops, peak, tokens, gpus);
     f.memory_bytes = s.memory.total.value;
     f.bubble_fraction = s.bubble_fraction;
     f.exposed_comm_fraction = s.exposed_comm_fraction;
@@ -252,7 +253,11 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
         {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
         {"schedule", l.schedule}};
-    // Only where searched (--hsdp, --partial-recompute) and set.
+    // Only where searched (--hsdp, --partial-recompute, --gpus) and set.
+    if (l.nodes > 0) {
+        j["gpus"] = l.gpus();
+        j["nodes"] = l.nodes;
+    }
     if (l.shard_size > 0) j["shard_size"] = l.shard_size;
     if (l.recompute_layers > 0) {
         j["recompute_method"] = "block";
@@ -479,7 +484,7 @@ struct SearchStep {
                 s.flops = prepared->plan.model_flops_per_iteration.value;
                 s.peak = peak_flops(spec);
                 s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
-                s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens);
+                s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens, l.gpus());
                 s.memory = memory;
                 entry.lower_bound_s = s.bound_s;
                 entry.status = PlanEntry::Status::PrunedBound;  // until simulated
@@ -509,6 +514,7 @@ nlohmann::json survivor_cbor(const Survivor& s) {
             l.schedule,
             l.shard_size,
             l.recompute_layers,
+            l.nodes,
             s.index,
             s.bound_s,
             s.bound_score,
@@ -532,13 +538,14 @@ Survivor survivor_from(const nlohmann::json& j) {
     l.schedule = j.at(9);
     l.shard_size = j.at(10);
     l.recompute_layers = j.at(11);
-    s.index = j.at(12);
-    s.bound_s = j.at(13);
-    s.bound_score = j.at(14);
-    s.flops = j.at(15);
-    s.peak = j.at(16);
-    s.tokens = j.at(17);
-    s.memory = j.at(18);
+    l.nodes = j.at(12);
+    s.index = j.at(13);
+    s.bound_s = j.at(14);
+    s.bound_score = j.at(15);
+    s.flops = j.at(16);
+    s.peak = j.at(17);
+    s.tokens = j.at(18);
+    s.memory = j.at(19);
     return s;
 }
 
@@ -558,6 +565,7 @@ std::vector<std::string> PlanLayout::overrides() const {
         "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
         "schedule=" + schedule};
     if (shard_size > 0) out.push_back("parallelism.shard_size=" + std::to_string(shard_size));
+    if (nodes > 0) out.push_back("topology.nodes=" + std::to_string(nodes));
     if (recompute_layers > 0) {
         out.emplace_back("training.recompute_method=block");
         out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
@@ -574,6 +582,7 @@ std::string PlanLayout::text() const {
     o << " sharding " << name_of(workload::kShardingNames, sharding);
     if (shard_size > 0) o << " shard " << shard_size;
     o << " " << schedule;
+    if (nodes > 0) o << " on " << gpus() << " GPUs";
     return o.str();
 }
 
@@ -657,16 +666,51 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         schedules = {at->second};
     }
 
-    for (const char* key : {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
-        if (const auto v = fixes.number(key); v && base.layout.world_size() % *v != 0)
-            throw ConfigError(
-                SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
-                "does not divide the experiment's " + std::to_string(base.layout.world_size()) +
-                    " GPUs");
+    // --gpus: the experiment's topology at each count's node count (topology.nodes), each
+    // searched as the experiment's own count is without it.
+    struct Count {
+        int nodes = 0;  // 0: the experiment's
+        workload::ExperimentSpec base;
+    };
+    std::vector<Count> counts;
+    const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
+    if (options.gpus.empty()) {
+        counts.push_back(Count{0, base});
+    } else {
+        std::set<int> seen;
+        for (const int g : options.gpus) {
+            const SourceLocation where{"--gpus " + std::to_string(g)};
+            if (g < 1 || per_node < 1 || g % per_node != 0)
+                throw ConfigError(where, "expected a whole number of nodes of " +
+                                             std::to_string(per_node) + " GPUs (the topology's " +
+                                             "node), e.g. " + std::to_string(per_node * 2));
+            if (!seen.insert(g).second) throw ConfigError(where, "given twice");
+            auto overrides = loader.base;
+            overrides.push_back("topology.nodes=" + std::to_string(g / per_node));
+            auto* clusters = cache ? &cache->clusters : nullptr;
+            auto* documents = cache ? &cache->documents : nullptr;
+            counts.push_back(Count{
+                g / per_node,
+                options.text ? workload::load_experiment(*options.text, overrides,
+                                                         options.max_memory, clusters, documents)
+                             : workload::load_experiment(options.experiment, overrides,
+                                                         options.max_memory, clusters, documents)});
+        }
+    }
+    for (const auto& c : counts)
+        for (const char* key :
+             {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
+            if (const auto v = fixes.number(key); v && c.base.layout.world_size() % *v != 0)
+                throw ConfigError(
+                    SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
+                    "does not divide the " + std::string(c.nodes ? "" : "experiment's ") +
+                        std::to_string(c.base.layout.world_size()) + " GPUs");
 
     PlanResult result;
     result.source = base.source;
     result.gpus = base.layout.world_size();
+    for (const auto& c : counts)
+        if (c.nodes > 0) result.gpu_counts.push_back(c.base.layout.world_size());
     result.hbm_bytes = gpu.hbm.value;
     result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
     result.objective = options.objective;
@@ -675,8 +719,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                             : options.objective == PlanObjective::Energy ? "J per token"
                                                                          : "s";
     result.margin = options.margin;
-    const Scorer scorer{options.objective, static_cast<double>(result.gpus), options.gpu_hour_price,
-                        static_cast<double>(result.gpus) * board_power_w * base.goodput.pue};
+    const Scorer scorer{options.objective, options.gpu_hour_price,
+                        board_power_w * base.goodput.pue};
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
 
     const auto started = std::chrono::steady_clock::now();
@@ -691,8 +735,9 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     Search search;
     std::size_t n = 0;
     std::size_t total = 0;
-    enumerate(base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
-              options.partial_recompute, [&](const PlanLayout&) { ++total; });
+    for (const auto& c : counts)
+        enumerate(c.base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
+                  options.partial_recompute, [&](const PlanLayout&) { ++total; });
     constexpr std::size_t kChunk = 64;
     struct Chunk {
         std::vector<std::pair<std::size_t, PlanLayout>> layouts;
@@ -730,15 +775,17 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                     if (c.found.valid()) c.found.wait();
             }
         } drain{chunks};
-        enumerate(base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
-                  options.partial_recompute, [&](const PlanLayout& l) {
-                      const std::size_t index = n++;
-                      if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
-                          ranks.rank())
-                          return;
-                      filling.emplace_back(index, l);
-                      if (filling.size() == kChunk) submit();
-                  });
+        for (const auto& c : counts)
+            enumerate(c.base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
+                      options.partial_recompute, [&](PlanLayout l) {
+                          const std::size_t index = n++;
+                          if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
+                              ranks.rank())
+                              return;
+                          l.nodes = c.nodes;
+                          filling.emplace_back(index, std::move(l));
+                          if (filling.size() == kChunk) submit();
+                      });
         submit();
         while (!chunks.empty())
             merge_oldest();
@@ -849,7 +896,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         Worker& worker = workers[w];
         const auto spec = worker.loader.load(l, analytical);
         return figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer, s.flops,
-                          s.peak, s.tokens);
+                          s.peak, s.tokens, l.gpus());
     };
     // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
     // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
@@ -858,7 +905,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             pool, next, survivors.size(),
             [&](std::size_t i) {
                 const Survivor& s = survivors[i];
-                return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens) <= beaten();
+                return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens,
+                                    s.layout.gpus()) <= beaten();
             },
             [&](std::size_t i, std::size_t w) {
                 return figures_on(w, survivors[i].layout, true, survivors[i]);
@@ -949,7 +997,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 const double flops = prepared.plan.model_flops_per_iteration.value;
                 const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
                 g.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
-                                       flops, peak_flops(spec), tokens);
+                                       flops, peak_flops(spec), tokens, l.gpus());
                 g.rank = 1;
                 for (const auto& c : result.top)
                     if (c.figures.objective <= g.figures->objective) ++g.rank;
@@ -995,6 +1043,7 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
     nlohmann::ordered_json j;
     j["experiment"] = r.source;
     j["gpus"] = r.gpus;
+    if (!r.gpu_counts.empty()) j["gpu_counts"] = r.gpu_counts;
     j["hbm_bytes"] = r.hbm_bytes;
     j["network"] = r.network;
     j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));

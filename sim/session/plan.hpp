@@ -63,6 +63,9 @@ struct PlanLayout {
     // Partial recomputation (PlanOptions::partial_recompute): with recompute full, Megatron-LM's
     // block method on the first N layers of each chunk; 0: its uniform method, every layer.
     int recompute_layers = 0;
+    // --gpus: the topology's node count (topology.nodes); 0: the experiment's.
+    int nodes = 0;
+    int gpus() const { return tp * pp * cp * dp; }
     // parallelism.tp=.., ..., training.recompute=.., schedule=..: what plan loads it with.
     std::vector<std::string> overrides() const;
     // "tp 8 pp 4 dp 8 cp 1 ep 1 vpp 2 mbs 1 recompute selective sharding zero1 interleaved", with
@@ -146,6 +149,10 @@ struct PlanOptions {
     // recompute_layers=N). Both multiply the layouts searched, so they are asked for.
     bool hsdp = false;
     bool partial_recompute = false;
+    // --gpus: search these GPU counts (each a whole number of the topology's nodes: the
+    // experiment's topology with topology.nodes set) instead of the experiment's own; every
+    // objective but time compares them fairly (time favours more GPUs).
+    std::vector<int> gpus;
     // Worker threads for the search and the simulations; 0: one per core (one under mpirun,
     // where the ranks share the cores). Changes no result: every layout is evaluated alone with
     // caches that change none, and the simulations committed are those of one thread
@@ -157,10 +164,11 @@ struct PlanOptions {
 };
 
 struct PlanResult {
-    std::string source;          // display path of the experiment
-    int gpus = 0;                // the GPU count every layout factorises
-    std::int64_t hbm_bytes = 0;  // per GPU
-    std::string network;         // the experiment's network model: what the ranking is under
+    std::string source;           // display path of the experiment
+    int gpus = 0;                 // the experiment's GPU count
+    std::vector<int> gpu_counts;  // --gpus: the counts searched instead
+    std::int64_t hbm_bytes = 0;   // per GPU
+    std::string network;          // the experiment's network model: what the ranking is under
     PlanObjective objective = PlanObjective::Time;
     std::string objective_unit;  // "s", "MFU", "per 1M tokens", "J per token"
     double margin = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -600,4 +601,41 @@ TEST_CASE("plan --hsdp and --partial-recompute: their layouts, loaded as the ove
     const auto args = workload::megatron_args_for(workload::load_experiment(kSmall, sets));
     CHECK(args.find("--recompute-method block") != std::string::npos);
     CHECK(args.find("--recompute-num-layers 2") != std::string::npos);
+}
+
+TEST_CASE("plan --gpus: the best over several GPU counts is the best of each count's plan") {
+    // Energy per token = GPUs x 700 W x T / tokens: fewer GPUs can win though each is slower.
+    // The search over 4, 8 and 16 GPUs must rank first the best of three plans each run at one
+    // count (topology.nodes = 1, 2, 4 of four GPUs), and its layouts carry their count.
+    auto o = small_options();
+    o.objective = api::PlanObjective::Energy;
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    o.schedules = {"1f1b"};
+    o.headroom = 0.9;
+    o.top = 3;
+    const api::SweepRanks ranks;
+    double best = std::numeric_limits<double>::infinity();
+    std::string best_text;
+    for (const int nodes : {1, 2, 4}) {
+        auto one = o;
+        one.sets = {"topology.nodes=" + std::to_string(nodes)};
+        const auto r = api::plan(one, ranks);
+        REQUIRE(r);
+        if (r->top.front().figures.objective < best) {
+            best = r->top.front().figures.objective;
+            best_text = r->top.front().layout.text();
+        }
+    }
+    o.gpus = {4, 8, 16};
+    const auto all = api::plan(o, ranks);
+    REQUIRE(all);
+    CHECK(all->gpu_counts == std::vector<int>{4, 8, 16});
+    CHECK(all->top.front().figures.objective == best);
+    const auto& l = all->top.front().layout;
+    CHECK(l.nodes * 4 == l.gpus());
+    CHECK(l.text() == best_text + " on " + std::to_string(l.gpus()) + " GPUs");
+    // A count that is not whole nodes is refused, naming it.
+    o.gpus = {6};
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--gpus 6: expected a whole number of nodes of 4 GPUs (the topology's node), e.g. 8");
 }

@@ -462,6 +462,15 @@ class PlanTest(unittest.TestCase):
         # --hsdp and --partial-recompute reach the planner: more layouts.
         wider = clustersim.plan(*args, schedules="1f1b", top=3, hsdp=True, partial_recompute=True)
         self.assertGreater(wider["layouts"], one["layouts"])
+        # --gpus: 4 and 8 GPUs searched, each layout saying its count.
+        counts = clustersim.plan(*args, schedules="1f1b", top=3, gpus=[4, 8], objective="energy")
+        self.assertEqual(counts["gpu_counts"], [4, 8])
+        self.assertIn(counts["top"][0]["layout"]["gpus"], (4, 8))
+        with self.assertRaises(clustersim.InputError) as e:
+            clustersim.plan(*args, gpus=[6])
+        self.assertIn("whole number of nodes", str(e.exception))
+        with self.assertRaises(TypeError):
+            clustersim.plan(*args, gpus="8")
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, threads=-1)
         self.assertEqual(e.exception.argument, "threads")
