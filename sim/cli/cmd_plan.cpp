@@ -1,6 +1,6 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
-//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--guide] [--hsdp]
+//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--html FILE] [--guide] [--hsdp]
 //                 [--partial-recompute] [--gpus N,N,...] [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
@@ -18,6 +18,7 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "session/plan.hpp"
+#include "session/report.hpp"
 
 namespace cs::cli {
 
@@ -33,7 +34,7 @@ struct PlanArgs {
     double gpu_hour_price = 0;
     double margin = 0.1;
     int max_micro_batch_size = 8;
-    std::string json;
+    std::string json, html;
     std::string max_memory;
     bool no_fast_paths = false;
     bool guide = false;
@@ -71,7 +72,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     if (a.max_micro_batch_size < 1)
         throw ConfigError(SourceLocation{"--max-micro-batch"}, "expected 1 or more");
     options.max_micro_batch_size = a.max_micro_batch_size;
-    options.keep_entries = !a.json.empty();
+    options.keep_entries = !a.json.empty() || !a.html.empty();
     options.fast_paths = !a.no_fast_paths;
     options.guide = a.guide;
     options.hsdp = a.hsdp;
@@ -84,6 +85,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.max_memory = api::parse_max_memory(a.max_memory);
     OutputSet outputs;
     outputs.declare("--json", a.json);
+    outputs.declare("--html", a.html);
     outputs.guard_input("the experiment", a.experiment);
     auto progress = std::make_unique<Progress>("plan");
     if (ranks.rank() == 0 && progress->enabled())
@@ -100,6 +102,13 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
         write_file_atomically(
             a.json, [&](std::ostream& out) { out << json_text(api::plan_json(*result)); },
             &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim plan";
+        page.experiment = result->source;
+        page.plan = api::plan_html_data(*result);
+        api::write_html(a.html, page, &outputs);
+    }
     outputs.commit();
     print_plan(std::cout, *result);
 }
@@ -150,6 +159,10 @@ void register_plan(CLI::App& app) {
         ->type_name("KEY=VALUE");
     cmd->add_option("--json", args->json,
                     "Write every layout looked at (figures, or why it was dropped) as JSON")
+        ->type_name("FILE");
+    cmd->add_option("--html", args->html,
+                    "Write an HTML page: the top layouts and every simulated one as memory per GPU "
+                    "against iteration time, with the Pareto front")
         ->type_name("FILE");
     cmd->add_option("--max-memory", args->max_memory,
                     "Memory the plan may take (default 16GiB): the topology is checked against it")

@@ -65,6 +65,7 @@ nlohmann::ordered_json html_data(const HtmlReport& report) {
     data["runs"] = runs;
     if (report.sweep_rows)
         data["sweep"] = {{"keys", report.sweep_keys}, {"rows", *report.sweep_rows}};
+    if (report.plan) data["plan"] = *report.plan;
     data["validation"] = report.validation;
     return data;
 }

@@ -24,6 +24,8 @@ struct HtmlReport {
     // A sweep: the varied keys and its rows as `sweep --json` writes them (ranked, then invalid).
     std::vector<std::string> sweep_keys;
     std::optional<nlohmann::ordered_json> sweep_rows;
+    // A plan (`plan --html`): api::plan_html_data.
+    std::optional<nlohmann::ordered_json> plan;
     // The validation confidence of the models used: {"note": ..., "families": [...]} (see
     // api/report.cpp), or null.
     nlohmann::ordered_json validation;

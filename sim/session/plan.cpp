@@ -722,6 +722,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     const Scorer scorer{options.objective, options.gpu_hour_price,
                         board_power_w * base.goodput.pue};
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
+    result.limit_bytes = static_cast<std::int64_t>(limit);
 
     const auto started = std::chrono::steady_clock::now();
     const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
@@ -1101,6 +1102,70 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
         g["not_dividing"] = r.guide_not_dividing;
         j["guide"] = std::move(g);
     }
+    return j;
+}
+
+nlohmann::ordered_json plan_html_data(const PlanResult& r) {
+    nlohmann::ordered_json j;
+    j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));
+    j["objective_unit"] = r.objective_unit;
+    j["network"] = r.network;
+    j["gpus"] = r.gpus;
+    if (!r.gpu_counts.empty()) j["gpu_counts"] = r.gpu_counts;
+    j["hbm_bytes"] = r.hbm_bytes;
+    j["limit_bytes"] = r.limit_bytes;
+    j["counts"] = {{"layouts", r.layouts},
+                   {"invalid", r.invalid},
+                   {"pruned_memory", r.pruned_memory},
+                   {"pruned_bound", r.pruned_bound},
+                   {"simulated", r.simulated},
+                   {"confirmed", r.confirmed}};
+    auto top = nlohmann::ordered_json::array();
+    for (const auto& c : r.top)
+        top.push_back({{"layout", c.layout.text()},
+                       {"figures", figures_json(c.figures)},
+                       {"megatron_args", c.megatron_args},
+                       {"why_lost", c.why_lost}});
+    j["top"] = top;
+    // Points: [memory per GPU (bytes), iteration time (s), 1 if under the experiment's network,
+    // rank in the top k (0: none), layout].
+    struct Point {
+        std::int64_t memory;
+        double time;
+        bool confirmed;
+        std::size_t rank;
+        std::string text;
+    };
+    std::vector<Point> points;
+    for (const auto& e : r.entries) {
+        if (!e.analytical) continue;
+        Point p{e.memory_bytes, (e.confirmed ? *e.confirmed : *e.analytical).iteration_time_s,
+                e.confirmed.has_value(), 0, e.layout.text()};
+        for (std::size_t i = 0; i < r.top.size(); ++i)
+            if (r.top[i].index == e.index) p.rank = i + 1;
+        points.push_back(std::move(p));
+    }
+    auto out = nlohmann::ordered_json::array();
+    for (const auto& p : points)
+        out.push_back({p.memory, p.time, p.confirmed ? 1 : 0, p.rank, p.text});
+    j["points"] = out;
+    // The front, by memory then time: a point is on it when it is faster than every point that
+    // needs no more memory (ties in memory: the fastest, the first in enumeration order).
+    std::vector<std::size_t> order(points.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        if (points[a].memory != points[b].memory) return points[a].memory < points[b].memory;
+        return points[a].time < points[b].time;
+    });
+    auto front = nlohmann::ordered_json::array();
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const std::size_t i : order)
+        if (points[i].time < fastest) {
+            fastest = points[i].time;
+            front.push_back(i);
+        }
+    j["pareto"] = front;
     return j;
 }
 

@@ -164,11 +164,12 @@ struct PlanOptions {
 };
 
 struct PlanResult {
-    std::string source;           // display path of the experiment
-    int gpus = 0;                 // the experiment's GPU count
-    std::vector<int> gpu_counts;  // --gpus: the counts searched instead
-    std::int64_t hbm_bytes = 0;   // per GPU
-    std::string network;          // the experiment's network model: what the ranking is under
+    std::string source;            // display path of the experiment
+    int gpus = 0;                  // the experiment's GPU count
+    std::vector<int> gpu_counts;   // --gpus: the counts searched instead
+    std::int64_t hbm_bytes = 0;    // per GPU
+    std::int64_t limit_bytes = 0;  // per GPU: HBM less the headroom (what a layout must fit in)
+    std::string network;           // the experiment's network model: what the ranking is under
     PlanObjective objective = PlanObjective::Time;
     std::string objective_unit;  // "s", "MFU", "per 1M tokens", "J per token"
     double margin = 0;
@@ -200,5 +201,11 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
 
 // The JSON `plan --json` writes.
 nlohmann::ordered_json plan_json(const PlanResult& r);
+
+// What `plan --html` draws (report::HtmlReport::plan): the headline, the top k, and every
+// simulated layout (PlanOptions::keep_entries) as a point of memory per GPU against iteration
+// time (under the experiment's network where confirmed, else the analytical one), with the
+// Pareto front of those points (no other point needs no more memory and is faster).
+nlohmann::ordered_json plan_html_data(const PlanResult& r);
 
 }  // namespace cs::api

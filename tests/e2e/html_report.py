@@ -147,6 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
     default_html = os.path.join(tmp, "default.html")
     compare_html = os.path.join(tmp, "compare.html")
     sweep_html = os.path.join(tmp, "sweep.html")
+    plan_html = os.path.join(tmp, "plan.html")
     r = clustersim("run", "--html", default_html)
     check(r.returncode == 0, "run --html: " + r.stderr)
     default_console = r.stdout
@@ -159,8 +160,14 @@ with tempfile.TemporaryDirectory() as tmp:
                   "--vary", "schedule=gpipe,1f1b"]
     r = clustersim(*sweep_args, "--html", sweep_html)
     check(r.returncode == 0, "sweep --html: " + r.stderr)
+    # plan's page: the planner's small test space (8 GPUs, 4,200 layouts, a second).
+    plan_args = ["plan", os.path.join(root, "tests", "api", "data", "plan-small.yaml"),
+                 "--set", "topology.nodes=2", "--headroom", "0.98", "--top", "3"]
+    plan_json = os.path.join(tmp, "plan.json")
+    r = clustersim(*plan_args, "--html", plan_html, "--json", plan_json)
+    check(r.returncode == 0, "plan --html: " + r.stderr)
 
-    for path in (default_html, compare_html, sweep_html):
+    for path in (default_html, compare_html, sweep_html, plan_html):
         text = read(path).decode("ascii")
         name = os.path.basename(path)
         check(text.startswith("<!DOCTYPE html>"), name + ": not an HTML document")
@@ -200,6 +207,25 @@ with tempfile.TemporaryDirectory() as tmp:
     check(figures(shown) == figures(listed),
           "sweep --html: the page's figures differ from --json's")
 
+    # The plan page's top k and points are --json's: the same layouts and iteration times, one
+    # point per simulated layout, and the Pareto front non-dominated.
+    shown = page_data(plan_html)["plan"]
+    listed = json.loads(read(plan_json))
+    check([t["figures"]["iteration_time_s"] for t in shown["top"]] ==
+          [t["figures"]["iteration_time_s"] for t in listed["top"]],
+          "plan --html: the page's top differs from --json's")
+    simulated = [e for e in listed["layouts_evaluated"] if e["status"] in ("simulated", "confirmed")]
+    check(len(shown["points"]) == len(simulated),
+          "plan --html: %d points for %d simulated layouts" % (len(shown["points"]), len(simulated)))
+    points = shown["points"]
+    for i in shown["pareto"]:
+        m, t = points[i][0], points[i][1]
+        check(not any(q[0] <= m and q[1] < t for q in points),
+              "plan --html: Pareto point %d is dominated" % i)
+    r = clustersim(*plan_args, "--html", again_plan := os.path.join(tmp, "again-plan.html"))
+    check(r.returncode == 0 and read(again_plan) == read(plan_html),
+          "plan --html twice: the files differ")
+
     # Deterministic: the same compare again gives the same bytes.
     again = os.path.join(tmp, "again.html")
     r = clustersim(*compare_args, "--html", again)
@@ -237,6 +263,20 @@ with tempfile.TemporaryDirectory() as tmp:
                 capture_output=True, text=True, timeout=120).stdout
         check(memory.group(1) in dom, "run --html: the page does not show the console's memory "
               "per GPU, " + memory.group(1))
+
+    # The plan page renders, with its top k in orange (#f58518) on the plot.
+    png = plan_html[:-5] + ".png"
+    console = render(plan_html, png, (1200, 1400))
+    check(len(console) == 1 and "clustersim-report: rendered" in console[0],
+          "plan.html: console lines other than the rendered marker:\n" + "\n".join(console))
+    if os.path.exists(png):
+        orange = bytes((0xf5, 0x85, 0x18))
+        _, _, exact, _ = colour_counts(read(png), [orange])
+        # Three dots of radius 5 drawn last (they coincide here): their interior, about
+        # pi x 4^2 = 50 pixels, is exactly the fill colour.
+        check(exact[orange] > 40, "plan.html: the top k on %d orange pixels" % exact[orange])
+        if os.environ.get("UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(png, os.path.join(root, "docs", "images", "report-plan.png"))
 
     for html, size in ((default_html, (1200, 2600)), (compare_html, (1200, 2000))):
         png = html[:-5] + ".png"

@@ -334,10 +334,80 @@
     }
   }
 
+  // `plan --html`: the top k, then every simulated layout as memory per GPU against iteration time
+  // (filled: under the experiment's network; hollow: the analytical network's, no contention),
+  // the Pareto front as a line, the memory limit as a dashed line.
+  function plan(p) {
+    var sec = el("section", {id: "plan"}, main);
+    var value = function (f) {
+      if (p.objective === "mfu") return pct(f.mfu);
+      if (p.objective === "time") return fmtTime(f.objective);
+      return (+f.objective.toPrecision(4)).toString() + " " + p.objective_unit;
+    };
+    el("h2", {}, sec, "Plan: ranked by " + p.objective + " under the " + p.network + " network");
+    var c = p.counts;
+    el("p", {"class": "note"}, sec, num(c.layouts) + " layouts on " +
+      (p.gpu_counts ? p.gpu_counts.join(", ") : String(p.gpus)) + " GPUs: " + num(c.invalid) + " invalid, " +
+      num(c.pruned_memory) + " above the memory limit, " + num(c.pruned_bound) + " pruned by the lower bound, " +
+      num(c.simulated) + " simulated, " + num(c.confirmed) + " under the " + p.network + " network.");
+    table(sec, ["#", "layout", "iteration", p.objective, "MFU", "memory per GPU", "bubble", "exposed comm."],
+      p.top.map(function (t, i) {
+        var f = t.figures;
+        return [String(i + 1), t.layout, fmtTime(f.iteration_time_s), value(f), pct(f.mfu),
+                fmtBytes(f.memory_per_gpu_bytes), pct(f.bubble_fraction), pct(f.exposed_comm_fraction)];
+      }), 2);
+    if (p.top.length && p.top[0].megatron_args) {
+      el("h3", {}, sec, "Megatron-LM flags of #1");
+      el("pre", {}, sec, p.top[0].megatron_args);
+    }
+    if (p.top.length > 1) {
+      el("h3", {}, sec, "Why the others lost");
+      var ul = el("ul", {}, sec);
+      p.top.slice(1).forEach(function (t, i) { el("li", {}, ul, "#" + (i + 2) + ": " + t.why_lost); });
+    }
+    var pts = p.points;
+    if (!pts.length) return;
+    el("h3", {}, sec, "Memory per GPU against iteration time (" + pts.length + " layouts simulated)");
+    var W = 760, H = 360, left = 70, right = 20, top = 12, bottom = 46;
+    var mmax = Math.max(p.limit_bytes, Math.max.apply(null, pts.map(function (q) { return q[0]; }))) * 1.05;
+    var tmin = Math.min.apply(null, pts.map(function (q) { return q[1]; }));
+    var tmax = Math.max.apply(null, pts.map(function (q) { return q[1]; }));
+    var t0 = tmin - 0.05 * (tmax - tmin || tmin), t1 = tmax + 0.05 * (tmax - tmin || tmin);
+    var s = svg(sec, W, H, "plan-plot");
+    function X(m) { return left + m / mmax * (W - left - right); }
+    function Y(t) { return top + (1 - (t - t0) / (t1 - t0)) * (H - top - bottom); }
+    ticks(0, mmax, 6).forEach(function (m) {
+      el("svg:line", {x1: X(m), x2: X(m), y1: top, y2: H - bottom, stroke: "#eceef2"}, s);
+      el("svg:text", {x: X(m) - 14, y: H - bottom + 14}, s, fmtBytes(m));
+    });
+    ticks(t0, t1, 5).forEach(function (t) {
+      el("svg:line", {x1: left, x2: W - right, y1: Y(t), y2: Y(t), stroke: "#eceef2"}, s);
+      el("svg:text", {x: 2, y: Y(t) + 4}, s, fmtTime(t));
+    });
+    el("svg:line", {x1: X(p.limit_bytes), x2: X(p.limit_bytes), y1: top, y2: H - bottom, stroke: "#e45756",
+      "stroke-dasharray": "5,4"}, s);
+    el("svg:text", {x: X(p.limit_bytes) - 90, y: top + 12, fill: "#e45756"}, s, "memory limit");
+    var front = p.pareto.map(function (i) { return X(pts[i][0]).toFixed(2) + "," + Y(pts[i][1]).toFixed(2); });
+    el("svg:polyline", {points: front.join(" "), fill: "none", stroke: "#54a24b", "stroke-width": 2}, s);
+    // The top k last, on top of the others.
+    pts.filter(function (q) { return !q[3]; }).concat(pts.filter(function (q) { return q[3]; })).forEach(function (q) {
+      var ranked = q[3] > 0;
+      var dot = el("svg:circle", {cx: X(q[0]).toFixed(2), cy: Y(q[1]).toFixed(2), r: ranked ? 5 : 3.5,
+        fill: q[2] || p.network === "analytical" ? (ranked ? "#f58518" : "#4c78a8") : "none", stroke: ranked ? "#f58518" : "#4c78a8",
+        "fill-opacity": ranked ? 1 : 0.85}, s);
+      el("svg:title", {}, dot, (ranked ? "#" + q[3] + " " : "") + q[4] + ": " + fmtTime(q[1]) + ", " + fmtBytes(q[0]) +
+        " per GPU (" + (q[2] ? p.network : "analytical") + " network)");
+    });
+    el("svg:text", {x: left, y: H - 8}, s, "memory per GPU; orange: the top " + p.top.length +
+      (p.network === "analytical" ? "" : "; filled: " + p.network + " network, hollow: analytical (no contention)") +
+      "; green line: the Pareto front");
+  }
+
   (D.warnings || []).forEach(function (w) { el("div", {"class": "warn"}, main, w); });
   if (D.runs && D.runs.length > 1) comparison(D.runs);
   (D.runs || []).forEach(function (r, i) { runSection(r, i, D.runs.length > 1); });
   if (D.sweep) sweep(D.sweep);
+  if (D.plan) plan(D.plan);
   if (D.validation) validation(D.validation);
   document.body.setAttribute("data-status", errors.length ? "errors" : "rendered");
   // The one console line a report prints (tests/e2e/html_report.py expects exactly this).
