@@ -273,29 +273,40 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         check_gpu(dst);
         const std::uint64_t key =
             static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
-        // A direct-mapped memo in front of the plan maps: one cache line per lookup instead of a
-        // hash map's bucket and node (a pipeline message looks its plan up on every send).
-        if (plan_memo_.empty()) plan_memo_.resize(std::size_t{1} << kPlanMemoBits);
-        PlanMemo& memo = plan_memo_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kPlanMemoBits)];
-        if (memo.key == key) {
-            if (kept) *kept = memo.kept;
-            return *memo.plan;
-        }
+        // A memo in front of the plan maps, one cache line per source GPU holding its last few
+        // destinations: a pipeline message looks its plan up on every send, and a GPU sends to
+        // few GPUs (its neighbouring stages), where a memo hashed on the pair thrashed at 16,384
+        // GPUs (twice as many pairs as slots).
+        if (plan_memo_.empty()) plan_memo_.resize(static_cast<std::size_t>(cluster_.gpu_count()));
+        PlanMemo& memo = plan_memo_[static_cast<std::size_t>(src)];
+        for (std::size_t w = 0; w < PlanMemo::kWays; ++w)
+            if (memo.plan[w] && memo.dst[w] == dst) {
+                if (kept) *kept = memo.kept[w];
+                return *memo.plan[w];
+            }
         bool is_kept = false;
         const Plan& plan = find_p2p_plan(src, dst, key, &is_kept);
-        memo = {key, &plan, is_kept};
+        // The newest first, the oldest dropped.
+        for (std::size_t w = PlanMemo::kWays - 1; w > 0; --w) {
+            memo.plan[w] = memo.plan[w - 1];
+            memo.dst[w] = memo.dst[w - 1];
+            memo.kept[w] = memo.kept[w - 1];
+        }
+        memo.plan[0] = &plan;
+        memo.dst[0] = dst;
+        memo.kept[0] = is_kept;
         if (kept) *kept = is_kept;
         return plan;
     }
     // Plans are never erased while the network lives (change_routing retires them, and clears
     // the memo), so the memo's pointers stay valid.
-    static constexpr int kPlanMemoBits = 14;
-    struct PlanMemo {
-        std::uint64_t key = ~std::uint64_t{0};
-        const Plan* plan = nullptr;
-        bool kept = false;
+    struct alignas(64) PlanMemo {
+        static constexpr std::size_t kWays = 4;
+        const Plan* plan[kWays] = {};
+        std::int32_t dst[kWays] = {};
+        bool kept[kWays] = {};
     };
-    std::vector<PlanMemo> plan_memo_;  // empty until the first p2p plan is asked for
+    std::vector<PlanMemo> plan_memo_;  // per source GPU; empty until a p2p plan is asked for
     const Plan& find_p2p_plan(int src, int dst, std::uint64_t key, bool* kept) {
         // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
         // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
