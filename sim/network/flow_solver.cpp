@@ -20,41 +20,76 @@ constexpr double kSlack = 1e-10;
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
     links_.resize(capacity.size());
-    loads_.resize(capacity.size());
-    link_state_.resize(capacity.size());
-    link_flows_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))
             throw SimulationError("network", "link " + std::to_string(l) + " has no capacity");
-        loads_[l].capacity = capacity[l];
+        links_[l].capacity = capacity[l];
     }
 }
 
 LinkId FlowSolver::add_link(double capacity) {
     if (!(capacity > 0))
         throw SimulationError("network", "an added link needs a positive capacity");
-    const auto id = static_cast<LinkId>(loads_.size());
+    const auto id = static_cast<LinkId>(links_.size());
     links_.emplace_back();
-    loads_.emplace_back();
-    link_state_.emplace_back();
-    link_flows_.emplace_back();
     set_capacity(id, capacity);
     return id;
 }
 
 void FlowSolver::set_capacity(LinkId link, double capacity) {
-    if (link >= loads_.size())
+    if (link >= links_.size())
         throw SimulationError("network", "no link " + std::to_string(link) + " to change");
     if (!(capacity >= 0) || capacity == std::numeric_limits<double>::infinity())
         throw SimulationError(
             "network", "link " + std::to_string(link) + " needs a finite capacity of at least 0");
-    if (loads_[link].capacity == capacity) return;
-    loads_[link].capacity = capacity;
+    Link& k = links_[link];
+    if (k.capacity == capacity) return;
+    k.capacity = capacity;
     // Held rates on this link may no longer fit (or may leave room), which the bottleneck check
     // assumes they do: its flows are re-solved, not held.
-    if (link_flows_[link].empty()) return;
-    link_state_[link].capacity_changed = true;
+    if (k.count == 0) return;
+    k.capacity_changed = true;
     mark_dirty(link);
+}
+
+std::uint32_t FlowSolver::push_flow(Link& link, FlowId f) {
+    const std::uint32_t slot = link.count++;
+    if (link.spill == kNoSpill) {
+        if (slot < kInlineFlows) {
+            link.inline_flows[slot] = f;
+            return slot;
+        }
+        if (free_spills_.empty()) {
+            link.spill = static_cast<std::uint32_t>(spilled_.size());
+            spilled_.emplace_back();
+        } else {
+            link.spill = free_spills_.back();
+            free_spills_.pop_back();
+        }
+        spilled_[link.spill].assign(link.inline_flows, link.inline_flows + kInlineFlows);
+    }
+    spilled_[link.spill].push_back(f);
+    return slot;
+}
+
+// Removes the flow in `slot` by moving the last one into it (the order a vector's swap-remove
+// leaves), and returns the flow moved.
+FlowSolver::FlowId FlowSolver::pop_flow(Link& link, std::uint32_t slot) {
+    const std::uint32_t last = --link.count;
+    if (link.spill == kNoSpill) {
+        const FlowId moved = link.inline_flows[last];
+        link.inline_flows[slot] = moved;
+        return moved;
+    }
+    auto& list = spilled_[link.spill];
+    const FlowId moved = list.back();
+    list[slot] = moved;
+    list.pop_back();
+    if (last == 0) {
+        free_spills_.push_back(link.spill);
+        link.spill = kNoSpill;
+    }
+    return moved;
 }
 
 void FlowSolver::restride(std::size_t stride) {
@@ -70,8 +105,8 @@ void FlowSolver::restride(std::size_t stride) {
 }
 
 void FlowSolver::mark_dirty(LinkId l) {
-    if (link_state_[l].queued) return;
-    link_state_[l].queued = true;
+    if (links_[l].queued) return;
+    links_[l].queued = true;
     dirty_links_.push_back(l);
 }
 
@@ -107,10 +142,8 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     LinkId* links = &hop_links_[std::size_t{id} * stride_];
     std::uint32_t* slots = slots_of(id);
     for (std::size_t i = 0; i < path.size(); ++i) {
-        auto& on_link = link_flows_[path[i]];
         links[i] = path[i];
-        slots[i] = static_cast<std::uint32_t>(on_link.size());
-        on_link.push_back(id);
+        slots[i] = push_flow(links_[path[i]], id);
     }
     peak_ = std::max(peak_, ++active_);
     return id;
@@ -131,10 +164,7 @@ void FlowSolver::remove(FlowId id) {
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
         const LinkId l = path[i];
         const std::uint32_t s = slots[i];
-        auto& on_link = link_flows_[l];
-        const FlowId moved = on_link.back();
-        on_link[s] = moved;
-        on_link.pop_back();
+        const FlowId moved = pop_flow(links_[l], s);
         if (moved != id) {
             const LinkId* moved_path = path_of(moved);
             for (std::uint32_t j = 0; j < state_[moved].hops; ++j)
@@ -178,7 +208,7 @@ void FlowSolver::take_flow(FlowId g) {
 // Closes A and L under "shares a link": every flow on a link of L joins A.
 void FlowSolver::take_component() {
     for (std::size_t i = 0; i < set_links_.size(); ++i)
-        for (FlowId g : link_flows_[set_links_[i]])
+        for (FlowId g : flows_of(links_[set_links_[i]]))
             take_flow(g);
 }
 
@@ -193,12 +223,11 @@ bool FlowSolver::fill() {
     share_queue_.clear();
     for (LinkId l : set_links_) {
         Link& link = links_[l];
-        link.remaining = loads_[l].capacity;
+        link.remaining = link.capacity;
         link.unfrozen = link.members;
-        const auto& on_link = link_flows_[l];
-        if (link.members < on_link.size()) {
+        if (link.members < link.count) {
             holds = true;
-            for (FlowId g : on_link)
+            for (FlowId g : flows_of(link))
                 if (state_[g].mark != epoch_) link.remaining -= rate_[g];
         }
         if (link.unfrozen > 0)
@@ -232,7 +261,7 @@ bool FlowSolver::fill() {
             std::push_heap(queue.begin(), queue.end(), share_after);
             continue;
         }
-        for (FlowId g : link_flows_[top.link]) {
+        for (FlowId g : flows_of(bottleneck)) {
             FlowState& st = state_[g];
             if (st.frozen) continue;
             st.frozen = 1;
@@ -256,14 +285,15 @@ bool FlowSolver::fill() {
 
 void FlowSolver::refresh_links(bool all) {
     for (LinkId l : all ? set_links_ : changed_links_) {
+        Link& link = links_[l];
         double total = 0;
         double max_rate = 0;
-        for (FlowId g : link_flows_[l]) {
+        for (FlowId g : flows_of(link)) {
             total += rate_[g];
             max_rate = std::max(max_rate, rate_[g]);
         }
-        loads_[l].total = total;
-        loads_[l].max_rate = max_rate;
+        link.total = total;
+        link.max_rate = max_rate;
     }
 }
 
@@ -271,7 +301,7 @@ bool FlowSolver::has_bottleneck(FlowId g) const {
     const double rate = rate_[g];
     const LinkId* path = path_of(g);
     for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
-        const LinkLoad& load = loads_[path[i]];
+        const Link& load = links_[path[i]];
         if (load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack))
             return true;
     }
@@ -301,20 +331,20 @@ bool FlowSolver::grow(bool all) {
         }
         const LinkId* path = path_of(g);
         for (std::uint32_t j = 0; j < st.hops; ++j) {
-            const LinkLoad& load = loads_[path[j]];
+            const Link& load = links_[path[j]];
             if (load.total < load.capacity * (1 - kSlack)) continue;
-            for (FlowId h : link_flows_[path[j]])
+            for (FlowId h : flows_of(load))
                 if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
         }
     };
     if (all) {
         const std::size_t n = set_links_.size();  // L grows in take_flow(); new links unchanged
         for (std::size_t i = 0; i < n; ++i)
-            for (FlowId g : link_flows_[set_links_[i]])
+            for (FlowId g : flows_of(links_[set_links_[i]]))
                 check(g);
     } else {
         for (LinkId l : changed_links_)
-            for (FlowId g : link_flows_[l])
+            for (FlowId g : flows_of(links_[l]))
                 check(g);
         for (FlowId g : recheck_)
             check(g);
@@ -336,11 +366,12 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
     set_links_.clear();
     set_flows_.clear();
     for (LinkId l : dirty_links_) {
-        link_state_[l].queued = false;
+        Link& link = links_[l];
+        link.queued = false;
         take_link(l);
-        if (link_state_[l].capacity_changed) {
-            link_state_[l].capacity_changed = false;
-            for (FlowId g : link_flows_[l])
+        if (link.capacity_changed) {
+            link.capacity_changed = false;
+            for (FlowId g : flows_of(link))
                 take_flow(g);
         }
     }
@@ -377,9 +408,9 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
 
     changed_rates_.clear();
     for (LinkId l : set_links_) {
-        const double total = loads_[l].total;
-        const auto count = static_cast<std::uint32_t>(link_flows_[l].size());
-        LinkState& st = link_state_[l];
+        Link& st = links_[l];
+        const double total = st.total;
+        const std::uint32_t count = st.count;
         if (total == st.acct_rate && count == st.acct_flows) continue;
         st.acct_rate = total;
         st.acct_flows = count;
