@@ -141,6 +141,9 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     new_flows_.push_back(id);
     LinkId* links = &hop_links_[std::size_t{id} * stride_];
     std::uint32_t* slots = slots_of(id);
+    // The links of a route lie far apart: ask for all of them before the first is needed.
+    for (const LinkId l : path)
+        __builtin_prefetch(&links_[l]);
     for (std::size_t i = 0; i < path.size(); ++i) {
         links[i] = path[i];
         slots[i] = push_flow(links_[path[i]], id);
@@ -227,8 +230,10 @@ bool FlowSolver::fill() {
         link.unfrozen = link.members;
         if (link.members < link.count) {
             holds = true;
-            for (FlowId g : flows_of(link))
-                if (state_[g].mark != epoch_) link.remaining -= rate_[g];
+            // Without a flow of A the link's remaining capacity is never read.
+            if (link.members > 0)
+                for (FlowId g : flows_of(link))
+                    if (state_[g].mark != epoch_) link.remaining -= rate_[g];
         }
         if (link.unfrozen > 0)
             share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
