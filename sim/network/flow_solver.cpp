@@ -1,7 +1,13 @@
 #include "network/flow_solver.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <limits>
+
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
 
 #include "core/errors.hpp"
 #include "network/network.hpp"
@@ -17,6 +23,19 @@ namespace {
 // for rounding noise (costly, never wrong).
 constexpr double kSlack = 1e-10;
 }  // namespace
+
+void* huge_page_allocate(std::size_t bytes, std::size_t align) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t unit = bytes >= kHuge ? kHuge : std::max(align, sizeof(void*));
+    void* p = std::aligned_alloc(unit, (std::max<std::size_t>(bytes, 1) + unit - 1) / unit * unit);
+    if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    if (unit == kHuge) (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused, pages stay small
+#endif
+    return p;
+}
+
+void huge_page_free(void* p) noexcept { std::free(p); }
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
     links_.resize(capacity.size());
@@ -114,6 +133,8 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
                                    std::uint32_t owner, Time now) {
     if (path.empty() || !(bytes > 0))
         throw SimulationError("network", "a flow needs a non-empty route and a positive size", now);
+    if (path.size() > 0xffff)
+        throw SimulationError("network", "a flow's route has more than 65,535 links", now);
     if (path.size() > stride_) restride(std::max(path.size(), 2 * stride_));
     FlowId id;
     if (!free_.empty()) {
@@ -136,7 +157,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     f.active = true;
     f.pending = true;
     state_[id] = FlowState{};
-    state_[id].hops = static_cast<std::uint32_t>(path.size());
+    state_[id].hops = static_cast<std::uint16_t>(path.size());
     rate_[id] = 0;
     new_flows_.push_back(id);
     LinkId* links = &hop_links_[std::size_t{id} * stride_];
@@ -302,14 +323,20 @@ void FlowSolver::refresh_links(bool all) {
     }
 }
 
-bool FlowSolver::has_bottleneck(FlowId g) const {
+bool FlowSolver::has_bottleneck(FlowId g) {
     const double rate = rate_[g];
     const LinkId* path = path_of(g);
-    for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
+    FlowState& st = state_[g];
+    auto bottleneck = [&](std::uint32_t i) {
         const Link& load = links_[path[i]];
-        if (load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack))
+        return load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack);
+    };
+    if (bottleneck(st.bottleneck_hop)) return true;
+    for (std::uint32_t i = 0; i < st.hops; ++i)
+        if (i != st.bottleneck_hop && bottleneck(i)) {
+            st.bottleneck_hop = static_cast<std::uint16_t>(i);
             return true;
-    }
+        }
     return false;
 }
 

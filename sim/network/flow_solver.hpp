@@ -37,6 +37,29 @@
 
 namespace cs::network {
 
+// `bytes` aligned to `align` (a power of two, at most 4096), huge pages where possible (below).
+void* huge_page_allocate(std::size_t bytes, std::size_t align);
+void huge_page_free(void* p) noexcept;
+
+// An allocator for arrays read at random positions, as the solver's links are: blocks of 2 MiB
+// and more are aligned to 2 MiB and offered to the kernel as huge pages (Linux's transparent huge
+// pages in "madvise" mode), so that a lookup costs a data cache miss but rarely a TLB miss too.
+// Elsewhere, or where the kernel declines, they are ordinary pages.
+template <class T>
+struct HugePageAllocator {
+    using value_type = T;
+    HugePageAllocator() = default;
+    template <class U>
+    HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
+    T* allocate(std::size_t n) {
+        return static_cast<T*>(huge_page_allocate(n * sizeof(T), alignof(T)));
+    }
+    void deallocate(T* p, std::size_t) noexcept { huge_page_free(p); }
+    template <class U>
+    bool operator==(const HugePageAllocator<U>&) const noexcept {
+        return true;
+    }
+};
 class FlowSolver {
   public:
     using FlowId = std::uint32_t;
@@ -61,8 +84,8 @@ class FlowSolver {
     // Links known to the solver: those given to the constructor plus those added.
     std::size_t link_count() const { return links_.size(); }
 
-    // Adds a flow of `bytes` (> 0) over `path` (non-empty, no link twice). `owner` is returned by
-    // owner().
+    // Adds a flow of `bytes` (> 0) over `path` (non-empty, at most 65,535 links, no link twice).
+    // `owner` is returned by owner().
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
                Time now);
     // Removes a flow (finished or not).
@@ -118,8 +141,11 @@ class FlowSolver {
     struct FlowState {            // read in the solve loops
         std::uint32_t mark = 0;   // == epoch_: in the re-solved set A of this recompute
         std::uint32_t check = 0;  // == check_round_: bottleneck checked in this round
-        std::uint32_t hops = 0;
-        std::uint32_t frozen = 1;  // outside fill() every flow is frozen
+        std::uint16_t hops = 0;
+        // The hop where the flow last had its bottleneck, checked first: a flow's bottleneck is
+        // mostly where it was, and has_bottleneck() only asks whether there is one.
+        std::uint16_t bottleneck_hop = 0;
+        std::uint8_t frozen = 1;  // outside fill() every flow is frozen
     };
     // Everything a recompute reads or writes of a link, its flows included while they are few,
     // in one 128-byte record: a re-solve visits links scattered over the whole cluster (hundreds
@@ -169,7 +195,7 @@ class FlowSolver {
     bool fill();
     void refresh_links(bool all);
     bool grow(bool all);
-    bool has_bottleneck(FlowId f) const;
+    bool has_bottleneck(FlowId f);
     void finish(Time now, const std::vector<NetworkObserver*>& observers);
 
     // The finish-time heap holds each flow's key beside its id, and positions live in a dense
@@ -197,7 +223,7 @@ class FlowSolver {
     std::vector<std::uint32_t> hop_slots_;
     std::size_t stride_ = 4;
     std::vector<FlowId> free_;
-    std::vector<Link> links_;
+    std::vector<Link, HugePageAllocator<Link>> links_;
     std::vector<std::vector<FlowId>> spilled_;  // lists of links with many flows
     std::vector<std::uint32_t> free_spills_;    // spilled_ entries no link uses
     std::vector<HeapEntry> heap_;
