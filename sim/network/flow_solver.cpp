@@ -112,14 +112,10 @@ FlowSolver::FlowId FlowSolver::pop_flow(Link& link, std::uint32_t slot) {
 }
 
 void FlowSolver::restride(std::size_t stride) {
-    std::vector<LinkId> links(flows_.size() * stride);
-    std::vector<std::uint32_t> slots(flows_.size() * stride);
-    for (std::size_t f = 0; f < flows_.size(); ++f) {
-        std::copy_n(&hop_links_[f * stride_], state_[f].hops, &links[f * stride]);
-        std::copy_n(&hop_slots_[f * stride_], state_[f].hops, &slots[f * stride]);
-    }
-    hop_links_.swap(links);
-    hop_slots_.swap(slots);
+    std::vector<Hop> hops(flows_.size() * stride);
+    for (std::size_t f = 0; f < flows_.size(); ++f)
+        std::copy_n(&hops_[f * stride_], state_[f].hops, &hops[f * stride]);
+    hops_.swap(hops);
     stride_ = stride;
 }
 
@@ -146,8 +142,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         state_.emplace_back();
         rate_.push_back(0);
         heap_pos_.push_back(kNoFlow);
-        hop_links_.resize(flows_.size() * stride_);
-        hop_slots_.resize(flows_.size() * stride_);
+        hops_.resize(flows_.size() * stride_);
     }
     Flow& f = flows_[id];
     f = Flow{};
@@ -160,15 +155,12 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     state_[id].hops = static_cast<std::uint16_t>(path.size());
     rate_[id] = 0;
     new_flows_.push_back(id);
-    LinkId* links = &hop_links_[std::size_t{id} * stride_];
-    std::uint32_t* slots = slots_of(id);
+    Hop* hops = path_of(id);
     // The links of a route lie far apart: ask for all of them before the first is needed.
     for (const LinkId l : path)
         __builtin_prefetch(&links_[l]);
-    for (std::size_t i = 0; i < path.size(); ++i) {
-        links[i] = path[i];
-        slots[i] = push_flow(links_[path[i]], id);
-    }
+    for (std::size_t i = 0; i < path.size(); ++i)
+        hops[i] = {path[i], push_flow(links_[path[i]], id)};
     peak_ = std::max(peak_, ++active_);
     return id;
 }
@@ -183,17 +175,16 @@ double FlowSolver::remaining(FlowId id, Time now) const {
 void FlowSolver::remove(FlowId id) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");
-    const LinkId* path = path_of(id);
-    const std::uint32_t* slots = slots_of(id);
+    const Hop* path = path_of(id);
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
-        const LinkId l = path[i];
-        const std::uint32_t s = slots[i];
+        const LinkId l = path[i].link;
+        const std::uint32_t s = path[i].slot;
         const FlowId moved = pop_flow(links_[l], s);
         if (moved != id) {
-            const LinkId* moved_path = path_of(moved);
+            Hop* moved_path = path_of(moved);
             for (std::uint32_t j = 0; j < state_[moved].hops; ++j)
-                if (moved_path[j] == l) {
-                    slots_of(moved)[j] = s;
+                if (moved_path[j].link == l) {
+                    moved_path[j].slot = s;
                     break;
                 }
         }
@@ -222,10 +213,10 @@ void FlowSolver::take_flow(FlowId g) {
     f.previous_rate = f.pending ? -1.0 : rate_[g];  // a new flow always gets a finish time
     f.pending = false;
     set_flows_.push_back(g);
-    const LinkId* path = path_of(g);
+    const Hop* path = path_of(g);
     for (std::uint32_t i = 0; i < st.hops; ++i) {
-        take_link(path[i]);
-        ++links_[path[i]].members;
+        take_link(path[i].link);
+        ++links_[path[i].link].members;
     }
 }
 
@@ -294,14 +285,14 @@ bool FlowSolver::fill() {
             --unfrozen;
             const bool changed = rate_[g] != rate;
             rate_[g] = rate;
-            const LinkId* path = path_of(g);
+            const Hop* path = path_of(g);
             for (std::uint32_t i = 0; i < st.hops; ++i) {
-                Link& link = links_[path[i]];
+                Link& link = links_[path[i].link];
                 link.remaining -= rate;
                 --link.unfrozen;
                 if (changed && link.noted != check_round_ + 1) {
                     link.noted = check_round_ + 1;
-                    changed_links_.push_back(path[i]);
+                    changed_links_.push_back(path[i].link);
                 }
             }
         }
@@ -325,10 +316,10 @@ void FlowSolver::refresh_links(bool all) {
 
 bool FlowSolver::has_bottleneck(FlowId g) {
     const double rate = rate_[g];
-    const LinkId* path = path_of(g);
+    const Hop* path = path_of(g);
     FlowState& st = state_[g];
     auto bottleneck = [&](std::uint32_t i) {
-        const Link& load = links_[path[i]];
+        const Link& load = links_[path[i].link];
         return load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack);
     };
     if (bottleneck(st.bottleneck_hop)) return true;
@@ -361,9 +352,9 @@ bool FlowSolver::grow(bool all) {
             take_flow(g);
             return;
         }
-        const LinkId* path = path_of(g);
+        const Hop* path = path_of(g);
         for (std::uint32_t j = 0; j < st.hops; ++j) {
-            const Link& load = links_[path[j]];
+            const Link& load = links_[path[j].link];
             if (load.total < load.capacity * (1 - kSlack)) continue;
             for (FlowId h : flows_of(load))
                 if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);

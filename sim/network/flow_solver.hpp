@@ -111,7 +111,10 @@ class FlowSolver {
     std::span<const FlowId> flows_on(topology::LinkId l) const { return flows_of(links_[l]); }
     // The links flow f crosses, as given to add().
     std::vector<topology::LinkId> path(FlowId f) const {
-        return {path_of(f), path_of(f) + state_[f].hops};
+        std::vector<topology::LinkId> links(state_[f].hops);
+        for (std::size_t i = 0; i < links.size(); ++i)
+            links[i] = path_of(f)[i].link;
+        return links;
     }
     // The bytes flow f has left at `now` (not before the last recompute()), at its current rate.
     double remaining(FlowId f, Time now) const;
@@ -177,10 +180,14 @@ class FlowSolver {
         topology::LinkId link;
     };
 
-    const topology::LinkId* path_of(FlowId f) const {
-        return &hop_links_[std::size_t{f} * stride_];
-    }
-    std::uint32_t* slots_of(FlowId f) { return &hop_slots_[std::size_t{f} * stride_]; }
+    // A hop of a flow: its link, and the flow's index in that link's list of flows (side by side,
+    // so that the flow moved into a removed flow's slot is updated where its path is read).
+    struct Hop {
+        topology::LinkId link;
+        std::uint32_t slot;
+    };
+    const Hop* path_of(FlowId f) const { return &hops_[std::size_t{f} * stride_]; }
+    Hop* path_of(FlowId f) { return &hops_[std::size_t{f} * stride_]; }
     void restride(std::size_t stride);
     std::span<const FlowId> flows_of(const Link& link) const {
         return {link.spill == kNoSpill ? link.inline_flows : spilled_[link.spill].data(),
@@ -217,10 +224,8 @@ class FlowSolver {
     std::vector<Flow> flows_;
     std::vector<FlowState> state_;
     std::vector<double> rate_;
-    // Flow f's path is hop_links_[f * stride_ ...][0 .. hops); hop_slots_ holds, for each hop,
-    // the index of f in that link's list of flows.
-    std::vector<topology::LinkId> hop_links_;
-    std::vector<std::uint32_t> hop_slots_;
+    // Flow f's path is hops_[f * stride_ ...][0 .. hops).
+    std::vector<Hop> hops_;
     std::size_t stride_ = 4;
     std::vector<FlowId> free_;
     std::vector<Link, HugePageAllocator<Link>> links_;
