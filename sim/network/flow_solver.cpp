@@ -140,7 +140,6 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         id = static_cast<FlowId>(flows_.size());
         flows_.emplace_back();
         state_.emplace_back();
-        rate_.push_back(0);
         heap_pos_.push_back(kNoFlow);
         hops_.resize(flows_.size() * stride_);
     }
@@ -153,7 +152,7 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     f.pending = true;
     state_[id] = FlowState{};
     state_[id].hops = static_cast<std::uint16_t>(path.size());
-    rate_[id] = 0;
+    state_[id].rate = 0;
     new_flows_.push_back(id);
     Hop* hops = path_of(id);
     // The links of a route lie far apart: ask for all of them before the first is needed.
@@ -169,7 +168,7 @@ double FlowSolver::remaining(FlowId id, Time now) const {
     const Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "the remaining bytes of an inactive flow");
     if (now <= f.updated || f.pending) return f.remaining;
-    return std::max(0.0, f.remaining - rate_[id] * (now - f.updated).seconds());
+    return std::max(0.0, f.remaining - state_[id].rate * (now - f.updated).seconds());
 }
 
 void FlowSolver::remove(FlowId id) {
@@ -193,7 +192,7 @@ void FlowSolver::remove(FlowId id) {
     heap_erase(id);
     f.active = false;
     f.pending = false;
-    rate_[id] = 0;
+    state_[id].rate = 0;
     free_.push_back(id);
     --active_;
 }
@@ -210,7 +209,7 @@ void FlowSolver::take_flow(FlowId g) {
     if (st.mark == epoch_) return;
     st.mark = epoch_;
     Flow& f = flows_[g];
-    f.previous_rate = f.pending ? -1.0 : rate_[g];  // a new flow always gets a finish time
+    f.previous_rate = f.pending ? -1.0 : state_[g].rate;  // a new flow always gets a finish time
     f.pending = false;
     set_flows_.push_back(g);
     const Hop* path = path_of(g);
@@ -245,7 +244,7 @@ bool FlowSolver::fill() {
             // Without a flow of A the link's remaining capacity is never read.
             if (link.members > 0)
                 for (FlowId g : flows_of(link))
-                    if (state_[g].mark != epoch_) link.remaining -= rate_[g];
+                    if (state_[g].mark != epoch_) link.remaining -= state_[g].rate;
         }
         if (link.unfrozen > 0)
             share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
@@ -283,8 +282,8 @@ bool FlowSolver::fill() {
             if (st.frozen) continue;
             st.frozen = 1;
             --unfrozen;
-            const bool changed = rate_[g] != rate;
-            rate_[g] = rate;
+            const bool changed = state_[g].rate != rate;
+            state_[g].rate = rate;
             const Hop* path = path_of(g);
             for (std::uint32_t i = 0; i < st.hops; ++i) {
                 Link& link = links_[path[i].link];
@@ -306,8 +305,8 @@ void FlowSolver::refresh_links(bool all) {
         double total = 0;
         double max_rate = 0;
         for (FlowId g : flows_of(link)) {
-            total += rate_[g];
-            max_rate = std::max(max_rate, rate_[g]);
+            total += state_[g].rate;
+            max_rate = std::max(max_rate, state_[g].rate);
         }
         link.total = total;
         link.max_rate = max_rate;
@@ -315,7 +314,7 @@ void FlowSolver::refresh_links(bool all) {
 }
 
 bool FlowSolver::has_bottleneck(FlowId g) {
-    const double rate = rate_[g];
+    const double rate = state_[g].rate;
     const Hop* path = path_of(g);
     FlowState& st = state_[g];
     auto bottleneck = [&](std::uint32_t i) {
@@ -357,7 +356,7 @@ bool FlowSolver::grow(bool all) {
             const Link& load = links_[path[j].link];
             if (load.total < load.capacity * (1 - kSlack)) continue;
             for (FlowId h : flows_of(load))
-                if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
+                if (state_[h].mark != epoch_ && state_[h].rate > state_[g].rate) take_flow(h);
         }
     };
     if (all) {
@@ -417,7 +416,7 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
 void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers) {
     for (FlowId g : set_flows_) {
         Flow& f = flows_[g];
-        const double rate = rate_[g];
+        const double rate = state_[g].rate;
         if (rate == f.previous_rate) continue;
         if (f.previous_rate > 0 && now > f.updated)
             f.remaining =

@@ -102,7 +102,7 @@ class FlowSolver {
     Time finish_time(FlowId f) const { return flows_[f].finish; }
     std::uint32_t owner(FlowId f) const { return flows_[f].owner; }
     // Bytes per second, as of the last recompute().
-    double rate(FlowId f) const { return rate_[f]; }
+    double rate(FlowId f) const { return state_[f].rate; }
     std::size_t active_flows() const { return active_; }
     // The most flows active at once so far.
     std::size_t peak_flows() const { return peak_; }
@@ -141,7 +141,8 @@ class FlowSolver {
         bool active = false;
         bool pending = false;  // added since the last recompute
     };
-    struct FlowState {            // read in the solve loops
+    struct FlowState {  // read in the solve loops
+        double rate = 0;  // bytes per second, as of the last fill()
         std::uint32_t mark = 0;   // == epoch_: in the re-solved set A of this recompute
         std::uint32_t check = 0;  // == check_round_: bottleneck checked in this round
         std::uint16_t hops = 0;
@@ -223,7 +224,6 @@ class FlowSolver {
     Strategy strategy_;
     std::vector<Flow> flows_;
     std::vector<FlowState> state_;
-    std::vector<double> rate_;
     // Flow f's path is hops_[f * stride_ ...][0 .. hops).
     std::vector<Hop> hops_;
     std::size_t stride_ = 4;
