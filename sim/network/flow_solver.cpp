@@ -492,16 +492,27 @@ void FlowSolver::heap_update(FlowId f) {
 }
 
 void FlowSolver::heap_erase(FlowId f) {
-    const std::uint32_t i = heap_pos_[f];
+    std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) return;
     heap_pos_[f] = kNoFlow;
     const HeapEntry last = heap_.back();
     heap_.pop_back();
-    if (last.flow == f) return;
+    const auto n = static_cast<std::uint32_t>(heap_.size());
+    if (i == n) return;
+    // The hole goes down to a leaf by the earlier child, one comparison a level, and the last
+    // entry, which mostly belongs near the leaves, climbs from there (f is mostly the root: the
+    // flow that finished).
+    for (;;) {
+        std::uint32_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
+        heap_[i] = heap_[child];
+        heap_pos_[heap_[i].flow] = i;
+        i = child;
+    }
     heap_[i] = last;
     heap_pos_[last.flow] = i;
     heap_up(i);
-    heap_down(heap_pos_[last.flow]);
 }
 
 }  // namespace cs::network
