@@ -1043,6 +1043,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         std::vector<SummingObserver*> copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
+            // Mostly every link is real: the path as it is, no copy.
+            if (std::all_of(path.begin(), path.end(), [this](LinkId l) { return l < links; }))
+                return path;
             real_path.clear();
             for (LinkId l : path)
                 if (l < links) real_path.push_back(l);
