@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <unordered_map>
 
@@ -692,6 +693,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         for (LinkId l = 0; l < n; ++l)
             chain_of_[l] = chain_of_[root(l)];
+        std::vector<std::size_t> size(n, 0);
+        for (LinkId l = 0; l < n; ++l)
+            real_links_.longest_chain = std::max(real_links_.longest_chain, ++size[root(l)]);
         real_links_.twins = &twin_;
         return true;
     }
@@ -1118,25 +1122,38 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     o->on_link_rate(at, image(link, m), bytes_per_s, flows);
         }
         std::vector<LinkRate> real_rates;  // scratch, reused
+        // on_link_rates() runs at every re-solve: the real links' rates are written through a
+        // pointer into room made up front (the chains' links included: longest_chain per rate).
+        std::unique_ptr<LinkRate[]> rate_room;
+        std::size_t rate_room_size = 0;
+        std::size_t longest_chain = 1;
         void on_link_rates(Time at, std::span<const LinkRate> rates) override {
-            real_rates.clear();
+            const std::size_t room = rates.size() * (twins ? longest_chain : 1);
+            if (rate_room_size < room) {
+                rate_room = std::make_unique_for_overwrite<LinkRate[]>(room);
+                rate_room_size = room;
+            }
+            LinkRate* const first = rate_room.get();
+            LinkRate* out = first;
             for (const LinkRate& r : rates)
-                if (r.link < links) real_rates.push_back(r);
-            if (real_rates.empty()) return;
+                if (r.link < links) *out++ = r;
+            if (out == first) return;
             if (twins) {
                 // The other links of each rate's chain carry the same flows at the same rate.
-                const std::size_t n = real_rates.size();
-                for (std::size_t i = 0; i < n; ++i)
-                    for (LinkId t = (*twins)[real_rates[i].link]; t != real_rates[i].link;
-                         t = (*twins)[t])
-                        real_rates.push_back({t, real_rates[i].bytes_per_s, real_rates[i].flows});
-                if (real_rates.size() > n && wants_ordered_link_rates())
-                    std::sort(real_rates.begin(), real_rates.end(),
+                const LinkId* twin = twins->data();
+                LinkRate* const reals = out;
+                for (const LinkRate* r = first; r != reals; ++r)
+                    for (LinkId t = twin[r->link]; t != r->link; t = twin[t])
+                        *out++ = {t, r->bytes_per_s, r->flows};
+                if (out != reals && wants_ordered_link_rates())
+                    std::sort(first, out,
                               [](const LinkRate& a, const LinkRate& b) { return a.link < b.link; });
             }
+            const std::span<const LinkRate> told(first, out);
             for (SummingObserver* o : copiers)
-                o->on_link_rates(at, real_rates);
+                o->on_link_rates(at, told);
             if (repeated.empty()) return;
+            real_rates.assign(first, out);
             if (maps.size() > 1) {
                 const std::size_t n = real_rates.size();
                 for (std::size_t m = 1; m < maps.size(); ++m)
