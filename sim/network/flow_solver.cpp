@@ -1,13 +1,7 @@
 #include "network/flow_solver.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 #include <limits>
-
-#if __has_include(<sys/mman.h>)
-#include <sys/mman.h>
-#endif
 
 #include "core/errors.hpp"
 #include "network/network.hpp"
@@ -23,19 +17,6 @@ namespace {
 // for rounding noise (costly, never wrong).
 constexpr double kSlack = 1e-10;
 }  // namespace
-
-void* huge_page_allocate(std::size_t bytes, std::size_t align) {
-    constexpr std::size_t kHuge = std::size_t{2} << 20;
-    const std::size_t unit = bytes >= kHuge ? kHuge : std::max(align, sizeof(void*));
-    void* p = std::aligned_alloc(unit, (std::max<std::size_t>(bytes, 1) + unit - 1) / unit * unit);
-    if (!p) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (unit == kHuge) (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused, pages stay small
-#endif
-    return p;
-}
-
-void huge_page_free(void* p) noexcept { std::free(p); }
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
     links_.resize(capacity.size());

@@ -37,29 +37,6 @@
 
 namespace cs::network {
 
-// `bytes` aligned to `align` (a power of two, at most 4096), huge pages where possible (below).
-void* huge_page_allocate(std::size_t bytes, std::size_t align);
-void huge_page_free(void* p) noexcept;
-
-// An allocator for arrays read at random positions, as the solver's links are: blocks of 2 MiB
-// and more are aligned to 2 MiB and offered to the kernel as huge pages (Linux's transparent huge
-// pages in "madvise" mode), so that a lookup costs a data cache miss but rarely a TLB miss too.
-// Elsewhere, or where the kernel declines, they are ordinary pages.
-template <class T>
-struct HugePageAllocator {
-    using value_type = T;
-    HugePageAllocator() = default;
-    template <class U>
-    HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
-    T* allocate(std::size_t n) {
-        return static_cast<T*>(huge_page_allocate(n * sizeof(T), alignof(T)));
-    }
-    void deallocate(T* p, std::size_t) noexcept { huge_page_free(p); }
-    template <class U>
-    bool operator==(const HugePageAllocator<U>&) const noexcept {
-        return true;
-    }
-};
 class FlowSolver {
   public:
     using FlowId = std::uint32_t;
@@ -228,7 +205,7 @@ class FlowSolver {
     std::vector<Hop> hops_;
     std::size_t stride_ = 4;
     std::vector<FlowId> free_;
-    std::vector<Link, HugePageAllocator<Link>> links_;
+    std::vector<Link> links_;
     std::vector<std::vector<FlowId>> spilled_;  // lists of links with many flows
     std::vector<std::uint32_t> free_spills_;    // spilled_ entries no link uses
     std::vector<HeapEntry> heap_;
