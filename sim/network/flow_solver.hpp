@@ -118,8 +118,8 @@ class FlowSolver {
         bool active = false;
         bool pending = false;  // added since the last recompute
     };
-    struct FlowState {  // read in the solve loops
-        double rate = 0;  // bytes per second, as of the last fill()
+    struct FlowState {            // read in the solve loops
+        double rate = 0;          // bytes per second, as of the last fill()
         std::uint32_t mark = 0;   // == epoch_: in the re-solved set A of this recompute
         std::uint32_t check = 0;  // == check_round_: bottleneck checked in this round
         std::uint16_t hops = 0;

@@ -204,9 +204,9 @@ TEST_CASE("a link with more flows than its record holds: lists spill, shrink, gr
     FlowSolver s({100e9, 10e9});
     std::vector<FlowSolver::FlowId> id;
     for (int i = 0; i < 40; ++i)
-        id.push_back(s.add(i % 2 == 0 ? std::vector<topology::LinkId>{0}
-                                      : std::vector<topology::LinkId>{0, 1},
-                           1e9, static_cast<std::uint32_t>(i), Time::zero()));
+        id.push_back(s.add(
+            i % 2 == 0 ? std::vector<topology::LinkId>{0} : std::vector<topology::LinkId>{0, 1},
+            1e9, static_cast<std::uint32_t>(i), Time::zero()));
     s.recompute(Time::zero(), kNoObservers);
     CHECK(s.flows_on(0).size() == 40);
     CHECK(s.flows_on(1).size() == 20);
