@@ -20,58 +20,89 @@ constexpr double kSlack = 1e-10;
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
     links_.resize(capacity.size());
-    loads_.resize(capacity.size());
-    link_state_.resize(capacity.size());
-    link_flows_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))
             throw SimulationError("network", "link " + std::to_string(l) + " has no capacity");
-        loads_[l].capacity = capacity[l];
+        links_[l].capacity = capacity[l];
     }
 }
 
 LinkId FlowSolver::add_link(double capacity) {
     if (!(capacity > 0))
         throw SimulationError("network", "an added link needs a positive capacity");
-    const auto id = static_cast<LinkId>(loads_.size());
+    const auto id = static_cast<LinkId>(links_.size());
     links_.emplace_back();
-    loads_.emplace_back();
-    link_state_.emplace_back();
-    link_flows_.emplace_back();
     set_capacity(id, capacity);
     return id;
 }
 
 void FlowSolver::set_capacity(LinkId link, double capacity) {
-    if (link >= loads_.size())
+    if (link >= links_.size())
         throw SimulationError("network", "no link " + std::to_string(link) + " to change");
     if (!(capacity >= 0) || capacity == std::numeric_limits<double>::infinity())
         throw SimulationError(
             "network", "link " + std::to_string(link) + " needs a finite capacity of at least 0");
-    if (loads_[link].capacity == capacity) return;
-    loads_[link].capacity = capacity;
+    Link& k = links_[link];
+    if (k.capacity == capacity) return;
+    k.capacity = capacity;
     // Held rates on this link may no longer fit (or may leave room), which the bottleneck check
     // assumes they do: its flows are re-solved, not held.
-    if (link_flows_[link].empty()) return;
-    link_state_[link].capacity_changed = true;
+    if (k.count == 0) return;
+    k.capacity_changed = true;
     mark_dirty(link);
 }
 
-void FlowSolver::restride(std::size_t stride) {
-    std::vector<LinkId> links(flows_.size() * stride);
-    std::vector<std::uint32_t> slots(flows_.size() * stride);
-    for (std::size_t f = 0; f < flows_.size(); ++f) {
-        std::copy_n(&hop_links_[f * stride_], state_[f].hops, &links[f * stride]);
-        std::copy_n(&hop_slots_[f * stride_], state_[f].hops, &slots[f * stride]);
+std::uint32_t FlowSolver::push_flow(Link& link, FlowId f) {
+    const std::uint32_t slot = link.count++;
+    if (link.spill == kNoSpill) {
+        if (slot < kInlineFlows) {
+            link.inline_flows[slot] = f;
+            return slot;
+        }
+        if (free_spills_.empty()) {
+            link.spill = static_cast<std::uint32_t>(spilled_.size());
+            spilled_.emplace_back();
+        } else {
+            link.spill = free_spills_.back();
+            free_spills_.pop_back();
+        }
+        spilled_[link.spill].assign(link.inline_flows, link.inline_flows + kInlineFlows);
     }
-    hop_links_.swap(links);
-    hop_slots_.swap(slots);
+    spilled_[link.spill].push_back(f);
+    return slot;
+}
+
+// Removes the flow in `slot` by moving the last one into it (the order a vector's swap-remove
+// leaves), and returns the flow moved.
+FlowSolver::FlowId FlowSolver::pop_flow(Link& link, std::uint32_t slot) {
+    const std::uint32_t last = --link.count;
+    if (link.spill == kNoSpill) {
+        const FlowId moved = link.inline_flows[last];
+        link.inline_flows[slot] = moved;
+        return moved;
+    }
+    auto& list = spilled_[link.spill];
+    const FlowId moved = list.back();
+    list[slot] = moved;
+    list.pop_back();
+    if (last == 0) {
+        free_spills_.push_back(link.spill);
+        link.spill = kNoSpill;
+    }
+    return moved;
+}
+
+void FlowSolver::restride(std::size_t stride) {
+    std::vector<Hop> hops(flows_.size() * stride);
+    for (std::size_t f = 0; f < flows_.size(); ++f)
+        std::copy_n(&hops_[f * stride_], state_[f].hops, &hops[f * stride]);
+    hops_.swap(hops);
     stride_ = stride;
 }
 
 void FlowSolver::mark_dirty(LinkId l) {
-    if (link_state_[l].queued) return;
-    link_state_[l].queued = true;
+    if (links_[l].queued) return;
+    links_[l].queued = true;
     dirty_links_.push_back(l);
 }
 
@@ -79,6 +110,8 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
                                    std::uint32_t owner, Time now) {
     if (path.empty() || !(bytes > 0))
         throw SimulationError("network", "a flow needs a non-empty route and a positive size", now);
+    if (path.size() > 0xffff)
+        throw SimulationError("network", "a flow's route has more than 65,535 links", now);
     if (path.size() > stride_) restride(std::max(path.size(), 2 * stride_));
     FlowId id;
     if (!free_.empty()) {
@@ -88,10 +121,8 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
         id = static_cast<FlowId>(flows_.size());
         flows_.emplace_back();
         state_.emplace_back();
-        rate_.push_back(0);
         heap_pos_.push_back(kNoFlow);
-        hop_links_.resize(flows_.size() * stride_);
-        hop_slots_.resize(flows_.size() * stride_);
+        hops_.resize(flows_.size() * stride_);
     }
     Flow& f = flows_[id];
     f = Flow{};
@@ -101,17 +132,15 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     f.active = true;
     f.pending = true;
     state_[id] = FlowState{};
-    state_[id].hops = static_cast<std::uint32_t>(path.size());
-    rate_[id] = 0;
+    state_[id].hops = static_cast<std::uint16_t>(path.size());
+    state_[id].rate = 0;
     new_flows_.push_back(id);
-    LinkId* links = &hop_links_[std::size_t{id} * stride_];
-    std::uint32_t* slots = slots_of(id);
-    for (std::size_t i = 0; i < path.size(); ++i) {
-        auto& on_link = link_flows_[path[i]];
-        links[i] = path[i];
-        slots[i] = static_cast<std::uint32_t>(on_link.size());
-        on_link.push_back(id);
-    }
+    Hop* hops = path_of(id);
+    // The links of a route lie far apart: ask for all of them before the first is needed.
+    for (const LinkId l : path)
+        __builtin_prefetch(&links_[l]);
+    for (std::size_t i = 0; i < path.size(); ++i)
+        hops[i] = {path[i], push_flow(links_[path[i]], id)};
     peak_ = std::max(peak_, ++active_);
     return id;
 }
@@ -120,26 +149,22 @@ double FlowSolver::remaining(FlowId id, Time now) const {
     const Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "the remaining bytes of an inactive flow");
     if (now <= f.updated || f.pending) return f.remaining;
-    return std::max(0.0, f.remaining - rate_[id] * (now - f.updated).seconds());
+    return std::max(0.0, f.remaining - state_[id].rate * (now - f.updated).seconds());
 }
 
 void FlowSolver::remove(FlowId id) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");
-    const LinkId* path = path_of(id);
-    const std::uint32_t* slots = slots_of(id);
+    const Hop* path = path_of(id);
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
-        const LinkId l = path[i];
-        const std::uint32_t s = slots[i];
-        auto& on_link = link_flows_[l];
-        const FlowId moved = on_link.back();
-        on_link[s] = moved;
-        on_link.pop_back();
+        const LinkId l = path[i].link;
+        const std::uint32_t s = path[i].slot;
+        const FlowId moved = pop_flow(links_[l], s);
         if (moved != id) {
-            const LinkId* moved_path = path_of(moved);
+            Hop* moved_path = path_of(moved);
             for (std::uint32_t j = 0; j < state_[moved].hops; ++j)
-                if (moved_path[j] == l) {
-                    slots_of(moved)[j] = s;
+                if (moved_path[j].link == l) {
+                    moved_path[j].slot = s;
                     break;
                 }
         }
@@ -148,7 +173,7 @@ void FlowSolver::remove(FlowId id) {
     heap_erase(id);
     f.active = false;
     f.pending = false;
-    rate_[id] = 0;
+    state_[id].rate = 0;
     free_.push_back(id);
     --active_;
 }
@@ -165,20 +190,20 @@ void FlowSolver::take_flow(FlowId g) {
     if (st.mark == epoch_) return;
     st.mark = epoch_;
     Flow& f = flows_[g];
-    f.previous_rate = f.pending ? -1.0 : rate_[g];  // a new flow always gets a finish time
+    f.previous_rate = f.pending ? -1.0 : state_[g].rate;  // a new flow always gets a finish time
     f.pending = false;
     set_flows_.push_back(g);
-    const LinkId* path = path_of(g);
+    const Hop* path = path_of(g);
     for (std::uint32_t i = 0; i < st.hops; ++i) {
-        take_link(path[i]);
-        ++links_[path[i]].members;
+        take_link(path[i].link);
+        ++links_[path[i].link].members;
     }
 }
 
 // Closes A and L under "shares a link": every flow on a link of L joins A.
 void FlowSolver::take_component() {
     for (std::size_t i = 0; i < set_links_.size(); ++i)
-        for (FlowId g : link_flows_[set_links_[i]])
+        for (FlowId g : flows_of(links_[set_links_[i]]))
             take_flow(g);
 }
 
@@ -193,13 +218,14 @@ bool FlowSolver::fill() {
     share_queue_.clear();
     for (LinkId l : set_links_) {
         Link& link = links_[l];
-        link.remaining = loads_[l].capacity;
+        link.remaining = link.capacity;
         link.unfrozen = link.members;
-        const auto& on_link = link_flows_[l];
-        if (link.members < on_link.size()) {
+        if (link.members < link.count) {
             holds = true;
-            for (FlowId g : on_link)
-                if (state_[g].mark != epoch_) link.remaining -= rate_[g];
+            // Without a flow of A the link's remaining capacity is never read.
+            if (link.members > 0)
+                for (FlowId g : flows_of(link))
+                    if (state_[g].mark != epoch_) link.remaining -= state_[g].rate;
         }
         if (link.unfrozen > 0)
             share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
@@ -232,21 +258,21 @@ bool FlowSolver::fill() {
             std::push_heap(queue.begin(), queue.end(), share_after);
             continue;
         }
-        for (FlowId g : link_flows_[top.link]) {
+        for (FlowId g : flows_of(bottleneck)) {
             FlowState& st = state_[g];
             if (st.frozen) continue;
             st.frozen = 1;
             --unfrozen;
-            const bool changed = rate_[g] != rate;
-            rate_[g] = rate;
-            const LinkId* path = path_of(g);
+            const bool changed = state_[g].rate != rate;
+            state_[g].rate = rate;
+            const Hop* path = path_of(g);
             for (std::uint32_t i = 0; i < st.hops; ++i) {
-                Link& link = links_[path[i]];
+                Link& link = links_[path[i].link];
                 link.remaining -= rate;
                 --link.unfrozen;
                 if (changed && link.noted != check_round_ + 1) {
                     link.noted = check_round_ + 1;
-                    changed_links_.push_back(path[i]);
+                    changed_links_.push_back(path[i].link);
                 }
             }
         }
@@ -256,25 +282,32 @@ bool FlowSolver::fill() {
 
 void FlowSolver::refresh_links(bool all) {
     for (LinkId l : all ? set_links_ : changed_links_) {
+        Link& link = links_[l];
         double total = 0;
         double max_rate = 0;
-        for (FlowId g : link_flows_[l]) {
-            total += rate_[g];
-            max_rate = std::max(max_rate, rate_[g]);
+        for (FlowId g : flows_of(link)) {
+            total += state_[g].rate;
+            max_rate = std::max(max_rate, state_[g].rate);
         }
-        loads_[l].total = total;
-        loads_[l].max_rate = max_rate;
+        link.total = total;
+        link.max_rate = max_rate;
     }
 }
 
-bool FlowSolver::has_bottleneck(FlowId g) const {
-    const double rate = rate_[g];
-    const LinkId* path = path_of(g);
-    for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
-        const LinkLoad& load = loads_[path[i]];
-        if (load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack))
+bool FlowSolver::has_bottleneck(FlowId g) {
+    const double rate = state_[g].rate;
+    const Hop* path = path_of(g);
+    FlowState& st = state_[g];
+    auto bottleneck = [&](std::uint32_t i) {
+        const Link& load = links_[path[i].link];
+        return load.total >= load.capacity * (1 - kSlack) && rate >= load.max_rate * (1 - kSlack);
+    };
+    if (bottleneck(st.bottleneck_hop)) return true;
+    for (std::uint32_t i = 0; i < st.hops; ++i)
+        if (i != st.bottleneck_hop && bottleneck(i)) {
+            st.bottleneck_hop = static_cast<std::uint16_t>(i);
             return true;
-    }
+        }
     return false;
 }
 
@@ -299,22 +332,22 @@ bool FlowSolver::grow(bool all) {
             take_flow(g);
             return;
         }
-        const LinkId* path = path_of(g);
+        const Hop* path = path_of(g);
         for (std::uint32_t j = 0; j < st.hops; ++j) {
-            const LinkLoad& load = loads_[path[j]];
+            const Link& load = links_[path[j].link];
             if (load.total < load.capacity * (1 - kSlack)) continue;
-            for (FlowId h : link_flows_[path[j]])
-                if (state_[h].mark != epoch_ && rate_[h] > rate_[g]) take_flow(h);
+            for (FlowId h : flows_of(load))
+                if (state_[h].mark != epoch_ && state_[h].rate > state_[g].rate) take_flow(h);
         }
     };
     if (all) {
         const std::size_t n = set_links_.size();  // L grows in take_flow(); new links unchanged
         for (std::size_t i = 0; i < n; ++i)
-            for (FlowId g : link_flows_[set_links_[i]])
+            for (FlowId g : flows_of(links_[set_links_[i]]))
                 check(g);
     } else {
         for (LinkId l : changed_links_)
-            for (FlowId g : link_flows_[l])
+            for (FlowId g : flows_of(links_[l]))
                 check(g);
         for (FlowId g : recheck_)
             check(g);
@@ -336,11 +369,12 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
     set_links_.clear();
     set_flows_.clear();
     for (LinkId l : dirty_links_) {
-        link_state_[l].queued = false;
+        Link& link = links_[l];
+        link.queued = false;
         take_link(l);
-        if (link_state_[l].capacity_changed) {
-            link_state_[l].capacity_changed = false;
-            for (FlowId g : link_flows_[l])
+        if (link.capacity_changed) {
+            link.capacity_changed = false;
+            for (FlowId g : flows_of(link))
                 take_flow(g);
         }
     }
@@ -363,7 +397,7 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
 void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers) {
     for (FlowId g : set_flows_) {
         Flow& f = flows_[g];
-        const double rate = rate_[g];
+        const double rate = state_[g].rate;
         if (rate == f.previous_rate) continue;
         if (f.previous_rate > 0 && now > f.updated)
             f.remaining =
@@ -377,9 +411,9 @@ void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers
 
     changed_rates_.clear();
     for (LinkId l : set_links_) {
-        const double total = loads_[l].total;
-        const auto count = static_cast<std::uint32_t>(link_flows_[l].size());
-        LinkState& st = link_state_[l];
+        Link& st = links_[l];
+        const double total = st.total;
+        const std::uint32_t count = st.count;
         if (total == st.acct_rate && count == st.acct_flows) continue;
         st.acct_rate = total;
         st.acct_flows = count;
@@ -439,16 +473,27 @@ void FlowSolver::heap_update(FlowId f) {
 }
 
 void FlowSolver::heap_erase(FlowId f) {
-    const std::uint32_t i = heap_pos_[f];
+    std::uint32_t i = heap_pos_[f];
     if (i == kNoFlow) return;
     heap_pos_[f] = kNoFlow;
     const HeapEntry last = heap_.back();
     heap_.pop_back();
-    if (last.flow == f) return;
+    const auto n = static_cast<std::uint32_t>(heap_.size());
+    if (i == n) return;
+    // The hole goes down to a leaf by the earlier child, one comparison a level, and the last
+    // entry, which mostly belongs near the leaves, climbs from there (f is mostly the root: the
+    // flow that finished).
+    for (;;) {
+        std::uint32_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
+        heap_[i] = heap_[child];
+        heap_pos_[heap_[i].flow] = i;
+        i = child;
+    }
     heap_[i] = last;
     heap_pos_[last.flow] = i;
     heap_up(i);
-    heap_down(heap_pos_[last.flow]);
 }
 
 }  // namespace cs::network

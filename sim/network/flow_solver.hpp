@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/units.hpp"
@@ -58,10 +59,10 @@ class FlowSolver {
     // later change gives the link capacity again.
     void set_capacity(topology::LinkId link, double capacity);
     // Links known to the solver: those given to the constructor plus those added.
-    std::size_t link_count() const { return loads_.size(); }
+    std::size_t link_count() const { return links_.size(); }
 
-    // Adds a flow of `bytes` (> 0) over `path` (non-empty, no link twice). `owner` is returned by
-    // owner().
+    // Adds a flow of `bytes` (> 0) over `path` (non-empty, at most 65,535 links, no link twice).
+    // `owner` is returned by owner().
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
                Time now);
     // Removes a flow (finished or not).
@@ -78,22 +79,25 @@ class FlowSolver {
     Time finish_time(FlowId f) const { return flows_[f].finish; }
     std::uint32_t owner(FlowId f) const { return flows_[f].owner; }
     // Bytes per second, as of the last recompute().
-    double rate(FlowId f) const { return rate_[f]; }
+    double rate(FlowId f) const { return state_[f].rate; }
     std::size_t active_flows() const { return active_; }
     // The most flows active at once so far.
     std::size_t peak_flows() const { return peak_; }
 
     // The flows crossing link `l`, in no particular order (invalidated by add() and remove()).
-    const std::vector<FlowId>& flows_on(topology::LinkId l) const { return link_flows_[l]; }
+    std::span<const FlowId> flows_on(topology::LinkId l) const { return flows_of(links_[l]); }
     // The links flow f crosses, as given to add().
     std::vector<topology::LinkId> path(FlowId f) const {
-        return {path_of(f), path_of(f) + state_[f].hops};
+        std::vector<topology::LinkId> links(state_[f].hops);
+        for (std::size_t i = 0; i < links.size(); ++i)
+            links[i] = path_of(f)[i].link;
+        return links;
     }
     // The bytes flow f has left at `now` (not before the last recompute()), at its current rate.
     double remaining(FlowId f, Time now) const;
 
     // A link's total rate as last reported to observers.
-    double link_rate(topology::LinkId l) const { return link_state_[l].acct_rate; }
+    double link_rate(topology::LinkId l) const { return links_[l].acct_rate; }
 
     // Work counters for benchmarks: recompute() calls, flows re-rated (summed over every
     // progressive filling, so a flow re-solved twice in one recompute counts twice), and flows
@@ -103,8 +107,8 @@ class FlowSolver {
     std::uint64_t checked_flows() const { return checked_; }
 
   private:
-    // Per-flow and per-link data is split by use so that the loops over hundreds of thousands of
-    // flow-link incidences touch as few cache lines as possible.
+    // Per-flow data is split by use so that the loops over flow-link incidences touch as few
+    // cache lines as possible.
     struct Flow {  // touched when the flow starts, ends or changes rate
         double remaining = 0;
         double previous_rate = 0;  // rate before the recompute in progress
@@ -115,41 +119,60 @@ class FlowSolver {
         bool pending = false;  // added since the last recompute
     };
     struct FlowState {            // read in the solve loops
+        double rate = 0;          // bytes per second, as of the last fill()
         std::uint32_t mark = 0;   // == epoch_: in the re-solved set A of this recompute
         std::uint32_t check = 0;  // == check_round_: bottleneck checked in this round
-        std::uint32_t hops = 0;
-        std::uint32_t frozen = 1;  // outside fill() every flow is frozen
+        std::uint16_t hops = 0;
+        // The hop where the flow last had its bottleneck, checked first: a flow's bottleneck is
+        // mostly where it was, and has_bottleneck() only asks whether there is one.
+        std::uint16_t bottleneck_hop = 0;
+        std::uint8_t frozen = 1;  // outside fill() every flow is frozen
     };
-    // Link data in two 24-byte records: what taking a flow into A and freezing it touch, and
-    // what the bottleneck check reads.
-    struct Link {  // progressive-filling scratch and set membership
-        double remaining = 0;
+    // Everything a recompute reads or writes of a link, its flows included while they are few,
+    // in one 128-byte record: a re-solve visits links scattered over the whole cluster (hundreds
+    // of thousands of them at 16,384 GPUs), and each record is one or two cache misses where
+    // five arrays of per-link fields and a list on the heap were five or six.
+    static constexpr std::uint32_t kInlineFlows = 14;
+    static constexpr std::uint32_t kNoSpill = 0xffffffffu;
+    struct alignas(64) Link {
+        double capacity = 0;
+        double total = 0;      // sum of the rates of its flows, as of the last solve
+        double max_rate = 0;   // largest rate of its flows, as of the last solve
+        double remaining = 0;  // progressive-filling scratch
+        double acct_rate = 0;  // values last reported to observers
+        std::uint32_t acct_flows = 0;
         std::uint32_t unfrozen = 0;
         std::uint32_t members = 0;  // flows of A on the link
         std::uint32_t mark = 0;     // == epoch_: in the link set L of this recompute
         std::uint32_t noted = 0;    // == check_round_ + 1: in changed_links_
-    };
-    struct LinkLoad {
-        double capacity = 0;
-        double total = 0;     // sum of the rates of its flows, as of the last solve
-        double max_rate = 0;  // largest rate of its flows, as of the last solve
-    };
-    struct LinkState {
-        double acct_rate = 0;  // values last reported to observers
-        std::uint32_t acct_flows = 0;
+        std::uint32_t count = 0;    // flows crossing the link
+        // Past kInlineFlows flows, the list lives in spilled_[spill] until the link is empty.
+        std::uint32_t spill = kNoSpill;
         bool queued = false;            // in dirty_links_
         bool capacity_changed = false;  // its flows join the re-solved set at the next recompute
+        FlowId inline_flows[kInlineFlows] = {};
     };
+    static_assert(sizeof(Link) == 128);
     struct Share {
         double share;
         topology::LinkId link;
     };
 
-    const topology::LinkId* path_of(FlowId f) const {
-        return &hop_links_[std::size_t{f} * stride_];
-    }
-    std::uint32_t* slots_of(FlowId f) { return &hop_slots_[std::size_t{f} * stride_]; }
+    // A hop of a flow: its link, and the flow's index in that link's list of flows (side by side,
+    // so that the flow moved into a removed flow's slot is updated where its path is read).
+    struct Hop {
+        topology::LinkId link;
+        std::uint32_t slot;
+    };
+    const Hop* path_of(FlowId f) const { return &hops_[std::size_t{f} * stride_]; }
+    Hop* path_of(FlowId f) { return &hops_[std::size_t{f} * stride_]; }
     void restride(std::size_t stride);
+    std::span<const FlowId> flows_of(const Link& link) const {
+        return {link.spill == kNoSpill ? link.inline_flows : spilled_[link.spill].data(),
+                link.count};
+    }
+    std::uint32_t push_flow(Link& link, FlowId f);
+    FlowId pop_flow(Link& link, std::uint32_t slot);
     void mark_dirty(topology::LinkId l);
     void take_flow(FlowId f);
     void take_link(topology::LinkId l);
@@ -157,7 +180,7 @@ class FlowSolver {
     bool fill();
     void refresh_links(bool all);
     bool grow(bool all);
-    bool has_bottleneck(FlowId f) const;
+    bool has_bottleneck(FlowId f);
     void finish(Time now, const std::vector<NetworkObserver*>& observers);
 
     // The finish-time heap holds each flow's key beside its id, and positions live in a dense
@@ -178,17 +201,13 @@ class FlowSolver {
     Strategy strategy_;
     std::vector<Flow> flows_;
     std::vector<FlowState> state_;
-    std::vector<double> rate_;
-    // Flow f's path is hop_links_[f * stride_ ...][0 .. hops); hop_slots_ holds, for each hop,
-    // the index of f in link_flows_ of that link.
-    std::vector<topology::LinkId> hop_links_;
-    std::vector<std::uint32_t> hop_slots_;
+    // Flow f's path is hops_[f * stride_ ...][0 .. hops).
+    std::vector<Hop> hops_;
     std::size_t stride_ = 4;
     std::vector<FlowId> free_;
     std::vector<Link> links_;
-    std::vector<LinkLoad> loads_;
-    std::vector<LinkState> link_state_;
-    std::vector<std::vector<FlowId>> link_flows_;
+    std::vector<std::vector<FlowId>> spilled_;  // lists of links with many flows
+    std::vector<std::uint32_t> free_spills_;    // spilled_ entries no link uses
     std::vector<HeapEntry> heap_;
     std::vector<std::uint32_t> heap_pos_;  // per flow: its index in heap_, kNoFlow if none
     std::vector<topology::LinkId> dirty_links_;

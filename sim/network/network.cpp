@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <unordered_map>
 
@@ -273,29 +274,40 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         check_gpu(dst);
         const std::uint64_t key =
             static_cast<std::uint64_t>(src) << 32 | static_cast<std::uint32_t>(dst);
-        // A direct-mapped memo in front of the plan maps: one cache line per lookup instead of a
-        // hash map's bucket and node (a pipeline message looks its plan up on every send).
-        if (plan_memo_.empty()) plan_memo_.resize(std::size_t{1} << kPlanMemoBits);
-        PlanMemo& memo = plan_memo_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kPlanMemoBits)];
-        if (memo.key == key) {
-            if (kept) *kept = memo.kept;
-            return *memo.plan;
-        }
+        // A memo in front of the plan maps, one cache line per source GPU holding its last few
+        // destinations: a pipeline message looks its plan up on every send, and a GPU sends to
+        // few GPUs (its neighbouring stages), where a memo hashed on the pair thrashed at 16,384
+        // GPUs (twice as many pairs as slots).
+        if (plan_memo_.empty()) plan_memo_.resize(static_cast<std::size_t>(cluster_.gpu_count()));
+        PlanMemo& memo = plan_memo_[static_cast<std::size_t>(src)];
+        for (std::size_t w = 0; w < PlanMemo::kWays; ++w)
+            if (memo.plan[w] && memo.dst[w] == dst) {
+                if (kept) *kept = memo.kept[w];
+                return *memo.plan[w];
+            }
         bool is_kept = false;
         const Plan& plan = find_p2p_plan(src, dst, key, &is_kept);
-        memo = {key, &plan, is_kept};
+        // The newest first, the oldest dropped.
+        for (std::size_t w = PlanMemo::kWays - 1; w > 0; --w) {
+            memo.plan[w] = memo.plan[w - 1];
+            memo.dst[w] = memo.dst[w - 1];
+            memo.kept[w] = memo.kept[w - 1];
+        }
+        memo.plan[0] = &plan;
+        memo.dst[0] = dst;
+        memo.kept[0] = is_kept;
         if (kept) *kept = is_kept;
         return plan;
     }
     // Plans are never erased while the network lives (change_routing retires them, and clears
     // the memo), so the memo's pointers stay valid.
-    static constexpr int kPlanMemoBits = 14;
-    struct PlanMemo {
-        std::uint64_t key = ~std::uint64_t{0};
-        const Plan* plan = nullptr;
-        bool kept = false;
+    struct alignas(64) PlanMemo {
+        static constexpr std::size_t kWays = 4;
+        const Plan* plan[kWays] = {};
+        std::int32_t dst[kWays] = {};
+        bool kept[kWays] = {};
     };
-    std::vector<PlanMemo> plan_memo_;  // empty until the first p2p plan is asked for
+    std::vector<PlanMemo> plan_memo_;  // per source GPU; empty until a p2p plan is asked for
     const Plan& find_p2p_plan(int src, int dst, std::uint64_t key, bool* kept) {
         // On the cluster's own routes, a cluster that keeps its routes keeps the plans too: a
         // p2p plan is its route and latency, a function of the cluster alone (no rate caps or
@@ -681,6 +693,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         for (LinkId l = 0; l < n; ++l)
             chain_of_[l] = chain_of_[root(l)];
+        std::vector<std::size_t> size(n, 0);
+        for (LinkId l = 0; l < n; ++l)
+            real_links_.longest_chain = std::max(real_links_.longest_chain, ++size[root(l)]);
         real_links_.twins = &twin_;
         return true;
     }
@@ -1032,6 +1047,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         std::vector<SummingObserver*> copiers;
         std::vector<LinkId> copy_path;  // scratch, reused
         std::span<const LinkId> real(std::span<const LinkId> path) {
+            // Mostly every link is real: the path as it is, no copy.
+            if (std::all_of(path.begin(), path.end(), [this](LinkId l) { return l < links; }))
+                return path;
             real_path.clear();
             for (LinkId l : path)
                 if (l < links) real_path.push_back(l);
@@ -1104,25 +1122,38 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     o->on_link_rate(at, image(link, m), bytes_per_s, flows);
         }
         std::vector<LinkRate> real_rates;  // scratch, reused
+        // on_link_rates() runs at every re-solve: the real links' rates are written through a
+        // pointer into room made up front (the chains' links included: longest_chain per rate).
+        std::unique_ptr<LinkRate[]> rate_room;
+        std::size_t rate_room_size = 0;
+        std::size_t longest_chain = 1;
         void on_link_rates(Time at, std::span<const LinkRate> rates) override {
-            real_rates.clear();
+            const std::size_t room = rates.size() * (twins ? longest_chain : 1);
+            if (rate_room_size < room) {
+                rate_room = std::make_unique_for_overwrite<LinkRate[]>(room);
+                rate_room_size = room;
+            }
+            LinkRate* const first = rate_room.get();
+            LinkRate* out = first;
             for (const LinkRate& r : rates)
-                if (r.link < links) real_rates.push_back(r);
-            if (real_rates.empty()) return;
+                if (r.link < links) *out++ = r;
+            if (out == first) return;
             if (twins) {
                 // The other links of each rate's chain carry the same flows at the same rate.
-                const std::size_t n = real_rates.size();
-                for (std::size_t i = 0; i < n; ++i)
-                    for (LinkId t = (*twins)[real_rates[i].link]; t != real_rates[i].link;
-                         t = (*twins)[t])
-                        real_rates.push_back({t, real_rates[i].bytes_per_s, real_rates[i].flows});
-                if (real_rates.size() > n && wants_ordered_link_rates())
-                    std::sort(real_rates.begin(), real_rates.end(),
+                const LinkId* twin = twins->data();
+                LinkRate* const reals = out;
+                for (const LinkRate* r = first; r != reals; ++r)
+                    for (LinkId t = twin[r->link]; t != r->link; t = twin[t])
+                        *out++ = {t, r->bytes_per_s, r->flows};
+                if (out != reals && wants_ordered_link_rates())
+                    std::sort(first, out,
                               [](const LinkRate& a, const LinkRate& b) { return a.link < b.link; });
             }
+            const std::span<const LinkRate> told(first, out);
             for (SummingObserver* o : copiers)
-                o->on_link_rates(at, real_rates);
+                o->on_link_rates(at, told);
             if (repeated.empty()) return;
+            real_rates.assign(first, out);
             if (maps.size() > 1) {
                 const std::size_t n = real_rates.size();
                 for (std::size_t m = 1; m < maps.size(); ++m)

@@ -193,3 +193,59 @@ TEST_CASE("capacity changes spread max-min through shared links; a failed link s
         CHECK(std::abs((s.finish_time(b) - Time::ms(86)).count_ps()) <= 1);
     }
 }
+
+TEST_CASE("a link with more flows than its record holds: lists spill, shrink, grow; slots stay") {
+    // A link keeps up to 14 flows in its own record and moves the list out past that. 40 flows
+    // on link 0 (100 GB/s), every other one also on link 1 (10 GB/s). Link 1 saturates first:
+    // 20 flows at 10/20 = 0.5 GB/s; link 0 then has 100 - 10 = 90 for the other 20: 4.5 each.
+    // With the even flows removed (the ones on link 1 stay), link 0 carries 20 flows of which 10
+    // are on link 1 (1 GB/s each), leaving 90 for 10: 9 each. Each removal moves the last flow
+    // of a list into the freed slot, so a wrong slot would remove another flow from a list.
+    FlowSolver s({100e9, 10e9});
+    std::vector<FlowSolver::FlowId> id;
+    for (int i = 0; i < 40; ++i)
+        id.push_back(s.add(
+            i % 2 == 0 ? std::vector<topology::LinkId>{0} : std::vector<topology::LinkId>{0, 1},
+            1e9, static_cast<std::uint32_t>(i), Time::zero()));
+    s.recompute(Time::zero(), kNoObservers);
+    CHECK(s.flows_on(0).size() == 40);
+    CHECK(s.flows_on(1).size() == 20);
+    for (int i = 0; i < 40; ++i)
+        CHECK(s.rate(id[i]) == doctest::Approx(i % 2 == 0 ? 4.5e9 : 0.5e9));
+    for (int i = 0; i < 40; i += 4)  // half the flows on link 0 alone go
+        s.remove(id[i]);
+    for (int i = 3; i < 40; i += 4)  // and half of those on link 1
+        s.remove(id[i]);
+    s.recompute(Time::ms(1), kNoObservers);
+    CHECK(s.flows_on(0).size() == 20);
+    CHECK(s.flows_on(1).size() == 10);
+    for (int i = 0; i < 40; ++i) {
+        if (i % 4 == 0 || i % 4 == 3) continue;
+        CHECK(s.rate(id[i]) == doctest::Approx(i % 2 == 0 ? 9e9 : 1e9));
+        CHECK(s.owner(id[i]) == static_cast<std::uint32_t>(i));
+    }
+    for (int i = 0; i < 40; ++i)  // all but flow 37 (odd: on links 0 and 1)
+        if ((i % 4 == 1 || i % 4 == 2) && i != 37) s.remove(id[i]);
+    s.recompute(Time::ms(2), kNoObservers);
+    CHECK(s.flows_on(0).size() == 1);
+    CHECK(s.flows_on(1).size() == 1);
+    CHECK(s.rate(id[37]) == doctest::Approx(10e9));  // link 1's 10 GB/s
+    CHECK(s.path(id[37]) == std::vector<topology::LinkId>{0, 1});
+    // A list that spilled past its record, shrank and grows again: 21 flows on link 1 share its
+    // 10 GB/s.
+    for (int i = 0; i < 20; ++i)
+        s.add({1}, 1e9, 100, Time::ms(2));
+    s.recompute(Time::ms(2), kNoObservers);
+    CHECK(s.flows_on(1).size() == 21);
+    CHECK(s.rate(id[37]) == doctest::Approx(10e9 / 21));
+}
+
+TEST_CASE("a route of more than 65,535 links is refused") {
+    FlowSolver s(std::vector<double>(70000, 1e9));
+    std::vector<topology::LinkId> path(70000);
+    for (std::size_t i = 0; i < path.size(); ++i)
+        path[i] = static_cast<topology::LinkId>(i);
+    CHECK_THROWS_AS(s.add(path, 1e9, 0, Time::zero()), SimulationError);
+    path.resize(65535);
+    CHECK_NOTHROW(s.add(path, 1e9, 0, Time::zero()));
+}
