@@ -902,8 +902,9 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
     // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
     const auto simulate_while = [&](double scale, const auto& beaten) {
+        // Analytical runs are short and uneven: four per thread in flight.
         next = run_ahead(
-            pool, next, survivors.size(),
+            pool, 4 * pool.size(), next, survivors.size(),
             [&](std::size_t i) {
                 const Survivor& s = survivors[i];
                 return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens,
@@ -932,8 +933,9 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 return x->figures.objective < y->figures.objective;
             return x->survivor->index < y->survivor->index;
         });
+        // Runs under the experiment's network are long: one per thread.
         run_ahead(
-            pool, 0, order.size(),
+            pool, pool.size(), 0, order.size(),
             [&](std::size_t i) { return order[i]->figures.objective <= kth_of(best_confirmed); },
             [&](std::size_t i, std::size_t w) {
                 const Simulated& x = *order[i];

@@ -6,6 +6,7 @@
 // a lock. A task's exception reaches whoever waits on its future.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -82,15 +83,18 @@ class WorkerPool {
 
 // The sequential loop
 //     for (i = first; i < end && go(i); ++i) commit(i, eval(i));
-// with up to pool.size() evaluations running ahead of the commits. go(i) is asked again when
+// with up to `ahead` evaluations (at least pool.size()) running ahead of the commits: more than
+// the workers keeps them busy while the oldest takes long, at the price of more evaluations
+// dropped when the loop stops. go(i) is asked again when
 // i's turn to commit comes, with every earlier result committed, so the items committed (and the
 // order of the commits) are the sequential loop's whenever go only turns from true to false as
 // results are committed (plan's stop rules: a k-th best score only improves). An evaluation run
 // ahead and then not committed is waited for and dropped. eval(i, worker) runs on a worker; go
 // and commit on the calling thread. Returns the first item not committed.
 template <typename Go, typename Eval, typename Commit>
-std::size_t run_ahead(WorkerPool& pool, std::size_t first, std::size_t end, Go&& go, Eval&& eval,
-                      Commit&& commit) {
+std::size_t run_ahead(WorkerPool& pool, std::size_t ahead, std::size_t first, std::size_t end,
+                      Go&& go, Eval&& eval, Commit&& commit) {
+    ahead = std::max(ahead, pool.size());
     using R = std::invoke_result_t<Eval&, std::size_t, std::size_t>;
     std::deque<std::pair<std::size_t, std::future<R>>> running;
     // Whatever ends the loop, nothing still running may outlive the references its task holds.
@@ -103,7 +107,7 @@ std::size_t run_ahead(WorkerPool& pool, std::size_t first, std::size_t end, Go&&
     } drain{running};
     std::size_t launched = first;
     for (;;) {
-        while (running.size() < pool.size() && launched < end && go(launched)) {
+        while (running.size() < ahead && launched < end && go(launched)) {
             const std::size_t i = launched++;
             running.emplace_back(
                 i, pool.submit([&eval, i](std::size_t worker) { return eval(i, worker); }));

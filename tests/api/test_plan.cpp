@@ -477,15 +477,17 @@ TEST_CASE("run_ahead commits what the sequential loop commits, for any number of
     // so items 0..21 are committed (go(21) sees 2870 < 3000) and go(22) stops it: 22 commits,
     // the first item not committed 22. Evaluations sleep for a time that varies with i, so
     // that later items often finish first.
-    for (const std::size_t workers : {1u, 2u, 3u, 8u}) {
+    for (const auto& [workers, ahead] : std::vector<std::pair<std::size_t, std::size_t>>{
+             {1, 1}, {2, 2}, {3, 3}, {8, 8}, {2, 8}, {3, 12}}) {
         CAPTURE(workers);
+        CAPTURE(ahead);
         api::WorkerPool pool(workers);
         long sum = 0;
         std::vector<std::size_t> committed;
         std::set<std::size_t> worker_ids;
         std::mutex ids;
         const std::size_t stop = api::run_ahead(
-            pool, 0, 40, [&](std::size_t) { return sum < 3000; },
+            pool, ahead, 0, 40, [&](std::size_t) { return sum < 3000; },
             [&](std::size_t i, std::size_t w) {
                 {
                     std::lock_guard<std::mutex> lock(ids);
@@ -512,7 +514,7 @@ TEST_CASE("run_ahead passes an evaluation's exception on and leaves nothing runn
     api::WorkerPool pool(2);
     std::vector<std::size_t> committed;
     CHECK_THROWS_AS(api::run_ahead(
-                        pool, 0, 10, [](std::size_t) { return true; },
+                        pool, 2, 0, 10, [](std::size_t) { return true; },
                         [](std::size_t i, std::size_t) {
                             if (i == 3) throw std::runtime_error("three");
                             return i;
