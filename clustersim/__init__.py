@@ -322,6 +322,7 @@ class Experiment:
              top: int = 5, objective: str = "time", gpu_hour_price: float = 0.0,
              margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
              guide: bool = False, hsdp: bool = False, partial_recompute: bool = False,
+             uneven_stages: bool = False,
              gpus: Optional[Sequence[int]] = None, threads: int = 0,
              progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
@@ -331,7 +332,8 @@ class Experiment:
         `layouts_evaluated` (every layout with its status and figures or reason); with
         `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
         `hsdp` and `partial_recompute` add HSDP shard sizes and block recomputation to the
-        space (plan --hsdp, --partial-recompute); `gpus` searches these GPU counts instead of the
+        space (plan --hsdp, --partial-recompute), `uneven_stages` first/last pipeline splits where
+        the layers do not divide (--uneven-stages); `gpus` searches these GPU counts instead of the
         experiment's (plan --gpus: whole nodes; compare them by cost, energy or mfu). `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
@@ -346,6 +348,7 @@ class Experiment:
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
                           _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),
+                          _bool("uneven_stages", uneven_stages),
                           _gpu_counts(gpus),
                           _threads(threads), _callback("progress", progress))
         return json.loads(text)

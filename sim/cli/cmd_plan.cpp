@@ -1,7 +1,7 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
 //                 [--margin FRACTION] [--set k=v]... [--json FILE] [--html FILE] [--guide] [--hsdp]
-//                 [--partial-recompute] [--gpus N,N,...] [--threads N]
+//                 [--partial-recompute] [--uneven-stages] [--gpus N,N,...] [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -38,7 +38,7 @@ struct PlanArgs {
     std::string max_memory;
     bool no_fast_paths = false;
     bool guide = false;
-    bool hsdp = false, partial_recompute = false;
+    bool hsdp = false, partial_recompute = false, uneven_stages = false;
     std::vector<int> gpus;
     int threads = 0;
 };
@@ -78,6 +78,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.hsdp = a.hsdp;
     options.gpus = a.gpus;
     options.partial_recompute = a.partial_recompute;
+    options.uneven_stages = a.uneven_stages;
     if (a.threads < 0)
         throw ConfigError(SourceLocation{"--threads " + std::to_string(a.threads)},
                           "expected a number of threads, 1 or more (or 0: one per core)");
@@ -182,6 +183,10 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--partial-recompute", args->partial_recompute,
                   "Also search partial recomputation: full recomputation of the first N layers of "
                   "each chunk (Megatron-LM's block method), for every N below the chunk's layers");
+    cmd->add_flag("--uneven-stages", args->uneven_stages,
+                  "Also search uneven pipeline splits: where a pp does not split the layers "
+                  "evenly, the first and last stages take the rest (Megatron-LM's "
+                  "--decoder-first/last-pipeline-num-layers)");
     cmd->add_option("--threads,-j", args->threads,
                     "Worker threads for the search and the simulations (0: one per core, one "
                     "under mpirun); the result is the same for any number")

@@ -207,8 +207,8 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
                  const std::vector<std::string>& fixes, const std::vector<std::string>& schedules,
                  double headroom, std::size_t top, const std::string& objective,
                  double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths,
-                 bool guide, bool hsdp, bool partial_recompute, const std::vector<int>& gpus,
-                 int threads, py::object progress) {
+                 bool guide, bool hsdp, bool partial_recompute, bool uneven_stages,
+                 const std::vector<int>& gpus, int threads, py::object progress) {
     Hooks hooks(std::move(progress));
     return without_gil(hooks, [&] {
         api::PlanOptions options;
@@ -233,6 +233,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
         options.guide = guide;
         options.hsdp = hsdp;
         options.partial_recompute = partial_recompute;
+        options.uneven_stages = uneven_stages;
         options.gpus = gpus;        // each >= 0 (the caller); plan refuses what is not whole nodes
         options.threads = threads;  // checked by the caller (clustersim/__init__.py): >= 0
         options.on_progress = [&hooks](const char* phase, std::size_t done, std::size_t total) {
@@ -409,8 +410,8 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"), py::arg("schedules"),
           py::arg("headroom"), py::arg("top"), py::arg("objective"), py::arg("gpu_hour_price"),
           py::arg("margin"), py::arg("max_micro_batch"), py::arg("fast_paths"), py::arg("guide"),
-          py::arg("hsdp"), py::arg("partial_recompute"), py::arg("gpus"), py::arg("threads"),
-          py::arg("progress"));
+          py::arg("hsdp"), py::arg("partial_recompute"), py::arg("uneven_stages"), py::arg("gpus"),
+          py::arg("threads"), py::arg("progress"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));

@@ -258,6 +258,10 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         j["gpus"] = l.gpus();
         j["nodes"] = l.nodes;
     }
+    if (l.first_stage_layers > 0) {
+        j["first_stage_layers"] = l.first_stage_layers;
+        j["last_stage_layers"] = l.last_stage_layers;
+    }
     if (l.shard_size > 0) j["shard_size"] = l.shard_size;
     if (l.recompute_layers > 0) {
         j["recompute_method"] = "block";
@@ -266,12 +270,44 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
     return j;
 }
 
+// The axes searched only when asked for (PlanOptions).
+struct Extras {
+    bool hsdp = false, partial_recompute = false, uneven = false;
+};
+
+// A first/last split of `layers` over `pp` stages of `chunks` chunks each, as Megatron-LM's
+// --decoder-first/last-pipeline-num-layers take it: the pp - 2 middle stages hold m layers each,
+// stage 0 and stage pp - 1 the rest, every count a multiple of the chunks and at least one per
+// chunk. Of m = the chunks' multiples just below and above layers / pp, the one whose largest
+// stage is smallest (the first on a tie), the rest halved with the odd chunk's layers on stage 0.
+// None when no such split exists.
+std::optional<std::pair<int, int>> first_last_split(int layers, int pp, int chunks) {
+    std::optional<std::pair<int, int>> best;
+    int best_max = 0;
+    const int down = chunks * (layers / (pp * chunks));
+    for (const int m : {down, down + chunks}) {
+        if (pp > 2 && m < chunks) continue;
+        const int rest = layers - (pp > 2 ? m * (pp - 2) : 0);
+        if (rest < 2 * chunks || rest % chunks != 0) continue;
+        const int first = chunks * ((rest / chunks + 1) / 2);
+        const int last = rest - first;
+        if (last < chunks) continue;
+        const int most = std::max({first, last, pp > 2 ? m : 0});
+        if (!best || most < best_max) {
+            best = std::pair{first, last};
+            best_max = most;
+        }
+        if (pp == 2) break;  // no middle stages: m does not matter
+    }
+    return best;
+}
+
 // Every layout of the space, in enumeration order (tp, pp, cp, then ep, the schedule, vpp, the
 // micro-batch size, recompute and sharding; the last varying fastest). Calls f(layout).
 template <typename F>
 void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
-               const std::vector<std::string>& schedules, int max_mbs, bool hsdp,
-               bool partial_recompute, F&& f) {
+               const std::vector<std::string>& schedules, int max_mbs, const Extras& extras,
+               F&& f) {
     const int n = base.layout.world_size();
     const auto fixed_dp = fixes.number("parallelism.dp");
     const auto fixed_ep = fixes.number("parallelism.ep");
@@ -324,31 +360,47 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             // does not fit).
                             const int chunks = pp * sched->chunks_for(vpp);
                             const int chunk_layers = (layers + chunks - 1) / chunks;
-                            for (const int mbs : only_or(fixed_mbs, mbss))
-                                for (const auto recompute : recomputes)
-                                    for (int block = 0; block == 0 || block < chunk_layers;
-                                         ++block) {
-                                        if (block > 0 && !(partial_recompute &&
-                                                           recompute == workload::Recompute::Full))
-                                            break;
-                                        for (const auto sharding : shardings) {
-                                            // Sharding shards over the data-parallel replicas.
-                                            if (dp == 1 && sharding != workload::Sharding::None &&
-                                                !fixes.axes.count("parallelism.sharding"))
-                                                continue;
-                                            PlanLayout l{tp,  pp,  dp,        cp,       ep,
-                                                         vpp, mbs, recompute, sharding, schedule};
-                                            l.recompute_layers = block;
-                                            f(l);
-                                            if (!hsdp || sharding == workload::Sharding::None)
-                                                continue;
-                                            for (const int s : divisors(dp))
-                                                if (s >= 2 && s < dp) {
-                                                    l.shard_size = s;
-                                                    f(l);
-                                                }
+                            // --uneven-stages: where the layers do not split evenly, also a
+                            // first/last split (not at the experiment's own pp: its split is
+                            // for that pp).
+                            std::vector<std::pair<int, int>> splits{{0, 0}};
+                            if (extras.uneven && pp >= 2 && pp != base.layout.pp &&
+                                layers % chunks != 0)
+                                if (const auto s =
+                                        first_last_split(layers, pp, sched->chunks_for(vpp)))
+                                    splits.push_back(*s);
+                            for (const auto& [first, last] : splits)
+                                for (const int mbs : only_or(fixed_mbs, mbss))
+                                    for (const auto recompute : recomputes)
+                                        for (int block = 0; block == 0 || block < chunk_layers;
+                                             ++block) {
+                                            if (block > 0 &&
+                                                !(extras.partial_recompute &&
+                                                  recompute == workload::Recompute::Full))
+                                                break;
+                                            for (const auto sharding : shardings) {
+                                                // Sharding shards over the data-parallel replicas.
+                                                if (dp == 1 &&
+                                                    sharding != workload::Sharding::None &&
+                                                    !fixes.axes.count("parallelism.sharding"))
+                                                    continue;
+                                                PlanLayout l{tp,       pp,      dp,  cp,
+                                                             ep,       vpp,     mbs, recompute,
+                                                             sharding, schedule};
+                                                l.recompute_layers = block;
+                                                l.first_stage_layers = first;
+                                                l.last_stage_layers = last;
+                                                f(l);
+                                                if (!extras.hsdp ||
+                                                    sharding == workload::Sharding::None)
+                                                    continue;
+                                                for (const int s : divisors(dp))
+                                                    if (s >= 2 && s < dp) {
+                                                        l.shard_size = s;
+                                                        f(l);
+                                                    }
+                                            }
                                         }
-                                    }
                         }
                     }
                 }
@@ -515,6 +567,8 @@ nlohmann::json survivor_cbor(const Survivor& s) {
             l.shard_size,
             l.recompute_layers,
             l.nodes,
+            l.first_stage_layers,
+            l.last_stage_layers,
             s.index,
             s.bound_s,
             s.bound_score,
@@ -539,13 +593,15 @@ Survivor survivor_from(const nlohmann::json& j) {
     l.shard_size = j.at(10);
     l.recompute_layers = j.at(11);
     l.nodes = j.at(12);
-    s.index = j.at(13);
-    s.bound_s = j.at(14);
-    s.bound_score = j.at(15);
-    s.flops = j.at(16);
-    s.peak = j.at(17);
-    s.tokens = j.at(18);
-    s.memory = j.at(19);
+    l.first_stage_layers = j.at(13);
+    l.last_stage_layers = j.at(14);
+    s.index = j.at(15);
+    s.bound_s = j.at(16);
+    s.bound_score = j.at(17);
+    s.flops = j.at(18);
+    s.peak = j.at(19);
+    s.tokens = j.at(20);
+    s.memory = j.at(21);
     return s;
 }
 
@@ -566,6 +622,15 @@ std::vector<std::string> PlanLayout::overrides() const {
         "schedule=" + schedule};
     if (shard_size > 0) out.push_back("parallelism.shard_size=" + std::to_string(shard_size));
     if (nodes > 0) out.push_back("topology.nodes=" + std::to_string(nodes));
+    if (first_stage_layers > 0) {
+        // The experiment's own split (a list, or the embedding and loss counted as layers) is
+        // replaced by this one.
+        out.emplace_back("parallelism.stage_layers=null");
+        out.emplace_back("parallelism.account_for_embedding=false");
+        out.emplace_back("parallelism.account_for_loss=false");
+        out.push_back("parallelism.first_stage_layers=" + std::to_string(first_stage_layers));
+        out.push_back("parallelism.last_stage_layers=" + std::to_string(last_stage_layers));
+    }
     if (recompute_layers > 0) {
         out.emplace_back("training.recompute_method=block");
         out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
@@ -582,6 +647,8 @@ std::string PlanLayout::text() const {
     o << " sharding " << name_of(workload::kShardingNames, sharding);
     if (shard_size > 0) o << " shard " << shard_size;
     o << " " << schedule;
+    if (first_stage_layers > 0)
+        o << " stages " << first_stage_layers << "/../" << last_stage_layers;
     if (nodes > 0) o << " on " << gpus() << " GPUs";
     return o.str();
 }
@@ -736,9 +803,10 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     Search search;
     std::size_t n = 0;
     std::size_t total = 0;
+    const Extras extras{options.hsdp, options.partial_recompute, options.uneven_stages};
     for (const auto& c : counts)
-        enumerate(c.base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
-                  options.partial_recompute, [&](const PlanLayout&) { ++total; });
+        enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
+                  [&](const PlanLayout&) { ++total; });
     constexpr std::size_t kChunk = 64;
     struct Chunk {
         std::vector<std::pair<std::size_t, PlanLayout>> layouts;
@@ -777,8 +845,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             }
         } drain{chunks};
         for (const auto& c : counts)
-            enumerate(c.base, fixes, schedules, options.max_micro_batch_size, options.hsdp,
-                      options.partial_recompute, [&](PlanLayout l) {
+            enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
+                      [&](PlanLayout l) {
                           const std::size_t index = n++;
                           if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
                               ranks.rank())
@@ -902,9 +970,10 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
     // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
     const auto simulate_while = [&](double scale, const auto& beaten) {
-        // Analytical runs are short and uneven: four per thread in flight.
+        // Analytical runs are short and uneven: four per thread in flight (one thread runs
+        // none ahead: it would only drop them at a stop).
         next = run_ahead(
-            pool, 4 * pool.size(), next, survivors.size(),
+            pool, pool.size() > 1 ? 4 * pool.size() : 1, next, survivors.size(),
             [&](std::size_t i) {
                 const Survivor& s = survivors[i];
                 return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens,

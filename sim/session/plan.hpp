@@ -65,6 +65,9 @@ struct PlanLayout {
     int recompute_layers = 0;
     // --gpus: the topology's node count (topology.nodes); 0: the experiment's.
     int nodes = 0;
+    // --uneven-stages: a first/last stage split plan derived (Megatron-LM's
+    // --decoder-first/last-pipeline-num-layers); 0: the experiment's split.
+    int first_stage_layers = 0, last_stage_layers = 0;
     int gpus() const { return tp * pp * cp * dp; }
     // parallelism.tp=.., ..., training.recompute=.., schedule=..: what plan loads it with.
     std::vector<std::string> overrides() const;
@@ -149,6 +152,10 @@ struct PlanOptions {
     // recompute_layers=N). Both multiply the layouts searched, so they are asked for.
     bool hsdp = false;
     bool partial_recompute = false;
+    // --uneven-stages: where a layout's pp does not split the layers evenly (and is not the
+    // experiment's own pp, whose split the experiment gives), also a first/last split: the middle
+    // stages even, stage 0 and the last the rest (plan.cpp first_last_split).
+    bool uneven_stages = false;
     // --gpus: search these GPU counts (each a whole number of the topology's nodes: the
     // experiment's topology with topology.nodes set) instead of the experiment's own; every
     // objective but time compares them fairly (time favours more GPUs).

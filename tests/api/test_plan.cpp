@@ -641,3 +641,43 @@ TEST_CASE("plan --gpus: the best over several GPU counts is the best of each cou
     CHECK(error_of([&] { api::plan(o, ranks); }) ==
           "--gpus 6: expected a whole number of nodes of 4 GPUs (the topology's node), e.g. 8");
 }
+
+TEST_CASE("plan --uneven-stages: a first/last split where the layers do not divide") {
+    // 10 layers (model.layers=10), tp 1, 1f1b: pp 1, 2, 4 or 8 on 8 GPUs. The experiment's own
+    // pp is 2 (its split stays its own). pp 4: 10 over 4 does not divide; of m = 2 and 3 middle
+    // layers, m = 2 leaves 10 - 2 x 2 = 6 for the ends, 3 + 3 (largest stage 3), and m = 3
+    // leaves 4, 2 + 2 (largest 3 too): the tie goes to m = 2, so 3/2/2/3. pp 8: m = 1 leaves
+    // 10 - 6 = 4, 2 + 2 (m = 2 would leave a negative rest), so 2/1/.../1/2. So 6 layouts: pp 1
+    // and 2 once, pp 4 and 8 twice, the even ones of pp 4 and 8 invalid.
+    auto o = small_options();
+    o.sets = {"topology.nodes=2", "model.layers=10"};
+    o.fixes = {"parallelism.tp=1", "parallelism.cp=1", "parallelism.sharding=zero1",
+               "training.recompute=none", "training.micro_batch_size=1"};
+    o.schedules = {"1f1b"};
+    o.headroom = 0;
+    o.margin = 100;
+    o.uneven_stages = true;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(o, ranks);
+    REQUIRE(result);
+    CHECK(result->layouts == 6);
+    std::map<std::pair<int, int>, std::pair<int, int>> split_of;  // (pp, variant) -> (first, last)
+    for (const auto& e : result->entries) {
+        CAPTURE(e.layout.text());
+        if (e.layout.first_stage_layers > 0) {
+            split_of[{e.layout.pp, 1}] = {e.layout.first_stage_layers, e.layout.last_stage_layers};
+            CHECK(e.status != api::PlanEntry::Status::Invalid);
+            // Simulated as a run with the same keys.
+            std::vector<std::string> sets = o.sets;
+            for (const auto& s : e.layout.overrides())
+                sets.push_back(s);
+            const auto spec = workload::load_experiment(kSmall, sets);
+            REQUIRE(e.analytical);
+            CHECK(api::run(spec).summary.iteration_time_s == e.analytical->iteration_time_s);
+        } else if (e.layout.pp == 4 || e.layout.pp == 8) {
+            CHECK(e.status == api::PlanEntry::Status::Invalid);
+        }
+    }
+    CHECK(split_of ==
+          std::map<std::pair<int, int>, std::pair<int, int>>{{{4, 1}, {3, 3}}, {{8, 1}, {2, 2}}});
+}

@@ -460,7 +460,8 @@ class PlanTest(unittest.TestCase):
         two = clustersim.plan(*args, schedules="1f1b", top=3, threads=2)
         self.assertEqual(one, two)
         # --hsdp and --partial-recompute reach the planner: more layouts.
-        wider = clustersim.plan(*args, schedules="1f1b", top=3, hsdp=True, partial_recompute=True)
+        wider = clustersim.plan(*args, schedules="1f1b", top=3, hsdp=True, partial_recompute=True,
+                                uneven_stages=True)
         self.assertGreater(wider["layouts"], one["layouts"])
         # --gpus: 4 and 8 GPUs searched, each layout saying its count.
         counts = clustersim.plan(*args, schedules="1f1b", top=3, gpus=[4, 8], objective="energy")
