@@ -414,10 +414,14 @@ struct Loader {
     std::vector<std::string> base;  // --set, then the --fix keys that are not axes
     SweepCache* cache = nullptr;
     workload::ExperimentSpec load(const PlanLayout& l, bool analytical) const {
+        std::vector<std::string> more = l.overrides();
+        if (analytical) more.emplace_back("network.model=analytical");
+        return load(more);
+    }
+    // The experiment with `base`, then `more`.
+    workload::ExperimentSpec load(const std::vector<std::string>& more) const {
         auto overrides = base;
-        for (auto& o : l.overrides())
-            overrides.push_back(std::move(o));
-        if (analytical) overrides.push_back("network.model=analytical");
+        overrides.insert(overrides.end(), more.begin(), more.end());
         auto* clusters = cache ? &cache->clusters : nullptr;
         auto* documents = cache ? &cache->documents : nullptr;
         return options.text ? workload::load_experiment(*options.text, overrides,
@@ -702,14 +706,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     const Loader& loader = workers[0].loader;
     // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
     // batch. Its errors are the plan's.
-    const auto base = [&] {
-        auto* clusters = cache ? &cache->clusters : nullptr;
-        auto* documents = cache ? &cache->documents : nullptr;
-        return options.text ? workload::load_experiment(*options.text, loader.base,
-                                                        options.max_memory, clusters, documents)
-                            : workload::load_experiment(options.experiment, loader.base,
-                                                        options.max_memory, clusters, documents);
-    }();
+    const auto base = loader.load(std::vector<std::string>{});
     const auto& gpu = base.cluster->gpu_model(0);
     // Energy counts every GPU at its board power for the whole iteration, times the PUE, as the
     // summary's goodput block does (docs/what-if.md).
@@ -752,16 +749,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                                              std::to_string(per_node) + " GPUs (the topology's " +
                                              "node), e.g. " + std::to_string(per_node * 2));
             if (!seen.insert(g).second) throw ConfigError(where, "given twice");
-            auto overrides = loader.base;
-            overrides.push_back("topology.nodes=" + std::to_string(g / per_node));
-            auto* clusters = cache ? &cache->clusters : nullptr;
-            auto* documents = cache ? &cache->documents : nullptr;
             counts.push_back(Count{
-                g / per_node,
-                options.text ? workload::load_experiment(*options.text, overrides,
-                                                         options.max_memory, clusters, documents)
-                             : workload::load_experiment(options.experiment, overrides,
-                                                         options.max_memory, clusters, documents)});
+                g / per_node, loader.load({"topology.nodes=" + std::to_string(g / per_node)})});
         }
     }
     for (const auto& c : counts)
