@@ -350,18 +350,7 @@ TEST_CASE("plan refuses bad input with a clear message") {
     // A GPU model of the topology's own, unknown to the catalogue and without board_power.
     o = small_options();
     o.objective = api::PlanObjective::Energy;
-    o.experiment.clear();
-    o.text = workload::ExperimentText{
-        "topology:\n"
-        "  gpu_models: {X1: {peak: {bf16: 500TFLOPS}, hbm: 80GB, hbm_bandwidth: 2TB/s}}\n"
-        "  node: {gpus: 4, gpu_model: X1, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
-        "         nics: {count: 4, kind: infiniband, bandwidth: 400Gbps}}\n"
-        "  nodes: 2\n"
-        "  fabric: {kind: leaf_spine, leaf: {down: 8, up: 2, bandwidth: 400Gbps}}\n"
-        "model: {layers: 8, hidden_size: 1024, attention_heads: 8, vocab_size: 32000}\n"
-        "parallelism: {tp: 2, pp: 2, dp: 2}\n"
-        "training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}\n"
-        "network: {model: analytical}\n"};
+    o.experiment = kData + "plan-no-board-power.yaml";
     o.sets.clear();
     CHECK(error_of([&] {
               api::plan(o, ranks);

@@ -91,18 +91,7 @@ check("plan bad objective", plan + ["--objective", "speed"],
       "--objective speed: unknown objective; expected time, mfu, cost or energy", corpus,
       outputs=("--json",))
 # A GPU model of the topology's own, unknown to the catalogue and given no board_power.
-no_power = os.path.join(tempfile.mkdtemp(prefix="clustersim-plan-"), "x1.yaml")
-with open(no_power, "w") as fh:
-    fh.write("topology:\n"
-             "  gpu_models: {X1: {peak: {bf16: 500TFLOPS}, hbm: 80GB, hbm_bandwidth: 2TB/s}}\n"
-             "  node: {gpus: 4, gpu_model: X1, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
-             "         nics: {count: 4, kind: infiniband, bandwidth: 400Gbps}}\n"
-             "  nodes: 2\n"
-             "  fabric: {kind: leaf_spine, leaf: {down: 8, up: 2, bandwidth: 400Gbps}}\n"
-             "model: {layers: 8, hidden_size: 1024, attention_heads: 8, vocab_size: 32000}\n"
-             "parallelism: {tp: 2, pp: 2, dp: 2}\n"
-             "training: {micro_batch_size: 1, global_batch_size: 16, seq_length: 1024}\n"
-             "network: {model: analytical}\n")
+no_power = os.path.join(here, "..", "api", "data", "plan-no-board-power.yaml")
 check("plan energy without board power", ["plan", no_power, "--objective", "energy"],
       "--objective energy: no board power is known for the GPU model X1", corpus,
       outputs=("--json",))
