@@ -364,10 +364,12 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             // first/last split (not at the experiment's own pp: its split is
                             // for that pp).
                             std::vector<std::pair<int, int>> splits{{0, 0}};
+                            // A stage's layers are split over its chunks of one model copy
+                            // (DualPipe holds two copies of one chunk each).
+                            const int per_stage = sched->chunks_for(vpp) / sched->model_copies();
                             if (extras.uneven && pp >= 2 && pp != base.layout.pp &&
-                                layers % chunks != 0)
-                                if (const auto s =
-                                        first_last_split(layers, pp, sched->chunks_for(vpp)))
+                                layers % (pp * per_stage) != 0)
+                                if (const auto s = first_last_split(layers, pp, per_stage))
                                     splits.push_back(*s);
                             for (const auto& [first, last] : splits)
                                 for (const int mbs : only_or(fixed_mbs, mbss))
@@ -1049,7 +1051,17 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         auto advice = guide_advice(base);
         result.guide_reasoning = std::move(advice.reasoning);
         result.guide_not_dividing = std::move(advice.not_dividing);
-        for (const auto& l : advice.layouts) {
+        for (auto l : advice.layouts) {
+            // The guide says nothing of the pipeline split: at another pp than the experiment's,
+            // where the layers do not divide, the derived first/last split (that of
+            // --uneven-stages) rather than the experiment's split for its own pp.
+            const auto sched = schedule::make_schedule(l.schedule);
+            const int per_stage = sched->chunks_for(l.vpp) / sched->model_copies();
+            if (l.pp >= 2 && l.pp != base.layout.pp && base.model.layers % (l.pp * per_stage) != 0)
+                if (const auto split = first_last_split(base.model.layers, l.pp, per_stage)) {
+                    l.first_stage_layers = split->first;
+                    l.last_stage_layers = split->second;
+                }
             PlanGuideEntry g;
             g.layout = l;
             try {
