@@ -253,7 +253,7 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
         {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
         {"schedule", l.schedule}};
-    // Only where searched (--hsdp, --partial-recompute, --gpus) and set.
+    // Only where searched (--gpus, --uneven-stages, --hsdp, --partial-recompute) and set.
     if (l.nodes > 0) {
         j["gpus"] = l.gpus();
         j["nodes"] = l.nodes;
