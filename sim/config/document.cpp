@@ -504,17 +504,14 @@ void Reader::fail_here(const std::string& message) const {
 }
 
 bool Reader::has(const std::string& key) const {
-    if (!accepted_.count(key)) {
-        accepted_.insert(key);
-        accepted_order_.push_back(key);
-    }
-    const YAML::Node& cn = node_;
-    const YAML::Node v = cn[key];
+    const YAML::Node v = value(key);
     return v.IsDefined() && !v.IsNull();
 }
 
+// One lookup per call (yaml-cpp scans the mapping for the key): has() and every typed accessor
+// come through here.
 const YAML::Node Reader::value(const std::string& key) const {
-    has(key);
+    if (accepted_.insert(key).second) accepted_order_.push_back(key);
     const YAML::Node& cn = node_;
     return cn[key];
 }
