@@ -670,3 +670,38 @@ TEST_CASE("plan --uneven-stages: a first/last split where the layers do not divi
     CHECK(split_of ==
           std::map<std::pair<int, int>, std::pair<int, int>>{{{4, 1}, {3, 3}}, {{8, 1}, {2, 2}}});
 }
+
+TEST_CASE("plan --guide: a guide layout at another pp takes the derived first/last split") {
+    // A 41-layer model of about 13B parameters (12 x 41 x 5120^2 = 12.9B in its blocks) on 16
+    // GPUs: the guide's row 10-70B on 16-64 GPUs gives TP=4-8 + PP=2-4. The experiment's pp is 1
+    // (its split is for pp 1), and 41 layers divide neither pp 2 nor pp 4, so each guide layout
+    // takes first_last_split: pp 2, 21 + 20; pp 4, middle m = 10 (41 - 20 = 21 for the ends,
+    // 11 + 10, largest 11) against m = 11 (19, 10 + 9, largest 11 too): the tie keeps m = 10,
+    // 11/10/10/10. The search itself is held to one layout (everything fixed).
+    auto o = small_options();
+    o.sets = {"topology.nodes=4", "parallelism.pp=1", "model.layers=41", "model.hidden_size=5120",
+              "model.attention_heads=40"};
+    o.fixes = {"parallelism.tp=1",        "parallelism.pp=1",
+               "parallelism.cp=1",        "parallelism.sharding=zero3",
+               "training.recompute=full", "training.micro_batch_size=1"};
+    o.schedules = {"1f1b"};
+    o.headroom = 0;
+    o.top = 1;
+    o.guide = true;
+    o.keep_entries = false;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(o, ranks);
+    REQUIRE(result);
+    std::map<int, std::pair<int, int>> split_of_pp;
+    for (const auto& g : result->guide) {
+        CAPTURE(g.layout.text());
+        CAPTURE(g.reason);
+        if (g.layout.pp < 2) continue;
+        split_of_pp[g.layout.pp] = {g.layout.first_stage_layers, g.layout.last_stage_layers};
+        CHECK(g.figures.has_value());  // valid with the split (the experiment's would not be)
+    }
+    CHECK(split_of_pp.count(2) == 1);
+    CHECK(split_of_pp.count(4) == 1);
+    if (split_of_pp.count(2)) CHECK(split_of_pp[2] == std::pair{21, 20});
+    if (split_of_pp.count(4)) CHECK(split_of_pp[4] == std::pair{11, 10});
+}
