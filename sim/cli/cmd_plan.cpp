@@ -79,9 +79,6 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.gpus = a.gpus;
     options.partial_recompute = a.partial_recompute;
     options.uneven_stages = a.uneven_stages;
-    if (a.threads < 0)
-        throw ConfigError(SourceLocation{"--threads " + std::to_string(a.threads)},
-                          "expected a number of threads, 1 or more (or 0: one per core)");
     options.threads = a.threads;
     options.max_memory = api::parse_max_memory(a.max_memory);
     OutputSet outputs;

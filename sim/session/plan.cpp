@@ -25,8 +25,6 @@ namespace cs::api {
 
 namespace {
 
-const SourceLocation kFix{"--fix"};
-
 std::vector<int> divisors(int n) {
     std::vector<int> out;
     for (int d = 1; d <= n; ++d)
@@ -137,8 +135,6 @@ struct Scorer {
                 return T;
         }
     }
-    // The figure printed: MFU as a fraction (higher is better), the others as score().
-    double shown(double score) const { return objective == PlanObjective::Mfu ? -score : score; }
 };
 
 // A layout that passed the memory check, with what its bound needs. Small, so that holding
@@ -302,6 +298,65 @@ std::optional<std::pair<int, int>> first_last_split(int layers, int pp, int chun
     return best;
 }
 
+// The layers a chunk of `schedule` holds per stage: its chunks of one model copy (DualPipe holds
+// two copies of one chunk each).
+int chunks_per_stage(const schedule::Schedule& sched, int vpp) {
+    return sched.chunks_for(vpp) / sched.model_copies();
+}
+
+// The first/last split plan derives for `pp` stages (--uneven-stages, and the guide's layouts):
+// none at the experiment's own pp (its split is for that pp), at pp 1, or where the layers
+// divide evenly.
+std::optional<std::pair<int, int>> derived_split(const workload::ExperimentSpec& base, int pp,
+                                                 const schedule::Schedule& sched, int vpp) {
+    const int per_stage = chunks_per_stage(sched, vpp);
+    const int layers = base.model.layers;
+    if (pp < 2 || pp == base.layout.pp || layers % (pp * per_stage) == 0) return std::nullopt;
+    return first_last_split(layers, pp, per_stage);
+}
+
+// The variants of one shape (tp, pp, cp, dp, ep, schedule, vpp: `shape`'s fields) in enumeration
+// order: the pipeline split, the micro-batch size, recompute (and with --partial-recompute the
+// block method's N), sharding (and with --hsdp its shard group sizes). Calls f(layout).
+template <typename F>
+void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& splits,
+              const std::vector<int>& mbss, const std::vector<workload::Recompute>& recomputes,
+              const std::vector<workload::Sharding>& shardings, bool any_sharding, int chunk_layers,
+              const Extras& extras, F&& f) {
+    PlanLayout l = shape;
+    for (const auto& [first, last] : splits) {
+        l.first_stage_layers = first;
+        l.last_stage_layers = last;
+        for (const int mbs : mbss) {
+            l.micro_batch_size = mbs;
+            for (const auto recompute : recomputes) {
+                l.recompute = recompute;
+                // N recomputed layers of a chunk's (rounded up when the chunks are uneven: the
+                // loader refuses what does not fit); 0: the uniform method.
+                const bool blocks =
+                    extras.partial_recompute && recompute == workload::Recompute::Full;
+                for (int block = 0; block == 0 || (blocks && block < chunk_layers); ++block) {
+                    l.recompute_layers = block;
+                    for (const auto sharding : shardings) {
+                        // Sharding shards over the data-parallel replicas.
+                        if (l.dp == 1 && sharding != workload::Sharding::None && !any_sharding)
+                            continue;
+                        l.sharding = sharding;
+                        l.shard_size = 0;
+                        f(l);
+                        if (!extras.hsdp || sharding == workload::Sharding::None) continue;
+                        for (const int s : divisors(l.dp))
+                            if (s >= 2 && s < l.dp) {
+                                l.shard_size = s;
+                                f(l);
+                            }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Every layout of the space, in enumeration order (tp, pp, cp, then ep, the schedule, vpp, the
 // micro-batch size, recompute and sharding; the last varying fastest). Calls f(layout).
 template <typename F>
@@ -355,54 +410,18 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             } else {
                                 mbss.push_back(1);  // refused by the loader: said so
                             }
-                            // Partial recomputation: N recomputed layers of a chunk's
-                            // (rounded up when the chunks are uneven: the loader refuses what
-                            // does not fit).
+                            std::vector<std::pair<int, int>> splits{{0, 0}};
+                            if (extras.uneven)
+                                if (const auto split = derived_split(base, pp, *sched, vpp))
+                                    splits.push_back(*split);
+                            // Partial recomputation's N goes up to a chunk's layers (the
+                            // schedule's chunks per stage, both copies of DualPipe's counted).
                             const int chunks = pp * sched->chunks_for(vpp);
                             const int chunk_layers = (layers + chunks - 1) / chunks;
-                            // --uneven-stages: where the layers do not split evenly, also a
-                            // first/last split (not at the experiment's own pp: its split is
-                            // for that pp).
-                            std::vector<std::pair<int, int>> splits{{0, 0}};
-                            // A stage's layers are split over its chunks of one model copy
-                            // (DualPipe holds two copies of one chunk each).
-                            const int per_stage = sched->chunks_for(vpp) / sched->model_copies();
-                            if (extras.uneven && pp >= 2 && pp != base.layout.pp &&
-                                layers % (pp * per_stage) != 0)
-                                if (const auto s = first_last_split(layers, pp, per_stage))
-                                    splits.push_back(*s);
-                            for (const auto& [first, last] : splits)
-                                for (const int mbs : only_or(fixed_mbs, mbss))
-                                    for (const auto recompute : recomputes)
-                                        for (int block = 0; block == 0 || block < chunk_layers;
-                                             ++block) {
-                                            if (block > 0 &&
-                                                !(extras.partial_recompute &&
-                                                  recompute == workload::Recompute::Full))
-                                                break;
-                                            for (const auto sharding : shardings) {
-                                                // Sharding shards over the data-parallel replicas.
-                                                if (dp == 1 &&
-                                                    sharding != workload::Sharding::None &&
-                                                    !fixes.axes.count("parallelism.sharding"))
-                                                    continue;
-                                                PlanLayout l{tp,       pp,      dp,  cp,
-                                                             ep,       vpp,     mbs, recompute,
-                                                             sharding, schedule};
-                                                l.recompute_layers = block;
-                                                l.first_stage_layers = first;
-                                                l.last_stage_layers = last;
-                                                f(l);
-                                                if (!extras.hsdp ||
-                                                    sharding == workload::Sharding::None)
-                                                    continue;
-                                                for (const int s : divisors(dp))
-                                                    if (s >= 2 && s < dp) {
-                                                        l.shard_size = s;
-                                                        f(l);
-                                                    }
-                                            }
-                                        }
+                            variants(PlanLayout{tp, pp, dp, cp, ep, vpp, 1, {}, {}, schedule},
+                                     splits, only_or(fixed_mbs, mbss), recomputes, shardings,
+                                     fixes.axes.count("parallelism.sharding") > 0, chunk_layers,
+                                     extras, f);
                         }
                     }
                 }
@@ -678,6 +697,9 @@ const char* plan_status_name(PlanEntry::Status s) {
 std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks) {
     const Fixes fixes = parse_fixes(options.fixes);
     if (options.top == 0) throw ConfigError(SourceLocation{"--top"}, "expected 1 or more");
+    if (options.threads < 0)
+        throw ConfigError(SourceLocation{"--threads " + std::to_string(options.threads)},
+                          "expected a number of threads, 1 or more (or 0: one per core)");
     if (!(options.headroom >= 0 && options.headroom < 1))
         throw ConfigError(SourceLocation{"--headroom"},
                           "expected a fraction of HBM to keep free, at least 0 and below 1");
@@ -1055,13 +1077,11 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             // The guide says nothing of the pipeline split: at another pp than the experiment's,
             // where the layers do not divide, the derived first/last split (that of
             // --uneven-stages) rather than the experiment's split for its own pp.
-            const auto sched = schedule::make_schedule(l.schedule);
-            const int per_stage = sched->chunks_for(l.vpp) / sched->model_copies();
-            if (l.pp >= 2 && l.pp != base.layout.pp && base.model.layers % (l.pp * per_stage) != 0)
-                if (const auto split = first_last_split(base.model.layers, l.pp, per_stage)) {
-                    l.first_stage_layers = split->first;
-                    l.last_stage_layers = split->second;
-                }
+            if (const auto split =
+                    derived_split(base, l.pp, *schedule::make_schedule(l.schedule), l.vpp)) {
+                l.first_stage_layers = split->first;
+                l.last_stage_layers = split->second;
+            }
             PlanGuideEntry g;
             g.layout = l;
             try {
