@@ -92,6 +92,27 @@ def _gpu_counts(value):
     return [_count("gpus", g) for g in value]
 
 
+def _global_batches(value):
+    """global_batch: None, a size, a list of sizes, or plan --global-batch's text ("1024..4096",
+    "512,1024"), as the sorted sizes plan searches."""
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        raise _type_error("global_batch", "an int, a str or a list of ints", value)
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, Sequence):
+        text = ",".join(str(_number("global_batch", b, whole=True)) for b in value)
+    else:
+        raise _type_error("global_batch", "an int, a str or a list of ints", value)
+    try:
+        return _core.parse_global_batches(text)
+    except InputError as e:
+        raise InputError.of_argument("global_batch", e.message) from None
+
+
 def _threads(value):
     if _number("threads", value, whole=True) < 0:
         raise InputError.of_argument("threads",
@@ -323,7 +344,8 @@ class Experiment:
              margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
              guide: bool = False, hsdp: bool = False, partial_recompute: bool = False,
              uneven_stages: bool = False,
-             gpus: Optional[Sequence[int]] = None, threads: int = 0,
+             gpus: Optional[Sequence[int]] = None,
+             global_batch: Union[None, int, str, Sequence[int]] = None, threads: int = 0,
              progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
         does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
@@ -334,7 +356,10 @@ class Experiment:
         `hsdp` and `partial_recompute` add HSDP shard sizes and block recomputation to the
         space (plan --hsdp, --partial-recompute), `uneven_stages` first/last pipeline splits where
         the layers do not divide (--uneven-stages); `gpus` searches these GPU counts instead of the
-        experiment's (plan --gpus: whole nodes; compare them by cost, energy or mfu). `threads` worker threads search and simulate (0: one per core); the result is the
+        experiment's (plan --gpus: whole nodes; compare them by cost, energy or mfu);
+        `global_batch` these global batch sizes in sequences (plan --global-batch: an int, a list,
+        or the option's text "MIN..MAX[:STEP]"; with several, time ranks seconds per 1M tokens).
+        `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
         Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
@@ -349,7 +374,7 @@ class Experiment:
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
                           _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),
                           _bool("uneven_stages", uneven_stages),
-                          _gpu_counts(gpus),
+                          _gpu_counts(gpus), _global_batches(global_batch),
                           _threads(threads), _callback("progress", progress))
         return json.loads(text)
 

@@ -1,7 +1,8 @@
 // clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
 //                 [--margin FRACTION] [--set k=v]... [--json FILE] [--html FILE] [--guide] [--hsdp]
-//                 [--partial-recompute] [--uneven-stages] [--gpus N,N,...] [--threads N]
+//                 [--partial-recompute] [--uneven-stages] [--gpus N,N,...]
+//                 [--global-batch N|MIN..MAX[:STEP],...] [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -40,6 +41,7 @@ struct PlanArgs {
     bool guide = false;
     bool hsdp = false, partial_recompute = false, uneven_stages = false;
     std::vector<int> gpus;
+    std::string global_batch;
     int threads = 0;
 };
 
@@ -77,6 +79,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.guide = a.guide;
     options.hsdp = a.hsdp;
     options.gpus = a.gpus;
+    if (!a.global_batch.empty()) options.global_batches = api::parse_global_batches(a.global_batch);
     options.partial_recompute = a.partial_recompute;
     options.uneven_stages = a.uneven_stages;
     options.threads = a.threads;
@@ -174,6 +177,11 @@ void register_plan(CLI::App& app) {
                     "cost, energy or mfu (time favours the most GPUs)")
         ->delimiter(',')
         ->type_name("N,N,...");
+    cmd->add_option("--global-batch", args->global_batch,
+                    "Search these global batch sizes (sequences per step) instead of the "
+                    "experiment's: N, MIN..MAX (the multiples of MIN up to MAX) or MIN..MAX:STEP, "
+                    "comma-separated; with more than one, time ranks seconds per 1M tokens")
+        ->type_name("N|MIN..MAX[:STEP],...");
     cmd->add_flag("--hsdp", args->hsdp,
                   "Also search HSDP: each sharded layout with every shard group size dividing dp "
                   "(parallelism.shard_size); multiplies the sharded layouts");

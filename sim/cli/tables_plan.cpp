@@ -23,8 +23,8 @@ std::string objective_text(const api::PlanResult& r, double value) {
     }
 }
 
-const char* objective_title(api::PlanObjective o) {
-    switch (o) {
+const char* objective_title(const api::PlanResult& r) {
+    switch (r.objective) {
         case api::PlanObjective::Mfu:
             return "MFU";
         case api::PlanObjective::Cost:
@@ -32,7 +32,8 @@ const char* objective_title(api::PlanObjective o) {
         case api::PlanObjective::Energy:
             return "energy per token";
         default:
-            return "iteration time";
+            // Over several global batches (--global-batch) the time of 1M tokens is ranked.
+            return r.global_batches.size() > 1 ? "time per 1M tokens" : "iteration time";
     }
 }
 
@@ -46,8 +47,17 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
         for (std::size_t i = 0; i < r.gpu_counts.size(); ++i)
             out << (i == 0 ? "" : i + 1 == r.gpu_counts.size() ? " or " : ", ") << r.gpu_counts[i];
     }
-    out << " GPUs, " << format_bytes(Bytes{r.hbm_bytes}) << " HBM each; ranked by "
-        << objective_title(r.objective) << " under the " << r.network << " network\n";
+    out << " GPUs";
+    if (!r.global_batches.empty()) {
+        out << ", global batch ";
+        for (std::size_t i = 0; i < r.global_batches.size(); ++i)
+            out << (i == 0                             ? ""
+                    : i + 1 == r.global_batches.size() ? " or "
+                                                       : ", ")
+                << r.global_batches[i];
+    }
+    out << ", " << format_bytes(Bytes{r.hbm_bytes}) << " HBM each; ranked by " << objective_title(r)
+        << " under the " << r.network << " network\n";
     out << r.layouts << " layouts: " << r.invalid << " invalid, " << r.pruned_memory
         << " above the memory limit, " << r.pruned_bound << " pruned by the lower bound, "
         << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("
@@ -67,8 +77,7 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
     std::snprintf(line, sizeof line,
                   "%-3s %-*s %10s %10s %7s %10s %6s %7s %7s %7s %6s %6s %6s %6s %6s %6s  %s\n", "#",
                   w, "layout", "iter (s)", "tokens/s", "MFU", "mem/GPU", "of HBM", "compute",
-                  "bubble", "exposed", "tp", "cp", "ep", "dp", "pipe", "host",
-                  objective_title(r.objective));
+                  "bubble", "exposed", "tp", "cp", "ep", "dp", "pipe", "host", objective_title(r));
     out << line;
     for (std::size_t i = 0; i < r.top.size(); ++i) {
         const auto& c = r.top[i];

@@ -122,6 +122,9 @@ struct Scorer {
     PlanObjective objective = PlanObjective::Time;
     double price = 0;
     double watts = 0;  // energy: a GPU's board power times the PUE
+    // Time over several global batches (--global-batch): seconds per 1M tokens, not per
+    // iteration.
+    bool per_token = false;
     // For a layout of `gpus` GPUs (PlanLayout::gpus: they differ with --gpus).
     double score(double T, double flops, double peak, double tokens, double gpus) const {
         switch (objective) {
@@ -132,7 +135,7 @@ struct Scorer {
             case PlanObjective::Energy:
                 return watts * gpus * T / tokens;
             default:
-                return T;
+                return per_token ? T / tokens * 1e6 : T;
         }
     }
 };
@@ -182,11 +185,15 @@ std::string fraction_ms(double fraction, double T) {
     return o.str();
 }
 
-// Why `loser` ranks below `winner`: the part of the iteration that grew the most.
-std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
+// Why `loser` ranks below `winner`: the part of the iteration that grew the most; per 1M
+// tokens rather than per iteration when their batches differ (`per_token`: --global-batch).
+std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token) {
+    // The time the parts are fractions of: the iteration's, or that of 1M tokens at its rate.
+    const auto span = [per_token](const PlanFigures& f) {
+        return per_token ? 1e6 / f.tokens_per_s : f.iteration_time_s;
+    };
     struct Part {
         const char* name;
-        double seconds(const PlanFigures& f) const { return value(f) * f.iteration_time_s; }
         double (*value)(const PlanFigures&);
     };
     static const std::array<Part, 8> parts{{
@@ -204,7 +211,7 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
     const Part* worst = &parts[0];
     double most = -std::numeric_limits<double>::infinity();
     for (const auto& part : parts) {
-        const double d = part.seconds(loser) - part.seconds(winner);
+        const double d = part.value(loser) * span(loser) - part.value(winner) * span(winner);
         if (d > most) {
             most = d;
             worst = &part;
@@ -213,11 +220,11 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner) {
     std::ostringstream o;
     o.precision(3);
     o << std::fixed;
-    const double dt = (loser.iteration_time_s - winner.iteration_time_s) * 1e3;
-    o << (dt >= 0 ? "+" : "") << dt << " ms per iteration; the most: " << worst->name << " "
-      << (most >= 0 ? "+" : "") << most * 1e3 << " ms ("
-      << fraction_ms(worst->value(loser), loser.iteration_time_s) << " against "
-      << fraction_ms(worst->value(winner), winner.iteration_time_s) << ")";
+    const double dt = (span(loser) - span(winner)) * 1e3;
+    o << (dt >= 0 ? "+" : "") << dt << (per_token ? " ms per 1M tokens" : " ms per iteration")
+      << "; the most: " << worst->name << " " << (most >= 0 ? "+" : "") << most * 1e3 << " ms ("
+      << fraction_ms(worst->value(loser), span(loser)) << " against "
+      << fraction_ms(worst->value(winner), span(winner)) << ")";
     return o.str();
 }
 
@@ -263,6 +270,7 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         j["recompute_method"] = "block";
         j["recompute_layers"] = l.recompute_layers;
     }
+    if (l.global_batch > 0) j["global_batch_size"] = l.global_batch;
     return j;
 }
 
@@ -660,6 +668,8 @@ std::vector<std::string> PlanLayout::overrides() const {
         out.emplace_back("training.recompute_method=block");
         out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
     }
+    if (global_batch > 0)
+        out.push_back("training.global_batch_size=" + std::to_string(global_batch));
     return out;
 }
 
@@ -674,6 +684,7 @@ std::string PlanLayout::text() const {
     o << " " << schedule;
     if (first_stage_layers > 0)
         o << " stages " << first_stage_layers << "/../" << last_stage_layers;
+    if (global_batch > 0) o << " batch " << global_batch;
     if (nodes > 0) o << " on " << gpus() << " GPUs";
     return o.str();
 }
@@ -754,17 +765,18 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         schedules = {at->second};
     }
 
-    // --gpus: the experiment's topology at each count's node count (topology.nodes), each
-    // searched as the experiment's own count is without it.
+    // --gpus and --global-batch: the experiment's topology at each count's node count
+    // (topology.nodes) and each global batch, each pair searched as the experiment is without
+    // them.
     struct Count {
-        int nodes = 0;  // 0: the experiment's
+        int nodes = 0;                  // 0: the experiment's
+        std::int64_t global_batch = 0;  // 0: the experiment's
         workload::ExperimentSpec base;
     };
     std::vector<Count> counts;
     const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
-    if (options.gpus.empty()) {
-        counts.push_back(Count{0, base});
-    } else {
+    std::vector<int> node_counts;
+    {
         std::set<int> seen;
         for (const int g : options.gpus) {
             const SourceLocation where{"--gpus " + std::to_string(g)};
@@ -773,8 +785,35 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                                              std::to_string(per_node) + " GPUs (the topology's " +
                                              "node), e.g. " + std::to_string(per_node * 2));
             if (!seen.insert(g).second) throw ConfigError(where, "given twice");
-            counts.push_back(Count{
-                g / per_node, loader.load({"topology.nodes=" + std::to_string(g / per_node)})});
+            node_counts.push_back(g / per_node);
+        }
+        if (node_counts.empty()) node_counts.push_back(0);
+    }
+    std::vector<std::int64_t> batches;
+    if (!options.global_batches.empty())
+        for (const auto& o : fixes.others)
+            if (o.rfind("training.global_batch_size=", 0) == 0)
+                throw ConfigError(SourceLocation{"--fix " + o},
+                                  "the global batch is searched (--global-batch): fix it there");
+    {
+        std::set<std::int64_t> seen;
+        for (const auto b : options.global_batches) {
+            const SourceLocation where{"--global-batch " + std::to_string(b)};
+            if (b < 1) throw ConfigError(where, "expected a number of sequences, 1 or more");
+            if (!seen.insert(b).second) throw ConfigError(where, "given twice");
+            batches.push_back(b);
+        }
+        if (batches.empty()) batches.push_back(0);
+    }
+    for (const int nodes : node_counts) {
+        const auto at_nodes =
+            nodes > 0 ? loader.load({"topology.nodes=" + std::to_string(nodes)}) : base;
+        for (const auto batch : batches) {
+            // What the enumeration reads of the batch is its size (the micro-batch sizes divide
+            // it over dp); the experiment's own layout need not divide it, so it is not loaded.
+            Count c{nodes, batch, at_nodes};
+            if (batch > 0) c.base.training.global_batch_size = batch;
+            counts.push_back(std::move(c));
         }
     }
     for (const auto& c : counts)
@@ -789,18 +828,22 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     PlanResult result;
     result.source = base.source;
     result.gpus = base.layout.world_size();
-    for (const auto& c : counts)
-        if (c.nodes > 0) result.gpu_counts.push_back(c.base.layout.world_size());
+    for (const int nodes : node_counts)
+        if (nodes > 0) result.gpu_counts.push_back(nodes * per_node);
+    for (const auto batch : batches)
+        if (batch > 0) result.global_batches.push_back(batch);
+    const bool per_token = batches.size() > 1;
     result.hbm_bytes = gpu.hbm.value;
     result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
     result.objective = options.objective;
     result.objective_unit = options.objective == PlanObjective::Mfu      ? "MFU"
                             : options.objective == PlanObjective::Cost   ? "per 1M tokens"
                             : options.objective == PlanObjective::Energy ? "J per token"
+                            : per_token                                  ? "s per 1M tokens"
                                                                          : "s";
     result.margin = options.margin;
-    const Scorer scorer{options.objective, options.gpu_hour_price,
-                        board_power_w * base.goodput.pue};
+    const Scorer scorer{options.objective, options.gpu_hour_price, board_power_w * base.goodput.pue,
+                        per_token};
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
     result.limit_bytes = static_cast<std::int64_t>(limit);
 
@@ -865,6 +908,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                               ranks.rank())
                               return;
                           l.nodes = c.nodes;
+                          l.global_batch = c.global_batch;
                           filling.emplace_back(index, std::move(l));
                           if (filling.size() == kChunk) submit();
                       });
@@ -1064,7 +1108,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         if (i == 0) {
             c.megatron_args = workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
         } else {
-            c.why_lost = why_lost(c.figures, confirmed[0].figures);
+            c.why_lost = why_lost(c.figures, confirmed[0].figures, per_token);
         }
     }
     result.top = std::move(confirmed);
@@ -1095,7 +1139,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 for (const auto& c : result.top)
                     if (c.figures.objective <= g.figures->objective) ++g.rank;
                 if (!result.top.empty()) {
-                    g.versus = why_lost(*g.figures, result.top.front().figures);
+                    g.versus = why_lost(*g.figures, result.top.front().figures, per_token);
                     if (static_cast<double>(g.figures->memory_bytes) > limit)
                         g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
                                     " per GPU, above the limit of " +
@@ -1132,11 +1176,58 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     return result;
 }
 
+std::vector<std::int64_t> parse_global_batches(const std::string& text) {
+    const auto fail = [&](const std::string& item, const std::string& what) {
+        throw ConfigError(SourceLocation{"--global-batch " + text},
+                          (item.empty() ? std::string("an empty item") : "'" + item + "'") + ": " +
+                              what +
+                              "; expected sizes N, ranges MIN..MAX (the multiples of MIN up to "
+                              "MAX) or MIN..MAX:STEP, comma-separated, in sequences");
+    };
+    // A whole number of sequences, 1 .. 2^40 (far above any batch, far below overflow).
+    constexpr std::int64_t kMax = std::int64_t{1} << 40;
+    const auto number = [&](const std::string& item, const std::string& digits) {
+        if (digits.empty() || digits.size() > 13 ||
+            digits.find_first_not_of("0123456789") != std::string::npos)
+            fail(item, "'" + digits + "' is not a whole number");
+        const std::int64_t v = std::stoll(digits);
+        if (v < 1 || v > kMax) fail(item, "sizes go from 1 to " + std::to_string(kMax));
+        return v;
+    };
+    constexpr std::size_t kMost = 256;
+    if (text.empty()) fail("", "nothing to search");
+    std::set<std::int64_t> sizes;
+    std::stringstream items(text);
+    for (std::string item; std::getline(items, item, ',');) {
+        const auto dots = item.find("..");
+        if (dots == std::string::npos) {
+            sizes.insert(number(item, item));
+        } else {
+            const auto colon = item.find(':', dots);
+            const std::int64_t lo = number(item, item.substr(0, dots));
+            const std::int64_t hi =
+                number(item, item.substr(dots + 2, colon == std::string::npos ? std::string::npos
+                                                                              : colon - dots - 2));
+            const std::int64_t step =
+                colon == std::string::npos ? lo : number(item, item.substr(colon + 1));
+            if (hi < lo) fail(item, "the range ends below its start");
+            if ((hi - lo) / step + 1 > static_cast<std::int64_t>(kMost))
+                fail(item, "more than " + std::to_string(kMost) + " sizes");
+            for (std::int64_t v = lo; v <= hi; v += step)
+                sizes.insert(v);
+        }
+        if (sizes.size() > kMost) fail(item, "more than " + std::to_string(kMost) + " sizes");
+    }
+    if (text.back() == ',') fail("", "a trailing comma");
+    return {sizes.begin(), sizes.end()};
+}
+
 nlohmann::ordered_json plan_json(const PlanResult& r) {
     nlohmann::ordered_json j;
     j["experiment"] = r.source;
     j["gpus"] = r.gpus;
     if (!r.gpu_counts.empty()) j["gpu_counts"] = r.gpu_counts;
+    if (!r.global_batches.empty()) j["global_batch_sizes"] = r.global_batches;
     j["hbm_bytes"] = r.hbm_bytes;
     j["network"] = r.network;
     j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));

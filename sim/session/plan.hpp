@@ -68,11 +68,14 @@ struct PlanLayout {
     // --uneven-stages: a first/last stage split plan derived (Megatron-LM's
     // --decoder-first/last-pipeline-num-layers); 0: the experiment's split.
     int first_stage_layers = 0, last_stage_layers = 0;
+    // --global-batch: the global batch in sequences (training.global_batch_size); 0: the
+    // experiment's.
+    std::int64_t global_batch = 0;
     int gpus() const { return tp * pp * cp * dp; }
     // parallelism.tp=.., ..., training.recompute=.., schedule=..: what plan loads it with.
     std::vector<std::string> overrides() const;
     // "tp 8 pp 4 dp 8 cp 1 ep 1 vpp 2 mbs 1 recompute selective sharding zero1 interleaved", with
-    // "recompute full block 3" and "sharding zero3 shard 8" where set.
+    // "recompute full block 3", "sharding zero3 shard 8" and "batch 1024" where set.
     std::string text() const;
 };
 
@@ -160,6 +163,11 @@ struct PlanOptions {
     // experiment's topology with topology.nodes set) instead of the experiment's own; every
     // objective but time compares them fairly (time favours more GPUs).
     std::vector<int> gpus;
+    // --global-batch: search these global batch sizes (sequences per step) instead of the
+    // experiment's (parse_global_batches reads the option's text). With more than one, the time
+    // objective ranks seconds per 1M tokens (an iteration of a larger batch is longer but may
+    // train faster); the other objectives are per token or per FLOP already.
+    std::vector<std::int64_t> global_batches;
     // Worker threads for the search and the simulations; 0: one per core (one under mpirun,
     // where the ranks share the cores). Changes no result: every layout is evaluated alone with
     // caches that change none, and the simulations committed are those of one thread
@@ -171,14 +179,16 @@ struct PlanOptions {
 };
 
 struct PlanResult {
-    std::string source;            // display path of the experiment
-    int gpus = 0;                  // the experiment's GPU count
-    std::vector<int> gpu_counts;   // --gpus: the counts searched instead
-    std::int64_t hbm_bytes = 0;    // per GPU
+    std::string source;                        // display path of the experiment
+    int gpus = 0;                              // the experiment's GPU count
+    std::vector<int> gpu_counts;               // --gpus: the counts searched instead
+    std::vector<std::int64_t> global_batches;  // --global-batch: the batches searched instead
+    std::int64_t hbm_bytes = 0;                // per GPU
     std::int64_t limit_bytes = 0;  // per GPU: HBM less the headroom (what a layout must fit in)
     std::string network;           // the experiment's network model: what the ranking is under
     PlanObjective objective = PlanObjective::Time;
-    std::string objective_unit;  // "s", "MFU", "per 1M tokens", "J per token"
+    // "s", "s per 1M tokens" (time over several batches), "MFU", "per 1M tokens", "J per token"
+    std::string objective_unit;
     double margin = 0;
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0,
                 confirmed = 0;
@@ -199,6 +209,11 @@ struct PlanResult {
     std::vector<std::string> guide_not_dividing;
     std::vector<PlanEntry> entries;  // with keep_entries, in enumeration order
 };
+
+// --global-batch's text: a comma-separated list of sizes N, ranges MIN..MAX (the multiples of
+// MIN up to MAX) and MIN..MAX:STEP (MIN, MIN + STEP, ... up to MAX), in sequences; sorted, each
+// once. At most 256 sizes. Throws ConfigError naming the option and the bad item.
+std::vector<std::int64_t> parse_global_batches(const std::string& text);
 
 // Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
 // experiment that does not load, and when no layout is valid and fits.

@@ -631,6 +631,80 @@ TEST_CASE("plan --gpus: the best over several GPU counts is the best of each cou
           "--gpus 6: expected a whole number of nodes of 4 GPUs (the topology's node), e.g. 8");
 }
 
+TEST_CASE("plan --global-batch: ranked per token, the best of each batch's own plan") {
+    // With several batches the time objective is seconds per 1M tokens: T / (B x 1024) x 1e6 for
+    // a batch of B sequences of 1,024 tokens. Searching B = 8, 16 and 32 must rank first the
+    // best of three plans each run at one batch (ranked by T alone, which per token is the same
+    // order within a batch), and must search exactly the layouts of those three together.
+    auto o = small_options();
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    o.schedules = {"1f1b"};
+    o.top = 3;
+    const api::SweepRanks ranks;
+    double best = std::numeric_limits<double>::infinity();
+    std::string best_text;
+    std::size_t layouts = 0;
+    for (const std::int64_t batch : {8, 16, 32}) {
+        auto one = o;
+        one.sets.push_back("training.global_batch_size=" + std::to_string(batch));
+        const auto r = api::plan(one, ranks);
+        REQUIRE(r);
+        CHECK(r->objective_unit == "s");
+        layouts += r->layouts;
+        const double per_token = r->top.front().figures.iteration_time_s / (batch * 1024.0) * 1e6;
+        if (per_token < best) {
+            best = per_token;
+            best_text = r->top.front().layout.text() + " batch " + std::to_string(batch);
+        }
+    }
+    o.global_batches = {8, 16, 32};
+    const auto all = api::plan(o, ranks);
+    REQUIRE(all);
+    CHECK(all->objective_unit == "s per 1M tokens");
+    CHECK(all->global_batches == std::vector<std::int64_t>{8, 16, 32});
+    CHECK(all->layouts == layouts);
+    CHECK(all->top.front().figures.objective == doctest::Approx(best));
+    CHECK(all->top.front().layout.text() == best_text);
+    // The batch is the layout's own override, and in its JSON.
+    const auto& l = all->top.front().layout;
+    const auto overrides = l.overrides();
+    CHECK(std::count(overrides.begin(), overrides.end(),
+                     "training.global_batch_size=" + std::to_string(l.global_batch)) == 1);
+    CHECK(api::plan_json(*all)["top"][0]["layout"]["global_batch_size"] == l.global_batch);
+    // One batch: time stays the iteration time.
+    o.global_batches = {16};
+    const auto one = api::plan(o, ranks);
+    REQUIRE(one);
+    CHECK(one->objective_unit == "s");
+    // The batch is searched or fixed, not both.
+    o.global_batches = {8, 16};
+    o.fixes.push_back("training.global_batch_size=16");
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--fix training.global_batch_size=16: the global batch is searched (--global-batch): fix "
+          "it there");
+}
+
+TEST_CASE("plan --global-batch: the option's sizes and ranges") {
+    using V = std::vector<std::int64_t>;
+    CHECK(api::parse_global_batches("2048") == V{2048});
+    // MIN..MAX: the multiples of MIN up to MAX (4096 is 4 x 1024).
+    CHECK(api::parse_global_batches("1024..4096") == V{1024, 2048, 3072, 4096});
+    // MIN..MAX:STEP from MIN; 36 is not reached (8 + 3 x 8 = 32, then 40 > 36). Sorted, each once.
+    CHECK(api::parse_global_batches("8..36:8,4,16") == V{4, 8, 16, 24, 32});
+    const auto bad = [](const std::string& text) {
+        return error_of([&] { api::parse_global_batches(text); });
+    };
+    CHECK(bad("0").find("--global-batch 0: '0': sizes go from 1 to") == 0);
+    CHECK(bad("64..32").find("'64..32': the range ends below its start") != std::string::npos);
+    CHECK(bad("1k").find("'1k': '1k' is not a whole number") != std::string::npos);
+    CHECK(bad("8,,16").find("an empty item") != std::string::npos);
+    CHECK(bad("8,").find("a trailing comma") != std::string::npos);
+    CHECK(bad("").find("nothing to search") != std::string::npos);
+    // 1..1000 is a thousand sizes: refused before any is made.
+    CHECK(bad("1..1000:1").find("more than 256 sizes") != std::string::npos);
+    CHECK(bad("1..99999999999999999999").find("is not a whole number") != std::string::npos);
+}
+
 TEST_CASE("plan --uneven-stages: a first/last split where the layers do not divide") {
     // 10 layers (model.layers=10), tp 1, 1f1b: pp 1, 2, 4 or 8 on 8 GPUs. The experiment's own
     // pp is 2 (its split stays its own). pp 4: 10 over 4 does not divide; of m = 2 and 3 middle

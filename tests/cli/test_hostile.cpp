@@ -165,6 +165,20 @@ TEST_CASE("options that would be ignored are refused") {
     CHECK_MESSAGE(has(l, "error: --trace-links all: chooses the link counters of a trace"), l.err);
 }
 
+TEST_CASE("plan --global-batch: a bad list names the option and writes nothing") {
+    const fs::path dir = cs::test::scratch("hostile_plan_batch");
+    const std::string json = (dir / "plan.json").string();
+    const auto r = run_binary({"plan", kRoot + "/tests/api/data/plan-small.yaml", "--global-batch",
+                               "32..16", "--json", json});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r,
+                      "error: --global-batch 32..16: '32..16': the range ends below its start; "
+                      "expected sizes N, ranges MIN..MAX"),
+                  r.err);
+    CHECK(r.out.empty());
+    CHECK(fs::is_empty(dir));
+}
+
 TEST_CASE("collective: a bad -f is named as given; a folder given as a trace says so") {
     const auto f = run_binary({"collective", "--topology", kTwoGpus, "--ranks", "0-1", "-b", "8",
                                "-e", "8G", "-f", "0.5"});

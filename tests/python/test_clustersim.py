@@ -472,6 +472,19 @@ class PlanTest(unittest.TestCase):
         self.assertIn("whole number of nodes", str(e.exception))
         with self.assertRaises(TypeError):
             clustersim.plan(*args, gpus="8")
+        # --global-batch: a list, a range text or one size; several rank per 1M tokens.
+        batches = clustersim.plan(*args, schedules="1f1b", top=3, global_batch="8..16")
+        self.assertEqual(batches["global_batch_sizes"], [8, 16])
+        self.assertEqual(batches["objective_unit"], "s per 1M tokens")
+        self.assertIn(batches["top"][0]["layout"]["global_batch_size"], (8, 16))
+        self.assertEqual(clustersim.plan(*args, schedules="1f1b", top=3, global_batch=[16, 8]),
+                         batches)
+        with self.assertRaises(clustersim.InputError) as e:
+            clustersim.plan(*args, global_batch="16..8")
+        self.assertEqual(e.exception.argument, "global_batch")
+        self.assertIn("the range ends below its start", str(e.exception))
+        with self.assertRaises(TypeError):
+            clustersim.plan(*args, global_batch=8.0)
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, threads=-1)
         self.assertEqual(e.exception.argument, "threads")
