@@ -92,6 +92,20 @@ def _gpu_counts(value):
     return [_count("gpus", g) for g in value]
 
 
+def _confirm(value):
+    """confirm: None (plan's default, 3 x top), a number of layouts or "all", as plan --confirm's
+    text ("" for the default)."""
+    if value is None:
+        return ""
+    if value == "all":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _type_error("confirm", 'an int or "all"', value)
+    if value < 1:
+        raise InputError.of_argument("confirm", "expected a number of layouts, 1 or more, or all")
+    return str(value)
+
+
 def _global_batches(value):
     """global_batch: None, a size, a list of sizes, or plan --global-batch's text ("1024..4096",
     "512,1024"), as the sorted sizes plan searches."""
@@ -341,7 +355,8 @@ class Experiment:
     def plan(self, fix: Optional[Mapping[str, Any]] = None, *,
              schedules: Union[None, str, Sequence[str]] = None, headroom: float = 0.0,
              top: int = 5, objective: str = "time", gpu_hour_price: float = 0.0,
-             margin: float = 0.1, max_micro_batch: int = 8, fast_paths: bool = True,
+             margin: float = 0.1, confirm: Union[None, int, str] = None,
+             max_micro_batch: int = 8, fast_paths: bool = True,
              guide: bool = False, hsdp: bool = False, partial_recompute: bool = False,
              uneven_stages: bool = False,
              gpus: Optional[Sequence[int]] = None,
@@ -359,6 +374,9 @@ class Experiment:
         experiment's (plan --gpus: whole nodes; compare them by cost, energy or mfu);
         `global_batch` these global batch sizes in sequences (plan --global-batch: an int, a list,
         or the option's text "MIN..MAX[:STEP]"; with several, time ranks seconds per 1M tokens).
+        `confirm` bounds the layouts re-simulated under the experiment's network (plan --confirm:
+        None for 3 x top, an int, or "all" for the exact top k; the result's `contenders` counts
+        what a limit left that could still enter the top k).
         `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
@@ -369,7 +387,7 @@ class Experiment:
                           float(_number("headroom", headroom)), _count("top", top),
                           _text("objective", objective, "a str: time, mfu, cost or energy"),
                           float(_number("gpu_hour_price", gpu_hour_price)),
-                          float(_number("margin", margin)),
+                          float(_number("margin", margin)), _confirm(confirm),
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
                           _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),

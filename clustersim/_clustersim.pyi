@@ -19,7 +19,7 @@ def sweep(source: Source, sets: List[str], vary: Sequence[Tuple[str, List[str]]]
           progress: Optional[Callable[[int, int], object]]) -> Tuple[str, str, bool]: ...
 def plan(source: Source, sets: List[str], fixes: List[str], schedules: List[str],
          headroom: float, top: int, objective: str, gpu_hour_price: float, margin: float,
-         max_micro_batch: int, fast_paths: bool, guide: bool, hsdp: bool,
+         confirm: str, max_micro_batch: int, fast_paths: bool, guide: bool, hsdp: bool,
          partial_recompute: bool, uneven_stages: bool, gpus: List[int],
          global_batches: List[int], threads: int,
          progress: Optional[Callable[[int, int, str], object]]) -> str: ...

@@ -34,6 +34,7 @@ struct PlanArgs {
     std::string objective = "time";
     double gpu_hour_price = 0;
     double margin = 0.1;
+    std::string confirm;
     int max_micro_batch_size = 8;
     std::string json, html;
     std::string max_memory;
@@ -67,6 +68,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.gpu_hour_price = a.gpu_hour_price;
     options.headroom = a.headroom;
     options.margin = a.margin;
+    if (!a.confirm.empty()) options.confirm = api::parse_confirm(a.confirm);
     if (a.top < 1)
         throw ConfigError(SourceLocation{"--top " + std::to_string(a.top)},
                           "expected a number of layouts, 1 or more");
@@ -153,6 +155,12 @@ void register_plan(CLI::App& app) {
                     "simulated; the stop rule extends that as needed, so the margin changes the "
                     "work, not the ranking")
         ->capture_default_str();
+    cmd->add_option(
+           "--confirm", args->confirm,
+           "Re-simulate at most N layouts under the experiment's network (default 3 x "
+           "--top), or all that the stop rule needs (exact, but at thousands of GPUs under "
+           "flow each run takes seconds); plan says what the limit left unconfirmed")
+        ->type_name("N|all");
     cmd->add_option("--max-micro-batch", args->max_micro_batch_size,
                     "Largest micro-batch size searched")
         ->capture_default_str();

@@ -68,6 +68,12 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
             << " network than under the analytical one; the search stops confirming where no "
                "layout left could enter the top "
             << r.top.size() << " assuming none does, so the ranking may miss one\n";
+    if (r.contenders > 0)
+        out << "note: the top " << r.top.size() << " is not proven under the " << r.network
+            << " network: confirming stopped at " << r.confirm_limit << " layouts (--confirm), and "
+            << r.contenders << " more could still enter it (their analytical result beats the "
+            << r.top.size() << "-th confirmed one; the best " << objective_text(r, r.best_contender)
+            << "); --confirm all makes it exact\n";
     out << "\n";
     std::size_t width = 6;
     for (const auto& c : r.top)

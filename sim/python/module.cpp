@@ -206,10 +206,11 @@ std::tuple<std::vector<std::string>, std::vector<std::string>, std::string, std:
 std::string plan(const Source& source, const std::vector<std::string>& sets,
                  const std::vector<std::string>& fixes, const std::vector<std::string>& schedules,
                  double headroom, std::size_t top, const std::string& objective,
-                 double gpu_hour_price, double margin, int max_micro_batch, bool fast_paths,
-                 bool guide, bool hsdp, bool partial_recompute, bool uneven_stages,
-                 const std::vector<int>& gpus, const std::vector<std::int64_t>& global_batches,
-                 int threads, py::object progress) {
+                 double gpu_hour_price, double margin, const std::string& confirm,
+                 int max_micro_batch, bool fast_paths, bool guide, bool hsdp,
+                 bool partial_recompute, bool uneven_stages, const std::vector<int>& gpus,
+                 const std::vector<std::int64_t>& global_batches, int threads,
+                 py::object progress) {
     Hooks hooks(std::move(progress));
     return without_gil(hooks, [&] {
         api::PlanOptions options;
@@ -228,6 +229,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
         options.objective = *o;
         options.gpu_hour_price = gpu_hour_price;
         options.margin = margin;
+        if (!confirm.empty()) options.confirm = api::parse_confirm(confirm);
         options.max_micro_batch_size = max_micro_batch;
         options.keep_entries = true;
         options.fast_paths = fast_paths;
@@ -411,9 +413,9 @@ PYBIND11_MODULE(_clustersim, m) {
           py::arg("fast_paths"), py::arg("progress"));
     m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"), py::arg("schedules"),
           py::arg("headroom"), py::arg("top"), py::arg("objective"), py::arg("gpu_hour_price"),
-          py::arg("margin"), py::arg("max_micro_batch"), py::arg("fast_paths"), py::arg("guide"),
-          py::arg("hsdp"), py::arg("partial_recompute"), py::arg("uneven_stages"), py::arg("gpus"),
-          py::arg("global_batches"), py::arg("threads"), py::arg("progress"));
+          py::arg("margin"), py::arg("confirm"), py::arg("max_micro_batch"), py::arg("fast_paths"),
+          py::arg("guide"), py::arg("hsdp"), py::arg("partial_recompute"), py::arg("uneven_stages"),
+          py::arg("gpus"), py::arg("global_batches"), py::arg("threads"), py::arg("progress"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));

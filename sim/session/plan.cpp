@@ -714,6 +714,11 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     if (!(options.headroom >= 0 && options.headroom < 1))
         throw ConfigError(SourceLocation{"--headroom"},
                           "expected a fraction of HBM to keep free, at least 0 and below 1");
+    if (options.confirm && *options.confirm != 0 &&
+        (*options.confirm < options.top || *options.confirm > 1000000))
+        throw ConfigError(SourceLocation{"--confirm " + std::to_string(*options.confirm)},
+                          "expected a number of layouts from --top (" +
+                              std::to_string(options.top) + ") to 1000000, or all");
     if (!(options.margin >= 0) || !std::isfinite(options.margin))
         throw ConfigError(SourceLocation{"--margin"}, "expected a fraction, 0 or more");
     if (options.objective == PlanObjective::Cost &&
@@ -1015,6 +1020,9 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     const bool same_network = base.network.fidelity == network::Fidelity::Analytical;
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> confirmed_of;
+    // With the analytical network step 5 reuses step 4's results: nothing to limit.
+    const std::size_t limit_confirm = same_network ? 0 : options.confirm.value_or(3 * options.top);
+    result.confirm_limit = limit_confirm;
     std::size_t next = 0, step = 0, confirm_step = 0;
     // A layout's figures under the analytical network (or its own), on worker w.
     const auto figures_on = [&](std::size_t w, const PlanLayout& l, bool analytical,
@@ -1062,7 +1070,10 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         // Runs under the experiment's network are long: one per thread.
         run_ahead(
             pool, pool.size(), 0, order.size(),
-            [&](std::size_t i) { return order[i]->figures.objective <= kth_of(best_confirmed); },
+            [&](std::size_t i) {
+                return order[i]->figures.objective <= kth_of(best_confirmed) &&
+                       (limit_confirm == 0 || confirmed.size() < limit_confirm);
+            },
             [&](std::size_t i, std::size_t w) {
                 const Simulated& x = *order[i];
                 return same_network ? x.figures
@@ -1088,11 +1099,21 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 if (options.keep_entries) confirmed_of[c.index] = c.figures;
                 confirmed.push_back(std::move(c));
             });
-        // 4 again: survivors whose bound still beats the k-th best confirmed score.
+        // 4 again (also once the confirmation limit is reached: analytical runs are cheap, and
+        // they leave as contenders only the layouts that could beat the k-th confirmed score):
+        // survivors whose bound still beats the k-th best confirmed score.
         const std::size_t before = next;
         simulate_while(1.0, [&] { return kth_of(best_confirmed); });
         if (next == before) break;
     }
+    // What the confirmation limit left: layouts whose analytical score beats the k-th best
+    // confirmed one (every other layout's bound does not: the loop above ran step 4 to its end).
+    for (const auto& x : simulated)
+        if (!x.confirmed && x.figures.objective < kth_of(best_confirmed)) {
+            result.best_contender = result.contenders++ == 0
+                                        ? x.figures.objective
+                                        : std::min(result.best_contender, x.figures.objective);
+        }
     result.seconds.simulate = seconds_since(simulating);
     result.simulated = simulated.size();
     result.pruned_bound = survivors.size() - simulated.size();
@@ -1176,6 +1197,19 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     return result;
 }
 
+std::size_t parse_confirm(const std::string& text) {
+    if (text == "all") return 0;
+    if (text.empty() || text.size() > 7 ||
+        text.find_first_not_of("0123456789") != std::string::npos || std::stoll(text) < 1)
+        throw ConfigError(SourceLocation{"--confirm " + text},
+                          "expected a number of layouts, 1 to 1000000, or all");
+    const auto n = static_cast<std::size_t>(std::stoll(text));
+    if (n > 1000000)
+        throw ConfigError(SourceLocation{"--confirm " + text},
+                          "expected a number of layouts, 1 to 1000000, or all");
+    return n;
+}
+
 std::vector<std::int64_t> parse_global_batches(const std::string& text) {
     const auto fail = [&](const std::string& item, const std::string& what) {
         throw ConfigError(SourceLocation{"--global-batch " + text},
@@ -1240,6 +1274,10 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
     j["simulated"] = r.simulated;
     j["confirmed"] = r.confirmed;
     j["faster_than_analytical"] = r.faster_than_analytical;
+    // The confirmation limit (0: none) and what it left that could enter the top k.
+    j["confirm_limit"] = r.confirm_limit;
+    j["contenders"] = r.contenders;
+    if (r.contenders > 0) j["best_contender"] = r.best_contender;
     auto top = nlohmann::ordered_json::array();
     for (const auto& c : r.top) {
         nlohmann::ordered_json t;

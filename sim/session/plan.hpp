@@ -19,7 +19,8 @@
 //      result until the next cannot beat the k-th best so confirmed, then resumes 4 for the
 //      layouts whose bound still beats that, and so on; the ranking is that model's. Exact under
 //      the premise that no layout runs faster under that model than under the analytical one
-//      (checked: PlanResult::faster_than_analytical).
+//      (checked: PlanResult::faster_than_analytical), unless PlanOptions::confirm's limit
+//      stops it first (then PlanResult::contenders says what could still enter the top k).
 // With PlanOptions::guide, the parallelism guide's layouts (plan_guide.hpp) are simulated too.
 #pragma once
 
@@ -142,6 +143,13 @@ struct PlanOptions {
     // it as far as needed, so the margin changes how much is simulated first, not the result
     // (under the premise above).
     double margin = 0.1;
+    // Step 5 re-simulates at most this many layouts under the experiment's network (0: as many
+    // as the stop rule needs, which makes the top k exact under the premise). A run under `flow`
+    // at thousands of GPUs costs seconds where an analytical one costs a fraction of one, and
+    // the stop rule may need dozens (layouts within 10-20% of each other analytically), so by
+    // default plan confirms the 3 x top best by their analytical result and says how many
+    // layouts could still enter the top k (PlanResult::contenders); none when it is exact.
+    std::optional<std::size_t> confirm;  // none: 3 x top
     int max_micro_batch_size = 8;  // micro-batch sizes enumerated: divisors of gbs/dp up to it
     bool keep_entries = false;     // --json: every layout's entry
     std::int64_t max_memory = topology::kDefaultMaxMemory;
@@ -195,6 +203,14 @@ struct PlanResult {
     // Confirmed layouts that scored better under the experiment's network than under the
     // analytical one: the stop rule's premise failed for them (a warning when not 0).
     std::size_t faster_than_analytical = 0;
+    // The confirmation limit applied (PlanOptions::confirm; 0: none), and when it stopped the
+    // stop rule, what could still enter the top k: layouts simulated with the analytical
+    // network whose result beats the k-th best confirmed score, not confirmed (so the ranking
+    // may miss them; every other layout's bound loses), and the best such analytical score.
+    // Both 0 when the top k is exact (under the premise).
+    std::size_t confirm_limit = 0;
+    std::size_t contenders = 0;
+    double best_contender = 0;  // in the objective's unit
     // Wall time of the search (load, prepare, memory, bound) and of the simulations (both
     // networks), for `plan -v`; not in plan_json (outputs depend on the inputs alone).
     struct {
@@ -214,6 +230,9 @@ struct PlanResult {
 // MIN up to MAX) and MIN..MAX:STEP (MIN, MIN + STEP, ... up to MAX), in sequences; sorted, each
 // once. At most 256 sizes. Throws ConfigError naming the option and the bad item.
 std::vector<std::int64_t> parse_global_batches(const std::string& text);
+
+// --confirm's text: a number of layouts, 1 or more, or "all" (0: no limit).
+std::size_t parse_confirm(const std::string& text);
 
 // Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
 // experiment that does not load, and when no layout is valid and fits.

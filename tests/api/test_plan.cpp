@@ -252,10 +252,12 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
     options.schedules = {"1f1b"};
     options.top = 3;
+    options.confirm = 0;  // as many as the stop rule needs
     const api::SweepRanks ranks;
     const auto result = api::plan(options, ranks);
     REQUIRE(result);
     CHECK(result->faster_than_analytical == 0);
+    CHECK(result->contenders == 0);
     CHECK(result->confirmed > options.top);        // contention made it confirm more
     CHECK(result->confirmed < result->simulated);  // and not everything
 
@@ -281,6 +283,71 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     REQUIRE(result->top.size() == options.top);
     for (std::size_t i = 0; i < options.top; ++i)
         CHECK(result->top[i].figures.iteration_time_s == times[i]);
+}
+
+TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what it left") {
+    // The space of the test above, where the flow top 3 is not the analytical top 3. With
+    // --confirm 3 plan re-simulates exactly the 3 best analytical results and must say that
+    // layouts it simulated analytically could still enter the top 3: every simulated, not
+    // confirmed layout whose analytical time beats the 3rd confirmed time (counted here from
+    // its own entries), at least one since the exact top 3 differs (after the limit, step 4
+    // still runs to its end, so no layout is left unsimulated that could). With the limit at the
+    // number the exact search confirmed, the answer is the exact one and nothing is left.
+    auto options = small_options();
+    options.sets = {"topology.nodes=4", "network.model=flow"};
+    options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    options.schedules = {"1f1b"};
+    options.top = 3;
+    options.confirm = 0;
+    const api::SweepRanks ranks;
+    const auto exact = api::plan(options, ranks);
+    REQUIRE(exact);
+    REQUIRE(exact->confirmed > 3);
+    CHECK(exact->confirm_limit == 0);
+
+    options.confirm = 3;
+    const auto limited = api::plan(options, ranks);
+    REQUIRE(limited);
+    CHECK(limited->confirm_limit == 3);
+    CHECK(limited->confirmed == 3);
+    std::vector<std::pair<double, std::size_t>> analytical;  // (time, index) of the simulated
+    std::set<std::size_t> confirmed;
+    for (const auto& e : limited->entries) {
+        if (!e.analytical) continue;
+        analytical.emplace_back(e.analytical->objective, e.index);
+        if (e.confirmed) confirmed.insert(e.index);
+    }
+    std::sort(analytical.begin(), analytical.end());
+    REQUIRE(analytical.size() > 3);
+    CHECK(confirmed ==
+          std::set<std::size_t>{analytical[0].second, analytical[1].second, analytical[2].second});
+    const double third = limited->top.back().figures.objective;
+    std::size_t left = 0;
+    for (const auto& [t, index] : analytical)
+        if (!confirmed.count(index) && t < third) ++left;
+    CHECK(limited->contenders == left);
+    CHECK(limited->contenders > 0);
+    bool differs = false;
+    for (std::size_t i = 0; i < 3; ++i)
+        differs |= limited->top[i].index != exact->top[i].index;
+    CHECK(differs);
+    CHECK(api::plan_json(*limited)["contenders"] == left);
+
+    options.confirm = exact->confirmed;
+    const auto enough = api::plan(options, ranks);
+    REQUIRE(enough);
+    CHECK(enough->contenders == 0);
+    for (std::size_t i = 0; i < 3; ++i)
+        CHECK(enough->top[i].index == exact->top[i].index);
+
+    // Fewer than --top cannot fill the top k; "all" is 0.
+    options.confirm = 2;
+    CHECK(error_of([&] { api::plan(options, ranks); }) ==
+          "--confirm 2: expected a number of layouts from --top (3) to 1000000, or all");
+    CHECK(api::parse_confirm("all") == 0);
+    CHECK(api::parse_confirm("12") == 12);
+    CHECK(error_of([&] { api::parse_confirm("-1"); }) ==
+          "--confirm -1: expected a number of layouts, 1 to 1000000, or all");
 }
 
 TEST_CASE("plan --guide: the guide's row, its topology and sequence rules, its layouts") {

@@ -485,6 +485,19 @@ class PlanTest(unittest.TestCase):
         self.assertIn("the range ends below its start", str(e.exception))
         with self.assertRaises(TypeError):
             clustersim.plan(*args, global_batch=8.0)
+        # --confirm: under flow at most that many re-simulated; "all" has no limit.
+        flow = (small, {"parallelism.cp": 1, "parallelism.sharding": "zero1"},
+                {"topology.nodes": 2, "network.model": "flow"})
+        limited = clustersim.plan(*flow, schedules="1f1b", top=3, max_micro_batch=1, confirm=3)
+        self.assertEqual(limited["confirm_limit"], 3)
+        self.assertLessEqual(limited["confirmed"], 3)
+        exact = clustersim.plan(*flow, schedules="1f1b", top=3, max_micro_batch=1, confirm="all")
+        self.assertEqual((exact["confirm_limit"], exact["contenders"]), (0, 0))
+        with self.assertRaises(TypeError):
+            clustersim.plan(*args, confirm=2.5)
+        with self.assertRaises(clustersim.InputError) as e:
+            clustersim.plan(*args, confirm=0)
+        self.assertEqual(e.exception.argument, "confirm")
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, threads=-1)
         self.assertEqual(e.exception.argument, "threads")
