@@ -47,7 +47,8 @@ def problems():
         n, k = (r["m"], r["n"]) if reduce else (r["n"], r["k"])
         assert (r["k"] if reduce else r["m"]) == r["tpe"], r
         out.append(dict(experts=r["E"], tokens=r["tpe"], n=n, k=k, reduce=reduce,
-                        mhz=r["sm_mhz"], seconds=r["ms"] * 1e-3))
+                        mhz=r["sm_mhz"], seconds=r["ms"] * 1e-3, model=r["model"],
+                        gemm=r["gemm"]))
     return out
 
 
@@ -120,6 +121,18 @@ def main():
         print("%-14s %3d rows: %3d within 10%%, mean |error| %.1f%%, mean %+.1f%%"
               % (label, len(rows), sum(abs(e) <= 0.1 for e in errors),
                  100 * sum(map(abs, errors)) / len(errors), 100 * sum(errors) / len(errors)))
+    # The fitted rows' mean error grouped by each input: a trend the model leaves shows here.
+    groups = (("tokens", lambda p: p["tokens"]), ("experts", lambda p: p["experts"]),
+              ("model", lambda p: p["model"]), ("gemm", lambda p: p["gemm"]),
+              ("k steps", lambda p: tiling(p)[5]),
+              ("clock", lambda p: "<1600" if p["mhz"] < 1600 else
+               "<1900" if p["mhz"] < 1900 else ">=1900"))
+    for name, key in groups:
+        errors = {}
+        for p in fitted:
+            errors.setdefault(key(p), []).append(predict(p, c) / p["seconds"] - 1)
+        print("mean error by %-8s %s" % (name, ", ".join(
+            "%s %+.1f%%" % (g, 100 * sum(e) / len(e)) for g, e in sorted(errors.items()))))
 
 
 if __name__ == "__main__":
