@@ -15,8 +15,8 @@ output has at most 128 rows or columns, 128 x 256 x 64 cooperative tiles otherwi
 rounded up to the 2 x 1 cluster; waves = ceil(tiles / 132)). Each row ran at its own SM clock:
 as `clustersim validate` does, the model's time is divided by the tensor-core throughput at that
 clock relative to 1980 MHz (0.5281 + 0.000230 x MHz). The fit minimises the mean squared log
-error over the rows with at least 128 tokens per expert (at 64 the kernel runs 0-24% slower
-than at 128 for the same weights, which the model does not describe). Pure Python,
+error over the rows with at least 128 tokens per expert (at 64 the forward and dgrad run 0-24%
+slower than at 128 for the same weights, which the model does not describe). Pure Python,
 deterministic (Nelder-Mead from a fixed start); reads the data file only.
 """
 import json
