@@ -454,8 +454,10 @@ void run_kernel(const config::Reader& r, const std::vector<std::string>& sets,
         flops = 2.0 * static_cast<double>(e * t) * static_cast<double>(n) * static_cast<double>(k);
         out.inputs = std::to_string(e) + " experts x " + std::to_string(t) + " tokens, " +
                      std::to_string(n) + " x " + std::to_string(k) + " " + pass + ", grouped";
-        out.note =
-            "grouped / dense ratio " + number(workload::grouped_gemm_ratio(t, pass == "wgrad"));
+        const auto tiling = workload::grouped_gemm_tiling(e, t, n, k, pass == "wgrad");
+        out.note = std::to_string(tiling.tiles) + " tiles of " + std::to_string(tiling.tile_m) +
+                   " x " + std::to_string(tiling.tile_n) + (tiling.ping_pong ? " ping-pong" : "") +
+                   " in " + std::to_string(tiling.waves) + " waves";
     } else if (auto a = r.map_opt("attention")) {
         workload::AttentionBlock b;
         b.b = a->integer("batch");

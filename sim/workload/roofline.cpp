@@ -769,28 +769,45 @@ Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuM
     return roofline_time(shape.flops(), rate, bytes, gpu, compute);
 }
 
-double grouped_gemm_ratio(std::int64_t tokens, bool tokens_reduce, const RooflineCalibration& cal) {
-    const double t = static_cast<double>(std::max<std::int64_t>(tokens, 1));
-    const double cap = tokens_reduce ? cal.grouped_reduce_cap : cal.grouped_rows_cap;
-    const double t0 = tokens_reduce ? cal.grouped_reduce_t0 : cal.grouped_rows_t0;
-    const double p = tokens_reduce ? cal.grouped_reduce_exponent : cal.grouped_rows_exponent;
-    const double tp = std::pow(t, p);
-    return std::min(1.0, cap * tp / (tp + std::pow(t0, p)));
+GroupedGemmTiling grouped_gemm_tiling(I experts, I tokens, I n, I k, bool tokens_reduce,
+                                      const RooflineCalibration& cal) {
+    const I rows = tokens_reduce ? n : tokens;
+    const I cols = tokens_reduce ? k : n;
+    const I reduction = tokens_reduce ? tokens : k;
+    GroupedGemmTiling t;
+    t.ping_pong = rows <= 128 || cols <= 128;
+    t.tile_m = t.ping_pong ? 64 : 128;
+    t.tile_n = t.ping_pong ? 128 : 256;
+    t.tile_k = t.ping_pong ? 128 : 64;
+    const auto ceil_div = [](I a, I b) { return (std::max<I>(a, 1) + b - 1) / b; };
+    const I row_tiles = 2 * ceil_div(ceil_div(rows, t.tile_m), 2);  // 2 x 1 CTA clusters
+    t.tiles = std::max<I>(experts, 1) * row_tiles * ceil_div(cols, t.tile_n);
+    t.waves = ceil_div(t.tiles, std::max<I>(cal.grouped_sms, 1));
+    t.k_steps = ceil_div(reduction, t.tile_k);
+    return t;
 }
 
-Time grouped_gemm_time(std::int64_t experts, std::int64_t tokens, std::int64_t n, std::int64_t k,
-                       bool tokens_reduce, Precision precision, const topology::GpuModel& gpu,
-                       const RooflineCompute& compute) {
-    const std::int64_t rows = experts * tokens;
-    // The dense GEMM of all rows: forward {rows, n, k}; the wgrad reduces over the rows.
-    const GemmShape dense = tokens_reduce ? GemmShape{n, k, rows} : GemmShape{rows, n, k};
-    const double ratio = grouped_gemm_ratio(tokens, tokens_reduce) * compute.grouped_gemm_scale;
-    const FlopRate rate{gemm_rate(dense, precision, gpu, compute).flops_per_s * ratio};
+Time grouped_gemm_time(I experts, I tokens, I n, I k, bool tokens_reduce, Precision precision,
+                       const topology::GpuModel& gpu, const RooflineCompute& compute,
+                       const RooflineCalibration& cal) {
+    const GroupedGemmTiling t = grouped_gemm_tiling(experts, tokens, n, k, tokens_reduce, cal);
+    FlopRate peak = peak_rate(gpu, precision);
+    if (precision == Precision::Fp8)
+        peak = scaled(peak_rate(gpu, Precision::Bf16), compute.gemm(gpu).fp8_tensorwise);
+    const double efficiency =
+        t.ping_pong ? cal.grouped_small_efficiency : cal.grouped_large_efficiency;
+    const FlopRate per_sm =
+        scaled(peak, efficiency * compute.efficiency_scale * compute.grouped_gemm_scale /
+                         static_cast<double>(std::max<I>(cal.grouped_sms, 1)));
+    const Flops tile_flops{2.0 * static_cast<double>(t.tile_m * t.tile_n * t.tile_k) *
+                           static_cast<double>(t.k_steps)};
+    const Time math = (compute_time(tile_flops, per_sm) + cal.grouped_tile) * t.waves;
     const int element = precision == Precision::Fp8 ? 1 : 2;
-    const Bytes bytes{element * (tokens_reduce ? rows * n + rows * k + experts * n * k
-                                               : rows * k + experts * n * k + rows * n)};
-    const Time math = compute_time(dense.flops(), rate);
-    return std::max(math, transfer_time(bytes, achievable_hbm(gpu, compute)));
+    const I rows = experts * tokens;
+    const Bytes bytes{element * (rows * n + rows * k + experts * n * k)};
+    const Time memory =
+        transfer_time(bytes, Bandwidth{gpu.hbm_bandwidth.bytes_per_s * cal.grouped_hbm_fraction});
+    return cal.grouped_call + std::max(math, memory);
 }
 
 double AttentionBlock::model_flops() const {

@@ -34,13 +34,19 @@ struct RooflineCalibration {
     // fp8 GEMM runs at the 16-bit curve's rate times its recipe's measured speedup, not at the
     // datasheet's 2x.
     double gemm_smallest_fitted_dim = 512;  // below it the factor falls linearly (tile padding)
-    // A grouped GEMM (torch._grouped_mm, Megatron-core's GroupedMLP on Hopper) of E experts with
-    // t tokens each runs at the rate of the one dense GEMM of E·t rows times
-    //   ratio(t) = min(1, cap · t^p / (t^p + t0^p)),
-    // fitted on the 108 grouped / dense pairs of the H200 microbenchmarks (timed side by side):
-    // tokens are the rows of the forward and dgrad GEMMs, the reduction of the wgrad.
-    double grouped_rows_cap = 0.942, grouped_rows_t0 = 105, grouped_rows_exponent = 1.8;
-    double grouped_reduce_cap = 1.122, grouped_reduce_t0 = 295, grouped_reduce_exponent = 0.8;
+    // A grouped GEMM (torch._grouped_mm: CUTLASS's sm90 grouped kernel, Megatron-core's
+    // GroupedMLP on Hopper) as its persistent kernel runs it: every expert's output cut into
+    // tiles (GroupedGemmTiling), the tiles dealt in waves over the SMs, each tile its mainloop
+    // at a fraction of the peak plus a fixed cost, and a fixed cost per call; or the HBM time
+    // of its operands where that is longer (docs/validation.md, "The grouped GEMM model").
+    // Fitted on the H200 microbenchmarks' grouped_gemm rows at 128-4096 tokens per expert
+    // (561 rows; h200-microbench.json, tools/validation/fit_grouped_gemm.py).
+    std::int64_t grouped_sms = 132;           // H100 / H200 SXM
+    Time grouped_call = Time::ns(7200);       // the problem-list kernel, ramp-up, tail
+    Time grouped_tile = Time::ns(2700);       // a tile's prologue and epilogue
+    double grouped_large_efficiency = 0.806;  // 128 x 256 x 64 cooperative tiles
+    double grouped_small_efficiency = 0.62;   // 64 x 128 x 128 ping-pong tiles
+    double grouped_hbm_fraction = 0.795;      // of the datasheet HBM bandwidth
     // Flash attention (cuDNN SDPA on H200, the attention microbenchmarks over heads, K/V heads
     // and sequence length): the fraction of the bf16 peak the causal kernel's executed FLOPs
     // reach, cap · s/(s + s0) · w/(w + w0), with s the key length and w the query tiles of 128
@@ -123,14 +129,31 @@ Time attention_time(const AttentionBlock& block, bool backward, const topology::
 // attention the reductions of dK and dV over each group.
 int attention_launches(const AttentionBlock& block, bool backward, Framework framework);
 
-// A grouped GEMM of `experts` GEMMs of `tokens` rows each (forward {tokens, n, k} per expert,
-// the wgrad's reduction over the tokens when `tokens_reduce`), at the grouped rate above.
+// How torch._grouped_mm tiles a grouped GEMM of `experts` GEMMs on Hopper. Each expert's
+// output is m x n_out with reduction k_red: forward and dgrad {tokens, n, k}, the wgrad
+// (`tokens_reduce`) {n, k, tokens}. PyTorch picks 64 x 128 x 128 ping-pong tiles when m or n_out
+// is at most 128, 128 x 256 x 64 cooperative tiles otherwise; clusters of 2 x 1 CTAs round each
+// expert's row tiles up to an even count. The persistent kernel deals the tiles over the SMs.
+struct GroupedGemmTiling {
+    std::int64_t tile_m = 0, tile_n = 0, tile_k = 0;
+    bool ping_pong = false;
+    std::int64_t tiles = 0;    // experts x even(ceil(m / tile_m)) x ceil(n_out / tile_n)
+    std::int64_t waves = 0;    // ceil(tiles / SMs)
+    std::int64_t k_steps = 0;  // ceil(k_red / tile_k): mainloop steps per tile
+};
+GroupedGemmTiling grouped_gemm_tiling(std::int64_t experts, std::int64_t tokens, std::int64_t n,
+                                      std::int64_t k, bool tokens_reduce,
+                                      const RooflineCalibration& cal = default_calibration());
+// GPU time of one grouped GEMM (both kernels, no launch gaps):
+//   grouped_call + max(waves x tile time, bytes / (HBM x grouped_hbm_fraction)),
+//   tile time = 2 tile_m tile_n tile_k k_steps / (peak x efficiency x scales / SMs) + grouped_tile,
+// the scales being compute.efficiency_scale and compute.grouped_gemm_scale (a calibration's),
+// the efficiency that of the tiling's kind; bytes: the activations in and out and the experts'
+// weights. In fp8 the peak is the bf16 one times the curve's tensorwise speedup.
 Time grouped_gemm_time(std::int64_t experts, std::int64_t tokens, std::int64_t n, std::int64_t k,
                        bool tokens_reduce, Precision precision, const topology::GpuModel& gpu,
-                       const RooflineCompute& compute);
-// The grouped rate's ratio to the dense GEMM of all rows at `tokens` per expert.
-double grouped_gemm_ratio(std::int64_t tokens, bool tokens_reduce,
-                          const RooflineCalibration& cal = default_calibration());
+                       const RooflineCompute& compute,
+                       const RooflineCalibration& cal = default_calibration());
 
 // Divides the tensor-core steps of `passes` by the GPU's sustained factor for their duty cycle
 // (the tensor-core share of the compute time of all of them together); no-op with burst clocks.

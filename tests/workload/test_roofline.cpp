@@ -419,6 +419,111 @@ TEST_CASE("CP exchanges K/V; EP dispatches and combines with all-to-all") {
           doctest::Approx(2 * tokens * weights + 4.0 * 512 * 1024 * 1024));
 }
 
+TEST_CASE("grouped GEMM tiling: PyTorch's tile choice, 2 x 1 clusters, waves over 132 SMs") {
+    // Qwen-MoE fc2 forward, 8 experts x 128 tokens, n 2048, k 1408: 128 rows per expert, so
+    // 64 x 128 x 128 ping-pong tiles; row tiles 128/64 = 2 (already even), column tiles
+    // 2048/128 = 16: 8 x 2 x 16 = 256 tiles, ceil(256/132) = 2 waves, ceil(1408/128) = 11 steps.
+    auto t = grouped_gemm_tiling(8, 128, 2048, 1408, false);
+    CHECK(t.ping_pong);
+    CHECK(t.tile_m == 64);
+    CHECK(t.tile_n == 128);
+    CHECK(t.tile_k == 128);
+    CHECK(t.tiles == 256);
+    CHECK(t.waves == 2);
+    CHECK(t.k_steps == 11);
+    // Mixtral fc1 forward, 8 x 512 tokens, n 28672, k 4096: 128 x 256 x 64 cooperative tiles;
+    // 8 x (512/128 = 4) x (28672/256 = 112) = 3584 tiles; 27 x 132 = 3564 < 3584: 28 waves;
+    // 4096/64 = 64 steps.
+    t = grouped_gemm_tiling(8, 512, 28672, 4096, false);
+    CHECK_FALSE(t.ping_pong);
+    CHECK(t.tile_m == 128);
+    CHECK(t.tile_n == 256);
+    CHECK(t.tile_k == 64);
+    CHECK(t.tiles == 3584);
+    CHECK(t.waves == 28);
+    CHECK(t.k_steps == 64);
+    // 384 tokens: ceil(384/128) = 3 row tiles, rounded up to the cluster's 2: 4. With 64 experts
+    // and n 2816 (ceil(2816/256) = 11): 64 x 4 x 11 = 2816 tiles, 21 x 132 = 2772: 22 waves.
+    t = grouped_gemm_tiling(64, 384, 2816, 2048, false);
+    CHECK(t.tiles == 2816);
+    CHECK(t.waves == 22);
+    // The weight gradient's output is n x k per expert and the tokens are its reduction:
+    // n 2048 -> 16 row tiles, k 1408 -> ceil(1408/256) = 6 column tiles, 8 x 16 x 6 = 768 tiles,
+    // 6 waves (5 x 132 = 660); 128 tokens / 64 = 2 steps. Cooperative: no side is <= 128.
+    t = grouped_gemm_tiling(8, 128, 2048, 1408, true);
+    CHECK_FALSE(t.ping_pong);
+    CHECK(t.tiles == 768);
+    CHECK(t.waves == 6);
+    CHECK(t.k_steps == 2);
+}
+
+TEST_CASE("grouped GEMM time: waves of tiles or the HBM time, plus the per-call cost") {
+    // H200 bf16 peak 989 TFLOP/s over 132 SMs; the defaults: call 7.2 us, tile 2.7 us,
+    // efficiency 0.806 (cooperative) and 0.62 (ping-pong), HBM 0.795 x 4.8 TB/s = 3.816 TB/s.
+    const double hbm = 0.795 * 4.8e12;
+    const auto us = [](Time t) { return t.seconds() * 1e6; };
+    // Mixtral fc1 forward at 512 tokens (28 waves, 64 steps, above): a tile is 2 x 128 x 256 x 64
+    // x 64 = 2^28 FLOPs at 0.806 x 989e12 / 132 = 6.0389e12 FLOP/s: 44.451 us + 2.7 us =
+    // 47.151 us; 28 waves 1320.23 us. Bytes: 4096 rows x (28672 + 4096) + 8 x 28672 x 4096 =
+    // 2^30 values, 2^31 bytes: 562.76 us at 3.816 TB/s. Compute-bound: 7.2 + 1320.23 us.
+    const double tile_us = std::ldexp(1.0, 28) / (0.806 * 989e12 / 132) * 1e6 + 2.7;
+    CHECK(tile_us == doctest::Approx(47.151).epsilon(1e-4));
+    CHECK(std::ldexp(2.0, 30) / hbm * 1e6 < 28 * tile_us);
+    CHECK(us(grouped_gemm_time(8, 512, 28672, 4096, false, Precision::Bf16, h200(), burst())) ==
+          doctest::Approx(7.2 + 28 * tile_us).epsilon(1e-6));
+    CHECK(7.2 + 28 * tile_us == doctest::Approx(1327.43).epsilon(1e-5));
+    // The same at 128 tokens: ping-pong tiles of 2 x 64 x 128 x 128 x 32 = 2^26 FLOPs at
+    // 0.62 x 989e12 / 132: 14.447 + 2.7 = 17.147 us, 28 waves 480.10 us; the bytes, 1024 rows x
+    // (28672 + 4096) + 939,524,096 weights = 973,078,528 values, take 510.00 us: HBM-bound.
+    const double bytes = 2.0 * (1024.0 * (28672 + 4096) + 8.0 * 28672 * 4096);
+    CHECK(28 * (std::ldexp(1.0, 26) / (0.62 * 989e12 / 132) * 1e6 + 2.7) < bytes / hbm * 1e6);
+    CHECK(us(grouped_gemm_time(8, 128, 28672, 4096, false, Precision::Bf16, h200(), burst())) ==
+          doctest::Approx(7.2 + bytes / hbm * 1e6).epsilon(1e-6));
+    CHECK(7.2 + bytes / hbm * 1e6 == doctest::Approx(517.20).epsilon(1e-5));
+    // A calibration's grouped_gemm scale multiplies the tiles' rate, not their fixed cost:
+    // at scale 2 the tile takes 44.451 / 2 + 2.7 us.
+    auto calibrated = burst();
+    calibrated.grouped_gemm_scale = 2;
+    CHECK(us(grouped_gemm_time(8, 512, 28672, 4096, false, Precision::Bf16, h200(), calibrated)) ==
+          doctest::Approx(7.2 + 28 * ((tile_us - 2.7) / 2 + 2.7)).epsilon(1e-6));
+}
+
+TEST_CASE("grouped GEMM time depends on the expert's shape, not on tokens per expert alone") {
+    // Qwen-MoE fc2 at 8 experts x 512 tokens, forward (n 2048, k 1408) and dgrad (n 1408,
+    // k 2048): the same tokens, FLOPs and bytes. Forward: 8 x 4 x 8 = 256 tiles, 2 waves of 22
+    // steps; dgrad: 8 x 4 x ceil(1408/256) = 6 -> 192 tiles, also 2 waves, of 32 steps (its
+    // last column of tiles is 3/8 empty). A step is 2 x 128 x 256 x 64 FLOPs at
+    // 0.806 x 989e12 / 132: 0.69454 us. Forward 7.2 + 2 x (22 x 0.69454 + 2.7) = 43.16 us,
+    // dgrad 7.2 + 2 x (32 x 0.69454 + 2.7) = 57.05 us (measured at 1950 MHz: 43.9 and 57.0 us,
+    // h200-microbench.json; a function of tokens per expert alone gives both the same time).
+    const double step_us = 2.0 * 128 * 256 * 64 / (0.806 * 989e12 / 132) * 1e6;
+    const double fwd =
+        grouped_gemm_time(8, 512, 2048, 1408, false, Precision::Bf16, h200(), burst()).seconds() *
+        1e6;
+    const double dgrad =
+        grouped_gemm_time(8, 512, 1408, 2048, false, Precision::Bf16, h200(), burst()).seconds() *
+        1e6;
+    CHECK(fwd == doctest::Approx(7.2 + 2 * (22 * step_us + 2.7)).epsilon(1e-6));
+    CHECK(dgrad == doctest::Approx(7.2 + 2 * (32 * step_us + 2.7)).epsilon(1e-6));
+    CHECK(fwd == doctest::Approx(43.16).epsilon(1e-3));
+    CHECK(dgrad == doctest::Approx(57.05).epsilon(1e-3));
+    // At 128 tokens the small Qwen experts run at 5.9e9 FLOPs / 22.53 us = 262 TFLOP/s (2 waves
+    // of 256 ping-pong tiles: 7.2 + 2 x (11 steps x 0.4515 us + 2.7) us, just above the
+    // 13.95 us of HBM) and Mixtral's at 240.5e9 / 517.2 us = 465 TFLOP/s (above): the rate at
+    // the same tokens per expert differs by the expert's n x k.
+    const double qwen_flops = 2.0 * 8 * 128 * 2048 * 1408;
+    const double mixtral_flops = 2.0 * 8 * 128 * 28672 * 4096;
+    const double qwen =
+        qwen_flops /
+        grouped_gemm_time(8, 128, 2048, 1408, false, Precision::Bf16, h200(), burst()).seconds();
+    const double mixtral =
+        mixtral_flops /
+        grouped_gemm_time(8, 128, 28672, 4096, false, Precision::Bf16, h200(), burst()).seconds();
+    CHECK(qwen == doctest::Approx(qwen_flops / 22.532e-6).epsilon(1e-3));
+    CHECK(mixtral == doctest::Approx(mixtral_flops / 517.20e-6).epsilon(1e-3));
+    CHECK(mixtral / qwen > 1.7);
+}
+
 TEST_CASE("embedding, output layer and optimizer step") {
     ModelSpec m = gpt_layer(4096, 32);
     m.vocab_size = 51200;
