@@ -145,8 +145,8 @@ std::vector<LinkSeries> busiest_links(const LinkTimeline& timeline,
             if (timeline.total_bytes(static_cast<topology::LinkId>(l)) > 0)
                 order.push_back(static_cast<topology::LinkId>(l));
         for (const topology::LinkId l : order)
-            mean.push_back(link_utilization(timeline.total_bytes(l),
-                                            links[l].bandwidth.bytes_per_s, iteration_s));
+            mean.push_back(link_utilization(timeline.total_bytes(l), links[l].bandwidth.bytes_per_s,
+                                            iteration_s));
         std::vector<std::size_t> index(order.size());
         std::iota(index.begin(), index.end(), std::size_t{0});
         std::stable_sort(index.begin(), index.end(),
@@ -259,10 +259,9 @@ void TrackRecorder::on_pass(const replay::PassRecord& pass) {
     if (r < 0 || !pass.plan) return;
     const auto& steps = pass.plan->steps;
     if (pass.step_times.size() != steps.size())
-        throw SimulationError("timeline tracks", "a pass of " + std::to_string(steps.size()) +
-                                                     " steps came with " +
-                                                     std::to_string(pass.step_times.size()) +
-                                                     " step times");
+        throw SimulationError("timeline tracks",
+                              "a pass of " + std::to_string(steps.size()) + " steps came with " +
+                                  std::to_string(pass.step_times.size()) + " step times");
     Time t = pass.start;
     for (std::size_t i = 0; i < steps.size(); ++i) {
         const Time from = std::min(t, pass.end);

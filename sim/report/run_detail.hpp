@@ -141,10 +141,10 @@ struct RunDetail {
     // The busiest links by utilisation over the iteration, busiest first: the summary's `links`
     // order (links_by_utilization), which the console lists.
     std::vector<LinkSeries> links;
-    std::size_t links_total = 0;  // links that carried anything
-    std::vector<LinkKindStats> link_kinds;  // in order of their busiest link's rank
-    std::int64_t hbm_bytes = 0;     // of the stage's GPU model
-    std::vector<workload::MemoryBreakdown> stage_memory;          // per stage, one GPU
+    std::size_t links_total = 0;                          // links that carried anything
+    std::vector<LinkKindStats> link_kinds;                // in order of their busiest link's rank
+    std::int64_t hbm_bytes = 0;                           // of the stage's GPU model
+    std::vector<workload::MemoryBreakdown> stage_memory;  // per stage, one GPU
     std::vector<std::vector<MemoryTimeline::Step>> memory_steps;  // per stage
 };
 

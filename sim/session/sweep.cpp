@@ -22,8 +22,8 @@ namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
                                    bubble_fraction, exposed_comm_fraction, exposed_by_kind,
-                                   idle_fraction, host_fraction, dp,
-                                   memory_bytes, fits, summary, summary_digest, wall_time_s)
+                                   idle_fraction, host_fraction, dp, memory_bytes, fits, summary,
+                                   summary_digest, wall_time_s)
 
 namespace {
 

@@ -117,8 +117,8 @@ TEST_CASE("run detail: tracks of DP sync, optimizer and communication, replica 0
     // pp 1, dp 2 on the two GPUs: one stage, whose gradients are reduced over the two replicas
     // after the last backward pass, then the optimizer step; pp 2 sends activations and
     // gradients between the stages (pipeline communication on the sender's row).
-    const auto dp = run_detail(
-        {"parallelism.pp=1", "parallelism.dp=2", "compute.optimizer_step=1ms"}, "1f1b");
+    const auto dp =
+        run_detail({"parallelism.pp=1", "parallelism.dp=2", "compute.optimizer_step=1ms"}, "1f1b");
     const auto& d = *dp.detail;
     const auto end = d.timeline.iteration_time;
     Time last_pass = Time::zero();

@@ -132,7 +132,9 @@
     items.forEach(function (it, i) {
       var y = top + i * (bh + gap), x = left;
       var g = el("svg:g", {"class": "bar" + (it.winner ? " winner" : ""), "data-label": it.label, "data-t": it.T}, s);
-      el("svg:text", {x: 4, y: y + 14}, g, (it.winner ? "\u2605 " : "") + it.label);
+      var label = (it.winner ? "\u2605 " : "") + it.label;
+      var lt = el("svg:text", {x: 4, y: y + 14}, g, label.length > 36 ? label.slice(0, 35) + "\u2026" : label);
+      el("svg:title", {}, lt, label);
       breakdownParts(it.o, it.T).forEach(function (v, j) {
         var w = v / tmax * pw;
         var r = el("svg:rect", {x: x.toFixed(2), y: y, width: Math.max(0, w).toFixed(2), height: bh,
@@ -277,7 +279,7 @@
       el("svg:line", {x1: left + f * pw, x2: left + f * pw, y1: y, y2: y + 5, stroke: "#8a93a6"}, s);
       el("svg:text", {x: left + f * pw - 10, y: y + 17}, s, (100 * f) + "%");
     });
-    el("svg:text", {x: left + pw + 8, y: y + 17}, s, "of the link's capacity (per direction)");
+    el("svg:text", {x: left + pw + 28, y: y + 17}, s, "of the link's capacity (per direction)");
   }
   // Link utilisation over time: a row per link, a column per time bin, darker = busier.
   function heatColour(u) { return "hsl(222,75%," + Math.round(96 - 70 * Math.min(1, u)) + "%)"; }
@@ -484,6 +486,7 @@
     var t = el("table", {"class": "sortable " + (cls || "")}, parent), hr = el("tr", {}, t);
     var body = el("tbody", {}, t), state = {col: -1, dir: 1};
     var withCommand = rows.some(function (r) { return r.command; });
+    if (withCommand) el("th", {"class": "l", title: "the command that runs the row alone"}, hr, "command");
     head.forEach(function (h, i) {
       var th = el("th", {"class": (i < leftCols ? "l" : "") + " sort", title: "sort by " + h}, hr, h);
       th.addEventListener("click", function () {
@@ -495,21 +498,20 @@
           return c * state.dir || a.order - b.order;
         });
         sorted.forEach(function (r) { body.appendChild(r.tr); });
-        Array.prototype.forEach.call(hr.children, function (c, j) {
-          c.setAttribute("data-sorted", j === i ? (state.dir > 0 ? "asc" : "desc") : "");
+        Array.prototype.forEach.call(hr.children, function (c) {
+          c.setAttribute("data-sorted", c === th ? (state.dir > 0 ? "asc" : "desc") : "");
         });
       });
     });
-    if (withCommand) el("th", {"class": "l"}, hr, "command");
     rows.forEach(function (r, n) {
       r.order = n;
       r.tr = el("tr", {}, body);
-      r.cells.forEach(function (c, i) { el("td", {"class": i < leftCols ? "l" : "", "data-v": c[1]}, r.tr, c[0]); });
       if (withCommand) {
         var td = el("td", {"class": "l"}, r.tr);
         var b = el("button", {type: "button", "class": "copy", "data-command": r.command, title: r.command}, td, "copy");
         b.addEventListener("click", function () { copyText(r.command, b); });
       }
+      r.cells.forEach(function (c, i) { el("td", {"class": i < leftCols ? "l" : "", "data-v": c[1]}, r.tr, c[0]); });
     });
     return t;
   }
