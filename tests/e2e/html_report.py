@@ -504,6 +504,16 @@ with tempfile.TemporaryDirectory() as tmp:
                   "sweep --html: %s gives %s, the row %s" % (
                       button.attrs["data-command"], copied and copied["iteration_time_s"],
                       row["summary"]["iteration_time_s"]))
+    # Sorted by a click on a header (report.js #sort=N: the header's own click handler): by
+    # iteration time, then the other way by rank.
+    for fragment, column, descending in (("#sort=4", 4, False), ("#sort=0,desc", 0, True)):
+        _, sorted_dom = dump_dom(sweep_html, fragment)
+        table = sorted_dom.all(lambda n: n.tag == "table" and "ranked" in n.cls())
+        rows = table[0].all(lambda n: n.tag == "tr")[1:] if table else []
+        # Each row: the command's cell, then the columns.
+        values = [float(r.all(lambda n: n.tag == "td")[1 + column].attrs["data-v"]) for r in rows]
+        check(len(values) == len(valid) and values == sorted(values, reverse=descending),
+              "sweep --html%s: column %d not sorted: %s" % (fragment, column, values))
     bars = dom.all(has_class("bar"))
     check(len(bars) == min(10, len(valid)), "sweep --html: %d breakdown bars" % len(bars))
     for bar, row in zip(bars, valid):

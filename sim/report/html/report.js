@@ -665,6 +665,10 @@
   if (D.sweep) sweep(D.sweep);
   if (D.plan) plan(D.plan);
   if (D.validation) validation(D.validation);
+  // #sort=N (N: a column of the ranked table; ",desc" clicks it twice) opens it sorted so.
+  var sortAt = /sort=(\d+)(,desc)?/.exec(location.hash);
+  var header = sortAt && document.querySelectorAll("table.ranked th.sort")[+sortAt[1]];
+  if (header) { header.click(); if (sortAt[2]) header.click(); }
   document.body.setAttribute("data-status", errors.length ? "errors" : "rendered");
   // The one console line a report prints (tests/e2e/html_report.py expects exactly this).
   if (!errors.length) console.log("clustersim-report: rendered");
