@@ -110,6 +110,11 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
         page.title = "clustersim plan";
         page.experiment = result->source;
         page.plan = api::plan_html_data(*result);
+        // --fix keys as --set: a fixed axis is set again, to the same value, by each layout's
+        // overrides.
+        auto sets = a.sets;
+        sets.insert(sets.end(), a.fixes.begin(), a.fixes.end());
+        page.command = run_command(a.experiment, sets);
         api::write_html(a.html, page, &outputs);
     }
     outputs.commit();

@@ -122,6 +122,7 @@ void run_sweep(const SweepArgs& a, const api::SweepRanks& ranks) {
         for (const auto& axis : options.axes)
             page.sweep_keys.push_back(axis.key);
         page.sweep_rows = api::sweep_json(options.axes, *rows, ranking);
+        page.command = run_command(a.experiment, a.sets);
         // Wall-clock times would make two reports of one sweep differ. (Without --json a row's
         // summary is its headline figures: api::sweep_json.)
         for (auto& row : *page.sweep_rows)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cs::cli {
 
@@ -39,6 +40,19 @@ inline std::string pad(std::string s, std::size_t width) {
 // "exp.cp", "exp.ep", "exp.dp", "exp.pp" (the pipeline).
 inline std::string exposed_column(std::string_view kind) {
     return "exp." + std::string(kind == "pipeline" ? std::string_view("pp") : kind);
+}
+
+// The words of `clustersim run [EXPERIMENT] --set k=v ...` (the HTML report's "copy as command"
+// of a sweep's or plan's rows starts with these; the page quotes them for a shell).
+inline std::vector<std::string> run_command(const std::string& experiment,
+                                            const std::vector<std::string>& sets) {
+    std::vector<std::string> words{"clustersim", "run"};
+    if (!experiment.empty()) words.push_back(experiment);
+    for (const auto& s : sets) {
+        words.emplace_back("--set");
+        words.push_back(s);
+    }
+    return words;
 }
 
 }  // namespace cs::cli

@@ -1,5 +1,7 @@
 #include "report/html_report.hpp"
 
+#include <algorithm>
+
 #include "report/html_assets.hpp"  // generated from html/report.js and html/report.css
 #include "report/svg_timeline.hpp"
 
@@ -27,16 +29,43 @@ nlohmann::ordered_json run_json(const Summary& s, const RunDetail& d) {
         blocks.push_back({b.row, b.microbatch, b.chunk, schedule::pass_letter(b.pass),
                           b.start.seconds(), b.end.seconds()});
     // pass_letter gives "B" for a split backward's input-gradient pass and "W" for its weight pass.
+    // Tracks: [stage, track (an index into track_names), kind (into kinds), start, end].
+    auto tracks = nlohmann::ordered_json::array();
+    for (const auto& t : d.tracks)
+        tracks.push_back({t.row, static_cast<int>(t.track), static_cast<int>(t.kind),
+                          t.start.seconds(), t.end.seconds()});
+    auto kinds = nlohmann::ordered_json::array();
+    for (const auto& k : workload::kCommKindNames)
+        kinds.push_back(k.name);
     run["timeline"] = {{"rows", d.timeline.rows},
                        {"chunks", d.timeline.chunks},
                        {"end_s", d.timeline.iteration_time.seconds()},
-                       {"blocks", blocks}};
+                       {"blocks", blocks},
+                       {"track_names", {"comm", "dp sync", "optimizer"}},
+                       {"kinds", kinds},
+                       {"tracks", tracks}};
 
     auto series = nlohmann::ordered_json::array();
     for (const auto& l : d.links)
-        series.push_back(
-            {{"name", l.name}, {"kind", l.kind}, {"bytes", l.bytes}, {"u", l.utilization}});
-    run["links"] = {{"bin_s", d.bin_width.seconds()}, {"total", d.links_total}, {"series", series}};
+        series.push_back({{"name", l.name},
+                          {"kind", l.kind},
+                          {"bytes", l.bytes},
+                          {"mean", l.mean_utilization},
+                          {"peak", l.peak_utilization},
+                          {"u", l.utilization}});
+    auto by_kind = nlohmann::ordered_json::array();
+    for (const auto& k : d.link_kinds)
+        by_kind.push_back({{"kind", k.kind},
+                           {"links", k.links},
+                           {"bytes", k.bytes},
+                           {"mean", k.mean_utilization},
+                           {"busiest", k.busiest},
+                           {"busiest_mean", k.busiest_utilization},
+                           {"peak", k.peak_utilization}});
+    run["links"] = {{"bin_s", d.bin_width.seconds()},
+                    {"total", d.links_total},
+                    {"kinds", by_kind},
+                    {"series", series}};
 
     auto stages = nlohmann::ordered_json::array();
     for (const auto& m : d.stage_memory)
@@ -58,7 +87,16 @@ nlohmann::ordered_json html_data(const HtmlReport& report) {
     nlohmann::ordered_json data;
     data["title"] = report.title;
     data["experiment"] = report.experiment;
-    data["warnings"] = report.warnings;
+    // One block of warnings: each once, in the order first given (a compare's runs repeat the
+    // experiment's).
+    auto warnings = nlohmann::ordered_json::array();
+    std::vector<std::string> seen;
+    for (const auto& w : report.warnings)
+        if (std::find(seen.begin(), seen.end(), w) == seen.end()) {
+            seen.push_back(w);
+            warnings.push_back(w);
+        }
+    data["warnings"] = warnings;
     auto runs = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < report.runs.size() && i < report.details.size(); ++i)
         runs.push_back(run_json(report.runs[i], report.details[i]));
@@ -66,6 +104,7 @@ nlohmann::ordered_json html_data(const HtmlReport& report) {
     if (report.sweep_rows)
         data["sweep"] = {{"keys", report.sweep_keys}, {"rows", *report.sweep_rows}};
     if (report.plan) data["plan"] = *report.plan;
+    if (!report.command.empty()) data["command"] = report.command;
     data["validation"] = report.validation;
     return data;
 }

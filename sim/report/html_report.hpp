@@ -26,6 +26,10 @@ struct HtmlReport {
     std::optional<nlohmann::ordered_json> sweep_rows;
     // A plan (`plan --html`): api::plan_html_data.
     std::optional<nlohmann::ordered_json> plan;
+    // Sweep and plan: the command that runs the experiment as the sweep or plan loaded it
+    // ("clustersim", "run", path, "--set", "k=v", ...); each ranked row's "copy as command" adds
+    // its own "--set" keys (a sweep row's settings, a plan layout's overrides).
+    std::vector<std::string> command;
     // The validation confidence of the models used: {"note": ..., "families": [...]} (see
     // api/report.cpp), or null.
     nlohmann::ordered_json validation;

@@ -125,36 +125,174 @@ std::vector<std::vector<MemoryTimeline::Step>> MemoryTimeline::steps() const {
 
 std::vector<LinkSeries> busiest_links(const LinkTimeline& timeline,
                                       const topology::Cluster& cluster, Time iteration,
-                                      std::size_t max_links, std::size_t* carried) {
+                                      std::size_t max_links, std::size_t* carried,
+                                      const LinkAccounting* accounting,
+                                      std::vector<LinkKindStats>* kinds) {
     const auto& links = cluster.links();
-    std::vector<std::size_t> order;
-    for (std::size_t l = 0; l < links.size(); ++l)
-        if (timeline.total_bytes(static_cast<topology::LinkId>(l)) > 0) order.push_back(l);
+    const double iteration_s = iteration.seconds();
+    // The summary's ranking and bytes where there is an accounting; else the timeline's bytes,
+    // ranked by the same rule.
+    std::vector<topology::LinkId> order;
+    std::vector<double> mean;  // index for index with order
+    if (accounting) {
+        order = links_by_utilization(cluster, *accounting, iteration_s);
+        const auto& seen = accounting->links();
+        for (const topology::LinkId l : order)
+            mean.push_back(
+                link_utilization(seen[l].bytes, links[l].bandwidth.bytes_per_s, iteration_s));
+    } else {
+        for (std::size_t l = 0; l < links.size(); ++l)
+            if (timeline.total_bytes(static_cast<topology::LinkId>(l)) > 0)
+                order.push_back(static_cast<topology::LinkId>(l));
+        for (const topology::LinkId l : order)
+            mean.push_back(link_utilization(timeline.total_bytes(l), links[l].bandwidth.bytes_per_s,
+                                            iteration_s));
+        std::vector<std::size_t> index(order.size());
+        std::iota(index.begin(), index.end(), std::size_t{0});
+        std::stable_sort(index.begin(), index.end(),
+                         [&](std::size_t a, std::size_t b) { return mean[a] > mean[b]; });
+        std::vector<topology::LinkId> sorted_order;
+        std::vector<double> sorted_mean;
+        for (const std::size_t i : index) {
+            sorted_order.push_back(order[i]);
+            sorted_mean.push_back(mean[i]);
+        }
+        order = std::move(sorted_order);
+        mean = std::move(sorted_mean);
+    }
     if (carried) *carried = order.size();
-    // Busiest first; ties in link order, so that the choice is deterministic.
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return timeline.total_bytes(static_cast<topology::LinkId>(a)) >
-               timeline.total_bytes(static_cast<topology::LinkId>(b));
-    });
-    if (order.size() > max_links) order.resize(max_links);
     const double width_s = timeline.bin_width().seconds();
     const auto bins =
         static_cast<std::size_t>((iteration.count_ps() + timeline.bin_width().count_ps() - 1) /
                                  timeline.bin_width().count_ps());
-    std::vector<LinkSeries> out;
-    for (const std::size_t l : order) {
-        const auto id = static_cast<topology::LinkId>(l);
-        LinkSeries s;
-        s.name = cluster.link_name(static_cast<topology::LinkId>(l));
-        s.kind = topology::link_kind_name(links[l].kind);
-        s.bytes = timeline.total_bytes(id);
+    // A bin's utilisation: its bytes over what the link carries in a bin.
+    auto peak_of = [&](topology::LinkId l) {
         const double capacity = links[l].bandwidth.bytes_per_s * width_s;
+        double peak = 0;
+        if (capacity > 0)
+            for (const double b : timeline.bytes(l))
+                peak = std::max(peak, b / capacity);
+        return peak;
+    };
+    if (kinds) {
+        kinds->clear();
+        for (std::size_t i = 0; i < order.size(); ++i) {
+            const topology::LinkId l = order[i];
+            const std::string kind = topology::link_kind_name(links[l].kind);
+            auto it = std::find_if(kinds->begin(), kinds->end(),
+                                   [&](const LinkKindStats& k) { return k.kind == kind; });
+            if (it == kinds->end()) {
+                LinkKindStats k;
+                k.kind = kind;
+                k.busiest = cluster.link_name(l);
+                k.busiest_utilization = mean[i];
+                kinds->push_back(std::move(k));
+                it = kinds->end() - 1;
+            }
+            ++it->links;
+            it->bytes += accounting ? accounting->links()[l].bytes : timeline.total_bytes(l);
+            it->mean_utilization += mean[i];  // divided by the count below
+            it->peak_utilization = std::max(it->peak_utilization, peak_of(l));
+        }
+        for (auto& k : *kinds)
+            k.mean_utilization /= static_cast<double>(k.links);
+    }
+    std::vector<LinkSeries> out;
+    for (std::size_t i = 0; i < order.size() && i < max_links; ++i) {
+        const topology::LinkId id = order[i];
+        LinkSeries s;
+        s.name = cluster.link_name(id);
+        s.kind = topology::link_kind_name(links[id].kind);
+        s.bytes = timeline.total_bytes(id);
+        s.mean_utilization = mean[i];
+        const double capacity = links[id].bandwidth.bytes_per_s * width_s;
         const auto& b = timeline.bytes(id);
-        for (std::size_t i = 0; i < std::max(bins, b.size()); ++i)
-            s.utilization.push_back(i < b.size() && capacity > 0 ? b[i] / capacity : 0.0);
+        for (std::size_t j = 0; j < std::max(bins, b.size()); ++j)
+            s.utilization.push_back(j < b.size() && capacity > 0 ? b[j] / capacity : 0.0);
+        s.peak_utilization = peak_of(id);
         out.push_back(std::move(s));
     }
     return out;
+}
+
+TrackRecorder::TrackRecorder(const replay::Replay& replay) {
+    const auto& workers = replay.workers();
+    row_of_worker_.assign(workers.size(), -1);
+    int rows = 0;
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+        stage_of_worker_.push_back(workers[w].stage);
+        if (workers[w].dp == 0) {
+            row_of_worker_[w] = workers[w].stage;
+            rows = std::max(rows, workers[w].stage + 1);
+        }
+    }
+    last_.assign(static_cast<std::size_t>(rows) * 3 * workload::kCommKinds, 0);
+}
+
+int TrackRecorder::row(int worker) const {
+    if (worker < 0 || static_cast<std::size_t>(worker) >= row_of_worker_.size())
+        throw SimulationError("timeline tracks", "unknown worker " + std::to_string(worker));
+    return row_of_worker_[static_cast<std::size_t>(worker)];
+}
+
+void TrackRecorder::add(const TrackBlock& block) {
+    if (block.end <= block.start) return;
+    const std::size_t key =
+        (static_cast<std::size_t>(block.row) * 3 + static_cast<std::size_t>(block.track)) *
+            workload::kCommKinds +
+        static_cast<std::size_t>(block.kind);
+    std::size_t& last = last_[key];
+    if (last > 0) {
+        TrackBlock& prev = blocks_[last - 1];
+        if (block.start <= prev.end && block.end >= prev.start) {
+            prev.start = std::min(prev.start, block.start);
+            prev.end = std::max(prev.end, block.end);
+            return;
+        }
+    }
+    blocks_.push_back(block);
+    last = blocks_.size();
+}
+
+void TrackRecorder::on_pass(const replay::PassRecord& pass) {
+    const int r = row(pass.worker);
+    if (r < 0 || !pass.plan) return;
+    const auto& steps = pass.plan->steps;
+    if (pass.step_times.size() != steps.size())
+        throw SimulationError("timeline tracks",
+                              "a pass of " + std::to_string(steps.size()) + " steps came with " +
+                                  std::to_string(pass.step_times.size()) + " step times");
+    Time t = pass.start;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const Time from = std::min(t, pass.end);
+        t += pass.step_times[i] * steps[i].repeat;
+        if (steps[i].kind != workload::Step::Kind::Collective) continue;
+        add({r, TrackBlock::Track::Comm, steps[i].comm_kind(), from, std::min(t, pass.end)});
+    }
+}
+
+void TrackRecorder::on_transfer(const replay::TransferRecord& transfer) {
+    using K = replay::TransferRecord::Kind;
+    if (transfer.kind == K::Activation || transfer.kind == K::Gradient) {
+        const int r = row(transfer.src_worker);
+        if (r >= 0)
+            add({r, TrackBlock::Track::Comm, workload::CommKind::Pipeline, transfer.start,
+                 transfer.end});
+        return;
+    }
+    // A data-parallel collective is one for the stage's replicas, named by whichever worker
+    // launched it: replica 0's stage row shows it when replica 0 takes part.
+    row(transfer.src_worker);  // checks the worker
+    const auto w = static_cast<std::size_t>(transfer.src_worker);
+    if (transfer.replica_count > 0 && transfer.replica_first > 0) return;
+    add({stage_of_worker_[w], TrackBlock::Track::DpSync, workload::CommKind::Dp, transfer.start,
+         transfer.end});
+}
+
+void TrackRecorder::on_optimizer(int worker, Time start, Time end) {
+    const int r = row(worker);
+    if (r < 0) return;
+    add({r, TrackBlock::Track::Optimizer, workload::CommKind::Tp, start, end});
 }
 
 }  // namespace cs::report

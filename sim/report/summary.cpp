@@ -284,18 +284,42 @@ Summary summarize(const SummaryInputs& in) {
     return s;
 }
 
+std::vector<topology::LinkId> links_by_utilization(const topology::Cluster& cluster,
+                                                   const LinkAccounting& accounting,
+                                                   double iteration_s) {
+    const auto& links = cluster.links();
+    const auto& seen = accounting.links();
+    struct Ranked {
+        topology::LinkId link;
+        double utilization;
+    };
+    std::vector<Ranked> ranked;
+    // Only the links a notification named can have bytes (in increasing order: ties stay so).
+    accounting.for_each_seen([&](topology::LinkId l) {
+        if (l >= links.size()) return;
+        const double bytes = seen[l].bytes;
+        if (bytes <= 0) return;
+        ranked.push_back({l, link_utilization(bytes, links[l].bandwidth.bytes_per_s, iteration_s)});
+    });
+    std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+        return a.utilization > b.utilization;
+    });
+    std::vector<topology::LinkId> out;
+    out.reserve(ranked.size());
+    for (const Ranked& r : ranked)
+        out.push_back(r.link);
+    return out;
+}
+
 std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
                                         const LinkAccounting& accounting, double iteration_s) {
     std::vector<LinkSummary> out;
     const auto& links = cluster.links();
     const auto& seen = accounting.links();
-    // Only the links a notification named can have bytes (in increasing order, as before).
-    accounting.for_each_seen([&](topology::LinkId l) {
-        if (l >= links.size()) return;
+    for (const topology::LinkId l : links_by_utilization(cluster, accounting, iteration_s)) {
         const auto& st = seen[l];
-        if (st.bytes <= 0) return;
         LinkSummary ls;
-        ls.name = cluster.link_name(static_cast<topology::LinkId>(l));
+        ls.name = cluster.link_name(l);
         ls.kind = topology::link_kind_name(links[l].kind);
         ls.bytes = st.bytes;
         ls.busy_s = st.busy.seconds();
@@ -303,10 +327,7 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
         ls.max_concurrent_flows = st.max_concurrent_flows;
         ls.utilization = link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, iteration_s);
         out.push_back(std::move(ls));
-    });
-    std::stable_sort(out.begin(), out.end(), [](const LinkSummary& a, const LinkSummary& b) {
-        return a.utilization > b.utilization;
-    });
+    }
     return out;
 }
 
@@ -463,9 +484,15 @@ std::string num(double v, const char* fmt = "%.4g") {
 // " tp 1.20%  cp 0.00%  ep 0.00%  dp 3.40%  pipeline 0.10%"
 std::string exposed_parts(const std::array<double, workload::kCommKinds>& f) {
     std::string out;
-    for (std::size_t k = 0; k < f.size(); ++k)
-        out += " " + std::string(workload::kCommKindNames[k].name) + " " + pct(f[k]) +
-               (k + 1 < f.size() ? " " : "");
+    // Appended piece by piece: `" " + std::string(...)` trips GCC 12's -Wrestrict false
+    // positive (a memcpy of 2^63 bytes) when inlined here.
+    for (std::size_t k = 0; k < f.size(); ++k) {
+        out += ' ';
+        out += workload::kCommKindNames[k].name;
+        out += ' ';
+        out += pct(f[k]);
+        if (k + 1 < f.size()) out += ' ';
+    }
     return out;
 }
 }  // namespace

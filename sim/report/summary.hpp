@@ -314,8 +314,15 @@ inline double link_utilization(double bytes, double bytes_per_s, double iteratio
     return iteration_s > 0 ? bytes / (bytes_per_s * iteration_s) : 0;
 }
 
+// Every link of `cluster` that `accounting` saw carry bytes, busiest first by link_utilization
+// over an iteration of `iteration_s` (stable: link order breaks ties). The one ranking of the
+// summary's `links`, the console's "busiest links" and the HTML report's link view.
+std::vector<topology::LinkId> links_by_utilization(const topology::Cluster& cluster,
+                                                   const LinkAccounting& accounting,
+                                                   double iteration_s);
+
 // The summary's `links`: every link of `cluster` that `accounting` saw carry bytes, with its
-// utilisation over an iteration of `iteration_s`, busiest first (stable: link order breaks ties).
+// utilisation over an iteration of `iteration_s`, in links_by_utilization's order.
 std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
                                         const LinkAccounting& accounting, double iteration_s);
 

@@ -1346,7 +1346,8 @@ nlohmann::ordered_json plan_html_data(const PlanResult& r) {
         top.push_back({{"layout", c.layout.text()},
                        {"figures", figures_json(c.figures)},
                        {"megatron_args", c.megatron_args},
-                       {"why_lost", c.why_lost}});
+                       {"why_lost", c.why_lost},
+                       {"overrides", c.layout.overrides()}});
     j["top"] = top;
     // Points: [memory per GPU (bytes), iteration time (s), 1 if under the experiment's network,
     // rank in the top k (0: none), layout].

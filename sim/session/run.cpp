@@ -37,7 +37,7 @@ void warn_memory(const workload::ExperimentSpec& spec, const workload::Iteration
     }
 }
 
-// The heat map's rows: the busiest links by bytes.
+// The heat map's rows: the busiest links, as the summary ranks them.
 constexpr std::size_t kReportLinks = 32;
 
 // A trace holds a slice per step of every pass on every traced GPU: a million microbatches make a
@@ -312,9 +312,12 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     std::unique_ptr<report::TimelineRecorder> timeline;
     std::unique_ptr<report::LinkTimeline> link_timeline;
     std::unique_ptr<report::MemoryTimeline> memory_timeline;
+    std::unique_ptr<report::TrackRecorder> tracks;
     if (options.detail) {
         timeline = std::make_unique<report::TimelineRecorder>(replay);
         replay.add_observer(*timeline);
+        tracks = std::make_unique<report::TrackRecorder>(replay);
+        replay.add_observer(*tracks);
         memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
         replay.add_observer(*memory_timeline);
         link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
@@ -415,8 +418,9 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
                       timeline->blocks()};
         link_timeline->finish(result.iteration_time);
         d.bin_width = link_timeline->bin_width();
+        d.tracks = tracks->blocks();
         d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
-                                        kReportLinks, &d.links_total);
+                                        kReportLinks, &d.links_total, in.links, &d.link_kinds);
         d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
         for (int s = 0; s < shape.devices; ++s)
             d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);

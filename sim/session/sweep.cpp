@@ -21,8 +21,9 @@
 namespace cs::api {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
-                                   bubble_fraction, exposed_comm_fraction, exposed_by_kind, dp,
-                                   memory_bytes, fits, summary, summary_digest, wall_time_s)
+                                   bubble_fraction, exposed_comm_fraction, exposed_by_kind,
+                                   idle_fraction, host_fraction, dp, memory_bytes, fits, summary,
+                                   summary_digest, wall_time_s)
 
 namespace {
 
@@ -54,8 +55,12 @@ nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepR
                             {"iteration_time_s", r.iteration_time_s},
                             {"mfu", r.mfu},
                             {"bubble_fraction", r.bubble_fraction},
-                            {"exposed_comm_fraction", r.exposed_comm_fraction},
-                            {"memory_per_gpu_bytes", {{"total", r.memory_bytes}}}};
+                            {"exposed_comm_fraction", r.exposed_comm_fraction}};
+            for (std::size_t k = 0; k < r.exposed_by_kind.size(); ++k)
+                j["summary"][report::exposed_kind_keys()[k]] = r.exposed_by_kind[k];
+            j["summary"]["idle_fraction"] = r.idle_fraction;
+            j["summary"]["host_fraction"] = r.host_fraction;
+            j["summary"]["memory_per_gpu_bytes"] = {{"total", r.memory_bytes}};
         }
     } else {
         j["error"] = row.error;
@@ -260,6 +265,8 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
                                  .bubble_fraction = s.bubble_fraction,
                                  .exposed_comm_fraction = s.exposed_comm_fraction,
                                  .exposed_by_kind = s.exposed_by_kind,
+                                 .idle_fraction = s.idle_fraction,
+                                 .host_fraction = s.host_fraction,
                                  .dp = s.dp,
                                  .memory_bytes = s.memory.total.value,
                                  .fits = hbm.value <= 0 || s.memory.total <= hbm,

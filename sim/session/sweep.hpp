@@ -47,6 +47,8 @@ struct SweepResult {
     double exposed_comm_fraction = 0;
     // exposed_comm_fraction by kind (report::Summary::exposed_by_kind: tp, cp, ep, dp, pipeline).
     std::array<double, workload::kCommKinds> exposed_by_kind{};
+    double idle_fraction = 0;  // report::Summary's, for the HTML page's time breakdown
+    double host_fraction = 0;
     int dp = 1;
     std::int64_t memory_bytes = 0;  // worst GPU
     bool fits = true;               // worst GPU's memory within its HBM

@@ -15,6 +15,8 @@
 
 namespace {
 
+using cs::Time;
+
 const std::string kPipeline =
     std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/h200-2gpu-pipeline.yaml";
 
@@ -50,9 +52,11 @@ TEST_CASE("run detail: timeline blocks and activation memory over time, 1F1B") {
         CHECK(r.summary.stages[s].peak_inflight_microbatches == static_cast<int>(2 - s));
     }
     CHECK(d.stage_memory[0].activations.value == 2 * d.stage_memory[1].activations.value);
-    // The ideal network takes no time: no link has anything to show.
-    CHECK(d.links.empty());
-    CHECK(d.links_total == 0);
+    // The ideal network takes no time: the links are the summary's (as `run` lists them), but no
+    // time bin has anything to show.
+    CHECK(d.links_total == r.summary.links.size());
+    for (const auto& l : d.links)
+        CHECK(l.peak_utilization == 0);
 }
 
 TEST_CASE("run detail: link utilisation bins hold every byte the summary counts (flow)") {
@@ -80,9 +84,68 @@ TEST_CASE("run detail: link utilisation bins hold every byte the summary counts 
             CHECK(u <= 1 + 1e-9);
         }
     }
-    // Busiest first.
-    for (std::size_t i = 1; i < d.links.size(); ++i)
-        CHECK(d.links[i - 1].bytes >= d.links[i].bytes);
+    // Ranked as the summary's `links` (the console's "busiest links"), with the summary's
+    // utilisation, and every link counted once in its kind.
+    REQUIRE(d.links.size() <= r.summary.links.size());
+    for (std::size_t i = 0; i < d.links.size(); ++i) {
+        CHECK(d.links[i].name == r.summary.links[i].name);
+        CHECK(d.links[i].mean_utilization == r.summary.links[i].utilization);
+        CHECK(d.links[i].peak_utilization ==
+              *std::max_element(d.links[i].utilization.begin(), d.links[i].utilization.end()));
+    }
+    std::size_t counted = 0;
+    for (const auto& k : d.link_kinds) {
+        // The kind's mean is the mean of its links' utilisations; its busiest is its first.
+        double sum = 0;
+        std::size_t n = 0;
+        std::string first;
+        for (const auto& l : r.summary.links)
+            if (l.kind == k.kind) {
+                if (first.empty()) first = l.name;
+                sum += l.utilization;
+                ++n;
+            }
+        CHECK(k.links == n);
+        CHECK(k.busiest == first);
+        CHECK(k.mean_utilization == doctest::Approx(sum / static_cast<double>(n)).epsilon(1e-12));
+        counted += k.links;
+    }
+    CHECK(counted == d.links_total);
+}
+
+TEST_CASE("run detail: tracks of DP sync, optimizer and communication, replica 0") {
+    // pp 1, dp 2 on the two GPUs: one stage, whose gradients are reduced over the two replicas
+    // after the last backward pass, then the optimizer step; pp 2 sends activations and
+    // gradients between the stages (pipeline communication on the sender's row).
+    const auto dp =
+        run_detail({"parallelism.pp=1", "parallelism.dp=2", "compute.optimizer_step=1ms"}, "1f1b");
+    const auto& d = *dp.detail;
+    const auto end = d.timeline.iteration_time;
+    Time last_pass = Time::zero();
+    for (const auto& b : d.timeline.blocks)
+        last_pass = std::max(last_pass, b.end);
+    int sync = 0, optimizer = 0;
+    for (const auto& t : d.tracks) {
+        CHECK(t.row == 0);
+        CHECK(t.start < t.end);
+        CHECK(t.end <= end);
+        if (t.track == cs::report::TrackBlock::Track::DpSync) ++sync;
+        if (t.track == cs::report::TrackBlock::Track::Optimizer) {
+            ++optimizer;
+            CHECK(t.start >= last_pass);
+        }
+    }
+    CHECK(sync >= 1);
+    CHECK(optimizer == 1);
+    const auto pp = run_detail({}, "1f1b");
+    int sends[2] = {0, 0};
+    for (const auto& t : pp.detail->tracks)
+        if (t.track == cs::report::TrackBlock::Track::Comm &&
+            t.kind == cs::workload::CommKind::Pipeline)
+            ++sends[t.row];
+    // Stage 0 sends 8 activations, stage 1 8 gradients; some may touch and merge.
+    CHECK(sends[0] >= 1);
+    CHECK(sends[1] >= 1);
 }
 
 TEST_CASE("html report: one page, deterministic, data that cannot close its script") {

@@ -7,7 +7,13 @@ twice, never left behind by a failed command. With Debian's chromium (installed 
 tools/install-deps.sh; CI has it): the default experiment's report and a three-schedule compare
 load headless and offline, print exactly one console line (the report's own "rendered" marker: a
 script error or any other message fails), and their screenshots have the requested size and
-non-empty plots (counted by colour, from the PNG decoded with zlib). Without chromium the browser
+non-empty plots (counted by colour, from the PNG decoded with zlib). The rendered pages (chromium
+--dump-dom) are checked against --json: the time breakdowns (each part the JSON's fraction times
+the iteration time, the parts adding up to it), the compare's marked winner (the JSON's fastest),
+one time scale and one zoom across its timelines, the DP sync, optimizer and communication
+tracks, the link view's ranking and utilisations (the JSON's `links`), one warnings block, and
+the sweep's and plan's "copy as command" (run, they give the rows' iteration times). Without
+chromium the browser
 part is skipped with exit status 77 (ctest SKIP_RETURN_CODE) after the other checks passed.
 UPDATE_SCREENSHOT=1 copies the default report's screenshot to docs/images/report-default.png.
 
@@ -16,12 +22,14 @@ Usage: html_report.py CLUSTERSIM_BINARY
 import json
 import os
 import re
+import shlex
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 import zlib
+from html.parser import HTMLParser
 from itertools import accumulate
 
 binary = os.path.abspath(sys.argv[1])
@@ -142,20 +150,132 @@ def render(html, png, size):
     return [l for l in r.stderr.splitlines() if ":CONSOLE" in l]
 
 
+class Node:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, attrs, parent, [], ""
+
+    def cls(self):
+        return self.attrs.get("class", "").split()
+
+    def all(self, pred):
+        """This node's descendants for which pred(node) holds, in document order."""
+        out = []
+        for c in self.children:
+            if pred(c):
+                out.append(c)
+            out.extend(c.all(pred))
+        return out
+
+    def text_all(self):
+        return self.text + "".join(c.text_all() for c in self.children)
+
+
+class DomParser(HTMLParser):
+    """The rendered page (chromium --dump-dom) as a tree of Nodes."""
+    VOID = {"meta", "br", "img", "input", "link", "hr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {}, None)
+        self.cur = self.root
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, {k: (v or "") for k, v in attrs}, self.cur)
+        self.cur.children.append(node)
+        if tag not in self.VOID:
+            self.cur = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.cur.children.append(Node(tag, {k: (v or "") for k, v in attrs}, self.cur))
+
+    def handle_endtag(self, tag):
+        n = self.cur
+        while n is not self.root and n.tag != tag:
+            n = n.parent
+        if n is not self.root:
+            self.cur = n.parent
+
+    def handle_data(self, data):
+        self.cur.text += data
+
+
+def dump_dom(path, fragment=""):
+    """The page at `path` after its script ran, parsed (headless chromium, offline)."""
+    with tempfile.TemporaryDirectory() as profile:
+        text = subprocess.run(
+            [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--user-data-dir=" + profile, "--dump-dom", "file://" + path + fragment],
+            capture_output=True, text=True, timeout=120).stdout
+    p = DomParser()
+    p.feed(text)
+    return text, p.root
+
+
+def has_class(name):
+    return lambda n: name in n.cls()
+
+
+def close(a, b, rel=1e-12):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+def check_breakdown(bar, o, T, name):
+    """A stacked bar (g.bar) against the summary's fractions `o` of an iteration of T seconds:
+    every part is its fraction times T, and the parts add up to T."""
+    parts = {r.attrs["data-part"]: float(r.attrs["data-s"]) for r in bar.all(has_class("part"))}
+    check(close(float(bar.attrs["data-t"]), T), "%s: the bar's time %s, not %r" % (
+        name, bar.attrs["data-t"], T))
+    expected = {"compute": (1 - o["idle_fraction"]) * T, "bubble": o["bubble_fraction"] * T,
+                "host": o["host_fraction"] * T}
+    for k in ("tp", "cp", "ep", "dp", "pipeline"):
+        expected["exposed " + k] = o["exposed_%s_fraction" % k] * T
+    for k, v in expected.items():
+        check(k in parts and close(parts[k], v, 1e-12),
+              "%s: %s is %s, the JSON gives %r" % (name, k, parts.get(k), v))
+    check(close(sum(parts.values()), T, 1e-9),
+          "%s: the parts add up to %r, not the iteration's %r" % (name, sum(parts.values()), T))
+    # What the named parts leave is the rounding of the fractions, nothing the page hides.
+    check(abs(parts.get("other", 0)) <= 1e-6 * T, "%s: %r s not accounted for" % (
+        name, parts.get("other")))
+
+
+def run_copied(command, name):
+    """Runs a "copy as command" (its clustersim replaced by the binary under test) with --json;
+    returns its summary."""
+    words = shlex.split(command)
+    check(words[:2] == ["clustersim", "run"], name + ": command " + command)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "copied.json")
+        r = clustersim(*words[1:], "--json", out)
+        check(r.returncode == 0, name + ": the copied command failed: " + r.stderr)
+        return json.loads(read(out)) if r.returncode == 0 else None
+
+
 chrome = browser()
 with tempfile.TemporaryDirectory() as tmp:
     default_html = os.path.join(tmp, "default.html")
     compare_html = os.path.join(tmp, "compare.html")
     sweep_html = os.path.join(tmp, "sweep.html")
     plan_html = os.path.join(tmp, "plan.html")
-    r = clustersim("run", "--html", default_html)
+    default_json = os.path.join(tmp, "default.json")
+    r = clustersim("run", "--html", default_html, "--json", default_json)
     check(r.returncode == 0, "run --html: " + r.stderr)
     default_console = r.stdout
     # Three schedules on the two-GPU profile pipeline (it sets vpp = 2 for interleaved).
     compare_args = ["compare", PROFILE, "--schedules", "gpipe,1f1b,interleaved",
                     "--set", "parallelism.vpp=2"]
-    r = clustersim(*compare_args, "--html", compare_html)
+    compare_json = os.path.join(tmp, "compare.json")
+    r = clustersim(*compare_args, "--html", compare_html, "--json", compare_json)
     check(r.returncode == 0, "compare --html: " + r.stderr)
+    # A run that warns: the profile pipeline with 16x the micro-batch size needs more memory per
+    # stage than an H200 has.
+    warn_html = os.path.join(tmp, "warn.html")
+    warn_args = ["compare", PROFILE, "--schedules", "gpipe,1f1b", "--set",
+                 "training.micro_batch_size=64", "--set", "training.global_batch_size=512"]
+    r = clustersim(*warn_args, "--html", warn_html)
+    check(r.returncode == 0, "compare --html (warnings): " + r.stderr)
+    warned = [re.sub(r"^.*?warning:\s*", "", l) for l in r.stderr.splitlines()
+              if "warning:" in l]
     sweep_args = ["sweep", PROFILE, "--vary", "training.global_batch_size=4,8,16",
                   "--vary", "schedule=gpipe,1f1b"]
     r = clustersim(*sweep_args, "--html", sweep_html)
@@ -263,6 +383,157 @@ with tempfile.TemporaryDirectory() as tmp:
                 capture_output=True, text=True, timeout=120).stdout
         check(memory.group(1) in dom, "run --html: the page does not show the console's memory "
               "per GPU, " + memory.group(1))
+
+    # The run page's content against run --json.
+    summary = json.loads(read(default_json))
+    T = summary["iteration_time_s"]
+    dom_text, dom = dump_dom(default_html)
+    # The iteration time as the console prints it (one unit convention).
+    shown = re.search(r"^iteration time\s+(\S+ [mun]?s)$", default_console, re.M)
+    check(shown is not None and shown.group(1) in dom_text,
+          "run --html: the page does not show the console's iteration time")
+    # The time breakdown: the whole iteration, then each stage, each part the JSON's fraction
+    # times the iteration time, the parts adding up to it.
+    bars = dom.all(has_class("bar"))
+    check(len(bars) == 1 + len(summary["stages"]), "run --html: %d breakdown bars for %d stages" % (
+        len(bars), len(summary["stages"])))
+    if bars:
+        check_breakdown(bars[0], summary, T, "run --html breakdown")
+    for bar, stage in zip(bars[1:], summary["stages"]):
+        check_breakdown(bar, stage, T, "run --html breakdown of stage %d" % stage["stage"])
+    # The timeline's tracks: per stage, DP sync and the optimizer step (the default has dp 4 and
+    # an optimizer step), TP communication; every block of the page's data drawn at full zoom.
+    data = page_data(default_html)["runs"][0]["timeline"]
+    for track, cls in ((0, "comm"), (1, "dp-sync"), (2, "optimizer")):
+        blocks = [b for b in data["tracks"] if b[1] == track]
+        rects = dom.all(lambda n, cls=cls: n.tag == "rect" and "trk" in n.cls() and cls in n.cls())
+        check(len(blocks) > 0 and len(rects) == len(blocks),
+              "run --html: %d %s blocks drawn of %d" % (len(rects), cls, len(blocks)))
+        check(all(0 <= b[3] <= b[4] <= T for b in blocks), "run --html: %s outside the iteration" % cls)
+        rows = {b[0] for b in blocks}
+        check(rows == set(range(len(summary["stages"]))),
+              "run --html: %s on stages %s only" % (cls, sorted(rows)))
+    check(any("tp" in n.cls() for n in dom.all(has_class("trk"))), "run --html: no TP communication")
+    legend = " ".join(n.text_all() for n in dom.all(has_class("legend")))
+    for word in ("forward", "backward", "DP sync", "optimizer", "tp comm", "pipeline comm"):
+        check(word in legend, "run --html: the legend lacks " + word)
+    # The link view: its busiest link is the one `run` lists first, with the same utilisation;
+    # per kind, the number of links and their mean utilisation are the JSON's.
+    rows = dom.all(has_class("link-row"))
+    check(rows and rows[0].attrs["data-name"] == summary["links"][0]["name"] and
+          float(rows[0].attrs["data-mean"]) == summary["links"][0]["utilization"],
+          "run --html: the link view's busiest link is not --json's %s" % summary["links"][0]["name"])
+    check([n.attrs["data-name"] for n in rows] ==
+          [l["name"] for l in summary["links"][:len(rows)]],
+          "run --html: the link view's ranking differs from --json's")
+    for g in dom.all(has_class("link-kind")):
+        same = [l for l in summary["links"] if l["kind"] == g.attrs["data-kind"]]
+        check(same and g.attrs["data-busiest"] == same[0]["name"] and
+              close(float(g.attrs["data-mean"]), sum(l["utilization"] for l in same) / len(same), 1e-9),
+              "run --html: link kind %s against --json" % g.attrs["data-kind"])
+        check(float(g.attrs["data-peak"]) >= float(g.attrs["data-busiest-mean"]) * 0.99,
+              "run --html: %s peaks below its busiest link's mean" % g.attrs["data-kind"])
+    check(len(dom.all(has_class("link-kind"))) == len({l["kind"] for l in summary["links"]}),
+          "run --html: not one row per link kind")
+
+    # The compare page: the winner is the fastest schedule of --json; one time scale (each
+    # timeline's last pass ends at its iteration time's share of the longest); zoomed at a
+    # fragment, every timeline shows the same time axis.
+    listed = json.loads(read(compare_json))
+    times = [s["iteration_time_s"] for s in listed]
+    winner = listed[times.index(min(times))]["schedule"]
+    _, dom = dump_dom(compare_html)
+    section = dom.all(lambda n: n.attrs.get("id") == "comparison")
+    check(section and section[0].attrs.get("data-winner") == winner,
+          "compare --html: winner %s, the JSON's fastest is %s" % (
+              section and section[0].attrs.get("data-winner"), winner))
+    rows = dom.all(lambda n: n.tag == "tr" and "winner" in n.cls())
+    check(len(rows) == 1 and winner in rows[0].text_all(), "compare --html: the winner's row")
+    badges = dom.all(lambda n: "run" in n.cls() and n.all(has_class("badge")))
+    check([n.attrs["data-schedule"] for n in badges] == [winner],
+          "compare --html: marked as fastest: %s" % [n.attrs["data-schedule"] for n in badges])
+    # Microbatch labels on the passes wide enough for one (all of them here: 8 microbatches).
+    labels = dom.all(has_class("mb"))
+    passes = dom.all(has_class("pass"))
+    check(len(labels) == len(passes) and all(re.fullmatch(r"[FBW]?\d+", n.text) for n in labels),
+          "compare --html: %d microbatch labels on %d passes: %s" % (
+              len(labels), len(passes), [n.text for n in labels[:5]]))
+    bars = dom.all(has_class("bar"))
+    check(len(bars) == len(listed), "compare --html: %d breakdown bars" % len(bars))
+    for bar, s in zip(bars, listed):
+        check_breakdown(bar, s, s["iteration_time_s"], "compare --html " + s["schedule"])
+    longest = max(times)
+    timelines = dom.all(lambda n: n.tag == "svg" and "timeline" in n.cls())
+    check(len(timelines) == len(listed), "compare --html: %d timelines" % len(timelines))
+    for svg_node, s, run in zip(timelines, listed, page_data(compare_html)["runs"]):
+        ends = [float(r.attrs["x"]) + float(r.attrs["width"]) for r in svg_node.all(has_class("pass"))]
+        # report.js: the plot starts at x = 86 and is 1000 wide; coordinates have 2 decimals.
+        want = 86 + 1000 * max(b[5] for b in run["timeline"]["blocks"]) / longest
+        check(ends and abs(max(ends) - want) < 0.02 + 1000 * 1e-6,
+              "compare --html: %s's timeline ends at x %.2f, one scale puts it at %.2f" % (
+                  s["schedule"], max(ends) if ends else -1, want))
+    _, dom = dump_dom(compare_html, "#zoom=%r,%r" % (0.25 * longest, 0.5 * longest))
+    axes = [[t.text for t in n.all(lambda m: m.tag == "text")]
+            for n in dom.all(lambda n: n.tag == "g" and "axis" in n.cls())]
+    check(len(axes) == len(listed) and all(a == axes[0] for a in axes) and axes[0] and
+          axes[0][0] != "0 s", "compare --html#zoom: time axes %s" % axes)
+
+    # One warnings block, each warning of the command once.
+    _, dom = dump_dom(warn_html)
+    blocks = dom.all(has_class("warn"))
+    items = [n.text for n in blocks[0].all(lambda n: n.tag == "li")] if blocks else []
+    check(len(blocks) == 1 and warned and sorted(set(warned)) == sorted(items),
+          "compare --html (warnings): %d blocks, %s for the console's %s" % (len(blocks), items, warned))
+
+    # The sweep page: a sortable ranked table, each row's command runs to the row's figures.
+    _, dom = dump_dom(sweep_html)
+    ranked = dom.all(lambda n: n.tag == "table" and "ranked" in n.cls())
+    check(len(ranked) == 1, "sweep --html: no ranked table")
+    listed = json.loads(read(sweep_json))
+    valid = [row for row in listed if "summary" in row]
+    if ranked:
+        heads = ranked[0].all(lambda n: n.tag == "th" and "sort" in n.cls())
+        check(len(heads) == 1 + 2 + 7, "sweep --html: %d sortable columns" % len(heads))
+        buttons = ranked[0].all(has_class("copy"))
+        check(len(buttons) == len(valid), "sweep --html: %d commands for %d rows" % (
+            len(buttons), len(valid)))
+        for button, row in list(zip(buttons, valid))[:2]:
+            copied = run_copied(button.attrs["data-command"], "sweep --html")
+            check(copied is not None and
+                  copied["iteration_time_s"] == row["summary"]["iteration_time_s"],
+                  "sweep --html: %s gives %s, the row %s" % (
+                      button.attrs["data-command"], copied and copied["iteration_time_s"],
+                      row["summary"]["iteration_time_s"]))
+    # Sorted by a click on a header (report.js #sort=N: the header's own click handler): by
+    # iteration time, then the other way by rank.
+    for fragment, column, descending in (("#sort=4", 4, False), ("#sort=0,desc", 0, True)):
+        _, sorted_dom = dump_dom(sweep_html, fragment)
+        table = sorted_dom.all(lambda n: n.tag == "table" and "ranked" in n.cls())
+        rows = table[0].all(lambda n: n.tag == "tr")[1:] if table else []
+        # Each row: the command's cell, then the columns.
+        values = [float(r.all(lambda n: n.tag == "td")[1 + column].attrs["data-v"]) for r in rows]
+        check(len(values) == len(valid) and values == sorted(values, reverse=descending),
+              "sweep --html%s: column %d not sorted: %s" % (fragment, column, values))
+    bars = dom.all(has_class("bar"))
+    check(len(bars) == min(10, len(valid)), "sweep --html: %d breakdown bars" % len(bars))
+    for bar, row in zip(bars, valid):
+        check_breakdown(bar, row["summary"], row["summary"]["iteration_time_s"], "sweep --html")
+
+    # The plan page: its #1's command runs to the plan's figures; its top k's breakdowns.
+    _, dom = dump_dom(plan_html)
+    listed = json.loads(read(plan_json))
+    buttons = dom.all(has_class("copy"))
+    check(len(buttons) == len(listed["top"]), "plan --html: %d commands" % len(buttons))
+    if buttons:
+        copied = run_copied(buttons[0].attrs["data-command"], "plan --html")
+        want = listed["top"][0]["figures"]["iteration_time_s"]
+        check(copied is not None and close(copied["iteration_time_s"], want, 1e-9),
+              "plan --html: %s gives %s, plan's #1 %s" % (
+                  buttons[0].attrs["data-command"], copied and copied["iteration_time_s"], want))
+    bars = dom.all(has_class("bar"))
+    check(len(bars) == len(listed["top"]), "plan --html: %d breakdown bars" % len(bars))
+    for bar, t in zip(bars, listed["top"]):
+        check_breakdown(bar, t["figures"], t["figures"]["iteration_time_s"], "plan --html")
 
     # The plan page renders, with its top k in orange (#f58518) on the plot.
     png = plan_html[:-5] + ".png"

@@ -22,18 +22,20 @@
   function svg(parent, w, h, cls) {
     return el("svg:svg", {width: w, height: h, viewBox: "0 0 " + w + " " + h, "class": "plot " + (cls || "")}, parent);
   }
+  // The console's conventions (core/units.cpp format_time, format_bytes; summary.cpp pct): four
+  // significant digits (printf's %.4g) in the largest unit the value reaches.
+  function g4(x) { return (+x.toPrecision(4)).toString(); }
+  var TIME_UNITS = [[1, "s"], [1e-3, "ms"], [1e-6, "us"], [1e-9, "ns"], [1e-12, "ps"]];
   function fmtTime(s) {
     var a = Math.abs(s);
-    if (a >= 1) return s.toFixed(3) + " s";
-    if (a >= 1e-3) return (s * 1e3).toFixed(3) + " ms";
-    if (a >= 1e-6) return (s * 1e6).toFixed(2) + " us";
-    return (s * 1e9).toFixed(1) + " ns";
+    for (var i = 0; i < TIME_UNITS.length - 1; i++) if (a >= TIME_UNITS[i][0]) break;
+    return g4(s / TIME_UNITS[i][0]) + " " + TIME_UNITS[i][1];
   }
   // The console's convention (core/units.cpp format_bytes): decimal units, 4 significant digits.
   function fmtBytes(b) {
     var u = ["B", "KB", "MB", "GB", "TB"], i = 0;
     while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
-    return (+b.toPrecision(4)).toString() + " " + u[i];
+    return g4(b) + " " + u[i];
   }
   function pct(x) { return (100 * x).toFixed(2) + "%"; }
   function num(x) {
@@ -78,49 +80,139 @@
   function exposedText(o) {
     return KINDS.map(function (k) { return k + " " + pct(o["exposed_" + k + "_fraction"] || 0); }).join(", ");
   }
+  // As `run` prints them: tokens/s as a whole number, TFLOP/s with one decimal.
+  function tokens(x) { return Math.round(x).toString(); }
   function summaryCards(parent, s) {
     var cards = el("div", {"class": "cards"}, parent);
     [["iteration", fmtTime(s.iteration_time_s)], ["MFU", pct(s.mfu)], ["HFU", pct(s.hfu)],
      ["bubble", pct(s.bubble_fraction)], ["exposed comm", pct(s.exposed_comm_fraction)],
      ["exposed comm by kind", exposedText(s)],
-     ["host-bound", pct(s.host_fraction)], ["tokens/s", num(s.tokens_per_s)],
-     ["TFLOP/s per GPU", num(s.tflops_per_gpu)],
+     ["host-bound", pct(s.host_fraction)], ["tokens/s", tokens(s.tokens_per_s)],
+     ["TFLOP/s per GPU", s.tflops_per_gpu.toFixed(1)],
      ["memory per GPU", fmtBytes(s.memory_per_gpu_bytes.total)],
      ["layout", layout(s.parallelism)],
      ["GPUs", String(s.world_size)], ["microbatches", String(s.microbatches)]
     ].forEach(function (c) { var d = el("div", {"class": "card"}, cards); el("b", {}, d, c[1]); el("span", {}, d, c[0]); });
   }
 
-  // A zoomable timeline: one row per pipeline stage, wheel to zoom, drag to pan.
+  // Colours of what communication is for (KINDS order), shared by the time breakdown, the
+  // timelines' tracks and their legends.
+  var KIND_FILL = {tp: "#d4553f", cp: "#9467bd", ep: "#8c564b", dp: "#17a2b8", pipeline: "#e377c2"};
+  var OPT_FILL = "#2e9e44";
+  // Where the iteration's time goes, per GPU and averaged over GPUs (the summary's fractions x the
+  // iteration time): computing (1 - idle_fraction), the pipeline bubble, exposed communication by
+  // kind, waiting for the host; "other" is what is left (0 when the fractions tile the iteration).
+  var PARTS = [["compute", "#5b8bd0"], ["bubble", "#b9bec8"]].concat(
+    KINDS.map(function (k) { return ["exposed " + k, KIND_FILL[k]]; }),
+    [["host", "#f2b134"], ["other", "#e8e8e8"]]);
+  function breakdownParts(o, T) {
+    var v = [(1 - o.idle_fraction) * T, o.bubble_fraction * T].concat(
+      KINDS.map(function (k) { return (o["exposed_" + k + "_fraction"] || 0) * T; }), [(o.host_fraction || 0) * T]);
+    var named = v.reduce(function (a, b) { return a + b; }, 0);
+    // Below a part in a million the remainder is the rounding of the fractions, not time.
+    v.push(Math.abs(T - named) > 1e-6 * T ? T - named : 0);
+    return v;
+  }
+  function legend(parent, items) {
+    var d = el("div", {"class": "legend"}, parent);
+    items.forEach(function (it) {
+      var sp = el("span", {}, d);
+      el("i", {style: "background:" + it[1]}, sp);
+      sp.appendChild(document.createTextNode(it[0]));
+    });
+    return d;
+  }
+  // One stacked bar per item ({label, T, o: the fractions, winner}) on one scale in seconds.
+  function breakdown(parent, items, note) {
+    var W = 1100, left = 230, bh = 20, gap = 8, top = 4, pw = W - left - 110;
+    var H = top + items.length * (bh + gap) + 26;
+    legend(parent, PARTS);
+    var s = svg(parent, W, H, "breakdown");
+    var tmax = Math.max.apply(null, items.map(function (it) { return it.T; })) || 1;
+    items.forEach(function (it, i) {
+      var y = top + i * (bh + gap), x = left;
+      var g = el("svg:g", {"class": "bar" + (it.winner ? " winner" : ""), "data-label": it.label, "data-t": it.T}, s);
+      var label = (it.winner ? "\u2605 " : "") + it.label;
+      var lt = el("svg:text", {x: 4, y: y + 14}, g, label.length > 36 ? label.slice(0, 35) + "\u2026" : label);
+      el("svg:title", {}, lt, label);
+      breakdownParts(it.o, it.T).forEach(function (v, j) {
+        var w = v / tmax * pw;
+        var r = el("svg:rect", {x: x.toFixed(2), y: y, width: Math.max(0, w).toFixed(2), height: bh,
+          fill: PARTS[j][1], "class": "part", "data-part": PARTS[j][0], "data-s": v}, g);
+        el("svg:title", {}, r, it.label + ": " + PARTS[j][0] + " " + fmtTime(v) + " (" + pct(v / it.T) + ")");
+        x += Math.max(0, w);
+      });
+      el("svg:text", {x: x + 6, y: y + 14}, g, fmtTime(it.T));
+    });
+    var y = top + items.length * (bh + gap);
+    ticks(0, tmax, 8).forEach(function (t) {
+      var xx = left + t / tmax * pw;
+      el("svg:line", {x1: xx, x2: xx, y1: y - 4, y2: y, stroke: "#8a93a6"}, s);
+      el("svg:text", {x: xx - 14, y: y + 14}, s, fmtTime(t));
+    });
+    el("p", {"class": "note"}, parent, note || "Per GPU, mean over GPUs: compute is 1 - idle_fraction, the rest the summary's " +
+      "bubble_fraction, exposed_<kind>_fraction and host_fraction, each times the iteration time.");
+  }
+
+  // Time scale shared by every timeline of the page (a compare's schedules: the longest iteration
+  // spans the width); zooming or panning one moves them all.
+  var Z = {lo: 0, hi: 1, end: 1, views: []};
+  function setZoom(lo, hi) { Z.lo = lo; Z.hi = hi; Z.views.forEach(function (f) { f(); }); }
+  var TRACK_ROW = 7, PASS_ROW = 18, STAGE_GAP = 7;
+  // A zoomable timeline of data-parallel replica 0: per stage, its passes (labelled with their
+  // microbatch), then its communication (collectives inside passes by kind, pipeline sends), its
+  // data-parallel collectives and its optimizer step. Wheel to zoom, drag to pan.
   function timeline(parent, tl) {
-    var W = 1100, left = 70, rowH = 18, top = 6, H = top + tl.rows * (rowH + 3) + 30;
-    var bar = el("div", {}, parent);
-    var reset = el("button", {type: "button"}, bar, "reset zoom");
-    el("span", {"class": "note"}, bar, "wheel: zoom, drag: pan; data-parallel replica 0, one row per stage");
+    var W = 1100, left = 86, top = 6, stageH = PASS_ROW + 3 * (TRACK_ROW + 1) + STAGE_GAP;
+    var H = top + tl.rows * stageH + 24;
     var s = svg(parent, W, H, "timeline");
-    var lo = 0, hi = tl.end_s || 1, plotW = W - left - 14;
+    var plotW = W - left - 14;
     var g = el("svg:g", {}, s), axis = el("svg:g", {"class": "axis"}, s);
+    var names = ["comm", "DP sync", "optimizer"];
+    function rowY(r) { return top + r * stageH; }
+    function trackY(r, t) { return rowY(r) + PASS_ROW + 1 + t * (TRACK_ROW + 1); }
     for (var r = 0; r < tl.rows; r++) {
-      el("svg:text", {x: 4, y: top + r * (rowH + 3) + 13}, s, "stage " + r);
+      el("svg:text", {x: 4, y: rowY(r) + 13}, s, "stage " + r);
+      names.forEach(function (n, t) {
+        el("svg:text", {x: 14, y: trackY(r, t) + 6.5, "class": "track-label"}, s, n);
+      });
     }
-    function x(t) { return left + (t - lo) / (hi - lo) * plotW; }
+    function x(t) { return left + (t - Z.lo) / (Z.hi - Z.lo) * plotW; }
+    function clipX(t) { return Math.max(left, Math.min(left + plotW, x(t))); }
     function draw() {
       while (g.firstChild) g.removeChild(g.firstChild);
       while (axis.firstChild) axis.removeChild(axis.firstChild);
-      for (var r = 0; r < tl.rows; r++)
-        el("svg:rect", {x: left, y: top + r * (rowH + 3), width: plotW, height: rowH, fill: "#eceef2"}, g);
+      var endX = clipX(tl.end_s);
+      for (var r = 0; r < tl.rows; r++) {
+        el("svg:rect", {x: left, y: rowY(r), width: Math.max(0, endX - left), height: PASS_ROW, fill: "#eceef2"}, g);
+        for (var t = 0; t < 3; t++)
+          el("svg:rect", {x: left, y: trackY(r, t), width: Math.max(0, endX - left), height: TRACK_ROW, fill: "#f4f5f8"}, g);
+      }
+      if (tl.end_s < Z.hi) el("svg:line", {x1: endX, x2: endX, y1: top, y2: top + tl.rows * stageH - STAGE_GAP,
+        stroke: "#5b6680", "stroke-dasharray": "3 2"}, g);
       tl.blocks.forEach(function (b) {
-        if (b[5] < lo || b[4] > hi) return;
-        var x0 = Math.max(left, x(b[4])), x1 = Math.min(left + plotW, x(b[5]));
-        var rect = el("svg:rect", {x: x0.toFixed(2), y: top + b[0] * (rowH + 3),
-          width: Math.max(0.5, x1 - x0).toFixed(2), height: rowH, fill: passFill(b[1], b[3]),
-          "class": "pass " + b[3]}, g);
+        if (b[5] < Z.lo || b[4] > Z.hi) return;
+        var x0 = clipX(b[4]), x1 = clipX(b[5]), w = Math.max(0.5, x1 - x0);
+        var rect = el("svg:rect", {x: x0.toFixed(2), y: rowY(b[0]), width: w.toFixed(2), height: PASS_ROW,
+          fill: passFill(b[1], b[3]), "class": "pass " + b[3]}, g);
         el("svg:title", {}, rect, b[3] + " microbatch " + b[1] + (tl.chunks > 1 ? " chunk " + b[2] : "") +
           ": " + fmtTime(b[4]) + " - " + fmtTime(b[5]));
+        var label = w >= 24 ? b[3] + b[1] : w >= 12 ? String(b[1]) : "";
+        if (label) el("svg:text", {x: (x0 + w / 2).toFixed(2), y: rowY(b[0]) + 13, "class": "mb" + (b[3] === "F" ? "" : " dark")}, g, label);
       });
-      var y = top + tl.rows * (rowH + 3) + 2;
+      (tl.tracks || []).forEach(function (b) {
+        if (b[4] < Z.lo || b[3] > Z.hi) return;
+        var x0 = clipX(b[3]), x1 = clipX(b[4]);
+        var kind = tl.kinds[b[2]], track = tl.track_names[b[1]];
+        var fill = b[1] === 2 ? OPT_FILL : KIND_FILL[kind];
+        var rect = el("svg:rect", {x: x0.toFixed(2), y: trackY(b[0], b[1]), width: Math.max(0.5, x1 - x0).toFixed(2),
+          height: TRACK_ROW, fill: fill, "class": "trk " + track.replace(" ", "-") + (b[1] === 0 ? " " + kind : "")}, g);
+        el("svg:title", {}, rect, (b[1] === 0 ? kind + " communication" : track) + ": " + fmtTime(b[3]) + " - " +
+          fmtTime(b[4]) + " (" + fmtTime(b[4] - b[3]) + ")");
+      });
+      var y = top + tl.rows * stageH - STAGE_GAP + 2;
       el("svg:line", {x1: left, x2: left + plotW, y1: y, y2: y}, axis);
-      ticks(lo, hi, 8).forEach(function (t) {
+      ticks(Z.lo, Z.hi, 8).forEach(function (t) {
         el("svg:line", {x1: x(t), x2: x(t), y1: y, y2: y + 4}, axis);
         el("svg:text", {x: x(t) - 14, y: y + 16}, axis, fmtTime(t));
       });
@@ -128,49 +220,106 @@
     s.addEventListener("wheel", function (e) {
       e.preventDefault();
       var rect = s.getBoundingClientRect();
-      var t = lo + (e.clientX - rect.left - left) / plotW * (hi - lo);
+      var t = Z.lo + (e.clientX - rect.left - left) / plotW * (Z.hi - Z.lo);
       var k = e.deltaY < 0 ? 0.8 : 1.25;
-      lo = Math.max(0, t - (t - lo) * k); hi = Math.min(tl.end_s, t + (hi - t) * k);
-      draw();
+      setZoom(Math.max(0, t - (t - Z.lo) * k), Math.min(Z.end, t + (Z.hi - t) * k));
     });
     var drag = null;
-    s.addEventListener("mousedown", function (e) { drag = {x: e.clientX, lo: lo, hi: hi}; });
+    s.addEventListener("mousedown", function (e) { drag = {x: e.clientX, lo: Z.lo, hi: Z.hi}; });
     window.addEventListener("mouseup", function () { drag = null; });
     s.addEventListener("mousemove", function (e) {
       if (!drag) return;
       var dt = (e.clientX - drag.x) / plotW * (drag.hi - drag.lo);
-      dt = Math.max(-drag.lo, Math.min(tl.end_s - drag.hi, -dt));
-      lo = drag.lo + dt; hi = drag.hi + dt; draw();
+      dt = Math.max(-drag.lo, Math.min(Z.end - drag.hi, -dt));
+      setZoom(drag.lo + dt, drag.hi + dt);
     });
-    reset.addEventListener("click", function () { lo = 0; hi = tl.end_s; draw(); });
+    Z.views.push(draw);
     draw();
   }
+  function timelineHeader(parent, tl) {
+    var bar = el("div", {}, parent);
+    var reset = el("button", {type: "button"}, bar, "reset zoom");
+    reset.addEventListener("click", function () { setZoom(0, Z.end); });
+    el("span", {"class": "note"}, bar, "wheel: zoom, drag: pan" + (D.runs.length > 1 ? " (every schedule's timeline together, one time scale)" : "") +
+      "; data-parallel replica 0, one group of rows per stage; a pass shows its microbatch (F3: forward of microbatch 3)");
+    var mb = [0, 1, 2];
+    legend(parent, [["forward", passFill(mb[0], "F")], ["backward", passFill(mb[0], "B")]].concat(
+      tl.blocks.some(function (b) { return b[3] === "W"; }) ? [["weight gradient", passFill(mb[0], "W")]] : [],
+      [["idle", "#eceef2"]], KINDS.map(function (k) { return [k + (k === "dp" ? " (DP sync)" : " comm"), KIND_FILL[k]]; }),
+      [["optimizer", OPT_FILL]]));
+  }
 
+  // Link utilisation: per link kind, the mean over the iteration of the links that carried
+  // traffic and the peak of any time bin, on a 0-100% scale; then the busiest links over time,
+  // ranked as `run` lists them (utilisation over the iteration, ties in link order).
+  function linkKinds(parent, lk) {
+    var W = 1100, left = 150, bh = 9, rowH = 34, pw = 520, top = 18;
+    var H = top + lk.kinds.length * rowH + 26;
+    var s = svg(parent, W, H, "link-kinds");
+    el("svg:rect", {x: left, y: 4, width: 10, height: 8, fill: "#4c78a8"}, s);
+    el("svg:text", {x: left + 14, y: 12}, s, "mean over the iteration");
+    el("svg:rect", {x: left + 170, y: 4, width: 10, height: 8, fill: "#1d2b4a"}, s);
+    el("svg:text", {x: left + 184, y: 12}, s, "peak (busiest time bin)");
+    lk.kinds.forEach(function (k, i) {
+      var y = top + i * rowH;
+      var g = el("svg:g", {"class": "link-kind", "data-kind": k.kind, "data-mean": k.mean, "data-peak": k.peak,
+        "data-busiest": k.busiest, "data-busiest-mean": k.busiest_mean}, s);
+      el("svg:text", {x: 4, y: y + 10}, g, k.kind);
+      el("svg:text", {x: 4, y: y + 23, "class": "track-label"}, g, k.links + " link" + (k.links > 1 ? "s" : "") + ", " + fmtBytes(k.bytes));
+      el("svg:rect", {x: left, y: y, width: pw, height: 2 * bh + 2, fill: "#f4f5f8"}, g);
+      el("svg:rect", {x: left, y: y, width: (Math.min(1, k.mean) * pw).toFixed(2), height: bh, fill: "#4c78a8"}, g);
+      el("svg:rect", {x: left, y: y + bh + 2, width: (Math.min(1, k.peak) * pw).toFixed(2), height: bh, fill: "#1d2b4a"}, g);
+      el("svg:text", {x: left + pw + 8, y: y + 9}, g, "mean " + pct(k.mean) + ", peak " + pct(k.peak));
+      el("svg:text", {x: left + pw + 8, y: y + 21, "class": "track-label"}, g, "busiest: " + k.busiest + " " + pct(k.busiest_mean));
+    });
+    // The scale bar.
+    var y = top + lk.kinds.length * rowH;
+    el("svg:line", {x1: left, x2: left + pw, y1: y, y2: y, stroke: "#8a93a6"}, s);
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
+      el("svg:line", {x1: left + f * pw, x2: left + f * pw, y1: y, y2: y + 5, stroke: "#8a93a6"}, s);
+      el("svg:text", {x: left + f * pw - 10, y: y + 17}, s, (100 * f) + "%");
+    });
+    el("svg:text", {x: left + pw + 28, y: y + 17}, s, "of the link's capacity (per direction)");
+  }
   // Link utilisation over time: a row per link, a column per time bin, darker = busier.
-  function heatmap(parent, lk, end_s) {
-    if (!lk.series.length) { el("p", {"class": "note"}, parent, "No link carried traffic (ideal network, or one GPU)."); return; }
-    var left = 250, cell = 14, bins = lk.series[0].u.length, W = 1100, plotW = W - left - 60;
-    var cw = plotW / bins, H = 8 + lk.series.length * cell + 30;
+  function heatColour(u) { return "hsl(222,75%," + Math.round(96 - 70 * Math.min(1, u)) + "%)"; }
+  function heatmap(parent, lk) {
+    var left = 330, cell = 14, bins = lk.series[0].u.length, W = 1100, plotW = W - left - 20;
+    var cw = plotW / bins, top = 22, H = top + lk.series.length * cell + 30;
     var s = svg(parent, W, H, "heatmap");
+    // The colour scale bar: 0% to 100% of a link's capacity in a bin.
+    for (var i = 0; i <= 20; i++)
+      el("svg:rect", {x: left + i * 12, y: 4, width: 12, height: 10, fill: heatColour(i / 20)}, s);
+    el("svg:rect", {x: left, y: 4, width: 252, height: 10, fill: "none", stroke: "#8a93a6"}, s);
+    el("svg:text", {x: left - 24, y: 13}, s, "0%");
+    el("svg:text", {x: left + 258, y: 13}, s, "100% of capacity in a bin");
     lk.series.forEach(function (ser, i) {
-      var y = 8 + i * cell;
-      el("svg:text", {x: 4, y: y + 11}, s, ser.name + " (" + ser.kind + ")");
+      var y = top + i * cell;
+      var row = el("svg:g", {"class": "link-row", "data-name": ser.name, "data-mean": ser.mean, "data-peak": ser.peak}, s);
+      el("svg:text", {x: 4, y: y + 11}, row, ser.name + " (" + ser.kind + ") " + pct(ser.mean) + ", peak " + pct(ser.peak));
       ser.u.forEach(function (u, j) {
         if (u <= 0) return;
-        var l = Math.round(96 - 70 * Math.min(1, u));
         var r = el("svg:rect", {x: (left + j * cw).toFixed(2), y: y, width: (cw + 0.3).toFixed(2), height: cell - 1,
-          fill: "hsl(222,75%," + l + "%)"}, s);
+          fill: heatColour(u)}, row);
         el("svg:title", {}, r, ser.name + " " + fmtTime(j * lk.bin_s) + ": " + pct(u));
       });
-      el("svg:rect", {x: left, y: y, width: plotW, height: cell - 1, fill: "none", stroke: "#e2e5ec"}, s);
+      el("svg:rect", {x: left, y: y, width: plotW, height: cell - 1, fill: "none", stroke: "#e2e5ec"}, row);
     });
-    var y = 8 + lk.series.length * cell + 2;
+    var y = top + lk.series.length * cell + 2;
     ticks(0, bins * lk.bin_s, 8).forEach(function (t) {
       var xx = left + t / lk.bin_s * cw;
       el("svg:text", {x: xx - 14, y: y + 14}, s, fmtTime(t));
     });
     el("p", {"class": "note"}, parent, "The " + lk.series.length + " busiest of " + lk.total +
-      " links that carried traffic; bins of " + fmtTime(lk.bin_s) + "; white 0%, dark blue 100% of the link's capacity.");
+      " links that carried traffic, as `run` lists them (utilisation over the iteration, then link order; " +
+      "the percentages: over the iteration, and the busiest bin); bins of " + fmtTime(lk.bin_s) + ".");
+  }
+  function links(parent, lk) {
+    if (!lk.series.length) { el("p", {"class": "note"}, parent, "No link carried traffic (ideal network, or one GPU)."); return; }
+    el("h3", {}, parent, "Link utilisation by kind");
+    linkKinds(parent, lk);
+    el("h3", {}, parent, "Busiest links over time");
+    heatmap(parent, lk);
   }
 
   var MEM = [["parameters", "#4c78a8"], ["gradients", "#f58518"], ["optimizer_states", "#54a24b"], ["activations", "#e45756"]];
@@ -232,49 +381,6 @@
       "dashed: the GPU's HBM.");
   }
 
-  function runSection(run, idx, many) {
-    var s = run.summary, sec = el("section", {id: "run-" + idx}, main);
-    el("h2", {}, sec, (many ? "Schedule " : "Run: ") + s.schedule);
-    summaryCards(sec, s);
-    el("h3", {}, sec, "Pipeline timeline");
-    timeline(sec, run.timeline);
-    el("h3", {}, sec, "Link utilisation over time");
-    heatmap(sec, run.links, run.timeline.end_s);
-    el("h3", {}, sec, "Memory per stage against HBM");
-    memory(sec, run.memory, run.timeline.end_s);
-    el("h3", {}, sec, "Stages");
-    table(sec, ["stage", "busy", "bubble", "exposed comm"].concat(KINDS.map(function (k) { return "exp. " + k; }))
-      .concat(["host", "in flight", "activations"]),
-      s.stages.map(function (st) {
-        return [String(st.stage), fmtTime(st.busy_s), pct(st.bubble_fraction), pct(st.exposed_comm_fraction)]
-          .concat(exposedKinds(st))
-          .concat([pct(st.host_fraction), String(st.peak_inflight_microbatches), fmtBytes(st.peak_activation_bytes)]);
-      }));
-  }
-
-  function comparison(runs) {
-    var sec = el("section", {id: "comparison"}, main);
-    el("h2", {}, sec, "Schedules compared");
-    var best = Math.min.apply(null, runs.map(function (r) { return r.summary.iteration_time_s; }));
-    table(sec, ["schedule", "iteration", "vs best", "bubble", "exposed comm"]
-      .concat(KINDS.map(function (k) { return "exp. " + k; })).concat(["MFU", "memory per GPU"]),
-      runs.map(function (r) {
-        var s = r.summary;
-        return [s.schedule, fmtTime(s.iteration_time_s), "+" + pct(s.iteration_time_s / best - 1), pct(s.bubble_fraction),
-                pct(s.exposed_comm_fraction)].concat(exposedKinds(s))
-          .concat([pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)]);
-      }));
-    var W = 1100, left = 120, bh = 20, H = 10 + runs.length * (bh + 6) + 10, pw = W - left - 260;
-    var worst = Math.max.apply(null, runs.map(function (r) { return r.summary.iteration_time_s; }));
-    var s = svg(sec, W, H, "compare-bars");
-    runs.forEach(function (r, i) {
-      var y = 10 + i * (bh + 6), w = r.summary.iteration_time_s / worst * pw;
-      el("svg:text", {x: 4, y: y + 14}, s, r.summary.schedule);
-      el("svg:rect", {x: left, y: y, width: w.toFixed(2), height: bh, fill: "hsl(" + hue(i).toFixed(1) + ",55%,55%)"}, s);
-      el("svg:text", {x: left + w + 6, y: y + 14}, s, fmtTime(r.summary.iteration_time_s) + ", bubble " + pct(r.summary.bubble_fraction));
-    });
-  }
-
   function validation(v) {
     var sec = el("section", {id: "validation"}, main);
     el("h2", {}, sec, "Validation confidence");
@@ -288,20 +394,156 @@
       }), 3);
   }
 
+  function runSection(run, idx, many, winner) {
+    var s = run.summary, sec = el("section", {id: "run-" + idx, "class": "run", "data-schedule": s.schedule}, main);
+    var h = el("h2", {}, sec, (many ? "Schedule " : "Run: ") + s.schedule);
+    if (winner) el("span", {"class": "badge winner"}, h, "\u2605 fastest");
+    summaryCards(sec, s);
+    if (!many) {
+      el("h3", {}, sec, "Where the time goes");
+      breakdown(sec, [{label: "all stages", T: s.iteration_time_s, o: s}].concat(s.stages.map(function (st) {
+        return {label: "stage " + st.stage, T: s.iteration_time_s, o: st};
+      })));
+    }
+    el("h3", {}, sec, "Timeline");
+    timelineHeader(sec, run.timeline);
+    timeline(sec, run.timeline);
+    links(sec, run.links);
+    el("h3", {}, sec, "Memory per stage against HBM");
+    memory(sec, run.memory, run.timeline.end_s);
+    el("h3", {}, sec, "Stages");
+    table(sec, ["stage", "busy", "bubble", "exposed comm"].concat(KINDS.map(function (k) { return "exp. " + k; }))
+      .concat(["host", "in flight", "activations"]),
+      s.stages.map(function (st) {
+        return [String(st.stage), fmtTime(st.busy_s), pct(st.bubble_fraction), pct(st.exposed_comm_fraction)]
+          .concat(exposedKinds(st))
+          .concat([pct(st.host_fraction), String(st.peak_inflight_microbatches), fmtBytes(st.peak_activation_bytes)]);
+      }));
+  }
+
+  // The fastest of a compare (the first of equals, in the order given).
+  function fastest(runs) {
+    var best = 0;
+    runs.forEach(function (r, i) { if (r.summary.iteration_time_s < runs[best].summary.iteration_time_s) best = i; });
+    return best;
+  }
+  function comparison(runs, best) {
+    var sec = el("section", {id: "comparison", "data-winner": runs[best].summary.schedule}, main);
+    el("h2", {}, sec, "Schedules compared");
+    var bestT = runs[best].summary.iteration_time_s;
+    var t = table(sec, ["schedule", "iteration", "vs fastest", "bubble", "exposed comm"]
+      .concat(KINDS.map(function (k) { return "exp. " + k; })).concat(["MFU", "memory per GPU"]),
+      runs.map(function (r, i) {
+        var s = r.summary;
+        return [(i === best ? "\u2605 " : "") + s.schedule, fmtTime(s.iteration_time_s),
+                i === best ? "fastest" : "+" + pct(s.iteration_time_s / bestT - 1), pct(s.bubble_fraction),
+                pct(s.exposed_comm_fraction)].concat(exposedKinds(s))
+          .concat([pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)]);
+      }));
+    t.rows[best + 1].setAttribute("class", "winner");
+    el("h3", {}, sec, "Where the time goes, one scale");
+    breakdown(sec, runs.map(function (r, i) {
+      return {label: r.summary.schedule, T: r.summary.iteration_time_s, o: r.summary, winner: i === best};
+    }));
+  }
+
+  // One block for every warning of the page (each once).
+  function warnings(list) {
+    if (!list || !list.length) return;
+    var sec = el("section", {id: "warnings", "class": "warn"}, main);
+    el("b", {}, sec, list.length === 1 ? "Warning" : list.length + " warnings");
+    var ul = el("ul", {}, sec);
+    list.forEach(function (w) { el("li", {}, ul, w); });
+  }
+
+  // "copy as command": the command that runs a row alone, quoted for a POSIX shell.
+  function shellWord(w) {
+    return /^[A-Za-z0-9_+=.,\/:@%-]+$/.test(w) ? w : "'" + w.replace(/'/g, "'\\''") + "'";
+  }
+  function commandFor(sets) {
+    if (!D.command) return "";
+    var words = D.command.slice();
+    sets.forEach(function (kv) { words.push("--set", kv); });
+    return words.map(shellWord).join(" ");
+  }
+  function copyText(text, button) {
+    function done() { button.textContent = "copied"; setTimeout(function () { button.textContent = "copy"; }, 1500); }
+    function fallback() {
+      var ta = el("textarea", {style: "position:fixed;left:-9999px"}, document.body);
+      ta.value = text;
+      ta.select();
+      var ok = false;
+      try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+      document.body.removeChild(ta);
+      if (ok) done(); else window.prompt("Copy the command:", text);
+    }
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, fallback);
+    else fallback();
+  }
+  // A table whose columns sort on a click of their header (again: the other way). Each cell is
+  // [text, sort value]; a row's command (when not empty) gets a "copy" button in the last column.
+  function sortableTable(parent, head, rows, leftCols, cls) {
+    var t = el("table", {"class": "sortable " + (cls || "")}, parent), hr = el("tr", {}, t);
+    var body = el("tbody", {}, t), state = {col: -1, dir: 1};
+    var withCommand = rows.some(function (r) { return r.command; });
+    if (withCommand) el("th", {"class": "l", title: "the command that runs the row alone"}, hr, "command");
+    head.forEach(function (h, i) {
+      var th = el("th", {"class": (i < leftCols ? "l" : "") + " sort", title: "sort by " + h}, hr, h);
+      th.addEventListener("click", function () {
+        state.dir = state.col === i ? -state.dir : 1;
+        state.col = i;
+        var sorted = rows.slice().sort(function (a, b) {
+          var x = a.cells[i][1], y = b.cells[i][1];
+          var c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+          return c * state.dir || a.order - b.order;
+        });
+        sorted.forEach(function (r) { body.appendChild(r.tr); });
+        Array.prototype.forEach.call(hr.children, function (c) {
+          c.setAttribute("data-sorted", c === th ? (state.dir > 0 ? "asc" : "desc") : "");
+        });
+      });
+    });
+    rows.forEach(function (r, n) {
+      r.order = n;
+      r.tr = el("tr", {}, body);
+      if (withCommand) {
+        var td = el("td", {"class": "l"}, r.tr);
+        var b = el("button", {type: "button", "class": "copy", "data-command": r.command, title: r.command}, td, "copy");
+        b.addEventListener("click", function () { copyText(r.command, b); });
+      }
+      r.cells.forEach(function (c, i) { el("td", {"class": i < leftCols ? "l" : "", "data-v": c[1]}, r.tr, c[0]); });
+    });
+    return t;
+  }
+
   function sweep(sw) {
     var sec = el("section", {id: "sweep"}, main);
     el("h2", {}, sec, "Sweep: ranked by throughput");
     var valid = sw.rows.filter(function (r) { return r.summary; });
     var invalid = sw.rows.length - valid.length;
     el("p", {"class": "note"}, sec, sw.rows.length + " combinations: " + valid.length + " simulated, " + invalid +
-      " not valid. Layouts that fit in HBM first, each group by throughput.");
-    table(sec, ["rank"].concat(sw.keys, ["tokens/s", "iteration", "MFU", "bubble", "memory per GPU", "fits HBM"]),
+      " not valid. Layouts that fit in HBM first, each group by throughput; click a column to sort, " +
+      "\"copy\" puts the command that runs a row on the clipboard.");
+    sortableTable(sec, ["rank"].concat(sw.keys, ["tokens/s", "iteration", "MFU", "bubble", "exposed comm", "memory per GPU", "fits HBM"]),
       valid.slice(0, 60).map(function (r, i) {
         var s = r.summary;
-        return [String(i + 1)].concat(sw.keys.map(function (k) { return r.settings[k]; }),
-          [num(s.tokens_per_s), fmtTime(s.iteration_time_s), pct(s.mfu), pct(s.bubble_fraction),
-           fmtBytes(s.memory_per_gpu_bytes.total), r.fits_hbm ? "yes" : "no"]);
-      }), 1 + sw.keys.length);
+        return {cells: [[String(i + 1), i + 1]].concat(sw.keys.map(function (k) {
+            var v = r.settings[k];
+            return [v, isFinite(+v) && v !== "" ? +v : v];
+          }),
+          [[tokens(s.tokens_per_s), s.tokens_per_s], [fmtTime(s.iteration_time_s), s.iteration_time_s], [pct(s.mfu), s.mfu],
+           [pct(s.bubble_fraction), s.bubble_fraction], [pct(s.exposed_comm_fraction), s.exposed_comm_fraction],
+           [fmtBytes(s.memory_per_gpu_bytes.total), s.memory_per_gpu_bytes.total], [r.fits_hbm ? "yes" : "no", r.fits_hbm ? 1 : 0]]),
+          command: commandFor(sw.keys.map(function (k) { return k + "=" + r.settings[k]; }))};
+      }), 1 + sw.keys.length, "ranked");
+    var shown = valid.slice(0, 10);
+    if (shown.length) {
+      el("h3", {}, sec, "Where the time goes: the first " + shown.length + " of the ranking");
+      breakdown(sec, shown.map(function (r, i) {
+        return {label: "#" + (i + 1) + " " + sw.keys.map(function (k) { return k + "=" + r.settings[k]; }).join(" "),
+                T: r.summary.iteration_time_s, o: r.summary};
+      }));
+    }
     // Throughput against each varied key: every valid combination a dot in its value's column.
     sw.keys.forEach(function (k) {
       el("h3", {}, sec, "Throughput against " + k);
@@ -350,12 +592,20 @@
       (p.gpu_counts ? p.gpu_counts.join(", ") : String(p.gpus)) + " GPUs: " + num(c.invalid) + " invalid, " +
       num(c.pruned_memory) + " above the memory limit, " + num(c.pruned_bound) + " pruned by the lower bound, " +
       num(c.simulated) + " simulated, " + num(c.confirmed) + " under the " + p.network + " network.");
-    table(sec, ["#", "layout", "iteration", p.objective, "MFU", "memory per GPU", "bubble", "exposed comm."],
+    sortableTable(sec, ["#", "layout", "iteration", p.objective, "MFU", "memory per GPU", "bubble", "exposed comm."],
       p.top.map(function (t, i) {
         var f = t.figures;
-        return [String(i + 1), t.layout, fmtTime(f.iteration_time_s), value(f), pct(f.mfu),
-                fmtBytes(f.memory_per_gpu_bytes), pct(f.bubble_fraction), pct(f.exposed_comm_fraction)];
-      }), 2);
+        return {cells: [[String(i + 1), i + 1], [t.layout, t.layout], [fmtTime(f.iteration_time_s), f.iteration_time_s],
+                        [value(f), f.objective], [pct(f.mfu), f.mfu], [fmtBytes(f.memory_per_gpu_bytes), f.memory_per_gpu_bytes],
+                        [pct(f.bubble_fraction), f.bubble_fraction], [pct(f.exposed_comm_fraction), f.exposed_comm_fraction]],
+                command: commandFor(t.overrides || [])};
+      }), 2, "ranked");
+    if (p.top.length) {
+      el("h3", {}, sec, "Where the time goes: the top " + p.top.length);
+      breakdown(sec, p.top.map(function (t, i) {
+        return {label: "#" + (i + 1) + " " + t.layout, T: t.figures.iteration_time_s, o: t.figures, winner: i === 0};
+      }));
+    }
     if (p.top.length && p.top[0].megatron_args) {
       el("h3", {}, sec, "Megatron-LM flags of #1");
       el("pre", {}, sec, p.top[0].megatron_args);
@@ -403,12 +653,22 @@
       "; green line: the Pareto front");
   }
 
-  (D.warnings || []).forEach(function (w) { el("div", {"class": "warn"}, main, w); });
-  if (D.runs && D.runs.length > 1) comparison(D.runs);
-  (D.runs || []).forEach(function (r, i) { runSection(r, i, D.runs.length > 1); });
+  warnings(D.warnings);
+  var runs = D.runs || [], best = runs.length ? fastest(runs) : -1;
+  Z.end = Z.hi = Math.max.apply(null, [0].concat(runs.map(function (r) { return r.timeline.end_s; }))) || 1;
+  if (runs.length > 1) comparison(runs, best);
+  runs.forEach(function (r, i) { runSection(r, i, runs.length > 1, runs.length > 1 && i === best); });
+  // A page opened at #zoom=LO,HI (seconds) starts zoomed there, every timeline alike.
+  var zoomAt = /zoom=([0-9.eE+-]+),([0-9.eE+-]+)/.exec(location.hash);
+  if (zoomAt && runs.length && +zoomAt[2] > +zoomAt[1])
+    setZoom(Math.max(0, +zoomAt[1]), Math.min(Z.end, +zoomAt[2]));
   if (D.sweep) sweep(D.sweep);
   if (D.plan) plan(D.plan);
   if (D.validation) validation(D.validation);
+  // #sort=N (N: a column of the ranked table; ",desc" clicks it twice) opens it sorted so.
+  var sortAt = /sort=(\d+)(,desc)?/.exec(location.hash);
+  var header = sortAt && document.querySelectorAll("table.ranked th.sort")[+sortAt[1]];
+  if (header) { header.click(); if (sortAt[2]) header.click(); }
   document.body.setAttribute("data-status", errors.length ? "errors" : "rendered");
   // The one console line a report prints (tests/e2e/html_report.py expects exactly this).
   if (!errors.length) console.log("clustersim-report: rendered");
