@@ -6,6 +6,7 @@
 #include <deque>
 #include <future>
 #include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "session/sweep_cache.hpp"
 #include "session/worker_pool.hpp"
 #include "workload/megatron_args.hpp"
+#include "workload/pipeline_split.hpp"
 
 namespace cs::api {
 
@@ -509,6 +511,47 @@ struct Worker {
     }
 };
 
+// Why every variant of `l`'s shape is invalid, or empty. A shape is what the loader's and the
+// pipeline split's rules below read: tp, cp, ep, pp, vpp, the schedule's chunks and the split
+// (and the GPU count and batch of `base`); its variants (micro-batch size, recompute, sharding)
+// change none of it, so one check stands for all of them, without loading any (DeepSeek-V3's
+// search: most of its layouts are such shapes). The rules are the loader's own
+// (workload::model_split_refusal) and the split replay::prepare makes (workload::split_layers,
+// on the experiment with this shape; its message located as the loader's would be, at the
+// experiment's split keys). A layout refused by both these and another rule may be named by
+// these: it is invalid either way.
+std::string shape_refusal(const workload::ExperimentSpec& base, const PlanLayout& l) {
+    if (auto [key, why] =
+            workload::model_split_refusal(base.model, base.training.seq_length, l.tp, l.cp, l.ep);
+        !why.empty())
+        return "'parallelism." + key + "': " + why;
+    workload::ExperimentSpec spec = base;
+    spec.layout.tp = l.tp;
+    spec.layout.cp = l.cp;
+    spec.layout.ep = l.ep;
+    spec.layout.pp = l.pp;
+    spec.layout.dp = l.dp;
+    spec.layout.vpp = l.vpp;
+    if (l.first_stage_layers > 0) {
+        // PlanLayout::overrides: the derived split replaces the experiment's.
+        spec.pipeline_split = {};
+        spec.pipeline_split.first_stage_layers = l.first_stage_layers;
+        spec.pipeline_split.last_stage_layers = l.last_stage_layers;
+    }
+    const auto sched = schedule::make_schedule(l.schedule);
+    const int chunks = sched->chunks_for(l.vpp);
+    // Where virtual stages sit does not depend on the microbatches, but for DualPipe's, whose
+    // microbatch 0 enters at device 0 when there are at least 2 (fewer: the schedule refuses).
+    const schedule::PipelineShape shape{l.pp, 2, chunks};
+    try {
+        (void)workload::split_layers(spec, chunks / sched->model_copies(),
+                                     [&](int vs) { return sched->place(shape, vs, 0).device; });
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return {};
+}
+
 // Steps 1-3 for one layout (see plan.hpp), into `out`.
 struct SearchStep {
     const PlanOptions& options;
@@ -516,11 +559,21 @@ struct SearchStep {
     const topology::GpuModel& gpu;
     double limit = 0;
 
-    void operator()(const PlanLayout& l, std::size_t index, Worker& w, Search& out) const {
+    // `refused`: shape_refusal's reason for the layout's shape (empty: none).
+    void operator()(const PlanLayout& l, std::size_t index, const std::string& refused, Worker& w,
+                    Search& out) const {
         ++out.layouts;
         PlanEntry entry;
         entry.layout = l;
         entry.index = index;
+        if (!refused.empty()) {
+            entry.status = PlanEntry::Status::Invalid;
+            ++out.invalid;
+            ++out.invalid_reasons[refused];
+            entry.reason = refused;
+            if (options.keep_entries) out.entries.push_back(std::move(entry));
+            return;
+        }
         // What the loader would refuse for the sharding alone is counted without loading (a
         // third of GPT-3's layouts, 40% of DeepSeek-V3's): the same rule and message.
         if (auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep); !why.empty()) {
@@ -869,17 +922,22 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
                   [&](const PlanLayout&) { ++total; });
     constexpr std::size_t kChunk = 64;
+    struct Item {
+        std::size_t index;
+        PlanLayout layout;
+        std::shared_ptr<const std::string> refused;  // shape_refusal's, shared by the shape
+    };
     struct Chunk {
-        std::vector<std::pair<std::size_t, PlanLayout>> layouts;
+        std::vector<Item> layouts;
         std::future<Search> found;
     };
     std::deque<Chunk> chunks;
-    std::vector<std::pair<std::size_t, PlanLayout>> filling;
+    std::vector<Item> filling;
     const auto merge_oldest = [&] {
         Chunk& c = chunks.front();
         search.absorb(c.found.get());
         if (options.on_progress && ranks.rank() == 0)
-            options.on_progress("search", c.layouts.back().first + 1, total);
+            options.on_progress("search", c.layouts.back().index + 1, total);
         chunks.pop_front();
     };
     const auto submit = [&] {
@@ -891,8 +949,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         const auto* layouts = &chunks.back().layouts;  // a deque keeps it in place
         chunks.back().found = pool.submit([&, layouts](std::size_t w) {
             Search part;
-            for (const auto& [index, l] : *layouts)
-                search_one(l, index, workers[w], part);
+            for (const auto& item : *layouts)
+                search_one(item.layout, item.index, *item.refused, workers[w], part);
             return part;
         });
     };
@@ -905,18 +963,32 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                     if (c.found.valid()) c.found.wait();
             }
         } drain{chunks};
-        for (const auto& c : counts)
-            enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
-                      [&](PlanLayout l) {
-                          const std::size_t index = n++;
-                          if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
-                              ranks.rank())
-                              return;
-                          l.nodes = c.nodes;
-                          l.global_batch = c.global_batch;
-                          filling.emplace_back(index, std::move(l));
-                          if (filling.size() == kChunk) submit();
-                      });
+        for (const auto& c : counts) {
+            // The variants of a shape come one after another: its refusal is worked out once.
+            std::optional<PlanLayout> shape;
+            std::shared_ptr<const std::string> refused;
+            const auto same_shape = [](const PlanLayout& a, const PlanLayout& b) {
+                return a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.dp == b.dp &&
+                       a.ep == b.ep && a.vpp == b.vpp && a.schedule == b.schedule &&
+                       a.first_stage_layers == b.first_stage_layers &&
+                       a.last_stage_layers == b.last_stage_layers;
+            };
+            enumerate(
+                c.base, fixes, schedules, options.max_micro_batch_size, extras, [&](PlanLayout l) {
+                    const std::size_t index = n++;
+                    if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
+                        ranks.rank())
+                        return;
+                    l.nodes = c.nodes;
+                    l.global_batch = c.global_batch;
+                    if (!shape || !same_shape(*shape, l)) {
+                        shape = l;
+                        refused = std::make_shared<const std::string>(shape_refusal(c.base, l));
+                    }
+                    filling.push_back(Item{index, std::move(l), refused});
+                    if (filling.size() == kChunk) submit();
+                });
+        }
         submit();
         while (!chunks.empty())
             merge_oldest();

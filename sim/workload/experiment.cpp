@@ -84,6 +84,23 @@ void parse_sharding(const config::Reader& r, ParallelLayout& l) {
 
 }  // namespace
 
+std::pair<std::string, std::string> model_split_refusal(const ModelSpec& m, std::int64_t seq_length,
+                                                        int tp, int cp, int ep) {
+    if (m.attention_heads % tp != 0)
+        return {"tp", "attention_heads (" + std::to_string(m.attention_heads) +
+                          ") must be divisible by tp (" + std::to_string(tp) + ")"};
+    if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+        return {"tp", "kv_heads (" + std::to_string(m.kv_heads) + ") and tp (" +
+                          std::to_string(tp) + ") must divide one another"};
+    if (m.experts > 0 && m.experts % ep != 0)
+        return {"ep", "experts (" + std::to_string(m.experts) + ") must be divisible by ep (" +
+                          std::to_string(ep) + ")"};
+    if (seq_length % cp != 0 || (cp > 1 && seq_length % (2 * cp) != 0))
+        return {"cp", "seq_length (" + std::to_string(seq_length) +
+                          ") must be divisible by 2 x cp for context parallelism"};
+    return {};
+}
+
 std::string sharding_refusal(Sharding sharding, int cp, int ep) {
     if (sharding < Sharding::Gradients) return {};
     // Gradient and parameter shards are cut over the dp replicas of one context and expert rank;
@@ -971,18 +988,9 @@ ExperimentSpec load_experiment_document(config::Document doc,
                           "fp8 needs an fp8 peak, and GPU model " + gpu.name +
                               " has none (it has no fp8 tensor cores); use bf16 or "
                               "fp16, or give peak.fp8 under the topology's gpu_models");
-    if (m.attention_heads % l.tp != 0)
-        par.fail("tp", "attention_heads (" + std::to_string(m.attention_heads) +
-                           ") must be divisible by tp (" + std::to_string(l.tp) + ")");
-    if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
-        par.fail("tp", "kv_heads (" + std::to_string(m.kv_heads) + ") and tp (" +
-                           std::to_string(l.tp) + ") must divide one another");
-    if (m.experts > 0 && m.experts % l.ep != 0)
-        par.fail("ep", "experts (" + std::to_string(m.experts) + ") must be divisible by ep (" +
-                           std::to_string(l.ep) + ")");
-    if (t.seq_length % l.cp != 0 || (l.cp > 1 && t.seq_length % (2 * l.cp) != 0))
-        par.fail("cp", "seq_length (" + std::to_string(t.seq_length) +
-                           ") must be divisible by 2 x cp for context parallelism");
+    if (const auto [key, why] = model_split_refusal(m, t.seq_length, l.tp, l.cp, l.ep);
+        !why.empty())
+        par.fail(key, why);
     const config::Reader tr = root.map("training");
     // Byte and FLOP counts of one microbatch multiply these (tokens x width x top_k x ep, in
     // 64-bit integers): sizes whose product leaves no headroom below 2^63 are refused here

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/document.hpp"
@@ -52,6 +53,13 @@ inline constexpr std::array<Named<Sharding>, 8> kShardingNames{{
 // parameter shards (ZeRO-2/3) are cut over the dp replicas of one context and expert rank only.
 // The loader refuses such a layout with this message; `plan` skips it without loading it.
 std::string sharding_refusal(Sharding sharding, int cp, int ep);
+
+// Why the model cannot be split over tp, cp and ep (attention and KV heads over tp, experts over
+// ep, the sequence over 2 x cp), as {the parallelism key at fault, the message}; empty when it
+// can. The loader refuses such a layout at that key with this message; `plan` skips every
+// variant of such a shape without loading it.
+std::pair<std::string, std::string> model_split_refusal(const ModelSpec& m, std::int64_t seq_length,
+                                                        int tp, int cp, int ep);
 
 // `parallelism.cp_comm_type`: how context parallelism exchanges keys and values, as Megatron-LM's
 // --cp-comm-type runs it through Transformer Engine (docs/compute-model.md, "Context

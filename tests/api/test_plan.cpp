@@ -240,6 +240,52 @@ TEST_CASE("plan's memory floor prunes only layouts whose full memory is above it
     CHECK(floors > 0);  // the floor prunes some layouts of this space
 }
 
+TEST_CASE("plan's shape rules refuse only what the loader or the schedule refuses") {
+    // plan counts a layout invalid without loading it when its shape breaks the model's split
+    // over tp, cp and ep or the pipeline split (shape_refusal), for all its variants at once.
+    // Sound only if each such layout, loaded and prepared as a run would, is refused too, and
+    // each layout plan loaded and found valid is not. Checked on every layout of a space where
+    // both rules bite: 6 layers (pp 4 and 8 and most vpp do not split them; --uneven-stages
+    // adds derived splits), 4 heads over tp up to 8 (tp 8 refused), every schedule, cp up to 8
+    // (a 1,024-token sequence: 2 x cp divides it), micro-batch 1 or 2 (two variants a shape).
+    auto o = small_options();
+    o.sets = {"topology.nodes=2", "model.layers=6", "model.attention_heads=4"};
+    o.fixes = {"parallelism.sharding=zero1", "training.recompute=none"};
+    o.schedules = {};
+    o.max_micro_batch_size = 2;
+    o.uneven_stages = true;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(o, ranks);
+    REQUIRE(result);
+    std::size_t by_shape = 0, checked = 0;
+    for (const auto& e : result->entries) {
+        // Those refused for the sharding alone are sharding_refusal's (the loader's own rule).
+        if (e.status == api::PlanEntry::Status::Invalid &&
+            e.reason.find("sharding") != std::string::npos)
+            continue;
+        auto overrides = o.sets;
+        for (const auto& f : o.fixes)
+            overrides.push_back(f);
+        for (const auto& v : e.layout.overrides())
+            overrides.push_back(v);
+        bool refused = false;
+        try {
+            (void)replay::prepare(workload::load_experiment(kSmall, overrides), "");
+        } catch (const ConfigError&) {
+            refused = true;
+        }
+        CAPTURE(e.layout.text());
+        CAPTURE(e.reason);
+        CHECK(refused == (e.status == api::PlanEntry::Status::Invalid));
+        ++checked;
+        // The model-split rule's message, as plan words it (the loader's is located at the
+        // --set that made tp: "--set parallelism.tp=8: 'parallelism.tp': ...").
+        if (e.reason.rfind("'parallelism.tp': attention_heads (4)", 0) == 0) ++by_shape;
+    }
+    CHECK(checked > 100);
+    CHECK(by_shape > 0);
+}
+
 TEST_CASE("plan under the flow network: the same top k as a brute-force sweep under flow") {
     // The confirmation stops once no layout left can enter the top k, assuming no layout runs
     // faster under flow than under the analytical network (checked: faster_than_analytical is
