@@ -199,3 +199,28 @@ TEST_CASE("diff: a trace of another configuration than the profile's is said onc
     REQUIRE(same.status == 0);
     CHECK(same.out.find("different configurations") == std::string::npos);
 }
+
+TEST_CASE("plan: why a layout ranks lower says its times as run says times (format_time)") {
+    const fs::path json = cs::test::scratch("msg_plan") / "p.json";
+    const auto r =
+        run_binary({"plan", kRoot + "/tests/api/data/plan-small.yaml", "--set", "topology.nodes=2",
+                    "--headroom", "0.98", "--top", "3", "--json", json.string()});
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(cs::test::slurp(json));
+    const auto& top = j["top"];
+    REQUIRE(top.size() == 3);
+    const double t1 = top[0]["figures"]["iteration_time_s"];
+    const double t3 = top[2]["figures"]["iteration_time_s"];
+    REQUIRE(t3 > t1);
+    const std::string why = top[2]["why_lost"];
+    // The difference first, then the part that grew most with its two times. (Strings built by
+    // append: GCC 12's -Wrestrict misfires on `"..." + std::string`.)
+    std::string head("+");
+    head.append(cs::format_time(cs::Time::from_seconds_ceil(t3 - t1)))
+        .append(" per iteration; the most: ");
+    CHECK(why.rfind(head, 0) == 0);
+    CHECK(why.find(" ms)") != std::string::npos);  // 5.485 ms against 5.288 ms, say
+    std::string line("  #3: ");
+    line.append(why).append("\n");
+    CHECK(r.out.find(line) != std::string::npos);
+}
