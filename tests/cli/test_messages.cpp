@@ -142,7 +142,22 @@ TEST_CASE("--log-json: CLI11's own errors (unknown option, missing argument) are
         CHECK(j["exit"] == 2);
         CHECK(!j["message"].get<std::string>().empty());
     }
-    // Without --log-json the same error is text, with its hint.
+    // validate --check's failure (exit 3, not a CLI11 error) is a JSON line too: a case published
+    // at 1 GB/s, against the model's 299 GB/s for 1 GiB on the two H200s, is outside its 10%.
+    const fs::path dir = cs::test::scratch("msg_validate");
+    std::ofstream(dir / "cases.yaml")
+        << "families:\n  - {id: n, title: NCCL, mode: network, tolerance: 0.1, error: relative}\n"
+        << "cases:\n  - {id: a, family: n, source: t, kind: collective, op: all_reduce, ranks: "
+           "\"0,1\", size: 1GiB, published: 1, topology: "
+        << kTwoGpus << "}\n";
+    const auto failed = run_binary({"validate", dir.string(), "--check", "--log-json"});
+    CHECK(failed.status == 3);
+    REQUIRE(lines_with(failed.err, "").size() == 1);
+    const auto v = nlohmann::json::parse(failed.err);
+    CHECK(v["level"] == "error");
+    CHECK(v["exit"] == 3);
+    CHECK(v["message"].get<std::string>().find("validation failed") != std::string::npos);
+    // Without --log-json the same errors are text, with the hint.
     const auto text = run_binary({"run", kPipeline, "--bogus"});
     CHECK(text.status == 2);
     CHECK(text.err.rfind("error: The following argument was not expected: --bogus\n", 0) == 0);
