@@ -4,6 +4,16 @@
 # validation). Any sanitizer report fails the run: UBSan does not recover, ASan aborts, LeakSanitizer
 # exits non-zero. Leaks inside Open MPI and its helpers are suppressed by library (tools/lsan.supp);
 # leaks in our own code are never suppressed.
+#
+# What it costs (docs/performance.md, "CI time"; not measured again here): a second full build
+# (every library, test and the validation scores step, instrumented, at -O1 -g1; no benchmarks)
+# and the whole suite under the sanitizers. From an empty build-san/ with SAN_JOBS=2 the last
+# recorded run took 2,151 s of CPU: build 1,312 s and tests 342 s wall on a loaded two-core
+# machine, about 1,100 s (18 minutes) estimated on two idle cores. A second run reuses build-san/
+# (and ccache, where installed) and rebuilds only what changed. It needs what tools/test.sh
+# installs (tools/install-deps.sh: the compiler, CMake, Boost, doctest, Open MPI for the MPI sweep
+# test, Chromium for the HTML report test) and about 1.3 GB of disk for build-san/. It prints
+# "sanitize: build N s, tests M s" at the end.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SAN_BUILD_DIR:-$root/build-san}"

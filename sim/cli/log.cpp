@@ -1,12 +1,14 @@
 #include "cli/log.hpp"
 
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 namespace cs::cli {
@@ -33,7 +35,46 @@ class JsonFormatter final : public spdlog::formatter {
 
 bool json_enabled = false;  // set once by --log-json before the command runs
 
+// Whether a progress line is drawn on stderr now (no newline after it): a log record first erases
+// it, so that no message lands on the progress line; the next update draws it again.
+std::mutex progress_mutex;
+bool progress_on_screen = false;
+
+// Erases the progress line if one is drawn. Called with progress_mutex held.
+void erase_progress_line() {
+    if (!progress_on_screen) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    progress_on_screen = false;
+}
+
+// stderr's sink, which erases a drawn progress line before each record.
+class ProgressAwareSink final : public spdlog::sinks::sink {
+  public:
+    ProgressAwareSink() : inner_(std::make_shared<spdlog::sinks::stderr_color_sink_mt>()) {}
+    void log(const spdlog::details::log_msg& msg) override {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        erase_progress_line();
+        inner_->log(msg);
+    }
+    void flush() override { inner_->flush(); }
+    void set_pattern(const std::string& pattern) override { inner_->set_pattern(pattern); }
+    void set_formatter(std::unique_ptr<spdlog::formatter> f) override {
+        inner_->set_formatter(std::move(f));
+    }
+
+  private:
+    std::shared_ptr<spdlog::sinks::sink> inner_;
+};
+
 }  // namespace
+
+void install_logger() {
+    auto logger =
+        std::make_shared<spdlog::logger>("clustersim", std::make_shared<ProgressAwareSink>());
+    logger->set_pattern("%^%l%$: %v");
+    spdlog::set_default_logger(logger);
+}
 
 void use_json_log() {
     json_enabled = true;
@@ -69,7 +110,9 @@ Progress::Progress(std::string what)
                spdlog::default_logger()->should_log(spdlog::level::info)) {}
 
 Progress::~Progress() {
-    if (shown_) std::fprintf(stderr, "\r\033[K");
+    if (!shown_) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    erase_progress_line();
 }
 
 void Progress::update(std::size_t done, std::size_t total, const std::string& detail) {
@@ -80,9 +123,11 @@ void Progress::update(std::size_t done, std::size_t total, const std::string& de
     shown_ = true;
     const double pct =
         total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 0;
+    std::lock_guard<std::mutex> lock(progress_mutex);
     std::fprintf(stderr, "\r\033[K%s: %zu/%zu (%.0f%%)%s%s", what_.c_str(), done, total, pct,
                  detail.empty() ? "" : " ", detail.c_str());
     std::fflush(stderr);
+    progress_on_screen = true;
 }
 
 }  // namespace cs::cli

@@ -11,6 +11,10 @@
 
 namespace cs::cli {
 
+// Makes the default logger: text records ("warning: ...") on stderr, each of which first erases a
+// progress line drawn there (so that a message never shares a line with a Progress).
+void install_logger();
+
 // Switches the default logger to JSON lines (--log-json).
 void use_json_log();
 bool json_log();
@@ -22,7 +26,8 @@ void print_error(const char* kind, const std::string& text, int exit_status,
 // Progress of a long command, one line on stderr rewritten in place: only when stderr is a
 // terminal, logs are text and not --quiet, so that piped output and logs stay clean. The first
 // update and the last (done == total) are shown, others at most ten times a second; the line is
-// erased when the Progress is destroyed.
+// erased when the Progress is destroyed, and before any log record (install_logger), the next
+// update drawing it again.
 class Progress {
   public:
     explicit Progress(std::string what);

@@ -1,6 +1,5 @@
 // clustersim: the command-line entry point. Maps errors to exit codes: 0 success, 2 bad input
 // (ConfigError, unparsable command line), 1 internal error.
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -82,9 +81,7 @@ int main(int argc, char** argv) {
     cs::cli::register_diff(app);
     refuse_empty_outputs(app);
 
-    auto logger = spdlog::stderr_color_mt("clustersim");
-    logger->set_pattern("%^%l%$: %v");
-    spdlog::set_default_logger(logger);
+    cs::cli::install_logger();
     // --log-json holds for errors in the command line itself too, which CLI11 may report
     // before it has run the flag's callback.
     bool json_log = false;
@@ -109,7 +106,11 @@ int main(int argc, char** argv) {
         }
         return 2;
     } catch (const cs::cli::CommandExit& e) {
-        std::cerr << e.message << "\n";
+        // validate --check's failure (exit 3): as text, or a JSON line like every error.
+        if (json_log)
+            cs::cli::print_error("error", e.message, e.status);
+        else
+            std::cerr << e.message << "\n";
         return e.status;
     } catch (const cs::ConfigError& e) {
         cs::cli::print_error("error", e.what(), 2, &e.where());

@@ -288,7 +288,10 @@ void print_diff(std::ostream& out, const DiffResult& r) {
         << fmt("%.3f", r.measured_busy_ms) << " ms of kernels ("
         << fmt("%+.1f%%",
                100 * (r.measured_busy_ms > 0 ? r.simulated_busy_ms / r.measured_busy_ms - 1 : 0))
-        << "); simulated iteration " << fmt("%.3f", r.simulated_iteration_ms) << " ms\n\n";
+        << "); simulated iteration " << fmt("%.3f", r.simulated_iteration_ms) << " ms\n";
+    // Before the tables, which it qualifies; not repeated with the other warnings below.
+    if (!r.mismatch.empty()) out << "warning: " << r.mismatch << "\n";
+    out << "\n";
     char line[256];
     const auto table = [&](const char* title, const std::vector<DiffLine>& rows, bool per_layer) {
         std::snprintf(line, sizeof line, "%-17s %8s %11s %8s %11s %10s %8s%s\n", title, "sim ops",
@@ -337,7 +340,7 @@ void print_diff(std::ostream& out, const DiffResult& r) {
                 << "\n";
     }
     for (const auto& w : r.warnings)
-        out << "warning: " << w << "\n";
+        if (w != r.mismatch) out << "warning: " << w << "\n";
 }
 
 }  // namespace cs::cli

@@ -28,6 +28,12 @@ struct Sample {
     double base_us = 0;  // simulated without the fitted fixed cost, at the current efficiency
 };
 
+// Half a unit of the last digit nccl-tests prints of a time of `us` microseconds (whole
+// microseconds from 10 ms, one decimal from 100 us, else two; tables.cpp prints the same).
+double nccl_tests_rounding_us(double us) {
+    return us >= 10000.0 ? 0.5 : us >= 100.0 ? 0.05 : 0.005;
+}
+
 double simulate_us(const topology::Cluster& cluster, const NetworkConfig& config, CollectiveKind op,
                    const Sample& s) {
     try {
@@ -242,7 +248,14 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         double at_us = 0, measured_us = 0;
         for (const auto& smp : samples) {
             const double floor_us = simulate_us(cluster, full, op, smp);
-            if (floor_us <= smp.measured_us) continue;
+            // Only a floor strictly above the measurement, by more than the measurement's own
+            // rounding: nccl-tests prints a time with two decimals below 100 us, one below 10 ms
+            // and none above (its "%7.2f" / "%7.1f" / "%7.0f"), so a printed time stands for
+            // anything within half a unit of its last digit; a floor within that is equal to it
+            // as far as the file can tell (e.g. the output of `clustersim collective` on a
+            // network at full rate and no fixed cost). The simulated time's own rounding (up to
+            // the next picosecond per step) is far below the smallest of these, 0.005 us.
+            if (floor_us <= smp.measured_us + nccl_tests_rounding_us(smp.measured_us)) continue;
             ++slower;
             if (smp.row->size >= largest_slower) {
                 largest_slower = smp.row->size;
@@ -252,10 +265,12 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         }
         if (slower > 0) {
             std::ostringstream w;
-            w << op_name << ": " << slower << " row(s) up to "
-              << format_bytes(Bytes{largest_slower}) << " are faster than the model can be (at "
-              << format_bytes(Bytes{largest_slower}) << ": " << std::fixed << std::setprecision(1)
-              << at_us << " us simulated at full link rate and no fixed cost, " << measured_us
+            // Sizes as nccl-tests gives them, in bytes ("4096" under "size (B)"), and times to
+            // its finest printed digit, so that the two times never read equal.
+            w << op_name << ": " << slower << " row(s) up to " << largest_slower
+              << " B are faster than the model can be (at " << largest_slower
+              << " B: " << std::fixed << std::setprecision(2) << at_us
+              << " us simulated at full link rate and no fixed cost, " << measured_us
               << " us measured, with the protocols' latencies at the smallest factor tried, "
                  "1/8): the per-step overheads and latencies are larger than this machine's; fit "
                  "from where bandwidth dominates (--nccl-sizes)";

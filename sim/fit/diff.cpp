@@ -210,8 +210,15 @@ namespace {
 
 // Fills r.layer_passes (see diff.hpp): the simulated passes' steps spread over their layers, the
 // measured passes cut at their norm operators.
+// The forward pass's norm operators, measured (the commonest count per pass) and as the simulated
+// model has them, when they differ: a sign of another model (mismatch_warning).
+struct NormCounts {
+    std::int64_t measured = -1, simulated = -1, per_layer = 0, layers = 0, after = 0;
+};
+
 void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
-                  const std::vector<Slice>& steps, std::vector<MeasuredKernel> measured) {
+                  const std::vector<Slice>& steps, std::vector<MeasuredKernel> measured,
+                  NormCounts& norms) {
     const int L = r.layers;
     int first_layer = -1;
     bool chunks = false;
@@ -330,6 +337,7 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
     };
     for (int pass = 0; pass < 2; ++pass) {
         if (sim_k > 0 && common[pass] != sim_k * L + sim_post) {
+            norms = {common[pass], sim_k * L + sim_post, sim_k, L, sim_post};
             r.warnings.push_back(std::string("no per-layer-pass comparison: the measured ") +
                                  kPasses[pass] + " passes hold " + std::to_string(common[pass]) +
                                  " norm operator(s), the simulated one " + std::to_string(sim_k) +
@@ -408,6 +416,80 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
                          return std::abs(a.difference_ms()) > std::abs(b.difference_ms());
                      });
     if (r.largest_layer_passes.size() > 5) r.largest_layer_passes.resize(5);
+}
+
+}  // namespace
+
+namespace {
+
+std::string ms_text(double ms) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+    return buf;
+}
+
+// The warning that the two sides are not the same configuration, saying what differs; "" when
+// nothing does. A profile of another model or layout gives a table of +-100% rows (kinds on one
+// side only) and large departures everywhere, which read as a model error unless said. Three
+// signs, none of which the bundled profiles (tests/validation/data) trip against traces of their
+// own configurations:
+// - kinds of kernels on one side only, worth at least 2% of that side's kernel time (in the
+//   matched pairs only `memset` and `routing` are one-sided, at most 0.3%): another operator
+//   (GELU against SwiGLU, no rotary embedding, no MoE routing) is another model;
+// - a different number of norm operators per forward pass than the simulated layers hold:
+//   another layer count or pipeline stage;
+// - compute time off by more than 2x either way: the uncalibrated roofline's compute time is
+//   within 6% of each bundled profile's kernel time (GPT +0.3%, Llama +3.1%, MoE +6.0%), and a
+//   model error of 2x would be out of all proportion with that, so it is other work (another
+//   hidden size, sequence length or micro-batch size).
+std::string mismatch_warning(const DiffResult& r, const NormCounts& norms) {
+    std::vector<std::string> differs;
+    constexpr double kOneSidedShare = 0.02;
+    std::string sim_only, meas_only;
+    double sim_only_ms = 0, meas_only_ms = 0;
+    for (const auto& k : r.kinds) {
+        if (k.measured_kernels == 0 && k.simulated_ms >= kOneSidedShare * r.simulated_busy_ms &&
+            k.simulated_ms > 0) {
+            sim_only += (sim_only.empty() ? "" : ", ") + k.name;
+            sim_only_ms += k.simulated_ms;
+        }
+        if (k.simulated_ops == 0 && k.measured_ms >= kOneSidedShare * r.measured_busy_ms &&
+            k.measured_ms > 0) {
+            meas_only += (meas_only.empty() ? "" : ", ") + k.name;
+            meas_only_ms += k.measured_ms;
+        }
+    }
+    if (!sim_only.empty())
+        differs.push_back("the simulated rank runs " + sim_only + " (" + ms_text(sim_only_ms) +
+                          ") that the profile has no kernel of");
+    if (!meas_only.empty())
+        differs.push_back("the profile runs " + meas_only + " (" + ms_text(meas_only_ms) +
+                          ") that the simulated rank has no step of");
+    if (norms.measured >= 0)
+        differs.push_back("a measured forward pass holds " + std::to_string(norms.measured) +
+                          " norm operators, a simulated one " + std::to_string(norms.simulated) +
+                          " (" + std::to_string(norms.per_layer) + " per layer x " +
+                          std::to_string(norms.layers) + " layers + " +
+                          std::to_string(norms.after) + ")");
+    constexpr double kBusyFactor = 2;
+    if (r.simulated_busy_ms > 0 && r.measured_busy_ms > 0 &&
+        (r.simulated_busy_ms > kBusyFactor * r.measured_busy_ms ||
+         r.measured_busy_ms > kBusyFactor * r.simulated_busy_ms)) {
+        char ratio[32];
+        std::snprintf(ratio, sizeof ratio, "%.2fx", r.simulated_busy_ms / r.measured_busy_ms);
+        differs.push_back("the simulated compute takes " + ms_text(r.simulated_busy_ms) +
+                          " per iteration, " + ratio + " the measured kernels' " +
+                          ms_text(r.measured_busy_ms));
+    }
+    if (differs.empty()) return "";
+    std::string text =
+        "the simulated trace and the measured profile look like different configurations, so "
+        "the differences below compare different work: ";
+    for (std::size_t i = 0; i < differs.size(); ++i)
+        text += (i == 0 ? "" : "; ") + differs[i];
+    return text +
+           " (simulate the profiled configuration: its model, layout, micro-batch size and "
+           "sequence length, and the rank the profile was taken on, --rank)";
 }
 
 }  // namespace
@@ -581,7 +663,8 @@ DiffResult diff_traces(const DiffOptions& options) {
         r.measured_busy_ms += ms;
         measured.push_back({g.ts_us, g.dur_us / 1000, pass, kind, op ? g.external_id : -1});
     }
-    layer_passes(r, pass_slices, steps, measured);
+    NormCounts norms;
+    layer_passes(r, pass_slices, steps, measured, norms);
     for (const auto& k : kinds)
         if (k.simulated_ops > 0 || k.measured_kernels > 0) r.kinds.push_back(k);
     for (const auto& p : passes)
@@ -591,6 +674,8 @@ DiffResult diff_traces(const DiffOptions& options) {
         return std::abs(a.difference_ms()) > std::abs(b.difference_ms());
     });
     if (r.largest.size() > 5) r.largest.resize(5);
+    r.mismatch = mismatch_warning(r, norms);
+    if (!r.mismatch.empty()) r.warnings.insert(r.warnings.begin(), r.mismatch);
     return r;
 }
 

@@ -81,6 +81,10 @@ struct DiffResult {
     // backward, embedding backward, gradient accumulation.
     std::vector<LayerPassLine> layer_passes;
     std::vector<LayerPassLine> largest_layer_passes;  // by |difference| (at most 5)
+    // When the two sides look like different configurations (kinds of kernels on one side only,
+    // another norm count per forward pass, compute time off by more than 2x), what differs; also
+    // the first of `warnings`. Empty otherwise.
+    std::string mismatch;
     std::vector<std::string> warnings;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <future>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/units.hpp"
 #include "network/network.hpp"
 #include "replay/bound.hpp"
 #include "replay/prepare.hpp"
@@ -180,11 +182,19 @@ std::int64_t worst_memory(const replay::PreparedIteration& p) {
 // Thrown by plan's admit hook: the layout's memory floor is above the limit.
 struct OverMemory {};
 
-std::string fraction_ms(double fraction, double T) {
-    std::ostringstream o;
-    o.precision(3);
-    o << std::fixed << fraction * T * 1e3 << " ms";
-    return o.str();
+// A time as the console prints times (format_time: "1.803 s", "252.6 ms"), with a sign when
+// `sign` (a difference).
+std::string time_text(double seconds, bool sign = false) {
+    // Beyond the clock (about 106 days; a rate near 0 per 1M tokens) or not a number: in seconds.
+    char big[32];
+    std::snprintf(big, sizeof big, "%.4g s", std::abs(seconds));
+    const std::string t = std::abs(seconds) < 1e6
+                              ? format_time(Time::from_seconds_ceil(std::abs(seconds)))
+                              : std::string(big);
+    if (!sign) return t;
+    std::string out(seconds < 0 ? "-" : "+");
+    out += t;
+    return out;
 }
 
 // Why `loser` ranks below `winner`: the part of the iteration that grew the most; per 1M
@@ -219,15 +229,10 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
             worst = &part;
         }
     }
-    std::ostringstream o;
-    o.precision(3);
-    o << std::fixed;
-    const double dt = (span(loser) - span(winner)) * 1e3;
-    o << (dt >= 0 ? "+" : "") << dt << (per_token ? " ms per 1M tokens" : " ms per iteration")
-      << "; the most: " << worst->name << " " << (most >= 0 ? "+" : "") << most * 1e3 << " ms ("
-      << fraction_ms(worst->value(loser), span(loser)) << " against "
-      << fraction_ms(worst->value(winner), span(winner)) << ")";
-    return o.str();
+    return time_text(span(loser) - span(winner), true) +
+           (per_token ? " per 1M tokens" : " per iteration") + "; the most: " + worst->name + " " +
+           time_text(most, true) + " (" + time_text(worst->value(loser) * span(loser)) +
+           " against " + time_text(worst->value(winner) * span(winner)) + ")";
 }
 
 nlohmann::ordered_json figures_json(const PlanFigures& f) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
+#include <utility>
 
 #include "config/document.hpp"
 #include "replay/durations/variability.hpp"
@@ -16,25 +18,53 @@ namespace cs::api {
 
 namespace {
 
-// One warning per run of consecutive stages that need the same (too large) memory.
+// One warning for all the stages whose memory is above the GPU's HBM: the stages (runs of
+// consecutive ones as ranges), the range of their needs, and the worst stage (the first of the
+// largest need) when they differ. The per-stage figures are in the summary's memory.
 void warn_memory(const workload::ExperimentSpec& spec, const workload::IterationPlan& plan,
                  int devices, std::vector<std::string>& warnings) {
     const auto& gpu = spec.cluster->gpu_model(0);
-    for (int s = 0; s < devices;) {
-        const auto need = plan.devices[static_cast<std::size_t>(s)].memory.total;
-        int end = s + 1;
-        while (end < devices && plan.devices[static_cast<std::size_t>(end)].memory.total == need)
-            ++end;
-        if (gpu.hbm.value > 0 && need > gpu.hbm) {
-            const std::string stages =
-                end - s == 1 ? "stage " + std::to_string(s)
-                             : "stages " + std::to_string(s) + "-" + std::to_string(end - 1);
-            warnings.push_back(stages + " need" + (end - s == 1 ? "s " : " ") + format_bytes(need) +
-                               " per GPU under " + spec.schedule + ", more than the " +
-                               format_bytes(gpu.hbm) + " of HBM of a " + gpu.name);
-        }
-        s = end;
+    if (gpu.hbm.value <= 0) return;
+    std::vector<int> over;
+    for (int s = 0; s < devices; ++s)
+        if (plan.devices[static_cast<std::size_t>(s)].memory.total > gpu.hbm) over.push_back(s);
+    if (over.empty()) return;
+    const auto need = [&](int s) { return plan.devices[static_cast<std::size_t>(s)].memory.total; };
+    std::string stages;
+    for (std::size_t i = 0; i < over.size();) {
+        std::size_t j = i;
+        while (j + 1 < over.size() && over[j + 1] == over[j] + 1)
+            ++j;
+        stages += (i == 0 ? "" : ", ") + std::to_string(over[i]) +
+                  (j > i ? "-" + std::to_string(over[j]) : std::string());
+        i = j + 1;
     }
+    int low = over.front(), worst = over.front();
+    for (int s : over) {
+        if (need(s) < need(low)) low = s;
+        if (need(s) > need(worst)) worst = s;
+    }
+    const bool one = over.size() == 1;
+    const bool same = need(low) == need(worst);
+    // "81.6-115.7 GB": both ends in the larger's unit, each as format_bytes writes a number.
+    std::string needs = format_bytes(need(worst));
+    if (!same) {
+        static const std::pair<double, const char*> kUnits[] = {
+            {1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "KB"}, {1, "B"}};
+        const double high = static_cast<double>(need(worst).value);
+        std::size_t u = 0;
+        while (u + 1 < std::size(kUnits) && high < kUnits[u].first)
+            ++u;
+        char text[64];
+        std::snprintf(text, sizeof text, "%.4g-%.4g %s",
+                      static_cast<double>(need(low).value) / kUnits[u].first,
+                      high / kUnits[u].first, kUnits[u].second);
+        needs = text;
+    }
+    warnings.push_back((one ? "stage " : "stages ") + stages + (one ? " needs " : " need ") +
+                       needs + " per GPU under " + spec.schedule + ", more than the " +
+                       format_bytes(gpu.hbm) + " of HBM of a " + gpu.name +
+                       (same ? std::string() : "; the worst: stage " + std::to_string(worst)));
 }
 
 // The heat map's rows: the busiest links, as the summary ranks them.

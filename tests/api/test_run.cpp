@@ -3,12 +3,15 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/errors.hpp"
+#include "core/units.hpp"
 #include "ingest/inputs.hpp"
 #include "session/compare.hpp"
 #include "session/run.hpp"
@@ -420,4 +423,67 @@ TEST_CASE("overlap_param_gather: the parameter all-gather moves under the next f
     const auto over1 = default_summary(over_sets, "1f1b");
     CHECK(over1.iteration_time_s == doctest::Approx(plain1.iteration_time_s).epsilon(1e-3));
     CHECK(dp(over1) < dp(plain1));
+}
+
+TEST_CASE("HBM: one warning names the stages above it, the range of their needs and the worst") {
+    // The expected text from the stages' memory (RunResult::detail, the HTML report's figures).
+    const auto expected = [](const cs::api::RunResult& r, const std::string& schedule) {
+        const auto& stages = r.detail->stage_memory;
+        const std::int64_t hbm = r.detail->hbm_bytes;
+        std::vector<int> over;
+        for (std::size_t s = 0; s < stages.size(); ++s)
+            if (stages[s].total.value > hbm) over.push_back(static_cast<int>(s));
+        REQUIRE(!over.empty());
+        // Contiguous here (1F1B holds the most activations on the first stage).
+        for (std::size_t i = 1; i < over.size(); ++i)
+            REQUIRE(over[i] == over[i - 1] + 1);
+        std::int64_t low = INT64_MAX, high = 0;
+        int worst = -1;
+        for (int s : over) {
+            low = std::min(low, stages[static_cast<std::size_t>(s)].total.value);
+            if (stages[static_cast<std::size_t>(s)].total.value > high) {
+                high = stages[static_cast<std::size_t>(s)].total.value;
+                worst = s;
+            }
+        }
+        const std::string tail = " per GPU under " + schedule + ", more than the " +
+                                 cs::format_bytes(cs::Bytes{hbm}) + " of HBM of a H200";
+        if (over.size() == 1)
+            return "stage " + std::to_string(over[0]) + " needs " +
+                   cs::format_bytes(cs::Bytes{high}) + tail;
+        REQUIRE(high >= 1'000'000'000);  // in GB, both ends
+        REQUIRE(high < 1'000'000'000'000);
+        char range[64];
+        std::snprintf(range, sizeof range, "%.4g-%.4g GB", static_cast<double>(low) / 1e9,
+                      static_cast<double>(high) / 1e9);
+        return "stages " + std::to_string(over.front()) + "-" + std::to_string(over.back()) +
+               " need " + range + tail + "; the worst: stage " + std::to_string(worst);
+    };
+    const auto hbm_warnings = [](const cs::api::RunResult& r) {
+        std::vector<std::string> out;
+        for (const auto& w : r.warnings)
+            if (w.find("of HBM") != std::string::npos) out.push_back(w);
+        return out;
+    };
+    cs::api::RunOptions options;
+    options.schedule = "1f1b";
+    options.detail = true;
+    // 128-sequence microbatches: both stages above the H200's 141 GB, by different amounts.
+    const auto both = cs::api::run(
+        cs::api::load_experiment(
+            {kPipeline, {"training.micro_batch_size=128", "training.global_batch_size=1024"}, ""}),
+        options);
+    const auto w = hbm_warnings(both);
+    REQUIRE(w.size() == 1);
+    CHECK(w[0] == expected(both, "1f1b"));
+    CHECK(w[0].find("stages 0-1 need ") == 0);
+    // 64-sequence ones: the first stage alone (it holds the most microbatches in flight).
+    const auto one = cs::api::run(
+        cs::api::load_experiment(
+            {kPipeline, {"training.micro_batch_size=64", "training.global_batch_size=512"}, ""}),
+        options);
+    const auto w1 = hbm_warnings(one);
+    REQUIRE(w1.size() == 1);
+    CHECK(w1[0] == expected(one, "1f1b"));
+    CHECK(w1[0].find("stage 0 needs ") == 0);
 }

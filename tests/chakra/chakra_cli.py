@@ -55,8 +55,15 @@ def hand(cli, tmp):
     check(r.stderr.count("my_custom_attr") == 1, "an unknown attribute is reported once")
     check(r.stderr.count("METADATA_NODE") == 1, "an unknown node type is reported once")
     # A rank map: rank 0 on GPU 1, rank 1 on GPU 0 mirrors the time (one symmetric link).
-    r = run(cli, "chakra", "run", folder, "--experiment", NOMINAL, "--rank-map", "1,0")
-    check(r.returncode == 0 and "3283000000 ps" in r.stdout, "--rank-map 1,0 runs the same")
+    mapped = tmp / "hand-mapped.json"
+    r = run(cli, "chakra", "run", folder, "--experiment", NOMINAL, "--rank-map", "1,0", "--json",
+            mapped)
+    check(r.returncode == 0
+          and json.loads(mapped.read_text())["iteration_time_ps"] == h.HAND_ITERATION_PS,
+          "--rank-map 1,0 runs the same")
+    # The console prints the time as `run` does (format_time: 4 significant digits, one unit).
+    check(f"\niteration time        {h.HAND_ITERATION_PS / 1e9:.4g} ms\n" in r.stdout,
+          f"chakra run prints the time as run does: {r.stdout!r}")
 
     # Bad ETs: (name, files, expected fragments of the message).
     good = h.hand_set()

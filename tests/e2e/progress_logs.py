@@ -4,6 +4,7 @@
 - `run` and `sweep` with stderr on a pseudo-terminal draw a progress line ("simulating: N/N",
   "sweep: 3/3 (100%) combinations", rewritten with carriage returns and erased at the end); with
   stderr piped they print no progress at all, and stdout is the same either way.
+- a warning never lands on the progress line: the line is erased before anything is logged.
 - --log-json: every stderr line is a JSON object with a level and a message (a warning here),
   and a bad input is one JSON error line with file, line, column and exit 2.
 
@@ -12,6 +13,7 @@ Usage: progress_logs.py CLUSTERSIM_BINARY
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 
@@ -69,6 +71,20 @@ check(status == 0 and "simulating: 64/64 (100%)" in tty, "run on a terminal: %r"
 status2, out2, err2 = piped(run)
 check(status2 == 0 and "simulating" not in err2 and "\r" not in err2, "run piped: %r" % err2)
 check(out == out2, "run: stdout differs between a terminal and a pipe")
+
+# A warning logged while the progress line is drawn starts a line of its own: the progress line is
+# erased first (here the HBM warning, logged after the last update, "simulating: 64/64 (100%)").
+status, out, tty = on_terminal(run + ["--set", "training.micro_batch_size=64",
+                                      "--set", "training.global_batch_size=512"])
+check(status == 0 and "simulating: 64/64 (100%)" in tty, "run with a warning on a terminal: %r" % tty)
+warned = [m.start() for m in re.finditer("warning", tty)]
+check(len(warned) == 1, "run with a warning on a terminal: %d warnings in %r" % (len(warned), tty))
+for at in warned:
+    # What the terminal shows before the word on its line: only escape sequences (the erase,
+    # colours), no progress text.
+    before = re.split(r"[\r\n]", tty[:at])[-1]
+    check(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", before) == "",
+          "a warning shares its line with the progress line: %r" % tty)
 
 # --log-json: 1F1B has no use for the file's vpp = 2, a warning.
 status, out, err = piped(["run", PIPELINE, "--schedule", "1f1b", "--log-json"])
