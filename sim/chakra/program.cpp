@@ -127,17 +127,26 @@ std::string involved_group(const std::string& file, const Node& node, const Attr
                    std::string("attribute \"involved_dim\" holds ") + attr.field_name() +
                        "; expected a bool_list (one bool per network dimension, as ASTRA-sim "
                        "reads it)");
+    // Stops past n: the product of many large entries must not overflow.
     std::int64_t product = 1;
-    for (const int d : dims)
-        product *= d;
+    bool capped = false;
+    for (const int d : dims) {
+        capped |= product > n;
+        if (!capped) product *= d;
+    }
+    const bool unfilled = std::find(dims.begin(), dims.end(), 0) != dims.end();
     if (dims.empty() || product != n)
         node_error(file, node.id,
                    "involved_dim names network dimensions, but " +
                        (dims.empty() ? std::string("the topology has no node structure to take "
                                                    "them from")
-                                     : "the dimensions " + dims_text(dims) + " hold " +
-                                           std::to_string(product) + " ranks, not the folder's " +
-                                           std::to_string(n)) +
+                        : unfilled   ? "the topology's nodes (dimensions " + dims_text(dims) +
+                                         ", 0: as many as the ranks fill) do not divide the " +
+                                         "folder's " + std::to_string(n) + " ranks"
+                                   : "the dimensions " + dims_text(dims) + " hold " +
+                                         (capped ? "more than " + std::to_string(n)
+                                                 : std::to_string(product)) +
+                                         " ranks, not the folder's " + std::to_string(n)) +
                        ": give ASTRA-sim's npus_count with --dims (e.g. --dims " +
                        (n > 8 && n % 8 == 0 ? "8," + std::to_string(n / 8) + " for nodes of 8 GPUs"
                                             : std::to_string(n) + " for one dimension") +

@@ -194,6 +194,21 @@ TEST_CASE(
           "ranks, not the folder's 16: give ASTRA-sim's npus_count with --dims (e.g. --dims 8,2 "
           "for nodes of 8 GPUs), whose product is the rank count 16, or name a communicator with "
           "pg_name");
+    // Dimensions whose product passes an int64 are not multiplied out.
+    CHECK(error_of([&] {
+              folder(16, {coll(1, CollectiveCommType::AllReduce, 8, {tp})},
+                     {1'000'000, 1'000'000, 1'000'000, 1'000'000});
+          })
+              .find("the dimensions 1000000,1000000,1000000,1000000 hold more than 16 ranks, not "
+                    "the folder's 16") != std::string::npos);
+    // Nodes of 8 GPUs that 12 ranks do not fill evenly.
+    CHECK(error_of([&] {
+              folder(12, {coll(1, CollectiveCommType::AllReduce, 8, {tp})}, {8, 0});
+          }) ==
+          "a.0.et: node 1: involved_dim names network dimensions, but the topology's nodes "
+          "(dimensions 8,0, 0: as many as the ranks fill) do not divide the folder's 12 ranks: "
+          "give ASTRA-sim's npus_count with --dims (e.g. --dims 12 for one dimension), whose "
+          "product is the rank count 12, or name a communicator with pg_name");
     CHECK(error_of([&] {
               folder(16,
                      {coll(1, CollectiveCommType::AllReduce, 8,
