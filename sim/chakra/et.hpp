@@ -64,13 +64,18 @@ struct Attribute {
     static Attribute uint64(std::string name, std::uint64_t v);
     static Attribute boolean(std::string name, bool v);
     static Attribute string(std::string name, std::string v);
+    // A bool_list (BoolList, values packed), as ASTRA-sim's feeder reads "involved_dim".
+    static Attribute bool_list(std::string name, const std::vector<bool>& v);
 
     // The value as a signed integer, whichever integer or bool field holds it; nullopt for a
     // double, a string or a list.
     std::optional<std::int64_t> as_int() const;
     std::optional<bool> as_bool() const;
     std::optional<std::string> as_string() const;  // string_val or bytes_val
-    const char* field_name() const;                // "int64_val", ...
+    // The values of a bool_list (packed or not); nullopt for any other member or a list whose
+    // bytes are no BoolList message.
+    std::optional<std::vector<bool>> as_bool_list() const;
+    const char* field_name() const;  // "int64_val", ...
 };
 
 struct Node {
@@ -101,6 +106,16 @@ struct EtFile {
 // the node count and --max-memory: a file of zeros decodes to a node per byte.
 EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t* budget = nullptr);
 std::string encode_et(const EtFile& et);
+// encode_et into buffers it keeps from call to call, so that encoding file after file allocates
+// only when a file is larger than every one before (chakra export). One per thread.
+class EtEncoder {
+  public:
+    // The file's bytes, valid until the next call.
+    const std::string& encode(const EtFile& et);
+
+  private:
+    std::string out_, message_, attr_, scratch_;
+};
 // One message without its length prefix (the tests hand it to protoc --decode).
 std::string encode_node(const Node& node);
 std::string encode_metadata(const EtFile& et);

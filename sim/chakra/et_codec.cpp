@@ -3,7 +3,6 @@
 
 #include "chakra/et.hpp"
 #include "core/errors.hpp"
-#include "report/perfetto_proto.hpp"
 
 namespace cs::chakra {
 
@@ -23,7 +22,8 @@ constexpr int kId = 1, kName = 2, kType = 3, kCtrlDeps = 4, kDataDeps = 5, kStar
 namespace attr_field {
 constexpr int kName = 1, kDocString = 2, kDouble = 3, kFloat = 5, kInt32 = 7, kInt64 = 9,
               kUint32 = 11, kUint64 = 13, kSint32 = 15, kSint64 = 17, kFixed32 = 19, kFixed64 = 21,
-              kSfixed32 = 23, kSfixed64 = 25, kBool = 27, kString = 29, kBytes = 31, kLast = 32;
+              kSfixed32 = 23, kSfixed64 = 25, kBool = 27, kBoolList = 28, kString = 29, kBytes = 31,
+              kLast = 32;
 }
 
 constexpr std::array<const char*, 33> kAttrFieldNames{"",
@@ -279,39 +279,86 @@ Node decode_node(Cursor c) {
     return n;
 }
 
-// The AttributeProto message of `a` (without tag or length).
-std::string encode_attribute(const Attribute& a) {
-    report::ProtoBuffer b;
-    b.bytes_field(attr_field::kName, a.name);
-    if (a.field > 0) {
-        switch (attr_wire_type(a.field)) {
-            case kWireVarint:
-                b.varint_field(a.field, a.raw);
-                break;
-            case kWireFixed64:
-                b.fixed64_field(a.field, a.raw);
-                break;
-            case kWireFixed32: {
-                b.append_varint(static_cast<std::uint64_t>(a.field) << 3 | kWireFixed32);
-                std::string bits(4, '\0');
-                for (int i = 0; i < 4; ++i)
-                    bits[static_cast<std::size_t>(i)] = static_cast<char>(a.raw >> (8 * i));
-                b.append_raw(bits);
-                break;
-            }
-            default:
-                b.bytes_field(a.field, a.bytes);
-        }
+// Appending writers of the wire format into a caller's buffer (EtEncoder reuses its buffers).
+void put_varint(std::string& out, std::uint64_t v) {
+    while (v >= 0x80) {
+        out.push_back(static_cast<char>(v | 0x80));
+        v >>= 7;
     }
-    return b.data();
+    out.push_back(static_cast<char>(v));
+}
+void put_tag(std::string& out, int field, int wire) {
+    put_varint(out, static_cast<std::uint64_t>(field) << 3 | static_cast<std::uint64_t>(wire));
+}
+void put_varint_field(std::string& out, int field, std::uint64_t v) {
+    put_tag(out, field, kWireVarint);
+    put_varint(out, v);
+}
+void put_bytes_field(std::string& out, int field, std::string_view bytes) {
+    put_tag(out, field, kWireDelimited);
+    put_varint(out, bytes.size());
+    out.append(bytes);
+}
+void put_fixed(std::string& out, std::uint64_t v, int width) {
+    for (int i = 0; i < width; ++i)
+        out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-void packed(report::ProtoBuffer& out, int field, const std::vector<std::uint64_t>& values) {
+// The AttributeProto message of `a` (without tag or length), appended to `out`.
+void put_attribute(std::string& out, const Attribute& a) {
+    put_bytes_field(out, attr_field::kName, a.name);
+    if (a.field <= 0) return;
+    switch (attr_wire_type(a.field)) {
+        case kWireVarint:
+            put_varint_field(out, a.field, a.raw);
+            break;
+        case kWireFixed64:
+            put_tag(out, a.field, kWireFixed64);
+            put_fixed(out, a.raw, 8);
+            break;
+        case kWireFixed32:
+            put_tag(out, a.field, kWireFixed32);
+            put_fixed(out, a.raw, 4);
+            break;
+        default:
+            put_bytes_field(out, a.field, a.bytes);
+    }
+}
+
+// A packed repeated varint field; `scratch` holds the payload.
+void put_packed(std::string& out, std::string& scratch, int field,
+                const std::vector<std::uint64_t>& values) {
     if (values.empty()) return;
-    report::ProtoBuffer b;
+    scratch.clear();
     for (const auto v : values)
-        b.append_varint(v);
-    out.bytes_field(field, b.data());
+        put_varint(scratch, v);
+    put_bytes_field(out, field, scratch);
+}
+
+// The Node message of `n` (without length), appended to `out`; `attr` and `scratch` are
+// buffers of the caller's.
+void put_node(std::string& out, std::string& attr, std::string& scratch, const Node& n) {
+    if (n.id) put_varint_field(out, node_field::kId, n.id);
+    if (!n.name.empty()) put_bytes_field(out, node_field::kName, n.name);
+    if (n.type) put_varint_field(out, node_field::kType, n.type);
+    put_packed(out, scratch, node_field::kCtrlDeps, n.ctrl_deps);
+    put_packed(out, scratch, node_field::kDataDeps, n.data_deps);
+    if (n.start_time_micros) put_varint_field(out, node_field::kStartTime, n.start_time_micros);
+    if (n.duration_micros) put_varint_field(out, node_field::kDuration, n.duration_micros);
+    for (const auto& a : n.attrs) {
+        attr.clear();
+        put_attribute(attr, a);
+        put_bytes_field(out, node_field::kAttr, attr);
+    }
+}
+
+void put_metadata(std::string& out, std::string& attr, const EtFile& et) {
+    if (!et.version.empty()) put_bytes_field(out, metadata_field::kVersion, et.version);
+    for (const auto& a : et.metadata) {
+        attr.clear();
+        put_attribute(attr, a);
+        put_bytes_field(out, metadata_field::kAttr, attr);
+    }
 }
 
 }  // namespace
@@ -351,6 +398,61 @@ Attribute Attribute::boolean(std::string name, bool v) {
 }
 Attribute Attribute::string(std::string name, std::string v) {
     return Attribute{std::move(name), attr_field::kString, 0, std::move(v)};
+}
+
+Attribute Attribute::bool_list(std::string name, const std::vector<bool>& v) {
+    std::string values;
+    for (const bool b : v)
+        put_varint(values, b ? 1 : 0);
+    std::string list;
+    put_bytes_field(list, 1, values);
+    return Attribute{std::move(name), attr_field::kBoolList, 0, list};
+}
+
+std::optional<std::vector<bool>> Attribute::as_bool_list() const {
+    if (field != attr_field::kBoolList) return std::nullopt;
+    // BoolList { repeated bool values = 1; }: packed (one delimited run of varints) or one
+    // varint per value; other fields are skipped as protobuf readers do.
+    std::vector<bool> out;
+    std::size_t pos = 0;
+    const auto varint = [&](std::uint64_t& v) {
+        v = 0;
+        for (int shift = 0; shift < 64 && pos < bytes.size(); shift += 7) {
+            const auto b = static_cast<std::uint8_t>(bytes[pos++]);
+            v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+            if (!(b & 0x80)) return true;
+        }
+        return false;
+    };
+    while (pos < bytes.size()) {
+        std::uint64_t tag = 0;
+        if (!varint(tag)) return std::nullopt;
+        const auto wire = static_cast<int>(tag & 7);
+        const auto number = tag >> 3;
+        std::uint64_t v = 0;
+        if (wire == kWireVarint) {
+            if (!varint(v)) return std::nullopt;
+            if (number == 1) out.push_back(v != 0);
+        } else if (wire == kWireDelimited) {
+            if (!varint(v) || v > bytes.size() - pos) return std::nullopt;
+            const std::size_t end = pos + static_cast<std::size_t>(v);
+            if (number != 1) {
+                pos = end;
+                continue;
+            }
+            while (pos < end) {
+                if (!varint(v) || pos > end) return std::nullopt;
+                out.push_back(v != 0);
+            }
+        } else if (wire == kWireFixed64 && bytes.size() - pos >= 8) {
+            pos += 8;
+        } else if (wire == kWireFixed32 && bytes.size() - pos >= 4) {
+            pos += 4;
+        } else {
+            return std::nullopt;
+        }
+    }
+    return out;
 }
 
 std::optional<std::int64_t> Attribute::as_int() const {
@@ -461,38 +563,35 @@ EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t*
 }
 
 std::string encode_node(const Node& n) {
-    report::ProtoBuffer b;
-    if (n.id) b.varint_field(node_field::kId, n.id);
-    if (!n.name.empty()) b.bytes_field(node_field::kName, n.name);
-    if (n.type) b.varint_field(node_field::kType, n.type);
-    packed(b, node_field::kCtrlDeps, n.ctrl_deps);
-    packed(b, node_field::kDataDeps, n.data_deps);
-    if (n.start_time_micros) b.varint_field(node_field::kStartTime, n.start_time_micros);
-    if (n.duration_micros) b.varint_field(node_field::kDuration, n.duration_micros);
-    for (const auto& a : n.attrs)
-        b.bytes_field(node_field::kAttr, encode_attribute(a));
-    return b.data();
+    std::string out, attr, scratch;
+    put_node(out, attr, scratch, n);
+    return out;
 }
 
 std::string encode_metadata(const EtFile& et) {
-    report::ProtoBuffer b;
-    if (!et.version.empty()) b.bytes_field(metadata_field::kVersion, et.version);
-    for (const auto& a : et.metadata)
-        b.bytes_field(metadata_field::kAttr, encode_attribute(a));
-    return b.data();
+    std::string out, attr;
+    put_metadata(out, attr, et);
+    return out;
+}
+
+const std::string& EtEncoder::encode(const EtFile& et) {
+    out_.clear();
+    message_.clear();
+    put_metadata(message_, attr_, et);
+    put_varint(out_, message_.size());
+    out_.append(message_);
+    for (const auto& n : et.nodes) {
+        message_.clear();
+        put_node(message_, attr_, scratch_, n);
+        put_varint(out_, message_.size());
+        out_.append(message_);
+    }
+    return out_;
 }
 
 std::string encode_et(const EtFile& et) {
-    report::ProtoBuffer out;
-    const std::string meta = encode_metadata(et);
-    out.append_varint(meta.size());
-    out.append_raw(meta);
-    for (const auto& n : et.nodes) {
-        const std::string node = encode_node(n);
-        out.append_varint(node.size());
-        out.append_raw(node);
-    }
-    return out.data();
+    EtEncoder encoder;
+    return encoder.encode(et);
 }
 
 }  // namespace cs::chakra

@@ -52,6 +52,7 @@ class RankWriter {
         n.id = next_id_++;
         n.name = std::move(name);
         n.type = static_cast<std::uint64_t>(type);
+        n.attrs.reserve(6);  // the most any node gets: no regrowth
         file_.nodes.push_back(std::move(n));
         return file_.nodes.back();
     }
@@ -91,12 +92,21 @@ class RankWriter {
         n.attrs.push_back(Attribute::boolean(kDelayAttr, true));
         return n;
     }
+    // `size` in nccl-tests' meaning (clustersim's network), written in ASTRA-sim's: an
+    // all-gather's comm_size is each of the `members` ranks' input, the gathered output over
+    // the members (Ring.cc: msg_size = data_size, final_data_size = data_size x n).
     Node& collective(std::string name, network::CollectiveKind kind, Bytes size,
-                     const std::string& group, bool alone) {
+                     const std::string& group, std::size_t members, bool alone) {
         Node& n = add(NodeType::CommColl, std::move(name));
         n.attrs.push_back(Attribute::boolean("is_cpu_op", false));
         n.attrs.push_back(Attribute::int64("comm_type", comm_type_of(kind)));
-        n.attrs.push_back(Attribute::int64("comm_size", size.value));
+        std::int64_t comm_size = size.value;
+        if (kind == network::CollectiveKind::AllGather && members > 1) {
+            const auto m = static_cast<std::int64_t>(members);
+            // Rounded up where the output does not split evenly (docs/chakra.md).
+            comm_size = (comm_size + m - 1) / m;
+        }
+        n.attrs.push_back(Attribute::int64("comm_size", comm_size));
         n.attrs.push_back(Attribute::string("pg_name", group));
         if (alone) n.attrs.push_back(Attribute::boolean(kCostedAloneAttr, true));
         return n;
@@ -124,7 +134,7 @@ void depend(Node& n, std::uint64_t ctrl, std::uint64_t data) {
 // or an overlapped group), then its data-parallel gradients, optimizer step and parameters.
 class Exporter {
   public:
-    Exporter(const replay::PreparedIteration& it, bool with_host, EtSet& set)
+    Exporter(const replay::PreparedIteration& it, bool with_host, EtSet& set, const RankSink& sink)
         : it_(it),
           spec_(it.spec),
           layout_(it.spec.layout),
@@ -132,7 +142,8 @@ class Exporter {
           host_(it.spec.compute.host),
           host_on_(with_host && host_.enabled),
           costs_(*it.spec.cluster, it.spec.network),
-          set_(set) {}
+          set_(set),
+          sink_(sink) {}
 
     void write() {
         refuse_unwritten();
@@ -235,18 +246,18 @@ class Exporter {
                 "approximation where the host holds back the last backward pass of a chunk");
     }
 
-    void start_files() {
-        const int world = ranks_.workers() * ranks_.members();
-        set_.files.resize(static_cast<std::size_t>(world));
-        for (int r = 0; r < world; ++r) {
-            auto& f = set_.files[static_cast<std::size_t>(r)];
-            f.version = "0.0.4";
-            f.metadata.push_back(Attribute::string("generator", "clustersim chakra export"));
-            f.metadata.push_back(Attribute::string("schedule", spec_.schedule));
-            f.metadata.push_back(Attribute::int64("rank", r));
-            f.metadata.push_back(Attribute::int64("world_size", world));
-        }
-        overlapped_.assign(static_cast<std::size_t>(layout_.pp), Time::zero());
+    int world() const { return ranks_.workers() * ranks_.members(); }
+
+    void start_files() { overlapped_.assign(static_cast<std::size_t>(layout_.pp), Time::zero()); }
+
+    void start_file(EtFile& f, int rank) const {
+        f.version = "0.0.4";
+        f.metadata.clear();
+        f.metadata.push_back(Attribute::string("generator", "clustersim chakra export"));
+        f.metadata.push_back(Attribute::string("schedule", spec_.schedule));
+        f.metadata.push_back(Attribute::int64("rank", rank));
+        f.metadata.push_back(Attribute::int64("world_size", world()));
+        f.nodes.clear();
     }
 
     std::string group_name(const std::vector<int>& gpus) {
@@ -360,13 +371,15 @@ class Exporter {
     }
 
     void write_member(int w, int m) {
-        const int world = static_cast<int>(set_.files.size());
         const int gpu = ranks_.member_gpu(w, m);
-        if (gpu < 0 || gpu >= world)
+        if (gpu < 0 || gpu >= world())
             throw SimulationError("chakra", "GPU " + std::to_string(gpu) +
-                                                " outside the layout's " + std::to_string(world) +
+                                                " outside the layout's " + std::to_string(world()) +
                                                 " GPUs");
-        Member st(set_.files[static_cast<std::size_t>(gpu)]);
+        // One file at a time, handed to the sink when complete: the memory of one rank's
+        // nodes, not the whole workload's.
+        start_file(file_, gpu);
+        Member st(file_);
         st.worker = w;
         st.member = m;
         st.stage = ranks_.stage_of(w);
@@ -393,6 +406,7 @@ class Exporter {
             k += n;
         }
         write_tail(st);
+        sink_(gpu, file_);
     }
 
     PassNodes begin_pass(const Member& st, std::size_t index) const {
@@ -541,7 +555,7 @@ class Exporter {
             const std::string name = group_name(g);
             for (int k = 0; k < step.repeat; ++k)
                 chain(st.out.collective(p.what + " " + step.label, step.collective, step.size, name,
-                                        true));
+                                        g.size(), true));
         }
         if (pending || first) {
             pending = true;
@@ -703,7 +717,8 @@ class Exporter {
         for (std::size_t b = 0; b < p.bucket_ready.size(); ++b) {
             Node& n = st.out.collective(
                 "dp gradients chunk " + std::to_string(op.chunk) + " bucket " + std::to_string(b),
-                dp_kind(st.stage), bucket_bytes(st.stage, static_cast<int>(b)), st.dp_name, false);
+                dp_kind(st.stage), bucket_bytes(st.stage, static_cast<int>(b)), st.dp_name,
+                set_.groups.at(st.dp_name).size(), false);
             depend(n, st.bucket_syncs.empty() ? 0 : st.bucket_syncs.back(), p.bucket_ready[b]);
             st.bucket_syncs.push_back(n.id);
         }
@@ -724,7 +739,7 @@ class Exporter {
                 Node& n = st.out.collective("dp gradients chunk " + std::to_string(c),
                                             dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                                            : network::CollectiveKind::AllReduce,
-                                            dev.dp_gradient_bytes, name, false);
+                                            dev.dp_gradient_bytes, name, dp_group.size(), false);
                 depend(n, 0, st.last_grad[static_cast<std::size_t>(c)]);
                 if (after_backward) {
                     for (const auto g : st.last_grad)
@@ -750,7 +765,7 @@ class Exporter {
         if (dev.dp_sharded && dp_sync) {
             Node& n = st.out.collective("dp parameters", network::CollectiveKind::AllGather,
                                         Bytes{dev.dp_parameter_bytes.value * chunks},
-                                        group_name(dp_group), false);
+                                        group_name(dp_group), dp_group.size(), false);
             depend(n, 0, opt_id);
         }
     }
@@ -763,6 +778,8 @@ class Exporter {
     const bool host_on_;
     replay::CollectiveCosts costs_;
     EtSet& set_;
+    const RankSink& sink_;
+    EtFile file_;  // the rank being written
     std::map<std::vector<int>, std::string> group_names_;
     std::map<std::tuple<int, int, std::int64_t>, replay::HostIssue> issues_;
     std::vector<Time> overlapped_;  // per stage: the buckets before the last, run alone
@@ -771,24 +788,31 @@ class Exporter {
 }  // namespace
 
 EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
-                        const std::string& prefix, bool with_host) {
+                        const std::string& prefix, bool with_host, const RankSink& sink) {
     EtSet set;
     set.prefix = prefix;
     const replay::PreparedIteration prepared = replay::prepare(spec, schedule);
-    Exporter(prepared, with_host, set).write();
+    set.files.resize(static_cast<std::size_t>(spec.layout.world_size()));
+    const RankSink keep = [&set](int rank, EtFile& file) {
+        const auto r = static_cast<std::size_t>(rank);
+        if (r >= set.files.size()) set.files.resize(r + 1);
+        set.files[r] = std::move(file);
+    };
+    Exporter(prepared, with_host, set, sink ? sink : keep).write();
+    if (sink) set.files.clear();
     return set;
 }
 
-void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputSet& outputs,
-                  const std::string& option) {
+void prepare_et_folder(const std::filesystem::path& folder, const std::string& prefix, int ranks,
+                       OutputSet& outputs, const std::string& option) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
         throw ConfigError(SourceLocation{option + " " + folder.string(), 0, 0},
                           "not a folder: expected a folder for the ET files");
     std::set<std::string> names;
-    for (std::size_t r = 0; r < set.files.size(); ++r)
-        names.insert(set.prefix + "." + std::to_string(r) + ".et");
+    for (int r = 0; r < ranks; ++r)
+        names.insert(prefix + "." + std::to_string(r) + ".et");
     if (fs::is_directory(folder, ec))
         for (const auto& e : fs::directory_iterator(folder, ec)) {
             const std::string name = e.path().filename().string();
@@ -802,28 +826,42 @@ void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputS
     if (ec)
         throw ConfigError(SourceLocation{option + " " + folder.string(), 0, 0},
                           "cannot create the folder: " + ec.message());
-    for (std::size_t r = 0; r < set.files.size(); ++r)
-        outputs.declare(option, folder / (set.prefix + "." + std::to_string(r) + ".et"));
+    for (int r = 0; r < ranks; ++r)
+        outputs.declare(option, folder / (prefix + "." + std::to_string(r) + ".et"));
     outputs.declare(option, folder / kCommGroupsFile);
-    for (std::size_t r = 0; r < set.files.size(); ++r) {
-        const std::string bytes = encode_et(set.files[r]);
-        write_file_atomically(
-            folder / (set.prefix + "." + std::to_string(r) + ".et"),
-            [&](std::ostream& o) {
-                o.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-            },
-            &outputs);
-    }
-    nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+}
+
+void write_et_file(const std::filesystem::path& folder, const std::string& prefix, int rank,
+                   const EtFile& file, OutputSet& outputs, EtEncoder* encoder) {
+    EtEncoder own;
+    const std::string& bytes = (encoder ? *encoder : own).encode(file);
+    write_file_atomically(
+        folder / (prefix + "." + std::to_string(rank) + ".et"),
+        [&](std::ostream& o) { o.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); },
+        &outputs);
+}
+
+void write_comm_groups(const std::filesystem::path& folder,
+                       const std::map<std::string, std::vector<int>>& groups, OutputSet& outputs) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
     // Numeric names in numeric order.
     std::vector<std::pair<std::size_t, std::string>> sorted;
-    for (const auto& [name, members] : set.groups)
+    for (const auto& [name, members] : groups)
         sorted.emplace_back(name.size(), name);
     std::sort(sorted.begin(), sorted.end());
     for (const auto& [length, name] : sorted)
-        groups[name] = set.groups.at(name);
+        out[name] = groups.at(name);
     write_file_atomically(
-        folder / kCommGroupsFile, [&](std::ostream& o) { o << groups.dump() << "\n"; }, &outputs);
+        folder / kCommGroupsFile, [&](std::ostream& o) { o << out.dump() << "\n"; }, &outputs);
+}
+
+void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputSet& outputs,
+                  const std::string& option) {
+    const int ranks = static_cast<int>(set.files.size());
+    prepare_et_folder(folder, set.prefix, ranks, outputs, option);
+    for (int r = 0; r < ranks; ++r)
+        write_et_file(folder, set.prefix, r, set.files[static_cast<std::size_t>(r)], outputs);
+    write_comm_groups(folder, set.groups, outputs);
 }
 
 }  // namespace cs::chakra

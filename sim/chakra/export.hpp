@@ -33,6 +33,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,17 +51,31 @@ struct EtSet {
     std::vector<std::string> warnings;
 };
 
+// Receives each rank's finished file (the rank is its GPU number), in the order the export
+// writes them (not rank order); the file may be moved from or cleared.
+using RankSink = std::function<void(int rank, EtFile& file)>;
+
 // `schedule` empty: the experiment's own. `with_host`: with the experiment's host model
 // (compute.host), also its host work as CPU nodes (is_cpu_op) and the GPU's waits for it as
 // cs_delay nodes, so that the run reproduces the replay's host model too. The iteration is
 // replay::prepare's, as api::run's: it throws ConfigError as run does for layouts the schedule
-// cannot run.
+// cannot run. With `sink`, each rank's file goes to it as soon as it is complete and the set
+// comes back without files (its groups and warnings only): one rank's nodes in memory at a time.
 EtSet export_experiment(const workload::ExperimentSpec& spec, const std::string& schedule,
-                        const std::string& prefix = "clustersim", bool with_host = false);
+                        const std::string& prefix = "clustersim", bool with_host = false,
+                        const RankSink& sink = {});
 
 // Writes `<prefix>.<rank>.et` for every rank and comm_groups.json into `folder` (created if
 // missing), staged in `outputs` (committed by the caller). `option` names the folder in errors.
 void write_et_set(const EtSet& set, const std::filesystem::path& folder, OutputSet& outputs,
                   const std::string& option = "--out");
+// write_et_set in parts, for an export that streams its ranks: the folder checked, created and
+// its files declared in `outputs`; one rank's file; comm_groups.json.
+void prepare_et_folder(const std::filesystem::path& folder, const std::string& prefix, int ranks,
+                       OutputSet& outputs, const std::string& option = "--out");
+void write_et_file(const std::filesystem::path& folder, const std::string& prefix, int rank,
+                   const EtFile& file, OutputSet& outputs, EtEncoder* encoder = nullptr);
+void write_comm_groups(const std::filesystem::path& folder,
+                       const std::map<std::string, std::vector<int>>& groups, OutputSet& outputs);
 
 }  // namespace cs::chakra

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -104,6 +105,86 @@ std::optional<network::CollectiveKind> collective_kind(std::int64_t type, bool& 
     return std::nullopt;
 }
 
+std::string dims_text(const std::vector<int>& dims) {
+    std::string out;
+    for (const int d : dims) {
+        if (!out.empty()) out.push_back(',');
+        out.append(std::to_string(d));
+    }
+    return out;
+}
+
+// The communicator of rank r for a collective whose involved_dim is `attr`: ASTRA-sim's network
+// dimensions `dims` (npus_count, dimension 0 the fastest-varying rank digit, RingTopology's
+// offset) and the ranks that share r's coordinates on every dimension not involved, in rank
+// order. Registered in `derived` under a name of its own (the bits and the first member).
+std::string involved_group(const std::string& file, const Node& node, const Attribute& attr,
+                           const std::vector<int>& dims, int r, int n,
+                           std::map<std::string, std::vector<int>>& derived) {
+    const auto bits = attr.as_bool_list();
+    if (!bits)
+        node_error(file, node.id,
+                   std::string("attribute \"involved_dim\" holds ") + attr.field_name() +
+                       "; expected a bool_list (one bool per network dimension, as ASTRA-sim "
+                       "reads it)");
+    // Stops past n: the product of many large entries must not overflow.
+    std::int64_t product = 1;
+    bool capped = false;
+    for (const int d : dims) {
+        capped |= product > n;
+        if (!capped) product *= d;
+    }
+    const bool unfilled = std::find(dims.begin(), dims.end(), 0) != dims.end();
+    if (dims.empty() || product != n)
+        node_error(file, node.id,
+                   "involved_dim names network dimensions, but " +
+                       (dims.empty() ? std::string("the topology has no node structure to take "
+                                                   "them from")
+                        : unfilled   ? "the topology's nodes (dimensions " + dims_text(dims) +
+                                         ", 0: as many as the ranks fill) do not divide the " +
+                                         "folder's " + std::to_string(n) + " ranks"
+                                   : "the dimensions " + dims_text(dims) + " hold " +
+                                         (capped ? "more than " + std::to_string(n)
+                                                 : std::to_string(product)) +
+                                         " ranks, not the folder's " + std::to_string(n)) +
+                       ": give ASTRA-sim's npus_count with --dims (e.g. --dims " +
+                       (n > 8 && n % 8 == 0 ? "8," + std::to_string(n / 8) + " for nodes of 8 GPUs"
+                                            : std::to_string(n) + " for one dimension") +
+                       "), whose product is the rank count " + std::to_string(n) +
+                       ", or name a communicator with pg_name");
+    if (bits->size() < dims.size())
+        node_error(file, node.id,
+                   "involved_dim has " + std::to_string(bits->size()) + " entries but the " +
+                       "network has " + std::to_string(dims.size()) + " dimensions (" +
+                       dims_text(dims) + "): expected one bool per dimension");
+    std::string label = "involved_dim [";
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+        if (d) label.push_back(',');
+        label.push_back((*bits)[d] ? '1' : '0');
+    }
+    label += "]";
+    // Rank = sum of coordinate x stride; the group varies the involved coordinates only.
+    std::vector<int> members{r};
+    int stride = 1;
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+        const int size = dims[d];
+        if ((*bits)[d]) {
+            const int coord = (r / stride) % size;
+            std::vector<int> next;
+            next.reserve(members.size() * static_cast<std::size_t>(size));
+            for (const int m : members)
+                for (int c = 0; c < size; ++c)
+                    next.push_back(m + (c - coord) * stride);
+            members = std::move(next);
+        }
+        stride *= size;
+    }
+    std::sort(members.begin(), members.end());
+    const std::string name = label + " group of rank " + std::to_string(members.front());
+    derived.emplace(name, std::move(members));
+    return name;
+}
+
 std::string rank_files(const std::vector<std::string>& names) {
     if (names.empty()) return "none";
     if (names.size() == 1) return names.front();
@@ -113,7 +194,8 @@ std::string rank_files(const std::vector<std::string>& names) {
 }  // namespace
 
 Program build_program(std::vector<EtFile> files, const std::vector<std::string>& names,
-                      std::map<std::string, std::vector<int>> groups, std::string folder) {
+                      std::map<std::string, std::vector<int>> groups, std::string folder,
+                      const std::vector<int>& dims_given) {
     Program p;
     p.folder = std::move(folder);
     p.groups = std::move(groups);
@@ -132,6 +214,17 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                     SourceLocation{p.folder + "/" + kCommGroupsFile, 0, 0},
                     "communicator \"" + name + "\" lists rank " + std::to_string(r) + " twice");
         }
+    }
+    // Communicators of involved_dim collectives, by name (not comm_groups.json's).
+    std::map<std::string, std::vector<int>> derived;
+    // A 0 among the dimensions: the rank count over the others (the nodes of a topology whose
+    // node size is known); left 0 (no match) if it does not divide.
+    std::vector<int> dims = dims_given;
+    if (const auto zero = std::find(dims.begin(), dims.end(), 0); zero != dims.end()) {
+        std::int64_t others = 1;
+        for (const int d : dims)
+            others *= d == 0 ? 1 : d;
+        if (others > 0 && n % others == 0) *zero = static_cast<int>(n / others);
     }
     std::vector<int> world(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r)
@@ -324,7 +417,8 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                     const std::int64_t size = int_attr(file, node, "comm_size", !sync_only);
                     if (size < 0) node_error(file, node.id, "comm_size must be >= 0");
                     std::string group;
-                    if (const Attribute* pg = node.attr("pg_name")) {
+                    const Attribute* pg = node.attr("pg_name");
+                    if (pg) {
                         auto s = pg->as_string();
                         if (!s) {
                             // Some converters write the group number as an integer.
@@ -335,6 +429,11 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                                        std::string("attribute \"pg_name\" holds ") +
                                            pg->field_name() + "; expected a string_val");
                         group = *s;
+                        // ASTRA-sim (Workload::extract_comm_group): "" and "0" are the default
+                        // communicator, all ranks, unless comm_groups.json defines a "0".
+                        if (group == "0" && !p.groups.contains(group)) group.clear();
+                    }
+                    if (!group.empty()) {
                         auto it = p.groups.find(group);
                         if (it == p.groups.end())
                             node_error(file, node.id,
@@ -348,6 +447,10 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
                             node_error(file, node.id,
                                        "rank " + std::to_string(r) +
                                            " is not a member of communicator \"" + group + "\"");
+                    } else if (const Attribute* dims_attr = node.attr("involved_dim")) {
+                        // Without a communicator ASTRA-sim runs the collective over the network
+                        // dimensions involved_dim marks (Sys::generate_collective).
+                        group = involved_group(file, node, *dims_attr, dims, r, n, derived);
                     }
                     const Attribute* alone = node.attr(kCostedAloneAttr);
                     auto& per_rank = colls[group];
@@ -395,8 +498,13 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
 
     // Collectives: the k-th of each member on a communicator are one collective.
     for (auto& [group, per_rank] : colls) {
-        const std::vector<int>& members = group.empty() ? world : p.groups.at(group);
-        const std::string label = group.empty() ? "all ranks" : "communicator \"" + group + "\"";
+        const auto own = derived.find(group);
+        const std::vector<int>& members = group.empty()          ? world
+                                          : own != derived.end() ? own->second
+                                                                 : p.groups.at(group);
+        const std::string label = group.empty()          ? "all ranks"
+                                  : own != derived.end() ? group
+                                                         : "communicator \"" + group + "\"";
         std::size_t count = 0;
         int most = -1;
         for (const int m : members)
@@ -426,6 +534,19 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
             inst.kind = info.kind;
             inst.sync_only = info.sync_only;
             inst.size = info.size;
+            // comm_size is ASTRA-sim's (docs/chakra.md): each rank's input for an all-gather,
+            // where clustersim's network takes the gathered output (nccl-tests' size).
+            if (info.kind == network::CollectiveKind::AllGather && !info.sync_only) {
+                const auto members_n = static_cast<std::int64_t>(members.size());
+                if (info.size.value > std::numeric_limits<std::int64_t>::max() / members_n) {
+                    const auto& f = p.ranks[static_cast<std::size_t>(first)];
+                    node_error(f.file, f.ops[first_op].id,
+                               "an all-gather of comm_size " + std::to_string(info.size.value) +
+                                   " bytes per rank over " + std::to_string(members_n) +
+                                   " ranks gathers more than 2^63 bytes");
+                }
+                inst.size = Bytes{info.size.value * members_n};
+            }
             inst.costed_alone = info.alone;
             const auto id = static_cast<std::int32_t>(p.collectives.size());
             for (const int m : members) {
@@ -497,7 +618,8 @@ Program build_program(std::vector<EtFile> files, const std::vector<std::string>&
     return p;
 }
 
-Program load_program(const std::filesystem::path& folder, std::int64_t max_memory) {
+Program load_program(const std::filesystem::path& folder, std::int64_t max_memory,
+                     const std::vector<int>& dims) {
     namespace fs = std::filesystem;
     const std::string shown = folder.string();
     std::error_code ec;
@@ -594,7 +716,7 @@ Program load_program(const std::filesystem::path& folder, std::int64_t max_memor
             groups.emplace(name, std::move(ranks));
         }
     }
-    Program p = build_program(std::move(files), names, std::move(groups), shown);
+    Program p = build_program(std::move(files), names, std::move(groups), shown, dims);
     p.prefix = prefix;
     return p;
 }

@@ -9,8 +9,10 @@
 //                             num_ops (FLOPs) and tensor_size (HBM bytes) on the rank's GPU
 //   MEM_LOAD/MEM_STORE_NODE   tensor_size bytes at the GPU's HBM bandwidth (or their duration),
 //                             beside the compute stream
-//   COMM_COLL_NODE            comm_type on the communicator pg_name (comm_groups.json; none: all
-//                             ranks), comm_size bytes; the k-th collective of a rank on a
+//   COMM_COLL_NODE            comm_type on the communicator pg_name (comm_groups.json; none or
+//                             "0": the ranks of the dimensions involved_dim marks, else all
+//                             ranks), comm_size bytes in ASTRA-sim's meaning (an all-gather's:
+//                             each rank's input); the k-th collective of a rank on a
 //                             communicator meets the k-th of every other member (file order) and
 //                             starts when all have reached it
 //   COMM_SEND/RECV_NODE       the k-th send from s to d with tag t meets the k-th receive on d
@@ -120,11 +122,17 @@ struct Program {
 inline constexpr std::int64_t kMaxEtFileBytes = std::int64_t{2} << 30;
 inline constexpr std::int64_t kMaxCommGroupsBytes = std::int64_t{64} << 20;
 inline constexpr std::int64_t kDefaultEtMemory = std::int64_t{16} << 30;
+// `dims`: ASTRA-sim's network dimensions (its network config's npus_count, dimension 0 the
+// fastest-varying digit of a rank number), which a collective's involved_dim refers to; empty:
+// none known, and a collective with involved_dim and no communicator is an error. One 0 entry
+// stands for the rank count over the other entries (8,0: nodes of 8 GPUs, as many as the ranks
+// fill).
 Program load_program(const std::filesystem::path& folder,
-                     std::int64_t max_memory = kDefaultEtMemory);
+                     std::int64_t max_memory = kDefaultEtMemory, const std::vector<int>& dims = {});
 
 // The same from ET files in memory (tests): `files[r]` is rank r, named `names[r]`.
 Program build_program(std::vector<EtFile> files, const std::vector<std::string>& names,
-                      std::map<std::string, std::vector<int>> groups, std::string folder);
+                      std::map<std::string, std::vector<int>> groups, std::string folder,
+                      const std::vector<int>& dims = {});
 
 }  // namespace cs::chakra

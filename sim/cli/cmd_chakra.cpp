@@ -41,6 +41,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string network;
     std::string rank_map;
+    std::string dims;
     std::string json;
     std::string trace;
     std::string max_memory;
@@ -93,6 +94,7 @@ void run_chakra(const RunArgs& a) {
         request.network = *f;
     }
     request.rank_map = a.rank_map;
+    request.dims = a.dims;
     if (!a.trace.empty()) {
         report::trace_format_for(a.trace);
         request.trace = a.trace;
@@ -178,6 +180,10 @@ void register_chakra(CLI::App& app) {
                   "Network model: " + config::join_alternatives(names_of(network::kFidelityNames)));
     r->add_option("--rank-map", rn->rank_map, "GPU of each rank, rank order: 8-15,0-7")
         ->type_name("RANKS");
+    r->add_option("--dims", rn->dims,
+                  "ASTRA-sim's network dimensions (npus_count) that involved_dim names, dimension "
+                  "0 first: 8,4 (default: the topology's GPUs per node, then nodes)")
+        ->type_name("N,N,...");
     r->add_option("--json", rn->json, "Write the summary as JSON");
     r->add_option("--trace", rn->trace,
                   "Write a timeline: " + report::TraceFormatRegistry::builtin().help());

@@ -16,15 +16,17 @@ double estimate_export_bytes(const workload::ExperimentSpec& spec) {
     // A pass writes a compute node, its collectives (a few per layer, each step's repeat) and
     // its waits: at most 8 + 4 per layer of its chunk. Chunks: vpp, and 2 for the V-shaped
     // schedules; passes: forward, backward and weight gradient per microbatch and chunk.
-    // Measured (Release, /usr/bin/time -f %M): the default experiment's 256 ranks, 2,040,832
-    // nodes, peak at 1.66 GB, about 810 bytes per node with the run; 1 KiB leaves room.
+    // Measured (Release, /usr/bin/time -f %M) when every rank was held to the end: the default
+    // experiment's 256 ranks, 2,040,832 nodes, peaked at 1.66 GB, about 810 bytes per node with
+    // the run. Each rank's file is now written as soon as it is complete: one rank's nodes are
+    // held, and its encoded bytes (about 115 bytes a node): 1 KiB per node of one rank, twice.
     constexpr double kPerNode = 1024;
     const auto& l = spec.layout;
     const int chunks = std::max(2, l.vpp);
     const double layers = std::ceil(spec.model.layers / (static_cast<double>(l.pp) * chunks));
     const double passes = static_cast<double>(spec.training.microbatches(l)) * chunks * 3;
-    const double nodes = static_cast<double>(l.world_size()) * passes * (8 + 4 * layers);
-    return estimate_run_bytes(spec, chunks) + kPerNode * nodes;
+    const double rank_nodes = passes * (8 + 4 * layers);
+    return estimate_run_bytes(spec, chunks) + 2 * kPerNode * rank_nodes;
 }
 
 ChakraExportResult chakra_export(const workload::ExperimentSpec& spec, const std::string& schedule,
@@ -36,30 +38,77 @@ ChakraExportResult chakra_export(const workload::ExperimentSpec& spec, const std
     if (const double need = estimate_export_bytes(spec); need > static_cast<double>(max_memory)) {
         char text[32];
         std::snprintf(text, sizeof text, "%.3g", need / 1e9);
-        throw ConfigError(spec.layout_where,
-                          std::string("chakra export would hold about ") + text +
-                              " GB of ETs in memory (" + std::to_string(spec.layout.world_size()) +
-                              " ranks, " + std::to_string(spec.training.microbatches(spec.layout)) +
-                              " microbatches per replica), more than the limit of " +
-                              format_bytes(Bytes{max_memory}) +
-                              "; use fewer microbatches or GPUs, or raise the limit with "
-                              "--max-memory");
+        throw ConfigError(
+            spec.layout_where,
+            std::string("chakra export would hold about ") + text + " GB in memory (the plan of " +
+                std::to_string(spec.layout.world_size()) + " ranks and one rank's ET, " +
+                std::to_string(spec.training.microbatches(spec.layout)) +
+                " microbatches per replica), more than the limit of " +
+                format_bytes(Bytes{max_memory}) +
+                "; use fewer microbatches or GPUs, or raise the limit with "
+                "--max-memory");
     }
+    // Each rank's file is encoded and written as soon as it is complete (docs/performance.md):
+    // one rank's nodes in memory, not the workload's.
+    const int world = spec.layout.world_size();
+    std::size_t nodes = 0;
+    int ranks = 0;
+    chakra::EtEncoder encoder;
+    const chakra::RankSink sink = [&](int rank, chakra::EtFile& file) {
+        // The folder once the export has passed its checks (a refused layout leaves none).
+        if (ranks == 0) chakra::prepare_et_folder(folder, prefix, world, outputs);
+        nodes += file.nodes.size();
+        ++ranks;
+        chakra::write_et_file(folder, prefix, rank, file, outputs, &encoder);
+    };
     chakra::EtSet set;
     try {
-        set = chakra::export_experiment(spec, schedule, prefix, with_host);
+        set = chakra::export_experiment(spec, schedule, prefix, with_host, sink);
     } catch (const ConfigError& e) {
         if (!e.where().file.empty()) throw;
         throw ConfigError(SourceLocation{spec.source}, e.message());
     }
-    chakra::write_et_set(set, folder, outputs);
+    if (ranks == 0) chakra::prepare_et_folder(folder, prefix, world, outputs);
+    chakra::write_comm_groups(folder, set.groups, outputs);
     ChakraExportResult out;
-    out.ranks = static_cast<int>(set.files.size());
-    for (const auto& f : set.files)
-        out.nodes += f.nodes.size();
+    out.ranks = ranks;
+    out.nodes = nodes;
     out.warnings = std::move(set.warnings);
     return out;
 }
+
+namespace {
+
+// ASTRA-sim's network dimensions that involved_dim refers to (chakra::load_program): --dims as
+// given, else a generated cluster's GPUs per node and its nodes (0: as many as the ranks fill).
+std::vector<int> network_dims(const std::string& text, const topology::Cluster& cluster) {
+    if (text.empty()) {
+        const auto& shape = cluster.generated_shape();
+        if (!shape || shape->first_node != 0 || shape->gpus_per_node <= 0 ||
+            static_cast<std::int64_t>(shape->nodes) * shape->gpus_per_node != cluster.gpu_count())
+            return {};
+        return {shape->gpus_per_node, 0};
+    }
+    const SourceLocation where{"--dims " + text};
+    const std::string expected =
+        "expected ASTRA-sim's npus_count: positive integers separated by commas, dimension 0 "
+        "first (8,4: 4 nodes of 8 GPUs)";
+    std::vector<int> dims;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        const auto comma = std::min(text.find(',', at), text.size());
+        const std::string item = text.substr(at, comma - at);
+        if (item.empty() || item.size() > 9 ||
+            !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+            std::stoi(item) <= 0)
+            throw ConfigError(where, expected);
+        dims.push_back(std::stoi(item));
+        at = comma + 1;
+    }
+    return dims;
+}
+
+}  // namespace
 
 ChakraRunResult chakra_run(const ChakraRunRequest& request) {
     if (request.experiment.empty() == request.topology.empty())
@@ -82,7 +131,8 @@ ChakraRunResult chakra_run(const ChakraRunRequest& request) {
         config = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     }
     if (request.network) config.fidelity = *request.network;
-    out.program = chakra::load_program(request.folder, request.max_memory);
+    out.program = chakra::load_program(request.folder, request.max_memory,
+                                       network_dims(request.dims, *cluster));
     out.warnings.insert(out.warnings.end(), out.program.warnings.begin(),
                         out.program.warnings.end());
     chakra::ExecuteOptions options;

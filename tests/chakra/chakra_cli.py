@@ -65,6 +65,24 @@ def hand(cli, tmp):
     check(f"\niteration time        {h.HAND_ITERATION_PS / 1e9:.4g} ms\n" in r.stdout,
           f"chakra run prints the time as run does: {r.stdout!r}")
 
+    # involved_dim (ASTRA-sim's GPT-like ETs): 16 ranks on two DGX H100 nodes, an all-reduce on
+    # dimension 0 (each node's 8 GPUs). The topology's dimensions (8 GPUs per node, 2 nodes)
+    # and --dims 8,2 give one time; --dims 16 makes the same list the 16 ranks of one dimension,
+    # a larger ring over the inter-node links: another time.
+    folder = tmp / "gpt"
+    h.write(folder, h.involved_dim_set(16, [True, False]))
+    two_nodes = ["--experiment", HERE / "data" / "two-nodes-nominal.yaml", "--set", "topology.nodes=2"]
+    times = []
+    for extra in ([], ["--dims", "8,2"], ["--dims", "16"]):
+        r = run(cli, "chakra", "run", folder, *two_nodes, *extra)
+        check(r.returncode == 0, f"involved_dim {extra}: exit {r.returncode} ({r.stderr})")
+        m = re.search(r"\((\d+) ps\)", r.stdout)
+        times.append(int(m.group(1)) if m else None)
+    check(times[0] is not None and times[0] == times[1] and times[2] != times[0],
+          f"involved_dim: the topology's dimensions are --dims 8,2, not 16: {times}")
+    r = run(cli, "chakra", "run", folder, *two_nodes, "--dims", "8,x")
+    check(r.returncode == 2 and "--dims 8,x" in r.stderr, f"--dims 8,x: exit 2 ({r.stderr})")
+
     # Bad ETs: (name, files, expected fragments of the message).
     good = h.hand_set()
     r0 = good["hand.0.et"]
@@ -100,6 +118,9 @@ def hand(cli, tmp):
     # 9e18 bytes at 4.8 TB/s: 1.9e6 s, beyond the 1e6 s a node may take.
     huge = h.et_file([h.node(7, "huge", h.COMP, attrs=[("tensor_size", "uint64", 9 * 10**18)])])
     cases.append(("huge", {"x.0.et": huge}, ["x.0.et", "node 7", "at most 1e6 s"]))
+    # involved_dim on two GPUs of explicit devices: no dimensions to map it to.
+    cases.append(("involved_dim", h.involved_dim_set(2, [True, False]),
+                  ["gpt.0.et", "node 1", "involved_dim", "--dims"]))
     for name, files, fragments in cases:
         folder = tmp / ("bad-" + name.replace(" ", "-"))
         h.write(folder, files)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 # NodeType and CollectiveCommType of et_def.proto.
 COMP, MEM_LOAD, SEND, RECV, COLL, METADATA = 4, 2, 5, 6, 7, 1
-ALL_REDUCE = 0
+ALL_REDUCE, ALL_GATHER = 0, 2
 
 
 def varint(v):
@@ -48,7 +48,7 @@ def f_fixed64(field, v):
 
 
 # AttributeProto: name 1, then one oneof member: int32_val 7, int64_val 9, uint64_val 13,
-# bool_val 27, string_val 29, double_val 3.
+# bool_val 27, bool_list 28 (BoolList: values 1, packed), string_val 29, double_val 3.
 def attr(name, kind, value):
     body = f_bytes(1, name)
     if kind == "int32":
@@ -59,6 +59,8 @@ def attr(name, kind, value):
         body += f_varint(13, value)
     elif kind == "bool":
         body += f_varint(27, 1 if value else 0)
+    elif kind == "bool_list":
+        body += f_bytes(28, f_bytes(1, bytes(1 if v else 0 for v in value)))
     elif kind == "string":
         body += f_bytes(29, value)
     elif kind == "double":
@@ -140,6 +142,14 @@ def hand_set():
              attrs=[("num_ops", "int64", 989_000_000_000), ("tensor_size", "uint64", 2_400_000_000)]),
     ]
     return {"hand.0.et": et_file(rank0), "hand.1.et": et_file(rank1)}
+
+
+def involved_dim_set(ranks, dims_bits, size=64 << 20):
+    """ASTRA-sim's GPT-like form: one ALL_REDUCE per rank with involved_dim and no pg_name."""
+    nodes = [node(1, "allreduce", COLL, attrs=[("comm_type", "int64", ALL_REDUCE),
+                                               ("comm_size", "int64", size),
+                                               ("involved_dim", "bool_list", dims_bits)])]
+    return {f"gpt.{r}.et": et_file(nodes) for r in range(ranks)}
 
 
 def write(folder, files):
