@@ -73,11 +73,12 @@ def hand(cli, tmp):
     h.write(folder, h.involved_dim_set(16, [True, False]))
     two_nodes = ["--experiment", HERE / "data" / "two-nodes-nominal.yaml", "--set", "topology.nodes=2"]
     times = []
-    for extra in ([], ["--dims", "8,2"], ["--dims", "16"]):
-        r = run(cli, "chakra", "run", folder, *two_nodes, *extra)
+    for n, extra in enumerate(([], ["--dims", "8,2"], ["--dims", "16"])):
+        out = tmp / f"involved-{n}.json"
+        r = run(cli, "chakra", "run", folder, *two_nodes, *extra, "--json", out)
         check(r.returncode == 0, f"involved_dim {extra}: exit {r.returncode} ({r.stderr})")
-        m = re.search(r"\((\d+) ps\)", r.stdout)
-        times.append(int(m.group(1)) if m else None)
+        times.append(json.loads(out.read_text())["iteration_time_ps"] if r.returncode == 0
+                     else None)
     check(times[0] is not None and times[0] == times[1] and times[2] != times[0],
           f"involved_dim: the topology's dimensions are --dims 8,2, not 16: {times}")
     r = run(cli, "chakra", "run", folder, *two_nodes, "--dims", "8,x")
