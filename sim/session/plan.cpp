@@ -528,8 +528,13 @@ struct Worker {
 std::string shape_refusal(const workload::ExperimentSpec& base, const PlanLayout& l) {
     if (auto [key, why] =
             workload::model_split_refusal(base.model, base.training.seq_length, l.tp, l.cp, l.ep);
-        !why.empty())
-        return "'parallelism." + key + "': " + why;
+        !why.empty()) {
+        // Located as the loader locates it: at the override that set the key (plan sets tp, cp
+        // and ep on every layout: PlanLayout::overrides).
+        const int value = key == "tp" ? l.tp : key == "cp" ? l.cp : l.ep;
+        return "--set parallelism." + key + "=" + std::to_string(value) + ": 'parallelism." + key +
+               "': " + why;
+    }
     workload::ExperimentSpec spec = base;
     spec.layout.tp = l.tp;
     spec.layout.cp = l.cp;
@@ -571,17 +576,13 @@ struct SearchStep {
         PlanEntry entry;
         entry.layout = l;
         entry.index = index;
-        if (!refused.empty()) {
-            entry.status = PlanEntry::Status::Invalid;
-            ++out.invalid;
-            ++out.invalid_reasons[refused];
-            entry.reason = refused;
-            if (options.keep_entries) out.entries.push_back(std::move(entry));
-            return;
-        }
         // What the loader would refuse for the sharding alone is counted without loading (a
         // third of GPT-3's layouts, 40% of DeepSeek-V3's): the same rule and message.
-        if (auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep); !why.empty()) {
+        // Then the shape's refusal (shape_refusal), after the sharding's as the loader reads
+        // the sharding first.
+        auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep);
+        if (why.empty()) why = refused;
+        if (!why.empty()) {
             entry.status = PlanEntry::Status::Invalid;
             ++out.invalid;
             ++out.invalid_reasons[why];

@@ -55,6 +55,17 @@ api::PlanOptions small_options() {
     return o;
 }
 
+// The space of the flow tests: 1f1b, no recompute, zero1, cp 1, micro-batch 1 or 2, tp x pp x
+// dp of 16 GPUs on four nodes of the oversubscribed cluster under flow, the top 3.
+api::PlanOptions flow_space_options() {
+    auto o = small_options();
+    o.sets = {"topology.nodes=4", "network.model=flow"};
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
+    o.schedules = {"1f1b"};
+    o.top = 3;
+    return o;
+}
+
 bool in_plan_space(const api::SweepRow& row) {
     // values: tp, pp, vpp, sequence_parallel, schedule, mbs, recompute (the sweep's axes below)
     const int tp = std::stoi(row.values[0]);
@@ -278,9 +289,9 @@ TEST_CASE("plan's shape rules refuse only what the loader or the schedule refuse
         CAPTURE(e.reason);
         CHECK(refused == (e.status == api::PlanEntry::Status::Invalid));
         ++checked;
-        // The model-split rule's message, as plan words it (the loader's is located at the
-        // --set that made tp: "--set parallelism.tp=8: 'parallelism.tp': ...").
-        if (e.reason.rfind("'parallelism.tp': attention_heads (4)", 0) == 0) ++by_shape;
+        // The model-split rule's message, located as the loader locates it.
+        if (e.reason.rfind("--set parallelism.tp=8: 'parallelism.tp': attention_heads (4)", 0) == 0)
+            ++by_shape;
     }
     CHECK(checked > 100);
     CHECK(by_shape > 0);
@@ -293,11 +304,7 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     // four nodes of the oversubscribed cluster, where contention reorders the layouts: the flow
     // top 3 include layouts outside the analytical top 3 (measured when the test was written),
     // so confirming only the analytical top 3 gives another answer (checked by mutation).
-    auto options = small_options();
-    options.sets = {"topology.nodes=4", "network.model=flow"};
-    options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
-    options.schedules = {"1f1b"};
-    options.top = 3;
+    auto options = flow_space_options();
     options.confirm = 0;  // as many as the stop rule needs
     const api::SweepRanks ranks;
     const auto result = api::plan(options, ranks);
@@ -339,11 +346,7 @@ TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what 
     // its own entries), at least one since the exact top 3 differs (after the limit, step 4
     // still runs to its end, so no layout is left unsimulated that could). With the limit at the
     // number the exact search confirmed, the answer is the exact one and nothing is left.
-    auto options = small_options();
-    options.sets = {"topology.nodes=4", "network.model=flow"};
-    options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
-    options.schedules = {"1f1b"};
-    options.top = 3;
+    auto options = flow_space_options();
     options.confirm = 0;
     const api::SweepRanks ranks;
     const auto exact = api::plan(options, ranks);
