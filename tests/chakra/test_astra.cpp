@@ -66,7 +66,9 @@ TEST_CASE("bool_list attributes: encoded packed, read packed or not") {
     n.attrs = {a};
     EtFile f;
     f.nodes = {n};
-    const auto back = decode_et(encode_et(f), "x.0.et").nodes[0].attr("involved_dim");
+    // The decoded file is kept: attr() points into it.
+    const EtFile decoded = decode_et(encode_et(f), "x.0.et");
+    const auto back = decoded.nodes[0].attr("involved_dim");
     REQUIRE(back);
     CHECK(back->as_bool_list() == std::vector<bool>{true, false, true});
     // Unpacked: one tag 0x08 and varint per value.
