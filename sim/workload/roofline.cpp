@@ -446,8 +446,7 @@ void activation_backward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I 
         pb.memory(pass, "swiglu bwd product", Bytes{3 * rows * f * e}, MemKind::Elementwise,
                   repeat);
         pb.memory(pass, "swiglu bwd", Bytes{6 * rows * f * e}, MemKind::Swiglu, repeat, 2);
-        pb.memory(pass, "swiglu bwd concat", Bytes{4 * rows * f * e}, MemKind::Elementwise,
-                  repeat);
+        pb.memory(pass, "swiglu bwd concat", Bytes{4 * rows * f * e}, MemKind::Elementwise, repeat);
     } else {
         pb.memory(pass, "swiglu bwd", Bytes{5 * rows * f * e}, MemKind::Fused, repeat);
     }
@@ -615,8 +614,8 @@ void experts_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpe
     const Bytes routed{routed_rows * d.h * e};
     // The scatter-add's gradient is a gather; the combine's: dY·weight (strided) for the rows
     // and the sum of dY·Y over h for the weights (a product and a reduction).
-    pb.memory(in, "unpermute bwd", Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8},
-              MemKind::Permute);
+    pb.memory(in, "unpermute bwd",
+              Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8}, MemKind::Permute);
     pb.memory(in, "combine weights bwd", Bytes{2 * routed_rows * d.h * e + routed_rows * e},
               pb.kind(MemKind::StridedCopy));
     if (pb.eager()) {
@@ -640,8 +639,8 @@ void experts_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpe
         gemm_backward(in, w, pb, "expert fc2 dgrad", "expert fc2 wgrad", {per_expert, d.h, f}, rep,
                       bias);
         activation_backward(in, pb, m, per_expert, f, rep);
-        gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad",
-                      {per_expert, up * f, d.h}, rep, bias);
+        gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad", {per_expert, up * f, d.h},
+                      rep, bias);
     }
     if (layout.ep > 1)
         PassBuilder::collective(in, "all-to-all ep dispatch bwd", CollectiveKind::AllToAll,
@@ -674,8 +673,9 @@ void mlp_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpec& m
     experts_backward(in, w, pb, m, layout, d, bias);
     // The router: the gradient of the gathered weights scattered into zeroed scores, the
     // softmax's and the cast's backward (MemKind::Routing), then the router GEMM's.
-    pb.memory(in, "routing bwd", Bytes{d.tokens * m.experts * (4 + 8 + 6) + d.tokens * m.top_k * 12},
-              MemKind::Routing, 1, pb.eager() ? 5 : 2);
+    pb.memory(in, "routing bwd",
+              Bytes{d.tokens * m.experts * (4 + 8 + 6) + d.tokens * m.top_k * 12}, MemKind::Routing,
+              1, pb.eager() ? 5 : 2);
     gemm_backward(in, w, pb, "router dgrad", "router wgrad", {d.tokens, m.experts, d.h});
     // Shared experts' and routed experts' input gradients join.
     if (m.shared_experts > 0)
@@ -708,8 +708,8 @@ I layer_parameter_tensors(const ModelSpec& m, const ParallelLayout& layout, bool
     if (!moe_layer) {
         linears += 2;
     } else {
-        linears += 1 + (grouped ? 2 : 2 * local_expert_count(m, layout)) +
-                   (m.shared_experts > 0 ? 2 : 0);
+        linears +=
+            1 + (grouped ? 2 : 2 * local_expert_count(m, layout)) + (m.shared_experts > 0 ? 2 : 0);
     }
     return linears * per_linear + (m.norm == Norm::LayerNorm ? 4 : 2);
 }
@@ -811,9 +811,8 @@ Time grouped_gemm_time(I experts, I tokens, I n, I k, bool tokens_reduce, Precis
 }
 
 double AttentionBlock::model_flops() const {
-    return 4.0 * static_cast<double>(b) * static_cast<double>(q_len) *
-           static_cast<double>(kv_len) * static_cast<double>(heads) *
-           static_cast<double>(head_dim);
+    return 4.0 * static_cast<double>(b) * static_cast<double>(q_len) * static_cast<double>(kv_len) *
+           static_cast<double>(heads) * static_cast<double>(head_dim);
 }
 
 double AttentionBlock::executed_flops(bool backward) const {
@@ -1107,8 +1106,7 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
         // NLL backward (zeroing an fp32 gradient of the logits, then a scatter), log-softmax
         // backward (read 4 + 4, write 4) and the cast of the gradient back to 16 bits (read 4,
         // write 2).
-        pb.memory(r.backward_input, "nll bwd", Bytes{d.tokens * v * 4}, MemKind::Elementwise, 1,
-                  2);
+        pb.memory(r.backward_input, "nll bwd", Bytes{d.tokens * v * 4}, MemKind::Elementwise, 1, 2);
         pb.memory(r.backward_input, "log softmax bwd", Bytes{d.tokens * v * 12}, MemKind::Softmax);
         pb.memory(r.backward_input, "logits grad to bf16", Bytes{d.tokens * v * (4 + e)},
                   MemKind::Elementwise);
@@ -1154,8 +1152,8 @@ Step flash_attention_step(const topology::GpuModel& gpu, const RooflineCompute& 
 }
 
 std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
-                                                   Precision precision,
-                                                   const RooflineCompute& compute) {
+                                                    Precision precision,
+                                                    const RooflineCompute& compute) {
     std::vector<OptimizerKernel> out;
     if (held <= 0 && owned <= 0) return out;
     const double h = static_cast<double>(held), o = static_cast<double>(owned);
@@ -1175,11 +1173,11 @@ std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int6
     const double norm_bytes_per_owned = 4;
     const double adam_bytes_per_owned = 4 * 4 + 3 * 4;
     const double to_weights_bytes_per_owned = precision == Precision::Fp32 ? 0 : 4 + 2;
-    out.push_back({"optimizer", bytes(zero_bytes_per_held * h +
-                                      (to_fp32_bytes_per_owned + unscale_bytes_per_owned +
-                                       norm_bytes_per_owned + adam_bytes_per_owned +
-                                       to_weights_bytes_per_owned) *
-                                          o),
+    out.push_back({"optimizer",
+                   bytes(zero_bytes_per_held * h +
+                         (to_fp32_bytes_per_owned + unscale_bytes_per_owned + norm_bytes_per_owned +
+                          adam_bytes_per_owned + to_weights_bytes_per_owned) *
+                             o),
                    MemKind::Fused});
     return out;
 }

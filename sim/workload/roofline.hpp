@@ -228,7 +228,7 @@ struct OptimizerKernel {
     MemKind kind;
 };
 std::vector<OptimizerKernel> optimizer_step_kernels(std::int64_t held, std::int64_t owned,
-                                                   Precision precision,
-                                                   const RooflineCompute& compute);
+                                                    Precision precision,
+                                                    const RooflineCompute& compute);
 
 }  // namespace cs::workload
