@@ -12,20 +12,14 @@
 // the experiment's `seed`), so results are reproducible and do not depend on the order in which
 // simultaneous events run.
 //
-// Adding a behaviour: one file in sim/replay/durations/ defining the model and its factory, its
-// name in sim/replay/CMakeLists.txt, and one line in builtin_duration_models()
-// (duration_model.cpp). Callers (tests, front ends) may also register models of their own in a
-// registry they own.
+// This is the one seam for per-GPU behaviour. The experiment's `variability:` is the model users
+// reach (durations/variability.hpp; api::run installs it); a new behaviour users can ask for is a
+// new entry kind of `variability:` or a new model built the same way, in sim/replay/durations/.
+// Tests and embedding programs install models of their own through api::RunOptions::attach.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
 #include <span>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "core/units.hpp"
 #include "engine/random.hpp"
@@ -66,29 +60,5 @@ constexpr std::uint64_t duration_stream_id(std::int64_t step, int worker) {
     return kDurationStreamDomain << 48 | static_cast<std::uint64_t>(step) << 24 |
            static_cast<std::uint64_t>(worker);
 }
-
-// Parameters of a model as written by the user (key -> value text, units included); the factory
-// parses and checks them and throws ConfigError for unknown keys or bad values.
-using DurationModelParams = std::map<std::string, std::string>;
-using DurationModelFactory =
-    std::function<std::unique_ptr<DurationModel>(const DurationModelParams& params)>;
-
-// Names to factories. A value, not a global: whoever builds a replay owns the registry it uses.
-class DurationModelRegistry {
-  public:
-    // Throws ConfigError if `name` is empty or already registered.
-    void add(std::string name, DurationModelFactory factory);
-    bool contains(const std::string& name) const;
-    std::vector<std::string> names() const;  // in registration order
-    // Throws ConfigError naming the registered models if `name` is unknown.
-    std::unique_ptr<DurationModel> make(const std::string& name,
-                                        const DurationModelParams& params = {}) const;
-
-  private:
-    std::vector<std::pair<std::string, DurationModelFactory>> entries_;
-};
-
-// The models bundled with clustersim: `uniform` (every worker takes the nominal time).
-DurationModelRegistry builtin_duration_models();
 
 }  // namespace cs::replay

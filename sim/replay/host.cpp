@@ -22,9 +22,9 @@ HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks
     Time host = Time::zero();
     // The host's time for one kernel of a block (whole picoseconds).
     const auto per = [&](const KernelBlock& b) {
-        return b.host_weight == 1 ? launch
-                                  : Time::ps(std::llround(static_cast<double>(launch.count_ps()) *
-                                                          b.host_weight));
+        return b.host_weight == 1
+                   ? launch
+                   : Time::ps(std::llround(static_cast<double>(launch.count_ps()) * b.host_weight));
     };
     Time first_launch = Time::zero();
     for (const auto& b : blocks) {
@@ -64,7 +64,7 @@ HostIssue host_issue(Time pass, Time launch, std::span<const KernelBlock> blocks
 
 Time pass_lead(const workload::HostModel& host, const schedule::Schedule& schedule, bool backward) {
     Time lead = host.pass + (backward ? host.backward : Time::zero());
-    if (workload::HostModel::runs_on_runtime(schedule.name())) lead += host.runtime_pass;
+    if (schedule.on_torch_pipeline_runtime()) lead += host.runtime_pass;
     return lead;
 }
 

@@ -25,6 +25,7 @@ std::vector<int> one_round_per_pass(const PipelineShape& shape) {
 class GPipe final : public Schedule {
   public:
     std::string name() const override { return "gpipe"; }
+    bool on_torch_pipeline_runtime() const override { return false; }
     int chunks_for(int /*requested_vpp*/) const override { return 1; }
     std::string check(const PipelineShape& shape) const override {
         return check_fixed_chunks(name(), shape, 1);
@@ -50,6 +51,7 @@ class GPipe final : public Schedule {
 class OneFOneB final : public Schedule {
   public:
     std::string name() const override { return "1f1b"; }
+    bool on_torch_pipeline_runtime() const override { return false; }
     int chunks_for(int /*requested_vpp*/) const override { return 1; }
     std::string check(const PipelineShape& shape) const override {
         return check_fixed_chunks(name(), shape, 1);

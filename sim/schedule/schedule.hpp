@@ -91,6 +91,12 @@ class Schedule {
         (void)shape, (void)device;
         return {};
     }
+    // Traits: facts about the schedule that other layers' models read, so that no model tests a
+    // schedule's name.
+    // Whether torch.distributed.pipelining runs this schedule on its pipeline runtime
+    // (_PipelineScheduleRuntime), whose host pays HostModel::runtime_pass more per pass: every
+    // schedule but gpipe and 1f1b, which torch runs as classes of their own.
+    virtual bool on_torch_pipeline_runtime() const { return true; }
     // Virtual stages a microbatch runs through: devices x chunks / model_copies.
     int virtual_stages(const PipelineShape& shape) const {
         return shape.devices * shape.chunks / model_copies();

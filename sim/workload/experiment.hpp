@@ -312,14 +312,10 @@ struct HostModel {
     Time backward;         // more of it before a backward pass (the autograd engine's start)
     Time p2p;              // per point-to-point send or receive
     // More framework work per pass for the schedules torch.distributed.pipelining runs on its
-    // pipeline runtime (_PipelineScheduleRuntime: every schedule but gpipe and 1f1b); zero for
-    // Megatron-LM, whose schedules are its own.
+    // pipeline runtime (Schedule::on_torch_pipeline_runtime); zero for Megatron-LM, whose
+    // schedules are its own.
     Time runtime_pass;
     bool sync_after_p2p = false;
-    // Whether `schedule` pays runtime_pass: the schedules torch runs on its pipeline runtime.
-    static bool runs_on_runtime(std::string_view schedule) {
-        return schedule != "gpipe" && schedule != "1f1b";
-    }
 };
 
 struct ComputeSpec {

@@ -1,9 +1,11 @@
 // Seams for per-GPU behaviour in a replay: per-worker duration models (replay/duration_model.hpp)
-// registered here, in the test, the experiment's seed and its random streams, and link capacity
+// defined here, in the test, the experiment's seed and its random streams, and link capacity
 // changes seen by pipeline transfers.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,24 +35,28 @@ class SlowGpu final : public replay::DurationModel {
     int worker_, percent_;
 };
 
-replay::DurationModelRegistry test_registry() {
-    auto registry = replay::builtin_duration_models();
-    registry.add("slow_gpu", [](const replay::DurationModelParams& p) {
-        for (const auto& [key, value] : p)
-            if (key != "worker" && key != "percent")
-                throw ConfigError("slow_gpu: unknown parameter '" + key + "'");
-        return std::make_unique<SlowGpu>(std::stoi(p.at("worker")), std::stoi(p.at("percent")));
-    });
-    return registry;
+// Every worker takes the nominal time: a model installed, nothing changed.
+class Nominal final : public replay::DurationModel {
+  public:
+    Time pass_duration(const replay::DurationContext&, Time nominal) override { return nominal; }
+};
+
+// What iteration_s installs: a model made fresh for each run, or none.
+using MakeModel = std::function<std::unique_ptr<replay::DurationModel>()>;
+
+MakeModel nominal() {
+    return [] { return std::make_unique<Nominal>(); };
+}
+MakeModel slow_gpu(int worker, int percent) {
+    return [=] { return std::make_unique<SlowGpu>(worker, percent); };
 }
 
-// One iteration of `spec` under `schedule` with the registry's model `name` installed.
+// One iteration of `spec` under `schedule` with the model `make` makes installed.
 double iteration_s(const workload::ExperimentSpec& spec, const std::string& schedule,
-                   const std::string& name, const replay::DurationModelParams& params) {
-    const auto registry = test_registry();
+                   const MakeModel& make) {
     api::RunOptions opt;
     opt.schedule = schedule;
-    opt.attach = [&](replay::Replay& r) { r.set_duration_model(registry.make(name, params)); };
+    opt.attach = [&](replay::Replay& r) { r.set_duration_model(make()); };
     return api::run(spec, opt).summary.iteration_time_s;
 }
 
@@ -95,13 +101,13 @@ TEST_CASE("a slow GPU stretches the pipeline: GPipe and 1F1B closed forms") {
     // (3 x 20 us, each free by then): 378 us, the same as sum (f + b) + (m - 1)(f' + b').
     const auto spec =
         test::profile_experiment(4, 8, 4, Time::us(10), Time::us(20), network::Fidelity::Ideal);
-    CHECK(iteration_s(spec, "gpipe", "uniform", {}) == doctest::Approx(330e-6).epsilon(1e-12));
-    CHECK(iteration_s(spec, "1f1b", "uniform", {}) == doctest::Approx(330e-6).epsilon(1e-12));
-    const replay::DurationModelParams last{{"worker", "3"}, {"percent", "20"}};
-    const replay::DurationModelParams second{{"worker", "1"}, {"percent", "20"}};
-    CHECK(iteration_s(spec, "gpipe", "slow_gpu", last) == doctest::Approx(378e-6).epsilon(1e-12));
-    CHECK(iteration_s(spec, "gpipe", "slow_gpu", second) == doctest::Approx(378e-6).epsilon(1e-12));
-    CHECK(iteration_s(spec, "1f1b", "slow_gpu", last) == doctest::Approx(378e-6).epsilon(1e-12));
+    CHECK(iteration_s(spec, "gpipe", nominal()) == doctest::Approx(330e-6).epsilon(1e-12));
+    CHECK(iteration_s(spec, "1f1b", nominal()) == doctest::Approx(330e-6).epsilon(1e-12));
+    const auto last = slow_gpu(3, 20);
+    const auto second = slow_gpu(1, 20);
+    CHECK(iteration_s(spec, "gpipe", last) == doctest::Approx(378e-6).epsilon(1e-12));
+    CHECK(iteration_s(spec, "gpipe", second) == doctest::Approx(378e-6).epsilon(1e-12));
+    CHECK(iteration_s(spec, "1f1b", last) == doctest::Approx(378e-6).epsilon(1e-12));
 }
 
 TEST_CASE("only the slow worker's compute changes; collectives keep their nominal cost") {
@@ -247,40 +253,16 @@ TEST_CASE("random draws come from the worker's own stream, keyed by the experime
     CHECK(other_step != draws);
 }
 
-TEST_CASE("duration model registry: built-ins, unknown names, duplicates, strict parameters") {
-    auto registry = test_registry();
-    CHECK(registry.names() == std::vector<std::string>{"uniform", "slow_gpu"});  // in order
-    CHECK(registry.contains("uniform"));
-    CHECK_FALSE(registry.contains("nope"));
-    try {
-        registry.make("nope");
-        FAIL("an unknown model was made");
-    } catch (const ConfigError& e) {
-        CHECK(std::string(e.what()).find("unknown duration model 'nope'; expected one of: "
-                                         "uniform, slow_gpu") != std::string::npos);
-    }
-    const replay::DurationModelFactory nothing = [](const replay::DurationModelParams&) {
-        return std::unique_ptr<replay::DurationModel>();
-    };
-    CHECK_THROWS_AS(registry.add("uniform", nothing), ConfigError);  // registered twice
-    CHECK_THROWS_AS(registry.add("", nothing), ConfigError);
-    registry.add("hollow", nothing);
-    CHECK_THROWS_AS(registry.make("hollow"), ConfigError);  // a factory that makes nothing
-    CHECK_THROWS_AS(registry.make("uniform", {{"factor", "2"}}), ConfigError);
-    CHECK_THROWS_AS(registry.make("slow_gpu", {{"worker", "1"}, {"percent", "5"}, {"x", "1"}}),
-                    ConfigError);
-}
-
-TEST_CASE("the uniform model gives byte-identical summaries to no model") {
+TEST_CASE("a model that keeps the nominal times gives byte-identical summaries to no model") {
     const auto spec =
         test::profile_experiment(4, 8, 8, Time::us(3), Time::us(7), network::Fidelity::Flow);
     api::RunOptions plain;
     auto a = report::to_json(api::run(spec, plain).summary);
-    api::RunOptions with_uniform;
-    with_uniform.attach = [](replay::Replay& r) {
-        r.set_duration_model(replay::builtin_duration_models().make("uniform"));
+    api::RunOptions with_nominal;
+    with_nominal.attach = [](replay::Replay& r) {
+        r.set_duration_model(std::make_unique<Nominal>());
     };
-    auto b = report::to_json(api::run(spec, with_uniform).summary);
+    auto b = report::to_json(api::run(spec, with_nominal).summary);
     a.erase("wall_time_s");
     b.erase("wall_time_s");
     CHECK(a.dump() == b.dump());

@@ -166,8 +166,11 @@ TEST_CASE("host model: runtime_pass is charged under the schedules torch runs on
     CHECK(s.iteration_time_s == doctest::Approx(133e-6).epsilon(1e-12));
     REQUIRE_FALSE(rec.passes.empty());
     CHECK(rec.passes[0].start == Time::us(13));
-    CHECK(workload::HostModel::runs_on_runtime("interleaved"));
-    CHECK_FALSE(workload::HostModel::runs_on_runtime("1f1b"));
+    // The trait, read from each schedule (never from its name): torch runs gpipe and 1f1b as
+    // classes of their own, every other schedule on its pipeline runtime.
+    for (const auto& name : schedule::schedule_names())
+        CHECK(schedule::make_schedule(name)->on_torch_pipeline_runtime() ==
+              (name != "gpipe" && name != "1f1b"));
 }
 
 TEST_CASE("host model: a 2-stage 1F1B exposes pass + launch where a stage waits for its input") {
