@@ -13,10 +13,10 @@
 // gives the Llama 3 405B rows (TP8 x PP16) at 2,048, 8,192, 32,768 and 131,072 GPUs.
 // Columns: wall and CPU seconds of loading (experiment and cluster) and of the run, engine
 // events, the iteration, MFU, the process's peak RSS so far, and the members each transfer stood
-// for (member folding, docs/performance.md); then the flow solver's work (zeros outside `flow`):
-// max-min re-solves, flows re-rated per re-solve (summed over its rounds), the run's CPU time per
-// re-solve (an upper bound: the engine and the replay are in it), the most flows active at once
-// and the solver's links.
+// for (member folding, docs/performance-history.md); then the flow solver's work (zeros outside
+// `flow`): max-min re-solves, flows re-rated per re-solve (summed over its rounds), the run's CPU
+// time per re-solve (an upper bound: the engine and the replay are in it), the most flows active at
+// once and the solver's links.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

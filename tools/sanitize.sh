@@ -5,10 +5,10 @@
 # exits non-zero. Leaks inside Open MPI and its helpers are suppressed by library (tools/lsan.supp);
 # leaks in our own code are never suppressed.
 #
-# What it costs (docs/performance.md, "CI time"; not measured again here): a second full build
-# (every library, test and the validation scores step, instrumented, at -O1 -g1; no benchmarks)
-# and the whole suite under the sanitizers. From an empty build-san/ with SAN_JOBS=2 the last
-# recorded run took 2,151 s of CPU: build 1,312 s and tests 342 s wall on a loaded two-core
+# What it costs (docs/performance-history.md, "CI time"; not measured again here): a second full
+# build (every library, test and the validation scores step, instrumented, at -O1 -g1; no
+# benchmarks) and the whole suite under the sanitizers. From an empty build-san/ with SAN_JOBS=2 the
+# last recorded run took 2,151 s of CPU: build 1,312 s and tests 342 s wall on a loaded two-core
 # machine, about 1,100 s (18 minutes) estimated on two idle cores. A second run reuses build-san/
 # (and ccache, where installed) and rebuilds only what changed. It needs what tools/test.sh
 # installs (tools/install-deps.sh: the compiler, CMake, Boost, doctest, Open MPI for the MPI sweep
@@ -25,8 +25,9 @@ command -v ccache >/dev/null 2>&1 && generator+=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 # is converted to); it is asked for by name.
 sanitizers="address,undefined,float-cast-overflow"
 flags="-fsanitize=$sanitizers -fno-sanitize-recover=undefined,float-cast-overflow -fno-omit-frame-pointer"
-# -O1 and line tables only (-g1): half the compile time of -O2 -g (measured in docs/performance.md,
-# "CI time"), and sanitizer reports still name the function, file and line.
+# -O1 and line tables only (-g1): half the compile time of -O2 -g (measured in
+# docs/performance-history.md, "CI time"), and sanitizer reports still name the function, file
+# and line.
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
