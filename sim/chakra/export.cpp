@@ -575,23 +575,16 @@ class Exporter {
         write_outputs(st, p, last, true);
     }
 
-    // An overlapped group (PipelineOp::overlap, DualPipe's F&B), as the replay runs it: every
-    // pass's input in before the first starts; the passes back to back, each one node of its
-    // compute (slowed by the interference) and a wait for its exposed collective time, as
-    // replay::overlapped_time shares them (the collectives hidden behind the partner's compute
-    // are not written as collectives); the host issues the group as its first pass; every
-    // pass's outputs leave when the group ends.
-    void write_group(Member& st, std::size_t index, std::size_t n) {
-        std::vector<PassNodes> passes;
-        std::vector<std::uint64_t> inputs;
-        for (std::size_t j = 0; j < n; ++j) {
-            passes.push_back(begin_pass(st, index + j));
-            write_input(st, passes.back());
-            inputs.push_back(passes.back().input);
-        }
-        // The replay's overlap_group: compute C and collectives A of every pass, the forward's
-        // chain (record 0) and the others', then each pass's share of the slowed compute and
-        // the exposed collectives, rounded cumulatively so that they add up exactly.
+    // Each pass's time in an overlapped group: its compute node (`busy`) and the wait for its
+    // exposed collectives (`exposed`), as the replay's overlap_group shares them: compute C and
+    // collectives A of every pass, the forward's chain (record 0) and the others', then each
+    // pass's share of the slowed compute and the exposed collectives, rounded cumulatively so
+    // that they add up exactly.
+    struct GroupTimes {
+        std::vector<Time> busy, exposed;
+    };
+    GroupTimes group_times(const Member& st, const std::vector<PassNodes>& passes) {
+        const std::size_t n = passes.size();
         std::vector<std::int64_t> compute(n), collective(n);
         std::int64_t c = 0, a = 0, chain_f = 0, chain_b = 0;
         for (std::size_t j = 0; j < n; ++j) {
@@ -613,7 +606,7 @@ class Exporter {
                                                                     static_cast<double>(upto) /
                                                                     static_cast<double>(of)));
         };
-        std::vector<Time> busy(n), exposed(n);
+        GroupTimes t{std::vector<Time>(n), std::vector<Time>(n)};
         std::int64_t c_before = 0, a_before = 0, slowed_given = 0, exposed_given = 0;
         for (std::size_t j = 0; j < n; ++j) {
             c_before += compute[j];
@@ -622,11 +615,29 @@ class Exporter {
                 j + 1 == n ? shared.slowed : share(shared.slowed, c_before, c);
             const std::int64_t e_upto =
                 j + 1 == n ? shared.exposed : share(shared.exposed, a_before, a);
-            busy[j] = Time::ps(compute[j] + s_upto - slowed_given);
-            exposed[j] = Time::ps(e_upto - exposed_given);
+            t.busy[j] = Time::ps(compute[j] + s_upto - slowed_given);
+            t.exposed[j] = Time::ps(e_upto - exposed_given);
             slowed_given = s_upto;
             exposed_given = e_upto;
         }
+        return t;
+    }
+
+    // An overlapped group (PipelineOp::overlap, DualPipe's F&B), as the replay runs it: every
+    // pass's input in before the first starts; the passes back to back, each one node of its
+    // compute (slowed by the interference) and a wait for its exposed collective time, as
+    // replay::overlapped_time shares them (the collectives hidden behind the partner's compute
+    // are not written as collectives); the host issues the group as its first pass; every
+    // pass's outputs leave when the group ends.
+    void write_group(Member& st, std::size_t index, std::size_t n) {
+        std::vector<PassNodes> passes;
+        std::vector<std::uint64_t> inputs;
+        for (std::size_t j = 0; j < n; ++j) {
+            passes.push_back(begin_pass(st, index + j));
+            write_input(st, passes.back());
+            inputs.push_back(passes.back().input);
+        }
+        const auto [busy, exposed] = group_times(st, passes);
 
         std::uint64_t issued_first = 0, issued_all = 0;
         Time host_wait = Time::zero();

@@ -359,8 +359,11 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
     return {assignment.substr(0, eq), assignment.substr(eq + 1)};
 }
 
-void apply_override(Document& doc, const std::string& key, const std::string& value) {
-    const SourceLocation where{doc.override_text(key, value), 0, 0};
+namespace {
+
+// An override's value as YAML, checked: one document, not empty, no duplicate keys; `~` or null
+// written as such to remove the key.
+YAML::Node parse_override_value(const std::string& value, const SourceLocation& where) {
     // A value already accepted is not checked and parsed again: a sweep or plan applies the same
     // few values ("4", "true", "zero1") to thousands of documents. Each document gets its own
     // copy of the parsed tree.
@@ -397,6 +400,11 @@ void apply_override(Document& doc, const std::string& key, const std::string& va
         if (accepted.size() >= 4096) accepted.clear();
         accepted.emplace(value, YAML::Clone(parsed));
     }
+    return parsed;
+}
+
+// An override's dotted key as its components, none empty.
+std::vector<std::string> key_parts(const std::string& key, const SourceLocation& where) {
     // A split that kept empty components would let "parallelism." replace the whole mapping.
     if (key.empty() || key.front() == '.' || key.back() == '.')
         throw ConfigError(where, "empty component in the key '" + key +
@@ -411,6 +419,15 @@ void apply_override(Document& doc, const std::string& key, const std::string& va
         if (dot == std::string::npos) break;
         from = dot + 1;
     }
+    return parts;
+}
+
+}  // namespace
+
+void apply_override(Document& doc, const std::string& key, const std::string& value) {
+    const SourceLocation where{doc.override_text(key, value), 0, 0};
+    const YAML::Node parsed = parse_override_value(value, where);
+    const std::vector<std::string> parts = key_parts(key, where);
     // Walk with non-const nodes on purpose: this is the one place that edits a document.
     YAML::Node cur = doc.root;
     std::string walked;

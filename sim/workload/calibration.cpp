@@ -30,6 +30,86 @@ double fraction(const config::Reader& r, const std::string& key, double lo, doub
     return v;
 }
 
+// `compute:`: the GEMM curve, HBM fractions, attention and grouped-GEMM multipliers, the
+// residual and the launch and host overheads. `display_path` names the file as the curve's source.
+void parse_compute_constants(const config::Reader& c, const std::string& display_path,
+                             CalibrationFile& cal) {
+    if (auto g = c.map_opt("gemm")) {
+        topology::GemmCurve curve;
+        curve.peak_fraction =
+            fraction(*g, "peak_fraction", 0, 1, "the best 16-bit GEMM's fraction of the bf16 peak");
+        curve.half_dim = g->number("half_dim");
+        if (!(curve.half_dim > 0 && curve.half_dim < 1e6))
+            g->fail("half_dim", "must be in (0, 1000000)");
+        curve.exponent = g->number("exponent");
+        if (!(curve.exponent >= 0.5 && curve.exponent <= 8))
+            g->fail("exponent", "must be in [0.5, 8]");
+        curve.source = "calibration " + display_path;
+        g->finish();
+        cal.gemm = curve;
+    }
+    if (auto h = c.map_opt("hbm_fractions")) {
+        for (const auto& k : kMemKindNames)
+            if (h->has(std::string(k.name)))
+                cal.hbm_fractions[static_cast<std::size_t>(k.value)] =
+                    fraction(*h, std::string(k.name), 0, 1,
+                             "the kind's achieved fraction of the HBM bandwidth");
+        h->finish();
+    }
+    if (auto a = c.map_opt("attention")) {
+        if (a->has("forward"))
+            cal.attention_forward =
+                fraction(*a, "forward", 0, 4, "a multiplier on the forward's efficiency");
+        if (a->has("backward"))
+            cal.attention_backward =
+                fraction(*a, "backward", 0, 4, "a multiplier on the backward's efficiency");
+        a->finish();
+    }
+    if (auto g = c.map_opt("grouped_gemm")) {
+        cal.grouped_gemm = fraction(*g, "scale", 0, 4, "a multiplier on the grouped rate");
+        g->finish();
+    }
+    if (c.has("residual")) {
+        const double v = c.number("residual");
+        if (!(v >= 0 && v < 1))
+            c.fail("residual", "must be in [0, 1): the unmapped kernel time over the mapped");
+        cal.residual = v;
+    }
+    cal.launch_overhead = c.time_opt("launch_overhead");
+    if (auto h = c.map_opt("host")) {
+        cal.host_launch = h->time_opt("launch");
+        h->finish();
+    }
+    c.finish();
+}
+
+// `network:` (version 2 on): a constant per collective and link kind.
+void parse_network_constants(const config::Reader& n, CalibrationFile& cal) {
+    for (const auto& op : network::kCollectiveNames) {
+        const auto o = n.map_opt(std::string(op.name));
+        if (!o) continue;
+        for (const auto& link : topology::kLinkKindNames) {
+            const auto l = o->map_opt(std::string(link.name));
+            if (!l) continue;
+            NetworkConstant k;
+            k.op = op.value;
+            k.link = link.value;
+            k.efficiency = fraction(*l, "efficiency", 0, 1,
+                                    "the fraction of the link's nominal bandwidth one "
+                                    "flow of the operation reaches");
+            k.latency = l->time_opt("latency").value_or(Time::zero());
+            if (l->has("protocol_latency"))
+                k.protocol_latency =
+                    fraction(*l, "protocol_latency", 0, 1000,
+                             "the factor on the LL and LL128 protocols' latencies");
+            l->finish();
+            cal.network.push_back(k);
+        }
+        o->finish();
+    }
+    n.finish();
+}
+
 }  // namespace
 
 CalibrationFile parse_calibration(const config::Document& doc) {
@@ -54,81 +134,9 @@ CalibrationFile parse_calibration(const config::Document& doc) {
             cal.sources.push_back(item.Scalar());
         }
     }
-    if (auto c = root.map_opt("compute")) {
-        if (auto g = c->map_opt("gemm")) {
-            topology::GemmCurve curve;
-            curve.peak_fraction = fraction(*g, "peak_fraction", 0, 1,
-                                           "the best 16-bit GEMM's fraction of the bf16 peak");
-            curve.half_dim = g->number("half_dim");
-            if (!(curve.half_dim > 0 && curve.half_dim < 1e6))
-                g->fail("half_dim", "must be in (0, 1000000)");
-            curve.exponent = g->number("exponent");
-            if (!(curve.exponent >= 0.5 && curve.exponent <= 8))
-                g->fail("exponent", "must be in [0.5, 8]");
-            curve.source = "calibration " + doc.display_path;
-            g->finish();
-            cal.gemm = curve;
-        }
-        if (auto h = c->map_opt("hbm_fractions")) {
-            for (const auto& k : kMemKindNames)
-                if (h->has(std::string(k.name)))
-                    cal.hbm_fractions[static_cast<std::size_t>(k.value)] =
-                        fraction(*h, std::string(k.name), 0, 1,
-                                 "the kind's achieved fraction of the HBM bandwidth");
-            h->finish();
-        }
-        if (auto a = c->map_opt("attention")) {
-            if (a->has("forward"))
-                cal.attention_forward =
-                    fraction(*a, "forward", 0, 4, "a multiplier on the forward's efficiency");
-            if (a->has("backward"))
-                cal.attention_backward =
-                    fraction(*a, "backward", 0, 4, "a multiplier on the backward's efficiency");
-            a->finish();
-        }
-        if (auto g = c->map_opt("grouped_gemm")) {
-            cal.grouped_gemm = fraction(*g, "scale", 0, 4, "a multiplier on the grouped rate");
-            g->finish();
-        }
-        if (c->has("residual")) {
-            const double v = c->number("residual");
-            if (!(v >= 0 && v < 1))
-                c->fail("residual", "must be in [0, 1): the unmapped kernel time over the mapped");
-            cal.residual = v;
-        }
-        cal.launch_overhead = c->time_opt("launch_overhead");
-        if (auto h = c->map_opt("host")) {
-            cal.host_launch = h->time_opt("launch");
-            h->finish();
-        }
-        c->finish();
-    }
+    if (auto c = root.map_opt("compute")) parse_compute_constants(*c, doc.display_path, cal);
     if (version >= 2) {
-        if (auto n = root.map_opt("network")) {
-            for (const auto& op : network::kCollectiveNames) {
-                const auto o = n->map_opt(std::string(op.name));
-                if (!o) continue;
-                for (const auto& link : topology::kLinkKindNames) {
-                    const auto l = o->map_opt(std::string(link.name));
-                    if (!l) continue;
-                    NetworkConstant k;
-                    k.op = op.value;
-                    k.link = link.value;
-                    k.efficiency = fraction(*l, "efficiency", 0, 1,
-                                            "the fraction of the link's nominal bandwidth one "
-                                            "flow of the operation reaches");
-                    k.latency = l->time_opt("latency").value_or(Time::zero());
-                    if (l->has("protocol_latency"))
-                        k.protocol_latency =
-                            fraction(*l, "protocol_latency", 0, 1000,
-                                     "the factor on the LL and LL128 protocols' latencies");
-                    l->finish();
-                    cal.network.push_back(k);
-                }
-                o->finish();
-            }
-            n->finish();
-        }
+        if (auto n = root.map_opt("network")) parse_network_constants(*n, cal);
     }
     root.finish();
     return cal;

@@ -6,6 +6,7 @@
 #include "core/checked.hpp"
 #include "topology/topology_yaml.hpp"
 #include "workload/calibration.hpp"
+#include "workload/experiment_parse.hpp"
 
 namespace cs::workload {
 namespace {
@@ -179,11 +180,9 @@ PipelineSplitSpec parse_pipeline_split(const config::Reader& r) {
     return p;
 }
 
-// `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs than the topology has and
-// must then give dp.
-ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec,
-                            bool part = false) {
-    ParallelLayout l;
+// The keys of `parallelism` that are read as given: the sizes, the overlaps, the context
+// parallelism's communication and the rank order.
+void read_layout_keys(const config::Reader& r, ParallelLayout& l) {
     l.tp = static_cast<int>(r.count_or("tp", 1));
     l.pp = static_cast<int>(r.count_or("pp", 1));
     l.cp = static_cast<int>(r.count_or("cp", 1));
@@ -217,6 +216,12 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
             r.fail("cp_a2a_size", "applies only with cp_comm_type: a2a+p2p");
     }
     l.order = r.choice("order", kRankOrderNames, std::optional{RankOrder::TpCpDpPp});
+}
+
+// The layout's dp: `dp:`, checked against the topology's `world` GPUs, or what the GPUs left over
+// by tp x pp x cp make. `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs
+// than the topology has and must then give dp.
+void layout_dp(const config::Reader& r, ParallelLayout& l, int world, bool part) {
     // In 64 bits and checked: tp = pp = 65536 would wrap an int product to 0.
     const auto product = checked_product({l.tp, l.pp, l.cp});
     if (!product || *product > world)
@@ -254,6 +259,10 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                         std::to_string(world));
         l.dp = world / model_parallel;
     }
+}
+
+// The layout's rules that join several keys (before sharding is read).
+void check_layout(const config::Reader& r, const ParallelLayout& l, ExperimentSpec& spec) {
     if (l.ep > 1 && (l.dp * l.cp) % l.ep != 0)
         r.fail("ep", "expert parallelism " + std::to_string(l.ep) +
                          " must divide dp x cp = " + std::to_string(l.dp * l.cp));
@@ -277,7 +286,10 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                                       "two groups); found " +
                                       std::to_string(l.cp_a2a_size));
     }
-    parse_sharding(r, l);
+}
+
+// The overlaps and reductions that sharding excludes.
+void check_layout_sharding(const config::Reader& r, const ParallelLayout& l) {
     if (l.overlap_param_gather && l.sharding != Sharding::Optimizer)
         r.fail("overlap_param_gather",
                "overlaps the distributed optimizer's parameter all-gather (Megatron-LM requires "
@@ -289,6 +301,18 @@ ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& 
                    std::string(name_of(kShardingNames, l.sharding)) +
                    " (which reduce-scatters each unit's gradients as its backward ends); use "
                    "sharding: none or zero1");
+}
+
+// `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs than the topology has and
+// must then give dp.
+ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec,
+                            bool part = false) {
+    ParallelLayout l;
+    read_layout_keys(r, l);
+    layout_dp(r, l, world, part);
+    check_layout(r, l, spec);
+    parse_sharding(r, l);
+    check_layout_sharding(r, l);
     spec.pipeline_split = parse_pipeline_split(r);
     r.finish();
     return l;
@@ -320,312 +344,6 @@ TrainingSpec parse_training(const config::Reader& r) {
     return t;
 }
 
-// The GPUs an entry of `variability` names: `gpus:` (a number, "all", a string of numbers and
-// ranges such as "0-3,8", or a list of numbers) or `nodes:` (the same forms, by node), one of the
-// two. Sorted and unique; every number checked against the cluster.
-std::vector<int> variability_gpus(const config::Reader& r, const topology::Cluster& cluster) {
-    const bool by_gpu = r.has("gpus"), by_node = r.has("nodes");
-    if (by_gpu == by_node)
-        r.fail_here(by_gpu ? "give gpus or nodes, not both"
-                           : "missing gpus (GPU numbers) or nodes (node numbers)");
-    const std::string key = by_gpu ? "gpus" : "nodes";
-    const int limit = by_gpu ? cluster.gpu_count() : cluster.node_count();
-    const char* expected = "a number, \"all\", numbers and ranges such as \"0-3,8\", or a list";
-    // Ranges are collected, merged, and expanded only then: a long list that repeats a large
-    // range ("0-4095,0-4095,...") costs its text, not the sum of its ranges.
-    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
-    // Sorted and merged, overlapping or adjacent ranges joined; done whenever the list grows long
-    // too, so that it never holds more than about as many ranges as the cluster has numbers.
-    const auto merge = [&] {
-        std::sort(ranges.begin(), ranges.end());
-        std::size_t kept = 0;
-        for (const auto& range : ranges)
-            if (kept > 0 && range.first <= ranges[kept - 1].second + 1)
-                ranges[kept - 1].second = std::max(ranges[kept - 1].second, range.second);
-            else
-                ranges[kept++] = range;
-        ranges.resize(kept);
-    };
-    const auto check = [&](std::int64_t v) {
-        if (v < 0 || v >= limit)
-            r.fail(key, (by_gpu ? "GPU " : "node ") + std::to_string(v) +
-                            " is not in the cluster, whose " + (by_gpu ? "GPUs" : "nodes") +
-                            " are numbered " +
-                            (limit == 1 ? std::string("0") : "0-" + std::to_string(limit - 1)));
-    };
-    const YAML::Node v = r.value(key);
-    const auto parse_text = [&](const std::string& text) {
-        if (text == "all") {
-            ranges.emplace_back(0, limit - 1);
-            return;
-        }
-        std::size_t pos = 0;
-        while (pos <= text.size()) {
-            const std::size_t comma = std::min(text.find(',', pos), text.size());
-            const std::string part = text.substr(pos, comma - pos);
-            const std::size_t dash = part.find('-');
-            const auto number = [&](const std::string& t) -> std::int64_t {
-                if (t.empty() || t.size() > 9 ||
-                    t.find_first_not_of("0123456789") != std::string::npos)
-                    r.fail(key,
-                           std::string("expected ") + expected + ", cannot read \"" + t + "\"");
-                return std::stoll(t);
-            };
-            if (dash == std::string::npos) {
-                const std::int64_t a = number(part);
-                check(a);
-                ranges.emplace_back(a, a);
-            } else {
-                const std::int64_t a = number(part.substr(0, dash)),
-                                   b = number(part.substr(dash + 1));
-                if (b < a) r.fail(key, "range " + part + " runs backwards");
-                check(a);
-                check(b);  // reports the first number outside the cluster
-                ranges.emplace_back(a, b);
-            }
-            if (ranges.size() > 65536 + 2 * static_cast<std::size_t>(limit)) merge();
-            pos = comma + 1;
-        }
-    };
-    if (v.IsScalar()) {
-        parse_text(v.Scalar());
-    } else if (v.IsSequence()) {
-        for (const auto& item : v) {
-            if (!item.IsScalar()) r.fail(key, std::string("expected ") + expected);
-            parse_text(item.Scalar());
-        }
-    } else {
-        r.fail(key, std::string("expected ") + expected);
-    }
-    if (ranges.empty()) r.fail(key, "names no GPU");
-    merge();
-    std::vector<int> picked;
-    for (const auto& [a, b] : ranges)
-        for (std::int64_t i = a; i <= b; ++i)
-            picked.push_back(static_cast<int>(i));
-    if (by_gpu) return picked;
-    std::vector<int> gpus;
-    for (int g = 0; g < cluster.gpu_count(); ++g)
-        if (std::binary_search(picked.begin(), picked.end(), cluster.node_of_gpu(g)))
-            gpus.push_back(g);
-    if (gpus.empty()) r.fail(key, "the nodes named hold no GPU");
-    return gpus;
-}
-
-// A factor of `variability`: finite and > 0 (1.2 is 20% slower).
-double slowdown_factor(const config::Reader& r, const std::string& key, double fallback) {
-    const double f = r.number_or(key, fallback);
-    if (!(f > 0 && f <= kMaxSlowdown))
-        r.fail(key, "must be in (0, " + std::to_string(static_cast<int>(kMaxSlowdown)) +
-                        "] (1 is the plan's time, 1.2 is 20% slower)");
-    return f;
-}
-
-VariabilitySpec parse_variability(const config::Reader& r, const topology::Cluster& cluster) {
-    VariabilitySpec v;
-    if (r.has("gpus"))
-        for (const auto& e : r.list_of_maps("gpus")) {
-            Slowdown s;
-            s.gpus = variability_gpus(e, cluster);
-            s.kind =
-                e.choice("distribution", kSlowdownKindNames, std::optional{SlowdownKind::Fixed});
-            switch (s.kind) {
-                case SlowdownKind::Fixed:
-                    s.factor = slowdown_factor(e, "factor", 1);
-                    if (!e.has("factor")) e.fail_here("a fixed slowdown needs factor (e.g. 1.2)");
-                    break;
-                case SlowdownKind::Normal:
-                    s.factor = slowdown_factor(e, "mean", 1);
-                    s.spread = slowdown_factor(e, "sd", 1);
-                    if (!e.has("sd")) e.fail_here("a normal slowdown needs sd (e.g. 0.05)");
-                    break;
-                case SlowdownKind::Lognormal:
-                    s.factor = slowdown_factor(e, "median", 1);
-                    s.spread = slowdown_factor(e, "sigma", 1);
-                    if (!e.has("sigma"))
-                        e.fail_here("a lognormal slowdown needs sigma (e.g. 0.05)");
-                    break;
-            }
-            e.finish();
-            v.gpus.push_back(std::move(s));
-        }
-    if (r.has("hosts"))
-        for (const auto& e : r.list_of_maps("hosts")) {
-            HostSlowdown h;
-            h.gpus = variability_gpus(e, cluster);
-            if (!e.has("factor"))
-                e.fail_here("a slow host needs factor (e.g. 2: its costs doubled)");
-            h.factor = slowdown_factor(e, "factor", 1);
-            e.finish();
-            v.hosts.push_back(std::move(h));
-        }
-    r.finish();
-    return v;
-}
-
-// The directed links a fault entry's `link:` names: the link of that name and its reverse (a
-// cable fails or degrades both ways), and any parallel links between the same two devices.
-std::vector<topology::LinkId> fault_links(const config::Reader& r,
-                                          const topology::Cluster& cluster) {
-    const std::string name = r.string("link");
-    const auto& links = cluster.links();
-    const std::size_t arrow = name.find("->");
-    const std::string from = arrow == std::string::npos ? name : name.substr(0, arrow);
-    const std::string to = arrow == std::string::npos ? std::string() : name.substr(arrow + 2);
-    std::vector<topology::LinkId> found;
-    for (topology::LinkId l = 0; l < links.size(); ++l)
-        if (cluster.link_named(l, name)) {
-            found.push_back(l);
-            found.push_back(links[l].reverse);
-        }
-    if (!found.empty()) {
-        std::sort(found.begin(), found.end());
-        found.erase(std::unique(found.begin(), found.end()), found.end());
-        return found;
-    }
-    std::string message = "unknown link '" + name + "'; links are named <from>-><to> by device id";
-    const auto list_links_of = [&](topology::DeviceIndex d) {
-        std::string names;
-        int shown = 0, total = 0;
-        for (topology::LinkId l = 0; l < links.size(); ++l)
-            if (links[l].from == d) {
-                if (shown < 8) {
-                    names += (shown ? ", " : "") + cluster.link_name(l);
-                    ++shown;
-                }
-                ++total;
-            }
-        if (total > shown) names += ", ... (" + std::to_string(total) + " in all)";
-        return names;
-    };
-    if (arrow == std::string::npos) {
-        message += " (docs/yaml/topology.md, \"Generated names\")";
-        const auto d = cluster.find_device(name);
-        if (d != topology::kNone)
-            message += "; the links of device " + name + ": " + list_links_of(d);
-    } else if (const auto d = cluster.find_device(from); d == topology::kNone) {
-        message +=
-            "; there is no device '" + from + "' (docs/yaml/topology.md, \"Generated names\")";
-    } else if (cluster.find_device(to) == topology::kNone) {
-        message +=
-            "; there is no device '" + to + "'; the links of " + from + ": " + list_links_of(d);
-    } else {
-        message += "; no link joins " + from + " and " + to + "; the links of " + from + ": " +
-                   list_links_of(d);
-    }
-    r.fail("link", message);
-}
-
-// A fault's `at:` (default 0, the whole run): a duration of at least 0.
-Time fault_time(const config::Reader& r) {
-    if (!r.has("at")) return Time::zero();
-    // A negative time is unreadable as a duration; say what is wrong with it instead.
-    const YAML::Node v = r.value("at");
-    if (v.IsScalar() && v.Scalar().find_first_not_of(' ') != std::string::npos &&
-        v.Scalar()[v.Scalar().find_first_not_of(' ')] == '-')
-        r.fail("at",
-               "must be at least 0 (a time from the start of the iteration, e.g. 2ms; 0 "
-               "or no at: the whole run)");
-    return r.time("at");
-}
-
-FaultsSpec parse_faults(const config::Reader& r, const topology::Cluster& cluster) {
-    FaultsSpec f;
-    if (r.has("links"))
-        for (const auto& e : r.list_of_maps("links")) {
-            LinkFault lf;
-            lf.where = e.location();
-            if (!e.has("link")) e.fail_here("missing link (a link's name, e.g. leaf0->spine0)");
-            lf.name = e.string("link");
-            lf.links = fault_links(e, cluster);
-            const bool failed = e.boolean_or("failed", false);
-            if (e.has("fraction") == failed)
-                e.fail_here(failed ? "give failed: true or fraction, not both"
-                                   : "missing fraction (of the link's bandwidth left, in (0, 1]) "
-                                     "or failed: true");
-            if (!failed) {
-                lf.fraction = e.number("fraction");
-                if (!(lf.fraction > 0 && lf.fraction <= 1))
-                    e.fail("fraction",
-                           "must be in (0, 1]: the fraction of the link's bandwidth left (0.5: "
-                           "half); a link with nothing left is failed: true");
-            }
-            lf.at = fault_time(e);
-            e.finish();
-            f.links.push_back(std::move(lf));
-        }
-    if (r.has("gpus"))
-        for (const auto& e : r.list_of_maps("gpus")) {
-            GpuFault g;
-            g.where = e.location();
-            const bool by_node = e.has("nodes");
-            g.gpus = variability_gpus(e, cluster);
-            if (by_node) {
-                std::vector<int> nodes;
-                for (int gpu : g.gpus)
-                    nodes.push_back(cluster.node_of_gpu(gpu));
-                nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-                g.what = (nodes.size() == 1 ? "node " : "nodes ") + gpu_list_text(nodes);
-            } else {
-                g.what = (g.gpus.size() == 1 ? "GPU " : "GPUs ") + gpu_list_text(g.gpus);
-            }
-            g.at = fault_time(e);
-            e.finish();
-            f.gpus.push_back(std::move(g));
-        }
-    r.finish();
-    return f;
-}
-
-GoodputSpec parse_goodput(const config::Reader& r) {
-    GoodputSpec g;
-    g.present = true;
-    g.where = r.location();
-    g.failures_per_gpu_hour = r.number("failures_per_gpu_hour");
-    // Below 1e-12 (a failure per GPU every 114 million years) the optimum checkpoint interval
-    // runs past any training run and past the iteration counts the report can hold.
-    if (!(g.failures_per_gpu_hour >= 1e-12 && g.failures_per_gpu_hour <= 1))
-        r.fail("failures_per_gpu_hour",
-               "must be in [1e-12, 1] failures per GPU-hour (Llama 3's 16K-GPU run: about "
-               "2.2e-5)");
-    g.restart = r.time_opt("restart").value_or(Time::zero());
-    if (auto c = r.map_opt("checkpoint")) {
-        g.write_time = c->time_opt("write_time");
-        if (c->has("bytes") && c->string("bytes") != "auto") g.checkpoint_bytes = c->bytes("bytes");
-        if (auto bw = c->bandwidth_opt("write_bandwidth")) g.write_bandwidth = *bw;
-        if (g.write_time && c->has("write_bandwidth"))
-            c->fail("write_time", "give write_time or write_bandwidth, not both");
-        if (!g.write_time && !c->has("write_bandwidth"))
-            c->fail_here("missing write_bandwidth (e.g. 100GB/s) or write_time (e.g. 120s)");
-        c->finish();
-    } else {
-        r.fail_here("missing checkpoint: {write_bandwidth: ...} or {write_time: ...}");
-    }
-    if (r.has("interval") && r.string("interval") != "optimal") g.interval = r.time("interval");
-    if (g.interval && *g.interval <= Time::zero())
-        r.fail("interval", "must be a positive time or 'optimal'");
-    g.tokens = r.number_or("tokens", 0);
-    if (!(g.tokens >= 0 && g.tokens <= 1e18))
-        r.fail("tokens", "must be a token count in [0, 1e18]");
-    g.pue = r.number_or("pue", 1);
-    if (!(g.pue >= 1 && g.pue <= 10)) r.fail("pue", "must be in [1, 10]");
-    if (r.has("gpu_power")) {
-        const double w = r.number("gpu_power");
-        if (!(w > 0 && w <= 1e5)) r.fail("gpu_power", "must be in (0, 100000] watts");
-        g.gpu_power_w = w;
-    }
-    if (auto mc = r.map_opt("monte_carlo")) {
-        g.monte_carlo_runs = static_cast<int>(mc->count_or("runs", 200, 2));
-        if (g.monte_carlo_runs > 100000) mc->fail("runs", "must be at most 100000");
-        g.monte_carlo_segments = static_cast<int>(mc->count_or("segments", 1000, 1));
-        if (g.monte_carlo_segments > 100000) mc->fail("segments", "must be at most 100000");
-        g.monte_carlo_seed = static_cast<std::uint64_t>(mc->count_or("seed", 1, 0));
-        mc->finish();
-    }
-    r.finish();
-    return g;
-}
-
 // The host of each framework (docs/compute-model.md, "The host", derives every figure).
 HostModel default_host(Framework framework) {
     HostModel h;
@@ -652,6 +370,100 @@ HostModel default_host(Framework framework) {
     return h;
 }
 
+// `calibration:` (a path relative to the experiment), applied to the roofline and host of `c`.
+void read_compute_calibration(const config::Reader& r, ComputeSpec& c) {
+    const std::string file = r.string("calibration");
+    CalibrationFile cal;
+    try {
+        cal = load_calibration(r.path("calibration"));
+    } catch (const ConfigError& e) {
+        if (e.where().line > 0) throw;
+        throw ConfigError(r.location("calibration"),
+                          "'calibration': cannot load \"" + file + "\" (" +
+                              r.document().resolve(file).string() + "): " + e.message());
+    }
+    if (!cal.has_compute())
+        r.fail("calibration", "\"" + file +
+                                  "\" holds no compute constants (it was fitted on "
+                                  "nccl-tests output alone); a network calibration goes "
+                                  "under network: {calibration: FILE}");
+    apply_calibration(cal, c.roofline, c.host);
+    c.calibration_file = file;
+    c.calibration_path = r.document().resolve(file);
+    c.calibration_gpu_model = cal.gpu_model;
+}
+
+// `host:`, over the framework's default host.
+void read_host(const config::Reader& h, ComputeSpec& c) {
+    if (c.framework == Framework::None)
+        h.fail_here(
+            "a host model needs compute.framework (megatron or pytorch): profiled "
+            "times are GPU time");
+    c.host.enabled = h.boolean_or("enabled", true);
+    c.host.launch = h.time_opt("launch").value_or(c.host.launch);
+    c.host.pass = h.time_opt("pass").value_or(c.host.pass);
+    c.host.backward = h.time_opt("backward").value_or(c.host.backward);
+    c.host.p2p = h.time_opt("p2p").value_or(c.host.p2p);
+    c.host.runtime_pass = h.time_opt("runtime_pass").value_or(c.host.runtime_pass);
+    c.host.sync_after_p2p = h.boolean_or("sync_after_p2p", c.host.sync_after_p2p);
+    h.finish();
+}
+
+// The keys of `model: profile`: measured times per layer or per stage.
+void read_profile(const config::Reader& r, ProfileCompute& p) {
+    p.layer_forward = r.time_opt("layer_forward");
+    p.layer_backward = r.time_opt("layer_backward");
+    p.layer_backward_input = r.time_opt("layer_backward_input");
+    p.layer_backward_weight = r.time_opt("layer_backward_weight");
+    p.stage_forward = r.time_opt("stage_forward");
+    p.stage_backward = r.time_opt("stage_backward");
+    p.embedding_forward = r.time_opt("embedding_forward").value_or(Time::zero());
+    p.embedding_backward = r.time_opt("embedding_backward").value_or(Time::zero());
+    p.output_forward = r.time_opt("output_forward").value_or(Time::zero());
+    p.output_backward = r.time_opt("output_backward").value_or(Time::zero());
+    p.optimizer_step = r.time_opt("optimizer_step").value_or(Time::zero());
+    p.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+    p.estimate_unprofiled = r.choice("unprofiled", {"zero", "roofline"}, "zero") == "roofline";
+    p.embedding_given = r.has("embedding_forward") || r.has("embedding_backward");
+    p.output_given = r.has("output_forward") || r.has("output_backward");
+    p.optimizer_given = r.has("optimizer_step");
+    const bool per_layer = p.layer_forward.has_value();
+    const bool per_stage = p.stage_forward.has_value();
+    if (per_layer == per_stage)
+        r.fail_here(per_layer ? "give either layer_forward/layer_backward or "
+                                "stage_forward/stage_backward, not both"
+                              : "profile compute needs layer_forward (with layer_backward, or "
+                                "layer_backward_input and layer_backward_weight) or "
+                                "stage_forward and stage_backward");
+    if (per_layer) {
+        const bool split = p.layer_backward_input || p.layer_backward_weight;
+        if (p.layer_backward && split)
+            r.fail("layer_backward",
+                   "give layer_backward or layer_backward_input + "
+                   "layer_backward_weight, not both");
+        if (!p.layer_backward && !(p.layer_backward_input && p.layer_backward_weight))
+            r.fail_here(
+                "missing layer_backward (or both layer_backward_input and "
+                "layer_backward_weight)");
+        if (p.stage_backward) r.fail("stage_backward", "stage_backward goes with stage_forward");
+    } else {
+        if (!p.stage_backward) r.fail_here("missing stage_backward (stage_forward is given)");
+        if (p.layer_backward || p.layer_backward_input || p.layer_backward_weight)
+            r.fail_here("layer_backward* keys go with layer_forward, not stage_forward");
+    }
+}
+
+// The keys of the roofline model.
+void read_roofline(const config::Reader& r, RooflineCompute& f) {
+    if (auto sus = r.choice("clocks", {"sustained", "burst"}, "sustained"); sus == "burst")
+        f.sustained = false;
+    f.efficiency_scale = r.number_or("efficiency_scale", 1.0);
+    if (f.efficiency_scale <= 0 || f.efficiency_scale > 2)
+        r.fail("efficiency_scale", "must be in (0, 2]");
+    f.launch_overhead = r.time_opt("launch_overhead").value_or(f.launch_overhead);
+    f.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+}
+
 ComputeSpec parse_compute(const config::Reader& r) {
     ComputeSpec c;
     const auto kind = r.choice("model", {"roofline", "profile"}, "roofline");
@@ -665,41 +477,8 @@ ComputeSpec parse_compute(const config::Reader& r) {
     c.roofline.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", true);
     // A calibration file (path relative to the experiment) goes on top of the catalogue; the
     // keys below, written in the experiment itself, win over it.
-    if (r.has("calibration")) {
-        const std::string file = r.string("calibration");
-        CalibrationFile cal;
-        try {
-            cal = load_calibration(r.path("calibration"));
-        } catch (const ConfigError& e) {
-            if (e.where().line > 0) throw;
-            throw ConfigError(r.location("calibration"),
-                              "'calibration': cannot load \"" + file + "\" (" +
-                                  r.document().resolve(file).string() + "): " + e.message());
-        }
-        if (!cal.has_compute())
-            r.fail("calibration", "\"" + file +
-                                      "\" holds no compute constants (it was fitted on "
-                                      "nccl-tests output alone); a network calibration goes "
-                                      "under network: {calibration: FILE}");
-        apply_calibration(cal, c.roofline, c.host);
-        c.calibration_file = file;
-        c.calibration_path = r.document().resolve(file);
-        c.calibration_gpu_model = cal.gpu_model;
-    }
-    if (auto h = r.map_opt("host")) {
-        if (c.framework == Framework::None)
-            h->fail_here(
-                "a host model needs compute.framework (megatron or pytorch): profiled "
-                "times are GPU time");
-        c.host.enabled = h->boolean_or("enabled", true);
-        c.host.launch = h->time_opt("launch").value_or(c.host.launch);
-        c.host.pass = h->time_opt("pass").value_or(c.host.pass);
-        c.host.backward = h->time_opt("backward").value_or(c.host.backward);
-        c.host.p2p = h->time_opt("p2p").value_or(c.host.p2p);
-        c.host.runtime_pass = h->time_opt("runtime_pass").value_or(c.host.runtime_pass);
-        c.host.sync_after_p2p = h->boolean_or("sync_after_p2p", c.host.sync_after_p2p);
-        h->finish();
-    }
+    if (r.has("calibration")) read_compute_calibration(r, c);
+    if (auto h = r.map_opt("host")) read_host(*h, c);
     c.interference = r.number_or("interference", c.interference);
     if (!(c.interference >= 0 && c.interference <= 1))
         r.fail("interference",
@@ -707,57 +486,9 @@ ComputeSpec parse_compute(const config::Reader& r) {
                "communication overlaps it; 0.10 measured on H200)");
     if (kind == "profile") {
         c.kind = ComputeSpec::Kind::Profile;
-        auto& p = c.profile;
-        p.layer_forward = r.time_opt("layer_forward");
-        p.layer_backward = r.time_opt("layer_backward");
-        p.layer_backward_input = r.time_opt("layer_backward_input");
-        p.layer_backward_weight = r.time_opt("layer_backward_weight");
-        p.stage_forward = r.time_opt("stage_forward");
-        p.stage_backward = r.time_opt("stage_backward");
-        p.embedding_forward = r.time_opt("embedding_forward").value_or(Time::zero());
-        p.embedding_backward = r.time_opt("embedding_backward").value_or(Time::zero());
-        p.output_forward = r.time_opt("output_forward").value_or(Time::zero());
-        p.output_backward = r.time_opt("output_backward").value_or(Time::zero());
-        p.optimizer_step = r.time_opt("optimizer_step").value_or(Time::zero());
-        p.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
-        p.estimate_unprofiled = r.choice("unprofiled", {"zero", "roofline"}, "zero") == "roofline";
-        p.embedding_given = r.has("embedding_forward") || r.has("embedding_backward");
-        p.output_given = r.has("output_forward") || r.has("output_backward");
-        p.optimizer_given = r.has("optimizer_step");
-        const bool per_layer = p.layer_forward.has_value();
-        const bool per_stage = p.stage_forward.has_value();
-        if (per_layer == per_stage)
-            r.fail_here(per_layer ? "give either layer_forward/layer_backward or "
-                                    "stage_forward/stage_backward, not both"
-                                  : "profile compute needs layer_forward (with layer_backward, or "
-                                    "layer_backward_input and layer_backward_weight) or "
-                                    "stage_forward and stage_backward");
-        if (per_layer) {
-            const bool split = p.layer_backward_input || p.layer_backward_weight;
-            if (p.layer_backward && split)
-                r.fail("layer_backward",
-                       "give layer_backward or layer_backward_input + "
-                       "layer_backward_weight, not both");
-            if (!p.layer_backward && !(p.layer_backward_input && p.layer_backward_weight))
-                r.fail_here(
-                    "missing layer_backward (or both layer_backward_input and "
-                    "layer_backward_weight)");
-            if (p.stage_backward)
-                r.fail("stage_backward", "stage_backward goes with stage_forward");
-        } else {
-            if (!p.stage_backward) r.fail_here("missing stage_backward (stage_forward is given)");
-            if (p.layer_backward || p.layer_backward_input || p.layer_backward_weight)
-                r.fail_here("layer_backward* keys go with layer_forward, not stage_forward");
-        }
+        read_profile(r, c.profile);
     } else {
-        auto& f = c.roofline;
-        if (auto sus = r.choice("clocks", {"sustained", "burst"}, "sustained"); sus == "burst")
-            f.sustained = false;
-        f.efficiency_scale = r.number_or("efficiency_scale", 1.0);
-        if (f.efficiency_scale <= 0 || f.efficiency_scale > 2)
-            r.fail("efficiency_scale", "must be in (0, 2]");
-        f.launch_overhead = r.time_opt("launch_overhead").value_or(f.launch_overhead);
-        f.op_overhead = r.time_opt("op_overhead").value_or(Time::zero());
+        read_roofline(r, c.roofline);
     }
     r.finish();
     return c;
@@ -836,16 +567,13 @@ bool layout_resized_without_dp(const std::vector<std::string>& overrides) {
     return resized;
 }
 
-// The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
-ExperimentSpec load_experiment_document(config::Document doc,
-                                        const std::vector<std::string>& overrides,
-                                        std::int64_t max_memory, bool part = false,
-                                        ClusterCache* clusters = nullptr,
-                                        config::DocumentCache* documents = nullptr) {
-    ExperimentSpec spec;
-    spec.source = doc.display_path;
+// Overrides for the topology: keys without their `topology.` prefix, with their values.
+using TopologyOverrides = std::vector<std::pair<std::string, std::string>>;
 
-    std::vector<std::pair<std::string, std::string>> topo_overrides;
+// Applies `overrides` to `doc`, but for those under `topology.`, which it returns.
+TopologyOverrides apply_overrides(config::Document& doc, const std::vector<std::string>& overrides,
+                                  bool part) {
+    TopologyOverrides topo_overrides;
     // As Megatron-LM derives its data-parallel size from the world size: a --set that changes the
     // model-parallel sizes or the topology while leaving dp alone lets dp follow the GPU count,
     // rather than keep a file's dp that no longer fits (`run --set parallelism.tp=4` on the
@@ -860,14 +588,54 @@ ExperimentSpec load_experiment_document(config::Document doc,
         }
         config::apply_override(doc, key, value);
     }
-    const config::Reader root = config::root_reader(doc);
-    if (const YAML::Node& raw = doc.root; raw.IsMap() && raw["jobs"].IsDefined())
-        throw ConfigError(root.location("jobs"),
-                          "'jobs': a jobs file (several jobs on one topology) runs with "
-                          "`clustersim run` (docs/yaml/jobs.md); this command takes one "
-                          "experiment");
+    return topo_overrides;
+}
 
-    // The topology: a path (resolved against the experiment's folder) or an inline mapping.
+// The document of a topology file the experiment names, with the topology's overrides applied.
+config::Document topology_file_document(const config::Document& doc, const config::Reader& root,
+                                        const YAML::Node& topo_node,
+                                        const TopologyOverrides& topo_overrides,
+                                        config::DocumentCache* documents) {
+    config::Document tdoc;
+    try {
+        tdoc = editable_document(doc.resolve(topo_node), documents);
+    } catch (const ConfigError& e) {
+        if (e.where().line > 0) throw;
+        throw ConfigError(root.location("topology"),
+                          "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
+                              doc.resolve(topo_node).string() + "): " + e.message());
+    }
+    tdoc.override_prefix = "topology.";
+    for (const auto& [k, v] : topo_overrides)
+        config::apply_override(tdoc, k, v);
+    return tdoc;
+}
+
+// An inline topology as a document of its own. Overrides address it as topology.<key> within
+// the experiment itself, so they are applied to `doc` too.
+config::Document inline_topology_document(config::Document& doc,
+                                          const TopologyOverrides& topo_overrides) {
+    for (const auto& [k, v] : topo_overrides)
+        config::apply_override(doc, "topology." + k, v);
+    config::Document tdoc = doc;
+    // reset, not assignment: assigning one yaml-cpp node to another rewrites the node both
+    // copies share, which would replace the experiment's root by its topology.
+    const YAML::Node& experiment_root = doc.root;
+    tdoc.root.reset(experiment_root["topology"]);
+    tdoc.overrides.clear();
+    tdoc.override_prefix = "topology.";
+    for (const auto& [k, v] : topo_overrides)
+        tdoc.overrides[k] = v;
+    return tdoc;
+}
+
+// The experiment's cluster: its topology (a path, resolved against the experiment's folder, or
+// an inline mapping) with `topo_overrides`, built or taken from `clusters`. Sets
+// spec.topology_source.
+std::shared_ptr<const topology::Cluster> experiment_cluster(
+    config::Document& doc, const config::Reader& root, const TopologyOverrides& topo_overrides,
+    std::int64_t max_memory, ClusterCache* clusters, config::DocumentCache* documents,
+    ExperimentSpec& spec) {
     const YAML::Node topo_node = root.value("topology");
     if (!topo_node.IsDefined() || topo_node.IsNull())
         root.fail("topology",
@@ -897,33 +665,12 @@ ExperimentSpec load_experiment_document(config::Document doc,
     if (cluster) {
         // held: nothing to load
     } else if (topo_node.IsScalar()) {
-        config::Document tdoc;
-        try {
-            tdoc = editable_document(doc.resolve(topo_node), documents);
-        } catch (const ConfigError& e) {
-            if (e.where().line > 0) throw;
-            throw ConfigError(root.location("topology"),
-                              "'topology': cannot load \"" + topo_node.Scalar() + "\" (" +
-                                  doc.resolve(topo_node).string() + "): " + e.message());
-        }
-        tdoc.override_prefix = "topology.";
-        for (const auto& [k, v] : topo_overrides)
-            config::apply_override(tdoc, k, v);
+        const config::Document tdoc =
+            topology_file_document(doc, root, topo_node, topo_overrides, documents);
         spec.topology_source = tdoc.display_path;
         cluster = build(std::string("file ").append(doc.resolve(topo_node).string()), tdoc);
     } else if (topo_node.IsMap()) {
-        // Inline topology: overrides address it as topology.<key> within the experiment itself.
-        for (const auto& [k, v] : topo_overrides)
-            config::apply_override(doc, "topology." + k, v);
-        config::Document tdoc = doc;
-        // reset, not assignment: assigning one yaml-cpp node to another rewrites the node both
-        // copies share, which would replace the experiment's root by its topology.
-        const YAML::Node& experiment_root = doc.root;
-        tdoc.root.reset(experiment_root["topology"]);
-        tdoc.overrides.clear();
-        tdoc.override_prefix = "topology.";
-        for (const auto& [k, v] : topo_overrides)
-            tdoc.overrides[k] = v;
+        const config::Document tdoc = inline_topology_document(doc, topo_overrides);
         spec.topology_source = doc.display_path;
         std::string source = std::string("inline ").append(doc.display_path).append("\n");
         canonical_text(tdoc.root, source);
@@ -931,11 +678,30 @@ ExperimentSpec load_experiment_document(config::Document doc,
     } else {
         root.fail("topology", "expected a file path or a mapping");
     }
-    spec.cluster = cluster;
+    return cluster;
+}
 
+// A calibration fitted on another GPU is allowed (a what-if), but said. Names are compared
+// through the catalogue, so that "H200" and "H200-SXM" agree.
+void warn_calibration_gpu(ExperimentSpec& spec) {
+    const auto canonical = [](const std::string& name) {
+        const topology::GpuModel* known = topology::find_catalog_model(name);
+        return known ? known->name : name;
+    };
+    const std::string fitted_name = canonical(spec.compute.calibration_gpu_model);
+    for (const auto& m : spec.cluster->gpu_models())
+        if (canonical(m.name) != fitted_name)
+            spec.warnings.push_back("compute.calibration " + spec.compute.calibration_file +
+                                    " was fitted on " + fitted_name + ", applied to " + m.name);
+}
+
+// The sections after the topology, each parsed in turn, and the root finished.
+void parse_sections(const config::Reader& root, ExperimentSpec& spec, bool part,
+                    config::DocumentCache* documents) {
+    const topology::Cluster& cluster = *spec.cluster;
     spec.model = parse_model(root.map("model"), &spec.model_file, documents);
     spec.layout_where = root.location("parallelism");
-    spec.layout = parse_layout(root.map("parallelism"), cluster->gpu_count(), spec, part);
+    spec.layout = parse_layout(root.map("parallelism"), cluster.gpu_count(), spec, part);
     spec.training = parse_training(root.map("training"));
     spec.schedule_where = root.location("schedule");
     spec.schedule = root.string_or("schedule", "1f1b");
@@ -945,43 +711,33 @@ ExperimentSpec load_experiment_document(config::Document doc,
         spec.compute = parse_compute(*c);
     else
         spec.compute.host = default_host(spec.compute.framework);
-    if (!spec.compute.calibration_file.empty()) {
-        // A calibration fitted on another GPU is allowed (a what-if), but said.
-        // Names are compared through the catalogue, so that "H200" and "H200-SXM" agree.
-        const auto canonical = [](const std::string& name) {
-            const topology::GpuModel* known = topology::find_catalog_model(name);
-            return known ? known->name : name;
-        };
-        const std::string fitted_name = canonical(spec.compute.calibration_gpu_model);
-        for (const auto& m : cluster->gpu_models())
-            if (canonical(m.name) != fitted_name)
-                spec.warnings.push_back("compute.calibration " + spec.compute.calibration_file +
-                                        " was fitted on " + fitted_name + ", applied to " + m.name);
-    }
+    if (!spec.compute.calibration_file.empty()) warn_calibration_gpu(spec);
     spec.network = network::NetworkConfig::calibrated(network::Fidelity::Flow);
     if (auto n = root.map_opt("network"))
         spec.network = parse_network(*n, &spec.network_calibration_file);
     spec.seed = static_cast<std::uint64_t>(root.count_or("seed", 0, 0));
-    if (auto g = root.map_opt("goodput")) spec.goodput = parse_goodput(*g);
+    if (auto g = root.map_opt("goodput")) spec.goodput = detail::parse_goodput(*g);
     if (auto v = root.map_opt("variability")) {
-        spec.variability = parse_variability(*v, *cluster);
+        spec.variability = detail::parse_variability(*v, cluster);
         if (!spec.variability.hosts.empty() && !spec.compute.host.enabled)
             spec.warnings.push_back(
                 "variability.hosts has no effect: there is no host model (compute.host is off "
                 "or compute.framework is not given)");
     }
-    if (auto f = root.map_opt("faults")) spec.faults = parse_faults(*f, *cluster);
+    if (auto f = root.map_opt("faults")) spec.faults = detail::parse_faults(*f, cluster);
     root.has("name");
     root.has("description");
     root.finish();
+}
 
-    // Checks that need several sections together.
+// Checks that need several sections together.
+void check_sections(const config::Reader& root, const ExperimentSpec& spec) {
     const auto& m = spec.model;
     const auto& l = spec.layout;
     const auto& t = spec.training;
     const config::Reader par = root.map("parallelism");
     if (t.precision == Precision::Fp8)
-        for (const auto& gpu : cluster->gpu_models())
+        for (const auto& gpu : spec.cluster->gpu_models())
             if (!(gpu.peak_fp8.flops_per_s > 0))
                 root.map("training")
                     .fail("precision",
@@ -1011,6 +767,27 @@ ExperimentSpec load_experiment_document(config::Document doc,
                                          ") must be a multiple of micro_batch_size x dp = " +
                                          std::to_string(t.micro_batch_size) + " x " +
                                          std::to_string(l.dp) + " = " + std::to_string(per_step));
+}
+
+// The experiment of `doc` with `overrides` applied (keys under `topology.` go to its topology).
+ExperimentSpec load_experiment_document(config::Document doc,
+                                        const std::vector<std::string>& overrides,
+                                        std::int64_t max_memory, bool part = false,
+                                        ClusterCache* clusters = nullptr,
+                                        config::DocumentCache* documents = nullptr) {
+    ExperimentSpec spec;
+    spec.source = doc.display_path;
+    const TopologyOverrides topo_overrides = apply_overrides(doc, overrides, part);
+    const config::Reader root = config::root_reader(doc);
+    if (const YAML::Node& raw = doc.root; raw.IsMap() && raw["jobs"].IsDefined())
+        throw ConfigError(root.location("jobs"),
+                          "'jobs': a jobs file (several jobs on one topology) runs with "
+                          "`clustersim run` (docs/yaml/jobs.md); this command takes one "
+                          "experiment");
+    spec.cluster =
+        experiment_cluster(doc, root, topo_overrides, max_memory, clusters, documents, spec);
+    parse_sections(root, spec, part, documents);
+    check_sections(root, spec);
     return spec;
 }
 
@@ -1057,10 +834,6 @@ ExperimentSpec load_experiment(const ExperimentText& source,
 
 ExperimentSpec load_job_experiment(const config::Document& doc, std::int64_t max_memory) {
     return load_experiment_document(doc, {}, max_memory, true);
-}
-
-std::vector<int> gpu_set(const config::Reader& r, const topology::Cluster& cluster) {
-    return variability_gpus(r, cluster);
 }
 
 std::string gpu_list_text(const std::vector<int>& gpus) {

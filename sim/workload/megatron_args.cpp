@@ -330,20 +330,11 @@ void append_moe_layer_freq(const std::string& flag, const std::string& text,
     out.push_back("model.dense_layers=" + std::to_string(first_moe - pattern.begin()));
 }
 
-}  // namespace
-
-std::string megatron_flag_of(const std::string& key) {
-    for (const auto& [flag, k] : integer_flags())
-        if (k == key) return flag;
-    return {};
-}
-
-std::vector<std::string> megatron_args_to_overrides(const std::string& args,
-                                                    std::vector<std::string>& warnings) {
-    const auto words = split_words(args);
-    std::vector<std::string> out;
-    std::map<std::string, std::int64_t> given;  // integer flags as given
-    std::set<std::string> switches;             // value-less flags as given
+// What the flags gave that turns into overrides only with other flags: read in one pass over
+// the words, applied after it.
+struct GivenFlags {
+    std::map<std::string, std::int64_t> integers;  // integer flags as given
+    std::set<std::string> switches;                // value-less flags as given
     std::optional<std::int64_t> layers_per_virtual_stage, query_groups, shared_size, max_positions,
         vocab;
     std::int64_t vocab_divisor = 128;  // Megatron-LM's --make-vocab-size-divisible-by default
@@ -358,260 +349,342 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
     std::optional<std::int64_t> recompute_layers;
     std::optional<std::string> layout, moe_layer_freq;
 
+    std::optional<std::int64_t> get(const char* flag) const {
+        const auto it = integers.find(flag);
+        if (it == integers.end()) return std::nullopt;
+        return it->second;
+    }
+    bool has(const char* flag) const { return switches.count(flag) > 0; }
+};
+
+// The flag at words[i] and the way to its value: `--flag=value`, else the next word unless it
+// is another flag (value() then moves i onto it).
+struct FlagArg {
+    const std::vector<std::string>& words;
+    std::size_t& i;
+    std::string flag;
+    std::optional<std::string> inline_value;
+
+    bool has_next() const { return i + 1 < words.size() && !is_flag(words[i + 1]); }
+    std::string value() {
+        if (inline_value) return *inline_value;
+        if (!has_next()) bad(flag + ": missing value");
+        return words[++i];
+    }
+};
+
+// The flags of training.*: recomputation, attention and FP8. False: not one of them.
+bool read_training_flag(FlagArg& a, GivenFlags& g, std::vector<std::string>& out) {
+    const std::string& flag = a.flag;
+    if (flag == "--recompute-granularity") {
+        const auto v = a.value();
+        if (v != "full" && v != "selective")
+            bad(flag + ": expected full or selective, found \"" + v + "\"");
+        out.push_back("training.recompute=" + v);
+        g.full_recompute = v == "full";
+    } else if (flag == "--activations-checkpoint-method" || flag == "--recompute-method") {
+        // uniform/block choose how full recomputation picks its layers (training.
+        // recompute_method); the old spelling implies full recomputation.
+        const auto v = a.value();
+        if (v != "uniform" && v != "block")
+            bad(flag + ": expected uniform or block, found \"" + v + "\"");
+        if (flag == "--activations-checkpoint-method") {
+            out.push_back("training.recompute=full");
+            g.full_recompute = true;
+        }
+        g.recompute_method = v;
+    } else if (flag == "--recompute-num-layers" || flag == "--activations-checkpoint-num-layers") {
+        g.recompute_layers = positive(flag, a.value());
+    } else if (flag == "--attention-backend") {
+        // Megatron-LM's AttnBackend: flash, fused (cuDNN) and auto run a fused kernel that
+        // keeps no score matrix; unfused and local materialise the scores.
+        const auto v = a.value();
+        if (v == "unfused" || v == "local")
+            out.push_back("training.attention=unfused");
+        else if (v == "flash" || v == "fused" || v == "auto")
+            out.push_back("training.attention=flash");
+        else
+            bad(flag + ": expected flash, fused, unfused, local or auto, found \"" + v + "\"");
+    } else if (flag == "--fp8-format") {
+        const auto v = a.value();
+        if (v != "e4m3" && v != "hybrid")
+            bad(flag + ": expected e4m3 or hybrid, found \"" + v + "\"");
+        out.push_back("training.precision=fp8");
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// The flags of model.*: attention groups, vocabulary, normalization, positions and MoE layers.
+// False: not one of them.
+bool read_model_flag(FlagArg& a, GivenFlags& g, std::vector<std::string>& out,
+                     std::vector<std::string>& warnings) {
+    const std::string& flag = a.flag;
+    if (flag == "--num-query-groups") {
+        g.query_groups = positive(flag, a.value());
+    } else if (flag == "--group-query-attention") {
+        g.group_query_attention = true;
+    } else if (flag == "--vocab-size") {
+        g.vocab = positive(flag, a.value());
+    } else if (flag == "--make-vocab-size-divisible-by") {
+        g.vocab_divisor = positive(flag, a.value());
+    } else if (flag == "--vocab-file" || flag == "--tokenizer-model") {
+        a.value();
+        warnings.push_back(flag +
+                           ": the tokenizer is not read; the vocabulary size comes from "
+                           "--vocab-size or the experiment's model.vocab_size");
+    } else if (flag == "--normalization") {
+        g.normalization_given = true;
+        const auto v = a.value();
+        if (v == "LayerNorm")
+            out.push_back("model.norm=layernorm");
+        else if (v == "RMSNorm")
+            out.push_back("model.norm=rmsnorm");
+        else
+            bad(flag + ": expected LayerNorm or RMSNorm, found \"" + v + "\"");
+    } else if (flag == "--position-embedding-type") {
+        // Megatron-LM's choices; only learned_absolute has a table of its own.
+        g.position_type = a.value();
+        const auto& v = g.position_type;
+        if (v != "learned_absolute" && v != "rope" && v != "mrope" && v != "relative" &&
+            v != "none")
+            bad(flag + ": expected learned_absolute, rope, mrope, relative or none, found \"" + v +
+                "\"");
+    } else if (flag == "--max-position-embeddings") {
+        g.max_positions = positive(flag, a.value());
+    } else if (flag == "--moe-layer-freq") {
+        g.moe_layer_freq = a.value();
+    } else if (flag == "--moe-shared-expert-intermediate-size") {
+        g.shared_size = positive(flag, a.value());
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// The flags of parallelism.*: virtual stages, Megatron-FSDP sharding, context parallelism and
+// the pipeline layout. False: not one of them.
+bool read_parallel_flag(FlagArg& a, GivenFlags& g, std::vector<std::string>& out) {
+    const std::string& flag = a.flag;
+    if (flag == "--num-layers-per-virtual-pipeline-stage") {
+        g.layers_per_virtual_stage = positive(flag, a.value());
+    } else if (flag == "--data-parallel-sharding-strategy") {
+        g.sharding_strategy = a.value();
+        const auto& v = *g.sharding_strategy;
+        if (v != "no_shard" && v != "optim" && v != "optim_grads" && v != "optim_grads_params")
+            bad(flag + ": expected no_shard, optim, optim_grads or optim_grads_params, found \"" +
+                v + "\"");
+    } else if (flag == "--use-megatron-fsdp" || flag == "--use-custom-fsdp") {
+        if (a.inline_value) bad(flag + " takes no value");
+        g.megatron_fsdp = true;
+    } else if (flag == "--num-distributed-optimizer-instances") {
+        g.optimizer_instances = positive(flag, a.value());
+    } else if (flag == "--cp-comm-type") {
+        // Transformer Engine's context-parallel communication (one value for every layer;
+        // Megatron-LM also takes one per layer, which clustersim does not model).
+        const auto v = a.value();
+        if (!find_named(kCpCommTypeNames, v))
+            bad(flag + ": expected p2p, a2a, allgather or a2a+p2p, found \"" + v + "\"");
+        out.push_back("parallelism.cp_comm_type=" + v);
+    } else if (flag == "--hierarchical-context-parallel-sizes") {
+        // a2a+p2p: the all-to-all group size first, then the p2p ring's; the first is
+        // cp_a2a_size (the product must be --context-parallel-size, checked by the layout).
+        const auto first = a.value();
+        out.push_back("parallelism.cp_a2a_size=" + std::to_string(positive(flag, first)));
+        while (a.has_next())
+            positive(flag, a.words[++a.i]);
+    } else if (flag == "--pipeline-model-parallel-layout") {
+        g.layout = a.value();
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// One pass over the words: the overrides each flag gives alone go to `out`, the rest to the
+// returned GivenFlags.
+GivenFlags read_flags(const std::vector<std::string>& words, std::vector<std::string>& out,
+                      std::vector<std::string>& warnings) {
+    GivenFlags g;
     for (std::size_t i = 0; i < words.size(); ++i) {
-        std::string flag = words[i];
-        if (!is_flag(flag)) {
-            warnings.push_back("ignored stray argument \"" + flag + "\" (not after a flag)");
+        FlagArg a{words, i, words[i], std::nullopt};
+        if (!is_flag(a.flag)) {
+            warnings.push_back("ignored stray argument \"" + a.flag + "\" (not after a flag)");
             continue;
         }
-        std::optional<std::string> inline_value;
-        if (const auto eq = flag.find('='); eq != std::string::npos) {
-            inline_value = flag.substr(eq + 1);
-            flag = flag.substr(0, eq);
+        if (const auto eq = a.flag.find('='); eq != std::string::npos) {
+            a.inline_value = a.flag.substr(eq + 1);
+            a.flag = a.flag.substr(0, eq);
         }
-        // The value of a flag: `--flag=value`, else the next word unless it is another flag.
-        const auto has_next = [&] { return i + 1 < words.size() && !is_flag(words[i + 1]); };
-        const auto value = [&]() -> std::string {
-            if (inline_value) return *inline_value;
-            if (!has_next()) bad(flag + ": missing value");
-            return words[++i];
-        };
-
+        const std::string& flag = a.flag;
         if (const auto it = integer_flags().find(flag); it != integer_flags().end()) {
             // The bucket size counts parameters, which may pass an int.
             const auto v =
-                positive(flag, value(), flag == "--ddp-bucket-size" ? INT64_MAX : kMaxFlagCount);
+                positive(flag, a.value(), flag == "--ddp-bucket-size" ? INT64_MAX : kMaxFlagCount);
             out.push_back(it->second + "=" + std::to_string(v));
-            given[flag] = v;
+            g.integers[flag] = v;
         } else if (const auto sw = switch_flags().find(flag); sw != switch_flags().end()) {
-            if (inline_value) bad(flag + " takes no value");
+            if (a.inline_value) bad(flag + " takes no value");
             out.push_back(sw->second);
-            switches.insert(flag);
-            if (flag == "--checkpoint-activations") full_recompute = true;
-            if (flag == "--recompute-activations") full_recompute = false;
-        } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
-            layers_per_virtual_stage = positive(flag, value());
-        } else if (flag == "--num-query-groups") {
-            query_groups = positive(flag, value());
-        } else if (flag == "--group-query-attention") {
-            group_query_attention = true;
-        } else if (flag == "--recompute-granularity") {
-            const auto v = value();
-            if (v != "full" && v != "selective")
-                bad(flag + ": expected full or selective, found \"" + v + "\"");
-            out.push_back("training.recompute=" + v);
-            full_recompute = v == "full";
-        } else if (flag == "--activations-checkpoint-method" || flag == "--recompute-method") {
-            // uniform/block choose how full recomputation picks its layers (training.
-            // recompute_method); the old spelling implies full recomputation.
-            const auto v = value();
-            if (v != "uniform" && v != "block")
-                bad(flag + ": expected uniform or block, found \"" + v + "\"");
-            if (flag == "--activations-checkpoint-method") {
-                out.push_back("training.recompute=full");
-                full_recompute = true;
-            }
-            recompute_method = v;
-        } else if (flag == "--recompute-num-layers" ||
-                   flag == "--activations-checkpoint-num-layers") {
-            recompute_layers = positive(flag, value());
-        } else if (flag == "--attention-backend") {
-            // Megatron-LM's AttnBackend: flash, fused (cuDNN) and auto run a fused kernel that
-            // keeps no score matrix; unfused and local materialise the scores.
-            const auto v = value();
-            if (v == "unfused" || v == "local")
-                out.push_back("training.attention=unfused");
-            else if (v == "flash" || v == "fused" || v == "auto")
-                out.push_back("training.attention=flash");
-            else
-                bad(flag + ": expected flash, fused, unfused, local or auto, found \"" + v + "\"");
-        } else if (flag == "--fp8-format") {
-            const auto v = value();
-            if (v != "e4m3" && v != "hybrid")
-                bad(flag + ": expected e4m3 or hybrid, found \"" + v + "\"");
-            out.push_back("training.precision=fp8");
-        } else if (flag == "--vocab-size") {
-            vocab = positive(flag, value());
-        } else if (flag == "--make-vocab-size-divisible-by") {
-            vocab_divisor = positive(flag, value());
-        } else if (flag == "--vocab-file" || flag == "--tokenizer-model") {
-            value();
-            warnings.push_back(flag +
-                               ": the tokenizer is not read; the vocabulary size comes from "
-                               "--vocab-size or the experiment's model.vocab_size");
-        } else if (flag == "--normalization") {
-            normalization_given = true;
-            const auto v = value();
-            if (v == "LayerNorm")
-                out.push_back("model.norm=layernorm");
-            else if (v == "RMSNorm")
-                out.push_back("model.norm=rmsnorm");
-            else
-                bad(flag + ": expected LayerNorm or RMSNorm, found \"" + v + "\"");
-        } else if (flag == "--position-embedding-type") {
-            // Megatron-LM's choices; only learned_absolute has a table of its own.
-            position_type = value();
-            if (position_type != "learned_absolute" && position_type != "rope" &&
-                position_type != "mrope" && position_type != "relative" && position_type != "none")
-                bad(flag + ": expected learned_absolute, rope, mrope, relative or none, found \"" +
-                    position_type + "\"");
-        } else if (flag == "--max-position-embeddings") {
-            max_positions = positive(flag, value());
-        } else if (flag == "--data-parallel-sharding-strategy") {
-            sharding_strategy = value();
-            if (*sharding_strategy != "no_shard" && *sharding_strategy != "optim" &&
-                *sharding_strategy != "optim_grads" && *sharding_strategy != "optim_grads_params")
-                bad(flag +
-                    ": expected no_shard, optim, optim_grads or optim_grads_params, found \"" +
-                    *sharding_strategy + "\"");
-        } else if (flag == "--use-megatron-fsdp" || flag == "--use-custom-fsdp") {
-            if (inline_value) bad(flag + " takes no value");
-            megatron_fsdp = true;
-        } else if (flag == "--num-distributed-optimizer-instances") {
-            optimizer_instances = positive(flag, value());
-        } else if (flag == "--cp-comm-type") {
-            // Transformer Engine's context-parallel communication (one value for every layer;
-            // Megatron-LM also takes one per layer, which clustersim does not model).
-            const auto v = value();
-            if (!find_named(kCpCommTypeNames, v))
-                bad(flag + ": expected p2p, a2a, allgather or a2a+p2p, found \"" + v + "\"");
-            out.push_back("parallelism.cp_comm_type=" + v);
-        } else if (flag == "--hierarchical-context-parallel-sizes") {
-            // a2a+p2p: the all-to-all group size first, then the p2p ring's; the first is
-            // cp_a2a_size (the product must be --context-parallel-size, checked by the layout).
-            const auto first = value();
-            out.push_back("parallelism.cp_a2a_size=" + std::to_string(positive(flag, first)));
-            while (has_next())
-                positive(flag, words[++i]);
-        } else if (flag == "--pipeline-model-parallel-layout") {
-            layout = value();
-        } else if (flag == "--moe-layer-freq") {
-            moe_layer_freq = value();
-        } else if (flag == "--moe-shared-expert-intermediate-size") {
-            shared_size = positive(flag, value());
-        } else {
+            g.switches.insert(flag);
+            if (flag == "--checkpoint-activations") g.full_recompute = true;
+            if (flag == "--recompute-activations") g.full_recompute = false;
+        } else if (!read_training_flag(a, g, out) && !read_model_flag(a, g, out, warnings) &&
+                   !read_parallel_flag(a, g, out)) {
             // Unknown: consume its value, if any, so that it is not mistaken for a stray word.
-            if (!inline_value && has_next()) ++i;
+            if (!a.inline_value && a.has_next()) ++i;
             warnings.push_back(flag + ": not used by clustersim (ignored)");
         }
     }
+    return g;
+}
 
-    append_sharding(megatron_fsdp, sharding_strategy, optimizer_instances, out, warnings);
-    // Megatron-LM reads the method and layer count only for full recomputation.
-    if (full_recompute) {
-        if (recompute_method) out.push_back("training.recompute_method=" + *recompute_method);
-        if (recompute_layers)
-            out.push_back("training.recompute_layers=" + std::to_string(*recompute_layers));
-    } else if (recompute_method || recompute_layers) {
+// Recomputation's method and layer count, which Megatron-LM reads only for full recomputation.
+void append_recompute(const GivenFlags& g, std::vector<std::string>& out,
+                      std::vector<std::string>& warnings) {
+    if (g.full_recompute) {
+        if (g.recompute_method) out.push_back("training.recompute_method=" + *g.recompute_method);
+        if (g.recompute_layers)
+            out.push_back("training.recompute_layers=" + std::to_string(*g.recompute_layers));
+    } else if (g.recompute_method || g.recompute_layers) {
         warnings.push_back(
             "--recompute-method / --recompute-num-layers without --recompute-granularity full: "
             "ignored, as Megatron-LM does");
     }
-    if (query_groups) {
-        if (group_query_attention)
-            out.push_back("model.kv_heads=" + std::to_string(*query_groups));
+}
+
+// The model keys that several flags decide together: key-value heads, positions, shared
+// experts, Megatron-LM's defaults where the flags describe the model, top-k, the padded
+// vocabulary.
+void append_model(const GivenFlags& g, std::vector<std::string>& out,
+                  std::vector<std::string>& warnings) {
+    if (g.query_groups) {
+        if (g.group_query_attention)
+            out.push_back("model.kv_heads=" + std::to_string(*g.query_groups));
         else
             warnings.push_back(
                 "--num-query-groups without --group-query-attention: ignored, as Megatron-LM "
                 "does");
     }
-    const auto get = [&](const char* f) -> std::optional<std::int64_t> {
-        const auto it = given.find(f);
-        if (it == given.end()) return std::nullopt;
-        return it->second;
-    };
-    const auto seq = get("--seq-length");
+    const auto seq = g.get("--seq-length");
     // Rotary embeddings in every layer (they cost kernels, and eager PyTorch's keep activations).
-    if (position_type == "rope" || position_type == "mrope") out.push_back("model.rotary=true");
-    if (position_type != "learned_absolute")
+    if (g.position_type == "rope" || g.position_type == "mrope") out.push_back("model.rotary=true");
+    if (g.position_type != "learned_absolute")
         out.push_back("model.position_embeddings=0");
-    else if (max_positions || seq)
+    else if (g.max_positions || seq)
         out.push_back("model.position_embeddings=" +
-                      std::to_string(max_positions ? *max_positions : *seq));
-    if (shared_size) {
-        const auto moe_ffn = get("--moe-ffn-hidden-size");
-        if (!moe_ffn || *shared_size % *moe_ffn != 0)
+                      std::to_string(g.max_positions ? *g.max_positions : *seq));
+    if (g.shared_size) {
+        const auto moe_ffn = g.get("--moe-ffn-hidden-size");
+        if (!moe_ffn || *g.shared_size % *moe_ffn != 0)
             warnings.push_back("--moe-shared-expert-intermediate-size " +
-                               std::to_string(*shared_size) +
+                               std::to_string(*g.shared_size) +
                                ": needs --moe-ffn-hidden-size dividing it to count shared "
                                "experts (ignored)");
         else
-            out.push_back("model.shared_experts=" + std::to_string(*shared_size / *moe_ffn));
+            out.push_back("model.shared_experts=" + std::to_string(*g.shared_size / *moe_ffn));
     }
     // When the flags describe the model, Megatron-LM's defaults for the switches they leave out
     // apply too (they may differ from the experiment file's family defaults).
-    if (const auto h = get("--hidden-size")) {
-        const bool swiglu = switches.count("--swiglu") > 0;
-        if (!get("--ffn-hidden-size"))
+    if (const auto h = g.get("--hidden-size")) {
+        const bool swiglu = g.has("--swiglu");
+        if (!g.get("--ffn-hidden-size"))
             out.push_back("model.ffn_hidden_size=" +
                           std::to_string(swiglu ? (4 * *h * 2 / 3) / 64 * 64 : 4 * *h));
         if (!swiglu) out.push_back("model.activation=gelu");
-        if (!normalization_given) out.push_back("model.norm=layernorm");
-        if (!switches.count("--disable-bias-linear")) out.push_back("model.bias=true");
-        if (!switches.count("--untie-embeddings-and-output-weights"))
+        if (!g.normalization_given) out.push_back("model.norm=layernorm");
+        if (!g.has("--disable-bias-linear")) out.push_back("model.bias=true");
+        if (!g.has("--untie-embeddings-and-output-weights"))
             out.push_back("model.tied_embeddings=true");
-        if (const auto heads = get("--num-attention-heads"); heads && !group_query_attention)
+        if (const auto heads = g.get("--num-attention-heads"); heads && !g.group_query_attention)
             out.push_back("model.kv_heads=" + std::to_string(*heads));
     }
-    if (get("--num-experts") && !get("--moe-router-topk"))
+    if (g.get("--num-experts") && !g.get("--moe-router-topk"))
         out.push_back("model.top_k=2");  // Megatron-LM's default
-    if (vocab) {
+    if (g.vocab) {
         // Megatron-LM pads the vocabulary to a multiple of divisor x tp.
         const std::int64_t multiple =
-            vocab_divisor * get("--tensor-model-parallel-size").value_or(1);
+            g.vocab_divisor * g.get("--tensor-model-parallel-size").value_or(1);
         out.push_back("model.vocab_size=" +
-                      std::to_string((*vocab + multiple - 1) / multiple * multiple));
+                      std::to_string((*g.vocab + multiple - 1) / multiple * multiple));
     }
-    const auto layers = get("--num-layers");
-    const auto pp = get("--pipeline-model-parallel-size");
-    if (moe_layer_freq) append_moe_layer_freq("--moe-layer-freq", *moe_layer_freq, layers, out);
-    if (layout) {
-        // Megatron-LM: the layout replaces every other way of splitting the layers.
-        for (const char* other :
-             {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-              "--num-virtual-stages-per-pipeline-rank"})
-            if (get(other))
-                bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") +
-                    other);
-        if (layers_per_virtual_stage)
-            bad("--pipeline-model-parallel-layout cannot be combined with "
-                "--num-layers-per-virtual-pipeline-stage");
-        for (const char* other :
-             {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"})
-            if (switches.count(other))
-                bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") +
-                    other + " (the layout places the embedding and loss itself)");
-        append_layout("--pipeline-model-parallel-layout", *layout, pp, layers, out, warnings);
+}
+
+// --pipeline-model-parallel-layout, which replaces every other way of splitting the layers (as
+// in Megatron-LM).
+void append_layout_flag(const GivenFlags& g, std::vector<std::string>& out,
+                        std::vector<std::string>& warnings) {
+    for (const char* other :
+         {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+          "--num-virtual-stages-per-pipeline-rank"})
+        if (g.get(other))
+            bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") + other);
+    if (g.layers_per_virtual_stage)
+        bad("--pipeline-model-parallel-layout cannot be combined with "
+            "--num-layers-per-virtual-pipeline-stage");
+    for (const char* other :
+         {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"})
+        if (g.has(other))
+            bad(std::string("--pipeline-model-parallel-layout cannot be combined with ") + other +
+                " (the layout places the embedding and loss itself)");
+    append_layout("--pipeline-model-parallel-layout", *g.layout,
+                  g.get("--pipeline-model-parallel-size"), g.get("--num-layers"), out, warnings);
+}
+
+// --num-layers-per-virtual-pipeline-stage as parallelism.vpp.
+void append_virtual_stages(const GivenFlags& g, std::vector<std::string>& out) {
+    const auto layers = g.get("--num-layers");
+    const auto pp = g.get("--pipeline-model-parallel-size");
+    if (!layers || !pp) {
+        bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "
+            "--pipeline-model-parallel-size to derive the virtual stages");
     }
-    if (layers_per_virtual_stage) {
-        if (!layers || !pp) {
-            bad("--num-layers-per-virtual-pipeline-stage needs --num-layers and "
-                "--pipeline-model-parallel-size to derive the virtual stages");
-        }
-        // Megatron-LM's rules (arguments.py): the two flags exclude each other, an uneven first
-        // or last stage needs the chunk count itself, and the embedding and loss count as layers
-        // when they are accounted for in the split.
-        if (get("--num-virtual-stages-per-pipeline-rank"))
-            bad("--num-layers-per-virtual-pipeline-stage and "
-                "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
-        if (get("--decoder-first-pipeline-num-layers") || get("--decoder-last-pipeline-num-layers"))
-            bad("with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers, "
-                "give the virtual stages with --num-virtual-stages-per-pipeline-rank (as "
-                "Megatron-LM requires)");
-        const std::int64_t counted =
-            *layers + (switches.count("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
-            (switches.count("--account-for-loss-in-pipeline-split") ? 1 : 0);
-        const std::string what =
-            counted == *layers ? std::to_string(*layers) + " layers"
-                               : std::to_string(counted) + " layers (" + std::to_string(*layers) +
-                                     " with the embedding and/or loss counted as layers)";
-        const std::int64_t per_stage = counted / *pp;
-        if (counted % *pp != 0 || per_stage % *layers_per_virtual_stage != 0)
-            bad("--num-layers-per-virtual-pipeline-stage " +
-                std::to_string(*layers_per_virtual_stage) + " does not divide the " + what +
-                " over " + std::to_string(*pp) + " pipeline stages evenly");
-        out.push_back("parallelism.vpp=" + std::to_string(per_stage / *layers_per_virtual_stage));
-    }
+    // Megatron-LM's rules (arguments.py): the two flags exclude each other, an uneven first
+    // or last stage needs the chunk count itself, and the embedding and loss count as layers
+    // when they are accounted for in the split.
+    if (g.get("--num-virtual-stages-per-pipeline-rank"))
+        bad("--num-layers-per-virtual-pipeline-stage and "
+            "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
+    if (g.get("--decoder-first-pipeline-num-layers") || g.get("--decoder-last-pipeline-num-layers"))
+        bad("with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers, "
+            "give the virtual stages with --num-virtual-stages-per-pipeline-rank (as "
+            "Megatron-LM requires)");
+    const std::int64_t counted = *layers +
+                                 (g.has("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
+                                 (g.has("--account-for-loss-in-pipeline-split") ? 1 : 0);
+    const std::string what = counted == *layers
+                                 ? std::to_string(*layers) + " layers"
+                                 : std::to_string(counted) + " layers (" + std::to_string(*layers) +
+                                       " with the embedding and/or loss counted as layers)";
+    const std::int64_t per_stage = counted / *pp;
+    const std::int64_t per_virtual = *g.layers_per_virtual_stage;
+    if (counted % *pp != 0 || per_stage % per_virtual != 0)
+        bad("--num-layers-per-virtual-pipeline-stage " + std::to_string(per_virtual) +
+            " does not divide the " + what + " over " + std::to_string(*pp) +
+            " pipeline stages evenly");
+    out.push_back("parallelism.vpp=" + std::to_string(per_stage / per_virtual));
+}
+
+}  // namespace
+
+std::string megatron_flag_of(const std::string& key) {
+    for (const auto& [flag, k] : integer_flags())
+        if (k == key) return flag;
+    return {};
+}
+
+std::vector<std::string> megatron_args_to_overrides(const std::string& args,
+                                                    std::vector<std::string>& warnings) {
+    std::vector<std::string> out;
+    const GivenFlags g = read_flags(split_words(args), out, warnings);
+    append_sharding(g.megatron_fsdp, g.sharding_strategy, g.optimizer_instances, out, warnings);
+    append_recompute(g, out, warnings);
+    append_model(g, out, warnings);
+    if (g.moe_layer_freq)
+        append_moe_layer_freq("--moe-layer-freq", *g.moe_layer_freq, g.get("--num-layers"), out);
+    if (g.layout) append_layout_flag(g, out, warnings);
+    if (g.layers_per_virtual_stage) append_virtual_stages(g, out);
     return out;
 }
 

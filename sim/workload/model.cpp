@@ -116,6 +116,61 @@ std::filesystem::path resolve_from(const config::Reader& r) {
     model.fail_here(message);
 }
 
+// The value of a key the model needs, or an error naming it.
+int required(const config::Reader& model, const std::optional<int>& v, const char* key) {
+    if (!v) fail_at(model, key, std::string("missing '") + key + "'");
+    return v.value_or(0);
+}
+
+// The routed and shared experts of an MoE model (none without `experts`).
+void set_experts(const config::Reader& model, const ModelKeys& k, ModelSpec& m) {
+    m.experts = k.experts.value_or(0);
+    if (m.family == "moe" && m.experts == 0)
+        fail_at(model, "experts", "family moe needs 'experts' (the number of routed experts, > 0)");
+    if (m.experts == 0) {
+        for (const char* key : {"top_k", "moe_ffn_hidden_size", "shared_experts", "dense_layers"})
+            if (model.has(key)) model.fail(key, std::string("'") + key + "' needs 'experts' > 0");
+    } else {
+        m.top_k = required(model, k.top_k, "top_k");
+        if (m.top_k > m.experts)
+            fail_at(model, "top_k",
+                    "top_k " + std::to_string(m.top_k) + " exceeds experts " +
+                        std::to_string(m.experts));
+        m.shared_experts = k.shared_experts.value_or(0);
+        m.dense_layers = k.dense_layers.value_or(0);
+        if (m.dense_layers >= m.layers)
+            fail_at(model, "dense_layers",
+                    "dense_layers " + std::to_string(m.dense_layers) + " leaves no MoE layer in " +
+                        std::to_string(m.layers) + " layers");
+    }
+}
+
+// The dense MLP width: ffn_hidden_size, gpt's 4h, or an MoE model's expert width.
+void set_ffn_width(const config::Reader& model, const ModelKeys& k, ModelSpec& m) {
+    const bool gpt = m.family == "gpt";
+    // Dense MLP width: gpt defaults to 4h. Llama's own rule (8h/3 scaled by a multiplier and
+    // rounded to a multiple) has per-model constants, so llama and moe models state it.
+    if (k.ffn_hidden_size) {
+        m.ffn_hidden_size = *k.ffn_hidden_size;
+    } else if (gpt) {
+        // 4 x hidden_size must still fit an int (it wraps negative past 536870911).
+        if (m.hidden_size > config::kMaxCount / 4)
+            fail_at(model, "hidden_size",
+                    "hidden_size " + std::to_string(m.hidden_size) +
+                        " is too large for the default ffn_hidden_size = 4 x "
+                        "hidden_size (at most " +
+                        std::to_string(config::kMaxCount / 4) + "); give ffn_hidden_size");
+        m.ffn_hidden_size = 4 * m.hidden_size;
+    } else if (m.experts > 0 && m.dense_layers == 0 && k.moe_ffn_hidden_size) {
+        m.ffn_hidden_size = *k.moe_ffn_hidden_size;
+    } else {
+        fail_at(model, "ffn_hidden_size",
+                "family " + m.family +
+                    " needs 'ffn_hidden_size' (the MLP width; gpt defaults to "
+                    "4 x hidden_size)");
+    }
+}
+
 }  // namespace
 
 std::filesystem::path bundled_models_dir(const std::filesystem::path& start) {
@@ -152,28 +207,24 @@ ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_r
     read_keys(model, k);
     model.finish();
 
-    auto fail = [&](const char* key, const std::string& message) { fail_at(model, key, message); };
-    auto require = [&](const std::optional<int>& v, const char* key) {
-        if (!v) fail_at(model, key, std::string("missing '") + key + "'");
-        return v.value_or(0);
-    };
-
     ModelSpec m;
     m.family = k.family.value_or("gpt");
     m.name = k.name ? *k.name : (file_stem.empty() ? "custom" : file_stem);
     const bool gpt = m.family == "gpt";
-    m.layers = require(k.layers, "layers");
-    m.hidden_size = require(k.hidden_size, "hidden_size");
-    m.attention_heads = require(k.attention_heads, "attention_heads");
+    m.layers = required(model, k.layers, "layers");
+    m.hidden_size = required(model, k.hidden_size, "hidden_size");
+    m.attention_heads = required(model, k.attention_heads, "attention_heads");
     m.kv_heads = k.kv_heads.value_or(m.attention_heads);
     if (!k.head_dim && m.hidden_size % m.attention_heads != 0)
-        fail("attention_heads", "hidden_size " + std::to_string(m.hidden_size) +
-                                    " is not a multiple of attention_heads " +
-                                    std::to_string(m.attention_heads) + "; give head_dim");
+        fail_at(model, "attention_heads",
+                "hidden_size " + std::to_string(m.hidden_size) +
+                    " is not a multiple of attention_heads " + std::to_string(m.attention_heads) +
+                    "; give head_dim");
     m.head_dim = k.head_dim.value_or(m.hidden_size / m.attention_heads);
     if (m.attention_heads % m.kv_heads != 0)
-        fail("kv_heads", "attention_heads " + std::to_string(m.attention_heads) +
-                             " is not a multiple of kv_heads " + std::to_string(m.kv_heads));
+        fail_at(model, "kv_heads",
+                "attention_heads " + std::to_string(m.attention_heads) +
+                    " is not a multiple of kv_heads " + std::to_string(m.kv_heads));
     m.vocab_size = k.vocab_size.value_or(0);
     m.position_embeddings = k.position_embeddings.value_or(0);
     m.norm = (k.norm ? *k.norm == "layernorm" : gpt) ? Norm::LayerNorm : Norm::RmsNorm;
@@ -184,49 +235,12 @@ ModelSpec parse_model(const config::Reader& model, std::filesystem::path* file_r
     m.rotary = k.rotary.value_or(!gpt && m.position_embeddings == 0);
     m.dropout = k.dropout.value_or(m.norm == Norm::LayerNorm);
     if (m.rotary && m.position_embeddings > 0)
-        fail("rotary", "rotary: true with position_embeddings " +
-                           std::to_string(m.position_embeddings) +
-                           ": a model has learned positions or rotary embeddings, not both");
+        fail_at(model, "rotary",
+                "rotary: true with position_embeddings " + std::to_string(m.position_embeddings) +
+                    ": a model has learned positions or rotary embeddings, not both");
 
-    m.experts = k.experts.value_or(0);
-    if (m.family == "moe" && m.experts == 0)
-        fail("experts", "family moe needs 'experts' (the number of routed experts, > 0)");
-    if (m.experts == 0) {
-        for (const char* key : {"top_k", "moe_ffn_hidden_size", "shared_experts", "dense_layers"})
-            if (model.has(key)) model.fail(key, std::string("'") + key + "' needs 'experts' > 0");
-    } else {
-        m.top_k = require(k.top_k, "top_k");
-        if (m.top_k > m.experts)
-            fail("top_k", "top_k " + std::to_string(m.top_k) + " exceeds experts " +
-                              std::to_string(m.experts));
-        m.shared_experts = k.shared_experts.value_or(0);
-        m.dense_layers = k.dense_layers.value_or(0);
-        if (m.dense_layers >= m.layers)
-            fail("dense_layers", "dense_layers " + std::to_string(m.dense_layers) +
-                                     " leaves no MoE layer in " + std::to_string(m.layers) +
-                                     " layers");
-    }
-
-    // Dense MLP width: gpt defaults to 4h. Llama's own rule (8h/3 scaled by a multiplier and
-    // rounded to a multiple) has per-model constants, so llama and moe models state it.
-    if (k.ffn_hidden_size) {
-        m.ffn_hidden_size = *k.ffn_hidden_size;
-    } else if (gpt) {
-        // 4 x hidden_size must still fit an int (it wraps negative past 536870911).
-        if (m.hidden_size > config::kMaxCount / 4)
-            fail("hidden_size", "hidden_size " + std::to_string(m.hidden_size) +
-                                    " is too large for the default ffn_hidden_size = 4 x "
-                                    "hidden_size (at most " +
-                                    std::to_string(config::kMaxCount / 4) +
-                                    "); give ffn_hidden_size");
-        m.ffn_hidden_size = 4 * m.hidden_size;
-    } else if (m.experts > 0 && m.dense_layers == 0 && k.moe_ffn_hidden_size) {
-        m.ffn_hidden_size = *k.moe_ffn_hidden_size;
-    } else {
-        fail("ffn_hidden_size", "family " + m.family +
-                                    " needs 'ffn_hidden_size' (the MLP width; gpt defaults to "
-                                    "4 x hidden_size)");
-    }
+    set_experts(model, k, m);
+    set_ffn_width(model, k, m);
     if (m.experts > 0) m.moe_ffn_hidden_size = k.moe_ffn_hidden_size.value_or(m.ffn_hidden_size);
     return m;
 }

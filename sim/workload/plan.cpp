@@ -154,34 +154,12 @@ void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
     c.activation_memory += Bytes{lp.activation_memory.value * layers};
 }
 
-void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last, int chunks,
-                        bool split_backward) {
-    const auto& m = spec.model;
-    const auto& t = spec.training;
+// The profiled layer (or stage) steps of a chunk: `per_layer` forward FLOPs a layer (the
+// chunk's `fwd_flops` in all), `recompute` recomputed FLOPs a layer step.
+void add_profile_layer_steps(const ExperimentSpec& spec, ChunkPlan& c, double per_layer,
+                             double fwd_flops, double recompute, int chunks, bool split_backward) {
     const auto& p = spec.compute.profile;
     const Time oh = p.op_overhead;
-    const double group = static_cast<double>(spec.layout.tp) * spec.layout.cp;
-    // Profile times carry no FLOPs of their own; the model's FLOPs are attached so that MFU and
-    // the trace's FLOP counts mean the same thing in both compute models.
-    double fwd_flops = 0;
-    for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
-        fwd_flops +=
-            layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size, t.seq_length).value /
-            group;
-    const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
-    // Recomputed FLOPs (HFU) spread over the chunk's layer steps, which share one profiled time.
-    const double recompute =
-        c.layers > 0 ? per_layer * recomputed_layers(t, c.layers) / c.layers : 0;
-
-    // With `unprofiled: roofline` the embedding and output layer that have no profiled time are
-    // the roofline model's (all their passes, appended like the roofline chunk does).
-    const auto& gpu = spec.cluster->gpu_model(0);
-    const bool estimate_embedding = p.estimate_unprofiled && !p.embedding_given && m.vocab_size > 0;
-    const bool estimate_output = p.estimate_unprofiled && !p.output_given && m.vocab_size > 0;
-    if (first && estimate_embedding)
-        append_passes(c, roofline_embedding(m, spec.layout, t, gpu, spec.compute.roofline), 1);
-    if (first && !estimate_embedding)
-        add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
     if (p.layer_forward) {
         if (split_backward && p.layer_backward)
             throw ConfigError(spec.schedule_where,
@@ -223,29 +201,62 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
         c.backward.steps.push_back(
             compute_step("stage", bwd + oh, 2 * fwd_flops, 2 * fwd_flops + recompute * c.layers));
     }
-    // With compute.framework the host issues the kernels that framework runs for each profiled
-    // layer (the roofline's kernel list); a plain profile run issues one per step (no host).
-    if (spec.compute.framework != Framework::None) {
-        const auto lp = roofline_layer(m, spec.layout, t, gpu, spec.compute.roofline,
-                                       is_moe_layer(m, c.first_layer));
-        const auto set = [&](PassPlan& pass, std::int64_t layer_launches) {
-            for (auto& st : pass.steps) {
-                const std::string_view label = st.label;
-                if (label == "layer input grad")
-                    st.launches = static_cast<std::int32_t>(lp.backward_input.launches());
-                else if (label == "layer weight grad")
-                    st.launches = static_cast<std::int32_t>(lp.backward_weight.launches());
-                else if (label == "layer")
-                    st.launches = static_cast<std::int32_t>(layer_launches);
-                else if (label == "stage")
-                    st.launches = static_cast<std::int32_t>(layer_launches * c.layers);
-            }
-        };
-        set(c.forward, lp.forward.launches());
-        set(c.backward, lp.backward.launches());
-        set(c.backward_input, lp.backward_input.launches());
-        set(c.backward_weight, lp.backward_weight.launches());
-    }
+}
+
+// With compute.framework the host issues the kernels that framework runs for each profiled
+// layer (the roofline's kernel list); a plain profile run issues one per step (no host).
+void set_profile_launches(const ExperimentSpec& spec, ChunkPlan& c, const topology::GpuModel& gpu) {
+    const auto lp = roofline_layer(spec.model, spec.layout, spec.training, gpu,
+                                   spec.compute.roofline, is_moe_layer(spec.model, c.first_layer));
+    const auto set = [&](PassPlan& pass, std::int64_t layer_launches) {
+        for (auto& st : pass.steps) {
+            const std::string_view label = st.label;
+            if (label == "layer input grad")
+                st.launches = static_cast<std::int32_t>(lp.backward_input.launches());
+            else if (label == "layer weight grad")
+                st.launches = static_cast<std::int32_t>(lp.backward_weight.launches());
+            else if (label == "layer")
+                st.launches = static_cast<std::int32_t>(layer_launches);
+            else if (label == "stage")
+                st.launches = static_cast<std::int32_t>(layer_launches * c.layers);
+        }
+    };
+    set(c.forward, lp.forward.launches());
+    set(c.backward, lp.backward.launches());
+    set(c.backward_input, lp.backward_input.launches());
+    set(c.backward_weight, lp.backward_weight.launches());
+}
+
+void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last, int chunks,
+                        bool split_backward) {
+    const auto& m = spec.model;
+    const auto& t = spec.training;
+    const auto& p = spec.compute.profile;
+    const Time oh = p.op_overhead;
+    const double group = static_cast<double>(spec.layout.tp) * spec.layout.cp;
+    // Profile times carry no FLOPs of their own; the model's FLOPs are attached so that MFU and
+    // the trace's FLOP counts mean the same thing in both compute models.
+    double fwd_flops = 0;
+    for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
+        fwd_flops +=
+            layer_forward_flops(m, is_moe_layer(m, layer), t.micro_batch_size, t.seq_length).value /
+            group;
+    const double per_layer = c.layers > 0 ? fwd_flops / c.layers : 0;
+    // Recomputed FLOPs (HFU) spread over the chunk's layer steps, which share one profiled time.
+    const double recompute =
+        c.layers > 0 ? per_layer * recomputed_layers(t, c.layers) / c.layers : 0;
+
+    // With `unprofiled: roofline` the embedding and output layer that have no profiled time are
+    // the roofline model's (all their passes, appended like the roofline chunk does).
+    const auto& gpu = spec.cluster->gpu_model(0);
+    const bool estimate_embedding = p.estimate_unprofiled && !p.embedding_given && m.vocab_size > 0;
+    const bool estimate_output = p.estimate_unprofiled && !p.output_given && m.vocab_size > 0;
+    if (first && estimate_embedding)
+        append_passes(c, roofline_embedding(m, spec.layout, t, gpu, spec.compute.roofline), 1);
+    if (first && !estimate_embedding)
+        add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
+    add_profile_layer_steps(spec, c, per_layer, fwd_flops, recompute, chunks, split_backward);
+    if (spec.compute.framework != Framework::None) set_profile_launches(spec, c, gpu);
     if (last && estimate_output)
         append_passes(c, roofline_output_layer(m, spec.layout, t, gpu, spec.compute.roofline), 1);
     if (last && !estimate_output) {
@@ -297,6 +308,74 @@ Bytes dp_bytes(const ExperimentSpec& spec, double parameters, double bytes_per_p
     return Bytes{static_cast<std::int64_t>(bytes)};
 }
 
+// The activation memory of a profiled chunk's layers: the model's, as the roofline counts it.
+void add_profile_activation_memory(const ExperimentSpec& spec, ChunkPlan& c) {
+    const auto& m = spec.model;
+    const auto& l = spec.layout;
+    const auto& t = spec.training;
+    const int recomputed = recomputed_layers(t, c.layers);
+    const TrainingSpec stored = stored_layers_training(t);
+    for_each_layer_run(m, c.first_layer, recomputed, [&](bool moe, int count) {
+        c.activation_memory += Bytes{layer_activation_bytes(m, l, t, moe).value * count};
+    });
+    for_each_layer_run(
+        m, c.first_layer + recomputed, c.layers - recomputed, [&](bool moe, int count) {
+            c.activation_memory += Bytes{layer_activation_bytes(m, l, stored, moe).value * count};
+        });
+    c.activation_memory.value -= uniform_group_saving(spec, c.layers);
+}
+
+// Pipeline device `s`: the parameters of the chunks it holds (`device_of`; with two copies, the
+// mirrored device's too), their data-parallel sizes and the optimizer step.
+StagePlan plan_device(const ExperimentSpec& spec, const IterationPlan& plan, int s, int chunks,
+                      const std::function<int(int)>& device_of, int copies) {
+    const auto& m = spec.model;
+    const auto& l = spec.layout;
+    const auto& t = spec.training;
+    const int vstages = static_cast<int>(plan.virtual_stages.size());
+    StagePlan d;
+    std::int64_t params = 0, owned = 0;
+    const auto holds = [&](int vs) {
+        return device_of(vs) == s || (copies == 2 && device_of(vs) == l.pp - 1 - s);
+    };
+    for (int vs = 0; vs < vstages; ++vs)
+        if (holds(vs)) {
+            const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
+            const bool embedding = vs == 0, output = vs == vstages - 1;
+            params += parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
+            owned += optimizer_parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
+        }
+    // A device holding both the embedding chunk and the output chunk (V placements) holds
+    // tied embedding weights once; the chunks counted apart each brought a copy. The
+    // difference is zero for untied weights.
+    if (vstages > 1 && holds(0) && holds(vstages - 1)) {
+        params += parameters_per_gpu(m, l, 0, 0, true, true) -
+                  parameters_per_gpu(m, l, 0, 0, true, false) -
+                  parameters_per_gpu(m, l, 0, 0, false, true);
+        owned += optimizer_parameters_per_gpu(m, l, 0, 0, true, true) -
+                 optimizer_parameters_per_gpu(m, l, 0, 0, true, false) -
+                 optimizer_parameters_per_gpu(m, l, 0, 0, false, true);
+    }
+    // One bucket per model chunk, reduced in the gradient buffer's type.
+    d.dp_parameters = params / (chunks * copies);
+    d.dp_gradient_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
+                                   gradient_bytes_per_parameter(t.precision));
+    d.dp_parameter_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
+                                    weight_bytes_per_parameter(t.precision));
+    d.dp_sharded = l.distributed_optimizer;
+    const auto& prof = spec.compute.profile;
+    const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
+                          (prof.optimizer_given || !prof.estimate_unprofiled);
+    if (t.optimizer == Optimizer::None)
+        d.optimizer_step = Time::zero();
+    else if (profiled)
+        d.optimizer_step = prof.optimizer_step;
+    else
+        d.optimizer_step = roofline_optimizer_step(
+            params, owned, t.precision, spec.cluster->gpu_model(0), spec.compute.roofline);
+    return d;
+}
+
 }  // namespace
 
 IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_backward,
@@ -330,66 +409,16 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
         const bool first = vs == 0, last = vs == vstages - 1;
         if (spec.compute.kind == ComputeSpec::Kind::Profile) {
             plan_profile_chunk(spec, c, first, last, chunks, split_backward);
-            const int recomputed = recomputed_layers(t, c.layers);
-            const TrainingSpec stored = stored_layers_training(t);
-            for_each_layer_run(m, c.first_layer, recomputed, [&](bool moe, int count) {
-                c.activation_memory += Bytes{layer_activation_bytes(m, l, t, moe).value * count};
-            });
-            for_each_layer_run(
-                m, c.first_layer + recomputed, c.layers - recomputed, [&](bool moe, int count) {
-                    c.activation_memory +=
-                        Bytes{layer_activation_bytes(m, l, stored, moe).value * count};
-                });
-            c.activation_memory.value -= uniform_group_saving(spec, c.layers);
+            add_profile_activation_memory(spec, c);
         } else {
             plan_roofline_chunk(spec, c, first, last);
         }
     }
 
     plan.devices.resize(static_cast<std::size_t>(l.pp));
-    for (int s = 0; s < l.pp; ++s) {
-        StagePlan& d = plan.devices[static_cast<std::size_t>(s)];
-        std::int64_t params = 0, owned = 0;
-        const auto holds = [&](int vs) {
-            return device_of(vs) == s || (copies == 2 && device_of(vs) == l.pp - 1 - s);
-        };
-        for (int vs = 0; vs < vstages; ++vs)
-            if (holds(vs)) {
-                const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
-                const bool embedding = vs == 0, output = vs == vstages - 1;
-                params += parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
-                owned +=
-                    optimizer_parameters_per_gpu(m, l, c.first_layer, c.layers, embedding, output);
-            }
-        // A device holding both the embedding chunk and the output chunk (V placements) holds
-        // tied embedding weights once; the chunks counted apart each brought a copy. The
-        // difference is zero for untied weights.
-        if (vstages > 1 && holds(0) && holds(vstages - 1)) {
-            params += parameters_per_gpu(m, l, 0, 0, true, true) -
-                      parameters_per_gpu(m, l, 0, 0, true, false) -
-                      parameters_per_gpu(m, l, 0, 0, false, true);
-            owned += optimizer_parameters_per_gpu(m, l, 0, 0, true, true) -
-                     optimizer_parameters_per_gpu(m, l, 0, 0, true, false) -
-                     optimizer_parameters_per_gpu(m, l, 0, 0, false, true);
-        }
-        // One bucket per model chunk, reduced in the gradient buffer's type.
-        d.dp_parameters = params / (chunks * copies);
-        d.dp_gradient_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
-                                       gradient_bytes_per_parameter(t.precision));
-        d.dp_parameter_bytes = dp_bytes(spec, static_cast<double>(d.dp_parameters),
-                                        weight_bytes_per_parameter(t.precision));
-        d.dp_sharded = l.distributed_optimizer;
-        const auto& prof = spec.compute.profile;
-        const bool profiled = spec.compute.kind == ComputeSpec::Kind::Profile &&
-                              (prof.optimizer_given || !prof.estimate_unprofiled);
-        if (t.optimizer == Optimizer::None)
-            d.optimizer_step = Time::zero();
-        else if (profiled)
-            d.optimizer_step = prof.optimizer_step;
-        else
-            d.optimizer_step = roofline_optimizer_step(
-                params, owned, t.precision, spec.cluster->gpu_model(0), spec.compute.roofline);
-    }
+    for (int s = 0; s < l.pp; ++s)
+        plan.devices[static_cast<std::size_t>(s)] =
+            plan_device(spec, plan, s, chunks, device_of, copies);
 
     plan_shard_units(spec, plan);
     apply_pipeline_comm(spec, plan, device_of, copies);
