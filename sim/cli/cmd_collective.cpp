@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/tables.hpp"
@@ -61,6 +64,59 @@ E pick(const std::string& option, const std::string& value, const std::array<Nam
                       "unknown value; expected " + config::join_alternatives(names_of(table)));
 }
 
+// The sizes swept, and the step as nccl-tests' table heads it ("2(factor)", "1048576(bytes)").
+struct SizeSweep {
+    std::vector<Bytes> sizes;
+    std::string step;
+};
+
+// --sizes and --step-factor, or nccl-tests' -b/-e/-f/-i (not both).
+SizeSweep size_sweep(const CollectiveArgs& a) {
+    const bool nccl_range = a.min_opt->count() > 0 || a.max_opt->count() > 0;
+    const bool nccl_step = a.nccl_factor_opt->count() > 0 || a.step_bytes_opt->count() > 0;
+    if (!nccl_range && !nccl_step) {
+        auto sizes = api::parse_size_range(a.sizes, a.step_factor);
+        char text[64];
+        std::snprintf(text, sizeof text, "%g(factor)", a.step_factor);
+        return {std::move(sizes), text};
+    }
+    if (a.sizes_opt->count() > 0 || a.step_factor_opt->count() > 0)
+        throw ConfigError(SourceLocation{"--sizes"},
+                          "give either --sizes [--step-factor] or nccl-tests' -b/-e/-f/-i, "
+                          "not both");
+    if (a.nccl_factor_opt->count() > 0 && a.step_bytes_opt->count() > 0 && a.nccl_factor > 1)
+        throw ConfigError(SourceLocation{"-i " + a.step_bytes},
+                          "-i (an increment) and -f (a factor) exclude each other");
+    const auto size = [](const std::string& flag, const std::string& text) {
+        const auto b = api::parse_nccl_size(text);
+        if (!b)
+            throw ConfigError(SourceLocation{flag + " " + text},
+                              std::string("expected a size as nccl-tests writes it (8, 64K, "
+                                          "1M, 8G: powers of 2) or with units ") +
+                                  kBytesUnits);
+        return *b;
+    };
+    // nccl-tests' defaults: 32M for a bound not given, increments of 1M unless -f > 1.
+    const std::string first = a.min_opt->count() ? a.min_bytes : "32M";
+    const std::string last = a.max_opt->count() ? a.max_bytes : "32M";
+    const Bytes increment = size("-i", a.step_bytes);
+    // Messages name the step as given: -f unless it is 1 (a bad factor included), else the
+    // increment.
+    char factor_text[32];
+    std::snprintf(factor_text, sizeof factor_text, " -f %g", a.nccl_factor);
+    const bool show_factor = a.nccl_factor != 1;
+    auto sizes =
+        api::nccl_size_sweep(size("-b", first), size("-e", last), a.nccl_factor, increment.value,
+                             "-b " + first + " -e " + last +
+                                 (show_factor ? std::string(factor_text) : " -i " + a.step_bytes));
+    char text[64];
+    if (a.nccl_factor > 1)
+        std::snprintf(text, sizeof text, "%g(factor)", a.nccl_factor);
+    else
+        std::snprintf(text, sizeof text, "%lld(bytes)", static_cast<long long>(increment.value));
+    return {std::move(sizes), text};
+}
+
 void run(const CollectiveArgs& a) {
     using namespace network;
     api::CollectiveRequest request;
@@ -89,52 +145,8 @@ void run(const CollectiveArgs& a) {
         throw ConfigError(SourceLocation{"--datatype " + a.data_type},
                           std::string("unknown type; expected one of ") + api::kNcclDataTypes);
     request.data_type = *type;
-    const bool nccl_range = a.min_opt->count() > 0 || a.max_opt->count() > 0;
-    const bool nccl_step = a.nccl_factor_opt->count() > 0 || a.step_bytes_opt->count() > 0;
-    std::string sweep;
-    if (nccl_range || nccl_step) {
-        if (a.sizes_opt->count() > 0 || a.step_factor_opt->count() > 0)
-            throw ConfigError(SourceLocation{"--sizes"},
-                              "give either --sizes [--step-factor] or nccl-tests' -b/-e/-f/-i, "
-                              "not both");
-        if (a.nccl_factor_opt->count() > 0 && a.step_bytes_opt->count() > 0 && a.nccl_factor > 1)
-            throw ConfigError(SourceLocation{"-i " + a.step_bytes},
-                              "-i (an increment) and -f (a factor) exclude each other");
-        const auto size = [](const std::string& flag, const std::string& text) {
-            const auto b = api::parse_nccl_size(text);
-            if (!b)
-                throw ConfigError(SourceLocation{flag + " " + text},
-                                  std::string("expected a size as nccl-tests writes it (8, 64K, "
-                                              "1M, 8G: powers of 2) or with units ") +
-                                      kBytesUnits);
-            return *b;
-        };
-        // nccl-tests' defaults: 32M for a bound not given, increments of 1M unless -f > 1.
-        const std::string first = a.min_opt->count() ? a.min_bytes : "32M";
-        const std::string last = a.max_opt->count() ? a.max_bytes : "32M";
-        const Bytes increment = size("-i", a.step_bytes);
-        // Messages name the step as given: -f unless it is 1 (a bad factor included), else the
-        // increment.
-        char factor_text[32];
-        std::snprintf(factor_text, sizeof factor_text, " -f %g", a.nccl_factor);
-        const bool show_factor = a.nccl_factor != 1;
-        request.sizes = api::nccl_size_sweep(
-            size("-b", first), size("-e", last), a.nccl_factor, increment.value,
-            "-b " + first + " -e " + last +
-                (show_factor ? std::string(factor_text) : " -i " + a.step_bytes));
-        char text[64];
-        if (a.nccl_factor > 1)
-            std::snprintf(text, sizeof text, "%g(factor)", a.nccl_factor);
-        else
-            std::snprintf(text, sizeof text, "%lld(bytes)",
-                          static_cast<long long>(increment.value));
-        sweep = text;
-    } else {
-        request.sizes = api::parse_size_range(a.sizes, a.step_factor);
-        char text[64];
-        std::snprintf(text, sizeof text, "%g(factor)", a.step_factor);
-        sweep = text;
-    }
+    auto sweep = size_sweep(a);
+    request.sizes = std::move(sweep.sizes);
     request.ranks_text = a.ranks;
     if (!a.ranks.empty()) request.ranks = api::parse_rank_list(a.ranks, "--ranks");
     OutputSet outputs;
@@ -142,7 +154,7 @@ void run(const CollectiveArgs& a) {
     outputs.guard_input("--topology", a.topology);
     const auto report = api::run_collective(request);
     if (a.format == "nccl-tests")
-        print_collective_nccl_tests(std::cout, request, report, sweep);
+        print_collective_nccl_tests(std::cout, request, report, sweep.step);
     else
         print_collective(std::cout, request, report);
     if (!a.json.empty())

@@ -130,6 +130,32 @@ void plan(const PlanArgs& a) {
     }
 }
 
+// The options that widen the space searched: other GPU counts and global batches, HSDP, partial
+// recomputation and uneven pipeline splits.
+void add_searched_axes(CLI::App& cmd, PlanArgs& args) {
+    cmd.add_option("--gpus", args.gpus,
+                   "Search these GPU counts (whole nodes of the topology, which is scaled by "
+                   "topology.nodes) instead of the experiment's own; compare them by --objective "
+                   "cost, energy or mfu (time favours the most GPUs)")
+        ->delimiter(',')
+        ->type_name("N,N,...");
+    cmd.add_option("--global-batch", args.global_batch,
+                   "Search these global batch sizes (sequences per step) instead of the "
+                   "experiment's: N, MIN..MAX (the multiples of MIN up to MAX) or MIN..MAX:STEP, "
+                   "comma-separated; with more than one, time ranks seconds per 1M tokens")
+        ->type_name("N|MIN..MAX[:STEP],...");
+    cmd.add_flag("--hsdp", args.hsdp,
+                 "Also search HSDP: each sharded layout with every shard group size dividing dp "
+                 "(parallelism.shard_size); multiplies the sharded layouts");
+    cmd.add_flag("--partial-recompute", args.partial_recompute,
+                 "Also search partial recomputation: full recomputation of the first N layers of "
+                 "each chunk (Megatron-LM's block method), for every N below the chunk's layers");
+    cmd.add_flag("--uneven-stages", args.uneven_stages,
+                 "Also search uneven pipeline splits: where a pp does not split the layers "
+                 "evenly, the first and last stages take the rest (Megatron-LM's "
+                 "--decoder-first/last-pipeline-num-layers)");
+}
+
 }  // namespace
 
 void register_plan(CLI::App& app) {
@@ -184,27 +210,7 @@ void register_plan(CLI::App& app) {
     cmd->add_flag("--guide", args->guide,
                   "Also run what the parallelism guide recommends for this model, cluster and "
                   "sequence, and place it among the layouts found (docs/plan.md)");
-    cmd->add_option("--gpus", args->gpus,
-                    "Search these GPU counts (whole nodes of the topology, which is scaled by "
-                    "topology.nodes) instead of the experiment's own; compare them by --objective "
-                    "cost, energy or mfu (time favours the most GPUs)")
-        ->delimiter(',')
-        ->type_name("N,N,...");
-    cmd->add_option("--global-batch", args->global_batch,
-                    "Search these global batch sizes (sequences per step) instead of the "
-                    "experiment's: N, MIN..MAX (the multiples of MIN up to MAX) or MIN..MAX:STEP, "
-                    "comma-separated; with more than one, time ranks seconds per 1M tokens")
-        ->type_name("N|MIN..MAX[:STEP],...");
-    cmd->add_flag("--hsdp", args->hsdp,
-                  "Also search HSDP: each sharded layout with every shard group size dividing dp "
-                  "(parallelism.shard_size); multiplies the sharded layouts");
-    cmd->add_flag("--partial-recompute", args->partial_recompute,
-                  "Also search partial recomputation: full recomputation of the first N layers of "
-                  "each chunk (Megatron-LM's block method), for every N below the chunk's layers");
-    cmd->add_flag("--uneven-stages", args->uneven_stages,
-                  "Also search uneven pipeline splits: where a pp does not split the layers "
-                  "evenly, the first and last stages take the rest (Megatron-LM's "
-                  "--decoder-first/last-pipeline-num-layers)");
+    add_searched_axes(*cmd, *args);
     cmd->add_option("--threads,-j", args->threads,
                     "Worker threads for the search and the simulations (0: one per core, one "
                     "under mpirun); the result is the same for any number")

@@ -101,6 +101,47 @@ void run_jobs(const RunArgs& a) {
                   << " (one process per job; open it in ui.perfetto.dev)\n";
 }
 
+// The run's options from the command line's (the trace's among them).
+api::RunOptions run_options(const RunArgs& a, std::int64_t max_memory, OutputSet& outputs) {
+    api::RunOptions opt;
+    opt.schedule = a.schedule;
+    opt.max_memory = max_memory;
+    opt.fold = !a.no_fold;
+    opt.fast_paths = !a.no_fast_paths;
+    opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
+    if (!a.trace.empty()) opt.trace = a.trace;
+    if (!a.trace_ranks.empty())
+        opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
+    opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
+    opt.trace_options.outputs = &outputs;
+    opt.detail = !a.html.empty();
+    return opt;
+}
+
+// --json, --summary (each with its writer) and --html, all committed together.
+void write_run_files(const RunArgs& a, const workload::ExperimentSpec& spec,
+                     const api::RunResult& result,
+                     const std::vector<const report::SummaryWriterEntry*>& writers,
+                     OutputSet& outputs) {
+    if (!a.json.empty())
+        report::write_summary_file(a.json, result.summary, report::summary_writer("json"),
+                                   &outputs);
+    for (std::size_t i = 0; i < writers.size(); ++i)
+        report::write_summary_file(a.summaries[i], result.summary, *writers[i], &outputs);
+    if (!a.html.empty()) {
+        report::HtmlReport page;
+        page.title = "clustersim run";
+        page.experiment = spec.source;
+        page.runs = {result.summary};
+        page.details = {*result.detail};
+        page.warnings = spec.warnings;
+        page.warnings.insert(page.warnings.end(), result.warnings.begin(), result.warnings.end());
+        page.validation = api::validation_confidence(spec);
+        api::write_html(a.html, page, &outputs);
+    }
+    outputs.commit();
+}
+
 void run(const RunArgs& a) {
     if (!a.experiment.empty() && api::is_jobs_file(a.experiment)) {
         run_jobs(a);
@@ -133,18 +174,7 @@ void run(const RunArgs& a) {
     }
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
-    api::RunOptions opt;
-    opt.schedule = a.schedule;
-    opt.max_memory = max_memory;
-    opt.fold = !a.no_fold;
-    opt.fast_paths = !a.no_fast_paths;
-    opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
-    if (!a.trace.empty()) opt.trace = a.trace;
-    if (!a.trace_ranks.empty())
-        opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
-    opt.trace_options.links = *report::trace_links_from_name(a.trace_links);
-    opt.trace_options.outputs = &outputs;
-    opt.detail = !a.html.empty();
+    api::RunOptions opt = run_options(a, max_memory, outputs);
     Progress progress("simulating");
     std::unique_ptr<PassProgress> counter;
     std::size_t passes = 0;  // every worker's passes, from the prepared iteration
@@ -161,23 +191,7 @@ void run(const RunArgs& a) {
     counter.reset();
     for (const auto& w : result.warnings)
         if (w.rfind("the trace ", 0) != 0) spdlog::warn("{}", w);  // trace size: said already
-    if (!a.json.empty())
-        report::write_summary_file(a.json, result.summary, report::summary_writer("json"),
-                                   &outputs);
-    for (std::size_t i = 0; i < writers.size(); ++i)
-        report::write_summary_file(a.summaries[i], result.summary, *writers[i], &outputs);
-    if (!a.html.empty()) {
-        report::HtmlReport page;
-        page.title = "clustersim run";
-        page.experiment = spec.source;
-        page.runs = {result.summary};
-        page.details = {*result.detail};
-        page.warnings = spec.warnings;
-        page.warnings.insert(page.warnings.end(), result.warnings.begin(), result.warnings.end());
-        page.validation = api::validation_confidence(spec);
-        api::write_html(a.html, page, &outputs);
-    }
-    outputs.commit();
+    write_run_files(a, spec, result, writers, outputs);
     std::cout << "experiment            " << spec.source << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
     if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";

@@ -37,9 +37,9 @@ const char* objective_title(const api::PlanResult& r) {
     }
 }
 
-}  // namespace
-
-void print_plan(std::ostream& out, const api::PlanResult& r) {
+// The headline: what was searched and ranked, the counts of each step, and the warning or note
+// when the top k is not proven.
+void print_plan_header(std::ostream& out, const api::PlanResult& r) {
     out << "plan " << r.source << ": ";
     if (r.gpu_counts.empty()) {
         out << r.gpus;
@@ -74,7 +74,10 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
             << r.contenders << " more could still enter it (their analytical result beats the "
             << r.top.size() << "-th confirmed one; the best " << objective_text(r, r.best_contender)
             << "); --confirm all makes it exact\n";
-    out << "\n";
+}
+
+// The top k as a table: each layout's figures and where its iteration goes.
+void print_plan_top(std::ostream& out, const api::PlanResult& r) {
     std::size_t width = 6;
     for (const auto& c : r.top)
         width = std::max(width, c.layout.text().size());
@@ -107,6 +110,52 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
     out << "(compute: the GPU computing; bubble, exposed communication (by kind: tp, cp, ep, dp, "
            "pipeline) and host: the GPU idle waiting on each; all as fractions of the "
            "iteration)\n";
+}
+
+// --guide: how its rules applied, and each of its layouts against the top k.
+void print_plan_guide(std::ostream& out, const api::PlanResult& r) {
+    out << "\nthe parallelism guide (NVIDIA Megatron-Bridge, \"Parallelism Strategy "
+           "Selection\"; docs/plan.md):\n";
+    for (const auto& rule : r.guide_reasoning)
+        out << "  " << rule << "\n";
+    for (const auto& g : r.guide) {
+        out << "  " << g.layout.text() << ": ";
+        if (!g.figures) {
+            out << "not valid: " << g.reason << "\n";
+            continue;
+        }
+        out << fmt("%.4f s", g.figures->iteration_time_s) << ", MFU " << percent(g.figures->mfu, 1)
+            << ", " << format_bytes(Bytes{g.figures->memory_bytes}) << " per GPU; ";
+        if (g.rank <= r.top.size())
+            out << "would rank #" << g.rank << " of the top " << r.top.size();
+        else
+            out << "below the top " << r.top.size();
+        if (!g.versus.empty()) out << "; against #1: " << g.versus;
+        out << "\n";
+    }
+    for (const auto& n : r.guide_not_dividing)
+        out << "  " << n << ": not a layout of this cluster\n";
+}
+
+// The five most common reasons layouts were invalid.
+void print_invalid_reasons(std::ostream& out, const api::PlanResult& r) {
+    std::vector<std::pair<std::string, std::size_t>> reasons(r.invalid_reasons.begin(),
+                                                             r.invalid_reasons.end());
+    std::stable_sort(reasons.begin(), reasons.end(),
+                     [](const auto& x, const auto& y) { return x.second > y.second; });
+    out << "\ninvalid layouts, the most common reasons:\n";
+    for (std::size_t i = 0; i < reasons.size() && i < 5; ++i)
+        out << "  " << reasons[i].second << " x: " << reasons[i].first << "\n";
+    if (reasons.size() > 5)
+        out << "  (" << reasons.size() - 5 << " more reasons; --json lists every layout)\n";
+}
+
+}  // namespace
+
+void print_plan(std::ostream& out, const api::PlanResult& r) {
+    print_plan_header(out, r);
+    out << "\n";
+    print_plan_top(out, r);
     if (!r.top.empty()) {
         out << "\nMegatron-LM flags for #1:\n  " << r.top.front().megatron_args << "\n";
         for (const auto& note : r.top.front().notes)
@@ -115,41 +164,8 @@ void print_plan(std::ostream& out, const api::PlanResult& r) {
     if (r.top.size() > 1) out << "\nwhy the others rank lower than #1:\n";
     for (std::size_t i = 1; i < r.top.size(); ++i)
         out << "  #" << i + 1 << ": " << r.top[i].why_lost << "\n";
-    if (!r.guide_reasoning.empty()) {
-        out << "\nthe parallelism guide (NVIDIA Megatron-Bridge, \"Parallelism Strategy "
-               "Selection\"; docs/plan.md):\n";
-        for (const auto& rule : r.guide_reasoning)
-            out << "  " << rule << "\n";
-        for (const auto& g : r.guide) {
-            out << "  " << g.layout.text() << ": ";
-            if (!g.figures) {
-                out << "not valid: " << g.reason << "\n";
-                continue;
-            }
-            out << fmt("%.4f s", g.figures->iteration_time_s) << ", MFU "
-                << percent(g.figures->mfu, 1) << ", "
-                << format_bytes(Bytes{g.figures->memory_bytes}) << " per GPU; ";
-            if (g.rank <= r.top.size())
-                out << "would rank #" << g.rank << " of the top " << r.top.size();
-            else
-                out << "below the top " << r.top.size();
-            if (!g.versus.empty()) out << "; against #1: " << g.versus;
-            out << "\n";
-        }
-        for (const auto& n : r.guide_not_dividing)
-            out << "  " << n << ": not a layout of this cluster\n";
-    }
-    if (!r.invalid_reasons.empty()) {
-        std::vector<std::pair<std::string, std::size_t>> reasons(r.invalid_reasons.begin(),
-                                                                 r.invalid_reasons.end());
-        std::stable_sort(reasons.begin(), reasons.end(),
-                         [](const auto& x, const auto& y) { return x.second > y.second; });
-        out << "\ninvalid layouts, the most common reasons:\n";
-        for (std::size_t i = 0; i < reasons.size() && i < 5; ++i)
-            out << "  " << reasons[i].second << " x: " << reasons[i].first << "\n";
-        if (reasons.size() > 5)
-            out << "  (" << reasons.size() - 5 << " more reasons; --json lists every layout)\n";
-    }
+    if (!r.guide_reasoning.empty()) print_plan_guide(out, r);
+    if (!r.invalid_reasons.empty()) print_invalid_reasons(out, r);
 }
 
 }  // namespace cs::cli

@@ -89,12 +89,10 @@ std::string layout_text(const workload::ParallelLayout& l) {
            std::to_string(l.world_size());
 }
 
-JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory) {
-    JobsSpec out;
-    out.source = doc.display_path;
-    const config::Reader root = config::root_reader(doc);
-
-    // The topology: a file, which a job's experiment may name too.
+// The topology the jobs share: a file, which a job's experiment may name too. Sets
+// out.topology_source and out.cluster; returns the file's canonical path.
+std::filesystem::path load_shared_topology(const config::Document& doc, const config::Reader& root,
+                                           std::int64_t max_memory, JobsSpec& out) {
     const YAML::Node topo = root.value("topology");
     if (!topo.IsDefined() || topo.IsNull())
         root.fail("topology", "missing; expected the path of the topology file the jobs share");
@@ -115,7 +113,159 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
     out.topology_source = tdoc.display_path;
     out.cluster =
         std::make_shared<const topology::Cluster>(topology::load_cluster(tdoc, max_memory));
-    const auto canonical_topology = std::filesystem::weakly_canonical(topo_path);
+    return std::filesystem::weakly_canonical(topo_path);
+}
+
+// Job `j`'s experiment document: a file (relative to the jobs file) or an inline mapping, on the
+// jobs file's topology (`out`'s, at `canonical_topology`).
+config::Document job_experiment_document(const config::Document& doc, const config::Reader& j,
+                                         const JobsSpec& out,
+                                         const std::filesystem::path& canonical_topology) {
+    const YAML::Node e = j.value("experiment");
+    config::Document edoc;
+    if (e.IsDefined() && e.IsScalar()) {
+        try {
+            edoc = config::load_document(doc.resolve(e));
+        } catch (const ConfigError& err) {
+            if (err.where().line > 0) throw;
+            j.fail("experiment", "cannot load \"" + e.Scalar() + "\": " + err.message());
+        }
+    } else if (e.IsDefined() && e.IsMap()) {
+        edoc = doc;
+        edoc.root.reset(e);
+        edoc.overrides.clear();
+    } else {
+        j.fail("experiment", std::string(e.IsDefined() ? "expected" : "missing; expected") +
+                                 " the path of an experiment file or an inline experiment mapping");
+    }
+    const YAML::Node& eroot = edoc.root;
+    const YAML::Node et = eroot["topology"];
+    if (et.IsDefined() && !et.IsNull()) {
+        const bool same = et.IsScalar() &&
+                          std::filesystem::weakly_canonical(edoc.resolve(et)) == canonical_topology;
+        if (!same)
+            config::root_reader(edoc).fail(
+                "topology", "a job runs on the jobs file's topology (" + out.topology_source +
+                                "); this experiment names another: remove its "
+                                "'topology' or name the same file");
+    } else {
+        // The one write into a document: the experiment loader reads the topology from
+        // its `topology` key, which a job may leave out. For an inline experiment this
+        // adds the key to the jobs file's parsed tree, which nothing reads afterwards.
+        edoc.root["topology"] = canonical_topology.string();
+    }
+    return edoc;
+}
+
+// Job `j` of the jobs file: its name, unique among `names` (the jobs read so far, each with its
+// index), and its experiment, refused where a shared fabric does not simulate it.
+JobSpec load_job(const config::Document& doc, const config::Reader& j, const JobsSpec& out,
+                 std::map<std::string, std::size_t>& names,
+                 const std::filesystem::path& canonical_topology, std::int64_t max_memory) {
+    JobSpec job;
+    job.where = j.location();
+    job.name = j.string("name");
+    if (job.name.empty()) j.fail("name", "must not be empty");
+    if (const auto it = names.find(job.name); it != names.end())
+        j.fail("name", "duplicate job name '" + job.name + "' (job " + std::to_string(it->second) +
+                           " has it too); every job needs its own name");
+    names.emplace(job.name, out.jobs.size());
+
+    // Unknown keys first: a misspelt `placement` must not surface as a placement error.
+    j.has("experiment");
+    j.has("placement");
+    j.finish();
+
+    config::Document edoc = job_experiment_document(doc, j, out, canonical_topology);
+    job.experiment = workload::load_job_experiment(edoc, max_memory);
+    const config::Reader er = config::root_reader(edoc);
+    if (job.experiment.variability.any())
+        er.fail("variability",
+                "is not supported in a jobs file's experiment yet (a shared "
+                "fabric simulates each job without stragglers)");
+    if (job.experiment.faults.any())
+        er.fail("faults",
+                "is not supported in a jobs file's experiment yet (a shared "
+                "fabric simulates each job without faults)");
+    if (job.experiment.goodput.present)
+        er.fail("goodput", "is not supported in a jobs file's experiment yet");
+    job.experiment.cluster = out.cluster;
+    if (!out.jobs.empty() &&
+        job.experiment.network.fidelity != out.jobs.front().experiment.network.fidelity)
+        er.fail("network",
+                "every job of a shared fabric runs on one network model: this "
+                "job's network.model differs from that of the first job ('" +
+                    out.jobs.front().name + "')");
+    return job;
+}
+
+// The GPUs a job names (`placement: {gpus: ...}` or `{nodes: ...}`): as many as it needs, none
+// `taken` by another job of `out` (`owner`: which).
+void place_explicit(const JobsSpec& out, const config::Reader& j,
+                    const std::vector<std::uint8_t>& taken, const std::vector<int>& owner,
+                    JobSpec& job) {
+    const int need = job.experiment.layout.world_size();
+    const config::Reader pr = j.map("placement");
+    job.placement = Placement::Explicit;
+    job.gpus = workload::gpu_set(pr, *out.cluster);
+    pr.finish();
+    if (static_cast<int>(job.gpus.size()) != need)
+        j.fail("placement", "names " + std::to_string(job.gpus.size()) + " GPU" +
+                                (job.gpus.size() == 1 ? "" : "s") + " (" +
+                                workload::gpu_list_text(job.gpus) + "), but job '" + job.name +
+                                "' needs " + std::to_string(need) + " (" +
+                                layout_text(job.experiment.layout) + ")");
+    std::vector<int> clash;
+    int other = -1;
+    for (int g : job.gpus)
+        if (taken[static_cast<std::size_t>(g)]) {
+            clash.push_back(g);
+            if (other < 0) other = owner[static_cast<std::size_t>(g)];
+        }
+    if (!clash.empty())
+        j.fail("placement", "GPU" + std::string(clash.size() == 1 ? " " : "s ") +
+                                workload::gpu_list_text(clash) +
+                                (clash.size() == 1 ? " already belongs" : " already belong") +
+                                " to job '" + out.jobs[static_cast<std::size_t>(other)].name +
+                                "'; jobs may not share GPUs");
+}
+
+// The GPUs of a job placed by kind (contiguous, the default, rail or scattered) on those not
+// `taken`.
+void place_by_kind(const config::Reader& j, const YAML::Node& p, const topology::Cluster& cluster,
+                   const std::vector<std::uint8_t>& taken, JobSpec& job) {
+    const int need = job.experiment.layout.world_size();
+    if (p.IsDefined() && !p.IsScalar())
+        j.fail("placement",
+               "expected contiguous, rail, scattered, or a mapping "
+               "{gpus: ...} or {nodes: ...} naming the job's GPUs");
+    const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
+    if (kind == "contiguous")
+        job.placement = Placement::Contiguous;
+    else if (kind == "rail")
+        job.placement = Placement::Rail;
+    else if (kind == "scattered")
+        job.placement = Placement::Scattered;
+    else
+        j.fail("placement", "unknown placement '" + kind +
+                                "'; expected contiguous, rail, scattered, or a mapping {gpus: "
+                                "...} or {nodes: ...} naming the job's GPUs");
+    job.gpus = place_gpus(cluster, job.placement, need, taken);
+    if (job.gpus.empty()) {
+        const auto free = static_cast<int>(std::count(taken.begin(), taken.end(), 0));
+        j.fail(p.IsDefined() ? "placement" : "name",
+               "job '" + job.name + "' needs " + std::to_string(need) + " GPUs (" +
+                   layout_text(job.experiment.layout) + "), but only " + std::to_string(free) +
+                   " of the topology's " + std::to_string(cluster.gpu_count()) +
+                   " are free once the other jobs are placed");
+    }
+}
+
+JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory) {
+    JobsSpec out;
+    out.source = doc.display_path;
+    const config::Reader root = config::root_reader(doc);
+    const auto canonical_topology = load_shared_topology(doc, root, max_memory, out);
 
     const YAML::Node list = root.value("jobs");
     if (!list.IsDefined() || list.IsNull() || (list.IsSequence() && list.size() == 0))
@@ -129,150 +279,26 @@ JobsSpec load_jobs_document(const config::Document& doc, std::int64_t max_memory
     root.has("description");
     root.finish();
 
-    const auto& cluster = *out.cluster;
-    std::vector<std::uint8_t> taken(static_cast<std::size_t>(cluster.gpu_count()), 0);
-    std::vector<int> owner(static_cast<std::size_t>(cluster.gpu_count()), -1);
-    std::vector<const config::Reader*> readers;
     std::map<std::string, std::size_t> names;
-    for (const auto& j : entries) {
-        JobSpec job;
-        job.where = j.location();
-        job.name = j.string("name");
-        if (job.name.empty()) j.fail("name", "must not be empty");
-        if (const auto it = names.find(job.name); it != names.end())
-            j.fail("name", "duplicate job name '" + job.name + "' (job " +
-                               std::to_string(it->second) +
-                               " has it too); every job needs its own name");
-        names.emplace(job.name, out.jobs.size());
-
-        // Unknown keys first: a misspelt `placement` must not surface as a placement error.
-        j.has("experiment");
-        j.has("placement");
-        j.finish();
-
-        // The experiment: a file (relative to the jobs file) or an inline mapping.
-        const YAML::Node e = j.value("experiment");
-        config::Document edoc;
-        if (e.IsDefined() && e.IsScalar()) {
-            try {
-                edoc = config::load_document(doc.resolve(e));
-            } catch (const ConfigError& err) {
-                if (err.where().line > 0) throw;
-                j.fail("experiment", "cannot load \"" + e.Scalar() + "\": " + err.message());
-            }
-        } else if (e.IsDefined() && e.IsMap()) {
-            edoc = doc;
-            edoc.root.reset(e);
-            edoc.overrides.clear();
-        } else {
-            j.fail("experiment",
-                   std::string(e.IsDefined() ? "expected" : "missing; expected") +
-                       " the path of an experiment file or an inline experiment mapping");
-        }
-        {
-            const YAML::Node& eroot = edoc.root;
-            const YAML::Node et = eroot["topology"];
-            if (et.IsDefined() && !et.IsNull()) {
-                const bool same = et.IsScalar() && std::filesystem::weakly_canonical(
-                                                       edoc.resolve(et)) == canonical_topology;
-                if (!same)
-                    config::root_reader(edoc).fail(
-                        "topology", "a job runs on the jobs file's topology (" +
-                                        out.topology_source +
-                                        "); this experiment names another: remove its "
-                                        "'topology' or name the same file");
-            } else {
-                // The one write into a document: the experiment loader reads the topology from
-                // its `topology` key, which a job may leave out. For an inline experiment this
-                // adds the key to the jobs file's parsed tree, which nothing reads afterwards.
-                edoc.root["topology"] = canonical_topology.string();
-            }
-        }
-        job.experiment = workload::load_job_experiment(edoc, max_memory);
-        const config::Reader er = config::root_reader(edoc);
-        if (job.experiment.variability.any())
-            er.fail("variability",
-                    "is not supported in a jobs file's experiment yet (a shared "
-                    "fabric simulates each job without stragglers)");
-        if (job.experiment.faults.any())
-            er.fail("faults",
-                    "is not supported in a jobs file's experiment yet (a shared "
-                    "fabric simulates each job without faults)");
-        if (job.experiment.goodput.present)
-            er.fail("goodput", "is not supported in a jobs file's experiment yet");
-        job.experiment.cluster = out.cluster;
-        if (!out.jobs.empty() &&
-            job.experiment.network.fidelity != out.jobs.front().experiment.network.fidelity)
-            er.fail("network",
-                    "every job of a shared fabric runs on one network model: this "
-                    "job's network.model differs from that of the first job ('" +
-                        out.jobs.front().name + "')");
-        out.jobs.push_back(std::move(job));
-    }
+    for (const auto& j : entries)
+        out.jobs.push_back(load_job(doc, j, out, names, canonical_topology, max_memory));
 
     // Placements: explicit ones first (they name their GPUs), then the others in list order on
     // the GPUs left.
+    const auto& cluster = *out.cluster;
+    std::vector<std::uint8_t> taken(static_cast<std::size_t>(cluster.gpu_count()), 0);
+    std::vector<int> owner(static_cast<std::size_t>(cluster.gpu_count()), -1);
     for (int pass = 0; pass < 2; ++pass) {
         for (std::size_t i = 0; i < entries.size(); ++i) {
             const auto& j = entries[i];
             auto& job = out.jobs[i];
-            const int need = job.experiment.layout.world_size();
             const YAML::Node p = j.value("placement");
             const bool explicit_gpus = p.IsDefined() && p.IsMap();
             if ((pass == 0) != explicit_gpus) continue;
-            if (explicit_gpus) {
-                const config::Reader pr = j.map("placement");
-                job.placement = Placement::Explicit;
-                job.gpus = workload::gpu_set(pr, cluster);
-                pr.finish();
-                if (static_cast<int>(job.gpus.size()) != need)
-                    j.fail("placement", "names " + std::to_string(job.gpus.size()) + " GPU" +
-                                            (job.gpus.size() == 1 ? "" : "s") + " (" +
-                                            workload::gpu_list_text(job.gpus) + "), but job '" +
-                                            job.name + "' needs " + std::to_string(need) + " (" +
-                                            layout_text(job.experiment.layout) + ")");
-                std::vector<int> clash;
-                int other = -1;
-                for (int g : job.gpus)
-                    if (taken[static_cast<std::size_t>(g)]) {
-                        clash.push_back(g);
-                        if (other < 0) other = owner[static_cast<std::size_t>(g)];
-                    }
-                if (!clash.empty())
-                    j.fail("placement",
-                           "GPU" + std::string(clash.size() == 1 ? " " : "s ") +
-                               workload::gpu_list_text(clash) +
-                               (clash.size() == 1 ? " already belongs" : " already belong") +
-                               " to job '" + out.jobs[static_cast<std::size_t>(other)].name +
-                               "'; jobs may not share GPUs");
-            } else {
-                if (p.IsDefined() && !p.IsScalar())
-                    j.fail("placement",
-                           "expected contiguous, rail, scattered, or a mapping "
-                           "{gpus: ...} or {nodes: ...} naming the job's GPUs");
-                const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
-                if (kind == "contiguous")
-                    job.placement = Placement::Contiguous;
-                else if (kind == "rail")
-                    job.placement = Placement::Rail;
-                else if (kind == "scattered")
-                    job.placement = Placement::Scattered;
-                else
-                    j.fail("placement",
-                           "unknown placement '" + kind +
-                               "'; expected contiguous, rail, scattered, or a mapping {gpus: "
-                               "...} or {nodes: ...} naming the job's GPUs");
-                job.gpus = place_gpus(cluster, job.placement, need, taken);
-                if (job.gpus.empty()) {
-                    const auto free = static_cast<int>(std::count(taken.begin(), taken.end(), 0));
-                    j.fail(p.IsDefined() ? "placement" : "name",
-                           "job '" + job.name + "' needs " + std::to_string(need) + " GPUs (" +
-                               layout_text(job.experiment.layout) + "), but only " +
-                               std::to_string(free) + " of the topology's " +
-                               std::to_string(cluster.gpu_count()) +
-                               " are free once the other jobs are placed");
-                }
-            }
+            if (explicit_gpus)
+                place_explicit(out, j, taken, owner, job);
+            else
+                place_by_kind(j, p, cluster, taken, job);
             for (int g : job.gpus) {
                 taken[static_cast<std::size_t>(g)] = 1;
                 owner[static_cast<std::size_t>(g)] = static_cast<int>(i);
@@ -389,6 +415,90 @@ class JobTraceSink final : public report::TraceSink {
     bool created_ = false;
 };
 
+// The links that two or more of the `jobs` sent over, most bytes first (then by name): each job's
+// bytes, and how long the link was busy and shared, against the makespan.
+std::vector<ContestedLink> contested_links(const topology::Cluster& cluster,
+                                           const report::LinkAccounting& accounting,
+                                           const JobBytes& job_bytes, std::size_t jobs,
+                                           double makespan_s) {
+    std::vector<ContestedLink> out;
+    const auto& links = cluster.links();
+    for (topology::LinkId l = 0; l < links.size(); ++l) {
+        ContestedLink c;
+        int jobs_on = 0;
+        for (std::size_t k = 0; k < jobs; ++k) {
+            c.bytes.push_back(job_bytes.bytes(l, k));
+            if (c.bytes.back() > 0) ++jobs_on;
+        }
+        if (jobs_on < 2) continue;
+        c.name = cluster.link_name(l);
+        const auto& st = accounting.links()[l];
+        c.busy_s = st.busy.seconds();
+        c.shared_s = st.shared.seconds();
+        c.busy_share = makespan_s > 0 ? c.busy_s / makespan_s : 0;
+        out.push_back(std::move(c));
+    }
+    const auto total = [](const ContestedLink& c) {
+        double t = 0;
+        for (double b : c.bytes)
+            t += b;
+        return t;
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const ContestedLink& a, const ContestedLink& b) {
+        const double ta = total(a), tb = total(b);
+        if (ta != tb) return ta > tb;
+        return a.name < b.name;
+    });
+    return out;
+}
+
+// The summary of a job's reported iteration (its wall time 0: the jobs share one run).
+report::Summary job_summary(const replay::PreparedIteration& p, const replay::Replay& replay,
+                            const report::MetricsObserver& metrics,
+                            const replay::ReplayResult& result) {
+    report::SummaryInputs in;
+    in.spec = &p.spec;
+    in.plan = &p.plan;
+    in.replay = &replay;
+    in.metrics = &metrics;
+    in.result = result;
+    in.schedule = p.spec.schedule;
+    in.peak_inflight = p.peak_inflight;
+    report::Summary summary = report::summarize(in);
+    summary.wall_time_s = 0;
+    return summary;
+}
+
+// Each iteration's time from the ends of a job's iterations, back to back from 0.
+std::vector<double> iteration_times(const std::vector<Time>& ends) {
+    std::vector<double> times;
+    Time from = Time::zero();
+    for (Time e : ends) {
+        times.push_back((e - from).seconds());
+        from = e;
+    }
+    return times;
+}
+
+// The trace writer of job k's reported iteration: into the shared trace file (JobTraceSink), with
+// no link counters (every job's writer would see all the links).
+std::unique_ptr<report::TraceWriter> job_trace_writer(const std::filesystem::path& path,
+                                                      report::TraceSink& file, std::size_t k,
+                                                      const std::string& name,
+                                                      const replay::PreparedIteration& p,
+                                                      replay::Replay& r) {
+    report::TraceOptions topts;
+    topts.links = report::TraceLinks::None;
+    report::TraceSink* sink = &file;
+    topts.open_sink = [sink, k, name] {
+        return std::unique_ptr<report::TraceSink>(std::make_unique<JobTraceSink>(*sink, k, name));
+    };
+    auto writer = std::make_unique<report::TraceWriter>(
+        path, report::TraceContext::of(p.spec, p.plan, r), topts);
+    r.add_observer(*writer);
+    return writer;
+}
+
 struct Simulated {
     std::vector<report::Summary> summaries;            // per job of the subset
     std::vector<std::vector<double>> iteration_times;  // per job: each completed iteration
@@ -396,6 +506,68 @@ struct Simulated {
     double makespan_s = 0;
     std::string fold_refused;
 };
+
+// One job's part of a shared run: a replay and metrics per iteration started (replays stay alive
+// to the end: the engine holds their handlers; a job's next iteration starts from inside its
+// last one's completion), the ends of those completed, and the trace writer of its reported
+// iteration.
+struct JobRun {
+    std::unique_ptr<report::TraceWriter> writer;
+    std::vector<std::unique_ptr<replay::Replay>> replays;
+    std::vector<std::unique_ptr<report::MetricsObserver>> metrics;
+    std::vector<Time> ends;
+};
+
+// Which of the jobs `which` each GPU of `cluster` runs (-1: none).
+std::vector<int> jobs_by_gpu(const JobsSpec& spec, const std::vector<std::size_t>& which,
+                             const topology::Cluster& cluster) {
+    std::vector<int> job_of_gpu(static_cast<std::size_t>(cluster.gpu_count()), -1);
+    for (std::size_t k = 0; k < which.size(); ++k)
+        for (int g : spec.jobs[which[k]].gpus)
+            job_of_gpu[static_cast<std::size_t>(g)] = static_cast<int>(k);
+    return job_of_gpu;
+}
+
+// A job runs on while the others finish theirs; its tokens hold 256 iterations (and each
+// iteration keeps its replay). Iteration times that far apart overflowed the token and crashed
+// (found by fuzzing, issue 40): refused, with this error.
+ConfigError too_many_iterations(const JobsSpec& spec, const std::string& job, std::size_t i,
+                                int iterations) {
+    return ConfigError(
+        SourceLocation{spec.source},
+        "job '" + job + "' would start its " + std::to_string(i + 1) +
+            "th iteration before the others end their " + std::to_string(iterations) +
+            ": the jobs' iteration times differ by more than " + std::to_string(kIterationTokens) +
+            " times, more than a shared run holds; simulate them apart");
+}
+
+// What the shared run of the jobs `which` gives once it ended (at `now`): each job's reported
+// iteration (the `iterations`-th; under `alone`, that job's only), its iteration times, the
+// makespan; the trace writers finished.
+Simulated collect(const JobsSpec& spec, const std::vector<replay::PreparedIteration>& prepared,
+                  const std::vector<std::size_t>& which, int iterations,
+                  std::optional<std::size_t> alone, std::vector<JobRun>& runs, Time now) {
+    Simulated out;
+    for (std::size_t k = 0; k < which.size(); ++k) {
+        if (alone && *alone != k) continue;
+        auto& run = runs[k];
+        const std::size_t reported = static_cast<std::size_t>(iterations) - 1;
+        if (run.ends.size() <= reported)
+            throw SimulationError("jobs",
+                                  "job '" + spec.jobs[which[k]].name + "' completed " +
+                                      std::to_string(run.ends.size()) + " of " +
+                                      std::to_string(iterations) + " iterations",
+                                  now);
+        const replay::ReplayResult result = run.replays[reported]->finish();
+        out.summaries.push_back(job_summary(prepared[which[k]], *run.replays[reported],
+                                            *run.metrics[reported], result));
+        out.iteration_times.push_back(iteration_times(run.ends));
+        if (run.writer) run.writer->finish(report::trace_summary(out.summaries.back()));
+        out.makespan_s = std::max(out.makespan_s, run.ends[reported].seconds());
+        if (out.fold_refused.empty()) out.fold_refused = result.fold_refused;
+    }
+    return out;
+}
 
 // The jobs `which` of `prepared` on one network: each job runs its iterations back to back (the
 // next starts when the last ends) until every job has completed `iterations` of them; each job's
@@ -419,12 +591,8 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
     JobClients clients;
     network->set_client(&clients);
     network->reuse_groups();  // a job's later iterations keep its communicators and routes
-    std::vector<int> job_of_gpu(static_cast<std::size_t>(cluster.gpu_count()), -1);
-    for (std::size_t k = 0; k < which.size(); ++k)
-        for (int g : spec.jobs[which[k]].gpus)
-            job_of_gpu[static_cast<std::size_t>(g)] = static_cast<int>(k);
     report::LinkAccounting accounting(cluster.links().size());
-    JobBytes job_bytes(cluster, job_of_gpu, which.size());
+    JobBytes job_bytes(cluster, jobs_by_gpu(spec, which, cluster), which.size());
     network->add_observer(&accounting);
     network->add_observer(&job_bytes);
 
@@ -433,30 +601,17 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
     std::unique_ptr<report::TraceSink> trace_file;
     if (options && options->trace)
         trace_file = report::make_trace_sink(*options->trace, options->outputs);
-    std::vector<std::unique_ptr<report::TraceWriter>> writers(which.size());
 
-    // Per job and iteration: its replay and metrics. Replays stay alive to the end (the engine
-    // holds their handlers); a job's next iteration starts from inside its last one's completion.
-    std::vector<std::vector<std::unique_ptr<replay::Replay>>> replays(which.size());
-    std::vector<std::vector<std::unique_ptr<report::MetricsObserver>>> metrics(which.size());
-    std::vector<std::vector<Time>> ends(which.size());  // completed iterations' ends
+    std::vector<JobRun> runs(which.size());
     clients.replays.resize(which.size());
     std::size_t behind = alone ? 1 : which.size();  // jobs with fewer than `iterations` done
     std::function<void(std::size_t)> launch;
     const auto build = [&](std::size_t k) -> replay::Replay& {
         const auto& p = prepared[which[k]];
-        const auto i = replays[k].size();
-        // A job runs on while the others finish theirs; its tokens hold 256 iterations (and
-        // each iteration keeps its replay). Iteration times that far apart overflowed the token
-        // and crashed (found by fuzzing, issue 40): refused.
+        auto& run = runs[k];
+        const auto i = run.replays.size();
         if (i >= kIterationTokens)
-            throw ConfigError(
-                SourceLocation{spec.source},
-                "job '" + spec.jobs[which[k]].name + "' would start its " + std::to_string(i + 1) +
-                    "th iteration before the others end their " + std::to_string(iterations) +
-                    ": the jobs' iteration times differ by more than " +
-                    std::to_string(kIterationTokens) +
-                    " times, more than a shared run holds; simulate them apart");
+            throw too_many_iterations(spec, spec.jobs[which[k]].name, i, iterations);
         replay::SharedFabric fabric;
         fabric.sim = &sim;
         fabric.network = network.get();
@@ -464,32 +619,22 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
                             (static_cast<std::uint64_t>(i) << kIterationShift);
         fabric.placement = spec.jobs[which[k]].gpus;
         fabric.on_complete = [&, k](Time end) {
-            ends[k].push_back(end);
-            if (ends[k].size() == static_cast<std::size_t>(iterations) && --behind == 0) {
+            runs[k].ends.push_back(end);
+            if (runs[k].ends.size() == static_cast<std::size_t>(iterations) && --behind == 0) {
                 sim.stop();
                 return;
             }
             launch(k);
         };
-        auto& r = *replays[k].emplace_back(
+        auto& r = *run.replays.emplace_back(
             std::make_unique<replay::Replay>(p.spec, p.plan, *p.schedule, p.shape, &fabric, fast));
-        auto& m =
-            *metrics[k].emplace_back(std::make_unique<report::MetricsObserver>(r.workers().size()));
+        auto& m = *run.metrics.emplace_back(
+            std::make_unique<report::MetricsObserver>(r.workers().size()));
         r.add_observer(m);
         clients.replays[k].push_back(&r);
-        if (trace_file && i + 1 == static_cast<std::size_t>(iterations)) {
-            report::TraceOptions topts;
-            topts.links = report::TraceLinks::None;
-            report::TraceSink* file = trace_file.get();
-            const std::string name = spec.jobs[which[k]].name;
-            topts.open_sink = [file, k, name] {
-                return std::unique_ptr<report::TraceSink>(
-                    std::make_unique<JobTraceSink>(*file, k, name));
-            };
-            writers[k] = std::make_unique<report::TraceWriter>(
-                *options->trace, report::TraceContext::of(p.spec, p.plan, r), topts);
-            r.add_observer(*writers[k]);
-        }
+        if (trace_file && i + 1 == static_cast<std::size_t>(iterations))
+            run.writer =
+                job_trace_writer(*options->trace, *trace_file, k, spec.jobs[which[k]].name, p, r);
         return r;
     };
     launch = [&](std::size_t k) { build(k).start(); };
@@ -498,73 +643,12 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
         if (!alone || *alone == k) r.start();
     }
     sim.run();
-    Simulated out;
-    for (std::size_t k = 0; k < which.size(); ++k) {
-        if (alone && *alone != k) continue;
-        const auto& p = prepared[which[k]];
-        const std::size_t reported = static_cast<std::size_t>(iterations) - 1;
-        if (ends[k].size() <= reported)
-            throw SimulationError("jobs",
-                                  "job '" + spec.jobs[which[k]].name + "' completed " +
-                                      std::to_string(ends[k].size()) + " of " +
-                                      std::to_string(iterations) + " iterations",
-                                  sim.now());
-        const replay::ReplayResult result = replays[k][reported]->finish();
-        report::SummaryInputs in;
-        in.spec = &p.spec;
-        in.plan = &p.plan;
-        in.replay = replays[k][reported].get();
-        in.metrics = metrics[k][reported].get();
-        in.result = result;
-        in.schedule = p.spec.schedule;
-        in.peak_inflight = p.peak_inflight;
-        out.summaries.push_back(report::summarize(in));
-        out.summaries.back().wall_time_s = 0;
-        std::vector<double> times;
-        Time from = Time::zero();
-        for (Time e : ends[k]) {
-            times.push_back((e - from).seconds());
-            from = e;
-        }
-        out.iteration_times.push_back(std::move(times));
-        if (writers[k]) {
-            writers[k]->finish(report::trace_summary(out.summaries.back()));
-        }
-        out.makespan_s = std::max(out.makespan_s, ends[k][reported].seconds());
-        if (out.fold_refused.empty()) out.fold_refused = result.fold_refused;
-    }
+    Simulated out = collect(spec, prepared, which, iterations, alone, runs, sim.now());
     if (trace_file)
         trace_file->finish(
             {report::TraceArg::integer("jobs", static_cast<std::int64_t>(which.size())),
              report::TraceArg::real("makespan_s", out.makespan_s)});
-    const auto& links = cluster.links();
-    for (topology::LinkId l = 0; l < links.size(); ++l) {
-        ContestedLink c;
-        int jobs_on = 0;
-        for (std::size_t k = 0; k < which.size(); ++k) {
-            c.bytes.push_back(job_bytes.bytes(l, k));
-            if (c.bytes.back() > 0) ++jobs_on;
-        }
-        if (jobs_on < 2) continue;
-        c.name = cluster.link_name(l);
-        const auto& st = accounting.links()[l];
-        c.busy_s = st.busy.seconds();
-        c.shared_s = st.shared.seconds();
-        c.busy_share = out.makespan_s > 0 ? c.busy_s / out.makespan_s : 0;
-        out.links.push_back(std::move(c));
-    }
-    const auto total = [](const ContestedLink& c) {
-        double t = 0;
-        for (double b : c.bytes)
-            t += b;
-        return t;
-    };
-    std::stable_sort(out.links.begin(), out.links.end(),
-                     [&](const ContestedLink& a, const ContestedLink& b) {
-                         const double ta = total(a), tb = total(b);
-                         if (ta != tb) return ta > tb;
-                         return a.name < b.name;
-                     });
+    out.links = contested_links(cluster, accounting, job_bytes, which.size(), out.makespan_s);
     return out;
 }
 

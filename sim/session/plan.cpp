@@ -9,7 +9,6 @@
 #include <limits>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "core/errors.hpp"
 #include "core/units.hpp"
@@ -19,98 +18,26 @@
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "session/plan_guide.hpp"
+#include "session/plan_space.hpp"
 #include "session/run.hpp"
 #include "session/sweep_cache.hpp"
 #include "session/worker_pool.hpp"
 #include "workload/megatron_args.hpp"
-#include "workload/pipeline_split.hpp"
 
 namespace cs::api {
 
 namespace {
 
-std::vector<int> divisors(int n) {
-    std::vector<int> out;
-    for (int d = 1; d <= n; ++d)
-        if (n % d == 0) out.push_back(d);
-    return out;
-}
-
-// The axes plan enumerates, by their --set key.
-constexpr std::array<std::string_view, 10> kAxisKeys{
-    "parallelism.tp",     "parallelism.pp",  "parallelism.dp",       "parallelism.cp",
-    "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
-    "training.recompute", "schedule"};
-
-// --fix values: an axis held at one value, or another key applied to every layout.
-struct Fixes {
-    std::map<std::string, std::string> axes;
-    std::vector<std::string> others;  // key=value, in the order given
-
-    std::optional<int> number(const std::string& key) const {
-        const auto at = axes.find(key);
-        if (at == axes.end()) return std::nullopt;
-        const std::string& v = at->second;
-        int n = 0;
-        std::size_t used = 0;
-        try {
-            n = std::stoi(v, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != v.size() || v.empty() || n < 1)
-            throw ConfigError(SourceLocation{"--fix " + key + "=" + v},
-                              "expected a positive whole number");
-        return n;
-    }
-    template <typename E, std::size_t N>
-    std::optional<E> choice(const std::string& key, const std::array<Named<E>, N>& table) const {
-        const auto at = axes.find(key);
-        if (at == axes.end()) return std::nullopt;
-        const auto found = find_named(table, at->second);
-        if (!found) {
-            std::string names;
-            for (const auto& row : table)
-                names += (names.empty() ? "" : ", ") + std::string(row.name);
-            throw ConfigError(SourceLocation{"--fix " + key + "=" + at->second},
-                              "unknown value \"" + at->second + "\"; expected " + names);
-        }
-        return *found;
-    }
-};
-
-Fixes parse_fixes(const std::vector<std::string>& fixes) {
-    Fixes out;
-    std::set<std::string> seen;
-    for (const auto& f : fixes) {
-        const SourceLocation where{"--fix " + f};
-        const auto eq = f.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
-            throw ConfigError(where, "expected KEY=VALUE, e.g. parallelism.tp=8");
-        const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
-        if (!seen.insert(key).second) throw ConfigError(where, "'" + key + "' is fixed twice");
-        if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) != kAxisKeys.end()) {
-            out.axes[key] = value;
-        } else if (key.rfind("parallelism.", 0) == 0 || key.rfind("training.", 0) == 0) {
-            out.others.push_back(f);  // the loader checks the key and value
-        } else {
-            std::string axes;
-            for (const auto k : kAxisKeys)
-                axes += (axes.empty() ? "" : ", ") + std::string(k);
-            throw ConfigError(where, "unknown key '" + key +
-                                         "'; expected a parallelism., training. or schedule key "
-                                         "(the searched ones: " +
-                                         axes + ")");
-        }
-    }
-    return out;
-}
-
-template <typename T>
-std::vector<T> only_or(const std::optional<T>& fixed, std::vector<T> all) {
-    if (!fixed) return all;
-    return {*fixed};
-}
+using plan_space::batches_of;
+using plan_space::derived_split;
+using plan_space::enumerate;
+using plan_space::Extras;
+using plan_space::Fixes;
+using plan_space::node_counts_of;
+using plan_space::parse_fixes;
+using plan_space::same_shape;
+using plan_space::searched_schedules;
+using plan_space::shape_refusal;
 
 double peak_flops(const workload::ExperimentSpec& spec) {
     // As report::summarize takes the peak for the MFU.
@@ -235,216 +162,6 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
            " against " + time_text(worst->value(winner) * span(winner)) + ")";
 }
 
-nlohmann::ordered_json figures_json(const PlanFigures& f) {
-    nlohmann::ordered_json j{{"iteration_time_s", f.iteration_time_s},
-                             {"tokens_per_s", f.tokens_per_s},
-                             {"mfu", f.mfu},
-                             {"objective", f.objective},
-                             {"memory_per_gpu_bytes", f.memory_bytes},
-                             {"bubble_fraction", f.bubble_fraction},
-                             {"exposed_comm_fraction", f.exposed_comm_fraction}};
-    // The summary's own keys for the parts (exposed_tp_fraction, ...).
-    for (std::size_t k = 0; k < f.exposed_by_kind.size(); ++k)
-        j[report::exposed_kind_keys()[k]] = f.exposed_by_kind[k];
-    j["host_fraction"] = f.host_fraction;
-    j["idle_fraction"] = f.idle_fraction;
-    return j;
-}
-
-nlohmann::ordered_json layout_json(const PlanLayout& l) {
-    nlohmann::ordered_json j{
-        {"tp", l.tp},
-        {"pp", l.pp},
-        {"dp", l.dp},
-        {"cp", l.cp},
-        {"ep", l.ep},
-        {"vpp", l.vpp},
-        {"micro_batch_size", l.micro_batch_size},
-        {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
-        {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
-        {"schedule", l.schedule}};
-    // Only where searched (--gpus, --uneven-stages, --hsdp, --partial-recompute) and set.
-    if (l.nodes > 0) {
-        j["gpus"] = l.gpus();
-        j["nodes"] = l.nodes;
-    }
-    if (l.first_stage_layers > 0) {
-        j["first_stage_layers"] = l.first_stage_layers;
-        j["last_stage_layers"] = l.last_stage_layers;
-    }
-    if (l.shard_size > 0) j["shard_size"] = l.shard_size;
-    if (l.recompute_layers > 0) {
-        j["recompute_method"] = "block";
-        j["recompute_layers"] = l.recompute_layers;
-    }
-    if (l.global_batch > 0) j["global_batch_size"] = l.global_batch;
-    return j;
-}
-
-// The axes searched only when asked for (PlanOptions).
-struct Extras {
-    bool hsdp = false, partial_recompute = false, uneven = false;
-};
-
-// A first/last split of `layers` over `pp` stages of `chunks` chunks each, as Megatron-LM's
-// --decoder-first/last-pipeline-num-layers take it: the pp - 2 middle stages hold m layers each,
-// stage 0 and stage pp - 1 the rest, every count a multiple of the chunks and at least one per
-// chunk. Of m = the chunks' multiples just below and above layers / pp, the one whose largest
-// stage is smallest (the first on a tie), the rest halved with the odd chunk's layers on stage 0.
-// None when no such split exists.
-std::optional<std::pair<int, int>> first_last_split(int layers, int pp, int chunks) {
-    std::optional<std::pair<int, int>> best;
-    int best_max = 0;
-    const int down = chunks * (layers / (pp * chunks));
-    for (const int m : {down, down + chunks}) {
-        if (pp > 2 && m < chunks) continue;
-        const int rest = layers - (pp > 2 ? m * (pp - 2) : 0);
-        if (rest < 2 * chunks || rest % chunks != 0) continue;
-        const int first = chunks * ((rest / chunks + 1) / 2);
-        const int last = rest - first;
-        if (last < chunks) continue;
-        const int most = std::max({first, last, pp > 2 ? m : 0});
-        if (!best || most < best_max) {
-            best = std::pair{first, last};
-            best_max = most;
-        }
-        if (pp == 2) break;  // no middle stages: m does not matter
-    }
-    return best;
-}
-
-// The layers a chunk of `schedule` holds per stage: its chunks of one model copy (DualPipe holds
-// two copies of one chunk each).
-int chunks_per_stage(const schedule::Schedule& sched, int vpp) {
-    return sched.chunks_for(vpp) / sched.model_copies();
-}
-
-// The first/last split plan derives for `pp` stages (--uneven-stages, and the guide's layouts):
-// none at the experiment's own pp (its split is for that pp), at pp 1, or where the layers
-// divide evenly.
-std::optional<std::pair<int, int>> derived_split(const workload::ExperimentSpec& base, int pp,
-                                                 const schedule::Schedule& sched, int vpp) {
-    const int per_stage = chunks_per_stage(sched, vpp);
-    const int layers = base.model.layers;
-    if (pp < 2 || pp == base.layout.pp || layers % (pp * per_stage) == 0) return std::nullopt;
-    return first_last_split(layers, pp, per_stage);
-}
-
-// The variants of one shape (tp, pp, cp, dp, ep, schedule, vpp: `shape`'s fields) in enumeration
-// order: the pipeline split, the micro-batch size, recompute (and with --partial-recompute the
-// block method's N), sharding (and with --hsdp its shard group sizes). Calls f(layout).
-template <typename F>
-void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& splits,
-              const std::vector<int>& mbss, const std::vector<workload::Recompute>& recomputes,
-              const std::vector<workload::Sharding>& shardings, bool any_sharding, int chunk_layers,
-              const Extras& extras, F&& f) {
-    PlanLayout l = shape;
-    for (const auto& [first, last] : splits) {
-        l.first_stage_layers = first;
-        l.last_stage_layers = last;
-        for (const int mbs : mbss) {
-            l.micro_batch_size = mbs;
-            for (const auto recompute : recomputes) {
-                l.recompute = recompute;
-                // N recomputed layers of a chunk's (rounded up when the chunks are uneven: the
-                // loader refuses what does not fit); 0: the uniform method.
-                const bool blocks =
-                    extras.partial_recompute && recompute == workload::Recompute::Full;
-                for (int block = 0; block == 0 || (blocks && block < chunk_layers); ++block) {
-                    l.recompute_layers = block;
-                    for (const auto sharding : shardings) {
-                        // Sharding shards over the data-parallel replicas.
-                        if (l.dp == 1 && sharding != workload::Sharding::None && !any_sharding)
-                            continue;
-                        l.sharding = sharding;
-                        l.shard_size = 0;
-                        f(l);
-                        if (!extras.hsdp || sharding == workload::Sharding::None) continue;
-                        for (const int s : divisors(l.dp))
-                            if (s >= 2 && s < l.dp) {
-                                l.shard_size = s;
-                                f(l);
-                            }
-                    }
-                }
-            }
-        }
-    }
-}
-
-// Every layout of the space, in enumeration order (tp, pp, cp, then ep, the schedule, vpp, the
-// micro-batch size, recompute and sharding; the last varying fastest). Calls f(layout).
-template <typename F>
-void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
-               const std::vector<std::string>& schedules, int max_mbs, const Extras& extras,
-               F&& f) {
-    const int n = base.layout.world_size();
-    const auto fixed_dp = fixes.number("parallelism.dp");
-    const auto fixed_ep = fixes.number("parallelism.ep");
-    const auto fixed_vpp = fixes.number("parallelism.vpp");
-    const auto fixed_mbs = fixes.number("training.micro_batch_size");
-    const auto recomputes = only_or(
-        fixes.choice("training.recompute", workload::kRecomputeNames),
-        {workload::Recompute::None, workload::Recompute::Selective, workload::Recompute::Full});
-    const auto shardings = only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
-                                   {workload::Sharding::None, workload::Sharding::Optimizer,
-                                    workload::Sharding::Gradients, workload::Sharding::Parameters});
-    const int layers = base.model.layers;
-    const std::int64_t gbs = base.training.global_batch_size;
-    for (const int tp : only_or(fixes.number("parallelism.tp"), divisors(n))) {
-        if (n % tp) continue;
-        for (const int pp : only_or(fixes.number("parallelism.pp"), divisors(n / tp))) {
-            if ((n / tp) % pp) continue;
-            for (const int cp : only_or(fixes.number("parallelism.cp"), divisors(n / tp / pp))) {
-                if ((n / tp / pp) % cp) continue;
-                const int dp = n / tp / pp / cp;
-                if (fixed_dp && *fixed_dp != dp) continue;
-                const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
-                for (const int ep : only_or(fixed_ep, eps)) {
-                    for (const auto& schedule : schedules) {
-                        // Virtual stages only where the schedule takes a vpp (chunks_for(v) = v):
-                        // v >= 2 dividing the stage's layers.
-                        std::vector<int> vpps{1};
-                        const auto sched = schedule::make_schedule(schedule);
-                        if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
-                            // Megatron-Core refuses virtual stages on one pipeline stage
-                            // ("pipeline-model-parallel size should be greater than 1 with
-                            // interleaved schedule"): not a layout it runs.
-                            if (pp == 1) continue;
-                            vpps.clear();
-                            if (layers % pp == 0)
-                                for (const int v : divisors(layers / pp))
-                                    if (v >= 2) vpps.push_back(v);
-                            if (vpps.empty()) vpps.push_back(2);  // refused: said so
-                        }
-                        for (const int vpp : only_or(fixed_vpp, vpps)) {
-                            std::vector<int> mbss;
-                            if (gbs % dp == 0) {
-                                for (const int m : divisors(static_cast<int>(gbs / dp)))
-                                    if (m <= max_mbs) mbss.push_back(m);
-                            } else {
-                                mbss.push_back(1);  // refused by the loader: said so
-                            }
-                            std::vector<std::pair<int, int>> splits{{0, 0}};
-                            if (extras.uneven)
-                                if (const auto split = derived_split(base, pp, *sched, vpp))
-                                    splits.push_back(*split);
-                            // Partial recomputation's N goes up to a chunk's layers (the
-                            // schedule's chunks per stage, both copies of DualPipe's counted).
-                            const int chunks = pp * sched->chunks_for(vpp);
-                            const int chunk_layers = (layers + chunks - 1) / chunks;
-                            variants(PlanLayout{tp, pp, dp, cp, ep, vpp, 1, {}, {}, schedule},
-                                     splits, only_or(fixed_mbs, mbss), recomputes, shardings,
-                                     fixes.axes.count("parallelism.sharding") > 0, chunk_layers,
-                                     extras, f);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 struct Loader {
     const PlanOptions& options;
     std::vector<std::string> base;  // --set, then the --fix keys that are not axes
@@ -515,52 +232,6 @@ struct Worker {
         return *costs;
     }
 };
-
-// Why every variant of `l`'s shape is invalid, or empty. A shape is what the loader's and the
-// pipeline split's rules below read: tp, cp, ep, pp, vpp, the schedule's chunks and the split
-// (and the GPU count and batch of `base`); its variants (micro-batch size, recompute, sharding)
-// change none of it, so one check stands for all of them, without loading any (DeepSeek-V3's
-// search: most of its layouts are such shapes). The rules are the loader's own
-// (workload::model_split_refusal) and the split replay::prepare makes (workload::split_layers,
-// on the experiment with this shape; its message located as the loader's would be, at the
-// experiment's split keys). A layout refused by both these and another rule may be named by
-// these: it is invalid either way.
-std::string shape_refusal(const workload::ExperimentSpec& base, const PlanLayout& l) {
-    if (auto [key, why] =
-            workload::model_split_refusal(base.model, base.training.seq_length, l.tp, l.cp, l.ep);
-        !why.empty()) {
-        // Located as the loader locates it: at the override that set the key (plan sets tp, cp
-        // and ep on every layout: PlanLayout::overrides).
-        const int value = key == "tp" ? l.tp : key == "cp" ? l.cp : l.ep;
-        return "--set parallelism." + key + "=" + std::to_string(value) + ": 'parallelism." + key +
-               "': " + why;
-    }
-    workload::ExperimentSpec spec = base;
-    spec.layout.tp = l.tp;
-    spec.layout.cp = l.cp;
-    spec.layout.ep = l.ep;
-    spec.layout.pp = l.pp;
-    spec.layout.dp = l.dp;
-    spec.layout.vpp = l.vpp;
-    if (l.first_stage_layers > 0) {
-        // PlanLayout::overrides: the derived split replaces the experiment's.
-        spec.pipeline_split = {};
-        spec.pipeline_split.first_stage_layers = l.first_stage_layers;
-        spec.pipeline_split.last_stage_layers = l.last_stage_layers;
-    }
-    const auto sched = schedule::make_schedule(l.schedule);
-    const int chunks = sched->chunks_for(l.vpp);
-    // Where virtual stages sit does not depend on the microbatches, but for DualPipe's, whose
-    // microbatch 0 enters at device 0 when there are at least 2 (fewer: the schedule refuses).
-    const schedule::PipelineShape shape{l.pp, 2, chunks};
-    try {
-        (void)workload::split_layers(spec, chunks / sched->model_copies(),
-                                     [&](int vs) { return sched->place(shape, vs, 0).device; });
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    return {};
-}
 
 // Steps 1-3 for one layout (see plan.hpp), into `out`.
 struct SearchStep {
@@ -697,75 +368,8 @@ Survivor survivor_from(const nlohmann::json& j) {
     return s;
 }
 
-}  // namespace
-
-std::vector<std::string> PlanLayout::overrides() const {
-    std::vector<std::string> out{
-        "parallelism.tp=" + std::to_string(tp),
-        "parallelism.pp=" + std::to_string(pp),
-        "parallelism.dp=" + std::to_string(dp),
-        "parallelism.cp=" + std::to_string(cp),
-        "parallelism.ep=" + std::to_string(ep),
-        "parallelism.vpp=" + std::to_string(vpp),
-        "parallelism.sequence_parallel=" + std::string(tp > 1 ? "true" : "false"),
-        "parallelism.sharding=" + std::string(name_of(workload::kShardingNames, sharding)),
-        "training.micro_batch_size=" + std::to_string(micro_batch_size),
-        "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
-        "schedule=" + schedule};
-    if (shard_size > 0) out.push_back("parallelism.shard_size=" + std::to_string(shard_size));
-    if (nodes > 0) out.push_back("topology.nodes=" + std::to_string(nodes));
-    if (first_stage_layers > 0) {
-        // The experiment's own split (a list, or the embedding and loss counted as layers) is
-        // replaced by this one.
-        out.emplace_back("parallelism.stage_layers=null");
-        out.emplace_back("parallelism.account_for_embedding=false");
-        out.emplace_back("parallelism.account_for_loss=false");
-        out.push_back("parallelism.first_stage_layers=" + std::to_string(first_stage_layers));
-        out.push_back("parallelism.last_stage_layers=" + std::to_string(last_stage_layers));
-    }
-    if (recompute_layers > 0) {
-        out.emplace_back("training.recompute_method=block");
-        out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
-    }
-    if (global_batch > 0)
-        out.push_back("training.global_batch_size=" + std::to_string(global_batch));
-    return out;
-}
-
-std::string PlanLayout::text() const {
-    std::ostringstream o;
-    o << "tp " << tp << " pp " << pp << " dp " << dp << " cp " << cp << " ep " << ep << " vpp "
-      << vpp << " mbs " << micro_batch_size << " recompute "
-      << name_of(workload::kRecomputeNames, recompute);
-    if (recompute_layers > 0) o << " block " << recompute_layers;
-    o << " sharding " << name_of(workload::kShardingNames, sharding);
-    if (shard_size > 0) o << " shard " << shard_size;
-    o << " " << schedule;
-    if (first_stage_layers > 0)
-        o << " stages " << first_stage_layers << "/../" << last_stage_layers;
-    if (global_batch > 0) o << " batch " << global_batch;
-    if (nodes > 0) o << " on " << gpus() << " GPUs";
-    return o.str();
-}
-
-const char* plan_status_name(PlanEntry::Status s) {
-    switch (s) {
-        case PlanEntry::Status::Invalid:
-            return "invalid";
-        case PlanEntry::Status::PrunedMemory:
-            return "pruned_memory";
-        case PlanEntry::Status::PrunedBound:
-            return "pruned_bound";
-        case PlanEntry::Status::Simulated:
-            return "simulated";
-        case PlanEntry::Status::Confirmed:
-            return "confirmed";
-    }
-    return "?";
-}
-
-std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks) {
-    const Fixes fixes = parse_fixes(options.fixes);
+// Refuses options out of range (each error names its option); parse_fixes reads --fix first.
+void check_options(const PlanOptions& options) {
     if (options.top == 0) throw ConfigError(SourceLocation{"--top"}, "expected 1 or more");
     if (options.threads < 0)
         throw ConfigError(SourceLocation{"--threads " + std::to_string(options.threads)},
@@ -785,9 +389,13 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         throw ConfigError(SourceLocation{"--objective cost"},
                           "needs --gpu-hour-price PRICE (a positive price of one GPU for an "
                           "hour)");
+}
 
-    // One worker per thread (PlanOptions::threads), each with its own caches; worker 0's also
-    // serve this thread while no task runs (the experiment as given, the guide, the flags).
+// One worker per thread (PlanOptions::threads; one under mpirun, where the ranks share the
+// cores), each with its own caches; worker 0's also serve the calling thread while no task runs
+// (the experiment as given, the guide, the flags).
+std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
+                                 const SweepRanks& ranks) {
     const std::size_t threads = options.threads > 0 ? static_cast<std::size_t>(options.threads)
                                 : ranks.size() > 1
                                     ? 1
@@ -801,14 +409,13 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             loader.base.push_back(o);
         workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr});
     }
-    auto& cache = workers[0].cache;
-    const Loader& loader = workers[0].loader;
-    // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
-    // batch. Its errors are the plan's.
-    const auto base = loader.load(std::vector<std::string>{});
+    return workers;
+}
+
+// A GPU's board power. Energy counts every GPU at its board power for the whole iteration, times
+// the PUE, as the summary's goodput block does (docs/what-if.md): that objective needs one.
+double board_power(const PlanOptions& options, const workload::ExperimentSpec& base) {
     const auto& gpu = base.cluster->gpu_model(0);
-    // Energy counts every GPU at its board power for the whole iteration, times the PUE, as the
-    // summary's goodput block does (docs/what-if.md).
     const double board_power_w = base.goodput.gpu_power_w.value_or(gpu.board_power_w);
     if (options.objective == PlanObjective::Energy && !(board_power_w > 0))
         throw ConfigError(SourceLocation{"--objective energy"},
@@ -816,59 +423,23 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                               ": give it in the topology (gpu_models: {" + gpu.name +
                               ": {board_power: WATTS, ...}}) or the experiment (goodput: "
                               "{gpu_power: WATTS}), or use --objective time, mfu or cost");
+    return board_power_w;
+}
 
-    std::vector<std::string> schedules = options.schedules;
-    if (schedules.empty()) schedules = schedule::schedule_names();
-    for (const auto& s : schedules)
-        schedule::require_schedule(s, SourceLocation{"--schedules"});
-    if (const auto at = fixes.axes.find("schedule"); at != fixes.axes.end()) {
-        schedule::require_schedule(at->second, SourceLocation{"--fix schedule=" + at->second});
-        if (std::find(schedules.begin(), schedules.end(), at->second) == schedules.end())
-            throw ConfigError(SourceLocation{"--fix schedule=" + at->second},
-                              "the schedule is not among --schedules");
-        schedules = {at->second};
-    }
+// One pair of --gpus and --global-batch: the experiment's topology at the count's node count
+// (topology.nodes) and that global batch, searched as the experiment is without them.
+struct Count {
+    int nodes = 0;                  // 0: the experiment's
+    std::int64_t global_batch = 0;  // 0: the experiment's
+    workload::ExperimentSpec base;
+};
 
-    // --gpus and --global-batch: the experiment's topology at each count's node count
-    // (topology.nodes) and each global batch, each pair searched as the experiment is without
-    // them.
-    struct Count {
-        int nodes = 0;                  // 0: the experiment's
-        std::int64_t global_batch = 0;  // 0: the experiment's
-        workload::ExperimentSpec base;
-    };
+// Every pair of a node count and a batch, in that order; a fixed tp, pp, cp or dp must divide
+// each one's GPUs.
+std::vector<Count> counts_of(const Loader& loader, const workload::ExperimentSpec& base,
+                             const std::vector<int>& node_counts,
+                             const std::vector<std::int64_t>& batches, const Fixes& fixes) {
     std::vector<Count> counts;
-    const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
-    std::vector<int> node_counts;
-    {
-        std::set<int> seen;
-        for (const int g : options.gpus) {
-            const SourceLocation where{"--gpus " + std::to_string(g)};
-            if (g < 1 || per_node < 1 || g % per_node != 0)
-                throw ConfigError(where, "expected a whole number of nodes of " +
-                                             std::to_string(per_node) + " GPUs (the topology's " +
-                                             "node), e.g. " + std::to_string(per_node * 2));
-            if (!seen.insert(g).second) throw ConfigError(where, "given twice");
-            node_counts.push_back(g / per_node);
-        }
-        if (node_counts.empty()) node_counts.push_back(0);
-    }
-    std::vector<std::int64_t> batches;
-    if (!options.global_batches.empty())
-        for (const auto& o : fixes.others)
-            if (o.rfind("training.global_batch_size=", 0) == 0)
-                throw ConfigError(SourceLocation{"--fix " + o},
-                                  "the global batch is searched (--global-batch): fix it there");
-    {
-        std::set<std::int64_t> seen;
-        for (const auto b : options.global_batches) {
-            const SourceLocation where{"--global-batch " + std::to_string(b)};
-            if (b < 1) throw ConfigError(where, "expected a number of sequences, 1 or more");
-            if (!seen.insert(b).second) throw ConfigError(where, "given twice");
-            batches.push_back(b);
-        }
-        if (batches.empty()) batches.push_back(0);
-    }
     for (const int nodes : node_counts) {
         const auto at_nodes =
             nodes > 0 ? loader.load({"topology.nodes=" + std::to_string(nodes)}) : base;
@@ -888,7 +459,14 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                     SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
                     "does not divide the " + std::string(c.nodes ? "" : "experiment's ") +
                         std::to_string(c.base.layout.world_size()) + " GPUs");
+    return counts;
+}
 
+// The result's headline: what is searched, the memory a layout must fit in, and what is ranked
+// under which network.
+PlanResult result_header(const PlanOptions& options, const workload::ExperimentSpec& base,
+                         const std::vector<int>& node_counts, int per_node,
+                         const std::vector<std::int64_t>& batches, double limit) {
     PlanResult result;
     result.source = base.source;
     result.gpus = base.layout.world_size();
@@ -896,30 +474,37 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         if (nodes > 0) result.gpu_counts.push_back(nodes * per_node);
     for (const auto batch : batches)
         if (batch > 0) result.global_batches.push_back(batch);
-    const bool per_token = batches.size() > 1;
-    result.hbm_bytes = gpu.hbm.value;
+    result.hbm_bytes = base.cluster->gpu_model(0).hbm.value;
     result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
     result.objective = options.objective;
     result.objective_unit = options.objective == PlanObjective::Mfu      ? "MFU"
                             : options.objective == PlanObjective::Cost   ? "per 1M tokens"
                             : options.objective == PlanObjective::Energy ? "J per token"
-                            : per_token                                  ? "s per 1M tokens"
+                            : batches.size() > 1                         ? "s per 1M tokens"
                                                                          : "s";
     result.margin = options.margin;
-    const Scorer scorer{options.objective, options.gpu_hour_price, board_power_w * base.goodput.pue,
-                        per_token};
-    const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
     result.limit_bytes = static_cast<std::int64_t>(limit);
+    return result;
+}
 
-    const auto started = std::chrono::steady_clock::now();
-    const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    };
-    // 1-3: load, prepare, memory, bound. Layout n goes to rank n mod size; a rank's share goes to
-    // its threads in chunks, merged in enumeration order (each layout's entry is its own: the
-    // caches change no result).
-    WorkerPool pool(threads);
-    const SearchStep search_one{options, scorer, gpu, limit};
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A layout of this rank's share, with shape_refusal's reason, which its shape's variants share.
+struct SearchItem {
+    std::size_t index;
+    PlanLayout layout;
+    std::shared_ptr<const std::string> refused;
+};
+
+// Steps 1-3 over every layout of `counts`: load, prepare, memory, bound. Layout n goes to rank n
+// mod size; a rank's share goes to its threads in chunks, merged in enumeration order (each
+// layout's entry is its own: the caches change no result).
+Search search_layouts(const PlanOptions& options, const Fixes& fixes,
+                      const std::vector<Count>& counts, const std::vector<std::string>& schedules,
+                      const SearchStep& search_one, std::vector<Worker>& workers, WorkerPool& pool,
+                      const SweepRanks& ranks) {
     Search search;
     std::size_t n = 0;
     std::size_t total = 0;
@@ -928,17 +513,12 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
                   [&](const PlanLayout&) { ++total; });
     constexpr std::size_t kChunk = 64;
-    struct Item {
-        std::size_t index;
-        PlanLayout layout;
-        std::shared_ptr<const std::string> refused;  // shape_refusal's, shared by the shape
-    };
     struct Chunk {
-        std::vector<Item> layouts;
+        std::vector<SearchItem> layouts;
         std::future<Search> found;
     };
     std::deque<Chunk> chunks;
-    std::vector<Item> filling;
+    std::vector<SearchItem> filling;
     const auto merge_oldest = [&] {
         Chunk& c = chunks.front();
         search.absorb(c.found.get());
@@ -960,159 +540,183 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             return part;
         });
     };
-    {
-        // Whatever is thrown, no chunk may still run when what it refers to goes.
-        struct Drain {
-            std::deque<Chunk>& chunks;
-            ~Drain() {
-                for (auto& c : chunks)
-                    if (c.found.valid()) c.found.wait();
-            }
-        } drain{chunks};
-        for (const auto& c : counts) {
-            // The variants of a shape come one after another: its refusal is worked out once.
-            std::optional<PlanLayout> shape;
-            std::shared_ptr<const std::string> refused;
-            const auto same_shape = [](const PlanLayout& a, const PlanLayout& b) {
-                return a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.dp == b.dp &&
-                       a.ep == b.ep && a.vpp == b.vpp && a.schedule == b.schedule &&
-                       a.first_stage_layers == b.first_stage_layers &&
-                       a.last_stage_layers == b.last_stage_layers;
-            };
-            enumerate(
-                c.base, fixes, schedules, options.max_micro_batch_size, extras, [&](PlanLayout l) {
-                    const std::size_t index = n++;
-                    if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
-                        ranks.rank())
-                        return;
-                    l.nodes = c.nodes;
-                    l.global_batch = c.global_batch;
-                    if (!shape || !same_shape(*shape, l)) {
-                        shape = l;
-                        refused = std::make_shared<const std::string>(shape_refusal(c.base, l));
-                    }
-                    filling.push_back(Item{index, std::move(l), refused});
-                    if (filling.size() == kChunk) submit();
-                });
+    // Whatever is thrown, no chunk may still run when what it refers to goes.
+    struct Drain {
+        std::deque<Chunk>& chunks;
+        ~Drain() {
+            for (auto& c : chunks)
+                if (c.found.valid()) c.found.wait();
         }
-        submit();
-        while (!chunks.empty())
-            merge_oldest();
+    } drain{chunks};
+    for (const auto& c : counts) {
+        // The variants of a shape come one after another: its refusal is worked out once.
+        std::optional<PlanLayout> shape;
+        std::shared_ptr<const std::string> refused;
+        enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
+                  [&](PlanLayout l) {
+                      const std::size_t index = n++;
+                      if (static_cast<int>(index % static_cast<std::size_t>(ranks.size())) !=
+                          ranks.rank())
+                          return;
+                      l.nodes = c.nodes;
+                      l.global_batch = c.global_batch;
+                      if (!shape || !same_shape(*shape, l)) {
+                          shape = l;
+                          refused = std::make_shared<const std::string>(shape_refusal(c.base, l));
+                      }
+                      filling.push_back(SearchItem{index, std::move(l), refused});
+                      if (filling.size() == kChunk) submit();
+                  });
     }
+    submit();
+    while (!chunks.empty())
+        merge_oldest();
+    return search;
+}
 
-    // Rank 0 gathers the other ranks' shares.
-    if (ranks.size() > 1) {
-        nlohmann::json mine;
-        if (ranks.rank() != 0) {
-            nlohmann::json survivors = nlohmann::json::array();
-            for (const auto& s : search.survivors)
-                survivors.push_back(survivor_cbor(s));
-            nlohmann::json entries = nlohmann::json::array();
-            for (const auto& e : search.entries)
-                entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0,
-                                                          0, 0, e.memory_bytes}),
-                                   static_cast<int>(e.status), e.reason});
-            mine = {search.layouts,         search.invalid, search.pruned_memory,
-                    search.invalid_reasons, survivors,      entries};
-        }
-        auto parts = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
-                                                            : nlohmann::json::to_cbor(mine));
-        if (ranks.rank() != 0) return std::nullopt;
-        for (std::size_t from = 1; from < parts.size(); ++from) {
-            const auto j = nlohmann::json::from_cbor(parts[from]);
-            search.layouts += j.at(0).get<std::size_t>();
-            search.invalid += j.at(1).get<std::size_t>();
-            search.pruned_memory += j.at(2).get<std::size_t>();
-            for (const auto& [reason, count] : j.at(3).get<std::map<std::string, std::size_t>>())
-                search.invalid_reasons[reason] += count;
-            for (const auto& s : j.at(4))
-                search.survivors.push_back(survivor_from(s));
-            for (const auto& e : j.at(5)) {
-                PlanEntry entry;
-                const auto s = survivor_from(e.at(0));
-                entry.layout = s.layout;
-                entry.index = s.index;
-                entry.lower_bound_s = s.bound_s;
-                entry.memory_bytes = s.memory;
-                entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
-                entry.reason = e.at(2).get<std::string>();
-                search.entries.push_back(std::move(entry));
-            }
+// Under mpirun, rank 0 gathers the other ranks' shares into `search` (after its own: plan sorts
+// what it ranks and lists); false on the other ranks, whose part is done.
+bool gather_shares(Search& search, const SweepRanks& ranks) {
+    if (ranks.size() <= 1) return true;
+    nlohmann::json mine;
+    if (ranks.rank() != 0) {
+        nlohmann::json survivors = nlohmann::json::array();
+        for (const auto& s : search.survivors)
+            survivors.push_back(survivor_cbor(s));
+        nlohmann::json entries = nlohmann::json::array();
+        for (const auto& e : search.entries)
+            entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0, 0,
+                                                      0, e.memory_bytes}),
+                               static_cast<int>(e.status), e.reason});
+        mine = {search.layouts,         search.invalid, search.pruned_memory,
+                search.invalid_reasons, survivors,      entries};
+    }
+    auto parts = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
+                                                        : nlohmann::json::to_cbor(mine));
+    if (ranks.rank() != 0) return false;
+    for (std::size_t from = 1; from < parts.size(); ++from) {
+        const auto j = nlohmann::json::from_cbor(parts[from]);
+        search.layouts += j.at(0).get<std::size_t>();
+        search.invalid += j.at(1).get<std::size_t>();
+        search.pruned_memory += j.at(2).get<std::size_t>();
+        for (const auto& [reason, count] : j.at(3).get<std::map<std::string, std::size_t>>())
+            search.invalid_reasons[reason] += count;
+        for (const auto& s : j.at(4))
+            search.survivors.push_back(survivor_from(s));
+        for (const auto& e : j.at(5)) {
+            PlanEntry entry;
+            const auto s = survivor_from(e.at(0));
+            entry.layout = s.layout;
+            entry.index = s.index;
+            entry.lower_bound_s = s.bound_s;
+            entry.memory_bytes = s.memory;
+            entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
+            entry.reason = e.at(2).get<std::string>();
+            search.entries.push_back(std::move(entry));
         }
     }
-    result.layouts = search.layouts;
-    result.invalid = search.invalid;
-    result.pruned_memory = search.pruned_memory;
-    result.invalid_reasons = std::move(search.invalid_reasons);
-    if (search.survivors.empty())
-        throw ConfigError(
-            SourceLocation{result.source},
-            "none of the " + std::to_string(result.layouts) +
-                " layouts searched is valid and fits in " +
-                format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " per GPU (" +
-                std::to_string(result.invalid) + " invalid, " +
-                std::to_string(result.pruned_memory) + " above the memory limit)" +
-                (result.invalid_reasons.empty()
-                     ? std::string()
-                     : "; the most common reason: " +
-                           std::max_element(
-                               result.invalid_reasons.begin(), result.invalid_reasons.end(),
-                               [](const auto& x, const auto& y) { return x.second < y.second; })
-                               ->first));
+    return true;
+}
 
-    result.seconds.search = seconds_since(started);
-    const auto simulating = std::chrono::steady_clock::now();
-    // 4 and 5. The survivors are taken in the order of their bound and simulated with the
-    // analytical network (4); those simulated are confirmed under the experiment's own network
-    // in the order of their analytical score (5). Both stop by the same rule: a layout cannot
-    // reach the top k once what it can at best score is no better than the k-th best confirmed
-    // score. At best it scores its bound before step 4 (no replay is faster) and its analytical
-    // score before step 5 (contention only lengthens an iteration: the premise, checked on
-    // every confirmed layout and reported when it fails). Until k layouts are confirmed, step 4
-    // stops where the bound, shortened by the margin, loses to the k-th best analytical score;
-    // when the confirmed k-th best is worse than that, step 4 resumes up to it, and so on until
-    // neither step has a layout left that could enter the top k.
-    auto& survivors = search.survivors;
-    std::sort(survivors.begin(), survivors.end(), [](const Survivor& x, const Survivor& y) {
-        if (x.bound_score != y.bound_score) return x.bound_score < y.bound_score;
-        return x.index < y.index;
-    });
-    const double shrink = 1 / (1 + options.margin);
-    struct Simulated {
-        const Survivor* survivor;
-        PlanFigures figures;
-        bool confirmed = false;
-    };
+// The error when no layout searched is valid and fits: the counts, and the most common reason a
+// layout was invalid.
+ConfigError nothing_fits(const PlanResult& result) {
+    return ConfigError(
+        SourceLocation{result.source},
+        "none of the " + std::to_string(result.layouts) +
+            " layouts searched is valid and fits in " + format_bytes(Bytes{result.limit_bytes}) +
+            " per GPU (" + std::to_string(result.invalid) + " invalid, " +
+            std::to_string(result.pruned_memory) + " above the memory limit)" +
+            (result.invalid_reasons.empty()
+                 ? std::string()
+                 : "; the most common reason: " +
+                       std::max_element(
+                           result.invalid_reasons.begin(), result.invalid_reasons.end(),
+                           [](const auto& x, const auto& y) { return x.second < y.second; })
+                           ->first));
+}
+
+// A survivor simulated with the analytical network (step 4), and whether step 5 confirmed it.
+struct Simulated {
+    const Survivor* survivor;
+    PlanFigures figures;
+    bool confirmed = false;
+};
+
+// Steps 4 and 5 (see plan.hpp). The survivors, in the order of their bound, are simulated with
+// the analytical network (4); those simulated are confirmed under the experiment's own network in
+// the order of their analytical score (5). Both stop by the same rule: a layout cannot reach the
+// top k once what it can at best score is no better than the k-th best confirmed score. At best
+// it scores its bound before step 4 (no replay is faster) and its analytical score before step 5
+// (contention only lengthens an iteration: the premise, checked on every confirmed layout and
+// reported when it fails). Until k layouts are confirmed, step 4 stops where the bound, shortened
+// by the margin, loses to the k-th best analytical score; when the confirmed k-th best is worse
+// than that, step 4 resumes up to it, and so on until neither step has a layout left that could
+// enter the top k.
+struct Simulations {
+    const PlanOptions& options;
+    const Scorer& scorer;
+    std::vector<Worker>& workers;
+    WorkerPool& pool;
+    const std::vector<Survivor>& survivors;  // in the order of their bound
+    // With the analytical network step 5 reuses step 4's results: nothing to limit.
+    bool same_network = false;
+    std::size_t limit_confirm = 0;  // PlanOptions::confirm's (0: none)
+
     std::deque<Simulated> simulated;  // stable addresses
     std::multiset<double> best;       // the k best analytical scores
     std::multiset<double> best_confirmed;
-    std::map<std::size_t, PlanFigures> analytical_of;  // with keep_entries: by index
-    const auto kth_of = [&](const std::multiset<double>& scores) {
+    std::vector<PlanChoice> confirmed;
+    std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
+    std::size_t faster_than_analytical = 0;
+    std::size_t next = 0, step = 0, confirm_step = 0;
+
+    Simulations(const PlanOptions& o, const Scorer& s, std::vector<Worker>& w, WorkerPool& p,
+                const std::vector<Survivor>& sorted, bool analytical)
+        : options(o),
+          scorer(s),
+          workers(w),
+          pool(p),
+          survivors(sorted),
+          same_network(analytical),
+          limit_confirm(analytical ? 0 : o.confirm.value_or(3 * o.top)) {}
+
+    // Until neither step has a layout left that could enter the top k.
+    void run() {
+        simulate_while(1 / (1 + options.margin), [&] { return kth_of(best); });
+        for (;;) {
+            confirm_in_order();
+            // 4 again (also once the confirmation limit is reached: analytical runs are cheap,
+            // and they leave as contenders only the layouts that could beat the k-th confirmed
+            // score): survivors whose bound still beats the k-th best confirmed score.
+            const std::size_t before = next;
+            simulate_while(1.0, [&] { return kth_of(best_confirmed); });
+            if (next == before) break;
+        }
+    }
+
+    double kth_of(const std::multiset<double>& scores) const {
         return scores.size() < options.top ? std::numeric_limits<double>::infinity()
                                            : *std::prev(scores.end());
-    };
-    const auto keep_best = [&](std::multiset<double>& scores, double score) {
+    }
+    void keep_best(std::multiset<double>& scores, double score) const {
         scores.insert(score);
         if (scores.size() > options.top) scores.erase(std::prev(scores.end()));
-    };
-    const bool same_network = base.network.fidelity == network::Fidelity::Analytical;
-    std::vector<PlanChoice> confirmed;
-    std::map<std::size_t, PlanFigures> confirmed_of;
-    // With the analytical network step 5 reuses step 4's results: nothing to limit.
-    const std::size_t limit_confirm = same_network ? 0 : options.confirm.value_or(3 * options.top);
-    result.confirm_limit = limit_confirm;
-    std::size_t next = 0, step = 0, confirm_step = 0;
+    }
+
     // A layout's figures under the analytical network (or its own), on worker w.
-    const auto figures_on = [&](std::size_t w, const PlanLayout& l, bool analytical,
-                                const Survivor& s) {
+    PlanFigures figures_on(std::size_t w, const PlanLayout& l, bool analytical,
+                           const Survivor& s) const {
         Worker& worker = workers[w];
         const auto spec = worker.loader.load(l, analytical);
         return figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer, s.flops,
                           s.peak, s.tokens, l.gpus());
-    };
+    }
+
     // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
     // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
-    const auto simulate_while = [&](double scale, const auto& beaten) {
+    template <typename Beaten>
+    void simulate_while(double scale, const Beaten& beaten) {
         // Analytical runs are short and uneven: four per thread in flight (one thread runs
         // none ahead: it would only drop them at a stop).
         next = run_ahead(
@@ -1132,11 +736,11 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 keep_best(best, f.objective);
                 if (options.keep_entries) analytical_of[s.index] = f;
             });
-    };
-    simulate_while(shrink, [&] { return kth_of(best); });
-    for (;;) {
-        // 5: the unconfirmed in the order of their analytical score, while it beats the k-th
-        // best confirmed score.
+    }
+
+    // Step 5: the unconfirmed in the order of their analytical score, while it beats the k-th
+    // best confirmed score (and the confirmation limit allows).
+    void confirm_in_order() {
         std::vector<Simulated*> order;
         for (auto& x : simulated)
             if (!x.confirmed) order.push_back(&x);
@@ -1157,51 +761,50 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
                 return same_network ? x.figures
                                     : figures_on(w, x.survivor->layout, false, *x.survivor);
             },
-            [&](std::size_t i, PlanFigures figures) {
-                Simulated* x = order[i];
-                if (options.on_progress)
-                    options.on_progress("confirm", ++confirm_step, simulated.size());
-                x->confirmed = true;
-                PlanChoice c;
-                c.layout = x->survivor->layout;
-                c.index = x->survivor->index;
-                c.analytical = x->figures;
-                c.lower_bound_s = x->survivor->bound_s;
-                c.figures = std::move(figures);
-                // The premise of the stop rule: no layout scores better under its own network than
-                // under the analytical one (relative 1e-9: the two sum their parts differently).
-                if (c.figures.objective <
-                    c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
-                    ++result.faster_than_analytical;
-                keep_best(best_confirmed, c.figures.objective);
-                if (options.keep_entries) confirmed_of[c.index] = c.figures;
-                confirmed.push_back(std::move(c));
-            });
-        // 4 again (also once the confirmation limit is reached: analytical runs are cheap, and
-        // they leave as contenders only the layouts that could beat the k-th confirmed score):
-        // survivors whose bound still beats the k-th best confirmed score.
-        const std::size_t before = next;
-        simulate_while(1.0, [&] { return kth_of(best_confirmed); });
-        if (next == before) break;
+            [&](std::size_t i, PlanFigures figures) { confirm(*order[i], std::move(figures)); });
     }
+
+    // Step 5's result for `x`: its figures under the experiment's network.
+    void confirm(Simulated& x, PlanFigures figures) {
+        if (options.on_progress) options.on_progress("confirm", ++confirm_step, simulated.size());
+        x.confirmed = true;
+        PlanChoice c;
+        c.layout = x.survivor->layout;
+        c.index = x.survivor->index;
+        c.analytical = x.figures;
+        c.lower_bound_s = x.survivor->bound_s;
+        c.figures = std::move(figures);
+        // The premise of the stop rule: no layout scores better under its own network than
+        // under the analytical one (relative 1e-9: the two sum their parts differently).
+        if (c.figures.objective < c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
+            ++faster_than_analytical;
+        keep_best(best_confirmed, c.figures.objective);
+        if (options.keep_entries) confirmed_of[c.index] = c.figures;
+        confirmed.push_back(std::move(c));
+    }
+
     // What the confirmation limit left: layouts whose analytical score beats the k-th best
-    // confirmed one (every other layout's bound does not: the loop above ran step 4 to its end).
-    for (const auto& x : simulated)
-        if (!x.confirmed && x.figures.objective < kth_of(best_confirmed)) {
-            result.best_contender = result.contenders++ == 0
-                                        ? x.figures.objective
-                                        : std::min(result.best_contender, x.figures.objective);
-        }
-    result.seconds.simulate = seconds_since(simulating);
-    result.simulated = simulated.size();
-    result.pruned_bound = survivors.size() - simulated.size();
-    result.confirmed = confirmed.size();
+    // confirmed one (every other layout's bound does not: run() ran step 4 to its end).
+    void count_contenders(PlanResult& result) const {
+        for (const auto& x : simulated)
+            if (!x.confirmed && x.figures.objective < kth_of(best_confirmed)) {
+                result.best_contender = result.contenders++ == 0
+                                            ? x.figures.objective
+                                            : std::min(result.best_contender, x.figures.objective);
+            }
+    }
+};
+
+// The top k of the confirmed layouts by score (the first enumerated on a tie): #1 with the
+// Megatron-LM flags that run it, the others with why they rank below it.
+std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t top,
+                               const Loader& loader, bool per_token) {
     std::sort(confirmed.begin(), confirmed.end(), [](const PlanChoice& x, const PlanChoice& y) {
         if (x.figures.objective != y.figures.objective)
             return x.figures.objective < y.figures.objective;
         return x.index < y.index;
     });
-    if (confirmed.size() > options.top) confirmed.resize(options.top);
+    if (confirmed.size() > top) confirmed.resize(top);
     for (std::size_t i = 0; i < confirmed.size(); ++i) {
         auto& c = confirmed[i];
         if (i == 0) {
@@ -1210,68 +813,135 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
             c.why_lost = why_lost(c.figures, confirmed[0].figures, per_token);
         }
     }
-    result.top = std::move(confirmed);
+    return confirmed;
+}
 
-    if (options.guide) {
-        auto advice = guide_advice(base);
-        result.guide_reasoning = std::move(advice.reasoning);
-        result.guide_not_dividing = std::move(advice.not_dividing);
-        for (auto l : advice.layouts) {
-            // The guide says nothing of the pipeline split: at another pp than the experiment's,
-            // where the layers do not divide, the derived first/last split (that of
-            // --uneven-stages) rather than the experiment's split for its own pp.
-            if (const auto split =
-                    derived_split(base, l.pp, *schedule::make_schedule(l.schedule), l.vpp)) {
-                l.first_stage_layers = split->first;
-                l.last_stage_layers = split->second;
+// --guide: the guide's layouts, simulated under the experiment's network on `worker` (the
+// calling thread's) and placed among the top k.
+void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const Worker& worker,
+               const Scorer& scorer, bool fast_paths, double limit, bool per_token) {
+    auto advice = guide_advice(base);
+    result.guide_reasoning = std::move(advice.reasoning);
+    result.guide_not_dividing = std::move(advice.not_dividing);
+    for (auto l : advice.layouts) {
+        // The guide says nothing of the pipeline split: at another pp than the experiment's,
+        // where the layers do not divide, the derived first/last split (that of
+        // --uneven-stages) rather than the experiment's split for its own pp.
+        if (const auto split =
+                derived_split(base, l.pp, *schedule::make_schedule(l.schedule), l.vpp)) {
+            l.first_stage_layers = split->first;
+            l.last_stage_layers = split->second;
+        }
+        PlanGuideEntry g;
+        g.layout = l;
+        try {
+            const auto spec = worker.loader.load(l, false);
+            const auto prepared = replay::prepare(spec, "");
+            const double flops = prepared.plan.model_flops_per_iteration.value;
+            const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
+            g.figures = figures_of(simulate(spec, worker.cache.get(), fast_paths), scorer, flops,
+                                   peak_flops(spec), tokens, l.gpus());
+            g.rank = 1;
+            for (const auto& c : result.top)
+                if (c.figures.objective <= g.figures->objective) ++g.rank;
+            if (!result.top.empty()) {
+                g.versus = why_lost(*g.figures, result.top.front().figures, per_token);
+                if (static_cast<double>(g.figures->memory_bytes) > limit)
+                    g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
+                                " per GPU, above the limit of " +
+                                format_bytes(Bytes{static_cast<std::int64_t>(limit)});
             }
-            PlanGuideEntry g;
-            g.layout = l;
-            try {
-                const auto spec = loader.load(l, false);
-                const auto prepared = replay::prepare(spec, "");
-                const double flops = prepared.plan.model_flops_per_iteration.value;
-                const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
-                g.figures = figures_of(simulate(spec, cache.get(), options.fast_paths), scorer,
-                                       flops, peak_flops(spec), tokens, l.gpus());
-                g.rank = 1;
-                for (const auto& c : result.top)
-                    if (c.figures.objective <= g.figures->objective) ++g.rank;
-                if (!result.top.empty()) {
-                    g.versus = why_lost(*g.figures, result.top.front().figures, per_token);
-                    if (static_cast<double>(g.figures->memory_bytes) > limit)
-                        g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
-                                    " per GPU, above the limit of " +
-                                    format_bytes(Bytes{static_cast<std::int64_t>(limit)});
-                }
-            } catch (const ConfigError& e) {
-                g.reason = e.what();
-            }
-            result.guide.push_back(std::move(g));
+        } catch (const ConfigError& e) {
+            g.reason = e.what();
+        }
+        result.guide.push_back(std::move(g));
+    }
+}
+
+// --json: every layout in enumeration order (the ranks' shares interleave), with the figures of
+// those simulated and confirmed, and why the others were not.
+std::vector<PlanEntry> entries_of(std::vector<PlanEntry> entries, const Simulations& sims,
+                                  const PlanResult& result) {
+    std::sort(entries.begin(), entries.end(),
+              [](const PlanEntry& x, const PlanEntry& y) { return x.index < y.index; });
+    for (auto& e : entries) {
+        if (e.status != PlanEntry::Status::PrunedBound) continue;
+        if (const auto a = sims.analytical_of.find(e.index); a != sims.analytical_of.end()) {
+            e.analytical = a->second;
+            e.status = PlanEntry::Status::Simulated;
+        } else {
+            e.reason = "its lower bound " + std::to_string(e.lower_bound_s) +
+                       " s cannot beat the " + std::to_string(sims.options.top) +
+                       "-th best result under the " + result.network + " network";
+        }
+        if (const auto c = sims.confirmed_of.find(e.index); c != sims.confirmed_of.end()) {
+            e.confirmed = c->second;
+            e.status = PlanEntry::Status::Confirmed;
         }
     }
+    return entries;
+}
 
-    if (options.keep_entries) {
-        // Every layout in enumeration order (the ranks' shares interleave).
-        result.entries = std::move(search.entries);
-        std::sort(result.entries.begin(), result.entries.end(),
-                  [](const PlanEntry& x, const PlanEntry& y) { return x.index < y.index; });
-        for (auto& e : result.entries) {
-            if (e.status != PlanEntry::Status::PrunedBound) continue;
-            if (const auto a = analytical_of.find(e.index); a != analytical_of.end()) {
-                e.analytical = a->second;
-                e.status = PlanEntry::Status::Simulated;
-            } else {
-                e.reason = "its lower bound " + std::to_string(e.lower_bound_s) +
-                           " s cannot beat the " + std::to_string(options.top) +
-                           "-th best result under the " + result.network + " network";
-            }
-            if (const auto c = confirmed_of.find(e.index); c != confirmed_of.end()) {
-                e.confirmed = c->second;
-                e.status = PlanEntry::Status::Confirmed;
-            }
-        }
-    }
+}  // namespace
+
+std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks) {
+    const Fixes fixes = parse_fixes(options.fixes);
+    check_options(options);
+    std::vector<Worker> workers = make_workers(options, fixes, ranks);
+    const Loader& loader = workers[0].loader;
+    // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
+    // batch. Its errors are the plan's.
+    const auto base = loader.load(std::vector<std::string>{});
+    const double board_power_w = board_power(options, base);
+    const auto schedules = searched_schedules(options, fixes);
+    const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
+    const auto node_counts = node_counts_of(options.gpus, per_node);
+    const auto batches = batches_of(options, fixes);
+    const auto counts = counts_of(loader, base, node_counts, batches, fixes);
+
+    const auto& gpu = base.cluster->gpu_model(0);
+    const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
+    PlanResult result = result_header(options, base, node_counts, per_node, batches, limit);
+    const bool per_token = batches.size() > 1;
+    const Scorer scorer{options.objective, options.gpu_hour_price, board_power_w * base.goodput.pue,
+                        per_token};
+
+    // 1-3: load, prepare, memory, bound; under mpirun each rank its share, gathered by rank 0.
+    const auto started = std::chrono::steady_clock::now();
+    WorkerPool pool(workers.size());
+    Search search = search_layouts(options, fixes, counts, schedules,
+                                   SearchStep{options, scorer, gpu, limit}, workers, pool, ranks);
+    if (!gather_shares(search, ranks)) return std::nullopt;
+    result.layouts = search.layouts;
+    result.invalid = search.invalid;
+    result.pruned_memory = search.pruned_memory;
+    result.invalid_reasons = std::move(search.invalid_reasons);
+    if (search.survivors.empty()) throw nothing_fits(result);
+    result.seconds.search = seconds_since(started);
+
+    // 4 and 5: simulate in the order of the bound, confirm in the order of the analytical score.
+    const auto simulating = std::chrono::steady_clock::now();
+    auto& survivors = search.survivors;
+    std::sort(survivors.begin(), survivors.end(), [](const Survivor& x, const Survivor& y) {
+        if (x.bound_score != y.bound_score) return x.bound_score < y.bound_score;
+        return x.index < y.index;
+    });
+    Simulations sims(options, scorer, workers, pool, survivors,
+                     base.network.fidelity == network::Fidelity::Analytical);
+    result.confirm_limit = sims.limit_confirm;
+    sims.run();
+    result.faster_than_analytical = sims.faster_than_analytical;
+    sims.count_contenders(result);
+    result.seconds.simulate = seconds_since(simulating);
+    result.simulated = sims.simulated.size();
+    result.pruned_bound = survivors.size() - sims.simulated.size();
+    result.confirmed = sims.confirmed.size();
+
+    // The ranking, the guide's layouts placed in it, and every layout looked at.
+    result.top = top_of(std::move(sims.confirmed), options.top, loader, per_token);
+    if (options.guide)
+        add_guide(result, base, workers[0], scorer, options.fast_paths, limit, per_token);
+    if (options.keep_entries) result.entries = entries_of(std::move(search.entries), sims, result);
     return result;
 }
 
@@ -1286,187 +956,6 @@ std::size_t parse_confirm(const std::string& text) {
         throw ConfigError(SourceLocation{"--confirm " + text},
                           "expected a number of layouts, 1 to 1000000, or all");
     return n;
-}
-
-std::vector<std::int64_t> parse_global_batches(const std::string& text) {
-    const auto fail = [&](const std::string& item, const std::string& what) {
-        throw ConfigError(SourceLocation{"--global-batch " + text},
-                          (item.empty() ? std::string("an empty item") : "'" + item + "'") + ": " +
-                              what +
-                              "; expected sizes N, ranges MIN..MAX (the multiples of MIN up to "
-                              "MAX) or MIN..MAX:STEP, comma-separated, in sequences");
-    };
-    // A whole number of sequences, 1 .. 2^40 (far above any batch, far below overflow).
-    constexpr std::int64_t kMax = std::int64_t{1} << 40;
-    const auto number = [&](const std::string& item, const std::string& digits) {
-        if (digits.empty() || digits.size() > 13 ||
-            digits.find_first_not_of("0123456789") != std::string::npos)
-            fail(item, "'" + digits + "' is not a whole number");
-        const std::int64_t v = std::stoll(digits);
-        if (v < 1 || v > kMax) fail(item, "sizes go from 1 to " + std::to_string(kMax));
-        return v;
-    };
-    constexpr std::size_t kMost = 256;
-    if (text.empty()) fail("", "nothing to search");
-    std::set<std::int64_t> sizes;
-    std::stringstream items(text);
-    for (std::string item; std::getline(items, item, ',');) {
-        const auto dots = item.find("..");
-        if (dots == std::string::npos) {
-            sizes.insert(number(item, item));
-        } else {
-            const auto colon = item.find(':', dots);
-            const std::int64_t lo = number(item, item.substr(0, dots));
-            const std::int64_t hi =
-                number(item, item.substr(dots + 2, colon == std::string::npos ? std::string::npos
-                                                                              : colon - dots - 2));
-            const std::int64_t step =
-                colon == std::string::npos ? lo : number(item, item.substr(colon + 1));
-            if (hi < lo) fail(item, "the range ends below its start");
-            if ((hi - lo) / step + 1 > static_cast<std::int64_t>(kMost))
-                fail(item, "more than " + std::to_string(kMost) + " sizes");
-            for (std::int64_t v = lo; v <= hi; v += step)
-                sizes.insert(v);
-        }
-        if (sizes.size() > kMost) fail(item, "more than " + std::to_string(kMost) + " sizes");
-    }
-    if (text.back() == ',') fail("", "a trailing comma");
-    return {sizes.begin(), sizes.end()};
-}
-
-nlohmann::ordered_json plan_json(const PlanResult& r) {
-    nlohmann::ordered_json j;
-    j["experiment"] = r.source;
-    j["gpus"] = r.gpus;
-    if (!r.gpu_counts.empty()) j["gpu_counts"] = r.gpu_counts;
-    if (!r.global_batches.empty()) j["global_batch_sizes"] = r.global_batches;
-    j["hbm_bytes"] = r.hbm_bytes;
-    j["network"] = r.network;
-    j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));
-    j["objective_unit"] = r.objective_unit;
-    j["margin"] = r.margin;
-    j["layouts"] = r.layouts;
-    j["invalid"] = r.invalid;
-    j["pruned_memory"] = r.pruned_memory;
-    j["pruned_bound"] = r.pruned_bound;
-    j["simulated"] = r.simulated;
-    j["confirmed"] = r.confirmed;
-    j["faster_than_analytical"] = r.faster_than_analytical;
-    // The confirmation limit (0: none) and what it left that could enter the top k.
-    j["confirm_limit"] = r.confirm_limit;
-    j["contenders"] = r.contenders;
-    if (r.contenders > 0) j["best_contender"] = r.best_contender;
-    auto top = nlohmann::ordered_json::array();
-    for (const auto& c : r.top) {
-        nlohmann::ordered_json t;
-        t["layout"] = layout_json(c.layout);
-        t["figures"] = figures_json(c.figures);
-        t["analytical"] = figures_json(c.analytical);
-        t["lower_bound_s"] = c.lower_bound_s;
-        if (!c.megatron_args.empty()) t["megatron_args"] = c.megatron_args;
-        if (!c.why_lost.empty()) t["why_lost"] = c.why_lost;
-        top.push_back(std::move(t));
-    }
-    j["top"] = std::move(top);
-    auto entries = nlohmann::ordered_json::array();
-    for (const auto& e : r.entries) {
-        nlohmann::ordered_json t;
-        t["layout"] = layout_json(e.layout);
-        t["status"] = plan_status_name(e.status);
-        if (!e.reason.empty()) t["reason"] = e.reason;
-        if (e.status != PlanEntry::Status::Invalid) t["memory_per_gpu_bytes"] = e.memory_bytes;
-        if (e.lower_bound_s > 0) t["lower_bound_s"] = e.lower_bound_s;
-        if (e.analytical) t["analytical"] = figures_json(*e.analytical);
-        if (e.confirmed) t["confirmed"] = figures_json(*e.confirmed);
-        entries.push_back(std::move(t));
-    }
-    j["layouts_evaluated"] = std::move(entries);
-    if (!r.guide_reasoning.empty()) {
-        nlohmann::ordered_json g;
-        g["reasoning"] = r.guide_reasoning;
-        auto layouts = nlohmann::ordered_json::array();
-        for (const auto& e : r.guide) {
-            nlohmann::ordered_json t;
-            t["layout"] = layout_json(e.layout);
-            if (e.figures) {
-                t["figures"] = figures_json(*e.figures);
-                t["rank"] = e.rank;
-                if (!e.versus.empty()) t["versus_best"] = e.versus;
-            } else {
-                t["reason"] = e.reason;
-            }
-            layouts.push_back(std::move(t));
-        }
-        g["layouts"] = std::move(layouts);
-        g["not_dividing"] = r.guide_not_dividing;
-        j["guide"] = std::move(g);
-    }
-    return j;
-}
-
-nlohmann::ordered_json plan_html_data(const PlanResult& r) {
-    nlohmann::ordered_json j;
-    j["objective"] = std::string(name_of(kPlanObjectiveNames, r.objective));
-    j["objective_unit"] = r.objective_unit;
-    j["network"] = r.network;
-    j["gpus"] = r.gpus;
-    if (!r.gpu_counts.empty()) j["gpu_counts"] = r.gpu_counts;
-    j["hbm_bytes"] = r.hbm_bytes;
-    j["limit_bytes"] = r.limit_bytes;
-    j["counts"] = {{"layouts", r.layouts},
-                   {"invalid", r.invalid},
-                   {"pruned_memory", r.pruned_memory},
-                   {"pruned_bound", r.pruned_bound},
-                   {"simulated", r.simulated},
-                   {"confirmed", r.confirmed}};
-    auto top = nlohmann::ordered_json::array();
-    for (const auto& c : r.top)
-        top.push_back({{"layout", c.layout.text()},
-                       {"figures", figures_json(c.figures)},
-                       {"megatron_args", c.megatron_args},
-                       {"why_lost", c.why_lost},
-                       {"overrides", c.layout.overrides()}});
-    j["top"] = top;
-    // Points: [memory per GPU (bytes), iteration time (s), 1 if under the experiment's network,
-    // rank in the top k (0: none), layout].
-    struct Point {
-        std::int64_t memory;
-        double time;
-        bool confirmed;
-        std::size_t rank;
-        std::string text;
-    };
-    std::vector<Point> points;
-    for (const auto& e : r.entries) {
-        if (!e.analytical) continue;
-        Point p{e.memory_bytes, (e.confirmed ? *e.confirmed : *e.analytical).iteration_time_s,
-                e.confirmed.has_value(), 0, e.layout.text()};
-        for (std::size_t i = 0; i < r.top.size(); ++i)
-            if (r.top[i].index == e.index) p.rank = i + 1;
-        points.push_back(std::move(p));
-    }
-    auto out = nlohmann::ordered_json::array();
-    for (const auto& p : points)
-        out.push_back({p.memory, p.time, p.confirmed ? 1 : 0, p.rank, p.text});
-    j["points"] = out;
-    // The front, by memory then time: a point is on it when it is faster than every point that
-    // needs no more memory (ties in memory: the fastest, the first in enumeration order).
-    std::vector<std::size_t> order(points.size());
-    for (std::size_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        if (points[a].memory != points[b].memory) return points[a].memory < points[b].memory;
-        return points[a].time < points[b].time;
-    });
-    auto front = nlohmann::ordered_json::array();
-    double fastest = std::numeric_limits<double>::infinity();
-    for (const std::size_t i : order)
-        if (points[i].time < fastest) {
-            fastest = points[i].time;
-            front.push_back(i);
-        }
-    j["pareto"] = front;
-    return j;
 }
 
 }  // namespace cs::api

@@ -239,29 +239,25 @@ void check_run_memory(const workload::ExperimentSpec& spec, const schedule::Pipe
                           "--max-memory");
 }
 
-RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options,
-                        SweepCache* cache) {
-    const auto wall_start = std::chrono::steady_clock::now();
-    RunResult out;
-    // The clean iteration time a variability or fault run's cost is against: the same experiment
-    // without them, run first as a baseline (which makes no clean runs of its own).
-    const auto baseline_time = [&](auto strip) {
-        workload::ExperimentSpec clean = experiment;
-        strip(clean);
-        RunOptions plain;
-        plain.schedule = options.schedule;
-        plain.baseline = true;
-        plain.fast_paths = options.fast_paths;
-        return run(clean, plain).summary.iteration_time_s;
-    };
-    double clean_time_s = 0;
-    if (experiment.variability.any() && !options.baseline)
-        clean_time_s = baseline_time([](workload::ExperimentSpec& e) { e.variability = {}; });
-    double unfaulted_time_s = 0;
-    if (experiment.faults.any() && !options.baseline)
-        unfaulted_time_s = baseline_time([](workload::ExperimentSpec& e) { e.faults = {}; });
-    // Link faults from the start are a cluster with those links degraded or failed: routes,
-    // blocking collectives' costs and the network all see them.
+// The iteration time of `experiment` with `strip` applied (its variability or faults removed),
+// run first as a baseline (which makes no clean runs of its own): what a variability or fault
+// run's cost is against.
+template <typename Strip>
+double baseline_time(const workload::ExperimentSpec& experiment, const RunOptions& options,
+                     Strip strip) {
+    workload::ExperimentSpec clean = experiment;
+    strip(clean);
+    RunOptions plain;
+    plain.schedule = options.schedule;
+    plain.baseline = true;
+    plain.fast_paths = options.fast_paths;
+    return run(clean, plain).summary.iteration_time_s;
+}
+
+// The iteration prepared on the cluster with its link faults from the start: routes, blocking
+// collectives' costs and the network all see them.
+replay::PreparedIteration prepare_run(const workload::ExperimentSpec& experiment,
+                                      const RunOptions& options) {
     workload::ExperimentSpec faulted = experiment;
     faulted.cluster = faulted_at_start(experiment);
     replay::PrepareOptions how;
@@ -270,19 +266,210 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     how.admit = [&options](const replay::PreparedIteration& it) {
         check_run_memory(it.spec, it.shape, options.max_memory);
     };
-    const replay::PreparedIteration prepared =
-        replay::prepare(std::move(faulted), options.schedule, how);
+    return replay::prepare(std::move(faulted), options.schedule, how);
+}
+
+// Attaches what accounts for the links: the sweep's sketch or accounting of the cluster
+// (SweepCache::links, `kept`), else an accounting of the run's own (`own`). Returns the
+// accounting the summary lists the links of, if any.
+report::LinkAccounting* observe_links(replay::Replay& replay, SweepCache::Cluster* kept,
+                                      SweepCache::Links mode, std::size_t links,
+                                      std::optional<report::LinkAccounting>& own) {
+    if (mode == SweepCache::Links::Sketched) {
+        kept->sketched().reset();
+        replay.add_network_observer(*kept->sketch);
+        return nullptr;
+    }
+    // None: nothing observes the network, its transfers' costs are reused as they are.
+    if (mode == SweepCache::Links::None) return nullptr;
+    report::LinkAccounting* seen = kept ? &kept->accounted() : &own.emplace(links);
+    seen->reset();
+    replay.add_network_observer(*seen);
+    return seen;
+}
+
+// The trace writer of RunOptions::trace, watching the replay and its network.
+std::unique_ptr<report::TraceWriter> attach_trace(replay::Replay& replay,
+                                                  const replay::PreparedIteration& prepared,
+                                                  const RunOptions& options) {
+    auto trace = std::make_unique<report::TraceWriter>(
+        *options.trace, report::TraceContext::of(prepared.spec, prepared.plan, replay),
+        options.trace_options);
+    replay.add_observer(*trace);
+    replay.add_network_observer(*trace);
+    // A trace draws every pass's dependency arrows by pass id: each replica's own passes.
+    replay.refuse_replica_fold("a trace is written (it needs every replica's own passes)");
+    return trace;
+}
+
+// Variability: the GPUs' durations drawn from it (where it names GPUs), and the critical path
+// recorded to say which worker set the iteration time.
+std::unique_ptr<report::CriticalPath> attach_variability(replay::Replay& replay,
+                                                         const workload::ExperimentSpec& spec) {
+    if (!spec.variability.gpus.empty())
+        replay.set_duration_model(
+            replay::make_variability(spec.variability, spec.cluster->gpu_count()));
+    auto critical = std::make_unique<report::CriticalPath>(replay.workers().size());
+    replay.add_observer(*critical);
+    return critical;
+}
+
+// The run's summary with its goodput; `listed`: the links' accounting it lists, if any.
+report::Summary summarize_run(const replay::PreparedIteration& prepared,
+                              const replay::Replay& replay, const report::MetricsObserver& metrics,
+                              const replay::ReplayResult& result,
+                              const report::LinkAccounting* listed) {
+    report::SummaryInputs in;
+    in.spec = &prepared.spec;
+    in.plan = &prepared.plan;
+    in.replay = &replay;
+    in.metrics = &metrics;
+    in.result = result;
+    in.schedule = prepared.spec.schedule;
+    in.peak_inflight = prepared.peak_inflight;
+    in.links = listed;
+    report::Summary summary = report::summarize(in);
+    report::add_goodput(summary, prepared.spec);
+    return summary;
+}
+
+// The HTML report's recorders (RunOptions::detail): the passes' timeline and tracks, memory over
+// time and the links' load over time.
+struct DetailRecorders {
+    std::unique_ptr<report::TimelineRecorder> timeline;
+    std::unique_ptr<report::LinkTimeline> link_timeline;
+    std::unique_ptr<report::MemoryTimeline> memory_timeline;
+    std::unique_ptr<report::TrackRecorder> tracks;
+
+    void attach(replay::Replay& replay, const workload::IterationPlan& plan, std::size_t links) {
+        timeline = std::make_unique<report::TimelineRecorder>(replay);
+        replay.add_observer(*timeline);
+        tracks = std::make_unique<report::TrackRecorder>(replay);
+        replay.add_observer(*tracks);
+        memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
+        replay.add_observer(*memory_timeline);
+        link_timeline = std::make_unique<report::LinkTimeline>(links);
+        replay.add_network_observer(*link_timeline);
+    }
+
+    // The detail of the run that ended at `end`, summarised as `summary`; `listed`: the links'
+    // accounting the summary lists, if any.
+    report::RunDetail finish(const replay::PreparedIteration& prepared,
+                             const report::Summary& summary, Time end,
+                             const report::LinkAccounting* listed) {
+        const auto& spec = prepared.spec;
+        report::RunDetail d;
+        d.timeline = {spec.schedule, timeline->rows(),        prepared.shape.chunks,
+                      end,           summary.bubble_fraction, timeline->blocks()};
+        link_timeline->finish(end);
+        d.bin_width = link_timeline->bin_width();
+        d.tracks = tracks->blocks();
+        d.links = report::busiest_links(*link_timeline, *spec.cluster, end, kReportLinks,
+                                        &d.links_total, listed, &d.link_kinds);
+        d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
+        for (int s = 0; s < prepared.shape.devices; ++s)
+            d.stage_memory.push_back(prepared.plan.devices[static_cast<std::size_t>(s)].memory);
+        d.memory_steps = memory_timeline->steps();
+        return d;
+    }
+};
+
+// The summary's faults block: the link faults, and either the failed GPUs' stop (what failed,
+// where, how far the iteration got; it trained nothing) or, when they failed after the
+// iteration ended, a warning that it is unaffected.
+void summarize_faults(RunResult& out, const replay::PreparedIteration& prepared,
+                      const replay::Replay& replay, const replay::ReplayResult& result,
+                      std::optional<Time> gpu_failure, std::int64_t passes_done,
+                      double unfaulted_time_s) {
+    const auto& spec = prepared.spec;
+    auto& f = out.summary.faults;
+    f.present = true;
+    f.clean_iteration_time_s = unfaulted_time_s;
+    for (const auto& l : spec.faults.links)
+        f.links.push_back({l.name, l.fraction, l.at.seconds()});
+    if (!result.stopped) {
+        f.cost_s = out.summary.iteration_time_s - unfaulted_time_s;
+        for (const auto& g : spec.faults.gpus)
+            out.warnings.push_back(
+                g.what + " fails at " + format_time(g.at) + ", after the iteration ended (" +
+                format_time(result.iteration_time) + "): the iteration is unaffected");
+        return;
+    }
+    f.job_failed = true;
+    f.failed_at_s = gpu_failure->seconds();
+    for (const auto& g : spec.faults.gpus) {
+        if (g.at != *gpu_failure) continue;
+        f.failed_what += (f.failed_what.empty() ? "" : "; ") + g.what;
+        f.failed_gpus.insert(f.failed_gpus.end(), g.gpus.begin(), g.gpus.end());
+    }
+    std::sort(f.failed_gpus.begin(), f.failed_gpus.end());
+    f.failed_gpus.erase(std::unique(f.failed_gpus.begin(), f.failed_gpus.end()),
+                        f.failed_gpus.end());
+    const auto& workers = replay.workers();
+    for (std::size_t w = 0; w < workers.size(); ++w)
+        for (int g : workers[w].gpus)
+            if (std::binary_search(f.failed_gpus.begin(), f.failed_gpus.end(), g)) {
+                f.failed_workers.push_back(static_cast<int>(w));
+                f.failed_stages.push_back(workers[w].stage);
+                f.failed_replicas.push_back(workers[w].dp);
+                break;
+            }
+    f.passes_done = passes_done;
+    f.passes_total = prepared.passes();
+    f.lost_gpu_s = f.failed_at_s * spec.cluster->gpu_count();
+    // The iteration trained nothing: no optimizer step ran.
+    out.summary.mfu = out.summary.hfu = 0;
+    out.summary.tokens_per_s = out.summary.tflops_per_gpu = 0;
+}
+
+// The summary's variability block: the cost against the clean run, and the critical path's
+// worker with the slowest of its GPUs.
+void summarize_variability(report::Summary& summary, const workload::ExperimentSpec& spec,
+                           const replay::Replay& replay, const report::CriticalPath& critical,
+                           double clean_time_s) {
+    auto& v = summary.variability;
+    v.present = true;
+    v.clean_iteration_time_s = clean_time_s;
+    v.cost_s = summary.iteration_time_s - clean_time_s;
+    const auto path = critical.result();
+    if (path.worker < 0) return;
+    const auto& w = replay.workers()[static_cast<std::size_t>(path.worker)];
+    v.critical_worker = path.worker;
+    v.critical_stage = w.stage;
+    v.critical_dp = w.dp;
+    v.critical_gpus = w.gpus;
+    v.critical_share = path.passes > Time::zero()
+                           ? path.per_worker[static_cast<std::size_t>(path.worker)].seconds() /
+                                 path.passes.seconds()
+                           : 0.0;
+    for (int g : w.gpus) {
+        const double f = replay::fixed_slowdown(spec.variability, g);
+        if (v.slowest_gpu < 0 || f > v.slowest_factor) {
+            v.slowest_gpu = g;
+            v.slowest_factor = f;
+        }
+    }
+}
+
+RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOptions& options,
+                        SweepCache* cache) {
+    const auto wall_start = std::chrono::steady_clock::now();
+    RunResult out;
+    double clean_time_s = 0;
+    if (experiment.variability.any() && !options.baseline)
+        clean_time_s = baseline_time(experiment, options,
+                                     [](workload::ExperimentSpec& e) { e.variability = {}; });
+    double unfaulted_time_s = 0;
+    if (experiment.faults.any() && !options.baseline)
+        unfaulted_time_s =
+            baseline_time(experiment, options, [](workload::ExperimentSpec& e) { e.faults = {}; });
+    const replay::PreparedIteration prepared = prepare_run(experiment, options);
     const auto& spec = prepared.spec;  // names the schedule actually run, for messages
-    const std::string& name = spec.schedule;
-    const auto& sched = *prepared.schedule;
-    const auto& shape = prepared.shape;
     const auto& plan = prepared.plan;
-    const int chunks = shape.chunks;
-    const auto& peak_inflight = prepared.peak_inflight;
     out.warnings = prepared.warnings;
     if (options.on_prepared) options.on_prepared(prepared);
     if (options.trace) warn_trace_size(spec, plan, options, out.warnings);
-    warn_memory(spec, plan, shape.devices, out.warnings);
+    warn_memory(spec, plan, prepared.shape.devices, out.warnings);
 
     // What the sweep keeps for this run's cluster (its experiment's: link faults from the start
     // run on another, for which nothing is kept).
@@ -294,7 +481,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     fast.scratch = cache ? &cache->replay : nullptr;
     fast.network = kept ? &kept->network : nullptr;
     std::vector<std::unique_ptr<topology::Cluster>> routings;  // outlives the replay's network
-    replay::Replay replay(spec, plan, sched, shape, nullptr, fast);
+    replay::Replay replay(spec, plan, *prepared.schedule, prepared.shape, nullptr, fast);
     schedule_link_faults(experiment, *spec.cluster, replay, routings);
     // A failed GPU or node: the job stops at the earliest failure (all GPUs failing then).
     std::optional<Time> gpu_failure;
@@ -307,155 +494,32 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
-    // The links: into the sweep's sketch or accounting of the cluster (SweepCache::links), else
-    // into an accounting of the run's own.
     const auto link_mode = kept ? cache->links : SweepCache::Links::Listed;
     std::optional<report::LinkAccounting> own_links;
-    report::LinkAccounting* links_seen = nullptr;
-    if (link_mode == SweepCache::Links::Sketched) {
-        kept->sketched().reset();
-        replay.add_network_observer(*kept->sketch);
-    } else if (link_mode == SweepCache::Links::None) {
-        // Nothing observes the network: its transfers' costs are reused as they are.
-    } else {
-        links_seen = kept ? &kept->accounted() : &own_links.emplace(spec.cluster->links().size());
-        links_seen->reset();
-        replay.add_network_observer(*links_seen);
-    }
+    report::LinkAccounting* links_seen =
+        observe_links(replay, kept, link_mode, spec.cluster->links().size(), own_links);
     std::unique_ptr<report::TraceWriter> trace;
-    if (options.trace) {
-        trace = std::make_unique<report::TraceWriter>(
-            *options.trace, report::TraceContext::of(spec, plan, replay), options.trace_options);
-        replay.add_observer(*trace);
-        replay.add_network_observer(*trace);
-        // A trace draws every pass's dependency arrows by pass id: each replica's own passes.
-        replay.refuse_replica_fold("a trace is written (it needs every replica's own passes)");
-    }
+    if (options.trace) trace = attach_trace(replay, prepared, options);
     std::unique_ptr<report::CriticalPath> critical;
-    if (spec.variability.any()) {
-        if (!spec.variability.gpus.empty())
-            replay.set_duration_model(
-                replay::make_variability(spec.variability, spec.cluster->gpu_count()));
-        critical = std::make_unique<report::CriticalPath>(replay.workers().size());
-        replay.add_observer(*critical);
-    }
-    std::unique_ptr<report::TimelineRecorder> timeline;
-    std::unique_ptr<report::LinkTimeline> link_timeline;
-    std::unique_ptr<report::MemoryTimeline> memory_timeline;
-    std::unique_ptr<report::TrackRecorder> tracks;
-    if (options.detail) {
-        timeline = std::make_unique<report::TimelineRecorder>(replay);
-        replay.add_observer(*timeline);
-        tracks = std::make_unique<report::TrackRecorder>(replay);
-        replay.add_observer(*tracks);
-        memory_timeline = std::make_unique<report::MemoryTimeline>(replay, plan);
-        replay.add_observer(*memory_timeline);
-        link_timeline = std::make_unique<report::LinkTimeline>(spec.cluster->links().size());
-        replay.add_network_observer(*link_timeline);
-    }
+    if (spec.variability.any()) critical = attach_variability(replay, spec);
+    DetailRecorders detail;
+    if (options.detail) detail.attach(replay, plan, spec.cluster->links().size());
     replay.set_fold(options.fold);
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
     out.solver = replay.network().solver_stats();
 
-    report::SummaryInputs in;
-    in.spec = &spec;
-    in.plan = &plan;
-    in.replay = &replay;
-    in.metrics = &metrics;
-    in.result = result;
-    in.schedule = name;
-    in.peak_inflight = peak_inflight;
-    in.links = link_mode == SweepCache::Links::Listed ? links_seen : nullptr;
-    out.summary = report::summarize(in);
-    report::add_goodput(out.summary, spec);
-    if (spec.faults.any()) {
-        auto& f = out.summary.faults;
-        f.present = true;
-        f.clean_iteration_time_s = unfaulted_time_s;
-        for (const auto& l : spec.faults.links)
-            f.links.push_back({l.name, l.fraction, l.at.seconds()});
-        if (result.stopped) {
-            f.job_failed = true;
-            f.failed_at_s = gpu_failure->seconds();
-            for (const auto& g : spec.faults.gpus) {
-                if (g.at != *gpu_failure) continue;
-                f.failed_what += (f.failed_what.empty() ? "" : "; ") + g.what;
-                f.failed_gpus.insert(f.failed_gpus.end(), g.gpus.begin(), g.gpus.end());
-            }
-            std::sort(f.failed_gpus.begin(), f.failed_gpus.end());
-            f.failed_gpus.erase(std::unique(f.failed_gpus.begin(), f.failed_gpus.end()),
-                                f.failed_gpus.end());
-            const auto& workers = replay.workers();
-            for (std::size_t w = 0; w < workers.size(); ++w)
-                for (int g : workers[w].gpus)
-                    if (std::binary_search(f.failed_gpus.begin(), f.failed_gpus.end(), g)) {
-                        f.failed_workers.push_back(static_cast<int>(w));
-                        f.failed_stages.push_back(workers[w].stage);
-                        f.failed_replicas.push_back(workers[w].dp);
-                        break;
-                    }
-            f.passes_done = passes.passes;
-            f.passes_total = prepared.passes();
-            f.lost_gpu_s = f.failed_at_s * spec.cluster->gpu_count();
-            // The iteration trained nothing: no optimizer step ran.
-            out.summary.mfu = out.summary.hfu = 0;
-            out.summary.tokens_per_s = out.summary.tflops_per_gpu = 0;
-        } else {
-            f.cost_s = out.summary.iteration_time_s - unfaulted_time_s;
-            for (const auto& g : spec.faults.gpus)
-                out.warnings.push_back(
-                    g.what + " fails at " + format_time(g.at) + ", after the iteration ended (" +
-                    format_time(result.iteration_time) + "): the iteration is unaffected");
-        }
-    }
-    if (critical) {
-        auto& v = out.summary.variability;
-        v.present = true;
-        v.clean_iteration_time_s = clean_time_s;
-        v.cost_s = out.summary.iteration_time_s - clean_time_s;
-        const auto path = critical->result();
-        if (path.worker >= 0) {
-            const auto& w = replay.workers()[static_cast<std::size_t>(path.worker)];
-            v.critical_worker = path.worker;
-            v.critical_stage = w.stage;
-            v.critical_dp = w.dp;
-            v.critical_gpus = w.gpus;
-            v.critical_share =
-                path.passes > Time::zero()
-                    ? path.per_worker[static_cast<std::size_t>(path.worker)].seconds() /
-                          path.passes.seconds()
-                    : 0.0;
-            for (int g : w.gpus) {
-                const double f = replay::fixed_slowdown(spec.variability, g);
-                if (v.slowest_gpu < 0 || f > v.slowest_factor) {
-                    v.slowest_gpu = g;
-                    v.slowest_factor = f;
-                }
-            }
-        }
-    }
-    if (trace) {
-        trace->finish(report::trace_summary(out.summary));
-    }
-    if (options.detail) {
-        report::RunDetail& d = out.detail.emplace();
-        d.timeline = {name,
-                      timeline->rows(),
-                      chunks,
-                      result.iteration_time,
-                      out.summary.bubble_fraction,
-                      timeline->blocks()};
-        link_timeline->finish(result.iteration_time);
-        d.bin_width = link_timeline->bin_width();
-        d.tracks = tracks->blocks();
-        d.links = report::busiest_links(*link_timeline, *spec.cluster, result.iteration_time,
-                                        kReportLinks, &d.links_total, in.links, &d.link_kinds);
-        d.hbm_bytes = spec.cluster->gpu_model(0).hbm.value;  // as warn_memory compares
-        for (int s = 0; s < shape.devices; ++s)
-            d.stage_memory.push_back(plan.devices[static_cast<std::size_t>(s)].memory);
-        d.memory_steps = memory_timeline->steps();
-    }
+    // The links the summary lists: those of an accounting of every link.
+    const report::LinkAccounting* listed =
+        link_mode == SweepCache::Links::Listed ? links_seen : nullptr;
+    out.summary = summarize_run(prepared, replay, metrics, result, listed);
+    if (spec.faults.any())
+        summarize_faults(out, prepared, replay, result, gpu_failure, passes.passes,
+                         unfaulted_time_s);
+    if (critical) summarize_variability(out.summary, spec, replay, *critical, clean_time_s);
+    if (trace) trace->finish(report::trace_summary(out.summary));
+    if (options.detail)
+        out.detail = detail.finish(prepared, out.summary, result.iteration_time, listed);
     out.summary.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     return out;

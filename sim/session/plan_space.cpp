@@ -1,0 +1,429 @@
+// plan's search space (plan_space.hpp): the --fix values, the axes searched, the layouts
+// enumerated, the pipeline splits derived and the shape rules; and a layout's overrides and text,
+// and --global-batch's sizes (plan.hpp).
+#include "session/plan_space.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "workload/pipeline_split.hpp"
+
+namespace cs::api {
+
+namespace plan_space {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+    std::vector<int> out;
+    for (int d = 1; d <= n; ++d)
+        if (n % d == 0) out.push_back(d);
+    return out;
+}
+
+// The axes plan enumerates, by their --set key.
+constexpr std::array<std::string_view, 10> kAxisKeys{
+    "parallelism.tp",     "parallelism.pp",  "parallelism.dp",       "parallelism.cp",
+    "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
+    "training.recompute", "schedule"};
+
+template <typename T>
+std::vector<T> only_or(const std::optional<T>& fixed, std::vector<T> all) {
+    if (!fixed) return all;
+    return {*fixed};
+}
+
+// A first/last split of `layers` over `pp` stages of `chunks` chunks each, as Megatron-LM's
+// --decoder-first/last-pipeline-num-layers take it: the pp - 2 middle stages hold m layers each,
+// stage 0 and stage pp - 1 the rest, every count a multiple of the chunks and at least one per
+// chunk. Of m = the chunks' multiples just below and above layers / pp, the one whose largest
+// stage is smallest (the first on a tie), the rest halved with the odd chunk's layers on stage 0.
+// None when no such split exists.
+std::optional<std::pair<int, int>> first_last_split(int layers, int pp, int chunks) {
+    std::optional<std::pair<int, int>> best;
+    int best_max = 0;
+    const int down = chunks * (layers / (pp * chunks));
+    for (const int m : {down, down + chunks}) {
+        if (pp > 2 && m < chunks) continue;
+        const int rest = layers - (pp > 2 ? m * (pp - 2) : 0);
+        if (rest < 2 * chunks || rest % chunks != 0) continue;
+        const int first = chunks * ((rest / chunks + 1) / 2);
+        const int last = rest - first;
+        if (last < chunks) continue;
+        const int most = std::max({first, last, pp > 2 ? m : 0});
+        if (!best || most < best_max) {
+            best = std::pair{first, last};
+            best_max = most;
+        }
+        if (pp == 2) break;  // no middle stages: m does not matter
+    }
+    return best;
+}
+
+// The layers a chunk of `schedule` holds per stage: its chunks of one model copy (DualPipe holds
+// two copies of one chunk each).
+int chunks_per_stage(const schedule::Schedule& sched, int vpp) {
+    return sched.chunks_for(vpp) / sched.model_copies();
+}
+
+// The variants of one shape (tp, pp, cp, dp, ep, schedule, vpp: `shape`'s fields) in enumeration
+// order: the pipeline split, the micro-batch size, recompute (and with --partial-recompute the
+// block method's N), sharding (and with --hsdp its shard group sizes). Calls f(layout).
+template <typename F>
+void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& splits,
+              const std::vector<int>& mbss, const std::vector<workload::Recompute>& recomputes,
+              const std::vector<workload::Sharding>& shardings, bool any_sharding, int chunk_layers,
+              const Extras& extras, F&& f) {
+    PlanLayout l = shape;
+    for (const auto& [first, last] : splits) {
+        l.first_stage_layers = first;
+        l.last_stage_layers = last;
+        for (const int mbs : mbss) {
+            l.micro_batch_size = mbs;
+            for (const auto recompute : recomputes) {
+                l.recompute = recompute;
+                // N recomputed layers of a chunk's (rounded up when the chunks are uneven: the
+                // loader refuses what does not fit); 0: the uniform method.
+                const bool blocks =
+                    extras.partial_recompute && recompute == workload::Recompute::Full;
+                for (int block = 0; block == 0 || (blocks && block < chunk_layers); ++block) {
+                    l.recompute_layers = block;
+                    for (const auto sharding : shardings) {
+                        // Sharding shards over the data-parallel replicas.
+                        if (l.dp == 1 && sharding != workload::Sharding::None && !any_sharding)
+                            continue;
+                        l.sharding = sharding;
+                        l.shard_size = 0;
+                        f(l);
+                        if (!extras.hsdp || sharding == workload::Sharding::None) continue;
+                        for (const int s : divisors(l.dp))
+                            if (s >= 2 && s < l.dp) {
+                                l.shard_size = s;
+                                f(l);
+                            }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+std::optional<int> Fixes::number(const std::string& key) const {
+    const auto at = axes.find(key);
+    if (at == axes.end()) return std::nullopt;
+    const std::string& v = at->second;
+    int n = 0;
+    std::size_t used = 0;
+    try {
+        n = std::stoi(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != v.size() || v.empty() || n < 1)
+        throw ConfigError(SourceLocation{"--fix " + key + "=" + v},
+                          "expected a positive whole number");
+    return n;
+}
+
+Fixes parse_fixes(const std::vector<std::string>& fixes) {
+    Fixes out;
+    std::set<std::string> seen;
+    for (const auto& f : fixes) {
+        const SourceLocation where{"--fix " + f};
+        const auto eq = f.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == f.size())
+            throw ConfigError(where, "expected KEY=VALUE, e.g. parallelism.tp=8");
+        const std::string key = f.substr(0, eq), value = f.substr(eq + 1);
+        if (!seen.insert(key).second) throw ConfigError(where, "'" + key + "' is fixed twice");
+        if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) != kAxisKeys.end()) {
+            out.axes[key] = value;
+        } else if (key.rfind("parallelism.", 0) == 0 || key.rfind("training.", 0) == 0) {
+            out.others.push_back(f);  // the loader checks the key and value
+        } else {
+            std::string axes;
+            for (const auto k : kAxisKeys)
+                axes += (axes.empty() ? "" : ", ") + std::string(k);
+            throw ConfigError(where, "unknown key '" + key +
+                                         "'; expected a parallelism., training. or schedule key "
+                                         "(the searched ones: " +
+                                         axes + ")");
+        }
+    }
+    return out;
+}
+
+std::optional<std::pair<int, int>> derived_split(const workload::ExperimentSpec& base, int pp,
+                                                 const schedule::Schedule& sched, int vpp) {
+    const int per_stage = chunks_per_stage(sched, vpp);
+    const int layers = base.model.layers;
+    if (pp < 2 || pp == base.layout.pp || layers % (pp * per_stage) == 0) return std::nullopt;
+    return first_last_split(layers, pp, per_stage);
+}
+
+void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
+               const std::vector<std::string>& schedules, int max_mbs, const Extras& extras,
+               const std::function<void(const PlanLayout&)>& f) {
+    const int n = base.layout.world_size();
+    const auto fixed_dp = fixes.number("parallelism.dp");
+    const auto fixed_ep = fixes.number("parallelism.ep");
+    const auto fixed_vpp = fixes.number("parallelism.vpp");
+    const auto fixed_mbs = fixes.number("training.micro_batch_size");
+    const auto recomputes = only_or(
+        fixes.choice("training.recompute", workload::kRecomputeNames),
+        {workload::Recompute::None, workload::Recompute::Selective, workload::Recompute::Full});
+    const auto shardings = only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
+                                   {workload::Sharding::None, workload::Sharding::Optimizer,
+                                    workload::Sharding::Gradients, workload::Sharding::Parameters});
+    const int layers = base.model.layers;
+    const std::int64_t gbs = base.training.global_batch_size;
+    for (const int tp : only_or(fixes.number("parallelism.tp"), divisors(n))) {
+        if (n % tp) continue;
+        for (const int pp : only_or(fixes.number("parallelism.pp"), divisors(n / tp))) {
+            if ((n / tp) % pp) continue;
+            for (const int cp : only_or(fixes.number("parallelism.cp"), divisors(n / tp / pp))) {
+                if ((n / tp / pp) % cp) continue;
+                const int dp = n / tp / pp / cp;
+                if (fixed_dp && *fixed_dp != dp) continue;
+                const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
+                for (const int ep : only_or(fixed_ep, eps)) {
+                    for (const auto& schedule : schedules) {
+                        // Virtual stages only where the schedule takes a vpp (chunks_for(v) = v):
+                        // v >= 2 dividing the stage's layers.
+                        std::vector<int> vpps{1};
+                        const auto sched = schedule::make_schedule(schedule);
+                        if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
+                            // Megatron-Core refuses virtual stages on one pipeline stage
+                            // ("pipeline-model-parallel size should be greater than 1 with
+                            // interleaved schedule"): not a layout it runs.
+                            if (pp == 1) continue;
+                            vpps.clear();
+                            if (layers % pp == 0)
+                                for (const int v : divisors(layers / pp))
+                                    if (v >= 2) vpps.push_back(v);
+                            if (vpps.empty()) vpps.push_back(2);  // refused: said so
+                        }
+                        for (const int vpp : only_or(fixed_vpp, vpps)) {
+                            std::vector<int> mbss;
+                            if (gbs % dp == 0) {
+                                for (const int m : divisors(static_cast<int>(gbs / dp)))
+                                    if (m <= max_mbs) mbss.push_back(m);
+                            } else {
+                                mbss.push_back(1);  // refused by the loader: said so
+                            }
+                            std::vector<std::pair<int, int>> splits{{0, 0}};
+                            if (extras.uneven)
+                                if (const auto split = derived_split(base, pp, *sched, vpp))
+                                    splits.push_back(*split);
+                            // Partial recomputation's N goes up to a chunk's layers (the
+                            // schedule's chunks per stage, both copies of DualPipe's counted).
+                            const int chunks = pp * sched->chunks_for(vpp);
+                            const int chunk_layers = (layers + chunks - 1) / chunks;
+                            variants(PlanLayout{tp, pp, dp, cp, ep, vpp, 1, {}, {}, schedule},
+                                     splits, only_or(fixed_mbs, mbss), recomputes, shardings,
+                                     fixes.axes.count("parallelism.sharding") > 0, chunk_layers,
+                                     extras, f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+std::string shape_refusal(const workload::ExperimentSpec& base, const PlanLayout& l) {
+    if (auto [key, why] =
+            workload::model_split_refusal(base.model, base.training.seq_length, l.tp, l.cp, l.ep);
+        !why.empty()) {
+        // Located as the loader locates it: at the override that set the key (plan sets tp, cp
+        // and ep on every layout: PlanLayout::overrides).
+        const int value = key == "tp" ? l.tp : key == "cp" ? l.cp : l.ep;
+        return "--set parallelism." + key + "=" + std::to_string(value) + ": 'parallelism." + key +
+               "': " + why;
+    }
+    workload::ExperimentSpec spec = base;
+    spec.layout.tp = l.tp;
+    spec.layout.cp = l.cp;
+    spec.layout.ep = l.ep;
+    spec.layout.pp = l.pp;
+    spec.layout.dp = l.dp;
+    spec.layout.vpp = l.vpp;
+    if (l.first_stage_layers > 0) {
+        // PlanLayout::overrides: the derived split replaces the experiment's.
+        spec.pipeline_split = {};
+        spec.pipeline_split.first_stage_layers = l.first_stage_layers;
+        spec.pipeline_split.last_stage_layers = l.last_stage_layers;
+    }
+    const auto sched = schedule::make_schedule(l.schedule);
+    const int chunks = sched->chunks_for(l.vpp);
+    // Where virtual stages sit does not depend on the microbatches, but for DualPipe's, whose
+    // microbatch 0 enters at device 0 when there are at least 2 (fewer: the schedule refuses).
+    const schedule::PipelineShape shape{l.pp, 2, chunks};
+    try {
+        (void)workload::split_layers(spec, chunks / sched->model_copies(),
+                                     [&](int vs) { return sched->place(shape, vs, 0).device; });
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return {};
+}
+
+bool same_shape(const PlanLayout& a, const PlanLayout& b) {
+    return a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.dp == b.dp && a.ep == b.ep &&
+           a.vpp == b.vpp && a.schedule == b.schedule &&
+           a.first_stage_layers == b.first_stage_layers &&
+           a.last_stage_layers == b.last_stage_layers;
+}
+
+std::vector<std::string> searched_schedules(const PlanOptions& options, const Fixes& fixes) {
+    std::vector<std::string> schedules = options.schedules;
+    if (schedules.empty()) schedules = schedule::schedule_names();
+    for (const auto& s : schedules)
+        schedule::require_schedule(s, SourceLocation{"--schedules"});
+    if (const auto at = fixes.axes.find("schedule"); at != fixes.axes.end()) {
+        schedule::require_schedule(at->second, SourceLocation{"--fix schedule=" + at->second});
+        if (std::find(schedules.begin(), schedules.end(), at->second) == schedules.end())
+            throw ConfigError(SourceLocation{"--fix schedule=" + at->second},
+                              "the schedule is not among --schedules");
+        schedules = {at->second};
+    }
+    return schedules;
+}
+
+std::vector<int> node_counts_of(const std::vector<int>& gpus, int per_node) {
+    std::vector<int> node_counts;
+    std::set<int> seen;
+    for (const int g : gpus) {
+        const SourceLocation where{"--gpus " + std::to_string(g)};
+        if (g < 1 || per_node < 1 || g % per_node != 0)
+            throw ConfigError(where, "expected a whole number of nodes of " +
+                                         std::to_string(per_node) + " GPUs (the topology's " +
+                                         "node), e.g. " + std::to_string(per_node * 2));
+        if (!seen.insert(g).second) throw ConfigError(where, "given twice");
+        node_counts.push_back(g / per_node);
+    }
+    if (node_counts.empty()) node_counts.push_back(0);
+    return node_counts;
+}
+
+std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes) {
+    std::vector<std::int64_t> batches;
+    if (!options.global_batches.empty())
+        for (const auto& o : fixes.others)
+            if (o.rfind("training.global_batch_size=", 0) == 0)
+                throw ConfigError(SourceLocation{"--fix " + o},
+                                  "the global batch is searched (--global-batch): fix it there");
+    std::set<std::int64_t> seen;
+    for (const auto b : options.global_batches) {
+        const SourceLocation where{"--global-batch " + std::to_string(b)};
+        if (b < 1) throw ConfigError(where, "expected a number of sequences, 1 or more");
+        if (!seen.insert(b).second) throw ConfigError(where, "given twice");
+        batches.push_back(b);
+    }
+    if (batches.empty()) batches.push_back(0);
+    return batches;
+}
+
+}  // namespace plan_space
+
+std::vector<std::string> PlanLayout::overrides() const {
+    std::vector<std::string> out{
+        "parallelism.tp=" + std::to_string(tp),
+        "parallelism.pp=" + std::to_string(pp),
+        "parallelism.dp=" + std::to_string(dp),
+        "parallelism.cp=" + std::to_string(cp),
+        "parallelism.ep=" + std::to_string(ep),
+        "parallelism.vpp=" + std::to_string(vpp),
+        "parallelism.sequence_parallel=" + std::string(tp > 1 ? "true" : "false"),
+        "parallelism.sharding=" + std::string(name_of(workload::kShardingNames, sharding)),
+        "training.micro_batch_size=" + std::to_string(micro_batch_size),
+        "training.recompute=" + std::string(name_of(workload::kRecomputeNames, recompute)),
+        "schedule=" + schedule};
+    if (shard_size > 0) out.push_back("parallelism.shard_size=" + std::to_string(shard_size));
+    if (nodes > 0) out.push_back("topology.nodes=" + std::to_string(nodes));
+    if (first_stage_layers > 0) {
+        // The experiment's own split (a list, or the embedding and loss counted as layers) is
+        // replaced by this one.
+        out.emplace_back("parallelism.stage_layers=null");
+        out.emplace_back("parallelism.account_for_embedding=false");
+        out.emplace_back("parallelism.account_for_loss=false");
+        out.push_back("parallelism.first_stage_layers=" + std::to_string(first_stage_layers));
+        out.push_back("parallelism.last_stage_layers=" + std::to_string(last_stage_layers));
+    }
+    if (recompute_layers > 0) {
+        out.emplace_back("training.recompute_method=block");
+        out.push_back("training.recompute_layers=" + std::to_string(recompute_layers));
+    }
+    if (global_batch > 0)
+        out.push_back("training.global_batch_size=" + std::to_string(global_batch));
+    return out;
+}
+
+std::string PlanLayout::text() const {
+    std::ostringstream o;
+    o << "tp " << tp << " pp " << pp << " dp " << dp << " cp " << cp << " ep " << ep << " vpp "
+      << vpp << " mbs " << micro_batch_size << " recompute "
+      << name_of(workload::kRecomputeNames, recompute);
+    if (recompute_layers > 0) o << " block " << recompute_layers;
+    o << " sharding " << name_of(workload::kShardingNames, sharding);
+    if (shard_size > 0) o << " shard " << shard_size;
+    o << " " << schedule;
+    if (first_stage_layers > 0)
+        o << " stages " << first_stage_layers << "/../" << last_stage_layers;
+    if (global_batch > 0) o << " batch " << global_batch;
+    if (nodes > 0) o << " on " << gpus() << " GPUs";
+    return o.str();
+}
+
+std::vector<std::int64_t> parse_global_batches(const std::string& text) {
+    const auto fail = [&](const std::string& item, const std::string& what) {
+        throw ConfigError(SourceLocation{"--global-batch " + text},
+                          (item.empty() ? std::string("an empty item") : "'" + item + "'") + ": " +
+                              what +
+                              "; expected sizes N, ranges MIN..MAX (the multiples of MIN up to "
+                              "MAX) or MIN..MAX:STEP, comma-separated, in sequences");
+    };
+    // A whole number of sequences, 1 .. 2^40 (far above any batch, far below overflow).
+    constexpr std::int64_t kMax = std::int64_t{1} << 40;
+    const auto number = [&](const std::string& item, const std::string& digits) {
+        if (digits.empty() || digits.size() > 13 ||
+            digits.find_first_not_of("0123456789") != std::string::npos)
+            fail(item, "'" + digits + "' is not a whole number");
+        const std::int64_t v = std::stoll(digits);
+        if (v < 1 || v > kMax) fail(item, "sizes go from 1 to " + std::to_string(kMax));
+        return v;
+    };
+    constexpr std::size_t kMost = 256;
+    if (text.empty()) fail("", "nothing to search");
+    std::set<std::int64_t> sizes;
+    std::stringstream items(text);
+    for (std::string item; std::getline(items, item, ',');) {
+        const auto dots = item.find("..");
+        if (dots == std::string::npos) {
+            sizes.insert(number(item, item));
+        } else {
+            const auto colon = item.find(':', dots);
+            const std::int64_t lo = number(item, item.substr(0, dots));
+            const std::int64_t hi =
+                number(item, item.substr(dots + 2, colon == std::string::npos ? std::string::npos
+                                                                              : colon - dots - 2));
+            const std::int64_t step =
+                colon == std::string::npos ? lo : number(item, item.substr(colon + 1));
+            if (hi < lo) fail(item, "the range ends below its start");
+            if ((hi - lo) / step + 1 > static_cast<std::int64_t>(kMost))
+                fail(item, "more than " + std::to_string(kMost) + " sizes");
+            for (std::int64_t v = lo; v <= hi; v += step)
+                sizes.insert(v);
+        }
+        if (sizes.size() > kMost) fail(item, "more than " + std::to_string(kMost) + " sizes");
+    }
+    if (text.back() == ',') fail("", "a trailing comma");
+    return {sizes.begin(), sizes.end()};
+}
+
+}  // namespace cs::api
