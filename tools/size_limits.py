@@ -12,8 +12,8 @@ are blanked first; then a '{' opens a function body when the text before it sinc
 '{' or '}' ends like a function header: a ')' followed only by qualifiers (const, noexcept(...),
 override, final, mutable, '-> type', '= ...' is excluded) or a constructor's initializer list.
 
-Usage: tools/size_limits.py [--root DIR] [--list] [--max-file-lines N] [--function-lines N]
-                            [--max-long-functions N]
+Usage: tools/size_limits.py [--root DIR] [--list] [--self-test] [--max-file-lines N]
+                            [--function-lines N] [--max-long-functions N]
 Exit 0 when both limits hold, 1 when one is broken, 2 on bad arguments.
 """
 import argparse
@@ -76,6 +76,8 @@ HEADER_TAIL = re.compile(
     r"(?:->\s*[\w:<>,\s*&]+)?\s*$")
 NOT_FUNCTION = re.compile(r"\b(?:if|for|while|switch|catch|do|else|namespace|class|struct|union|enum)\b")
 INITIALIZER_LIST = re.compile(r"\)\s*(?:noexcept\s*)?:\s*[\w:]+\s*[({]")
+# A constructor's header up to a member's braced initializer: ") : a_(1), b_" before its '{'.
+BRACED_MEMBER_INIT = re.compile(r"\)\s*(?:noexcept\s*)?:\s*(?:[^;{}]*[,])?\s*[\w:]+(?:<[^;{}]*>)?$")
 
 
 def functions(text):
@@ -88,12 +90,18 @@ def functions(text):
         if c == "{":
             head = text[start:i]
             is_function = False
-            if inside_function == 0:
+            if inside_function == 0 and not BRACED_MEMBER_INIT.search(head.strip()):
                 stripped = head.strip()
                 if (HEADER_TAIL.search(stripped) or INITIALIZER_LIST.search(stripped)) and \
                         not NOT_FUNCTION.search(stripped.split("(")[0]) and \
                         not stripped.startswith("=") and "=" not in stripped.split("(")[0]:
                     is_function = True
+            if not is_function and inside_function == 0 and BRACED_MEMBER_INIT.search(head.strip()):
+                # A member's braced initializer in a constructor's initializer list (`: x_{0}`):
+                # the header goes on after its closing brace.
+                depth_stack.append("init")
+                open_at.append((i, head))
+                continue
             depth_stack.append(is_function)
             open_at.append((i, head))
             if is_function:
@@ -105,6 +113,8 @@ def functions(text):
                 continue
             was_function = depth_stack.pop()
             pos, head = open_at.pop()
+            if was_function == "init":
+                continue
             if was_function:
                 inside_function -= 1
                 first = text.count("\n", 0, pos) + 1
@@ -119,6 +129,47 @@ def functions(text):
             start = i + 1
 
 
+SELF_TEST = r"""namespace a {
+struct S {
+    int f() const { return 1; }
+    S() : x_(0), y_{1} {
+        x_ = 2;
+    }
+    int x_, y_;
+};
+auto g(int v) -> int {
+    auto lambda = [&](int y) {
+        return y + v;
+    };
+    const char* text = R"x(
+    "} { not a brace )x";
+    char c = '}';
+    // }
+    return lambda(1'000) + (c == '{');
+}
+enum class E { A, B };
+void h() noexcept {
+    if (true) {
+    }
+}
+}  // namespace a
+"""
+# (name, first line, last line) of every function in SELF_TEST: the in-class member on line 3, the
+# constructor with its initializer list on lines 4-6, g on lines 9-18 with its lambda, raw string,
+# character literals and comment inside, h on lines 20-23 with its if block. The struct, the enum
+# and the namespace are not functions.
+SELF_TEST_EXPECTED = [("f", 3, 3), ("S", 4, 6), ("g", 9, 18), ("h", 20, 23)]
+
+
+def self_test():
+    got = list(functions(blank_comments_and_literals(SELF_TEST)))
+    if got != SELF_TEST_EXPECTED:
+        print(f"size_limits self-test: expected {SELF_TEST_EXPECTED}, got {got}", file=sys.stderr)
+        return 1
+    print("size_limits self-test: ok")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -126,7 +177,11 @@ def main():
     parser.add_argument("--max-file-lines", type=int, default=1000)
     parser.add_argument("--function-lines", type=int, default=80)
     parser.add_argument("--max-long-functions", type=int, default=15)
+    parser.add_argument("--self-test", action="store_true",
+                        help="check the function scanner on a built-in sample, then scan")
     args = parser.parse_args()
+    if args.self_test and self_test() != 0:
+        return 1
 
     sim = os.path.join(args.root, "sim")
     if not os.path.isdir(sim):

@@ -2,6 +2,8 @@
 #include <spdlog/spdlog.h>
 #include <iostream>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "cli/log.hpp"
@@ -101,14 +103,20 @@ void run_jobs(const RunArgs& a) {
                   << " (one process per job; open it in ui.perfetto.dev)\n";
 }
 
-// The run's options from the command line's (the trace's among them).
-api::RunOptions run_options(const RunArgs& a, std::int64_t max_memory, OutputSet& outputs) {
+// The run's options from the command line's (the trace's among them). Warnings known before the
+// run (a trace of many GB) are printed at once and kept in `said`, so that they are not printed
+// again with the run's warnings.
+api::RunOptions run_options(const RunArgs& a, std::int64_t max_memory, OutputSet& outputs,
+                            std::set<std::string>& said) {
     api::RunOptions opt;
     opt.schedule = a.schedule;
     opt.max_memory = max_memory;
     opt.fold = !a.no_fold;
     opt.fast_paths = !a.no_fast_paths;
-    opt.warn_now = [](const std::string& w) { spdlog::warn("{}", w); };
+    opt.warn_now = [&said](const std::string& w) {
+        spdlog::warn("{}", w);
+        said.insert(w);
+    };
     if (!a.trace.empty()) opt.trace = a.trace;
     if (!a.trace_ranks.empty())
         opt.trace_options.ranks = api::parse_rank_list(a.trace_ranks, "--trace-ranks");
@@ -174,7 +182,8 @@ void run(const RunArgs& a) {
     }
     for (const auto& w : spec.warnings)
         spdlog::warn("{}", w);
-    api::RunOptions opt = run_options(a, max_memory, outputs);
+    std::set<std::string> said;  // warnings printed as soon as they were known
+    api::RunOptions opt = run_options(a, max_memory, outputs, said);
     Progress progress("simulating");
     std::unique_ptr<PassProgress> counter;
     std::size_t passes = 0;  // every worker's passes, from the prepared iteration
@@ -190,7 +199,7 @@ void run(const RunArgs& a) {
     const auto result = api::run(spec, opt);
     counter.reset();
     for (const auto& w : result.warnings)
-        if (w.rfind("the trace ", 0) != 0) spdlog::warn("{}", w);  // trace size: said already
+        if (!said.contains(w)) spdlog::warn("{}", w);
     write_run_files(a, spec, result, writers, outputs);
     std::cout << "experiment            " << spec.source << "\n";
     report::summary_writer("text").write(std::cout, result.summary);

@@ -21,17 +21,7 @@
 namespace cs::api {
 
 const char* placement_name(Placement p) {
-    switch (p) {
-        case Placement::Contiguous:
-            return "contiguous";
-        case Placement::Rail:
-            return "rail";
-        case Placement::Scattered:
-            return "scattered";
-        case Placement::Explicit:
-            break;
-    }
-    return "explicit";
+    return name_of(kPlacementNames, p).data();
 }
 
 std::vector<int> place_gpus(const topology::Cluster& cluster, Placement kind, int count,
@@ -240,12 +230,9 @@ void place_by_kind(const config::Reader& j, const YAML::Node& p, const topology:
                "expected contiguous, rail, scattered, or a mapping "
                "{gpus: ...} or {nodes: ...} naming the job's GPUs");
     const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
-    if (kind == "contiguous")
-        job.placement = Placement::Contiguous;
-    else if (kind == "rail")
-        job.placement = Placement::Rail;
-    else if (kind == "scattered")
-        job.placement = Placement::Scattered;
+    const auto named = find_named(kPlacementNames, kind);
+    if (named && *named != Placement::Explicit)
+        job.placement = *named;
     else
         j.fail("placement", "unknown placement '" + kind +
                                 "'; expected contiguous, rail, scattered, or a mapping {gpus: "

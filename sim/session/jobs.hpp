@@ -8,6 +8,7 @@
 //              summaries with the slowdown, and the links that carried traffic of several jobs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -20,13 +21,22 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
 #include "report/summary.hpp"
 #include "workload/experiment.hpp"
 
 namespace cs::api {
 
 enum class Placement : std::uint8_t { Contiguous, Rail, Scattered, Explicit };
-const char* placement_name(Placement p);
+// Names of the placements: the first three are those a job asks for by name (`placement:`); a
+// job that names its GPUs or nodes is "explicit" in results.
+inline constexpr std::array<Named<Placement>, 4> kPlacementNames{{
+    {"contiguous", Placement::Contiguous},
+    {"rail", Placement::Rail},
+    {"scattered", Placement::Scattered},
+    {"explicit", Placement::Explicit},
+}};
+const char* placement_name(Placement p);  // its row of kPlacementNames
 
 // The `count` GPUs a job takes under `kind` from the GPUs not yet `taken` (taken[g] != 0), in
 // rank order (rank r runs on the r-th), or an empty vector when fewer than `count` are free:

@@ -124,7 +124,14 @@ struct PlanEntry {
     double lower_bound_s = 0;
     std::optional<PlanFigures> analytical, confirmed;
 };
-const char* plan_status_name(PlanEntry::Status s);
+inline constexpr std::array<Named<PlanEntry::Status>, 5> kPlanStatusNames{{
+    {"invalid", PlanEntry::Status::Invalid},
+    {"pruned_memory", PlanEntry::Status::PrunedMemory},
+    {"pruned_bound", PlanEntry::Status::PrunedBound},
+    {"simulated", PlanEntry::Status::Simulated},
+    {"confirmed", PlanEntry::Status::Confirmed},
+}};
+const char* plan_status_name(PlanEntry::Status s);  // its row of kPlanStatusNames
 
 struct PlanOptions {
     std::filesystem::path experiment;

@@ -59,19 +59,7 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
 }  // namespace
 
 const char* plan_status_name(PlanEntry::Status s) {
-    switch (s) {
-        case PlanEntry::Status::Invalid:
-            return "invalid";
-        case PlanEntry::Status::PrunedMemory:
-            return "pruned_memory";
-        case PlanEntry::Status::PrunedBound:
-            return "pruned_bound";
-        case PlanEntry::Status::Simulated:
-            return "simulated";
-        case PlanEntry::Status::Confirmed:
-            return "confirmed";
-    }
-    return "?";
+    return name_of(kPlanStatusNames, s).data();
 }
 
 nlohmann::ordered_json plan_json(const PlanResult& r) {

@@ -332,8 +332,7 @@ TrainingSpec parse_training(const config::Reader& r) {
             r.fail(key, std::string("applies to full recomputation only (recompute: full, "
                                     "Megatron-LM's --recompute-granularity full); recompute is ") +
                             recompute_name(t.recompute));
-    const auto pr = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
-    t.precision = pr == "fp16" ? Precision::Fp16 : pr == "fp8" ? Precision::Fp8 : Precision::Bf16;
+    t.precision = r.choice("precision", kTrainingPrecisionNames, std::optional{Precision::Bf16});
     t.fp8_recipe = r.choice("fp8_recipe", kFp8RecipeNames, std::optional{Fp8Recipe::Tensorwise});
     if (r.has("fp8_recipe") && t.precision != Precision::Fp8)
         r.fail("fp8_recipe", std::string("applies to precision: fp8; precision is ") +

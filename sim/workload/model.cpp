@@ -7,17 +7,7 @@
 namespace cs::workload {
 
 const char* precision_name(Precision p) {
-    switch (p) {
-        case Precision::Bf16:
-            return "bf16";
-        case Precision::Fp16:
-            return "fp16";
-        case Precision::Fp8:
-            return "fp8";
-        case Precision::Fp32:
-            return "fp32";
-    }
-    return "?";
+    return name_of(kPrecisionNames, p).data();
 }
 
 const char* recompute_name(Recompute r) {

@@ -28,6 +28,17 @@ enum class Attention : std::uint8_t { Flash, Unfused };
 // per row, or DeepSeek-V3's blocks (1 x 128 activations, 128 x 128 weights).
 enum class Fp8Recipe : std::uint8_t { Tensorwise, Rowwise, Blockwise };
 
+// Names of the precisions: the first three are those a run trains in (`training.precision`, the
+// default first); fp32 is named for messages only (optimizer state and master weights).
+inline constexpr std::array<Named<Precision>, 4> kPrecisionNames{{
+    {"bf16", Precision::Bf16},
+    {"fp16", Precision::Fp16},
+    {"fp8", Precision::Fp8},
+    {"fp32", Precision::Fp32},
+}};
+inline constexpr std::array<Named<Precision>, 3> kTrainingPrecisionNames{
+    {kPrecisionNames[0], kPrecisionNames[1], kPrecisionNames[2]}};
+
 const char* precision_name(Precision p);
 const char* recompute_name(Recompute r);
 const char* attention_name(Attention a);  // "flash", "unfused"

@@ -15,21 +15,7 @@
 namespace cs::workload {
 
 const char* group_kind_name(GroupKind g) {
-    switch (g) {
-        case GroupKind::Tp:
-            return "tp";
-        case GroupKind::Cp:
-            return "cp";
-        case GroupKind::Ep:
-            return "ep";
-        case GroupKind::Dp:
-            return "dp";
-        case GroupKind::CpInner:
-            return "cp-a2a";
-        case GroupKind::CpOuter:
-            return "cp-ring";
-    }
-    return "?";
+    return name_of(kGroupKindNames, g).data();
 }
 
 CommKind Step::comm_kind() const {

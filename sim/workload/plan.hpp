@@ -20,7 +20,15 @@ namespace cs::workload {
 // cp_comm_type a2a+p2p: groups of cp_a2a_size consecutive context ranks (the all-to-all) and the
 // ranks at the same place in each of them (the ring).
 enum class GroupKind : std::uint8_t { Tp, Cp, Ep, Dp, CpInner, CpOuter };
-const char* group_kind_name(GroupKind g);  // "tp", "cp", "ep", "dp", "cp-a2a", "cp-ring"
+inline constexpr std::array<Named<GroupKind>, 6> kGroupKindNames{{
+    {"tp", GroupKind::Tp},
+    {"cp", GroupKind::Cp},
+    {"ep", GroupKind::Ep},
+    {"dp", GroupKind::Dp},
+    {"cp-a2a", GroupKind::CpInner},
+    {"cp-ring", GroupKind::CpOuter},
+}};
+const char* group_kind_name(GroupKind g);  // its row of kGroupKindNames
 
 // What a communication is for, as the summary splits exposed communication: tensor, context and
 // expert parallelism (the collectives inside passes), data parallelism (gradient reduction,
@@ -70,11 +78,11 @@ struct Step {
     // The kind of a memory-bound compute step (tensor_core false): whose HBM fraction sets its
     // time, and what calibrate and diff compare it with.
     MemKind mem_kind = MemKind::Fused;
-    const char* label = "";    // static string: "layer", "qkv", "attention", "all-reduce tp", ...
-    Time duration;             // compute only
-    Flops model_flops;         // compute only: counted for MFU
-    Flops hardware_flops;      // compute only: including recomputation (HFU)
-    Bytes hbm_bytes;           // compute only
+    const char* label = "";  // static string: "layer", "qkv", "attention", "all-reduce tp", ...
+    Time duration;           // compute only
+    Flops model_flops;       // compute only: counted for MFU
+    Flops hardware_flops;    // compute only: including recomputation (HFU)
+    Bytes hbm_bytes;         // compute only
     network::CollectiveKind collective = network::CollectiveKind::AllReduce;
     GroupKind group = GroupKind::Tp;
     Bytes size;      // collective only, nccl-tests size semantics

@@ -1,6 +1,6 @@
-// Member folding (docs/performance.md, "Folding"): a run that carries only member 0's transfers
-// on the network, each standing for the tp x cp members of a worker, gives the same summary as
-// the run that carries them all; folding is refused where it would not be exact.
+// Member folding (docs/performance-history.md, "Folding"): a run that carries only member 0's
+// transfers on the network, each standing for the tp x cp members of a worker, gives the same
+// summary as the run that carries them all; folding is refused where it would not be exact.
 #include <doctest/doctest.h>
 
 #include <map>

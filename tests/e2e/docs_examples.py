@@ -17,9 +17,10 @@ the test (the list stays true).
 The commands of one doc file run in the order the file gives them (a later one may read what an
 earlier one wrote: `chakra run ets/` after `chakra export --out ets/`), through bash as a user
 pastes them, after the shell variable assignments written earlier in the same block
-(`G=$(...)` in performance.md), in a scratch folder made to look like the repository: symlinks to
-its top-level entries (workloads/, topologies/, tests/, tools/, ...), a real docs/ holding copies
-of the doc pages, docs/examples and docs/yaml as symlinks and an empty docs/images/ (so that
+(`G=$(...)` in performance-history.md), in a scratch folder made to look like the repository:
+symlinks to its top-level entries (workloads/, topologies/, tests/, tools/, ...), a real docs/
+holding copies of the doc pages, docs/examples and docs/yaml as symlinks and an empty docs/images/
+(so that
 `--write-doc docs/validation.md` or `--svg docs/images/...` cannot touch the real docs), and
 build/bin/clustersim a symlink to the binary under test, first on PATH (for the lines that say
 `clustersim` alone). HOME and TMPDIR point into the scratch folder.
@@ -44,7 +45,7 @@ full `ctest -j2` at that load it took 215 s (one doc at a time), the longest tes
 entry still fails), then the script exits 77, which ctest reports as skipped (SKIP_RETURN_CODE).
 
 A command prefixed with `time` or `/usr/bin/time` is a documented measurement (the planner's full
-searches in docs/plan.md and docs/performance.md take minutes each): classified and not run,
+searches in docs/plan.md and docs/performance-history.md take minutes each): classified and not run,
 unless --measurements is given.
 
 Usage: docs_examples.py CLUSTERSIM_BINARY [--skip-run] [--measurements] [--only TEXT] [--verbose]
@@ -242,8 +243,8 @@ def extract():
                 if why:
                     c["kind"], c["reason"] = "synopsis", why
                 elif argv[0] in ("time", "/usr/bin/time") and not RUN_MEASUREMENTS:
-                    # A documented measurement (docs/performance.md, docs/plan.md): the figure is
-                    # its point, and a full plan search takes minutes.
+                    # A documented measurement (docs/performance-history.md, docs/plan.md): the
+                    # figure is its point, and a full plan search takes minutes.
                     c["kind"], c["reason"] = "measurement", "run with --measurements"
                 else:
                     names = placeholders_of(argv[k + 1:])
