@@ -44,7 +44,7 @@ if os.path.isfile(os.path.join(_DATA, "workloads", "default.yaml")):
 
 __all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "ArgumentTypeError",
            "SimulationError", "SweepInterrupted", "load", "run", "compare", "sweep", "plan",
-           "report", "schedules", "columns", "run_jobs", "__version__"]
+           "report", "schedules", "columns", "run_jobs", "summary_fields", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 Source = Union[None, PathLike, Mapping, "Experiment"]
@@ -441,48 +441,17 @@ class _Field(Generic[T]):
         return self._default
 
 
-_FRACTION = "a fraction of the iteration time (0 to 1), mean over GPUs"
-
-
 class Result:
     """One simulated iteration: the summary `clustersim run --json` writes (`summary`), the
     warnings the command line would print (`warnings`) and the experiment's display path
-    (`source`). Every summary key is an attribute; the ones below are typed and documented with
-    their units (DESIGN.md's definitions). `stages` and `links` are lists of dicts; table("stages")
-    gives them as columns."""
+    (`source`). Every summary key is an attribute, documented with its unit: the scalar ones as
+    summary_fields() describes them (added below the class), the objects here. `stages` and
+    `links` are lists of dicts; table("stages") gives them as columns."""
 
-    schedule = _Field[str]("The pipeline schedule, as named (gpipe, 1f1b, interleaved, ...).")
-    iteration_time_s = _Field[float](
-        "Seconds: first op start to last op end of one training iteration (data-parallel "
-        "gradient synchronisation and optimizer step included when modelled).")
-    bubble_fraction = _Field[float](
-        "Idle time waiting on pipeline dependencies (warm-up, cool-down, activations and "
-        "gradients of other stages): " + _FRACTION + ".")
-    exposed_comm_fraction = _Field[float](
-        "Idle time waiting on the GPU's own collectives (TP, CP, EP, DP): " + _FRACTION + ".")
-    exposed_tp_fraction = _Field[float]("Exposed tensor-parallel communication: " + _FRACTION)
-    exposed_cp_fraction = _Field[float]("Exposed context-parallel communication: " + _FRACTION)
-    exposed_ep_fraction = _Field[float]("Exposed expert-parallel communication: " + _FRACTION)
-    exposed_dp_fraction = _Field[float]("Exposed data-parallel communication: " + _FRACTION)
-    exposed_pipeline_fraction = _Field[float](
-        "Exposed pipeline (point-to-point) communication: " + _FRACTION)
-    idle_fraction = _Field[float]("All idle time of the compute streams: " + _FRACTION + ".")
-    host_fraction = _Field[float](
-        "Time the GPU waits for the host to issue kernels: " + _FRACTION + ".")
-    host_bound_passes = _Field[int]("Passes whose GPU waited for the host (a count).")
-    mfu = _Field[float](
-        "Model FLOPs utilisation (0 to 1): model FLOPs of the iteration (no recompute) / "
-        "(iteration time x GPUs x peak FLOP/s at the run's precision).")
-    hfu = _Field[float]("Hardware FLOPs utilisation (0 to 1): as mfu, recomputation counted.")
-    tokens_per_s = _Field[float]("Tokens per second (the global batch's tokens / iteration time).")
-    tflops_per_gpu = _Field[float]("Model TFLOP/s per GPU (1 TFLOP/s = 1e12 FLOP/s).")
-    world_size = _Field[int]("GPUs in the layout (a count).")
-    microbatches = _Field[int]("Microbatches per iteration per pipeline (a count).")
     parallelism = _Field[Dict[str, int]]("The layout: tp, pp, dp, cp, ep, vpp (counts).")
-    p2p_bytes = _Field[int]("Bytes sent point-to-point between pipeline stages (bytes).")
     stages = _Field[List[Dict[str, Any]]](
-        "One dict per pipeline stage: stage, busy_s and pass_span_s (seconds), the fractions "
-        "above per stage, peak_inflight_microbatches (a count), peak_activation_bytes (bytes).",
+        "One dict per pipeline stage: stage, busy_s and pass_span_s (seconds), the summary's "
+        "fractions per stage, peak_inflight_microbatches (a count), peak_activation_bytes (bytes).",
         [])
     links = _Field[List[Dict[str, Any]]](
         "One dict per link that carried bytes: name, kind, bytes (bytes), busy_s and shared_s "
@@ -491,8 +460,6 @@ class Result:
     memory_per_gpu_bytes = _Field[Dict[str, int]](
         "The worst GPU's memory in bytes: parameters, gradients, optimizer_states, activations, "
         "temporary_gradients and total (its peak).", {})
-    wall_time_s = _Field[float]("Seconds of wall-clock time the simulation took (not an output "
-                                "of the model: varies from run to run).", 0.0)
 
     def __init__(self, summary: Dict[str, Any], warnings: Sequence[str], source: str,
                  hbm_bytes: int = 0) -> None:
@@ -560,21 +527,57 @@ class Result:
             self.summary.get("mfu", 0), self.summary.get("bubble_fraction", 0))
 
 
-# The scalar summary fields a comparison's and a sweep's rows carry, then the memory columns.
-_ROW_FIELDS = ("iteration_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
-               "exposed_comm_fraction", "exposed_tp_fraction", "exposed_cp_fraction",
-               "exposed_ep_fraction", "exposed_dp_fraction", "exposed_pipeline_fraction",
-               "idle_fraction", "host_fraction", "tflops_per_gpu",
-               "world_size", "microbatches", "tp", "pp", "dp", "cp", "ep", "vpp")
+def summary_fields() -> List[Dict[str, str]]:
+    """The run summary's scalar fields, in the order of its JSON (sim/report/summary_fields.def):
+    one dict each with `path` (its key; dotted inside an object: "parallelism.tp"), `column`
+    (its name in rows and CSV; "" for none), `unit` (s, fraction, count, tokens/s, TFLOP/s, bytes
+    or text), `label` and `description`."""
+    return [dict(f) for f in _FIELDS]
+
+
+_FIELDS = tuple(_core.summary_fields())
+
+# How each unit of the table reads in help(Result).
+_UNIT_WORDS = {"s": "seconds", "fraction": "a fraction, 0 to 1", "count": "a count",
+               "tokens/s": "tokens per second", "TFLOP/s": "TFLOP/s", "bytes": "bytes",
+               "text": "text"}
+# The one key a summary may lack: the results-only summaries (a trace's) leave it out.
+_DEFAULTS = {"wall_time_s": 0.0}
+
+for _f in _FIELDS:
+    if "." not in _f["path"]:
+        _field: _Field[Any] = _Field("%s (%s)" % (_f["description"], _UNIT_WORDS[_f["unit"]]),
+                                     _DEFAULTS.get(_f["path"], KeyError))
+        _field.__set_name__(Result, _f["path"])
+        setattr(Result, _f["path"], _field)
+
+# The scalar fields a comparison's and a sweep's rows carry, (column, path) in the table's order,
+# then the memory columns: the table's columns but text (a comparison's schedule, a sweep's
+# settings) and bytes (the memory columns, against HBM).
+_ROW_FIELDS = tuple((f["column"], f["path"]) for f in _FIELDS
+                    if f["column"] and f["unit"] not in ("text", "bytes"))
 
 # Units of row columns, for the HTML tables' headers.
-_UNITS = {"iteration_time_s": "s", "tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s",
-          "peak_memory_bytes": "GiB", "hbm_bytes": "GiB"}
+_UNITS = {f["column"]: f["unit"] for f in _FIELDS
+          if f["column"] and f["unit"] in ("s", "tokens/s", "TFLOP/s")}
+_UNITS.update(peak_memory_bytes="GiB", hbm_bytes="GiB")
+
+
+def _at(summary, path):
+    """The value at a dotted path of a summary, or KeyError (the class) when there is none."""
+    for key in path.split("."):
+        if not isinstance(summary, dict) or key not in summary:
+            return KeyError
+        summary = summary[key]
+    return summary
 
 
 def _row(summary, hbm_bytes):
-    flat = dict(summary, **summary.get("parallelism", {}))
-    row = {k: flat[k] for k in _ROW_FIELDS if k in flat}
+    row = {}
+    for column, path in _ROW_FIELDS:
+        value = _at(summary, path)
+        if value is not KeyError:
+            row[column] = value
     peak = int(summary.get("memory_per_gpu_bytes", {}).get("total", 0))
     row.update(peak_memory_bytes=peak, hbm_bytes=hbm_bytes,
                fits_hbm=hbm_bytes <= 0 or peak <= hbm_bytes)

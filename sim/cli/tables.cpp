@@ -49,19 +49,23 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
     for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
         const SweepRow& row = *ranked[r];
         const auto& s = *row.result;
+        const auto figures = nlohmann::ordered_json::parse(s.figures);
+        const auto figure = [&figures](std::string_view path) {
+            return report::at_path(figures, path)->get<double>();
+        };
         char tokens[32];
         std::snprintf(tokens, sizeof tokens, "%.0f", s.tokens_per_s);
         out << cell(std::to_string(r + 1), 5);
         for (std::size_t i = 0; i < axes.size(); ++i)
             out << cell(row.values[i], width[i]);
-        out << cell(std::to_string(s.dp), 4)
-            << cell(format_time(Time::from_seconds_ceil(s.iteration_time_s)), 11)
-            << cell(tokens, 10) << cell(percent(s.mfu, 1), 7)
-            << cell(percent(s.bubble_fraction, 1), 7)
-            << cell(percent(s.exposed_comm_fraction, 1), 9);
-        for (double f : s.exposed_by_kind)
-            out << cell(percent(f, 1), 8);
-        out << cell(format_bytes(Bytes{s.memory_bytes}), 9) << (s.fits ? "yes" : "NO") << "\n";
+        out << cell(report::at_path(figures, "parallelism.dp")->dump(), 4)
+            << cell(format_time(Time::from_seconds_ceil(figure("iteration_time_s"))), 11)
+            << cell(tokens, 10) << cell(percent(figure("mfu"), 1), 7)
+            << cell(percent(figure("bubble_fraction"), 1), 7)
+            << cell(percent(figure("exposed_comm_fraction"), 1), 9);
+        for (const std::string& key : report::exposed_kind_keys())
+            out << cell(percent(figure(key), 1), 8);
+        out << cell(format_bytes(Bytes{s.memory_bytes()}), 9) << (s.fits ? "yes" : "NO") << "\n";
     }
 }
 

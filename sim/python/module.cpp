@@ -420,6 +420,21 @@ PYBIND11_MODULE(_clustersim, m) {
           py::arg("path"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));
     m.def("schedule_names", [] { return schedule::schedule_names(); });
+    // report/summary_fields.def as data: one dict {path, column, unit, label, description} per
+    // field, in the summary JSON's order (clustersim.summary_fields()).
+    m.def("summary_fields", [] {
+        py::list out;
+        for (const auto& f : report::summary_fields()) {
+            py::dict d;
+            d["path"] = std::string(f.path);
+            d["column"] = std::string(f.column);
+            d["unit"] = std::string(f.unit);
+            d["label"] = std::string(f.label);
+            d["description"] = std::string(f.description);
+            out.append(d);
+        }
+        return out;
+    });
     m.def("parse_global_batches", &api::parse_global_batches, py::arg("text"));
     m.def("default_experiment", [] { return api::default_experiment().string(); });
 

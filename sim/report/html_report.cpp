@@ -101,6 +101,8 @@ nlohmann::ordered_json html_data(const HtmlReport& report) {
     for (std::size_t i = 0; i < report.runs.size() && i < report.details.size(); ++i)
         runs.push_back(run_json(report.runs[i], report.details[i]));
     data["runs"] = runs;
+    // The summary's scalar fields (summary_fields.def): the page labels and prints them by these.
+    data["fields"] = summary_fields_json();
     if (report.sweep_rows)
         data["sweep"] = {{"keys", report.sweep_keys}, {"rows", *report.sweep_rows}};
     if (report.plan) data["plan"] = *report.plan;

@@ -195,32 +195,15 @@ void LinkSketch::on_link_totals(Time, std::span<const LinkTotal> totals, std::in
                                          modp::of(static_cast<std::uint64_t>(count))));
 }
 
-Summary summarize(const SummaryInputs& in) {
-    const auto& spec = *in.spec;
+namespace {
+
+// Per stage, the means over its workers of their records over an iteration of T seconds. Every
+// worker stands for the same number of GPUs, so means over workers are means over GPUs.
+std::vector<StageSummary> stage_summaries(const SummaryInputs& in, double T) {
     const auto& plan = *in.plan;
     const auto& workers = in.replay->workers();
     const auto& per = in.metrics->per_worker();
-    Summary s;
-    s.schedule = in.schedule;
-    const double T = in.result.iteration_time.seconds();
-    s.iteration_time_s = T;
-    s.world_size = spec.layout.world_size();
-    s.microbatches = plan.microbatches;
-    s.tp = spec.layout.tp;
-    s.pp = spec.layout.pp;
-    s.dp = spec.layout.dp;
-    s.cp = spec.layout.cp;
-    s.ep = spec.layout.ep;
-    s.vpp = plan.chunks;
-    s.events = in.result.events;
-    s.fold_copies = in.result.fold_copies;
-    s.fold_refused = in.result.fold_refused;
-    s.fold_replicas = in.result.replicas_simulated;
-    s.fold_replicas_refused = in.result.replicas_refused;
-    s.host_bound_passes = in.metrics->host_bound_passes();
-
-    // Every worker stands for the same number of GPUs, so means over workers are means over GPUs.
-    std::vector<StageSummary> stages(static_cast<std::size_t>(spec.layout.pp));
+    std::vector<StageSummary> stages(static_cast<std::size_t>(in.spec->layout.pp));
     std::vector<int> count(stages.size(), 0);
     for (std::size_t w = 0; w < workers.size(); ++w) {
         auto& st = stages[static_cast<std::size_t>(workers[w].stage)];
@@ -254,15 +237,26 @@ Summary summarize(const SummaryInputs& in) {
         // virtual stages on devices), never recomputed here.
         if (i < plan.devices.size())
             st.peak_activation_bytes = plan.devices[i].memory.activations.value;
-        s.bubble_fraction += st.bubble_fraction / static_cast<double>(stages.size());
-        s.exposed_comm_fraction += st.exposed_comm_fraction / static_cast<double>(stages.size());
-        for (std::size_t k = 0; k < st.exposed_by_kind.size(); ++k)
-            s.exposed_by_kind[k] += st.exposed_by_kind[k] / static_cast<double>(stages.size());
-        s.idle_fraction += st.idle_fraction / static_cast<double>(stages.size());
-        s.host_fraction += st.host_fraction / static_cast<double>(stages.size());
     }
-    s.stages = std::move(stages);
+    return stages;
+}
 
+// The summary's fractions: the means of the stages' (each stage's mean over its GPUs).
+void add_stage_means(Summary& s) {
+    const double n = static_cast<double>(s.stages.size());
+    for (const auto& st : s.stages) {
+        s.bubble_fraction += st.bubble_fraction / n;
+        s.exposed_comm_fraction += st.exposed_comm_fraction / n;
+        for (std::size_t k = 0; k < st.exposed_by_kind.size(); ++k)
+            s.exposed_by_kind[k] += st.exposed_by_kind[k] / n;
+        s.idle_fraction += st.idle_fraction / n;
+        s.host_fraction += st.host_fraction / n;
+    }
+}
+
+// MFU, HFU, tokens/s and TFLOP/s per GPU over an iteration of T seconds.
+void add_rates(Summary& s, const workload::ExperimentSpec& spec,
+               const workload::IterationPlan& plan, double T) {
     const auto& gpu = spec.cluster->gpu_model(0);
     double peak = gpu.peak_bf16.flops_per_s;
     if (spec.training.precision == workload::Precision::Fp16) peak = gpu.peak_fp16.flops_per_s;
@@ -275,6 +269,34 @@ Summary summarize(const SummaryInputs& in) {
         s.tokens_per_s = static_cast<double>(plan.tokens_per_iteration) / T;
         s.tflops_per_gpu = plan.model_flops_per_iteration.value / (T * s.world_size) * 1e-12;
     }
+}
+
+}  // namespace
+
+Summary summarize(const SummaryInputs& in) {
+    const auto& spec = *in.spec;
+    const auto& plan = *in.plan;
+    Summary s;
+    s.schedule = in.schedule;
+    const double T = in.result.iteration_time.seconds();
+    s.iteration_time_s = T;
+    s.world_size = spec.layout.world_size();
+    s.microbatches = plan.microbatches;
+    s.tp = spec.layout.tp;
+    s.pp = spec.layout.pp;
+    s.dp = spec.layout.dp;
+    s.cp = spec.layout.cp;
+    s.ep = spec.layout.ep;
+    s.vpp = plan.chunks;
+    s.events = in.result.events;
+    s.fold_copies = in.result.fold_copies;
+    s.fold_refused = in.result.fold_refused;
+    s.fold_replicas = in.result.replicas_simulated;
+    s.fold_replicas_refused = in.result.replicas_refused;
+    s.host_bound_passes = in.metrics->host_bound_passes();
+    s.stages = stage_summaries(in, T);
+    add_stage_means(s);
+    add_rates(s, spec, plan, T);
     const double gpus_per_worker = static_cast<double>(spec.layout.tp * spec.layout.cp);
     s.p2p_bytes = in.metrics->p2p_bytes_per_gpu() * gpus_per_worker;
 
@@ -284,29 +306,31 @@ Summary summarize(const SummaryInputs& in) {
     return s;
 }
 
+namespace {
+struct RankedLink {
+    topology::LinkId link;
+    LinkFigures figures;
+};
+// The listed links (for_each_listed_link), busiest first (stable: link order breaks ties).
+std::vector<RankedLink> ranked_links(const topology::Cluster& cluster,
+                                     const LinkAccounting& accounting, double iteration_s) {
+    std::vector<RankedLink> ranked;
+    for_each_listed_link(cluster, accounting, iteration_s,
+                         [&](topology::LinkId l, const LinkFigures& f) {
+                             ranked.push_back({l, f});
+                         });
+    std::stable_sort(ranked.begin(), ranked.end(), [](const RankedLink& a, const RankedLink& b) {
+        return a.figures.utilization > b.figures.utilization;
+    });
+    return ranked;
+}
+}  // namespace
+
 std::vector<topology::LinkId> links_by_utilization(const topology::Cluster& cluster,
                                                    const LinkAccounting& accounting,
                                                    double iteration_s) {
-    const auto& links = cluster.links();
-    const auto& seen = accounting.links();
-    struct Ranked {
-        topology::LinkId link;
-        double utilization;
-    };
-    std::vector<Ranked> ranked;
-    // Only the links a notification named can have bytes (in increasing order: ties stay so).
-    accounting.for_each_seen([&](topology::LinkId l) {
-        if (l >= links.size()) return;
-        const double bytes = seen[l].bytes;
-        if (bytes <= 0) return;
-        ranked.push_back({l, link_utilization(bytes, links[l].bandwidth.bytes_per_s, iteration_s)});
-    });
-    std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
-        return a.utilization > b.utilization;
-    });
     std::vector<topology::LinkId> out;
-    out.reserve(ranked.size());
-    for (const Ranked& r : ranked)
+    for (const RankedLink& r : ranked_links(cluster, accounting, iteration_s))
         out.push_back(r.link);
     return out;
 }
@@ -315,18 +339,10 @@ std::vector<LinkSummary> link_summaries(const topology::Cluster& cluster,
                                         const LinkAccounting& accounting, double iteration_s) {
     std::vector<LinkSummary> out;
     const auto& links = cluster.links();
-    const auto& seen = accounting.links();
-    for (const topology::LinkId l : links_by_utilization(cluster, accounting, iteration_s)) {
-        const auto& st = seen[l];
-        LinkSummary ls;
-        ls.name = cluster.link_name(l);
-        ls.kind = topology::link_kind_name(links[l].kind);
-        ls.bytes = st.bytes;
-        ls.busy_s = st.busy.seconds();
-        ls.shared_s = st.shared.seconds();
-        ls.max_concurrent_flows = st.max_concurrent_flows;
-        ls.utilization = link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, iteration_s);
-        out.push_back(std::move(ls));
+    for (const RankedLink& r : ranked_links(cluster, accounting, iteration_s)) {
+        const LinkFigures& f = r.figures;
+        out.push_back({cluster.link_name(r.link), topology::link_kind_name(links[r.link].kind),
+                       f.bytes, f.busy_s, f.utilization, f.shared_s, f.max_concurrent_flows});
     }
     return out;
 }
@@ -355,32 +371,18 @@ void put_exposed(nlohmann::ordered_json& j, const std::array<double, workload::k
 }
 }  // namespace
 
-nlohmann::ordered_json to_json(const Summary& s) {
-    nlohmann::ordered_json j;
-    j["schedule"] = s.schedule;
-    j["iteration_time_s"] = s.iteration_time_s;
-    j["bubble_fraction"] = s.bubble_fraction;
-    j["exposed_comm_fraction"] = s.exposed_comm_fraction;
-    put_exposed(j, s.exposed_by_kind);
-    j["idle_fraction"] = s.idle_fraction;
-    j["host_fraction"] = s.host_fraction;
-    j["host_bound_passes"] = s.host_bound_passes;
-    j["mfu"] = s.mfu;
-    j["hfu"] = s.hfu;
-    j["tokens_per_s"] = s.tokens_per_s;
-    j["tflops_per_gpu"] = s.tflops_per_gpu;
-    j["world_size"] = s.world_size;
-    j["microbatches"] = s.microbatches;
-    j["parallelism"] = {{"tp", s.tp}, {"pp", s.pp}, {"dp", s.dp},
-                        {"cp", s.cp}, {"ep", s.ep}, {"vpp", s.vpp}};
-    j["p2p_bytes"] = s.p2p_bytes;
-    auto& stages = j["stages"] = nlohmann::ordered_json::array();
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+void put_stages(Json& j, const Summary& s) {
+    auto& stages = j["stages"] = Json::array();
     for (const auto& st : s.stages) {
-        nlohmann::ordered_json o = {{"stage", st.stage},
-                                    {"busy_s", st.busy_s},
-                                    {"pass_span_s", st.pass_span_s},
-                                    {"bubble_fraction", st.bubble_fraction},
-                                    {"exposed_comm_fraction", st.exposed_comm_fraction}};
+        Json o = {{"stage", st.stage},
+                  {"busy_s", st.busy_s},
+                  {"pass_span_s", st.pass_span_s},
+                  {"bubble_fraction", st.bubble_fraction},
+                  {"exposed_comm_fraction", st.exposed_comm_fraction}};
         put_exposed(o, st.exposed_by_kind);
         o["idle_fraction"] = st.idle_fraction;
         o["host_fraction"] = st.host_fraction;
@@ -388,7 +390,10 @@ nlohmann::ordered_json to_json(const Summary& s) {
         o["peak_activation_bytes"] = st.peak_activation_bytes;
         stages.push_back(std::move(o));
     }
-    auto& links = j["links"] = nlohmann::ordered_json::array();
+}
+
+void put_links(Json& j, const Summary& s) {
+    auto& links = j["links"] = Json::array();
     for (const auto& l : s.links)
         links.push_back({{"name", l.name},
                          {"kind", l.kind},
@@ -397,76 +402,164 @@ nlohmann::ordered_json to_json(const Summary& s) {
                          {"utilization", l.utilization},
                          {"shared_s", l.shared_s},
                          {"max_concurrent_flows", l.max_concurrent_flows}});
-    j["memory_per_gpu_bytes"] = {{"parameters", s.memory.parameters.value},
-                                 {"gradients", s.memory.gradients.value},
-                                 {"optimizer_states", s.memory.optimizer_states.value},
-                                 {"activations", s.memory.activations.value},
-                                 {"temporary_gradients", s.memory.temporary_gradients.value},
-                                 {"total", s.memory.total.value}};
-    if (s.variability.present) {
-        const auto& v = s.variability;
-        j["variability"] = {{"clean_iteration_time_s", v.clean_iteration_time_s},
-                            {"cost_s", v.cost_s},
-                            {"slowdown", s.iteration_time_s / v.clean_iteration_time_s},
-                            {"critical_worker", v.critical_worker},
-                            {"critical_stage", v.critical_stage},
-                            {"critical_dp", v.critical_dp},
-                            {"critical_gpus", v.critical_gpus},
-                            {"critical_share", v.critical_share},
-                            {"slowest_gpu", v.slowest_gpu},
-                            {"slowest_factor", v.slowest_factor}};
+}
+
+void put_variability(Json& j, const Summary& s) {
+    if (!s.variability.present) return;
+    const auto& v = s.variability;
+    j["variability"] = {{"clean_iteration_time_s", v.clean_iteration_time_s},
+                        {"cost_s", v.cost_s},
+                        {"slowdown", s.iteration_time_s / v.clean_iteration_time_s},
+                        {"critical_worker", v.critical_worker},
+                        {"critical_stage", v.critical_stage},
+                        {"critical_dp", v.critical_dp},
+                        {"critical_gpus", v.critical_gpus},
+                        {"critical_share", v.critical_share},
+                        {"slowest_gpu", v.slowest_gpu},
+                        {"slowest_factor", v.slowest_factor}};
+}
+
+void put_faults(Json& j, const Summary& s) {
+    if (!s.faults.present) return;
+    const auto& f = s.faults;
+    auto& o =
+        j["faults"] = {{"clean_iteration_time_s", f.clean_iteration_time_s}, {"cost_s", f.cost_s}};
+    auto& faulty = o["links"] = Json::array();
+    for (const auto& l : f.links)
+        faulty.push_back({{"link", l.link}, {"fraction", l.fraction}, {"at_s", l.at_s}});
+    o["job_failed"] = f.job_failed;
+    if (!f.job_failed) return;
+    Json lost = Json::array();
+    for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
+        lost.push_back({{"worker", f.failed_workers[i]},
+                        {"stage", f.failed_stages[i]},
+                        {"replica", f.failed_replicas[i]}});
+    o["failure"] = {{"at_s", f.failed_at_s},        {"what", f.failed_what},
+                    {"gpus", f.failed_gpus},        {"workers", lost},
+                    {"passes_done", f.passes_done}, {"passes_total", f.passes_total},
+                    {"lost_gpu_s", f.lost_gpu_s}};
+}
+
+void put_goodput(Json& j, const Summary& s) {
+    if (!s.goodput.present) return;
+    const auto& g = s.goodput;
+    auto& o = j["goodput"] = {{"mtbf_s", g.mtbf_s},
+                              {"checkpoint_bytes", g.checkpoint_bytes},
+                              {"checkpoint_write_s", g.checkpoint_write_s},
+                              {"restart_s", g.restart_s},
+                              {"interval_s", g.interval_s},
+                              {"interval_iterations", g.interval_iterations},
+                              {"young_interval_s", g.young_interval_s},
+                              {"daly_interval_s", g.daly_interval_s},
+                              {"fraction", g.fraction},
+                              {"gpu_power_w", g.gpu_power_w},
+                              {"iteration_energy_j", g.iteration_energy_j}};
+    if (g.monte_carlo_runs > 0)
+        o["monte_carlo"] = {{"runs", g.monte_carlo_runs},
+                            {"fraction", g.monte_carlo_fraction},
+                            {"ci95", g.monte_carlo_ci95}};
+    if (g.tokens > 0) {
+        o["tokens"] = g.tokens;
+        o["train_time_s"] = g.train_time_s;
+        o["gpu_hours"] = g.gpu_hours;
+        o["energy_kwh"] = g.energy_kwh;
+        o["energy_per_token_j"] = g.energy_per_token_j;
     }
-    if (s.faults.present) {
-        const auto& f = s.faults;
-        auto& o = j["faults"] = {{"clean_iteration_time_s", f.clean_iteration_time_s},
-                                 {"cost_s", f.cost_s}};
-        auto& faulty = o["links"] = nlohmann::ordered_json::array();
-        for (const auto& l : f.links)
-            faulty.push_back({{"link", l.link}, {"fraction", l.fraction}, {"at_s", l.at_s}});
-        o["job_failed"] = f.job_failed;
-        if (f.job_failed) {
-            nlohmann::ordered_json lost = nlohmann::ordered_json::array();
-            for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
-                lost.push_back({{"worker", f.failed_workers[i]},
-                                {"stage", f.failed_stages[i]},
-                                {"replica", f.failed_replicas[i]}});
-            o["failure"] = {{"at_s", f.failed_at_s},        {"what", f.failed_what},
-                            {"gpus", f.failed_gpus},        {"workers", lost},
-                            {"passes_done", f.passes_done}, {"passes_total", f.passes_total},
-                            {"lost_gpu_s", f.lost_gpu_s}};
-        }
+}
+
+void put_fold(Json& j, const Summary& s) {
+    auto& fold = j["fold"] = {{"copies", s.fold_copies}};
+    if (!s.fold_refused.empty()) fold["refused"] = s.fold_refused;
+    fold["replicas"] = s.fold_replicas;
+    if (!s.fold_replicas_refused.empty()) fold["replicas_refused"] = s.fold_replicas_refused;
+}
+
+// summary_fields.def, line by line: a field (`field` set) or a section (`put` set).
+struct Part {
+    SummaryField field;
+    std::string_view section;
+    void (*put)(Json&, const Summary&) = nullptr;
+};
+// clang-format off
+const Part kParts[] = {
+#define CS_SUMMARY_FIELD(member, path, column, unit, label, description) \
+    {{path, column, unit, label, description, [](const Summary& s) { return Json(s.member); }}, {}, nullptr},
+#define CS_SUMMARY_SECTION(key, put) {{}, key, put},
+#include "report/summary_fields.def"
+#undef CS_SUMMARY_FIELD
+#undef CS_SUMMARY_SECTION
+};
+// clang-format on
+
+}  // namespace
+
+const std::vector<SummaryField>& summary_fields() {
+    static const std::vector<SummaryField> fields = [] {
+        std::vector<SummaryField> out;
+        for (const Part& p : kParts)
+            if (!p.put) out.push_back(p.field);
+        return out;
+    }();
+    return fields;
+}
+
+const std::vector<std::string_view>& summary_sections() {
+    static const std::vector<std::string_view> sections = [] {
+        std::vector<std::string_view> out;
+        for (const Part& p : kParts)
+            if (p.put) out.push_back(p.section);
+        return out;
+    }();
+    return sections;
+}
+
+nlohmann::ordered_json summary_fields_json() {
+    Json out = Json::array();
+    for (const SummaryField& f : summary_fields())
+        out.push_back({{"path", f.path},
+                       {"column", f.column},
+                       {"unit", f.unit},
+                       {"label", f.label},
+                       {"description", f.description}});
+    return out;
+}
+
+void put_at_path(nlohmann::ordered_json& j, std::string_view path, nlohmann::ordered_json value) {
+    Json* at = &j;
+    for (auto dot = path.find('.'); dot != std::string_view::npos; dot = path.find('.')) {
+        at = &(*at)[std::string(path.substr(0, dot))];
+        path.remove_prefix(dot + 1);
     }
-    if (s.goodput.present) {
-        const auto& g = s.goodput;
-        auto& o = j["goodput"] = {{"mtbf_s", g.mtbf_s},
-                                  {"checkpoint_bytes", g.checkpoint_bytes},
-                                  {"checkpoint_write_s", g.checkpoint_write_s},
-                                  {"restart_s", g.restart_s},
-                                  {"interval_s", g.interval_s},
-                                  {"interval_iterations", g.interval_iterations},
-                                  {"young_interval_s", g.young_interval_s},
-                                  {"daly_interval_s", g.daly_interval_s},
-                                  {"fraction", g.fraction},
-                                  {"gpu_power_w", g.gpu_power_w},
-                                  {"iteration_energy_j", g.iteration_energy_j}};
-        if (g.monte_carlo_runs > 0)
-            o["monte_carlo"] = {{"runs", g.monte_carlo_runs},
-                                {"fraction", g.monte_carlo_fraction},
-                                {"ci95", g.monte_carlo_ci95}};
-        if (g.tokens > 0) {
-            o["tokens"] = g.tokens;
-            o["train_time_s"] = g.train_time_s;
-            o["gpu_hours"] = g.gpu_hours;
-            o["energy_kwh"] = g.energy_kwh;
-            o["energy_per_token_j"] = g.energy_per_token_j;
-        }
+    (*at)[std::string(path)] = std::move(value);
+}
+
+const nlohmann::ordered_json* at_path(const nlohmann::ordered_json& j, std::string_view path) {
+    const Json* at = &j;
+    for (;;) {
+        const auto dot = path.find('.');
+        if (!at->is_object()) return nullptr;
+        const auto it = at->find(std::string(path.substr(0, dot)));
+        if (it == at->end()) return nullptr;
+        at = &*it;
+        if (dot == std::string_view::npos) return at;
+        path.remove_prefix(dot + 1);
     }
-    j["events"] = s.events;
-    j["fold"] = {{"copies", s.fold_copies}};
-    if (!s.fold_refused.empty()) j["fold"]["refused"] = s.fold_refused;
-    j["fold"]["replicas"] = s.fold_replicas;
-    if (!s.fold_replicas_refused.empty()) j["fold"]["replicas_refused"] = s.fold_replicas_refused;
-    j["wall_time_s"] = s.wall_time_s;
+}
+
+nlohmann::ordered_json column_figures(const Summary& s) {
+    Json j = Json::object();
+    for (const SummaryField& f : summary_fields())
+        if (!f.column.empty()) put_at_path(j, f.path, f.value(s));
+    return j;
+}
+
+nlohmann::ordered_json to_json(const Summary& s) {
+    Json j;
+    for (const Part& p : kParts)
+        if (p.put)
+            p.put(j, s);
+        else
+            put_at_path(j, p.field.path, p.field.value(s));
     return j;
 }
 
@@ -497,7 +590,10 @@ std::string exposed_parts(const std::array<double, workload::kCommKinds>& f) {
 }
 }  // namespace
 
-void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
+namespace {
+
+// schedule, layout, time, fractions, MFU, throughput and memory.
+void print_headline(std::ostream& out, const Summary& s) {
     out << "schedule              " << s.schedule << "\n"
         << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp << " cp=" << s.cp
         << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size << " GPUs, "
@@ -522,75 +618,79 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
                           " at the optimizer step"
                     : std::string())
             << ")\n";
-    if (s.variability.present) {
-        const auto& v = s.variability;
-        out << "variability           "
-            << format_time(Time::from_seconds_ceil(std::max(0.0, v.cost_s))) << " slower than "
-            << format_time(Time::from_seconds_ceil(v.clean_iteration_time_s)) << " without it ("
-            << pct(s.iteration_time_s / v.clean_iteration_time_s - 1) << ")\n";
-        if (v.critical_worker >= 0) {
-            out << "critical path         stage " << v.critical_stage << " of replica "
-                << v.critical_dp << " (GPU" << (v.critical_gpus.size() > 1 ? "s " : " ");
-            for (std::size_t i = 0; i < v.critical_gpus.size(); ++i)
-                out << (i ? "," : "") << v.critical_gpus[i];
-            out << "): " << pct(v.critical_share) << " of the critical path's pass time";
-            if (v.slowest_factor != 1)
-                out << "; GPU " << v.slowest_gpu << " runs " << num(v.slowest_factor, "%.3g")
-                    << "x";
-            out << "\n";
-        }
+}
+
+void print_variability(std::ostream& out, const Summary& s) {
+    if (!s.variability.present) return;
+    const auto& v = s.variability;
+    out << "variability           " << format_time(Time::from_seconds_ceil(std::max(0.0, v.cost_s)))
+        << " slower than " << format_time(Time::from_seconds_ceil(v.clean_iteration_time_s))
+        << " without it (" << pct(s.iteration_time_s / v.clean_iteration_time_s - 1) << ")\n";
+    if (v.critical_worker >= 0) {
+        out << "critical path         stage " << v.critical_stage << " of replica " << v.critical_dp
+            << " (GPU" << (v.critical_gpus.size() > 1 ? "s " : " ");
+        for (std::size_t i = 0; i < v.critical_gpus.size(); ++i)
+            out << (i ? "," : "") << v.critical_gpus[i];
+        out << "): " << pct(v.critical_share) << " of the critical path's pass time";
+        if (v.slowest_factor != 1)
+            out << "; GPU " << v.slowest_gpu << " runs " << num(v.slowest_factor, "%.3g") << "x";
+        out << "\n";
     }
-    if (s.faults.present) {
-        const auto& f = s.faults;
-        for (const auto& l : f.links) {
-            out << "link fault            " << l.link << " ";
-            if (l.fraction > 0)
-                out << "at " << pct(l.fraction) << " of its bandwidth";
-            else
-                out << "failed";
-            out << (l.at_s > 0 ? " from " + format_time(Time::from_seconds_ceil(l.at_s))
-                               : std::string(" for the whole run"))
-                << "\n";
-        }
-        if (f.job_failed) {
-            out << "job failed            at "
-                << format_time(Time::from_seconds_ceil(f.failed_at_s)) << ": " << f.failed_what
-                << " (rank" << (f.failed_gpus.size() > 1 ? "s " : " ");
-            for (std::size_t i = 0; i < f.failed_gpus.size(); ++i)
-                out << (i ? "," : "") << f.failed_gpus[i];
-            out << "; ";
-            for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
-                out << (i ? ", " : "") << "stage " << f.failed_stages[i] << " of replica "
-                    << f.failed_replicas[i];
-            out << ")\n"
-                << "  done so far         " << f.passes_done << " of " << f.passes_total
-                << " passes; the iteration ("
-                << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s))
-                << " without faults) did not complete and its " << num(f.lost_gpu_s, "%.4g")
-                << " GPU-seconds are lost\n";
-        } else if (!f.links.empty()) {
-            out << "faults                "
-                << format_time(Time::from_seconds_ceil(std::abs(f.cost_s)))
-                << (f.cost_s >= 0 ? " slower than " : " faster than ")
-                << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s))
-                << " without them (" << pct(s.iteration_time_s / f.clean_iteration_time_s - 1)
-                << ")\n";
-        }
+}
+
+void print_faults(std::ostream& out, const Summary& s) {
+    if (!s.faults.present) return;
+    const auto& f = s.faults;
+    for (const auto& l : f.links) {
+        out << "link fault            " << l.link << " ";
+        if (l.fraction > 0)
+            out << "at " << pct(l.fraction) << " of its bandwidth";
+        else
+            out << "failed";
+        out << (l.at_s > 0 ? " from " + format_time(Time::from_seconds_ceil(l.at_s))
+                           : std::string(" for the whole run"))
+            << "\n";
     }
-    if (s.goodput.present) {
-        const auto& g = s.goodput;
-        out << "goodput               " << pct(g.fraction) << " of wall clock trains (MTBF "
-            << num(g.mtbf_s / 3600, "%.3g") << " h, a checkpoint every " << g.interval_iterations
-            << " iterations = " << num(g.interval_s / 60, "%.3g") << " min, written in "
-            << num(g.checkpoint_write_s, "%.3g") << " s)\n";
-        if (g.monte_carlo_runs > 0)
-            out << "  Monte Carlo         " << pct(g.monte_carlo_fraction) << " +- "
-                << pct(g.monte_carlo_ci95) << " (" << g.monte_carlo_runs << " runs)\n";
-        if (g.tokens > 0)
-            out << "  token budget        " << num(g.tokens, "%.3g") << " tokens in "
-                << num(g.train_time_s / 86400, "%.1f") << " days, " << num(g.gpu_hours, "%.4g")
-                << " GPU-hours, " << num(g.energy_kwh / 1e3, "%.4g") << " MWh\n";
+    if (f.job_failed) {
+        out << "job failed            at " << format_time(Time::from_seconds_ceil(f.failed_at_s))
+            << ": " << f.failed_what << " (rank" << (f.failed_gpus.size() > 1 ? "s " : " ");
+        for (std::size_t i = 0; i < f.failed_gpus.size(); ++i)
+            out << (i ? "," : "") << f.failed_gpus[i];
+        out << "; ";
+        for (std::size_t i = 0; i < f.failed_workers.size(); ++i)
+            out << (i ? ", " : "") << "stage " << f.failed_stages[i] << " of replica "
+                << f.failed_replicas[i];
+        out << ")\n"
+            << "  done so far         " << f.passes_done << " of " << f.passes_total
+            << " passes; the iteration ("
+            << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s))
+            << " without faults) did not complete and its " << num(f.lost_gpu_s, "%.4g")
+            << " GPU-seconds are lost\n";
+    } else if (!f.links.empty()) {
+        out << "faults                " << format_time(Time::from_seconds_ceil(std::abs(f.cost_s)))
+            << (f.cost_s >= 0 ? " slower than " : " faster than ")
+            << format_time(Time::from_seconds_ceil(f.clean_iteration_time_s)) << " without them ("
+            << pct(s.iteration_time_s / f.clean_iteration_time_s - 1) << ")\n";
     }
+}
+
+void print_goodput(std::ostream& out, const Summary& s) {
+    if (!s.goodput.present) return;
+    const auto& g = s.goodput;
+    out << "goodput               " << pct(g.fraction) << " of wall clock trains (MTBF "
+        << num(g.mtbf_s / 3600, "%.3g") << " h, a checkpoint every " << g.interval_iterations
+        << " iterations = " << num(g.interval_s / 60, "%.3g") << " min, written in "
+        << num(g.checkpoint_write_s, "%.3g") << " s)\n";
+    if (g.monte_carlo_runs > 0)
+        out << "  Monte Carlo         " << pct(g.monte_carlo_fraction) << " +- "
+            << pct(g.monte_carlo_ci95) << " (" << g.monte_carlo_runs << " runs)\n";
+    if (g.tokens > 0)
+        out << "  token budget        " << num(g.tokens, "%.3g") << " tokens in "
+            << num(g.train_time_s / 86400, "%.1f") << " days, " << num(g.gpu_hours, "%.4g")
+            << " GPU-hours, " << num(g.energy_kwh / 1e3, "%.4g") << " MWh\n";
+}
+
+void print_stages(std::ostream& out, const Summary& s) {
     out << "\nstage   busy        bubble   exposed comm   idle     host     peak in-flight\n";
     for (const auto& st : s.stages) {
         char line[160];
@@ -604,20 +704,34 @@ void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
     out << "\nstage   exposed comm by kind\n";
     for (const auto& st : s.stages)
         out << std::left << std::setw(7) << st.stage << exposed_parts(st.exposed_by_kind) << "\n";
-    if (!s.links.empty()) {
-        out << "\nbusiest links (" << s.links.size() << " carried traffic)\n"
-            << "link                                   kind        bytes        util     max "
-               "flows\n";
-        for (std::size_t i = 0; i < s.links.size() && i < max_links; ++i) {
-            const auto& l = s.links[i];
-            char line[200];
-            std::snprintf(line, sizeof line, "%-38s %-11s %-12s %-8s %d\n", l.name.c_str(),
-                          l.kind.c_str(),
-                          format_bytes(Bytes{static_cast<std::int64_t>(l.bytes)}).c_str(),
-                          pct(l.utilization).c_str(), l.max_concurrent_flows);
-            out << line;
-        }
+}
+
+void print_links(std::ostream& out, const Summary& s, std::size_t max_links) {
+    if (s.links.empty()) return;
+    out << "\nbusiest links (" << s.links.size() << " carried traffic)\n"
+        << "link                                   kind        bytes        util     max "
+           "flows\n";
+    for (std::size_t i = 0; i < s.links.size() && i < max_links; ++i) {
+        const auto& l = s.links[i];
+        char line[200];
+        std::snprintf(line, sizeof line, "%-38s %-11s %-12s %-8s %d\n", l.name.c_str(),
+                      l.kind.c_str(),
+                      format_bytes(Bytes{static_cast<std::int64_t>(l.bytes)}).c_str(),
+                      pct(l.utilization).c_str(), l.max_concurrent_flows);
+        out << line;
     }
+}
+
+}  // namespace
+
+// A hand layout, not summary_fields.def's: lines join several fields (MFU / HFU, the layout).
+void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
+    print_headline(out, s);
+    print_variability(out, s);
+    print_faults(out, s);
+    print_goodput(out, s);
+    print_stages(out, s);
+    print_links(out, s, max_links);
 }
 
 }  // namespace cs::report

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "network/network.hpp"
@@ -314,6 +315,35 @@ inline double link_utilization(double bytes, double bytes_per_s, double iteratio
     return iteration_s > 0 ? bytes / (bytes_per_s * iteration_s) : 0;
 }
 
+// What the summary's `links` say of one link besides its name and kind.
+struct LinkFigures {
+    double bytes = 0;
+    double busy_s = 0;
+    double utilization = 0;  // link_utilization
+    double shared_s = 0;
+    int max_concurrent_flows = 0;
+};
+
+// Calls f(link, figures) for every link of `cluster` that `accounting` saw carry bytes, in link
+// order, with its figures over an iteration of `iteration_s`: the one rule of which links the
+// summary lists and what it says of them, shared by link_summaries and the sweep's link digest
+// (session/sweep.cpp), which must agree bit for bit.
+template <typename F>
+void for_each_listed_link(const topology::Cluster& cluster, const LinkAccounting& accounting,
+                          double iteration_s, F&& f) {
+    const auto& links = cluster.links();
+    const auto seen = accounting.links();
+    // Only the links a notification named can have bytes.
+    accounting.for_each_seen([&](topology::LinkId l) {
+        if (l >= links.size()) return;
+        const auto st = seen[l];
+        if (st.bytes <= 0) return;
+        f(l, LinkFigures{st.bytes, st.busy.seconds(),
+                         link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, iteration_s),
+                         st.shared.seconds(), st.max_concurrent_flows});
+    });
+}
+
 // Every link of `cluster` that `accounting` saw carry bytes, busiest first by link_utilization
 // over an iteration of `iteration_s` (stable: link order breaks ties). The one ranking of the
 // summary's `links`, the console's "busiest links" and the HTML report's link view.
@@ -345,6 +375,30 @@ void add_goodput(Summary& s, const workload::ExperimentSpec& spec);
 // "exposed_pipeline_fraction" (JSON keys of the summary and of each stage, CSV, compare and
 // sweep columns), in workload::CommKind order.
 const std::array<std::string, workload::kCommKinds>& exposed_kind_keys();
+
+// One scalar field of the summary, a line of summary_fields.def (which describes the columns).
+struct SummaryField {
+    std::string_view path;    // JSON key, dotted for a nested one: "parallelism.tp"
+    std::string_view column;  // name in flat tables (CSV, a sweep's figures, Python rows); "": none
+    std::string_view unit;    // s, fraction, count, tokens/s, TFLOP/s, bytes, text
+    std::string_view label;   // the HTML report's card; "": none
+    std::string_view description;
+    nlohmann::ordered_json (*value)(const Summary&);  // as the JSON holds it
+};
+// Every field, in the order of the JSON.
+const std::vector<SummaryField>& summary_fields();
+// The JSON's keys that summary_fields.def leaves to hand-written sections (stages, links, ...).
+const std::vector<std::string_view>& summary_sections();
+// The table as data, one {path, column, unit, label, description} per field: the HTML page's
+// and the Python package's copy.
+nlohmann::ordered_json summary_fields_json();
+// Sets `path` (dotted) of `j` to `value`, making the objects on the way; the value at `path`, or
+// nullptr when there is none.
+void put_at_path(nlohmann::ordered_json& j, std::string_view path, nlohmann::ordered_json value);
+const nlohmann::ordered_json* at_path(const nlohmann::ordered_json& j, std::string_view path);
+// The fields of `s` that have a column, at their paths (a summary's JSON cut to them, in its
+// order): what a sweep keeps of a run whose summary it does not keep.
+nlohmann::ordered_json column_figures(const Summary& s);
 
 nlohmann::ordered_json to_json(const Summary& s);
 // What a trace records of the summary (its closing metadata): to_json without `links` (the trace

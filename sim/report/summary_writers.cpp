@@ -40,30 +40,21 @@ std::string csv_number(double v) {
 }
 }  // namespace
 
+// Columns: summary_fields.def's, in its order.
 SummaryWriterEntry csv_summary_writer() {
     return {"csv", ".csv", "CSV, one header line and one row of the run's scalar figures",
             [](std::ostream& out, const Summary& s) {
-                out << "schedule,iteration_time_s,bubble_fraction,exposed_comm_fraction,";
-                for (const std::string& key : exposed_kind_keys())
-                    out << key << ",";
-                out << "idle_fraction,host_fraction,mfu,hfu,tokens_per_s,tflops_per_gpu,world_size,"
-                       "microbatches,tp,pp,dp,cp,ep,vpp,memory_per_gpu_bytes\n";
-                out << csv_field(s.schedule);
-                for (double v : {s.iteration_time_s, s.bubble_fraction, s.exposed_comm_fraction})
-                    out << "," << csv_number(v);
-                for (double v : s.exposed_by_kind)
-                    out << "," << csv_number(v);
-                for (double v : {s.idle_fraction, s.host_fraction, s.mfu, s.hfu, s.tokens_per_s,
-                                 s.tflops_per_gpu})
-                    out << "," << csv_number(v);
-                for (long long v :
-                     {static_cast<long long>(s.world_size), static_cast<long long>(s.microbatches),
-                      static_cast<long long>(s.tp), static_cast<long long>(s.pp),
-                      static_cast<long long>(s.dp), static_cast<long long>(s.cp),
-                      static_cast<long long>(s.ep), static_cast<long long>(s.vpp),
-                      static_cast<long long>(s.memory.total.value)})
-                    out << "," << v;
-                out << "\n";
+                std::string header, row;
+                for (const SummaryField& f : summary_fields()) {
+                    if (f.column.empty()) continue;
+                    const char* comma = header.empty() ? "" : ",";
+                    header.append(comma).append(f.column);
+                    const auto v = f.value(s);
+                    row.append(comma).append(v.is_string()         ? csv_field(v.get<std::string>())
+                                             : v.is_number_float() ? csv_number(v.get<double>())
+                                                                   : v.dump());
+                }
+                out << header << "\n" << row << "\n";
             }};
 }
 

@@ -20,10 +20,15 @@
 
 namespace cs::api {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, tokens_per_s, iteration_time_s, mfu,
-                                   bubble_fraction, exposed_comm_fraction, exposed_by_kind,
-                                   idle_fraction, host_fraction, dp, memory_bytes, fits, summary,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SweepResult, figures, tokens_per_s, fits, summary,
                                    summary_digest, wall_time_s)
+
+nlohmann::ordered_json SweepResult::figure(std::string_view path) const {
+    const auto all = nlohmann::ordered_json::parse(figures);
+    const auto* at = report::at_path(all, path);
+    if (!at) throw std::out_of_range("a sweep keeps no figure " + std::string(path));
+    return *at;
+}
 
 namespace {
 
@@ -43,24 +48,14 @@ nlohmann::ordered_json row_json(const std::vector<SweepAxis>& axes, const SweepR
         j["fits_hbm"] = row.result->fits;
         // The text parses back to what to_json gave (numbers are printed to round-trip), and
         // wall_time_s goes back where to_json puts it: last.
-        // Without SweepOptions::keep_summaries there is no summary text to give: the headline
-        // figures every row keeps stand in, under a summary's names (the HTML page's table and
-        // plots read only these).
+        // Without SweepOptions::keep_summaries there is no summary text to give: the figures
+        // every row keeps stand in, under a summary's names (the HTML page's table and plots
+        // read only these).
         if (!row.result->summary.empty()) {
             auto& summary = j["summary"] = nlohmann::ordered_json::parse(row.result->summary);
             summary["wall_time_s"] = row.result->wall_time_s;
         } else {
-            const SweepResult& r = *row.result;
-            j["summary"] = {{"tokens_per_s", r.tokens_per_s},
-                            {"iteration_time_s", r.iteration_time_s},
-                            {"mfu", r.mfu},
-                            {"bubble_fraction", r.bubble_fraction},
-                            {"exposed_comm_fraction", r.exposed_comm_fraction}};
-            for (std::size_t k = 0; k < r.exposed_by_kind.size(); ++k)
-                j["summary"][report::exposed_kind_keys()[k]] = r.exposed_by_kind[k];
-            j["summary"]["idle_fraction"] = r.idle_fraction;
-            j["summary"]["host_fraction"] = r.host_fraction;
-            j["summary"]["memory_per_gpu_bytes"] = {{"total", r.memory_bytes}};
+            j["summary"] = nlohmann::ordered_json::parse(row.result->figures);
         }
     } else {
         j["error"] = row.error;
@@ -123,17 +118,16 @@ std::uint64_t link_record_start(std::uint64_t name_fnv, std::string_view kind) {
 // The record: each number's bits xored in, then a multiply by an odd constant and a rotation (a
 // bijection of the running value, so records that differ in one word differ), and one mix64 at
 // the end.
-std::uint64_t link_record(std::uint64_t start, double bytes, double busy_s, double utilization,
-                          double shared_s, int max_concurrent_flows) {
+std::uint64_t link_record(std::uint64_t start, const report::LinkFigures& f) {
     std::uint64_t r = start;
     const auto add = [&r](std::uint64_t word, std::uint64_t odd) {
         r = std::rotl((r ^ word) * odd, 29);
     };
-    add(std::bit_cast<std::uint64_t>(bytes), 0x9e3779b97f4a7c15);
-    add(std::bit_cast<std::uint64_t>(busy_s), 0xbf58476d1ce4e5b9);
-    add(std::bit_cast<std::uint64_t>(utilization), 0x94d049bb133111eb);
-    add(std::bit_cast<std::uint64_t>(shared_s), 0xff51afd7ed558ccd);
-    add(static_cast<std::uint64_t>(static_cast<std::int64_t>(max_concurrent_flows)),
+    add(std::bit_cast<std::uint64_t>(f.bytes), 0x9e3779b97f4a7c15);
+    add(std::bit_cast<std::uint64_t>(f.busy_s), 0xbf58476d1ce4e5b9);
+    add(std::bit_cast<std::uint64_t>(f.utilization), 0x94d049bb133111eb);
+    add(std::bit_cast<std::uint64_t>(f.shared_s), 0xff51afd7ed558ccd);
+    add(static_cast<std::uint64_t>(static_cast<std::int64_t>(f.max_concurrent_flows)),
         0xc4ceb9fe1a85ec53);
     return mix64(r);
 }
@@ -175,39 +169,34 @@ std::uint64_t summary_digest_without_text(report::Summary& s) {
     links.swap(s.links);
     std::uint64_t sum = 0;
     for (const auto& l : links)
-        sum += link_record(link_record_start(fnv1a(l.name), l.kind), l.bytes, l.busy_s,
-                           l.utilization, l.shared_s, l.max_concurrent_flows);
+        sum += link_record(link_record_start(fnv1a(l.name), l.kind),
+                           {l.bytes, l.busy_s, l.utilization, l.shared_s, l.max_concurrent_flows});
     return digest_of(s, links.size(), sum);
 }
 
-// From the run's accounting (`state`, RunOptions::link_list off), as link_summaries would list
-// the links (every link with bytes, its numbers computed as there), without building the list:
-// one pass over the links the run touched, no strings (each link's record start is computed
-// once per cluster).
+// From the run's accounting (`state`, RunOptions::link_list off), by the summary's own rule of
+// which links it lists and what it says of them (report::for_each_listed_link), without building
+// the list: one pass over the links the run touched, no strings (each link's record start is
+// computed once per cluster).
 std::uint64_t summary_digest_from_links(const report::Summary& s, SweepCache::Cluster& state) {
     const auto& cluster = *state.cluster;
     const auto& links = cluster.links();
     const auto& devices = cluster.devices();
-    const auto seen = state.accounting->links();
-    const double T = s.iteration_time_s;
     std::uint64_t count = 0;
     std::uint64_t sum = 0;
-    state.accounting->for_each_seen([&](topology::LinkId l) {
-        if (l >= links.size()) return;
-        const auto st = seen[l];
-        if (st.bytes <= 0) return;
-        std::uint64_t& start = state.record_start[l];
-        if (start == 0) {
-            std::uint64_t name = fnv1a(devices[links[l].from].id);
-            name = fnv1a("->", name);
-            name = fnv1a(devices[links[l].to].id, name);
-            start = link_record_start(name, topology::link_kind_name(links[l].kind));
-        }
-        sum += link_record(start, st.bytes, st.busy.seconds(),
-                           report::link_utilization(st.bytes, links[l].bandwidth.bytes_per_s, T),
-                           st.shared.seconds(), st.max_concurrent_flows);
-        ++count;
-    });
+    report::for_each_listed_link(cluster, *state.accounting, s.iteration_time_s,
+                                 [&](topology::LinkId l, const report::LinkFigures& figures) {
+                                     std::uint64_t& start = state.record_start[l];
+                                     if (start == 0) {
+                                         std::uint64_t name = fnv1a(devices[links[l].from].id);
+                                         name = fnv1a("->", name);
+                                         name = fnv1a(devices[links[l].to].id, name);
+                                         start = link_record_start(
+                                             name, topology::link_kind_name(links[l].kind));
+                                     }
+                                     sum += link_record(start, figures);
+                                     ++count;
+                                 });
     return digest_of(s, count, sum);
 }
 
@@ -259,16 +248,8 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         } else {
             digest = summary_digest_without_text(s);  // takes s.links: nothing below reads them
         }
-        row.result = SweepResult{.tokens_per_s = s.tokens_per_s,
-                                 .iteration_time_s = s.iteration_time_s,
-                                 .mfu = s.mfu,
-                                 .bubble_fraction = s.bubble_fraction,
-                                 .exposed_comm_fraction = s.exposed_comm_fraction,
-                                 .exposed_by_kind = s.exposed_by_kind,
-                                 .idle_fraction = s.idle_fraction,
-                                 .host_fraction = s.host_fraction,
-                                 .dp = s.dp,
-                                 .memory_bytes = s.memory.total.value,
+        row.result = SweepResult{.figures = report::column_figures(s).dump(),
+                                 .tokens_per_s = s.tokens_per_s,
                                  .fits = hbm.value <= 0 || s.memory.total <= hbm,
                                  .summary = std::move(text),
                                  .summary_digest = digest,

@@ -16,6 +16,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,18 +41,12 @@ std::vector<SweepAxis> parse_sweep_axes(const std::vector<std::string>& vary);
 // because the ranks of an MPI sweep send it to rank 0 (as CBOR, which keeps every double bit for
 // bit).
 struct SweepResult {
-    double tokens_per_s = 0;
-    double iteration_time_s = 0;
-    double mfu = 0;
-    double bubble_fraction = 0;
-    double exposed_comm_fraction = 0;
-    // exposed_comm_fraction by kind (report::Summary::exposed_by_kind: tp, cp, ep, dp, pipeline).
-    std::array<double, workload::kCommKinds> exposed_by_kind{};
-    double idle_fraction = 0;  // report::Summary's, for the HTML page's time breakdown
-    double host_fraction = 0;
-    int dp = 1;
-    std::int64_t memory_bytes = 0;  // worst GPU
-    bool fits = true;               // worst GPU's memory within its HBM
+    // The summary's fields that have a column (report::column_figures: summary_fields.def), as
+    // compact JSON text: ordered as the summary and bit for bit (doubles are printed to
+    // round-trip). The table reads them; the JSON gives them when the summary is not kept.
+    std::string figures;
+    double tokens_per_s = 0;  // figures' tokens_per_s, kept apart as the ranking's key
+    bool fits = true;         // worst GPU's memory within its HBM
     // report::to_json without wall_time_s, compact. Kept as text because a summary lists every
     // link and a JSON tree of it is several times larger; kept only with
     // SweepOptions::keep_summaries (a summary is up to about 0.65 MB).
@@ -59,6 +54,14 @@ struct SweepResult {
     // FNV-1a of that text: equal digests are the same run (the ranking lists it once).
     std::uint64_t summary_digest = 0;
     double wall_time_s = 0;
+
+    // The figure at a summary field's path ("parallelism.dp"); throws std::out_of_range for a
+    // field without a column.
+    nlohmann::ordered_json figure(std::string_view path) const;
+    double iteration_time_s() const { return figure("iteration_time_s").get<double>(); }
+    std::int64_t memory_bytes() const {  // worst GPU
+        return figure("memory_per_gpu_bytes.total").get<std::int64_t>();
+    }
 };
 
 struct SweepRow {
@@ -181,9 +184,8 @@ std::optional<SweepTally> sweep_tally(const SweepOptions& options, const SweepRa
 SweepTally tally_rows(const std::vector<SweepRow>& rows, std::size_t top);
 
 // The JSON `sweep --json` writes: every ranked row (repeats included), then the invalid ones.
-// A row whose summary was not kept (SweepOptions::keep_summaries) gives its headline figures
-// (tokens_per_s, iteration_time_s, mfu, bubble and exposed fractions, memory_per_gpu_bytes.total)
-// as its summary.
+// A row whose summary was not kept (SweepOptions::keep_summaries) gives its figures (the summary's
+// fields with a column, SweepResult::figures) as its summary.
 nlohmann::ordered_json sweep_json(const std::vector<SweepAxis>& axes,
                                   const std::vector<SweepRow>& rows, const SweepRanking& ranking);
 

@@ -168,9 +168,9 @@ TEST_CASE("faults: sweep over a link's fraction") {
     for (const auto& row : *rows)
         REQUIRE(row.result);
     const auto clean = cs::api::run(cs::api::load_experiment({kPipeline, {"schedule=1f1b"}, ""}));
-    CHECK((*rows)[0].result->iteration_time_s == clean.summary.iteration_time_s);
-    CHECK((*rows)[1].result->iteration_time_s > (*rows)[0].result->iteration_time_s);
-    CHECK((*rows)[2].result->iteration_time_s > (*rows)[1].result->iteration_time_s);
+    CHECK((*rows)[0].result->iteration_time_s() == clean.summary.iteration_time_s);
+    CHECK((*rows)[1].result->iteration_time_s() > (*rows)[0].result->iteration_time_s());
+    CHECK((*rows)[2].result->iteration_time_s() > (*rows)[1].result->iteration_time_s());
 }
 
 TEST_CASE(

@@ -106,15 +106,15 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     const double limit = static_cast<double>(result->hbm_bytes) * (1 - options.headroom);
     std::vector<const api::SweepRow*> fitting;
     for (const auto& r : *rows)
-        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes) <= limit)
+        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes()) <= limit)
             fitting.push_back(&r);
     REQUIRE(fitting.size() > options.top);
     std::stable_sort(fitting.begin(), fitting.end(), [](const auto* x, const auto* y) {
-        return x->result->iteration_time_s < y->result->iteration_time_s;
+        return x->result->iteration_time_s() < y->result->iteration_time_s();
     });
     const auto& best = *fitting.front();
     const auto& winner = result->top.front();
-    CHECK(winner.figures.iteration_time_s == best.result->iteration_time_s);
+    CHECK(winner.figures.iteration_time_s == best.result->iteration_time_s());
     CHECK(std::to_string(winner.layout.tp) == best.values[0]);
     CHECK(std::to_string(winner.layout.pp) == best.values[1]);
     CHECK(winner.layout.schedule == best.values[4]);
@@ -123,7 +123,7 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     // Plan's top k are the sweep's k best times, in order (margin 0, one network model).
     REQUIRE(result->top.size() == options.top);
     for (std::size_t i = 0; i < options.top; ++i)
-        CHECK(result->top[i].figures.iteration_time_s == fitting[i]->result->iteration_time_s);
+        CHECK(result->top[i].figures.iteration_time_s == fitting[i]->result->iteration_time_s());
 
     // No layout of the sweep's top k was pruned: each is among plan's simulated entries, with
     // the same time.
@@ -141,7 +141,8 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
         REQUIRE_MESSAGE(at != entries.end(), key);
         CHECK_MESSAGE(at->second->analytical.has_value(), key);
         if (at->second->analytical)
-            CHECK(at->second->analytical->iteration_time_s == fitting[i]->result->iteration_time_s);
+            CHECK(at->second->analytical->iteration_time_s ==
+                  fitting[i]->result->iteration_time_s());
     }
 
     // Every fitting layout of the sweep is one of plan's entries that passed the memory check,
@@ -149,7 +150,7 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     // prunes by is the run's.
     std::size_t above = 0;
     for (const auto& r : *rows)
-        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes) > limit)
+        if (r.result && in_plan_space(r) && static_cast<double>(r.result->memory_bytes()) > limit)
             ++above;
     CHECK(above == result->pruned_memory);
     CHECK(result->layouts == result->entries.size());
@@ -329,8 +330,8 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     for (const auto& r : *rows)
         // plan runs sequence parallelism exactly when tp > 1
         if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
-            static_cast<double>(r.result->memory_bytes) <= limit)
-            times.push_back(r.result->iteration_time_s);
+            static_cast<double>(r.result->memory_bytes()) <= limit)
+            times.push_back(r.result->iteration_time_s());
     std::sort(times.begin(), times.end());
     REQUIRE(times.size() > options.top);
     REQUIRE(result->top.size() == options.top);

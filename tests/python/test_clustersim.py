@@ -387,6 +387,34 @@ class ResultOutputTest(unittest.TestCase):
             self.assertIn("Bytes", getattr(clustersim.Result, prop).__doc__)
 
 
+class SummaryFieldsTest(unittest.TestCase):
+    def test_every_field_is_in_the_result_and_its_row(self):
+        # The table of the summary's fields (sim/report/summary_fields.def), as the extension
+        # gives it: each field is in a run's summary at its path; a top-level one is a Result
+        # attribute documented with its description; a numeric column is in the row.
+        fields = clustersim.summary_fields()
+        self.assertEqual(fields[0]["path"], "schedule")
+        r = clustersim.run(PIPELINE_DICT, base_dir=ROOT)
+        row = r.row()
+        for f in fields:
+            value = r.summary
+            for key in f["path"].split("."):
+                self.assertIn(key, value, f["path"])
+                value = value[key]
+            if "." not in f["path"]:
+                self.assertEqual(getattr(r, f["path"]), value)
+                self.assertIn(f["description"], getattr(clustersim.Result, f["path"]).__doc__)
+            if f["column"] and f["unit"] not in ("text", "bytes"):
+                self.assertEqual(row[f["column"]], value, f["column"])
+        # parallelism.pp is the row's pp: this experiment's two stages.
+        self.assertEqual(row["pp"], 2)
+        self.assertEqual(row["peak_memory_bytes"], r.summary["memory_per_gpu_bytes"]["total"])
+        # The row: the table's numeric columns in its order, then the memory columns.
+        self.assertEqual(list(row), [f["column"] for f in fields if f["column"] and
+                                     f["unit"] not in ("text", "bytes")] +
+                         ["peak_memory_bytes", "hbm_bytes", "fits_hbm"])
+
+
 class _HtmlText(html.parser.HTMLParser):
     """The text of each element of an HTML fragment, entities decoded."""
 

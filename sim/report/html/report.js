@@ -82,17 +82,39 @@
   }
   // As `run` prints them: tokens/s as a whole number, TFLOP/s with one decimal.
   function tokens(x) { return Math.round(x).toString(); }
+  // The summary's scalar fields as the page's data lists them (D.fields: summary_fields.def's
+  // path, column, unit, label and description), each printed by its unit.
+  var FIELDS = {};
+  D.fields.forEach(function (f) { FIELDS[f.path] = f; });
+  function at(o, path) {
+    return path.split(".").reduce(function (v, k) { return v === undefined || v === null ? undefined : v[k]; }, o);
+  }
+  function byUnit(unit, v) {
+    if (unit === "s") return fmtTime(v);
+    if (unit === "fraction") return pct(v);
+    if (unit === "bytes") return fmtBytes(v);
+    if (unit === "tokens/s") return tokens(v);
+    if (unit === "TFLOP/s") return v.toFixed(1);
+    return String(v);
+  }
+  function fieldLabel(path) { return FIELDS[path].label; }
+  function fieldText(s, path) { return byUnit(FIELDS[path].unit, at(s, path)); }
+  // A sortable table's cell of a field: its text and the value it sorts by.
+  function fieldCell(s, path) { return [fieldText(s, path), at(s, path)]; }
+  // A card per field with a label, in the table's order (its description as the tooltip), then
+  // the two that join several fields.
   function summaryCards(parent, s) {
     var cards = el("div", {"class": "cards"}, parent);
-    [["iteration", fmtTime(s.iteration_time_s)], ["MFU", pct(s.mfu)], ["HFU", pct(s.hfu)],
-     ["bubble", pct(s.bubble_fraction)], ["exposed comm", pct(s.exposed_comm_fraction)],
-     ["exposed comm by kind", exposedText(s)],
-     ["host-bound", pct(s.host_fraction)], ["tokens/s", tokens(s.tokens_per_s)],
-     ["TFLOP/s per GPU", s.tflops_per_gpu.toFixed(1)],
-     ["memory per GPU", fmtBytes(s.memory_per_gpu_bytes.total)],
-     ["layout", layout(s.parallelism)],
-     ["GPUs", String(s.world_size)], ["microbatches", String(s.microbatches)]
-    ].forEach(function (c) { var d = el("div", {"class": "card"}, cards); el("b", {}, d, c[1]); el("span", {}, d, c[0]); });
+    function card(name, text, title) {
+      var d = el("div", {"class": "card", title: title}, cards);
+      el("b", {}, d, text);
+      el("span", {}, d, name);
+    }
+    D.fields.forEach(function (f) {
+      if (f.label && at(s, f.path) !== undefined) card(f.label, fieldText(s, f.path), f.description);
+    });
+    card("exposed comm by kind", exposedText(s), "The exposed_<kind>_fraction fields.");
+    card("layout", layout(s.parallelism), "The parallelism fields.");
   }
 
   // Colours of what communication is for (KINDS order), shared by the time breakdown, the
@@ -431,14 +453,15 @@
     var sec = el("section", {id: "comparison", "data-winner": runs[best].summary.schedule}, main);
     el("h2", {}, sec, "Schedules compared");
     var bestT = runs[best].summary.iteration_time_s;
-    var t = table(sec, ["schedule", "iteration", "vs fastest", "bubble", "exposed comm"]
-      .concat(KINDS.map(function (k) { return "exp. " + k; })).concat(["MFU", "memory per GPU"]),
+    var t = table(sec, ["schedule", fieldLabel("iteration_time_s"), "vs fastest", fieldLabel("bubble_fraction"),
+                        fieldLabel("exposed_comm_fraction")]
+      .concat(KINDS.map(function (k) { return "exp. " + k; })).concat([fieldLabel("mfu"), fieldLabel("memory_per_gpu_bytes.total")]),
       runs.map(function (r, i) {
         var s = r.summary;
-        return [(i === best ? "\u2605 " : "") + s.schedule, fmtTime(s.iteration_time_s),
-                i === best ? "fastest" : "+" + pct(s.iteration_time_s / bestT - 1), pct(s.bubble_fraction),
-                pct(s.exposed_comm_fraction)].concat(exposedKinds(s))
-          .concat([pct(s.mfu), fmtBytes(s.memory_per_gpu_bytes.total)]);
+        return [(i === best ? "\u2605 " : "") + s.schedule, fieldText(s, "iteration_time_s"),
+                i === best ? "fastest" : "+" + pct(s.iteration_time_s / bestT - 1), fieldText(s, "bubble_fraction"),
+                fieldText(s, "exposed_comm_fraction")].concat(exposedKinds(s))
+          .concat([fieldText(s, "mfu"), fieldText(s, "memory_per_gpu_bytes.total")]);
       }));
     t.rows[best + 1].setAttribute("class", "winner");
     el("h3", {}, sec, "Where the time goes, one scale");
@@ -524,16 +547,16 @@
     el("p", {"class": "note"}, sec, sw.rows.length + " combinations: " + valid.length + " simulated, " + invalid +
       " not valid. Layouts that fit in HBM first, each group by throughput; click a column to sort, " +
       "\"copy\" puts the command that runs a row on the clipboard.");
-    sortableTable(sec, ["rank"].concat(sw.keys, ["tokens/s", "iteration", "MFU", "bubble", "exposed comm", "memory per GPU", "fits HBM"]),
+    var columns = ["tokens_per_s", "iteration_time_s", "mfu", "bubble_fraction", "exposed_comm_fraction",
+                   "memory_per_gpu_bytes.total"];
+    sortableTable(sec, ["rank"].concat(sw.keys, columns.map(fieldLabel), ["fits HBM"]),
       valid.slice(0, 60).map(function (r, i) {
         var s = r.summary;
         return {cells: [[String(i + 1), i + 1]].concat(sw.keys.map(function (k) {
             var v = r.settings[k];
             return [v, isFinite(+v) && v !== "" ? +v : v];
           }),
-          [[tokens(s.tokens_per_s), s.tokens_per_s], [fmtTime(s.iteration_time_s), s.iteration_time_s], [pct(s.mfu), s.mfu],
-           [pct(s.bubble_fraction), s.bubble_fraction], [pct(s.exposed_comm_fraction), s.exposed_comm_fraction],
-           [fmtBytes(s.memory_per_gpu_bytes.total), s.memory_per_gpu_bytes.total], [r.fits_hbm ? "yes" : "no", r.fits_hbm ? 1 : 0]]),
+          columns.map(function (p) { return fieldCell(s, p); }), [[r.fits_hbm ? "yes" : "no", r.fits_hbm ? 1 : 0]]),
           command: commandFor(sw.keys.map(function (k) { return k + "=" + r.settings[k]; }))};
       }), 1 + sw.keys.length, "ranked");
     var shown = valid.slice(0, 10);
