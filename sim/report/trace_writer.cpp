@@ -402,11 +402,15 @@ TraceArgs pass_args(const replay::PassRecord& p, const replay::Worker& w, const 
     return args;
 }
 
-// A collective step's arguments: what runs, on which group, how many bytes.
-TraceArgs collective_args(const workload::Step& step) {
-    return {TraceArg::text("collective", network::collective_name(step.collective)),
-            TraceArg::text("group", workload::group_kind_name(step.group)),
-            TraceArg::integer("bytes", step.size.value)};
+// A collective step's arguments: what runs, on which group, how many bytes; with room for
+// `more` that the caller appends, so that the list is allocated once.
+TraceArgs collective_args(const workload::Step& step, std::size_t more) {
+    TraceArgs args;
+    args.reserve(3 + more);
+    args.push_back(TraceArg::text("collective", network::collective_name(step.collective)));
+    args.push_back(TraceArg::text("group", workload::group_kind_name(step.group)));
+    args.push_back(TraceArg::integer("bytes", step.size.value));
+    return args;
 }
 
 }  // namespace
@@ -426,7 +430,7 @@ std::vector<TraceSlice> TraceWriter::step_slices(const std::vector<StepSpan>& sp
                 c.args.push_back(TraceArg::real(
                     "hbm_bytes", static_cast<double>(span.step->hbm_bytes.value) * span.repeat));
         } else {
-            c.args = collective_args(*span.step);
+            c.args = collective_args(*span.step, 1);  // and repeat or execution
         }
         if (span.repeat > 1)
             c.args.push_back(TraceArg::integer("repeat", span.repeat));
@@ -464,7 +468,7 @@ void TraceWriter::emit_collectives(const Pending& e, std::size_t g,
         c.start = span.start;
         c.end = span.end;
         c.name = span.step->label;
-        c.args = collective_args(*span.step);
+        c.args = collective_args(*span.step, 3);  // peers, in_pass, repeat
         c.args.push_back(
             TraceArg::text("peers", group_ranks(p.worker, static_cast<int>(g), span.step->group)));
         c.args.push_back(TraceArg::text("in_pass", name));
