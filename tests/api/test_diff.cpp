@@ -91,6 +91,13 @@ cs::api::DiffOptions write_traces(const fs::path& dir, const std::string& simula
     return o;
 }
 
+// `text` with the first `from` in it replaced by `to` (which must be there).
+void replace_once(std::string& text, const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+}
+
 }  // namespace
 
 TEST_CASE("diff: per kind and per pass, by hand") {
@@ -288,16 +295,11 @@ TEST_CASE("diff: per layer pass, by hand") {
     // The same simulated passes with each layer's step as its own slice (as a trace holds them
     // when it does not fold them into `repeat` slices): the same rows.
     std::string expanded = kSimulatedLayers;
-    const auto swap = [&](const std::string& from, const std::string& to) {
-        const auto at = expanded.find(from);
-        REQUIRE(at != std::string::npos);
-        expanded.replace(at, from.size(), to);
-    };
-    swap(R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
-         R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
+    replace_once(expanded, R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
+                 R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", "args": {})");
-    swap(R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
-         R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
+    replace_once(expanded, R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
+                 R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", "args": {})");
     std::ofstream(dir / "sim-expanded.json") << expanded;
     o.simulated = (dir / "sim-expanded.json").string();
@@ -326,15 +328,10 @@ TEST_CASE("diff: a pass slice's pass is its \"pass\" argument, never its name") 
     // 50 us = 0.2 ms, one microbatch (one forward slice) of one layer. Read from the names, the
     // two would swap (forward 0.2, backward 0.1).
     std::string swapped = kSimulated;
-    const auto rename = [&](const std::string& from, const std::string& to) {
-        const auto at = swapped.find(from);
-        REQUIRE(at != std::string::npos);
-        swapped.replace(at, from.size(), to);
-    };
-    rename(R"("name": "F0", "args": {"microbatch": 0, "pass": "forward")",
-           R"("name": "B0", "args": {"microbatch": 0, "pass": "forward")");
-    rename(R"("name": "B0", "args": {"microbatch": 0, "pass": "backward")",
-           R"("name": "F0", "args": {"microbatch": 0, "pass": "backward")");
+    replace_once(swapped, R"("name": "F0", "args": {"microbatch": 0, "pass": "forward")",
+                 R"("name": "B0", "args": {"microbatch": 0, "pass": "forward")");
+    replace_once(swapped, R"("name": "B0", "args": {"microbatch": 0, "pass": "backward")",
+                 R"("name": "F0", "args": {"microbatch": 0, "pass": "backward")");
     const fs::path dir = fs::temp_directory_path() / "cs_diff_pass_arg_test";
     cs::api::DiffOptions o = write_traces(dir, swapped, kMeasured);
     const auto r = cs::api::diff_traces(o);
@@ -348,8 +345,7 @@ TEST_CASE("diff: a pass slice's pass is its \"pass\" argument, never its name") 
 
     // A pass slice without a known "pass" argument is refused, naming what is accepted.
     std::string unknown = kSimulated;
-    const std::string forward = R"("pass": "forward")";
-    unknown.replace(unknown.find(forward), forward.size(), R"("pass": "F")");
+    replace_once(unknown, R"("pass": "forward")", R"("pass": "F")");
     std::ofstream(dir / "sim-unknown.json") << unknown;
     o.simulated = (dir / "sim-unknown.json").string();
     CHECK_THROWS_WITH_AS(cs::api::diff_traces(o),
