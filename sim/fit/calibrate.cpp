@@ -9,17 +9,13 @@
 #include <unordered_map>
 
 #include "core/errors.hpp"
+#include "fit/format.hpp"
 #include "fit/kernel_table.hpp"
-#include "ingest/topology.hpp"
-#include "topology/topology_yaml.hpp"
 #include "workload/memory.hpp"
 #include "workload/plan.hpp"
 #include "workload/roofline.hpp"
 
 namespace cs::api {
-namespace {
-std::string calibration_text_unchecked(const CalibrationResult& r);
-}  // namespace
 namespace {
 
 // Fewer host-bound launches than this and the host's cost is left unfitted: a handful of waits
@@ -46,11 +42,7 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
+using detail::fmt;
 
 // The (m, n, k) of a 16-bit GEMM operator from its recorded shapes; nullopt when it has none or
 // is batched (bmm: the model has no batched GEMM curve) or not 16-bit.
@@ -327,21 +319,20 @@ void check_model(const workload::ExperimentSpec& spec, const TraceDims& dims,
                            std::to_string((m.vocab_size + spec.layout.tp - 1) / spec.layout.tp));
 }
 
-}  // namespace
+struct AttentionSample {
+    workload::AttentionBlock block;
+    bool backward = false;
+    double us = 0;
+};
 
-CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
-                                   const topology::GpuModel& gpu, const CalibrateContext& context) {
-    CalibrationResult r;
-    r.file.gpu_model = gpu.name;
+// What the traces hold, gathered for the fits: per kind the kernels and their time, the shaped
+// samples of each fitted kind, what could not be sized, the unmapped kernels, the launch gaps
+// and host intervals.
+struct TraceSamples {
     std::array<std::int64_t, kKernelKinds> count{};
     std::array<double, kKernelKinds> total_us{};
     std::vector<GemmSample> gemms;
     std::vector<GroupedSample> grouped;
-    struct AttentionSample {
-        workload::AttentionBlock block;
-        bool backward = false;
-        double us = 0;
-    };
     std::vector<AttentionSample> attention;
     std::int64_t gemm_unshaped = 0, gemm_skinny = 0, grouped_unshaped = 0, attention_unshaped = 0;
     std::array<std::vector<MemSample>, kKernelKinds> mem;
@@ -352,7 +343,135 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
     std::int64_t norm_ops = 0;
     int iterations = 0;
     TraceDims first_dims;
+};
 
+// Per operator (External id) and kind: its kernels' summed time, so that an operator that
+// launches several kernels of one kind (a norm's backward) is one sample.
+using OperatorTimes = std::map<std::pair<std::int64_t, KernelKind>, double>;
+
+// Counts trace `t`'s kernels by kind into `s` and `r`, and sums them per operator; returns the
+// GPU's first and last instant (us).
+std::pair<double, double> add_kernels(CalibrationResult& r, TraceSamples& s, const TorchTrace& t,
+                                      const TraceDims& dims, OperatorTimes& per_op) {
+    const OpNesting nesting(t);
+    double first_us = HUGE_VAL, last_us = 0;
+    for (const auto& g : t.gpu) {
+        const KernelSite site = nesting.site(g);
+        const KernelKind kind = classify_kernel(g, site, dims);
+        const TraceCpuOp* op = site.op;
+        ++s.count[ki(kind)];
+        s.total_us[ki(kind)] += g.dur_us;
+        first_us = std::min(first_us, g.ts_us);
+        last_us = std::max(last_us, g.end_us());
+        r.gpu_ms += g.dur_us / 1000;
+        r.kernels += g.cat == TraceGpuEvent::Cat::Kernel;
+        r.memsets += g.cat == TraceGpuEvent::Cat::Memset;
+        r.memcpys += g.cat == TraceGpuEvent::Cat::Memcpy;
+        if (kind != KernelKind::Optimizer) {
+            s.duty_total_us += g.dur_us;
+            if (kind == KernelKind::Gemm || kind == KernelKind::GroupedGemm ||
+                kind == KernelKind::Attention)
+                s.tensor_us += g.dur_us;
+        }
+        if (kind == KernelKind::Unmapped) {
+            const std::string name =
+                g.name.substr(0, 90) + (op ? " (" + op->name + ")" : std::string());
+            auto& u = s.unmapped[name];
+            u.name = name;
+            ++u.count;
+            u.ms += g.dur_us / 1000;
+        }
+        if (op)
+            per_op[{g.external_id, kind}] += g.dur_us;
+        else if (kind == KernelKind::Gemm)
+            ++s.gemm_unshaped;
+        else if (kind != KernelKind::Unmapped && kind != KernelKind::Memset)
+            ++s.unsized[ki(kind)];
+    }
+    return {first_us, last_us};
+}
+
+// The operators' samples of the fitted kinds: GEMM, grouped GEMM and attention shapes, and the
+// memory-bound kinds' bytes, from the operators' recorded shapes.
+void add_operator_samples(TraceSamples& s, const TorchTrace& t, const OperatorTimes& per_op) {
+    std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
+    for (const auto& op : t.cpu_ops)
+        if (op.external_id >= 0) ops.emplace(op.external_id, &op);
+    for (const auto& [key, us] : per_op) {
+        const auto& op = *ops.at(key.first);
+        const KernelKind kind = key.second;
+        if (us <= 0) continue;
+        if (kind == KernelKind::Gemm) {
+            // A GEMM with a dimension below the curve's smallest fitted one (an MoE router's
+            // experts) pads its tiles: the curve is not fitted there.
+            const auto shape = gemm_shape(op);
+            const double floor = workload::default_calibration().gemm_smallest_fitted_dim;
+            if (shape && std::min({shape->m, shape->n, shape->k}) >= floor)
+                s.gemms.push_back({*shape, us});
+            else if (shape)
+                ++s.gemm_skinny;
+            else
+                ++s.gemm_unshaped;
+        } else if (kind == KernelKind::GroupedGemm) {
+            if (auto g = grouped_of(op)) {
+                g->us = us;
+                s.grouped.push_back(*g);
+            } else {
+                ++s.grouped_unshaped;
+            }
+        } else if (kind == KernelKind::Attention) {
+            const bool backward = is_attention_backward(op.name);
+            if (auto b = attention_block_of(op, backward))
+                s.attention.push_back({*b, backward, us});
+            else
+                ++s.attention_unshaped;
+        } else if (kind != KernelKind::Memset && kind != KernelKind::Unmapped) {
+            const auto bytes = op_hbm_bytes(op, kind);
+            if (bytes > 0)
+                s.mem[ki(kind)].push_back({static_cast<double>(bytes), us});
+            else
+                ++s.unsized[ki(kind)];
+        }
+    }
+}
+
+// Stream timelines: gaps between back-to-back GPU events, and where the GPU waited for the host,
+// the host's interval between the two launches.
+void add_stream_gaps(TraceSamples& s, const TorchTrace& t) {
+    std::unordered_map<std::int64_t, const TraceRuntimeCall*> calls;
+    for (const auto& c : t.runtime)
+        if (c.correlation >= 0) calls.emplace(c.correlation, &c);
+    // Keyed by (device, stream): a trace may hold several GPUs with the same stream numbers.
+    std::map<std::pair<std::int64_t, std::int64_t>, std::vector<const TraceGpuEvent*>> streams;
+    for (const auto& g : t.gpu)
+        streams[{g.device, g.stream}].push_back(&g);
+    for (auto& [stream, evs] : streams) {
+        std::stable_sort(evs.begin(), evs.end(),
+                         [](const auto* a, const auto* b) { return a->ts_us < b->ts_us; });
+        for (std::size_t i = 1; i < evs.size(); ++i) {
+            const auto& a = *evs[i - 1];
+            const auto& b = *evs[i];
+            const auto ca = calls.find(a.correlation);
+            const auto cb = calls.find(b.correlation);
+            if (cb == calls.end()) continue;
+            const double gap = b.ts_us - a.end_us();
+            if (gap < 0) continue;
+            if (cb->second->ts_us < a.end_us()) {
+                s.gaps.push_back(gap);
+            } else if (ca != calls.end() && ca->second->tid == cb->second->tid &&
+                       cb->second->ts_us >= ca->second->ts_us) {
+                // Launch calls out of order (a hand-edited trace) give no interval.
+                s.host.push_back(cb->second->ts_us - ca->second->ts_us);
+            }
+        }
+    }
+}
+
+// Reads every trace into the samples; fills the result's counts, sources and the profiled
+// iteration.
+TraceSamples collect_samples(CalibrationResult& r, const std::vector<TorchTrace>& traces,
+                             const CalibrateContext& context) {
+    TraceSamples s;
     for (std::size_t ti = 0; ti < traces.size(); ++ti) {
         const auto& t = traces[ti];
         r.file.sources.push_back(std::filesystem::path(t.source).filename().string());
@@ -360,263 +479,166 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         std::vector<double> step_starts;
         const int trace_iterations =
             context.iterations > 0 ? context.iterations : count_iterations(t, &step_starts);
-        iterations = std::max(iterations, trace_iterations);
+        s.iterations = std::max(s.iterations, trace_iterations);
         // The iteration with the profiler: the optimizer steps' spacing when the trace holds
         // three or more (two are too few to tell it from the warm-up), else the GPU's span.
         if (ti == 0 && step_starts.size() >= 3)
             r.profiled_iteration_ms = (step_starts.back() - step_starts.front()) /
                                       static_cast<double>(step_starts.size() - 1) / 1000;
-        const OpNesting nesting(t);
         const TraceDims dims = trace_dims(t);
-        if (ti == 0) first_dims = dims;
+        if (ti == 0) s.first_dims = dims;
         for (const auto& op : t.cpu_ops)
-            norm_ops += op.name == "aten::_fused_rms_norm" || op.name == "aten::native_layer_norm";
-        std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
-        for (const auto& op : t.cpu_ops)
-            if (op.external_id >= 0) ops.emplace(op.external_id, &op);
-        std::unordered_map<std::int64_t, const TraceRuntimeCall*> calls;
-        for (const auto& c : t.runtime)
-            if (c.correlation >= 0) calls.emplace(c.correlation, &c);
-
-        // Per operator (External id) and kind: the kernels' summed time, so that an operator
-        // that launches several kernels of one kind (a norm's backward) is one sample.
-        std::map<std::pair<std::int64_t, KernelKind>, double> per_op;
-        double first_us = HUGE_VAL, last_us = 0;
-        for (const auto& g : t.gpu) {
-            const KernelSite site = nesting.site(g);
-            const KernelKind kind = classify_kernel(g, site, dims);
-            const TraceCpuOp* op = site.op;
-            ++count[ki(kind)];
-            total_us[ki(kind)] += g.dur_us;
-            first_us = std::min(first_us, g.ts_us);
-            last_us = std::max(last_us, g.end_us());
-            r.gpu_ms += g.dur_us / 1000;
-            r.kernels += g.cat == TraceGpuEvent::Cat::Kernel;
-            r.memsets += g.cat == TraceGpuEvent::Cat::Memset;
-            r.memcpys += g.cat == TraceGpuEvent::Cat::Memcpy;
-            if (kind != KernelKind::Optimizer) {
-                duty_total_us += g.dur_us;
-                if (kind == KernelKind::Gemm || kind == KernelKind::GroupedGemm ||
-                    kind == KernelKind::Attention)
-                    tensor_us += g.dur_us;
-            }
-            if (kind == KernelKind::Unmapped) {
-                const std::string name =
-                    g.name.substr(0, 90) + (op ? " (" + op->name + ")" : std::string());
-                auto& u = unmapped[name];
-                u.name = name;
-                ++u.count;
-                u.ms += g.dur_us / 1000;
-            }
-            if (op)
-                per_op[{g.external_id, kind}] += g.dur_us;
-            else if (kind == KernelKind::Gemm)
-                ++gemm_unshaped;
-            else if (kind != KernelKind::Unmapped && kind != KernelKind::Memset)
-                ++unsized[ki(kind)];
-        }
+            s.norm_ops +=
+                op.name == "aten::_fused_rms_norm" || op.name == "aten::native_layer_norm";
+        OperatorTimes per_op;
+        const auto [first_us, last_us] = add_kernels(r, s, t, dims, per_op);
         if (ti == 0 && r.profiled_iteration_ms <= 0 && last_us > first_us)
             r.profiled_iteration_ms = (last_us - first_us) / trace_iterations / 1000;
-        for (const auto& [key, us] : per_op) {
-            const auto& op = *ops.at(key.first);
-            const KernelKind kind = key.second;
-            if (us <= 0) continue;
-            if (kind == KernelKind::Gemm) {
-                // A GEMM with a dimension below the curve's smallest fitted one (an MoE router's
-                // experts) pads its tiles: the curve is not fitted there.
-                const auto shape = gemm_shape(op);
-                const double floor = workload::default_calibration().gemm_smallest_fitted_dim;
-                if (shape && std::min({shape->m, shape->n, shape->k}) >= floor)
-                    gemms.push_back({*shape, us});
-                else if (shape)
-                    ++gemm_skinny;
-                else
-                    ++gemm_unshaped;
-            } else if (kind == KernelKind::GroupedGemm) {
-                if (auto g = grouped_of(op)) {
-                    g->us = us;
-                    grouped.push_back(*g);
-                } else {
-                    ++grouped_unshaped;
-                }
-            } else if (kind == KernelKind::Attention) {
-                const bool backward = is_attention_backward(op.name);
-                if (auto b = attention_block_of(op, backward))
-                    attention.push_back({*b, backward, us});
-                else
-                    ++attention_unshaped;
-            } else if (kind != KernelKind::Memset && kind != KernelKind::Unmapped) {
-                const auto bytes = op_hbm_bytes(op, kind);
-                if (bytes > 0)
-                    mem[ki(kind)].push_back({static_cast<double>(bytes), us});
-                else
-                    ++unsized[ki(kind)];
-            }
-        }
-
-        // Stream timelines: gaps between back-to-back GPU events, and where the GPU waited for
-        // the host, the host's interval between the two launches.
-        // Keyed by (device, stream): a trace may hold several GPUs with the same stream numbers.
-        std::map<std::pair<std::int64_t, std::int64_t>, std::vector<const TraceGpuEvent*>> streams;
-        for (const auto& g : t.gpu)
-            streams[{g.device, g.stream}].push_back(&g);
-        for (auto& [stream, evs] : streams) {
-            std::stable_sort(evs.begin(), evs.end(),
-                             [](const auto* a, const auto* b) { return a->ts_us < b->ts_us; });
-            for (std::size_t i = 1; i < evs.size(); ++i) {
-                const auto& a = *evs[i - 1];
-                const auto& b = *evs[i];
-                const auto ca = calls.find(a.correlation);
-                const auto cb = calls.find(b.correlation);
-                if (cb == calls.end()) continue;
-                const double gap = b.ts_us - a.end_us();
-                if (gap < 0) continue;
-                if (cb->second->ts_us < a.end_us()) {
-                    gaps.push_back(gap);
-                } else if (ca != calls.end() && ca->second->tid == cb->second->tid &&
-                           cb->second->ts_us >= ca->second->ts_us) {
-                    // Launch calls out of order (a hand-edited trace) give no interval.
-                    host.push_back(cb->second->ts_us - ca->second->ts_us);
-                }
-            }
-        }
+        add_operator_samples(s, t, per_op);
+        add_stream_gaps(s, t);
     }
-    r.iterations = std::max(iterations, 1);
-    const double per_iteration = 1.0 / r.iterations;
+    return s;
+}
 
-    // The sustained clock factor at the trace's duty cycle (not fitted: see below).
-    r.tensor_duty = duty_total_us > 0 ? tensor_us / duty_total_us : 0;
-    r.sustained_factor = gpu.sustained.factor(r.tensor_duty);
-
-    const workload::ExperimentSpec* spec = context.experiment;
-    if (spec) check_model(*spec, first_dims, count, norm_ops, r.iterations, r.warnings);
-
-    // GEMMs.
-    {
-        KindFit k;
-        k.kind = "gemm";
-        k.kernels = count[ki(KernelKind::Gemm)];
-        k.measured_ms = total_us[ki(KernelKind::Gemm)] / 1000;
-        k.samples = static_cast<std::int64_t>(gemms.size());
-        if (gemms.empty()) {
-            k.note = "no GEMM with recorded shapes (profile with record_shapes=True)";
-            r.unfitted.push_back({"compute.gemm", k.note + "; the GPU model's curve applies"});
-        } else {
-            const double peak = workload::peak_rate(gpu, workload::Precision::Bf16).flops_per_s;
-            std::int64_t smallest = gemms.front().shape.m;
-            for (const auto& s : gemms)
-                smallest = std::min({smallest, s.shape.m, s.shape.n, s.shape.k});
-            GemmFit best = fit_cap(gemms, peak, r.sustained_factor, gpu.gemm);
-            if (static_cast<double>(smallest) < kKneeReach * gpu.gemm.half_dim) {
-                // Grid over the knee, the cap in closed form at each point; ties keep the first.
-                for (int xi = 0; xi <= 72; ++xi)
-                    for (int pi = 0; pi <= 30; ++pi) {
-                        topology::GemmCurve c = gpu.gemm;
-                        c.half_dim = 200 + 25.0 * xi;
-                        c.exponent = 1 + 0.1 * pi;
-                        const GemmFit f = fit_cap(gemms, peak, r.sustained_factor, c);
-                        if (f.sse < best.sse - 1e-12) best = f;
-                    }
-                k.note = "cap, half_dim and exponent fitted";
-            } else {
-                k.note = "cap fitted; the samples' smallest dimension " + std::to_string(smallest) +
-                         " is above " + fmt("%.0f", kKneeReach * gpu.gemm.half_dim) +
-                         " (2 x half_dim): the knee is kept from " + gpu.name;
-                r.unfitted.push_back({"compute.gemm.half_dim, exponent",
-                                      "no GEMM dimension below " +
-                                          fmt("%.0f", kKneeReach * gpu.gemm.half_dim) +
-                                          " in the trace; kept from " + gpu.name});
-            }
-            best.curve.source = "calibration";
-            r.file.gemm = best.curve;
-            std::vector<double> pred, meas;
-            for (const auto& s : gemms) {
-                pred.push_back(gemm_predicted_us(s, gpu, best.curve, r.sustained_factor));
-                meas.push_back(s.us);
-                k.sample_ms += s.us / 1000;
-            }
-            residuals(k, pred, meas);
-            std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
-                     CalibrationResult::GemmShapeFit>
-                by_shape;
-            for (std::size_t i = 0; i < gemms.size(); ++i) {
-                const auto& g = gemms[i].shape;
-                auto& e = by_shape[{g.m, g.n, g.k}];
-                e.m = g.m;
-                e.n = g.n;
-                e.k = g.k;
-                ++e.count;
-                e.measured_ms += meas[i] / 1000;
-                e.fitted_ms += pred[i] / 1000;
-            }
-            for (const auto& [shape, e] : by_shape)
-                r.gemm_shapes.push_back(e);
-            std::stable_sort(
-                r.gemm_shapes.begin(), r.gemm_shapes.end(),
-                [](const auto& a, const auto& b) { return a.measured_ms > b.measured_ms; });
-            k.value = "cap " + fmt("%.4g", best.curve.peak_fraction) + ", half_dim " +
-                      fmt("%.4g", best.curve.half_dim) + ", exponent " +
-                      fmt("%.4g", best.curve.exponent);
-            if (gemm_unshaped > 0)
-                k.note += "; " + std::to_string(gemm_unshaped) +
-                          " GEMM operators without usable shapes (batched, not 16-bit or not "
-                          "recorded) left out";
-            if (gemm_skinny > 0)
-                k.note += "; " + std::to_string(gemm_skinny) +
-                          " GEMMs with a dimension below 512 (routers) left out: the curve "
-                          "pads their tiles instead";
-        }
+// The GEMM curve: the cap in closed form on the GPU model's knee, and the knee too (a grid)
+// when the samples reach it; per shape, the measured and fitted times.
+void fit_gemm(CalibrationResult& r, const TraceSamples& s, const topology::GpuModel& gpu) {
+    KindFit k;
+    k.kind = "gemm";
+    k.kernels = s.count[ki(KernelKind::Gemm)];
+    k.measured_ms = s.total_us[ki(KernelKind::Gemm)] / 1000;
+    k.samples = static_cast<std::int64_t>(s.gemms.size());
+    if (s.gemms.empty()) {
+        k.note = "no GEMM with recorded shapes (profile with record_shapes=True)";
+        r.unfitted.push_back({"compute.gemm", k.note + "; the GPU model's curve applies"});
         r.kinds.push_back(k);
+        return;
     }
+    const auto& gemms = s.gemms;
+    const double peak = workload::peak_rate(gpu, workload::Precision::Bf16).flops_per_s;
+    std::int64_t smallest = gemms.front().shape.m;
+    for (const auto& g : gemms)
+        smallest = std::min({smallest, g.shape.m, g.shape.n, g.shape.k});
+    GemmFit best = fit_cap(gemms, peak, r.sustained_factor, gpu.gemm);
+    if (static_cast<double>(smallest) < kKneeReach * gpu.gemm.half_dim) {
+        // Grid over the knee, the cap in closed form at each point; ties keep the first.
+        for (int xi = 0; xi <= 72; ++xi)
+            for (int pi = 0; pi <= 30; ++pi) {
+                topology::GemmCurve c = gpu.gemm;
+                c.half_dim = 200 + 25.0 * xi;
+                c.exponent = 1 + 0.1 * pi;
+                const GemmFit f = fit_cap(gemms, peak, r.sustained_factor, c);
+                if (f.sse < best.sse - 1e-12) best = f;
+            }
+        k.note = "cap, half_dim and exponent fitted";
+    } else {
+        k.note = "cap fitted; the samples' smallest dimension " + std::to_string(smallest) +
+                 " is above " + fmt("%.0f", kKneeReach * gpu.gemm.half_dim) +
+                 " (2 x half_dim): the knee is kept from " + gpu.name;
+        r.unfitted.push_back(
+            {"compute.gemm.half_dim, exponent", "no GEMM dimension below " +
+                                                    fmt("%.0f", kKneeReach * gpu.gemm.half_dim) +
+                                                    " in the trace; kept from " + gpu.name});
+    }
+    best.curve.source = "calibration";
+    r.file.gemm = best.curve;
+    std::vector<double> pred, meas;
+    for (const auto& g : gemms) {
+        pred.push_back(gemm_predicted_us(g, gpu, best.curve, r.sustained_factor));
+        meas.push_back(g.us);
+        k.sample_ms += g.us / 1000;
+    }
+    residuals(k, pred, meas);
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, CalibrationResult::GemmShapeFit>
+        by_shape;
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+        const auto& g = gemms[i].shape;
+        auto& e = by_shape[{g.m, g.n, g.k}];
+        e.m = g.m;
+        e.n = g.n;
+        e.k = g.k;
+        ++e.count;
+        e.measured_ms += meas[i] / 1000;
+        e.fitted_ms += pred[i] / 1000;
+    }
+    for (const auto& [shape, e] : by_shape)
+        r.gemm_shapes.push_back(e);
+    std::stable_sort(r.gemm_shapes.begin(), r.gemm_shapes.end(),
+                     [](const auto& a, const auto& b) { return a.measured_ms > b.measured_ms; });
+    k.value = "cap " + fmt("%.4g", best.curve.peak_fraction) + ", half_dim " +
+              fmt("%.4g", best.curve.half_dim) + ", exponent " + fmt("%.4g", best.curve.exponent);
+    if (s.gemm_unshaped > 0)
+        k.note += "; " + std::to_string(s.gemm_unshaped) +
+                  " GEMM operators without usable shapes (batched, not 16-bit or not "
+                  "recorded) left out";
+    if (s.gemm_skinny > 0)
+        k.note += "; " + std::to_string(s.gemm_skinny) +
+                  " GEMMs with a dimension below 512 (routers) left out: the curve "
+                  "pads their tiles instead";
+    r.kinds.push_back(k);
+}
 
-    // The model's time for a sample at the catalogue's rates and the trace's clocks (the
-    // tensor-core kernels of the trace ran at the sustained factor of its duty cycle).
+// A rate as a multiplier on the catalogue's: the model's total time over the measured total
+// (as written, 4 digits), with the samples' residuals; nullopt without samples.
+std::optional<double> scale_fit(KindFit& k, const std::vector<double>& model_us,
+                                const std::vector<double>& meas_us) {
+    double model = 0, measured = 0;
+    for (std::size_t i = 0; i < model_us.size(); ++i) {
+        model += model_us[i];
+        measured += meas_us[i];
+    }
+    k.samples = static_cast<std::int64_t>(model_us.size());
+    if (model_us.empty() || measured <= 0) return std::nullopt;
+    const double scale = std::stod(fmt("%.4g", model / measured));
+    std::vector<double> pred;
+    for (double m : model_us)
+        pred.push_back(m / scale);
+    residuals(k, pred, meas_us);
+    k.sample_ms = measured / 1000;
+    return scale;
+}
+
+// The model's time for a sample at the catalogue's rates (no launch overhead).
+workload::RooflineCompute catalogue_rates() {
     workload::RooflineCompute catalogue;
     catalogue.launch_overhead = Time::zero();
-    const auto scale_fit = [&](KindFit& k, const std::vector<double>& model_us,
-                               const std::vector<double>& meas_us) -> std::optional<double> {
-        double model = 0, measured = 0;
-        for (std::size_t i = 0; i < model_us.size(); ++i) {
-            model += model_us[i];
-            measured += meas_us[i];
-        }
-        k.samples = static_cast<std::int64_t>(model_us.size());
-        if (model_us.empty() || measured <= 0) return std::nullopt;
-        const double scale = std::stod(fmt("%.4g", model / measured));
-        std::vector<double> pred;
-        for (double m : model_us)
-            pred.push_back(m / scale);
-        residuals(k, pred, meas_us);
-        k.sample_ms = measured / 1000;
-        return scale;
-    };
-    {
-        KindFit k;
-        k.kind = "grouped_gemm";
-        k.kernels = count[ki(KernelKind::GroupedGemm)];
-        k.measured_ms = total_us[ki(KernelKind::GroupedGemm)] / 1000;
-        std::vector<double> model_us, meas_us;
-        for (const auto& g : grouped) {
-            const Time t = workload::grouped_gemm_time(g.experts, g.tokens, g.n, g.k, g.reduce,
-                                                       workload::Precision::Bf16, gpu, catalogue);
-            model_us.push_back(t.seconds() * 1e6 / r.sustained_factor);
-            meas_us.push_back(g.us);
-        }
-        if (const auto scale = scale_fit(k, model_us, meas_us)) {
-            r.file.grouped_gemm = *scale;
-            k.value = "rate x " + fmt("%.4g", *scale) + " of the catalogue's grouped curve";
-        } else if (k.kernels > 0) {
-            k.note = "no _grouped_mm operator with recorded shapes";
-        }
-        if (grouped_unshaped > 0)
-            k.note += std::to_string(grouped_unshaped) + " operators without usable shapes";
-        if (k.kernels > 0) r.kinds.push_back(k);
+    return catalogue;
+}
+
+// The grouped GEMM's rate on the catalogue's grouped curve. Model times are at the trace's
+// clocks: its tensor-core kernels ran at the sustained factor of its duty cycle.
+void fit_grouped(CalibrationResult& r, const TraceSamples& s, const topology::GpuModel& gpu) {
+    const workload::RooflineCompute catalogue = catalogue_rates();
+    KindFit k;
+    k.kind = "grouped_gemm";
+    k.kernels = s.count[ki(KernelKind::GroupedGemm)];
+    k.measured_ms = s.total_us[ki(KernelKind::GroupedGemm)] / 1000;
+    std::vector<double> model_us, meas_us;
+    for (const auto& g : s.grouped) {
+        const Time t = workload::grouped_gemm_time(g.experts, g.tokens, g.n, g.k, g.reduce,
+                                                   workload::Precision::Bf16, gpu, catalogue);
+        model_us.push_back(t.seconds() * 1e6 / r.sustained_factor);
+        meas_us.push_back(g.us);
     }
+    if (const auto scale = scale_fit(k, model_us, meas_us)) {
+        r.file.grouped_gemm = *scale;
+        k.value = "rate x " + fmt("%.4g", *scale) + " of the catalogue's grouped curve";
+    } else if (k.kernels > 0) {
+        k.note = "no _grouped_mm operator with recorded shapes";
+    }
+    if (s.grouped_unshaped > 0)
+        k.note += std::to_string(s.grouped_unshaped) + " operators without usable shapes";
+    if (k.kernels > 0) r.kinds.push_back(k);
+}
+
+// Flash attention's forward and backward efficiencies on the catalogue's curve.
+void fit_attention(CalibrationResult& r, const TraceSamples& s, const topology::GpuModel& gpu) {
+    const workload::RooflineCompute catalogue = catalogue_rates();
     for (const bool backward : {false, true}) {
         KindFit k;
         k.kind = backward ? "attention bwd" : "attention";
         std::vector<double> model_us, meas_us;
-        for (const auto& a : attention) {
+        for (const auto& a : s.attention) {
             if (a.backward != backward) continue;
             const Time t = workload::attention_time(a.block, backward, gpu, catalogue);
             model_us.push_back(t.seconds() * 1e6 / r.sustained_factor);
@@ -631,7 +653,7 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
             k.note =
                 "operators' calls (all their kernels) against the attention block of their "
                 "shapes";
-        } else if (count[ki(KernelKind::Attention)] > 0) {
+        } else if (s.count[ki(KernelKind::Attention)] > 0) {
             k.note = "no attention operator with recorded 4-D shapes";
             r.unfitted.push_back(
                 {std::string("compute.attention.") + (backward ? "backward" : "forward"),
@@ -639,113 +661,158 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
         }
         if (k.kernels > 0 || !backward) r.kinds.push_back(k);
     }
-    if (attention_unshaped > 0)
-        r.warnings.push_back(std::to_string(attention_unshaped) +
+    if (s.attention_unshaped > 0)
+        r.warnings.push_back(std::to_string(s.attention_unshaped) +
                              " attention operators without recorded shapes were left out of the "
                              "attention fit");
+}
 
-    // Memory-bound kinds: total bytes over total time, so the kind's total is reproduced. With
-    // the experiment, the model's bytes for the kind per iteration; else the operators' bytes.
-    const double hbm = gpu.hbm_bandwidth.bytes_per_s;
+// The model's bytes and kernels per memory-bound kind with the experiment (a one-stage one;
+// r.model_bytes says so), else none, with a warning either way it is not.
+ModelKinds model_kinds(CalibrationResult& r, const workload::ExperimentSpec* spec) {
     ModelKinds of_model;
-    if (spec) {
-        if (spec->layout.pp != 1) {
-            r.warnings.push_back(spec->source +
-                                 " has pipeline stages: the trace is one GPU's, so the kinds' "
-                                 "bytes come from the recorded shapes, not from the model");
-        } else {
-            of_model = model_bytes(*spec);
-            r.model_bytes = true;
-        }
-    } else {
+    if (!spec) {
         r.warnings.push_back(
             "no --experiment: the memory-bound kinds' bytes come from the operators' recorded "
             "shapes, which count some kernels differently from the model (give the experiment "
             "the trace ran for the model's own bytes and the model checks)");
+    } else if (spec->layout.pp != 1) {
+        r.warnings.push_back(spec->source +
+                             " has pipeline stages: the trace is one GPU's, so the kinds' "
+                             "bytes come from the recorded shapes, not from the model");
+    } else {
+        of_model = model_bytes(*spec);
+        r.model_bytes = true;
     }
-    double residual_us = total_us[ki(KernelKind::Unmapped)];
+    return of_model;
+}
+
+// One memory-bound kind's bytes and time to fit (both per iteration with the model's bytes,
+// else over the sized samples), or a note and no fit.
+struct MemoryKindData {
+    double bytes = 0, us = 0;
+    bool fit = true;
+};
+
+// With the model's bytes: the kind's, and its time per iteration less its fixed time per kernel.
+// A kind the model has no op of goes to the residual (`residual_us`, `unmapped`).
+MemoryKindData model_kind_data(CalibrationResult& r, KindFit& k, TraceSamples& s,
+                               const ModelKinds& of_model, KernelKind kind, workload::MemKind mk,
+                               double latency_us, double& residual_us) {
+    const auto i = ki(kind);
+    MemoryKindData d;
+    d.bytes = of_model.bytes[static_cast<std::size_t>(mk)];
+    d.us = s.total_us[i] * (1.0 / r.iterations) -
+           latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
+    k.samples = r.iterations;
+    if (d.bytes > 0 && d.us <= 0) {
+        k.note =
+            "the kind's kernels take no longer than their fixed time per kernel: "
+            "the catalogue's fraction applies";
+        r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
+        d.fit = false;
+    } else if (d.bytes <= 0) {
+        k.note = "the experiment's model has no op of this kind: its time goes to the residual";
+        residual_us += s.total_us[i];
+        CalibrationResult::Unmapped u{"kind " + k.kind + " (no op in the model)", s.count[i],
+                                      s.total_us[i] / 1000};
+        s.unmapped[u.name] = u;
+        d.fit = false;
+    }
+    return d;
+}
+
+// Without the model: the sized operators' bytes and their time less the fixed time per kernel.
+MemoryKindData sample_kind_data(CalibrationResult& r, KindFit& k, const TraceSamples& s,
+                                KernelKind kind, double latency_us) {
+    const auto& samples = s.mem[ki(kind)];
+    MemoryKindData d;
+    k.samples = static_cast<std::int64_t>(samples.size());
+    for (const auto& m : samples) {
+        d.bytes += m.bytes;
+        d.us += m.us - latency_us;
+    }
+    if (samples.empty() || d.us <= 0) {
+        k.note = kind == KernelKind::Optimizer
+                     ? "the fused optimizer's tensor lists carry no sizes in the trace "
+                       "(give --experiment)"
+                     : "no operator of this kind recorded tensor sizes";
+        r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
+        d.fit = false;
+    }
+    return d;
+}
+
+// Memory-bound kinds: total bytes over total time, so the kind's total is reproduced. With the
+// experiment, the model's bytes for the kind per iteration; else the operators' bytes. Returns
+// the residual's time: the unmapped kernels' and the kinds' the model has no op of.
+double fit_memory_kinds(CalibrationResult& r, TraceSamples& s, const topology::GpuModel& gpu,
+                        const workload::ExperimentSpec* spec) {
+    const double hbm = gpu.hbm_bandwidth.bytes_per_s;
+    const ModelKinds of_model = model_kinds(r, spec);
+    double residual_us = s.total_us[ki(KernelKind::Unmapped)];
     for (const auto& [kind, mk] : kMemKinds) {
         const auto i = ki(kind);
         KindFit k;
         k.kind = std::string(kernel_kind_name(kind));
-        k.kernels = count[i];
-        k.measured_ms = total_us[i] / 1000;
+        k.kernels = s.count[i];
+        k.measured_ms = s.total_us[i] / 1000;
         if (k.kernels == 0) continue;
-        double bytes = 0, us = 0;
-        std::vector<double> pred, meas;
         // A kind with a fixed time per kernel (RooflineCalibration::kind_latency) moves its
         // bytes in what is left.
         const double latency_us = workload::default_calibration().kind_latency(mk).seconds() * 1e6;
-        if (r.model_bytes) {
-            bytes = of_model.bytes[static_cast<std::size_t>(mk)];
-            us = total_us[i] * per_iteration -
-                 latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
-            k.samples = r.iterations;
-            if (bytes > 0 && us <= 0) {
-                k.note =
-                    "the kind's kernels take no longer than their fixed time per kernel: "
-                    "the catalogue's fraction applies";
-                r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
-                r.kinds.push_back(k);
-                continue;
-            }
-            if (bytes <= 0) {
-                k.note =
-                    "the experiment's model has no op of this kind: its time goes to the "
-                    "residual";
-                residual_us += total_us[i];
-                CalibrationResult::Unmapped u{"kind " + k.kind + " (no op in the model)", count[i],
-                                              total_us[i] / 1000};
-                unmapped[u.name] = u;
-                r.kinds.push_back(k);
-                continue;
-            }
-        } else {
-            k.samples = static_cast<std::int64_t>(mem[i].size());
-            for (const auto& s : mem[i]) {
-                bytes += s.bytes;
-                us += s.us - latency_us;
-            }
-            if (mem[i].empty() || us <= 0) {
-                k.note = kind == KernelKind::Optimizer
-                             ? "the fused optimizer's tensor lists carry no sizes in the trace "
-                               "(give --experiment)"
-                             : "no operator of this kind recorded tensor sizes";
-                r.unfitted.push_back({"compute.hbm_fractions." + k.kind, k.note});
-                r.kinds.push_back(k);
-                continue;
-            }
+        const MemoryKindData d =
+            r.model_bytes ? model_kind_data(r, k, s, of_model, kind, mk, latency_us, residual_us)
+                          : sample_kind_data(r, k, s, kind, latency_us);
+        if (!d.fit) {
+            r.kinds.push_back(k);
+            continue;
         }
-        const double f = std::min(1.0, bytes / (hbm * us * 1e-6));
+        const double f = std::min(1.0, d.bytes / (hbm * d.us * 1e-6));
         r.file.hbm_fractions[static_cast<std::size_t>(mk)] =
             std::stod(fmt("%.4g", f));  // as written, so the report shows what applies
+        std::vector<double> pred, meas;
         if (r.model_bytes) {
             const double fixed = latency_us * of_model.kernels[static_cast<std::size_t>(mk)];
-            pred.push_back(bytes / (hbm * f) * 1e6 + fixed);
-            meas.push_back(us + fixed);
-            k.sample_ms = (us + fixed) / 1000;
-            k.note = "the model's " + fmt("%.3g", bytes / 1e9) +
+            pred.push_back(d.bytes / (hbm * f) * 1e6 + fixed);
+            meas.push_back(d.us + fixed);
+            k.sample_ms = (d.us + fixed) / 1000;
+            k.note = "the model's " + fmt("%.3g", d.bytes / 1e9) +
                      " GB per iteration over the kind's kernel time per iteration";
         } else {
-            for (const auto& s : mem[i]) {
-                pred.push_back(s.bytes / (hbm * f) * 1e6 + latency_us);
-                meas.push_back(s.us);
-                k.sample_ms += s.us / 1000;
+            for (const auto& m : s.mem[i]) {
+                pred.push_back(m.bytes / (hbm * f) * 1e6 + latency_us);
+                meas.push_back(m.us);
+                k.sample_ms += m.us / 1000;
             }
-            if (unsized[i] > 0)
-                k.note = std::to_string(unsized[i]) + " operators without sizes left out";
+            if (s.unsized[i] > 0)
+                k.note = std::to_string(s.unsized[i]) + " operators without sizes left out";
         }
         residuals(k, pred, meas);
         k.value = "hbm fraction " + fmt("%.4g", f) + " (" + fmt("%.2f", f * hbm / 1e12) + " TB/s)";
         r.kinds.push_back(k);
     }
+    return residual_us;
+}
+
+// The GPU time of every kernel of the traces (us).
+double all_kernels_us(const TraceSamples& s) {
+    double all_us = 0;
+    for (double us : s.total_us)
+        all_us += us;
+    return all_us;
+}
+
+// The kinds left at the catalogue's constants (listed with their time), the unmapped kernels
+// (the largest 12), and the residual: unmapped time over mapped time per iteration.
+void fit_residual(CalibrationResult& r, const TraceSamples& s, double residual_us) {
     for (KernelKind kind :
          {KernelKind::Routing, KernelKind::Sort, KernelKind::Memset, KernelKind::Unmapped}) {
         const auto i = ki(kind);
         KindFit k;
         k.kind = std::string(kernel_kind_name(kind));
-        k.kernels = count[i];
-        k.measured_ms = total_us[i] / 1000;
+        k.kernels = s.count[i];
+        k.measured_ms = s.total_us[i] / 1000;
         k.note = kind == KernelKind::Memset
                      ? "modelled as launches (the memsets before cuBLAS and cuDNN calls)"
                  : kind == KernelKind::Unmapped
@@ -753,14 +820,13 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                      : "latency-bound: the catalogue's fixed times apply";
         if (k.kernels > 0) r.kinds.push_back(k);
     }
-    for (const auto& [name, u] : unmapped)
+    for (const auto& [name, u] : s.unmapped)
         r.unmapped.push_back(u);
     std::stable_sort(r.unmapped.begin(), r.unmapped.end(),
                      [](const auto& a, const auto& b) { return a.ms > b.ms; });
     if (r.unmapped.size() > 12) r.unmapped.resize(12);
-    double all_us = 0;
-    for (double us : total_us)
-        all_us += us;
+    const double per_iteration = 1.0 / r.iterations;
+    const double all_us = all_kernels_us(s);
     r.unmapped_ms = residual_us / 1000 * per_iteration;
     r.mapped_ms = (all_us - residual_us) / 1000 * per_iteration;
     if (r.mapped_ms > 0 && residual_us > 0) {
@@ -777,29 +843,39 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                                          " ms that map: the trace is not of a model clustersim "
                                          "maps (a residual must be below 1)"});
     }
+}
 
-    // Launch gap and host cost.
-    r.gap_samples = static_cast<std::int64_t>(gaps.size());
-    const double gap_us = gaps.empty() ? 0 : median(gaps);
-    if (!gaps.empty() && gap_us > kMaxFittedHostUs)
+// The GPU-side launch gap (the median gap between back-to-back kernels), and the GPU's own time
+// per iteration: its kernels and a launch gap before each.
+void fit_launch_gap(CalibrationResult& r, const TraceSamples& s, std::size_t traces) {
+    r.gap_samples = static_cast<std::int64_t>(s.gaps.size());
+    const double gap_us = s.gaps.empty() ? 0 : median(s.gaps);
+    if (!s.gaps.empty() && gap_us > kMaxFittedHostUs)
         r.unfitted.push_back(
             {"compute.launch_overhead", "the median launch gap, " + fmt("%.3g", gap_us) +
                                             " us, is above the 1 s a launch may take"});
-    else if (!gaps.empty())
+    else if (!s.gaps.empty())
         r.file.launch_overhead = Time::ns(std::llround(gap_us * 1e3));  // whole ns, as written
     else
         r.unfitted.push_back({"compute.launch_overhead",
                               "no two kernels of one stream queued back to back (no runtime "
                               "launch calls with correlation ids?)"});
-    // The GPU's own time per iteration: its kernels and a launch gap before each.
-    r.busy_ms = (all_us + static_cast<double>(r.kernels + r.memsets + r.memcpys) * gap_us) / 1000 *
-                per_iteration / std::max<std::size_t>(traces.size(), 1);
-    r.host_samples = static_cast<std::int64_t>(host.size());
+    const double per_iteration = 1.0 / r.iterations;
+    r.busy_ms =
+        (all_kernels_us(s) + static_cast<double>(r.kernels + r.memsets + r.memcpys) * gap_us) /
+        1000 * per_iteration / std::max<std::size_t>(traces, 1);
+}
+
+// The host's cost per launch: the median interval between launches the GPU waited for, scaled
+// to the run without the profiler when its iteration time is given; or why it is left unfitted.
+void fit_host(CalibrationResult& r, const TraceSamples& s, const CalibrateContext& context) {
+    r.host_samples = static_cast<std::int64_t>(s.host.size());
     const double measured_ms = context.iteration_time_s * 1e3;
-    if (r.host_samples >= kMinHostSamples && median(host) > kMaxFittedHostUs) {
-        r.unfitted.push_back({"compute.host.launch",
-                              "the median interval between launches, " + fmt("%.3g", median(host)) +
-                                  " us, is above the 1 s a launch may take"});
+    if (r.host_samples >= kMinHostSamples && median(s.host) > kMaxFittedHostUs) {
+        r.unfitted.push_back(
+            {"compute.host.launch", "the median interval between launches, " +
+                                        fmt("%.3g", median(s.host)) +
+                                        " us, is above the 1 s a launch may take"});
     } else if (r.host_samples < kMinHostSamples) {
         r.unfitted.push_back(
             {"compute.host.launch", "the host ran ahead of the GPU: only " +
@@ -807,9 +883,9 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                                         " kernels waited for their launch (at least " +
                                         std::to_string(kMinHostSamples) + " needed)"});
     } else if (measured_ms <= 0) {
-        r.file.host_launch = Time::ns(std::llround(median(host) * 1e3));
+        r.file.host_launch = Time::ns(std::llround(median(s.host) * 1e3));
         r.warnings.push_back(
-            "the host's cost per launch (" + fmt("%.1f", median(host)) +
+            "the host's cost per launch (" + fmt("%.1f", median(s.host)) +
             " us) includes the profiler's own overhead per operator; give --iteration-time, the "
             "iteration measured without the profiler, to correct it");
     } else if (measured_ms <= r.busy_ms * 1.05 || r.profiled_iteration_ms <= r.busy_ms) {
@@ -819,14 +895,38 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
                  " ms against " + fmt("%.2f", r.busy_ms) +
                  " ms of kernels and launch gaps): the host's cost is hidden there, and the "
                  "trace's host intervals (" +
-                 fmt("%.1f", median(host)) +
+                 fmt("%.1f", median(s.host)) +
                  " us) are the profiler's; the framework's own cost applies"});
     } else {
         // The host-bound part of an iteration grows with the profiler's overhead: scale the
         // profiled launch interval by the exposed time without the profiler over with it.
         const double exposed = (measured_ms - r.busy_ms) / (r.profiled_iteration_ms - r.busy_ms);
-        r.file.host_launch = Time::ns(std::llround(median(host) * std::min(1.0, exposed) * 1e3));
+        r.file.host_launch = Time::ns(std::llround(median(s.host) * std::min(1.0, exposed) * 1e3));
     }
+}
+
+}  // namespace
+
+CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
+                                   const topology::GpuModel& gpu, const CalibrateContext& context) {
+    CalibrationResult r;
+    r.file.gpu_model = gpu.name;
+    TraceSamples s = collect_samples(r, traces, context);
+    r.iterations = std::max(s.iterations, 1);
+
+    // The sustained clock factor at the trace's duty cycle (not fitted: see below).
+    r.tensor_duty = s.duty_total_us > 0 ? s.tensor_us / s.duty_total_us : 0;
+    r.sustained_factor = gpu.sustained.factor(r.tensor_duty);
+
+    const workload::ExperimentSpec* spec = context.experiment;
+    if (spec) check_model(*spec, s.first_dims, s.count, s.norm_ops, r.iterations, r.warnings);
+    fit_gemm(r, s, gpu);
+    fit_grouped(r, s, gpu);
+    fit_attention(r, s, gpu);
+    const double residual_us = fit_memory_kinds(r, s, gpu, spec);
+    fit_residual(r, s, residual_us);
+    fit_launch_gap(r, s, traces.size());
+    fit_host(r, s, context);
     r.unfitted.push_back(
         {"sustained clock factor",
          "one duty cycle in the data (tensor-core share " + fmt("%.2f", r.tensor_duty) +
@@ -836,230 +936,5 @@ CalibrationResult calibrate_traces(const std::vector<TorchTrace>& traces,
              " at that duty, by which the GEMM samples were scaled to burst)"});
     return r;
 }
-
-CalibrationResult calibrate(const CalibrateOptions& options) {
-    if (options.traces.empty() && options.nccl_tests.empty())
-        throw ConfigError(
-            "calibrate: no measurement given; pass --torch-trace FILE and/or "
-            "--nccl-tests FILE");
-    if (options.traces.empty() && !options.experiment.empty())
-        throw ConfigError(SourceLocation{"--experiment"},
-                          "describes the configuration of --torch-trace; give the traces");
-    std::optional<NetworkFitResult> network;
-    if (!options.nccl_tests.empty())
-        network = calibrate_network(
-            {options.nccl_tests, options.topology, options.sets, options.nccl_sizes});
-    if (options.traces.empty()) {
-        CalibrationResult r;
-        r.file.gpu_model = options.gpu_model;
-        r.file.sources = network->sources;
-        r.file.network = network->constants;
-        r.network = std::move(network);
-        return r;
-    }
-    if (options.gpu_model.empty())
-        throw ConfigError(SourceLocation{"--torch-trace"},
-                          "name the GPU the traces ran on with --gpu-model");
-    if (!(options.iteration_time_s >= 0) || options.iteration_time_s > 1e6)
-        throw ConfigError(SourceLocation{"--iteration-time"},
-                          "must be a time of one training iteration, e.g. 63.3ms");
-    const topology::GpuModel* gpu = nullptr;
-    std::optional<LoadedTopology> topo;
-    if (!options.topology.empty()) {
-        topo = load_topology(options.topology, {});
-        for (const auto& m : topo->cluster.gpu_models())
-            if (m.name == options.gpu_model) gpu = &m;
-        if (!gpu) {
-            std::vector<std::string> names;
-            for (const auto& m : topo->cluster.gpu_models())
-                names.push_back(m.name);
-            if (const auto* known = topology::find_catalog_model(options.gpu_model)) {
-                for (const auto& m : topo->cluster.gpu_models())
-                    if (m.name == known->name) gpu = &m;
-            }
-            if (!gpu)
-                throw ConfigError("--gpu-model " + options.gpu_model + ": not a GPU model of " +
-                                  options.topology + " (" + config::join_alternatives(names) + ")");
-        }
-    } else {
-        gpu = topology::find_catalog_model(options.gpu_model);
-        if (!gpu)
-            throw ConfigError("--gpu-model " + options.gpu_model +
-                              ": not in the GPU catalogue; expected " +
-                              config::join_alternatives(topology::catalog_names()) +
-                              ", or give --topology with a gpu_models entry of that name");
-    }
-    std::optional<workload::ExperimentSpec> spec;
-    if (!options.experiment.empty()) {
-        spec = workload::load_experiment(options.experiment, options.experiment_sets);
-        if (spec->compute.kind != workload::ComputeSpec::Kind::Roofline)
-            throw ConfigError(SourceLocation{"--experiment"},
-                              options.experiment +
-                                  ": calibrate needs a roofline experiment (compute.model: "
-                                  "roofline), whose kernels it fits");
-        if (spec->compute.calibration_file.size() > 0)
-            throw ConfigError(
-                SourceLocation{"--experiment"},
-                options.experiment + " already applies a calibration (" +
-                    spec->compute.calibration_file +
-                    "): calibrate against the catalogue, without compute.calibration");
-    }
-    std::vector<TorchTrace> traces;
-    for (const auto& t : options.traces)
-        traces.push_back(read_torch_trace(
-            t, options.max_memory / static_cast<std::int64_t>(options.traces.size())));
-    CalibrateContext context;
-    context.experiment = spec ? &*spec : nullptr;
-    context.iteration_time_s = options.iteration_time_s;
-    context.iterations = options.iterations;
-    auto r = calibrate_traces(traces, *gpu, context);
-    for (std::size_t i = 0; i < traces.size(); ++i)
-        r.file.sources[i] = std::filesystem::path(options.traces[i]).filename().string();
-    r.compute = true;
-    if (network) {
-        for (const auto& s : network->sources)
-            r.file.sources.push_back(s);
-        r.file.network = network->constants;
-        r.network = std::move(network);
-    }
-    return r;
-}
-
-nlohmann::json calibration_json(const CalibrationResult& r) {
-    nlohmann::json j;
-    j["network"] = r.network ? network_fit_json(*r.network) : nlohmann::json();
-    if (!r.compute) {
-        j["gpu_model"] = r.file.gpu_model;
-        j["sources"] = r.file.sources;
-        return j;
-    }
-    j["gpu_model"] = r.file.gpu_model;
-    j["sources"] = r.file.sources;
-    j["kernels"] = r.kernels;
-    j["memsets"] = r.memsets;
-    j["memcpys"] = r.memcpys;
-    j["gpu_ms"] = r.gpu_ms;
-    j["tensor_duty"] = r.tensor_duty;
-    j["sustained_factor"] = r.sustained_factor;
-    nlohmann::json kinds = nlohmann::json::array();
-    for (const auto& k : r.kinds) {
-        nlohmann::json o{{"kind", k.kind},
-                         {"kernels", k.kernels},
-                         {"samples", k.samples},
-                         {"measured_ms", k.measured_ms},
-                         {"fitted", k.fitted_ms >= 0},
-                         {"note", k.note}};
-        if (k.fitted_ms >= 0) {
-            o["sample_ms"] = k.sample_ms;
-            o["fitted_ms"] = k.fitted_ms;
-            o["median_residual"] = k.median_residual;
-            o["worst_residual"] = k.worst_residual;
-            o["value"] = k.value;
-        }
-        kinds.push_back(o);
-    }
-    j["kinds"] = kinds;
-    nlohmann::json shapes = nlohmann::json::array();
-    for (const auto& g : r.gemm_shapes)
-        shapes.push_back({{"m", g.m},
-                          {"n", g.n},
-                          {"k", g.k},
-                          {"count", g.count},
-                          {"measured_ms", g.measured_ms},
-                          {"fitted_ms", g.fitted_ms}});
-    j["gemm_shapes"] = shapes;
-    if (r.file.gemm)
-        j["gemm"] = {{"peak_fraction", r.file.gemm->peak_fraction},
-                     {"half_dim", r.file.gemm->half_dim},
-                     {"exponent", r.file.gemm->exponent}};
-    nlohmann::json fr = nlohmann::json::object();
-    for (const auto& k : workload::kMemKindNames)
-        if (const auto& v = r.file.hbm_fractions[static_cast<std::size_t>(k.value)])
-            fr[std::string(k.name)] = *v;
-    j["hbm_fractions"] = fr;
-    j["launch_overhead_us"] = r.file.launch_overhead
-                                  ? nlohmann::json(r.file.launch_overhead->count_ps() * 1e-6)
-                                  : nlohmann::json();
-    j["launch_gap_samples"] = r.gap_samples;
-    j["host_launch_us"] = r.file.host_launch ? nlohmann::json(r.file.host_launch->count_ps() * 1e-6)
-                                             : nlohmann::json();
-    j["host_samples"] = r.host_samples;
-    nlohmann::json un = nlohmann::json::array();
-    for (const auto& u : r.unfitted)
-        un.push_back({{"what", u.what}, {"why", u.why}});
-    j["unfitted"] = un;
-    nlohmann::json um = nlohmann::json::array();
-    for (const auto& u : r.unmapped)
-        um.push_back({{"name", u.name}, {"count", u.count}, {"ms", u.ms}});
-    j["coverage"] = {
-        {"mapped_ms_per_iteration", r.mapped_ms},
-        {"unmapped_ms_per_iteration", r.unmapped_ms},
-        {"unmapped", um},
-        {"residual", r.file.residual ? nlohmann::json(*r.file.residual) : nlohmann::json(0.0)}};
-    j["iterations"] = r.iterations;
-    j["busy_ms_per_iteration"] = r.busy_ms;
-    j["profiled_iteration_ms"] = r.profiled_iteration_ms;
-    j["model_bytes"] = r.model_bytes;
-    j["attention"] = {
-        {"forward",
-         r.file.attention_forward ? nlohmann::json(*r.file.attention_forward) : nlohmann::json()},
-        {"backward", r.file.attention_backward ? nlohmann::json(*r.file.attention_backward)
-                                               : nlohmann::json()}};
-    j["grouped_gemm_scale"] =
-        r.file.grouped_gemm ? nlohmann::json(*r.file.grouped_gemm) : nlohmann::json();
-    j["warnings"] = r.warnings;
-    return j;
-}
-
-std::string calibration_file_text(const CalibrationResult& r) {
-    std::string text = calibration_text_unchecked(r);
-    // What calibrate writes, its reader must take back (issue 40: files it rejected were
-    // written): read it as an experiment would before anything is written.
-    try {
-        workload::parse_calibration(config::parse_document(text, "the calibration file"));
-    } catch (const ConfigError& e) {
-        throw ConfigError(SourceLocation{"--out"},
-                          "the fitted constants make a calibration file clustersim would not "
-                          "read back (" +
-                              e.message() + "); nothing is written");
-    }
-    return text;
-}
-
-namespace {
-
-std::string calibration_text_unchecked(const CalibrationResult& r) {
-    std::vector<std::string> header{
-        "clustersim calibration (docs/calibrate.md): written by `clustersim calibrate`."};
-    if (r.compute) {
-        header.push_back("Reference it from an experiment: compute: {calibration: THIS_FILE}.");
-        header.push_back("Fit: " + std::to_string(r.kernels) +
-                         " kernels; GEMM samples at tensor-core duty " +
-                         fmt("%.3f", r.tensor_duty) + " (sustained factor " +
-                         fmt("%.3f", r.sustained_factor) + ").");
-        const double all = r.mapped_ms + r.unmapped_ms;
-        header.push_back("Coverage: " + fmt("%.1f%%", all > 0 ? 100 * r.mapped_ms / all : 0) +
-                         " of the GPU time maps to the model's ops; the rest is the residual.");
-        for (const auto& u : r.unfitted)
-            header.push_back("Unfitted: " + u.what + ": " + u.why);
-        for (const auto& w : r.warnings)
-            header.push_back("Warning: " + w);
-    }
-    if (r.network) {
-        header.push_back("Network: network: {calibration: THIS_FILE}; fitted on " +
-                         r.network->topology + ".");
-        for (const auto& f : r.network->ops)
-            if (!f.link.empty())
-                header.push_back("  " + std::string(network::collective_name(f.op)) + " on " +
-                                 f.link + ": " + std::to_string(f.samples) +
-                                 " samples, rms residual " + fmt("%.1f%%", 100 * f.rms_residual) +
-                                 ", worst " + fmt("%+.1f%%", 100 * f.worst_residual) + ".");
-        for (const auto& u : r.network->unfitted)
-            header.push_back("Network unfitted: " + u.what + ": " + u.why);
-    }
-    return workload::calibration_yaml(r.file, header);
-}
-
-}  // namespace
 
 }  // namespace cs::api

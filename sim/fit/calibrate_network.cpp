@@ -102,11 +102,14 @@ std::pair<double, double> golden(double lo, double hi, F&& f, double start, doub
     return at_mid > start_value ? std::pair{start, start_value} : std::pair{mid, at_mid};
 }
 
-void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Cluster& cluster,
-            NetworkFitResult& result) {
+// The link kind whose efficiency decides the op's time: of those the largest sample's flows
+// cross, the one whose halved efficiency slows it most (at least 1%); -1, with the reason in
+// `result`, when none does. The others are listed as unfitted.
+int bottleneck_kind(NetworkOpFit& fit, const std::vector<Sample>& samples,
+                    const topology::Cluster& cluster, const NetworkConfig& base,
+                    NetworkFitResult& result) {
     const CollectiveKind op = fit.op;
     const std::string op_name = network::collective_name(op);
-    const NetworkConfig base = NetworkConfig::calibrated(network::Fidelity::Flow);
     // The largest sample decides which link kind is the bottleneck.
     const auto largest =
         std::max_element(samples.begin(), samples.end(),
@@ -130,7 +133,7 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
     if (best_kind < 0 || best_change < 0.01) {
         fit.note = "no link kind's efficiency changes the simulated time of the largest size";
         result.unfitted.push_back({op_name, fit.note});
-        return;
+        return -1;
     }
     fit.link = topology::link_kind_name(static_cast<topology::LinkKind>(best_kind));
     for (int k : crossed)
@@ -140,17 +143,39 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
                  std::string("not the bottleneck of ") + op_name + " (halving its efficiency " +
                      "changes the largest size's time less than " + fit.link + "'s); kept at " +
                      "the measured default"});
+    return best_kind;
+}
+
+// Whether the configuration's protocols include LL or LL128, whose latency factor
+// (NetworkConfig::op_protocol_latency) is then searched; without them it stays 1.
+bool has_low_latency_protocols(const NetworkConfig& config) {
+    return config.protocols[static_cast<std::size_t>(network::Protocol::Ll)].enabled ||
+           config.protocols[static_cast<std::size_t>(network::Protocol::Ll128)].enabled;
+}
+
+// `base` with the op's constants on link kind `kind` set.
+NetworkConfig with_constants(const NetworkConfig& base, CollectiveKind op, int kind,
+                             double efficiency, Time latency, double protocol_factor) {
     NetworkConfig config = base;
-    // The protocols' latency factor (NetworkConfig::op_protocol_latency) matters only where a
-    // sample runs LL or LL128; without protocols it stays 1 and is not searched.
-    const bool protocols =
-        base.protocols[static_cast<std::size_t>(network::Protocol::Ll)].enabled ||
-        base.protocols[static_cast<std::size_t>(network::Protocol::Ll128)].enabled;
+    config.op_efficiency[static_cast<int>(op)][kind] = efficiency;
+    config.op_latency[static_cast<int>(op)][kind] = latency;
+    config.op_protocol_latency[static_cast<int>(op)][kind] = protocol_factor;
+    return config;
+}
+
+struct FittedConstants {
+    double efficiency = 1, latency_us = 0, protocol_factor = 1;
+};
+
+// The op's efficiency, fixed cost and protocol latency factor on link kind `kind` that fit the
+// samples best (least squares on relative error; the fixed cost in closed form for each trial).
+// Leaves each sample's base_us at the fitted efficiency and factor.
+FittedConstants fit_constants(CollectiveKind op, int kind, std::vector<Sample>& samples,
+                              const topology::Cluster& cluster, const NetworkConfig& base) {
+    const bool protocols = has_low_latency_protocols(base);
     double factor = 1;
     const auto evaluate = [&](double e) {
-        config.op_efficiency[static_cast<int>(op)][best_kind] = e;
-        config.op_latency[static_cast<int>(op)][best_kind] = Time::zero();
-        config.op_protocol_latency[static_cast<int>(op)][best_kind] = factor;
+        const NetworkConfig config = with_constants(base, op, kind, e, Time::zero(), factor);
         for (auto& s : samples)
             s.base_us = simulate_us(cluster, config, op, s);
         return best_latency(samples);
@@ -197,14 +222,13 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         factor = std::pow(2.0, log2f);
         e = best_efficiency(100).first;
     }
-    const double latency_us = evaluate(e).first;
-    fit.efficiency = e;
-    fit.latency = Time::ps(std::llround(latency_us * 1e6));
-    fit.protocol_latency = factor;
-    // The report: each sample as the fitted constants simulate it.
-    config.op_efficiency[static_cast<int>(op)][best_kind] = e;
-    config.op_latency[static_cast<int>(op)][best_kind] = fit.latency;
-    config.op_protocol_latency[static_cast<int>(op)][best_kind] = factor;
+    return {e, evaluate(e).first, factor};
+}
+
+// The report: each sample as the fitted constants (`config`) simulate it, and the residuals.
+void add_points(NetworkOpFit& fit, const std::vector<Sample>& samples,
+                const topology::Cluster& cluster, const NetworkConfig& config) {
+    const CollectiveKind op = fit.op;
     std::vector<double> residuals;
     double squares = 0;
     for (const auto& s : samples) {
@@ -232,53 +256,68 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
         *std::max_element(residuals.begin(), residuals.end(),
                           [](double a, double b) { return std::abs(a) < std::abs(b); });
     fit.rms_residual = std::sqrt(squares / static_cast<double>(residuals.size()));
-    if (latency_us == 0) fit.note = "the fixed cost fitted at its lower bound, 0";
-    // Rows that no efficiency and fixed cost can reach: even at the links' full rate and no fixed
-    // cost the simulated collective is slower than measured, its fixed part (pipeline steps x the
-    // step overhead, hop latencies) being larger than this machine's (e.g. 8 GPUs in a ring take
-    // 14 steps: 14 x 8.6 us, fitted on 2 H200s, against 79 us measured for a 1 MiB all-reduce on
-    // 8 A100s). Said, with the sizes, so the user can fit where bandwidth dominates.
-    {
-        NetworkConfig full = base;
-        full.op_efficiency[static_cast<int>(op)][best_kind] = 1;
-        full.op_latency[static_cast<int>(op)][best_kind] = Time::zero();
-        full.op_protocol_latency[static_cast<int>(op)][best_kind] = protocols ? 0.125 : 1;
-        int slower = 0;
-        std::int64_t largest_slower = 0;
-        double at_us = 0, measured_us = 0;
-        for (const auto& smp : samples) {
-            const double floor_us = simulate_us(cluster, full, op, smp);
-            // Only a floor strictly above the measurement, by more than the measurement's own
-            // rounding: nccl-tests prints a time with two decimals below 100 us, one below 10 ms
-            // and none above (its "%7.2f" / "%7.1f" / "%7.0f"), so a printed time stands for
-            // anything within half a unit of its last digit; a floor within that is equal to it
-            // as far as the file can tell (e.g. the output of `clustersim collective` on a
-            // network at full rate and no fixed cost). The simulated time's own rounding (up to
-            // the next picosecond per step) is far below the smallest of these, 0.005 us.
-            if (floor_us <= smp.measured_us + nccl_tests_rounding_us(smp.measured_us)) continue;
-            ++slower;
-            if (smp.row->size >= largest_slower) {
-                largest_slower = smp.row->size;
-                at_us = floor_us;
-                measured_us = smp.measured_us;
-            }
-        }
-        if (slower > 0) {
-            std::ostringstream w;
-            // Sizes as nccl-tests gives them, in bytes ("4096" under "size (B)"), and times to
-            // its finest printed digit, so that the two times never read equal.
-            w << op_name << ": " << slower << " row(s) up to " << largest_slower
-              << " B are faster than the model can be (at " << largest_slower
-              << " B: " << std::fixed << std::setprecision(2) << at_us
-              << " us simulated at full link rate and no fixed cost, " << measured_us
-              << " us measured, with the protocols' latencies at the smallest factor tried, "
-                 "1/8): the per-step overheads and latencies are larger than this machine's; fit "
-                 "from where bandwidth dominates (--nccl-sizes)";
-            result.warnings.push_back(w.str());
+}
+
+// Rows that no efficiency and fixed cost can reach: even at the links' full rate and no fixed
+// cost the simulated collective is slower than measured, its fixed part (pipeline steps x the
+// step overhead, hop latencies) being larger than this machine's (e.g. 8 GPUs in a ring take
+// 14 steps: 14 x 8.6 us, fitted on 2 H200s, against 79 us measured for a 1 MiB all-reduce on
+// 8 A100s). Said, with the sizes, so the user can fit where bandwidth dominates.
+void warn_unreachable(CollectiveKind op, int kind, const std::vector<Sample>& samples,
+                      const topology::Cluster& cluster, const NetworkConfig& base,
+                      NetworkFitResult& result) {
+    const NetworkConfig full = with_constants(base, op, kind, 1, Time::zero(),
+                                              has_low_latency_protocols(base) ? 0.125 : 1);
+    int slower = 0;
+    std::int64_t largest_slower = 0;
+    double at_us = 0, measured_us = 0;
+    for (const auto& smp : samples) {
+        const double floor_us = simulate_us(cluster, full, op, smp);
+        // Only a floor strictly above the measurement, by more than the measurement's own
+        // rounding: nccl-tests prints a time with two decimals below 100 us, one below 10 ms
+        // and none above (its "%7.2f" / "%7.1f" / "%7.0f"), so a printed time stands for
+        // anything within half a unit of its last digit; a floor within that is equal to it
+        // as far as the file can tell (e.g. the output of `clustersim collective` on a
+        // network at full rate and no fixed cost). The simulated time's own rounding (up to
+        // the next picosecond per step) is far below the smallest of these, 0.005 us.
+        if (floor_us <= smp.measured_us + nccl_tests_rounding_us(smp.measured_us)) continue;
+        ++slower;
+        if (smp.row->size >= largest_slower) {
+            largest_slower = smp.row->size;
+            at_us = floor_us;
+            measured_us = smp.measured_us;
         }
     }
+    if (slower == 0) return;
+    std::ostringstream w;
+    // Sizes as nccl-tests gives them, in bytes ("4096" under "size (B)"), and times to
+    // its finest printed digit, so that the two times never read equal.
+    w << network::collective_name(op) << ": " << slower << " row(s) up to " << largest_slower
+      << " B are faster than the model can be (at " << largest_slower << " B: " << std::fixed
+      << std::setprecision(2) << at_us << " us simulated at full link rate and no fixed cost, "
+      << measured_us
+      << " us measured, with the protocols' latencies at the smallest factor tried, "
+         "1/8): the per-step overheads and latencies are larger than this machine's; fit "
+         "from where bandwidth dominates (--nccl-sizes)";
+    result.warnings.push_back(w.str());
+}
+
+void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Cluster& cluster,
+            NetworkFitResult& result) {
+    const CollectiveKind op = fit.op;
+    const NetworkConfig base = NetworkConfig::calibrated(network::Fidelity::Flow);
+    const int kind = bottleneck_kind(fit, samples, cluster, base, result);
+    if (kind < 0) return;
+    const FittedConstants c = fit_constants(op, kind, samples, cluster, base);
+    fit.efficiency = c.efficiency;
+    fit.latency = Time::ps(std::llround(c.latency_us * 1e6));
+    fit.protocol_latency = c.protocol_factor;
+    add_points(fit, samples, cluster,
+               with_constants(base, op, kind, c.efficiency, fit.latency, c.protocol_factor));
+    if (c.latency_us == 0) fit.note = "the fixed cost fitted at its lower bound, 0";
+    warn_unreachable(op, kind, samples, cluster, base, result);
     result.constants.push_back(
-        {op, static_cast<topology::LinkKind>(best_kind), e, fit.latency, factor});
+        {op, static_cast<topology::LinkKind>(kind), c.efficiency, fit.latency, c.protocol_factor});
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/input_file.hpp"
 #include "fit/kernel_table.hpp"
 #include "ingest/torch_trace.hpp"
+#include "schedule/schedule.hpp"
 
 namespace cs::api {
 namespace {
@@ -84,7 +85,10 @@ struct Slice {
     double ts = 0, end = 0;
     std::string name;
     bool microbatch = false;  // a pass slice (args.microbatch)
+    // A pass slice's pass, from its "pass" argument (never from its name, "F3").
+    schedule::Pass pass = schedule::Pass::Forward;
     int first_layer = 0, layers = 0, repeat = 1;
+    bool forward() const { return pass == schedule::Pass::Forward; }
 };
 
 // The layers a simulated trace may name: the model's limit (docs/robustness.md).
@@ -133,6 +137,14 @@ class EntryFields {
             return static_cast<std::int64_t>(v);
         }
         fail(key, range);
+    }
+    // The pass a pass slice stands for: its "pass" argument, as TraceWriter writes it.
+    schedule::Pass pass(const nlohmann::json& in) const {
+        if (const auto p = find_named(schedule::kPassNames, text(in, "pass"))) return *p;
+        std::string names;
+        for (const auto& n : names_of(schedule::kPassNames))
+            names += (names.empty() ? "" : ", ") + n;
+        fail("pass", "one of " + names);
     }
     const nlohmann::json& args() const {
         static const nlohmann::json none = nlohmann::json::object();
@@ -208,49 +220,54 @@ std::string simulated_kind(const std::string& label) {
 
 namespace {
 
-// Fills r.layer_passes (see diff.hpp): the simulated passes' steps spread over their layers, the
-// measured passes cut at their norm operators.
 // The forward pass's norm operators, measured (the commonest count per pass) and as the simulated
 // model has them, when they differ: a sign of another model (mismatch_warning).
 struct NormCounts {
     std::int64_t measured = -1, simulated = -1, per_layer = 0, layers = 0, after = 0;
 };
 
-void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
-                  const std::vector<Slice>& steps, std::vector<MeasuredKernel> measured,
-                  NormCounts& norms) {
-    const int L = r.layers;
+// The first layer of the simulated forward passes, or -1 when there are none or (with a warning)
+// when they run several model chunks.
+int single_chunk_first_layer(DiffResult& r, const std::vector<Slice>& pass_slices) {
     int first_layer = -1;
     bool chunks = false;
     for (const auto& p : pass_slices) {
-        if (p.name.rfind('F', 0) != 0) continue;
+        if (!p.forward()) continue;
         const int fl = p.first_layer;
         if (first_layer >= 0 && fl != first_layer) chunks = true;
         if (first_layer < 0) first_layer = fl;
     }
-    if (L < 1 || first_layer < 0) return;  // no forward passes: nothing to cut
-    if (chunks) {
+    if (first_layer >= 0 && chunks) {
         r.warnings.push_back(
             "no per-layer-pass comparison: the simulated rank runs several model chunks "
             "(interleaved stages), which the profile's passes cannot be matched to");
-        return;
+        return -1;
     }
-    LayerRows rows(L, first_layer);
+    return first_layer;
+}
 
-    // Simulated: per pass slice, its steps. A trace holds a layer's step either once per layer
-    // or folded into one slice with a `repeat` count: either way the layers' share is the
-    // label's total over the layer count. Steps are the embedding's or the head's by label, the
-    // rest the layers'. The first forward also says how many norms a layer has (its layer norm
-    // steps, counted with their repeats, over the layers) and how many follow the layers.
-    std::int64_t sim_f = 0, sim_b = 0;
-    std::int64_t sim_norm_steps = 0;
-    int sim_post = 0;
+// The simulated side of the layer rows: the passes counted, and the norms the model has.
+struct SimulatedLayers {
+    std::int64_t forwards = 0, backwards = 0;  // pass slices (backwards: full or input halves)
+    std::int64_t norm_steps = 0;               // the first forward's layer norms, with repeats
+    int post = 0;                              // the first forward's norms after the layers
+};
+
+// Simulated: per pass slice, its steps. A trace holds a layer's step either once per layer or
+// folded into one slice with a `repeat` count: either way the layers' share is the label's total
+// over the layer count. Steps are the embedding's or the head's by label, the rest the layers'.
+// The first forward also says how many norms a layer has (its layer norm steps, counted with
+// their repeats, over the layers) and how many follow the layers.
+SimulatedLayers add_simulated_layers(LayerRows& rows, const std::vector<Slice>& pass_slices,
+                                     const std::vector<Slice>& steps) {
+    const int L = rows.layers;
+    SimulatedLayers sim;
     for (const auto& p : pass_slices) {
-        const bool fwd = p.name.rfind('F', 0) == 0;
+        const bool fwd = p.forward();
         if (fwd)
-            ++sim_f;
-        else if (p.name.rfind('B', 0) == 0)
-            ++sim_b;
+            ++sim.forwards;
+        else if (p.pass == schedule::Pass::Backward || p.pass == schedule::Pass::BackwardInput)
+            ++sim.backwards;
         for (const auto& st : steps) {
             if (!(st.ts >= p.ts && st.ts < p.end)) continue;
             const double ms = (st.end - st.ts) / 1000;
@@ -260,11 +277,11 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
                 continue;
             }
             const int part = simulated_part(st.name);  // -1 embedding, 0 layers, 1 head
-            if (fwd && sim_f == 1 && kind == "norm") {
+            if (fwd && sim.forwards == 1 && kind == "norm") {
                 if (part == 0)
-                    sim_norm_steps += st.repeat;
+                    sim.norm_steps += st.repeat;
                 else
-                    ++sim_post;
+                    ++sim.post;
             }
             if (part == 0) {
                 for (int i = 0; i < L; ++i)
@@ -276,25 +293,37 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             }
         }
     }
-    const std::int64_t sim_k = sim_norm_steps % L == 0 ? sim_norm_steps / L : 0;
+    return sim;
+}
 
-    // Measured: runs of forward (pass 0) or backward (1) kernels in time order, broken by the
-    // optimizer's and unattributed kernels; gradient accumulation is set apart.
-    std::stable_sort(measured.begin(), measured.end(),
-                     [](const auto& a, const auto& b) { return a.ts < b.ts; });
-    struct Instance {
-        int pass = 0, norms = 0;
-        std::vector<std::size_t> kernels;
-    };
+// A run of measured forward (pass 0) or backward (1) kernels and the norm operators in it.
+struct Instance {
+    int pass = 0, norms = 0;
+    std::vector<std::size_t> kernels;  // indices into the measured kernels
+};
+
+// A norm operator may launch several kernels (LayerNorm's backward: two): true for the first
+// kernel of each norm operator. `last` carries the previous norm kernel's operator.
+bool norm_step(const MeasuredKernel& k, std::int64_t& last) {
+    if (!is_norm(k.kind)) return false;
+    const bool fresh = k.op_id < 0 || k.op_id != last;
+    last = k.op_id;
+    return fresh;
+}
+
+// Measured: runs of forward or backward kernels in time order (`measured` sorted by time), broken
+// by the optimizer's and unattributed kernels, each with its norm operators counted; gradient
+// accumulation is set apart in `rows`.
+std::vector<Instance> measured_instances(const std::vector<MeasuredKernel>& measured,
+                                         LayerRows& rows) {
     std::vector<Instance> instances;
     bool open = false;
-    double accumulate_ms = 0;
-    std::int64_t accumulate_kernels = 0;
+    auto& accumulate = rows.accumulate();
     for (std::size_t i = 0; i < measured.size(); ++i) {
         const auto& k = measured[i];
         if (k.kind == KernelKind::MixedAccumulate) {
-            accumulate_ms += k.ms;
-            ++accumulate_kernels;
+            accumulate.measured_ms += k.ms;
+            ++accumulate.measured_kernels;
             continue;
         }
         if (k.pass > 1) {
@@ -305,19 +334,18 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
         open = true;
         instances.back().kernels.push_back(i);
     }
-    // A norm operator may launch several kernels (LayerNorm's backward: two): count operators.
-    const auto norm_step = [&](const MeasuredKernel& k, std::int64_t& last) {
-        if (!is_norm(k.kind)) return false;
-        const bool fresh = k.op_id < 0 || k.op_id != last;
-        last = k.op_id;
-        return fresh;
-    };
     for (auto& in : instances) {
         std::int64_t last = -2;
         for (const auto i : in.kernels)
             in.norms += norm_step(measured[i], last) ? 1 : 0;
     }
-    int common[2] = {0, 0};
+    return instances;
+}
+
+// Per pass (forward, backward): the commonest norm count of its instances that have norms (the
+// larger on a tie), 0 when none has.
+std::array<int, 2> common_norms(const std::vector<Instance>& instances) {
+    std::array<int, 2> common{0, 0};
     for (int pass = 0; pass < 2; ++pass) {
         std::map<int, int> counts;
         for (const auto& in : instances)
@@ -326,45 +354,75 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
         for (const auto& [n, c] : counts)
             if (c >= best) {
                 best = c;
-                common[pass] = n;
+                common[static_cast<std::size_t>(pass)] = n;
             }
     }
-    // Norms per layer and after the layers: the simulated model's when its passes have norm
-    // steps (then the profile must hold as many), else inferred from the profile.
-    const auto k_of = [&](int pass) { return sim_k > 0 ? sim_k : common[pass] / L; };
-    const auto post_of = [&](int pass) {
-        return sim_k > 0 ? sim_post : common[pass] - k_of(pass) * L;
-    };
+    return common;
+}
+
+// How the measured passes are cut into layers: norms per layer and after the layers, per pass.
+// The simulated model's when its passes have norm steps (then the profile must hold as many),
+// else inferred from the profile.
+struct NormCut {
+    std::array<int, 2> common{0, 0};  // per pass: norms of a whole instance
+    std::int64_t sim_k = 0;           // the simulated model's norms per layer; 0: none
+    int sim_post = 0, layers = 0;
+    std::int64_t k_of(int pass) const {
+        return sim_k > 0 ? sim_k : common[static_cast<std::size_t>(pass)] / layers;
+    }
+    std::int64_t post_of(int pass) const {
+        return sim_k > 0 ? sim_post : common[static_cast<std::size_t>(pass)] - k_of(pass) * layers;
+    }
+};
+
+// True when both passes cut into the layers; else false with a warning (and `norms` filled when
+// the profile holds another model's norm count).
+bool cut_fits(DiffResult& r, const NormCut& cut, NormCounts& norms) {
+    const int L = cut.layers;
+    const std::int64_t sim_k = cut.sim_k;
+    const int sim_post = cut.sim_post;
     for (int pass = 0; pass < 2; ++pass) {
-        if (sim_k > 0 && common[pass] != sim_k * L + sim_post) {
-            norms = {common[pass], sim_k * L + sim_post, sim_k, L, sim_post};
-            r.warnings.push_back(std::string("no per-layer-pass comparison: the measured ") +
-                                 kPasses[pass] + " passes hold " + std::to_string(common[pass]) +
-                                 " norm operator(s), the simulated one " + std::to_string(sim_k) +
-                                 " per layer x " + std::to_string(L) + " layers + " +
-                                 std::to_string(sim_post) + " = " +
-                                 std::to_string(sim_k * L + sim_post) +
-                                 ": not the same model (or not the same pipeline stage)");
-            return;
+        const int common = cut.common[static_cast<std::size_t>(pass)];
+        if (sim_k > 0 && common != sim_k * L + sim_post) {
+            norms = {common, sim_k * L + sim_post, sim_k, L, sim_post};
+            r.warnings.push_back(
+                std::string("no per-layer-pass comparison: the measured ") + kPasses[pass] +
+                " passes hold " + std::to_string(common) + " norm operator(s), the simulated one " +
+                std::to_string(sim_k) + " per layer x " + std::to_string(L) + " layers + " +
+                std::to_string(sim_post) + " = " + std::to_string(sim_k * L + sim_post) +
+                ": not the same model (or not the same pipeline stage)");
+            return false;
         }
-        if (common[pass] == 0 || k_of(pass) < 1 || post_of(pass) >= L) {
+        if (common == 0 || cut.k_of(pass) < 1 || cut.post_of(pass) >= L) {
             r.warnings.push_back(std::string("no per-layer-pass comparison: the measured ") +
-                                 kPasses[pass] + " passes hold " + std::to_string(common[pass]) +
+                                 kPasses[pass] + " passes hold " + std::to_string(common) +
                                  " norm operator(s), which do not cut into the simulated trace's " +
                                  std::to_string(L) +
                                  " layers (at least one norm per layer is needed)");
-            return;
+            return false;
         }
     }
-    std::int64_t meas_passes[2] = {0, 0}, left_out = 0;
+    return true;
+}
+
+// Adds the kernels of the instances whose norm count is their pass's common one to the layer
+// rows; returns the instances added per pass and (with a warning) leaves out the rest.
+std::array<std::int64_t, 2> add_measured_layers(DiffResult& r, LayerRows& rows,
+                                                const std::vector<Instance>& instances,
+                                                const std::vector<MeasuredKernel>& measured,
+                                                const NormCut& cut) {
+    const int L = cut.layers;
+    std::array<std::int64_t, 2> meas_passes{0, 0};
+    std::int64_t left_out = 0;
     for (const auto& in : instances) {
-        if (in.norms != common[in.pass]) {
+        if (in.norms != cut.common[static_cast<std::size_t>(in.pass)]) {
             left_out += static_cast<std::int64_t>(in.kernels.size());
             continue;
         }
-        ++meas_passes[in.pass];
-        // Both fit an int: past the checks above they are at most the passes' norm count.
-        const int k = static_cast<int>(k_of(in.pass)), post = static_cast<int>(post_of(in.pass));
+        ++meas_passes[static_cast<std::size_t>(in.pass)];
+        // Both fit an int: past cut_fits they are at most the passes' norm count.
+        const int k = static_cast<int>(cut.k_of(in.pass));
+        const int post = static_cast<int>(cut.post_of(in.pass));
         std::int64_t last = -2;
         int f = 0;
         for (const auto i : in.kernels) {
@@ -384,23 +442,29 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             ++row->measured_kernels;
         }
     }
-    rows.accumulate().measured_ms = accumulate_ms;
-    rows.accumulate().measured_kernels = accumulate_kernels;
     if (left_out > 0)
         r.warnings.push_back("per layer pass: " + std::to_string(left_out) +
                              " measured kernel(s) in forward or backward runs whose norm count "
                              "is not the passes' common one (" +
-                             std::to_string(common[0]) + " forward, " + std::to_string(common[1]) +
+                             std::to_string(cut.common[0]) + " forward, " +
+                             std::to_string(cut.common[1]) +
                              " backward) are left out of the layer rows");
+    return meas_passes;
+}
+
+// The rows' totals made means per pass instance; the accumulation over every measured backward
+// instance of the profile.
+void average_rows(LayerRows& rows, const SimulatedLayers& sim,
+                  const std::array<std::int64_t, 2>& meas_passes,
+                  const std::vector<Instance>& instances) {
     for (auto& row : rows.rows) {
         const bool fwd = row.pass == "forward";
         const bool acc = &row == &rows.rows.back();
-        row.simulated_passes = fwd ? sim_f : sim_b;
+        row.simulated_passes = fwd ? sim.forwards : sim.backwards;
         row.measured_passes = fwd ? meas_passes[0] : meas_passes[1];
         if (row.simulated_passes > 0) row.simulated_ms /= static_cast<double>(row.simulated_passes);
         if (row.measured_passes > 0 && !acc)
             row.measured_ms /= static_cast<double>(row.measured_passes);
-        // The accumulation is counted over every backward instance of the profile.
         if (acc) {
             std::int64_t all_b = 0;
             for (const auto& in : instances)
@@ -409,6 +473,31 @@ void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
             if (all_b > 0) row.measured_ms /= static_cast<double>(all_b);
         }
     }
+}
+
+// Fills r.layer_passes (see diff.hpp): the simulated passes' steps spread over their layers, the
+// measured passes cut at their norm operators.
+void layer_passes(DiffResult& r, const std::vector<Slice>& pass_slices,
+                  const std::vector<Slice>& steps, std::vector<MeasuredKernel> measured,
+                  NormCounts& norms) {
+    const int L = r.layers;
+    if (L < 1) return;
+    const int first_layer = single_chunk_first_layer(r, pass_slices);
+    if (first_layer < 0) return;  // no forward passes, or several chunks: nothing to cut
+    LayerRows rows(L, first_layer);
+    const SimulatedLayers sim = add_simulated_layers(rows, pass_slices, steps);
+
+    std::stable_sort(measured.begin(), measured.end(),
+                     [](const auto& a, const auto& b) { return a.ts < b.ts; });
+    const std::vector<Instance> instances = measured_instances(measured, rows);
+    NormCut cut;
+    cut.common = common_norms(instances);
+    cut.sim_k = sim.norm_steps % L == 0 ? sim.norm_steps / L : 0;
+    cut.sim_post = sim.post;
+    cut.layers = L;
+    if (!cut_fits(r, cut, norms)) return;
+    const auto meas_passes = add_measured_layers(r, rows, instances, measured, cut);
+    average_rows(rows, sim, meas_passes, instances);
     r.layer_passes = rows.rows;
     r.largest_layer_passes = r.layer_passes;
     std::stable_sort(r.largest_layer_passes.begin(), r.largest_layer_passes.end(),
@@ -494,26 +583,13 @@ std::string mismatch_warning(const DiffResult& r, const NormCounts& norms) {
 
 }  // namespace
 
-DiffResult diff_traces(const DiffOptions& options) {
-    if (options.iterations < 1)
-        throw ConfigError(SourceLocation{"--iterations " + std::to_string(options.iterations)},
-                          "the measured profile holds at least one iteration");
-    DiffResult r;
-    r.simulated = options.simulated;
-    r.measured = options.measured;
-    r.rank = options.rank;
-    r.iterations = options.iterations;
-    std::vector<DiffLine> kinds(kKinds), passes(4);
-    for (int k = 0; k < kKinds; ++k)
-        kinds[static_cast<std::size_t>(k)].name = kernel_kind_name(static_cast<KernelKind>(k));
-    for (int p = 0; p < 4; ++p)
-        passes[static_cast<std::size_t>(p)].name = kPasses[p];
+namespace {
 
-    // The simulated rank: its compute track's pass slices and steps.
-    nlohmann::json sim;
+// The simulated trace, parsed whole: nlohmann's tree of a trace takes about 9.4 times its bytes
+// (measured: a 40.8 MB trace of 32 GPUs peaks at 383 MB); 12 times is counted against
+// --max-memory.
+nlohmann::json read_simulated(const DiffOptions& options) {
     try {
-        // Parsed whole: nlohmann's tree of a trace takes about 9.4 times its bytes (measured:
-        // a 40.8 MB trace of 32 GPUs peaks at 383 MB); 12 times is counted against --max-memory.
         const std::int64_t bytes = require_regular_file(options.simulated, options.simulated,
                                                         "a clustersim trace", kMaxInputBytes);
         if (static_cast<double>(bytes) * 12 > static_cast<double>(options.max_memory))
@@ -524,7 +600,7 @@ DiffResult diff_traces(const DiffOptions& options) {
                                   std::to_string(options.max_memory) +
                                   " bytes); raise --max-memory or trace fewer ranks "
                                   "(--trace-ranks)");
-        sim = nlohmann::json::parse(
+        return nlohmann::json::parse(
             read_regular_file(options.simulated, options.simulated, "a clustersim trace"));
     } catch (const nlohmann::json::parse_error& e) {
         throw ConfigError(SourceLocation{options.simulated},
@@ -536,29 +612,46 @@ DiffResult diff_traces(const DiffOptions& options) {
                           std::string("not a JSON trace clustersim reads (") + e.what() +
                               "): give the file `clustersim run --trace F.json` wrote");
     }
-    const nlohmann::json* events = sim.is_object() && sim.contains("traceEvents")
-                                       ? &sim["traceEvents"]
-                                       : (sim.is_array() ? &sim : nullptr);
+}
+
+// The trace's events: its traceEvents array, or the whole file when that is an array.
+const nlohmann::json& trace_events(const nlohmann::json& sim, const std::string& file) {
+    const nlohmann::json* events = nullptr;
+    if (sim.is_object() && sim.contains("traceEvents"))
+        events = &*sim.find("traceEvents");
+    else if (sim.is_array())
+        events = &sim;
     if (!events || !events->is_array())
-        throw ConfigError(SourceLocation{options.simulated},
+        throw ConfigError(SourceLocation{file},
                           "no traceEvents: not a Chrome JSON trace of clustersim");
-    const std::string track = "GPU " + std::to_string(options.rank) + " compute";
+    return *events;
+}
+
+constexpr std::int64_t kIdMax = INT64_MAX;
+
+struct TrackId {
     long long pid = -1, tid = -1;
+};
+
+// The simulated rank's compute track ("GPU r compute"); throws, listing the compute tracks
+// there are, when the trace lacks it.
+TrackId compute_track(const nlohmann::json& events, const DiffOptions& options) {
+    const std::string track = "GPU " + std::to_string(options.rank) + " compute";
+    TrackId id;
     std::vector<std::string> tracks;
-    constexpr std::int64_t kIdMax = INT64_MAX;
     std::size_t index = 0;
-    for (const auto& e : *events) {
+    for (const auto& e : events) {
         const EntryFields f(e, options.simulated, index++);
         if (!e.is_object() || f.text(e, "ph") != "M" || f.text(e, "name") != "thread_name")
             continue;
         const std::string n = f.text(f.args(), "name");
         if (has(n, "compute")) tracks.push_back(n);
         if (n == track) {
-            pid = f.whole(e, "pid", -1, 0, kIdMax);
-            tid = f.whole(e, "tid", -1, 0, kIdMax);
+            id.pid = f.whole(e, "pid", -1, 0, kIdMax);
+            id.tid = f.whole(e, "tid", -1, 0, kIdMax);
         }
     }
-    if (pid < 0) {
+    if (id.pid < 0) {
         std::string list;
         for (const auto& t : tracks)
             list += (list.empty() ? "" : ", ") + t;
@@ -567,12 +660,22 @@ DiffResult diff_traces(const DiffOptions& options) {
                               (list.empty() ? std::string(" (no compute tracks at all)")
                                             : " (it has " + list + ")"));
     }
-    std::vector<Slice> pass_slices, steps;
-    index = 0;
-    for (const auto& e : *events) {
-        const EntryFields f(e, options.simulated, index++);
+    return id;
+}
+
+// The compute track's slices: its pass slices (with a microbatch) and its steps.
+struct SimulatedTrack {
+    std::vector<Slice> passes, steps;
+};
+
+SimulatedTrack read_track(const nlohmann::json& events, const std::string& file, TrackId id) {
+    SimulatedTrack track;
+    std::size_t index = 0;
+    for (const auto& e : events) {
+        const EntryFields f(e, file, index++);
         if (!e.is_object() || f.text(e, "ph") != "X") continue;
-        if (f.whole(e, "pid", -2, -2, kIdMax) != pid || f.whole(e, "tid", -2, -2, kIdMax) != tid)
+        if (f.whole(e, "pid", -2, -2, kIdMax) != id.pid ||
+            f.whole(e, "tid", -2, -2, kIdMax) != id.tid)
             continue;
         const double ts = f.real(e, "ts"), dur = f.real(e, "dur");
         const auto& args = f.args();
@@ -580,94 +683,168 @@ DiffResult diff_traces(const DiffOptions& options) {
         s.first_layer = static_cast<int>(f.whole(args, "first_layer", 0, 0, kMaxTraceLayers));
         s.layers = static_cast<int>(f.whole(args, "layers", 0, 0, kMaxTraceLayers));
         s.repeat = static_cast<int>(f.whole(args, "repeat", 1, 1, kMaxTraceLayers));
-        if (s.microbatch)
-            pass_slices.push_back(s);
-        else
-            steps.push_back(s);
+        if (s.microbatch) {
+            s.pass = f.pass(args);
+            track.passes.push_back(s);
+        } else {
+            track.steps.push_back(s);
+        }
     }
-    // The measured profile.
-    const TorchTrace t = read_torch_trace(options.measured, options.max_memory);
-    std::unordered_map<std::int64_t, const TraceCpuOp*> ops;
-    std::unordered_set<std::int64_t> autograd_threads;
-    for (const auto& op : t.cpu_ops) {
-        if (op.external_id >= 0) ops.emplace(op.external_id, &op);
-        if (op.name.rfind("autograd::engine::evaluate_function", 0) == 0)
-            autograd_threads.insert(op.tid);
+    return track;
+}
+
+// Per kind and per pass: the rows diff_traces fills, in KernelKind and kPasses order.
+struct Tally {
+    std::vector<DiffLine> kinds, passes;
+    Tally() : kinds(kKinds), passes(4) {
+        for (int k = 0; k < kKinds; ++k)
+            kinds[static_cast<std::size_t>(k)].name = kernel_kind_name(static_cast<KernelKind>(k));
+        for (int p = 0; p < 4; ++p)
+            passes[static_cast<std::size_t>(p)].name = kPasses[p];
     }
-    if (autograd_threads.empty())
-        r.warnings.push_back(
-            "no autograd engine thread in the measured trace: its backward "
-            "kernels cannot be told from the forward's");
-    // The kernel table's view of the measured trace; which norm and which expert GEMMs the
-    // simulated labels stand for follows from the kernels it holds.
-    const OpNesting nesting(t);
-    const TraceDims dims = trace_dims(t);
-    std::vector<KernelKind> measured_kind;
-    measured_kind.reserve(t.gpu.size());
+};
+
+// The measured profile as the kernel table sees it: each kernel's kind, and which norm and which
+// expert GEMMs the simulated labels stand for, which follows from the kernels it holds.
+struct MeasuredKinds {
+    std::vector<KernelKind> of_kernel;  // per GPU event
     bool layer_norm = false, grouped = false;
-    for (const auto& g : t.gpu) {
-        measured_kind.push_back(classify_kernel(g, nesting.site(g), dims));
-        layer_norm |= measured_kind.back() == KernelKind::Norm;
-        grouped |= measured_kind.back() == KernelKind::GroupedGemm;
+    std::int64_t hidden = 0;
+    explicit MeasuredKinds(const TorchTrace& t) {
+        const OpNesting nesting(t);
+        const TraceDims dims = trace_dims(t);
+        hidden = dims.hidden;
+        of_kernel.reserve(t.gpu.size());
+        for (const auto& g : t.gpu) {
+            of_kernel.push_back(classify_kernel(g, nesting.site(g), dims));
+            layer_norm |= of_kernel.back() == KernelKind::Norm;
+            grouped |= of_kernel.back() == KernelKind::GroupedGemm;
+        }
     }
-    const auto settle = [&](std::string kind) {
-        if (kind == "norm" && !layer_norm && dims.hidden > 0) return std::string("rms_norm");
-        if (kind == "grouped_gemm" && !grouped) return std::string("gemm");
+    // A simulated step's kind settled against the profile: "norm" is RMSNorm when the profile has
+    // no LayerNorm, expert GEMMs dense ones when it has no grouped GEMM.
+    std::string settle(std::string kind) const {
+        if (kind == "norm" && !layer_norm && hidden > 0) return "rms_norm";
+        if (kind == "grouped_gemm" && !grouped) return "gemm";
         return kind;
-    };
+    }
+};
+
+// Adds the simulated steps to the kinds and passes: a step belongs to the pass slice it starts
+// in, or to the optimizer when it is the optimizer's, else to "other". Also the rank's busy
+// time, iteration time, microbatches and layers.
+void add_simulated(DiffResult& r, Tally& tally, const SimulatedTrack& sim,
+                   const MeasuredKinds& measured, const std::string& track) {
     double first = HUGE_VAL, last = 0;
-    for (const auto& p : pass_slices) {
-        if (p.name.rfind('F', 0) == 0) {
+    for (const auto& p : sim.passes) {
+        if (p.forward()) {
             ++r.microbatches;
             r.layers = std::max(r.layers, p.layers);
         }
     }
-    for (const auto& s : steps) {
+    for (const auto& s : sim.steps) {
         first = std::min(first, s.ts);
         last = std::max(last, s.end);
         const double ms = (s.end - s.ts) / 1000;
         int pass = 3;
-        for (const auto& p : pass_slices)
-            if (s.ts >= p.ts && s.ts < p.end) pass = p.name.rfind('F', 0) == 0 ? 0 : 1;
-        const std::string kind = settle(simulated_kind(s.name));
+        for (const auto& p : sim.passes)
+            if (s.ts >= p.ts && s.ts < p.end) pass = p.forward() ? 0 : 1;
+        const std::string kind = measured.settle(simulated_kind(s.name));
         if (pass == 3 && kind == "optimizer") pass = 2;
-        auto& k = kinds[static_cast<std::size_t>(kind_index(kind))];
+        auto& k = tally.kinds[static_cast<std::size_t>(kind_index(kind))];
         k.simulated_ms += ms;
         ++k.simulated_ops;
-        passes[static_cast<std::size_t>(pass)].simulated_ms += ms;
-        ++passes[static_cast<std::size_t>(pass)].simulated_ops;
+        tally.passes[static_cast<std::size_t>(pass)].simulated_ms += ms;
+        ++tally.passes[static_cast<std::size_t>(pass)].simulated_ops;
         r.simulated_busy_ms += ms;
     }
-    if (steps.empty()) r.warnings.push_back("the simulated track \"" + track + "\" has no steps");
-    r.simulated_iteration_ms = steps.empty() ? 0 : (last - first) / 1000;
+    if (sim.steps.empty())
+        r.warnings.push_back("the simulated track \"" + track + "\" has no steps");
+    r.simulated_iteration_ms = sim.steps.empty() ? 0 : (last - first) / 1000;
+}
 
-    const double per = 1.0 / options.iterations;
+// The profile's operators by External id, and the autograd engine's threads (warned about when
+// there are none: then the backward's kernels count as the forward's).
+struct MeasuredOps {
+    std::unordered_map<std::int64_t, const TraceCpuOp*> by_id;
+    std::unordered_set<std::int64_t> autograd_threads;
+};
+
+MeasuredOps measured_ops(DiffResult& r, const TorchTrace& t) {
+    MeasuredOps ops;
+    for (const auto& op : t.cpu_ops) {
+        if (op.external_id >= 0) ops.by_id.emplace(op.external_id, &op);
+        if (op.name.rfind("autograd::engine::evaluate_function", 0) == 0)
+            ops.autograd_threads.insert(op.tid);
+    }
+    if (ops.autograd_threads.empty())
+        r.warnings.push_back(
+            "no autograd engine thread in the measured trace: its backward "
+            "kernels cannot be told from the forward's");
+    return ops;
+}
+
+// Adds the measured kernels to the kinds and passes, per iteration (see diff.hpp for the
+// passes), and returns them for the layer rows.
+std::vector<MeasuredKernel> add_measured(DiffResult& r, Tally& tally, const TorchTrace& t,
+                                         const MeasuredOps& ops, const MeasuredKinds& kinds,
+                                         int iterations) {
+    const double per = 1.0 / iterations;
     std::vector<MeasuredKernel> measured;
     measured.reserve(t.gpu.size());
     for (std::size_t gi = 0; gi < t.gpu.size(); ++gi) {
         const auto& g = t.gpu[gi];
-        const auto it = ops.find(g.external_id);
-        const TraceCpuOp* op = it == ops.end() ? nullptr : it->second;
-        const KernelKind kind = measured_kind[gi];
+        const auto it = ops.by_id.find(g.external_id);
+        const TraceCpuOp* op = it == ops.by_id.end() ? nullptr : it->second;
+        const KernelKind kind = kinds.of_kernel[gi];
         const double ms = g.dur_us / 1000 * per;
-        auto& k = kinds[static_cast<std::size_t>(kind)];
+        auto& k = tally.kinds[static_cast<std::size_t>(kind)];
         k.measured_ms += ms;
         ++k.measured_kernels;
-        int pass = op ? (autograd_threads.count(op->tid) ? 1 : 0) : 3;
+        int pass = op ? (ops.autograd_threads.count(op->tid) ? 1 : 0) : 3;
         if (kind == KernelKind::Optimizer) pass = 2;
         // Gradient accumulation into the main gradients belongs to the backward (the model puts
         // it there), whichever thread launched it (Megatron-style hooks run on the main one).
         if (kind == KernelKind::MixedAccumulate) pass = 1;
-        passes[static_cast<std::size_t>(pass)].measured_ms += ms;
-        ++passes[static_cast<std::size_t>(pass)].measured_kernels;
+        tally.passes[static_cast<std::size_t>(pass)].measured_ms += ms;
+        ++tally.passes[static_cast<std::size_t>(pass)].measured_kernels;
         r.measured_busy_ms += ms;
         measured.push_back({g.ts_us, g.dur_us / 1000, pass, kind, op ? g.external_id : -1});
     }
+    return measured;
+}
+
+}  // namespace
+
+DiffResult diff_traces(const DiffOptions& options) {
+    if (options.iterations < 1)
+        throw ConfigError(SourceLocation{"--iterations " + std::to_string(options.iterations)},
+                          "the measured profile holds at least one iteration");
+    DiffResult r;
+    r.simulated = options.simulated;
+    r.measured = options.measured;
+    r.rank = options.rank;
+    r.iterations = options.iterations;
+    Tally tally;
+
+    // The simulated rank: its compute track's pass slices and steps.
+    const nlohmann::json sim = read_simulated(options);
+    const nlohmann::json& events = trace_events(sim, options.simulated);
+    const TrackId id = compute_track(events, options);
+    const SimulatedTrack track = read_track(events, options.simulated, id);
+    // The measured profile.
+    const TorchTrace t = read_torch_trace(options.measured, options.max_memory);
+    const MeasuredOps ops = measured_ops(r, t);
+    const MeasuredKinds measured_kinds(t);
+    add_simulated(r, tally, track, measured_kinds,
+                  "GPU " + std::to_string(options.rank) + " compute");
+    const auto measured = add_measured(r, tally, t, ops, measured_kinds, options.iterations);
+
     NormCounts norms;
-    layer_passes(r, pass_slices, steps, measured, norms);
-    for (const auto& k : kinds)
+    layer_passes(r, track.passes, track.steps, measured, norms);
+    for (const auto& k : tally.kinds)
         if (k.simulated_ops > 0 || k.measured_kernels > 0) r.kinds.push_back(k);
-    for (const auto& p : passes)
+    for (const auto& p : tally.passes)
         if (p.simulated_ops > 0 || p.measured_kernels > 0) r.passes.push_back(p);
     r.largest = r.kinds;
     std::stable_sort(r.largest.begin(), r.largest.end(), [](const auto& a, const auto& b) {

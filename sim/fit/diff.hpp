@@ -6,7 +6,8 @@
 // Kinds are the compute model's (api/torch_trace.hpp KernelKind): measured kernels are classified
 // as `clustersim calibrate` classifies them; simulated steps by their label (the roofline's kernel
 // names, docs/calibrate.md lists the mapping). Passes: simulated steps belong to the pass slice
-// (F*, B*, W*) that contains them, or are the optimizer step; measured kernels belong to the
+// that contains them (its "pass" argument says which pass it is; its name is not read), or are
+// the optimizer step; measured kernels belong to the
 // backward when their operator ran on the autograd engine's thread, to the optimizer when they
 // are optimizer kernels, else to the forward. Measured times are GPU kernel time divided by the
 // number of iterations the profile holds.

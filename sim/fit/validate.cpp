@@ -200,6 +200,153 @@ void run_experiment(const config::Reader& r, const std::vector<std::string>& set
     }
 }
 
+// `part: attention`: only the attention core's kernels of the layer's forward or backward (the
+// steps flagged Step::AttentionCore), as an attention microbenchmark times them without the
+// layer's projections.
+void run_layer_attention(const config::Reader& r, const workload::ExperimentSpec& spec,
+                         const workload::LayerPasses& passes, const std::string& which,
+                         ValidationCase& out) {
+    if (which != "forward" && which != "backward")
+        r.fail("layer_pass", "expected forward or backward with part: attention");
+    const auto& pass = which == "forward" ? passes.forward : passes.backward;
+    Time t;
+    std::int64_t launches = 0;
+    for (const auto& step : pass.steps) {
+        if (!step.has(workload::Step::AttentionCore)) continue;
+        t += step.duration * step.repeat;
+        launches += std::int64_t{step.launches} * step.repeat;
+    }
+    if (launches == 0) r.fail("part", "the layer's " + which + " pass has no attention core");
+    out.predicted = t.seconds() * 1e3;
+    out.inputs = layout_text(spec) + "; " + which + " attention core kernels";
+    out.note = std::to_string(launches) + " kernels, GPU time only";
+}
+
+// `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as a
+// profiler's kernel sum counts it; forward_backward sums both passes.
+void run_layer_kernels(const config::Reader& r, const workload::ExperimentSpec& spec,
+                       const workload::LayerPasses& passes, const std::string& which,
+                       ValidationCase& out) {
+    if (which != "forward" && which != "forward_backward")
+        r.fail("layer_pass", "expected forward or forward_backward with time: kernels");
+    const Time t = passes.forward.compute_time() +
+                   (which == "forward" ? Time::zero() : passes.backward.compute_time());
+    out.predicted = t.seconds() * 1e3;
+    out.inputs = layout_text(spec) + "; " + which + " kernels";
+    out.note = std::to_string(passes.forward.launches() +
+                              (which == "forward" ? 0 : passes.backward.launches())) +
+               " kernels, GPU time only";
+}
+
+// A layer call's forward and backward as kernel blocks, and the time of their collectives.
+struct LayerCall {
+    std::vector<replay::KernelBlock> fwd, bwd;
+    Time comm_fwd, comm_bwd;
+};
+
+// Each step of the forward, then of the backward, as kernel blocks: compute steps with their
+// roofline time, collectives simulated alone on the experiment's network over GPU 0's group
+// (worker 0, member 0, in Megatron's rank order: the replay's own).
+LayerCall layer_call(const workload::ExperimentSpec& spec, const workload::RankLayout& ranks_of,
+                     const workload::LayerPasses& lp) {
+    LayerCall c;
+    for (const auto* plan : {&lp.forward, &lp.backward}) {
+        std::vector<Time> times;
+        Time& comm = plan == &lp.forward ? c.comm_fwd : c.comm_bwd;
+        for (const auto& step : plan->steps) {
+            if (step.kind == workload::Step::Kind::Compute) {
+                times.push_back(step.duration);
+                continue;
+            }
+            const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
+            const Time one = ranks.size() < 2 ? Time::zero()
+                                              : network::isolated_collective_time(
+                                                    *spec.cluster, spec.network, step.collective,
+                                                    ranks, step.size);
+            times.push_back(one);
+            comm += one * step.repeat;
+        }
+        (plan == &lp.forward ? c.fwd : c.bwd) = replay::kernel_blocks(plan->steps, times);
+    }
+    return c;
+}
+
+Time gpu_time(const std::vector<replay::KernelBlock>& blocks) {
+    Time t;
+    for (const auto& b : blocks)
+        t += b.time;
+    return t;
+}
+
+// With a host model a call is issued kernel by kernel from an idle GPU (no pipeline pass around
+// it, so no per-pass framework cost); without one it is the sum of its steps. The forward has no
+// framework work before its first kernel (the stage and chunk timings of
+// h200-pipeline-runtime.json: 0.03 ms fixed per forward call); the backward starts with the
+// framework's and the autograd engine's work (0.37 ms per backward call there): host.pass +
+// host.backward, spent after the host has issued the forward's kernels.
+Time forward_end(const workload::HostModel& host, const LayerCall& c) {
+    return host.enabled ? replay::host_issue(Time::zero(), host.launch, c.fwd).earliest_end
+                        : gpu_time(c.fwd);
+}
+
+// Forward + backward as one call: kernel j of the backward is issued at (the forward's issue) +
+// lead + (j + 1) launch while the GPU may still run the forward, so the call ends at the later
+// of the forward's end plus the backward's GPU time and the forward's issue plus the backward's
+// own closed form from its lead: a lead shorter than the forward's GPU time is hidden.
+Time call_end(const workload::HostModel& host, const LayerCall& c) {
+    const Time chained = forward_end(host, c) + gpu_time(c.bwd);
+    if (!host.enabled) return chained;
+    const auto f = replay::host_issue(Time::zero(), host.launch, c.fwd);
+    const auto b = replay::host_issue(host.pass + host.backward, host.launch, c.bwd);
+    return std::max(chained, f.issue + b.earliest_end);
+}
+
+// The layer's forward or backward as the microbenchmarks time it: two calls of the bare layer,
+// each in its own loop: the forward, and forward + backward; the backward row is their
+// difference. `fwd_bwd_clocks` gives the clocks of the (forward + backward) loop when they
+// differ from the experiment's (docs/validation.md: the longer loop runs under the power cap,
+// the forward loop does not).
+void run_layer_wall(const config::Reader& r, const workload::ExperimentSpec& spec,
+                    const workload::LayerPasses& passes, const std::string& which, bool moe,
+                    ValidationCase& out) {
+    if (which != "forward" && which != "backward")
+        r.fail("layer_pass", "expected forward or backward");
+    const std::string clocks =
+        r.choice("fwd_bwd_clocks", {"experiment", "sustained", "burst"}, "experiment");
+    if (which == "forward" && clocks != "experiment")
+        r.fail("fwd_bwd_clocks",
+               "applies to backward rows only (the forward row times the "
+               "forward alone)");
+    const workload::RankLayout ranks_of(spec.layout);
+    const auto& host = spec.compute.host;
+    const LayerCall alone = layer_call(spec, ranks_of, passes);
+    const bool other_clocks =
+        clocks != "experiment" && (clocks == "sustained") != spec.compute.roofline.sustained;
+    auto compute = spec.compute.roofline;
+    compute.sustained = clocks == "sustained";
+    const auto both_passes =
+        other_clocks ? workload::roofline_layer(spec.model, spec.layout, spec.training,
+                                                spec.cluster->gpu_model(0), compute, moe)
+                     : passes;
+    const LayerCall both = other_clocks ? layer_call(spec, ranks_of, both_passes) : alone;
+    const Time fwd_end = forward_end(host, alone);
+    const Time total = which == "forward" ? fwd_end : call_end(host, both) - fwd_end;
+    const auto& pass = which == "forward" ? passes.forward : both_passes.backward;
+    const Time comm = which == "forward" ? alone.comm_fwd : both.comm_bwd;
+    out.predicted = total.seconds() * 1e3;
+    out.inputs = layout_text(spec) + "; " + which;
+    out.note = "kernels " + number(pass.compute_time().seconds() * 1e3) + " ms in " +
+               std::to_string(pass.launches()) + " launches + collectives " +
+               number(comm.seconds() * 1e3) + " ms";
+    if (which == "backward")
+        out.note += "; (forward + backward) " + number(call_end(host, both).seconds() * 1e3) +
+                    " ms" + (other_clocks ? " at " + clocks + " clocks" : std::string()) +
+                    " - forward " + number(fwd_end.seconds() * 1e3) + " ms";
+    if (host.enabled)
+        out.note += "; host " + format_time(host.launch) + " per launch, " +
+                    format_time(host.pass + host.backward) + " before the backward";
+}
+
 // One transformer layer's forward or backward pass on one GPU of the experiment's layout: the
 // roofline compute of workload::roofline_layer plus its collectives, each simulated alone
 // (network::isolated_collective_time) on the experiment's network over GPU 0's group of the
@@ -213,140 +360,16 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const auto passes = workload::roofline_layer(spec.model, spec.layout, spec.training, gpu,
                                                  spec.compute.roofline, moe);
     const std::string which = r.string("layer_pass");
-    // `time: kernels`: the GPU time of the pass's kernels alone (no host, no collectives), as
-    // a profiler's kernel sum counts it; forward_backward sums both passes.
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
-    // `part: attention`: only the attention core's kernels (the steps flagged
-    // Step::AttentionCore), as an attention microbenchmark times them without the layer's
-    // projections.
     const bool attention_only = r.choice("part", {"layer", "attention"}, "layer") == "attention";
     if (attention_only) {
         if (!kernels) r.fail("part", "part: attention needs time: kernels");
-        if (which != "forward" && which != "backward")
-            r.fail("layer_pass", "expected forward or backward with part: attention");
-        const auto& pass = which == "forward" ? passes.forward : passes.backward;
-        Time t;
-        std::int64_t launches = 0;
-        for (const auto& step : pass.steps) {
-            if (!step.has(workload::Step::AttentionCore)) continue;
-            t += step.duration * step.repeat;
-            launches += std::int64_t{step.launches} * step.repeat;
-        }
-        if (launches == 0) r.fail("part", "the layer's " + which + " pass has no attention core");
-        out.predicted = t.seconds() * 1e3;
-        out.inputs = layout_text(spec) + "; " + which + " attention core kernels";
-        out.note = std::to_string(launches) + " kernels, GPU time only";
-        return;
+        run_layer_attention(r, spec, passes, which, out);
+    } else if (kernels) {
+        run_layer_kernels(r, spec, passes, which, out);
+    } else {
+        run_layer_wall(r, spec, passes, which, moe, out);
     }
-    if (kernels) {
-        if (which != "forward" && which != "forward_backward")
-            r.fail("layer_pass", "expected forward or forward_backward with time: kernels");
-        const Time t = passes.forward.compute_time() +
-                       (which == "forward" ? Time::zero() : passes.backward.compute_time());
-        out.predicted = t.seconds() * 1e3;
-        out.inputs = layout_text(spec) + "; " + which + " kernels";
-        out.note = std::to_string(passes.forward.launches() +
-                                  (which == "forward" ? 0 : passes.backward.launches())) +
-                   " kernels, GPU time only";
-        return;
-    }
-    if (which != "forward" && which != "backward")
-        r.fail("layer_pass", "expected forward or backward");
-    // The microbenchmarks time two calls of the bare layer, each in its own loop: the forward,
-    // and forward + backward; the backward row is their difference. `fwd_bwd_clocks` gives the
-    // clocks of the (forward + backward) loop when they differ from the experiment's (docs/
-    // validation.md: the longer loop runs under the power cap, the forward loop does not).
-    const std::string clocks =
-        r.choice("fwd_bwd_clocks", {"experiment", "sustained", "burst"}, "experiment");
-    if (which == "forward" && clocks != "experiment")
-        r.fail("fwd_bwd_clocks",
-               "applies to backward rows only (the forward row times the "
-               "forward alone)");
-    const workload::RankLayout ranks_of(spec.layout);
-    // Each step of the forward, then of the backward, as kernel blocks: compute steps with
-    // their roofline time, collectives simulated alone on the experiment's network over GPU
-    // 0's group (worker 0, member 0, in Megatron's rank order: the replay's own).
-    struct Call {
-        std::vector<replay::KernelBlock> fwd, bwd;
-        Time comm_fwd, comm_bwd;
-    };
-    const auto call_of = [&](const workload::LayerPasses& lp) {
-        Call c;
-        for (const auto* plan : {&lp.forward, &lp.backward}) {
-            std::vector<Time> times;
-            Time& comm = plan == &lp.forward ? c.comm_fwd : c.comm_bwd;
-            for (const auto& step : plan->steps) {
-                if (step.kind == workload::Step::Kind::Compute) {
-                    times.push_back(step.duration);
-                    continue;
-                }
-                const auto ranks = ranks_of.group(step.group, 0, 0).gpus;
-                const Time one = ranks.size() < 2 ? Time::zero()
-                                                  : network::isolated_collective_time(
-                                                        *spec.cluster, spec.network,
-                                                        step.collective, ranks, step.size);
-                times.push_back(one);
-                comm += one * step.repeat;
-            }
-            (plan == &lp.forward ? c.fwd : c.bwd) = replay::kernel_blocks(plan->steps, times);
-        }
-        return c;
-    };
-    const auto gpu_time = [](const std::vector<replay::KernelBlock>& blocks) {
-        Time t;
-        for (const auto& b : blocks)
-            t += b.time;
-        return t;
-    };
-    // With a host model a call is issued kernel by kernel from an idle GPU (no pipeline pass
-    // around it, so no per-pass framework cost); without one it is the sum of its steps. The
-    // forward has no framework work before its first kernel (the stage and chunk timings of
-    // h200-pipeline-runtime.json: 0.03 ms fixed per forward call); the backward starts with
-    // the framework's and the autograd engine's work (0.37 ms per backward call there):
-    // host.pass + host.backward, spent after the host has issued the forward's kernels.
-    const auto& host = spec.compute.host;
-    const auto forward_end = [&](const Call& c) {
-        return host.enabled ? replay::host_issue(Time::zero(), host.launch, c.fwd).earliest_end
-                            : gpu_time(c.fwd);
-    };
-    // Forward + backward as one call: kernel j of the backward is issued at (the forward's
-    // issue) + lead + (j + 1) launch while the GPU may still run the forward, so the call
-    // ends at the later of the forward's end plus the backward's GPU time and the forward's
-    // issue plus the backward's own closed form from its lead: a lead shorter than the
-    // forward's GPU time is hidden.
-    const auto call_end = [&](const Call& c) {
-        const Time chained = forward_end(c) + gpu_time(c.bwd);
-        if (!host.enabled) return chained;
-        const auto f = replay::host_issue(Time::zero(), host.launch, c.fwd);
-        const auto b = replay::host_issue(host.pass + host.backward, host.launch, c.bwd);
-        return std::max(chained, f.issue + b.earliest_end);
-    };
-    const auto passes_at = [&](bool sustained) {
-        auto compute = spec.compute.roofline;
-        compute.sustained = sustained;
-        return workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute, moe);
-    };
-    const Call alone = call_of(passes);
-    const bool other_clocks =
-        clocks != "experiment" && (clocks == "sustained") != spec.compute.roofline.sustained;
-    const auto both_passes = other_clocks ? passes_at(clocks == "sustained") : passes;
-    const Call both = other_clocks ? call_of(both_passes) : alone;
-    const Time fwd_end = forward_end(alone);
-    const Time total = which == "forward" ? fwd_end : call_end(both) - fwd_end;
-    const auto& pass = which == "forward" ? passes.forward : both_passes.backward;
-    const Time comm = which == "forward" ? alone.comm_fwd : both.comm_bwd;
-    out.predicted = total.seconds() * 1e3;
-    out.inputs = layout_text(spec) + "; " + which;
-    out.note = "kernels " + number(pass.compute_time().seconds() * 1e3) + " ms in " +
-               std::to_string(pass.launches()) + " launches + collectives " +
-               number(comm.seconds() * 1e3) + " ms";
-    if (which == "backward")
-        out.note += "; (forward + backward) " + number(call_end(both).seconds() * 1e3) + " ms" +
-                    (other_clocks ? " at " + clocks + " clocks" : std::string()) + " - forward " +
-                    number(fwd_end.seconds() * 1e3) + " ms";
-    if (host.enabled)
-        out.note += "; host " + format_time(host.launch) + " per launch, " +
-                    format_time(host.pass + host.backward) + " before the backward";
 }
 
 // One bf16 GEMM called back to back: the tensor-core load of the GPU's sustained figure (duty
@@ -593,6 +616,65 @@ std::map<std::string, std::string> load_known_gaps(const std::filesystem::path& 
     return gaps;
 }
 
+// The families of cases.yaml: their modes, tolerances and kinds of error.
+std::vector<ValidationFamily> read_families(const config::Reader& root) {
+    std::vector<ValidationFamily> families;
+    for (const auto& f : root.list_of_maps("families")) {
+        ValidationFamily fam;
+        fam.id = f.string("id");
+        fam.title = f.string("title");
+        fam.mode = f.string("mode");
+        fam.tolerance = f.number("tolerance");
+        const auto err = f.string("error");
+        if (err != "relative" && err != "absolute")
+            f.fail("error", "expected relative or absolute");
+        fam.absolute = err == "absolute";
+        if (!(fam.tolerance > 0)) f.fail("tolerance", "must be positive");
+        f.finish();
+        families.push_back(fam);
+    }
+    return families;
+}
+
+// Runs case `c` of kind `kind` (any but not_reproduced): its prediction into `res`.
+void run_case(const config::Reader& c, const std::string& kind, const ValidateOptions& a,
+              ValidationCase& res) {
+    const auto sets = string_list(c, "set");
+    if (kind == "experiment")
+        run_experiment(c, sets, a, res);
+    else if (kind == "layer")
+        run_layer(c, sets, res);
+    else if (kind == "gemm")
+        run_gemm(c, sets, res);
+    else if (kind == "collective")
+        run_collective(c, res);
+    else if (kind == "sustained")
+        run_sustained(c, sets, res);
+    else if (kind == "kernel")
+        run_kernel(c, sets, res);
+    else
+        c.fail("kind", "unknown kind \"" + kind +
+                           "\"; expected experiment, layer, gemm, collective, sustained, "
+                           "kernel or not_reproduced");
+}
+
+// The case's error against its family's tolerance: pass, fail, or a known gap (known_gaps.txt).
+void judge(ValidationCase& res, const ValidationFamily& fam,
+           const std::map<std::string, std::string>& gaps) {
+    res.error = fam.absolute ? res.predicted - res.published : res.predicted / res.published - 1;
+    const bool within = std::fabs(res.error) <= fam.tolerance;
+    res.status = within ? ValidationStatus::Pass : ValidationStatus::Fail;
+    if (const auto g = gaps.find(res.id); g != gaps.end()) {
+        if (within) {
+            res.note += (res.note.empty() ? "" : "; ") +
+                        std::string("listed in known_gaps.txt but now within tolerance");
+        } else {
+            res.status = ValidationStatus::KnownGap;
+            res.note += (res.note.empty() ? "" : "; ") + std::string("known gap: ") + g->second;
+        }
+    }
+}
+
 }  // namespace
 
 std::map<std::string, FamilyStats> family_stats(const std::vector<ValidationFamily>& families,
@@ -630,21 +712,7 @@ ValidationReport validate(const ValidateOptions& a) {
                           "bundled tests/validation");
     const auto doc = config::load_document(dir / "cases.yaml");
     const auto root = config::root_reader(doc);
-    std::vector<ValidationFamily> families;
-    for (const auto& f : root.list_of_maps("families")) {
-        ValidationFamily fam;
-        fam.id = f.string("id");
-        fam.title = f.string("title");
-        fam.mode = f.string("mode");
-        fam.tolerance = f.number("tolerance");
-        const auto err = f.string("error");
-        if (err != "relative" && err != "absolute")
-            f.fail("error", "expected relative or absolute");
-        fam.absolute = err == "absolute";
-        if (!(fam.tolerance > 0)) f.fail("tolerance", "must be positive");
-        f.finish();
-        families.push_back(fam);
-    }
+    std::vector<ValidationFamily> families = read_families(root);
     const auto gaps = load_known_gaps(dir / "known_gaps.txt");
     std::vector<ValidationCase> results;
     std::map<std::string, SourceLocation> id_places;
@@ -674,37 +742,9 @@ ValidationReport validate(const ValidateOptions& a) {
         res.published = c.number("published");
         res.unit = c.string_or("unit", "");
         res.fitted = c.boolean_or("fitted", false);
-        const auto sets = string_list(c, "set");
-        if (kind == "experiment")
-            run_experiment(c, sets, a, res);
-        else if (kind == "layer")
-            run_layer(c, sets, res);
-        else if (kind == "gemm")
-            run_gemm(c, sets, res);
-        else if (kind == "collective")
-            run_collective(c, res);
-        else if (kind == "sustained")
-            run_sustained(c, sets, res);
-        else if (kind == "kernel")
-            run_kernel(c, sets, res);
-        else
-            c.fail("kind", "unknown kind \"" + kind +
-                               "\"; expected experiment, layer, gemm, collective, sustained, "
-                               "kernel or not_reproduced");
+        run_case(c, kind, a, res);
         c.finish();
-        res.error =
-            fam->absolute ? res.predicted - res.published : res.predicted / res.published - 1;
-        const bool within = std::fabs(res.error) <= fam->tolerance;
-        res.status = within ? ValidationStatus::Pass : ValidationStatus::Fail;
-        if (const auto g = gaps.find(res.id); g != gaps.end()) {
-            if (within) {
-                res.note += (res.note.empty() ? "" : "; ") +
-                            std::string("listed in known_gaps.txt but now within tolerance");
-            } else {
-                res.status = ValidationStatus::KnownGap;
-                res.note += (res.note.empty() ? "" : "; ") + std::string("known gap: ") + g->second;
-            }
-        }
+        judge(res, *fam, gaps);
         if (a.on_case) a.on_case(res, *fam);
         results.push_back(res);
     }

@@ -92,82 +92,103 @@ std::optional<CollectiveKind> nccl_tests_kind(const std::string& name) {
     return std::nullopt;
 }
 
-NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
-                               std::optional<CollectiveKind> given,
-                               std::optional<int> given_ranks) {
-    NcclTestsFile f;
-    f.path = path;
-    std::optional<CollectiveKind> from_file;
-    int from_file_line = 0;
-    std::map<int, std::string> ranks;  // rank -> device
-    std::vector<std::string> leading;  // the column names before the first "time"
-    int header_line = 0;
-    std::int64_t noise_lines = 0;
-    bool footer = false;
-    std::string line;
-    int line_no = 0;
-    const auto fail = [&](int column, const std::string& message) {
-        throw ConfigError(SourceLocation{path, line_no, column}, message);
-    };
-    while (std::getline(in, line)) {
-        ++line_no;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
+namespace {
+
+// The reading of one nccl-tests output, line by line: what its comment lines said (the binary,
+// the devices, the column header, the footer) and its result rows.
+class NcclTestsReader {
+  public:
+    explicit NcclTestsReader(const std::string& path) { f_.path = path; }
+
+    // One line of the file (its number `line_no`), without its line ending.
+    void read_line(const std::string& line, int line_no) {
+        line_no_ = line_no;
         const std::size_t start = prefix_end(line);
         const auto t = tokens(line, start);
-        if (t.empty()) continue;
+        if (t.empty()) return;
         if (t[0].text[0] == '#') {
-            // Comment lines: the header, the device list, the column header and the footer.
-            std::vector<std::string> w;
-            for (const auto& tok : t)
-                w.push_back(tok.text);
-            if (w[0] == "#")
-                w.erase(w.begin());
-            else
-                w[0] = w[0].substr(1);
-            if (w.size() >= 4 && w[0] == "Collective" && w[1] == "test" && w[2] == "starting:") {
-                from_file = nccl_tests_kind(w[3]);
-                if (!from_file)
-                    fail(t.back().column, "unknown nccl-tests binary '" + w[3] +
-                                              "'; clustersim reads all_reduce_perf, "
-                                              "all_gather_perf, reduce_scatter_perf, "
-                                              "alltoall_perf, sendrecv_perf, broadcast_perf");
-                f.binary = w[3];
-                from_file_line = line_no;
-            } else if (w.size() >= 2 && w[0] == "Rank" && all_digits(w[1]) && w[1].size() <= 6) {
-                const auto bracket = line.find(']', start);
-                std::string device;
-                if (bracket != std::string::npos) {
-                    device = line.substr(bracket + 1);
-                    device.erase(0, device.find_first_not_of(' '));
-                }
-                ranks[std::stoi(w[1])] = device;
-            } else if (w.size() >= 4 && w[0] == "Avg" && w[1] == "bus" && w[2] == "bandwidth") {
-                const auto colon = std::find(w.begin(), w.end(), ":");
-                if (colon != w.end() && colon + 1 != w.end()) f.avg_busbw = number(*(colon + 1));
-                footer = true;
-            } else if (!w.empty() && w[0] == "size" &&
-                       std::find(w.begin(), w.end(), "count") != w.end()) {
-                leading.clear();
-                for (const auto& name : w) {
-                    if (name == "time" || name == "cputime") break;
-                    leading.push_back(name);
-                }
-                if (leading.size() < 3 || leading[1] != "count" || leading[2] != "type")
-                    fail(t[0].column,
-                         "a column header that does not start with size, count, "
-                         "type: not nccl-tests output");
-                header_line = line_no;
+            read_comment(line, start, t);
+        } else if (!all_digits(t[0].text) || header_line_ == 0) {
+            ++noise_lines_;  // NCCL INFO lines, warnings, the launcher's own output
+        } else {
+            f_.rows.push_back(read_row(t));
+        }
+    }
+
+    // The file read, its rank count and operation settled and its rows checked against them.
+    NcclTestsFile finish(std::optional<CollectiveKind> given, std::optional<int> given_ranks) {
+        check_table();
+        settle_ranks(given_ranks);
+        settle_kind(given);
+        check_sizes();
+        const auto& path = f_.path;
+        if (!footer_)
+            f_.warnings.push_back(path +
+                                  ": no \"# Avg bus bandwidth\" footer: the run may have been "
+                                  "cut short; read " +
+                                  std::to_string(f_.rows.size()) + " rows");
+        if (noise_lines_ > 0)
+            f_.warnings.push_back(
+                path + ": skipped " + std::to_string(noise_lines_) +
+                " line(s) that are neither comments nor result rows (log output)");
+        return std::move(f_);
+    }
+
+  private:
+    [[noreturn]] void fail(int column, const std::string& message) const {
+        throw ConfigError(SourceLocation{f_.path, line_no_, column}, message);
+    }
+
+    // Comment lines: the header, the device list, the column header and the footer.
+    void read_comment(const std::string& line, std::size_t start, const std::vector<Token>& t) {
+        std::vector<std::string> w;
+        for (const auto& tok : t)
+            w.push_back(tok.text);
+        if (w[0] == "#")
+            w.erase(w.begin());
+        else
+            w[0] = w[0].substr(1);
+        if (w.size() >= 4 && w[0] == "Collective" && w[1] == "test" && w[2] == "starting:") {
+            from_file_ = nccl_tests_kind(w[3]);
+            if (!from_file_)
+                fail(t.back().column, "unknown nccl-tests binary '" + w[3] +
+                                          "'; clustersim reads all_reduce_perf, "
+                                          "all_gather_perf, reduce_scatter_perf, "
+                                          "alltoall_perf, sendrecv_perf, broadcast_perf");
+            f_.binary = w[3];
+            from_file_line_ = line_no_;
+        } else if (w.size() >= 2 && w[0] == "Rank" && all_digits(w[1]) && w[1].size() <= 6) {
+            const auto bracket = line.find(']', start);
+            std::string device;
+            if (bracket != std::string::npos) {
+                device = line.substr(bracket + 1);
+                device.erase(0, device.find_first_not_of(' '));
             }
-            continue;
+            ranks_[std::stoi(w[1])] = device;
+        } else if (w.size() >= 4 && w[0] == "Avg" && w[1] == "bus" && w[2] == "bandwidth") {
+            const auto colon = std::find(w.begin(), w.end(), ":");
+            if (colon != w.end() && colon + 1 != w.end()) f_.avg_busbw = number(*(colon + 1));
+            footer_ = true;
+        } else if (!w.empty() && w[0] == "size" &&
+                   std::find(w.begin(), w.end(), "count") != w.end()) {
+            leading_.clear();
+            for (const auto& name : w) {
+                if (name == "time" || name == "cputime") break;
+                leading_.push_back(name);
+            }
+            if (leading_.size() < 3 || leading_[1] != "count" || leading_[2] != "type")
+                fail(t[0].column,
+                     "a column header that does not start with size, count, "
+                     "type: not nccl-tests output");
+            header_line_ = line_no_;
         }
-        if (!all_digits(t[0].text) || header_line == 0) {
-            ++noise_lines;  // NCCL INFO lines, warnings, the launcher's own output
-            continue;
-        }
-        // A result row: the leading columns, then time algbw busbw #wrong twice. Older
-        // alltoall_perf printed a redop header but left the column blank in its rows
-        // (nccl-tests issue 78): one column short, the redop one is taken as absent.
-        std::vector<std::string> cols = leading;
+    }
+
+    // A result row's leading columns: the header's. Older alltoall_perf printed a redop header
+    // but left the column blank in its rows (nccl-tests issue 78): one column short, the redop
+    // one is taken as absent.
+    std::vector<std::string> row_columns(const std::vector<Token>& t) const {
+        std::vector<std::string> cols = leading_;
         const auto redop_at = std::find(cols.begin(), cols.end(), "redop");
         if (t.size() + 1 == cols.size() + 8 && redop_at != cols.end() &&
             number(t[static_cast<std::size_t>(redop_at - cols.begin())].text))
@@ -176,12 +197,18 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
         if (t.size() != want)
             fail(t[std::min(t.size(), want) - 1].column,
                  "a result row with " + std::to_string(t.size()) + " columns; the column header " +
-                     "(line " + std::to_string(header_line) + ") has " + std::to_string(want) +
+                     "(line " + std::to_string(header_line_) + ") has " + std::to_string(want) +
                      " (" + std::to_string(cols.size()) +
                      " leading, then time, algbw, busbw, #wrong out of place and in place): a "
                      "truncated or hand-edited row");
+        return cols;
+    }
+
+    // A result row: the leading columns, then time algbw busbw #wrong twice.
+    NcclTestsRow read_row(const std::vector<Token>& t) const {
+        const std::vector<std::string> cols = row_columns(t);
         NcclTestsRow row;
-        row.line = line_no;
+        row.line = line_no_;
         for (std::size_t c = 0; c < cols.size(); ++c) {
             const auto& tok = t[c];
             if (cols[c] == "size" || cols[c] == "count") {
@@ -218,97 +245,133 @@ NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
             row.wrong[g] = t[base + 3].text;
         }
         if (!(row.time_us[0] > 0)) fail(t[cols.size()].column, "an out-of-place time of zero");
-        f.rows.push_back(row);
+        return row;
     }
-    const SourceLocation whole{path, std::max(line_no, 1), 1};
-    if (header_line == 0)
-        throw ConfigError(whole,
-                          "no nccl-tests column header (\"#  size  count  type ...\"): not "
-                          "nccl-tests output, or cut before its table");
-    if (f.rows.empty())
-        throw ConfigError(whole, "no result rows after the column header (line " +
-                                     std::to_string(header_line) +
-                                     "): the run failed or the "
-                                     "file is truncated");
-    if (ranks.empty() && !given_ranks)
-        throw ConfigError(SourceLocation{path, 1, 1},
-                          "no \"# Using devices\" rank lines (a table pasted without the lines "
-                          "above it?): the number of ranks cannot be told; give it as "
-                          "OP:RANKS=FILE, e.g. --nccl-tests all_reduce:16=" +
-                              path);
-    if (!ranks.empty() && given_ranks && *given_ranks != static_cast<int>(ranks.size()))
-        throw ConfigError(SourceLocation{path, 1, 1},
-                          "given as " + std::to_string(*given_ranks) + " ranks, but the file's " +
-                              "device lines name " + std::to_string(ranks.size()));
-    f.ranks = ranks.empty() ? *given_ranks : static_cast<int>(ranks.size());
-    for (const auto& [r, d] : ranks)
-        f.devices.push_back(d);
-    if (!ranks.empty() && ranks.rbegin()->first != f.ranks - 1)
-        f.warnings.push_back(path + ": the device lines name ranks up to " +
-                             std::to_string(ranks.rbegin()->first) + " but only " +
-                             std::to_string(f.ranks) +
-                             " distinct ones (an MPI launch without MPI support in nccl-tests "
-                             "prints rank 0 several times): taking " +
-                             std::to_string(f.ranks) + " ranks");
-    // The operation.
-    std::optional<CollectiveKind> from_name;
-    for (const char* b : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf",
-                          "alltoall_perf", "sendrecv_perf", "broadcast_perf"}) {
-        const auto slash = path.find_last_of('/');
-        const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-        if (base.find(b) != std::string::npos) from_name = nccl_tests_kind(b);
+
+    // A column header and rows after it, or the whole file is refused.
+    void check_table() const {
+        const SourceLocation whole{f_.path, std::max(line_no_, 1), 1};
+        if (header_line_ == 0)
+            throw ConfigError(whole,
+                              "no nccl-tests column header (\"#  size  count  type ...\"): not "
+                              "nccl-tests output, or cut before its table");
+        if (f_.rows.empty())
+            throw ConfigError(whole, "no result rows after the column header (line " +
+                                         std::to_string(header_line_) +
+                                         "): the run failed or the "
+                                         "file is truncated");
     }
-    if (from_file && given && *from_file != *given)
-        throw ConfigError(SourceLocation{path, from_file_line, 1},
-                          "the file is " + f.binary + " output but was given as " +
-                              network::collective_name(*given));
-    if (from_file)
-        f.kind = *from_file;
-    else if (given)
-        f.kind = *given;
-    else if (from_name)
-        f.kind = *from_name;
-    else
-        throw ConfigError(SourceLocation{path, 1, 1},
-                          "cannot tell which operation this is (no \"# Collective test starting\" "
-                          "line, no binary name in the file name): give it as OP=FILE, e.g. "
-                          "--nccl-tests all_gather=" +
-                              path);
-    if (f.binary.empty()) f.binary = nccl_binary(f.kind);
-    // Each row's size and count must agree with the operation's buffer layout.
-    for (const auto& row : f.rows) {
-        const auto type = find_nccl_data_type(row.type);
-        if (!type) {
-            f.warnings.push_back(path + ":" + std::to_string(row.line) + ": unknown type '" +
-                                 row.type + "'; its size is not checked");
-            continue;
+
+    // The ranks: the device lines' count, or the one given (OP:RANKS=FILE), which must agree.
+    void settle_ranks(std::optional<int> given_ranks) {
+        const auto& path = f_.path;
+        if (ranks_.empty() && !given_ranks)
+            throw ConfigError(SourceLocation{path, 1, 1},
+                              "no \"# Using devices\" rank lines (a table pasted without the "
+                              "lines above it?): the number of ranks cannot be told; give it as "
+                              "OP:RANKS=FILE, e.g. --nccl-tests all_reduce:16=" +
+                                  path);
+        if (!ranks_.empty() && given_ranks && *given_ranks != static_cast<int>(ranks_.size()))
+            throw ConfigError(SourceLocation{path, 1, 1},
+                              "given as " + std::to_string(*given_ranks) +
+                                  " ranks, but the file's " + "device lines name " +
+                                  std::to_string(ranks_.size()));
+        f_.ranks = ranks_.empty() ? *given_ranks : static_cast<int>(ranks_.size());
+        for (const auto& [r, d] : ranks_)
+            f_.devices.push_back(d);
+        if (!ranks_.empty() && ranks_.rbegin()->first != f_.ranks - 1)
+            f_.warnings.push_back(path + ": the device lines name ranks up to " +
+                                  std::to_string(ranks_.rbegin()->first) + " but only " +
+                                  std::to_string(f_.ranks) +
+                                  " distinct ones (an MPI launch without MPI support in "
+                                  "nccl-tests prints rank 0 several times): taking " +
+                                  std::to_string(f_.ranks) + " ranks");
+    }
+
+    // The operation: the file's header line, else the one given (OP=FILE), else the binary's
+    // name in the file's name.
+    void settle_kind(std::optional<CollectiveKind> given) {
+        const auto& path = f_.path;
+        std::optional<CollectiveKind> from_name;
+        for (const char* b : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf",
+                              "alltoall_perf", "sendrecv_perf", "broadcast_perf"}) {
+            const auto slash = path.find_last_of('/');
+            const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+            if (base.find(b) != std::string::npos) from_name = nccl_tests_kind(b);
         }
-        const bool split = f.kind == CollectiveKind::AllGather ||
-                           f.kind == CollectiveKind::ReduceScatter ||
-                           f.kind == CollectiveKind::AllToAll;
-        // In double: a 18-digit count times the type size and the ranks may not fit 64 bits.
-        const double expected_d =
-            static_cast<double>(row.count) * type->bytes * (split ? f.ranks : 1);
-        const std::int64_t expected =
-            expected_d < 9e18 ? row.count * type->bytes * (split ? f.ranks : 1) : -1;
-        if (expected != row.size)
-            throw ConfigError(SourceLocation{path, row.line, 1},
-                              "size " + std::to_string(row.size) + " and count " +
-                                  std::to_string(row.count) + " " + row.type + " do not fit " +
-                                  f.binary + " on " + std::to_string(f.ranks) +
-                                  " ranks (size = count x " + std::to_string(type->bytes) +
-                                  (split ? " x ranks" : "") + " = " + std::to_string(expected) +
-                                  "): the wrong operation, or device lines missing");
+        if (from_file_ && given && *from_file_ != *given)
+            throw ConfigError(SourceLocation{path, from_file_line_, 1},
+                              "the file is " + f_.binary + " output but was given as " +
+                                  network::collective_name(*given));
+        if (from_file_)
+            f_.kind = *from_file_;
+        else if (given)
+            f_.kind = *given;
+        else if (from_name)
+            f_.kind = *from_name;
+        else
+            throw ConfigError(SourceLocation{path, 1, 1},
+                              "cannot tell which operation this is (no \"# Collective test "
+                              "starting\" line, no binary name in the file name): give it as "
+                              "OP=FILE, e.g. --nccl-tests all_gather=" +
+                                  path);
+        if (f_.binary.empty()) f_.binary = nccl_binary(f_.kind);
     }
-    if (!footer)
-        f.warnings.push_back(path +
-                             ": no \"# Avg bus bandwidth\" footer: the run may have been "
-                             "cut short; read " +
-                             std::to_string(f.rows.size()) + " rows");
-    if (noise_lines > 0)
-        f.warnings.push_back(path + ": skipped " + std::to_string(noise_lines) +
-                             " line(s) that are neither comments nor result rows (log output)");
-    return f;
+
+    // Each row's size and count must agree with the operation's buffer layout.
+    void check_sizes() {
+        const auto& path = f_.path;
+        for (const auto& row : f_.rows) {
+            const auto type = find_nccl_data_type(row.type);
+            if (!type) {
+                f_.warnings.push_back(path + ":" + std::to_string(row.line) + ": unknown type '" +
+                                      row.type + "'; its size is not checked");
+                continue;
+            }
+            const bool split = f_.kind == CollectiveKind::AllGather ||
+                               f_.kind == CollectiveKind::ReduceScatter ||
+                               f_.kind == CollectiveKind::AllToAll;
+            // In double: a 18-digit count times the type size and the ranks may not fit 64 bits.
+            const double expected_d =
+                static_cast<double>(row.count) * type->bytes * (split ? f_.ranks : 1);
+            const std::int64_t expected =
+                expected_d < 9e18 ? row.count * type->bytes * (split ? f_.ranks : 1) : -1;
+            if (expected != row.size)
+                throw ConfigError(SourceLocation{path, row.line, 1},
+                                  "size " + std::to_string(row.size) + " and count " +
+                                      std::to_string(row.count) + " " + row.type + " do not fit " +
+                                      f_.binary + " on " + std::to_string(f_.ranks) +
+                                      " ranks (size = count x " + std::to_string(type->bytes) +
+                                      (split ? " x ranks" : "") + " = " + std::to_string(expected) +
+                                      "): the wrong operation, or device lines missing");
+        }
+    }
+
+    NcclTestsFile f_;
+    std::optional<CollectiveKind> from_file_;
+    int from_file_line_ = 0;
+    std::map<int, std::string> ranks_;  // rank -> device
+    std::vector<std::string> leading_;  // the column names before the first "time"
+    int header_line_ = 0;
+    std::int64_t noise_lines_ = 0;
+    bool footer_ = false;
+    int line_no_ = 0;
+};
+
+}  // namespace
+
+NcclTestsFile parse_nccl_tests(std::istream& in, const std::string& path,
+                               std::optional<CollectiveKind> given,
+                               std::optional<int> given_ranks) {
+    NcclTestsReader reader(path);
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        reader.read_line(line, line_no);
+    }
+    return reader.finish(given, given_ranks);
 }
 
 NcclTestsFile read_nccl_tests(const std::string& spec) {

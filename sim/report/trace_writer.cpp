@@ -366,20 +366,25 @@ std::string TraceWriter::dp_peers(int worker, int member,
     return join_gpus(gpus);
 }
 
-void TraceWriter::emit_pass(Pending& e) {
-    const auto& p = e.pass;
-    const auto& w = ctx_.workers[static_cast<std::size_t>(p.worker)];
-    const std::string name =
-        std::string(schedule::pass_letter(p.pass)) + std::to_string(p.microbatch);
-    const auto spans = step_spans(p);
+namespace {
+
+// The arguments every GPU's slice of pass `p` of worker `w` shares. Reserved for the per-GPU ones
+// that emit_pass appends, so that a pass costs one allocation of its argument list.
+TraceArgs pass_args(const replay::PassRecord& p, const replay::Worker& w, const TraceContext& ctx) {
+    constexpr std::size_t kMostPassArgs = 18;
+    TraceArgs args;
+    args.reserve(kMostPassArgs);
+    args.push_back(TraceArg::integer("stage", w.stage));
+    args.push_back(TraceArg::integer("chunk", p.chunk));
+    args.push_back(TraceArg::integer("virtual_stage", p.virtual_stage));
+    args.push_back(TraceArg::integer("microbatch", p.microbatch));
+    // What the pass is, for `diff` and other readers: the slice's name is for people.
+    args.push_back(TraceArg::text("pass", std::string(name_of(schedule::kPassNames, p.pass))));
+    args.push_back(TraceArg::integer("dp_replica", w.dp));
     const auto vs = static_cast<std::size_t>(p.virtual_stage);
-    TraceArgs args{TraceArg::integer("stage", w.stage), TraceArg::integer("chunk", p.chunk),
-                   TraceArg::integer("virtual_stage", p.virtual_stage),
-                   TraceArg::integer("microbatch", p.microbatch),
-                   TraceArg::integer("dp_replica", w.dp)};
-    if (vs < ctx_.layers.size()) {
-        args.push_back(TraceArg::integer("first_layer", ctx_.first_layer[vs]));
-        args.push_back(TraceArg::integer("layers", ctx_.layers[vs]));
+    if (vs < ctx.layers.size()) {
+        args.push_back(TraceArg::integer("first_layer", ctx.first_layer[vs]));
+        args.push_back(TraceArg::integer("layers", ctx.layers[vs]));
     }
     if (p.plan) {
         args.push_back(TraceArg::real("model_flops", p.plan->model_flops().value));
@@ -394,8 +399,23 @@ void TraceWriter::emit_pass(Pending& e) {
     // A ZeRO-3 pass: the GPU waited this long inside it for its units' parameter all-gathers.
     if (p.gather_wait > Time::zero())
         args.push_back(TraceArg::real("gather_wait_us", us(p.gather_wait)));
+    return args;
+}
 
-    // Steps are the same on every GPU of the worker; only their track differs.
+// A collective step's arguments: what runs, on which group, how many bytes; with room for
+// `more` that the caller appends, so that the list is allocated once.
+TraceArgs collective_args(const workload::Step& step, std::size_t more) {
+    TraceArgs args;
+    args.reserve(3 + more);
+    args.push_back(TraceArg::text("collective", network::collective_name(step.collective)));
+    args.push_back(TraceArg::text("group", workload::group_kind_name(step.group)));
+    args.push_back(TraceArg::integer("bytes", step.size.value));
+    return args;
+}
+
+}  // namespace
+
+std::vector<TraceSlice> TraceWriter::step_slices(const std::vector<StepSpan>& spans) {
     std::vector<TraceSlice> children;
     children.reserve(spans.size());
     for (const auto& span : spans) {
@@ -410,9 +430,7 @@ void TraceWriter::emit_pass(Pending& e) {
                 c.args.push_back(TraceArg::real(
                     "hbm_bytes", static_cast<double>(span.step->hbm_bytes.value) * span.repeat));
         } else {
-            c.args = {TraceArg::text("collective", network::collective_name(span.step->collective)),
-                      TraceArg::text("group", workload::group_kind_name(span.step->group)),
-                      TraceArg::integer("bytes", span.step->size.value)};
+            c.args = collective_args(*span.step, 1);  // and repeat or execution
         }
         if (span.repeat > 1)
             c.args.push_back(TraceArg::integer("repeat", span.repeat));
@@ -420,12 +438,59 @@ void TraceWriter::emit_pass(Pending& e) {
             c.args.push_back(TraceArg::integer("execution", span.index));
         children.push_back(std::move(c));
     }
+    return children;
+}
+
+TraceWriter::Stream TraceWriter::collective_stream(workload::GroupKind group) {
+    switch (group) {
+        case workload::GroupKind::Tp:
+            return kTp;
+        case workload::GroupKind::Cp:
+        case workload::GroupKind::CpInner:
+        case workload::GroupKind::CpOuter:
+            return kCp;
+        case workload::GroupKind::Ep:
+            return kEp;
+        case workload::GroupKind::Dp:
+            return kDp;
+    }
+    return kTp;
+}
+
+void TraceWriter::emit_collectives(const Pending& e, std::size_t g,
+                                   const std::vector<StepSpan>& spans, const std::string& name) {
+    const auto& p = e.pass;
+    const int gpu = ctx_.workers[static_cast<std::size_t>(p.worker)].gpus[g];
+    for (const auto& span : spans) {
+        if (span.step->kind != workload::Step::Kind::Collective) continue;
+        TraceSlice c;
+        c.track = lane_track(gpu, collective_stream(span.step->group), span.start, span.end);
+        c.start = span.start;
+        c.end = span.end;
+        c.name = span.step->label;
+        c.args = collective_args(*span.step, 3);  // peers, in_pass, repeat
+        c.args.push_back(
+            TraceArg::text("peers", group_ranks(p.worker, static_cast<int>(g), span.step->group)));
+        c.args.push_back(TraceArg::text("in_pass", name));
+        if (span.repeat > 1) c.args.push_back(TraceArg::integer("repeat", span.repeat));
+        sink_->slice(c, {});
+    }
+}
+
+void TraceWriter::emit_pass(Pending& e) {
+    const auto& p = e.pass;
+    const auto& w = ctx_.workers[static_cast<std::size_t>(p.worker)];
+    const std::string name =
+        std::string(schedule::pass_letter(p.pass)) + std::to_string(p.microbatch);
+    const auto spans = step_spans(p);
+    // Steps are the same on every GPU of the worker; only their track differs.
+    std::vector<TraceSlice> children = step_slices(spans);
 
     TraceSlice s;
     s.start = p.start;
     s.end = p.end;
     s.name = name;
-    s.args = std::move(args);
+    s.args = pass_args(p, w, ctx_);
     const std::size_t base_args = s.args.size();
     for (std::size_t g = 0; g < w.gpus.size(); ++g) {
         const int gpu = w.gpus[g];
@@ -452,40 +517,7 @@ void TraceWriter::emit_pass(Pending& e) {
         for (auto& c : children)
             c.track = s.track;
         sink_->slice(s, children);
-
-        for (const auto& span : spans) {
-            if (span.step->kind != workload::Step::Kind::Collective) continue;
-            Stream stream = kTp;
-            switch (span.step->group) {
-                case workload::GroupKind::Tp:
-                    stream = kTp;
-                    break;
-                case workload::GroupKind::Cp:
-                case workload::GroupKind::CpInner:
-                case workload::GroupKind::CpOuter:
-                    stream = kCp;
-                    break;
-                case workload::GroupKind::Ep:
-                    stream = kEp;
-                    break;
-                case workload::GroupKind::Dp:
-                    stream = kDp;
-                    break;
-            }
-            TraceSlice c;
-            c.track = lane_track(gpu, stream, span.start, span.end);
-            c.start = span.start;
-            c.end = span.end;
-            c.name = span.step->label;
-            c.args = {TraceArg::text("collective", network::collective_name(span.step->collective)),
-                      TraceArg::text("group", workload::group_kind_name(span.step->group)),
-                      TraceArg::integer("bytes", span.step->size.value),
-                      TraceArg::text("peers",
-                                     group_ranks(p.worker, static_cast<int>(g), span.step->group)),
-                      TraceArg::text("in_pass", name)};
-            if (span.repeat > 1) c.args.push_back(TraceArg::integer("repeat", span.repeat));
-            sink_->slice(c, {});
-        }
+        emit_collectives(e, g, spans, name);
     }
 }
 
@@ -493,45 +525,53 @@ void TraceWriter::emit_pass(Pending& e) {
 
 void TraceWriter::on_transfer(const replay::TransferRecord& t) {
     using K = replay::TransferRecord::Kind;
-    const auto& src = ctx_.workers[static_cast<std::size_t>(t.src_worker)];
-    if (t.kind == K::DpGradients || t.kind == K::DpParameters) {
-        // One record per stage (or per shard group): the collective runs for every replica of
-        // the stage, or of [replica_first, replica_first + replica_count).
-        const char* name = t.label                    ? t.label
-                           : t.kind == K::DpGradients ? "dp gradient sync"
-                                                      : "dp parameter gather";
-        const int replicas = t.replica_count > 0 ? t.replica_count : ctx_.ranks.layout().dp;
-        for (std::size_t wi = 0; wi < ctx_.workers.size(); ++wi) {
-            const auto& w = ctx_.workers[wi];
-            if (w.stage != src.stage || !worker_traced_[wi]) continue;
-            if (t.replica_count > 0 &&
-                (w.dp < t.replica_first || w.dp >= t.replica_first + t.replica_count))
-                continue;
-            for (std::size_t g = 0; g < w.gpus.size(); ++g) {
-                if (!traced(w.gpus[g])) continue;
-                TraceSlice s;
-                s.track = lane_track(w.gpus[g], kDp, t.start, t.end);
-                s.start = t.start;
-                s.end = t.end;
-                s.name = name;
-                s.args = {
-                    TraceArg::integer("stage", w.stage), TraceArg::integer("bytes", t.bytes.value),
-                    TraceArg::integer("replicas", replicas),
-                    TraceArg::text("peers",
-                                   dp_peers(static_cast<int>(wi), static_cast<int>(g), t.scope))};
-                sink_->slice(s, {});
-            }
-        }
-        return;
-    }
+    if (t.kind == K::DpGradients || t.kind == K::DpParameters)
+        emit_dp_transfer(t);
+    else
+        emit_p2p_transfer(t);
+}
 
+void TraceWriter::emit_dp_transfer(const replay::TransferRecord& t) {
+    using K = replay::TransferRecord::Kind;
+    const auto& src = ctx_.workers[static_cast<std::size_t>(t.src_worker)];
+    // One record per stage (or per shard group): the collective runs for every replica of the
+    // stage, or of [replica_first, replica_first + replica_count).
+    const char* name = t.label                    ? t.label
+                       : t.kind == K::DpGradients ? "dp gradient sync"
+                                                  : "dp parameter gather";
+    const int replicas = t.replica_count > 0 ? t.replica_count : ctx_.ranks.layout().dp;
+    for (std::size_t wi = 0; wi < ctx_.workers.size(); ++wi) {
+        const auto& w = ctx_.workers[wi];
+        if (w.stage != src.stage || !worker_traced_[wi]) continue;
+        if (t.replica_count > 0 &&
+            (w.dp < t.replica_first || w.dp >= t.replica_first + t.replica_count))
+            continue;
+        for (std::size_t g = 0; g < w.gpus.size(); ++g) {
+            if (!traced(w.gpus[g])) continue;
+            TraceSlice s;
+            s.track = lane_track(w.gpus[g], kDp, t.start, t.end);
+            s.start = t.start;
+            s.end = t.end;
+            s.name = name;
+            s.args = {TraceArg::integer("stage", w.stage),
+                      TraceArg::integer("bytes", t.bytes.value),
+                      TraceArg::integer("replicas", replicas),
+                      TraceArg::text("peers",
+                                     dp_peers(static_cast<int>(wi), static_cast<int>(g), t.scope))};
+            sink_->slice(s, {});
+        }
+    }
+}
+
+void TraceWriter::emit_p2p_transfer(const replay::TransferRecord& t) {
+    const auto& src = ctx_.workers[static_cast<std::size_t>(t.src_worker)];
     const auto& dst = ctx_.workers[static_cast<std::size_t>(t.dst_worker)];
     auto& q = queues_[static_cast<std::size_t>(t.src_worker)];
     Pending* sender = nullptr;
     for (auto& e : q)
         if (!e.optimizer && e.pass.id == t.from_pass) sender = &e;
     const bool remote = t.src_worker != t.dst_worker;
-    const bool gradient = t.kind == K::Gradient;
+    const bool gradient = t.kind == replay::TransferRecord::Kind::Gradient;
     const std::string mb = std::to_string(t.microbatch);
     Incoming incoming;
     incoming.flows.assign(dst.gpus.size(), 0);
@@ -566,26 +606,19 @@ void TraceWriter::on_transfer(const replay::TransferRecord& t) {
                              TraceArg::integer("to_virtual_stage", t.virtual_stage),
                              TraceArg::integer("from_gpu", from),
                              TraceArg::integer("to_gpu", to)};
-        if (s) {
+        // The send on the sender's GPU, then the receive on the receiver's: one arrow through both.
+        const auto slice = [&](int gpu, Stream stream, const char* what) {
             TraceSlice sl;
-            sl.track = lane_track(from, kPpSend, t.start, t.end);
+            sl.track = lane_track(gpu, stream, t.start, t.end);
             sl.start = t.start;
             sl.end = t.end;
-            sl.name = (gradient ? "send grad " : "send act ") + mb;
+            sl.name = what + mb;
             sl.args = args;
             if (flow) sl.flows.push_back({flow, role()});
             sink_->slice(sl, {});
-        }
-        if (r) {
-            TraceSlice sl;
-            sl.track = lane_track(to, kPpRecv, t.start, t.end);
-            sl.start = t.start;
-            sl.end = t.end;
-            sl.name = (gradient ? "recv grad " : "recv act ") + mb;
-            sl.args = args;
-            if (flow) sl.flows.push_back({flow, role()});
-            sink_->slice(sl, {});
-        }
+        };
+        if (s) slice(from, kPpSend, gradient ? "send grad " : "send act ");
+        if (r) slice(to, kPpRecv, gradient ? "recv grad " : "recv act ");
         if (b) incoming.flows[g] = flow;
     }
     if (receiver_traced) incoming_[t.to_pass] = std::move(incoming);

@@ -155,10 +155,22 @@ class TraceWriter final : public replay::ReplayObserver, public network::Network
     void drain_host(int worker);
     void emit(Pending& pending);
     void emit_pass(Pending& pending);
+    // The slices of a pass's steps, nested in the pass on every GPU (their track set there).
+    static std::vector<TraceSlice> step_slices(const std::vector<StepSpan>& spans);
+    // The comm stream a blocking collective of `group` is drawn on besides its pass.
+    static Stream collective_stream(workload::GroupKind group);
+    // The blocking collectives of pass `pending` (named `name`) on the comm streams of its
+    // worker's GPU number `member`.
+    void emit_collectives(const Pending& pending, std::size_t member,
+                          const std::vector<StepSpan>& spans, const std::string& name);
     std::vector<StepSpan> step_spans(const replay::PassRecord& pass);
     std::string group_ranks(int worker, int index, workload::GroupKind group) const;
     // The GPUs a DP collective of `scope` runs on, for member `member` of `worker`.
     std::string dp_peers(int worker, int member, replay::TransferRecord::Scope scope) const;
+    // A data-parallel collective's slices, on every traced replica of the stage it runs for.
+    void emit_dp_transfer(const replay::TransferRecord& transfer);
+    // A pipeline transfer's send and receive slices and the arrow from pass to pass.
+    void emit_p2p_transfer(const replay::TransferRecord& transfer);
     void flush_link(topology::LinkId link);
     void write_memory(Time end);
 

@@ -16,6 +16,7 @@
 //  one Bw) somewhere in the orders.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,12 +26,21 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "core/name_table.hpp"
 
 namespace cs::schedule {
 
 enum class Pass : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight };
 
 const char* pass_letter(Pass p);  // "F", "B", "B", "W"
+// The passes' names: the trace's "pass" argument of a pass slice, which `diff` reads (the slice's
+// name, "F3", is for people and never parsed back).
+inline constexpr std::array<Named<Pass>, 4> kPassNames{{
+    {"forward", Pass::Forward},
+    {"backward", Pass::Backward},
+    {"backward_input", Pass::BackwardInput},
+    {"backward_weight", Pass::BackwardWeight},
+}};
 
 struct PipelineOp {
     Pass pass;

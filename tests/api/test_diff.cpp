@@ -19,9 +19,9 @@ namespace {
 const char* kSimulated = R"json({"traceEvents": [
   {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
   {"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "GPU 1 compute"}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "layers": 1}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "pass": "forward", "layers": 1}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "qkv", "args": {"model_flops": 1}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "layers": 1}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "pass": "backward", "layers": 1}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 150, "name": "qkv dgrad", "args": {"model_flops": 1}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 250, "dur": 50, "name": "norm bwd", "args": {"model_flops": 0}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {}},
@@ -76,15 +76,33 @@ TEST_CASE("diff: the roofline's labels map to the calibration's kinds") {
     CHECK(simulated_kind("something new") == "unmapped");
 }
 
-TEST_CASE("diff: per kind and per pass, by hand") {
-    const fs::path dir = fs::temp_directory_path() / "cs_diff_test";
+namespace {
+
+// Options that diff `simulated` against `measured` (two iterations), both written into `dir`.
+cs::api::DiffOptions write_traces(const fs::path& dir, const std::string& simulated,
+                                  const char* measured) {
     fs::create_directories(dir);
-    std::ofstream(dir / "sim.json") << kSimulated;
-    std::ofstream(dir / "meas.json") << kMeasured;
+    std::ofstream(dir / "sim.json") << simulated;
+    std::ofstream(dir / "meas.json") << measured;
     cs::api::DiffOptions o;
     o.simulated = (dir / "sim.json").string();
     o.measured = (dir / "meas.json").string();
     o.iterations = 2;
+    return o;
+}
+
+// `text` with the first `from` in it replaced by `to` (which must be there).
+void replace_once(std::string& text, const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("diff: per kind and per pass, by hand") {
+    const fs::path dir = fs::temp_directory_path() / "cs_diff_test";
+    cs::api::DiffOptions o = write_traces(dir, kSimulated, kMeasured);
     const auto r = cs::api::diff_traces(o);
     CHECK(r.microbatches == 1);
     CHECK(r.layers == 1);
@@ -137,13 +155,13 @@ namespace {
 // 30 us; the optimizer step after. One norm per layer and a final one: 3 per pass.
 const char* kSimulatedLayers = R"json({"traceEvents": [
   {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "pass": "forward", "first_layer": 0, "layers": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 10, "name": "embedding", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 30, "dur": 40, "name": "qkv", "args": {"repeat": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 5, "name": "final norm", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 75, "dur": 25, "name": "logits", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "first_layer": 0, "layers": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "pass": "backward", "first_layer": 0, "layers": 2}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 15, "name": "logits dgrad", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 115, "dur": 5, "name": "final norm bwd", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 120, "dur": 60, "name": "qkv dgrad", "args": {"repeat": 2}},
@@ -277,16 +295,11 @@ TEST_CASE("diff: per layer pass, by hand") {
     // The same simulated passes with each layer's step as its own slice (as a trace holds them
     // when it does not fold them into `repeat` slices): the same rows.
     std::string expanded = kSimulatedLayers;
-    const auto swap = [&](const std::string& from, const std::string& to) {
-        const auto at = expanded.find(from);
-        REQUIRE(at != std::string::npos);
-        expanded.replace(at, from.size(), to);
-    };
-    swap(R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
-         R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
+    replace_once(expanded, R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
+                 R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", "args": {})");
-    swap(R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
-         R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
+    replace_once(expanded, R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
+                 R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", "args": {})");
     std::ofstream(dir / "sim-expanded.json") << expanded;
     o.simulated = (dir / "sim-expanded.json").string();
@@ -305,5 +318,39 @@ TEST_CASE("diff: per layer pass, by hand") {
                       "3 norm operator(s), the simulated one 1 per layer x 4 layers + 1 = 5: "
                       "not the same model") != std::string::npos;
     CHECK(warned);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("diff: a pass slice's pass is its \"pass\" argument, never its name") {
+    // kSimulated with the two pass slices' names swapped: the forward slice (0-100 us) named
+    // "B0", the backward one (100-300 us) named "F0", their "pass" arguments right. Read from the
+    // arguments: forward = the qkv inside 0-100 us = 0.1 ms, backward = qkv dgrad 150 + norm bwd
+    // 50 us = 0.2 ms, one microbatch (one forward slice) of one layer. Read from the names, the
+    // two would swap (forward 0.2, backward 0.1).
+    std::string swapped = kSimulated;
+    replace_once(swapped, R"("name": "F0", "args": {"microbatch": 0, "pass": "forward")",
+                 R"("name": "B0", "args": {"microbatch": 0, "pass": "forward")");
+    replace_once(swapped, R"("name": "B0", "args": {"microbatch": 0, "pass": "backward")",
+                 R"("name": "F0", "args": {"microbatch": 0, "pass": "backward")");
+    const fs::path dir = fs::temp_directory_path() / "cs_diff_pass_arg_test";
+    cs::api::DiffOptions o = write_traces(dir, swapped, kMeasured);
+    const auto r = cs::api::diff_traces(o);
+    CHECK(r.microbatches == 1);
+    CHECK(r.layers == 1);
+    REQUIRE(r.passes.size() == 3);
+    CHECK(r.passes[0].name == "forward");
+    CHECK(r.passes[0].simulated_ms == doctest::Approx(0.1));
+    CHECK(r.passes[1].name == "backward");
+    CHECK(r.passes[1].simulated_ms == doctest::Approx(0.2));
+
+    // A pass slice without a known "pass" argument is refused, naming what is accepted.
+    std::string unknown = kSimulated;
+    replace_once(unknown, R"("pass": "forward")", R"("pass": "F")");
+    std::ofstream(dir / "sim-unknown.json") << unknown;
+    o.simulated = (dir / "sim-unknown.json").string();
+    CHECK_THROWS_WITH_AS(cs::api::diff_traces(o),
+                         doctest::Contains("traceEvents entry 2: \"pass\" is not one of forward, "
+                                           "backward, backward_input, backward_weight"),
+                         cs::ConfigError);
     fs::remove_all(dir);
 }

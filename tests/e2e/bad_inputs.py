@@ -274,7 +274,7 @@ def check_diff(name, simulated, expect, measured=measured):
 def simulated_trace(slice_fields):
     meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "GPU 0 compute"}}
     step = {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 10, "name": "F0",
-            "args": {"microbatch": 0, "layers": 2, "first_layer": 0}}
+            "args": {"microbatch": 0, "pass": "forward", "layers": 2, "first_layer": 0}}
     step.update(slice_fields)
     return json.dumps({"traceEvents": [meta, step]})
 

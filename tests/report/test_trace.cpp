@@ -224,12 +224,26 @@ TEST_CASE("JSON trace of 16 GPUs: processes, passes, steps, flows, counters, met
         const auto& a = e["args"];
         CHECK(a["layers"] == 2);
         CHECK(a["microbatch"] == 0);
+        CHECK(a["pass"] == "forward");
         CHECK(a["model_flops"].get<double>() > 0);
         // 2 layers x 100 us of forward compute.
         CHECK(a["compute_us"].get<double>() == doctest::Approx(200.0));
         checked_args = true;
     }
     CHECK(checked_args);
+    // Every pass slice says its pass (what `diff` reads): this 1F1B run's 64 F slices forward,
+    // its 64 B slices backward (counted above by name).
+    std::size_t forwards = 0, backwards = 0;
+    for (const auto& e : ev) {
+        if (e["ph"] != "X" || !e.contains("args") || !e["args"].contains("dp_replica")) continue;
+        const std::string name = e["name"];
+        const bool forward = e["args"]["pass"] == "forward";
+        CHECK(forward == (name[0] == 'F'));
+        CHECK((forward || e["args"]["pass"] == "backward"));
+        (forward ? forwards : backwards) += 1;
+    }
+    CHECK(forwards == 64);
+    CHECK(backwards == 64);
 
     // Counters: inter-node links by default on a multi-node cluster; one value per time per
     // counter, percentages.
