@@ -33,7 +33,7 @@
 
 namespace cs::network {
 
-// The network's kept plans (defined in network.cpp, which alone reads them).
+// The network's kept plans (defined in network.cpp; read by it and plan_book.cpp).
 struct KeptPlans;
 
 class KeptState {

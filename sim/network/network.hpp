@@ -101,7 +101,7 @@ struct ProtocolConstants {
     // Per pipeline step, by the plan's route class (RouteClass: NVLink or NVSwitch, PCIe,
     // network): NCCL's hwLat for rings. It replaces Simple's per-step cost (step_overhead plus
     // the route's link latencies): NCCL measures it hop to hop, the links' own latency included
-    // (phase_delay in network.cpp).
+    // (PlanCalibration::phase_delay, network/plan_calibration.hpp).
     std::array<Time, 3> step{};
     // Fraction of Simple's per-flow rate reached: `bandwidth` for all_reduce and across nodes,
     // `bandwidth_one_node` for the other operations inside one node (NCCL's LL: 1/4 and 1/3).

@@ -351,6 +351,17 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct WorkerState;  // defined in replay.cpp
 
   private:
+    // The replay's own engine events (Event::kind).
+    enum EventKind : std::uint32_t {
+        kPassDone = 1,
+        kOptimizerDone = 2,
+        kLocalDelivery = 3,
+        kBucketReady = 4,
+        kUnitDone = 5,
+        kStop = 6
+    };
+    // pass_costs_ holds, per virtual stage, the ChunkPlan's passes in schedule::Pass order.
+    static constexpr int kPassKinds = 4;
     struct PassCost {
         Time compute, collective;
         workload::CommTimes collective_kinds{};  // PassRecord::collective_kinds
@@ -393,6 +404,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     struct ReplicaReduce {  // HSDP with ZeRO-2/3: the gradient shards all-reduced across groups
         int stage;
     };
+    using Purpose = std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather,
+                                 UnitCollective, ReplicaReduce, PrefetchGather>;
     struct Message {
         TransferRecord record;
         int remaining = 0;  // transfers (one per GPU or per DP group) still running
@@ -402,9 +415,7 @@ class Replay final : public EventHandler, public network::TransferClient {
         // HSDP: after this reduce-scatter inside the shard groups, an all-reduce of this many
         // bytes per GPU across them completes the message (0: nothing more).
         Bytes then_all_reduce;
-        std::variant<PipelineDelivery, GradientSync, GradientBucket, ParameterGather,
-                     UnitCollective, ReplicaReduce, PrefetchGather>
-            purpose;
+        Purpose purpose;
     };
     // ZeRO-2/3: the all-gathers (or reduce-scatters) of one shard group of one stage, in the
     // order its replicas issue them: collective n starts when all its replicas have issued it and
@@ -420,6 +431,10 @@ class Replay final : public EventHandler, public network::TransferClient {
     // The most passes an overlapped group (PipelineOp::overlap) may hold.
     static constexpr std::size_t kMaxGroup = 4;
     void try_start(int worker);
+    // try_start's parts: whether the worker waits for its round's exchange (batched_; posts it
+    // when due), and the host model's start of the `group` passes now in `running`.
+    bool waits_for_exchange(int worker);
+    void start_group_on_host(int worker, std::size_t group, int need, Time now);
     // Megatron-LM's batched exchanges (docs/schedules.md, "What interleaving costs"): the
     // worker's exchange after its round (the round's outputs and the next round's inputs, held
     // until all are done); true when it must wait for it.
@@ -446,6 +461,17 @@ class Replay final : public EventHandler, public network::TransferClient {
     void decide_fold(ReplayResult& result);
     // Replica folding: the classes of replicas (set_fold) and followers_; sets replicas_simulated.
     void decide_replica_fold(ReplayResult& result);
+    // Every (sender, receiver) pair of workers among `senders`' pipeline messages to another
+    // worker, sorted, each once.
+    std::vector<std::pair<int, int>> message_pairs(std::span<const int> senders) const;
+    // Why members may not fold (null: they may be checked), and the DP collectives' fold classes.
+    const char* member_fold_refusal() const;
+    void add_dp_fold_classes(std::vector<network::FoldClass>& classes) const;
+    // Why replicas may not fold (empty: they may be classed).
+    std::string replica_fold_refusal() const;
+    // Replicas classed by the costs of their members' messages over the stage `pairs`: fills
+    // rep_replica_ (each replica's class representative) and returns the class count.
+    int classify_replicas(const std::vector<std::pair<int, int>>& pairs);
     // Followers from rep_replica_ (`classes` representatives); sets replicas_simulated.
     void set_followers(ReplayResult& result, int classes);
     // Whether `worker` is a folded replica's (not simulated: its class's representative stands
@@ -512,6 +538,15 @@ class Replay final : public EventHandler, public network::TransferClient {
     // shard across them); sets the message's remaining count.
     void issue_gradient_reduce(int stage, network::CollectiveKind kind, Bytes bytes,
                                std::uint64_t id);
+    // The constructor's steps, in its order: the scratch's containers and placement, the workers'
+    // GPUs, the schedule's orders and exchange rounds, the workers' states, the DP communicators,
+    // (setup_sharding) and, after the pass costs, the gradient buckets.
+    void take_scratch(ReplayScratch* scratch, bool shared);
+    void place_workers();
+    void read_schedule();
+    void reset_states();
+    void register_dp_groups();
+    void setup_buckets();
     void setup_sharding();
     void unit_collective_done(int stream);
     // ZeRO-2/3 (sharded_units_): a pass run unit by unit, its units' all-gathers and
@@ -551,6 +586,9 @@ class Replay final : public EventHandler, public network::TransferClient {
     PassCost cost_pass(const workload::PassPlan& plan, bool backward);
     // Every replica of `stage` has one more chunk's gradients synchronised.
     void chunk_synchronised(int stage);
+    // A DP collective's message (any purpose but PipelineDelivery) has completed: what follows
+    // it. `launcher`: the message's src_worker.
+    void collective_done(const Purpose& purpose, int launcher);
 
     const workload::ExperimentSpec& spec_;
     const workload::IterationPlan& plan_;

@@ -123,93 +123,112 @@ std::vector<std::vector<MemoryTimeline::Step>> MemoryTimeline::steps() const {
     return out;
 }
 
+namespace {
+// The links that carried bytes, busiest first, and their mean utilisation (index for index): the
+// summary's ranking and bytes where there is an accounting; else the timeline's bytes, ranked
+// by the same rule.
+struct RankedLinks {
+    std::vector<topology::LinkId> order;
+    std::vector<double> mean;
+};
+RankedLinks rank_links(const LinkTimeline& timeline, const topology::Cluster& cluster,
+                       double iteration_s, const LinkAccounting* accounting) {
+    const auto& links = cluster.links();
+    RankedLinks r;
+    if (accounting) {
+        r.order = links_by_utilization(cluster, *accounting, iteration_s);
+        const auto& seen = accounting->links();
+        for (const topology::LinkId l : r.order)
+            r.mean.push_back(
+                link_utilization(seen[l].bytes, links[l].bandwidth.bytes_per_s, iteration_s));
+        return r;
+    }
+    std::vector<topology::LinkId> order;
+    std::vector<double> mean;
+    for (std::size_t l = 0; l < links.size(); ++l)
+        if (timeline.total_bytes(static_cast<topology::LinkId>(l)) > 0)
+            order.push_back(static_cast<topology::LinkId>(l));
+    for (const topology::LinkId l : order)
+        mean.push_back(
+            link_utilization(timeline.total_bytes(l), links[l].bandwidth.bytes_per_s, iteration_s));
+    std::vector<std::size_t> index(order.size());
+    std::iota(index.begin(), index.end(), std::size_t{0});
+    std::stable_sort(index.begin(), index.end(),
+                     [&](std::size_t a, std::size_t b) { return mean[a] > mean[b]; });
+    for (const std::size_t i : index) {
+        r.order.push_back(order[i]);
+        r.mean.push_back(mean[i]);
+    }
+    return r;
+}
+
+// A link's busiest bin: its bytes over what the link carries in a bin.
+double peak_of(const LinkTimeline& timeline, const topology::Cluster& cluster, topology::LinkId l) {
+    const double capacity =
+        cluster.links()[l].bandwidth.bytes_per_s * timeline.bin_width().seconds();
+    double peak = 0;
+    if (capacity > 0)
+        for (const double b : timeline.bytes(l))
+            peak = std::max(peak, b / capacity);
+    return peak;
+}
+
+// Per link kind, in the order of its busiest link: its links, bytes and utilisations.
+std::vector<LinkKindStats> kind_stats(const LinkTimeline& timeline,
+                                      const topology::Cluster& cluster, const RankedLinks& ranked,
+                                      const LinkAccounting* accounting) {
+    const auto& links = cluster.links();
+    std::vector<LinkKindStats> kinds;
+    for (std::size_t i = 0; i < ranked.order.size(); ++i) {
+        const topology::LinkId l = ranked.order[i];
+        const std::string kind = topology::link_kind_name(links[l].kind);
+        auto it = std::find_if(kinds.begin(), kinds.end(),
+                               [&](const LinkKindStats& k) { return k.kind == kind; });
+        if (it == kinds.end()) {
+            LinkKindStats k;
+            k.kind = kind;
+            k.busiest = cluster.link_name(l);
+            k.busiest_utilization = ranked.mean[i];
+            kinds.push_back(std::move(k));
+            it = kinds.end() - 1;
+        }
+        ++it->links;
+        it->bytes += accounting ? accounting->links()[l].bytes : timeline.total_bytes(l);
+        it->mean_utilization += ranked.mean[i];  // divided by the count below
+        it->peak_utilization = std::max(it->peak_utilization, peak_of(timeline, cluster, l));
+    }
+    for (auto& k : kinds)
+        k.mean_utilization /= static_cast<double>(k.links);
+    return kinds;
+}
+}  // namespace
+
 std::vector<LinkSeries> busiest_links(const LinkTimeline& timeline,
                                       const topology::Cluster& cluster, Time iteration,
                                       std::size_t max_links, std::size_t* carried,
                                       const LinkAccounting* accounting,
                                       std::vector<LinkKindStats>* kinds) {
     const auto& links = cluster.links();
-    const double iteration_s = iteration.seconds();
-    // The summary's ranking and bytes where there is an accounting; else the timeline's bytes,
-    // ranked by the same rule.
-    std::vector<topology::LinkId> order;
-    std::vector<double> mean;  // index for index with order
-    if (accounting) {
-        order = links_by_utilization(cluster, *accounting, iteration_s);
-        const auto& seen = accounting->links();
-        for (const topology::LinkId l : order)
-            mean.push_back(
-                link_utilization(seen[l].bytes, links[l].bandwidth.bytes_per_s, iteration_s));
-    } else {
-        for (std::size_t l = 0; l < links.size(); ++l)
-            if (timeline.total_bytes(static_cast<topology::LinkId>(l)) > 0)
-                order.push_back(static_cast<topology::LinkId>(l));
-        for (const topology::LinkId l : order)
-            mean.push_back(link_utilization(timeline.total_bytes(l), links[l].bandwidth.bytes_per_s,
-                                            iteration_s));
-        std::vector<std::size_t> index(order.size());
-        std::iota(index.begin(), index.end(), std::size_t{0});
-        std::stable_sort(index.begin(), index.end(),
-                         [&](std::size_t a, std::size_t b) { return mean[a] > mean[b]; });
-        std::vector<topology::LinkId> sorted_order;
-        std::vector<double> sorted_mean;
-        for (const std::size_t i : index) {
-            sorted_order.push_back(order[i]);
-            sorted_mean.push_back(mean[i]);
-        }
-        order = std::move(sorted_order);
-        mean = std::move(sorted_mean);
-    }
-    if (carried) *carried = order.size();
+    const RankedLinks ranked = rank_links(timeline, cluster, iteration.seconds(), accounting);
+    if (carried) *carried = ranked.order.size();
     const double width_s = timeline.bin_width().seconds();
     const auto bins =
         static_cast<std::size_t>((iteration.count_ps() + timeline.bin_width().count_ps() - 1) /
                                  timeline.bin_width().count_ps());
-    // A bin's utilisation: its bytes over what the link carries in a bin.
-    auto peak_of = [&](topology::LinkId l) {
-        const double capacity = links[l].bandwidth.bytes_per_s * width_s;
-        double peak = 0;
-        if (capacity > 0)
-            for (const double b : timeline.bytes(l))
-                peak = std::max(peak, b / capacity);
-        return peak;
-    };
-    if (kinds) {
-        kinds->clear();
-        for (std::size_t i = 0; i < order.size(); ++i) {
-            const topology::LinkId l = order[i];
-            const std::string kind = topology::link_kind_name(links[l].kind);
-            auto it = std::find_if(kinds->begin(), kinds->end(),
-                                   [&](const LinkKindStats& k) { return k.kind == kind; });
-            if (it == kinds->end()) {
-                LinkKindStats k;
-                k.kind = kind;
-                k.busiest = cluster.link_name(l);
-                k.busiest_utilization = mean[i];
-                kinds->push_back(std::move(k));
-                it = kinds->end() - 1;
-            }
-            ++it->links;
-            it->bytes += accounting ? accounting->links()[l].bytes : timeline.total_bytes(l);
-            it->mean_utilization += mean[i];  // divided by the count below
-            it->peak_utilization = std::max(it->peak_utilization, peak_of(l));
-        }
-        for (auto& k : *kinds)
-            k.mean_utilization /= static_cast<double>(k.links);
-    }
+    if (kinds) *kinds = kind_stats(timeline, cluster, ranked, accounting);
     std::vector<LinkSeries> out;
-    for (std::size_t i = 0; i < order.size() && i < max_links; ++i) {
-        const topology::LinkId id = order[i];
+    for (std::size_t i = 0; i < ranked.order.size() && i < max_links; ++i) {
+        const topology::LinkId id = ranked.order[i];
         LinkSeries s;
         s.name = cluster.link_name(id);
         s.kind = topology::link_kind_name(links[id].kind);
         s.bytes = timeline.total_bytes(id);
-        s.mean_utilization = mean[i];
+        s.mean_utilization = ranked.mean[i];
         const double capacity = links[id].bandwidth.bytes_per_s * width_s;
         const auto& b = timeline.bytes(id);
         for (std::size_t j = 0; j < std::max(bins, b.size()); ++j)
             s.utilization.push_back(j < b.size() && capacity > 0 ? b[j] / capacity : 0.0);
-        s.peak_utilization = peak_of(id);
+        s.peak_utilization = peak_of(timeline, cluster, id);
         out.push_back(std::move(s));
     }
     return out;

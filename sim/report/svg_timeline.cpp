@@ -192,88 +192,71 @@ double panel_height(const TimelinePanel& p) {
     return kTitle + p.rows * (kRowHeight + kRowGap) + kAxis;
 }
 
-}  // namespace
+// The time axis shared by every panel: x of a time, and the ticks.
+struct Scale {
+    double span_s = 0;
+    double px_per_s = 0;
+    Axis axis;
+    double x_of(Time t) const { return kLeft + t.seconds() * px_per_s; }
+};
 
-void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& panels) {
-    Time longest = Time::zero();
-    for (const auto& p : panels) {
-        longest = std::max(longest, p.iteration_time);
-        for (const auto& b : p.blocks)
-            longest = std::max(longest, b.end);
+// One panel (a schedule's title, its stages' rows, its pass blocks and its time axis) from y0.
+void write_panel(std::ostream& out, const TimelinePanel& p, const Scale& scale, double y0) {
+    const Axis& axis = scale.axis;
+    char title[256];
+    std::snprintf(title, sizeof title, "   iteration %s   bubble %.2f%%",
+                  format_duration(p.iteration_time).c_str(), p.bubble_fraction * 100);
+    out << "<g class=\"panel\">\n"
+        << "<text x=\"" << num(kLeft) << "\" y=\"" << num(y0 + 16)
+        << "\" font-size=\"14\"><tspan font-weight=\"bold\">" << markup_escape(p.schedule)
+        << "</tspan>" << markup_escape(title) << "</text>\n";
+    const double rows_top = y0 + kTitle;
+    for (int r = 0; r < p.rows; ++r) {
+        const double y = rows_top + r * (kRowHeight + kRowGap);
+        out << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+            << "\" text-anchor=\"end\">stage " << r << "</text>\n"
+            << "<rect class=\"idle\" x=\"" << num(kLeft) << "\" y=\"" << num(y) << "\" width=\""
+            << num(scale.x_of(p.iteration_time) - kLeft) << "\" height=\"" << num(kRowHeight)
+            << "\" fill=\"#e4e4e4\"/>\n";
     }
-    const double span_s = longest.seconds() > 0 ? longest.seconds() : 1e-9;
-    const double px_per_s = kPlotWidth / span_s;
-    const auto x_of = [&](Time t) { return kLeft + t.seconds() * px_per_s; };
-    const Axis axis = make_axis(span_s);
-
-    double height = kTop + kLegend;
-    for (const auto& p : panels)
-        height += panel_height(p) + kPanelGap;
-    const double width = kLeft + kPlotWidth + kRight;
-
-    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-        << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
-        << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
-        << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
-        << "<rect class=\"background\" x=\"0\" y=\"0\" width=\"" << num(width) << "\" height=\""
-        << num(height) << "\" fill=\"#ffffff\"/>\n";
-
-    double y0 = kTop;
-    for (const auto& p : panels) {
-        char title[256];
-        std::snprintf(title, sizeof title, "   iteration %s   bubble %.2f%%",
-                      format_duration(p.iteration_time).c_str(), p.bubble_fraction * 100);
-        out << "<g class=\"panel\">\n"
-            << "<text x=\"" << num(kLeft) << "\" y=\"" << num(y0 + 16)
-            << "\" font-size=\"14\"><tspan font-weight=\"bold\">" << markup_escape(p.schedule)
-            << "</tspan>" << markup_escape(title) << "</text>\n";
-        const double rows_top = y0 + kTitle;
-        for (int r = 0; r < p.rows; ++r) {
-            const double y = rows_top + r * (kRowHeight + kRowGap);
-            out << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
-                << "\" text-anchor=\"end\">stage " << r << "</text>\n"
-                << "<rect class=\"idle\" x=\"" << num(kLeft) << "\" y=\"" << num(y) << "\" width=\""
-                << num(x_of(p.iteration_time) - kLeft) << "\" height=\"" << num(kRowHeight)
-                << "\" fill=\"#e4e4e4\"/>\n";
-        }
-        for (const auto& b : p.blocks) {
-            const double x = x_of(b.start);
-            const double w = std::max(0.0, x_of(b.end) - x);
-            const double y = rows_top + b.row * (kRowHeight + kRowGap);
-            const bool light = b.pass == schedule::Pass::Forward;
-            const std::string label = block_label(b, p.chunks);
-            out << "<rect class=\"pass " << pass_class(b.pass) << "\" x=\"" << num(x) << "\" y=\""
-                << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(kRowHeight)
-                << "\" fill=\"" << fill_of(b.microbatch, b.pass)
-                << "\" stroke=\"#ffffff\" stroke-width=\"0.6\"><title>" << pass_class(b.pass)
-                << " microbatch " << b.microbatch << " chunk " << b.chunk << ": "
-                << format_in(b.start.seconds(), axis) << "-" << format_in(b.end.seconds(), axis)
-                << " " << axis.unit << "</title></rect>\n";
-            // A label only where it fits (about 6 px per character at 10 px).
-            if (w >= 6.0 * static_cast<double>(label.size()) + 2)
-                out << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
-                    << "\" text-anchor=\"middle\" font-size=\"10\" fill=\""
-                    << (light ? "#222222" : "#ffffff") << "\">" << label << "</text>\n";
-        }
-        const double axis_y = rows_top + p.rows * (kRowHeight + kRowGap) + 2;
-        out << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(axis_y) << "\" x2=\""
-            << num(kLeft + kPlotWidth) << "\" y2=\"" << num(axis_y)
-            << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n";
-        for (int k = 0;; ++k) {
-            const double t = k * axis.step_s;
-            if (t > span_s * (1 + 1e-9)) break;
-            const double x = kLeft + t * px_per_s;
-            out << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x)
-                << "\" y2=\"" << num(axis_y + 4) << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n"
-                << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y + 15)
-                << "\" text-anchor=\"middle\" fill=\"#444444\">" << format_in(t, axis)
-                << (k == 0 ? std::string(" ") + axis.unit : std::string()) << "</text>\n";
-        }
-        out << "</g>\n";
-        y0 += panel_height(p) + kPanelGap;
+    for (const auto& b : p.blocks) {
+        const double x = scale.x_of(b.start);
+        const double w = std::max(0.0, scale.x_of(b.end) - x);
+        const double y = rows_top + b.row * (kRowHeight + kRowGap);
+        const bool light = b.pass == schedule::Pass::Forward;
+        const std::string label = block_label(b, p.chunks);
+        out << "<rect class=\"pass " << pass_class(b.pass) << "\" x=\"" << num(x) << "\" y=\""
+            << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(kRowHeight)
+            << "\" fill=\"" << fill_of(b.microbatch, b.pass)
+            << "\" stroke=\"#ffffff\" stroke-width=\"0.6\"><title>" << pass_class(b.pass)
+            << " microbatch " << b.microbatch << " chunk " << b.chunk << ": "
+            << format_in(b.start.seconds(), axis) << "-" << format_in(b.end.seconds(), axis) << " "
+            << axis.unit << "</title></rect>\n";
+        // A label only where it fits (about 6 px per character at 10 px).
+        if (w >= 6.0 * static_cast<double>(label.size()) + 2)
+            out << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+                << "\" text-anchor=\"middle\" font-size=\"10\" fill=\""
+                << (light ? "#222222" : "#ffffff") << "\">" << label << "</text>\n";
     }
+    const double axis_y = rows_top + p.rows * (kRowHeight + kRowGap) + 2;
+    out << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(axis_y) << "\" x2=\""
+        << num(kLeft + kPlotWidth) << "\" y2=\"" << num(axis_y)
+        << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n";
+    for (int k = 0;; ++k) {
+        const double t = k * axis.step_s;
+        if (t > scale.span_s * (1 + 1e-9)) break;
+        const double x = kLeft + t * scale.px_per_s;
+        out << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x)
+            << "\" y2=\"" << num(axis_y + 4) << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n"
+            << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y + 15)
+            << "\" text-anchor=\"middle\" fill=\"#444444\">" << format_in(t, axis)
+            << (k == 0 ? std::string(" ") + axis.unit : std::string()) << "</text>\n";
+    }
+    out << "</g>\n";
+}
 
-    // Legend: pass shades in one hue, the idle grey.
+// The legend below the panels (pass shades in one hue, the idle grey) and the closing tag.
+void write_legend(std::ostream& out, const std::vector<TimelinePanel>& panels, double y0) {
     const double ly = y0 + 4;
     double lx = kLeft;
     const auto swatch = [&](const std::string& fill, const std::string& text) {
@@ -294,6 +277,40 @@ void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& pa
     out << "<text x=\"" << num(lx) << "\" y=\"" << num(ly + 10)
         << "\" fill=\"#444444\">colour and number: microbatch; letter: model chunk</text>\n"
         << "</svg>\n";
+}
+
+}  // namespace
+
+void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& panels) {
+    Time longest = Time::zero();
+    for (const auto& p : panels) {
+        longest = std::max(longest, p.iteration_time);
+        for (const auto& b : p.blocks)
+            longest = std::max(longest, b.end);
+    }
+    Scale scale;
+    scale.span_s = longest.seconds() > 0 ? longest.seconds() : 1e-9;
+    scale.px_per_s = kPlotWidth / scale.span_s;
+    scale.axis = make_axis(scale.span_s);
+
+    double height = kTop + kLegend;
+    for (const auto& p : panels)
+        height += panel_height(p) + kPanelGap;
+    const double width = kLeft + kPlotWidth + kRight;
+
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
+        << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
+        << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
+        << "<rect class=\"background\" x=\"0\" y=\"0\" width=\"" << num(width) << "\" height=\""
+        << num(height) << "\" fill=\"#ffffff\"/>\n";
+
+    double y0 = kTop;
+    for (const auto& p : panels) {
+        write_panel(out, p, scale, y0);
+        y0 += panel_height(p) + kPanelGap;
+    }
+    write_legend(out, panels, y0);
 }
 
 }  // namespace cs::report

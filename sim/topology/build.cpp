@@ -361,20 +361,26 @@ class Builder {
                 b_.add_link(nic, sw, nics.kind, nics.bandwidth, nics.latency);
     }
 
-    // leaf_spine and fat_tree: leaves (per rail when rail-optimised), spines, and for fat_tree
-    // pods and cores.
-    void add_switch_tiers() {
+    // The leaves of a leaf_spine or fat_tree (per rail when rail-optimised), each NIC linked to
+    // its leaf, and the leaf tier's part of shape_.
+    struct LeafTier {
+        std::vector<DeviceIndex> leaves;
+        int rails = 1;
+        int nodes_per_leaf = 1;
+        Uplinks up;
+    };
+    LeafTier add_leaves() {
         const FabricSpec& f = *spec_.fabric;
         const NicSpec& nics = spec_.node->nics;
         const int nodes = spec_.nodes;
-        const LinkKind kind = nics.kind;
         if (!f.leaf.down)
             throw ConfigError(f.leaf.where,
                               "'fabric.leaf.down' missing; give the leaf switch's ports facing "
                               "the NICs, e.g. leaf: {down: 32}");
         const int down = *f.leaf.down;
-        const int rails = nics.rail_optimized ? nics.count : 1;
-        int nodes_per_leaf = down;
+        LeafTier t;
+        t.rails = nics.rail_optimized ? nics.count : 1;
+        t.nodes_per_leaf = down;
         if (!nics.rail_optimized) {
             if (down % nics.count != 0)
                 throw ConfigError(f.leaf.down_where,
@@ -384,95 +390,93 @@ class Builder {
                                       "of " +
                                       plural(nics.count, "NIC", "NICs") + "; use a multiple of " +
                                       std::to_string(nics.count) + " or rail_optimized: true");
-            nodes_per_leaf = down / nics.count;
+            t.nodes_per_leaf = down / nics.count;
         }
-        const int groups = (nodes + nodes_per_leaf - 1) / nodes_per_leaf;
-        const int leaf_count = groups * rails;
-        const Uplinks leaf_up = derive_uplinks(f.leaf, "leaf", down, nics.bandwidth);
-        std::vector<DeviceIndex> leaves;
+        const int groups = (nodes + t.nodes_per_leaf - 1) / t.nodes_per_leaf;
+        const int leaf_count = groups * t.rails;
+        t.up = derive_uplinks(f.leaf, "leaf", down, nics.bandwidth);
         for (int i = 0; i < leaf_count; ++i)
-            leaves.push_back(add_switch("leaf" + std::to_string(i), 1));
+            t.leaves.push_back(add_switch("leaf" + std::to_string(i), 1));
         for (int k = 0; k < nodes; ++k)
             for (int i = 0; i < nics.count; ++i) {
-                const int leaf = (k / nodes_per_leaf) * rails + (nics.rail_optimized ? i : 0);
+                const int leaf = (k / t.nodes_per_leaf) * t.rails + (nics.rail_optimized ? i : 0);
                 b_.add_link(nic_devices_[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)],
-                            leaves[static_cast<std::size_t>(leaf)], kind, nics.bandwidth,
+                            t.leaves[static_cast<std::size_t>(leaf)], nics.kind, nics.bandwidth,
                             nics.latency);
             }
 
         shape_.leaf_groups = groups;
-        shape_.rails = rails;
+        shape_.rails = t.rails;
         shape_.leaves = leaf_count;
-        shape_.leaf_up = leaf_count > 1 ? leaf_up.up : 0;
-        shape_.leaf_up_bandwidth = leaf_up.bandwidth;
-        if (f.kind == FabricKind::LeafSpine) {
-            if (f.spine.up || f.spine.oversubscription || f.spine.bandwidth)
-                throw ConfigError(f.spine.where,
-                                  "a leaf_spine's spines are its top tier: they take only down "
-                                  "and radix; for up-links above the spines use fat_tree");
-            shape_.pods = 1;
-            shape_.spines_per_pod = shape_.leaf_up;
-            if (f.spine.present && f.spine.down && leaf_count > *f.spine.down)
-                throw ConfigError(f.spine.down_where,
-                                  "fabric port counts do not add up: " + std::to_string(nodes) +
-                                      " nodes need " + std::to_string(leaf_count) +
-                                      " leaves but a spine has " + std::to_string(*f.spine.down) +
-                                      " down ports, one per leaf; use fat_tree or fewer nodes");
-            if (f.spine.present && f.spine.radix && leaf_count > *f.spine.radix)
-                throw ConfigError(
-                    f.spine.where,
-                    "fabric port counts do not add up: " + std::to_string(leaf_count) +
-                        " leaves exceed the spine radix " + std::to_string(*f.spine.radix));
-            if (leaf_count == 1) return;  // one leaf needs no spines
-            for (int j = 0; j < leaf_up.up; ++j) {
-                const DeviceIndex spine = add_switch("spine" + std::to_string(j), 2);
-                for (DeviceIndex leaf : leaves)
-                    b_.add_link(leaf, spine, kind, leaf_up.bandwidth, f.latency);
-            }
-            return;
-        }
+        shape_.leaf_up = leaf_count > 1 ? t.up.up : 0;
+        shape_.leaf_up_bandwidth = t.up.bandwidth;
+        return t;
+    }
 
+    // leaf_spine: the leaves and, above them, its spines (the top tier).
+    void add_leaf_spine() {
+        const LeafTier t = add_leaves();
+        const FabricSpec& f = *spec_.fabric;
+        const int leaf_count = static_cast<int>(t.leaves.size());
+        if (f.spine.up || f.spine.oversubscription || f.spine.bandwidth)
+            throw ConfigError(f.spine.where,
+                              "a leaf_spine's spines are its top tier: they take only down "
+                              "and radix; for up-links above the spines use fat_tree");
+        shape_.pods = 1;
+        shape_.spines_per_pod = shape_.leaf_up;
+        if (f.spine.present && f.spine.down && leaf_count > *f.spine.down)
+            throw ConfigError(f.spine.down_where,
+                              "fabric port counts do not add up: " + std::to_string(spec_.nodes) +
+                                  " nodes need " + std::to_string(leaf_count) +
+                                  " leaves but a spine has " + std::to_string(*f.spine.down) +
+                                  " down ports, one per leaf; use fat_tree or fewer nodes");
+        if (f.spine.present && f.spine.radix && leaf_count > *f.spine.radix)
+            throw ConfigError(f.spine.where,
+                              "fabric port counts do not add up: " + std::to_string(leaf_count) +
+                                  " leaves exceed the spine radix " +
+                                  std::to_string(*f.spine.radix));
+        if (leaf_count == 1) return;  // one leaf needs no spines
+        for (int j = 0; j < t.up.up; ++j) {
+            const DeviceIndex spine = add_switch("spine" + std::to_string(j), 2);
+            for (DeviceIndex leaf : t.leaves)
+                b_.add_link(leaf, spine, spec_.node->nics.kind, t.up.bandwidth, f.latency);
+        }
+    }
+
+    // fat_tree: the leaves, pods of spines above them and, with more than one pod, the cores.
+    void add_fat_tree() {
+        const LeafTier t = add_leaves();
+        const FabricSpec& f = *spec_.fabric;
+        const LinkKind kind = spec_.node->nics.kind;
+        const int leaf_count = static_cast<int>(t.leaves.size());
         if (!f.spine.down)
             throw ConfigError(f.spine.where,
                               "'fabric.spine.down' missing; give the leaves per "
                               "pod (a spine's ports facing the leaves)");
         const int leaves_per_pod = *f.spine.down;
         const int pods = (leaf_count + leaves_per_pod - 1) / leaves_per_pod;
-        const Uplinks spine_up =
-            derive_uplinks(f.spine, "spine", leaves_per_pod, leaf_up.bandwidth);
-        if (f.core.present && f.core.down && pods > *f.core.down)
-            throw ConfigError(f.core.down_where,
-                              "fabric port counts do not add up: " + std::to_string(nodes) +
-                                  " nodes fill " + std::to_string(pods) +
-                                  " pods but a core switch has " + std::to_string(*f.core.down) +
-                                  " down ports, one per pod; at most " +
-                                  std::to_string(static_cast<long long>(*f.core.down) *
-                                                 leaves_per_pod / rails * nodes_per_leaf) +
-                                  " nodes fit");
-        if (f.core.present && f.core.radix && pods > *f.core.radix)
-            throw ConfigError(f.core.where,
-                              "fabric port counts do not add up: " + std::to_string(pods) +
-                                  " pods exceed the core radix " + std::to_string(*f.core.radix));
+        const Uplinks spine_up = derive_uplinks(f.spine, "spine", leaves_per_pod, t.up.bandwidth);
+        check_core_ports(pods, leaves_per_pod, t);
         shape_.pods = pods;
         shape_.spines_per_pod = shape_.leaf_up;
         shape_.spine_up = pods > 1 ? spine_up.up : 0;
         shape_.spine_up_bandwidth = spine_up.bandwidth;
-        shape_.cores = pods > 1 ? leaf_up.up * spine_up.up : 0;
+        shape_.cores = pods > 1 ? t.up.up * spine_up.up : 0;
         if (leaf_count == 1) return;  // one leaf needs no spines
         // Planes: spine j of every pod connects to the spine_up.up cores of plane j. A fabric that
         // fits in one pod needs no cores.
         std::vector<DeviceIndex> cores;
-        const int core_planes = pods > 1 ? leaf_up.up : 0;
+        const int core_planes = pods > 1 ? t.up.up : 0;
         for (int j = 0; j < core_planes; ++j)
             for (int c = 0; c < spine_up.up; ++c)
                 cores.push_back(add_switch("core" + std::to_string(j * spine_up.up + c), 3));
         for (int p = 0; p < pods; ++p) {
-            for (int j = 0; j < leaf_up.up; ++j) {
+            for (int j = 0; j < t.up.up; ++j) {
                 const DeviceIndex spine =
                     add_switch("pod" + std::to_string(p) + ".spine" + std::to_string(j), 2);
                 for (int l = p * leaves_per_pod; l < std::min(leaf_count, (p + 1) * leaves_per_pod);
                      ++l)
-                    b_.add_link(leaves[static_cast<std::size_t>(l)], spine, kind, leaf_up.bandwidth,
+                    b_.add_link(t.leaves[static_cast<std::size_t>(l)], spine, kind, t.up.bandwidth,
                                 f.latency);
                 for (int c = 0; c < spine_up.up && pods > 1; ++c)
                     b_.add_link(spine, cores[static_cast<std::size_t>(j * spine_up.up + c)], kind,
@@ -481,7 +485,27 @@ class Builder {
         }
     }
 
+    // fat_tree: a core switch has a down port per pod, within its radix.
+    void check_core_ports(int pods, int leaves_per_pod, const LeafTier& t) const {
+        const FabricSpec& f = *spec_.fabric;
+        if (f.core.present && f.core.down && pods > *f.core.down)
+            throw ConfigError(f.core.down_where,
+                              "fabric port counts do not add up: " + std::to_string(spec_.nodes) +
+                                  " nodes fill " + std::to_string(pods) +
+                                  " pods but a core switch has " + std::to_string(*f.core.down) +
+                                  " down ports, one per pod; at most " +
+                                  std::to_string(static_cast<long long>(*f.core.down) *
+                                                 leaves_per_pod / t.rails * t.nodes_per_leaf) +
+                                  " nodes fit");
+        if (f.core.present && f.core.radix && pods > *f.core.radix)
+            throw ConfigError(f.core.where,
+                              "fabric port counts do not add up: " + std::to_string(pods) +
+                                  " pods exceed the core radix " + std::to_string(*f.core.radix));
+    }
+
     void check_connectivity(const Cluster& c) const;
+    // check_connectivity's first check: the whole graph is one island (its GPUs, at least).
+    void check_islands(const Cluster& c) const;
 
     const TopologySpec& spec_;
     ClusterBuilder b_;
@@ -495,8 +519,8 @@ class Builder {
 
 constexpr std::array<Builder::FabricBuilder, 3> Builder::kFabricBuilders{{
     {FabricKind::SingleSwitch, &Builder::add_single_switch},
-    {FabricKind::LeafSpine, &Builder::add_switch_tiers},
-    {FabricKind::FatTree, &Builder::add_switch_tiers},
+    {FabricKind::LeafSpine, &Builder::add_leaf_spine},
+    {FabricKind::FatTree, &Builder::add_fat_tree},
 }};
 
 constexpr bool Builder::every_fabric_has_a_builder() {
@@ -528,36 +552,37 @@ std::string island_text(const Cluster& c, const std::vector<int>& gpus) {
     return out + "}";
 }
 
+void Builder::check_islands(const Cluster& c) const {
+    const Graph& g = c.graph().g;
+    std::vector<int> comp(boost::num_vertices(g));
+    const int count = boost::connected_components(g, comp.data());
+    if (count <= 1) return;
+    std::map<int, std::vector<int>> islands;
+    for (int gpu = 0; gpu < c.gpu_count(); ++gpu)
+        islands[comp[c.gpu_device(gpu)]].push_back(gpu);
+    if (islands.size() <= 1) return;
+    std::string text;
+    int shown = 0;
+    for (const auto& [id, gpus] : islands) {
+        if (shown == 4) {
+            text += " and " + std::to_string(islands.size() - 4) + " more";
+            break;
+        }
+        text += (shown ? (shown + 1 == static_cast<int>(islands.size()) ? " and " : ", ") : "") +
+                island_text(c, gpus);
+        ++shown;
+    }
+    throw ConfigError(spec_.where, "the GPUs are not all connected; " +
+                                       std::to_string(islands.size()) + " islands: " + text +
+                                       " (add links between them, or NICs and a fabric)");
+}
+
 void Builder::check_connectivity(const Cluster& c) const {
     const Graph& g = c.graph().g;
     const auto n = boost::num_vertices(g);
     if (c.gpu_count() == 0) throw ConfigError(spec_.where, "the topology has no GPUs");
     // 1. Islands of the whole graph.
-    std::vector<int> comp(n);
-    const int count = boost::connected_components(g, comp.data());
-    if (count > 1) {
-        std::map<int, std::vector<int>> islands;
-        for (int gpu = 0; gpu < c.gpu_count(); ++gpu)
-            islands[comp[c.gpu_device(gpu)]].push_back(gpu);
-        if (islands.size() > 1) {
-            std::string text;
-            int shown = 0;
-            for (const auto& [id, gpus] : islands) {
-                if (shown == 4) {
-                    text += " and " + std::to_string(islands.size() - 4) + " more";
-                    break;
-                }
-                text += (shown ? (shown + 1 == static_cast<int>(islands.size()) ? " and " : ", ")
-                               : "") +
-                        island_text(c, gpus);
-                ++shown;
-            }
-            throw ConfigError(spec_.where, "the GPUs are not all connected; " +
-                                               std::to_string(islands.size()) +
-                                               " islands: " + text +
-                                               " (add links between them, or NICs and a fabric)");
-        }
-    }
+    check_islands(c);
     // 2. Routes never pass through a GPU, so connectivity must hold without GPU vertices too:
     // two GPUs reach each other through a direct link or a shared component of the non-GPU graph.
     const auto& devs = c.devices();

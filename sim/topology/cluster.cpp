@@ -259,11 +259,23 @@ const std::vector<std::uint16_t>& Cluster::fabric_hops_to(DeviceIndex target) co
     return hops;
 }
 
-void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
-                              std::vector<LinkId>& out) const {
-    const DeviceIndex s = gpu_device(src), d = gpu_device(dst);
-    const int na = node_of_device_[s], nb = node_of_device_[d];
-    const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
+namespace {
+using EntryTables = std::vector<std::pair<const std::vector<std::uint16_t>*, std::int32_t>>;
+// Hops from the fabric device of fabric-local index `local` to the destination through the
+// cheapest of its node's entry switches (`entries`: each switch's hop table and remaining cost),
+// kFar if none is reached.
+inline std::int32_t entry_dist(const EntryTables& entries, std::int32_t local) {
+    std::int32_t best = kFar;
+    const auto idx = static_cast<std::size_t>(local);
+    for (const auto& [hops, cost] : entries) {
+        const std::uint16_t h = (*hops)[idx];
+        if (h != 0xffff) best = std::min(best, static_cast<std::int32_t>(h) + cost);
+    }
+    return best;
+}
+}  // namespace
+
+void Cluster::two_level_entries(int nb, DeviceIndex d) const {
     RouteScratch& sc = scratch_;
     // Destination side: hops inside node B to the destination GPU.
     sc.dist_b.assign(node_devices_[static_cast<std::size_t>(nb)].size(), kFar);
@@ -284,25 +296,19 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
         if (i == 0 || sc.entry_cost[i].first != sc.entry_cost[i - 1].first)
             sc.entries.emplace_back(&fabric_hops_to(sc.entry_cost[i].first),
                                     sc.entry_cost[i].second);
-    const auto& entries = sc.entries;
-    auto fabric_dist_local = [&](std::int32_t local) {
-        std::int32_t best = kFar;
-        const auto idx = static_cast<std::size_t>(local);
-        for (const auto& [hops, cost] : entries) {
-            const std::uint16_t h = (*hops)[idx];
-            if (h != 0xffff) best = std::min(best, static_cast<std::int32_t>(h) + cost);
-        }
-        return best;
-    };
-    auto fabric_dist = [&](DeviceIndex v) { return fabric_dist_local(local_index_[v]); };
+}
+
+void Cluster::two_level_source(int na, DeviceIndex s) const {
     // Source side: hops from each device of node A to the destination, leaving through its exits.
     // Nodes are small, so relax to a fixed point.
+    RouteScratch& sc = scratch_;
+    const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
     auto& dist_a = sc.dist_a;
     dist_a.assign(devs_a.size(), kFar);
     for (LinkId l : node_exits_[static_cast<std::size_t>(na)]) {
         const DeviceIndex u = links_[l].from;
         auto& du = dist_a[static_cast<std::size_t>(local_index_[u])];
-        du = std::min(du, fabric_dist(links_[l].to) + 1);
+        du = std::min(du, entry_dist(sc.entries, local_index_[links_[l].to]) + 1);
     }
     for (bool changed = true; changed;) {
         changed = false;
@@ -320,10 +326,21 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
             }
         }
     }
+}
+
+void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
+                              std::vector<LinkId>& out) const {
+    const DeviceIndex s = gpu_device(src), d = gpu_device(dst);
+    const int na = node_of_device_[s], nb = node_of_device_[d];
+    RouteScratch& sc = scratch_;
+    two_level_entries(nb, d);
+    two_level_source(na, s);
+    const auto& entries = sc.entries;
+    const auto& dist_a = sc.dist_a;
     const auto& dist_b = sc.dist_b;
     auto dist_of = [&](DeviceIndex v) -> std::int32_t {
         const int n = node_of_device_[v];
-        if (n < 0) return fabric_dist(v);
+        if (n < 0) return entry_dist(entries, local_index_[v]);
         if (is_gpu_[v] && v != s && v != d) return kFar;
         if (n == na) return dist_a[static_cast<std::size_t>(local_index_[v])];
         if (n == nb) return dist_b[static_cast<std::size_t>(local_index_[v])];
@@ -331,7 +348,7 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     };
     auto arc_dist = [&](const Arc& a) -> std::int32_t {
         const int n = a.other_node;
-        if (n < 0) return fabric_dist_local(a.other_local);
+        if (n < 0) return entry_dist(entries, a.other_local);
         if (a.other_is_gpu && a.other != s && a.other != d) return kFar;
         if (n == na) return dist_a[static_cast<std::size_t>(a.other_local)];
         if (n == nb) return dist_b[static_cast<std::size_t>(a.other_local)];
@@ -364,80 +381,83 @@ void Cluster::route_two_level(int src, int dst, std::uint64_t flow_id,
     }
 }
 
-void Cluster::route_lengths(int src, const std::vector<int>& dsts, std::vector<int>& out) const {
-    out.clear();
-    out.reserve(dsts.size());
-    const int na = node_of_gpu(src);
-    const DeviceIndex s = gpu_device(src);
-    std::vector<LinkId> route_buf;
-    auto by_route = [&](int dst) {
-        route_buf.clear();
-        route(src, dst, 0, route_buf);
-        return static_cast<int>(route_buf.size());
-    };
+std::vector<std::int32_t> Cluster::fabric_reach(int src) const {
     // reach[f]: hops from `src` to fabric switch f (fabric-local index) through its node's
     // non-GPU devices, an exit link and fabric-to-fabric links only: the forward image of the
     // per-destination tables route_two_level() reads (fabric_hops_to), so that
     //   length(src, d) = min over entry links f -> e of node(d) of reach[f] + 1 + hops(e, d in
     //   node)
     // equals route_two_level()'s dist_a[src] by exchanging the two minima.
-    std::vector<std::int32_t> reach;
+    const int na = node_of_gpu(src);
+    const DeviceIndex s = gpu_device(src);
+    const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
+    std::vector<std::int32_t> dist_a(devs_a.size(), kFar);
+    dist_a[static_cast<std::size_t>(local_index_[s])] = 0;
+    std::vector<DeviceIndex> queue(1, s);
+    for (std::size_t head = 0; head < queue.size(); ++head) {
+        const DeviceIndex v = queue[head];
+        const std::int32_t dv = dist_a[static_cast<std::size_t>(local_index_[v])];
+        for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+            const Arc& a = out_arcs_[i];
+            if (a.other_node != na || a.other_is_gpu) continue;  // never through a GPU
+            auto& dw = dist_a[static_cast<std::size_t>(a.other_local)];
+            if (dw != kFar) continue;
+            dw = dv + 1;
+            queue.push_back(a.other);
+        }
+    }
+    std::vector<std::int32_t> reach(fabric_devices_.size(), kFar);
+    using Item = std::pair<std::int32_t, std::uint32_t>;  // (hops, fabric-local index)
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> open;
+    for (LinkId l : node_exits_[static_cast<std::size_t>(na)]) {
+        const DeviceIndex u = links_[l].from;
+        if (u != s && is_gpu_[u]) continue;  // another GPU's own exit
+        const std::int32_t du = dist_a[static_cast<std::size_t>(local_index_[u])];
+        if (du == kFar) continue;
+        const auto x = static_cast<std::uint32_t>(local_index_[links_[l].to]);
+        if (du + 1 < reach[x]) {
+            reach[x] = du + 1;
+            open.emplace(du + 1, x);
+        }
+    }
+    while (!open.empty()) {
+        const auto [d, x] = open.top();
+        open.pop();
+        if (d != reach[x]) continue;
+        const DeviceIndex v = fabric_devices_[x];
+        for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+            const Arc& a = out_arcs_[i];
+            if (a.other_node >= 0) continue;
+            const auto y = static_cast<std::uint32_t>(a.other_local);
+            if (d + 1 < reach[y]) {
+                reach[y] = d + 1;
+                open.emplace(d + 1, y);
+            }
+        }
+    }
+    return reach;
+}
+
+void Cluster::route_lengths(int src, const std::vector<int>& dsts, std::vector<int>& out) const {
+    out.clear();
+    out.reserve(dsts.size());
+    const int na = node_of_gpu(src);
+    std::vector<LinkId> route_buf;
+    auto by_route = [&](int dst) {
+        route_buf.clear();
+        route(src, dst, 0, route_buf);
+        return static_cast<int>(route_buf.size());
+    };
+    std::vector<std::int32_t> reach;  // fabric_reach(src), made when first needed
     std::vector<std::int32_t> dist_b;
     std::vector<DeviceIndex> queue;
-    auto fill_reach = [&] {
-        const auto& devs_a = node_devices_[static_cast<std::size_t>(na)];
-        std::vector<std::int32_t> dist_a(devs_a.size(), kFar);
-        dist_a[static_cast<std::size_t>(local_index_[s])] = 0;
-        queue.assign(1, s);
-        for (std::size_t head = 0; head < queue.size(); ++head) {
-            const DeviceIndex v = queue[head];
-            const std::int32_t dv = dist_a[static_cast<std::size_t>(local_index_[v])];
-            for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
-                const Arc& a = out_arcs_[i];
-                if (a.other_node != na || a.other_is_gpu) continue;  // never through a GPU
-                auto& dw = dist_a[static_cast<std::size_t>(a.other_local)];
-                if (dw != kFar) continue;
-                dw = dv + 1;
-                queue.push_back(a.other);
-            }
-        }
-        reach.assign(fabric_devices_.size(), kFar);
-        using Item = std::pair<std::int32_t, std::uint32_t>;  // (hops, fabric-local index)
-        std::priority_queue<Item, std::vector<Item>, std::greater<>> open;
-        for (LinkId l : node_exits_[static_cast<std::size_t>(na)]) {
-            const DeviceIndex u = links_[l].from;
-            if (u != s && is_gpu_[u]) continue;  // another GPU's own exit
-            const std::int32_t du = dist_a[static_cast<std::size_t>(local_index_[u])];
-            if (du == kFar) continue;
-            const auto x = static_cast<std::uint32_t>(local_index_[links_[l].to]);
-            if (du + 1 < reach[x]) {
-                reach[x] = du + 1;
-                open.emplace(du + 1, x);
-            }
-        }
-        while (!open.empty()) {
-            const auto [d, x] = open.top();
-            open.pop();
-            if (d != reach[x]) continue;
-            const DeviceIndex v = fabric_devices_[x];
-            for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
-                const Arc& a = out_arcs_[i];
-                if (a.other_node >= 0) continue;
-                const auto y = static_cast<std::uint32_t>(a.other_local);
-                if (d + 1 < reach[y]) {
-                    reach[y] = d + 1;
-                    open.emplace(d + 1, y);
-                }
-            }
-        }
-    };
     for (int dst : dsts) {
         const int nb = node_of_gpu(dst);
         if (dst == src || !two_level_ || na < 0 || nb < 0 || na == nb) {
             out.push_back(by_route(dst));
             continue;
         }
-        if (reach.empty()) fill_reach();
+        if (reach.empty()) reach = fabric_reach(src);
         const DeviceIndex d = gpu_device(dst);
         dist_b.assign(node_devices_[static_cast<std::size_t>(nb)].size(), kFar);
         node_bfs(in_offsets_, in_arcs_, node_of_device_, is_gpu_, local_index_, nb, d, dist_b,

@@ -248,6 +248,13 @@ class Cluster {
     const std::vector<std::uint16_t>& fabric_hops_to(DeviceIndex fabric_switch) const;
     bool route_in_node(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     void route_two_level(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
+    // route_two_level's sides, into scratch_: the destination node's hops to `d` and its entry
+    // switches (dist_b, entries), then the source node's hops to the destination (dist_a).
+    void two_level_entries(int nb, DeviceIndex d) const;
+    void two_level_source(int na, DeviceIndex s) const;
+    // route_lengths: hops from GPU `src` to every fabric device (fabric-local index), kFar where
+    // none leads.
+    std::vector<std::int32_t> fabric_reach(int src) const;
     void route_general(int src, int dst, std::uint64_t flow_id, std::vector<LinkId>& out) const;
     void index_structure();
 

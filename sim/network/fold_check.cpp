@@ -1,0 +1,49 @@
+#include "network/fold_check.hpp"
+
+#include <algorithm>
+
+namespace cs::network::detail {
+
+FoldCheck::FoldCheck(int copies, std::size_t real_links, const double* capacity)
+    : real_links_(real_links), capacity_(capacity) {
+    maps_.image.resize(static_cast<std::size_t>(copies));
+}
+
+bool FoldCheck::claim(LinkId l, int m) {
+    if (l >= owner_.size())
+        owner_.resize(std::max<std::size_t>({std::size_t{l} + 1, 2 * owner_.size(), real_links_}),
+                      -1);
+    std::int32_t& o = owner_[l];
+    if (o < 0) o = m;
+    return o == m;
+}
+
+std::string FoldCheck::match(const Plan& a, const Plan& b, int m) {
+    if (a.fixed_latency != b.fixed_latency || a.phases.size() != b.phases.size() ||
+        a.protocol != b.protocol || a.protocol_step != b.protocol_step)
+        return "plans of different shape";
+    for (std::size_t p = 0; p < a.phases.size(); ++p) {
+        const Phase& pa = a.phases[p];
+        const Phase& pb = b.phases[p];
+        if (pa.steps != pb.steps || pa.latency != pb.latency || pa.flows.size() != pb.flows.size())
+            return "phases of different shape";
+        for (std::size_t f = 0; f < pa.flows.size(); ++f) {
+            const FlowTemplate& fa = pa.flows[f];
+            const FlowTemplate& fb = pb.flows[f];
+            if (fa.bytes_per_size != fb.bytes_per_size || fa.rate_cap != fb.rate_cap ||
+                fa.path.size() != fb.path.size())
+                return "flows of different size, rate cap or route length";
+            for (std::size_t h = 0; h < fa.path.size(); ++h) {
+                const LinkId la = fa.path[h], lb = fb.path[h];
+                if (capacity_[la] != capacity_[lb]) return "links of different capacity";
+                if (!claim(la, 0) || !claim(lb, m))
+                    return "members share link " + std::to_string(la < real_links_ ? la : lb);
+                if (!maps_.set(la, lb, static_cast<std::size_t>(m)))
+                    return "routes that no link map carries onto each other (ECMP)";
+            }
+        }
+    }
+    return {};
+}
+
+}  // namespace cs::network::detail
