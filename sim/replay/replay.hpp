@@ -298,8 +298,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     // `at`, and observers get no on_iteration_end (nor on_pass for passes under way at `at`).
     // Once the iteration has completed, the stop does nothing.
     void stop_at(Time at);
-    // Member folding (docs/performance.md, "Folding"), on by default: the tp x cp GPUs of a
-    // worker run in lockstep and send their pipeline messages and DP collectives at the same
+    // Member folding (docs/performance-history.md, "Folding"), on by default: the tp x cp GPUs
+    // of a worker run in lockstep and send their pipeline messages and DP collectives at the same
     // instants with the same sizes, so when Accelerator::fold accepts (their routes are carried
     // onto each other by a link map and share no link) only member 0's transfers go on the network,
     // each standing for all members. Results are the same (the network's observers still see
@@ -348,7 +348,7 @@ class Replay final : public EventHandler, public network::TransferClient {
     void on_event(Simulation& sim, const Event& event) override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
-    struct WorkerState;  // defined in replay.cpp
+    struct WorkerState;  // defined in replay_state.hpp
 
   private:
     // The replay's own engine events (Event::kind).

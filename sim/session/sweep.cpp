@@ -282,10 +282,10 @@ bool shapes_runs(const std::string& key) {
 
 // How a sweep's combinations are dealt to the ranks of an MPI job as they ask (WorkQueue, on
 // rank 0). A shape (one value of each axis that shapes_runs) costs most the first time a process
-// runs it: its routes, plans and costs are found, then kept (in sweep D of docs/performance.md
-// about ten times a later combination of the shape). And shapes differ in cost (there a 1f1b
-// shape costs about twice an interleaved one), so any deal fixed in advance leaves the rank that
-// drew the slower shapes finishing last. Here:
+// runs it: its routes, plans and costs are found, then kept (in sweep D of
+// docs/performance-history.md, about ten times a later combination of the shape). And shapes differ
+// in cost (there a 1f1b shape costs about twice an interleaved one), so any deal fixed in advance
+// leaves the rank that drew the slower shapes finishing last. Here:
 //   - a position is a combination, shape by shape (shapes in enumeration order, each shape's
 //     combinations in enumeration order), so a chunk is a run of one shape's combinations with
 //     increasing indices;
