@@ -92,9 +92,10 @@ def _gpu_counts(value):
     return [_count("gpus", g) for g in value]
 
 
-def _confirm(value):
-    """confirm: None (plan's default, 3 x top), a number of layouts or "all", as plan --confirm's
-    text ("" for the default)."""
+def _confirm(value, top):
+    """confirm: None (plan's default, 3 x top), a number of layouts from `top` up or "all", as
+    plan --confirm's text ("" for the default). The limit is checked here, where both arguments
+    are known, so that the error names `confirm` (plan's own message names --confirm)."""
     if value is None:
         return ""
     if value == "all":
@@ -103,6 +104,9 @@ def _confirm(value):
         raise _type_error("confirm", 'an int or "all"', value)
     if value < 1:
         raise InputError.of_argument("confirm", "expected a number of layouts, 1 or more, or all")
+    if value < top:
+        raise InputError.of_argument(
+            "confirm", "expected a number of layouts from top (%d) to 1000000, or all" % top)
     return str(value)
 
 
@@ -375,8 +379,8 @@ class Experiment:
         `global_batch` these global batch sizes in sequences (plan --global-batch: an int, a list,
         or the option's text "MIN..MAX[:STEP]"; with several, time ranks seconds per 1M tokens).
         `confirm` bounds the layouts re-simulated under the experiment's network (plan --confirm:
-        None for 3 x top, an int, or "all" for the exact top k; the result's `contenders` counts
-        what a limit left that could still enter the top k).
+        None for 3 x top, an int from top up, or "all" for the exact top k; the result's
+        `contenders` counts what a limit left that could still enter the top k).
         `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
@@ -387,7 +391,7 @@ class Experiment:
                           float(_number("headroom", headroom)), _count("top", top),
                           _text("objective", objective, "a str: time, mfu, cost or energy"),
                           float(_number("gpu_hour_price", gpu_hour_price)),
-                          float(_number("margin", margin)), _confirm(confirm),
+                          float(_number("margin", margin)), _confirm(confirm, top),
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
                           _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),

@@ -1,5 +1,5 @@
-// Folding (docs/performance.md, "Folding"): member folding's check (decide_fold) and replica
-// folding's classes and followers (decide_replica_fold), with the followers' accounting.
+// Folding (docs/performance-history.md, "Folding"): member folding's check (decide_fold) and
+// replica folding's classes and followers (decide_replica_fold), with the followers' accounting.
 #include <algorithm>
 #include <map>
 #include <numeric>

@@ -526,6 +526,12 @@ class PlanTest(unittest.TestCase):
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, confirm=0)
         self.assertEqual(e.exception.argument, "confirm")
+        # Fewer layouts confirmed than the top asked for (top=3, confirm=2): named as `confirm`,
+        # with top's value in the message.
+        with self.assertRaises(clustersim.InputError) as e:
+            clustersim.plan(*args, top=3, confirm=2)
+        self.assertEqual(e.exception.argument, "confirm")
+        self.assertIn("from top (3)", str(e.exception))
         with self.assertRaises(clustersim.InputError) as e:
             clustersim.plan(*args, threads=-1)
         self.assertEqual(e.exception.argument, "threads")
