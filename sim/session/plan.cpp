@@ -124,9 +124,29 @@ std::string time_text(double seconds, bool sign = false) {
     return out;
 }
 
-// Why `loser` ranks below `winner`: the part of the iteration that grew the most; per 1M
-// tokens rather than per iteration when their batches differ (`per_token`: --global-batch).
-std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token) {
+// The objective's value as the plan's table shows it (an MFU of -score, a price, joules).
+std::string objective_text(PlanObjective objective, double value) {
+    char text[64];
+    switch (objective) {
+        case PlanObjective::Mfu:
+            std::snprintf(text, sizeof text, "MFU %.1f%%", -100 * value);
+            break;
+        case PlanObjective::Cost:
+            std::snprintf(text, sizeof text, "%.4g per 1M tokens", value);
+            break;
+        case PlanObjective::Energy:
+            std::snprintf(text, sizeof text, "%.4g J per token", value);
+            break;
+        default:
+            return time_text(value);
+    }
+    return text;
+}
+
+}  // namespace
+
+std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token,
+                     PlanObjective objective) {
     // The time the parts are fractions of: the iteration's, or that of 1M tokens at its rate.
     const auto span = [per_token](const PlanFigures& f) {
         return per_token ? 1e6 / f.tokens_per_s : f.iteration_time_s;
@@ -147,6 +167,20 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
         {"host", [](const PlanFigures& f) { return f.host_fraction; }},
     }};
     static_assert(workload::kCommKinds == 5, "one part per kind of communication");
+    const double slower = span(loser) - span(winner);
+    const std::string per = per_token ? " per 1M tokens" : " per iteration";
+    if (!(slower > 0)) {
+        // Not slower: the same score, listed after the winner by enumeration order, or a lower
+        // score on an objective other than time (another GPU count costs more, say).
+        if (loser.objective == winner.objective)
+            return "ties with the best" +
+                   (slower == 0 ? std::string(" (the same time)")
+                                : " (" + time_text(slower, true) + per + ")") +
+                   "; listed after it in enumeration order";
+        return time_text(slower, true) + per + ", not slower; ranks lower on " +
+               objective_text(objective, loser.objective) + " against " +
+               objective_text(objective, winner.objective);
+    }
     const Part* worst = &parts[0];
     double most = -std::numeric_limits<double>::infinity();
     for (const auto& part : parts) {
@@ -156,11 +190,12 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
             worst = &part;
         }
     }
-    return time_text(span(loser) - span(winner), true) +
-           (per_token ? " per 1M tokens" : " per iteration") + "; the most: " + worst->name + " " +
+    return time_text(slower, true) + per + "; the most: " + worst->name + " " +
            time_text(most, true) + " (" + time_text(worst->value(loser) * span(loser)) +
            " against " + time_text(worst->value(winner) * span(winner)) + ")";
 }
+
+namespace {
 
 struct Loader {
     const PlanOptions& options;
@@ -798,7 +833,7 @@ struct Simulations {
 // The top k of the confirmed layouts by score (the first enumerated on a tie): #1 with the
 // Megatron-LM flags that run it, the others with why they rank below it.
 std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t top,
-                               const Loader& loader, bool per_token) {
+                               const Loader& loader, bool per_token, PlanObjective objective) {
     std::sort(confirmed.begin(), confirmed.end(), [](const PlanChoice& x, const PlanChoice& y) {
         if (x.figures.objective != y.figures.objective)
             return x.figures.objective < y.figures.objective;
@@ -810,7 +845,7 @@ std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t to
         if (i == 0) {
             c.megatron_args = workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
         } else {
-            c.why_lost = why_lost(c.figures, confirmed[0].figures, per_token);
+            c.why_lost = why_lost(c.figures, confirmed[0].figures, per_token, objective);
         }
     }
     return confirmed;
@@ -845,7 +880,8 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
             for (const auto& c : result.top)
                 if (c.figures.objective <= g.figures->objective) ++g.rank;
             if (!result.top.empty()) {
-                g.versus = why_lost(*g.figures, result.top.front().figures, per_token);
+                g.versus =
+                    why_lost(*g.figures, result.top.front().figures, per_token, scorer.objective);
                 if (static_cast<double>(g.figures->memory_bytes) > limit)
                     g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
                                 " per GPU, above the limit of " +
@@ -938,7 +974,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     result.confirmed = sims.confirmed.size();
 
     // The ranking, the guide's layouts placed in it, and every layout looked at.
-    result.top = top_of(std::move(sims.confirmed), options.top, loader, per_token);
+    result.top =
+        top_of(std::move(sims.confirmed), options.top, loader, per_token, options.objective);
     if (options.guide)
         add_guide(result, base, workers[0], scorer, options.fast_paths, limit, per_token);
     if (options.keep_entries) result.entries = entries_of(std::move(search.entries), sims, result);

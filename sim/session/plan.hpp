@@ -241,6 +241,14 @@ std::vector<std::int64_t> parse_global_batches(const std::string& text);
 // --confirm's text: a number of layouts, 1 or more, or "all" (0: no limit).
 std::size_t parse_confirm(const std::string& text);
 
+// Why `loser` ranks below `winner` (a runner-up's PlanChoice::why_lost, a guide layout's versus):
+// how much slower it is, per iteration or per 1M tokens (`per_token`: their batches differ), and
+// the part of that time that grew the most, with its two times. A loser that is not slower says
+// so: the same score (listed after the winner by enumeration order), or a lower score on
+// `objective` (MFU, cost or energy), with the two values.
+std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token,
+                     PlanObjective objective);
+
 // Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
 // experiment that does not load, and when no layout is valid and fits.
 // Under mpirun (`ranks`), the search (load, prepare, bound) is shared among the ranks and rank 0

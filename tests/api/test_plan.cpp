@@ -896,3 +896,39 @@ TEST_CASE("plan --guide: a guide layout at another pp takes the derived first/la
     if (split_of_pp.count(2)) CHECK(split_of_pp[2] == std::pair{21, 20});
     if (split_of_pp.count(4)) CHECK(split_of_pp[4] == std::pair{11, 10});
 }
+
+TEST_CASE("plan: why a runner-up lost, slower, tied or not slower on another objective") {
+    // Winner: 1 s per iteration, half of it compute (idle 0.5), 0.2 s bubble. Loser: 1.5 s,
+    // compute 0.6 x 1.5 = 0.9 s, bubble 0.2 x 1.5 = 0.3 s. It is 0.5 s slower; the part that grew
+    // the most is compute, +0.4 s (bubble +0.1 s, the rest 0).
+    api::PlanFigures winner, loser;
+    winner.iteration_time_s = 1.0;
+    winner.idle_fraction = 0.5;
+    winner.bubble_fraction = 0.2;
+    winner.objective = 1.0;
+    loser.iteration_time_s = 1.5;
+    loser.idle_fraction = 0.4;
+    loser.bubble_fraction = 0.2;
+    loser.objective = 1.5;
+    const auto t = [](double s) { return format_time(Time::from_seconds_ceil(s)); };
+    std::string slower("+");
+    slower.append(t(0.5)).append(" per iteration; the most: compute +").append(t(0.4));
+    slower.append(" (").append(t(0.9)).append(" against ").append(t(0.5)).append(")");
+    CHECK(api::why_lost(loser, winner, false, api::PlanObjective::Time) == slower);
+
+    // The same time and score: a tie, listed after the winner by enumeration order (not "+0 ps").
+    CHECK(api::why_lost(winner, winner, false, api::PlanObjective::Time) ==
+          "ties with the best (the same time); listed after it in enumeration order");
+
+    // Faster by 0.2 s but a lower MFU (the score is -MFU: -0.40 against -0.45), as with more
+    // GPUs under --objective mfu: not slower, and the two MFUs.
+    api::PlanFigures faster = winner;
+    faster.iteration_time_s = 0.8;
+    faster.objective = -0.40;
+    api::PlanFigures best = winner;
+    best.objective = -0.45;
+    std::string not_slower("-");
+    not_slower.append(t(0.2)).append(
+        " per iteration, not slower; ranks lower on MFU 40.0% against MFU 45.0%");
+    CHECK(api::why_lost(faster, best, false, api::PlanObjective::Mfu) == not_slower);
+}
