@@ -65,7 +65,9 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
             << cell(percent(figure("exposed_comm_fraction"), 1), 9);
         for (const std::string& key : report::exposed_kind_keys())
             out << cell(percent(figure(key), 1), 8);
-        out << cell(format_bytes(Bytes{s.memory_bytes()}), 9) << (s.fits ? "yes" : "NO") << "\n";
+        const auto memory =
+            report::at_path(figures, "memory_per_gpu_bytes.total")->get<std::int64_t>();
+        out << cell(format_bytes(Bytes{memory}), 9) << (s.fits ? "yes" : "NO") << "\n";
     }
 }
 

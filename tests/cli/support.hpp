@@ -16,6 +16,12 @@
 
 namespace cs::test {
 
+// The repository, and the bundled inputs the CLI tests run.
+inline const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
+inline const std::string kPipeline = kRoot + "/workloads/h200-2gpu-pipeline.yaml";
+inline const std::string kProfile = kRoot + "/workloads/h200-pipeline-profile.yaml";
+inline const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
+
 // A fresh empty folder per test case.
 inline std::filesystem::path scratch(const std::string& name) {
     const auto dir = std::filesystem::temp_directory_path() / ("cs_cli_tests_" + name);
@@ -52,8 +58,8 @@ struct CliResult {
 
 // Runs `clustersim ARGS...` and returns its exit status, stdout and stderr.
 inline CliResult run_binary(const std::vector<std::string>& args) {
-    const auto err_file = std::filesystem::temp_directory_path() /
-                          ("cs_cli_stderr_" + std::to_string(::getpid()));
+    const auto err_file =
+        std::filesystem::temp_directory_path() / ("cs_cli_stderr_" + std::to_string(::getpid()));
     std::string cmd = shell_quote(CLUSTERSIM_BIN);
     for (const auto& a : args)
         cmd.append(1, ' ').append(shell_quote(a));
@@ -77,8 +83,7 @@ inline std::string run_cli(const std::string& name, std::vector<std::string> arg
     args.insert(args.begin(), name);
     const CliResult r = run_binary(args);
     if (r.status == 2) throw ConfigError(r.err);
-    if (r.status != 0)
-        throw std::runtime_error("exit " + std::to_string(r.status) + ": " + r.err);
+    if (r.status != 0) throw std::runtime_error("exit " + std::to_string(r.status) + ": " + r.err);
     return r.out;
 }
 

@@ -10,13 +10,10 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using cs::test::kPipeline;
+using cs::test::kRoot;
+using cs::test::kTwoGpus;
 using cs::test::run_binary;
-
-namespace {
-const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
-const std::string kPipeline = kRoot + "/workloads/h200-2gpu-pipeline.yaml";
-const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
-}  // namespace
 
 TEST_CASE("run: summary printed, --json written, warnings on stderr, bad input exit 2") {
     const fs::path json = cs::test::scratch("run") / "s.json";

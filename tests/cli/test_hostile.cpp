@@ -12,13 +12,13 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using cs::test::kProfile;
+using cs::test::kRoot;
+using cs::test::kTwoGpus;
 using cs::test::run_binary;
 using cs::test::slurp;
 
 namespace {
-const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
-const std::string kProfile = kRoot + "/workloads/h200-pipeline-profile.yaml";
-const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
 
 bool has(const cs::test::CliResult& r, const std::string& text) {
     return r.err.find(text) != std::string::npos;

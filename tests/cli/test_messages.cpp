@@ -15,12 +15,12 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using cs::test::kPipeline;
+using cs::test::kRoot;
+using cs::test::kTwoGpus;
 using cs::test::run_binary;
 
 namespace {
-const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
-const std::string kPipeline = kRoot + "/workloads/h200-2gpu-pipeline.yaml";
-const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
 
 // The lines of `text` that contain `what`.
 std::vector<std::string> lines_with(const std::string& text, const std::string& what) {

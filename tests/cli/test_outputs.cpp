@@ -9,13 +9,13 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using cs::test::kProfile;
+using cs::test::kRoot;
+using cs::test::kTwoGpus;
 using cs::test::run_binary;
 using cs::test::slurp;
 
 namespace {
-const std::string kRoot = CLUSTERSIM_SOURCE_DIR;
-const std::string kProfile = kRoot + "/workloads/h200-pipeline-profile.yaml";
-const std::string kTwoGpus = kRoot + "/topologies/h200-2gpu-nvlink.yaml";
 
 std::size_t entries(const fs::path& dir) {
     std::size_t n = 0;
@@ -70,7 +70,8 @@ TEST_CASE("a failing output fails the command with exit 2 and leaves no other ou
     CHECK(r3.out.empty());
 }
 
-TEST_CASE("a symbolic link stays a link; a device is written through; old files are kept on failure") {
+TEST_CASE(
+    "a symbolic link stays a link; a device is written through; old files are kept on failure") {
     const fs::path dir = cs::test::scratch("outputs_link");
     fs::create_directories(dir / "real");
     fs::create_symlink("real/s.json", dir / "link.json");
