@@ -52,6 +52,7 @@ class OneFOneB final : public Schedule {
   public:
     std::string name() const override { return "1f1b"; }
     bool on_torch_pipeline_runtime() const override { return false; }
+    bool in_megatron_lm() const override { return true; }
     int chunks_for(int /*requested_vpp*/) const override { return 1; }
     std::string check(const PipelineShape& shape) const override {
         return check_fixed_chunks(name(), shape, 1);

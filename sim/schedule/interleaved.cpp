@@ -18,6 +18,7 @@ std::string multiples_of(int p) {
 class Interleaved final : public Schedule {
   public:
     std::string name() const override { return "interleaved"; }
+    bool in_megatron_lm() const override { return true; }
     int chunks_for(int requested_vpp) const override { return requested_vpp; }
     std::string check(const PipelineShape& shape) const override {
         std::string problem = check_positive(name(), shape);

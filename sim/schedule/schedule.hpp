@@ -107,6 +107,9 @@ class Schedule {
     // (_PipelineScheduleRuntime), whose host pays HostModel::runtime_pass more per pass: every
     // schedule but gpipe and 1f1b, which torch runs as classes of their own.
     virtual bool on_torch_pipeline_runtime() const { return true; }
+    // Whether Megatron-LM runs this schedule (forward_backward_pipelining_without_interleaving,
+    // _with_interleaving), so that flags can name it: 1f1b and interleaved only.
+    virtual bool in_megatron_lm() const { return false; }
     // Virtual stages a microbatch runs through: devices x chunks / model_copies.
     int virtual_stages(const PipelineShape& shape) const {
         return shape.devices * shape.chunks / model_copies();

@@ -220,23 +220,28 @@ void place_explicit(const JobsSpec& out, const config::Reader& j,
                                 "'; jobs may not share GPUs");
 }
 
+// What `placement:` accepts, for messages: the kinds a job asks for by name (kPlacementNames but
+// "explicit", which names how a job that lists its GPUs was placed), or a mapping.
+const std::string kPlacementChoices = [] {
+    std::string kinds;
+    for (const auto& row : kPlacementNames)
+        if (row.value != Placement::Explicit) kinds += std::string(row.name) + ", ";
+    return kinds + "or a mapping {gpus: ...} or {nodes: ...} naming the job's GPUs";
+}();
+
 // The GPUs of a job placed by kind (contiguous, the default, rail or scattered) on those not
 // `taken`.
 void place_by_kind(const config::Reader& j, const YAML::Node& p, const topology::Cluster& cluster,
                    const std::vector<std::uint8_t>& taken, JobSpec& job) {
     const int need = job.experiment.layout.world_size();
     if (p.IsDefined() && !p.IsScalar())
-        j.fail("placement",
-               "expected contiguous, rail, scattered, or a mapping "
-               "{gpus: ...} or {nodes: ...} naming the job's GPUs");
+        j.fail("placement", "expected " + kPlacementChoices);
     const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
     const auto named = find_named(kPlacementNames, kind);
     if (named && *named != Placement::Explicit)
         job.placement = *named;
     else
-        j.fail("placement", "unknown placement '" + kind +
-                                "'; expected contiguous, rail, scattered, or a mapping {gpus: "
-                                "...} or {nodes: ...} naming the job's GPUs");
+        j.fail("placement", "unknown placement '" + kind + "'; expected " + kPlacementChoices);
     job.gpus = place_gpus(cluster, job.placement, need, taken);
     if (job.gpus.empty()) {
         const auto free = static_cast<int>(std::count(taken.begin(), taken.end(), 0));

@@ -195,6 +195,13 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
            " against " + time_text(worst->value(winner) * span(winner)) + ")";
 }
 
+std::string megatron_args_for(const workload::ExperimentSpec& spec,
+                              std::vector<std::string>* notes) {
+    const auto schedule = schedule::require_schedule(spec.schedule, SourceLocation{});
+    return workload::megatron_args_for(
+        spec, {schedule->in_megatron_lm(), schedule->chunks_for(spec.layout.vpp)}, notes);
+}
+
 namespace {
 
 struct Loader {
@@ -843,7 +850,7 @@ std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t to
     for (std::size_t i = 0; i < confirmed.size(); ++i) {
         auto& c = confirmed[i];
         if (i == 0) {
-            c.megatron_args = workload::megatron_args_for(loader.load(c.layout, false), &c.notes);
+            c.megatron_args = megatron_args_for(loader.load(c.layout, false), &c.notes);
         } else {
             c.why_lost = why_lost(c.figures, confirmed[0].figures, per_token, objective);
         }

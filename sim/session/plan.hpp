@@ -249,6 +249,11 @@ std::size_t parse_confirm(const std::string& text);
 std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token,
                      PlanObjective objective);
 
+// The Megatron-LM flags that run `spec` (workload::megatron_args_for), with its schedule's traits
+// looked up in the registry; an unknown schedule throws ConfigError.
+std::string megatron_args_for(const workload::ExperimentSpec& spec,
+                              std::vector<std::string>* notes = nullptr);
+
 // Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
 // experiment that does not load, and when no layout is valid and fits.
 // Under mpirun (`ranks`), the search (load, prepare, bound) is shared among the ranks and rank 0

@@ -692,7 +692,8 @@ std::vector<std::string> megatron_args_to_overrides(const std::string& args,
 
 namespace cs::workload {
 
-std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::string>* notes) {
+std::string megatron_args_for(const ExperimentSpec& spec, MegatronSchedule schedule,
+                              std::vector<std::string>* notes) {
     const auto& l = spec.layout;
     const auto& t = spec.training;
     std::vector<std::string> flags;
@@ -703,8 +704,8 @@ std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::strin
     add("--pipeline-model-parallel-size", l.pp);
     if (l.cp > 1) add("--context-parallel-size", l.cp);
     if (l.ep > 1) add("--expert-model-parallel-size", l.ep);
-    if (l.vpp > 1 && spec.schedule == "interleaved")
-        add("--num-virtual-stages-per-pipeline-rank", l.vpp);
+    if (schedule.in_megatron_lm && schedule.chunks > 1)
+        add("--num-virtual-stages-per-pipeline-rank", schedule.chunks);
     if (l.sequence_parallel) flags.push_back("--sequence-parallel");
     add("--micro-batch-size", t.micro_batch_size);
     add("--global-batch-size", t.global_batch_size);
@@ -735,7 +736,7 @@ std::string megatron_args_for(const ExperimentSpec& spec, std::vector<std::strin
     }
     if (l.hsdp() && l.sharding != Sharding::None)
         add("--num-distributed-optimizer-instances", l.dp / l.shard_size);
-    if (notes && spec.schedule != "1f1b" && spec.schedule != "interleaved")
+    if (notes && !schedule.in_megatron_lm)
         notes->push_back("Megatron-LM has no flag for the " + spec.schedule +
                          " schedule; the flags give its layout");
     std::string out;

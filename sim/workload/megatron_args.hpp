@@ -43,8 +43,16 @@ namespace cs::workload {
 // sharding), in that order, separated by spaces. megatron_args_to_overrides of the text gives
 // back those settings (tests/api/test_plan.cpp). The model's own flags are not written (they are
 // the model's, not the layout's), nor the data-parallel size (Megatron derives it). A schedule
-// Megatron-LM has no flag for (anything but 1f1b and interleaved) is named in `notes`.
-std::string megatron_args_for(const ExperimentSpec& spec,
+// Megatron-LM does not run is named in `notes`.
+//
+// What the flags need of spec.schedule, from its traits (schedule::Schedule; workload sits below
+// the schedule layer, so the caller asks it): whether Megatron-LM runs it, and the model chunks
+// per device it uses for the layout's vpp (chunks_for), written as virtual stages when above 1.
+struct MegatronSchedule {
+    bool in_megatron_lm = false;
+    int chunks = 1;
+};
+std::string megatron_args_for(const ExperimentSpec& spec, MegatronSchedule schedule,
                               std::vector<std::string>* notes = nullptr);
 
 }  // namespace cs::workload

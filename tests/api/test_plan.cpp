@@ -548,7 +548,7 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         for (const auto& o : layout)
             sets.push_back(o);
         const auto spec = workload::load_experiment(kSmall, sets);
-        const auto flags = workload::megatron_args_for(spec);
+        const auto flags = api::megatron_args_for(spec);
         std::vector<std::string> warnings;
         auto back = workload::megatron_args_to_overrides(flags, warnings);
         CHECK_MESSAGE(warnings.empty(), flags);
@@ -573,6 +573,30 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         CHECK_MESSAGE(spec.training.recompute == again.training.recompute, flags);
         CHECK_MESSAGE(spec.training.precision == again.training.precision, flags);
     }
+}
+
+TEST_CASE("megatron_args_for names the schedule by its traits, not its name") {
+    // Interleaved (in Megatron-LM, vpp chunks per device) writes the virtual stages; zb-v also runs
+    // two chunks per device but Megatron-LM has no such schedule: no virtual-stage flag, a note.
+    const auto flags_of = [](const std::string& schedule, std::vector<std::string>* notes) {
+        return api::megatron_args_for(
+            workload::load_experiment(
+                kSmall, {"topology.nodes=2", "parallelism.tp=2", "parallelism.pp=2",
+                         "parallelism.dp=2", "parallelism.vpp=2", "schedule=" + schedule}),
+            notes);
+    };
+    std::vector<std::string> notes;
+    CHECK(flags_of("interleaved", &notes).find("--num-virtual-stages-per-pipeline-rank 2") !=
+          std::string::npos);
+    CHECK(notes.empty());
+    const auto zbv = flags_of("zb-v", &notes);
+    CHECK(zbv.find("--num-virtual-stages") == std::string::npos);
+    CHECK(zbv.find("--pipeline-model-parallel-size 2") != std::string::npos);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("no flag for the zb-v schedule") != std::string::npos);
+    notes.clear();
+    flags_of("1f1b", &notes);
+    CHECK(notes.empty());
 }
 
 TEST_CASE("run_ahead commits what the sequential loop commits, for any number of workers") {
@@ -706,7 +730,7 @@ TEST_CASE("plan --hsdp and --partial-recompute: their layouts, loaded as the ove
     std::vector<std::string> sets = o.sets;
     for (const auto& s : l.overrides())
         sets.push_back(s);
-    const auto args = workload::megatron_args_for(workload::load_experiment(kSmall, sets));
+    const auto args = api::megatron_args_for(workload::load_experiment(kSmall, sets));
     CHECK(args.find("--recompute-method block") != std::string::npos);
     CHECK(args.find("--recompute-num-layers 2") != std::string::npos);
 }
