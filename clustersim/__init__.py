@@ -49,7 +49,8 @@ __all__ = ["Experiment", "Result", "Comparison", "Sweep", "InputError", "Argumen
 PathLike = Union[str, "os.PathLike[str]"]
 Source = Union[None, PathLike, Mapping, "Experiment"]
 Overrides = Union[None, Mapping, str, Sequence[str]]
-# progress(done, total); plan's: progress(done, total, phase)
+# progress(done, total); plan's: progress(done, total, phase); compare's (and a compare's
+# report's): progress(done, total, schedule)
 Progress = Optional[Callable[..., Any]]
 Scalar = Union[bool, int, float, str]
 
@@ -329,12 +330,17 @@ class Experiment:
             _callback("progress", progress))
         return Result(json.loads(summary), warnings, source, hbm)
 
-    def compare(self, schedules: Union[str, Sequence[str]], fast_paths: bool = True
-                ) -> "Comparison":
-        """Simulates each schedule ("gpipe,1f1b" or a list). Returns a Comparison."""
+    def compare(self, schedules: Union[str, Sequence[str]], fast_paths: bool = True, *,
+                progress: Progress = None) -> "Comparison":
+        """Simulates each schedule ("gpipe,1f1b" or a list), one after the other.
+        `progress(done, total, schedule)` is called with the passes of the schedule being
+        simulated (as run's, named by the schedule), at most ten times a second and at each
+        run's end. Ctrl-C (or what `progress` raises) stops the comparison within about 0.1 s;
+        nothing is returned. Returns a Comparison."""
         names = _schedule_names("schedules", schedules)
         summaries, warnings, source, hbm = _core.compare(
-            self._source, self.overrides, ",".join(names), _bool("fast_paths", fast_paths))
+            self._source, self.overrides, ",".join(names), _bool("fast_paths", fast_paths),
+            _callback("progress", progress))
         return Comparison([Result(json.loads(s), [], source, hbm) for s in summaries], warnings)
 
     def sweep(self, vary: Mapping[str, Sequence[Scalar]], fast_paths: bool = True, *,
@@ -400,13 +406,15 @@ class Experiment:
                           _threads(threads), _callback("progress", progress))
         return json.loads(text)
 
-    def report(self, path: PathLike, schedules: Union[None, str, Sequence[str]] = None
-               ) -> PathLike:
+    def report(self, path: PathLike, schedules: Union[None, str, Sequence[str]] = None, *,
+               progress: Progress = None) -> PathLike:
         """Writes the HTML report (as `clustersim run --html`, or `compare --html` when
         `schedules` names several) to `path`: one self-contained file, written whole or not at
-        all. Returns the path."""
+        all. `progress` is called as run's (one run) or compare's (`schedules`); Ctrl-C stops
+        it within about 0.1 s and writes nothing. Returns the path."""
         names = _schedule_names("schedules", schedules) if schedules is not None else []
-        _core.html_report(self._source, self.overrides, ",".join(names), _path("path", path))
+        _core.html_report(self._source, self.overrides, ",".join(names), _path("path", path),
+                          _callback("progress", progress))
         return path
 
     def __repr__(self) -> str:
@@ -760,9 +768,12 @@ def run(source: Source = None, overrides: Overrides = None, *, schedule: Optiona
 
 
 def compare(source: Source, schedules: Union[str, Sequence[str]], overrides: Overrides = None,
-            *, base_dir: Optional[PathLike] = None, fast_paths: bool = True) -> Comparison:
-    """Simulates each of `schedules` on an experiment. Returns a Comparison."""
-    return _as_experiment(source, overrides, base_dir).compare(schedules, fast_paths=fast_paths)
+            *, base_dir: Optional[PathLike] = None, fast_paths: bool = True,
+            progress: Progress = None) -> Comparison:
+    """Simulates each of `schedules` on an experiment; see Experiment.compare. Returns a
+    Comparison."""
+    return _as_experiment(source, overrides, base_dir).compare(schedules, fast_paths=fast_paths,
+                                                               progress=progress)
 
 
 def sweep(source: Source, vary: Mapping[str, Sequence[Scalar]], overrides: Overrides = None, *,
@@ -783,17 +794,24 @@ def plan(source: Source, fix: Optional[Mapping[str, Any]] = None, overrides: Ove
 
 def report(source: Source, path: PathLike, overrides: Overrides = None, *,
            schedules: Union[None, str, Sequence[str]] = None,
-           base_dir: Optional[PathLike] = None) -> PathLike:
-    """Writes the HTML report of an experiment (one run, or the comparison of `schedules`)."""
-    return _as_experiment(source, overrides, base_dir).report(path, schedules=schedules)
+           base_dir: Optional[PathLike] = None, progress: Progress = None) -> PathLike:
+    """Writes the HTML report of an experiment (one run, or the comparison of `schedules`); see
+    Experiment.report."""
+    return _as_experiment(source, overrides, base_dir).report(path, schedules=schedules,
+                                                              progress=progress)
 
 
-def run_jobs(path: PathLike, *, trace: Optional[PathLike] = None, fast_paths: bool = True
-             ) -> Dict[str, Any]:
+def run_jobs(path: PathLike, *, trace: Optional[PathLike] = None, fast_paths: bool = True,
+             progress: Progress = None) -> Dict[str, Any]:
     """Simulates a jobs file (several jobs on one topology, docs/yaml/jobs.md) together and each
     job alone. Returns the dict `clustersim run JOBS --json` writes: `jobs` (each with `name`,
     `gpus`, `iteration_time_s` and `alone_iteration_time_s` in seconds, `slowdown` (a ratio), and
-    the `shared` and `alone` summaries), `contested_links`, `makespan_s` (seconds)."""
+    the `shared` and `alone` summaries), `contested_links`, `makespan_s` (seconds).
+    `progress(done, total)` counts job iterations: each job's `iterations` in the shared run,
+    then each job's one alone (total = jobs x (iterations + 1)); it is called at most ten times
+    a second and at the end. Ctrl-C (or what `progress` raises) stops within about 0.1 s and
+    writes no trace."""
     return json.loads(_core.run_jobs(_path("path", path),
                                      "" if trace is None else _path("trace", trace),
-                                     _bool("fast_paths", fast_paths)))
+                                     _bool("fast_paths", fast_paths),
+                                     _callback("progress", progress)))

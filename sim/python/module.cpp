@@ -119,25 +119,51 @@ class Hooks {
 // Counts a run's passes for Hooks: every worker's forward and backward passes per microbatch and
 // chunk, as the command line's progress line does. It copies followers (replica folding stays
 // on): a folded replica's passes are counted when they are copied, at the end.
+// `phase` (a compare's schedule name, or null) is passed on as progress's third argument.
 class PassCounter final : public replay::ReplayObserver, public replay::FollowerCopier {
   public:
-    PassCounter(Hooks& hooks, std::size_t total) : hooks_(hooks), total_(total) {}
+    PassCounter(Hooks& hooks, std::size_t total, const char* phase = nullptr)
+        : hooks_(hooks), total_(total), phase_(phase) {}
     void on_pass(const replay::PassRecord& pass) override {
         ++per_worker_[pass.worker];
         ++done_;
-        hooks_.check(done_, total_, nullptr, done_ == 1);
+        hooks_.check(done_, total_, phase_, done_ == 1);
     }
     void copy_worker(int from, int to) override {
         per_worker_[to] = per_worker_[from];
         done_ += per_worker_[from];
     }
-    void on_iteration_end(Time) override { hooks_.check(done_, total_, nullptr, true); }
+    void on_iteration_end(Time) override { hooks_.check(done_, total_, phase_, true); }
 
   private:
     Hooks& hooks_;
     std::size_t total_;
+    const char* phase_;
     std::size_t done_ = 0;
     std::unordered_map<int, std::size_t> per_worker_;
+};
+
+// A compare's progress: each schedule's run counted by a PassCounter of its own, named by the
+// schedule (progress(done, total, schedule)). Installs itself in `options`, which it outlives.
+class ScheduleProgress {
+  public:
+    ScheduleProgress(Hooks& hooks, api::CompareOptions& options)
+        : hooks_(hooks), names_(options.schedules) {
+        options.on_prepared = [this](std::size_t i, const replay::PreparedIteration& it) {
+            passes_ = static_cast<std::size_t>(it.passes());
+            (void)i;
+        };
+        options.attach = [this](std::size_t i, replay::Replay& replay) {
+            counter_ = std::make_unique<PassCounter>(hooks_, passes_, names_[i].c_str());
+            replay.add_observer(*counter_);
+        };
+    }
+
+  private:
+    Hooks& hooks_;
+    std::vector<std::string> names_;
+    std::size_t passes_ = 0;
+    std::unique_ptr<PassCounter> counter_;
 };
 
 // Runs `work` with the GIL released; what a hook raised is raised again with the GIL held.
@@ -150,6 +176,26 @@ auto without_gil(const Hooks& hooks, Work&& work) {
         hooks.rethrow();
     }
 }
+
+// Counts one run's passes for `hooks` (RunOptions::on_prepared and ::attach). Installs itself in
+// `options`, which it outlives.
+class RunProgress {
+  public:
+    RunProgress(Hooks& hooks, api::RunOptions& options) : hooks_(hooks) {
+        options.on_prepared = [this](const replay::PreparedIteration& it) {
+            passes_ = static_cast<std::size_t>(it.passes());
+        };
+        options.attach = [this](replay::Replay& replay) {
+            counter_ = std::make_unique<PassCounter>(hooks_, passes_);
+            replay.add_observer(*counter_);
+        };
+    }
+
+  private:
+    Hooks& hooks_;
+    std::size_t passes_ = 0;
+    std::unique_ptr<PassCounter> counter_;
+};
 
 // (summary JSON, load and run warnings, experiment display path, HBM per GPU in bytes)
 std::tuple<std::string, std::vector<std::string>, std::string, std::int64_t> run(
@@ -165,15 +211,7 @@ std::tuple<std::string, std::vector<std::string>, std::string, std::int64_t> run
         options.fast_paths = fast_paths;
         if (!trace.empty()) options.trace = trace;
         options.trace_options.outputs = &outputs;
-        std::size_t passes = 0;
-        std::unique_ptr<PassCounter> counter;
-        options.on_prepared = [&passes](const replay::PreparedIteration& it) {
-            passes = static_cast<std::size_t>(it.passes());
-        };
-        options.attach = [&](replay::Replay& replay) {
-            counter = std::make_unique<PassCounter>(hooks, passes);
-            replay.add_observer(*counter);
-        };
+        RunProgress counting(hooks, options);
         const auto result = api::run(spec, options);
         outputs.commit();
         std::vector<std::string> warnings = spec.warnings;
@@ -186,19 +224,23 @@ std::tuple<std::string, std::vector<std::string>, std::string, std::int64_t> run
 // (summary JSON per schedule, warnings, experiment display path, HBM per GPU in bytes)
 std::tuple<std::vector<std::string>, std::vector<std::string>, std::string, std::int64_t> compare(
     const Source& source, const std::vector<std::string>& sets, const std::string& schedules,
-    bool fast_paths) {
-    py::gil_scoped_release release;
-    api::CompareOptions options;
-    options.fast_paths = fast_paths;
-    options.schedules = api::parse_schedule_list(schedules, "schedules");
-    const auto spec = source.load(sets);
-    const auto result = api::compare(spec, options);
-    std::vector<std::string> summaries;
-    for (const auto& s : result.summaries)
-        summaries.push_back(summary_text(s));
-    std::vector<std::string> warnings = spec.warnings;
-    warnings.insert(warnings.end(), result.warnings.begin(), result.warnings.end());
-    return {summaries, warnings, spec.source, spec.cluster->gpu_model(0).hbm.value};
+    bool fast_paths, py::object progress) {
+    Hooks hooks(std::move(progress));
+    return without_gil(hooks, [&] {
+        api::CompareOptions options;
+        options.fast_paths = fast_paths;
+        options.schedules = api::parse_schedule_list(schedules, "schedules");
+        ScheduleProgress counting(hooks, options);
+        const auto spec = source.load(sets);
+        const auto result = api::compare(spec, options);
+        std::vector<std::string> summaries;
+        for (const auto& s : result.summaries)
+            summaries.push_back(summary_text(s));
+        std::vector<std::string> warnings = spec.warnings;
+        warnings.insert(warnings.end(), result.warnings.begin(), result.warnings.end());
+        return std::make_tuple(summaries, warnings, spec.source,
+                               spec.cluster->gpu_model(0).hbm.value);
+    });
 }
 
 // The JSON `plan --json` writes (every layout's entry included). Options as `clustersim plan`'s;
@@ -343,10 +385,10 @@ std::tuple<std::string, std::string, bool> sweep(
 }
 
 // Writes the HTML report of one run (`schedules` empty: the experiment's own schedule) or of a
-// comparison (a comma-separated list) to `path`, as `run --html` and `compare --html` do.
-void html_report(const Source& source, const std::vector<std::string>& sets,
-                 const std::string& schedules, const std::string& path) {
-    py::gil_scoped_release release;
+// comparison (a comma-separated list) to `path`, as `run --html` and `compare --html` do; the
+// runs tell `hooks` of their passes as run and compare do. Called with the GIL released.
+void write_report(const Source& source, const std::vector<std::string>& sets,
+                  const std::string& schedules, const std::string& path, Hooks& hooks) {
     OutputSet outputs;
     outputs.declare("path", path);
     const auto spec = source.load(sets);
@@ -357,6 +399,7 @@ void html_report(const Source& source, const std::vector<std::string>& sets,
     if (schedules.empty()) {
         api::RunOptions options;
         options.detail = true;
+        RunProgress counting(hooks, options);
         auto result = api::run(spec, options);
         page.title = "clustersim run";
         page.runs = {result.summary};
@@ -366,6 +409,7 @@ void html_report(const Source& source, const std::vector<std::string>& sets,
         api::CompareOptions options;
         options.schedules = api::parse_schedule_list(schedules, "schedules");
         options.details = true;
+        ScheduleProgress counting(hooks, options);
         auto result = api::compare(spec, options);
         page.title = "clustersim compare";
         page.runs = result.summaries;
@@ -378,19 +422,35 @@ void html_report(const Source& source, const std::vector<std::string>& sets,
     outputs.commit();
 }
 
+// write_report with `progress` (None: none) and Ctrl-C: progress(done, total) with one run's
+// passes, progress(done, total, schedule) with each schedule's of a comparison.
+void html_report(const Source& source, const std::vector<std::string>& sets,
+                 const std::string& schedules, const std::string& path, py::object progress) {
+    Hooks hooks(std::move(progress));
+    without_gil(hooks, [&] { write_report(source, sets, schedules, path, hooks); });
+}
+
 // A jobs file (docs/yaml/jobs.md): the JSON `clustersim run JOBS --json` writes.
-std::string run_jobs(const std::string& path, const std::string& trace, bool fast_paths) {
-    py::gil_scoped_release release;
-    OutputSet outputs;
-    outputs.declare("trace", trace);
-    const auto spec = api::load_jobs(path);
-    api::JobsOptions options;
-    if (!trace.empty()) options.trace = trace;
-    options.outputs = &outputs;
-    options.fast_paths = fast_paths;
-    const auto result = api::run_jobs(spec, options);
-    outputs.commit();
-    return api::to_json(result).dump();
+// `progress` (None: none): progress(done, total) with the job iterations finished
+// (JobsOptions::on_progress); Ctrl-C is checked at every pass.
+std::string run_jobs(const std::string& path, const std::string& trace, bool fast_paths,
+                     py::object progress) {
+    Hooks hooks(std::move(progress));
+    return without_gil(hooks, [&] {
+        OutputSet outputs;
+        outputs.declare("trace", trace);
+        const auto spec = api::load_jobs(path);
+        api::JobsOptions options;
+        if (!trace.empty()) options.trace = trace;
+        options.outputs = &outputs;
+        options.fast_paths = fast_paths;
+        options.on_progress = [&hooks](std::size_t done, std::size_t total) {
+            hooks.check(done, total, nullptr, done == 0 || done == total);
+        };
+        const auto result = api::run_jobs(spec, options);
+        outputs.commit();
+        return api::to_json(result).dump();
+    });
 }
 
 }  // namespace
@@ -408,7 +468,7 @@ PYBIND11_MODULE(_clustersim, m) {
     m.def("run", &run, py::arg("source"), py::arg("sets"), py::arg("schedule"), py::arg("trace"),
           py::arg("fast_paths"), py::arg("progress"));
     m.def("compare", &compare, py::arg("source"), py::arg("sets"), py::arg("schedules"),
-          py::arg("fast_paths"));
+          py::arg("fast_paths"), py::arg("progress"));
     m.def("sweep", &sweep, py::arg("source"), py::arg("sets"), py::arg("vary"),
           py::arg("fast_paths"), py::arg("progress"));
     m.def("plan", &plan, py::arg("source"), py::arg("sets"), py::arg("fixes"), py::arg("schedules"),
@@ -417,8 +477,9 @@ PYBIND11_MODULE(_clustersim, m) {
           py::arg("guide"), py::arg("hsdp"), py::arg("partial_recompute"), py::arg("uneven_stages"),
           py::arg("gpus"), py::arg("global_batches"), py::arg("threads"), py::arg("progress"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
-          py::arg("path"));
-    m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"));
+          py::arg("path"), py::arg("progress"));
+    m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"),
+          py::arg("progress"));
     m.def("schedule_names", [] { return schedule::schedule_names(); });
     // report/summary_fields.def as data: one dict {path, column, unit, label, description} per
     // field, in the summary JSON's order (clustersim.summary_fields()).

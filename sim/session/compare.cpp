@@ -33,7 +33,8 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
         throw ConfigError(SourceLocation{"--schedules"},
                           "name at least one schedule, e.g. gpipe,1f1b,interleaved");
     CompareResult out;
-    for (const auto& n : options.schedules) {
+    for (std::size_t i = 0; i < options.schedules.size(); ++i) {
+        const auto& n = options.schedules[i];
         auto sched = schedule::make_schedule(n);
         if (sched && spec.layout.vpp > 1 && sched->chunks_for(spec.layout.vpp) == 1)
             out.without_virtual_stages.push_back(n);
@@ -42,11 +43,17 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
         opt.detail = options.details;
         opt.fast_paths = options.fast_paths;
         std::unique_ptr<report::TimelineRecorder> recorder;
-        if (options.timelines)
-            opt.attach = [&recorder](replay::Replay& replay) {
+        if (options.on_prepared)
+            opt.on_prepared = [&options, i](const replay::PreparedIteration& it) {
+                options.on_prepared(i, it);
+            };
+        opt.attach = [&options, &recorder, i](replay::Replay& replay) {
+            if (options.timelines) {
                 recorder = std::make_unique<report::TimelineRecorder>(replay);
                 replay.add_observer(*recorder);
-            };
+            }
+            if (options.attach) options.attach(i, replay);
+        };
         RunResult r = run(spec, opt);
         for (auto& w : r.warnings)
             if (std::find(out.warnings.begin(), out.warnings.end(), w) == out.warnings.end())

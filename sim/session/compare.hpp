@@ -1,6 +1,8 @@
 // Several schedules on one experiment, side by side.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ struct CompareOptions {
     bool timelines = false;              // record data-parallel replica 0's passes per schedule
     bool details = false;                // RunOptions::detail per schedule
     bool fast_paths = true;              // RunOptions::fast_paths per schedule
+    // RunOptions::on_prepared and ::attach of each schedule's run, with the schedule's index in
+    // `schedules`: a progress display or another observer (which must outlive compare()).
+    std::function<void(std::size_t, const replay::PreparedIteration&)> on_prepared;
+    std::function<void(std::size_t, replay::Replay&)> attach;
 };
 
 struct CompareResult {

@@ -234,8 +234,7 @@ const std::string kPlacementChoices = [] {
 void place_by_kind(const config::Reader& j, const YAML::Node& p, const topology::Cluster& cluster,
                    const std::vector<std::uint8_t>& taken, JobSpec& job) {
     const int need = job.experiment.layout.world_size();
-    if (p.IsDefined() && !p.IsScalar())
-        j.fail("placement", "expected " + kPlacementChoices);
+    if (p.IsDefined() && !p.IsScalar()) j.fail("placement", "expected " + kPlacementChoices);
     const std::string kind = p.IsDefined() ? p.Scalar() : "contiguous";
     const auto named = find_named(kPlacementNames, kind);
     if (named && *named != Placement::Explicit)
@@ -491,6 +490,25 @@ std::unique_ptr<report::TraceWriter> job_trace_writer(const std::filesystem::pat
     return writer;
 }
 
+// JobsOptions::on_progress's count, shared by the shared run and the alone runs.
+struct JobsProgress {
+    const std::function<void(std::size_t, std::size_t)>& call;
+    std::size_t done = 0, total = 0;
+    void tell() const { call(done, total); }
+};
+
+// Tells JobsProgress of every pass of one job iteration. Its notifications carry no per-worker
+// record, so a folded replica's passes need no copying (a FollowerCopier with nothing to copy).
+class PassTicker final : public replay::ReplayObserver, public replay::FollowerCopier {
+  public:
+    explicit PassTicker(const JobsProgress& progress) : progress_(progress) {}
+    void on_pass(const replay::PassRecord&) override { progress_.tell(); }
+    void copy_worker(int, int) override {}
+
+  private:
+    const JobsProgress& progress_;
+};
+
 struct Simulated {
     std::vector<report::Summary> summaries;            // per job of the subset
     std::vector<std::vector<double>> iteration_times;  // per job: each completed iteration
@@ -507,6 +525,7 @@ struct JobRun {
     std::unique_ptr<report::TraceWriter> writer;
     std::vector<std::unique_ptr<replay::Replay>> replays;
     std::vector<std::unique_ptr<report::MetricsObserver>> metrics;
+    std::vector<std::unique_ptr<PassTicker>> tickers;  // with JobsOptions::on_progress
     std::vector<Time> ends;
 };
 
@@ -571,7 +590,7 @@ Simulated collect(const JobsSpec& spec, const std::vector<replay::PreparedIterat
 // and the slowdown measures contention, not a different draw of routes.
 Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedIteration>& prepared,
                    const std::vector<std::size_t>& which, int iterations, network::KeptState* kept,
-                   const JobsOptions* options = nullptr,
+                   const JobsOptions* options, JobsProgress* progress,
                    std::optional<std::size_t> alone = std::nullopt) {
     const auto& cluster = *spec.cluster;
     const auto& first = prepared[which.front()].spec;
@@ -612,6 +631,10 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
         fabric.placement = spec.jobs[which[k]].gpus;
         fabric.on_complete = [&, k](Time end) {
             runs[k].ends.push_back(end);
+            if (progress && runs[k].ends.size() <= static_cast<std::size_t>(iterations)) {
+                ++progress->done;
+                progress->tell();
+            }
             if (runs[k].ends.size() == static_cast<std::size_t>(iterations) && --behind == 0) {
                 sim.stop();
                 return;
@@ -623,6 +646,8 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
         auto& m = *run.metrics.emplace_back(
             std::make_unique<report::MetricsObserver>(r.workers().size()));
         r.add_observer(m);
+        if (progress)
+            r.add_observer(*run.tickers.emplace_back(std::make_unique<PassTicker>(*progress)));
         clients.replays[k].push_back(&r);
         if (trace_file && i + 1 == static_cast<std::size_t>(iterations))
             run.writer =
@@ -688,7 +713,13 @@ JobsResult run_jobs_unchecked(const JobsSpec& spec, const JobsOptions& options) 
     std::optional<network::KeptState> kept;
     if (options.fast_paths) kept.emplace(*spec.cluster);
     network::KeptState* keep = kept ? &*kept : nullptr;
-    Simulated shared = simulate(spec, prepared, all, spec.iterations, keep, &options);
+    std::optional<JobsProgress> progress;
+    if (options.on_progress)
+        progress.emplace(
+            JobsProgress{options.on_progress, 0,
+                         spec.jobs.size() * (static_cast<std::size_t>(spec.iterations) + 1)});
+    JobsProgress* tell = progress ? &*progress : nullptr;
+    Simulated shared = simulate(spec, prepared, all, spec.iterations, keep, &options, tell);
     out.links = std::move(shared.links);
     out.makespan_s = shared.makespan_s;
     out.iterations = spec.iterations;
@@ -701,7 +732,7 @@ JobsResult run_jobs_unchecked(const JobsSpec& spec, const JobsOptions& options) 
         j.shared = shared.summaries[k];
         j.shared_iteration_times_s = shared.iteration_times[k];
         // Alone, a job's iterations are all alike: one is simulated.
-        j.alone = simulate(spec, prepared, all, 1, keep, nullptr, k).summaries.front();
+        j.alone = simulate(spec, prepared, all, 1, keep, nullptr, tell, k).summaries.front();
         j.slowdown = j.alone.iteration_time_s > 0
                          ? j.shared.iteration_time_s / j.alone.iteration_time_s
                          : 1.0;

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -123,6 +124,11 @@ struct JobsOptions {
     std::int64_t max_memory = topology::kDefaultMaxMemory;
     // RunOptions::fast_paths for the jobs' runs (--no-fast-paths: none).
     bool fast_paths = true;
+    // Progress (the Python package's callback and its Ctrl-C check): on_progress(done, total)
+    // after every pass any job simulates, `done` counting the job iterations finished of the
+    // `total` the result needs (each job's first `iterations` in the shared run, then each job's
+    // one alone). What it throws stops run_jobs and propagates; nothing is written.
+    std::function<void(std::size_t done, std::size_t total)> on_progress;
 };
 
 JobsResult run_jobs(const JobsSpec& spec, const JobsOptions& options = {});

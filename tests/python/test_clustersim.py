@@ -328,6 +328,59 @@ class InterruptTest(unittest.TestCase):
         done, total = calls[-1]
         self.assertLess(done, total)  # stopped before the end
 
+    def test_compare_progress_names_each_schedule(self):
+        # Each schedule's run counts its passes: p = 2 GPUs x m = 8 microbatches x (forward,
+        # backward) = 32, named by the schedule, in the order given, each ending at 32 of 32.
+        calls = []
+        clustersim.compare(PIPELINE_DICT, "gpipe,1f1b", base_dir=ROOT,
+                           progress=lambda done, total, schedule: calls.append(
+                               (done, total, schedule)))
+        self.assertEqual([c[2] for c in calls if c[0] == c[1]], ["gpipe", "1f1b"])
+        self.assertEqual({c[1] for c in calls}, {32})
+        for name in ("gpipe", "1f1b"):
+            done = [c[0] for c in calls if c[2] == name]
+            self.assertEqual(done, sorted(done))
+            self.assertEqual(done[-1], 32)
+
+    def test_ctrl_c_stops_a_long_compare_within_a_second(self):
+        # The long run above, compared under two schedules: the signal comes during the first
+        # schedule's run, which stops within a second; the second never starts.
+        ready = threading.Event()
+        thread, sent = self._interrupt_when(ready)
+        calls = []
+
+        def progress(done, total, schedule):
+            calls.append((done, total, schedule))
+            ready.set()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                clustersim.compare(None, "1f1b,gpipe",
+                                   {"topology.nodes": 256, "training.global_batch_size": 6144},
+                                   fast_paths=False, progress=progress)
+            stopped = time.monotonic()
+        finally:
+            ready.set()
+            thread.join()
+        self.assertLess(stopped - sent[0], 1.0)
+        self.assertEqual({c[2] for c in calls}, {"1f1b"})
+        self.assertLess(calls[-1][0], calls[-1][1])
+
+    def test_an_interrupted_report_writes_nothing(self):
+        # What the callback raises stops the report's run; the page is not written.
+        def progress(done, total):
+            raise KeyboardInterrupt
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.html")
+            with self.assertRaises(KeyboardInterrupt):
+                clustersim.report(PIPELINE_DICT, path, base_dir=ROOT, progress=progress)
+            self.assertFalse(os.path.exists(path))
+            # Uninterrupted, a compare's report hears each schedule's passes as compare does.
+            calls = []
+            clustersim.report(PIPELINE_DICT, path, base_dir=ROOT, schedules="gpipe,1f1b",
+                              progress=lambda *a: calls.append(a))
+            self.assertTrue(os.path.exists(path))
+            self.assertEqual([c[2] for c in calls if c[0] == c[1]], ["gpipe", "1f1b"])
+
 
 class ResultOutputTest(unittest.TestCase):
     def test_to_dict_and_to_json(self):
@@ -571,6 +624,30 @@ class JobsTest(unittest.TestCase):
             self.assertGreater(j["slowdown"], 1.2)
         self.assertAlmostEqual(r["makespan_s"], 0.2734, places=4)
         self.assertEqual(len(r["contested_links"]), 6)
+
+    def test_jobs_progress_counts_job_iterations(self):
+        # Two jobs, iterations 1 (the file's default): 2 iterations in the shared run, then one
+        # alone each: total 2 x (1 + 1) = 4, reached at the end; `done` never goes back.
+        calls = []
+        clustersim.run_jobs(os.path.join(ROOT, "workloads", "two-jobs.yaml"),
+                            progress=lambda done, total: calls.append((done, total)))
+        self.assertEqual({t for _, t in calls}, {4})
+        done = [d for d, _ in calls]
+        self.assertEqual(done, sorted(done))
+        self.assertEqual(done[-1], 4)
+
+    def test_stopped_jobs_write_no_trace(self):
+        class Stop(Exception):
+            pass
+
+        def progress(done, total):
+            raise Stop
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "jobs.json")
+            with self.assertRaises(Stop):
+                clustersim.run_jobs(os.path.join(ROOT, "workloads", "two-jobs.yaml"),
+                                    trace=trace, progress=progress)
+            self.assertEqual(os.listdir(tmp), [])
 
     def test_bad_jobs_file_is_located(self):
         path = os.path.join(ROOT, "tests", "bad_inputs", "jobs-overlap.yaml")
