@@ -223,12 +223,14 @@ void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
             long_lists.push_back(j.name + ": " + gpus);
             gpus = std::to_string(sorted.size()) + " (below)";
         }
-        std::snprintf(
-            buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %6.2f%% %6.2f%% %7.2f%%\n",
-            j.name.c_str(), placement_name(j.placement), gpus.c_str(),
-            format_time(Time::from_seconds_ceil(j.alone.iteration_time_s)).c_str(),
-            format_time(Time::from_seconds_ceil(j.shared.iteration_time_s)).c_str(), j.slowdown,
-            100 * j.shared.mfu, 100 * j.alone.mfu, 100 * j.shared.bubble_fraction);
+        // The summaries' fields printed by their units.
+        using report::field_text;
+        std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %7s %7s %8s\n",
+                      j.name.c_str(), placement_name(j.placement), gpus.c_str(),
+                      field_text(j.alone, "iteration_time_s").c_str(),
+                      field_text(j.shared, "iteration_time_s").c_str(), j.slowdown,
+                      field_text(j.shared, "mfu").c_str(), field_text(j.alone, "mfu").c_str(),
+                      field_text(j.shared, "bubble_fraction").c_str());
         out << buf;
     }
     for (const auto& l : long_lists)
