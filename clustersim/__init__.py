@@ -460,6 +460,33 @@ class Result:
     summary_fields() describes them (added below the class), the objects here. `stages` and
     `links` are lists of dicts; table("stages") gives them as columns."""
 
+    # summary_fields()'s top-level fields, typed for static checkers (mypy sees `Any` through
+    # __getattr__); the loop below the class makes each a documented attribute. By unit: float
+    # for s, fraction, tokens/s and TFLOP/s, int for count and bytes, str for text; but
+    # p2p_bytes is a float (the summary sums it as a double, its JSON writes 1.5e9 as a float).
+    # tests/python's SummaryFieldsTest holds this list to the table.
+    schedule: str
+    iteration_time_s: float
+    bubble_fraction: float
+    exposed_comm_fraction: float
+    exposed_tp_fraction: float
+    exposed_cp_fraction: float
+    exposed_ep_fraction: float
+    exposed_dp_fraction: float
+    exposed_pipeline_fraction: float
+    idle_fraction: float
+    host_fraction: float
+    host_bound_passes: int
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    world_size: int
+    microbatches: int
+    p2p_bytes: float
+    events: int
+    wall_time_s: float
+
     parallelism = _Field[Dict[str, int]]("The layout: tp, pp, dp, cp, ep, vpp (counts).")
     stages = _Field[List[Dict[str, Any]]](
         "One dict per pipeline stage: stage, busy_s and pass_span_s (seconds), the summary's "

@@ -29,6 +29,41 @@ std::string short_name(const std::string& key) {
     return dot == std::string::npos ? key : key.substr(dot + 1);
 }
 
+// A table's column of one summary field (summary_fields.def): headed by the field's label, or by
+// `header` where the table prints its own (a shorter one, or a field without a label); its value
+// printed by the field's unit (report::format_by_unit).
+struct FieldColumn {
+    std::string path;
+    std::size_t width;
+    std::string header;  // "": the field's label
+};
+
+std::string header_of(const FieldColumn& c) {
+    return c.header.empty() ? std::string(report::summary_field(c.path).label) : c.header;
+}
+
+std::string text_of(const FieldColumn& c, const nlohmann::ordered_json& value, int decimals) {
+    return report::format_by_unit(report::summary_field(c.path).unit, value, decimals);
+}
+
+// The exposed-communication parts' columns, `width` each: exp.tp, exp.cp, exp.ep, exp.dp, exp.pp.
+void add_exposed_columns(std::vector<FieldColumn>& columns, std::size_t width) {
+    for (std::size_t k = 0; k < workload::kCommKinds; ++k)
+        columns.push_back({report::exposed_kind_keys()[k], width,
+                           exposed_column(workload::kCommKindNames[k].name)});
+}
+
+// The sweep's columns after its axes' (fractions with one decimal).
+std::vector<FieldColumn> sweep_columns() {
+    std::vector<FieldColumn> c{
+        {"parallelism.dp", 4, "dp"}, {"iteration_time_s", 11, ""},
+        {"tokens_per_s", 10, ""},    {"mfu", 7, ""},
+        {"bubble_fraction", 7, ""},  {"exposed_comm_fraction", 9, "exp.comm"}};
+    add_exposed_columns(c, 8);
+    c.push_back({"memory_per_gpu_bytes.total", 9, "mem/GPU"});
+    return c;
+}
+
 void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
                  const std::vector<const SweepRow*>& ranked, std::size_t top) {
     std::vector<std::size_t> width;
@@ -41,33 +76,19 @@ void print_table(std::ostream& out, const std::vector<SweepAxis>& axes,
     out << cell("rank", 5);
     for (std::size_t i = 0; i < axes.size(); ++i)
         out << cell(short_name(axes[i].key), width[i]);
-    out << cell("dp", 4) << cell("iteration", 11) << cell("tokens/s", 10) << cell("MFU", 7)
-        << cell("bubble", 7) << cell("exp.comm", 9);
-    for (const auto& kind : workload::kCommKindNames)
-        out << cell(exposed_column(kind.name), 8);
-    out << cell("mem/GPU", 9) << "fits HBM\n";
+    const auto columns = sweep_columns();
+    for (const auto& c : columns)
+        out << cell(header_of(c), c.width);
+    out << "fits HBM\n";
     for (std::size_t r = 0; r < ranked.size() && r < top; ++r) {
         const SweepRow& row = *ranked[r];
-        const auto& s = *row.result;
-        const auto figures = nlohmann::ordered_json::parse(s.figures);
-        const auto figure = [&figures](std::string_view path) {
-            return report::at_path(figures, path)->get<double>();
-        };
-        char tokens[32];
-        std::snprintf(tokens, sizeof tokens, "%.0f", s.tokens_per_s);
+        const auto figures = nlohmann::ordered_json::parse(row.result->figures);
         out << cell(std::to_string(r + 1), 5);
         for (std::size_t i = 0; i < axes.size(); ++i)
             out << cell(row.values[i], width[i]);
-        out << cell(report::at_path(figures, "parallelism.dp")->dump(), 4)
-            << cell(format_time(Time::from_seconds_ceil(figure("iteration_time_s"))), 11)
-            << cell(tokens, 10) << cell(percent(figure("mfu"), 1), 7)
-            << cell(percent(figure("bubble_fraction"), 1), 7)
-            << cell(percent(figure("exposed_comm_fraction"), 1), 9);
-        for (const std::string& key : report::exposed_kind_keys())
-            out << cell(percent(figure(key), 1), 8);
-        const auto memory =
-            report::at_path(figures, "memory_per_gpu_bytes.total")->get<std::int64_t>();
-        out << cell(format_bytes(Bytes{memory}), 9) << (s.fits ? "yes" : "NO") << "\n";
+        for (const auto& c : columns)
+            out << cell(text_of(c, *report::at_path(figures, c.path), 1), c.width);
+        out << (row.result->fits ? "yes" : "NO") << "\n";
     }
 }
 
@@ -115,23 +136,25 @@ void print_topology(std::ostream& out, const std::string& display_path,
 }
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {
-    out << pad("schedule", 13) << pad("iteration", 13) << pad("bubble", 9)
-        << pad("exposed comm", 14);
-    for (const auto& kind : workload::kCommKindNames)
-        out << pad(exposed_column(kind.name), 10);
-    out << pad("host", 9) << pad("MFU", 9) << pad("peak act", 12) << "p2p bytes\n";
+    // One field a column up to MFU; then the peak activation memory (the most of any stage: no
+    // field of the summary) and the p2p bytes (a field without a label).
+    std::vector<FieldColumn> columns{{"schedule", 13, "schedule"},
+                                     {"iteration_time_s", 13, ""},
+                                     {"bubble_fraction", 9, ""},
+                                     {"exposed_comm_fraction", 14, ""}};
+    add_exposed_columns(columns, 10);
+    columns.push_back({"host_fraction", 9, "host"});
+    columns.push_back({"mfu", 9, ""});
+    for (const auto& c : columns)
+        out << pad(header_of(c), c.width);
+    out << pad("peak act", 12) << "p2p bytes\n";
     for (const auto& r : results) {
         std::int64_t peak = 0;
         for (const auto& st : r.stages)
             peak = std::max(peak, st.peak_activation_bytes);
-        out << pad(r.schedule, 13)
-            << pad(format_time(Time::from_seconds_ceil(r.iteration_time_s)), 13)
-            << pad(percent(r.bubble_fraction), 9) << pad(percent(r.exposed_comm_fraction), 14);
-        for (double f : r.exposed_by_kind)
-            out << pad(percent(f), 10);
-        out << pad(percent(r.host_fraction), 9) << pad(percent(r.mfu), 9)
-            << pad(format_bytes(Bytes{peak}), 12)
-            << format_bytes(Bytes{static_cast<std::int64_t>(r.p2p_bytes)}) << "\n";
+        for (const auto& c : columns)
+            out << pad(text_of(c, report::summary_field(c.path).value(r), 2), c.width);
+        out << pad(format_bytes(Bytes{peak}), 12) << report::field_text(r, "p2p_bytes") << "\n";
     }
 
     // Where the host shows (more than 1% of GPU time), say how: passes whose kernels issue slower
@@ -200,12 +223,14 @@ void print_jobs(std::ostream& out, const JobsSpec& spec, const JobsResult& r,
             long_lists.push_back(j.name + ": " + gpus);
             gpus = std::to_string(sorted.size()) + " (below)";
         }
-        std::snprintf(
-            buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %6.2f%% %6.2f%% %7.2f%%\n",
-            j.name.c_str(), placement_name(j.placement), gpus.c_str(),
-            format_time(Time::from_seconds_ceil(j.alone.iteration_time_s)).c_str(),
-            format_time(Time::from_seconds_ceil(j.shared.iteration_time_s)).c_str(), j.slowdown,
-            100 * j.shared.mfu, 100 * j.alone.mfu, 100 * j.shared.bubble_fraction);
+        // The summaries' fields printed by their units.
+        using report::field_text;
+        std::snprintf(buf, sizeof buf, "%-14s %-11s %-16s %12s %12s %8.4fx %7s %7s %8s\n",
+                      j.name.c_str(), placement_name(j.placement), gpus.c_str(),
+                      field_text(j.alone, "iteration_time_s").c_str(),
+                      field_text(j.shared, "iteration_time_s").c_str(), j.slowdown,
+                      field_text(j.shared, "mfu").c_str(), field_text(j.alone, "mfu").c_str(),
+                      field_text(j.shared, "bubble_fraction").c_str());
         out << buf;
     }
     for (const auto& l : long_lists)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iomanip>
+#include <stdexcept>
 
 namespace cs::report {
 
@@ -553,6 +554,12 @@ nlohmann::ordered_json column_figures(const Summary& s) {
     return j;
 }
 
+const SummaryField& summary_field(std::string_view path) {
+    for (const SummaryField& f : summary_fields())
+        if (f.path == path) return f;
+    throw std::out_of_range("summary_fields.def has no field '" + std::string(path) + "'");
+}
+
 nlohmann::ordered_json to_json(const Summary& s) {
     Json j;
     for (const Part& p : kParts)
@@ -564,9 +571,9 @@ nlohmann::ordered_json to_json(const Summary& s) {
 }
 
 namespace {
-std::string pct(double f) {
+std::string pct(double f, int decimals = 2) {
     char b[32];
-    std::snprintf(b, sizeof b, "%.2f%%", f * 100);
+    std::snprintf(b, sizeof b, "%.*f%%", decimals, f * 100);
     return b;
 }
 std::string num(double v, const char* fmt = "%.4g") {
@@ -574,6 +581,24 @@ std::string num(double v, const char* fmt = "%.4g") {
     std::snprintf(b, sizeof b, fmt, v);
     return b;
 }
+}  // namespace
+
+std::string format_by_unit(std::string_view unit, const nlohmann::ordered_json& value,
+                           int decimals) {
+    if (unit == "s") return format_time(Time::from_seconds_ceil(value.get<double>()));
+    if (unit == "fraction") return pct(value.get<double>(), decimals);
+    if (unit == "bytes") return format_bytes(Bytes{value.get<std::int64_t>()});
+    if (unit == "tokens/s") return num(value.get<double>(), "%.0f");
+    if (unit == "TFLOP/s") return num(value.get<double>(), "%.1f");
+    return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+std::string field_text(const Summary& s, std::string_view path, int decimals) {
+    const SummaryField& f = summary_field(path);
+    return format_by_unit(f.unit, f.value(s), decimals);
+}
+
+namespace {
 // " tp 1.20%  cp 0.00%  ep 0.00%  dp 3.40%  pipeline 0.10%"
 std::string exposed_parts(const std::array<double, workload::kCommKinds>& f) {
     std::string out;
@@ -588,33 +613,35 @@ std::string exposed_parts(const std::array<double, workload::kCommKinds>& f) {
     }
     return out;
 }
-}  // namespace
 
-namespace {
-
-// schedule, layout, time, fractions, MFU, throughput and memory.
+// schedule, layout, time, fractions, MFU, throughput and memory. Each value printed by its
+// field's unit (field_text); the labels are the console's own, not the HTML cards' of
+// summary_fields.def ("bubble fraction", not "bubble"), and the lines that join several fields
+// (the layout, MFU / HFU, throughput, memory) are laid out here.
 void print_headline(std::ostream& out, const Summary& s) {
-    out << "schedule              " << s.schedule << "\n"
+    const auto text = [&s](std::string_view path) { return field_text(s, path); };
+    out << "schedule              " << text("schedule") << "\n"
         << "layout                tp=" << s.tp << " pp=" << s.pp << " dp=" << s.dp << " cp=" << s.cp
         << " ep=" << s.ep << " vpp=" << s.vpp << "  (" << s.world_size << " GPUs, "
         << s.microbatches << " microbatches)\n"
         << (s.faults.job_failed ? "job failed after      " : "iteration time        ")
-        << format_time(Time::from_seconds_ceil(s.iteration_time_s)) << "\n"
-        << "bubble fraction       " << pct(s.bubble_fraction) << "\n"
-        << "exposed comm fraction " << pct(s.exposed_comm_fraction) << "\n"
+        << text("iteration_time_s") << "\n"
+        << "bubble fraction       " << text("bubble_fraction") << "\n"
+        << "exposed comm fraction " << text("exposed_comm_fraction") << "\n"
         << "  by kind            " << exposed_parts(s.exposed_by_kind) << "\n"
-        << "idle fraction         " << pct(s.idle_fraction) << "\n"
-        << "host fraction         " << pct(s.host_fraction) << "\n"
-        << "MFU / HFU             " << pct(s.mfu) << " / " << pct(s.hfu) << "\n"
-        << "throughput            " << num(s.tokens_per_s, "%.0f") << " tokens/s, "
-        << num(s.tflops_per_gpu, "%.1f") << " TFLOP/s per GPU\n";
+        << "idle fraction         " << text("idle_fraction") << "\n"
+        << "host fraction         " << text("host_fraction") << "\n"
+        << "MFU / HFU             " << text("mfu") << " / " << text("hfu") << "\n"
+        << "throughput            " << text("tokens_per_s") << " tokens/s, "
+        << text("tflops_per_gpu") << " TFLOP/s per GPU\n";
     if (s.memory.total.value > 0)
-        out << "memory per GPU        " << format_bytes(s.memory.total) << " (params "
-            << format_bytes(s.memory.parameters) << ", grads " << format_bytes(s.memory.gradients)
-            << ", optimizer " << format_bytes(s.memory.optimizer_states) << ", activations "
-            << format_bytes(s.memory.activations)
+        out << "memory per GPU        " << text("memory_per_gpu_bytes.total") << " (params "
+            << text("memory_per_gpu_bytes.parameters") << ", grads "
+            << text("memory_per_gpu_bytes.gradients") << ", optimizer "
+            << text("memory_per_gpu_bytes.optimizer_states") << ", activations "
+            << text("memory_per_gpu_bytes.activations")
             << (s.memory.temporary_gradients.value > 0
-                    ? ", or 16-bit gradients " + format_bytes(s.memory.temporary_gradients) +
+                    ? ", or 16-bit gradients " + text("memory_per_gpu_bytes.temporary_gradients") +
                           " at the optimizer step"
                     : std::string())
             << ")\n";
@@ -724,7 +751,9 @@ void print_links(std::ostream& out, const Summary& s, std::size_t max_links) {
 
 }  // namespace
 
-// A hand layout, not summary_fields.def's: lines join several fields (MFU / HFU, the layout).
+// A hand layout, not summary_fields.def's order: lines join several fields (MFU / HFU, the
+// layout), and the sections (stages, links, ...) are not the table's; single values are printed
+// by their field's unit (print_headline).
 void print_summary(std::ostream& out, const Summary& s, std::size_t max_links) {
     print_headline(out, s);
     print_variability(out, s);

@@ -399,6 +399,16 @@ const nlohmann::ordered_json* at_path(const nlohmann::ordered_json& j, std::stri
 // The fields of `s` that have a column, at their paths (a summary's JSON cut to them, in its
 // order): what a sweep keeps of a run whose summary it does not keep.
 nlohmann::ordered_json column_figures(const Summary& s);
+// The field at `path` (dotted, as the JSON's); std::out_of_range naming a path the table lacks.
+const SummaryField& summary_field(std::string_view path);
+// A field's value as the console prints it, by the field's unit (report.js's byUnit prints the
+// HTML page's alike): s as a time (format_time, rounded up to the picosecond), fraction as a
+// percentage with `decimals` digits, bytes as format_bytes, tokens/s whole, TFLOP/s with one
+// decimal, count and text as they are.
+std::string format_by_unit(std::string_view unit, const nlohmann::ordered_json& value,
+                           int decimals = 2);
+// The field at `path` of `s` as the console prints it (format_by_unit).
+std::string field_text(const Summary& s, std::string_view path, int decimals = 2);
 
 nlohmann::ordered_json to_json(const Summary& s);
 // What a trace records of the summary (its closing metadata): to_json without `links` (the trace

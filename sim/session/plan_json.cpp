@@ -10,6 +10,11 @@ namespace cs::api {
 
 namespace {
 
+// By hand, not through summary_fields.def: plan keeps a few of the summary's figures per layout
+// (PlanFigures, typed for the ranking and why_lost), in an order of its own (time, throughput,
+// MFU, then its objective, which no summary has, then memory and where the time goes), so the
+// table's columns in the table's order would change `plan --json`. Each key other than
+// "objective" is the summary's column of the same value (test_plan.cpp holds them to the table).
 nlohmann::ordered_json figures_json(const PlanFigures& f) {
     nlohmann::ordered_json j{{"iteration_time_s", f.iteration_time_s},
                              {"tokens_per_s", f.tokens_per_s},

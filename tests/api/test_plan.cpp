@@ -19,6 +19,7 @@
 #include "replay/bound.hpp"
 #include "replay/pass_cost.hpp"
 #include "replay/prepare.hpp"
+#include "report/summary.hpp"
 #include "schedule/critical_path.hpp"
 #include "session/plan.hpp"
 #include "session/plan_guide.hpp"
@@ -119,6 +120,19 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     CHECK(std::to_string(winner.layout.pp) == best.values[1]);
     CHECK(winner.layout.schedule == best.values[4]);
     CHECK(std::to_string(winner.layout.micro_batch_size) == best.values[5]);
+
+    // plan's figures (figures_json: by hand, in plan's own order) against summary_fields.def:
+    // every key but the objective is a column of the table, of the value the sweep's run of the
+    // same layout gave it.
+    const auto figures = api::plan_json(*result)["top"][0]["figures"];
+    const auto& fields = report::summary_fields();
+    for (const auto& [key, value] : figures.items()) {
+        if (key == "objective") continue;
+        const auto f = std::find_if(fields.begin(), fields.end(),
+                                    [&key](const auto& x) { return x.column == key; });
+        REQUIRE_MESSAGE(f != fields.end(), key);
+        CHECK_MESSAGE(value == best.result->figure(f->path), key);
+    }
 
     // Plan's top k are the sweep's k best times, in order (margin 0, one network model).
     REQUIRE(result->top.size() == options.top);

@@ -13,6 +13,7 @@ import signal
 import tempfile
 import threading
 import time
+import typing
 import unittest
 
 import clustersim
@@ -466,6 +467,23 @@ class SummaryFieldsTest(unittest.TestCase):
         self.assertEqual(list(row), [f["column"] for f in fields if f["column"] and
                                      f["unit"] not in ("text", "bytes")] +
                          ["peak_memory_bytes", "hbm_bytes", "fits_hbm"])
+
+    def test_result_annotations_follow_the_table(self):
+        # Result's class annotations (what mypy reads; the attributes themselves are made from the
+        # table at import) against the table: one per top-level field and no other, each of the
+        # type its unit gives (float: s, fraction, tokens/s, TFLOP/s; int: count, bytes; str:
+        # text) but p2p_bytes, the summary's one bytes figure held as a double. A run's values
+        # are of the annotated types (an int is no float here: a fraction of 0 reads 0.0).
+        by_unit = {"s": float, "fraction": float, "tokens/s": float, "TFLOP/s": float,
+                   "count": int, "bytes": int, "text": str}
+        doubles = {"p2p_bytes"}
+        fields = [f for f in clustersim.summary_fields() if "." not in f["path"]]
+        expected = {f["path"]: float if f["path"] in doubles else by_unit[f["unit"]]
+                    for f in fields}
+        self.assertEqual(typing.get_type_hints(clustersim.Result), expected)
+        r = clustersim.run(PIPELINE_DICT, base_dir=ROOT)
+        for path, kind in expected.items():
+            self.assertIs(type(getattr(r, path)), kind, path)
 
 
 class _HtmlText(html.parser.HTMLParser):

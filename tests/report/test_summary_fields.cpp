@@ -3,8 +3,10 @@
 // and no scalar of the JSON that the table lacks.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "../replay/test_support.hpp"
@@ -154,4 +156,36 @@ TEST_CASE("column_figures: the fields with a column at their paths, in the JSON'
     }
     CHECK(columns > 20);
     CHECK(figures.begin().key() == "schedule");
+}
+
+TEST_CASE("summary_field finds a field by its path and names a path the table lacks") {
+    CHECK(report::summary_field("parallelism.tp").column == "tp");
+    CHECK(report::summary_field("memory_per_gpu_bytes.total").label == "memory per GPU");
+    CHECK_THROWS_WITH_AS(report::summary_field("parallelism"),
+                         "summary_fields.def has no field 'parallelism'", std::out_of_range);
+}
+
+TEST_CASE("format_by_unit: each unit as the console prints it") {
+    using report::format_by_unit;
+    // 0.0123456 s: format_time's 4 significant digits in ms; 1.5e-12 s rounds up to 2 ps.
+    CHECK(format_by_unit("s", 0.0123456) == "12.35 ms");
+    CHECK(format_by_unit("s", 1.5e-12) == "2 ps");
+    // 0.12345 as a percentage: 12.35% with two decimals, 12.3% with one.
+    CHECK(format_by_unit("fraction", 0.12345) == "12.35%");
+    CHECK(format_by_unit("fraction", 0.12345, 1) == "12.3%");
+    CHECK(format_by_unit("bytes", std::int64_t{40'160'000'000}) == "40.16 GB");
+    CHECK(format_by_unit("tokens/s", 103372.4) == "103372");
+    CHECK(format_by_unit("TFLOP/s", 434.66) == "434.7");
+    CHECK(format_by_unit("count", 64) == "64");
+    CHECK(format_by_unit("text", "1f1b") == "1f1b");
+}
+
+TEST_CASE("field_text: a run's field printed by its unit") {
+    const auto s = small_run();
+    CHECK(report::field_text(s, "schedule") == "gpipe");
+    CHECK(report::field_text(s, "parallelism.pp") == "2");
+    // GPipe, p = 2 stages, m = 4 microbatches: bubble (p - 1) / (m + p - 1) = 1/5; the
+    // iteration (m + p - 1)(F + B) = 5 x 3 us.
+    CHECK(report::field_text(s, "bubble_fraction", 1) == "20.0%");
+    CHECK(report::field_text(s, "iteration_time_s") == "15 us");
 }
