@@ -931,10 +931,6 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
     // memory.hpp's loss_buffer_bytes).
     r.activation_memory = loss_buffer_bytes(model, layout, training, compute.framework).held;
     set_part(r, ModelPart::Head);
-    // The NLL backward counted among the layers, as diff's label mapping placed it.
-    for (PassPlan* p : {&r.backward, &r.backward_input})
-        for (auto& s : p->steps)
-            if (std::string_view(s.label) == "nll bwd") s.part = ModelPart::Layers;
     return r;
 }
 
