@@ -12,15 +12,16 @@
 #include "fit/kernel_table.hpp"
 #include "ingest/torch_trace.hpp"
 #include "schedule/schedule.hpp"
+#include "workload/plan.hpp"
 
 namespace cs::api {
 namespace {
 
+using workload::KernelClass;
+using workload::ModelPart;
+
 bool has(const std::string& s, const char* part) {
     return s.find(part) != std::string::npos;
-}
-bool ends_with(const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 constexpr int kKinds = static_cast<int>(kKernelKinds);
@@ -70,17 +71,6 @@ struct LayerRows {
     LayerPassLine& accumulate() { return rows.back(); }
 };
 
-// Where a roofline step label belongs: -1 the embedding ("embedding*", "position*"), 1 the head
-// (the final norm, the logits, the loss and a profile-timed output layer, forward or backward), 0 a
-// layer.
-int simulated_part(const std::string& label) {
-    if (label.rfind("embedding", 0) == 0 || label.rfind("position", 0) == 0) return -1;
-    for (const char* head :
-         {"final norm", "logits", "log softmax", "cross entropy", "loss", "output"})
-        if (label.rfind(head, 0) == 0) return 1;
-    return 0;
-}
-
 struct Slice {
     double ts = 0, end = 0;
     std::string name;
@@ -88,6 +78,11 @@ struct Slice {
     // A pass slice's pass, from its "pass" argument (never from its name, "F3").
     schedule::Pass pass = schedule::Pass::Forward;
     int first_layer = 0, layers = 0, repeat = 1;
+    // A step slice's kernel class and piece of the model, from its "kernel" and "part"
+    // arguments (never from its name, "qkv dgrad"). A collective the compute stream waits for
+    // has neither: no kernel of the profile's kinds, counted with the layers.
+    KernelClass kernel = KernelClass::Unmapped;
+    ModelPart part = ModelPart::Layers;
     bool forward() const { return pass == schedule::Pass::Forward; }
 };
 
@@ -138,13 +133,32 @@ class EntryFields {
         }
         fail(key, range);
     }
+    // The row of `table` named by `key`; refused, listing the names, when it names none.
+    template <class E, std::size_t N>
+    E named(const nlohmann::json& in, const char* key, const std::array<Named<E>, N>& table) const {
+        if (const auto v = find_named(table, text(in, key))) return *v;
+        std::string names;
+        for (const auto& n : names_of(table))
+            names += (names.empty() ? "" : ", ") + n;
+        fail(key, "one of " + names);
+    }
     // The pass a pass slice stands for: its "pass" argument, as TraceWriter writes it.
     schedule::Pass pass(const nlohmann::json& in) const {
-        if (const auto p = find_named(schedule::kPassNames, text(in, "pass"))) return *p;
-        std::string names;
-        for (const auto& n : names_of(schedule::kPassNames))
-            names += (names.empty() ? "" : ", ") + n;
-        fail("pass", "one of " + names);
+        return named(in, "pass", schedule::kPassNames);
+    }
+    // A compute step slice's "kernel" and "part" arguments, as TraceWriter writes them. A trace
+    // without them was written by a clustersim from before it wrote them: it is refused, never
+    // guessed from the step names.
+    void step_kind(const nlohmann::json& in, Slice& s) const {
+        for (const char* key : {"kernel", "part"})
+            if (!in.contains(key))
+                throw ConfigError(SourceLocation{file_},
+                                  "traceEvents entry " + std::to_string(index_) + ": step \"" +
+                                      s.name + "\" has no \"" + key +
+                                      "\" argument (a trace of an older clustersim); re-run "
+                                      "`clustersim run --trace F.json` to write it anew");
+        s.kernel = named(in, "kernel", workload::kKernelClassNames);
+        s.part = named(in, "part", workload::kModelPartNames);
     }
     const nlohmann::json& args() const {
         static const nlohmann::json none = nlohmann::json::object();
@@ -173,52 +187,6 @@ struct MeasuredKernel {
     KernelKind kind = KernelKind::Unmapped;
     std::int64_t op_id = -1;
 };
-
-}  // namespace
-
-std::string simulated_kind(const std::string& label) {
-    const auto name = [](KernelKind k) { return std::string(kernel_kind_name(k)); };
-    // The roofline's step labels (sim/workload/roofline.cpp), recomputed ones included, and the
-    // kinds their kernels have in kernel_table.hpp. "norm" stands for LayerNorm and RMSNorm
-    // alike and expert GEMMs for grouped ones: diff_traces settles both from the measured trace.
-    const std::string l = label.rfind("recompute ", 0) == 0 ? label.substr(10) : label;
-    if (l == "unmapped (calibration residual)") return name(KernelKind::Unmapped);
-    if (has(l, "optimizer")) return name(KernelKind::Optimizer);
-    if (has(l, "attention dropout")) return name(KernelKind::Elementwise);
-    if (has(l, "attention scores") || has(l, "attention context")) return name(KernelKind::Gemm);
-    if (has(l, "attention")) return name(KernelKind::Attention);
-    if (has(l, "rotary")) return name(KernelKind::Rotary);
-    if (l == "swiglu bwd product" || l == "swiglu bwd concat") return name(KernelKind::Elementwise);
-    if (has(l, "swiglu")) return name(KernelKind::Swiglu);
-    if (l == "routing sort") return name(KernelKind::Sort);
-    if (has(l, "routing") || l == "expert counts") return name(KernelKind::Routing);
-    if (l == "permute" || l == "unpermute bwd") return name(KernelKind::Permute);
-    if (l == "unpermute" || l == "permute bwd" || l == "embedding wgrad")
-        return name(KernelKind::Unpermute);
-    if (l == "combine weights" || l == "combine weights bwd") return name(KernelKind::StridedCopy);
-    if (l == "combine weights sum") return name(KernelKind::Reduce);
-    if (has(l, "grad concat")) return name(KernelKind::Concat);
-    if (has(l, "grad copy")) return name(KernelKind::StridedCopy);
-    if (has(l, "main grad accumulate")) return name(KernelKind::MixedAccumulate);
-    if (has(l, "bias grad")) return name(KernelKind::Reduce);
-    if (has(l, "norm")) return name(KernelKind::Norm);
-    if (has(l, "softmax") || l == "cross entropy") return name(KernelKind::Softmax);
-    if (has(l, "activation")) return name(KernelKind::Activation);
-    if (l.rfind("expert fc", 0) == 0) return name(KernelKind::GroupedGemm);
-    for (const char* g :
-         {"qkv", "proj", "fc1", "fc2", "logits", "router", "shared fc1", "shared fc2"})
-        if (l == g) return name(KernelKind::Gemm);
-    if (ends_with(l, "dgrad") || ends_with(l, "wgrad")) return name(KernelKind::Gemm);
-    // Embedding, position add, residual adds, casts, zeroing, the NLL gradient, joins.
-    for (const char* e :
-         {"embedding", "position add", "nll bwd", "shared add", "shared join", "expert cat",
-          "combine weights grad", "logits to fp32", "logits grad to bf16"})
-        if (l == e) return name(KernelKind::Elementwise);
-    if (l.rfind("residual", 0) == 0 || ends_with(l, " zero")) return name(KernelKind::Elementwise);
-    return name(KernelKind::Unmapped);
-}
-
-namespace {
 
 // The forward pass's norm operators, measured (the commonest count per pass) and as the simulated
 // model has them, when they differ: a sign of another model (mismatch_warning).
@@ -254,8 +222,8 @@ struct SimulatedLayers {
 };
 
 // Simulated: per pass slice, its steps. A trace holds a layer's step either once per layer or
-// folded into one slice with a `repeat` count: either way the layers' share is the label's total
-// over the layer count. Steps are the embedding's or the head's by label, the rest the layers'.
+// folded into one slice with a `repeat` count: either way the layers' share is the step's total
+// over the layer count. Steps are the embedding's, the head's or the layers' by their part.
 // The first forward also says how many norms a layer has (its layer norm steps, counted with
 // their repeats, over the layers) and how many follow the layers.
 SimulatedLayers add_simulated_layers(LayerRows& rows, const std::vector<Slice>& pass_slices,
@@ -271,25 +239,26 @@ SimulatedLayers add_simulated_layers(LayerRows& rows, const std::vector<Slice>& 
         for (const auto& st : steps) {
             if (!(st.ts >= p.ts && st.ts < p.end)) continue;
             const double ms = (st.end - st.ts) / 1000;
-            const std::string kind = simulated_kind(st.name);
-            if (kind == "mixed_accumulate") {
+            if (st.kernel == KernelClass::MixedAccumulate) {
                 rows.accumulate().simulated_ms += ms;
                 continue;
             }
-            const int part = simulated_part(st.name);  // -1 embedding, 0 layers, 1 head
-            if (fwd && sim.forwards == 1 && kind == "norm") {
-                if (part == 0)
+            // The optimizer step (ModelPart::Model) runs outside every pass.
+            const bool layer = st.part == ModelPart::Layers || st.part == ModelPart::Model;
+            if (fwd && sim.forwards == 1 && st.kernel == KernelClass::Norm) {
+                if (layer)
                     sim.norm_steps += st.repeat;
                 else
                     ++sim.post;
             }
-            if (part == 0) {
+            const int outside = st.part == ModelPart::Embedding ? -1 : L;
+            if (layer) {
                 for (int i = 0; i < L; ++i)
                     (fwd ? rows.forward(i) : rows.backward(i)).simulated_ms += ms / L;
             } else if (fwd) {
-                rows.forward(part < 0 ? -1 : L).simulated_ms += ms;
+                rows.forward(outside).simulated_ms += ms;
             } else {
-                rows.backward(part < 0 ? -1 : L).simulated_ms += ms;
+                rows.backward(outside).simulated_ms += ms;
             }
         }
     }
@@ -687,6 +656,7 @@ SimulatedTrack read_track(const nlohmann::json& events, const std::string& file,
             s.pass = f.pass(args);
             track.passes.push_back(s);
         } else {
+            if (!args.contains("collective")) f.step_kind(args, s);
             track.steps.push_back(s);
         }
     }
@@ -705,7 +675,8 @@ struct Tally {
 };
 
 // The measured profile as the kernel table sees it: each kernel's kind, and which norm and which
-// expert GEMMs the simulated labels stand for, which follows from the kernels it holds.
+// expert GEMMs the simulated steps' kernel classes stand for, which follows from the kernels it
+// holds.
 struct MeasuredKinds {
     std::vector<KernelKind> of_kernel;  // per GPU event
     bool layer_norm = false, grouped = false;
@@ -749,7 +720,8 @@ void add_simulated(DiffResult& r, Tally& tally, const SimulatedTrack& sim,
         int pass = 3;
         for (const auto& p : sim.passes)
             if (s.ts >= p.ts && s.ts < p.end) pass = p.forward() ? 0 : 1;
-        const std::string kind = measured.settle(simulated_kind(s.name));
+        const std::string kind =
+            measured.settle(std::string(name_of(workload::kKernelClassNames, s.kernel)));
         if (pass == 3 && kind == "optimizer") pass = 2;
         auto& k = tally.kinds[static_cast<std::size_t>(kind_index(kind))];
         k.simulated_ms += ms;

@@ -4,30 +4,31 @@
 // departures.
 //
 // Kinds are the compute model's (api/torch_trace.hpp KernelKind): measured kernels are classified
-// as `clustersim calibrate` classifies them; simulated steps by their label (the roofline's kernel
-// names, docs/calibrate.md lists the mapping). Passes: simulated steps belong to the pass slice
-// that contains them (its "pass" argument says which pass it is; its name is not read), or are
-// the optimizer step; measured kernels belong to the
-// backward when their operator ran on the autograd engine's thread, to the optimizer when they
-// are optimizer kernels, else to the forward. Measured times are GPU kernel time divided by the
-// number of iterations the profile holds.
+// as `clustersim calibrate` classifies them; simulated steps by their "kernel" argument, which
+// the trace writer takes from the step (workload::KernelClass, set where the roofline emits it;
+// its name is not read). A trace without the argument (an older clustersim's) is refused. Passes:
+// simulated steps belong to the pass slice that contains them (its "pass" argument says which pass
+// it is; its name is not read), or are the optimizer step; measured kernels belong to the backward
+// when their operator ran on the autograd engine's thread, to the optimizer when they are optimizer
+// kernels, else to the forward. Measured times are GPU kernel time divided by the number of
+// iterations the profile holds.
 //
-// Layer passes. A simulated step is the embedding's ("embedding*", "position*"), the head's
-// ("final norm*", "logits*", "log softmax*", "cross entropy*", "loss*", "output*") or else the
-// layers': a layer's share of the layers' steps is their total over the pass's layer count, whether
-// the trace holds a step once per layer or folded into one slice with a `repeat` argument. A
-// profile carries no layer marks, so the measured passes are cut at their norm operators: a forward
-// instance (a run of forward kernels between other passes' kernels) holds k norms per layer plus
-// the final ones (GPT: 2 x 12 + 1 = 25; k and the final count are the simulated model's layer and
-// head norm steps, and a profile holding another count gets no layer rows); layer i's forward runs
-// from its first norm to the next layer's, the kernels before the first norm are the embedding's,
-// those from the final norm on the head's. A backward instance is cut the same way in reverse:
-// the head's backward up to and including the final norm's backward, then each layer's up to and
-// including its last norm backward (so the residual add just after it falls to the layer below),
-// then the embedding's. Gradient accumulation (mixed_accumulate) is its own row on both sides,
-// since the profile does not say which layer a main-grad add is for. Instances whose norm count
-// differs from the common one (e.g. main-thread work between the backward and the optimizer) are
-// left out of the layer rows and counted in a warning.
+// Layer passes. A simulated step is the embedding's, the head's (final norm, logits, loss) or the
+// layers', as its "part" argument says (workload::ModelPart): a layer's share of the layers' steps
+// is their total over the pass's layer count, whether the trace holds a step once per layer or
+// folded into one slice with a `repeat` argument. A profile carries no layer marks, so the measured
+// passes are cut at their norm operators: a forward instance (a run of forward kernels between
+// other passes' kernels) holds k norms per layer plus the final ones (GPT: 2 x 12 + 1 = 25; k and
+// the final count are the simulated model's layer and head norm steps, and a profile holding
+// another count gets no layer rows); layer i's forward runs from its first norm to the next
+// layer's, the kernels before the first norm are the embedding's, those from the final norm on the
+// head's. A backward instance is cut the same way in reverse: the head's backward up to and
+// including the final norm's backward, then each layer's up to and including its last norm backward
+// (so the residual add just after it falls to the layer below), then the embedding's. Gradient
+// accumulation (mixed_accumulate) is its own row on both sides, since the profile does not say
+// which layer a main-grad add is for. Instances whose norm count differs from the common one (e.g.
+// main-thread work between the backward and the optimizer) are left out of the layer rows and
+// counted in a warning.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -88,9 +89,6 @@ struct DiffResult {
     std::string mismatch;
     std::vector<std::string> warnings;
 };
-
-// The kind clustersim's roofline label stands for ("qkv dgrad" -> gemm, "norm bwd" -> norm, ...).
-std::string simulated_kind(const std::string& label);
 
 // Throws ConfigError for unreadable traces, a simulated trace without the rank's compute track,
 // or iterations < 1.

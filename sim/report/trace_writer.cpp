@@ -32,6 +32,17 @@ double us(Time t) {
     return static_cast<double>(t.count_ps()) * 1e-6;
 }
 
+// What a compute step slice is, for `diff` and other readers (its name is for people): its
+// kernel class and its piece of the model, with room for the three arguments step_slices adds.
+TraceArgs step_kind_args(workload::KernelClass kernel, workload::ModelPart part) {
+    TraceArgs args;
+    args.reserve(5);
+    args.push_back(
+        TraceArg::text("kernel", std::string(name_of(workload::kKernelClassNames, kernel))));
+    args.push_back(TraceArg::text("part", std::string(name_of(workload::kModelPartNames, part))));
+    return args;
+}
+
 void flatten(const nlohmann::json& j, const std::string& prefix, TraceArgs& out) {
     if (j.is_object()) {
         for (auto it = j.begin(); it != j.end(); ++it)
@@ -310,6 +321,7 @@ void TraceWriter::emit(Pending& e) {
         s.start = e.pass.start;
         s.end = e.pass.end;
         s.name = "optimizer step";
+        s.args = step_kind_args(workload::KernelClass::Optimizer, workload::ModelPart::Model);
         sink_->slice(s, {});
     }
 }
@@ -424,6 +436,7 @@ std::vector<TraceSlice> TraceWriter::step_slices(const std::vector<StepSpan>& sp
         c.end = span.end;
         c.name = span.step->label;
         if (span.step->kind == workload::Step::Kind::Compute) {
+            c.args = step_kind_args(span.step->kernel, span.step->part);
             c.args.push_back(
                 TraceArg::real("model_flops", span.step->model_flops.value * span.repeat));
             if (span.step->hbm_bytes.value > 0)

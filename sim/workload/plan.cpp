@@ -77,9 +77,14 @@ Step compute_step(const char* label, Time duration, double model_flops, double h
     return s;
 }
 
-void add_if_positive(PassPlan& pass, const char* label, Time duration, Time overhead) {
-    if (duration > Time::zero())
-        pass.steps.push_back(compute_step(label, duration + overhead, 0, 0));
+// A profiled time of the embedding or the output layer (`part`), as one step when it is given.
+void add_if_positive(PassPlan& pass, const char* label, Time duration, Time overhead,
+                     ModelPart part, KernelClass kernel = KernelClass::Unmapped) {
+    if (duration <= Time::zero()) return;
+    Step s = compute_step(label, duration + overhead, 0, 0);
+    s.part = part;
+    s.kernel = kernel;
+    pass.steps.push_back(s);
 }
 
 // Appends `layers` copies of `from` to `to`, folding the copies into each step's repeat count.
@@ -240,21 +245,25 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     if (first && estimate_embedding)
         append_passes(c, roofline_embedding(m, spec.layout, t, gpu, spec.compute.roofline), 1);
     if (first && !estimate_embedding)
-        add_if_positive(c.forward, "embedding", p.embedding_forward, oh);
+        add_if_positive(c.forward, "embedding", p.embedding_forward, oh, ModelPart::Embedding,
+                        KernelClass::Elementwise);
     add_profile_layer_steps(spec, c, per_layer, fwd_flops, recompute, chunks, split_backward);
     if (spec.compute.framework != Framework::None) set_profile_launches(spec, c, gpu);
     if (last && estimate_output)
         append_passes(c, roofline_output_layer(m, spec.layout, t, gpu, spec.compute.roofline), 1);
     if (last && !estimate_output) {
-        add_if_positive(c.forward, "output layer", p.output_forward, oh);
-        add_if_positive(c.backward, "output layer", p.output_backward, oh);
+        add_if_positive(c.forward, "output layer", p.output_forward, oh, ModelPart::Head);
+        add_if_positive(c.backward, "output layer", p.output_backward, oh, ModelPart::Head);
         if (split_backward)
-            add_if_positive(c.backward_input, "output layer", p.output_backward, oh);
+            add_if_positive(c.backward_input, "output layer", p.output_backward, oh,
+                            ModelPart::Head);
     }
     if (first && !estimate_embedding) {
-        add_if_positive(c.backward, "embedding", p.embedding_backward, oh);
+        add_if_positive(c.backward, "embedding", p.embedding_backward, oh, ModelPart::Embedding,
+                        KernelClass::Elementwise);
         if (split_backward)
-            add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh);
+            add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh,
+                            ModelPart::Embedding, KernelClass::Elementwise);
     }
 }
 

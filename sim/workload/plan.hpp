@@ -46,6 +46,66 @@ inline constexpr std::array<Named<CommKind>, kCommKinds> kCommKindNames{{
 // Time per CommKind, indexed by the enumerator.
 using CommTimes = std::array<Time, kCommKinds>;
 
+// The kind of kernel a compute step runs, as `clustersim diff` compares it with a measured
+// profile's kernels: the names are ingest's kernel_kind_name() strings (this layer sits below
+// ingest). Two are families the profile settles: Norm stands for LayerNorm and RMSNorm alike, and
+// GroupedGemm for the experts' GEMMs however they run (grouped, or one GEMM per local expert;
+// Step::GroupedGemm says which). Unmapped: no kind of the catalogue (a profiled layer time, a
+// calibration's residual, a collective).
+enum class KernelClass : std::uint8_t {
+    Gemm,
+    GroupedGemm,
+    Attention,
+    Elementwise,
+    Activation,
+    Norm,
+    Reduce,
+    Concat,
+    StridedCopy,
+    MixedAccumulate,
+    Softmax,
+    Optimizer,
+    Rotary,
+    Swiglu,
+    Permute,
+    Unpermute,
+    Routing,
+    Sort,
+    Unmapped,
+};
+inline constexpr std::array<Named<KernelClass>, 19> kKernelClassNames{{
+    {"gemm", KernelClass::Gemm},
+    {"grouped_gemm", KernelClass::GroupedGemm},
+    {"attention", KernelClass::Attention},
+    {"elementwise", KernelClass::Elementwise},
+    {"activation", KernelClass::Activation},
+    {"norm", KernelClass::Norm},
+    {"reduce", KernelClass::Reduce},
+    {"concat", KernelClass::Concat},
+    {"strided_copy", KernelClass::StridedCopy},
+    {"mixed_accumulate", KernelClass::MixedAccumulate},
+    {"softmax", KernelClass::Softmax},
+    {"optimizer", KernelClass::Optimizer},
+    {"rotary", KernelClass::Rotary},
+    {"swiglu", KernelClass::Swiglu},
+    {"permute", KernelClass::Permute},
+    {"unpermute", KernelClass::Unpermute},
+    {"routing", KernelClass::Routing},
+    {"sort", KernelClass::Sort},
+    {"unmapped", KernelClass::Unmapped},
+}};
+
+// The piece of the model a step belongs to: the embedding (first stage), the transformer
+// layers, the head (final norm, logits, loss: last stage), or the whole model (the optimizer
+// step, which runs outside every pass).
+enum class ModelPart : std::uint8_t { Embedding, Layers, Head, Model };
+inline constexpr std::array<Named<ModelPart>, 4> kModelPartNames{{
+    {"embedding", ModelPart::Embedding},
+    {"layers", ModelPart::Layers},
+    {"head", ModelPart::Head},
+    {"model", ModelPart::Model},
+}};
+
 // One step of a pass on the compute stream: a kernel, or a collective that the compute stream
 // waits for (TP/CP/EP collectives sit on the critical path of the layer).
 struct Step {
@@ -78,6 +138,10 @@ struct Step {
     // The kind of a memory-bound compute step (tensor_core false): whose HBM fraction sets its
     // time, and what calibrate and diff compare it with.
     MemKind mem_kind = MemKind::Fused;
+    // A compute step's kernel kind and piece of the model (what `clustersim diff` reads from the
+    // trace). Held in the padding before `label`: Step stays 80 bytes on the replay's hot path.
+    KernelClass kernel = KernelClass::Unmapped;
+    ModelPart part = ModelPart::Layers;
     const char* label = "";  // static string: "layer", "qkv", "attention", "all-reduce tp", ...
     Time duration;           // compute only
     Flops model_flops;       // compute only: counted for MFU

@@ -1,11 +1,12 @@
-// clustersim diff: the label -> kind mapping, and a hand-made simulated and measured trace whose
-// per-kind and per-pass sums are derived below.
+// clustersim diff: hand-made simulated and measured traces whose per-kind and per-pass sums are
+// derived below; a simulated step's kind and part are its "kernel" and "part" arguments.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "../error_of.hpp"
 #include "core/errors.hpp"
 #include "fit/diff.hpp"
 
@@ -20,12 +21,12 @@ const char* kSimulated = R"json({"traceEvents": [
   {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
   {"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "GPU 1 compute"}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "pass": "forward", "layers": 1}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "qkv", "args": {"model_flops": 1}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "qkv", "args": {"kernel": "gemm", "part": "layers", "model_flops": 1}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "pass": "backward", "layers": 1}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 150, "name": "qkv dgrad", "args": {"model_flops": 1}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 250, "dur": 50, "name": "norm bwd", "args": {"model_flops": 0}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 7, "ts": 0, "dur": 1000, "name": "qkv", "args": {"model_flops": 1}}
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 150, "name": "qkv dgrad", "args": {"kernel": "gemm", "part": "layers", "model_flops": 1}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 250, "dur": 50, "name": "norm bwd", "args": {"kernel": "norm", "part": "layers", "model_flops": 0}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {"kernel": "optimizer", "part": "model"}},
+  {"ph": "X", "pid": 2, "tid": 7, "ts": 0, "dur": 1000, "name": "qkv", "args": {"kernel": "gemm", "part": "layers", "model_flops": 1}}
 ]})json";
 
 // Two iterations of one forward GEMM (80 us, launched by aten::mm on the main thread 1) and one
@@ -46,36 +47,6 @@ const char* kMeasured = R"json({"traceEvents": [
 
 }  // namespace
 
-TEST_CASE("diff: the roofline's labels map to the calibration's kinds") {
-    using cs::api::simulated_kind;
-    CHECK(simulated_kind("qkv") == "gemm");
-    CHECK(simulated_kind("fc2 wgrad") == "gemm");
-    CHECK(simulated_kind("attention") == "attention");
-    CHECK(simulated_kind("attention bwd") == "attention");
-    CHECK(simulated_kind("attention scores bwd") == "gemm");
-    CHECK(simulated_kind("final norm bwd") == "norm");
-    CHECK(simulated_kind("log softmax") == "softmax");
-    CHECK(simulated_kind("qkv grad concat") == "concat");
-    CHECK(simulated_kind("qkv grad copy") == "strided_copy");
-    CHECK(simulated_kind("main grad accumulate") == "mixed_accumulate");
-    CHECK(simulated_kind("bias grad") == "reduce");
-    CHECK(simulated_kind("logits to fp32") == "elementwise");
-    CHECK(simulated_kind("embedding grad zero") == "elementwise");
-    CHECK(simulated_kind("embedding wgrad") == "unpermute");  // a scatter-add of rows
-    CHECK(simulated_kind("optimizer step") == "optimizer");
-    CHECK(simulated_kind("rotary bwd") == "rotary");
-    CHECK(simulated_kind("recompute swiglu") == "swiglu");
-    CHECK(simulated_kind("swiglu bwd concat") == "elementwise");
-    CHECK(simulated_kind("routing sort") == "sort");
-    CHECK(simulated_kind("expert counts") == "routing");
-    CHECK(simulated_kind("permute") == "permute");
-    CHECK(simulated_kind("unpermute") == "unpermute");
-    CHECK(simulated_kind("expert fc1 wgrad") == "grouped_gemm");
-    CHECK(simulated_kind("cross entropy") == "softmax");
-    CHECK(simulated_kind("unmapped (calibration residual)") == "unmapped");
-    CHECK(simulated_kind("something new") == "unmapped");
-}
-
 namespace {
 
 // Options that diff `simulated` against `measured` (two iterations), both written into `dir`.
@@ -89,6 +60,12 @@ cs::api::DiffOptions write_traces(const fs::path& dir, const std::string& simula
     o.measured = (dir / "meas.json").string();
     o.iterations = 2;
     return o;
+}
+
+// The ConfigError diff_traces refuses `simulated` (written into `dir`) with, against kMeasured.
+std::string refusal(const fs::path& dir, const std::string& simulated) {
+    const cs::api::DiffOptions o = write_traces(dir, simulated, kMeasured);
+    return cs::test::error_of([&] { cs::api::diff_traces(o); });
 }
 
 // `text` with the first `from` in it replaced by `to` (which must be there).
@@ -156,19 +133,19 @@ namespace {
 const char* kSimulatedLayers = R"json({"traceEvents": [
   {"ph": "M", "pid": 2, "tid": 5, "name": "thread_name", "args": {"name": "GPU 0 compute"}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 100, "name": "F0", "args": {"microbatch": 0, "pass": "forward", "first_layer": 0, "layers": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 10, "name": "embedding", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 30, "dur": 40, "name": "qkv", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 5, "name": "final norm", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 75, "dur": 25, "name": "logits", "args": {}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 0, "dur": 10, "name": "embedding", "args": {"kernel": "elementwise", "part": "embedding"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 10, "dur": 20, "name": "norm", "args": {"kernel": "norm", "part": "layers", "repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 30, "dur": 40, "name": "qkv", "args": {"kernel": "gemm", "part": "layers", "repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 70, "dur": 5, "name": "final norm", "args": {"kernel": "norm", "part": "head"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 75, "dur": 25, "name": "logits", "args": {"kernel": "gemm", "part": "head"}},
   {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 200, "name": "B0", "args": {"microbatch": 0, "pass": "backward", "first_layer": 0, "layers": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 15, "name": "logits dgrad", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 115, "dur": 5, "name": "final norm bwd", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 120, "dur": 60, "name": "qkv dgrad", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 220, "dur": 50, "name": "main grad accumulate", "args": {"repeat": 2}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 270, "dur": 30, "name": "embedding wgrad", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {}}
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 100, "dur": 15, "name": "logits dgrad", "args": {"kernel": "gemm", "part": "head"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 115, "dur": 5, "name": "final norm bwd", "args": {"kernel": "norm", "part": "head"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 120, "dur": 60, "name": "qkv dgrad", "args": {"kernel": "gemm", "part": "layers", "repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 180, "dur": 40, "name": "norm bwd", "args": {"kernel": "norm", "part": "layers", "repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 220, "dur": 50, "name": "main grad accumulate", "args": {"kernel": "mixed_accumulate", "part": "layers", "repeat": 2}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 270, "dur": 30, "name": "embedding wgrad", "args": {"kernel": "unpermute", "part": "embedding"}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 300, "dur": 40, "name": "optimizer step", "args": {"kernel": "optimizer", "part": "model"}}
 ]})json";
 
 // One iteration of the same two-layer model, measured: forward on the main thread (tid 1), one
@@ -295,12 +272,16 @@ TEST_CASE("diff: per layer pass, by hand") {
     // The same simulated passes with each layer's step as its own slice (as a trace holds them
     // when it does not fold them into `repeat` slices): the same rows.
     std::string expanded = kSimulatedLayers;
-    replace_once(expanded, R"("ts": 10, "dur": 20, "name": "norm", "args": {"repeat": 2})",
-                 R"("ts": 10, "dur": 10, "name": "norm", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", "args": {})");
-    replace_once(expanded, R"("ts": 180, "dur": 40, "name": "norm bwd", "args": {"repeat": 2})",
-                 R"("ts": 180, "dur": 20, "name": "norm bwd", "args": {}},
-  {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", "args": {})");
+    const std::string norm = R"("args": {"kernel": "norm", "part": "layers")";
+    replace_once(expanded, R"("ts": 10, "dur": 20, "name": "norm", )" + norm + R"(, "repeat": 2})",
+                 R"("ts": 10, "dur": 10, "name": "norm", )" + norm + R"(}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 20, "dur": 10, "name": "norm", )" +
+                     norm + "}");
+    replace_once(expanded,
+                 R"("ts": 180, "dur": 40, "name": "norm bwd", )" + norm + R"(, "repeat": 2})",
+                 R"("ts": 180, "dur": 20, "name": "norm bwd", )" + norm + R"(}},
+  {"ph": "X", "pid": 2, "tid": 5, "ts": 200, "dur": 20, "name": "norm bwd", )" +
+                     norm + "}");
     std::ofstream(dir / "sim-expanded.json") << expanded;
     o.simulated = (dir / "sim-expanded.json").string();
     const auto re = cs::api::diff_traces(o);
@@ -352,5 +333,45 @@ TEST_CASE("diff: a pass slice's pass is its \"pass\" argument, never its name") 
                          doctest::Contains("traceEvents entry 2: \"pass\" is not one of forward, "
                                            "backward, backward_input, backward_weight"),
                          cs::ConfigError);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("diff: a step's kind and part are its arguments, never its name") {
+    // kSimulated with the forward GEMM named "norm bwd" and the backward norm named "qkv": read
+    // from the arguments the sums are those of the hand-made case above (gemm 0.25 ms, norm 0.05).
+    std::string renamed = kSimulated;
+    replace_once(renamed, R"("name": "qkv", "args": {"kernel": "gemm")",
+                 R"("name": "norm bwd", "args": {"kernel": "gemm")");
+    replace_once(renamed, R"("name": "norm bwd", "args": {"kernel": "norm")",
+                 R"("name": "qkv", "args": {"kernel": "norm")");
+    const fs::path dir = fs::temp_directory_path() / "cs_diff_kind_arg_test";
+    cs::api::DiffOptions o = write_traces(dir, renamed, kMeasured);
+    const auto r = cs::api::diff_traces(o);
+    REQUIRE(r.kinds.size() == 3);
+    CHECK(r.kinds[0].name == "gemm");
+    CHECK(r.kinds[0].simulated_ms == doctest::Approx(0.25));
+    CHECK(r.kinds[1].name == "norm");
+    CHECK(r.kinds[1].simulated_ms == doctest::Approx(0.05));
+
+    // A step without the arguments (a trace of a clustersim from before it wrote them) is refused
+    // with what to do, never mapped by its name.
+    std::string old = kSimulated;
+    replace_once(old, R"("kernel": "norm", "part": "layers", )", "");
+    CHECK(refusal(dir, old) ==
+          (dir / "sim.json").string() +
+              ": traceEvents entry 6: step \"norm bwd\" has no \"kernel\" argument (a trace of "
+              "an older clustersim); re-run `clustersim run --trace F.json` to write it anew");
+    // An unknown kind or part is refused, naming what is accepted.
+    std::string unknown = kSimulated;
+    replace_once(unknown, R"("kernel": "norm")", R"("kernel": "layernorm")");
+    CHECK(refusal(dir, unknown)
+              .find("traceEvents entry 6: \"kernel\" is not one of gemm, "
+                    "grouped_gemm, attention, elementwise, ") != std::string::npos);
+    std::string part = kSimulated;
+    replace_once(part, R"("part": "layers", "model_flops": 0)",
+                 R"("part": "layer 0", "model_flops": 0)");
+    CHECK(refusal(dir, part).find("\"part\" is not one of embedding, layers, head, model; give "
+                                  "the file `clustersim run --trace F.json` wrote") !=
+          std::string::npos);
     fs::remove_all(dir);
 }

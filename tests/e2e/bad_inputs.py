@@ -298,6 +298,11 @@ check_diff("diff: layers as a float beyond int64",
 check_diff("diff: args of the wrong type",
            hostile_file("sim-args.json", simulated_trace({"args": [1, 2]})),
            "\"args\" is not an object")
+check_diff("diff: a step slice without its kind (a trace of an older clustersim)",
+           hostile_file("sim-old.json",
+                        simulated_trace({"name": "qkv", "args": {"model_flops": 1}})),
+           "traceEvents entry 1: step \"qkv\" has no \"kernel\" argument (a trace of an older "
+           "clustersim); re-run `clustersim run --trace F.json` to write it anew")
 
 check("diff: simulated trace above --max-memory",
       ["diff", hostile_file("sim-big.json", simulated_trace({"name": "F0" + " " * (1 << 20)})),

@@ -193,8 +193,13 @@ TEST_CASE("JSON trace of 16 GPUs: processes, passes, steps, flows, counters, met
     CHECK(count_named(ev, "X", "F") == 64);
     CHECK(count_named(ev, "X", "B") == 64);
     CHECK(count_named(ev, "X", "layer", false) == 256);
-    // One optimizer step per GPU.
+    // One optimizer step per GPU, of the optimizer's kind and the whole model's.
     CHECK(count_named(ev, "X", "optimizer step", false) == 16);
+    for (const auto& e : ev)
+        if (e["ph"] == "X" && e["name"] == "optimizer step") {
+            CHECK(e["args"]["kernel"] == "optimizer");
+            CHECK(e["args"]["part"] == "model");
+        }
     // Pipeline transfers: per replica 3 stage boundaries x 4 microbatches, both directions = 24,
     // x 2 replicas = 48; each is sent by both TP ranks: 96 send and 96 receive slices.
     CHECK(count_named(ev, "X", "send act ") == 48);
@@ -382,6 +387,8 @@ TEST_CASE("a pass expands into its steps; blocking collectives also go on the TP
     workload::PassPlan plan;
     Step qkv;
     qkv.label = "qkv";
+    qkv.kernel = workload::KernelClass::Gemm;
+    qkv.part = workload::ModelPart::Head;
     qkv.duration = Time::us(10);
     Step ar;
     ar.kind = Step::Kind::Collective;
@@ -444,6 +451,18 @@ TEST_CASE("a pass expands into its steps; blocking collectives also go on the TP
         for (const auto& e : ev)
             if (e["ph"] == "X" && e["name"] == "all-reduce tp" && e["args"].contains("peers"))
                 CHECK(e["args"]["peers"] == "0,1");
+        // A compute step says its kernel class and part of the model (what `diff` reads; the
+        // label is for people): qkv as set above, mlp Step's defaults. The collective says
+        // neither.
+        std::map<std::string, std::string> kinds;
+        for (const auto& e : ev)
+            if (e["ph"] == "X" && thread_names[e["tid"].get<int>()] == "GPU 0 compute" &&
+                !e["args"].contains("microbatch"))
+                kinds[e["name"].get<std::string>()] =
+                    e["args"].value("kernel", "-") + "/" + e["args"].value("part", "-");
+        CHECK(kinds == std::map<std::string, std::string>{{"qkv", "gemm/head"},
+                                                          {"all-reduce tp", "-/-"},
+                                                          {"mlp", "unmapped/layers"}});
     }
 }
 
