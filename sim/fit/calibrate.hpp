@@ -3,7 +3,7 @@
 // with `compute: {calibration: FILE}`. docs/calibrate.md describes what is read and fitted.
 //
 // Every kernel of a trace goes to one of the model's op kinds through the table of
-// api/kernel_table.hpp; each constant is fitted on the kernels of its own kind only, and
+// fit/kernel_table.hpp; each constant is fitted on the kernels of its own kind only, and
 // kernels no rule maps (and, with --experiment, measured kinds the model has no op for) are an
 // explicit residual, reported with their time, never folded into another kind's fraction.
 // Fitted (docs/compute-model.md sections 2 and 6):

@@ -17,7 +17,7 @@
 namespace cs::api {
 namespace {
 
-using workload::KernelClass;
+using workload::KernelKind;
 using workload::ModelPart;
 
 bool has(const std::string& s, const char* part) {
@@ -81,7 +81,7 @@ struct Slice {
     // A step slice's kernel class and piece of the model, from its "kernel" and "part"
     // arguments (never from its name, "qkv dgrad"). A collective the compute stream waits for
     // has neither: no kernel of the profile's kinds, counted with the layers.
-    KernelClass kernel = KernelClass::Unmapped;
+    KernelKind kernel = KernelKind::Unmapped;
     ModelPart part = ModelPart::Layers;
     bool forward() const { return pass == schedule::Pass::Forward; }
 };
@@ -157,7 +157,7 @@ class EntryFields {
                                       s.name + "\" has no \"" + key +
                                       "\" argument (a trace of an older clustersim); re-run "
                                       "`clustersim run --trace F.json` to write it anew");
-        s.kernel = named(in, "kernel", workload::kKernelClassNames);
+        s.kernel = named(in, "kernel", workload::kKernelKindNames);
         s.part = named(in, "part", workload::kModelPartNames);
     }
     const nlohmann::json& args() const {
@@ -239,13 +239,13 @@ SimulatedLayers add_simulated_layers(LayerRows& rows, const std::vector<Slice>& 
         for (const auto& st : steps) {
             if (!(st.ts >= p.ts && st.ts < p.end)) continue;
             const double ms = (st.end - st.ts) / 1000;
-            if (st.kernel == KernelClass::MixedAccumulate) {
+            if (st.kernel == KernelKind::MixedAccumulate) {
                 rows.accumulate().simulated_ms += ms;
                 continue;
             }
             // The optimizer step (ModelPart::Model) runs outside every pass.
             const bool layer = st.part == ModelPart::Layers || st.part == ModelPart::Model;
-            if (fwd && sim.forwards == 1 && st.kernel == KernelClass::Norm) {
+            if (fwd && sim.forwards == 1 && st.kernel == KernelKind::Norm) {
                 if (layer)
                     sim.norm_steps += st.repeat;
                 else
@@ -721,7 +721,7 @@ void add_simulated(DiffResult& r, Tally& tally, const SimulatedTrack& sim,
         for (const auto& p : sim.passes)
             if (s.ts >= p.ts && s.ts < p.end) pass = p.forward() ? 0 : 1;
         const std::string kind =
-            measured.settle(std::string(name_of(workload::kKernelClassNames, s.kernel)));
+            measured.settle(std::string(name_of(workload::kKernelKindNames, s.kernel)));
         if (pass == 3 && kind == "optimizer") pass = 2;
         auto& k = tally.kinds[static_cast<std::size_t>(kind_index(kind))];
         k.simulated_ms += ms;

@@ -5,7 +5,7 @@
 //
 // Kinds are the compute model's (api/torch_trace.hpp KernelKind): measured kernels are classified
 // as `clustersim calibrate` classifies them; simulated steps by their "kernel" argument, which
-// the trace writer takes from the step (workload::KernelClass, set where the roofline emits it;
+// the trace writer takes from the step (workload::KernelKind, set where the roofline emits it;
 // its name is not read). A trace without the argument (an older clustersim's) is refused. Passes:
 // simulated steps belong to the pass slice that contains them (its "pass" argument says which pass
 // it is; its name is not read), or are the optimizer step; measured kernels belong to the backward

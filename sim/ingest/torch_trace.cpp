@@ -527,51 +527,7 @@ TorchTrace parse_torch_trace(std::string_view json, const std::string& display,
 }
 
 std::string_view kernel_kind_name(KernelKind kind) {
-    switch (kind) {
-        case KernelKind::Gemm:
-            return "gemm";
-        case KernelKind::GroupedGemm:
-            return "grouped_gemm";
-        case KernelKind::Attention:
-            return "attention";
-        case KernelKind::Elementwise:
-            return "elementwise";
-        case KernelKind::Activation:
-            return "activation";
-        case KernelKind::Norm:
-            return "norm";
-        case KernelKind::RmsNorm:
-            return "rms_norm";
-        case KernelKind::Reduce:
-            return "reduce";
-        case KernelKind::Concat:
-            return "concat";
-        case KernelKind::StridedCopy:
-            return "strided_copy";
-        case KernelKind::MixedAccumulate:
-            return "mixed_accumulate";
-        case KernelKind::Softmax:
-            return "softmax";
-        case KernelKind::Optimizer:
-            return "optimizer";
-        case KernelKind::Rotary:
-            return "rotary";
-        case KernelKind::Swiglu:
-            return "swiglu";
-        case KernelKind::Permute:
-            return "permute";
-        case KernelKind::Unpermute:
-            return "unpermute";
-        case KernelKind::Routing:
-            return "routing";
-        case KernelKind::Sort:
-            return "sort";
-        case KernelKind::Memset:
-            return "memset";
-        case KernelKind::Unmapped:
-            return "unmapped";
-    }
-    return "unmapped";
+    return name_of(workload::kKernelKindNames, kind);
 }
 
 int element_bytes(std::string_view type) {

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "workload/plan.hpp"
+
 namespace cs::api {
 
 // One argument of a CPU operator as the profiler records shapes: a tensor (one shape), a tensor
@@ -94,34 +96,11 @@ TorchTrace read_torch_trace(const std::filesystem::path& path,
 TorchTrace parse_torch_trace(std::string_view json, const std::string& display,
                              std::int64_t max_memory = kDefaultTraceMemory);
 
-// The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM, grouped
-// GEMM, attention, one kind per memory-bound MemKind that eager kernels have, memset, and
-// unmapped (no op of the model: an explicit residual, listed with its time). Every kernel of a
-// trace gets one through the table of api/kernel_table.hpp (docs/calibrate.md prints it).
-enum class KernelKind : std::uint8_t {
-    Gemm,
-    GroupedGemm,
-    Attention,
-    Elementwise,
-    Activation,
-    Norm,
-    RmsNorm,
-    Reduce,
-    Concat,
-    StridedCopy,
-    MixedAccumulate,
-    Softmax,
-    Optimizer,
-    Rotary,
-    Swiglu,
-    Permute,
-    Unpermute,
-    Routing,
-    Sort,
-    Memset,
-    Unmapped,
-};
-inline constexpr std::size_t kKernelKinds = static_cast<std::size_t>(KernelKind::Unmapped) + 1;
+// The compute model's kinds of GPU work: workload::KernelKind, which simulated steps carry too.
+// Every kernel of a trace gets one through the table of fit/kernel_table.hpp (docs/calibrate.md
+// prints it).
+using workload::KernelKind;
+using workload::kKernelKinds;
 std::string_view kernel_kind_name(KernelKind kind);
 
 // Bytes a memory-bound operator moves through HBM, from its recorded shapes and types (0 when

@@ -34,11 +34,11 @@ double us(Time t) {
 
 // What a compute step slice is, for `diff` and other readers (its name is for people): its
 // kernel class and its piece of the model, with room for the three arguments step_slices adds.
-TraceArgs step_kind_args(workload::KernelClass kernel, workload::ModelPart part) {
+TraceArgs step_kind_args(workload::KernelKind kernel, workload::ModelPart part) {
     TraceArgs args;
     args.reserve(5);
     args.push_back(
-        TraceArg::text("kernel", std::string(name_of(workload::kKernelClassNames, kernel))));
+        TraceArg::text("kernel", std::string(name_of(workload::kKernelKindNames, kernel))));
     args.push_back(TraceArg::text("part", std::string(name_of(workload::kModelPartNames, part))));
     return args;
 }
@@ -321,7 +321,7 @@ void TraceWriter::emit(Pending& e) {
         s.start = e.pass.start;
         s.end = e.pass.end;
         s.name = "optimizer step";
-        s.args = step_kind_args(workload::KernelClass::Optimizer, workload::ModelPart::Model);
+        s.args = step_kind_args(workload::KernelKind::Optimizer, workload::ModelPart::Model);
         sink_->slice(s, {});
     }
 }

@@ -79,7 +79,7 @@ Step compute_step(const char* label, Time duration, double model_flops, double h
 
 // A profiled time of the embedding or the output layer (`part`), as one step when it is given.
 void add_if_positive(PassPlan& pass, const char* label, Time duration, Time overhead,
-                     ModelPart part, KernelClass kernel = KernelClass::Unmapped) {
+                     ModelPart part, KernelKind kernel = KernelKind::Unmapped) {
     if (duration <= Time::zero()) return;
     Step s = compute_step(label, duration + overhead, 0, 0);
     s.part = part;
@@ -246,7 +246,7 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
         append_passes(c, roofline_embedding(m, spec.layout, t, gpu, spec.compute.roofline), 1);
     if (first && !estimate_embedding)
         add_if_positive(c.forward, "embedding", p.embedding_forward, oh, ModelPart::Embedding,
-                        KernelClass::Elementwise);
+                        KernelKind::Elementwise);
     add_profile_layer_steps(spec, c, per_layer, fwd_flops, recompute, chunks, split_backward);
     if (spec.compute.framework != Framework::None) set_profile_launches(spec, c, gpu);
     if (last && estimate_output)
@@ -260,10 +260,10 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     }
     if (first && !estimate_embedding) {
         add_if_positive(c.backward, "embedding", p.embedding_backward, oh, ModelPart::Embedding,
-                        KernelClass::Elementwise);
+                        KernelKind::Elementwise);
         if (split_backward)
             add_if_positive(c.backward_weight, "embedding", p.embedding_backward, oh,
-                            ModelPart::Embedding, KernelClass::Elementwise);
+                            ModelPart::Embedding, KernelKind::Elementwise);
     }
 }
 

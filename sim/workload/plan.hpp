@@ -46,19 +46,24 @@ inline constexpr std::array<Named<CommKind>, kCommKinds> kCommKindNames{{
 // Time per CommKind, indexed by the enumerator.
 using CommTimes = std::array<Time, kCommKinds>;
 
-// The kind of kernel a compute step runs, as `clustersim diff` compares it with a measured
-// profile's kernels: the names are ingest's kernel_kind_name() strings (this layer sits below
-// ingest). Two are families the profile settles: Norm stands for LayerNorm and RMSNorm alike, and
-// GroupedGemm for the experts' GEMMs however they run (grouped, or one GEMM per local expert;
-// Step::GroupedGemm says which). Unmapped: no kind of the catalogue (a profiled layer time, a
-// calibration's residual, a collective).
-enum class KernelClass : std::uint8_t {
+// The compute model's kinds of GPU work (docs/compute-model.md sections 2 and 3): GEMM, grouped
+// GEMM, attention, one kind per memory-bound MemKind that eager kernels have, memset, and
+// unmapped. One list for both sides of `clustersim diff`: a measured profile's kernels get theirs
+// through ingest's kernel table (fit/kernel_table.hpp), a simulated compute step is given its
+// kind where it is emitted (Step::kernel). A step's kind is a family the profile settles in two
+// places: Norm stands for LayerNorm and RMSNorm alike (no step is RmsNorm), and GroupedGemm for
+// the experts' GEMMs however they run (grouped, or one GEMM per local expert; Step::GroupedGemm
+// says which). No step is Memset either. Unmapped: no kind of the catalogue (a measured kernel
+// without an operator of the model; a profiled layer time, a calibration's residual, a
+// collective).
+enum class KernelKind : std::uint8_t {
     Gemm,
     GroupedGemm,
     Attention,
     Elementwise,
     Activation,
     Norm,
+    RmsNorm,
     Reduce,
     Concat,
     StridedCopy,
@@ -71,28 +76,32 @@ enum class KernelClass : std::uint8_t {
     Unpermute,
     Routing,
     Sort,
+    Memset,
     Unmapped,
 };
-inline constexpr std::array<Named<KernelClass>, 19> kKernelClassNames{{
-    {"gemm", KernelClass::Gemm},
-    {"grouped_gemm", KernelClass::GroupedGemm},
-    {"attention", KernelClass::Attention},
-    {"elementwise", KernelClass::Elementwise},
-    {"activation", KernelClass::Activation},
-    {"norm", KernelClass::Norm},
-    {"reduce", KernelClass::Reduce},
-    {"concat", KernelClass::Concat},
-    {"strided_copy", KernelClass::StridedCopy},
-    {"mixed_accumulate", KernelClass::MixedAccumulate},
-    {"softmax", KernelClass::Softmax},
-    {"optimizer", KernelClass::Optimizer},
-    {"rotary", KernelClass::Rotary},
-    {"swiglu", KernelClass::Swiglu},
-    {"permute", KernelClass::Permute},
-    {"unpermute", KernelClass::Unpermute},
-    {"routing", KernelClass::Routing},
-    {"sort", KernelClass::Sort},
-    {"unmapped", KernelClass::Unmapped},
+inline constexpr std::size_t kKernelKinds = static_cast<std::size_t>(KernelKind::Unmapped) + 1;
+inline constexpr std::array<Named<KernelKind>, kKernelKinds> kKernelKindNames{{
+    {"gemm", KernelKind::Gemm},
+    {"grouped_gemm", KernelKind::GroupedGemm},
+    {"attention", KernelKind::Attention},
+    {"elementwise", KernelKind::Elementwise},
+    {"activation", KernelKind::Activation},
+    {"norm", KernelKind::Norm},
+    {"rms_norm", KernelKind::RmsNorm},
+    {"reduce", KernelKind::Reduce},
+    {"concat", KernelKind::Concat},
+    {"strided_copy", KernelKind::StridedCopy},
+    {"mixed_accumulate", KernelKind::MixedAccumulate},
+    {"softmax", KernelKind::Softmax},
+    {"optimizer", KernelKind::Optimizer},
+    {"rotary", KernelKind::Rotary},
+    {"swiglu", KernelKind::Swiglu},
+    {"permute", KernelKind::Permute},
+    {"unpermute", KernelKind::Unpermute},
+    {"routing", KernelKind::Routing},
+    {"sort", KernelKind::Sort},
+    {"memset", KernelKind::Memset},
+    {"unmapped", KernelKind::Unmapped},
 }};
 
 // The piece of the model a step belongs to: the embedding (first stage), the transformer
@@ -140,7 +149,7 @@ struct Step {
     MemKind mem_kind = MemKind::Fused;
     // A compute step's kernel kind and piece of the model (what `clustersim diff` reads from the
     // trace). Held in the padding before `label`: Step stays 80 bytes on the replay's hot path.
-    KernelClass kernel = KernelClass::Unmapped;
+    KernelKind kernel = KernelKind::Unmapped;
     ModelPart part = ModelPart::Layers;
     const char* label = "";  // static string: "layer", "qkv", "attention", "all-reduce tp", ...
     Time duration;           // compute only

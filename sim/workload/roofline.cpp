@@ -56,9 +56,9 @@ class PassBuilder {
 
     // Eager PyTorch's addmm (a linear with a bias) runs a memset (cuBLASLt's workspace) before
     // its GEMM: two launches; a linear without bias is one mm. `kernel`: GroupedGemm for the
-    // experts' GEMMs run one per local expert (KernelClass).
+    // experts' GEMMs run one per local expert (KernelKind).
     void gemm(PassPlan& pass, const char* label, GemmShape shape, bool recompute = false,
-              int repeat = 1, KernelClass kernel = KernelClass::Gemm) {
+              int repeat = 1, KernelKind kernel = KernelKind::Gemm) {
         if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) return;
         Step s;
         s.label = label;
@@ -84,7 +84,7 @@ class PassBuilder {
         if (experts <= 0 || tokens <= 0 || n <= 0 || k <= 0) return;
         Step s;
         s.label = label;
-        s.kernel = KernelClass::GroupedGemm;
+        s.kernel = KernelKind::GroupedGemm;
         s.tensor_core = true;
         s.flags = Step::GroupedGemm;
         s.launches = eager() ? 2 : 1;
@@ -109,7 +109,7 @@ class PassBuilder {
                    bool recompute = false) {
         Step s;
         s.label = label;
-        s.kernel = KernelClass::Attention;
+        s.kernel = KernelKind::Attention;
         s.tensor_core = true;
         s.launches = attention_launches(block, backward, compute_.framework);
         s.host_weight = host_weight(false);
@@ -130,7 +130,7 @@ class PassBuilder {
                       bool recompute, MemKind kind = MemKind::Scores) {
         Step s;
         s.label = label;
-        s.kernel = KernelClass::Gemm;
+        s.kernel = KernelKind::Gemm;
         s.tensor_core = true;
         const FlopRate rate = scaled(peak_rate(gpu_, Precision::Bf16),
                                      compute_.gemm(gpu_).peak_fraction * compute_.efficiency_scale);
@@ -144,7 +144,7 @@ class PassBuilder {
 
     // `launches` kernels of one kind moving `bytes` together (plus the kind's fixed time per
     // kernel, RooflineCalibration::kind_latency).
-    void memory(PassPlan& pass, const char* label, KernelClass kernel, Bytes bytes,
+    void memory(PassPlan& pass, const char* label, KernelKind kernel, Bytes bytes,
                 MemKind kind = MemKind::Fused, int repeat = 1, int launches = 1,
                 bool module = false) {
         if (bytes.value <= 0 && default_calibration().kind_latency(kind) == Time::zero()) return;
@@ -169,7 +169,7 @@ class PassBuilder {
         const bool small = keys <= RooflineCalibration::kSmallSortKeys;
         Step s;
         s.label = label;
-        s.kernel = KernelClass::Sort;
+        s.kernel = KernelKind::Sort;
         s.launches = small ? 5 : 22;
         s.host_weight = host_weight(false);
         s.duration = (small ? cal.small_sort : cal.large_sort) + overheads(compute_, s.launches);
@@ -186,7 +186,7 @@ class PassBuilder {
     void main_grad_accumulate(PassPlan& pass, std::int64_t params, std::int64_t tensors) {
         if (!eager()) return;
         const bool fp32 = compute_.main_grads == MainGrads::Fp32;
-        memory(pass, "main grad accumulate", KernelClass::MixedAccumulate,
+        memory(pass, "main grad accumulate", KernelKind::MixedAccumulate,
                Bytes{(fp32 ? 10 : 6) * params},
                fp32 ? MemKind::MixedAccumulate : MemKind::Elementwise, 1,
                static_cast<int>(tensors));
@@ -291,13 +291,13 @@ const char* pick(bool recompute, const char* normal, const char* again) {
 void norm_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens, bool recompute,
                   const char* label = "norm") {
     const MemKind kind = pb.kind(d.rms ? MemKind::RmsNorm : MemKind::Norm);
-    pb.memory(pass, recompute ? "recompute norm" : label, KernelClass::Norm,
-              Bytes{4 * tokens * d.h}, kind, 1, 1, true);
+    pb.memory(pass, recompute ? "recompute norm" : label, KernelKind::Norm, Bytes{4 * tokens * d.h},
+              kind, 1, 1, true);
 }
 void norm_backward(PassPlan& pass, PassBuilder& pb, const Dims& d, I tokens,
                    const char* label = "norm bwd") {
     const MemKind kind = pb.kind(d.rms ? MemKind::RmsNorm : MemKind::Norm);
-    pb.memory(pass, label, KernelClass::Norm, Bytes{(pb.eager() ? 10 : 6) * tokens * d.h}, kind, 1,
+    pb.memory(pass, label, KernelKind::Norm, Bytes{(pb.eager() ? 10 : 6) * tokens * d.h}, kind, 1,
               pb.eager() ? 2 : 1);
 }
 
@@ -313,10 +313,10 @@ void rotary(PassPlan& pass, PassBuilder& pb, const Dims& d, bool backward, bool 
     const I table = 2 * d.seq_local * d.head_dim * kActivationBytes;
     const char* label = backward ? "rotary bwd" : pick(recompute, "rotary", "recompute rotary");
     if (pb.eager())
-        pb.memory(pass, label, KernelClass::Rotary, Bytes{20 * n + 2 * table}, MemKind::Rotary, 1,
+        pb.memory(pass, label, KernelKind::Rotary, Bytes{20 * n + 2 * table}, MemKind::Rotary, 1,
                   10);
     else
-        pb.memory(pass, label, KernelClass::Rotary, Bytes{4 * n + table}, MemKind::Fused, 1, 2);
+        pb.memory(pass, label, KernelKind::Rotary, Bytes{4 * n + table}, MemKind::Fused, 1, 2);
 }
 
 // The attention block of a layer on this GPU for one microbatch.
@@ -358,10 +358,9 @@ void attention_core_forward(PassPlan& pass, PassBuilder& pb, const Dims& d, bool
     const Bytes score_bytes = Bytes{static_cast<std::int64_t>(std::ceil(scores * e))};
     pb.batched_gemm(pass, rc("attention scores", "recompute attention scores"), Flops{model / 2},
                     Flops{model / 2}, q_bytes + kv_bytes + score_bytes, recompute);
-    pb.memory(pass, rc("softmax", "recompute softmax"), KernelClass::Softmax,
+    pb.memory(pass, rc("softmax", "recompute softmax"), KernelKind::Softmax,
               score_bytes + score_bytes, MemKind::Scores);
-    pb.memory(pass, rc("attention dropout", "recompute attention dropout"),
-              KernelClass::Elementwise,
+    pb.memory(pass, rc("attention dropout", "recompute attention dropout"), KernelKind::Elementwise,
               Bytes{static_cast<std::int64_t>(std::ceil(scores * (2 * e + 1)))}, MemKind::Scores);
     pb.batched_gemm(pass, rc("attention context", "recompute attention context"), Flops{model / 2},
                     Flops{model / 2}, score_bytes + kv_bytes + q_bytes, recompute);
@@ -388,9 +387,9 @@ void attention_core_backward(PassPlan& in, PassBuilder& pb, const Dims& d) {
     };
     pb.batched_gemm(in, "attention context bwd", Flops{fwd}, Flops{fwd},
                     score_io(2.0 * e) + qkv_bytes + qkv_bytes, false, MemKind::ScoresBackward);
-    pb.memory(in, "attention dropout bwd", KernelClass::Elementwise, score_io(2.0 * e + 1),
+    pb.memory(in, "attention dropout bwd", KernelKind::Elementwise, score_io(2.0 * e + 1),
               MemKind::ScoresBackward);
-    pb.memory(in, "softmax bwd", KernelClass::Softmax, score_io(3.0 * e), MemKind::ScoresBackward);
+    pb.memory(in, "softmax bwd", KernelKind::Softmax, score_io(3.0 * e), MemKind::ScoresBackward);
     pb.batched_gemm(in, "attention scores bwd", Flops{fwd}, Flops{fwd},
                     score_io(2.0 * e) + qkv_bytes + qkv_bytes, false, MemKind::ScoresBackward);
 }
@@ -417,13 +416,13 @@ void activation_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I r
     const I e = kActivationBytes;
     if (m.activation != Activation::SwiGlu) {
         pb.memory(pass, pick(recompute, "activation", "recompute activation"),
-                  KernelClass::Activation, Bytes{2 * rows * f * e}, pb.kind(MemKind::Activation),
+                  KernelKind::Activation, Bytes{2 * rows * f * e}, pb.kind(MemKind::Activation),
                   repeat, 1, true);
     } else if (pb.eager()) {
-        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), KernelClass::Swiglu,
+        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), KernelKind::Swiglu,
                   Bytes{5 * rows * f * e}, MemKind::Swiglu, repeat, 2);
     } else {
-        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), KernelClass::Swiglu,
+        pb.memory(pass, pick(recompute, "swiglu", "recompute swiglu"), KernelKind::Swiglu,
                   Bytes{3 * rows * f * e}, MemKind::Fused, repeat);
     }
 }
@@ -436,17 +435,17 @@ void activation_backward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, I 
                          int repeat = 1) {
     const I e = kActivationBytes;
     if (m.activation != Activation::SwiGlu) {
-        pb.memory(pass, "activation bwd", KernelClass::Activation, Bytes{3 * rows * f * e},
+        pb.memory(pass, "activation bwd", KernelKind::Activation, Bytes{3 * rows * f * e},
                   pb.kind(MemKind::Activation), repeat);
     } else if (pb.eager()) {
-        pb.memory(pass, "swiglu bwd product", KernelClass::Elementwise, Bytes{3 * rows * f * e},
+        pb.memory(pass, "swiglu bwd product", KernelKind::Elementwise, Bytes{3 * rows * f * e},
                   MemKind::Elementwise, repeat);
-        pb.memory(pass, "swiglu bwd", KernelClass::Swiglu, Bytes{6 * rows * f * e}, MemKind::Swiglu,
+        pb.memory(pass, "swiglu bwd", KernelKind::Swiglu, Bytes{6 * rows * f * e}, MemKind::Swiglu,
                   repeat, 2);
-        pb.memory(pass, "swiglu bwd concat", KernelClass::Elementwise, Bytes{4 * rows * f * e},
+        pb.memory(pass, "swiglu bwd concat", KernelKind::Elementwise, Bytes{4 * rows * f * e},
                   MemKind::Elementwise, repeat);
     } else {
-        pb.memory(pass, "swiglu bwd", KernelClass::Swiglu, Bytes{5 * rows * f * e}, MemKind::Fused,
+        pb.memory(pass, "swiglu bwd", KernelKind::Swiglu, Bytes{5 * rows * f * e}, MemKind::Fused,
                   repeat);
     }
 }
@@ -474,16 +473,16 @@ void router_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, const D
     const Bytes scores{tokens * experts * (2 + 4 + 8 + 4) + tokens * k * 12};
     const Bytes counts{tokens * k * 8 * 4};
     if (pb.eager()) {
-        pb.memory(pass, pick(recompute, "routing", "recompute routing"), KernelClass::Routing,
+        pb.memory(pass, pick(recompute, "routing", "recompute routing"), KernelKind::Routing,
                   scores, MemKind::Routing, 1, 10);
         pb.sort(pass, pick(recompute, "routing sort", "recompute routing sort"), tokens * k);
         pb.memory(pass, pick(recompute, "expert counts", "recompute expert counts"),
-                  KernelClass::Routing, counts, MemKind::Routing, 1, 7);
+                  KernelKind::Routing, counts, MemKind::Routing, 1, 7);
     } else {
-        pb.memory(pass, pick(recompute, "routing", "recompute routing"), KernelClass::Routing,
+        pb.memory(pass, pick(recompute, "routing", "recompute routing"), KernelKind::Routing,
                   scores, MemKind::Routing, 1, 5);
         pb.memory(pass, pick(recompute, "expert counts", "recompute expert counts"),
-                  KernelClass::Routing, counts, MemKind::Routing, 1, 3);
+                  KernelKind::Routing, counts, MemKind::Routing, 1, 3);
     }
 }
 
@@ -497,7 +496,7 @@ void experts_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
     const I up = m.activation == Activation::SwiGlu ? 2 : 1;
     const Bytes routed{routed_rows * d.h * e};
     // Permutation: a gather of the T·k token rows (and of their 64-bit indices).
-    pb.memory(pass, pick(recompute, "permute", "recompute permute"), KernelClass::Permute,
+    pb.memory(pass, pick(recompute, "permute", "recompute permute"), KernelKind::Permute,
               Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8}, MemKind::Permute,
               1, pb.eager() ? 2 : 1);
     if (layout.ep > 1)
@@ -515,13 +514,13 @@ void experts_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
         // One GEMM pair per local expert (SequentialMLP), the outputs joined by a cat.
         const int rep = static_cast<int>(local);
         pb.gemm(pass, pick(recompute, "expert fc1", "recompute expert fc1"),
-                {per_expert, up * f, d.h}, recompute, rep, KernelClass::GroupedGemm);
+                {per_expert, up * f, d.h}, recompute, rep, KernelKind::GroupedGemm);
         activation_forward(pass, pb, m, per_expert, f, recompute, rep);
         pb.gemm(pass, pick(recompute, "expert fc2", "recompute expert fc2"), {per_expert, d.h, f},
-                recompute, rep, KernelClass::GroupedGemm);
+                recompute, rep, KernelKind::GroupedGemm);
         if (pb.eager())
             pb.memory(pass, pick(recompute, "expert cat", "recompute expert cat"),
-                      KernelClass::Elementwise, Bytes{2 * local * per_expert * d.h * e},
+                      KernelKind::Elementwise, Bytes{2 * local * per_expert * d.h * e},
                       MemKind::Elementwise);
     }
     if (layout.ep > 1)
@@ -530,11 +529,11 @@ void experts_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
     // Combine: the expert rows times their routing weights (a broadcast over h: strided), then
     // the scatter-add back to token order into a zeroed output (atomics: MemKind::Unpermute).
     pb.memory(pass, pick(recompute, "combine weights", "recompute combine weights"),
-              KernelClass::StridedCopy, Bytes{2 * routed_rows * d.h * e + routed_rows * e},
+              KernelKind::StridedCopy, Bytes{2 * routed_rows * d.h * e + routed_rows * e},
               pb.kind(MemKind::StridedCopy), 1, pb.eager() ? 2 : 1);
     pb.memory(pass, pick(recompute, "unpermute zero", "recompute unpermute zero"),
-              KernelClass::Elementwise, Bytes{d.tokens * d.h * e}, pb.kind(MemKind::Elementwise));
-    pb.memory(pass, pick(recompute, "unpermute", "recompute unpermute"), KernelClass::Unpermute,
+              KernelKind::Elementwise, Bytes{d.tokens * d.h * e}, pb.kind(MemKind::Elementwise));
+    pb.memory(pass, pick(recompute, "unpermute", "recompute unpermute"), KernelKind::Unpermute,
               Bytes{(routed_rows * d.h + d.tokens * d.h) * e + routed_rows * 8},
               MemKind::Unpermute);
 }
@@ -561,7 +560,7 @@ void mlp_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m, const Para
         pb.gemm(pass, pick(recompute, "shared fc2", "recompute shared fc2"), {d.tokens, d.h, fs},
                 recompute);
         pb.memory(pass, pick(recompute, "shared add", "recompute shared add"),
-                  KernelClass::Elementwise, Bytes{3 * d.tokens * d.h * kActivationBytes},
+                  KernelKind::Elementwise, Bytes{3 * d.tokens * d.h * kActivationBytes},
                   pb.kind(MemKind::Elementwise));
     }
 }
@@ -583,13 +582,13 @@ void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
     attention_forward(pass, pb, d, recompute);
     pb.gemm(pass, pick(recompute, "proj", "recompute proj"), {d.tokens, d.h, d.q / d.t}, recompute);
     tp_leave(pass, d, hidden_full);
-    pb.memory(pass, pick(recompute, "residual", "recompute residual"), KernelClass::Elementwise,
+    pb.memory(pass, pick(recompute, "residual", "recompute residual"), KernelKind::Elementwise,
               residual_io, pb.kind(MemKind::Elementwise));
     norm_forward(pass, pb, d, d.norm_tokens, recompute);
     tp_enter(pass, d, hidden_full);
     mlp_forward(pass, pb, m, layout, d, moe_layer, recompute);
     tp_leave(pass, d, hidden_full);
-    pb.memory(pass, pick(recompute, "residual", "recompute residual"), KernelClass::Elementwise,
+    pb.memory(pass, pick(recompute, "residual", "recompute residual"), KernelKind::Elementwise,
               residual_io, pb.kind(MemKind::Elementwise));
 }
 
@@ -598,11 +597,11 @@ void layer_forward(PassPlan& pass, PassBuilder& pb, const ModelSpec& m,
 // produce the bias gradient in their epilogue). `kernel`: the GEMMs' class (PassBuilder::gemm).
 void gemm_backward(PassPlan& input, PassPlan& weight, PassBuilder& pb, const char* dgrad,
                    const char* wgrad, GemmShape fwd, int repeat = 1, bool bias = false,
-                   KernelClass kernel = KernelClass::Gemm) {
+                   KernelKind kernel = KernelKind::Gemm) {
     pb.gemm(input, dgrad, {fwd.m, fwd.k, fwd.n}, false, repeat, kernel);
     pb.gemm(weight, wgrad, {fwd.k, fwd.n, fwd.m}, false, repeat, kernel);
     if (bias && pb.eager())
-        pb.memory(weight, "bias grad", KernelClass::Reduce, Bytes{kActivationBytes * fwd.m * fwd.n},
+        pb.memory(weight, "bias grad", KernelKind::Reduce, Bytes{kActivationBytes * fwd.m * fwd.n},
                   MemKind::Reduce, repeat);
 }
 
@@ -616,14 +615,14 @@ void experts_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpe
     const Bytes routed{routed_rows * d.h * e};
     // The scatter-add's gradient is a gather; the combine's: dY·weight (strided) for the rows
     // and the sum of dY·Y over h for the weights (a product and a reduction).
-    pb.memory(in, "unpermute bwd", KernelClass::Permute,
+    pb.memory(in, "unpermute bwd", KernelKind::Permute,
               Bytes{(d.tokens * d.h + routed_rows * d.h) * e + routed_rows * 8}, MemKind::Permute);
-    pb.memory(in, "combine weights bwd", KernelClass::StridedCopy,
+    pb.memory(in, "combine weights bwd", KernelKind::StridedCopy,
               Bytes{2 * routed_rows * d.h * e + routed_rows * e}, pb.kind(MemKind::StridedCopy));
     if (pb.eager()) {
-        pb.memory(in, "combine weights grad", KernelClass::Elementwise,
+        pb.memory(in, "combine weights grad", KernelKind::Elementwise,
                   Bytes{3 * routed_rows * d.h * e}, MemKind::Elementwise);
-        pb.memory(in, "combine weights sum", KernelClass::Reduce, Bytes{routed_rows * d.h * e},
+        pb.memory(in, "combine weights sum", KernelKind::Reduce, Bytes{routed_rows * d.h * e},
                   MemKind::Reduce);
     }
     if (layout.ep > 1)
@@ -640,18 +639,18 @@ void experts_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpe
     } else {
         const int rep = static_cast<int>(local);
         gemm_backward(in, w, pb, "expert fc2 dgrad", "expert fc2 wgrad", {per_expert, d.h, f}, rep,
-                      bias, KernelClass::GroupedGemm);
+                      bias, KernelKind::GroupedGemm);
         activation_backward(in, pb, m, per_expert, f, rep);
         gemm_backward(in, w, pb, "expert fc1 dgrad", "expert fc1 wgrad", {per_expert, up * f, d.h},
-                      rep, bias, KernelClass::GroupedGemm);
+                      rep, bias, KernelKind::GroupedGemm);
     }
     if (layout.ep > 1)
         PassBuilder::collective(in, "all-to-all ep dispatch bwd", CollectiveKind::AllToAll,
                                 GroupKind::Ep, routed);
     // The gather's gradient: a scatter-add of the expert rows into zeroed token rows.
-    pb.memory(in, "permute bwd zero", KernelClass::Elementwise, Bytes{d.tokens * d.h * e},
+    pb.memory(in, "permute bwd zero", KernelKind::Elementwise, Bytes{d.tokens * d.h * e},
               pb.kind(MemKind::Elementwise));
-    pb.memory(in, "permute bwd", KernelClass::Unpermute,
+    pb.memory(in, "permute bwd", KernelKind::Unpermute,
               Bytes{(routed_rows * d.h + d.tokens * d.h) * e + routed_rows * 8},
               MemKind::Unpermute);
 }
@@ -678,13 +677,13 @@ void mlp_backward(PassPlan& in, PassPlan& w, PassBuilder& pb, const ModelSpec& m
     experts_backward(in, w, pb, m, layout, d, bias);
     // The router: the gradient of the gathered weights scattered into zeroed scores, the
     // softmax's and the cast's backward (MemKind::Routing), then the router GEMM's.
-    pb.memory(in, "routing bwd", KernelClass::Routing,
+    pb.memory(in, "routing bwd", KernelKind::Routing,
               Bytes{d.tokens * m.experts * (4 + 8 + 6) + d.tokens * m.top_k * 12}, MemKind::Routing,
               1, pb.eager() ? 5 : 2);
     gemm_backward(in, w, pb, "router dgrad", "router wgrad", {d.tokens, m.experts, d.h});
     // Shared experts' and routed experts' input gradients join.
     if (m.shared_experts > 0)
-        pb.memory(in, "shared join", KernelClass::Elementwise,
+        pb.memory(in, "shared join", KernelKind::Elementwise,
                   Bytes{3 * d.tokens * d.h * kActivationBytes}, pb.kind(MemKind::Elementwise));
 }
 
@@ -696,7 +695,7 @@ void add_residual(PassPlan& pass, const RooflineCompute& compute) {
     if (t == Time::zero()) return;
     Step s;
     s.label = "unmapped (calibration residual)";
-    s.kernel = KernelClass::Unmapped;
+    s.kernel = KernelKind::Unmapped;
     s.launches = 0;
     s.duration = Time::ps(static_cast<std::int64_t>(
         std::llround(static_cast<double>(t.count_ps()) * compute.residual)));
@@ -773,7 +772,7 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
     mlp_backward(in, w, pb, model, layout, d, moe_layer, bias);
     tp_leave(in, d, hidden_full);
     norm_backward(in, pb, d, d.norm_tokens);
-    pb.memory(in, "residual bwd", KernelClass::Elementwise, residual_io, add_kind);
+    pb.memory(in, "residual bwd", KernelKind::Elementwise, residual_io, add_kind);
 
     // Attention block.
     if (d.t > 1 && d.sp)
@@ -792,15 +791,14 @@ LayerPasses roofline_layer(const ModelSpec& model, const ParallelLayout& layout,
         // view and permuted) then lays the result out token-major with a strided copy; the
         // Llama block's split_with_sizes of the fused output takes the cat as it is.
         const Bytes qkv_grad{2 * d.tokens * qkv_width * e};
-        pb.memory(in, "qkv grad concat", KernelClass::Concat, qkv_grad, MemKind::Concat);
+        pb.memory(in, "qkv grad concat", KernelKind::Concat, qkv_grad, MemKind::Concat);
         if (!d.rotary)
-            pb.memory(in, "qkv grad copy", KernelClass::StridedCopy, qkv_grad,
-                      MemKind::StridedCopy);
+            pb.memory(in, "qkv grad copy", KernelKind::StridedCopy, qkv_grad, MemKind::StridedCopy);
     }
     gemm_backward(in, w, pb, "qkv dgrad", "qkv wgrad", {d.tokens, qkv_width, d.h}, 1, bias);
     tp_leave(in, d, hidden_full);
     norm_backward(in, pb, d, d.norm_tokens);
-    pb.memory(in, "residual bwd", KernelClass::Elementwise, residual_io, add_kind);
+    pb.memory(in, "residual bwd", KernelKind::Elementwise, residual_io, add_kind);
 
     // The layer's gradients accumulate across microbatches (PassBuilder::main_grad_accumulate):
     // its parameters on this GPU and its parameter tensors, one kernel each.
@@ -834,13 +832,13 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
     // Gather rows of the (vocab-parallel) table, add positions: read + write the hidden states.
     // Eager PyTorch gathers (write), then adds the position rows in a kernel of its own.
     if (pb.eager()) {
-        pb.memory(r.forward, "embedding", KernelClass::Elementwise, Bytes{d.tokens * d.h * e},
+        pb.memory(r.forward, "embedding", KernelKind::Elementwise, Bytes{d.tokens * d.h * e},
                   MemKind::Elementwise);
         if (model.position_embeddings > 0)
-            pb.memory(r.forward, "position add", KernelClass::Elementwise,
+            pb.memory(r.forward, "position add", KernelKind::Elementwise,
                       Bytes{3 * d.tokens * d.h * e}, MemKind::Elementwise);
     } else {
-        pb.memory(r.forward, "embedding", KernelClass::Elementwise, Bytes{2 * d.tokens * d.h * e});
+        pb.memory(r.forward, "embedding", KernelKind::Elementwise, Bytes{2 * d.tokens * d.h * e});
     }
     tp_leave(r.forward, d, Bytes{d.tokens * d.h * e});
     pb.set_backward(true);
@@ -853,14 +851,14 @@ LayerPasses roofline_embedding(const ModelSpec& model, const ParallelLayout& lay
     // table's rows: 4 x T x h x 2 bytes at the scatter-add's rate, MemKind::Unpermute, in about
     // ten small kernels) into a dense gradient of the (vocab-parallel) table zeroed before.
     if (pb.eager())
-        pb.memory(r.backward_weight, "embedding wgrad", KernelClass::Unpermute,
+        pb.memory(r.backward_weight, "embedding wgrad", KernelKind::Unpermute,
                   Bytes{4 * d.tokens * d.h * e}, MemKind::Unpermute, 1, 10);
     else
-        pb.memory(r.backward_weight, "embedding wgrad", KernelClass::Unpermute,
+        pb.memory(r.backward_weight, "embedding wgrad", KernelKind::Unpermute,
                   Bytes{3 * d.tokens * d.h * e});
     if (pb.eager()) {
         const I rows = (I{model.vocab_size} + d.t - 1) / d.t;
-        pb.memory(r.backward_weight, "embedding grad zero", KernelClass::Elementwise,
+        pb.memory(r.backward_weight, "embedding grad zero", KernelKind::Elementwise,
                   Bytes{rows * d.h * e}, MemKind::Elementwise);
         const I params = rows * d.h + I{model.position_embeddings} * d.h;
         pb.main_grad_accumulate(r.backward_weight, params, model.position_embeddings > 0 ? 2 : 1);
@@ -888,12 +886,12 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
         // Eager cross entropy on logits.float(): the cast (read 2, write 4 per logit; a
         // non-vectorised conversion) and the log-softmax (read 4, write 4), both at the loss
         // kernels' rate (MemKind::Softmax), then the NLL gather (small).
-        pb.memory(r.forward, "cross entropy", KernelClass::Softmax,
+        pb.memory(r.forward, "cross entropy", KernelKind::Softmax,
                   Bytes{d.tokens * v * (e + 4 + 8)}, MemKind::Softmax, 1, 3);
     } else {
         // Vocab-parallel cross entropy: fp32 logits read twice (max, then exp-sum), with
         // all-reduces of the per-token max, sum and target logit over the TP group.
-        pb.memory(r.forward, "cross entropy", KernelClass::Softmax, Bytes{2 * d.tokens * v * 4});
+        pb.memory(r.forward, "cross entropy", KernelKind::Softmax, Bytes{2 * d.tokens * v * 4});
     }
     if (d.t > 1)
         PassBuilder::collective(r.forward, "all-reduce tp", CollectiveKind::AllReduce,
@@ -904,14 +902,14 @@ LayerPasses roofline_output_layer(const ModelSpec& model, const ParallelLayout& 
         // NLL backward (zeroing an fp32 gradient of the logits, then a scatter), log-softmax
         // backward (read 4 + 4, write 4) and the cast of the gradient back to 16 bits (read 4,
         // write 2).
-        pb.memory(r.backward_input, "nll bwd", KernelClass::Elementwise, Bytes{d.tokens * v * 4},
+        pb.memory(r.backward_input, "nll bwd", KernelKind::Elementwise, Bytes{d.tokens * v * 4},
                   MemKind::Elementwise, 1, 2);
-        pb.memory(r.backward_input, "log softmax bwd", KernelClass::Softmax,
+        pb.memory(r.backward_input, "log softmax bwd", KernelKind::Softmax,
                   Bytes{d.tokens * v * 12}, MemKind::Softmax);
-        pb.memory(r.backward_input, "logits grad to bf16", KernelClass::Elementwise,
+        pb.memory(r.backward_input, "logits grad to bf16", KernelKind::Elementwise,
                   Bytes{d.tokens * v * (4 + e)}, MemKind::Elementwise);
     } else {
-        pb.memory(r.backward_input, "cross entropy bwd", KernelClass::Unmapped,
+        pb.memory(r.backward_input, "cross entropy bwd", KernelKind::Unmapped,
                   Bytes{d.tokens * v * (4 + e)});
     }
     gemm_backward(r.backward_input, r.backward_weight, pb, "logits dgrad", "logits wgrad",

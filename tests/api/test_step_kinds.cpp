@@ -91,9 +91,9 @@ void check_steps(const PassPlan& pass, std::set<std::string>& seen) {
         seen.insert(label);
         const bool compute = s.kind == Step::Kind::Compute;
         const std::string kind =
-            compute ? std::string(name_of(kKernelClassNames, s.kernel)) : "unmapped";
+            compute ? std::string(name_of(kKernelKindNames, s.kernel)) : "unmapped";
         CHECK(kind == label_kind(label));
-        if (compute && s.kernel == KernelClass::MixedAccumulate) continue;
+        if (compute && s.kernel == KernelKind::MixedAccumulate) continue;
         const ModelPart part = compute ? s.part : ModelPart::Layers;
         CHECK(name_of(kModelPartNames, part) == name_of(kModelPartNames, expected_part(label)));
     }
@@ -241,11 +241,11 @@ TEST_CASE("step kinds: the names are the measured kernels' kinds, and the optimi
     std::set<std::string> measured;
     for (std::size_t k = 0; k < api::kKernelKinds; ++k)
         measured.insert(std::string(api::kernel_kind_name(static_cast<api::KernelKind>(k))));
-    for (const auto& row : kKernelClassNames) {
+    for (const auto& row : kKernelKindNames) {
         CAPTURE(row.name);
         CHECK(measured.count(std::string(row.name)) == 1);
     }
-    // The trace writer's optimizer slice (KernelClass::Optimizer, ModelPart::Model, which diff
+    // The trace writer's optimizer slice (KernelKind::Optimizer, ModelPart::Model, which diff
     // counts with the layers) is what its label said.
     CHECK(label_kind("optimizer step") == "optimizer");
     CHECK(label_part("optimizer step") == ModelPart::Layers);

@@ -387,7 +387,7 @@ TEST_CASE("a pass expands into its steps; blocking collectives also go on the TP
     workload::PassPlan plan;
     Step qkv;
     qkv.label = "qkv";
-    qkv.kernel = workload::KernelClass::Gemm;
+    qkv.kernel = workload::KernelKind::Gemm;
     qkv.part = workload::ModelPart::Head;
     qkv.duration = Time::us(10);
     Step ar;
