@@ -16,7 +16,11 @@ the --max-memory it was given (16 GiB when none is). The temporary folder (about
 is removed at the end.
 
 Usage: tools/hostile_large.py [--binary build/bin/clustersim] [--check] [--only TEXT]
+                              [--wall-limit SECONDS]
   --check: exit 1 if any case fails.
+  --wall-limit: the wall-clock limit (10 s). CPU time (user + system) is held to 10 s always;
+    ctest (label hostile_large) gives 20 s of wall-clock time so that a loaded machine does not
+    fail it, while a reader that blocks (no CPU, all wall-clock) is still caught.
 """
 import argparse
 import os
@@ -168,27 +172,28 @@ def chakra_zeros(mib):
     return write
 
 
-def varint(v):
-    out = bytearray()
-    while v >= 0x80:
-        out.append(v & 0x7F | 0x80)
-        v >>= 7
-    return bytes(out + bytes([v]))
-
-
 def chakra_ids(mib):
     """A Chakra ET of a metadata message followed by `mib` MiB of nodes that hold only their
-    id, each distinct (about 10 million of them), written a block at a time."""
+    id, each distinct (about 8.4 million of them). Ids from 2^21 are 4-byte varints, so each node
+    message is 6 bytes (length 5, tag 0x08, the id); written 16,384 nodes at a time, the id's low
+    14 bits laid out by slices."""
+    low0 = bytes(range(0x80, 0x100)) * 128
+    low1 = b"".join(bytes([0x80 | j]) * 128 for j in range(128))
+
     def write(target):
         with open(target, "wb") as out:
             out.write(bytes([2, 0x0A, 0]))
-            written, node = 0, 0
-            while written < mib * MiB:
-                block = b"".join(bytes([1 + len(varint(i)), 0x08]) + varint(i)
-                                 for i in range(node, node + 100_000))
+            block = bytearray(6 * 16384)
+            block[0::6] = bytes([5]) * 16384
+            block[1::6] = bytes([0x08]) * 16384
+            block[2::6] = low0
+            block[3::6] = low1
+            high = 1 << 7  # id >> 14: ids from 2^21
+            for _ in range(mib * MiB // len(block)):
+                block[4::6] = bytes([0x80 | (high & 0x7F)]) * 16384
+                block[5::6] = bytes([high >> 7]) * 16384
                 out.write(block)
-                written += len(block)
-                node += 100_000
+                high += 1
     return write
 
 
@@ -395,7 +400,7 @@ def hold_open(fifo):
                             start_new_session=True)
 
 
-def run_case(binary, case, scratch):
+def run_case(binary, case, scratch, wall_limit):
     rss_file = os.path.join(scratch, "rss.txt")
     writer = hold_open(case.writer) if case.writer else None
     if writer:
@@ -435,8 +440,10 @@ def run_case(binary, case, scratch):
         problems.append(f"exit {code}")
     if case.expect not in err:
         problems.append(f"message lacks {case.expect!r}")
-    if seconds >= TIME_LIMIT_S:
-        problems.append("over 10 s")
+    if seconds >= wall_limit:
+        problems.append(f"over {wall_limit:g} s")
+    if cpu is not None and cpu >= TIME_LIMIT_S:
+        problems.append(f"over {TIME_LIMIT_S:g} s of CPU")
     if rss_mib is not None and rss_mib * MiB >= limit:
         problems.append("over --max-memory")
     return code if not timed_out else "killed", seconds, cpu, rss_mib, first, problems
@@ -447,6 +454,8 @@ def main():
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "clustersim"))
     parser.add_argument("--check", action="store_true", help="exit 1 if any case fails")
     parser.add_argument("--only", default="", help="run only cases whose name holds this text")
+    parser.add_argument("--wall-limit", type=float, default=TIME_LIMIT_S,
+                        help="wall-clock seconds a case may take (CPU time: 10 s always)")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     folder = tempfile.mkdtemp(prefix="clustersim-hostile-large-")
@@ -466,7 +475,7 @@ def main():
         for case in all_cases:
             if args.only not in case.name:
                 continue
-            code, seconds, cpu, rss, first, problems = run_case(binary, case, scratch)
+            code, seconds, cpu, rss, first, problems = run_case(binary, case, scratch, args.wall_limit)
             result = "PASS" if not problems else "FAIL: " + "; ".join(problems)
             failed += bool(problems)
             shown = first.replace(folder + "/", "").replace(ROOT + "/", "").replace("|", "\\|")
