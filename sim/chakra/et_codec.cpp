@@ -1,5 +1,6 @@
 #include <array>
 #include <cstring>
+#include <unordered_set>
 
 #include "chakra/et.hpp"
 #include "core/errors.hpp"
@@ -535,6 +536,9 @@ EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t*
         }
     }
     std::size_t index = 0;
+    // Node ids seen: a repeated one is refused where it is read, not after the whole file is
+    // decoded (a file of zeros is a node of id 0 per byte: 48 MiB of them took 10 GB first).
+    std::unordered_set<std::uint64_t> ids;
     while (!file.done()) {
         ++index;
         const std::string where =
@@ -543,9 +547,17 @@ EtFile decode_et(std::string_view bytes, const std::string& label, std::int64_t*
         file.set_context(where);
         const auto payload = file.delimited("a Node message");
         et.nodes.push_back(decode_node(file.sub(payload, where)));
+        if (!ids.insert(et.nodes.back().id).second)
+            throw ConfigError(SourceLocation{label, 0, 0},
+                              "node message " + std::to_string(index) + ": node " +
+                                  std::to_string(et.nodes.back().id) +
+                                  ": a second node with this id (node ids must be unique in a "
+                                  "file)");
         if (budget) {
             const Node& n = et.nodes.back();
-            std::size_t held = sizeof(Node) + n.name.size() +
+            // kIdBytes: the id's entry in `ids` (a hash node and its bucket).
+            constexpr std::size_t kIdBytes = 32;
+            std::size_t held = sizeof(Node) + kIdBytes + n.name.size() +
                                (n.ctrl_deps.size() + n.data_deps.size()) * sizeof(std::uint64_t) +
                                n.skipped_fields.size() * sizeof(int);
             for (const auto& a : n.attrs)

@@ -1,6 +1,7 @@
 #include "core/input_file.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,24 @@ struct stat stat_input(const std::filesystem::path& path, const SourceLocation& 
     }
     if (S_ISDIR(st.st_mode)) throw ConfigError(where, "is a directory, expected " + what);
     return st;
+}
+
+// Waits up to `idle_ms` for `fd` to have input (or its writer to close it): false on a timeout.
+// Sets errno to EAGAIN when it returns false, as the read that came before it did.
+bool wait_readable(int fd, int idle_ms) {
+    pollfd p{fd, POLLIN, 0};
+    for (;;) {
+        const int ready = ::poll(&p, 1, idle_ms);
+        if (ready > 0) return true;
+        if (ready < 0 && errno == EINTR) continue;
+        errno = EAGAIN;
+        return false;
+    }
+}
+
+// "5 s", or milliseconds below a second.
+std::string seconds_text(int ms) {
+    return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
 }  // namespace
@@ -65,19 +84,18 @@ std::string read_regular_file(const std::filesystem::path& path, const std::stri
 }
 
 std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
-                            const std::string& what, std::int64_t max_bytes) {
+                            const std::string& what, std::int64_t max_bytes, int idle_ms) {
     const SourceLocation where{shown, 0, 0};
     const struct stat st = stat_input(path, where, what);
     if (S_ISREG(st.st_mode) && st.st_size > max_bytes)
         throw ConfigError(where, "is " + std::to_string(st.st_size) + " bytes, more than the " +
                                      size_text(max_bytes) + " an input file may hold");
-    // O_NONBLOCK so that opening a FIFO without a writer does not wait for one; reads then block
-    // again as usual.
+    // O_NONBLOCK so that opening a FIFO without a writer does not wait for one (it then reads as
+    // empty), and kept so that a writer that holds a FIFO open without writing or closing it is
+    // waited for at most `idle_ms`, not for ever.
     Descriptor d;
     d.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (d.fd < 0) throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
-    const int flags = ::fcntl(d.fd, F_GETFL);
-    if (flags >= 0) ::fcntl(d.fd, F_SETFL, flags & ~O_NONBLOCK);
     std::string text;
     char buffer[1 << 16];
     for (;;) {
@@ -85,8 +103,11 @@ std::string read_input_file(const std::filesystem::path& path, const std::string
         if (n == 0) break;
         if (n < 0) {
             if (errno == EINTR) continue;
-            // EAGAIN: a FIFO whose writer has not written yet is read as what it has sent.
-            if (errno == EAGAIN) break;
+            if (errno == EAGAIN && wait_readable(d.fd, idle_ms)) continue;
+            if (errno == EAGAIN)
+                throw ConfigError(where, "sent nothing for " + seconds_text(idle_ms) +
+                                             " and did not end (a FIFO whose writer neither "
+                                             "writes nor closes it?); give a regular file");
             throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
         }
         if (static_cast<std::int64_t>(text.size()) + n > max_bytes)

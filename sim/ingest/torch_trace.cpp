@@ -60,13 +60,16 @@ class TraceStreamBuf : public std::streambuf {
                                   "; profile fewer steps (torch.profiler's schedule) or trim it");
         scan_tokens(n);
         delivered_ += static_cast<std::int64_t>(n);
+        check_ratio();
         setg(out_.data(), out_.data(), out_.data() + n);
         return traits_type::to_int_type(*gptr());
     }
 
   private:
-    // JSON lexers hold a string or number whole: a gzip of one endless string would fill memory
-    // before the parser sees its end. Tracks the token being delivered across chunks.
+    // nlohmann's lexer keeps every character it reads until the next string or number starts (it
+    // holds a token whole, with the blanks, brackets and literals before it): a gzip of one endless
+    // string, or of GBs of blanks, would fill memory before the parser sees the end. Counts the
+    // characters since a string or number last began, across chunks.
     void scan_tokens(std::size_t n) {
         for (std::size_t i = 0; i < n; ++i) {
             const char c = out_[i];
@@ -76,24 +79,44 @@ class TraceStreamBuf : public std::streambuf {
                 else if (c == '\\')
                     escape_ = true;
                 else if (c == '"')
-                    in_string_ = false, token_ = -1;
+                    in_string_ = false;
             } else if (c == '"') {
                 in_string_ = true;
+                in_number_ = false;
                 token_ = 0;
-            } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == ',' || c == ':' ||
-                       c == '[' || c == ']' || c == '{' || c == '}') {
-                token_ = -1;
+            } else if (c == '-' || (c >= '0' && c <= '9') ||
+                       (in_number_ && (c == '.' || c == 'e' || c == 'E' || c == '+'))) {
+                if (!in_number_) token_ = 0;
+                in_number_ = true;
+            } else {
+                in_number_ = false;
             }
             if (++token_ > kMaxTraceToken)
-                throw ConfigError(SourceLocation{display_},
-                                  "byte " +
-                                      std::to_string(delivered_ + static_cast<std::int64_t>(i)) +
-                                      (gzip_ ? " (of the inflated JSON)" : "") + ": a " +
-                                      (in_string_ ? "string" : "value") + " longer than " +
-                                      size_text(kMaxTraceToken) +
-                                      ", the longest a trace may hold; expected a PyTorch profiler "
-                                      "Chrome trace");
+                throw ConfigError(
+                    SourceLocation{display_},
+                    "byte " + std::to_string(delivered_ + static_cast<std::int64_t>(i)) +
+                        (gzip_ ? " (of the inflated JSON)" : "") + ": " +
+                        (in_string_   ? "a string longer than "
+                         : in_number_ ? "a number longer than "
+                                      : "blanks, brackets or literals without a string or "
+                                        "number for more than ") +
+                        size_text(kMaxTraceToken) +
+                        ", the longest a trace may hold; expected a PyTorch profiler Chrome trace");
         }
+    }
+
+    // A gzip bomb inflates about 1,000 times; profiler traces about 10 to 20 times. Past the
+    // first kGzipRatioAfter bytes, more than kMaxGzipRatio times the compressed bytes read is
+    // refused, so that a few MB of gzip cannot make minutes of parsing.
+    void check_ratio() const {
+        if (!gzip_ || delivered_ <= kGzipRatioAfter || delivered_ <= kMaxGzipRatio * compressed_)
+            return;
+        throw ConfigError(SourceLocation{display_},
+                          "inflates to more than " + std::to_string(kMaxGzipRatio) +
+                              " times its compressed size (" + std::to_string(delivered_) +
+                              " bytes of JSON from the first " + std::to_string(compressed_) +
+                              " bytes of gzip): a gzip bomb, not a profiler trace; give the "
+                              "trace uncompressed if it is one");
     }
 
     std::size_t read_plain() {
@@ -141,8 +164,8 @@ class TraceStreamBuf : public std::streambuf {
     std::array<char, 1 << 16> in_buf_{};
     std::array<char, 1 << 16> out_{};
     std::int64_t delivered_ = 0, compressed_ = 0;
-    std::int64_t token_ = -1;
-    bool in_string_ = false, escape_ = false;
+    std::int64_t token_ = 0;
+    bool in_string_ = false, escape_ = false, in_number_ = false;
 };
 
 // A JSON number as a whole number, when it is one within int64 (a float like 3.0 too); JSON

@@ -71,12 +71,15 @@ struct TorchTrace {
 
 // Bounds on what a trace may hold (docs/robustness.md), checked while it streams so that a
 // gzip bomb, a FIFO or a trace of absurd size is refused before it fills memory:
-// the JSON text after inflating; one string or number in it (lexers hold a token whole); the
+// the JSON text after inflating, and its ratio to the gzip's size past the first 64 MiB; one
+// string or number in it, or a stretch without either (lexers hold a token whole); the
 // nesting of arrays and objects; the entries of traceEvents; a tensor dimension in Input Dims and
 // the elements of one shape (products of dimensions are then within int64 with room to spare);
 // a kernel's duration (the simulator's clock holds 2^63 ps, about 9.2e12 us).
 inline constexpr std::int64_t kMaxTraceJsonBytes = std::int64_t{4} << 30;
 inline constexpr std::int64_t kMaxTraceToken = std::int64_t{16} << 20;
+inline constexpr std::int64_t kGzipRatioAfter = std::int64_t{64} << 20;
+inline constexpr std::int64_t kMaxGzipRatio = 200;
 inline constexpr std::size_t kMaxTraceDepth = 100;
 inline constexpr std::int64_t kMaxTraceEvents = 50'000'000;
 inline constexpr std::int64_t kMaxTraceDim = std::int64_t{1} << 40;

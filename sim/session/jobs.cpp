@@ -62,6 +62,8 @@ std::vector<int> place_gpus(const topology::Cluster& cluster, Placement kind, in
 }
 
 bool is_jobs_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
     try {
         const config::Document doc = config::load_document(path);
         const YAML::Node& root = doc.root;

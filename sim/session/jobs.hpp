@@ -72,7 +72,10 @@ struct JobsSpec {
 inline constexpr int kMaxJobIterations = 100;
 
 // Whether the YAML file has a top-level `jobs:` key (then `clustersim run` takes it as a jobs
-// file). False for files that cannot be read (the experiment loader then says why).
+// file). False for files that cannot be read (the experiment loader then says why), and for a
+// path that is no regular file: a FIFO or process substitution can be read only once, by the
+// experiment loader (peeking at it here left the loader an empty stream, or waited twice for a
+// writer that sends nothing).
 bool is_jobs_file(const std::filesystem::path& path);
 
 // Throws ConfigError (file:line:column) for unknown keys, an empty or missing job list,

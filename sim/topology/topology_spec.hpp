@@ -122,9 +122,14 @@ struct TopologySize {
     double devices = 0;
     double directed_links = 0;
     double bytes = 0;
+    // The bytes of the fabric tiers' spines, cores and the links between them, and the `up` that
+    // multiplies them most: an estimate they dominate is located there, not at `nodes`.
+    double fabric_tier_bytes = 0;
+    SourceLocation fabric_tier_where;
 };
 TopologySize estimate_size(const TopologySpec& spec);
-// Throws ConfigError, located at the spec's node count (or the document), when estimate_size's
+// Throws ConfigError, located at the spec's node count (or the document; at a fabric tier's `up`
+// when the tiers' spines and cores take most of it), when estimate_size's
 // bytes exceed `max_memory`, naming both and the option that raises the limit.
 void check_size(const TopologySpec& spec, std::int64_t max_memory);
 

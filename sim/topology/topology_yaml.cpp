@@ -464,6 +464,9 @@ TopologySize estimate_size(const TopologySpec& spec) {
                 const double u2 = f.kind == FabricKind::FatTree ? ups(f.spine) : 0;
                 t.devices += pods * u1 + u1 * u2;
                 links += leaves * u1 + pods * u1 * u2;
+                t.fabric_tier_bytes = (pods * u1 + u1 * u2) * kPerDevice +
+                                      2 * (leaves * u1 + pods * u1 * u2) * kPerDirectedLink;
+                t.fabric_tier_where = u2 > u1 ? f.spine.up_where : f.leaf.up_where;
             }
         }
     }
@@ -481,7 +484,10 @@ void check_size(const TopologySpec& spec, std::int64_t max_memory) {
         std::snprintf(text, sizeof text, "%.3g", v);
         return std::string(text);
     };
-    const SourceLocation where = spec.node ? spec.nodes_where : spec.where;
+    const bool tiers = 2 * t.fabric_tier_bytes > t.bytes && !t.fabric_tier_where.file.empty();
+    const SourceLocation where = tiers       ? t.fabric_tier_where
+                                 : spec.node ? spec.nodes_where
+                                             : spec.where;
     throw ConfigError(
         where, "this topology would need about " + count(t.bytes / 1e9) +
                    " GB of memory to build (" + count(t.devices) + " devices, " +

@@ -2,6 +2,9 @@
 // identical jobs whose only shared resource is one NIC link each see the max-min slowdown, and
 // member folding is off in a shared run while the results stay those of the job alone.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -330,4 +333,25 @@ TEST_CASE("jobs: two identical pipelines share the NIC link their activations cr
         CHECK(l.bytes[0] == doctest::Approx(a));
         CHECK(l.bytes[1] == doctest::Approx(a));
     }
+}
+
+TEST_CASE("is_jobs_file: a FIFO is left to the experiment loader, unread (issue 40)") {
+    // Peeking at a stream consumed it: `run <(cat experiment.yaml)` read an empty experiment, and
+    // a FIFO whose writer sends nothing was waited for twice. Here the FIFO holds a jobs file's
+    // text (this process is its writer); is_jobs_file says no and the text is still there.
+    namespace fs = std::filesystem;
+    const fs::path p = fs::temp_directory_path() / ("cs-jobs-fifo-" + std::to_string(::getpid()));
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, "jobs: []\n", 9) == 9);
+    CHECK_FALSE(cs::api::is_jobs_file(p));
+    char back[16] = {};
+    CHECK(::read(fd, back, sizeof back) == 9);
+    CHECK(std::string(back) == "jobs: []\n");
+    ::close(fd);
+    fs::remove(p);
+    // A regular file is peeked at: workloads/two-jobs.yaml is one.
+    CHECK(cs::api::is_jobs_file(std::string(CLUSTERSIM_SOURCE_DIR) + "/workloads/two-jobs.yaml"));
 }

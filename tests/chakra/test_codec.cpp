@@ -100,6 +100,13 @@ TEST_CASE("decode_et: located errors for files that are not Chakra ETs") {
           "w.0.et: node 5 (byte 5): field Node.type is a length-delimited field, et_def.proto "
           "makes it a varint");
     CHECK(error_of([] { decode_et("", "e.0.et"); }).find("the file is empty") != std::string::npos);
+    // An empty metadata, then three zero bytes: three empty node messages, all of id 0. The
+    // second is refused as it is read (issue 40: a file of zeros was decoded whole first).
+    CHECK(error_of([] {
+              decode_et(bytes({0x00, 0x00, 0x00, 0x00}), "z.0.et");
+          }) ==
+          "z.0.et: node message 2: node 0: a second node with this id (node ids must be unique "
+          "in a file)");
     // Eleven continuation bytes: no varint is that long.
     CHECK(error_of([] {
               decode_et(bytes({0x00, 0x0C, 0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,

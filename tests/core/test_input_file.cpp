@@ -1,9 +1,12 @@
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "../error_of.hpp"
 #include "core/errors.hpp"
@@ -44,6 +47,31 @@ TEST_CASE("read_input_file: a FIFO without a writer reads as empty instead of bl
     fs::remove(p);
     REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
     CHECK(read_input_file(p, "fifo", "a file").empty());
+    fs::remove(p);
+}
+
+TEST_CASE("read_input_file: a FIFO held open without an end waits at most idle_ms (issue 40)") {
+    // The writer here is this process (a FIFO opened read-write holds a writer end without
+    // blocking): it sends "key: 1" and then neither writes nor closes. That blocked for ever;
+    // now the reader gives up after idle_ms (100 ms here, 5 s by default).
+    const auto p = scratch("held-fifo");
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    const int writer = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(writer >= 0);
+    REQUIRE(::write(writer, "key: 1\n", 7) == 7);
+    CHECK(error_of([&] { read_input_file(p, "held.yaml", "a file", 1 << 20, 100); }) ==
+          "held.yaml: sent nothing for 100 ms and did not end (a FIFO whose writer neither "
+          "writes nor closes it?); give a regular file");
+    // A writer that writes again within idle_ms, then closes: everything it sent is read.
+    REQUIRE(::write(writer, "a: 1\n", 5) == 5);
+    std::thread later([writer] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        CHECK(::write(writer, "b: 2\n", 5) == 5);
+        ::close(writer);
+    });
+    CHECK(read_input_file(p, "fifo", "a file", 1 << 20, 2000) == "a: 1\nb: 2\n");
+    later.join();
     fs::remove(p);
 }
 

@@ -159,9 +159,11 @@ check("jobs file given to compare", ["compare", two_jobs, "--schedules", "1f1b"]
 
 # Fabrics whose tiers multiply (issue 40): 1e8 spines, and a core count (leaf up x spine up) that
 # passes an int, refused by the estimate before anything is built (both took over 60 s).
+# The estimate names the `up` whose spines and cores take most of it (it named `nodes: 32`).
 check("10^8 spines", ["topology", superpod, "--set", "fabric.leaf.up=100000000",
                       "--set", "fabric.leaf.radix=~"],
-      "GB of memory to build (", corpus, outputs=("--json",))
+      "--set fabric.leaf.up=100000000: this topology would need about", corpus,
+      outputs=("--json",))
 check("core count beyond an int",
       ["topology", superpod, "--set", "nodes=2048", "--set", "fabric.leaf.up=65536",
        "--set", "fabric.leaf.radix=~", "--set", "fabric.spine.up=65536",
@@ -262,6 +264,12 @@ many_kernels = {"traceEvents": [
 check_trace("trace above --max-memory",
             hostile_file("many-kernels.json", json.dumps(many_kernels)),
             "trace events read so far keep about", extra=("--max-memory", "1MiB"))
+# 70 MiB of zeros in an array, gzipped about 1,000 to 1: refused as a bomb once 64 MiB are
+# inflated, instead of parsed to the 4 GiB limit (a 4.5 MB gzip of them took minutes).
+check_trace("gzip bomb of small numbers",
+            hostile_file("bomb-zeros.json.gz",
+                         gzip.compress(b'{"traceEvents": [], "x": [' + b"0," * (35 << 20) + b"0]}")),
+            "inflates to more than 200 times its compressed size")
 check("calibrate --max-memory unreadable",
       calibrate + [hostile_file("ok.json", kernel_trace()), "--max-memory", "lots"],
       "--max-memory lots: expected a positive size", corpus, outputs=("--out",))
@@ -339,9 +347,21 @@ check_chakra("Chakra rank file that is a FIFO", et_folder("et-fifo", {"w.0.et": 
              "w.0.et: is not a regular file (a FIFO): a Chakra ET file is read to its end")
 check_chakra("Chakra rank file linked to /dev/zero", et_folder("et-zero", {"w.0.et": "zero"}),
              "w.0.et: is not a regular file (a character device)")
-# A metadata message, then 4 MiB of zeros: each zero byte is an empty node message.
+# A metadata message, then 4 MiB of zeros: each zero byte is an empty node message, all of id 0,
+# refused at the second (48 MiB of them were all decoded first: 10 GB and 37 s).
 zeros = bytes([2, 0x0a, 0]) + bytes(4 << 20)
-check_chakra("Chakra file of zeros above --max-memory", et_folder("et-zeros", {"w.0.et": zeros}),
+check_chakra("Chakra file of zeros", et_folder("et-zeros", {"w.0.et": zeros}),
+             "w.0.et: node message 2: node 0: a second node with this id")
+# About 4 MiB of nodes that hold only their (distinct) id: above a 64 MiB --max-memory.
+def varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    return bytes(out + bytes([v]))
+ids = b"".join(bytes([1 + len(varint(i)), 0x08]) + varint(i) for i in range(900000))
+check_chakra("Chakra file of distinct empty nodes above --max-memory",
+             et_folder("et-ids", {"w.0.et": bytes([2, 0x0a, 0]) + ids}),
              "the ETs' nodes read so far, and the program built from them, would take more than "
              "--max-memory", extra=("--max-memory", "64MiB"))
 check_chakra("comm_groups.json that is a FIFO",
