@@ -21,8 +21,13 @@ command -v ccache >/dev/null 2>&1 && generator+=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 if [ "$scope" = cli ]; then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     # Tests and benchmarks need doctest and Google Benchmark, which --cli does not install.
+    # A unity build (each library compiled as one file) parses the heavy third-party headers
+    # (CLI11, nlohmann/json, yaml-cpp, Boost.Graph, spdlog) once per library instead of once per
+    # file: about half the CPU of a first build (docs/performance.md, "First result"). The full
+    # build keeps one object per file, which ccache reuses across work trees after small edits.
     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DCLUSTERSIM_WERROR=ON -DCLUSTERSIM_BUILD_TESTS=OFF -DCLUSTERSIM_BUILD_BENCHMARKS=OFF
+      -DCLUSTERSIM_WERROR=ON -DCLUSTERSIM_BUILD_TESTS=OFF -DCLUSTERSIM_BUILD_BENCHMARKS=OFF \
+      -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=0
   fi
   cmake --build "$build" --parallel "$(nproc)" --target clustersim
   exit 0
@@ -31,6 +36,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCLUSTERSIM_WERROR=ON
 elif grep -q '^CLUSTERSIM_BUILD_TESTS:BOOL=OFF' "$build/CMakeCache.txt"; then
   # Configured by `tools/build.sh --cli`: turn the tests and benchmarks on.
-  cmake -S "$root" -B "$build" -DCLUSTERSIM_BUILD_TESTS=ON -DCLUSTERSIM_BUILD_BENCHMARKS=ON
+  cmake -S "$root" -B "$build" -DCLUSTERSIM_BUILD_TESTS=ON -DCLUSTERSIM_BUILD_BENCHMARKS=ON \
+    -DCMAKE_UNITY_BUILD=OFF
 fi
 cmake --build "$build" --parallel "$(nproc)"

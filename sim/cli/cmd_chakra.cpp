@@ -34,7 +34,7 @@ struct ExportArgs {
     std::string max_memory;
 };
 
-struct RunArgs {
+struct ChakraRunArgs {
     std::string folder;
     std::string experiment;
     std::string topology;
@@ -70,7 +70,7 @@ void run_export(const ExportArgs& a) {
               << chakra::kCommGroupsFile << " to " << a.out << "\n";
 }
 
-void run_chakra(const RunArgs& a) {
+void run_chakra(const ChakraRunArgs& a) {
     OutputSet outputs;
     outputs.declare("--json", a.json);
     outputs.declare("--trace", a.trace);
@@ -167,7 +167,7 @@ void register_chakra(CLI::App& app) {
                   "Memory the export may take (default 16GiB): it holds every rank's ET");
     e->callback([ex] { run_export(*ex); });
 
-    auto rn = std::make_shared<RunArgs>();
+    auto rn = std::make_shared<ChakraRunArgs>();
     auto* r = cmd->add_subcommand("run", "Run a folder of Chakra ETs on a topology");
     r->add_option("folder", rn->folder, "Folder of <prefix>.<rank>.et files (and comm_groups.json)")
         ->required();

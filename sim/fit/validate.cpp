@@ -14,6 +14,7 @@
 #include "core/name_table.hpp"
 #include "core/quantity.hpp"
 #include "engine/simulation.hpp"
+#include "fit/format.hpp"
 #include "ingest/inputs.hpp"
 #include "network/network.hpp"
 #include "replay/host.hpp"
@@ -40,11 +41,7 @@ const char* status_name(ValidationStatus s) {
 
 namespace {
 
-std::string fmt(const char* format, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, format, v);
-    return buf;
-}
+using detail::fmt;
 
 // Significant digits that keep small and large values readable.
 std::string number(double v) {

@@ -70,7 +70,8 @@ constexpr double kAxis = 30;
 constexpr double kPanelGap = 14;
 constexpr double kLegend = 30;
 
-std::string num(double v) {
+// A coordinate or length in the SVG, to two decimals.
+std::string coord(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f", v);
     return buf;
@@ -207,16 +208,16 @@ void write_panel(std::ostream& out, const TimelinePanel& p, const Scale& scale, 
     std::snprintf(title, sizeof title, "   iteration %s   bubble %.2f%%",
                   format_duration(p.iteration_time).c_str(), p.bubble_fraction * 100);
     out << "<g class=\"panel\">\n"
-        << "<text x=\"" << num(kLeft) << "\" y=\"" << num(y0 + 16)
+        << "<text x=\"" << coord(kLeft) << "\" y=\"" << coord(y0 + 16)
         << "\" font-size=\"14\"><tspan font-weight=\"bold\">" << markup_escape(p.schedule)
         << "</tspan>" << markup_escape(title) << "</text>\n";
     const double rows_top = y0 + kTitle;
     for (int r = 0; r < p.rows; ++r) {
         const double y = rows_top + r * (kRowHeight + kRowGap);
-        out << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+        out << "<text x=\"" << coord(kLeft - 8) << "\" y=\"" << coord(y + kRowHeight / 2 + 4)
             << "\" text-anchor=\"end\">stage " << r << "</text>\n"
-            << "<rect class=\"idle\" x=\"" << num(kLeft) << "\" y=\"" << num(y) << "\" width=\""
-            << num(scale.x_of(p.iteration_time) - kLeft) << "\" height=\"" << num(kRowHeight)
+            << "<rect class=\"idle\" x=\"" << coord(kLeft) << "\" y=\"" << coord(y) << "\" width=\""
+            << coord(scale.x_of(p.iteration_time) - kLeft) << "\" height=\"" << coord(kRowHeight)
             << "\" fill=\"#e4e4e4\"/>\n";
     }
     for (const auto& b : p.blocks) {
@@ -225,8 +226,8 @@ void write_panel(std::ostream& out, const TimelinePanel& p, const Scale& scale, 
         const double y = rows_top + b.row * (kRowHeight + kRowGap);
         const bool light = b.pass == schedule::Pass::Forward;
         const std::string label = block_label(b, p.chunks);
-        out << "<rect class=\"pass " << pass_class(b.pass) << "\" x=\"" << num(x) << "\" y=\""
-            << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(kRowHeight)
+        out << "<rect class=\"pass " << pass_class(b.pass) << "\" x=\"" << coord(x) << "\" y=\""
+            << coord(y) << "\" width=\"" << coord(w) << "\" height=\"" << coord(kRowHeight)
             << "\" fill=\"" << fill_of(b.microbatch, b.pass)
             << "\" stroke=\"#ffffff\" stroke-width=\"0.6\"><title>" << pass_class(b.pass)
             << " microbatch " << b.microbatch << " chunk " << b.chunk << ": "
@@ -234,21 +235,21 @@ void write_panel(std::ostream& out, const TimelinePanel& p, const Scale& scale, 
             << axis.unit << "</title></rect>\n";
         // A label only where it fits (about 6 px per character at 10 px).
         if (w >= 6.0 * static_cast<double>(label.size()) + 2)
-            out << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+            out << "<text x=\"" << coord(x + w / 2) << "\" y=\"" << coord(y + kRowHeight / 2 + 4)
                 << "\" text-anchor=\"middle\" font-size=\"10\" fill=\""
                 << (light ? "#222222" : "#ffffff") << "\">" << label << "</text>\n";
     }
     const double axis_y = rows_top + p.rows * (kRowHeight + kRowGap) + 2;
-    out << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(axis_y) << "\" x2=\""
-        << num(kLeft + kPlotWidth) << "\" y2=\"" << num(axis_y)
+    out << "<line x1=\"" << coord(kLeft) << "\" y1=\"" << coord(axis_y) << "\" x2=\""
+        << coord(kLeft + kPlotWidth) << "\" y2=\"" << coord(axis_y)
         << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n";
     for (int k = 0;; ++k) {
         const double t = k * axis.step_s;
         if (t > scale.span_s * (1 + 1e-9)) break;
         const double x = kLeft + t * scale.px_per_s;
-        out << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x)
-            << "\" y2=\"" << num(axis_y + 4) << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n"
-            << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y + 15)
+        out << "<line x1=\"" << coord(x) << "\" y1=\"" << coord(axis_y) << "\" x2=\"" << coord(x)
+            << "\" y2=\"" << coord(axis_y + 4) << "\" stroke=\"#444444\" stroke-width=\"1\"/>\n"
+            << "<text x=\"" << coord(x) << "\" y=\"" << coord(axis_y + 15)
             << "\" text-anchor=\"middle\" fill=\"#444444\">" << format_in(t, axis)
             << (k == 0 ? std::string(" ") + axis.unit : std::string()) << "</text>\n";
     }
@@ -260,9 +261,9 @@ void write_legend(std::ostream& out, const std::vector<TimelinePanel>& panels, d
     const double ly = y0 + 4;
     double lx = kLeft;
     const auto swatch = [&](const std::string& fill, const std::string& text) {
-        out << "<rect class=\"legend\" x=\"" << num(lx) << "\" y=\"" << num(ly)
+        out << "<rect class=\"legend\" x=\"" << coord(lx) << "\" y=\"" << coord(ly)
             << "\" width=\"14\" height=\"12\" fill=\"" << fill << "\"/>\n"
-            << "<text x=\"" << num(lx + 18) << "\" y=\"" << num(ly + 10) << "\">"
+            << "<text x=\"" << coord(lx + 18) << "\" y=\"" << coord(ly + 10) << "\">"
             << markup_escape(text) << "</text>\n";
         lx += 26 + 6.2 * static_cast<double>(text.size());
     };
@@ -274,7 +275,7 @@ void write_legend(std::ostream& out, const std::vector<TimelinePanel>& panels, d
             any_weight |= b.pass == schedule::Pass::BackwardWeight;
     if (any_weight) swatch(fill_of(0, schedule::Pass::BackwardWeight), "weight gradient");
     swatch("#e4e4e4", "idle");
-    out << "<text x=\"" << num(lx) << "\" y=\"" << num(ly + 10)
+    out << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly + 10)
         << "\" fill=\"#444444\">colour and number: microbatch; letter: model chunk</text>\n"
         << "</svg>\n";
 }
@@ -299,11 +300,11 @@ void write_svg_timelines(std::ostream& out, const std::vector<TimelinePanel>& pa
     const double width = kLeft + kPlotWidth + kRight;
 
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-        << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
-        << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
+        << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << coord(width) << "\" height=\""
+        << coord(height) << "\" viewBox=\"0 0 " << coord(width) << " " << coord(height)
         << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
-        << "<rect class=\"background\" x=\"0\" y=\"0\" width=\"" << num(width) << "\" height=\""
-        << num(height) << "\" fill=\"#ffffff\"/>\n";
+        << "<rect class=\"background\" x=\"0\" y=\"0\" width=\"" << coord(width) << "\" height=\""
+        << coord(height) << "\" fill=\"#ffffff\"/>\n";
 
     double y0 = kTop;
     for (const auto& p : panels) {

@@ -588,7 +588,7 @@ ConfigError nothing_fits(const PlanResult& result) {
 }
 
 // A survivor simulated with the analytical network (step 4), and whether step 5 confirmed it.
-struct Simulated {
+struct SimulatedSurvivor {
     const Survivor* survivor;
     PlanFigures figures;
     bool confirmed = false;
@@ -614,8 +614,8 @@ struct Simulations {
     bool same_network = false;
     std::size_t limit_confirm = 0;  // PlanOptions::confirm's (0: none)
 
-    std::deque<Simulated> simulated;  // stable addresses
-    std::multiset<double> best;       // the k best analytical scores
+    std::deque<SimulatedSurvivor> simulated;  // stable addresses
+    std::multiset<double> best;               // the k best analytical scores
     std::multiset<double> best_confirmed;
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
@@ -692,14 +692,15 @@ struct Simulations {
     // Step 5: the unconfirmed in the order of their analytical score, while it beats the k-th
     // best confirmed score (and the confirmation limit allows).
     void confirm_in_order() {
-        std::vector<Simulated*> order;
+        std::vector<SimulatedSurvivor*> order;
         for (auto& x : simulated)
             if (!x.confirmed) order.push_back(&x);
-        std::sort(order.begin(), order.end(), [](const Simulated* x, const Simulated* y) {
-            if (x->figures.objective != y->figures.objective)
-                return x->figures.objective < y->figures.objective;
-            return x->survivor->index < y->survivor->index;
-        });
+        std::sort(order.begin(), order.end(),
+                  [](const SimulatedSurvivor* x, const SimulatedSurvivor* y) {
+                      if (x->figures.objective != y->figures.objective)
+                          return x->figures.objective < y->figures.objective;
+                      return x->survivor->index < y->survivor->index;
+                  });
         // Runs under the experiment's network are long: one per thread.
         run_ahead(
             pool, pool.size(), 0, order.size(),
@@ -708,7 +709,7 @@ struct Simulations {
                        (limit_confirm == 0 || confirmed.size() < limit_confirm);
             },
             [&](std::size_t i, std::size_t w) {
-                const Simulated& x = *order[i];
+                const SimulatedSurvivor& x = *order[i];
                 return same_network ? x.figures
                                     : figures_on(w, x.survivor->layout, false, *x.survivor);
             },
@@ -716,7 +717,7 @@ struct Simulations {
     }
 
     // Step 5's result for `x`: its figures under the experiment's network.
-    void confirm(Simulated& x, PlanFigures figures) {
+    void confirm(SimulatedSurvivor& x, PlanFigures figures) {
         if (options.on_progress) options.on_progress("confirm", ++confirm_step, simulated.size());
         x.confirmed = true;
         PlanChoice c;
