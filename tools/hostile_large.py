@@ -51,41 +51,35 @@ MiB = 1 << 20
 # forgets the history, so every later copy deflates to the same bytes) and those bytes are
 # written again and again; the CRC-32 of the repetition is combined, not computed over GBs.
 
-def _gf2_times(mat, vec):
-    total = 0
-    i = 0
-    while vec:
-        if vec & 1:
-            total ^= mat[i]
-        vec >>= 1
-        i += 1
-    return total
+def _apply(op, crc):
+    """A linear map on 32-bit CRC registers (op[n]: the image of bit n) applied to `crc`."""
+    out, n = 0, 0
+    while crc:
+        if crc & 1:
+            out ^= op[n]
+        crc >>= 1
+        n += 1
+    return out
 
 
-def _gf2_square(mat):
-    return [_gf2_times(mat, mat[n]) for n in range(32)]
+def _compose(op):
+    """The map applied twice."""
+    return [_apply(op, image) for image in op]
 
 
 def crc32_combine(crc1, crc2, len2):
-    """zlib's crc32_combine: the CRC-32 of A+B from crc(A), crc(B) and len(B)."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << (n - 1) for n in range(1, 32)]
-    even = _gf2_square(odd)
-    odd = _gf2_square(even)
-    while True:
-        even = _gf2_square(odd)
+    """The CRC-32 of A+B from crc(A), crc(B) and len(B) in bytes. Feeding B's bytes into the
+    register is linear: the register after A is advanced through len(B) zero bytes (a linear map,
+    built by squaring the map of one zero byte for each bit of len(B)), then crc(B) is added."""
+    # One zero bit shifts the reflected register right, folding in the polynomial on a carry.
+    op = [0xEDB88320] + [1 << (n - 1) for n in range(1, 32)]
+    for _ in range(3):  # one zero bit -> one zero byte
+        op = _compose(op)
+    while len2 > 0:
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _apply(op, crc1)
+        op = _compose(op)
         len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
     return crc1 ^ crc2
 
 

@@ -149,9 +149,8 @@ class ScheduleProgress {
   public:
     ScheduleProgress(Hooks& hooks, api::CompareOptions& options)
         : hooks_(hooks), names_(options.schedules) {
-        options.on_prepared = [this](std::size_t i, const replay::PreparedIteration& it) {
+        options.on_prepared = [this](std::size_t, const replay::PreparedIteration& it) {
             passes_ = static_cast<std::size_t>(it.passes());
-            (void)i;
         };
         options.attach = [this](std::size_t i, replay::Replay& replay) {
             counter_ = std::make_unique<PassCounter>(hooks_, passes_, names_[i].c_str());
