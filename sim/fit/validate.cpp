@@ -503,7 +503,7 @@ void run_kernel(const config::Reader& r, const std::vector<std::string>& sets,
         out.inputs = std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
                      std::to_string(shape.k) + " fp8 " +
                      std::string(name_of(workload::kFp8RecipeNames, recipe));
-        out.note = "the bf16 curve x the recipe's speedup";
+        out.note = "the bf16 curve x the recipe's speedup, plus its cost per output";
     } else {
         r.fail_here("a kernel case needs grouped_gemm, attention or fp8_gemm");
     }

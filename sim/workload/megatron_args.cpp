@@ -410,6 +410,18 @@ bool read_training_flag(FlagArg& a, GivenFlags& g, std::vector<std::string>& out
         if (v != "e4m3" && v != "hybrid")
             bad(flag + ": expected e4m3 or hybrid, found \"" + v + "\"");
         out.push_back("training.precision=fp8");
+    } else if (flag == "--fp8-recipe") {
+        // Transformer Engine's recipes: delayed and tensorwise scale per tensor (the model's
+        // tensorwise), blockwise by 1x128 / 128x128 blocks; mxfp8 is Blackwell's microscaling.
+        const auto v = a.value();
+        if (v == "delayed" || v == "tensorwise")
+            out.push_back("training.fp8_recipe=tensorwise");
+        else if (v == "blockwise")
+            out.push_back("training.fp8_recipe=blockwise");
+        else
+            bad(flag + ": expected delayed, tensorwise or blockwise, found \"" + v + "\"" +
+                (v == "mxfp8" ? " (mxfp8, Blackwell's microscaling, has no measured rate here)"
+                              : ""));
     } else {
         return false;
     }
@@ -720,6 +732,12 @@ std::string megatron_args_for(const ExperimentSpec& spec, MegatronSchedule sched
     if (t.precision == Precision::Bf16 || t.precision == Precision::Fp8) flags.push_back("--bf16");
     if (t.precision == Precision::Fp16) flags.push_back("--fp16");
     if (t.precision == Precision::Fp8) flags.push_back("--fp8-format hybrid");
+    if (t.precision == Precision::Fp8 && t.fp8_recipe == Fp8Recipe::Blockwise)
+        flags.push_back("--fp8-recipe blockwise");
+    if (notes && t.precision == Precision::Fp8 && t.fp8_recipe == Fp8Recipe::Rowwise)
+        notes->push_back(
+            "Megatron-LM has no rowwise fp8 recipe (torchao's); the flags give Transformer "
+            "Engine's default, delayed per-tensor scaling");
     switch (l.sharding) {
         case Sharding::None:
             break;

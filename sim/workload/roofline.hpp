@@ -30,9 +30,9 @@ struct GemmShape {
 
 // Calibrated constants (see docs/compute-model.md for their sources).
 struct RooflineCalibration {
-    // The 16-bit GEMM curve is the GPU's (topology::GemmCurve), and so are the fp8 speedups: an
+    // The 16-bit GEMM curve is the GPU's (topology::GemmCurve), and so are the fp8 constants: an
     // fp8 GEMM runs at the 16-bit curve's rate times its recipe's measured speedup, not at the
-    // datasheet's 2x.
+    // datasheet's 2x, plus the recipe's measured cost per output element.
     double gemm_smallest_fitted_dim = 512;  // below it the factor falls linearly (tile padding)
     // A grouped GEMM (torch._grouped_mm: CUTLASS's sm90 grouped kernel, Megatron-core's
     // GroupedMLP on Hopper) as its persistent kernel runs it: every expert's output cut into
@@ -84,12 +84,13 @@ const RooflineCalibration& default_calibration();
 // Fraction of the 16-bit peak a 16-bit GEMM of this shape reaches (before efficiency_scale):
 // peak_fraction x f(m) x f(n) x f(k), f(x) = x^p / (x^p + x0^p) for x at least the smallest
 // benchmarked size x_min, f(x_min) x / x_min below it (a skinny GEMM pads its tiles; the fitted
-// curve, quadratic near 0, is not extrapolated there). An fp8 GEMM reaches this fraction of the
-// 16-bit peak times its recipe's fp8_speedup.
+// curve, quadratic near 0, is not extrapolated there). An fp8 GEMM runs at this fraction of the
+// 16-bit peak times its recipe's speedup, plus its recipe's cost per output (gemm_rate).
 double gemm_efficiency(const GemmShape& shape, const topology::GemmCurve& curve = {},
                        const RooflineCalibration& cal = default_calibration());
-// The GEMM's rate at a precision: the 16-bit peak x gemm_efficiency x efficiency_scale, x the
-// fp8 recipe's speedup in fp8, the fp32 peak x gemm_efficiency in fp32.
+// The GEMM's rate at a precision: the 16-bit peak x gemm_efficiency x efficiency_scale; in fp8,
+// x the recipe's speedup and then slowed to take the recipe's per_output x m x n seconds more
+// (topology::GemmCurve::Fp8); the fp32 peak x gemm_efficiency in fp32.
 FlopRate gemm_rate(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
                    const RooflineCompute& compute, Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 

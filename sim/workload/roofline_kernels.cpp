@@ -61,10 +61,17 @@ FlopRate gemm_rate(const GemmShape& shape, Precision precision, const topology::
     const double eff = gemm_efficiency(shape, curve) * compute.efficiency_scale;
     if (precision != Precision::Fp8) return detail::scaled(peak_rate(gpu, precision), eff);
     peak_rate(gpu, precision);  // an fp8 run needs fp8 tensor cores
-    const double speedup = recipe == Fp8Recipe::Rowwise     ? curve.fp8_rowwise
-                           : recipe == Fp8Recipe::Blockwise ? curve.fp8_blockwise
-                                                            : curve.fp8_tensorwise;
-    return detail::scaled(peak_rate(gpu, Precision::Bf16), eff * speedup);
+    const topology::GemmCurve::Fp8& fp8 = recipe == Fp8Recipe::Rowwise     ? curve.fp8_rowwise
+                                          : recipe == Fp8Recipe::Blockwise ? curve.fp8_blockwise
+                                                                           : curve.fp8_tensorwise;
+    const FlopRate rate = detail::scaled(peak_rate(gpu, Precision::Bf16), eff * fp8.speedup);
+    // The cost per output element, as the rate that takes the GEMM's time plus it.
+    const double flops = shape.flops().value;
+    if (flops <= 0 || fp8.per_output <= 0) return rate;
+    const double seconds = flops / rate.flops_per_s + fp8.per_output *
+                                                          static_cast<double>(shape.m) *
+                                                          static_cast<double>(shape.n);
+    return FlopRate{flops / seconds};
 }
 
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
@@ -98,7 +105,8 @@ Time grouped_gemm_time(I experts, I tokens, I n, I k, bool tokens_reduce, Precis
     const GroupedGemmTiling t = grouped_gemm_tiling(experts, tokens, n, k, tokens_reduce, cal);
     FlopRate peak = peak_rate(gpu, precision);
     if (precision == Precision::Fp8)
-        peak = detail::scaled(peak_rate(gpu, Precision::Bf16), compute.gemm(gpu).fp8_tensorwise);
+        peak = detail::scaled(peak_rate(gpu, Precision::Bf16),
+                              compute.gemm(gpu).fp8_tensorwise.speedup);
     const double efficiency =
         t.ping_pong ? cal.grouped_small_efficiency : cal.grouped_large_efficiency;
     const FlopRate per_sm =

@@ -556,6 +556,9 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
          "parallelism.sharding=zero1"},
         {"parallelism.tp=2", "parallelism.pp=1", "parallelism.dp=4", "parallelism.sharding=zero2",
          "parallelism.sequence_parallel=true"},
+        {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "training.precision=fp8",
+         "training.fp8_recipe=blockwise"},
+        {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "training.precision=fp8"},
     };
     for (const auto& layout : layouts) {
         std::vector<std::string> sets{"topology.nodes=2"};
@@ -586,6 +589,7 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         CHECK_MESSAGE(spec.training.seq_length == again.training.seq_length, flags);
         CHECK_MESSAGE(spec.training.recompute == again.training.recompute, flags);
         CHECK_MESSAGE(spec.training.precision == again.training.precision, flags);
+        CHECK_MESSAGE(spec.training.fp8_recipe == again.training.fp8_recipe, flags);
     }
 }
 

@@ -157,6 +157,24 @@ TEST_CASE("attention backend flags choose flash or unfused attention") {
     CHECK(w.empty());
 }
 
+TEST_CASE("--fp8-recipe: Transformer Engine's recipes as training.fp8_recipe") {
+    std::vector<std::string> w;
+    // delayed (Megatron-LM's default) and tensorwise both scale per tensor: the model's tensorwise.
+    CHECK(megatron_args_to_overrides("--fp8-format hybrid --fp8-recipe delayed", w) ==
+          std::vector<std::string>{"training.precision=fp8", "training.fp8_recipe=tensorwise"});
+    CHECK(megatron_args_to_overrides("--fp8-recipe=tensorwise", w) ==
+          std::vector<std::string>{"training.fp8_recipe=tensorwise"});
+    CHECK(megatron_args_to_overrides("--fp8-format e4m3 --fp8-recipe blockwise", w) ==
+          std::vector<std::string>{"training.precision=fp8", "training.fp8_recipe=blockwise"});
+    CHECK(error_of([&] { megatron_args_to_overrides("--fp8-recipe mxfp8", w); }) ==
+          "--megatron-args: --fp8-recipe: expected delayed, tensorwise or blockwise, found "
+          "\"mxfp8\" (mxfp8, Blackwell's microscaling, has no measured rate here)");
+    CHECK(error_of([&] { megatron_args_to_overrides("--fp8-recipe rowwise", w); }) ==
+          "--megatron-args: --fp8-recipe: expected delayed, tensorwise or blockwise, found "
+          "\"rowwise\"");
+    CHECK(w.empty());
+}
+
 TEST_CASE("gradient-reduction overlap and bucket size flags") {
     std::vector<std::string> w;
     CHECK(megatron_args_to_overrides("--overlap-grad-reduce --ddp-bucket-size 50000000", w) ==
