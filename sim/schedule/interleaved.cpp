@@ -23,6 +23,12 @@ class Interleaved final : public Schedule {
     std::string check(const PipelineShape& shape) const override {
         std::string problem = check_positive(name(), shape);
         if (!problem.empty()) return problem;
+        // Megatron-Core's initialize_model_parallel refuses virtual stages on one pipeline stage
+        // ("pipeline-model-parallel size should be greater than 1 with interleaved schedule").
+        if (shape.devices < 2) {
+            return "interleaved needs at least 2 pipeline stages (pp >= 2), as Megatron-LM "
+                   "refuses virtual stages on one: pp=1 given; use schedule 1f1b, or pp=2 or more";
+        }
         if (shape.chunks < 2) {
             return "interleaved needs at least 2 model chunks per device (vpp >= 2): vpp=" +
                    std::to_string(shape.chunks) + " given; use vpp=2 or more, or schedule 1f1b";

@@ -64,8 +64,9 @@ TEST_CASE("gpipe and 1f1b: makespan (m+p-1)(F+B), F=1, B=2") {
 
 TEST_CASE("interleaved: makespan (v*m+p-1)(F+B)/v with whole-stage F=v, B=2v") {
     // Per chunk F=1, B=2, so a whole stage costs F=v, B=2v and (v*m+p-1)(v+2v)/v = 3(v*m+p-1).
+    // From p = 2: one stage is refused (the test below).
     auto schedule = make_schedule("interleaved");
-    for (int p = 1; p <= 8; ++p) {
+    for (int p = 2; p <= 8; ++p) {
         for (int v = 2; v <= 4; ++v) {
             for (int m = p; m <= 32; m += p) {
                 const PipelineShape shape{p, m, v};
@@ -194,6 +195,18 @@ TEST_CASE("zb-h2: at most 2p-1 activations held, 2p-1 on the first stage") {
     }
 }
 
+TEST_CASE("interleaved refuses one pipeline stage, as Megatron-Core does") {
+    // Megatron-Core's initialize_model_parallel raises "pipeline-model-parallel size should be
+    // greater than 1 with interleaved schedule" for virtual stages at pp 1; every vpp and m.
+    auto schedule = make_schedule("interleaved");
+    for (int v = 2; v <= 4; ++v)
+        for (int m = 1; m <= 8; ++m)
+            CHECK(schedule->check({1, m, v}) ==
+                  "interleaved needs at least 2 pipeline stages (pp >= 2), as Megatron-LM refuses "
+                  "virtual stages on one: pp=1 given; use schedule 1f1b, or pp=2 or more");
+    CHECK(schedule->check({2, 2, 2}).empty());
+}
+
 TEST_CASE("peak in-flight activations: 1f1b min(p-s, m), gpipe m, interleaved warm-up + 1") {
     auto one_f_one_b = make_schedule("1f1b");
     auto gpipe = make_schedule("gpipe");
@@ -209,7 +222,7 @@ TEST_CASE("peak in-flight activations: 1f1b min(p-s, m), gpipe m, interleaved wa
         }
     }
     auto interleaved = make_schedule("interleaved");
-    for (int p = 1; p <= 8; ++p) {
+    for (int p = 2; p <= 8; ++p) {
         for (int v = 2; v <= 4; ++v) {
             for (int m = p; m <= 32; m += p) {
                 // Megatron's warm-up W = (p-s-1)*2 + (v-1)*p forwards, then one more forward
