@@ -54,15 +54,12 @@ bool JsonPullParser::refill() {
     if (eof_) return false;
     if (number_start_) number_.append(number_start_, end_);
     base_ += end_ - begin_;
-    std::string_view chunk;
-    while (chunk.empty()) {
-        chunk = source_.next_chunk();
-        if (chunk.empty()) {
-            eof_ = true;
-            begin_ = pos_ = end_;
-            if (number_start_) number_start_ = end_;
-            return false;
-        }
+    const std::string_view chunk = source_.next_chunk();
+    if (chunk.empty()) {
+        eof_ = true;
+        begin_ = pos_ = end_;
+        if (number_start_) number_start_ = end_;
+        return false;
     }
     begin_ = pos_ = chunk.data();
     end_ = chunk.data() + chunk.size();
