@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -55,7 +56,7 @@ struct RunArgs {
 };
 
 // A jobs file (`jobs:`, docs/what-if.md): every job alone and all together on one fabric.
-void run_jobs(const RunArgs& a) {
+void run_jobs(const RunArgs& a, const std::optional<workload::ExperimentText>& streamed) {
     const auto refuse = [](bool given, const char* option) {
         if (given)
             throw ConfigError(
@@ -66,7 +67,8 @@ void run_jobs(const RunArgs& a) {
     };
     // The jobs file is read first, so that its own errors come before those about options.
     const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
-    const auto spec = api::load_jobs(a.experiment, max_memory);
+    const auto spec =
+        streamed ? api::load_jobs(*streamed, max_memory) : api::load_jobs(a.experiment, max_memory);
     refuse(!a.sets.empty(), "--set");
     refuse(!a.megatron_args.empty(), "--megatron-args");
     refuse(!a.schedule.empty(), "--schedule");
@@ -151,8 +153,12 @@ void write_run_files(const RunArgs& a, const workload::ExperimentSpec& spec,
 }
 
 void run(const RunArgs& a) {
-    if (!a.experiment.empty() && api::is_jobs_file(a.experiment)) {
-        run_jobs(a);
+    // A stream (a FIFO, `run <(cat jobs.yaml)`) is read once, here: its text tells a jobs file
+    // from an experiment and goes to that loader.
+    const auto streamed = api::read_streamed_input(a.experiment);
+    if (streamed ? api::is_jobs_text(*streamed)
+                 : !a.experiment.empty() && api::is_jobs_file(a.experiment)) {
+        run_jobs(a, streamed);
         return;
     }
     // Options that shape a trace do nothing without one: refused rather than ignored.
@@ -173,7 +179,7 @@ void run(const RunArgs& a) {
     outputs.declare("--trace", a.trace);
     outputs.declare("--html", a.html);
     const std::int64_t max_memory = api::parse_max_memory(a.max_memory);
-    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory});
+    auto spec = api::load_experiment({a.experiment, a.sets, a.megatron_args, max_memory, streamed});
     api::guard_experiment_inputs(outputs, spec, a.megatron_args);
     if (!a.schedule.empty()) {
         // Messages about the schedule name the option, not the file's `schedule:` line.

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -84,7 +86,8 @@ std::string read_regular_file(const std::filesystem::path& path, const std::stri
 }
 
 std::string read_input_file(const std::filesystem::path& path, const std::string& shown,
-                            const std::string& what, std::int64_t max_bytes, int idle_ms) {
+                            const std::string& what, std::int64_t max_bytes, int idle_ms,
+                            int total_ms) {
     const SourceLocation where{shown, 0, 0};
     const struct stat st = stat_input(path, where, what);
     if (S_ISREG(st.st_mode) && st.st_size > max_bytes)
@@ -98,17 +101,29 @@ std::string read_input_file(const std::filesystem::path& path, const std::string
     if (d.fd < 0) throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
     std::string text;
     char buffer[1 << 16];
+    const auto start = std::chrono::steady_clock::now();
     for (;;) {
         const ssize_t n = ::read(d.fd, buffer, sizeof buffer);
         if (n == 0) break;
         if (n < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN && wait_readable(d.fd, idle_ms)) continue;
-            if (errno == EAGAIN)
-                throw ConfigError(where, "sent nothing for " + seconds_text(idle_ms) +
-                                             " and did not end (a FIFO whose writer neither "
-                                             "writes nor closes it?); give a regular file");
-            throw ConfigError(where, std::string("cannot be read: ") + std::strerror(errno));
+            const int error = errno;
+            if (error == EINTR) continue;
+            if (error != EAGAIN)
+                throw ConfigError(where, std::string("cannot be read: ") + std::strerror(error));
+            // Only a stream waits (a read of a regular file never says EAGAIN): for the next
+            // bytes at most idle_ms, and in all until total_ms have passed since the first read.
+            const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count();
+            const int left = static_cast<int>(std::max<std::int64_t>(0, total_ms - spent));
+            if (left > 0 && wait_readable(d.fd, std::min(idle_ms, left))) continue;
+            if (left < idle_ms)
+                throw ConfigError(where, "did not end within " + seconds_text(total_ms) +
+                                             " (a stream that trickles, a byte now and then?); "
+                                             "give a regular file");
+            throw ConfigError(where, "sent nothing for " + seconds_text(idle_ms) +
+                                         " and did not end (a FIFO whose writer neither "
+                                         "writes nor closes it?); give a regular file");
         }
         if (static_cast<std::int64_t>(text.size()) + n > max_bytes)
             throw ConfigError(where, "holds more than the " + size_text(max_bytes) +

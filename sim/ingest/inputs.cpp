@@ -160,8 +160,11 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
         overrides_from(request.megatron_args, request.sets, warnings, &derived_from);
     workload::ExperimentSpec spec;
     try {
-        spec = workload::load_experiment(request.path.empty() ? default_experiment() : request.path,
-                                         overrides, request.max_memory);
+        spec = request.text
+                   ? workload::load_experiment(*request.text, overrides, request.max_memory)
+                   : workload::load_experiment(
+                         request.path.empty() ? default_experiment() : request.path, overrides,
+                         request.max_memory);
     } catch (const ConfigError& e) {
         // A value a Megatron-LM flag gave (and no --set replaced): name the flag.
         const auto it = derived_from.find(e.where().file);
@@ -174,6 +177,21 @@ workload::ExperimentSpec load_experiment(const ExperimentRequest& request) {
     }
     spec.warnings.insert(spec.warnings.begin(), warnings.begin(), warnings.end());
     return spec;
+}
+
+std::optional<workload::ExperimentText> read_streamed_input(const std::filesystem::path& path) {
+    if (path.empty()) return std::nullopt;
+    std::error_code ec;
+    const auto type = std::filesystem::status(path, ec).type();
+    if (ec || type == std::filesystem::file_type::not_found ||
+        type == std::filesystem::file_type::regular ||
+        type == std::filesystem::file_type::directory)
+        return std::nullopt;
+    workload::ExperimentText streamed;
+    streamed.display_path = path.string();
+    streamed.text = read_input_file(path, streamed.display_path, "a YAML file");
+    streamed.folder = path.parent_path().empty() ? "." : path.parent_path();
+    return streamed;
 }
 
 workload::ExperimentSpec load_experiment(const workload::ExperimentText& text,

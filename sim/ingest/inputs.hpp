@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,16 @@ struct ExperimentRequest {
     std::vector<std::string> sets;
     std::string megatron_args;
     std::int64_t max_memory = topology::kDefaultMaxMemory;  // --max-memory
+    // The experiment's text when the front end has read `path` already (read_streamed_input):
+    // loaded instead of reading `path` again; messages name it as they name `path`.
+    std::optional<workload::ExperimentText> text = std::nullopt;
 };
+
+// An input given as a stream (a FIFO, `clustersim run <(cat x.yaml)`), which can be read only
+// once: its whole text, read here within read_input_file's bounds, with the name and folder
+// load_document would give it, for the loader to take instead of the path. Nothing for an empty
+// path, a regular file, a folder or a missing path: the loaders read those, with their messages.
+std::optional<workload::ExperimentText> read_streamed_input(const std::filesystem::path& path);
 
 // Loads the experiment with its overrides. The spec's `warnings` gain the Megatron-LM flags that
 // were not used. Throws ConfigError for bad input.

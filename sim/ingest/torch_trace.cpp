@@ -8,6 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -15,6 +18,7 @@
 
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
+#include "ingest/json_pull.hpp"
 
 namespace cs::api {
 namespace {
@@ -22,8 +26,9 @@ namespace {
 using Json = nlohmann::json;
 
 // A read-only stream buffer over a file, inflating gzip (detected by its magic bytes) on the way,
-// that knows how many bytes of JSON it has handed out, so that errors can say where they are.
-class TraceStreamBuf : public std::streambuf {
+// that knows how many bytes of JSON it has handed out, so that errors can say where they are. The
+// pull parser takes its chunks directly (next_chunk); nlohmann reads it as a std::istream.
+class TraceStreamBuf : public std::streambuf, public JsonChunkSource {
   public:
     TraceStreamBuf(std::istream& in, std::string display) : in_(in), display_(std::move(display)) {
         const int c0 = in_.get(), c1 = in_.get();
@@ -45,27 +50,54 @@ class TraceStreamBuf : public std::streambuf {
     TraceStreamBuf& operator=(const TraceStreamBuf&) = delete;
 
     bool gzip() const { return gzip_; }
-    // JSON bytes consumed so far.
+    // JSON bytes consumed so far through the stream.
     std::int64_t offset() const { return delivered_ - (egptr() - gptr()); }
 
-  protected:
-    int_type underflow() override {
-        if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    // The pull parser that reads this buffer's chunks (next_chunk), if one does.
+    void follow(const JsonPullParser* parser) { parser_ = parser; }
+
+    // The next chunk of JSON (empty at the end), its bounds checked.
+    std::string_view next_chunk() override {
         const std::size_t n = gzip_ ? inflate_more() : read_plain();
-        if (n == 0) return traits_type::eof();
+        if (n == 0) return {};
         if (delivered_ + static_cast<std::int64_t>(n) > kMaxTraceJsonBytes)
             throw ConfigError(SourceLocation{display_},
                               "holds more than the " + size_text(kMaxTraceJsonBytes) +
                                   " of JSON a trace may hold" + (gzip_ ? " after inflating" : "") +
                                   "; profile fewer steps (torch.profiler's schedule) or trim it");
-        scan_tokens(n);
+        if (!parser_ ||
+            delivered_ + static_cast<std::int64_t>(n) - parser_->token_start() > kMaxTraceToken) {
+            if (parser_) resume_tokens(*parser_);
+            scan_tokens(n);
+        }
         delivered_ += static_cast<std::int64_t>(n);
         check_ratio();
-        setg(out_.data(), out_.data(), out_.data() + n);
+        return {out_.data(), n};
+    }
+
+  protected:
+    int_type underflow() override {
+        if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+        const std::string_view chunk = next_chunk();
+        if (chunk.empty()) return traits_type::eof();
+        setg(out_.data(), out_.data(), out_.data() + chunk.size());
         return traits_type::to_int_type(*gptr());
     }
 
   private:
+    // A pull parser has read every byte before this chunk (as far as they are JSON: it stops at
+    // the first error, and nlohmann then reads the text again through scan_tokens), so it knows
+    // where the last string or number began, and no byte of the chunk can pass the limit unless
+    // that was nearly kMaxTraceToken bytes ago: only then are the chunk's bytes scanned, from the
+    // state the parser is in, the same state scan_tokens would have reached.
+    void resume_tokens(const JsonPullParser& parser) {
+        using Inside = JsonPullParser::Inside;
+        token_ = delivered_ - parser.token_start();
+        in_string_ = parser.inside() == Inside::String || parser.inside() == Inside::Escape;
+        escape_ = parser.inside() == Inside::Escape;
+        in_number_ = parser.inside() == Inside::Number;
+    }
+
     // nlohmann's lexer keeps every character it reads until the next string or number starts (it
     // holds a token whole, with the blanks, brackets and literals before it): a gzip of one endless
     // string, or of GBs of blanks, would fill memory before the parser sees the end. Counts the
@@ -166,6 +198,7 @@ class TraceStreamBuf : public std::streambuf {
     std::int64_t delivered_ = 0, compressed_ = 0;
     std::int64_t token_ = 0;
     bool in_string_ = false, escape_ = false, in_number_ = false;
+    const JsonPullParser* parser_ = nullptr;
 };
 
 // A JSON number as a whole number, when it is one within int64 (a float like 3.0 too); JSON
@@ -175,59 +208,123 @@ std::optional<std::int64_t> whole(double v) {
     return static_cast<std::int64_t>(v);
 }
 
-// The SAX handler: keeps the few fields of the events clustersim reads, skips the rest.
-class Handler : public nlohmann::json_sax<Json> {
-  public:
-    Handler(TorchTrace& out, const TraceStreamBuf* buf, std::int64_t max_memory)
-        : out_(out), buf_(buf), max_memory_(max_memory) {}
+// The keys the reader looks at, named once when read instead of compared at every value.
+enum class Key : std::uint8_t {
+    Other,
+    TraceEvents,
+    Ph,
+    Cat,
+    Name,
+    Ts,
+    Dur,
+    Tid,
+    Args,
+    InputDims,
+    InputType,
+    ExternalId,
+    Correlation,
+    Stream,
+    Device,
+};
 
-    bool null() override { return scalar(Value{}); }
-    bool boolean(bool) override { return scalar(Value{}); }
-    bool number_integer(number_integer_t v) override {
-        return scalar(Value{true, static_cast<double>(v), v, true, {}});
+constexpr std::array<std::string_view, 15> kKeyNames = {
+    "",     "traceEvents", "ph",         "cat",         "name",        "ts",     "dur",   "tid",
+    "args", "Input Dims",  "Input type", "External id", "correlation", "stream", "device"};
+
+// Equal short texts, compared byte by byte: cheaper than a call to memcmp for a few bytes.
+bool same_text(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+Key key_of(std::string_view text) {
+    // The names of the key's length only (at most three of them), as every key is looked up.
+    const auto either = [&](std::initializer_list<Key> keys) {
+        for (const Key k : keys)
+            if (same_text(text, kKeyNames[static_cast<std::size_t>(k)])) return k;
+        return Key::Other;
+    };
+    switch (text.size()) {
+        case 2:
+            return either({Key::Ph, Key::Ts});
+        case 3:
+            return either({Key::Cat, Key::Dur, Key::Tid});
+        case 4:
+            return either({Key::Name, Key::Args});
+        case 6:
+            return either({Key::Stream, Key::Device});
+        case 10:
+            return either({Key::InputDims, Key::InputType});
+        case 11:
+            return either({Key::TraceEvents, Key::ExternalId, Key::Correlation});
+        default:
+            return Key::Other;
     }
-    bool number_unsigned(number_unsigned_t v) override {
-        const bool fits = v <= static_cast<number_unsigned_t>(INT64_MAX);
-        return scalar(
+}
+
+// The categories of events the reader keeps ("cat"), the others Other.
+enum class Category : std::uint8_t { Other, Kernel, Memset, Memcpy, CpuOp, Runtime, Annotation };
+
+Category category_of(std::string_view cat) {
+    if (same_text(cat, "kernel")) return Category::Kernel;
+    if (same_text(cat, "gpu_memset")) return Category::Memset;
+    if (same_text(cat, "gpu_memcpy")) return Category::Memcpy;
+    if (same_text(cat, "cpu_op")) return Category::CpuOp;
+    if (same_text(cat, "cuda_runtime") || same_text(cat, "cuda_driver")) return Category::Runtime;
+    if (same_text(cat, "user_annotation")) return Category::Annotation;
+    return Category::Other;
+}
+
+// Keeps the few fields of the events clustersim reads, skips the rest: the receiver of the JSON
+// events of either parser (the pull parser's, or nlohmann's SAX events through NlohmannEvents).
+class Handler {
+  public:
+    Handler(TorchTrace& out, std::int64_t max_memory) : out_(out), max_memory_(max_memory) {}
+
+    void other_scalar() { scalar(Value{}); }
+    void integer(std::int64_t v) { scalar(Value{true, static_cast<double>(v), v, true, {}}); }
+    void unsigned_integer(std::uint64_t v) {
+        const bool fits = v <= static_cast<std::uint64_t>(INT64_MAX);
+        scalar(
             Value{true, static_cast<double>(v), fits ? static_cast<std::int64_t>(v) : 0, fits, {}});
     }
-    bool number_float(number_float_t v, const string_t&) override {
+    void real(double v) {
         const auto w = whole(v);
-        return scalar(Value{true, v, w.value_or(0), w.has_value(), {}});
+        scalar(Value{true, v, w.value_or(0), w.has_value(), {}});
     }
-    bool string(string_t& v) override { return scalar(Value{false, 0, 0, false, v}); }
-    bool binary(binary_t&) override { return scalar(Value{}); }
+    void string(std::string_view v) { scalar(Value{false, 0, 0, false, v}); }
 
-    bool start_object(std::size_t) override {
+    // `offset`: the JSON bytes read up to and including the bracket.
+    void start_object(std::int64_t offset) {
         const auto d = stack_.size();
-        check_depth();
+        check_depth(offset);
         if (d == 0) root_object_ = true;
-        if (in_events_array(d)) begin_event();
-        if (event_open_ && d == event_depth_ && key_ == "args") in_args_ = true;
+        if (in_events_array(d)) begin_event(offset);
+        if (event_open_ && d == event_depth_ && key_ == Key::Args) in_args_ = true;
         stack_.push_back('o');
-        return true;
     }
-    bool end_object() override {
+    void end_object() {
         stack_.pop_back();
         const auto d = stack_.size();
         if (in_args_ && d == event_depth_)
             in_args_ = false;
         else if (event_open_ && d + 1 == event_depth_)
             end_event();
-        return true;
     }
-    bool start_array(std::size_t) override {
+    void start_array(std::int64_t offset) {
         const auto d = stack_.size();
-        check_depth();
+        check_depth(offset);
         if (d == 0) {
             events_depth_ = 1;  // the JSON Array Format: the events themselves
             saw_events_ = true;
-        } else if (d == 1 && root_object_ && key_ == "traceEvents") {
+        } else if (d == 1 && root_object_ && key_ == Key::TraceEvents) {
             events_depth_ = 2;
             saw_events_ = true;
         } else if (in_args_ && d == event_depth_ + 1) {
-            if (key_ == "Input Dims") dims_open_ = true;
-            if (key_ == "Input type") types_open_ = true;
+            if (key_ == Key::InputDims) dims_open_ = true;
+            if (key_ == Key::InputType) types_open_ = true;
         } else if (dims_open_ && d == event_depth_ + 2) {
             ev_.args.emplace_back();
             ev_.has_shapes = true;
@@ -237,21 +334,16 @@ class Handler : public nlohmann::json_sax<Json> {
             a.shapes.emplace_back();
         }
         stack_.push_back('a');
-        return true;
     }
-    bool end_array() override {
+    void end_array() {
         stack_.pop_back();
         const auto d = stack_.size();
         if (d == event_depth_ + 1) dims_open_ = types_open_ = false;
         if (d + 1 == events_depth_) events_depth_ = 0;
-        return true;
     }
-    bool key(string_t& k) override {
-        key_ = k;
-        return true;
-    }
-    bool parse_error(std::size_t position, const std::string& last_token,
-                     const nlohmann::detail::exception& ex) override {
+    void key(std::string_view k) { key_ = key_of(k); }
+    [[noreturn]] void parse_error(std::size_t position, const std::string& last_token,
+                                  const nlohmann::detail::exception& ex) const {
         const std::string what = ex.what();
         const bool eof = what.find("end of input") != std::string::npos;
         throw ConfigError(
@@ -274,17 +366,16 @@ class Handler : public nlohmann::json_sax<Json> {
         double real = 0;
         std::int64_t integer = 0;
         bool integral = false;  // `integer` holds the number (a whole number within int64)
-        std::string text;
+        std::string_view text;
     };
 
-    void check_depth() const {
+    void check_depth(std::int64_t offset) const {
         if (stack_.size() < kMaxTraceDepth) return;
-        throw ConfigError(SourceLocation{out_.source},
-                          "byte " + std::to_string(buf_ ? buf_->offset() : 0) +
-                              (out_.gzip ? " (of the inflated JSON)" : "") +
-                              ": arrays and objects nested more than " +
-                              std::to_string(kMaxTraceDepth) +
-                              " deep; a PyTorch profiler Chrome trace nests a few levels");
+        throw ConfigError(
+            SourceLocation{out_.source},
+            "byte " + std::to_string(offset) + (out_.gzip ? " (of the inflated JSON)" : "") +
+                ": arrays and objects nested more than " + std::to_string(kMaxTraceDepth) +
+                " deep; a PyTorch profiler Chrome trace nests a few levels");
     }
 
     // What a kept event holds in memory, counted against --max-memory twice over: calibrate and
@@ -305,49 +396,52 @@ class Handler : public nlohmann::json_sax<Json> {
         return events_depth_ > 0 && depth == events_depth_ && stack_.back() == 'a';
     }
 
-    void begin_event() {
+    void begin_event(std::int64_t offset) {
         event_open_ = true;
         event_depth_ = stack_.size() + 1;
         ev_ = Event{};
         bad_number_.clear();
         ev_.index = out_.events;
-        ev_.offset = buf_ ? buf_->offset() : 0;
+        ev_.offset = offset;
     }
 
-    bool scalar(const Value& v) {
+    void scalar(const Value& v) {
         const auto d = stack_.size();
-        if (!event_open_) return true;
+        if (!event_open_) return;
         if (d == event_depth_) {
-            if (key_ == "ph")
-                ev_.ph = v.text;
-            else if (key_ == "cat")
+            if (key_ == Key::Ph)
+                ev_.complete = v.text == "X";
+            else if (key_ == Key::Cat)
                 ev_.cat = v.text;
-            else if (key_ == "name")
+            else if (key_ == Key::Name)
                 ev_.name = v.text;
-            else if (key_ == "ts" && v.number)
+            else if (key_ == Key::Ts && v.number)
                 ev_.ts = v.real, ev_.has_ts = true;
-            else if (key_ == "dur" && v.number)
+            else if (key_ == Key::Dur && v.number)
                 ev_.dur = v.real, ev_.has_dur = true;
-            else if (key_ == "tid" && v.number && v.integral)
+            else if (key_ == Key::Tid && v.number && v.integral)
                 ev_.tid = v.integer;
         } else if (in_args_ && d == event_depth_ + 1) {
-            if (!v.number) return true;
+            if (!v.number) return;
+            const bool id = key_ == Key::ExternalId || key_ == Key::Correlation ||
+                            key_ == Key::Stream || key_ == Key::Device;
             if (!v.integral) {
-                if (key_ == "External id" || key_ == "correlation" || key_ == "stream" ||
-                    key_ == "device")
-                    bad_number_ = "args \"" + key_ + "\" is not a whole number within int64";
-                return true;
+                if (id)
+                    bad_number_ = "args \"" +
+                                  std::string(kKeyNames[static_cast<std::size_t>(key_)]) +
+                                  "\" is not a whole number within int64";
+                return;
             }
-            if (key_ == "External id")
+            if (key_ == Key::ExternalId)
                 ev_.external_id = v.integer;
-            else if (key_ == "correlation")
+            else if (key_ == Key::Correlation)
                 ev_.correlation = v.integer;
-            else if (key_ == "stream")
+            else if (key_ == Key::Stream)
                 ev_.stream = v.integer;
-            else if (key_ == "device")
+            else if (key_ == Key::Device)
                 ev_.device = v.integer;
         } else if (types_open_ && d == event_depth_ + 2) {
-            ev_.types.push_back(v.text);
+            ev_.types.emplace_back(v.text);
         } else if (dims_open_ && d == event_depth_ + 3 && v.number) {
             auto& a = ev_.args.back();
             if (a.shapes.empty()) a.shapes.emplace_back();
@@ -355,7 +449,6 @@ class Handler : public nlohmann::json_sax<Json> {
         } else if (dims_open_ && d == event_depth_ + 4 && v.number) {
             ev_.args.back().shapes.back().push_back(dimension(v));
         }
-        return true;
     }
 
     // A tensor dimension of Input Dims; out of range ones are reported when the event ends.
@@ -385,12 +478,12 @@ class Handler : public nlohmann::json_sax<Json> {
     void end_event() {
         event_open_ = in_args_ = dims_open_ = types_open_ = false;
         ++out_.events;
-        const bool gpu = ev_.cat == "kernel" || ev_.cat == "gpu_memset" || ev_.cat == "gpu_memcpy";
-        const bool cpu = ev_.cat == "cpu_op";
-        const bool runtime = ev_.cat == "cuda_runtime" || ev_.cat == "cuda_driver";
-        const bool annotation = ev_.cat == "user_annotation";
-        if (!gpu && !cpu && !runtime && !annotation) return;
-        if (ev_.ph != "X") return;
+        const Category category = category_of(ev_.cat);
+        const bool gpu = category == Category::Kernel || category == Category::Memset ||
+                         category == Category::Memcpy;
+        const bool cpu = category == Category::CpuOp;
+        const bool runtime = category == Category::Runtime;
+        if (category == Category::Other || !ev_.complete) return;
         if (!ev_.has_ts) fail_event("no numeric \"ts\" (start, microseconds)");
         if (!ev_.has_dur) fail_event("no numeric \"dur\" (duration, microseconds)");
         if (ev_.dur < 0) fail_event("negative \"dur\"");
@@ -418,9 +511,9 @@ class Handler : public nlohmann::json_sax<Json> {
         }
         if (gpu) {
             TraceGpuEvent g;
-            g.cat = ev_.cat == "kernel"       ? TraceGpuEvent::Cat::Kernel
-                    : ev_.cat == "gpu_memset" ? TraceGpuEvent::Cat::Memset
-                                              : TraceGpuEvent::Cat::Memcpy;
+            g.cat = category == Category::Kernel   ? TraceGpuEvent::Cat::Kernel
+                    : category == Category::Memset ? TraceGpuEvent::Cat::Memset
+                                                   : TraceGpuEvent::Cat::Memcpy;
             g.name = std::move(ev_.name);
             g.ts_us = ev_.ts;
             g.dur_us = ev_.dur;
@@ -455,7 +548,8 @@ class Handler : public nlohmann::json_sax<Json> {
     }
 
     struct Event {
-        std::string ph, cat, name;
+        std::string cat, name;
+        bool complete = false;  // "ph": "X"
         double ts = 0, dur = 0;
         bool has_ts = false, has_dur = false, has_shapes = false;
         std::int64_t tid = -1, external_id = -1, correlation = -1, stream = -1, device = 0;
@@ -465,24 +559,92 @@ class Handler : public nlohmann::json_sax<Json> {
     };
 
     TorchTrace& out_;
-    const TraceStreamBuf* buf_;
     std::int64_t max_memory_;
     std::int64_t held_ = 0;
     std::string bad_number_;  // the first out-of-range number of the open event
     std::vector<char> stack_;
-    std::string key_;
+    Key key_ = Key::Other;
     bool root_object_ = false, saw_events_ = false;
     std::size_t events_depth_ = 0, event_depth_ = 0;
     bool event_open_ = false, in_args_ = false, dims_open_ = false, types_open_ = false;
     Event ev_;
 };
 
-void parse_stream(std::istream& in, TorchTrace& out, const TraceStreamBuf* buf,
-                  std::int64_t max_memory) {
-    Handler handler(out, buf, max_memory);
-    // strict: anything after the trace's closing bracket is an error too.
-    Json::sax_parse(in, &handler, nlohmann::json::input_format_t::json, true);
-    if (buf) out.bytes = buf->offset();
+// nlohmann's SAX events passed on to a Handler; its parse_error gives the message users see.
+class NlohmannEvents final : public nlohmann::json_sax<Json> {
+  public:
+    NlohmannEvents(Handler& handler, const TraceStreamBuf& buf) : h_(handler), buf_(buf) {}
+
+    bool null() override { return h_.other_scalar(), true; }
+    bool boolean(bool) override { return h_.other_scalar(), true; }
+    bool number_integer(number_integer_t v) override { return h_.integer(v), true; }
+    bool number_unsigned(number_unsigned_t v) override { return h_.unsigned_integer(v), true; }
+    bool number_float(number_float_t v, const string_t&) override { return h_.real(v), true; }
+    bool string(string_t& v) override { return h_.string(v), true; }
+    bool binary(binary_t&) override { return h_.other_scalar(), true; }
+    bool start_object(std::size_t) override { return h_.start_object(buf_.offset()), true; }
+    bool end_object() override { return h_.end_object(), true; }
+    bool start_array(std::size_t) override { return h_.start_array(buf_.offset()), true; }
+    bool end_array() override { return h_.end_array(), true; }
+    bool key(string_t& k) override { return h_.key(k), true; }
+    bool parse_error(std::size_t position, const std::string& last_token,
+                     const nlohmann::detail::exception& ex) override {
+        h_.parse_error(position, last_token, ex);
+    }
+
+  private:
+    Handler& h_;
+    const TraceStreamBuf& buf_;
+};
+
+// Reads the events with the pull parser; false when the text is not JSON as nlohmann reads it.
+bool pull_events(TraceStreamBuf& buf, Handler& h, TorchTrace& out) {
+    JsonPullParser p(buf);
+    buf.follow(&p);
+    for (;;) {
+        switch (p.next()) {
+            case JsonEvent::StartObject:
+                h.start_object(p.consumed());
+                break;
+            case JsonEvent::EndObject:
+                h.end_object();
+                break;
+            case JsonEvent::StartArray:
+                h.start_array(p.consumed());
+                break;
+            case JsonEvent::EndArray:
+                h.end_array();
+                break;
+            case JsonEvent::Key:
+                h.key(p.text());
+                break;
+            case JsonEvent::String:
+                h.string(p.text());
+                break;
+            case JsonEvent::Integer:
+                h.integer(p.integer());
+                break;
+            case JsonEvent::Unsigned:
+                h.unsigned_integer(p.unsigned_integer());
+                break;
+            case JsonEvent::Float:
+                h.real(p.real());
+                break;
+            case JsonEvent::Boolean:
+            case JsonEvent::Null:
+                h.other_scalar();
+                break;
+            case JsonEvent::End:
+                out.bytes = p.consumed();
+                return true;
+            case JsonEvent::Error:
+                return false;
+        }
+    }
+}
+
+// What a whole trace must hold, checked after its last event.
+void check_complete(const Handler& handler, const TorchTrace& out) {
     if (!handler.saw_events())
         throw ConfigError(SourceLocation{out.source},
                           "not a Chrome trace: no \"traceEvents\" array (expected the JSON "
@@ -495,6 +657,40 @@ void parse_stream(std::istream& in, TorchTrace& out, const TraceStreamBuf* buf,
                           "" + std::to_string(out.events) +
                               " trace events but no GPU kernels (cat \"kernel\"); profile with "
                               "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]");
+}
+
+// Reads a trace from the stream `open` gives, with the pull parser. A text it refuses is read
+// again from its start by nlohmann's parser (a second stream from `open`), so that the message,
+// with nlohmann's line, column and last token, is the one this reader has always given; the
+// limits of TraceStreamBuf and Handler meet the same bytes in the same order both times.
+TorchTrace read_trace(const std::string& source,
+                      const std::function<std::unique_ptr<std::istream>()>& open,
+                      std::int64_t max_memory) {
+    {
+        TorchTrace out;
+        out.source = source;
+        const auto in = open();
+        TraceStreamBuf buf(*in, source);
+        out.gzip = buf.gzip();
+        Handler handler(out, max_memory);
+        if (pull_events(buf, handler, out)) {
+            check_complete(handler, out);
+            return out;
+        }
+    }
+    TorchTrace out;
+    out.source = source;
+    const auto in = open();
+    TraceStreamBuf buf(*in, source);
+    out.gzip = buf.gzip();
+    Handler handler(out, max_memory);
+    NlohmannEvents events(handler, buf);
+    std::istream text(&buf);
+    // strict: anything after the trace's closing bracket is an error too.
+    Json::sax_parse(text, &events, nlohmann::json::input_format_t::json, true);
+    out.bytes = buf.offset();
+    check_complete(handler, out);
+    return out;
 }
 
 bool contains(std::string_view s, std::string_view part) {
@@ -526,27 +722,22 @@ TorchTrace read_torch_trace(const std::filesystem::path& path, std::int64_t max_
                           "is a directory, expected a PyTorch profiler trace (.json or "
                           ".json.gz)");
     require_regular_file(path, out.source, "a PyTorch profiler trace", kMaxTraceJsonBytes);
-    std::ifstream file(path, std::ios::binary);
-    if (!file)
-        throw ConfigError(where,
-                          std::string("cannot open the trace file: ") + std::strerror(errno));
-    TraceStreamBuf buf(file, out.source);
-    out.gzip = buf.gzip();
-    std::istream in(&buf);
-    parse_stream(in, out, &buf, max_memory);
-    return out;
+    const auto open = [&]() -> std::unique_ptr<std::istream> {
+        auto file = std::make_unique<std::ifstream>(path, std::ios::binary);
+        if (!*file)
+            throw ConfigError(where,
+                              std::string("cannot open the trace file: ") + std::strerror(errno));
+        return file;
+    };
+    return read_trace(out.source, open, max_memory);
 }
 
 TorchTrace parse_torch_trace(std::string_view json, const std::string& display,
                              std::int64_t max_memory) {
-    TorchTrace out;
-    out.source = display;
-    std::istringstream in{std::string(json)};
-    TraceStreamBuf buf(in, display);
-    out.gzip = buf.gzip();
-    std::istream s(&buf);
-    parse_stream(s, out, &buf, max_memory);
-    return out;
+    const auto open = [&]() -> std::unique_ptr<std::istream> {
+        return std::make_unique<std::istringstream>(std::string(json));
+    };
+    return read_trace(display, open, max_memory);
 }
 
 std::string_view kernel_kind_name(KernelKind kind) {

@@ -1,6 +1,7 @@
 // PyTorch profiler Chrome traces (torch.profiler's export_chrome_trace, `.json` or `.json.gz`),
-// read as a stream (nlohmann::json's SAX interface over a std::istream, inflating gzip on the
-// fly), and the classification of their GPU kernels into the compute model's kinds
+// read as a stream (ingest/json_pull.hpp's pull parser over the chunks of a stream buffer that
+// inflates gzip on the fly; nlohmann::json's SAX parser reads a text that is not JSON again, for
+// its message), and the classification of their GPU kernels into the compute model's kinds
 // (docs/calibrate.md).
 //
 // What is kept: GPU kernels, memsets and memcpys (name, start, duration, stream, External id,

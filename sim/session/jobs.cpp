@@ -61,16 +61,30 @@ std::vector<int> place_gpus(const topology::Cluster& cluster, Placement kind, in
     return out;
 }
 
-bool is_jobs_file(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return false;
+namespace {
+
+// A top-level `jobs:` key in the document `load` gives; false when it throws ConfigError.
+bool has_jobs_key(const std::function<config::Document()>& load) {
     try {
-        const config::Document doc = config::load_document(path);
+        const config::Document doc = load();
         const YAML::Node& root = doc.root;
         return root.IsMap() && root["jobs"].IsDefined();
     } catch (const ConfigError&) {
         return false;
     }
+}
+
+}  // namespace
+
+bool is_jobs_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    return has_jobs_key([&] { return config::load_document(path); });
+}
+
+bool is_jobs_text(const workload::ExperimentText& text) {
+    return has_jobs_key(
+        [&] { return config::parse_document(text.text, text.display_path, text.folder); });
 }
 
 namespace {

@@ -73,10 +73,12 @@ inline constexpr int kMaxJobIterations = 100;
 
 // Whether the YAML file has a top-level `jobs:` key (then `clustersim run` takes it as a jobs
 // file). False for files that cannot be read (the experiment loader then says why), and for a
-// path that is no regular file: a FIFO or process substitution can be read only once, by the
-// experiment loader (peeking at it here left the loader an empty stream, or waited twice for a
-// writer that sends nothing).
+// path that is no regular file: a FIFO or process substitution can be read only once (peeking at
+// it here left the loader an empty stream, or waited twice for a writer that sends nothing), so
+// `run` reads it whole first (api::read_streamed_input) and asks is_jobs_text of its text.
 bool is_jobs_file(const std::filesystem::path& path);
+// The same for a text already read (api::read_streamed_input): false for text that is no YAML.
+bool is_jobs_text(const workload::ExperimentText& text);
 
 // Throws ConfigError (file:line:column) for unknown keys, an empty or missing job list,
 // duplicate names, a job's experiment naming another topology, placements that do not fit or

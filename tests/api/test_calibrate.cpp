@@ -449,6 +449,28 @@ TEST_CASE("calibrate: what it writes, its reader takes back (issue 40)") {
         cs::config::parse_document(cs::api::calibration_file_text(rh), "heavy-cal.yaml")));
 }
 
+TEST_CASE("torch trace reader: a text that is not JSON has nlohmann's message") {
+    // The pull parser refuses the comma before ']'; nlohmann then reads the text again and
+    // stops at the ']' (byte 79 read, column 79 of line 1), having last read "1},]" since the
+    // number 1 began; the message is the one this reader gave before the pull parser.
+    const std::string comma =
+        R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1},]})";
+    CHECK(error_of(comma) ==
+          "t.json: byte 79: not valid JSON near '1},]' (in or after traceEvents entry 1); "
+          "expected a PyTorch profiler Chrome trace ([json.exception.parse_error.101] parse "
+          "error at line 1, column 79: syntax error while parsing value - unexpected ']'; "
+          "expected '[', '{', or a literal)");
+    // A text nlohmann accepts but a lax reader might not: a byte order mark before it, a NUL
+    // after it (nlohmann reads it as the end), whole floats as ids.
+    const std::string kernel =
+        R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
+            "args": {"stream": 7.0}}]})";
+    CHECK(cs::api::parse_torch_trace("\xEF\xBB\xBF" + kernel, "bom.json").gpu.size() == 1);
+    const auto nul = cs::api::parse_torch_trace(kernel + std::string("\0 not read", 10), "n.json");
+    CHECK(nul.gpu.at(0).stream == 7);
+    CHECK(nul.bytes == static_cast<std::int64_t>(kernel.size()) + 1);  // up to the NUL
+}
+
 TEST_CASE("torch trace reader: bounds and numbers checked before use (issue 40)") {
     const auto kernel = [](const std::string& fields) {
         return R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1,
@@ -459,11 +481,17 @@ TEST_CASE("torch trace reader: bounds and numbers checked before use (issue 40)"
     // the whole string first).
     const std::string endless = R"({"traceEvents": [{"name": ")" + std::string((16 << 20) + 1, 'a');
     CHECK(has(error_of(endless), "a string longer than 16 MiB"));
+    // The string's quote is byte 26 (after `{"traceEvents": [{"name": `), so its 16 MiB + 1st
+    // byte is 26 + 16,777,216: the pull parser's bound (TraceStreamBuf::resume_tokens) finds the
+    // byte a scan of every byte finds.
+    CHECK(has(error_of(endless), "t.json: byte 16777242: a string longer"));
     // 16 MiB + 1 blanks (or brackets, or literals): the lexer keeps them with the token that
     // follows, so a gzip of GBs of blanks held GBs (4.1 GB for 4.6 GB of blanks, issue 40).
     const std::string blanks = R"({"traceEvents": [)" + std::string((16 << 20) + 1, ' ');
     CHECK(has(error_of(blanks),
               "blanks, brackets or literals without a string or number for more than 16 MiB"));
+    // Counted from the last string's quote, byte 1 ("traceEvents"): byte 1 + 16,777,216.
+    CHECK(has(error_of(blanks), "t.json: byte 16777217: blanks"));
     const std::string literals = R"({"traceEvents": [], "x": [)" + [] {
         std::string t;
         while (t.size() <= (16 << 20))

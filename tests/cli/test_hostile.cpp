@@ -12,6 +12,7 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using cs::test::kPipeline;
 using cs::test::kProfile;
 using cs::test::kRoot;
 using cs::test::kTwoGpus;
@@ -229,6 +230,53 @@ TEST_CASE("a jobs file: neither it nor a job's experiment or topology may be an 
     CHECK_MESSAGE(has(b, "--json " + job + ": is the experiment"), b.err);
     CHECK(slurp(jobs) == jobs_text);
     CHECK(slurp(job) == job_text);
+}
+
+TEST_CASE("run <(cat FILE): a jobs file through a pipe runs as a jobs file (issue 40)") {
+    // The run reads a stream once and decides from its text (api::read_streamed_input); before,
+    // is_jobs_file left streams unread and the experiment loader refused the jobs file's keys.
+    // The paths inside are absolute: relative ones would resolve against /dev/fd.
+    const fs::path dir = cs::test::scratch("jobs_pipe");
+    const std::string jobs = (dir / "jobs.yaml").string();
+    const std::string job = kRoot + "/workloads/jobs/dp-gpt-1b.yaml";
+    std::ofstream(jobs) << "name: piped\ntopology: " << kRoot
+                        << "/topologies/h100-4node-oversubscribed.yaml\njobs:\n"
+                        << "  - {name: job-a, experiment: " << job
+                        << ", placement: {nodes: \"0,2\"}}\n"
+                        << "  - {name: job-b, experiment: " << job
+                        << ", placement: {nodes: \"1,3\"}}\n";
+    const auto piped = [](const std::string& file) {
+        // bash for the process substitution; stderr joins stdout.
+        const std::string cmd =
+            "bash -c " +
+            cs::test::shell_quote(cs::test::shell_quote(CLUSTERSIM_BIN) + " run <(cat " +
+                                  cs::test::shell_quote(file) + ")") +
+            " 2>&1";
+        std::string out;
+        FILE* pipe = ::popen(cmd.c_str(), "r");
+        REQUIRE(pipe);
+        char buf[4096];
+        for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;)
+            out.append(buf, n);
+        const int raw = ::pclose(pipe);
+        return std::make_pair(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, out);
+    };
+    const auto [status, out] = piped(jobs);
+    CHECK_MESSAGE(status == 0, out);
+    // The jobs' table, as the file itself gives it, under the pipe's name.
+    const auto direct = run_binary({"run", jobs});
+    REQUIRE(direct.status == 0);
+    CHECK(out.rfind("jobs file             /dev/fd/", 0) == 0);
+    CHECK(out.substr(out.find('\n')) == direct.out.substr(direct.out.find('\n')));
+    // An experiment through a pipe still runs as one (its topology absolute, for the same reason).
+    const std::string experiment = (dir / "experiment.yaml").string();
+    std::string text = cs::test::slurp(kPipeline);
+    const std::string relative = "topology: ../topologies/h200-2gpu-nvlink.yaml";
+    REQUIRE(text.find(relative) != std::string::npos);
+    text.replace(text.find(relative), relative.size(), "topology: " + kTwoGpus);
+    std::ofstream(experiment) << text;
+    const auto e = piped(experiment);
+    CHECK_MESSAGE(e.first == 0, e.second);
 }
 
 TEST_CASE("validate: a file given as the folder is named as such") {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,31 @@ TEST_CASE("read_input_file: a FIFO held open without an end waits at most idle_m
     });
     CHECK(read_input_file(p, "fifo", "a file", 1 << 20, 2000) == "a: 1\nb: 2\n");
     later.join();
+    fs::remove(p);
+}
+
+TEST_CASE("read_input_file: a FIFO that trickles is refused after total_ms (issue 40)") {
+    // A writer (this process) that sends a byte every 20 ms is never idle for idle_ms (100 ms),
+    // so only the 64 MiB cap bounded it (over a year at that pace); now the reader gives up once
+    // total_ms (300 ms here, 60 s by default) have passed without the end.
+    const auto p = scratch("trickle-fifo");
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    const int writer = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(writer >= 0);
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {
+        while (!stop) {
+            CHECK(::write(writer, " ", 1) == 1);
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    });
+    CHECK(error_of([&] { read_input_file(p, "slow.yaml", "a file", 1 << 20, 100, 300); }) ==
+          "slow.yaml: did not end within 300 ms (a stream that trickles, a byte now and then?); "
+          "give a regular file");
+    stop = true;
+    trickle.join();
+    ::close(writer);
     fs::remove(p);
 }
 
