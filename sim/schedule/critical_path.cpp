@@ -25,11 +25,10 @@ Slot slot_of(Pass p) {
 
 }  // namespace
 
-std::optional<Time> critical_path(
+std::optional<std::vector<Time>> critical_path_ends(
     const Schedule& schedule, const PipelineShape& shape,
     const std::vector<std::vector<PipelineOp>>& orders,
-    const std::function<Time(int, std::size_t, const PipelineOp&, int)>& duration,
-    std::span<const Time> tail) {
+    const std::function<Time(const OpReady&)>& end) {
     const int stages = schedule.virtual_stages(shape);
     const auto m = static_cast<std::size_t>(shape.microbatches);
     // ends[(vs * m + i) * kSlots + slot]: when that pass of microbatch i on virtual stage vs
@@ -56,29 +55,33 @@ std::optional<Time> critical_path(
                 const int vs =
                     schedule.virtual_stage(shape, static_cast<int>(d), op.chunk, op.microbatch);
                 std::int64_t ready = free[d];
-                const auto need = [&](int stage, Slot s) {
+                std::optional<Time> input;
+                const auto need = [&](int stage, Slot s, bool feeds) {
                     const std::int64_t e = at(stage, op.microbatch, s);
                     if (e < 0) return false;
                     ready = std::max(ready, e);
+                    if (feeds) input = Time::ps(e);
                     return true;
                 };
                 bool inputs = true;
                 switch (slot_of(op.pass)) {
                     case kF:
-                        inputs = vs == 0 || need(vs - 1, kF);
+                        inputs = vs == 0 || need(vs - 1, kF, true);
                         break;
                     case kGrad:
-                        inputs = need(vs, kF) && (vs + 1 == stages || need(vs + 1, kGrad));
+                        inputs =
+                            need(vs, kF, false) && (vs + 1 == stages || need(vs + 1, kGrad, true));
                         break;
                     default:
-                        inputs = need(vs, kGrad);
+                        inputs = need(vs, kGrad, false);
                         break;
                 }
                 if (!inputs) break;
-                const std::int64_t end =
-                    (Time::ps(ready) + duration(static_cast<int>(d), cursor[d], op, vs)).count_ps();
-                at(vs, op.microbatch, slot_of(op.pass)) = end;
-                free[d] = end;
+                const std::int64_t e =
+                    end(OpReady{static_cast<int>(d), cursor[d], op, vs, Time::ps(ready), input})
+                        .count_ps();
+                at(vs, op.microbatch, slot_of(op.pass)) = e;
+                free[d] = e;
                 ++cursor[d];
                 --left;
                 ran = true;
@@ -86,9 +89,24 @@ std::optional<Time> critical_path(
         }
         if (!ran) return std::nullopt;
     }
-    Time latest = Time::zero();
+    std::vector<Time> last(devices);
     for (std::size_t d = 0; d < devices; ++d)
-        latest = std::max(latest, Time::ps(free[d]) + (d < tail.size() ? tail[d] : Time::zero()));
+        last[d] = Time::ps(free[d]);
+    return last;
+}
+
+std::optional<Time> critical_path(
+    const Schedule& schedule, const PipelineShape& shape,
+    const std::vector<std::vector<PipelineOp>>& orders,
+    const std::function<Time(int, std::size_t, const PipelineOp&, int)>& duration,
+    std::span<const Time> tail) {
+    const auto ends = critical_path_ends(schedule, shape, orders, [&](const OpReady& r) {
+        return r.ready + duration(r.device, r.index, r.op, r.virtual_stage);
+    });
+    if (!ends) return std::nullopt;
+    Time latest = Time::zero();
+    for (std::size_t d = 0; d < ends->size(); ++d)
+        latest = std::max(latest, (*ends)[d] + (d < tail.size() ? tail[d] : Time::zero()));
     return latest;
 }
 
