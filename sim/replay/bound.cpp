@@ -193,7 +193,8 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
         lead.push_back(group_leads(order));
     // Under ZeRO-2/3 the replay runs a group's passes one after another (each with its
     // collectives), so its members' inputs need not all be in when the first starts; only
-    // without that does the group's first start bound its end.
+    // without that does it run the group whole (critical_path_ends' whole_groups), and the
+    // group's first start bound its end.
     const bool whole_groups = p.spec.layout.sharding < workload::Sharding::Gradients;
     HostFloor floor(p, p.orders.size());
     const auto end = [&](const schedule::OpReady& r) {
@@ -227,7 +228,8 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
         }
         return e;
     };
-    const auto ends = schedule::critical_path_ends(*p.schedule, p.shape, p.orders, end);
+    const auto ends =
+        schedule::critical_path_ends(*p.schedule, p.shape, p.orders, end, whole_groups);
     // Orders that deadlock are a schedule's bug (the contract tests run every registered one):
     // the replay would stall on them too.
     if (!ends)

@@ -28,7 +28,7 @@ Slot slot_of(Pass p) {
 std::optional<std::vector<Time>> critical_path_ends(
     const Schedule& schedule, const PipelineShape& shape,
     const std::vector<std::vector<PipelineOp>>& orders,
-    const std::function<Time(const OpReady&)>& end) {
+    const std::function<Time(const OpReady&)>& end, bool whole_groups) {
     const int stages = schedule.virtual_stages(shape);
     const auto m = static_cast<std::size_t>(shape.microbatches);
     // ends[(vs * m + i) * kSlots + slot]: when that pass of microbatch i on virtual stage vs
@@ -44,46 +44,66 @@ std::optional<std::vector<Time>> critical_path_ends(
     for (const auto& o : orders)
         left += o.size();
 
-    // Each sweep runs every device's ops as far as their inputs allow; a sweep that runs nothing
-    // while ops are left is a deadlock. A sweep runs at least one op, so this ends.
+    // Whether op's inputs have ended; if so, ready is raised to their ends and input is the
+    // feeding one's end (OpReady::input). `feeding_only`: the input from the neighbouring stage
+    // alone (what the replay waits for before a group; the others are the device's own passes,
+    // before the op in its order or in its group).
+    const auto inputs_in = [&](const PipelineOp& op, int vs, std::int64_t& ready,
+                               std::optional<Time>& input, bool feeding_only) {
+        const auto need = [&](int stage, Slot s, bool feeds) {
+            if (feeding_only && !feeds) return true;
+            const std::int64_t e = at(stage, op.microbatch, s);
+            if (e < 0) return false;
+            ready = std::max(ready, e);
+            if (feeds) input = Time::ps(e);
+            return true;
+        };
+        switch (slot_of(op.pass)) {
+            case kF:
+                return vs == 0 || need(vs - 1, kF, true);
+            case kGrad:
+                return need(vs, kF, false) && (vs + 1 == stages || need(vs + 1, kGrad, true));
+            default:
+                return need(vs, kGrad, false);
+        }
+    };
+    std::vector<int> vs;
+    std::vector<std::optional<Time>> input;
+    // Each sweep runs every device's ops (or whole groups) as far as their inputs allow; a sweep
+    // that runs nothing while ops are left is a deadlock. A sweep runs at least one op, so this
+    // ends.
     while (left > 0) {
         bool ran = false;
         for (std::size_t d = 0; d < devices; ++d) {
             const auto& order = orders[d];
             while (cursor[d] < order.size()) {
-                const PipelineOp& op = order[cursor[d]];
-                const int vs =
-                    schedule.virtual_stage(shape, static_cast<int>(d), op.chunk, op.microbatch);
+                const std::size_t k = cursor[d];
+                const std::size_t n =
+                    whole_groups
+                        ? std::min(static_cast<std::size_t>(1 + std::max<int>(0, order[k].overlap)),
+                                   order.size() - k)
+                        : 1;
                 std::int64_t ready = free[d];
-                std::optional<Time> input;
-                const auto need = [&](int stage, Slot s, bool feeds) {
-                    const std::int64_t e = at(stage, op.microbatch, s);
-                    if (e < 0) return false;
-                    ready = std::max(ready, e);
-                    if (feeds) input = Time::ps(e);
-                    return true;
-                };
+                vs.assign(n, 0);
+                input.assign(n, std::nullopt);
                 bool inputs = true;
-                switch (slot_of(op.pass)) {
-                    case kF:
-                        inputs = vs == 0 || need(vs - 1, kF, true);
-                        break;
-                    case kGrad:
-                        inputs =
-                            need(vs, kF, false) && (vs + 1 == stages || need(vs + 1, kGrad, true));
-                        break;
-                    default:
-                        inputs = need(vs, kGrad, false);
-                        break;
+                for (std::size_t j = 0; j < n && inputs; ++j) {
+                    const PipelineOp& op = order[k + j];
+                    vs[j] =
+                        schedule.virtual_stage(shape, static_cast<int>(d), op.chunk, op.microbatch);
+                    inputs = inputs_in(op, vs[j], ready, input[j], n > 1);
                 }
                 if (!inputs) break;
-                const std::int64_t e =
-                    end(OpReady{static_cast<int>(d), cursor[d], op, vs, Time::ps(ready), input})
-                        .count_ps();
-                at(vs, op.microbatch, slot_of(op.pass)) = e;
+                std::int64_t e = ready;
+                for (std::size_t j = 0; j < n; ++j)
+                    e = end(OpReady{static_cast<int>(d), k + j, order[k + j], vs[j], Time::ps(e),
+                                    input[j]})
+                            .count_ps();
+                for (std::size_t j = 0; j < n; ++j)
+                    at(vs[j], order[k + j].microbatch, slot_of(order[k + j].pass)) = e;
                 free[d] = e;
-                ++cursor[d];
-                --left;
+                cursor[d] += n;
+                left -= n;
                 ran = true;
             }
         }

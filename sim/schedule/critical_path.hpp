@@ -44,11 +44,15 @@ struct OpReady {
 
 // The same walk with each op's end given by `end(ready)` (at least ready.ready for a bound to
 // mean anything), called for each device's ops in their order, so the caller may keep state
-// per device between calls. Returns each device's last end (zero for a device without ops), or
-// nullopt if the orders deadlock.
+// per device between calls. With `whole_groups`, an overlapped group (PipelineOp::overlap: an op
+// with overlap n and the n after it) runs as the replay runs it when it overlaps them: once
+// every member's inputs are in, its members one after another from the latest of those and the
+// device's previous end (each member's `ready` the end of the one before), and every member's
+// output leaves at the group's end. Returns each device's last end (zero for a device without
+// ops), or nullopt if the orders deadlock.
 std::optional<std::vector<Time>> critical_path_ends(
     const Schedule& schedule, const PipelineShape& shape,
     const std::vector<std::vector<PipelineOp>>& orders,
-    const std::function<Time(const OpReady&)>& end);
+    const std::function<Time(const OpReady&)>& end, bool whole_groups = false);
 
 }  // namespace cs::schedule
