@@ -21,7 +21,10 @@ namespace {
 class HostFloor {
   public:
     HostFloor(const PreparedIteration& p, std::size_t devices)
-        : p_(p), host_(p.spec.compute.host), free_(devices, Time::zero()) {}
+        : p_(p),
+          host_(p.spec.compute.host),
+          last_stage_(p.schedule->virtual_stages(p.shape) - 1),
+          free_(devices, Time::zero()) {}
 
     // A device's host issues op r (not a later member of an overlapped group, which rides on
     // its group's first pass) whose GPU time is `gpu` (`whole`: the op is no group's member,
@@ -64,9 +67,8 @@ class HostFloor {
         return r.op.pass == schedule::Pass::Forward ? r.virtual_stage - 1 : r.virtual_stage + 1;
     }
     int receiver(const schedule::OpReady& r) const {
-        const int last = p_.schedule->virtual_stages(p_.shape) - 1;
         if (r.op.pass == schedule::Pass::Forward)
-            return r.virtual_stage < last ? r.virtual_stage + 1 : -1;
+            return r.virtual_stage < last_stage_ ? r.virtual_stage + 1 : -1;
         if (r.op.pass == schedule::Pass::Backward || r.op.pass == schedule::Pass::BackwardInput)
             return r.virtual_stage > 0 ? r.virtual_stage - 1 : -1;
         return -1;
@@ -77,6 +79,7 @@ class HostFloor {
 
     const PreparedIteration& p_;
     const workload::HostModel& host_;
+    int last_stage_;
     std::vector<Time> free_;
 };
 
