@@ -146,45 +146,6 @@ std::vector<std::ptrdiff_t> group_leads(const std::vector<schedule::PipelineOp>&
     return lead;
 }
 
-// What a device's data-parallel work adds after its last op (the replay's replay_dp.cpp), counted
-// only where the replay runs it as one collective at a known point: ZeRO-0/1 without HSDP.
-//   before_step: a last op that completes gradients (B or Bw) is its chunk's last, so the
-//     reduction that follows it (the last bucket with --overlap-grad-reduce, the chunk's whole
-//     gradients without) starts no earlier than its end, and the optimizer step waits for it;
-//   after_step: the distributed optimizer's parameter all-gather (not overlapped with the next
-//     iteration: no --overlap-param-gather) starts after the step and ends the iteration.
-// Each collective is priced alone on the network (CollectiveCosts) on the dp x cp group of the
-// stage's first member, which it runs on.
-struct DpTail {
-    Time before_step, after_step;
-};
-
-DpTail dp_tail(const PreparedIteration& p, const workload::RankLayout& ranks,
-               CollectiveCosts& costs, int device, const schedule::PipelineOp& last) {
-    const auto& layout = p.spec.layout;
-    const auto& stage = p.plan.devices[static_cast<std::size_t>(device)];
-    if (layout.dp * layout.cp <= 1 || stage.dp_gradient_bytes.value <= 0 ||
-        layout.sharding >= workload::Sharding::Gradients || layout.hsdp())
-        return {};
-    const auto& group = ranks.dp_cp_group(ranks.worker(device, 0), 0).gpus;
-    DpTail tail;
-    if (last.pass == schedule::Pass::Backward || last.pass == schedule::Pass::BackwardWeight) {
-        Bytes bytes = stage.dp_gradient_bytes;
-        if (layout.overlap_grad_reduce) {
-            const auto per = layout.bucket_parameters();
-            const int buckets = gradient_bucket_count(stage, per);
-            bytes = gradient_bucket_bytes(stage, per, buckets, buckets - 1);
-        }
-        tail.before_step = costs.cost(stage.dp_sharded ? network::CollectiveKind::ReduceScatter
-                                                       : network::CollectiveKind::AllReduce,
-                                      group, bytes);
-    }
-    if (stage.dp_sharded && !layout.overlap_param_gather)
-        tail.after_step = costs.cost(network::CollectiveKind::AllGather, group,
-                                     Bytes{stage.dp_parameter_bytes.value * p.shape.chunks});
-    return tail;
-}
-
 }  // namespace
 
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
@@ -238,19 +199,14 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     if (!ends)
         throw SimulationError("replay", "schedule " + p.schedule->name() +
                                             "'s op orders deadlock: no bound can be given");
-    // Each device ends with its data-parallel reduction, its optimizer step (issued by its host
-    // when it has one) and its parameter gather.
+    // Each device ends with its optimizer step, issued by its host when it has one.
     Time latest = Time::zero();
     for (std::size_t d = 0; d < ends->size(); ++d) {
         const Time step = p.plan.devices[d].optimizer_step;
-        const auto dp = p.orders[d].empty()
-                            ? DpTail{}
-                            : dp_tail(p, ranks, costs, static_cast<int>(d), p.orders[d].back());
-        const Time ready = (*ends)[d] + dp.before_step;
         const Time start = host.enabled && step > Time::zero()
-                               ? floor.optimizer_start(static_cast<int>(d), ready)
-                               : ready;
-        latest = std::max(latest, start + step + dp.after_step);
+                               ? floor.optimizer_start(static_cast<int>(d), (*ends)[d])
+                               : (*ends)[d];
+        latest = std::max(latest, start + step);
     }
     return latest;
 }

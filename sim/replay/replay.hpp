@@ -206,14 +206,6 @@ struct OverlappedTime {
 OverlappedTime overlapped_time(std::int64_t compute, std::int64_t collective, std::int64_t chain_f,
                                std::int64_t chain_b, double interference);
 
-// Megatron-LM's DDP gradient buckets (--overlap-grad-reduce) of a stage whose plan is `stage`,
-// cut every `bucket_parameters` parameters: how many per chunk, and bucket b's bytes per GPU of
-// `buckets` (the share of the chunk's gradient bytes between b and b + 1 bucket sizes; the last
-// takes the rest).
-int gradient_bucket_count(const workload::StagePlan& stage, std::int64_t bucket_parameters);
-Bytes gradient_bucket_bytes(const workload::StagePlan& stage, std::int64_t bucket_parameters,
-                            int buckets, int bucket);
-
 // A shared-fabric run (`jobs:`, api/jobs.hpp): one Replay per job, all on one Simulation and one
 // Network, so that the jobs' pipeline transfers and DP collectives contend for links. The caller
 // owns both and routes the network's completions to the job whose token range they fall in.

@@ -13,28 +13,19 @@ namespace cs::replay {
 
 using schedule::Pass;
 
-int gradient_bucket_count(const workload::StagePlan& stage, std::int64_t bucket_parameters) {
-    return static_cast<int>(std::max<std::int64_t>(
-        1, (stage.dp_parameters + bucket_parameters - 1) / bucket_parameters));
-}
-
-Bytes gradient_bucket_bytes(const workload::StagePlan& stage, std::int64_t bucket_parameters,
-                            int buckets, int bucket) {
-    const double total = static_cast<double>(stage.dp_gradient_bytes.value);
-    const double params = static_cast<double>(stage.dp_parameters);
-    const double per = static_cast<double>(bucket_parameters);
+Bytes Replay::bucket_bytes(int stage, int bucket) const {
+    // The share of the chunk's gradient bytes between b and b + 1 bucket sizes.
+    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
+    const int buckets = bucket_count_[static_cast<std::size_t>(stage)];
+    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
+    const double params = static_cast<double>(dev.dp_parameters);
+    const double per = static_cast<double>(layout_.bucket_parameters());
     const auto upto = [&](int b) {
-        return b >= buckets ? stage.dp_gradient_bytes.value
+        return b >= buckets ? dev.dp_gradient_bytes.value
                             : static_cast<std::int64_t>(
                                   std::llround(total * std::min(1.0, b * per / params)));
     };
     return Bytes{upto(bucket + 1) - upto(bucket)};
-}
-
-Bytes Replay::bucket_bytes(int stage, int bucket) const {
-    return gradient_bucket_bytes(plan_.devices[static_cast<std::size_t>(stage)],
-                                 layout_.bucket_parameters(),
-                                 bucket_count_[static_cast<std::size_t>(stage)], bucket);
 }
 
 void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
