@@ -28,4 +28,31 @@ std::optional<Time> critical_path(
     const std::function<Time(int, std::size_t, const PipelineOp&, int)>& duration,
     std::span<const Time> tail = {});
 
+// What the general form below asks of each op: the op, where it is, and when it may start as far
+// as the pipeline goes.
+struct OpReady {
+    int device;
+    std::size_t index;  // in orders[device]
+    const PipelineOp& op;
+    int virtual_stage;
+    Time ready;  // the latest of the device's previous op's end and the op's inputs' ends
+    // The end of the pass on the neighbouring virtual stage that feeds this op (F(vs-1, i) for a
+    // forward, B/Bi(vs+1, i) for a backward or its input half); nullopt for an op with none
+    // (the first stage's forward, the last stage's backward, a weight-gradient half).
+    std::optional<Time> input;
+};
+
+// The same walk with each op's end given by `end(ready)` (at least ready.ready for a bound to
+// mean anything), called for each device's ops in their order, so the caller may keep state
+// per device between calls. With `whole_groups`, an overlapped group (PipelineOp::overlap: an op
+// with overlap n and the n after it) runs as the replay runs it when it overlaps them: once
+// every member's inputs are in, its members one after another from the latest of those and the
+// device's previous end (each member's `ready` the end of the one before), and every member's
+// output leaves at the group's end. Returns each device's last end (zero for a device without
+// ops), or nullopt if the orders deadlock.
+std::optional<std::vector<Time>> critical_path_ends(
+    const Schedule& schedule, const PipelineShape& shape,
+    const std::vector<std::vector<PipelineOp>>& orders,
+    const std::function<Time(const OpReady&)>& end, bool whole_groups = false);
+
 }  // namespace cs::schedule
