@@ -118,18 +118,24 @@ class EntryFields {
         const std::string range =
             "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
         if (it->is_number_integer()) {
-            const auto v = it->is_number_unsigned() && it->get<std::uint64_t>() > INT64_MAX
-                               ? hi + 1
-                               : it->get<std::int64_t>();
+            // An unsigned number above hi is refused before it is read as int64 (hi may be
+            // INT64_MAX, so hi + 1 is no sentinel).
+            if (it->is_number_unsigned() &&
+                it->get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+                fail(key, range);
+            const auto v = it->get<std::int64_t>();
             if (v < lo || v > hi) fail(key, range);
             return v;
         }
         if (it->is_number_float()) {
+            // Cast only below 2^63 (INT64_MAX as a double rounds up to 2^63, which no int64
+            // holds), then check the whole number itself against the range.
             const double v = it->get<double>();
-            if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) ||
-                v != std::floor(v))
+            if (!(v >= static_cast<double>(lo) && v < 0x1p63) || v != std::floor(v))
                 fail(key, range);
-            return static_cast<std::int64_t>(v);
+            const auto w = static_cast<std::int64_t>(v);
+            if (w < lo || w > hi) fail(key, range);
+            return w;
         }
         fail(key, range);
     }

@@ -375,3 +375,24 @@ TEST_CASE("diff: a step's kind and part are its arguments, never its name") {
           std::string::npos);
     fs::remove_all(dir);
 }
+
+TEST_CASE("diff: a pid or tid beyond int64 is refused, never wrapped or cast") {
+    // pid and tid take whole numbers from 0 to INT64_MAX = 9223372036854775807. Above it: the
+    // unsigned 2^64 - 1 (nlohmann reads it as unsigned) and the float 2^63 (INT64_MAX as a double
+    // rounds up to 2^63, so a check against that double lets 2^63 through to a cast no int64
+    // holds). The fuzz session S13 under UBSan found the first (docs/robustness.md).
+    const std::string expected =
+        "traceEvents entry 0: \"pid\" is not a whole number from 0 to 9223372036854775807";
+    const fs::path dir = fs::temp_directory_path() / "cs_diff_id_range_test";
+    for (const char* pid : {"18446744073709551615", "9223372036854775808.0", "1e19", "-1"}) {
+        std::string bad = kSimulated;
+        replace_once(bad, R"("pid": 2)", std::string(R"("pid": )") + pid);
+        CAPTURE(pid);
+        CHECK(refusal(dir, bad).find(expected) != std::string::npos);
+    }
+    // The largest whole float below 2^63 (2^63 - 1024) is in range: read, not refused as a pid.
+    std::string top = kSimulated;
+    replace_once(top, R"("pid": 2)", R"("pid": 9223372036854774784.0)");
+    CHECK(refusal(dir, top).find("\"pid\" is not") == std::string::npos);
+    fs::remove_all(dir);
+}
