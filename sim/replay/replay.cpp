@@ -353,7 +353,9 @@ void Replay::try_start(int worker) {
                               sim_.now());
     std::array<int, kMaxGroup> vs{}, need{};
     if (group > kMaxGroup)
-        throw SimulationError("replay", "an overlapped group of more than 4 passes", sim_.now());
+        throw SimulationError(
+            "replay", "an overlapped group of more than " + std::to_string(kMaxGroup) + " passes",
+            sim_.now());
     for (std::size_t k = 0; k < group; ++k) {
         const auto& op = order[st.cursor + k];
         vs[k] = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);

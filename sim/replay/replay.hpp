@@ -206,9 +206,9 @@ struct OverlappedTime {
 OverlappedTime overlapped_time(std::int64_t compute, std::int64_t collective, std::int64_t chain_f,
                                std::int64_t chain_b, double interference);
 
-// A shared-fabric run (`jobs:`, api/jobs.hpp): one Replay per job, all on one Simulation and one
-// Network, so that the jobs' pipeline transfers and DP collectives contend for links. The caller
-// owns both and routes the network's completions to the job whose token range they fall in.
+// A shared-fabric run (`jobs:`, session/jobs.hpp): one Replay per job, all on one Simulation and
+// one Network, so that the jobs' pipeline transfers and DP collectives contend for links. The
+// caller owns both and routes the network's completions to the job whose token range they fall in.
 struct SharedFabric {
     Simulation* sim = nullptr;
     network::Network* network = nullptr;
@@ -428,8 +428,7 @@ class Replay final : public EventHandler, public network::TransferClient {
         std::int64_t launched = 0, done = 0;
         bool busy = false;
     };
-    // The most passes an overlapped group (PipelineOp::overlap) may hold.
-    static constexpr std::size_t kMaxGroup = 4;
+    static constexpr std::size_t kMaxGroup = schedule::kMaxOverlapGroup;
     void try_start(int worker);
     // try_start's parts: whether the worker waits for its round's exchange (batched_; posts it
     // when due), and the host model's start of the `group` passes now in `running`.

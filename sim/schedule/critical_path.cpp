@@ -81,11 +81,10 @@ std::optional<std::vector<Time>> critical_path_ends(
     std::size_t left = 0;
     for (const auto& o : orders)
         left += o.size();
-    // A group runs whole up to the replay's largest (Replay::kMaxGroup, which refuses a longer
-    // one); a longer one is walked op by op, which bounds any run of it too.
-    constexpr std::size_t kMaxWhole = 4;
-    std::array<int, kMaxWhole> vs{};
-    std::array<std::int64_t, kMaxWhole> input{};
+    // A group runs whole up to kMaxOverlapGroup passes (the replay refuses a longer one); a
+    // longer one is walked op by op, which bounds any run of it too.
+    std::array<int, kMaxOverlapGroup> vs{};
+    std::array<std::int64_t, kMaxOverlapGroup> input{};
     // Each sweep runs every device's ops (or whole groups) as far as their inputs allow; a sweep
     // that runs nothing while ops are left is a deadlock. A sweep runs at least one op, so this
     // ends.
@@ -98,7 +97,7 @@ std::optional<std::vector<Time>> critical_path_ends(
                 const auto group =
                     std::min(static_cast<std::size_t>(1 + std::max<int>(0, order[k].overlap)),
                              order.size() - k);
-                const std::size_t n = whole_groups && group <= kMaxWhole ? group : 1;
+                const std::size_t n = whole_groups && group <= kMaxOverlapGroup ? group : 1;
                 std::int64_t ready = free[d];
                 bool inputs = true;
                 for (std::size_t j = 0; j < n && inputs; ++j) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,6 +54,9 @@ struct PipelineOp {
     std::int8_t overlap = 0;
     bool operator==(const PipelineOp&) const = default;
 };
+// The most passes an overlapped group (an op and the `overlap` after it) may hold: the replay
+// refuses a longer one, and the critical path runs groups up to this size whole.
+inline constexpr std::size_t kMaxOverlapGroup = 4;
 
 struct PipelineShape {
     int devices = 1;       // p
