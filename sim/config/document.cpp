@@ -304,12 +304,15 @@ Document parse_document(const std::string& text, const std::string& display_path
     return doc;
 }
 
+std::filesystem::path document_folder(const std::filesystem::path& path) {
+    const auto folder = path.parent_path();
+    return folder.empty() ? std::filesystem::path(".") : folder;
+}
+
 Document load_document(const std::filesystem::path& path) {
     const std::string shown = path.string();
     const std::string text = read_input_file(path, shown, "a YAML file");
-    auto folder = path.parent_path();
-    if (folder.empty()) folder = ".";
-    return parse_document(text, shown, folder);
+    return parse_document(text, shown, document_folder(path));
 }
 
 Document copy_document(const Document& doc) {

@@ -53,6 +53,9 @@ struct Document {
 
 // Reads and parses a YAML file. Throws ConfigError for a missing/unreadable file or bad YAML.
 Document load_document(const std::filesystem::path& path);
+// The folder a document at `path` resolves its relative paths against (load_document's): its
+// parent folder, "." for a bare file name.
+std::filesystem::path document_folder(const std::filesystem::path& path);
 // Parses YAML text (for tests and inline documents) under a display name.
 Document parse_document(const std::string& text, const std::string& display_path,
                         const std::filesystem::path& folder = ".");

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "config/document.hpp"
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
 #include "core/quantity.hpp"
@@ -190,7 +191,7 @@ std::optional<workload::ExperimentText> read_streamed_input(const std::filesyste
     workload::ExperimentText streamed;
     streamed.display_path = path.string();
     streamed.text = read_input_file(path, streamed.display_path, "a YAML file");
-    streamed.folder = path.parent_path().empty() ? "." : path.parent_path();
+    streamed.folder = config::document_folder(path);
     return streamed;
 }
 
