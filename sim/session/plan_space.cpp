@@ -198,9 +198,9 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                         std::vector<int> vpps{1};
                         const auto sched = schedule::make_schedule(schedule);
                         if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
-                            // Megatron-Core refuses virtual stages on one pipeline stage
-                            // ("pipeline-model-parallel size should be greater than 1 with
-                            // interleaved schedule"): not a layout it runs.
+                            // Virtual stages on one pipeline stage: refused by the schedule's
+                            // check as Megatron-Core refuses them, and not enumerated at all
+                            // (rather than listed as invalid once per pp-1 variant).
                             if (pp == 1) continue;
                             vpps.clear();
                             if (layers % pp == 0)
