@@ -1,8 +1,8 @@
 // clustersim calibrate [--torch-trace F... --gpu-model NAME] [--nccl-tests F... --topology T]
 //                      --out FILE [--json J]
 //
-// Fits the compute model on PyTorch profiler traces (api/calibrate.hpp) and the network model on
-// nccl-tests output (api/calibrate_network.hpp), prints the fit report
+// Fits the compute model on PyTorch profiler traces (fit/calibrate.hpp) and the network model on
+// nccl-tests output (fit/calibrate_network.hpp), prints the fit report
 // and writes the calibration file (and the report as JSON), each whole or not at all.
 #include <iostream>
 #include <memory>

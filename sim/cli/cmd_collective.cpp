@@ -1,7 +1,7 @@
 // clustersim collective --topology T.yaml [--set k=v]... --op all_reduce --ranks 0-7
 //                       --sizes 1KiB:1GiB [--step-factor 2] [--algo ring] [--protocol ll]
 //                       [--json FILE]
-// The rows come from api::run_collective (sim/api/collective.hpp).
+// The rows come from api::run_collective (sim/session/collective.hpp).
 #include <array>
 #include <cstdio>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // clustersim diff SIMULATED MEASURED [--rank R] [--iterations N] [--json J]
-// A simulated trace of one rank against a measured PyTorch profiler trace (api/diff.hpp).
+// A simulated trace of one rank against a measured PyTorch profiler trace (fit/diff.hpp).
 #include <iostream>
 #include <memory>
 

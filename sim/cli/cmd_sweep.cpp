@@ -1,6 +1,6 @@
 // clustersim sweep EXPERIMENT.yaml --vary KEY=V1,V2,... [--vary ...] [--set k=v]...
 //                 [--top N] [--json FILE]
-// The sweep itself is api::sweep (sim/api/sweep.hpp), MPI sharding included.
+// The sweep itself is api::sweep (sim/session/sweep.hpp), MPI sharding included.
 #include <filesystem>
 #include <iostream>
 #include <memory>

@@ -1,7 +1,7 @@
 // clustersim topology TOPOLOGY.yaml [--set k=v]... [--json FILE] [--dot FILE]
 //
 // Builds the cluster a topology file describes (every check included) and describes it
-// (api/topology.hpp). --dot writes the graph for Graphviz (small graphs).
+// (ingest/topology.hpp). --dot writes the graph for Graphviz (small graphs).
 #include <iostream>
 #include <memory>
 

@@ -3,15 +3,15 @@
 // op kind, per pass (forward, backward, optimizer) and per layer pass, and lists the largest
 // departures.
 //
-// Kinds are the compute model's (api/torch_trace.hpp KernelKind): measured kernels are classified
-// as `clustersim calibrate` classifies them; simulated steps by their "kernel" argument, which
-// the trace writer takes from the step (workload::KernelKind, set where the roofline emits it;
-// its name is not read). A trace without the argument (an older clustersim's) is refused. Passes:
-// simulated steps belong to the pass slice that contains them (its "pass" argument says which pass
-// it is; its name is not read), or are the optimizer step; measured kernels belong to the backward
-// when their operator ran on the autograd engine's thread, to the optimizer when they are optimizer
-// kernels, else to the forward. Measured times are GPU kernel time divided by the number of
-// iterations the profile holds.
+// Kinds are the compute model's (workload::KernelKind, workload/plan.hpp): measured kernels are
+// classified as `clustersim calibrate` classifies them; simulated steps by their "kernel" argument,
+// which the trace writer takes from the step (workload::KernelKind, set where the roofline emits
+// it; its name is not read). A trace without the argument (an older clustersim's) is refused.
+// Passes: simulated steps belong to the pass slice that contains them (its "pass" argument says
+// which pass it is; its name is not read), or are the optimizer step; measured kernels belong to
+// the backward when their operator ran on the autograd engine's thread, to the optimizer when they
+// are optimizer kernels, else to the forward. Measured times are GPU kernel time divided by the
+// number of iterations the profile holds.
 //
 // Layer passes. A simulated step is the embedding's, the head's (final norm, logits, loss) or the
 // layers', as its "part" argument says (workload::ModelPart): a layer's share of the layers' steps

@@ -1,5 +1,6 @@
 // The one table that maps every GPU kernel of a PyTorch profiler trace to the compute model's
-// kind of op (api/torch_trace.hpp KernelKind), for `clustersim calibrate` and `clustersim diff`.
+// kind of op (workload::KernelKind, workload/plan.hpp), for `clustersim calibrate` and `clustersim
+// diff`.
 //
 // A kernel is known by its name, the innermost operator that launched it (matched by External
 // id) and the operators enclosing that one on its thread (an autograd node, an argsort, the

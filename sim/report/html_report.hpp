@@ -31,7 +31,7 @@ struct HtmlReport {
     // its own "--set" keys (a sweep row's settings, a plan layout's overrides).
     std::vector<std::string> command;
     // The validation confidence of the models used: {"note": ..., "families": [...]} (see
-    // api/report.cpp), or null.
+    // session/report.cpp), or null.
     nlohmann::ordered_json validation;
 };
 

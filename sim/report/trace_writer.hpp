@@ -67,7 +67,7 @@ struct TraceOptions {
     // When set, the trace file is staged in this set of command outputs (committed with them).
     OutputSet* outputs = nullptr;
     // When set, the writer writes to the sink this returns instead of opening the path (the
-    // shared-fabric run gives each job's writer a view of one file, api/jobs.cpp).
+    // shared-fabric run gives each job's writer a view of one file, session/jobs.cpp).
     std::function<std::unique_ptr<TraceSink>()> open_sink;
 };
 

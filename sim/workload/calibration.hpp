@@ -1,5 +1,5 @@
 // The calibration file: compute constants fitted on a user's own measurements (clustersim
-// calibrate, api/calibrate.hpp), which an experiment references with `compute: {calibration:
+// calibrate, fit/calibrate.hpp), which an experiment references with `compute: {calibration:
 // FILE}`. Versioned YAML (docs/calibrate.md gives the schema):
 //
 //   clustersim_calibration: 1
@@ -56,15 +56,15 @@ struct CalibrationFile {
     std::vector<std::string> sources;  // the measurement files, as named on the command line
     std::optional<topology::GemmCurve> gemm;
     std::array<std::optional<double>, kMemKindCount> hbm_fractions;  // indexed by MemKind
-    std::optional<double> attention_forward, attention_backward;  // efficiency multipliers
-    std::optional<double> grouped_gemm;                          // rate multiplier
-    std::optional<double> residual;  // unmapped kernel time over the mapped compute time
+    std::optional<double> attention_forward, attention_backward;     // efficiency multipliers
+    std::optional<double> grouped_gemm;                              // rate multiplier
+    std::optional<double> residual;        // unmapped kernel time over the mapped compute time
     std::optional<Time> launch_overhead;   // GPU-side gap between back-to-back kernels
     std::optional<Time> host_launch;       // host time per kernel issued (compute.host.launch)
     std::vector<NetworkConstant> network;  // in operation, then link kind order
     bool has_compute() const {
-        return gemm || launch_overhead || host_launch || attention_forward ||
-               attention_backward || grouped_gemm || residual ||
+        return gemm || launch_overhead || host_launch || attention_forward || attention_backward ||
+               grouped_gemm || residual ||
                std::any_of(hbm_fractions.begin(), hbm_fractions.end(),
                            [](const auto& f) { return f.has_value(); });
     }

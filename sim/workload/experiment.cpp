@@ -219,7 +219,7 @@ void read_layout_keys(const config::Reader& r, ParallelLayout& l) {
 }
 
 // The layout's dp: `dp:`, checked against the topology's `world` GPUs, or what the GPUs left over
-// by tp x pp x cp make. `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs
+// by tp x pp x cp make. `part`: a shared-fabric job (session/jobs.hpp), which may take fewer GPUs
 // than the topology has and must then give dp.
 void layout_dp(const config::Reader& r, ParallelLayout& l, int world, bool part) {
     // In 64 bits and checked: tp = pp = 65536 would wrap an int product to 0.
@@ -303,8 +303,8 @@ void check_layout_sharding(const config::Reader& r, const ParallelLayout& l) {
                    "sharding: none or zero1");
 }
 
-// `part`: a shared-fabric job (api/jobs.hpp), which may take fewer GPUs than the topology has and
-// must then give dp.
+// `part`: a shared-fabric job (session/jobs.hpp), which may take fewer GPUs than the topology has
+// and must then give dp.
 ParallelLayout parse_layout(const config::Reader& r, int world, ExperimentSpec& spec,
                             bool part = false) {
     ParallelLayout l;

@@ -496,9 +496,9 @@ ExperimentSpec load_experiment(const ExperimentText& source,
                                ClusterCache* clusters = nullptr,
                                config::DocumentCache* documents = nullptr);
 
-// A `jobs:` file's job (api/jobs.hpp) from a document already parsed: as load_experiment, except
-// that the layout may take fewer GPUs than the topology has (tp x pp x dp x cp up to its GPUs,
-// with dp given).
+// A `jobs:` file's job (session/jobs.hpp) from a document already parsed: as load_experiment,
+// except that the layout may take fewer GPUs than the topology has (tp x pp x dp x cp up to its
+// GPUs, with dp given).
 ExperimentSpec load_job_experiment(const config::Document& doc,
                                    std::int64_t max_memory = topology::kDefaultMaxMemory);
 

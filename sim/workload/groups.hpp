@@ -35,7 +35,7 @@ class RankLayout {
     // The GPU of tensor rank t, context rank c, data-parallel replica d, pipeline stage s: the
     // rank itself, or placement[rank] once place() gave one.
     int gpu(int t, int c, int d, int s) const;
-    // A shared-fabric job (`jobs:`, api/jobs.hpp): rank r runs on GPU gpus[r]; gpus must hold
+    // A shared-fabric job (`jobs:`, session/jobs.hpp): rank r runs on GPU gpus[r]; gpus must hold
     // world_size() distinct GPU numbers (ConfigError otherwise).
     void place(std::vector<int> gpus);
     const std::vector<int>& placement() const { return placement_; }

@@ -1,4 +1,4 @@
-// Shared fabric (`jobs:`, api/jobs.hpp): placements give the GPU sets derived by hand, two
+// Shared fabric (`jobs:`, session/jobs.hpp): placements give the GPU sets derived by hand, two
 // identical jobs whose only shared resource is one NIC link each see the max-min slowdown, and
 // member folding is off in a shared run while the results stay those of the job alone.
 #include <doctest/doctest.h>
