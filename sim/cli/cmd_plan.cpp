@@ -103,7 +103,11 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
                   result->seconds.simulate);
     if (!a.json.empty())
         write_file_atomically(
-            a.json, [&](std::ostream& out) { out << json_text(api::plan_json(*result)); },
+            a.json,
+            [&](std::ostream& out) {
+                api::write_plan_json(out, *result);
+                out << '\n';
+            },
             &outputs);
     if (!a.html.empty()) {
         report::HtmlReport page;

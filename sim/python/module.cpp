@@ -18,6 +18,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -285,7 +286,9 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
             hooks.check(done, total, phase, done <= 1 || done == total);
         };
         const api::SweepRanks ranks;  // one process, as sweep
-        return api::plan_json(*api::plan(options, ranks)).dump();
+        std::ostringstream text;
+        api::write_plan_json(text, *api::plan(options, ranks), -1);
+        return std::move(text).str();
     });
 }
 

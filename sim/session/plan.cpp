@@ -149,7 +149,20 @@ struct Search {
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0;
     std::map<std::string, std::size_t> invalid_reasons;
     std::vector<Survivor> survivors;
-    std::vector<PlanEntry> entries;  // with keep_entries
+    std::vector<PlanEntries::Record> entries;  // with keep_entries
+    // The invalid layouts' messages that `entries` share (one copy per message in a chunk).
+    std::map<std::string, std::shared_ptr<const std::string>, std::less<>> messages;
+
+    // Counts an invalid layout and returns its message, shared with the others that gave it.
+    std::shared_ptr<const std::string> invalid_for(
+        std::string why, const std::shared_ptr<const std::string>& given) {
+        ++invalid;
+        ++invalid_reasons[why];
+        if (given && *given == why) return given;
+        auto& shared = messages[why];
+        if (!shared) shared = std::make_shared<const std::string>(std::move(why));
+        return shared;
+    }
 
     // Appends `part` (a later chunk: the order of survivors and entries stays the enumeration's).
     void absorb(Search&& part) {
@@ -191,11 +204,13 @@ struct SearchStep {
     const topology::GpuModel& gpu;
     double limit = 0;
 
-    // `refused`: shape_refusal's reason for the layout's shape (empty: none).
-    void operator()(const PlanLayout& l, std::size_t index, const std::string& refused, Worker& w,
+    // `refused`: shape_refusal's reason for the layout's shape (empty: none), which the
+    // layouts of that shape share.
+    void operator()(const PlanLayout& l, std::size_t index,
+                    const std::shared_ptr<const std::string>& refused, Worker& w,
                     Search& out) const {
         ++out.layouts;
-        PlanEntry entry;
+        PlanEntries::Record entry;
         entry.layout = l;
         entry.index = index;
         // What the loader would refuse for the sharding alone is counted without loading (a
@@ -203,12 +218,10 @@ struct SearchStep {
         // Then the shape's refusal (shape_refusal), after the sharding's as the loader reads
         // the sharding first.
         auto why = workload::sharding_refusal(l.sharding, l.cp, l.ep);
-        if (why.empty()) why = refused;
+        if (why.empty()) why = *refused;
         if (!why.empty()) {
             entry.status = PlanEntry::Status::Invalid;
-            ++out.invalid;
-            ++out.invalid_reasons[why];
-            entry.reason = std::move(why);
+            entry.invalid = out.invalid_for(std::move(why), refused);
             if (options.keep_entries) out.entries.push_back(std::move(entry));
             return;
         }
@@ -235,12 +248,8 @@ struct SearchStep {
             }
             entry.memory_bytes = memory;
             if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
-                entry.status = PlanEntry::Status::PrunedMemory;
-                entry.reason = "needs " + std::string(floor_only ? "at least " : "") +
-                               format_bytes(Bytes{memory}) + " per GPU" +
-                               (floor_only ? " (one microbatch in flight)" : "") + ", above " +
-                               format_bytes(Bytes{static_cast<std::int64_t>(limit)}) + " (HBM " +
-                               format_bytes(gpu.hbm) + " less the headroom)";
+                entry.status = PlanEntry::Status::PrunedMemory;  // why: PlanEntries writes it
+                entry.floor_only = floor_only;
                 ++out.pruned_memory;
             } else {
                 Survivor s;
@@ -258,9 +267,7 @@ struct SearchStep {
             }
         } catch (const ConfigError& e) {
             entry.status = PlanEntry::Status::Invalid;
-            entry.reason = e.what();
-            ++out.invalid;
-            ++out.invalid_reasons[e.what()];
+            entry.invalid = out.invalid_for(e.what(), nullptr);
         }
         if (options.keep_entries) out.entries.push_back(std::move(entry));
     }
@@ -487,7 +494,7 @@ Search search_layouts(const PlanOptions& options, const Fixes& fixes,
         chunks.back().found = pool.submit([&, layouts](std::size_t w) {
             Search part;
             for (const auto& item : *layouts)
-                search_one(item.layout, item.index, *item.refused, workers[w], part);
+                search_one(item.layout, item.index, item.refused, workers[w], part);
             return part;
         });
     };
@@ -538,7 +545,8 @@ bool gather_shares(Search& search, const SweepRanks& ranks) {
         for (const auto& e : search.entries)
             entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0, 0,
                                                       0, e.memory_bytes}),
-                               static_cast<int>(e.status), e.reason});
+                               static_cast<int>(e.status), e.invalid ? *e.invalid : std::string(),
+                               e.floor_only});
         mine = {search.layouts,         search.invalid, search.pruned_memory,
                 search.invalid_reasons, survivors,      entries};
     }
@@ -555,14 +563,20 @@ bool gather_shares(Search& search, const SweepRanks& ranks) {
         for (const auto& s : j.at(4))
             search.survivors.push_back(survivor_from(s));
         for (const auto& e : j.at(5)) {
-            PlanEntry entry;
+            PlanEntries::Record entry;
             const auto s = survivor_from(e.at(0));
             entry.layout = s.layout;
             entry.index = s.index;
             entry.lower_bound_s = s.bound_s;
             entry.memory_bytes = s.memory;
             entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
-            entry.reason = e.at(2).get<std::string>();
+            if (entry.status == PlanEntry::Status::Invalid) {
+                auto& shared = search.messages[e.at(2).get<std::string>()];
+                if (!shared)
+                    shared = std::make_shared<const std::string>(e.at(2).get<std::string>());
+                entry.invalid = shared;
+            }
+            entry.floor_only = e.at(3).get<bool>();
             search.entries.push_back(std::move(entry));
         }
     }
@@ -813,26 +827,14 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
 
 // --json: every layout in enumeration order (the ranks' shares interleave), with the figures of
 // those simulated and confirmed, and why the others were not.
-std::vector<PlanEntry> entries_of(std::vector<PlanEntry> entries, const Simulations& sims,
-                                  const PlanResult& result) {
-    std::sort(entries.begin(), entries.end(),
-              [](const PlanEntry& x, const PlanEntry& y) { return x.index < y.index; });
-    for (auto& e : entries) {
-        if (e.status != PlanEntry::Status::PrunedBound) continue;
-        if (const auto a = sims.analytical_of.find(e.index); a != sims.analytical_of.end()) {
-            e.analytical = a->second;
-            e.status = PlanEntry::Status::Simulated;
-        } else {
-            e.reason = "its lower bound " + std::to_string(e.lower_bound_s) +
-                       " s cannot beat the " + std::to_string(sims.options.top) +
-                       "-th best result under the " + result.network + " network";
-        }
-        if (const auto c = sims.confirmed_of.find(e.index); c != sims.confirmed_of.end()) {
-            e.confirmed = c->second;
-            e.status = PlanEntry::Status::Confirmed;
-        }
-    }
-    return entries;
+PlanEntries entries_of(std::vector<PlanEntries::Record> records, Simulations& sims,
+                       const PlanResult& result) {
+    std::sort(records.begin(), records.end(),
+              [](const auto& x, const auto& y) { return x.index < y.index; });
+    return PlanEntries(std::move(records), std::move(sims.analytical_of),
+                       std::move(sims.confirmed_of),
+                       PlanEntries::Context{result.limit_bytes, result.hbm_bytes, sims.options.top,
+                                            result.network});
 }
 
 }  // namespace

@@ -29,8 +29,10 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,72 @@ inline constexpr std::array<Named<PlanEntry::Status>, 5> kPlanStatusNames{{
 }};
 const char* plan_status_name(PlanEntry::Status s);  // its row of kPlanStatusNames
 
+// Every layout plan looked at (PlanOptions::keep_entries), in enumeration order, held compactly:
+// about 150 bytes a layout (DeepSeek-V3's 1.32 million layouts take about 200 MB), and each
+// PlanEntry made whole when read. An entry's reason is written then from what its record keeps
+// (an invalid layout's message, shared by the layouts that gave it; a pruned layout's memory or
+// bound), and the figures of the few layouts simulated come from two maps by index.
+class PlanEntries {
+  public:
+    // What the search keeps of a layout.
+    struct Record {
+        PlanLayout layout;
+        std::size_t index = 0;
+        std::int64_t memory_bytes = 0;
+        double lower_bound_s = 0;
+        std::shared_ptr<const std::string> invalid;  // Invalid: why
+        PlanEntry::Status status = PlanEntry::Status::Invalid;
+        // PrunedMemory: only the floor (one microbatch in flight) was counted.
+        bool floor_only = false;
+    };
+    // What the reasons are written with: the memory limit and HBM per GPU, the top k and the
+    // network of the ranking.
+    struct Context {
+        std::int64_t limit_bytes = 0, hbm_bytes = 0;
+        std::size_t top = 0;
+        std::string network;
+    };
+
+    PlanEntries() = default;
+    // `records` in enumeration order; the figures of those simulated (analytical) and confirmed
+    // (under the experiment's network), by index. A record the bound pruned whose index has
+    // analytical figures reads as simulated, and with confirmed figures as confirmed.
+    PlanEntries(std::vector<Record> records, std::map<std::size_t, PlanFigures> analytical,
+                std::map<std::size_t, PlanFigures> confirmed, Context context);
+
+    std::size_t size() const { return records_.size(); }
+    bool empty() const { return records_.empty(); }
+    PlanEntry operator[](std::size_t i) const;
+    PlanEntry front() const { return (*this)[0]; }
+    // The entries with analytical figures (simulated or confirmed), in enumeration order.
+    std::vector<PlanEntry> simulated() const;
+
+    // Reads entries by value: `for (const auto& e : entries)` makes each in turn.
+    class Iterator {
+      public:
+        using value_type = PlanEntry;
+        using difference_type = std::ptrdiff_t;
+        Iterator(const PlanEntries* of, std::size_t at) : of_(of), at_(at) {}
+        PlanEntry operator*() const { return (*of_)[at_]; }
+        Iterator& operator++() {
+            ++at_;
+            return *this;
+        }
+        bool operator==(const Iterator& o) const { return at_ == o.at_; }
+
+      private:
+        const PlanEntries* of_;
+        std::size_t at_;
+    };
+    Iterator begin() const { return {this, 0}; }
+    Iterator end() const { return {this, records_.size()}; }
+
+  private:
+    std::vector<Record> records_;
+    std::map<std::size_t, PlanFigures> analytical_, confirmed_;
+    Context context_;
+};
+
 struct PlanOptions {
     std::filesystem::path experiment;
     std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
@@ -230,7 +298,7 @@ struct PlanResult {
     std::vector<std::string> guide_reasoning;
     std::vector<PlanGuideEntry> guide;
     std::vector<std::string> guide_not_dividing;
-    std::vector<PlanEntry> entries;  // with keep_entries, in enumeration order
+    PlanEntries entries;  // with keep_entries
 };
 
 // --global-batch's text: a comma-separated list of sizes N, ranges MIN..MAX (the multiples of
@@ -260,8 +328,11 @@ std::string megatron_args_for(const workload::ExperimentSpec& spec,
 // simulates; other ranks return nullopt.
 std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ranks);
 
-// The JSON `plan --json` writes.
-nlohmann::ordered_json plan_json(const PlanResult& r);
+// The JSON of `plan --json` (and of `clustersim.plan`), written to `out` one entry at a time, so
+// that the document is never held whole (DeepSeek-V3's held as a tree took 3.47 GiB). The text
+// is what nlohmann::ordered_json::dump(indent) prints for the same document (-1: compact), with
+// invalid UTF-8 replaced.
+void write_plan_json(std::ostream& out, const PlanResult& r, int indent = 2);
 
 // What `plan --html` draws (report::HtmlReport::plan): the headline, the top k, and every
 // simulated layout (PlanOptions::keep_entries) as a point of memory per GPU against iteration

@@ -1,9 +1,12 @@
-// plan's results as JSON: `plan --json` (plan_json) and the HTML report's data (plan_html_data).
+// plan's results as JSON: the entries of every layout looked at (PlanEntries), `plan --json`
+// (write_plan_json) and the HTML report's data (plan_html_data).
 #include "session/plan.hpp"
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 
+#include "core/units.hpp"
 #include "report/summary.hpp"
 
 namespace cs::api {
@@ -61,13 +64,145 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
     return j;
 }
 
+nlohmann::ordered_json entry_json(const PlanEntry& e) {
+    nlohmann::ordered_json t;
+    t["layout"] = layout_json(e.layout);
+    t["status"] = plan_status_name(e.status);
+    if (!e.reason.empty()) t["reason"] = e.reason;
+    if (e.status != PlanEntry::Status::Invalid) t["memory_per_gpu_bytes"] = e.memory_bytes;
+    if (e.lower_bound_s > 0) t["lower_bound_s"] = e.lower_bound_s;
+    if (e.analytical) t["analytical"] = figures_json(*e.analytical);
+    if (e.confirmed) t["confirmed"] = figures_json(*e.confirmed);
+    return t;
+}
+
+// Writes the members of `j` after those already written (`first`: none yet) at `depth`, as
+// dump(indent) prints the members of an object at that depth: each `"key": value` on its own
+// line, a value of several lines indented to the depth.
+class ObjectWriter {
+  public:
+    ObjectWriter(std::ostream& out, int indent) : out_(out), indent_(indent) {}
+    void begin() { out_ << '{'; }
+    // One member, with `value` as dump prints it at depth 1.
+    void member(std::string_view key, const nlohmann::ordered_json& value) {
+        open_member(key);
+        write_nested(
+            value.dump(indent_, ' ', false, nlohmann::ordered_json::error_handler_t::replace), 1);
+    }
+    // The opening of a member whose value the caller writes (an array: open_array).
+    void open_member(std::string_view key) {
+        out_ << (any_ ? "," : "") << newline(1)
+             << nlohmann::ordered_json(std::string(key))
+                    .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+             << (indent_ < 0 ? ":" : ": ");
+        any_ = true;
+    }
+    // An array's items, each as dump prints it at depth 2; close_array after the last.
+    void array_item(const nlohmann::ordered_json& value) {
+        out_ << (items_ == 0 ? "[" : ",") << newline(2);
+        write_nested(
+            value.dump(indent_, ' ', false, nlohmann::ordered_json::error_handler_t::replace), 2);
+        ++items_;
+    }
+    void close_array() {
+        if (items_ == 0)
+            out_ << "[]";
+        else
+            out_ << newline(1) << ']';
+        items_ = 0;
+    }
+    void end() { out_ << (any_ ? newline(0) : std::string()) << '}'; }
+
+  private:
+    // A line break and the indentation of `depth` (nothing in the compact form).
+    std::string newline(int depth) const {
+        if (indent_ < 0) return {};
+        std::string text(1 + static_cast<std::size_t>(depth * indent_), ' ');
+        text.front() = '\n';
+        return text;
+    }
+    // `text` (a value dumped at depth 0) at `depth`: every line after its first indented. Line
+    // breaks in dumped text are structure only (a string's are escaped).
+    void write_nested(const std::string& text, int depth) {
+        if (indent_ < 0) {
+            out_ << text;
+            return;
+        }
+        const std::string pad = newline(depth);
+        std::size_t from = 0;
+        for (std::size_t at = text.find('\n'); at != std::string::npos;
+             from = at + 1, at = text.find('\n', from))
+            out_.write(text.data() + from, static_cast<std::streamsize>(at - from)) << pad;
+        out_.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
+    }
+    std::ostream& out_;
+    int indent_;
+    bool any_ = false;
+    std::size_t items_ = 0;
+};
+
 }  // namespace
 
 const char* plan_status_name(PlanEntry::Status s) {
     return name_of(kPlanStatusNames, s).data();
 }
 
-nlohmann::ordered_json plan_json(const PlanResult& r) {
+PlanEntries::PlanEntries(std::vector<Record> records, std::map<std::size_t, PlanFigures> analytical,
+                         std::map<std::size_t, PlanFigures> confirmed, Context context)
+    : records_(std::move(records)),
+      analytical_(std::move(analytical)),
+      confirmed_(std::move(confirmed)),
+      context_(std::move(context)) {}
+
+PlanEntry PlanEntries::operator[](std::size_t i) const {
+    const Record& r = records_.at(i);
+    PlanEntry e;
+    e.layout = r.layout;
+    e.index = r.index;
+    e.status = r.status;
+    e.memory_bytes = r.memory_bytes;
+    e.lower_bound_s = r.lower_bound_s;
+    switch (r.status) {
+        case PlanEntry::Status::Invalid:
+            if (r.invalid) e.reason = *r.invalid;
+            break;
+        case PlanEntry::Status::PrunedMemory:
+            e.reason = "needs " + std::string(r.floor_only ? "at least " : "") +
+                       format_bytes(Bytes{r.memory_bytes}) + " per GPU" +
+                       (r.floor_only ? " (one microbatch in flight)" : "") + ", above " +
+                       format_bytes(Bytes{context_.limit_bytes}) + " (HBM " +
+                       format_bytes(Bytes{context_.hbm_bytes}) + " less the headroom)";
+            break;
+        default:
+            if (const auto a = analytical_.find(r.index); a != analytical_.end()) {
+                e.analytical = a->second;
+                e.status = PlanEntry::Status::Simulated;
+            } else {
+                e.status = PlanEntry::Status::PrunedBound;
+                e.reason = "its lower bound " + std::to_string(r.lower_bound_s) +
+                           " s cannot beat the " + std::to_string(context_.top) +
+                           "-th best result under the " + context_.network + " network";
+            }
+            if (const auto c = confirmed_.find(r.index); c != confirmed_.end()) {
+                e.confirmed = c->second;
+                e.status = PlanEntry::Status::Confirmed;
+            }
+    }
+    return e;
+}
+
+std::vector<PlanEntry> PlanEntries::simulated() const {
+    std::vector<PlanEntry> out;
+    out.reserve(analytical_.size());
+    for (std::size_t i = 0; i < records_.size(); ++i)
+        if (records_[i].status != PlanEntry::Status::Invalid &&
+            records_[i].status != PlanEntry::Status::PrunedMemory &&
+            analytical_.count(records_[i].index))
+            out.push_back((*this)[i]);
+    return out;
+}
+
+void write_plan_json(std::ostream& out, const PlanResult& r, int indent) {
     nlohmann::ordered_json j;
     j["experiment"] = r.source;
     j["gpus"] = r.gpus;
@@ -101,19 +236,15 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
         top.push_back(std::move(t));
     }
     j["top"] = std::move(top);
-    auto entries = nlohmann::ordered_json::array();
-    for (const auto& e : r.entries) {
-        nlohmann::ordered_json t;
-        t["layout"] = layout_json(e.layout);
-        t["status"] = plan_status_name(e.status);
-        if (!e.reason.empty()) t["reason"] = e.reason;
-        if (e.status != PlanEntry::Status::Invalid) t["memory_per_gpu_bytes"] = e.memory_bytes;
-        if (e.lower_bound_s > 0) t["lower_bound_s"] = e.lower_bound_s;
-        if (e.analytical) t["analytical"] = figures_json(*e.analytical);
-        if (e.confirmed) t["confirmed"] = figures_json(*e.confirmed);
-        entries.push_back(std::move(t));
-    }
-    j["layouts_evaluated"] = std::move(entries);
+    // The members so far, then every layout's entry as it is made, then the guide's.
+    ObjectWriter writer(out, indent);
+    writer.begin();
+    for (const auto& [key, value] : j.items())
+        writer.member(key, value);
+    writer.open_member("layouts_evaluated");
+    for (const auto& e : r.entries)
+        writer.array_item(entry_json(e));
+    writer.close_array();
     if (!r.guide_reasoning.empty()) {
         nlohmann::ordered_json g;
         g["reasoning"] = r.guide_reasoning;
@@ -132,9 +263,9 @@ nlohmann::ordered_json plan_json(const PlanResult& r) {
         }
         g["layouts"] = std::move(layouts);
         g["not_dividing"] = r.guide_not_dividing;
-        j["guide"] = std::move(g);
+        writer.member("guide", g);
     }
-    return j;
+    writer.end();
 }
 
 nlohmann::ordered_json plan_html_data(const PlanResult& r) {
@@ -170,8 +301,7 @@ nlohmann::ordered_json plan_html_data(const PlanResult& r) {
         std::string text;
     };
     std::vector<Point> points;
-    for (const auto& e : r.entries) {
-        if (!e.analytical) continue;
+    for (const auto& e : r.entries.simulated()) {
         Point p{e.memory_bytes, (e.confirmed ? *e.confirmed : *e.analytical).iteration_time_s,
                 e.confirmed.has_value(), 0, e.layout.text()};
         for (std::size_t i = 0; i < r.top.size(); ++i)

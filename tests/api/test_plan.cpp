@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,6 +35,22 @@ namespace {
 
 const std::string kData = std::string(CLUSTERSIM_SOURCE_DIR) + "/tests/api/data/";
 const std::string kSmall = kData + "plan-small.yaml";
+
+// What `plan --json` writes (write_plan_json), read back.
+nlohmann::ordered_json plan_json(const api::PlanResult& r) {
+    std::ostringstream text;
+    api::write_plan_json(text, r);
+    return nlohmann::ordered_json::parse(text.str());
+}
+
+// write_plan_json's text at `indent`, and the check that it is what nlohmann prints for the
+// same document (the writer streams the entries one by one instead of building the tree).
+std::string checked_plan_json(const api::PlanResult& r, int indent) {
+    std::ostringstream text;
+    api::write_plan_json(text, r, indent);
+    CHECK(nlohmann::ordered_json::parse(text.str()).dump(indent) == text.str());
+    return text.str();
+}
 
 // The space both searches cover: 8 GPUs (two nodes of four), cp 1, sharding zero1, micro-batch
 // 1 or 2, every recompute, 1f1b and interleaved (vpp 2, 4 or 8: the divisors >= 2 of 8 / pp
@@ -124,7 +141,7 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
     // plan's figures (figures_json: by hand, in plan's own order) against summary_fields.def:
     // every key but the objective is a column of the table, of the value the sweep's run of the
     // same layout gave it.
-    const auto figures = api::plan_json(*result)["top"][0]["figures"];
+    const auto figures = plan_json(*result)["top"][0]["figures"];
     const auto& fields = report::summary_fields();
     for (const auto& [key, value] : figures.items()) {
         if (key == "objective") continue;
@@ -141,21 +158,21 @@ TEST_CASE("plan finds the brute-force sweep's best layout and prunes none of its
 
     // No layout of the sweep's top k was pruned: each is among plan's simulated entries, with
     // the same time.
-    std::map<std::string, const api::PlanEntry*> entries;
+    std::map<std::string, api::PlanEntry> entries;
     for (const auto& e : result->entries) {
         const auto& l = e.layout;
         entries[std::to_string(l.tp) + "/" + std::to_string(l.pp) + "/" + std::to_string(l.vpp) +
                 "/" + l.schedule + "/" + std::to_string(l.micro_batch_size) + "/" +
-                std::string(name_of(workload::kRecomputeNames, l.recompute))] = &e;
+                std::string(name_of(workload::kRecomputeNames, l.recompute))] = e;
     }
     for (std::size_t i = 0; i < options.top; ++i) {
         const auto& v = fitting[i]->values;
         const auto key = v[0] + "/" + v[1] + "/" + v[2] + "/" + v[4] + "/" + v[5] + "/" + v[6];
         const auto at = entries.find(key);
         REQUIRE_MESSAGE(at != entries.end(), key);
-        CHECK_MESSAGE(at->second->analytical.has_value(), key);
-        if (at->second->analytical)
-            CHECK(at->second->analytical->iteration_time_s ==
+        CHECK_MESSAGE(at->second.analytical.has_value(), key);
+        if (at->second.analytical)
+            CHECK(at->second.analytical->iteration_time_s ==
                   fitting[i]->result->iteration_time_s());
     }
 
@@ -421,7 +438,7 @@ TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what 
     for (std::size_t i = 0; i < 3; ++i)
         differs |= limited->top[i].index != exact->top[i].index;
     CHECK(differs);
-    CHECK(api::plan_json(*limited)["contenders"] == left);
+    CHECK(plan_json(*limited)["contenders"] == left);
 
     options.confirm = exact->confirmed;
     const auto enough = api::plan(options, ranks);
@@ -488,6 +505,14 @@ TEST_CASE("plan --guide: the guide's row, its topology and sequence rules, its l
         if (c.figures.objective <= g.figures->objective) ++rank;
     CHECK(g.rank == rank);
     CHECK(!g.versus.empty());
+
+    // Its --json (every layout's entry, then the guide's), streamed, at indent 2 and compact.
+    for (const int indent : {2, -1}) {
+        CAPTURE(indent);
+        const auto doc = nlohmann::ordered_json::parse(checked_plan_json(*result, indent));
+        CHECK(doc["layouts_evaluated"].size() == result->layouts);
+        CHECK(doc["guide"]["layouts"].size() == 1);
+    }
 }
 
 TEST_CASE("plan refuses bad input with a clear message") {
@@ -537,6 +562,10 @@ TEST_CASE("plan's cost objective ranks as time does, with the price per 1M token
     CHECK(cost->top.front().layout.text() == time->top.front().layout.text());
     const double T = cost->top.front().figures.iteration_time_s;
     CHECK(cost->top.front().figures.objective == doctest::Approx(2.0 * 8 * T / 3600 / 16384 * 1e6));
+    // Without keep_entries the JSON's list (its last member) is empty: "[]" as nlohmann prints
+    // an empty array.
+    CHECK(checked_plan_json(*cost, 2).find("\"layouts_evaluated\": []\n}") != std::string::npos);
+    CHECK(checked_plan_json(*cost, -1).find("\"layouts_evaluated\":[]}") != std::string::npos);
 }
 
 TEST_CASE("plan's energy objective: the catalogue's board power, or the experiment's") {
@@ -714,7 +743,7 @@ TEST_CASE("plan's answer is the same for any number of threads") {
         options.threads = threads;
         const auto result = api::plan(options, ranks);
         REQUIRE(result);
-        const auto text = api::plan_json(*result).dump();
+        const auto text = plan_json(*result).dump();
         if (first.empty()) {
             first = text;
             CHECK(result->confirmed > options.top);
@@ -855,7 +884,7 @@ TEST_CASE("plan --global-batch: ranked per token, the best of each batch's own p
     const auto overrides = l.overrides();
     CHECK(std::count(overrides.begin(), overrides.end(),
                      "training.global_batch_size=" + std::to_string(l.global_batch)) == 1);
-    CHECK(api::plan_json(*all)["top"][0]["layout"]["global_batch_size"] == l.global_batch);
+    CHECK(plan_json(*all)["top"][0]["layout"]["global_batch_size"] == l.global_batch);
     // One batch: time stays the iteration time.
     o.global_batches = {16};
     const auto one = api::plan(o, ranks);
