@@ -57,6 +57,10 @@ class PassBuilder {
     // Eager PyTorch's addmm (a linear with a bias) runs a memset (cuBLASLt's workspace) before
     // its GEMM: two launches; a linear without bias is one mm. `kernel`: GroupedGemm for the
     // experts' GEMMs run one per local expert (KernelKind).
+    // In the backward a linear's host cost is its autograd nodes', which a bias does not
+    // change: a bias-less GEMM's one launch takes the biased pair's two launches of host time
+    // (docs/compute-model.md section 6, from the profiled Llama and GPT iterations).
+    static constexpr double kBiaslessBackwardHost = 2;
     void gemm(PassPlan& pass, const char* label, GemmShape shape, bool recompute = false,
               int repeat = 1, KernelKind kernel = KernelKind::Gemm) {
         if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) return;
@@ -65,7 +69,8 @@ class PassBuilder {
         s.kernel = kernel;
         s.tensor_core = true;
         s.launches = eager() && bias_ ? 2 : 1;
-        s.host_weight = host_weight(true);
+        s.host_weight =
+            host_weight(true) * (eager() && backward_ && !bias_ ? kBiaslessBackwardHost : 1);
         const int element = precision_ == Precision::Fp8 ? 1 : 2;
         s.duration = gemm_time(shape, precision_, gpu_, compute_, element, recipe_) +
                      compute_.launch_overhead * (s.launches - 1);
