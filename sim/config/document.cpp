@@ -505,8 +505,7 @@ SourceLocation Reader::location() const {
 SourceLocation Reader::location(const std::string& key) const {
     const std::string full = child_path(key);
     if (auto o = override_location(full, false)) return *o;
-    const YAML::Node& cn = node_;
-    const YAML::Node v = cn[key];
+    const YAML::Node v = lookup(key);
     if (v.IsDefined() && !v.Mark().is_null()) return mark_location(doc_->display_path, v.Mark());
     // A mapping --set created (traning.seq_length=4 creates `traning`): the argument under it.
     if (v.IsDefined())
@@ -528,12 +527,28 @@ bool Reader::has(const std::string& key) const {
     return v.IsDefined() && !v.IsNull();
 }
 
-// One lookup per call (yaml-cpp scans the mapping for the key): has() and every typed accessor
-// come through here.
+// One lookup per call: has() and every typed accessor come through here.
 const YAML::Node Reader::value(const std::string& key) const {
     if (accepted_.insert(key).second) accepted_order_.push_back(key);
+    return lookup(key);
+}
+
+YAML::Node Reader::lookup(const std::string& key) const {
     const YAML::Node& cn = node_;
-    return cn[key];
+    if (!cn.IsMap()) return cn[key];
+    if (!index_) {
+        // The keys yaml-cpp's lookup can match: scalars, compared by their text (its
+        // convert<std::string>); the first of equal keys wins, as there.
+        index_.emplace();
+        for (auto it = cn.begin(); it != cn.end(); ++it)
+            if (it->first.IsScalar()) index_->emplace_back(it->first.Scalar(), it->second);
+    }
+    for (const auto& [k, v] : *index_)
+        if (k == key) return v;
+    // Absent: the undefined node yaml-cpp returns for a missing key, from an empty mapping (no
+    // scan).
+    thread_local const YAML::Node empty(YAML::NodeType::Map);
+    return empty[key];
 }
 
 std::string Reader::scalar_text(const std::string& key, const char* expected) const {

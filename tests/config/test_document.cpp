@@ -31,6 +31,25 @@ TEST_CASE("strict reader: values, units and unknown keys with file:line:column")
           "x.yaml:4:1: unknown key 'typo'; accepted keys here: a, b or c");
 }
 
+TEST_CASE("a reader finds a key as yaml-cpp's lookup does, from its index") {
+    // Reader indexes a mapping's scalar keys at its first lookup. yaml-cpp compares a key by its
+    // scalar text (so 1 and "1" are the same key), skips keys that are not scalars (a sequence
+    // as a key), and reads an absent key as undefined; a key read after others, the last key,
+    // and a key of a nested mapping are found the same way, each at its own position.
+    auto doc = parse_document("1: one\n? [x, y]\n: seq\nb: 2\nlast: {k: 4}\n", "k.yaml");
+    Reader r = root_reader(doc);
+    CHECK(r.string("1") == "one");
+    CHECK(!r.has("x"));
+    CHECK(!r.has("[x, y]"));
+    CHECK(r.integer("b") == 2);
+    CHECK(!r.has("absent"));
+    CHECK(r.integer_or("absent", 7) == 7);
+    CHECK(r.map("last").integer("k") == 4);
+    CHECK(error_of([&] { r.string("missing"); }) ==
+          "k.yaml:1:1: 'missing': missing; expected a string");
+    CHECK(r.location("b").render() == "k.yaml:4:4");
+}
+
 TEST_CASE("missing units and wrong types are named") {
     auto doc = parse_document("lat: 5\nbw: fast\nn: -2\n", "t.yaml");
     Reader r = root_reader(doc);
