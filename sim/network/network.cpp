@@ -20,6 +20,7 @@
 #include "network/observed_links.hpp"
 #include "network/plan_book.hpp"
 #include "network/plan_calibration.hpp"
+#include "network/plan_size_map.hpp"
 
 namespace cs::network {
 
@@ -521,11 +522,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         // This network's own index first: its configuration is fixed, so (plan, size) is the key.
         // A null entry remembers that the kept costs were full when the key was first asked for
         // (they only grow), so that the shared table is not searched again for it.
-        const auto mine = std::pair{&plan, size.value};
-        if (auto it = cost_of_.find(mine); it != cost_of_.end()) return it->second;
-        const PlanCost* cost = shared_cost(plan, size);
-        cost_of_.emplace(mine, cost);
-        return cost;
+        const auto [cost, fresh] = cost_of_.try_emplace(&plan, size.value);
+        if (fresh) *cost = shared_cost(plan, size);
+        return *cost;
     }
     const PlanCost* shared_cost(const Plan& plan, Bytes size) {
         SharedPlans& shared = *book_.shared();
@@ -640,11 +639,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 // A plan not kept with the cluster, or kept costs full: this network keeps the
                 // times it works out itself (plans are never freed while it lives: routes
                 // changed retire them, so their addresses are not reused).
-                const auto [at, fresh] = own_time_of_.try_emplace({&plan, size.value});
+                const auto [time, fresh] = own_time_of_.try_emplace(&plan, size.value);
                 if (fresh)
-                    at->second = unshared_time(plan, static_cast<double>(size.value),
-                                               [](const FlowTemplate&, double, Time) {});
-                return at->second;
+                    *time = unshared_time(plan, static_cast<double>(size.value),
+                                          [](const FlowTemplate&, double, Time) {});
+                return *time;
             }
         }
         return unshared_time(
@@ -861,18 +860,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     const double* capacity_ = nullptr;
     KeptState* kept_ = nullptr;  // null: no fast path
     // kept_cost's index of this network's lookups, by (plan, size).
-    struct PlanSizeHash {
-        std::size_t operator()(const std::pair<const Plan*, std::int64_t>& k) const {
-            return static_cast<std::size_t>(
-                mix64(reinterpret_cast<std::uintptr_t>(k.first) ^
-                      static_cast<std::uint64_t>(k.second) * 0x9e3779b97f4a7c15));
-        }
-    };
-    std::unordered_map<std::pair<const Plan*, std::int64_t>, const PlanCost*, PlanSizeHash>
-        cost_of_;
+    detail::PlanSizeMap<const PlanCost*> cost_of_;
     // unshared_start's times of transfers whose cost the kept costs had no room for, by (plan,
     // size), when nothing observes the network.
-    std::unordered_map<std::pair<const Plan*, std::int64_t>, Time, PlanSizeHash> own_time_of_;
+    detail::PlanSizeMap<Time> own_time_of_;
     // hold_link_totals: the kept costs told at flush_link_totals, in first-use order, with the
     // transfers each stands for.
     bool hold_totals_ = false;

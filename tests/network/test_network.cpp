@@ -12,6 +12,7 @@
 #include "core/errors.hpp"
 #include "network/accelerator.hpp"
 #include "network/network.hpp"
+#include "network/plan_size_map.hpp"
 
 using namespace cs;
 using namespace cs::network;
@@ -1305,4 +1306,30 @@ TEST_CASE("link chains: a NIC's two links carried as one solver link, with the s
     late->send(0, 3, Bytes{1'000'000'000}, 1);
     sim2.run_until(Time::ms(1));
     CHECK_FALSE(late->accelerator()->merge_link_chains());
+}
+
+TEST_CASE("the network's (plan, size) memo keeps every key apart through its growth") {
+    // 50 plans x 40 sizes = 2,000 keys, inserted in an order that interleaves plans and sizes;
+    // the table starts at 64 slots and doubles at half full, so it grows six times on the way
+    // (64 -> 4,096 slots). Each key gets a value of its own (plan index x 1,000 + size); a second
+    // pass finds every value as inserted (not fresh), so no growth lost or mixed a key, and the
+    // same plan at two sizes, or two plans at one size, are different keys.
+    std::vector<network::Plan> plans(50);
+    network::detail::PlanSizeMap<std::int64_t> memo;
+    for (std::int64_t size = 0; size < 40; ++size)
+        for (std::size_t p = 0; p < plans.size(); ++p) {
+            const auto [value, fresh] = memo.try_emplace(&plans[p], size);
+            CHECK(fresh);
+            CHECK(*value == 0);
+            *value = static_cast<std::int64_t>(p) * 1000 + size;
+        }
+    CHECK(memo.size() == 2000);
+    bool all = true;
+    for (std::size_t p = 0; p < plans.size(); ++p)
+        for (std::int64_t size = 0; size < 40; ++size) {
+            const auto [value, fresh] = memo.try_emplace(&plans[p], size);
+            all = all && !fresh && *value == static_cast<std::int64_t>(p) * 1000 + size;
+        }
+    CHECK(all);
+    CHECK(memo.size() == 2000);
 }
