@@ -76,9 +76,9 @@ nlohmann::ordered_json entry_json(const PlanEntry& e) {
     return t;
 }
 
-// Writes the members of `j` after those already written (`first`: none yet) at `depth`, as
-// dump(indent) prints the members of an object at that depth: each `"key": value` on its own
-// line, a value of several lines indented to the depth.
+// Writes one object member by member as dump(indent) prints it whole (-1: compact): each
+// `"key": value` on its own line at depth 1, a value of several lines indented to its depth, an
+// array member's items at depth 2 one at a time (open_member, array_item..., close_array).
 class ObjectWriter {
   public:
     ObjectWriter(std::ostream& out, int indent) : out_(out), indent_(indent) {}
@@ -89,7 +89,8 @@ class ObjectWriter {
         write_nested(
             value.dump(indent_, ' ', false, nlohmann::ordered_json::error_handler_t::replace), 1);
     }
-    // The opening of a member whose value the caller writes (an array: open_array).
+    // The opening of a member whose value the caller writes (an array: array_item, then
+    // close_array).
     void open_member(std::string_view key) {
         out_ << (any_ ? "," : "") << newline(1)
              << nlohmann::ordered_json(std::string(key))
