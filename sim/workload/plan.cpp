@@ -133,7 +133,9 @@ std::int64_t uniform_group_saving(const ExperimentSpec& spec, int layers) {
     if (t.recompute != Recompute::Full || t.recompute_method != RecomputeMethod::Uniform ||
         layers == 0)
         return 0;
-    const std::int64_t groups = (layers + t.recompute_layers - 1) / t.recompute_layers;
+    // In 64 bits: recompute_layers may be any count up to 2^31 - 1 (one group then).
+    const std::int64_t groups =
+        (std::int64_t{layers} + t.recompute_layers - 1) / t.recompute_layers;
     return (layers - groups) * layer_activation_bytes(spec.model, spec.layout, t, false).value;
 }
 

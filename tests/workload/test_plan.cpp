@@ -663,6 +663,16 @@ TEST_CASE("partial recomputation: block recomputes the first N layers of each ch
     CHECK(p_block1.virtual_stages[0].activation_memory == Bytes{input + stored});
     CHECK(p_block5.virtual_stages[0].activation_memory == Bytes{2 * input});
     CHECK(p_none.virtual_stages[0].activation_memory == Bytes{2 * stored});
+    // The uniform method keeps one input per group of recompute_layers layers: groups of 2 (or
+    // of any larger count, up to the largest the loader takes, 2^31 - 1, whose group count once
+    // overflowed an int: fuzz session S14) make the chunk's 2 layers one group, one input.
+    for (const char* n : {"2", "2147483647"}) {
+        CAPTURE(n);
+        const auto uniform = l.spec({"training.recompute=full", "training.recompute_method=uniform",
+                                     std::string("training.recompute_layers=") + n});
+        CHECK(plan_iteration(uniform, 1, false, one_chunk()).virtual_stages[0].activation_memory ==
+              Bytes{input});
+    }
     // Hardware FLOPs: one layer forward F per layer and microbatch recomputed. Per iteration the
     // model has 4 layers; full recomputes 4 forwards, block 1 one per chunk, 2 in all:
     // HFU FLOPs - model FLOPs = 4 F (full), 2 F (block 1), 0 (none).
