@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <functional>
-#include <optional>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -148,30 +146,6 @@ std::vector<std::ptrdiff_t> group_leads(const std::vector<schedule::PipelineOp>&
     return lead;
 }
 
-// Each device's ops one after another, each from the previous one's end (its input, where it has
-// one, taken to arrive then): what critical_path_ends gives when no op waits for another device.
-// `end` is monotone in an op's ready and input times, so these ends are no later than the walk's.
-std::vector<Time> device_chains(const PreparedIteration& p,
-                                const std::function<Time(const schedule::OpReady&)>& end) {
-    const int last = p.schedule->virtual_stages(p.shape) - 1;
-    std::vector<Time> ends(p.orders.size(), Time::zero());
-    for (std::size_t d = 0; d < p.orders.size(); ++d) {
-        const auto& order = p.orders[d];
-        Time& free = ends[d];
-        for (std::size_t k = 0; k < order.size(); ++k) {
-            const auto& op = order[k];
-            const int vs =
-                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch);
-            const bool fed = op.pass == schedule::Pass::Forward          ? vs > 0
-                             : op.pass == schedule::Pass::BackwardWeight ? false
-                                                                         : vs < last;
-            free = end(schedule::OpReady{static_cast<int>(d), k, op, vs, free,
-                                         fed ? std::optional<Time>(free) : std::nullopt});
-        }
-    }
-    return ends;
-}
-
 }  // namespace
 
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
@@ -221,7 +195,8 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     // Long pipelines: the devices' own chains (bound.hpp, kChainMicrobatches).
     const auto ends =
         p.shape.microbatches >= kChainMicrobatches * p.schedule->virtual_stages(p.shape)
-            ? std::optional<std::vector<Time>>(device_chains(p, end))
+            ? std::optional<std::vector<Time>>(
+                  schedule::device_chain_ends(*p.schedule, p.shape, p.orders, end))
             : schedule::critical_path_ends(*p.schedule, p.shape, p.orders, end, whole_groups);
     // Orders that deadlock are a schedule's bug (the contract tests run every registered one):
     // the replay would stall on them too.

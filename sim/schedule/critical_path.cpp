@@ -44,6 +44,20 @@ class PassEnds {
     std::vector<std::int64_t> ends_;
 };
 
+// The virtual stage whose pass feeds op on virtual stage vs of `stages` (OpReady::input): vs - 1
+// for a forward, vs + 1 for a backward or its input half; -1 for none (the first stage's forward,
+// the last stage's backward, a weight-gradient half).
+int feeder(const PipelineOp& op, int vs, int stages) {
+    switch (slot_of(op.pass)) {
+        case kF:
+            return vs > 0 ? vs - 1 : -1;
+        case kGrad:
+            return vs + 1 < stages ? vs + 1 : -1;
+        default:
+            return -1;
+    }
+}
+
 // Whether op's inputs have ended; if so, ready is raised to their ends and input is the feeding
 // one's end (OpReady::input; -1 for none). `feeding_only`: the input from the neighbouring stage
 // alone (what the replay waits for before a group; the others are the device's own passes, before
@@ -58,11 +72,12 @@ bool inputs_in(PassEnds& ends, const PipelineOp& op, int vs, bool feeding_only, 
         if (feeds) input = e;
         return true;
     };
+    const int from = feeder(op, vs, ends.stages());
     switch (slot_of(op.pass)) {
         case kF:
-            return vs == 0 || need(vs - 1, kF, true);
+            return from < 0 || need(from, kF, true);
         case kGrad:
-            return need(vs, kF, false) && (vs + 1 == ends.stages() || need(vs + 1, kGrad, true));
+            return need(vs, kF, false) && (from < 0 || need(from, kGrad, true));
         default:
             return need(vs, kGrad, false);
     }
@@ -128,6 +143,25 @@ std::optional<std::vector<Time>> critical_path_ends(
     for (std::size_t d = 0; d < devices; ++d)
         last[d] = Time::ps(free[d]);
     return last;
+}
+
+std::vector<Time> device_chain_ends(const Schedule& schedule, const PipelineShape& shape,
+                                    const std::vector<std::vector<PipelineOp>>& orders,
+                                    const std::function<Time(const OpReady&)>& end) {
+    const int stages = schedule.virtual_stages(shape);
+    std::vector<Time> ends(orders.size(), Time::zero());
+    for (std::size_t d = 0; d < orders.size(); ++d) {
+        Time& free = ends[d];
+        for (std::size_t k = 0; k < orders[d].size(); ++k) {
+            const PipelineOp& op = orders[d][k];
+            const int vs =
+                schedule.virtual_stage(shape, static_cast<int>(d), op.chunk, op.microbatch);
+            free = end(
+                OpReady{static_cast<int>(d), k, op, vs, free,
+                        feeder(op, vs, stages) >= 0 ? std::optional<Time>(free) : std::nullopt});
+        }
+    }
+    return ends;
 }
 
 std::optional<Time> critical_path(

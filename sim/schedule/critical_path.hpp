@@ -55,4 +55,12 @@ std::optional<std::vector<Time>> critical_path_ends(
     const std::vector<std::vector<PipelineOp>>& orders,
     const std::function<Time(const OpReady&)>& end, bool whole_groups = false);
 
+// Each device's ops one after another with the same `end`, each from the device's previous end,
+// its feeding input (where it has one) taken to arrive then: the walk without waiting for any
+// other device. With `end` monotone in ready and input times, no device's end is later than
+// critical_path_ends gives; the orders are not checked for deadlocks.
+std::vector<Time> device_chain_ends(const Schedule& schedule, const PipelineShape& shape,
+                                    const std::vector<std::vector<PipelineOp>>& orders,
+                                    const std::function<Time(const OpReady&)>& end);
+
 }  // namespace cs::schedule

@@ -153,15 +153,19 @@ struct Search {
     // The invalid layouts' messages that `entries` share (one copy per message in a chunk).
     std::map<std::string, std::shared_ptr<const std::string>, std::less<>> messages;
 
+    // `why`, shared with the entries that hold the same message.
+    std::shared_ptr<const std::string> shared_message(std::string why) {
+        auto& shared = messages[why];
+        if (!shared) shared = std::make_shared<const std::string>(std::move(why));
+        return shared;
+    }
     // Counts an invalid layout and returns its message, shared with the others that gave it.
     std::shared_ptr<const std::string> invalid_for(
         std::string why, const std::shared_ptr<const std::string>& given) {
         ++invalid;
         ++invalid_reasons[why];
         if (given && *given == why) return given;
-        auto& shared = messages[why];
-        if (!shared) shared = std::make_shared<const std::string>(std::move(why));
-        return shared;
+        return shared_message(std::move(why));
     }
 
     // Appends `part` (a later chunk: the order of survivors and entries stays the enumeration's).
@@ -570,12 +574,8 @@ bool gather_shares(Search& search, const SweepRanks& ranks) {
             entry.lower_bound_s = s.bound_s;
             entry.memory_bytes = s.memory;
             entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
-            if (entry.status == PlanEntry::Status::Invalid) {
-                auto& shared = search.messages[e.at(2).get<std::string>()];
-                if (!shared)
-                    shared = std::make_shared<const std::string>(e.at(2).get<std::string>());
-                entry.invalid = shared;
-            }
+            if (entry.status == PlanEntry::Status::Invalid)
+                entry.invalid = search.shared_message(e.at(2).get<std::string>());
             entry.floor_only = e.at(3).get<bool>();
             search.entries.push_back(std::move(entry));
         }
