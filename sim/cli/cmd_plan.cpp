@@ -99,8 +99,12 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     const auto result = api::plan(options, ranks);
     progress.reset();
     if (!result) return;  // rank 0 reports
-    spdlog::debug("plan: search {:.2f} s, simulations {:.2f} s (wall)", result->seconds.search,
-                  result->seconds.simulate);
+    const auto& took = result->seconds;
+    spdlog::debug(
+        "plan: search {:.2f} s, simulations {:.2f} s (wall); the threads' seconds: load {:.2f}, "
+        "prepare and memory {:.2f}, bound {:.2f}, analytical runs {:.2f}, confirming runs {:.2f}",
+        took.search, took.simulate, took.load, took.prepare, took.bound, took.analytical,
+        took.confirm);
     if (!a.json.empty())
         write_file_atomically(
             a.json,

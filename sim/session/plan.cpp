@@ -189,6 +189,10 @@ struct Worker {
     Loader loader;
     std::unique_ptr<replay::CollectiveCosts> costs;
     const topology::Cluster* costs_cluster = nullptr;
+    // Seconds this worker spent in each step (for plan -v; PlanResult::seconds sums them).
+    struct {
+        double load = 0, prepare = 0, bound = 0, analytical = 0, confirm = 0;
+    } spent;
 
     // The costs for `cluster`: one CollectiveCosts per cluster (its cache serves the layouts
     // that share groups and sizes).
@@ -230,7 +234,14 @@ struct SearchStep {
             return;
         }
         try {
+            auto clock = std::chrono::steady_clock::now();
+            const auto lap = [&](double& into) {
+                const auto now = std::chrono::steady_clock::now();
+                into += std::chrono::duration<double>(now - clock).count();
+                clock = now;
+            };
             const auto spec = w.loader.load(l, true);
+            lap(w.spent.load);
             // A layout whose memory floor (one microbatch in flight) is already above the
             // limit is refused before its op orders are made: they grow with the microbatches.
             std::int64_t memory = 0;
@@ -250,6 +261,7 @@ struct SearchStep {
                 memory = worst_memory(*prepared);
             } catch (const OverMemory&) {
             }
+            lap(w.spent.prepare);
             entry.memory_bytes = memory;
             if (gpu.hbm.value > 0 && static_cast<double>(memory) > limit) {
                 entry.status = PlanEntry::Status::PrunedMemory;  // why: PlanEntries writes it
@@ -260,6 +272,7 @@ struct SearchStep {
                 s.layout = l;
                 s.index = index;
                 s.bound_s = replay::iteration_lower_bound(*prepared, w.costs_for(spec)).seconds();
+                lap(w.spent.bound);
                 s.flops = prepared->plan.model_flops_per_iteration.value;
                 s.peak = peak_flops(spec);
                 s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
@@ -369,7 +382,7 @@ std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
         Loader loader{options, options.sets, cache.get()};
         for (const auto& o : fixes.others)
             loader.base.push_back(o);
-        workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr});
+        workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}});
     }
     return workers;
 }
@@ -629,8 +642,10 @@ struct Simulations {
     std::size_t limit_confirm = 0;  // PlanOptions::confirm's (0: none)
 
     std::deque<SimulatedSurvivor> simulated;  // stable addresses
-    std::multiset<double> best;               // the k best analytical scores
-    std::multiset<double> best_confirmed;
+    // The best analytical scores: the k best, and with a confirmation limit the limit's number
+    // (step 5 confirms no more than those, so step 4 need not look further before it).
+    std::multiset<double> best;
+    std::multiset<double> best_confirmed;  // the k best
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
     std::size_t faster_than_analytical = 0;
@@ -646,51 +661,65 @@ struct Simulations {
           same_network(analytical),
           limit_confirm(analytical ? 0 : o.confirm.value_or(3 * o.top)) {}
 
-    // Until neither step has a layout left that could enter the top k.
+    // Until neither step has a layout left that could enter the top k. Before the first
+    // confirmation step 4 runs while a survivor's bound, shortened by the margin, beats the k-th
+    // best analytical score, and with a confirmation limit L also its bound (not shortened)
+    // beats the L-th best: step 5 then confirms the L best analytical results, which are all
+    // simulated by then (no survivor left has a bound, and so a result, that beats the L-th), so
+    // the limit changes nothing of what is confirmed, only what is simulated first.
     void run() {
-        simulate_while(1 / (1 + options.margin), [&] { return kth_of(best); });
+        simulate_while([&](const Survivor& s) {
+            return bound_score(s, 1 / (1 + options.margin)) <= nth_of(best, options.top) &&
+                   (limit_confirm == 0 || bound_score(s, 1) <= nth_of(best, limit_confirm));
+        });
         for (;;) {
             confirm_in_order();
             // 4 again (also once the confirmation limit is reached: analytical runs are cheap,
             // and they leave as contenders only the layouts that could beat the k-th confirmed
             // score): survivors whose bound still beats the k-th best confirmed score.
             const std::size_t before = next;
-            simulate_while(1.0, [&] { return kth_of(best_confirmed); });
+            simulate_while([&](const Survivor& s) {
+                return bound_score(s, 1) <= nth_of(best_confirmed, options.top);
+            });
             if (next == before) break;
         }
     }
 
-    double kth_of(const std::multiset<double>& scores) const {
-        return scores.size() < options.top ? std::numeric_limits<double>::infinity()
-                                           : *std::prev(scores.end());
+    // The n-th best of `scores` (infinity while there are fewer).
+    static double nth_of(const std::multiset<double>& scores, std::size_t n) {
+        return scores.size() < n ? std::numeric_limits<double>::infinity()
+                                 : *std::next(scores.begin(), static_cast<std::ptrdiff_t>(n - 1));
     }
-    void keep_best(std::multiset<double>& scores, double score) const {
+    static void keep_best(std::multiset<double>& scores, double score, std::size_t n) {
         scores.insert(score);
-        if (scores.size() > options.top) scores.erase(std::prev(scores.end()));
+        if (scores.size() > n) scores.erase(std::prev(scores.end()));
+    }
+    // What survivor s could at best score: its bound times `scale`.
+    double bound_score(const Survivor& s, double scale) const {
+        return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens, s.layout.gpus());
     }
 
     // A layout's figures under the analytical network (or its own), on worker w.
     PlanFigures figures_on(std::size_t w, const PlanLayout& l, bool analytical,
                            const Survivor& s) const {
         Worker& worker = workers[w];
+        const auto started = std::chrono::steady_clock::now();
         const auto spec = worker.loader.load(l, analytical);
-        return figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer, s.flops,
-                          s.peak, s.tokens, l.gpus());
+        auto figures = figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer,
+                                  s.flops, s.peak, s.tokens, l.gpus());
+        (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);
+        return figures;
     }
 
-    // Step 4 over the survivors from `next` while their bound (times `scale`) does not lose to
-    // `beaten()`, the threads running ahead (run_ahead: the same layouts as one thread).
-    template <typename Beaten>
-    void simulate_while(double scale, const Beaten& beaten) {
+    // Step 4 over the survivors from `next` while `worth(survivor)`, the threads running ahead
+    // (run_ahead: the same layouts as one thread).
+    template <typename Worth>
+    void simulate_while(const Worth& worth) {
         // Analytical runs are short and uneven: four per thread in flight (one thread runs
         // none ahead: it would only drop them at a stop).
         next = run_ahead(
             pool, pool.size() > 1 ? 4 * pool.size() : 1, next, survivors.size(),
-            [&](std::size_t i) {
-                const Survivor& s = survivors[i];
-                return scorer.score(s.bound_s * scale, s.flops, s.peak, s.tokens,
-                                    s.layout.gpus()) <= beaten();
-            },
+            [&](std::size_t i) { return worth(survivors[i]); },
             [&](std::size_t i, std::size_t w) {
                 return figures_on(w, survivors[i].layout, true, survivors[i]);
             },
@@ -698,7 +727,7 @@ struct Simulations {
                 const Survivor& s = survivors[i];
                 if (options.on_progress) options.on_progress("simulate", ++step, survivors.size());
                 simulated.push_back({&s, f});
-                keep_best(best, f.objective);
+                keep_best(best, f.objective, std::max(options.top, limit_confirm));
                 if (options.keep_entries) analytical_of[s.index] = f;
             });
     }
@@ -719,7 +748,7 @@ struct Simulations {
         run_ahead(
             pool, pool.size(), 0, order.size(),
             [&](std::size_t i) {
-                return order[i]->figures.objective <= kth_of(best_confirmed) &&
+                return order[i]->figures.objective <= nth_of(best_confirmed, options.top) &&
                        (limit_confirm == 0 || confirmed.size() < limit_confirm);
             },
             [&](std::size_t i, std::size_t w) {
@@ -744,7 +773,7 @@ struct Simulations {
         // under the analytical one (relative 1e-9: the two sum their parts differently).
         if (c.figures.objective < c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
             ++faster_than_analytical;
-        keep_best(best_confirmed, c.figures.objective);
+        keep_best(best_confirmed, c.figures.objective, options.top);
         if (options.keep_entries) confirmed_of[c.index] = c.figures;
         confirmed.push_back(std::move(c));
     }
@@ -753,7 +782,7 @@ struct Simulations {
     // confirmed one (every other layout's bound does not: run() ran step 4 to its end).
     void count_contenders(PlanResult& result) const {
         for (const auto& x : simulated)
-            if (!x.confirmed && x.figures.objective < kth_of(best_confirmed)) {
+            if (!x.confirmed && x.figures.objective < nth_of(best_confirmed, options.top)) {
                 result.best_contender = result.contenders++ == 0
                                             ? x.figures.objective
                                             : std::min(result.best_contender, x.figures.objective);
@@ -888,6 +917,13 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     result.faster_than_analytical = sims.faster_than_analytical;
     sims.count_contenders(result);
     result.seconds.simulate = seconds_since(simulating);
+    for (const auto& w : workers) {
+        result.seconds.load += w.spent.load;
+        result.seconds.prepare += w.spent.prepare;
+        result.seconds.bound += w.spent.bound;
+        result.seconds.analytical += w.spent.analytical;
+        result.seconds.confirm += w.spent.confirm;
+    }
     result.simulated = sims.simulated.size();
     result.pruned_bound = survivors.size() - sims.simulated.size();
     result.confirmed = sims.confirmed.size();

@@ -14,7 +14,8 @@
 //   3. bounds its iteration time from below (replay::iteration_lower_bound: the passes'
 //      critical path at compute plus blocking collectives, and the optimizer step);
 //   4. in the order of that bound, simulates it with the analytical network unless its bound,
-//      shortened by the margin, already loses to the k-th best analytical result;
+//      shortened by the margin, already loses to the k-th best analytical result (or, with
+//      PlanOptions::confirm's limit, its bound loses to the limit's best analytical results);
 //   5. re-simulates under the experiment's own network model in the order of the analytical
 //      result until the next cannot beat the k-th best so confirmed, then resumes 4 for the
 //      layouts whose bound still beats that, and so on; the ranking is that model's. Exact under
@@ -287,9 +288,11 @@ struct PlanResult {
     std::size_t contenders = 0;
     double best_contender = 0;  // in the objective's unit
     // Wall time of the search (load, prepare, memory, bound) and of the simulations (both
-    // networks), for `plan -v`; not in plan_json (outputs depend on the inputs alone).
+    // networks), and the threads' time in each step summed over them (this process's), for
+    // `plan -v`; not in the JSON (outputs depend on the inputs alone).
     struct {
         double search = 0, simulate = 0;
+        double load = 0, prepare = 0, bound = 0, analytical = 0, confirm = 0;
     } seconds;
     // The invalid layouts' reasons (the loader's or the schedule's message) and how many gave it.
     std::map<std::string, std::size_t> invalid_reasons;

@@ -492,6 +492,53 @@ TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what 
           "--confirm -1: expected a number of layouts, 1 to 1000000, or all");
 }
 
+TEST_CASE("plan --confirm: step 4 stops at the limit's analytical result, not the margin's") {
+    // With a limit L, step 5 confirms the L best analytical results and nothing beyond, so
+    // before it step 4 runs only while a bound beats the L-th best analytical result (as well
+    // as the margin's rule): a layout left then has a bound, and so an analytical result, above
+    // the L-th. What is confirmed must still be the L best analytical results of the whole
+    // space: here they are the 4 best times of a brute-force sweep of the same space under the
+    // analytical network (the plan's own analytical runs are those runs: same override lists,
+    // same caches' results). And a margin of 10 (every survivor's bound divided by 11 beats
+    // the 3rd best analytical result, so the margin alone would simulate all of them) leaves
+    // unsimulated the layouts whose bound is above what the limit needs (checked: some are
+    // pruned by the bound).
+    auto options = flow_space_options();
+    options.confirm = 4;
+    options.margin = 10;
+    const api::SweepRanks ranks;
+    const auto limited = api::plan(options, ranks);
+    REQUIRE(limited);
+    CHECK(limited->confirmed == 4);
+    CHECK(limited->pruned_bound > 0);
+    std::vector<double> confirmed;
+    for (const auto& e : limited->entries)
+        if (e.confirmed) confirmed.push_back(e.analytical->iteration_time_s);
+    std::sort(confirmed.begin(), confirmed.end());
+
+    api::SweepOptions sweep;
+    sweep.experiment = kSmall;
+    sweep.sets = {"topology.nodes=4",           "network.model=analytical", "parallelism.cp=1",
+                  "parallelism.sharding=zero1", "training.recompute=none",  "schedule=1f1b"};
+    sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
+                                        "parallelism.sequence_parallel=false,true",
+                                        "training.micro_batch_size=1,2"});
+    sweep.keep_summaries = false;
+    const auto rows = api::sweep(sweep, ranks);
+    REQUIRE(rows);
+    const double limit = static_cast<double>(limited->hbm_bytes) * (1 - options.headroom);
+    std::vector<double> times;
+    for (const auto& r : *rows)
+        if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
+            static_cast<double>(r.result->memory_bytes()) <= limit)
+            times.push_back(r.result->iteration_time_s());
+    std::sort(times.begin(), times.end());
+    REQUIRE(times.size() > 4);
+    REQUIRE(confirmed.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i)
+        CHECK(confirmed[i] == times[i]);
+}
+
 TEST_CASE("plan --guide: the guide's row, its topology and sequence rules, its layouts") {
     // GPT-3 175B (174.6B parameters: the guide's 70-175B row, TP=8 + PP=4-8 + DP) on 20 DGX
     // H100 nodes (160 GPUs; InfiniBand, 8 GPUs per node: TP 8 stays in a node), sequence 2,048
