@@ -606,6 +606,17 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             return send_each(srcs, dsts, size, token);
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
+        // Nothing observing and the capacities the cluster's: each part's time is a function
+        // of its plan and size alone, and so the message's of its parts (until routes change).
+        GroupSend* memo = nullptr;
+        if (own_capacity_.empty() && !observed()) {
+            const auto [found, fresh] = group_sends_.try_emplace(srcs, dsts, size.value);
+            if (!fresh) {
+                sim_.schedule_in(found->time, handler_, kDone, allocate(*found->plan, size, token));
+                return 1;
+            }
+            memo = found;
+        }
         Time last = Time::zero();
         const Plan* plan = nullptr;
         for (std::size_t i = 0; i < srcs.size(); ++i) {
@@ -613,6 +624,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             plan = &book_.p2p_plan(srcs[i], dsts[i], &kept);
             last = std::max(last, unshared_start(*plan, size, kept));
         }
+        if (memo) *memo = GroupSend{last, plan};
         sim_.schedule_in(last, handler_, kDone, allocate(*plan, size, token));
         return 1;
     }
@@ -787,6 +799,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (!chain_of_.empty())
             throw SimulationError("network", "routes changed after link chains merged", sim_.now());
         book_.change_routing(routing);
+        group_sends_.clear();  // their plans were the old routes'
         if (!solver_) return;
         const Time now = sim_.now();
         std::vector<FlowSolver::FlowId> moving;
@@ -864,6 +877,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // unshared_start's times of transfers whose cost the kept costs had no room for, by (plan,
     // size), when nothing observes the network.
     detail::PlanSizeMap<Time> own_time_of_;
+    // send_together's messages, when nothing observes the network and no capacity is its own:
+    // their time and their last part's plan (the one its completion is allocated with).
+    struct GroupSend {
+        Time time;
+        const Plan* plan = nullptr;
+    };
+    detail::GroupSendMap<GroupSend> group_sends_;
     // hold_link_totals: the kept costs told at flush_link_totals, in first-use order, with the
     // transfers each stands for.
     bool hold_totals_ = false;

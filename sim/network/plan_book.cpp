@@ -106,6 +106,14 @@ const Plan& PlanBook::collective_plan(CollectiveKind kind, GroupId group, Bytes 
                                       Algorithm algo, bool* kept) {
     if (group >= groups_.size())
         throw SimulationError("network", "collective on an unregistered group", sim_.now());
+    // The answer, once given (kept after it is made: one that throws is not kept and throws
+    // again). Group numbers are below 2^32 - 1, so the word is never 0 (an empty slot).
+    const std::uint64_t word = (static_cast<std::uint64_t>(group) + 1) << 32 |
+                               static_cast<std::uint64_t>(kind) << 16 | algo.id;
+    if (const Chosen* c = chosen_.find(word, size.value)) {
+        if (kept) *kept = c->kept;
+        return *c->plan;
+    }
     // Resolved once per (group, operation, algorithm asked, size): every DP sync of every
     // stage asks again, and resolving looks at every rank's node (a pure function of them
     // and the routing; one that throws is not kept and throws again). The protocol likewise.
@@ -117,7 +125,11 @@ const Plan& PlanBook::collective_plan(CollectiveKind kind, GroupId group, Bytes 
         found->second.second = choose_protocol(kind, group, size, resolved);
     }
     const auto [resolved, protocol] = found->second;
-    return protocol_plan(kind, group, resolved, protocol, kept);
+    bool is_kept = false;
+    const Plan& plan = protocol_plan(kind, group, resolved, protocol, &is_kept);
+    *chosen_.try_emplace(word, size.value).first = Chosen{&plan, is_kept};
+    if (kept) *kept = is_kept;
+    return plan;
 }
 
 Protocol PlanBook::choose_protocol(CollectiveKind kind, GroupId group, Bytes size, Algorithm algo) {
@@ -166,9 +178,16 @@ const Plan& PlanBook::protocol_plan(CollectiveKind kind, GroupId group, Algorith
     const auto& ranks = groups_[group];
     const AlgorithmRegistry& algorithms = *config_.algorithms;
     const auto made = [&] {
+        // LL and LL128 are Simple's plan with the protocol's terms on it (apply_protocol):
+        // copied from Simple's rather than routed again (choose_protocol asks for all three of
+        // every new group's plans; building them was 7% of a Llama 3 405B plan's samples).
+        if (protocol != Protocol::Simple) {
+            Plan plan = protocol_plan(kind, group, resolved, Protocol::Simple);
+            calibration_.apply_protocol(plan, kind, protocol, ranks);
+            return plan;
+        }
         Plan plan = build_plan(*routing_, kind, resolved, ranks, group, algorithms);
         calibration_.apply_operation(plan, kind);
-        if (protocol != Protocol::Simple) calibration_.apply_protocol(plan, kind, protocol, ranks);
         return plan;
     };
     const std::uint64_t key =
@@ -235,6 +254,7 @@ void PlanBook::change_routing(const Cluster& routing) {
     plan_memo_.clear();
     shared_plan_of_.clear();  // not used again: the routes are no longer the cluster's
     resolved_.clear();        // resolved on the old routes
+    chosen_.clear();
     routing_ = &routing;
 }
 

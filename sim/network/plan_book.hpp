@@ -16,6 +16,7 @@
 #include "network/kept_plans.hpp"
 #include "network/network.hpp"
 #include "network/plan_calibration.hpp"
+#include "network/plan_size_map.hpp"
 #include "topology/cluster.hpp"
 
 namespace cs::network::detail {
@@ -146,6 +147,14 @@ class PlanBook {
     // the protocol it runs.
     std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, std::pair<Algorithm, Protocol>>
         resolved_;
+    // collective_plan's answers: (group + 1, kind, algorithm asked) packed in one word, size
+    // -> the plan and whether it is kept. Every DP bucket and unit collective of every stage
+    // asks again; one lookup instead of resolved_'s and protocol_plan's.
+    struct Chosen {
+        const Plan* plan = nullptr;
+        bool kept = false;
+    };
+    PlanSizeMap<Chosen, std::uint64_t> chosen_;
     // The routes plans are made on, and the plans made on earlier ones (operations in flight
     // still point into them).
     const Cluster* routing_ = &cluster_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "network/accelerator.hpp"
 #include "network/network.hpp"
 
 using namespace cs;
@@ -156,6 +157,48 @@ TEST_CASE("a link failed for the whole run: routes avoid it, or no path remains"
     path.clear();
     cut.route(0, 1, 0, path);  // inside leaf0 still fine
     CHECK(path.size() == 2);
+}
+
+TEST_CASE("send_together's memo: the same time for the same parts, forgotten when routes change") {
+    // Analytical network on two leaves of two spines (GPU links 400 GB/s, leaf-spine links
+    // 100 GB/s, no latency): 1 GB from GPU 0 to
+    // GPU 2 and from GPU 1 to GPU 3, together (one completion, at the later arrival: 10 ms,
+    // each part alone on its route under the analytical model). The same parts again at 10 ms
+    // (the memo's answer, not worked out part by part): arrive at 20 ms. Then every spine link
+    // of leaf0 fails (a routing change at 25 ms): the same parts at 30 ms have no route, and the
+    // network must say so (NoPathError) rather than answer from what it remembered.
+    const LeafSpine ls = leaf_spine(2);
+    const Cluster cut =
+        ls.cluster.with_faults({ls.up[0][0], ls.up[0][0] + 1, ls.up[0][1], ls.up[0][1] + 1}, {});
+    NetworkConfig cfg;
+    cfg.fidelity = Fidelity::Analytical;
+    Simulation sim;
+    KeptState kept(ls.cluster);  // send_together is an accelerator's fast path
+    auto net = make_network(sim, ls.cluster, cfg, &kept);
+    Recorder rec;
+    net->set_client(&rec);
+    const std::vector<int> srcs = {0, 1}, dsts = {2, 3};
+    struct Again : EventHandler {
+        Accelerator* net = nullptr;
+        const std::vector<int>* srcs = nullptr;
+        const std::vector<int>* dsts = nullptr;
+        void on_event(Simulation&, const Event& e) override {
+            net->send_together(*srcs, *dsts, Bytes{1'000'000'000}, e.a);
+        }
+    } again;
+    again.net = net->accelerator();
+    REQUIRE(again.net != nullptr);
+    again.srcs = &srcs;
+    again.dsts = &dsts;
+    const auto handler = sim.add_handler(again);
+    sim.schedule_at(Time::zero(), handler, 0, 1);
+    sim.schedule_at(Time::ms(10), handler, 0, 2);
+    sim.run();
+    CHECK(rec.done[1] == Time::ms(10));
+    CHECK(rec.done[2] == Time::ms(20));
+    net->schedule_routing(Time::ms(25), cut);
+    sim.schedule_at(Time::ms(30), handler, 0, 3);
+    CHECK_THROWS_AS(sim.run(), NoPathError);
 }
 
 TEST_CASE("a link failing during the run: flows in flight move with the bytes they have left") {

@@ -1333,3 +1333,66 @@ TEST_CASE("the network's (plan, size) memo keeps every key apart through its gro
     CHECK(all);
     CHECK(memo.size() == 2000);
 }
+
+TEST_CASE("the network's word-keyed memo: find, insert after, clear") {
+    // PlanBook's collective answers are kept by a word (never 0) and a size, found before they
+    // are made and inserted after (a throw in between leaves nothing). 300 words x 3 sizes; find
+    // misses each before its insertion and finds its value after; a word at another size is
+    // another key; clear() forgets every key and the map fills again from empty.
+    network::detail::PlanSizeMap<int, std::uint64_t> memo;
+    CHECK(memo.find(1, 0) == nullptr);  // empty: no table yet
+    for (std::uint64_t w = 1; w <= 300; ++w)
+        for (std::int64_t size = 0; size < 3; ++size) {
+            CHECK(memo.find(w, size) == nullptr);
+            *memo.try_emplace(w, size).first = static_cast<int>(w) * 10 + static_cast<int>(size);
+        }
+    bool all = true;
+    for (std::uint64_t w = 1; w <= 300; ++w)
+        for (std::int64_t size = 0; size < 3; ++size) {
+            const int* v = memo.find(w, size);
+            all = all && v != nullptr && *v == static_cast<int>(w) * 10 + static_cast<int>(size);
+        }
+    CHECK(all);
+    CHECK(memo.find(7, 3) == nullptr);
+    CHECK(memo.size() == 900);
+    memo.clear();
+    CHECK(memo.size() == 0);
+    CHECK(memo.find(7, 1) == nullptr);
+    CHECK(memo.try_emplace(7, 1).second);
+}
+
+TEST_CASE("send_together's memo keys a message by its parts' contents") {
+    // Keyed by (sources, destinations, size) as contents, whoever holds the lists: the same
+    // parts in another vector find the first's value; one destination changed, the size
+    // changed, or the parts a prefix of the others' are other keys. 2,000 messages (two parts
+    // each, made from their number) grow the table from 64 slots past 4,096 without losing or
+    // mixing one; clear() forgets them all.
+    network::detail::GroupSendMap<int> memo;
+    const std::vector<int> a = {0, 1, 2}, b = {8, 9, 10};
+    *memo.try_emplace(a, b, 100).first = 1;
+    const std::vector<int> a2 = a, b2 = b;
+    auto [v, fresh] = memo.try_emplace(a2, b2, 100);
+    CHECK_FALSE(fresh);
+    CHECK(*v == 1);
+    const std::vector<int> b3 = {8, 9, 11};
+    CHECK(memo.try_emplace(a, b3, 100).second);
+    CHECK(memo.try_emplace(a, b, 101).second);
+    CHECK(memo.try_emplace(std::span(a).first(2), std::span(b).first(2), 100).second);
+    CHECK(memo.size() == 4);
+    memo.clear();
+    CHECK(memo.size() == 0);
+    for (int m = 0; m < 2000; ++m) {
+        const std::vector<int> s = {m, m + 1}, d = {m + 2, 3 * m};
+        const auto [value, made] = memo.try_emplace(s, d, m % 7);
+        CHECK(made);
+        *value = m;
+    }
+    bool all = true;
+    for (int m = 0; m < 2000; ++m) {
+        const std::vector<int> s = {m, m + 1}, d = {m + 2, 3 * m};
+        const auto [value, made] = memo.try_emplace(s, d, m % 7);
+        all = all && !made && *value == m;
+    }
+    CHECK(all);
+    CHECK(memo.size() == 2000);
+}
