@@ -102,9 +102,10 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     const auto& took = result->seconds;
     spdlog::debug(
         "plan: search {:.2f} s, simulations {:.2f} s (wall); the threads' seconds: load {:.2f}, "
-        "prepare and memory {:.2f}, bound {:.2f}, analytical runs {:.2f}, confirming runs {:.2f}",
+        "prepare and memory {:.2f}, bounds {:.2f}, analytical runs {:.2f}, confirming runs {:.2f}; "
+        "{} of {} survivors bounded in full",
         took.search, took.simulate, took.load, took.prepare, took.bound, took.analytical,
-        took.confirm);
+        took.confirm, result->bounded, result->pruned_bound + result->simulated);
     if (!a.json.empty())
         write_file_atomically(
             a.json,

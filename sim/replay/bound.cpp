@@ -148,6 +148,25 @@ std::vector<std::ptrdiff_t> group_leads(const std::vector<schedule::PipelineOp>&
 
 }  // namespace
 
+Time iteration_floor(const PreparedIteration& p, CollectiveCosts& costs) {
+    const workload::RankLayout ranks(p.spec.layout);
+    PassCosts pass(p, ranks, costs);
+    Time latest = Time::zero();
+    for (std::size_t d = 0; d < p.orders.size(); ++d) {
+        const auto& order = p.orders[d];
+        const auto lead = group_leads(order);
+        std::int64_t busy = 0;
+        for (std::size_t k = 0; k < order.size(); ++k) {
+            const auto& op = order[k];
+            const auto& c = pass.of(op, p.schedule->virtual_stage(p.shape, static_cast<int>(d),
+                                                                  op.chunk, op.microbatch));
+            busy += (lead[k] >= 0 ? c.compute : c.gpu).count_ps();
+        }
+        latest = std::max(latest, Time::ps(busy) + p.plan.devices[d].optimizer_step);
+    }
+    return latest;
+}
+
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     const workload::RankLayout ranks(p.spec.layout);
     const auto& host = p.spec.compute.host;

@@ -38,4 +38,14 @@ namespace cs::replay {
 inline constexpr int kChainMicrobatches = 32;
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs);
 
+// A weaker bound at a fraction of the cost: the busiest device's passes back to back, each at
+// what iteration_lower_bound charges it at least (compute plus blocking collectives; a pass of an
+// overlapped group its compute), then its optimizer step; no waiting, no host. Never above
+// iteration_lower_bound: there every pass ends at least that long after the device's previous
+// one (a group adds its overlap time's excess over its compute, never less than 0), and the
+// device's optimizer step starts no earlier than its last pass's end. `plan` orders its
+// survivors by this floor and works out the full bound only for those that could still be
+// simulated (docs/plan.md, step 3).
+Time iteration_floor(const PreparedIteration& p, CollectiveCosts& costs);
+
 }  // namespace cs::replay

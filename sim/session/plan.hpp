@@ -11,8 +11,10 @@
 //   2. prepares it (replay::prepare: plan, op orders, memory per GPU, no replay): a layout whose
 //      worst GPU needs more than HBM x (1 - headroom) is pruned, before its orders are made when
 //      its floor (one microbatch in flight) is already above;
-//   3. bounds its iteration time from below (replay::iteration_lower_bound: the passes'
-//      critical path at compute plus blocking collectives, and the optimizer step);
+//   3. bounds its iteration time from below: a floor first (replay::iteration_floor: the
+//      busiest device's passes back to back), and the full bound (replay::iteration_lower_bound:
+//      the passes' critical path at compute plus blocking collectives, the host, and the
+//      optimizer step) only when step 4 reaches the survivor's floor;
 //   4. in the order of that bound, simulates it with the analytical network unless its bound,
 //      shortened by the margin, already loses to the k-th best analytical result (or, with
 //      PlanOptions::confirm's limit, its bound loses to the limit's best analytical results);
@@ -276,6 +278,8 @@ struct PlanResult {
     double margin = 0;
     std::size_t layouts = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0,
                 confirmed = 0;
+    // Survivors whose full bound was worked out (the others lost on their floor), for plan -v.
+    std::size_t bounded = 0;
     // Confirmed layouts that scored better under the experiment's network than under the
     // analytical one: the stop rule's premise failed for them (a warning when not 0).
     std::size_t faster_than_analytical = 0;
@@ -287,9 +291,10 @@ struct PlanResult {
     std::size_t confirm_limit = 0;
     std::size_t contenders = 0;
     double best_contender = 0;  // in the objective's unit
-    // Wall time of the search (load, prepare, memory, bound) and of the simulations (both
-    // networks), and the threads' time in each step summed over them (this process's), for
-    // `plan -v`; not in the JSON (outputs depend on the inputs alone).
+    // Wall time of the search (load, prepare, memory, floor) and of the simulations (full
+    // bounds, both networks), and the threads' time in each step summed over them (this
+    // process's; `bound` the floors and the full bounds with their loads), for `plan -v`; not
+    // in the JSON (outputs depend on the inputs alone).
     struct {
         double search = 0, simulate = 0;
         double load = 0, prepare = 0, bound = 0, analytical = 0, confirm = 0;

@@ -329,6 +329,28 @@ std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fi
     return batches;
 }
 
+void check_options(const PlanOptions& options) {
+    if (options.top == 0) throw ConfigError(SourceLocation{"--top"}, "expected 1 or more");
+    if (options.threads < 0)
+        throw ConfigError(SourceLocation{"--threads " + std::to_string(options.threads)},
+                          "expected a number of threads, 1 or more (or 0: one per core)");
+    if (!(options.headroom >= 0 && options.headroom < 1))
+        throw ConfigError(SourceLocation{"--headroom"},
+                          "expected a fraction of HBM to keep free, at least 0 and below 1");
+    if (options.confirm && *options.confirm != 0 &&
+        (*options.confirm < options.top || *options.confirm > 1000000))
+        throw ConfigError(SourceLocation{"--confirm " + std::to_string(*options.confirm)},
+                          "expected a number of layouts from --top (" +
+                              std::to_string(options.top) + ") to 1000000, or all");
+    if (!(options.margin >= 0) || !std::isfinite(options.margin))
+        throw ConfigError(SourceLocation{"--margin"}, "expected a fraction, 0 or more");
+    if (options.objective == PlanObjective::Cost &&
+        !(options.gpu_hour_price > 0 && std::isfinite(options.gpu_hour_price)))
+        throw ConfigError(SourceLocation{"--objective cost"},
+                          "needs --gpu-hour-price PRICE (a positive price of one GPU for an "
+                          "hour)");
+}
+
 }  // namespace plan_space
 
 std::vector<std::string> PlanLayout::overrides() const {
@@ -424,6 +446,19 @@ std::vector<std::int64_t> parse_global_batches(const std::string& text) {
     }
     if (text.back() == ',') fail("", "a trailing comma");
     return {sizes.begin(), sizes.end()};
+}
+
+std::size_t parse_confirm(const std::string& text) {
+    if (text == "all") return 0;
+    if (text.empty() || text.size() > 7 ||
+        text.find_first_not_of("0123456789") != std::string::npos || std::stoll(text) < 1)
+        throw ConfigError(SourceLocation{"--confirm " + text},
+                          "expected a number of layouts, 1 to 1000000, or all");
+    const auto n = static_cast<std::size_t>(std::stoll(text));
+    if (n > 1000000)
+        throw ConfigError(SourceLocation{"--confirm " + text},
+                          "expected a number of layouts, 1 to 1000000, or all");
+    return n;
 }
 
 }  // namespace cs::api

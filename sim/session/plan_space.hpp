@@ -47,6 +47,9 @@ struct Fixes {
 
 Fixes parse_fixes(const std::vector<std::string>& fixes);
 
+// Refuses options out of range (each error names its option); parse_fixes reads --fix first.
+void check_options(const PlanOptions& options);
+
 // The schedules searched: --schedules (every registered one without it), or the one --fix names.
 std::vector<std::string> searched_schedules(const PlanOptions& options, const Fixes& fixes);
 
