@@ -84,6 +84,29 @@ api::PlanOptions flow_space_options() {
     return o;
 }
 
+// The iteration times, best first, of every layout of flow_space_options()'s space that fits in
+// `limit` bytes per GPU, by a brute-force sweep under `network` (analytical or flow).
+std::vector<double> brute_force_times(const std::string& network, double limit) {
+    api::SweepOptions sweep;
+    sweep.experiment = kSmall;
+    sweep.sets = {"topology.nodes=4",           "network.model=" + network, "parallelism.cp=1",
+                  "parallelism.sharding=zero1", "training.recompute=none",  "schedule=1f1b"};
+    sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
+                                        "parallelism.sequence_parallel=false,true",
+                                        "training.micro_batch_size=1,2"});
+    sweep.keep_summaries = false;
+    const auto rows = api::sweep(sweep, api::SweepRanks{});
+    REQUIRE(rows);
+    std::vector<double> times;
+    for (const auto& r : *rows)
+        // plan runs sequence parallelism exactly when tp > 1
+        if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
+            static_cast<double>(r.result->memory_bytes()) <= limit)
+            times.push_back(r.result->iteration_time_s());
+    std::sort(times.begin(), times.end());
+    return times;
+}
+
 bool in_plan_space(const api::SweepRow& row) {
     // values: tp, pp, vpp, sequence_parallel, schedule, mbs, recompute (the sweep's axes below)
     const int tp = std::stoi(row.values[0]);
@@ -450,24 +473,8 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     CHECK(result->confirmed > options.top);        // contention made it confirm more
     CHECK(result->confirmed < result->simulated);  // and not everything
 
-    api::SweepOptions sweep;
-    sweep.experiment = kSmall;
-    sweep.sets = {"topology.nodes=4",           "network.model=flow",      "parallelism.cp=1",
-                  "parallelism.sharding=zero1", "training.recompute=none", "schedule=1f1b"};
-    sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
-                                        "parallelism.sequence_parallel=false,true",
-                                        "training.micro_batch_size=1,2"});
-    sweep.keep_summaries = false;
-    const auto rows = api::sweep(sweep, ranks);
-    REQUIRE(rows);
-    const double limit = static_cast<double>(result->hbm_bytes) * (1 - options.headroom);
-    std::vector<double> times;
-    for (const auto& r : *rows)
-        // plan runs sequence parallelism exactly when tp > 1
-        if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
-            static_cast<double>(r.result->memory_bytes()) <= limit)
-            times.push_back(r.result->iteration_time_s());
-    std::sort(times.begin(), times.end());
+    const auto times =
+        brute_force_times("flow", static_cast<double>(result->hbm_bytes) * (1 - options.headroom));
     REQUIRE(times.size() > options.top);
     REQUIRE(result->top.size() == options.top);
     for (std::size_t i = 0; i < options.top; ++i)
@@ -559,23 +566,8 @@ TEST_CASE("plan --confirm: step 4 stops at the limit's analytical result, not th
         if (e.confirmed) confirmed.push_back(e.analytical->iteration_time_s);
     std::sort(confirmed.begin(), confirmed.end());
 
-    api::SweepOptions sweep;
-    sweep.experiment = kSmall;
-    sweep.sets = {"topology.nodes=4",           "network.model=analytical", "parallelism.cp=1",
-                  "parallelism.sharding=zero1", "training.recompute=none",  "schedule=1f1b"};
-    sweep.axes = api::parse_sweep_axes({"parallelism.tp=1,2,4,8", "parallelism.pp=1,2,4,8",
-                                        "parallelism.sequence_parallel=false,true",
-                                        "training.micro_batch_size=1,2"});
-    sweep.keep_summaries = false;
-    const auto rows = api::sweep(sweep, ranks);
-    REQUIRE(rows);
-    const double limit = static_cast<double>(limited->hbm_bytes) * (1 - options.headroom);
-    std::vector<double> times;
-    for (const auto& r : *rows)
-        if (r.result && (r.values[2] == "true") == (r.values[0] != "1") &&
-            static_cast<double>(r.result->memory_bytes()) <= limit)
-            times.push_back(r.result->iteration_time_s());
-    std::sort(times.begin(), times.end());
+    const auto times = brute_force_times(
+        "analytical", static_cast<double>(limited->hbm_bytes) * (1 - options.headroom));
     REQUIRE(times.size() > 4);
     REQUIRE(confirmed.size() == 4);
     for (std::size_t i = 0; i < 4; ++i)
