@@ -608,15 +608,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         // Nothing observing and the capacities the cluster's: each part's time is a function
         // of its plan and size alone, and so the message's of its parts (until routes change).
-        GroupSend* memo = nullptr;
-        if (own_capacity_.empty() && !observed()) {
-            const auto [found, fresh] = group_sends_.try_emplace(srcs, dsts, size.value);
-            if (!fresh) {
+        // Kept once worked out (a part to a GPU that does not exist throws first).
+        const bool pure = own_capacity_.empty() && !observed();
+        if (pure)
+            if (const GroupSend* found = group_sends_.find(srcs, dsts, size.value)) {
                 sim_.schedule_in(found->time, handler_, kDone, allocate(*found->plan, size, token));
                 return 1;
             }
-            memo = found;
-        }
         Time last = Time::zero();
         const Plan* plan = nullptr;
         for (std::size_t i = 0; i < srcs.size(); ++i) {
@@ -624,7 +622,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             plan = &book_.p2p_plan(srcs[i], dsts[i], &kept);
             last = std::max(last, unshared_start(*plan, size, kept));
         }
-        if (memo) *memo = GroupSend{last, plan};
+        if (pure) *group_sends_.try_emplace(srcs, dsts, size.value).first = GroupSend{last, plan};
         sim_.schedule_in(last, handler_, kDone, allocate(*plan, size, token));
         return 1;
     }

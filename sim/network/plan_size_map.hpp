@@ -113,10 +113,17 @@ class GroupSendMap {
                 ++used_;
                 return {&s.value, true};
             }
-            if (s.hash == h && s.size == size && s.parts == srcs.size() &&
-                std::equal(srcs.begin(), srcs.end(), ranks_.begin() + s.offset) &&
-                std::equal(dsts.begin(), dsts.end(), ranks_.begin() + s.offset + s.parts))
-                return {&s.value, false};
+            if (matches(s, h, srcs, dsts, size)) return {&s.value, false};
+        }
+    }
+    // The value of the message, null if none; valid until the next insertion or clear().
+    Value* find(std::span<const int> srcs, std::span<const int> dsts, std::int64_t size) {
+        if (slots_.empty()) return nullptr;
+        const std::uint64_t h = hash_of(srcs, dsts, size);
+        for (std::size_t i = static_cast<std::size_t>(h) & mask_;; i = (i + 1) & mask_) {
+            Slot& s = slots_[i];
+            if (!s.used) return nullptr;
+            if (matches(s, h, srcs, dsts, size)) return &s.value;
         }
     }
     void clear() {
@@ -136,6 +143,12 @@ class GroupSendMap {
         std::uint32_t parts = 0;
         Value value{};
     };
+    bool matches(const Slot& s, std::uint64_t h, std::span<const int> srcs,
+                 std::span<const int> dsts, std::int64_t size) const {
+        return s.hash == h && s.size == size && s.parts == srcs.size() &&
+               std::equal(srcs.begin(), srcs.end(), ranks_.begin() + s.offset) &&
+               std::equal(dsts.begin(), dsts.end(), ranks_.begin() + s.offset + s.parts);
+    }
     static std::uint64_t hash_of(std::span<const int> srcs, std::span<const int> dsts,
                                  std::int64_t size) {
         std::uint64_t h = mix64(static_cast<std::uint64_t>(size) ^ srcs.size() << 48);

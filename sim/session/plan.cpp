@@ -576,24 +576,6 @@ bool gather_shares(Search& search, const SweepRanks& ranks) {
     return true;
 }
 
-// The error when no layout searched is valid and fits: the counts, and the most common reason a
-// layout was invalid.
-ConfigError nothing_fits(const PlanResult& result) {
-    return ConfigError(
-        SourceLocation{result.source},
-        "none of the " + std::to_string(result.layouts) +
-            " layouts searched is valid and fits in " + format_bytes(Bytes{result.limit_bytes}) +
-            " per GPU (" + std::to_string(result.invalid) + " invalid, " +
-            std::to_string(result.pruned_memory) + " above the memory limit)" +
-            (result.invalid_reasons.empty()
-                 ? std::string()
-                 : "; the most common reason: " +
-                       std::max_element(
-                           result.invalid_reasons.begin(), result.invalid_reasons.end(),
-                           [](const auto& x, const auto& y) { return x.second < y.second; })
-                           ->first));
-}
-
 // A survivor simulated with the analytical network (step 4), and whether step 5 confirmed it.
 struct SimulatedSurvivor {
     const Survivor* survivor;
@@ -620,8 +602,9 @@ struct Simulations {
     std::vector<Survivor>& survivors;
     std::vector<Survivor*> by_bound;  // [0, ordered): in the order of their bound (score, index)
     std::size_t ordered = 0;
-    std::size_t floored = 0;         // survivors[floored, end): not bounded yet
-    std::vector<Survivor*> bounded;  // bounded, not yet in order: a heap, the first at front
+    std::size_t floored = 0;              // survivors[floored, end): not bounded yet
+    std::vector<std::size_t> floored_at;  // `floored` when by_bound[i] was set
+    std::vector<Survivor*> bounded;       // bounded, not yet in order: a heap, the first at front
     // With the analytical network step 5 reuses step 4's results: nothing to limit.
     bool same_network = false;
     std::size_t limit_confirm = 0;  // PlanOptions::confirm's (0: none)
@@ -633,7 +616,7 @@ struct Simulations {
     std::multiset<double> best_confirmed;  // the k best
     std::vector<PlanChoice> confirmed;
     std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
-    std::map<std::size_t, double> bound_of;  // with keep_entries: the bounds worked out
+
     std::size_t faster_than_analytical = 0;
     std::size_t next = 0, step = 0, confirm_step = 0;
 
@@ -645,6 +628,7 @@ struct Simulations {
           pool(p),
           survivors(sorted),
           by_bound(sorted.size(), nullptr),
+          floored_at(sorted.size(), 0),
           same_network(analytical),
           limit_confirm(analytical ? 0 : o.confirm.value_or(3 * o.top)) {}
 
@@ -703,6 +687,7 @@ struct Simulations {
                 (floored == survivors.size() ||
                  bounded.front()->bound_score < survivors[floored].bound_score)) {
                 std::pop_heap(bounded.begin(), bounded.end(), after);
+                floored_at[ordered] = floored;
                 by_bound[ordered++] = bounded.back();
                 bounded.pop_back();
                 continue;
@@ -716,18 +701,34 @@ struct Simulations {
                 bounds.push_back(pool.submit([this, k](std::size_t w) {
                     return full_bound(workers[w], survivors[k].layout);
                 }));
+            // Every task done before anything is thrown (a schedule whose orders deadlock
+            // throws here): they refer to the survivors and the workers.
+            std::exception_ptr failed;
             for (std::size_t k = floored; k < end; ++k) {
                 Survivor& s = survivors[k];
-                s.bound_s = bounds[k - floored].get();
+                try {
+                    s.bound_s = bounds[k - floored].get();
+                } catch (...) {
+                    if (!failed) failed = std::current_exception();
+                    continue;
+                }
                 s.bound_score = bound_score(s, 1);
                 s.bounded = true;
-                if (options.keep_entries) bound_of[s.index] = s.bound_s;
                 bounded.push_back(&s);
                 std::push_heap(bounded.begin(), bounded.end(), after);
             }
+            if (failed) std::rethrow_exception(failed);
             floored = end;
         }
         return *by_bound[i];
+    }
+
+    // How many survivors (the first by floor) a single thread bounds: the threads run step 4
+    // ahead of its stop (run_ahead), asking at() for survivors past it and bounding some more,
+    // whose bounds are not reported (their floors are), so that what --json says does not
+    // depend on the threads. One thread asks for the survivor where step 4 last stopped.
+    std::size_t bounded_in_order() const {
+        return next < survivors.size() ? floored_at[next] : floored;
     }
 
     // Layout l's bound (replay::iteration_lower_bound) on worker w, loaded and prepared again as
@@ -902,9 +903,11 @@ PlanEntries entries_of(std::vector<PlanEntries::Record> records, Simulations& si
                        const PlanResult& result) {
     std::sort(records.begin(), records.end(),
               [](const auto& x, const auto& y) { return x.index < y.index; });
+    std::map<std::size_t, double> bound_of;  // by index
+    for (std::size_t k = 0; k < sims.bounded_in_order(); ++k)
+        bound_of[sims.survivors[k].index] = sims.survivors[k].bound_s;
     for (auto& r : records)
-        if (const auto b = sims.bound_of.find(r.index); b != sims.bound_of.end())
-            r.lower_bound_s = b->second;
+        if (const auto b = bound_of.find(r.index); b != bound_of.end()) r.lower_bound_s = b->second;
     return PlanEntries(std::move(records), std::move(sims.analytical_of),
                        std::move(sims.confirmed_of),
                        PlanEntries::Context{result.limit_bytes, result.hbm_bytes, sims.options.top,
@@ -972,7 +975,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     result.simulated = sims.simulated.size();
     result.pruned_bound = survivors.size() - sims.simulated.size();
     result.confirmed = sims.confirmed.size();
-    result.bounded = sims.floored;
+    result.bounded = sims.bounded_in_order();
 
     // The ranking, the guide's layouts placed in it, and every layout looked at.
     result.top =

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "core/name_table.hpp"
 #include "ingest/inputs.hpp"
 #include "session/shard.hpp"
@@ -316,6 +317,10 @@ std::vector<std::int64_t> parse_global_batches(const std::string& text);
 
 // --confirm's text: a number of layouts, 1 or more, or "all" (0: no limit).
 std::size_t parse_confirm(const std::string& text);
+
+// The error when no layout searched is valid and fits: the counts, and the most common reason a
+// layout was invalid (plan_explain.cpp).
+ConfigError nothing_fits(const PlanResult& result);
 
 // Why `loser` ranks below `winner` (a runner-up's PlanChoice::why_lost, a guide layout's versus):
 // how much slower it is, per iteration or per 1M tokens (`per_token`: their batches differ), and

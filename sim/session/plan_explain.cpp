@@ -1,10 +1,12 @@
 // What plan says about its answer: why each runner-up lost to the best layout, and the
 // Megatron-LM flags that run the best.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
+#include "core/errors.hpp"
 #include "core/units.hpp"
 #include "schedule/schedule.hpp"
 #include "session/plan.hpp"
@@ -105,6 +107,22 @@ std::string megatron_args_for(const workload::ExperimentSpec& spec,
     const auto schedule = schedule::require_schedule(spec.schedule, SourceLocation{});
     return workload::megatron_args_for(
         spec, {schedule->in_megatron_lm(), schedule->chunks_for(spec.layout.vpp)}, notes);
+}
+
+ConfigError nothing_fits(const PlanResult& result) {
+    return ConfigError(
+        SourceLocation{result.source},
+        "none of the " + std::to_string(result.layouts) +
+            " layouts searched is valid and fits in " + format_bytes(Bytes{result.limit_bytes}) +
+            " per GPU (" + std::to_string(result.invalid) + " invalid, " +
+            std::to_string(result.pruned_memory) + " above the memory limit)" +
+            (result.invalid_reasons.empty()
+                 ? std::string()
+                 : "; the most common reason: " +
+                       std::max_element(
+                           result.invalid_reasons.begin(), result.invalid_reasons.end(),
+                           [](const auto& x, const auto& y) { return x.second < y.second; })
+                           ->first));
 }
 
 }  // namespace cs::api

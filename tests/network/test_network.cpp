@@ -1018,6 +1018,23 @@ TEST_CASE(
     CHECK(flow_at[1] == Time::ms(40));
 }
 
+TEST_CASE("send_together: a part to a GPU that does not exist throws, every time") {
+    // The analytical network keeps a message's time once worked out (nothing observes it here):
+    // a message that failed must not be kept, or the same parts again would complete as if
+    // they had cost nothing. Two nodes of two GPUs: GPU 9 does not exist.
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    NetworkConfig cfg;
+    cfg.fidelity = Fidelity::Analytical;
+    Simulation sim;
+    KeptState kept(c);
+    auto net = make_network(sim, c, cfg, &kept);
+    Accelerator* fast = net->accelerator();
+    REQUIRE(fast != nullptr);
+    const std::vector<int> srcs = {0, 1}, dsts = {1, 9};
+    CHECK_THROWS(fast->send_together(srcs, dsts, Bytes{1000}, 1));
+    CHECK_THROWS(fast->send_together(srcs, dsts, Bytes{1000}, 2));
+}
+
 TEST_CASE("link capacity changes: bad input") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;
