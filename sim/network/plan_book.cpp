@@ -106,25 +106,19 @@ const Plan& PlanBook::collective_plan(CollectiveKind kind, GroupId group, Bytes 
                                       Algorithm algo, bool* kept) {
     if (group >= groups_.size())
         throw SimulationError("network", "collective on an unregistered group", sim_.now());
-    // The answer, once given (kept after it is made: one that throws is not kept and throws
-    // again). Group numbers are below 2^32 - 1, so the word is never 0 (an empty slot).
+    // Once per (group, operation, algorithm asked, size): every DP bucket and unit collective
+    // of every stage asks again, and resolving looks at every rank's node (a pure function of
+    // them and the routing), choosing the protocol builds its candidates' plans. Kept after it
+    // is made (one that throws is not kept and throws again). Group numbers are below
+    // 2^32 - 1, so the word is never 0 (an empty slot).
     const std::uint64_t word = (static_cast<std::uint64_t>(group) + 1) << 32 |
                                static_cast<std::uint64_t>(kind) << 16 | algo.id;
     if (const Chosen* c = chosen_.find(word, size.value)) {
         if (kept) *kept = c->kept;
         return *c->plan;
     }
-    // Resolved once per (group, operation, algorithm asked, size): every DP sync of every
-    // stage asks again, and resolving looks at every rank's node (a pure function of them
-    // and the routing; one that throws is not kept and throws again). The protocol likewise.
-    const auto asked = std::tuple{group, static_cast<int>(kind), algo.id, size.value};
-    auto found = resolved_.find(asked);
-    if (found == resolved_.end()) {
-        const Algorithm resolved = resolve(kind, group, size, algo);
-        found = resolved_.emplace(asked, std::pair{resolved, Protocol::Simple}).first;
-        found->second.second = choose_protocol(kind, group, size, resolved);
-    }
-    const auto [resolved, protocol] = found->second;
+    const Algorithm resolved = resolve(kind, group, size, algo);
+    const Protocol protocol = choose_protocol(kind, group, size, resolved);
     bool is_kept = false;
     const Plan& plan = protocol_plan(kind, group, resolved, protocol, &is_kept);
     *chosen_.try_emplace(word, size.value).first = Chosen{&plan, is_kept};
@@ -253,8 +247,7 @@ void PlanBook::change_routing(const Cluster& routing) {
     p2p_plans_.clear();
     plan_memo_.clear();
     shared_plan_of_.clear();  // not used again: the routes are no longer the cluster's
-    resolved_.clear();        // resolved on the old routes
-    chosen_.clear();
+    chosen_.clear();          // resolved on the old routes
     routing_ = &routing;
 }
 

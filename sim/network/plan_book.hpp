@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -143,13 +142,8 @@ class PlanBook {
     std::shared_ptr<SharedPlans> shared_plans_;
     // This network's collective plans found in shared_plans_, by its own key (collective_plan).
     std::unordered_map<std::uint64_t, const Plan*> shared_plan_of_;
-    // collective_plan: (group, kind, algorithm asked, size) -> the algorithm it resolves to and
-    // the protocol it runs.
-    std::map<std::tuple<GroupId, int, std::uint16_t, std::int64_t>, std::pair<Algorithm, Protocol>>
-        resolved_;
     // collective_plan's answers: (group + 1, kind, algorithm asked) packed in one word, size
-    // -> the plan and whether it is kept. Every DP bucket and unit collective of every stage
-    // asks again; one lookup instead of resolved_'s and protocol_plan's.
+    // -> the plan (its algorithm resolved, its protocol chosen) and whether it is kept.
     struct Chosen {
         const Plan* plan = nullptr;
         bool kept = false;

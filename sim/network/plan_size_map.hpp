@@ -29,24 +29,17 @@ class PlanSizeMap {
     // pointer is valid until the next insertion.
     std::pair<T*, bool> try_emplace(Key key, std::int64_t size) {
         if (2 * (used_ + 1) > slots_.size()) grow();
-        for (std::size_t i = slot_of(key, size);; i = (i + 1) & mask_) {
-            Slot& s = slots_[i];
-            if (s.key == Key{}) {
-                s = Slot{key, size, T{}};
-                ++used_;
-                return {&s.value, true};
-            }
-            if (s.key == key && s.size == size) return {&s.value, false};
-        }
+        Slot& s = probe(key, size);
+        if (s.key != Key{}) return {&s.value, false};
+        s = Slot{key, size, T{}};
+        ++used_;
+        return {&s.value, true};
     }
     // The value of (key, size), null if none; valid until the next insertion.
     T* find(Key key, std::int64_t size) {
         if (slots_.empty()) return nullptr;
-        for (std::size_t i = slot_of(key, size);; i = (i + 1) & mask_) {
-            Slot& s = slots_[i];
-            if (s.key == Key{}) return nullptr;
-            if (s.key == key && s.size == size) return &s.value;
-        }
+        Slot& s = probe(key, size);
+        return s.key != Key{} ? &s.value : nullptr;
     }
     void clear() {
         slots_.clear();
@@ -67,10 +60,16 @@ class PlanSizeMap {
         else
             return static_cast<std::uint64_t>(key);
     }
-    std::size_t slot_of(Key key, std::int64_t size) const {
-        return static_cast<std::size_t>(
-                   mix64(bits(key) ^ static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL)) &
-               mask_;
+    // The slot holding (key, size), or the empty one where it would go (the table not empty).
+    Slot& probe(Key key, std::int64_t size) {
+        for (std::size_t i =
+                 static_cast<std::size_t>(
+                     mix64(bits(key) ^ static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL)) &
+                 mask_;
+             ; i = (i + 1) & mask_) {
+            Slot& s = slots_[i];
+            if (s.key == Key{} || (s.key == key && s.size == size)) return s;
+        }
     }
     void grow() {
         std::vector<Slot> old = std::move(slots_);
@@ -99,32 +98,24 @@ class GroupSendMap {
                                         std::int64_t size) {
         if (2 * (used_ + 1) > slots_.size()) grow();
         const std::uint64_t h = hash_of(srcs, dsts, size);
-        for (std::size_t i = static_cast<std::size_t>(h) & mask_;; i = (i + 1) & mask_) {
-            Slot& s = slots_[i];
-            if (!s.used) {
-                s = Slot{true,
-                         h,
-                         size,
-                         static_cast<std::uint32_t>(ranks_.size()),
-                         static_cast<std::uint32_t>(srcs.size()),
-                         Value{}};
-                ranks_.insert(ranks_.end(), srcs.begin(), srcs.end());
-                ranks_.insert(ranks_.end(), dsts.begin(), dsts.end());
-                ++used_;
-                return {&s.value, true};
-            }
-            if (matches(s, h, srcs, dsts, size)) return {&s.value, false};
-        }
+        Slot& s = probe(h, srcs, dsts, size);
+        if (s.used) return {&s.value, false};
+        s = Slot{true,
+                 h,
+                 size,
+                 static_cast<std::uint32_t>(ranks_.size()),
+                 static_cast<std::uint32_t>(srcs.size()),
+                 Value{}};
+        ranks_.insert(ranks_.end(), srcs.begin(), srcs.end());
+        ranks_.insert(ranks_.end(), dsts.begin(), dsts.end());
+        ++used_;
+        return {&s.value, true};
     }
     // The value of the message, null if none; valid until the next insertion or clear().
     Value* find(std::span<const int> srcs, std::span<const int> dsts, std::int64_t size) {
         if (slots_.empty()) return nullptr;
-        const std::uint64_t h = hash_of(srcs, dsts, size);
-        for (std::size_t i = static_cast<std::size_t>(h) & mask_;; i = (i + 1) & mask_) {
-            Slot& s = slots_[i];
-            if (!s.used) return nullptr;
-            if (matches(s, h, srcs, dsts, size)) return &s.value;
-        }
+        Slot& s = probe(hash_of(srcs, dsts, size), srcs, dsts, size);
+        return s.used ? &s.value : nullptr;
     }
     void clear() {
         slots_.clear();
@@ -143,11 +134,17 @@ class GroupSendMap {
         std::uint32_t parts = 0;
         Value value{};
     };
-    bool matches(const Slot& s, std::uint64_t h, std::span<const int> srcs,
-                 std::span<const int> dsts, std::int64_t size) const {
-        return s.hash == h && s.size == size && s.parts == srcs.size() &&
-               std::equal(srcs.begin(), srcs.end(), ranks_.begin() + s.offset) &&
-               std::equal(dsts.begin(), dsts.end(), ranks_.begin() + s.offset + s.parts);
+    // The slot holding the message, or the empty one where it would go (the table not empty).
+    Slot& probe(std::uint64_t h, std::span<const int> srcs, std::span<const int> dsts,
+                std::int64_t size) {
+        for (std::size_t i = static_cast<std::size_t>(h) & mask_;; i = (i + 1) & mask_) {
+            Slot& s = slots_[i];
+            if (!s.used ||
+                (s.hash == h && s.size == size && s.parts == srcs.size() &&
+                 std::equal(srcs.begin(), srcs.end(), ranks_.begin() + s.offset) &&
+                 std::equal(dsts.begin(), dsts.end(), ranks_.begin() + s.offset + s.parts)))
+                return s;
+        }
     }
     static std::uint64_t hash_of(std::span<const int> srcs, std::span<const int> dsts,
                                  std::int64_t size) {

@@ -76,13 +76,12 @@ struct Scorer {
 struct Survivor {
     PlanLayout layout;
     std::size_t index = 0;
-    // The bound: replay::iteration_floor from step 3, iteration_lower_bound once `bounded`
-    // (Simulations::at works it out when the survivor could still be simulated).
+    // The bound: replay::iteration_floor from step 3, iteration_lower_bound once
+    // Simulations::at has worked it out (when the survivor could still be simulated).
     double bound_s = 0;
     double bound_score = 0;
     double flops = 0, peak = 0, tokens = 0;
     std::int64_t memory = 0;
-    bool bounded = false;
 };
 
 PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double flops, double peak,
@@ -713,7 +712,6 @@ struct Simulations {
                     continue;
                 }
                 s.bound_score = bound_score(s, 1);
-                s.bounded = true;
                 bounded.push_back(&s);
                 std::push_heap(bounded.begin(), bounded.end(), after);
             }
