@@ -1,7 +1,11 @@
 #include "replay/bound.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <functional>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -9,6 +13,8 @@
 #include "replay/pass_cost.hpp"
 #include "schedule/critical_path.hpp"
 #include "workload/groups.hpp"
+#include "workload/memory.hpp"
+#include "workload/pipeline_comm.hpp"
 
 namespace cs::replay {
 
@@ -43,7 +49,8 @@ class HostFloor {
         // earlier than host_issue's closed form from h0 (the earliest end of its kernels).
         const Time start = std::max(r.ready, h0 + issue.first_issue);
         Time end = start + gpu;
-        if (whole) end = std::max(end, h0 + issue.earliest_end);
+        issued_end_ = h0 + issue.earliest_end;
+        if (whole) end = std::max(end, issued_end_);
         h = h0 + issue.issue;
         // A pass whose output goes to another device posts its send, and with sync_after_p2p
         // the host waits for the pass's end.
@@ -54,6 +61,10 @@ class HostFloor {
         }
         return end;
     }
+
+    // The earliest end of the kernels `issue` last issued (host_issue's closed form from its
+    // h0): the replay's first pass of an overlapped group ends no earlier (start_on_host).
+    Time issued_end() const { return issued_end_; }
 
     // The optimizer step is issued as one more pass of one kernel once the device's ops are done.
     Time optimizer_start(int device, Time ops_end) const {
@@ -81,6 +92,139 @@ class HostFloor {
     const workload::HostModel& host_;
     int last_stage_;
     std::vector<Time> free_;
+    Time issued_end_;
+};
+
+// How many devices iteration_lower_bound prices the data-parallel collectives of.
+constexpr std::size_t kTailDevices = 2;
+
+// The data-parallel collectives the replay adds around a device's optimizer step
+// (replay_dp.cpp), each at its isolated cost on the layout's network (CollectiveCosts, as the
+// replay's own collectives are priced), which an analytical run never beats. Every rule is a
+// line of the replay read as an inequality; a case it does not cover (HSDP, a last gradient pass
+// inside an overlapped group) adds nothing, which keeps the bound a bound.
+class DataParallelTail {
+  public:
+    DataParallelTail(const PreparedIteration& p, const workload::RankLayout& ranks,
+                     CollectiveCosts& costs)
+        : p_(p), ranks_(ranks), costs_(costs) {
+        const auto& l = p.spec.layout;
+        const bool sharded = l.sharding != workload::Sharding::None && l.dp > 1;
+        shard_ = sharded ? l.shard_group_size() : l.dp;
+        hsdp_ = sharded && l.hsdp();
+        units_ = l.sharding >= workload::Sharding::Gradients && shard_ > 1;
+        prefetch_ = l.overlap_param_gather && l.dp * l.cp > 1 &&
+                    l.sharding == workload::Sharding::Optimizer;
+    }
+
+    // The earliest the last gradient reduction of device d's stage can end, given the end of
+    // its last pass that completes gradients (B or Bw; `last_grad`) and a time no later than
+    // that pass's start (`last_grad_start`), outside ZeRO-2/3's units (Replay::start_dp_sync,
+    // launch_bucket): --overlap-grad-reduce's buckets of the pass's chunk become ready during
+    // it, the last at its end, and run one after another; without it the chunk's whole
+    // reduction starts at the pass's end, or, under grad_reduce_after_backward, every chunk's
+    // one after another. The optimizer step waits for it (maybe_start_optimizer).
+    Time gradients_reduced(int d, Time last_grad, Time last_grad_start) {
+        const auto& l = p_.spec.layout;
+        const auto& dev = p_.plan.devices[static_cast<std::size_t>(d)];
+        if (units_ || hsdp_ || l.dp * l.cp <= 1 || dev.dp_gradient_bytes.value <= 0)
+            return Time::zero();
+        const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
+                                         : network::CollectiveKind::AllReduce;
+        const auto& group = dp_group(d);
+        if (l.overlap_grad_reduce) {
+            // Every bucket of the chunk becomes ready during that pass (schedule_buckets), and
+            // they run one after another on the stage's communicator (launch_bucket).
+            const int buckets = gradient_buckets(dev, l);
+            const Time last =
+                costs_.cost(kind, group, gradient_bucket_bytes(dev, l, buckets, buckets - 1));
+            // (The full buckets' sizes differ by rounding: a byte less than the first.)
+            const Time full =
+                buckets > 1
+                    ? costs_.cost(kind, group,
+                                  Bytes{gradient_bucket_bytes(dev, l, buckets, 0).value - 1})
+                    : Time::zero();
+            return std::max(last_grad + last, last_grad_start + full * (buckets - 1) + last);
+        }
+        const Time chunk = costs_.cost(kind, group, dev.dp_gradient_bytes);
+        return last_grad +
+               (workload::dp_reduce_after_backward(p_.spec) ? chunk * p_.shape.chunks : chunk);
+    }
+
+    // The distributed optimizer's parameter all-gather after the step, which the iteration
+    // includes (Replay::start_parameter_gather; none with --overlap-param-gather, ZeRO-3 or HSDP).
+    Time after_step(int d) {
+        const auto& l = p_.spec.layout;
+        const auto& dev = p_.plan.devices[static_cast<std::size_t>(d)];
+        if (!dev.dp_sharded || l.dp * l.cp <= 1 || dev.dp_gradient_bytes.value <= 0 ||
+            l.sharding == workload::Sharding::Parameters || prefetch_ || hsdp_)
+            return Time::zero();
+        return costs_.cost(network::CollectiveKind::AllGather, dp_group(d),
+                           Bytes{dev.dp_parameter_bytes.value * p_.shape.chunks});
+    }
+
+    // ZeRO-2/3 (replay's sharded units): each shard group's all-gathers run one after another
+    // on one stream, its reduce-scatters on another, one collective per unit a pass runs
+    // (Replay::request_unit, launch_unit_collectives); the device's passes end only after its
+    // last gather and its step starts only after its last reduce. So the step starts no earlier
+    // than either stream's collectives back to back.
+    Time streams(int d, const std::vector<schedule::PipelineOp>& order) {
+        if (!units_) return Time::zero();
+        const auto& l = p_.spec.layout;
+        const bool zero3 = l.sharding == workload::Sharding::Parameters;
+        std::vector<int> gpus;
+        for (int i = 0; i < shard_; ++i)
+            gpus.push_back(ranks_.gpu(0, 0, i, d));
+        const auto precision = p_.spec.training.precision;
+        std::int64_t gathers = 0, reduces = 0;
+        for (const auto& op : order) {
+            const int vs = p_.schedule->virtual_stage(p_.shape, d, op.chunk, op.microbatch);
+            const bool gather =
+                zero3 && (op.pass == schedule::Pass::Forward ||
+                          (l.reshard_after_forward && (op.pass == schedule::Pass::Backward ||
+                                                       op.pass == schedule::Pass::BackwardInput)));
+            const bool reduce =
+                op.pass == schedule::Pass::Backward || op.pass == schedule::Pass::BackwardWeight;
+            if (gather) gathers += units_cost(vs, true, gpus, precision);
+            if (reduce) reduces += units_cost(vs, false, gpus, precision);
+        }
+        return Time::ps(std::max(gathers, reduces));
+    }
+
+  private:
+    const std::vector<int>& dp_group(int d) {
+        group_ = ranks_.dp_cp_group(ranks_.worker(d, 0), 0).gpus;
+        return group_;
+    }
+    // One pass's unit collectives on virtual stage vs (all-gathers of the 16-bit weights or
+    // reduce-scatters of the gradients), costed once per stage and kind.
+    std::int64_t units_cost(int vs, bool gather, const std::vector<int>& gpus,
+                            workload::Precision precision) {
+        const auto key = static_cast<std::size_t>(vs) * 2 + (gather ? 0 : 1);
+        if (unit_costs_.size() <= key) unit_costs_.resize(key + 1, -1);
+        if (unit_costs_[key] >= 0) return unit_costs_[key];
+        const double per = gather ? workload::weight_bytes_per_parameter(precision)
+                                  : workload::gradient_bytes_per_parameter(precision);
+        std::int64_t total = 0;
+        for (const std::int64_t params :
+             p_.plan.virtual_stages[static_cast<std::size_t>(vs)].unit_parameters)
+            total += costs_
+                         .cost(gather ? network::CollectiveKind::AllGather
+                                      : network::CollectiveKind::ReduceScatter,
+                               gpus,
+                               Bytes{static_cast<std::int64_t>(
+                                   std::llround(static_cast<double>(params) * per))})
+                         .count_ps();
+        return unit_costs_[key] = total;
+    }
+
+    const PreparedIteration& p_;
+    const workload::RankLayout& ranks_;
+    CollectiveCosts& costs_;
+    int shard_ = 1;
+    bool hsdp_ = false, units_ = false, prefetch_ = false;
+    std::vector<int> group_;
+    std::vector<std::int64_t> unit_costs_;
 };
 
 // Each (virtual stage, pass kind)'s compute, compute plus blocking collectives and host issue, as
@@ -180,6 +324,13 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     // group's first start bound its end.
     const bool whole_groups = p.spec.layout.sharding < workload::Sharding::Gradients;
     HostFloor floor(p, p.orders.size());
+    // Per device, the end and the ready time (no later than its start) of its last pass that
+    // completes gradients (B or Bw), or nullopt when that pass is a member of an overlapped group
+    // (whose members' own ends the path does not give) or there is none: what
+    // DataParallelTail::gradients_reduced starts from.
+    std::vector<std::optional<std::pair<Time, Time>>> last_grad(p.orders.size());
+    // Per device, HostFloor::issued_end of its current group's first pass.
+    std::vector<Time> group_issued(p.orders.size());
     const auto end = [&](const schedule::OpReady& r) {
         const auto d = static_cast<std::size_t>(r.device);
         const auto& order = p.orders[d];
@@ -191,6 +342,11 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
         Time e = host.enabled && (g < 0 || static_cast<std::size_t>(g) == r.index)
                      ? floor.issue(r, c.issue, gpu, g < 0)
                      : r.ready + gpu;
+        // The host issues a group as its first pass (Replay::start_group_on_host): that pass
+        // ends no earlier than its kernels' issue allows, and the others follow it, each taking
+        // at least its compute (overlap_group's spans).
+        if (host.enabled && g >= 0 && static_cast<std::size_t>(g) == r.index)
+            group_issued[d] = floor.issued_end();
         // ... and the group as a whole takes overlapped_time's group (Replay::overlap_group)
         // from its first pass's start: the path reached its last pass no later than that start
         // plus the members' compute C, so adding group - C to the last keeps below it.
@@ -208,7 +364,17 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
             const auto t =
                 overlapped_time(compute, collective, chain_f, chain_b, pass.interference());
             e += Time::ps(t.group - compute);
+            if (host.enabled) {
+                const auto& first = order[static_cast<std::size_t>(g)];
+                const auto& c0 = pass.of(
+                    first,
+                    p.schedule->virtual_stage(p.shape, r.device, first.chunk, first.microbatch));
+                e = std::max(e, group_issued[d] + Time::ps(compute) - c0.compute);
+            }
         }
+        if (r.op.pass == schedule::Pass::Backward || r.op.pass == schedule::Pass::BackwardWeight)
+            last_grad[d] =
+                g < 0 ? std::optional<std::pair<Time, Time>>({e, r.ready}) : std::nullopt;
         return e;
     };
     // Long pipelines: the devices' own chains (bound.hpp, kChainMicrobatches).
@@ -222,14 +388,35 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     if (!ends)
         throw SimulationError("replay", "schedule " + p.schedule->name() +
                                             "'s op orders deadlock: no bound can be given");
-    // Each device ends with its optimizer step, issued by its host when it has one.
-    Time latest = Time::zero();
-    for (std::size_t d = 0; d < ends->size(); ++d) {
+    // Each device ends with its optimizer step, issued by its host when it has one, once its
+    // gradients are reduced, and then its parameters' all-gather (DataParallelTail). Each
+    // device's end with its data-parallel collectives is a bound, and so is its end without
+    // them; pricing a stage's collectives is an isolated run on the network each (a stage's
+    // data-parallel group is its own), so they are priced only for the kTailDevices devices that
+    // end last without them, where they can raise the bound most.
+    DataParallelTail dp(p, ranks, costs);
+    const auto ends_at = [&](std::size_t d, Time ready) {
         const Time step = p.plan.devices[d].optimizer_step;
-        const Time start = host.enabled && step > Time::zero()
-                               ? floor.optimizer_start(static_cast<int>(d), (*ends)[d])
-                               : (*ends)[d];
-        latest = std::max(latest, start + step);
+        return (host.enabled && step > Time::zero()
+                    ? floor.optimizer_start(static_cast<int>(d), ready)
+                    : ready) +
+               step;
+    };
+    std::vector<std::pair<Time, std::size_t>> without(ends->size());
+    for (std::size_t d = 0; d < ends->size(); ++d)
+        without[d] = {ends_at(d, (*ends)[d]), d};
+    const std::size_t tails = std::min(kTailDevices, without.size());
+    std::partial_sort(without.begin(), without.begin() + static_cast<std::ptrdiff_t>(tails),
+                      without.end(), std::greater<>());
+    Time latest = without.empty() ? Time::zero() : without.front().first;
+    for (std::size_t k = 0; k < tails; ++k) {
+        const std::size_t d = without[k].second;
+        const int device = static_cast<int>(d);
+        Time ready = std::max((*ends)[d], dp.streams(device, p.orders[d]));
+        if (last_grad[d])
+            ready = std::max(
+                ready, dp.gradients_reduced(device, last_grad[d]->first, last_grad[d]->second));
+        latest = std::max(latest, ends_at(d, ready) + dp.after_step(device));
     }
     return latest;
 }

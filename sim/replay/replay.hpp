@@ -194,6 +194,13 @@ struct ReplayResult {
     std::string replicas_refused;
 };
 
+// Megatron-LM's DDP gradient buckets (--overlap-grad-reduce): a chunk's `stage.dp_parameters` cut
+// into buckets of layout.bucket_parameters() (at least one), and bucket b's share of the chunk's
+// gradient bytes (the bytes between b and b + 1 bucket sizes; the last takes the rest).
+int gradient_buckets(const workload::StagePlan& stage, const workload::ParallelLayout& layout);
+Bytes gradient_bucket_bytes(const workload::StagePlan& stage,
+                            const workload::ParallelLayout& layout, int buckets, int bucket);
+
 // An overlapped group's time (DualPipe's F&B, Replay's overlap_group), in picoseconds: the
 // passes' total compute and blocking-collective times, each chain's compute plus collectives (the
 // forward's, the backward's), and compute.interference. `group` is the longest of the two chains

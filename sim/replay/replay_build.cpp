@@ -237,11 +237,9 @@ void Replay::setup_buckets() {
     // bucket_parameters(), as Megatron-LM's DDP cuts them.
     bucket_count_.assign(static_cast<std::size_t>(layout_.pp), 1);
     for (int s = 0; s < layout_.pp; ++s) {
-        const std::int64_t params = plan_.devices[static_cast<std::size_t>(s)].dp_parameters;
-        const std::int64_t per = layout_.bucket_parameters();
         if (overlaps_dp(s))
             bucket_count_[static_cast<std::size_t>(s)] =
-                static_cast<int>(std::max<std::int64_t>(1, (params + per - 1) / per));
+                gradient_buckets(plan_.devices[static_cast<std::size_t>(s)], layout_);
         max_buckets_ = std::max(max_buckets_, bucket_count_[static_cast<std::size_t>(s)]);
     }
     buckets_ready_.assign(static_cast<std::size_t>(layout_.pp * shape_.chunks * max_buckets_), 0);

@@ -13,19 +13,27 @@ namespace cs::replay {
 
 using schedule::Pass;
 
-Bytes Replay::bucket_bytes(int stage, int bucket) const {
-    // The share of the chunk's gradient bytes between b and b + 1 bucket sizes.
-    const auto& dev = plan_.devices[static_cast<std::size_t>(stage)];
-    const int buckets = bucket_count_[static_cast<std::size_t>(stage)];
-    const double total = static_cast<double>(dev.dp_gradient_bytes.value);
-    const double params = static_cast<double>(dev.dp_parameters);
-    const double per = static_cast<double>(layout_.bucket_parameters());
+int gradient_buckets(const workload::StagePlan& stage, const workload::ParallelLayout& layout) {
+    const std::int64_t per = layout.bucket_parameters();
+    return static_cast<int>(std::max<std::int64_t>(1, (stage.dp_parameters + per - 1) / per));
+}
+
+Bytes gradient_bucket_bytes(const workload::StagePlan& stage,
+                            const workload::ParallelLayout& layout, int buckets, int bucket) {
+    const double total = static_cast<double>(stage.dp_gradient_bytes.value);
+    const double params = static_cast<double>(stage.dp_parameters);
+    const double per = static_cast<double>(layout.bucket_parameters());
     const auto upto = [&](int b) {
-        return b >= buckets ? dev.dp_gradient_bytes.value
+        return b >= buckets ? stage.dp_gradient_bytes.value
                             : static_cast<std::int64_t>(
                                   std::llround(total * std::min(1.0, b * per / params)));
     };
     return Bytes{upto(bucket + 1) - upto(bucket)};
+}
+
+Bytes Replay::bucket_bytes(int stage, int bucket) const {
+    return gradient_bucket_bytes(plan_.devices[static_cast<std::size_t>(stage)], layout_,
+                                 bucket_count_[static_cast<std::size_t>(stage)], bucket);
 }
 
 void Replay::schedule_buckets(int worker, int chunk, Time start, Time end) {
