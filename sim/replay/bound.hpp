@@ -18,13 +18,18 @@ namespace cs::replay {
 // (PipelineOp::overlap: DualPipe's F&B, whose collectives may hide behind the other pass's
 // compute) counts its compute only; outside ZeRO-2/3 the group runs whole, as the replay runs
 // it: once every member's input is in, for overlapped_time's group time, its outputs leaving at
-// its end.
+// its end, and no sooner than its first pass's kernels can be issued plus the others' compute
+// (the host issues a group as its first pass). Before its optimizer step a device waits for its
+// stage's last gradient reduction (the buckets one after another from its last backward's
+// start, or the chunk's reduction after it) or, under ZeRO-2/3, for its shard group's unit
+// all-gathers and reduce-scatters back to back; after it, the distributed optimizer's parameter
+// all-gather (bound.cpp's DataParallelTail, priced for the devices that end last without it).
 //
 // The replay runs exactly these passes, in these orders, for at least these times, and only
-// adds waiting: for pipeline messages, the data-parallel reduction and parameter gathers,
-// contention. So with `costs` made for the experiment's cluster and network configuration, no
-// replay of `p` on that network model ends sooner, unless a duration model (variability)
-// shortens passes, which nothing bundled does (a slow host only lengthens them). Throws
+// adds waiting: for pipeline messages, the rest of the data-parallel traffic, contention. So
+// with `costs` made for the experiment's cluster and network configuration, no replay of `p` on
+// that network model ends sooner, unless a duration model (variability) shortens passes, which
+// nothing bundled does (a slow host only lengthens them). Throws
 // SimulationError for orders that deadlock (a schedule's bug).
 //
 // With at least kChainMicrobatches microbatches per virtual stage, each device's ops are taken
