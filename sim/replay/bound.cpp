@@ -331,7 +331,31 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     std::vector<std::optional<std::pair<Time, Time>>> last_grad(p.orders.size());
     // Per device, HostFloor::issued_end of its current group's first pass.
     std::vector<Time> group_issued(p.orders.size());
-    const auto end = [&](const schedule::OpReady& r) {
+    // Long pipelines: the devices' own chains (bound.hpp, kChainMicrobatches).
+    const bool chains =
+        p.shape.microbatches >= kChainMicrobatches * p.schedule->virtual_stages(p.shape);
+    const auto end = [&](const schedule::OpReady& given) {
+        // On the path (not on the chains, which take an input to arrive when the device is free),
+        // a pipeline message from another device arrives no earlier than its sender's end plus
+        // one part's send alone (member 0's: Replay::start_message sends every member's part and
+        // delivers the message once all are in; batched exchanges post it no earlier).
+        schedule::OpReady r = given;
+        if (!chains && r.input) {
+            const bool forward = r.op.pass == schedule::Pass::Forward;
+            const int from = forward ? r.virtual_stage - 1 : r.virtual_stage + 1;
+            const int sender = p.schedule->place(p.shape, from, r.op.microbatch).device;
+            if (sender != r.device) {
+                const auto& message =
+                    p.plan
+                        .virtual_stages[static_cast<std::size_t>(forward ? from : r.virtual_stage)]
+                        .activation_bytes;
+                const Time arrival =
+                    *r.input + costs.send(ranks.member_gpu(ranks.worker(sender, 0), 0),
+                                          ranks.member_gpu(ranks.worker(r.device, 0), 0), message);
+                r.input = arrival;
+                r.ready = std::max(r.ready, arrival);
+            }
+        }
         const auto d = static_cast<std::size_t>(r.device);
         const auto& order = p.orders[d];
         const std::ptrdiff_t g = lead[d][r.index];
@@ -377,12 +401,10 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
                 g < 0 ? std::optional<std::pair<Time, Time>>({e, r.ready}) : std::nullopt;
         return e;
     };
-    // Long pipelines: the devices' own chains (bound.hpp, kChainMicrobatches).
     const auto ends =
-        p.shape.microbatches >= kChainMicrobatches * p.schedule->virtual_stages(p.shape)
-            ? std::optional<std::vector<Time>>(
-                  schedule::device_chain_ends(*p.schedule, p.shape, p.orders, end))
-            : schedule::critical_path_ends(*p.schedule, p.shape, p.orders, end, whole_groups);
+        chains ? std::optional<std::vector<Time>>(
+                     schedule::device_chain_ends(*p.schedule, p.shape, p.orders, end))
+               : schedule::critical_path_ends(*p.schedule, p.shape, p.orders, end, whole_groups);
     // Orders that deadlock are a schedule's bug (the contract tests run every registered one):
     // the replay would stall on them too.
     if (!ends)

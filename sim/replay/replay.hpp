@@ -171,12 +171,20 @@ class CollectiveCosts {
     CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config,
                     network::KeptState* kept = nullptr);
     Time cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size);
+    // One point-to-point send alone (network::isolated_send_time), as the replay sends a pipeline
+    // message's part.
+    Time send(int src, int dst, Bytes size);
 
   private:
     const topology::Cluster& cluster_;
     network::NetworkConfig config_;
     network::KeptState* kept_;
     std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
+    std::map<std::tuple<int, int, std::int64_t>, Time> sends_;
+    // Under the analytical network a send's time depends on nothing else on the network, so
+    // one idle network times them all (building one per send costs a pass over every link).
+    struct SendTimer;
+    std::shared_ptr<SendTimer> timer_;
 };
 
 struct ReplayResult {

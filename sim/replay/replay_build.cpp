@@ -32,6 +32,43 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
         .first->second;
 }
 
+struct CollectiveCosts::SendTimer final : network::TransferClient {
+    Simulation sim;
+    std::unique_ptr<network::Network> net;
+    Time done = Time::max();
+    SendTimer(const topology::Cluster& cluster, const network::NetworkConfig& config,
+              network::KeptState* kept)
+        : net(network::make_network(sim, cluster, config, kept)) {
+        net->set_client(this);
+    }
+    void on_transfer_done(Simulation& s, std::uint64_t) override { done = s.now(); }
+    Time time(int src, int dst, Bytes size) {
+        const Time start = sim.now();
+        done = Time::max();
+        net->send(src, dst, size, 0);
+        sim.run();
+        if (done == Time::max())
+            throw SimulationError("replay", "a send priced alone never completed", sim.now());
+        return done - start;
+    }
+};
+
+Time CollectiveCosts::send(int src, int dst, Bytes size) {
+    if (src == dst || size.value <= 0 || config_.fidelity == network::Fidelity::Ideal)
+        return Time::zero();
+    const auto key = std::make_tuple(src, dst, size.value);
+    auto it = sends_.find(key);
+    if (it != sends_.end()) return it->second;
+    Time t;
+    if (config_.fidelity == network::Fidelity::Analytical) {
+        if (!timer_) timer_ = std::make_shared<SendTimer>(cluster_, config_, kept_);
+        t = timer_->time(src, dst, size);
+    } else {
+        t = network::isolated_send_time(cluster_, config_, src, dst, size, kept_);
+    }
+    return sends_.emplace(key, t).first->second;
+}
+
 // ---- ReplayScratch ----------------------------------------------------------------------------
 
 ReplayScratch::ReplayScratch() : parts_(std::make_unique<Parts>()) {}
