@@ -8,22 +8,23 @@
 
 namespace cs::replay {
 
-// The longest path through the passes' dependencies (schedule::critical_path_ends) when every
-// pass takes what the replay charges its GPU, compute plus blocking collectives (cost_steps, with
-// `costs` pricing the collectives as the replay's own CollectiveCosts does), starts no earlier
-// than the replay's host could issue its first kernel (workload::HostModel, as
-// Replay::start_on_host: the host's own chain, a receive's post, sync_after_p2p's wait for the
-// input and for a sending pass's end) and ends no earlier than host_issue's earliest end, and each
-// device ends with its optimizer step (issued by its host). A pass of an overlapped group
-// (PipelineOp::overlap: DualPipe's F&B, whose collectives may hide behind the other pass's
-// compute) counts its compute only; outside ZeRO-2/3 the group runs whole, as the replay runs
-// it: once every member's input is in, for overlapped_time's group time, its outputs leaving at
-// its end, and no sooner than its first pass's kernels can be issued plus the others' compute
-// (the host issues a group as its first pass). Before its optimizer step a device waits for its
-// stage's last gradient reduction (the buckets one after another from its last backward's
-// start, or the chunk's reduction after it) or, under ZeRO-2/3, for its shard group's unit
-// all-gathers and reduce-scatters back to back; after it, the distributed optimizer's parameter
-// all-gather (bound.cpp's DataParallelTail, priced for the devices that end last without it).
+// The longest path through the passes' dependencies (schedule::critical_path_ends) when every pass
+// takes what the replay charges its GPU, compute plus blocking collectives (cost_steps, with
+// `costs` pricing the collectives as the replay's own CollectiveCosts does), starts no earlier than
+// the replay's host could issue its first kernel (workload::HostModel, as Replay::start_on_host:
+// the host's own chain, a receive's post, sync_after_p2p's wait for the input and for a sending
+// pass's end) and ends no earlier than host_issue's earliest end, whose input from another device
+// arrives no earlier than its sender's end plus one part sent alone (CollectiveCosts::send), and
+// each device ends with its optimizer step (issued by its host). A pass of an overlapped group
+// (PipelineOp::overlap: DualPipe's F&B, whose collectives may hide behind the other pass's compute)
+// counts its compute only; outside ZeRO-2/3 the group runs whole, as the replay runs it: once every
+// member's input is in, for overlapped_time's group time, its outputs leaving at its end, and no
+// sooner than its first pass's kernels can be issued plus the others' compute (the host issues a
+// group as its first pass). Before its optimizer step a device waits for its stage's last gradient
+// reduction (the buckets one after another from its last backward's start, or the chunk's reduction
+// after it) or, under ZeRO-2/3, for its shard group's unit all-gathers and reduce-scatters back to
+// back; after it, the distributed optimizer's parameter all-gather (bound.cpp's DataParallelTail,
+// priced for the devices that end last without it).
 //
 // The replay runs exactly these passes, in these orders, for at least these times, and only
 // adds waiting: for pipeline messages, the rest of the data-parallel traffic, contention. So
