@@ -420,8 +420,9 @@ Time isolated_collective_time(const topology::Cluster& cluster, const NetworkCon
                               Algorithm algorithm = Algorithm::Auto, KeptState* kept = nullptr);
 
 // The time of one point-to-point send of `size` bytes from GPU `src` to GPU `dst` run alone on an
-// otherwise idle network built by make_network for `config` (Network::send, as the replay sends a
-// pipeline message's part), from its start to its last byte. Throws as isolated_collective_time.
+// otherwise idle network for `config` (Network::send, as the replay sends a pipeline message's
+// part; the network knows only the send's links, as isolated_collective_time's knows the
+// collective's), from its start to its last byte. Throws as isolated_collective_time.
 Time isolated_send_time(const topology::Cluster& cluster, const NetworkConfig& config, int src,
                         int dst, Bytes size, KeptState* kept = nullptr);
 
