@@ -311,6 +311,95 @@ Time iteration_floor(const PreparedIteration& p, CollectiveCosts& costs) {
     return latest;
 }
 
+namespace {
+
+// Op `given` with its input, when it comes from another device, taken to arrive no earlier than
+// its sender's end plus one part of the message sent alone (member 0's: Replay::start_message
+// sends every member's part and delivers the message once all are in; batched exchanges post
+// it no earlier).
+schedule::OpReady after_transfer(const PreparedIteration& p, const workload::RankLayout& ranks,
+                                 CollectiveCosts& costs, const schedule::OpReady& given) {
+    schedule::OpReady r = given;
+    if (!r.input) return r;
+    const bool forward = r.op.pass == schedule::Pass::Forward;
+    const int from = forward ? r.virtual_stage - 1 : r.virtual_stage + 1;
+    const int sender = p.schedule->place(p.shape, from, r.op.microbatch).device;
+    if (sender == r.device) return r;
+    const auto& message =
+        p.plan.virtual_stages[static_cast<std::size_t>(forward ? from : r.virtual_stage)]
+            .activation_bytes;
+    const Time arrival =
+        *r.input + costs.send(ranks.member_gpu(ranks.worker(sender, 0), 0),
+                              ranks.member_gpu(ranks.worker(r.device, 0), 0), message);
+    r.input = arrival;
+    r.ready = std::max(r.ready, arrival);
+    return r;
+}
+
+// The end of an overlapped group (order[first..last] on `device`, run whole) whose last pass the
+// path ends at `e`: the group takes overlapped_time's group (Replay::overlap_group) from its
+// first pass's start, and the path reached its last pass no later than that start plus the
+// members' compute C, so adding group - C keeps below it. With the host (`issued`: HostFloor's
+// issued_end of the first pass), the first pass ends no earlier than its kernels' issue allows
+// and the others follow it, each taking at least its compute (Replay::start_group_on_host).
+Time close_group(const PreparedIteration& p, PassCosts& pass,
+                 const std::vector<schedule::PipelineOp>& order, std::size_t first,
+                 std::size_t last, int device, Time e, std::optional<Time> issued) {
+    std::int64_t compute = 0, collective = 0, chain_f = 0, chain_b = 0, first_compute = 0;
+    for (std::size_t j = first; j <= last; ++j) {
+        const auto& op = order[j];
+        const auto& m =
+            pass.of(op, p.schedule->virtual_stage(p.shape, device, op.chunk, op.microbatch));
+        compute += m.compute.count_ps();
+        collective += (m.gpu - m.compute).count_ps();
+        (j == first ? chain_f : chain_b) += m.gpu.count_ps();
+        if (j == first) first_compute = m.compute.count_ps();
+    }
+    const auto t = overlapped_time(compute, collective, chain_f, chain_b, pass.interference());
+    e += Time::ps(t.group - compute);
+    if (issued) e = std::max(e, *issued + Time::ps(compute - first_compute));
+    return e;
+}
+
+// The iteration's end: each device ends with its optimizer step, issued by its host when it has
+// one, once its gradients are reduced, and then its parameters' all-gather (DataParallelTail).
+// Each device's end with its data-parallel collectives is a bound, and so is its end without
+// them; pricing a stage's collectives is an isolated run on the network each (a stage's
+// data-parallel group is its own), so they are priced only for the kTailDevices devices that
+// end last without them, where they can raise the bound most. `last_grad`: per device, the end
+// and a time no later than the start of its last pass that completes gradients (nullopt: none
+// usable).
+Time devices_end(const PreparedIteration& p, const std::vector<Time>& ends, HostFloor& floor,
+                 DataParallelTail& dp,
+                 const std::vector<std::optional<std::pair<Time, Time>>>& last_grad) {
+    const auto ends_at = [&](std::size_t d, Time ready) {
+        const Time step = p.plan.devices[d].optimizer_step;
+        return (p.spec.compute.host.enabled && step > Time::zero()
+                    ? floor.optimizer_start(static_cast<int>(d), ready)
+                    : ready) +
+               step;
+    };
+    std::vector<std::pair<Time, std::size_t>> without(ends.size());
+    for (std::size_t d = 0; d < ends.size(); ++d)
+        without[d] = {ends_at(d, ends[d]), d};
+    const std::size_t tails = std::min(kTailDevices, without.size());
+    std::partial_sort(without.begin(), without.begin() + static_cast<std::ptrdiff_t>(tails),
+                      without.end(), std::greater<>());
+    Time latest = without.empty() ? Time::zero() : without.front().first;
+    for (std::size_t k = 0; k < tails; ++k) {
+        const std::size_t d = without[k].second;
+        const int device = static_cast<int>(d);
+        Time ready = std::max(ends[d], dp.streams(device, p.orders[d]));
+        if (last_grad[d])
+            ready = std::max(
+                ready, dp.gradients_reduced(device, last_grad[d]->first, last_grad[d]->second));
+        latest = std::max(latest, ends_at(d, ready) + dp.after_step(device));
+    }
+    return latest;
+}
+
+}  // namespace
+
 Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     const workload::RankLayout ranks(p.spec.layout);
     const auto& host = p.spec.compute.host;
@@ -335,27 +424,8 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     const bool chains =
         p.shape.microbatches >= kChainMicrobatches * p.schedule->virtual_stages(p.shape);
     const auto end = [&](const schedule::OpReady& given) {
-        // On the path (not on the chains, which take an input to arrive when the device is free),
-        // a pipeline message from another device arrives no earlier than its sender's end plus
-        // one part's send alone (member 0's: Replay::start_message sends every member's part and
-        // delivers the message once all are in; batched exchanges post it no earlier).
-        schedule::OpReady r = given;
-        if (!chains && r.input) {
-            const bool forward = r.op.pass == schedule::Pass::Forward;
-            const int from = forward ? r.virtual_stage - 1 : r.virtual_stage + 1;
-            const int sender = p.schedule->place(p.shape, from, r.op.microbatch).device;
-            if (sender != r.device) {
-                const auto& message =
-                    p.plan
-                        .virtual_stages[static_cast<std::size_t>(forward ? from : r.virtual_stage)]
-                        .activation_bytes;
-                const Time arrival =
-                    *r.input + costs.send(ranks.member_gpu(ranks.worker(sender, 0), 0),
-                                          ranks.member_gpu(ranks.worker(r.device, 0), 0), message);
-                r.input = arrival;
-                r.ready = std::max(r.ready, arrival);
-            }
-        }
+        // On the path (not on the chains, which take an input to arrive when the device is free).
+        const schedule::OpReady r = chains ? given : after_transfer(p, ranks, costs, given);
         const auto d = static_cast<std::size_t>(r.device);
         const auto& order = p.orders[d];
         const std::ptrdiff_t g = lead[d][r.index];
@@ -366,36 +436,13 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
         Time e = host.enabled && (g < 0 || static_cast<std::size_t>(g) == r.index)
                      ? floor.issue(r, c.issue, gpu, g < 0)
                      : r.ready + gpu;
-        // The host issues a group as its first pass (Replay::start_group_on_host): that pass
-        // ends no earlier than its kernels' issue allows, and the others follow it, each taking
-        // at least its compute (overlap_group's spans).
+        // ... and the group as a whole ends as close_group says, from its first pass's issue.
         if (host.enabled && g >= 0 && static_cast<std::size_t>(g) == r.index)
             group_issued[d] = floor.issued_end();
-        // ... and the group as a whole takes overlapped_time's group (Replay::overlap_group)
-        // from its first pass's start: the path reached its last pass no later than that start
-        // plus the members' compute C, so adding group - C to the last keeps below it.
         const bool closes = g >= 0 && (r.index + 1 == order.size() || lead[d][r.index + 1] != g);
-        if (closes && whole_groups) {
-            std::int64_t compute = 0, collective = 0, chain_f = 0, chain_b = 0;
-            for (auto j = static_cast<std::size_t>(g); j <= r.index; ++j) {
-                const auto& op = order[j];
-                const auto& m = pass.of(
-                    op, p.schedule->virtual_stage(p.shape, r.device, op.chunk, op.microbatch));
-                compute += m.compute.count_ps();
-                collective += (m.gpu - m.compute).count_ps();
-                (j == static_cast<std::size_t>(g) ? chain_f : chain_b) += m.gpu.count_ps();
-            }
-            const auto t =
-                overlapped_time(compute, collective, chain_f, chain_b, pass.interference());
-            e += Time::ps(t.group - compute);
-            if (host.enabled) {
-                const auto& first = order[static_cast<std::size_t>(g)];
-                const auto& c0 = pass.of(
-                    first,
-                    p.schedule->virtual_stage(p.shape, r.device, first.chunk, first.microbatch));
-                e = std::max(e, group_issued[d] + Time::ps(compute) - c0.compute);
-            }
-        }
+        if (closes && whole_groups)
+            e = close_group(p, pass, order, static_cast<std::size_t>(g), r.index, r.device, e,
+                            host.enabled ? std::optional<Time>(group_issued[d]) : std::nullopt);
         if (r.op.pass == schedule::Pass::Backward || r.op.pass == schedule::Pass::BackwardWeight)
             last_grad[d] =
                 g < 0 ? std::optional<std::pair<Time, Time>>({e, r.ready}) : std::nullopt;
@@ -410,37 +457,8 @@ Time iteration_lower_bound(const PreparedIteration& p, CollectiveCosts& costs) {
     if (!ends)
         throw SimulationError("replay", "schedule " + p.schedule->name() +
                                             "'s op orders deadlock: no bound can be given");
-    // Each device ends with its optimizer step, issued by its host when it has one, once its
-    // gradients are reduced, and then its parameters' all-gather (DataParallelTail). Each
-    // device's end with its data-parallel collectives is a bound, and so is its end without
-    // them; pricing a stage's collectives is an isolated run on the network each (a stage's
-    // data-parallel group is its own), so they are priced only for the kTailDevices devices that
-    // end last without them, where they can raise the bound most.
     DataParallelTail dp(p, ranks, costs);
-    const auto ends_at = [&](std::size_t d, Time ready) {
-        const Time step = p.plan.devices[d].optimizer_step;
-        return (host.enabled && step > Time::zero()
-                    ? floor.optimizer_start(static_cast<int>(d), ready)
-                    : ready) +
-               step;
-    };
-    std::vector<std::pair<Time, std::size_t>> without(ends->size());
-    for (std::size_t d = 0; d < ends->size(); ++d)
-        without[d] = {ends_at(d, (*ends)[d]), d};
-    const std::size_t tails = std::min(kTailDevices, without.size());
-    std::partial_sort(without.begin(), without.begin() + static_cast<std::ptrdiff_t>(tails),
-                      without.end(), std::greater<>());
-    Time latest = without.empty() ? Time::zero() : without.front().first;
-    for (std::size_t k = 0; k < tails; ++k) {
-        const std::size_t d = without[k].second;
-        const int device = static_cast<int>(d);
-        Time ready = std::max((*ends)[d], dp.streams(device, p.orders[d]));
-        if (last_grad[d])
-            ready = std::max(
-                ready, dp.gradients_reduced(device, last_grad[d]->first, last_grad[d]->second));
-        latest = std::max(latest, ends_at(d, ready) + dp.after_step(device));
-    }
-    return latest;
+    return devices_end(p, *ends, floor, dp, last_grad);
 }
 
 }  // namespace cs::replay
