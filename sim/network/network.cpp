@@ -132,7 +132,6 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void send(int src, int dst, Bytes size, std::uint64_t token) override {
         bool kept = false;
         const Plan& plan = book_.p2p_plan(src, dst, &kept);
-        if (compact_ && solver_) number_compact(plan);
         start(plan, size, token, kept);
     }
 
@@ -935,13 +934,9 @@ std::unique_ptr<Network> make_network(Simulation& sim, const Cluster& cluster,
     return std::make_unique<NetworkImpl>(sim, cluster, config, kept);
 }
 
-namespace {
-
-// One transfer alone (`issue` starts it on the network) on a compact network: when its last byte
-// arrives.
-template <typename Issue>
-Time isolated_time(const Cluster& cluster, const NetworkConfig& config, KeptState* kept,
-                   const char* what, const Issue& issue) {
+Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& config,
+                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
+                              Algorithm algorithm, KeptState* kept) {
     struct Done final : TransferClient {
         Time at = Time::max();
         void on_transfer_done(Simulation& sim, std::uint64_t) override { at = sim.now(); }
@@ -950,28 +945,11 @@ Time isolated_time(const Cluster& cluster, const NetworkConfig& config, KeptStat
     auto net = std::make_unique<NetworkImpl>(sim, cluster, config, kept, /*compact=*/true);
     Done done;
     net->set_client(&done);
-    issue(*net);
+    net->collective(kind, net->register_group(ranks), size, algorithm, 0);
     sim.run();
     if (done.at == Time::max())
-        throw SimulationError("network", std::string("an isolated ") + what + " never completed",
-                              sim.now());
+        throw SimulationError("network", "an isolated collective never completed", sim.now());
     return done.at;
-}
-
-}  // namespace
-
-Time isolated_collective_time(const Cluster& cluster, const NetworkConfig& config,
-                              CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
-                              Algorithm algorithm, KeptState* kept) {
-    return isolated_time(cluster, config, kept, "collective", [&](NetworkImpl& net) {
-        net.collective(kind, net.register_group(ranks), size, algorithm, 0);
-    });
-}
-
-Time isolated_send_time(const Cluster& cluster, const NetworkConfig& config, int src, int dst,
-                        Bytes size, KeptState* kept) {
-    return isolated_time(cluster, config, kept, "send",
-                         [&](NetworkImpl& net) { net.send(src, dst, size, 0); });
 }
 
 std::pair<Algorithm, Protocol> collective_choice(const Cluster& cluster,

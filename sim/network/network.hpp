@@ -419,13 +419,6 @@ Time isolated_collective_time(const topology::Cluster& cluster, const NetworkCon
                               CollectiveKind kind, const std::vector<int>& ranks, Bytes size,
                               Algorithm algorithm = Algorithm::Auto, KeptState* kept = nullptr);
 
-// The time of one point-to-point send of `size` bytes from GPU `src` to GPU `dst` run alone on an
-// otherwise idle network for `config` (Network::send, as the replay sends a pipeline message's
-// part; the network knows only the send's links, as isolated_collective_time's knows the
-// collective's), from its start to its last byte. Throws as isolated_collective_time.
-Time isolated_send_time(const topology::Cluster& cluster, const NetworkConfig& config, int src,
-                        int dst, Bytes size, KeptState* kept = nullptr);
-
 // The algorithm and protocol the network runs that collective with (Auto resolved as
 // collective() resolves it: choose_algorithm, then the protocol NCCL's tuning would pick for the
 // size; docs/network.md, "Protocols").

@@ -107,15 +107,7 @@ class DataParallelTail {
   public:
     DataParallelTail(const PreparedIteration& p, const workload::RankLayout& ranks,
                      CollectiveCosts& costs)
-        : p_(p), ranks_(ranks), costs_(costs) {
-        const auto& l = p.spec.layout;
-        const bool sharded = l.sharding != workload::Sharding::None && l.dp > 1;
-        shard_ = sharded ? l.shard_group_size() : l.dp;
-        hsdp_ = sharded && l.hsdp();
-        units_ = l.sharding >= workload::Sharding::Gradients && shard_ > 1;
-        prefetch_ = l.overlap_param_gather && l.dp * l.cp > 1 &&
-                    l.sharding == workload::Sharding::Optimizer;
-    }
+        : p_(p), ranks_(ranks), costs_(costs), mode_(DataParallelMode::of(p.spec.layout)) {}
 
     // The earliest the last gradient reduction of device d's stage can end, given the end of
     // its last pass that completes gradients (B or Bw; `last_grad`) and a time no later than
@@ -127,11 +119,12 @@ class DataParallelTail {
     Time gradients_reduced(int d, Time last_grad, Time last_grad_start) {
         const auto& l = p_.spec.layout;
         const auto& dev = p_.plan.devices[static_cast<std::size_t>(d)];
-        if (units_ || hsdp_ || l.dp * l.cp <= 1 || dev.dp_gradient_bytes.value <= 0)
+        if (mode_.sharded_units || mode_.hsdp || l.dp * l.cp <= 1 ||
+            dev.dp_gradient_bytes.value <= 0)
             return Time::zero();
         const auto kind = dev.dp_sharded ? network::CollectiveKind::ReduceScatter
                                          : network::CollectiveKind::AllReduce;
-        const auto& group = dp_group(d);
+        const auto group = dp_group(d);
         if (l.overlap_grad_reduce) {
             // Every bucket of the chunk becomes ready during that pass (schedule_buckets), and
             // they run one after another on the stage's communicator (launch_bucket).
@@ -157,7 +150,7 @@ class DataParallelTail {
         const auto& l = p_.spec.layout;
         const auto& dev = p_.plan.devices[static_cast<std::size_t>(d)];
         if (!dev.dp_sharded || l.dp * l.cp <= 1 || dev.dp_gradient_bytes.value <= 0 ||
-            l.sharding == workload::Sharding::Parameters || prefetch_ || hsdp_)
+            l.sharding == workload::Sharding::Parameters || mode_.param_prefetch || mode_.hsdp)
             return Time::zero();
         return costs_.cost(network::CollectiveKind::AllGather, dp_group(d),
                            Bytes{dev.dp_parameter_bytes.value * p_.shape.chunks});
@@ -169,11 +162,11 @@ class DataParallelTail {
     // last gather and its step starts only after its last reduce. So the step starts no earlier
     // than either stream's collectives back to back.
     Time streams(int d, const std::vector<schedule::PipelineOp>& order) {
-        if (!units_) return Time::zero();
+        if (!mode_.sharded_units) return Time::zero();
         const auto& l = p_.spec.layout;
         const bool zero3 = l.sharding == workload::Sharding::Parameters;
         std::vector<int> gpus;
-        for (int i = 0; i < shard_; ++i)
+        for (int i = 0; i < mode_.shard_size; ++i)
             gpus.push_back(ranks_.gpu(0, 0, i, d));
         const auto precision = p_.spec.training.precision;
         std::int64_t gathers = 0, reduces = 0;
@@ -192,9 +185,8 @@ class DataParallelTail {
     }
 
   private:
-    const std::vector<int>& dp_group(int d) {
-        group_ = ranks_.dp_cp_group(ranks_.worker(d, 0), 0).gpus;
-        return group_;
+    std::vector<int> dp_group(int d) const {
+        return ranks_.dp_cp_group(ranks_.worker(d, 0), 0).gpus;
     }
     // One pass's unit collectives on virtual stage vs (all-gathers of the 16-bit weights or
     // reduce-scatters of the gradients), costed once per stage and kind.
@@ -221,9 +213,7 @@ class DataParallelTail {
     const PreparedIteration& p_;
     const workload::RankLayout& ranks_;
     CollectiveCosts& costs_;
-    int shard_ = 1;
-    bool hsdp_ = false, units_ = false, prefetch_ = false;
-    std::vector<int> group_;
+    DataParallelMode mode_;
     std::vector<std::int64_t> unit_costs_;
 };
 

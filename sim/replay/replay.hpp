@@ -171,8 +171,8 @@ class CollectiveCosts {
     CollectiveCosts(const topology::Cluster& cluster, const network::NetworkConfig& config,
                     network::KeptState* kept = nullptr);
     Time cost(network::CollectiveKind kind, const std::vector<int>& group, Bytes size);
-    // One point-to-point send alone (network::isolated_send_time), as the replay sends a pipeline
-    // message's part.
+    // One point-to-point send alone on an otherwise idle network (Network::send, as the replay
+    // sends a pipeline message's part).
     Time send(int src, int dst, Bytes size);
 
   private:
@@ -181,8 +181,8 @@ class CollectiveCosts {
     network::KeptState* kept_;
     std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
     std::map<std::tuple<int, int, std::int64_t>, Time> sends_;
-    // Under the analytical network a send's time depends on nothing else on the network, so
-    // one idle network times them all (building one per send costs a pass over every link).
+    // One network times every send, one after another, each alone on it (building one per send
+    // costs a pass over every link).
     struct SendTimer;
     std::shared_ptr<SendTimer> timer_;
 };
@@ -200,6 +200,16 @@ struct ReplayResult {
     // why not when it was allowed but refused.
     int replicas_simulated = 1;
     std::string replicas_refused;
+};
+
+// How the replay runs a layout's data parallelism (Replay::setup_sharding, read_schedule), stated
+// once for the replay and its lower bound (bound.cpp).
+struct DataParallelMode {
+    int shard_size = 1;           // the shard group size S: dp unless sharded with HSDP
+    bool hsdp = false;            // sharded with 1 < S < dp
+    bool sharded_units = false;   // ZeRO-2/3 with S > 1: passes run unit by unit
+    bool param_prefetch = false;  // --overlap-param-gather under the distributed optimizer
+    static DataParallelMode of(const workload::ParallelLayout& layout);
 };
 
 // Megatron-LM's DDP gradient buckets (--overlap-grad-reduce): a chunk's `stage.dp_parameters` cut

@@ -59,14 +59,8 @@ Time CollectiveCosts::send(int src, int dst, Bytes size) {
     const auto key = std::make_tuple(src, dst, size.value);
     auto it = sends_.find(key);
     if (it != sends_.end()) return it->second;
-    Time t;
-    if (config_.fidelity == network::Fidelity::Analytical) {
-        if (!timer_) timer_ = std::make_shared<SendTimer>(cluster_, config_, kept_);
-        t = timer_->time(src, dst, size);
-    } else {
-        t = network::isolated_send_time(cluster_, config_, src, dst, size, kept_);
-    }
-    return sends_.emplace(key, t).first->second;
+    if (!timer_) timer_ = std::make_shared<SendTimer>(cluster_, config_, kept_);
+    return sends_.emplace(key, timer_->time(src, dst, size)).first->second;
 }
 
 // ---- ReplayScratch ----------------------------------------------------------------------------
@@ -219,8 +213,7 @@ void Replay::read_schedule() {
     // as its local DDP did in 2021 (grad_reduce_after_backward); with one chunk that is the same
     // as reducing it after its last backward.
     reduce_after_backward_ = workload::dp_reduce_after_backward(spec_);
-    param_prefetch_ = layout_.overlap_param_gather && layout_.dp * layout_.cp > 1 &&
-                      layout_.sharding == workload::Sharding::Optimizer;
+    param_prefetch_ = DataParallelMode::of(layout_).param_prefetch;
     // Megatron-LM's schedules exchange in synchronised batches unless
     // --overlap-p2p-communication; other frameworks, and schedules without rounds, send as passes
     // end.
@@ -351,10 +344,10 @@ void Replay::set_step(std::int64_t step) {
 }
 
 void Replay::setup_sharding() {
-    const bool sharded = layout_.sharding != workload::Sharding::None && layout_.dp > 1;
-    shard_size_ = sharded ? layout_.shard_group_size() : layout_.dp;
-    hsdp_ = sharded && layout_.hsdp();
-    sharded_units_ = layout_.sharding >= workload::Sharding::Gradients && shard_size_ > 1;
+    const auto mode = DataParallelMode::of(layout_);
+    shard_size_ = mode.shard_size;
+    hsdp_ = mode.hsdp;
+    sharded_units_ = mode.sharded_units;
     if (!sharded_units_ && !hsdp_) return;
     const int members = ranks_.members();
     const int groups = layout_.dp / shard_size_;

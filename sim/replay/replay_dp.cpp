@@ -13,6 +13,17 @@ namespace cs::replay {
 
 using schedule::Pass;
 
+DataParallelMode DataParallelMode::of(const workload::ParallelLayout& layout) {
+    DataParallelMode m;
+    const bool sharded = layout.sharding != workload::Sharding::None && layout.dp > 1;
+    m.shard_size = sharded ? layout.shard_group_size() : layout.dp;
+    m.hsdp = sharded && layout.hsdp();
+    m.sharded_units = layout.sharding >= workload::Sharding::Gradients && m.shard_size > 1;
+    m.param_prefetch = layout.overlap_param_gather && layout.dp * layout.cp > 1 &&
+                       layout.sharding == workload::Sharding::Optimizer;
+    return m;
+}
+
 int gradient_buckets(const workload::StagePlan& stage, const workload::ParallelLayout& layout) {
     const std::int64_t per = layout.bucket_parameters();
     return static_cast<int>(std::max<std::int64_t>(1, (stage.dp_parameters + per - 1) / per));
