@@ -386,7 +386,8 @@ class Experiment:
         or the option's text "MIN..MAX[:STEP]"; with several, time ranks seconds per 1M tokens).
         `confirm` bounds the layouts re-simulated under the experiment's network (plan --confirm:
         None for 3 x top, an int from top up, or "all" for the exact top k; the result's
-        `contenders` counts what a limit left that could still enter the top k).
+        `contenders` and `left_by_limit` count what a limit left that could still enter the top
+        k: simulated with the analytical network, and not simulated).
         `threads` worker threads search and simulate (0: one per core); the result is the
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.

@@ -59,8 +59,9 @@ void print_plan_header(std::ostream& out, const api::PlanResult& r) {
     out << ", " << format_bytes(Bytes{r.hbm_bytes}) << " HBM each; ranked by " << objective_title(r)
         << " under the " << r.network << " network\n";
     out << r.layouts << " layouts: " << r.invalid << " invalid, " << r.pruned_memory
-        << " above the memory limit, " << r.pruned_bound << " pruned by the lower bound, "
-        << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("
+        << " above the memory limit, " << r.pruned_bound << " pruned by the lower bound, ";
+    if (r.left_by_limit > 0) out << r.left_by_limit << " left by the confirmation limit, ";
+    out << r.simulated << " simulated (analytical network), " << r.confirmed << " simulated again ("
         << r.network << " network)\n";
     if (r.faster_than_analytical > 0)
         out << "warning: " << r.faster_than_analytical << " layout(s) ran faster under the "
@@ -68,12 +69,18 @@ void print_plan_header(std::ostream& out, const api::PlanResult& r) {
             << " network than under the analytical one; the search stops confirming where no "
                "layout left could enter the top "
             << r.top.size() << " assuming none does, so the ranking may miss one\n";
-    if (r.contenders > 0)
+    if (r.contenders > 0 || r.left_by_limit > 0) {
         out << "note: the top " << r.top.size() << " is not proven under the " << r.network
-            << " network: confirming stopped at " << r.confirm_limit << " layouts (--confirm), and "
-            << r.contenders << " more could still enter it (their analytical result beats the "
-            << r.top.size() << "-th confirmed one; the best " << objective_text(r, r.best_contender)
-            << "); --confirm all makes it exact\n";
+            << " network: confirming stopped at " << r.confirm_limit << " layouts (--confirm), and ";
+        if (r.contenders > 0)
+            out << r.contenders << " more could still enter it (their analytical result beats the "
+                << r.top.size() << "-th confirmed one; the best "
+                << objective_text(r, r.best_contender) << ")"
+                << (r.left_by_limit > 0 ? ", as could " : "");
+        if (r.left_by_limit > 0)
+            out << r.left_by_limit << " not simulated (their lower bound beats it)";
+        out << "; --confirm all makes it exact\n";
+    }
 }
 
 // The top k as a table: each layout's figures and where its iteration goes.

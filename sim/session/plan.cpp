@@ -29,23 +29,17 @@ namespace cs::api {
 namespace {
 
 using plan_space::batches_of;
+using plan_space::board_power;
 using plan_space::derived_split;
 using plan_space::enumerate;
 using plan_space::Extras;
 using plan_space::Fixes;
 using plan_space::node_counts_of;
 using plan_space::parse_fixes;
+using plan_space::peak_flops;
 using plan_space::same_shape;
 using plan_space::searched_schedules;
 using plan_space::shape_refusal;
-
-double peak_flops(const workload::ExperimentSpec& spec) {
-    // As report::summarize takes the peak for the MFU.
-    const auto& gpu = spec.cluster->gpu_model(0);
-    if (spec.training.precision == workload::Precision::Fp16) return gpu.peak_fp16.flops_per_s;
-    if (spec.training.precision == workload::Precision::Fp8) return gpu.peak_fp8.flops_per_s;
-    return gpu.peak_bf16.flops_per_s;
-}
 
 // The objective of a layout whose iteration takes `T` (lower is better): what is ranked, and,
 // with the bound for T, the bound of the objective.
@@ -80,6 +74,9 @@ struct Survivor {
     // Simulations::at has worked it out (when the survivor could still be simulated).
     double bound_s = 0;
     double bound_score = 0;
+    // The score of the floor (bound_score before Simulations::at bounds the survivor in full):
+    // what a survivor not bounded in order is reported and counted by.
+    double floor_score = 0;
     double flops = 0, peak = 0, tokens = 0;
     std::int64_t memory = 0;
 };
@@ -279,6 +276,7 @@ struct SearchStep {
                 s.peak = peak_flops(spec);
                 s.tokens = static_cast<double>(prepared->plan.tokens_per_iteration);
                 s.bound_score = scorer.score(s.bound_s, s.flops, s.peak, s.tokens, l.gpus());
+                s.floor_score = s.bound_score;
                 s.memory = memory;
                 entry.lower_bound_s = s.bound_s;
                 entry.status = PlanEntry::Status::PrunedBound;  // until simulated
@@ -338,6 +336,7 @@ Survivor survivor_from(const nlohmann::json& j) {
     s.index = j.at(15);
     s.bound_s = j.at(16);
     s.bound_score = j.at(17);
+    s.floor_score = s.bound_score;
     s.flops = j.at(18);
     s.peak = j.at(19);
     s.tokens = j.at(20);
@@ -364,20 +363,6 @@ std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
         workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}});
     }
     return workers;
-}
-
-// A GPU's board power. Energy counts every GPU at its board power for the whole iteration, times
-// the PUE, as the summary's goodput block does (docs/what-if.md): that objective needs one.
-double board_power(const PlanOptions& options, const workload::ExperimentSpec& base) {
-    const auto& gpu = base.cluster->gpu_model(0);
-    const double board_power_w = base.goodput.gpu_power_w.value_or(gpu.board_power_w);
-    if (options.objective == PlanObjective::Energy && !(board_power_w > 0))
-        throw ConfigError(SourceLocation{"--objective energy"},
-                          "no board power is known for the GPU model " + gpu.name +
-                              ": give it in the topology (gpu_models: {" + gpu.name +
-                              ": {board_power: WATTS, ...}}) or the experiment (goodput: "
-                              "{gpu_power: WATTS}), or use --objective time, mfu or cost");
-    return board_power_w;
 }
 
 // One pair of --gpus and --global-batch: the experiment's topology at the count's node count
@@ -540,7 +525,7 @@ bool gather_shares(Search& search, const SweepRanks& ranks) {
         nlohmann::json entries = nlohmann::json::array();
         for (const auto& e : search.entries)
             entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0, 0,
-                                                      0, e.memory_bytes}),
+                                                      0, 0, e.memory_bytes}),
                                static_cast<int>(e.status), e.invalid ? *e.invalid : std::string(),
                                e.floor_only});
         mine = {search.layouts,         search.invalid, search.pruned_memory,
@@ -644,9 +629,12 @@ struct Simulations {
         });
         for (;;) {
             confirm_in_order();
-            // 4 again (also once the confirmation limit is reached: analytical runs are cheap,
-            // and they leave as contenders only the layouts that could beat the k-th confirmed
-            // score): survivors whose bound still beats the k-th best confirmed score.
+            // Once the confirmation limit is reached nothing more is confirmed, so step 4 stops
+            // too: its further runs could only count contenders (the layouts left are counted
+            // by their bounds instead, count_contenders). On Llama 3 405B at 16,384 GPUs they
+            // were 230 of its 264 analytical runs.
+            if (limit_reached()) break;
+            // 4 again: survivors whose bound still beats the k-th best confirmed score.
             const std::size_t before = next;
             simulate_while([&](const Survivor& s) {
                 return bound_score(s, 1) <= nth_of(best_confirmed, options.top);
@@ -654,6 +642,8 @@ struct Simulations {
             if (next == before) break;
         }
     }
+
+    bool limit_reached() const { return limit_confirm > 0 && confirmed.size() >= limit_confirm; }
 
     // The n-th best of `scores` (infinity while there are fewer).
     static double nth_of(const std::multiset<double>& scores, std::size_t n) {
@@ -819,16 +809,33 @@ struct Simulations {
         confirmed.push_back(std::move(c));
     }
 
-    // What the confirmation limit left: layouts whose analytical score beats the k-th best
-    // confirmed one (every other layout's bound does not: run() ran step 4 to its end).
-    void count_contenders(PlanResult& result) const {
+    // What the confirmation limit left that could still enter the top k: layouts simulated
+    // with the analytical network whose score beats the k-th best confirmed one, and survivors
+    // not simulated whose bound does (`left`, by index; the bound as reported: in full for those
+    // bounded in order, else the floor). Without a limit, or when the stop rule stopped first,
+    // there are none: run() ran step 4 until no bound beat it.
+    void count_contenders(PlanResult& result) {
+        const double kth = nth_of(best_confirmed, options.top);
         for (const auto& x : simulated)
-            if (!x.confirmed && x.figures.objective < nth_of(best_confirmed, options.top)) {
+            if (!x.confirmed && x.figures.objective < kth) {
                 result.best_contender = result.contenders++ == 0
                                             ? x.figures.objective
                                             : std::min(result.best_contender, x.figures.objective);
             }
+        std::vector<const Survivor*> done;
+        for (const auto& x : simulated)
+            done.push_back(x.survivor);
+        std::sort(done.begin(), done.end());
+        const std::size_t in_order = bounded_in_order();
+        for (std::size_t k = 0; k < survivors.size(); ++k) {
+            const Survivor& s = survivors[k];
+            if (std::binary_search(done.begin(), done.end(), &s)) continue;
+            if ((k < in_order ? s.bound_score : s.floor_score) < kth) left.push_back(s.index);
+        }
+        std::sort(left.begin(), left.end());
+        result.left_by_limit = left.size();
     }
+    std::vector<std::size_t> left;  // count_contenders: by index
 };
 
 // The top k of the confirmed layouts by score (the first enumerated on a tie): #1 with the
@@ -904,8 +911,11 @@ PlanEntries entries_of(std::vector<PlanEntries::Record> records, Simulations& si
     std::map<std::size_t, double> bound_of;  // by index
     for (std::size_t k = 0; k < sims.bounded_in_order(); ++k)
         bound_of[sims.survivors[k].index] = sims.survivors[k].bound_s;
-    for (auto& r : records)
+    for (auto& r : records) {
         if (const auto b = bound_of.find(r.index); b != bound_of.end()) r.lower_bound_s = b->second;
+        if (std::binary_search(sims.left.begin(), sims.left.end(), r.index))
+            r.status = PlanEntry::Status::LeftByLimit;
+    }
     return PlanEntries(std::move(records), std::move(sims.analytical_of),
                        std::move(sims.confirmed_of),
                        PlanEntries::Context{result.limit_bytes, result.hbm_bytes, sims.options.top,
@@ -971,7 +981,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
         result.seconds.confirm += w.spent.confirm;
     }
     result.simulated = sims.simulated.size();
-    result.pruned_bound = survivors.size() - sims.simulated.size();
+    result.pruned_bound = survivors.size() - sims.simulated.size() - result.left_by_limit;
     result.confirmed = sims.confirmed.size();
     result.bounded = sims.bounded_in_order();
 

@@ -121,7 +121,14 @@ struct PlanGuideEntry {
 
 // Every layout plan looked at, for --json (PlanOptions::keep_entries).
 struct PlanEntry {
-    enum class Status : std::uint8_t { Invalid, PrunedMemory, PrunedBound, Simulated, Confirmed };
+    enum class Status : std::uint8_t {
+        Invalid,
+        PrunedMemory,
+        PrunedBound,
+        LeftByLimit,  // not simulated: the confirmation limit was reached first
+        Simulated,
+        Confirmed
+    };
     PlanLayout layout;
     std::size_t index = 0;  // enumeration order
     Status status = Status::Invalid;
@@ -130,10 +137,11 @@ struct PlanEntry {
     double lower_bound_s = 0;
     std::optional<PlanFigures> analytical, confirmed;
 };
-inline constexpr std::array<Named<PlanEntry::Status>, 5> kPlanStatusNames{{
+inline constexpr std::array<Named<PlanEntry::Status>, 6> kPlanStatusNames{{
     {"invalid", PlanEntry::Status::Invalid},
     {"pruned_memory", PlanEntry::Status::PrunedMemory},
     {"pruned_bound", PlanEntry::Status::PrunedBound},
+    {"left_by_limit", PlanEntry::Status::LeftByLimit},
     {"simulated", PlanEntry::Status::Simulated},
     {"confirmed", PlanEntry::Status::Confirmed},
 }};
@@ -292,6 +300,10 @@ struct PlanResult {
     std::size_t confirm_limit = 0;
     std::size_t contenders = 0;
     double best_contender = 0;  // in the objective's unit
+    // Survivors the limit left unsimulated whose lower bound beats the k-th best confirmed
+    // score (once the limit is reached step 4 stops: they could enter the top k too). Not in
+    // pruned_bound; 0 when the top k is exact.
+    std::size_t left_by_limit = 0;
     // Wall time of the search (load, prepare, memory, floor) and of the simulations (full
     // bounds, both networks), and the threads' time in each step summed over them (this
     // process's; `bound` the floors and the full bounds with their loads), for `plan -v`; not

@@ -174,6 +174,14 @@ PlanEntry PlanEntries::operator[](std::size_t i) const {
                        format_bytes(Bytes{context_.limit_bytes}) + " (HBM " +
                        format_bytes(Bytes{context_.hbm_bytes}) + " less the headroom)";
             break;
+        case PlanEntry::Status::LeftByLimit:
+            e.reason =
+                "not simulated: the confirmation limit was reached first, and its lower "
+                "bound " +
+                std::to_string(r.lower_bound_s) + " s beats the " + std::to_string(context_.top) +
+                "-th confirmed result under the " + context_.network +
+                " network (--confirm all simulates it)";
+            break;
         default:
             if (const auto a = analytical_.find(r.index); a != analytical_.end()) {
                 e.analytical = a->second;
@@ -225,6 +233,7 @@ void write_plan_json(std::ostream& out, const PlanResult& r, int indent) {
     j["confirm_limit"] = r.confirm_limit;
     j["contenders"] = r.contenders;
     if (r.contenders > 0) j["best_contender"] = r.best_contender;
+    j["left_by_limit"] = r.left_by_limit;
     auto top = nlohmann::ordered_json::array();
     for (const auto& c : r.top) {
         nlohmann::ordered_json t;
@@ -282,6 +291,7 @@ nlohmann::ordered_json plan_html_data(const PlanResult& r) {
                    {"invalid", r.invalid},
                    {"pruned_memory", r.pruned_memory},
                    {"pruned_bound", r.pruned_bound},
+                   {"left_by_limit", r.left_by_limit},
                    {"simulated", r.simulated},
                    {"confirmed", r.confirmed}};
     auto top = nlohmann::ordered_json::array();

@@ -351,6 +351,27 @@ void check_options(const PlanOptions& options) {
                           "hour)");
 }
 
+double peak_flops(const workload::ExperimentSpec& spec) {
+    const auto& gpu = spec.cluster->gpu_model(0);
+    if (spec.training.precision == workload::Precision::Fp16) return gpu.peak_fp16.flops_per_s;
+    if (spec.training.precision == workload::Precision::Fp8) return gpu.peak_fp8.flops_per_s;
+    return gpu.peak_bf16.flops_per_s;
+}
+
+// Energy counts every GPU at its board power for the whole iteration, times the PUE, as the
+// summary's goodput block does (docs/what-if.md).
+double board_power(const PlanOptions& options, const workload::ExperimentSpec& base) {
+    const auto& gpu = base.cluster->gpu_model(0);
+    const double board_power_w = base.goodput.gpu_power_w.value_or(gpu.board_power_w);
+    if (options.objective == PlanObjective::Energy && !(board_power_w > 0))
+        throw ConfigError(SourceLocation{"--objective energy"},
+                          "no board power is known for the GPU model " + gpu.name +
+                              ": give it in the topology (gpu_models: {" + gpu.name +
+                              ": {board_power: WATTS, ...}}) or the experiment (goodput: "
+                              "{gpu_power: WATTS}), or use --objective time, mfu or cost");
+    return board_power_w;
+}
+
 }  // namespace plan_space
 
 std::vector<std::string> PlanLayout::overrides() const {

@@ -91,4 +91,10 @@ std::string shape_refusal(const workload::ExperimentSpec& base, const PlanLayout
 // Whether `a` and `b` are of one shape (shape_refusal's).
 bool same_shape(const PlanLayout& a, const PlanLayout& b);
 
+// The GPU's peak FLOP/s at the experiment's precision, as report::summarize takes it for the MFU.
+double peak_flops(const workload::ExperimentSpec& spec);
+// The GPU's board power (the experiment's goodput.gpu_power, else the GPU model's), which
+// --objective energy needs (ConfigError without one).
+double board_power(const PlanOptions& options, const workload::ExperimentSpec& base);
+
 }  // namespace cs::api::plan_space

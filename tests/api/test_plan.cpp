@@ -492,12 +492,15 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
 
 TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what it left") {
     // The space of the test above, where the flow top 3 is not the analytical top 3. With
-    // --confirm 3 plan re-simulates exactly the 3 best analytical results and must say that
-    // layouts it simulated analytically could still enter the top 3: every simulated, not
-    // confirmed layout whose analytical time beats the 3rd confirmed time (counted here from
-    // its own entries), at least one since the exact top 3 differs (after the limit, step 4
-    // still runs to its end, so no layout is left unsimulated that could). With the limit at the
-    // number the exact search confirmed, the answer is the exact one and nothing is left.
+    // --confirm 3 plan re-simulates exactly the 3 best analytical results and then stops (step 4
+    // too: nothing more could be confirmed), and must say what could still enter the top 3:
+    // every simulated, not confirmed layout whose analytical time beats the 3rd confirmed time
+    // (`contenders`, counted here from its own entries) and every survivor left unsimulated
+    // whose lower bound does (`left_by_limit`, status left_by_limit); a layout pruned by its
+    // bound has a bound no better. Since the exact top 3 differs, each of its layouts that the
+    // limited search did not confirm is among those (its flow time beats the 3rd, so its
+    // analytical result does, and so does its bound). With the limit at the number the exact
+    // search confirmed, the answer is the exact one and nothing is left.
     auto options = flow_space_options();
     options.confirm = 0;
     const api::SweepRanks ranks;
@@ -505,6 +508,7 @@ TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what 
     REQUIRE(exact);
     REQUIRE(exact->confirmed > 3);
     CHECK(exact->confirm_limit == 0);
+    CHECK(exact->left_by_limit == 0);
 
     options.confirm = 3;
     const auto limited = api::plan(options, ranks);
@@ -519,20 +523,40 @@ TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what 
         if (e.confirmed) confirmed.insert(e.index);
     }
     std::sort(analytical.begin(), analytical.end());
-    REQUIRE(analytical.size() > 3);
+    REQUIRE(analytical.size() >= 3);
     CHECK(confirmed ==
           std::set<std::size_t>{analytical[0].second, analytical[1].second, analytical[2].second});
     const double third = limited->top.back().figures.objective;
+    std::set<std::size_t> could;  // what the limited search says could still enter
     std::size_t left = 0;
     for (const auto& [t, index] : analytical)
-        if (!confirmed.count(index) && t < third) ++left;
+        if (!confirmed.count(index) && t < third) {
+            ++left;
+            could.insert(index);
+        }
     CHECK(limited->contenders == left);
-    CHECK(limited->contenders > 0);
-    bool differs = false;
-    for (std::size_t i = 0; i < 3; ++i)
-        differs |= limited->top[i].index != exact->top[i].index;
-    CHECK(differs);
     CHECK(plan_json(*limited)["contenders"] == left);
+    std::size_t unsimulated = 0;
+    for (const auto& e : limited->entries) {
+        CAPTURE(e.layout.text());
+        if (e.status == api::PlanEntry::Status::LeftByLimit) {
+            CHECK(e.lower_bound_s < third);
+            ++unsimulated;
+            could.insert(e.index);
+        }
+        if (e.status == api::PlanEntry::Status::PrunedBound) CHECK(e.lower_bound_s >= third);
+    }
+    CHECK(limited->left_by_limit == unsimulated);
+    CHECK(plan_json(*limited)["left_by_limit"] == unsimulated);
+    CHECK(limited->contenders + limited->left_by_limit > 0);
+    bool differs = false;
+    for (std::size_t i = 0; i < 3; ++i) {
+        const std::size_t index = exact->top[i].index;
+        differs |= limited->top[i].index != index;
+        CAPTURE(exact->top[i].layout.text());
+        if (!confirmed.count(index)) CHECK(could.count(index) == 1);
+    }
+    CHECK(differs);
 
     options.confirm = exact->confirmed;
     const auto enough = api::plan(options, ranks);

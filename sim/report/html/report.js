@@ -614,6 +614,7 @@
     el("p", {"class": "note"}, sec, num(c.layouts) + " layouts on " +
       (p.gpu_counts ? p.gpu_counts.join(", ") : String(p.gpus)) + " GPUs: " + num(c.invalid) + " invalid, " +
       num(c.pruned_memory) + " above the memory limit, " + num(c.pruned_bound) + " pruned by the lower bound, " +
+      (c.left_by_limit ? num(c.left_by_limit) + " left by the confirmation limit, " : "") +
       num(c.simulated) + " simulated, " + num(c.confirmed) + " under the " + p.network + " network.");
     sortableTable(sec, ["#", "layout", "iteration", p.objective, "MFU", "memory per GPU", "bubble", "exposed comm."],
       p.top.map(function (t, i) {
