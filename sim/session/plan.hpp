@@ -23,7 +23,8 @@
 //      layouts whose bound still beats that, and so on; the ranking is that model's. Exact under
 //      the premise that no layout runs faster under that model than under the analytical one
 //      (checked: PlanResult::faster_than_analytical), unless PlanOptions::confirm's limit
-//      stops it first (then PlanResult::contenders says what could still enter the top k).
+//      stops it first (then 4 and 5 stop there, and PlanResult::contenders and left_by_limit
+//      say what could still enter the top k).
 // With PlanOptions::guide, the parallelism guide's layouts (plan_guide.hpp) are simulated too.
 #pragma once
 
