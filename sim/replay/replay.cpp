@@ -708,12 +708,17 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             break;
         }
         case kStop:
-            for (const auto& st : states_)
+            // Replica followers are copied at the end (copy_followers): their own states
+            // never advance, so only the simulated workers say whether the iteration is done.
+            for (std::size_t w = 0; w < states_.size(); ++w) {
+                const auto& st = states_[w];
+                if (follower(static_cast<int>(w))) continue;
                 if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
                     stopped_ = true;
                     sim.stop();
                     break;
                 }
+            }
             break;
         default:
             throw SimulationError("replay", "unknown event kind", sim.now());
@@ -729,7 +734,6 @@ void Replay::check_complete() {
 }
 
 void Replay::stop_at(Time at) {
-    stop_requested_ = true;
     sim_.schedule_at(at, handler_, kStop);
 }
 

@@ -707,7 +707,6 @@ class Replay final : public EventHandler, public network::TransferClient {
     // no notification is repeated for a follower; copy_followers() copies at the end instead.
     bool copy_followers_ = false;
     void copy_followers();
-    bool stop_requested_ = false;
     // Replica folding with observers that only sum per link (Accelerator::accounts_in_bulk): the
     // representatives' pipeline messages counted per (sending worker, receiving worker, bytes);
     // their followers' copies are accounted once per entry at the end (flush_follower_sends).

@@ -114,7 +114,7 @@ std::string Replay::replica_fold_refusal() const {
     if (shared_) return "a shared-fabric (jobs:) run is not folded";
     if (duration_model_ || spec_.variability.any())
         return "variability (a per-worker duration or host model) makes replicas differ";
-    if (!spec_.faults.links.empty() || !spec_.faults.gpus.empty() || stop_requested_)
+    if (!spec_.faults.links.empty() || !spec_.faults.gpus.empty())
         return "a run with faults is not folded";
     if (sharded_units_ || hsdp_)
         return "sharded data parallelism (zero2/zero3 or HSDP) is not folded by replicas";

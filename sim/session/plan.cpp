@@ -18,6 +18,7 @@
 #include "replay/replay.hpp"
 #include "schedule/schedule.hpp"
 #include "session/plan_guide.hpp"
+#include "session/plan_search.hpp"
 #include "session/plan_space.hpp"
 #include "session/run.hpp"
 #include "session/sweep_cache.hpp"
@@ -28,6 +29,9 @@ namespace cs::api {
 
 namespace {
 
+using plan_search::gather_shares;
+using plan_search::Search;
+using plan_search::Survivor;
 using plan_space::batches_of;
 using plan_space::board_power;
 using plan_space::derived_split;
@@ -63,22 +67,6 @@ struct Scorer {
                 return per_token ? T / tokens * 1e6 : T;
         }
     }
-};
-
-// A layout that passed the memory check, with what its bound needs. Small, so that holding
-// every survivor stays cheap; its settings are made again from `layout` when simulated.
-struct Survivor {
-    PlanLayout layout;
-    std::size_t index = 0;
-    // The bound: replay::iteration_floor from step 3, iteration_lower_bound once
-    // Simulations::at has worked it out (when the survivor could still be simulated).
-    double bound_s = 0;
-    double bound_score = 0;
-    // The score of the floor (bound_score before Simulations::at bounds the survivor in full):
-    // what a survivor not bounded in order is reported and counted by.
-    double floor_score = 0;
-    double flops = 0, peak = 0, tokens = 0;
-    std::int64_t memory = 0;
 };
 
 PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double flops, double peak,
@@ -134,52 +122,20 @@ struct Loader {
     }
 };
 
-report::Summary simulate(const workload::ExperimentSpec& spec, SweepCache* cache, bool fast_paths) {
+// The run's summary, or none when it was stopped at `stop` (RunOptions::stop_at) before its
+// iteration ended.
+std::optional<report::Summary> simulate(const workload::ExperimentSpec& spec, SweepCache* cache,
+                                        bool fast_paths, std::optional<Time> stop = {}) {
     RunOptions run_options;
     run_options.fast_paths = fast_paths;
+    run_options.stop_at = stop;
     // plan's figures read no link, so none is accounted (the transfers' kept costs are reused
     // without telling anyone of their links).
     if (cache) cache->links = SweepCache::Links::None;
-    return run(spec, run_options, cache).summary;
+    auto result = run(spec, run_options, cache);
+    if (result.stopped) return std::nullopt;
+    return std::move(result.summary);
 }
-
-// What one process (or one chunk of its share) found in the search.
-struct Search {
-    std::size_t layouts = 0, invalid = 0, pruned_memory = 0;
-    std::map<std::string, std::size_t> invalid_reasons;
-    std::vector<Survivor> survivors;
-    std::vector<PlanEntries::Record> entries;  // with keep_entries
-    // The invalid layouts' messages that `entries` share (one copy per message in a chunk).
-    std::map<std::string, std::shared_ptr<const std::string>, std::less<>> messages;
-
-    // `why`, shared with the entries that hold the same message.
-    std::shared_ptr<const std::string> shared_message(std::string why) {
-        auto& shared = messages[why];
-        if (!shared) shared = std::make_shared<const std::string>(std::move(why));
-        return shared;
-    }
-    // Counts an invalid layout and returns its message, shared with the others that gave it.
-    std::shared_ptr<const std::string> invalid_for(
-        std::string why, const std::shared_ptr<const std::string>& given) {
-        ++invalid;
-        ++invalid_reasons[why];
-        if (given && *given == why) return given;
-        return shared_message(std::move(why));
-    }
-
-    // Appends `part` (a later chunk: the order of survivors and entries stays the enumeration's).
-    void absorb(Search&& part) {
-        layouts += part.layouts;
-        invalid += part.invalid;
-        pruned_memory += part.pruned_memory;
-        for (auto& [reason, count] : part.invalid_reasons)
-            invalid_reasons[reason] += count;
-        survivors.insert(survivors.end(), std::make_move_iterator(part.survivors.begin()),
-                         std::make_move_iterator(part.survivors.end()));
-        entries.insert(entries.end(), std::make_move_iterator(part.entries.begin()),
-                       std::make_move_iterator(part.entries.end()));
-    }
-};
 
 // What each worker thread keeps for itself: its caches (SweepCache's parts and a cluster's
 // mutable route caches are not shared between threads) and the collective costs of its bounds.
@@ -289,60 +245,6 @@ struct SearchStep {
         if (options.keep_entries) out.entries.push_back(std::move(entry));
     }
 };
-
-nlohmann::json survivor_cbor(const Survivor& s) {
-    const auto& l = s.layout;
-    return {l.tp,
-            l.pp,
-            l.dp,
-            l.cp,
-            l.ep,
-            l.vpp,
-            l.micro_batch_size,
-            static_cast<int>(l.recompute),
-            static_cast<int>(l.sharding),
-            l.schedule,
-            l.shard_size,
-            l.recompute_layers,
-            l.nodes,
-            l.first_stage_layers,
-            l.last_stage_layers,
-            s.index,
-            s.bound_s,
-            s.bound_score,
-            s.flops,
-            s.peak,
-            s.tokens,
-            s.memory};
-}
-Survivor survivor_from(const nlohmann::json& j) {
-    Survivor s;
-    auto& l = s.layout;
-    l.tp = j.at(0);
-    l.pp = j.at(1);
-    l.dp = j.at(2);
-    l.cp = j.at(3);
-    l.ep = j.at(4);
-    l.vpp = j.at(5);
-    l.micro_batch_size = j.at(6);
-    l.recompute = static_cast<workload::Recompute>(j.at(7).get<int>());
-    l.sharding = static_cast<workload::Sharding>(j.at(8).get<int>());
-    l.schedule = j.at(9);
-    l.shard_size = j.at(10);
-    l.recompute_layers = j.at(11);
-    l.nodes = j.at(12);
-    l.first_stage_layers = j.at(13);
-    l.last_stage_layers = j.at(14);
-    s.index = j.at(15);
-    s.bound_s = j.at(16);
-    s.bound_score = j.at(17);
-    s.floor_score = s.bound_score;
-    s.flops = j.at(18);
-    s.peak = j.at(19);
-    s.tokens = j.at(20);
-    s.memory = j.at(21);
-    return s;
-}
 
 // One worker per thread (PlanOptions::threads; one under mpirun, where the ranks share the
 // cores), each with its own caches; worker 0's also serve the calling thread while no task runs
@@ -513,53 +415,6 @@ Search search_layouts(const PlanOptions& options, const Fixes& fixes,
     return search;
 }
 
-// Under mpirun, rank 0 gathers the other ranks' shares into `search` (after its own: plan sorts
-// what it ranks and lists); false on the other ranks, whose part is done.
-bool gather_shares(Search& search, const SweepRanks& ranks) {
-    if (ranks.size() <= 1) return true;
-    nlohmann::json mine;
-    if (ranks.rank() != 0) {
-        nlohmann::json survivors = nlohmann::json::array();
-        for (const auto& s : search.survivors)
-            survivors.push_back(survivor_cbor(s));
-        nlohmann::json entries = nlohmann::json::array();
-        for (const auto& e : search.entries)
-            entries.push_back({survivor_cbor(Survivor{e.layout, e.index, e.lower_bound_s, 0, 0, 0,
-                                                      0, 0, e.memory_bytes}),
-                               static_cast<int>(e.status), e.invalid ? *e.invalid : std::string(),
-                               e.floor_only});
-        mine = {search.layouts,         search.invalid, search.pruned_memory,
-                search.invalid_reasons, survivors,      entries};
-    }
-    auto parts = ranks.gather_to_root(ranks.rank() == 0 ? std::vector<std::uint8_t>{}
-                                                        : nlohmann::json::to_cbor(mine));
-    if (ranks.rank() != 0) return false;
-    for (std::size_t from = 1; from < parts.size(); ++from) {
-        const auto j = nlohmann::json::from_cbor(parts[from]);
-        search.layouts += j.at(0).get<std::size_t>();
-        search.invalid += j.at(1).get<std::size_t>();
-        search.pruned_memory += j.at(2).get<std::size_t>();
-        for (const auto& [reason, count] : j.at(3).get<std::map<std::string, std::size_t>>())
-            search.invalid_reasons[reason] += count;
-        for (const auto& s : j.at(4))
-            search.survivors.push_back(survivor_from(s));
-        for (const auto& e : j.at(5)) {
-            PlanEntries::Record entry;
-            const auto s = survivor_from(e.at(0));
-            entry.layout = s.layout;
-            entry.index = s.index;
-            entry.lower_bound_s = s.bound_s;
-            entry.memory_bytes = s.memory;
-            entry.status = static_cast<PlanEntry::Status>(e.at(1).get<int>());
-            if (entry.status == PlanEntry::Status::Invalid)
-                entry.invalid = search.shared_message(e.at(2).get<std::string>());
-            entry.floor_only = e.at(3).get<bool>();
-            search.entries.push_back(std::move(entry));
-        }
-    }
-    return true;
-}
-
 // A survivor simulated with the analytical network (step 4), and whether step 5 confirmed it.
 struct SimulatedSurvivor {
     const Survivor* survivor;
@@ -598,8 +453,10 @@ struct Simulations {
     // (step 5 confirms no more than those, so step 4 need not look further before it).
     std::multiset<double> best;
     std::multiset<double> best_confirmed;  // the k best
-    std::vector<PlanChoice> confirmed;
+    std::vector<PlanChoice> confirmed;     // those whose run ended (not stopped)
+    std::size_t confirm_runs = 0;          // every run of step 5, stopped or not
     std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
+    std::map<std::size_t, double> stopped_of;  // with keep_entries: a stopped run's stop, by index
 
     std::size_t faster_than_analytical = 0;
     std::size_t next = 0, step = 0, confirm_step = 0;
@@ -643,7 +500,7 @@ struct Simulations {
         }
     }
 
-    bool limit_reached() const { return limit_confirm > 0 && confirmed.size() >= limit_confirm; }
+    bool limit_reached() const { return limit_confirm > 0 && confirm_runs >= limit_confirm; }
 
     // The n-th best of `scores` (infinity while there are fewer).
     static double nth_of(const std::multiset<double>& scores, std::size_t n) {
@@ -730,16 +587,41 @@ struct Simulations {
         return bound;
     }
 
-    // A layout's figures under the analytical network (or its own), on worker w.
-    PlanFigures figures_on(std::size_t w, const PlanLayout& l, bool analytical,
-                           const Survivor& s) const {
+    // A layout's figures under the analytical network (or its own), on worker w; none when its
+    // run was stopped at `stop` before its iteration ended.
+    std::optional<PlanFigures> figures_on(std::size_t w, const PlanLayout& l, bool analytical,
+                                          const Survivor& s,
+                                          std::optional<Time> stop = std::nullopt) const {
         Worker& worker = workers[w];
         const auto started = std::chrono::steady_clock::now();
         const auto spec = worker.loader.load(l, analytical);
-        auto figures = figures_of(simulate(spec, worker.cache.get(), options.fast_paths), scorer,
-                                  s.flops, s.peak, s.tokens, l.gpus());
+        std::optional<PlanFigures> figures;
+        if (const auto summary = simulate(spec, worker.cache.get(), options.fast_paths, stop))
+            figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);
         return figures;
+    }
+
+    // Where a run of survivor s may stop once it cannot score `limit` or better: a simulated
+    // time from which its score is above `limit` (every objective grows with the iteration
+    // time), found by bisection on the scorer. None for an infinite limit (fewer than k
+    // confirmed yet) or beyond 10^6 s.
+    std::optional<Time> stop_for(const Survivor& s, double limit) const {
+        if (!std::isfinite(limit)) return std::nullopt;
+        const auto score = [&](double T) {
+            return scorer.score(T, s.flops, s.peak, s.tokens, s.layout.gpus());
+        };
+        double lo = 0, hi = 1;
+        while (!(score(hi) > limit)) {
+            lo = hi;
+            hi *= 2;
+            if (hi > 1e6) return std::nullopt;
+        }
+        for (int i = 0; i < 80 && hi - lo > 1e-13 * hi; ++i) {
+            const double mid = 0.5 * (lo + hi);
+            (score(mid) > limit ? hi : lo) = mid;
+        }
+        return Time::from_seconds_ceil(hi);
     }
 
     // Step 4 over the survivors from `next` while `worth(survivor)`, the threads running ahead
@@ -752,7 +634,7 @@ struct Simulations {
             pool, pool.size() > 1 ? 4 * pool.size() : 1, next, survivors.size(),
             [&](std::size_t i) { return worth(at(i)); },
             [&](std::size_t i, std::size_t w) {
-                return figures_on(w, by_bound[i]->layout, true, *by_bound[i]);
+                return *figures_on(w, by_bound[i]->layout, true, *by_bound[i]);
             },
             [&](std::size_t i, PlanFigures f) {
                 const Survivor& s = *by_bound[i];
@@ -775,31 +657,60 @@ struct Simulations {
                           return x->figures.objective < y->figures.objective;
                       return x->survivor->index < y->survivor->index;
                   });
-        // Runs under the experiment's network are long: one per thread.
+        // Runs under the experiment's network are long: one per thread. Each stops where it can
+        // no longer beat the k-th best confirmed score as it stood at its launch (limit_at, set
+        // by the launch's go(i) on this thread before the task is submitted, and again by the
+        // commit's after the task has ended).
+        // At a launch (go(i) for the next index) the runs in flight count against the limit:
+        // each is committed unless the stop rule refuses it by then, and one launched past the
+        // limit would only be dropped once it ended, the threads waiting for it.
+        std::vector<double> limit_at(order.size(), std::numeric_limits<double>::infinity());
+        std::size_t launched = 0, committed = 0;
         run_ahead(
             pool, pool.size(), 0, order.size(),
             [&](std::size_t i) {
-                return order[i]->figures.objective <= nth_of(best_confirmed, options.top) &&
-                       (limit_confirm == 0 || confirmed.size() < limit_confirm);
+                limit_at[i] = nth_of(best_confirmed, options.top);
+                const bool launch = i == launched;
+                const std::size_t in_flight = launch ? launched - committed : 0;
+                const bool go = order[i]->figures.objective <= limit_at[i] &&
+                                (limit_confirm == 0 || confirm_runs + in_flight < limit_confirm);
+                if (launch && go) ++launched;
+                return go;
             },
-            [&](std::size_t i, std::size_t w) {
+            [&](std::size_t i, std::size_t w) -> std::optional<PlanFigures> {
                 const SimulatedSurvivor& x = *order[i];
-                return same_network ? x.figures
-                                    : figures_on(w, x.survivor->layout, false, *x.survivor);
+                if (same_network) return x.figures;
+                return figures_on(w, x.survivor->layout, false, *x.survivor,
+                                  stop_for(*x.survivor, limit_at[i]));
             },
-            [&](std::size_t i, PlanFigures figures) { confirm(*order[i], std::move(figures)); });
+            [&](std::size_t i, std::optional<PlanFigures> figures) {
+                ++committed;
+                confirm(*order[i], std::move(figures));
+            });
     }
 
-    // Step 5's result for `x`: its figures under the experiment's network.
-    void confirm(SimulatedSurvivor& x, PlanFigures figures) {
+    // Step 5's result for `x`: its figures under the experiment's network, or none when its run
+    // was stopped. What is kept is what one thread would keep: a run is taken as stopped where
+    // the k-th best confirmed score stands now would stop it (the threads may have launched it
+    // against an earlier, larger k-th best, which stops it later or not at all), and then only
+    // that it takes at least that long is kept: it cannot enter the top k.
+    void confirm(SimulatedSurvivor& x, std::optional<PlanFigures> figures) {
         if (options.on_progress) options.on_progress("confirm", ++confirm_step, simulated.size());
         x.confirmed = true;
+        ++confirm_runs;
+        const auto stop = stop_for(*x.survivor, nth_of(best_confirmed, options.top));
+        if (!figures || (stop && figures->iteration_time_s >= stop->seconds())) {
+            if (!stop)
+                throw SimulationError("plan", "a confirmation stopped without a limit", Time{});
+            if (options.keep_entries) stopped_of[x.survivor->index] = stop->seconds();
+            return;
+        }
         PlanChoice c;
         c.layout = x.survivor->layout;
         c.index = x.survivor->index;
         c.analytical = x.figures;
         c.lower_bound_s = x.survivor->bound_s;
-        c.figures = std::move(figures);
+        c.figures = std::move(*figures);
         // The premise of the stop rule: no layout scores better under its own network than
         // under the analytical one (relative 1e-9: the two sum their parts differently).
         if (c.figures.objective < c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
@@ -882,7 +793,7 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
             const auto prepared = replay::prepare(spec, "");
             const double flops = prepared.plan.model_flops_per_iteration.value;
             const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
-            g.figures = figures_of(simulate(spec, worker.cache.get(), fast_paths), scorer, flops,
+            g.figures = figures_of(*simulate(spec, worker.cache.get(), fast_paths), scorer, flops,
                                    peak_flops(spec), tokens, l.gpus());
             g.rank = 1;
             for (const auto& c : result.top)
@@ -917,7 +828,7 @@ PlanEntries entries_of(std::vector<PlanEntries::Record> records, Simulations& si
             r.status = PlanEntry::Status::LeftByLimit;
     }
     return PlanEntries(std::move(records), std::move(sims.analytical_of),
-                       std::move(sims.confirmed_of),
+                       std::move(sims.confirmed_of), std::move(sims.stopped_of),
                        PlanEntries::Context{result.limit_bytes, result.hbm_bytes, sims.options.top,
                                             result.network});
 }
@@ -982,7 +893,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     }
     result.simulated = sims.simulated.size();
     result.pruned_bound = survivors.size() - sims.simulated.size() - result.left_by_limit;
-    result.confirmed = sims.confirmed.size();
+    result.confirmed = sims.confirm_runs;
     result.bounded = sims.bounded_in_order();
 
     // The ranking, the guide's layouts placed in it, and every layout looked at.

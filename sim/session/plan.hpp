@@ -137,6 +137,9 @@ struct PlanEntry {
     std::int64_t memory_bytes = 0;
     double lower_bound_s = 0;
     std::optional<PlanFigures> analytical, confirmed;
+    // Confirmed by a run under the experiment's network that was stopped here (in seconds of
+    // the iteration) because it could no longer enter the top k: it takes at least this long.
+    std::optional<double> confirmed_above_s;
 };
 inline constexpr std::array<Named<PlanEntry::Status>, 6> kPlanStatusNames{{
     {"invalid", PlanEntry::Status::Invalid},
@@ -176,10 +179,12 @@ class PlanEntries {
 
     PlanEntries() = default;
     // `records` in enumeration order; the figures of those simulated (analytical) and confirmed
-    // (under the experiment's network), by index. A record the bound pruned whose index has
-    // analytical figures reads as simulated, and with confirmed figures as confirmed.
+    // (under the experiment's network), and where a confirming run was stopped, by index. A
+    // record the bound pruned whose index has analytical figures reads as simulated, and with
+    // confirmed figures or a stop as confirmed.
     PlanEntries(std::vector<Record> records, std::map<std::size_t, PlanFigures> analytical,
-                std::map<std::size_t, PlanFigures> confirmed, Context context);
+                std::map<std::size_t, PlanFigures> confirmed, std::map<std::size_t, double> stopped,
+                Context context);
 
     std::size_t size() const { return records_.size(); }
     bool empty() const { return records_.empty(); }
@@ -211,6 +216,7 @@ class PlanEntries {
   private:
     std::vector<Record> records_;
     std::map<std::size_t, PlanFigures> analytical_, confirmed_;
+    std::map<std::size_t, double> stopped_;
     Context context_;
 };
 

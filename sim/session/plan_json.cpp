@@ -73,6 +73,7 @@ nlohmann::ordered_json entry_json(const PlanEntry& e) {
     if (e.lower_bound_s > 0) t["lower_bound_s"] = e.lower_bound_s;
     if (e.analytical) t["analytical"] = figures_json(*e.analytical);
     if (e.confirmed) t["confirmed"] = figures_json(*e.confirmed);
+    if (e.confirmed_above_s) t["confirmed_above_s"] = *e.confirmed_above_s;
     return t;
 }
 
@@ -149,10 +150,12 @@ const char* plan_status_name(PlanEntry::Status s) {
 }
 
 PlanEntries::PlanEntries(std::vector<Record> records, std::map<std::size_t, PlanFigures> analytical,
-                         std::map<std::size_t, PlanFigures> confirmed, Context context)
+                         std::map<std::size_t, PlanFigures> confirmed,
+                         std::map<std::size_t, double> stopped, Context context)
     : records_(std::move(records)),
       analytical_(std::move(analytical)),
       confirmed_(std::move(confirmed)),
+      stopped_(std::move(stopped)),
       context_(std::move(context)) {}
 
 PlanEntry PlanEntries::operator[](std::size_t i) const {
@@ -195,6 +198,13 @@ PlanEntry PlanEntries::operator[](std::size_t i) const {
             if (const auto c = confirmed_.find(r.index); c != confirmed_.end()) {
                 e.confirmed = c->second;
                 e.status = PlanEntry::Status::Confirmed;
+            }
+            if (const auto c = stopped_.find(r.index); c != stopped_.end()) {
+                e.confirmed_above_s = c->second;
+                e.status = PlanEntry::Status::Confirmed;
+                e.reason = "its run under the " + context_.network + " network was stopped at " +
+                           std::to_string(c->second) + " s, where it could no longer beat the " +
+                           std::to_string(context_.top) + "-th best confirmed result";
             }
     }
     return e;

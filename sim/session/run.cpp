@@ -492,6 +492,10 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         replay.stop_at(*gpu_failure);
         replay.add_observer(passes);
     }
+    // The caller's stop, when it comes first (before a failure at the same instant: a stop at
+    // t means only that the iteration did not end before t).
+    const bool own_stop = options.stop_at && (!gpu_failure || *options.stop_at <= *gpu_failure);
+    if (own_stop) replay.stop_at(*options.stop_at);
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
     const auto link_mode = kept ? cache->links : SweepCache::Links::Listed;
@@ -508,6 +512,10 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
     out.solver = replay.network().solver_stats();
+    if (result.stopped && own_stop) {
+        out.stopped = true;
+        return out;
+    }
 
     // The links the summary lists: those of an accounting of every link.
     const report::LinkAccounting* listed =

@@ -51,6 +51,11 @@ struct RunOptions {
     // accelerator and kept state, the replay's scratch); false (--no-fast-paths) turns them all
     // off, with the same summary and trace but for `events` and `fold`, which say how it ran.
     bool fast_paths = true;
+    // Ends the run at this simulated time if its iteration is still going then
+    // (replay::Replay::stop_at): RunResult::stopped is set and the summary left empty. For a
+    // caller that needs the figures only of an iteration that ends by then (plan's
+    // confirmations: a layout slower than the k-th best confirmed cannot enter the top k).
+    std::optional<Time> stop_at;
 };
 
 struct RunResult {
@@ -61,6 +66,9 @@ struct RunResult {
     std::optional<report::RunDetail> detail;  // with RunOptions::detail
     // The flow solver's work in this run (benchmarks: bench_replay); zeros outside `flow`.
     network::Network::SolverStats solver;
+    // RunOptions::stop_at ended the run before its iteration ended (the iteration takes at
+    // least that long); the summary is empty.
+    bool stopped = false;
 };
 
 // An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and

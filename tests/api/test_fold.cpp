@@ -454,3 +454,30 @@ TEST_CASE("fold: an observer that copies link images and one told every member a
     CHECK(folded_bytes.bytes.size() > 0);
     CHECK(folded_bytes.bytes == full_bytes.bytes);
 }
+
+TEST_CASE("fold: a stop after the iteration's end changes nothing, even with replicas folded") {
+    // RunOptions::stop_at (plan's confirmations): a stop that comes after the iteration ended
+    // leaves the run as it was, replica folding included (the followers, copied at the end, do
+    // not count as unfinished when the stop comes); one before the end stops the run there
+    // and leaves the summary empty. The layout of the first replica-folding test: one class.
+    const auto sets = analytical(layout(16, 4));
+    const auto spec = cs::api::load_experiment({kDefault, sets, ""});
+    const auto whole = cs::api::run(spec);
+    REQUIRE_FALSE(whole.stopped);
+    CHECK(whole.summary.fold_replicas == 1);
+    const auto end = cs::Time::from_seconds_ceil(whole.summary.iteration_time_s);
+
+    cs::api::RunOptions after;
+    after.stop_at = end + cs::Time::ps(1);
+    const auto late = cs::api::run(spec, after);
+    CHECK_FALSE(late.stopped);
+    CHECK(results_json(late.summary) == results_json(whole.summary));
+    CHECK(late.summary.fold_replicas == 1);
+    CHECK(late.summary.events == whole.summary.events + 1);  // the stop's own event
+
+    cs::api::RunOptions before;
+    before.stop_at = cs::Time::from_seconds_ceil(whole.summary.iteration_time_s / 2);
+    const auto early = cs::api::run(spec, before);
+    CHECK(early.stopped);
+    CHECK(early.summary.iteration_time_s == 0);  // no summary
+}

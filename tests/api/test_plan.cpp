@@ -24,6 +24,7 @@
 #include "schedule/critical_path.hpp"
 #include "session/plan.hpp"
 #include "session/plan_guide.hpp"
+#include "session/run.hpp"
 #include "session/sweep.hpp"
 #include "session/worker_pool.hpp"
 #include "workload/megatron_args.hpp"
@@ -488,6 +489,42 @@ TEST_CASE("plan under the flow network: the same top k as a brute-force sweep un
     REQUIRE(result->top.size() == options.top);
     for (std::size_t i = 0; i < options.top; ++i)
         CHECK(result->top[i].figures.iteration_time_s == times[i]);
+}
+
+TEST_CASE("plan under the flow network: a confirmation that cannot enter the top k is stopped") {
+    // The space above with the top 1: once one layout is confirmed, every later confirmation
+    // whose run reaches the best confirmed time without ending is stopped there
+    // (RunOptions::stop_at). Its entry says where (`confirmed_above_s`, above the best time)
+    // instead of its figures, and its iteration, run here to its end, takes at least that long;
+    // the answer is still the brute force's best.
+    auto options = flow_space_options();
+    options.confirm = 0;
+    options.top = 1;
+    const api::SweepRanks ranks;
+    const auto result = api::plan(options, ranks);
+    REQUIRE(result);
+    const auto times =
+        brute_force_times("flow", static_cast<double>(result->hbm_bytes) * (1 - options.headroom));
+    REQUIRE(!times.empty());
+    REQUIRE(result->top.size() == 1);
+    CHECK(result->top[0].figures.iteration_time_s == times[0]);
+    std::size_t stopped = 0;
+    for (const auto& e : result->entries) {
+        if (e.status != api::PlanEntry::Status::Confirmed) continue;
+        CAPTURE(e.layout.text());
+        CHECK(e.confirmed.has_value() != e.confirmed_above_s.has_value());
+        if (!e.confirmed_above_s) continue;
+        ++stopped;
+        CHECK(*e.confirmed_above_s > times[0]);
+        auto overrides = options.sets;
+        overrides.insert(overrides.end(), options.fixes.begin(), options.fixes.end());
+        for (const auto& v : e.layout.overrides())
+            overrides.push_back(v);
+        const auto whole = api::run(workload::load_experiment(kSmall, overrides));
+        CHECK(whole.summary.iteration_time_s >= *e.confirmed_above_s);
+    }
+    CHECK(stopped > 0);
+    CHECK(result->confirmed > stopped);  // the best one ran to its end
 }
 
 TEST_CASE("plan --confirm: a limit confirms the analytical best and counts what it left") {
