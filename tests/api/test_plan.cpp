@@ -917,25 +917,31 @@ TEST_CASE("run_ahead passes an evaluation's exception on and leaves nothing runn
 TEST_CASE("plan's answer is the same for any number of threads") {
     // Each layout is evaluated alone, the caches change no result and run_ahead commits what
     // one thread would: the JSON of every layout (figures, statuses, reasons) is the same byte
-    // for byte with 1, 2 and 3 threads. Under flow, so that both steps 4 and 5 run ahead.
+    // for byte with 1, 2 and 3 threads. Under flow, so that both steps 4 and 5 run ahead; with
+    // the top 1 too, where confirming runs are stopped (a run launched ahead is judged by the
+    // k-th best at its commit, as one thread would stop it).
     auto options = small_options();
     options.sets = {"topology.nodes=4", "network.model=flow"};
     options.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "training.recompute=none"};
     options.schedules = {"1f1b", "interleaved"};
-    options.top = 3;
     const api::SweepRanks ranks;
-    std::string first;
-    for (const int threads : {1, 2, 3}) {
-        CAPTURE(threads);
-        options.threads = threads;
-        const auto result = api::plan(options, ranks);
-        REQUIRE(result);
-        const auto text = plan_json(*result).dump();
-        if (first.empty()) {
-            first = text;
-            CHECK(result->confirmed > options.top);
-        } else {
-            CHECK(text == first);
+    for (const std::size_t top : {3, 1}) {
+        CAPTURE(top);
+        options.top = top;
+        std::string first;
+        for (const int threads : {1, 2, 3}) {
+            CAPTURE(threads);
+            options.threads = threads;
+            const auto result = api::plan(options, ranks);
+            REQUIRE(result);
+            const auto text = plan_json(*result).dump();
+            if (first.empty()) {
+                first = text;
+                CHECK(result->confirmed > options.top);
+                if (top == 1) CHECK(text.find("confirmed_above_s") != std::string::npos);
+            } else {
+                CHECK(text == first);
+            }
         }
     }
 }
