@@ -1,6 +1,7 @@
 #include "workload/plan.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 
 #include "core/errors.hpp"
@@ -269,7 +270,16 @@ void plan_profile_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bo
     }
 }
 
-void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last) {
+// One layer's passes as plan_roofline_chunk prices them (roofline_layer, then context parallelism
+// and tensor-parallel overlap), by kind: MoE or dense, recomputed or stored. They depend on the
+// experiment alone, so an iteration works each out once for all its chunks (a 64-stage pipeline
+// priced the same layer 64 times).
+struct LayerPassesMemo {
+    std::optional<LayerPasses> of[2][2];  // [moe][stored]
+};
+
+void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, bool last,
+                         LayerPassesMemo& memo) {
     const auto& gpu = spec.cluster->gpu_model(0);
     const auto& rc = spec.compute.roofline;
     if (first && spec.model.vocab_size > 0)
@@ -277,17 +287,21 @@ void plan_roofline_chunk(const ExperimentSpec& spec, ChunkPlan& c, bool first, b
     // The recomputed layers first (all with uniform, the first N with block), then the others.
     const int recomputed = recomputed_layers(spec.training, c.layers);
     const TrainingSpec stored = stored_layers_training(spec.training);
-    const auto add_layers = [&](int from, int count, const TrainingSpec& training) {
+    const auto add_layers = [&](int from, int count, bool stored_kind) {
+        const TrainingSpec& training = stored_kind ? stored : spec.training;
         for_each_layer_run(spec.model, from, count, [&](bool moe, int n) {
-            auto lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
-            apply_context_parallel(spec, gpu, lp);
-            apply_tp_comm_overlap(spec, lp);
-            append_passes(c, lp, n);
-            c.activation_bytes = lp.activation_send;
+            auto& lp = memo.of[moe ? 1 : 0][stored_kind ? 1 : 0];
+            if (!lp) {
+                lp = roofline_layer(spec.model, spec.layout, training, gpu, rc, moe);
+                apply_context_parallel(spec, gpu, *lp);
+                apply_tp_comm_overlap(spec, *lp);
+            }
+            append_passes(c, *lp, n);
+            c.activation_bytes = lp->activation_send;
         });
     };
-    add_layers(c.first_layer, recomputed, spec.training);
-    add_layers(c.first_layer + recomputed, c.layers - recomputed, stored);
+    add_layers(c.first_layer, recomputed, false);
+    add_layers(c.first_layer + recomputed, c.layers - recomputed, true);
     c.activation_memory.value -= uniform_group_saving(spec, c.layers);
     if (last && spec.model.vocab_size > 0)
         append_passes(c, roofline_output_layer(spec.model, spec.layout, spec.training, gpu, rc), 1);
@@ -394,6 +408,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
                           "time for every stage");
 
     plan.virtual_stages.resize(static_cast<std::size_t>(vstages));
+    LayerPassesMemo memo;
     for (int vs = 0, next_layer = 0; vs < vstages; ++vs) {
         ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
         c.first_layer = next_layer;
@@ -408,7 +423,7 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
             plan_profile_chunk(spec, c, first, last, chunks, split_backward);
             add_profile_activation_memory(spec, c);
         } else {
-            plan_roofline_chunk(spec, c, first, last);
+            plan_roofline_chunk(spec, c, first, last, memo);
         }
     }
 
