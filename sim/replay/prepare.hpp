@@ -55,6 +55,17 @@ struct PreparedIteration {
     std::int64_t passes() const { return passes_per_replica() * spec.layout.dp; }
 };
 
+// The last op orders prepare made, for a caller that prepares many layouts of few pipeline
+// shapes one after another (plan's search: the recompute and sharding variants of a layout share
+// its shape). A schedule's orders, and so each device's peak of microbatches in flight, depend on
+// its name and the shape alone.
+struct OrdersMemo {
+    std::string schedule;
+    schedule::PipelineShape shape;
+    std::vector<std::vector<schedule::PipelineOp>> orders;
+    std::vector<int> peak_inflight;
+};
+
 struct PrepareOptions {
     // Called once the shape and plan are known, before the orders and memory (which grow with
     // the microbatches) are built; throws to refuse the iteration (api::run's --max-memory).
@@ -62,6 +73,8 @@ struct PrepareOptions {
     // activations of its largest chunk (the schedule's peak holds at least that), so a layout
     // whose floor does not fit can be refused without its orders (`plan`).
     std::function<void(const PreparedIteration&)> admit;
+    // Reused when it holds this schedule's orders for this shape, else refilled (optional).
+    OrdersMemo* orders = nullptr;
 };
 
 // Prepares `spec` under `schedule_name` (empty: the experiment's own schedule). Throws

@@ -144,6 +144,9 @@ struct Worker {
     Loader loader;
     std::unique_ptr<replay::CollectiveCosts> costs;
     const topology::Cluster* costs_cluster = nullptr;
+    // The last op orders this worker's prepares made (the variants of a layout that share its
+    // schedule and shape come one after another).
+    replay::OrdersMemo orders;
     // Seconds this worker spent in each step (for plan -v; PlanResult::seconds sums them).
     struct {
         double load = 0, prepare = 0, bound = 0, analytical = 0, confirm = 0;
@@ -202,6 +205,7 @@ struct SearchStep {
             std::int64_t memory = 0;
             bool floor_only = false;
             replay::PrepareOptions prepare_options;
+            prepare_options.orders = &w.orders;
             prepare_options.admit = [&](const replay::PreparedIteration& it) {
                 const std::int64_t floor = worst_memory(it);
                 if (gpu.hbm.value > 0 && static_cast<double>(floor) > limit) {
@@ -262,7 +266,7 @@ std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
         Loader loader{options, options.sets, cache.get()};
         for (const auto& o : fixes.others)
             loader.base.push_back(o);
-        workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}});
+        workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}, {}});
     }
     return workers;
 }
@@ -581,7 +585,9 @@ struct Simulations {
     static double full_bound(Worker& w, const PlanLayout& l) {
         const auto started = std::chrono::steady_clock::now();
         const auto spec = w.loader.load(l, true);
-        const auto prepared = replay::prepare(spec, "");
+        replay::PrepareOptions options;
+        options.orders = &w.orders;
+        const auto prepared = replay::prepare(spec, "", options);
         const double bound = replay::iteration_lower_bound(prepared, w.costs_for(spec)).seconds();
         w.spent.bound += seconds_since(started);
         return bound;
