@@ -1,6 +1,7 @@
 #include "replay/bound.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -238,7 +239,7 @@ class PassCosts {
         const auto steps = cost_steps(
             plan,
             [&](const workload::Step& s) {
-                return costs_.cost(s.collective, ranks_.group(s.group, 0, 0).gpus, s.size);
+                return costs_.cost(s.collective, group(s.group), s.size);
             },
             interference());
         c = {true, steps.compute, steps.compute + steps.collective, {}};
@@ -259,6 +260,13 @@ class PassCosts {
 
   private:
     static constexpr std::size_t kKinds = 4;
+    // Worker 0's member-0 group of `kind` (the one every pass is priced on), made once.
+    const std::vector<int>& group(workload::GroupKind kind) {
+        auto& g = groups_[static_cast<std::size_t>(kind)];
+        if (!g) g = ranks_.group(kind, 0, 0).gpus;
+        return *g;
+    }
+    std::array<std::optional<std::vector<int>>, workload::kGroupKindNames.size()> groups_;
     const PreparedIteration& p_;
     const workload::RankLayout& ranks_;
     CollectiveCosts& costs_;

@@ -179,7 +179,10 @@ class CollectiveCosts {
     const topology::Cluster& cluster_;
     network::NetworkConfig config_;
     network::KeptState* kept_;
-    std::map<std::tuple<int, std::vector<int>, std::int64_t>, Time> cache_;
+    // Each group seen, numbered (found without copying it), and the costs by (kind, group's
+    // number, size): a lookup copies no group.
+    std::map<std::vector<int>, int> groups_;
+    std::map<std::tuple<int, int, std::int64_t>, Time> cache_;
     std::map<std::tuple<int, int, std::int64_t>, Time> sends_;
     // One network times every send, one after another, each alone on it (building one per send
     // costs a pass over every link).

@@ -23,7 +23,9 @@ Time CollectiveCosts::cost(network::CollectiveKind kind, const std::vector<int>&
                            Bytes size) {
     if (group.size() <= 1 || size.value <= 0 || config_.fidelity == network::Fidelity::Ideal)
         return Time::zero();
-    const auto key = std::make_tuple(static_cast<int>(kind), group, size.value);
+    auto g = groups_.find(group);
+    if (g == groups_.end()) g = groups_.emplace(group, static_cast<int>(groups_.size())).first;
+    const auto key = std::make_tuple(static_cast<int>(kind), g->second, size.value);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_
