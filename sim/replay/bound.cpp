@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -232,10 +234,11 @@ class PassCosts {
     PassCosts(const PreparedIteration& p, const workload::RankLayout& ranks, CollectiveCosts& costs)
         : p_(p), ranks_(ranks), costs_(costs), of_(p.plan.virtual_stages.size() * kKinds) {}
 
-    const Cost& of(const schedule::PipelineOp& op, int vs) {
-        Cost& c = of_[static_cast<std::size_t>(vs) * kKinds + static_cast<std::size_t>(op.pass)];
+    const Cost& of(const schedule::PipelineOp& op, int vs) { return of(op.pass, vs); }
+    const Cost& of(schedule::Pass kind, int vs) {
+        Cost& c = of_[static_cast<std::size_t>(vs) * kKinds + static_cast<std::size_t>(kind)];
         if (c.made) return c;
-        const auto& plan = pass_plan(p_.plan.virtual_stages[static_cast<std::size_t>(vs)], op.pass);
+        const auto& plan = pass_plan(p_.plan.virtual_stages[static_cast<std::size_t>(vs)], kind);
         const auto steps = cost_steps(
             plan,
             [&](const workload::Step& s) {
@@ -246,7 +249,7 @@ class PassCosts {
         const auto& host = p_.spec.compute.host;
         if (host.enabled) {
             const bool backward =
-                op.pass == schedule::Pass::Backward || op.pass == schedule::Pass::BackwardInput;
+                kind == schedule::Pass::Backward || kind == schedule::Pass::BackwardInput;
             c.issue = host_issue(pass_lead(host, *p_.schedule, backward), host.launch,
                                  kernel_blocks(plan.steps, steps.step_times));
         }
@@ -290,19 +293,39 @@ std::vector<std::ptrdiff_t> group_leads(const std::vector<schedule::PipelineOp>&
 
 }  // namespace
 
-Time iteration_floor(const PreparedIteration& p, CollectiveCosts& costs) {
-    const workload::RankLayout ranks(p.spec.layout);
-    PassCosts pass(p, ranks, costs);
-    Time latest = Time::zero();
+OpCensus op_census(const PreparedIteration& p) {
+    OpCensus census;
     for (std::size_t d = 0; d < p.orders.size(); ++d) {
         const auto& order = p.orders[d];
         const auto lead = group_leads(order);
-        std::int64_t busy = 0;
+        std::map<std::tuple<int, int, bool>, std::int64_t> counts;
         for (std::size_t k = 0; k < order.size(); ++k) {
             const auto& op = order[k];
-            const auto& c = pass.of(op, p.schedule->virtual_stage(p.shape, static_cast<int>(d),
-                                                                  op.chunk, op.microbatch));
-            busy += (lead[k] >= 0 ? c.compute : c.gpu).count_ps();
+            const int vs =
+                p.schedule->virtual_stage(p.shape, static_cast<int>(d), op.chunk, op.microbatch);
+            ++counts[{vs, static_cast<int>(op.pass), lead[k] >= 0}];
+        }
+        auto& device = census.devices.emplace_back();
+        for (const auto& [key, ops] : counts)
+            device.push_back({std::get<0>(key), static_cast<schedule::Pass>(std::get<1>(key)),
+                              std::get<2>(key), ops});
+    }
+    return census;
+}
+
+Time iteration_floor(const PreparedIteration& p, CollectiveCosts& costs, const OpCensus* census) {
+    const workload::RankLayout ranks(p.spec.layout);
+    PassCosts pass(p, ranks, costs);
+    const OpCensus own = census ? OpCensus{} : op_census(p);
+    const OpCensus& counted = census ? *census : own;
+    Time latest = Time::zero();
+    for (std::size_t d = 0; d < counted.devices.size(); ++d) {
+        // Each op at what the bound charges it at least (integer picoseconds: the sum does not
+        // depend on the order of its terms).
+        std::int64_t busy = 0;
+        for (const auto& n : counted.devices[d]) {
+            const auto& c = pass.of(n.pass, n.virtual_stage);
+            busy += n.ops * (n.grouped ? c.compute : c.gpu).count_ps();
         }
         latest = std::max(latest, Time::ps(busy) + p.plan.devices[d].optimizer_step);
     }

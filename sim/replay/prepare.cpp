@@ -56,7 +56,7 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
         for (int s = 0; s < devices; ++s)
             it.peak_inflight.push_back(schedule::peak_inflight_microbatches(
                 sched, it.orders[static_cast<std::size_t>(s)]));
-        if (memo) *memo = {spec.schedule, shape, it.orders, it.peak_inflight};
+        if (memo) *memo = {spec.schedule, shape, it.orders, it.peak_inflight, nullptr};
     }
     const auto chunk_activation = [&it](int vs) {
         return it.plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;

@@ -59,11 +59,14 @@ struct PreparedIteration {
 // shapes one after another (plan's search: the recompute and sharding variants of a layout share
 // its shape). A schedule's orders, and so each device's peak of microbatches in flight, depend on
 // its name and the shape alone.
+struct OpCensus;  // bound.hpp
 struct OrdersMemo {
     std::string schedule;
     schedule::PipelineShape shape;
     std::vector<std::vector<schedule::PipelineOp>> orders;
     std::vector<int> peak_inflight;
+    // The orders' op_census, once a caller has made it (prepare leaves it; a refill clears it).
+    std::shared_ptr<const OpCensus> census;
 };
 
 struct PrepareOptions {

@@ -230,7 +230,13 @@ struct SearchStep {
                 Survivor s;
                 s.layout = l;
                 s.index = index;
-                s.bound_s = replay::iteration_floor(*prepared, w.costs_for(spec)).seconds();
+                // The census of these orders, made once for the layouts that share them.
+                if (!w.orders.census)
+                    w.orders.census =
+                        std::make_shared<const replay::OpCensus>(replay::op_census(*prepared));
+                s.bound_s =
+                    replay::iteration_floor(*prepared, w.costs_for(spec), w.orders.census.get())
+                        .seconds();
                 lap(w.spent.bound);
                 s.flops = prepared->plan.model_flops_per_iteration.value;
                 s.peak = peak_flops(spec);

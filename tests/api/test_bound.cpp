@@ -152,3 +152,43 @@ TEST_CASE("the bound counts each pipeline message's transfer on the path") {
     CHECK(m.bound_s <= m.time_s);
     CHECK(m.bound_s >= 0.995 * m.time_s);
 }
+
+TEST_CASE("bound: the floor's op census depends on the schedule and the shape alone") {
+    // plan makes one op census per schedule and shape and floors every layout of that shape
+    // with it (OrdersMemo::census). Two layouts of the small GPT with the same pipeline shape
+    // (pp 2, 4 microbatches, zb-v's two chunks) but other tensor parallelism and recomputation:
+    // the same census, and each one's floor the same with the other's census as with its own.
+    // A third of another shape (pp 4): another census.
+    const auto prepared = [](const std::vector<std::string>& sets) {
+        std::vector<std::string> all = {"topology.nodes=2", "network.model=analytical",
+                                        "schedule=zb-v", "parallelism.vpp=1"};
+        all.insert(all.end(), sets.begin(), sets.end());
+        return replay::prepare(workload::load_experiment(kSmall, all), "");
+    };
+    // 8 GPUs: a is dp 4 with the experiment's 16 sequences, b dp 2 with 8: 4 each.
+    const auto a = prepared(
+        {"parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=4", "training.recompute=none"});
+    const auto b = prepared({"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2",
+                             "parallelism.sequence_parallel=true", "training.recompute=full",
+                             "training.global_batch_size=8"});
+    REQUIRE(a.shape.devices == b.shape.devices);
+    REQUIRE(a.shape.microbatches == b.shape.microbatches);
+    REQUIRE(a.shape.chunks == b.shape.chunks);
+    const auto ca = replay::op_census(a), cb = replay::op_census(b);
+    CHECK(ca.devices == cb.devices);
+    std::int64_t ops = 0;  // every op of the orders counted once
+    for (const auto& d : ca.devices)
+        for (const auto& n : d)
+            ops += n.ops;
+    std::int64_t listed = 0;
+    for (const auto& o : a.orders)
+        listed += static_cast<std::int64_t>(o.size());
+    CHECK(ops == listed);
+    for (const auto* p : {&a, &b}) {
+        replay::CollectiveCosts costs(*p->spec.cluster, p->spec.network);
+        CHECK(replay::iteration_floor(*p, costs, &ca) == replay::iteration_floor(*p, costs));
+    }
+    const auto c = prepared(
+        {"parallelism.tp=1", "parallelism.pp=4", "parallelism.dp=2", "training.recompute=none"});
+    CHECK(replay::op_census(c).devices != ca.devices);
+}
