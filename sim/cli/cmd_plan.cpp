@@ -105,7 +105,8 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
         "prepare and memory {:.2f}, bounds {:.2f}, analytical runs {:.2f}, confirming runs {:.2f}; "
         "{} of {} survivors bounded in full",
         took.search, took.simulate, took.load, took.prepare, took.bound, took.analytical,
-        took.confirm, result->bounded, result->pruned_bound + result->left_by_limit + result->simulated);
+        took.confirm, result->bounded,
+        result->pruned_bound + result->left_by_limit + result->simulated);
     if (!a.json.empty())
         write_file_atomically(
             a.json,

@@ -71,7 +71,8 @@ void print_plan_header(std::ostream& out, const api::PlanResult& r) {
             << r.top.size() << " assuming none does, so the ranking may miss one\n";
     if (r.contenders > 0 || r.left_by_limit > 0) {
         out << "note: the top " << r.top.size() << " is not proven under the " << r.network
-            << " network: confirming stopped at " << r.confirm_limit << " layouts (--confirm), and ";
+            << " network: confirming stopped at " << r.confirm_limit
+            << " layouts (--confirm), and ";
         if (r.contenders > 0)
             out << r.contenders << " more could still enter it (their analytical result beats the "
                 << r.top.size() << "-th confirmed one; the best "
