@@ -79,7 +79,10 @@ void print_plan_header(std::ostream& out, const api::PlanResult& r) {
                 << objective_text(r, r.best_contender) << ")"
                 << (r.left_by_limit > 0 ? ", as could " : "");
         if (r.left_by_limit > 0)
-            out << r.left_by_limit << " not simulated (their lower bound beats it)";
+            out << r.left_by_limit << " not simulated"
+                << (r.contenders > 0 ? "" : " could still enter it")
+                << " (their lower bound is no worse than the " << r.top.size()
+                << "-th confirmed one)";
         out << "; --confirm all makes it exact\n";
     }
 }

@@ -614,26 +614,31 @@ struct Simulations {
         return figures;
     }
 
-    // Where a run of survivor s may stop once it cannot score `limit` or better: a simulated
-    // time from which its score is above `limit` (every objective grows with the iteration
-    // time), found by bisection on the scorer. None for an infinite limit (fewer than k
+    // Where a run of survivor s may stop once it cannot score `limit` or better: the first
+    // picosecond of the iteration at which its score, worked out as figures_of does from the
+    // iteration time, is above `limit` (every objective grows with the iteration time), found by
+    // bisection over whole picoseconds. An iteration that reaches it scores above `limit`, and
+    // one that scores above `limit` reaches it. None for an infinite limit (fewer than k
     // confirmed yet) or beyond 10^6 s.
     std::optional<Time> stop_for(const Survivor& s, double limit) const {
         if (!std::isfinite(limit)) return std::nullopt;
-        const auto score = [&](double T) {
-            return scorer.score(T, s.flops, s.peak, s.tokens, s.layout.gpus());
+        const auto above = [&](std::int64_t ps) {
+            return scorer.score(Time::ps(ps).seconds(), s.flops, s.peak, s.tokens,
+                                s.layout.gpus()) > limit;
         };
-        double lo = 0, hi = 1;
-        while (!(score(hi) > limit)) {
+        constexpr std::int64_t kMost = 1'000'000'000'000'000'000;  // 10^6 s
+        std::int64_t lo = 0, hi = 1'000'000'000'000;               // 1 s
+        if (above(lo)) return Time::zero();
+        while (!above(hi)) {
             lo = hi;
+            if (hi > kMost / 2) return std::nullopt;
             hi *= 2;
-            if (hi > 1e6) return std::nullopt;
         }
-        for (int i = 0; i < 80 && hi - lo > 1e-13 * hi; ++i) {
-            const double mid = 0.5 * (lo + hi);
-            (score(mid) > limit ? hi : lo) = mid;
+        while (hi - lo > 1) {  // above(hi), not above(lo)
+            const std::int64_t mid = lo + (hi - lo) / 2;
+            (above(mid) ? hi : lo) = mid;
         }
-        return Time::from_seconds_ceil(hi);
+        return Time::ps(hi);
     }
 
     // Step 4 over the survivors from `next` while `worth(survivor)`, the threads running ahead
@@ -710,8 +715,11 @@ struct Simulations {
         if (options.on_progress) options.on_progress("confirm", ++confirm_step, simulated.size());
         x.confirmed = true;
         ++confirm_runs;
-        const auto stop = stop_for(*x.survivor, nth_of(best_confirmed, options.top));
-        if (!figures || (stop && figures->iteration_time_s >= stop->seconds())) {
+        // A run that scores above the k-th best now cannot enter the top k (one that ties it
+        // still can, on its index): one thread would have stopped it, at `stop`.
+        const double kth = nth_of(best_confirmed, options.top);
+        if (!figures || figures->objective > kth) {
+            const auto stop = stop_for(*x.survivor, kth);
             if (!stop)
                 throw SimulationError("plan", "a confirmation stopped without a limit", Time{});
             if (options.keep_entries) stopped_of[x.survivor->index] = stop->seconds();
@@ -753,7 +761,8 @@ struct Simulations {
         for (std::size_t k = 0; k < survivors.size(); ++k) {
             const Survivor& s = survivors[k];
             if (std::binary_search(done.begin(), done.end(), &s)) continue;
-            if ((k < in_order ? s.bound_score : s.floor_score) < kth) left.push_back(s.index);
+            // As step 4 takes them: a bound no worse than the k-th (a tie may win on its index).
+            if ((k < in_order ? s.bound_score : s.floor_score) <= kth) left.push_back(s.index);
         }
         std::sort(left.begin(), left.end());
         result.left_by_limit = left.size();

@@ -181,9 +181,9 @@ PlanEntry PlanEntries::operator[](std::size_t i) const {
             e.reason =
                 "not simulated: the confirmation limit was reached first, and its lower "
                 "bound " +
-                std::to_string(r.lower_bound_s) + " s beats the " + std::to_string(context_.top) +
-                "-th confirmed result under the " + context_.network +
-                " network (--confirm all simulates it)";
+                std::to_string(r.lower_bound_s) + " s is no worse than the " +
+                std::to_string(context_.top) + "-th confirmed result under the " +
+                context_.network + " network (--confirm all simulates it)";
             break;
         default:
             if (const auto a = analytical_.find(r.index); a != analytical_.end()) {
@@ -323,6 +323,9 @@ nlohmann::ordered_json plan_html_data(const PlanResult& r) {
     };
     std::vector<Point> points;
     for (const auto& e : r.entries.simulated()) {
+        // A confirmation stopped early is known only to take longer than the k-th best: not
+        // a point (its analytical time would put it where it cannot be).
+        if (e.confirmed_above_s) continue;
         Point p{e.memory_bytes, (e.confirmed ? *e.confirmed : *e.analytical).iteration_time_s,
                 e.confirmed.has_value(), 0, e.layout.text()};
         for (std::size_t i = 0; i < r.top.size(); ++i)

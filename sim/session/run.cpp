@@ -494,6 +494,9 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     // The caller's stop, when it comes first (before a failure at the same instant: a stop at
     // t means only that the iteration did not end before t).
+    if (options.stop_at && (options.trace || options.detail))
+        throw SimulationError("run", "a run stopped early writes no trace or report detail",
+                              Time::zero());
     const bool own_stop = options.stop_at && (!gpu_failure || *options.stop_at <= *gpu_failure);
     if (own_stop) replay.stop_at(*options.stop_at);
     report::MetricsObserver metrics(replay.workers().size());

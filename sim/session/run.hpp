@@ -54,7 +54,9 @@ struct RunOptions {
     // Ends the run at this simulated time if its iteration is still going then
     // (replay::Replay::stop_at): RunResult::stopped is set and the summary left empty. For a
     // caller that needs the figures only of an iteration that ends by then (plan's
-    // confirmations: a layout slower than the k-th best confirmed cannot enter the top k).
+    // confirmations: a layout slower than the k-th best confirmed cannot enter the top k). Not
+    // with a trace or `detail` (refused: they would be left unfinished); the clean runs of
+    // `variability` and `faults` still run whole before it.
     std::optional<Time> stop_at;
 };
 

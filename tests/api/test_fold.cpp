@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "ingest/inputs.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
@@ -480,4 +481,8 @@ TEST_CASE("fold: a stop after the iteration's end changes nothing, even with rep
     const auto early = cs::api::run(spec, before);
     CHECK(early.stopped);
     CHECK(early.summary.iteration_time_s == 0);  // no summary
+
+    // A trace or the report's detail would be left unfinished by a stop: refused.
+    before.detail = true;
+    CHECK_THROWS_AS(cs::api::run(spec, before), cs::SimulationError);
 }
