@@ -649,7 +649,7 @@ struct Simulations {
         // none ahead: it would only drop them at a stop).
         next = run_ahead(
             pool, pool.size() > 1 ? 4 * pool.size() : 1, next, survivors.size(),
-            [&](std::size_t i) { return worth(at(i)); },
+            [&](std::size_t i, std::size_t) { return worth(at(i)); },
             [&](std::size_t i, std::size_t w) {
                 return *figures_on(w, by_bound[i]->layout, true, *by_bound[i]);
             },
@@ -675,24 +675,17 @@ struct Simulations {
                       return x->survivor->index < y->survivor->index;
                   });
         // Runs under the experiment's network are long: one per thread. Each stops where it can
-        // no longer beat the k-th best confirmed score as it stood at its launch (limit_at, set
-        // by the launch's go(i) on this thread before the task is submitted, and again by the
-        // commit's after the task has ended).
-        // At a launch (go(i) for the next index) the runs in flight count against the limit:
-        // each is committed unless the stop rule refuses it by then, and one launched past the
-        // limit would only be dropped once it ended, the threads waiting for it.
+        // no longer beat the k-th best confirmed score as it stood at its launch (limit_at: go
+        // runs on this thread before the run is submitted; confirm judges it again at commit).
+        // The runs in flight count against the limit: one launched past it would only be
+        // dropped once it ended, the threads waiting for it.
         std::vector<double> limit_at(order.size(), std::numeric_limits<double>::infinity());
-        std::size_t launched = 0, committed = 0;
         run_ahead(
             pool, pool.size(), 0, order.size(),
-            [&](std::size_t i) {
+            [&](std::size_t i, std::size_t in_flight) {
                 limit_at[i] = nth_of(best_confirmed, options.top);
-                const bool launch = i == launched;
-                const std::size_t in_flight = launch ? launched - committed : 0;
-                const bool go = order[i]->figures.objective <= limit_at[i] &&
-                                (limit_confirm == 0 || confirm_runs + in_flight < limit_confirm);
-                if (launch && go) ++launched;
-                return go;
+                return order[i]->figures.objective <= limit_at[i] &&
+                       (limit_confirm == 0 || confirm_runs + in_flight < limit_confirm);
             },
             [&](std::size_t i, std::size_t w) -> std::optional<PlanFigures> {
                 const SimulatedSurvivor& x = *order[i];
@@ -701,7 +694,6 @@ struct Simulations {
                                   stop_for(*x.survivor, limit_at[i]));
             },
             [&](std::size_t i, std::optional<PlanFigures> figures) {
-                ++committed;
                 confirm(*order[i], std::move(figures));
             });
     }
@@ -721,7 +713,8 @@ struct Simulations {
         if (!figures || figures->objective > kth) {
             const auto stop = stop_for(*x.survivor, kth);
             if (!stop)
-                throw SimulationError("plan", "a confirmation stopped without a limit", Time{});
+                throw SimulationError("plan", "a confirmation stopped without a limit",
+                                      Time::zero());
             if (options.keep_entries) stopped_of[x.survivor->index] = stop->seconds();
             return;
         }
@@ -753,14 +746,13 @@ struct Simulations {
                                             ? x.figures.objective
                                             : std::min(result.best_contender, x.figures.objective);
             }
-        std::vector<const Survivor*> done;
+        std::vector<bool> done(survivors.size());  // by position in `survivors`
         for (const auto& x : simulated)
-            done.push_back(x.survivor);
-        std::sort(done.begin(), done.end());
+            done[static_cast<std::size_t>(x.survivor - survivors.data())] = true;
         const std::size_t in_order = bounded_in_order();
         for (std::size_t k = 0; k < survivors.size(); ++k) {
             const Survivor& s = survivors[k];
-            if (std::binary_search(done.begin(), done.end(), &s)) continue;
+            if (done[k]) continue;
             // As step 4 takes them: a bound no worse than the k-th (a tie may win on its index).
             if ((k < in_order ? s.bound_score : s.floor_score) <= kth) left.push_back(s.index);
         }

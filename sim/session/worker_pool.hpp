@@ -82,15 +82,18 @@ class WorkerPool {
 };
 
 // The sequential loop
-//     for (i = first; i < end && go(i); ++i) commit(i, eval(i));
+//     for (i = first; i < end && go(i, 0); ++i) commit(i, eval(i));
 // with up to `ahead` evaluations (at least pool.size()) running ahead of the commits: more than
 // the workers keeps them busy while the oldest takes long, at the price of more evaluations
-// dropped when the loop stops. go(i) is asked again when
-// i's turn to commit comes, with every earlier result committed, so the items committed (and the
-// order of the commits) are the sequential loop's whenever go only turns from true to false as
-// results are committed (plan's stop rules: a k-th best score only improves). An evaluation run
-// ahead and then not committed is waited for and dropped. eval(i, worker) runs on a worker; go
-// and commit on the calling thread. Returns the first item not committed.
+// dropped when the loop stops. go(i, in_flight) is asked when i would be launched, with the
+// number of evaluations launched and not yet committed, and again with 0 when i's turn to commit
+// comes, every earlier result committed; so the items committed (and the order of the commits)
+// are the sequential loop's whenever go(i, 0) only turns from true to false as results are
+// committed (plan's stop rules: a k-th best score only improves) and go(i, n) is no more
+// willing than go(i, 0) (a go that counts the evaluations in flight against a limit launches
+// none past it). An evaluation run ahead and then not committed is waited for and dropped.
+// eval(i, worker) runs on a worker; go and commit on the calling thread, go(i, n) before eval(i)
+// is submitted and go(i, 0) after it has ended. Returns the first item not committed.
 template <typename Go, typename Eval, typename Commit>
 std::size_t run_ahead(WorkerPool& pool, std::size_t ahead, std::size_t first, std::size_t end,
                       Go&& go, Eval&& eval, Commit&& commit) {
@@ -107,7 +110,7 @@ std::size_t run_ahead(WorkerPool& pool, std::size_t ahead, std::size_t first, st
     } drain{running};
     std::size_t launched = first;
     for (;;) {
-        while (running.size() < ahead && launched < end && go(launched)) {
+        while (running.size() < ahead && launched < end && go(launched, running.size())) {
             const std::size_t i = launched++;
             running.emplace_back(
                 i, pool.submit([&eval, i](std::size_t worker) { return eval(i, worker); }));
@@ -116,7 +119,7 @@ std::size_t run_ahead(WorkerPool& pool, std::size_t ahead, std::size_t first, st
         const std::size_t i = running.front().first;
         R result = running.front().second.get();
         running.pop_front();
-        if (!go(i)) return i;  // Drain waits for those run ahead
+        if (!go(i, std::size_t{0})) return i;  // Drain waits for those run ahead
         commit(i, std::move(result));
     }
 }

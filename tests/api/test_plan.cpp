@@ -877,7 +877,7 @@ TEST_CASE("run_ahead commits what the sequential loop commits, for any number of
         std::set<std::size_t> worker_ids;
         std::mutex ids;
         const std::size_t stop = api::run_ahead(
-            pool, ahead, 0, 40, [&](std::size_t) { return sum < 3000; },
+            pool, ahead, 0, 40, [&](std::size_t, std::size_t) { return sum < 3000; },
             [&](std::size_t i, std::size_t w) {
                 {
                     std::lock_guard<std::mutex> lock(ids);
@@ -904,7 +904,7 @@ TEST_CASE("run_ahead passes an evaluation's exception on and leaves nothing runn
     api::WorkerPool pool(2);
     std::vector<std::size_t> committed;
     CHECK_THROWS_AS(api::run_ahead(
-                        pool, 2, 0, 10, [](std::size_t) { return true; },
+                        pool, 2, 0, 10, [](std::size_t, std::size_t) { return true; },
                         [](std::size_t i, std::size_t) {
                             if (i == 3) throw std::runtime_error("three");
                             return i;
