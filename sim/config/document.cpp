@@ -529,26 +529,54 @@ bool Reader::has(const std::string& key) const {
 
 // One lookup per call: has() and every typed accessor come through here.
 const YAML::Node Reader::value(const std::string& key) const {
-    if (accepted_.insert(key).second) accepted_order_.push_back(key);
-    return lookup(key);
+    if (std::find(accepted_order_.begin(), accepted_order_.end(), key) == accepted_order_.end())
+        accepted_order_.push_back(key);
+    const YAML::Node& cn = node_;
+    if (!cn.IsMap()) return cn[key];
+    const Entry* first = nullptr;
+    for (auto& e : index())
+        if (e.key == key) {
+            e.accepted = true;  // every key of that name (a mapping may repeat one)
+            if (!first) first = &e;
+        }
+    return first ? first->value : absent(key);
+}
+
+std::vector<Reader::Entry>& Reader::index() const {
+    if (!index_) {
+        // The keys yaml-cpp's lookup can match: scalars, compared by their text (its
+        // convert<std::string>); the first of equal keys wins, as there.
+        index_.emplace();
+        const YAML::Node& cn = node_;
+        for (auto it = cn.begin(); it != cn.end(); ++it) {
+            if (it->first.IsScalar())
+                index_->push_back({it->first.Scalar(), it->second});
+            else
+                other_keys_ = true;
+        }
+    }
+    return *index_;
 }
 
 YAML::Node Reader::lookup(const std::string& key) const {
     const YAML::Node& cn = node_;
     if (!cn.IsMap()) return cn[key];
-    if (!index_) {
-        // The keys yaml-cpp's lookup can match: scalars, compared by their text (its
-        // convert<std::string>); the first of equal keys wins, as there.
-        index_.emplace();
-        for (auto it = cn.begin(); it != cn.end(); ++it)
-            if (it->first.IsScalar()) index_->emplace_back(it->first.Scalar(), it->second);
-    }
-    for (const auto& [k, v] : *index_)
-        if (k == key) return v;
-    // Absent: the undefined node yaml-cpp returns for a missing key, from an empty mapping (no
-    // scan).
+    for (const auto& e : index())
+        if (e.key == key) return e.value;
+    return absent(key);
+}
+
+// The undefined node yaml-cpp returns for a missing key (it names the key in its own errors),
+// from an empty mapping: no scan. yaml-cpp makes it through a string stream (a locale and its
+// facets, about a microsecond), and a load asks for a hundred absent keys, so each key's node is
+// made once per thread and copied (the keys asked for are the readers' own names: a few hundred
+// at most; the memo starts over past 1,024).
+YAML::Node Reader::absent(const std::string& key) {
     thread_local const YAML::Node empty(YAML::NodeType::Map);
-    return empty[key];
+    thread_local std::unordered_map<std::string, YAML::Node> made;
+    if (const auto it = made.find(key); it != made.end()) return it->second;
+    if (made.size() >= 1024) made.clear();
+    return made.emplace(key, empty[key]).first->second;
 }
 
 std::string Reader::scalar_text(const std::string& key, const char* expected) const {
@@ -754,9 +782,20 @@ std::vector<std::string> Reader::keys() const {
 
 void Reader::finish() const {
     const YAML::Node& cn = node_;
+    // Every scalar key asked for (the common case): nothing to report.
+    if (cn.IsMap()) {
+        const auto& entries = index();  // first: it notes other_keys_
+        if (!other_keys_ &&
+            std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.accepted; }))
+            return;
+    }
+    const auto accepted = [&](const std::string& k) {
+        return std::find(accepted_order_.begin(), accepted_order_.end(), k) !=
+               accepted_order_.end();
+    };
     for (auto it = cn.begin(); it != cn.end(); ++it) {
         const std::string k = it->first.Scalar();
-        if (accepted_.count(k)) continue;
+        if (accepted(k)) continue;
         // Given by --set (the key itself, a mapping above it, or, for a mapping --set created,
         // a key under it), else where the file has it.
         SourceLocation where = mark_location(doc_->display_path, it->first.Mark());

@@ -174,17 +174,29 @@ class Reader {
     std::string scalar_text(const std::string& key, const char* expected) const;
     // node_[key] as yaml-cpp gives it, through index_.
     YAML::Node lookup(const std::string& key) const;
+    // A mapping's scalar keys, each with its value and whether a key was asked for by its name.
+    struct Entry {
+        std::string key;
+        YAML::Node value;
+        bool accepted = false;
+    };
+    static YAML::Node absent(const std::string& key);  // what a mapping gives for a missing key
+    // index_, made on first use (node_ must be a mapping).
+    std::vector<Entry>& index() const;
 
     const Document* doc_;
     YAML::Node node_;
     std::string path_;
-    mutable std::set<std::string> accepted_;
+    // The keys asked for, once each in the order first asked (finish() lists them). A mapping
+    // has a few dozen keys at most, so a scan finds one faster than a set allocates its node.
     mutable std::vector<std::string> accepted_order_;
     // A mapping's scalar keys and their values in document order, made at the first lookup:
     // yaml-cpp's own lookup scans the mapping and converts every key it passes to a string (a
     // copy of the key and of the document's memory handle each), so reading a section of n keys
-    // cost n scans; plan loads every layout through these (10-12% of its search).
-    mutable std::optional<std::vector<std::pair<std::string, YAML::Node>>> index_;
+    // cost n scans; plan loads every layout through these (10-12% of its search). finish() reads
+    // the accepted flags here rather than walk the mapping again.
+    mutable std::optional<std::vector<Entry>> index_;
+    mutable bool other_keys_ = false;  // the mapping has a key that is not a scalar
 };
 
 // Reads the whole mapping at the root of a document.

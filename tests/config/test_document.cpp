@@ -48,6 +48,21 @@ TEST_CASE("a reader finds a key as yaml-cpp's lookup does, from its index") {
     CHECK(error_of([&] { r.string("missing"); }) ==
           "k.yaml:1:1: 'missing': missing; expected a string");
     CHECK(r.location("b").render() == "k.yaml:4:4");
+    // An absent key reads as undefined however often it is asked (the node is made once).
+    CHECK(!r.value("absent").IsDefined());
+    CHECK(!root_reader(doc).value("absent").IsDefined());
+    // finish(): every scalar key was asked for, but the sequence key cannot be: it is named
+    // (by its empty scalar text, at its position), as when only some keys were asked for.
+    CHECK(error_of([&] { r.finish(); }) ==
+          "k.yaml:2:3: unknown key ''; accepted keys here: 1, x, [x, y], b, absent, last or "
+          "missing");
+    auto plain = parse_document("a: 1\nb: 2\n", "p.yaml");
+    Reader p = root_reader(plain);
+    CHECK(error_of([&] { p.finish(); }) == "p.yaml:1:1: unknown key 'a'; accepted keys here: ");
+    CHECK(p.integer("a") == 1);
+    CHECK(error_of([&] { p.finish(); }) == "p.yaml:2:1: unknown key 'b'; accepted keys here: a");
+    CHECK(p.has("b"));
+    p.finish();  // every key asked for
 }
 
 TEST_CASE("missing units and wrong types are named") {
