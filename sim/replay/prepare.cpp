@@ -47,23 +47,34 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
     const int devices = it.shape.devices;
     auto* memo = options.orders;
     const auto& shape = it.shape;
+    std::vector<std::vector<schedule::HeldState>> fresh_states;
+    const std::vector<std::vector<schedule::HeldState>>* states = &fresh_states;
     if (memo && memo->schedule == spec.schedule && memo->shape.devices == shape.devices &&
         memo->shape.microbatches == shape.microbatches && memo->shape.chunks == shape.chunks) {
         it.orders = memo->orders;
         it.peak_inflight = memo->peak_inflight;
+        states = &memo->peak_states;
     } else {
         it.orders = sched.orders(it.shape);
-        for (int s = 0; s < devices; ++s)
-            it.peak_inflight.push_back(schedule::peak_inflight_microbatches(
-                sched, it.orders[static_cast<std::size_t>(s)]));
-        if (memo) *memo = {spec.schedule, shape, it.orders, it.peak_inflight, nullptr};
+        for (int s = 0; s < devices; ++s) {
+            const auto& order = it.orders[static_cast<std::size_t>(s)];
+            it.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, order));
+            fresh_states.push_back(schedule::peak_held_states(sched, shape, s, order));
+        }
+        if (memo) {
+            *memo = {spec.schedule,           shape,  it.orders, it.peak_inflight,
+                     std::move(fresh_states), nullptr};
+            states = &memo->peak_states;
+        }
     }
+    // Each device's peak of activation bytes (schedule::peak_inflight_bytes), from its peak
+    // states: the walk of its order is made once per shape.
     const auto chunk_activation = [&it](int vs) {
         return it.plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
     };
     for (int s = 0; s < devices; ++s)
-        it.peak_activations.push_back(Bytes{schedule::peak_inflight_bytes(
-            sched, it.shape, s, it.orders[static_cast<std::size_t>(s)], chunk_activation)});
+        it.peak_activations.push_back(Bytes{
+            schedule::peak_held_bytes((*states)[static_cast<std::size_t>(s)], chunk_activation)});
     workload::fill_memory(spec, it.plan, it.peak_inflight, device_of, it.peak_activations,
                           it.copies);
     return it;

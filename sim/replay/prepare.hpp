@@ -65,6 +65,8 @@ struct OrdersMemo {
     schedule::PipelineShape shape;
     std::vector<std::vector<schedule::PipelineOp>> orders;
     std::vector<int> peak_inflight;
+    // Each device's schedule::peak_held_states: its peak activations for any layout of the shape.
+    std::vector<std::vector<schedule::HeldState>> peak_states;
     // The orders' op_census, once a caller has made it (prepare leaves it; a refill clears it).
     std::shared_ptr<const OpCensus> census;
 };

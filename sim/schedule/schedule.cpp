@@ -121,20 +121,86 @@ std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& 
 std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& shape, int device,
                                  std::span<const PipelineOp> order,
                                  const std::function<std::int64_t(int)>& bytes_of_virtual_stage) {
+    return peak_held_bytes(peak_held_states(schedule, shape, device, order),
+                           bytes_of_virtual_stage);
+}
+
+std::vector<HeldState> peak_held_states(const Schedule& schedule, const PipelineShape& shape,
+                                        int device, std::span<const PipelineOp> order) {
     const Pass releasing = schedule.splits_backward() ? Pass::BackwardWeight : Pass::Backward;
-    std::int64_t held = 0;
-    std::int64_t peak = 0;
-    for (const PipelineOp& op : order) {
-        const bool takes = op.pass == Pass::Forward;
-        if (!takes && op.pass != releasing) continue;
-        const std::int64_t bytes =
-            bytes_of_virtual_stage(schedule.virtual_stage(shape, device, op.chunk, op.microbatch));
-        if (takes) {
-            held += bytes;
-            peak = std::max(peak, held);
-        } else {
-            held -= bytes;
+    // The device's virtual stages, in increasing order, and each op's index among them.
+    std::vector<int> stages;
+    std::vector<int> slot_of_op(order.size(), -1);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const PipelineOp& op = order[i];
+        if (op.pass != Pass::Forward && op.pass != releasing) continue;
+        const int vs = schedule.virtual_stage(shape, device, op.chunk, op.microbatch);
+        auto at = std::find(stages.begin(), stages.end(), vs);
+        if (at == stages.end()) at = stages.insert(stages.end(), vs);
+        slot_of_op[i] = static_cast<int>(at - stages.begin());
+    }
+    std::vector<int> sorted = stages;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> rank(stages.size());  // slot -> position in increasing virtual stage
+    for (std::size_t k = 0; k < stages.size(); ++k)
+        rank[k] =
+            static_cast<int>(std::find(sorted.begin(), sorted.end(), stages[k]) - sorted.begin());
+    // The walk. A state after a forward that another forward follows is held at least as much of
+    // by the next one (counts only grow), so only the last forward of each run is a candidate.
+    std::vector<std::vector<int>> candidates;
+    std::vector<int> held(stages.size(), 0);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        if (slot_of_op[i] < 0) continue;
+        const auto k = static_cast<std::size_t>(rank[static_cast<std::size_t>(slot_of_op[i])]);
+        if (order[i].pass != Pass::Forward) {
+            --held[k];
+            continue;
         }
+        ++held[k];
+        std::size_t next = i + 1;
+        while (next < order.size() && slot_of_op[next] < 0)
+            ++next;
+        if (next < order.size() && order[next].pass == Pass::Forward) continue;
+        if (candidates.empty() || candidates.back() != held) candidates.push_back(held);
+    }
+    // Those no other holds at least as much of in every virtual stage (the first of equal ones).
+    const auto covers = [](const std::vector<int>& a, const std::vector<int>& b) {
+        for (std::size_t k = 0; k < a.size(); ++k)
+            if (a[k] < b[k]) return false;
+        return true;
+    };
+    std::vector<const std::vector<int>*> kept;
+    for (const auto& c : candidates) {
+        if (std::any_of(kept.begin(), kept.end(), [&](const auto* k) { return covers(*k, c); }))
+            continue;
+        std::erase_if(kept, [&](const auto* k) { return covers(c, *k); });
+        kept.push_back(&c);
+    }
+    std::vector<HeldState> states;
+    for (const auto* c : kept) {
+        HeldState s;
+        for (std::size_t k = 0; k < c->size(); ++k)
+            if ((*c)[k] > 0) s.emplace_back(sorted[k], (*c)[k]);
+        states.push_back(std::move(s));
+    }
+    return states;
+}
+
+std::int64_t peak_held_bytes(std::span<const HeldState> states,
+                             const std::function<std::int64_t(int)>& bytes_of_virtual_stage) {
+    std::int64_t peak = 0;
+    for (const HeldState& s : states) {
+        std::int64_t held = 0;
+        for (const auto& [vs, count] : s) {
+            const std::int64_t bytes = bytes_of_virtual_stage(vs);
+            if (bytes < 0)
+                throw SimulationError(
+                    "schedule",
+                    "virtual stage " + std::to_string(vs) + " holds a negative activation size",
+                    Time::zero());
+            held += bytes * count;
+        }
+        peak = std::max(peak, held);
     }
     return peak;
 }

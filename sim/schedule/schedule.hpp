@@ -184,4 +184,19 @@ std::int64_t peak_inflight_bytes(const Schedule& schedule, const PipelineShape& 
                                  std::span<const PipelineOp> order,
                                  const std::function<std::int64_t(int)>& bytes_of_virtual_stage);
 
+// What a device holds at the moments its holding may peak, as activations held per virtual stage
+// (each state's (virtual stage, count) pairs in increasing virtual stage): of the states after
+// each forward of its order, those that no other such state holds at least as much of in every
+// virtual stage. Whatever the bytes per virtual stage (never negative), the most the device holds
+// is the largest of these states' weighted sums (peak_held_bytes), which is how
+// peak_inflight_bytes works it out: a caller pricing many layouts of one shape (plan) walks the
+// order once and weighs a state or two per layout. Empty for a device that runs no forward.
+using HeldState = std::vector<std::pair<int, int>>;
+std::vector<HeldState> peak_held_states(const Schedule& schedule, const PipelineShape& shape,
+                                        int device, std::span<const PipelineOp> order);
+// The largest weighted sum of `states`, each virtual stage's activation weighing
+// bytes_of_virtual_stage(vs) (>= 0; a negative weight throws SimulationError); 0 for none.
+std::int64_t peak_held_bytes(std::span<const HeldState> states,
+                             const std::function<std::int64_t(int)>& bytes_of_virtual_stage);
+
 }  // namespace cs::schedule

@@ -234,6 +234,68 @@ TEST_CASE("peak in-flight activations: 1f1b min(p-s, m), gpipe m, interleaved wa
     }
 }
 
+TEST_CASE("peak activation bytes from the peak states equal a walk of the order, any weights") {
+    // peak_inflight_bytes weighs the few states peak_held_states keeps. The reference here walks
+    // the order itself: + the virtual stage's bytes at each forward, - at each release (the
+    // Backward, or the BackwardWeight for schedules that split it), the largest running sum. Over
+    // every schedule, shapes it accepts, every device, and weights per virtual stage drawn from a
+    // fixed linear congruential sequence (zero included, and chunks of very unequal size), the
+    // two agree exactly, and no state kept holds as much as another in every virtual stage
+    // (interleaved keeps several: its chunks' counts rise and fall in turn).
+    std::uint64_t seed = 12345;
+    const auto next_weight = [&seed]() {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const std::uint64_t r = seed >> 33;
+        return static_cast<std::int64_t>(r % 4 == 0 ? 0 : r % 1000003);
+    };
+    for (const std::string& name : schedule_names()) {
+        auto sched = make_schedule(name);
+        for (const PipelineShape shape :
+             {PipelineShape{1, 4, 1}, PipelineShape{2, 8, 2}, PipelineShape{4, 8, 1},
+              PipelineShape{4, 16, 2}, PipelineShape{4, 12, 4}, PipelineShape{8, 32, 2}}) {
+            if (!sched->check(shape).empty()) continue;
+            const Pass releasing = sched->splits_backward() ? Pass::BackwardWeight : Pass::Backward;
+            for (int round = 0; round < 3; ++round) {
+                std::vector<std::int64_t> weight(
+                    static_cast<std::size_t>(shape.devices * shape.chunks * 2));
+                for (auto& w : weight)
+                    w = next_weight();
+                const auto bytes = [&](int vs) { return weight[static_cast<std::size_t>(vs)]; };
+                for (int d = 0; d < shape.devices; ++d) {
+                    INFO(name << " p=" << shape.devices << " m=" << shape.microbatches
+                              << " v=" << shape.chunks << " device " << d);
+                    const auto order = sched->order(shape, d);
+                    std::int64_t held = 0, peak = 0;
+                    for (const PipelineOp& op : order) {
+                        const int vs = sched->virtual_stage(shape, d, op.chunk, op.microbatch);
+                        if (op.pass == Pass::Forward) peak = std::max(peak, held += bytes(vs));
+                        if (op.pass == releasing) held -= bytes(vs);
+                    }
+                    CHECK(held == 0);  // every activation released
+                    CHECK(peak_inflight_bytes(*sched, shape, d, bytes) == peak);
+                    const auto states = peak_held_states(*sched, shape, d, order);
+                    CHECK(!states.empty());
+                    for (std::size_t a = 0; a < states.size(); ++a)
+                        for (std::size_t b = 0; b < states.size(); ++b) {
+                            if (a == b) continue;
+                            // b holds at least a's count of each of a's virtual stages?
+                            bool covers = true;
+                            for (const auto& [vs, count] : states[a]) {
+                                int in_b = 0;
+                                for (const auto& [ws, c] : states[b])
+                                    if (ws == vs) in_b = c;
+                                covers = covers && in_b >= count;
+                            }
+                            CHECK_FALSE(covers);
+                        }
+                }
+            }
+        }
+    }
+    CHECK_THROWS_AS(peak_held_bytes(std::vector<HeldState>{{{0, 1}}}, [](int) { return -1; }),
+                    cs::SimulationError);
+}
+
 TEST_CASE("1f1b order follows Megatron: p=4, m=8, stage 1") {
     // Warm-up p-s-1 = 2 forwards, then (F i+2, B i) for i=0..5, then B6, B7.
     auto schedule = make_schedule("1f1b");
