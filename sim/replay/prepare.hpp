@@ -32,6 +32,31 @@
 
 namespace cs::replay {
 
+// Every pipeline device's op order, held once and shared by the iterations that use it (those
+// prepared from one OrdersMemo: a Llama 3 405B zb-v layout at 16,384 GPUs has 64 orders of 768
+// ops, whose copy was a sixth of a memoized prepare). Reads as the vector of orders it holds.
+class OpOrders {
+  public:
+    using Orders = std::vector<std::vector<schedule::PipelineOp>>;
+    OpOrders() = default;
+    OpOrders(Orders orders) : orders_(std::make_shared<const Orders>(std::move(orders))) {}
+    const Orders& get() const {
+        static const Orders none;
+        return orders_ ? *orders_ : none;
+    }
+    operator const Orders&() const { return get(); }
+    const std::vector<schedule::PipelineOp>& operator[](std::size_t device) const {
+        return get()[device];
+    }
+    std::size_t size() const { return get().size(); }
+    bool empty() const { return get().empty(); }
+    Orders::const_iterator begin() const { return get().begin(); }
+    Orders::const_iterator end() const { return get().end(); }
+
+  private:
+    std::shared_ptr<const Orders> orders_;
+};
+
 struct PreparedIteration {
     // The experiment with `schedule` set to the schedule prepared (messages name it).
     workload::ExperimentSpec spec;
@@ -40,7 +65,7 @@ struct PreparedIteration {
     int copies = 1;  // Schedule::model_copies()
     workload::IterationPlan plan;
     // Per pipeline device: its op order, shared by the data-parallel replicas.
-    std::vector<std::vector<schedule::PipelineOp>> orders;
+    OpOrders orders;
     // Per pipeline device: the most microbatch activations held at once, and their bytes with
     // each chunk weighing its own activation_memory.
     std::vector<int> peak_inflight;
@@ -63,7 +88,7 @@ struct OpCensus;  // bound.hpp
 struct OrdersMemo {
     std::string schedule;
     schedule::PipelineShape shape;
-    std::vector<std::vector<schedule::PipelineOp>> orders;
+    OpOrders orders;
     std::vector<int> peak_inflight;
     // Each device's schedule::peak_held_states: its peak activations for any layout of the shape.
     std::vector<std::vector<schedule::HeldState>> peak_states;
