@@ -89,11 +89,15 @@ void add_if_positive(PassPlan& pass, const char* label, Time duration, Time over
 }
 
 // Appends `layers` copies of `from` to `to`, folding the copies into each step's repeat count.
+// Room is made once per call, geometrically (a chunk of several layer runs appends several
+// times), instead of by the vector's growth step by step.
 void append_repeated(PassPlan& to, const PassPlan& from, int layers) {
-    for (Step s : from.steps) {
-        s.repeat *= layers;
-        to.steps.push_back(s);
-    }
+    const std::size_t first = to.steps.size();
+    const std::size_t needed = first + from.steps.size();
+    if (to.steps.capacity() < needed) to.steps.reserve(std::max(needed, 2 * to.steps.capacity()));
+    to.steps.insert(to.steps.end(), from.steps.begin(), from.steps.end());
+    for (std::size_t i = first; i < needed; ++i)
+        to.steps[i].repeat *= layers;
 }
 
 // Runs of consecutive layers of the same kind (dense or MoE) inside [first, first + count).
@@ -336,10 +340,19 @@ void add_profile_activation_memory(const ExperimentSpec& spec, ChunkPlan& c) {
     c.activation_memory.value -= uniform_group_saving(spec, c.layers);
 }
 
-// Pipeline device `s`: the parameters of the chunks it holds (`device_of`; with two copies, the
-// mirrored device's too), their data-parallel sizes and the optimizer step.
+// Each virtual stage's device (`device_of`, asked once each: the loops over devices below ask
+// for every virtual stage on each device).
+std::vector<int> devices_of(int vstages, const std::function<int(int)>& device_of) {
+    std::vector<int> device(static_cast<std::size_t>(vstages));
+    for (int vs = 0; vs < vstages; ++vs)
+        device[static_cast<std::size_t>(vs)] = device_of(vs);
+    return device;
+}
+
+// Pipeline device `s`: the parameters of the chunks it holds (`device`, by virtual stage; with
+// two copies, the mirrored device's too), their data-parallel sizes and the optimizer step.
 StagePlan plan_device(const ExperimentSpec& spec, const IterationPlan& plan, int s, int chunks,
-                      const std::function<int(int)>& device_of, int copies) {
+                      const std::vector<int>& device, int copies) {
     const auto& m = spec.model;
     const auto& l = spec.layout;
     const auto& t = spec.training;
@@ -347,7 +360,8 @@ StagePlan plan_device(const ExperimentSpec& spec, const IterationPlan& plan, int
     StagePlan d;
     std::int64_t params = 0, owned = 0;
     const auto holds = [&](int vs) {
-        return device_of(vs) == s || (copies == 2 && device_of(vs) == l.pp - 1 - s);
+        const int on = device[static_cast<std::size_t>(vs)];
+        return on == s || (copies == 2 && on == l.pp - 1 - s);
     };
     for (int vs = 0; vs < vstages; ++vs)
         if (holds(vs)) {
@@ -428,9 +442,10 @@ IterationPlan plan_iteration(const ExperimentSpec& spec, int chunks, bool split_
     }
 
     plan.devices.resize(static_cast<std::size_t>(l.pp));
+    const std::vector<int> device = devices_of(vstages, device_of);
     for (int s = 0; s < l.pp; ++s)
         plan.devices[static_cast<std::size_t>(s)] =
-            plan_device(spec, plan, s, chunks, device_of, copies);
+            plan_device(spec, plan, s, chunks, device, copies);
 
     plan_shard_units(spec, plan);
     apply_pipeline_comm(spec, plan, device_of, copies);
@@ -466,13 +481,14 @@ void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
                  const std::function<int(int)>& device_of,
                  const std::vector<Bytes>& peak_activations, int copies) {
     const int vstages = static_cast<int>(plan.virtual_stages.size());
+    const std::vector<int> device = devices_of(vstages, device_of);
     for (int s = 0; s < plan.stages; ++s) {
         bool emb = false, out = false;
         std::int64_t chunk_activation = 0;
         std::vector<LayerRange> chunks;
         for (int vs = 0; vs < vstages; ++vs) {
-            if (device_of(vs) != s && !(copies == 2 && device_of(vs) == plan.stages - 1 - s))
-                continue;
+            const int on = device[static_cast<std::size_t>(vs)];
+            if (on != s && !(copies == 2 && on == plan.stages - 1 - s)) continue;
             const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
             emb |= vs == 0;
             out |= vs == vstages - 1;
