@@ -1,5 +1,6 @@
 #include "replay/prepare.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -58,11 +59,22 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
     const auto& shape = it.shape;
     std::vector<std::vector<schedule::HeldState>> fresh_states;
     const std::vector<std::vector<schedule::HeldState>>* states = &fresh_states;
-    if (memo && memo->schedule == spec.schedule && memo->shape.devices == shape.devices &&
-        memo->shape.microbatches == shape.microbatches && memo->shape.chunks == shape.chunks) {
-        it.orders = memo->orders;
-        it.peak_inflight = memo->peak_inflight;
-        states = &memo->peak_states;
+    OrdersMemo::Entry* kept = nullptr;
+    if (memo) {
+        auto& entries = memo->entries;
+        const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& e) {
+            return e.schedule == spec.schedule && e.shape.devices == shape.devices &&
+                   e.shape.microbatches == shape.microbatches && e.shape.chunks == shape.chunks;
+        });
+        if (found != entries.end()) {
+            std::rotate(found, found + 1, entries.end());  // the most recently used last
+            kept = &entries.back();
+        }
+    }
+    if (kept) {
+        it.orders = kept->orders;
+        it.peak_inflight = kept->peak_inflight;
+        states = &kept->peak_states;
     } else {
         it.orders = sched.orders(it.shape);
         for (int s = 0; s < devices; ++s) {
@@ -71,9 +83,11 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
             fresh_states.push_back(schedule::peak_held_states(sched, shape, s, order));
         }
         if (memo) {
-            *memo = {spec.schedule,           shape,  it.orders, it.peak_inflight,
-                     std::move(fresh_states), nullptr};
-            states = &memo->peak_states;
+            auto& entries = memo->entries;
+            if (entries.size() >= OrdersMemo::kEntries) entries.erase(entries.begin());
+            entries.push_back({spec.schedule, shape, it.orders, it.peak_inflight,
+                               std::move(fresh_states), nullptr});
+            states = &entries.back().peak_states;
         }
     }
     // Each device's peak of activation bytes (schedule::peak_inflight_bytes), from its peak

@@ -80,20 +80,30 @@ struct PreparedIteration {
     std::int64_t passes() const { return passes_per_replica() * spec.layout.dp; }
 };
 
-// The last op orders prepare made, for a caller that prepares many layouts of few pipeline
-// shapes one after another (plan's search: the recompute and sharding variants of a layout share
-// its shape). A schedule's orders, and so each device's peak of microbatches in flight, depend on
-// its name and the shape alone.
+// The op orders prepare made for the last few pipeline shapes it met, for a caller that prepares
+// many layouts of few shapes (plan's search: the recompute and sharding variants of a layout
+// share its shape, and its enumeration comes back to a shape for each ep value and for each tp
+// and cp of one dp). A schedule's orders, and so each device's peak of microbatches in flight
+// and its peak states, depend on its name and the shape alone.
 struct OpCensus;  // bound.hpp
 struct OrdersMemo {
-    std::string schedule;
-    schedule::PipelineShape shape;
-    OpOrders orders;
-    std::vector<int> peak_inflight;
-    // Each device's schedule::peak_held_states: its peak activations for any layout of the shape.
-    std::vector<std::vector<schedule::HeldState>> peak_states;
-    // The orders' op_census, once a caller has made it (prepare leaves it; a refill clears it).
-    std::shared_ptr<const OpCensus> census;
+    struct Entry {
+        std::string schedule;
+        schedule::PipelineShape shape;
+        OpOrders orders;
+        std::vector<int> peak_inflight;
+        // Each device's schedule::peak_held_states: its peak activations for any layout of the
+        // shape.
+        std::vector<std::vector<schedule::HeldState>> peak_states;
+        // The orders' op_census, once a caller has made it (prepare leaves it).
+        std::shared_ptr<const OpCensus> census;
+    };
+    // At most this many, the most recently used last (16 orders of a 16,384-GPU zb-v layout
+    // take about 10 MB).
+    static constexpr std::size_t kEntries = 16;
+    std::vector<Entry> entries;
+    // The entry of the last prepare that made or reused orders.
+    Entry& current() { return entries.back(); }
 };
 
 struct PrepareOptions {

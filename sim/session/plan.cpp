@@ -144,8 +144,8 @@ struct Worker {
     Loader loader;
     std::unique_ptr<replay::CollectiveCosts> costs;
     const topology::Cluster* costs_cluster = nullptr;
-    // The last op orders this worker's prepares made (the variants of a layout that share its
-    // schedule and shape come one after another).
+    // The op orders of the last shapes this worker's prepares met (the variants of a layout that
+    // share its schedule and shape come one after another; the shape comes back for each ep).
     replay::OrdersMemo orders;
     // Seconds this worker spent in each step (for plan -v; PlanResult::seconds sums them).
     struct {
@@ -231,12 +231,11 @@ struct SearchStep {
                 s.layout = l;
                 s.index = index;
                 // The census of these orders, made once for the layouts that share them.
-                if (!w.orders.census)
-                    w.orders.census =
-                        std::make_shared<const replay::OpCensus>(replay::op_census(*prepared));
+                auto& census = w.orders.current().census;
+                if (!census)
+                    census = std::make_shared<const replay::OpCensus>(replay::op_census(*prepared));
                 s.bound_s =
-                    replay::iteration_floor(*prepared, w.costs_for(spec), w.orders.census.get())
-                        .seconds();
+                    replay::iteration_floor(*prepared, w.costs_for(spec), census.get()).seconds();
                 lap(w.spent.bound);
                 s.flops = prepared->plan.model_flops_per_iteration.value;
                 s.peak = peak_flops(spec);
