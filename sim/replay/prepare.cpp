@@ -15,6 +15,46 @@ std::int64_t PreparedIteration::passes_per_replica() const {
     return n;
 }
 
+namespace {
+
+// `it`'s op orders and peaks in flight, from the memo's entry for its schedule and shape when it
+// has one (made the most recently used), else made here (into `made`) and, with a memo, kept in
+// it. Returns the entry they came from, whose peak states weigh the activations.
+const OrdersMemo::Entry& orders_for(PreparedIteration& it, OrdersMemo* memo,
+                                    OrdersMemo::Entry& made) {
+    const auto& name = it.spec.schedule;
+    const auto& shape = it.shape;
+    if (memo) {
+        auto& entries = memo->entries;
+        const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& e) {
+            return e.schedule == name && e.shape.devices == shape.devices &&
+                   e.shape.microbatches == shape.microbatches && e.shape.chunks == shape.chunks;
+        });
+        if (found != entries.end()) {
+            std::rotate(found, found + 1, entries.end());  // the most recently used last
+            it.orders = entries.back().orders;
+            it.peak_inflight = entries.back().peak_inflight;
+            return entries.back();
+        }
+    }
+    const auto& sched = *it.schedule;
+    made = {name, shape, sched.orders(shape), {}, {}, nullptr};
+    for (int s = 0; s < shape.devices; ++s) {
+        const auto& order = made.orders[static_cast<std::size_t>(s)];
+        made.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, order));
+        made.peak_states.push_back(schedule::peak_held_states(sched, shape, s, order));
+    }
+    it.orders = made.orders;
+    it.peak_inflight = made.peak_inflight;
+    if (!memo) return made;
+    auto& entries = memo->entries;
+    if (entries.size() >= OrdersMemo::kEntries) entries.erase(entries.begin());
+    entries.push_back(std::move(made));
+    return entries.back();
+}
+
+}  // namespace
+
 PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view schedule_name,
                           const PrepareOptions& options) {
     PreparedIteration it;
@@ -54,50 +94,16 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
         options.admit(it);
     }
 
-    const int devices = it.shape.devices;
-    auto* memo = options.orders;
-    const auto& shape = it.shape;
-    std::vector<std::vector<schedule::HeldState>> fresh_states;
-    const std::vector<std::vector<schedule::HeldState>>* states = &fresh_states;
-    OrdersMemo::Entry* kept = nullptr;
-    if (memo) {
-        auto& entries = memo->entries;
-        const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& e) {
-            return e.schedule == spec.schedule && e.shape.devices == shape.devices &&
-                   e.shape.microbatches == shape.microbatches && e.shape.chunks == shape.chunks;
-        });
-        if (found != entries.end()) {
-            std::rotate(found, found + 1, entries.end());  // the most recently used last
-            kept = &entries.back();
-        }
-    }
-    if (kept) {
-        it.orders = kept->orders;
-        it.peak_inflight = kept->peak_inflight;
-        states = &kept->peak_states;
-    } else {
-        it.orders = sched.orders(it.shape);
-        for (int s = 0; s < devices; ++s) {
-            const auto& order = it.orders[static_cast<std::size_t>(s)];
-            it.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, order));
-            fresh_states.push_back(schedule::peak_held_states(sched, shape, s, order));
-        }
-        if (memo) {
-            auto& entries = memo->entries;
-            if (entries.size() >= OrdersMemo::kEntries) entries.erase(entries.begin());
-            entries.push_back({spec.schedule, shape, it.orders, it.peak_inflight,
-                               std::move(fresh_states), nullptr});
-            states = &entries.back().peak_states;
-        }
-    }
+    OrdersMemo::Entry made;
+    const auto& states = orders_for(it, options.orders, made).peak_states;
     // Each device's peak of activation bytes (schedule::peak_inflight_bytes), from its peak
     // states: the walk of its order is made once per shape.
     const auto chunk_activation = [&it](int vs) {
         return it.plan.virtual_stages[static_cast<std::size_t>(vs)].activation_memory.value;
     };
-    for (int s = 0; s < devices; ++s)
+    for (int s = 0; s < it.shape.devices; ++s)
         it.peak_activations.push_back(Bytes{
-            schedule::peak_held_bytes((*states)[static_cast<std::size_t>(s)], chunk_activation)});
+            schedule::peak_held_bytes(states[static_cast<std::size_t>(s)], chunk_activation)});
     workload::fill_memory(spec, it.plan, it.peak_inflight, device_of, it.peak_activations,
                           it.copies);
     return it;
