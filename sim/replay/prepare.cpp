@@ -72,16 +72,8 @@ PreparedIteration prepare(workload::ExperimentSpec experiment, std::string_view 
         throw ConfigError(spec.schedule_where, "schedule '" + spec.schedule + "': " + problem);
 
     it.copies = sched.model_copies();
-    // The device of each virtual stage, asked of the schedule once each: the plan and the memory
-    // ask for it per step.
-    std::vector<int> device_by_vs;
-    const auto device_of = [&it, &device_by_vs](int vs) {
-        const auto at = static_cast<std::size_t>(vs);
-        if (vs < 0) return it.device_of(vs);
-        if (at >= device_by_vs.size()) device_by_vs.resize(at + 1, -1);
-        if (device_by_vs[at] < 0) device_by_vs[at] = it.device_of(vs);
-        return device_by_vs[at];
-    };
+    // plan_iteration and fill_memory ask for each virtual stage's device once (devices_of).
+    const auto device_of = [&it](int vs) { return it.device_of(vs); };
     it.plan = workload::plan_iteration(spec, chunks / it.copies, sched.splits_backward(), device_of,
                                        it.copies);
     if (options.admit) {

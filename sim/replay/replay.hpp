@@ -29,6 +29,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/hash.hpp"
 #include "engine/simulation.hpp"
 #include "network/accelerator.hpp"
 #include "network/network.hpp"
@@ -186,11 +187,10 @@ class CollectiveCosts {
     struct KeyHash {
         std::size_t operator()(const std::tuple<int, int, std::int64_t>& k) const {
             const auto [a, b, c] = k;
-            std::uint64_t h = static_cast<std::uint64_t>(c) * 0x9e3779b97f4a7c15ull;
-            h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32 |
-                  static_cast<std::uint32_t>(b)) +
-                 0x632be59bd9b4e019ull + (h << 6) + (h >> 2);
-            return static_cast<std::size_t>(h ^ (h >> 29));
+            return static_cast<std::size_t>(
+                mix64(mix64(static_cast<std::uint64_t>(c)) ^
+                      (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32 |
+                       static_cast<std::uint32_t>(b))));
         }
     };
     std::map<std::vector<int>, int> groups_;
