@@ -708,16 +708,18 @@ void Replay::on_event(Simulation& sim, const Event& event) {
             break;
         }
         case kStop:
-            // Replica followers are copied at the end (copy_followers): their own states
-            // never advance, so only the simulated workers say whether the iteration is done.
-            for (std::size_t w = 0; w < states_.size(); ++w) {
-                const auto& st = states_[w];
-                if (follower(static_cast<int>(w))) continue;
-                if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
-                    stopped_ = true;
-                    sim.stop();
-                    break;
-                }
+            if (iteration_going()) {
+                stopped_ = true;
+                sim.stop();
+            }
+            break;
+        case kStopCheck:
+            if (!iteration_going()) break;
+            if (stop_past_(sim.now())) {
+                stopped_ = true;
+                sim.stop();
+            } else if (sim.pending() > 0) {
+                sim.schedule_in(stop_every_, handler_, kStopCheck);
             }
             break;
         default:
@@ -735,6 +737,24 @@ void Replay::check_complete() {
 
 void Replay::stop_at(Time at) {
     sim_.schedule_at(at, handler_, kStop);
+}
+
+void Replay::stop_when(std::function<bool(Time)> past, Time every) {
+    if (!past || every <= Time::zero())
+        throw SimulationError("replay", "stop_when needs a test and a period above zero",
+                              sim_.now());
+    stop_past_ = std::move(past);
+    stop_every_ = every;
+    sim_.schedule_in(Time::zero(), handler_, kStopCheck);
+}
+
+bool Replay::iteration_going() const {
+    for (std::size_t w = 0; w < states_.size(); ++w) {
+        if (follower(static_cast<int>(w))) continue;
+        const auto& st = states_[w];
+        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) return true;
+    }
+    return false;
 }
 
 void Replay::on_transfer_done(Simulation& sim, std::uint64_t token) {

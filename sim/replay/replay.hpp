@@ -338,6 +338,14 @@ class Replay final : public EventHandler, public network::TransferClient {
     // `at`, and observers get no on_iteration_end (nor on_pass for passes under way at `at`).
     // Once the iteration has completed, the stop does nothing.
     void stop_at(Time at);
+    // Ends the run at the first check at which the iteration is still going and `past(now)`
+    // holds, for a caller whose stop moves earlier while the run goes on (plan's confirmations:
+    // the k-th best improves as the other threads confirm). Checks come at the start and then
+    // every `every` (> 0) of simulated time, while other events are pending; they are engine
+    // events that change nothing else. `past` must be monotone (true at t, then true at every later
+    // t): a stop at a check then says what stop_at(now) would, that the iteration takes longer than
+    // now. Called on the replay's thread.
+    void stop_when(std::function<bool(Time)> past, Time every);
     // Member folding (docs/performance-history.md, "Folding"), on by default: the tp x cp GPUs
     // of a worker run in lockstep and send their pipeline messages and DP collectives at the same
     // instants with the same sizes, so when Accelerator::fold accepts (their routes are carried
@@ -398,7 +406,8 @@ class Replay final : public EventHandler, public network::TransferClient {
         kLocalDelivery = 3,
         kBucketReady = 4,
         kUnitDone = 5,
-        kStop = 6
+        kStop = 6,
+        kStopCheck = 7
     };
     // pass_costs_ holds, per virtual stage, the ChunkPlan's passes in schedule::Pass order.
     static constexpr int kPassKinds = 4;
@@ -709,6 +718,11 @@ class Replay final : public EventHandler, public network::TransferClient {
     // Calls on_complete_ once, when every worker is done (shared fabrics only).
     void check_complete();
     bool stopped_ = false;
+    std::function<bool(Time)> stop_past_;  // stop_when's
+    Time stop_every_;
+    // Whether some simulated worker has not finished its iteration (replica followers are
+    // copied at the end, so their own states never advance and are not asked).
+    bool iteration_going() const;
     bool fold_allowed_ = true;
     int members_on_network_ = 1;  // members whose transfers are issued: 1 when folded
     // Replica folding: per replica its class's representative replica; per worker whether it is

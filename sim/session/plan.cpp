@@ -1,10 +1,12 @@
 #include "session/plan.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <future>
 #include <limits>
 #include <memory>
@@ -122,13 +124,22 @@ struct Loader {
     }
 };
 
-// The run's summary, or none when it was stopped at `stop` (RunOptions::stop_at) before its
-// iteration ended.
+// Where a run may end before its iteration does: at `at` (RunOptions::stop_at), and with
+// `when` at the first check, every `every`, at which when(now) holds (RunOptions::stop_when).
+struct RunStop {
+    std::optional<Time> at;
+    std::function<bool(Time)> when;
+    Time every;
+};
+
+// The run's summary, or none when `stop` ended it before its iteration ended.
 std::optional<report::Summary> simulate(const workload::ExperimentSpec& spec, SweepCache* cache,
-                                        bool fast_paths, std::optional<Time> stop = {}) {
+                                        bool fast_paths, RunStop stop = {}) {
     RunOptions run_options;
     run_options.fast_paths = fast_paths;
-    run_options.stop_at = stop;
+    run_options.stop_at = stop.at;
+    run_options.stop_when = std::move(stop.when);
+    run_options.stop_check_every = stop.every;
     // plan's figures read no link, so none is accounted (the transfers' kept costs are reused
     // without telling anyone of their links).
     if (cache) cache->links = SweepCache::Links::None;
@@ -464,6 +475,12 @@ struct Simulations {
     std::multiset<double> best_confirmed;  // the k best
     std::vector<PlanChoice> confirmed;     // those whose run ended (not stopped)
     std::size_t confirm_runs = 0;          // every run of step 5, stopped or not
+    // The k-th best confirmed score as it stands, read by the confirming runs in flight: each
+    // stops at a check once it can no longer beat it (RunStop::when). The k-th best only improves
+    // and a run's commit judges it against the k-th best of the commits before it, which is no
+    // worse than any value seen here while it ran: such a stop drops nothing confirm() would
+    // keep. -infinity once step 5's loop ends, so that runs launched ahead and dropped stop.
+    std::atomic<double> kth_now{std::numeric_limits<double>::infinity()};
     std::map<std::size_t, PlanFigures> analytical_of, confirmed_of;  // with keep_entries: by index
     std::map<std::size_t, double> stopped_of;  // with keep_entries: a stopped run's stop, by index
 
@@ -601,13 +618,18 @@ struct Simulations {
     // A layout's figures under the analytical network (or its own), on worker w; none when its
     // run was stopped at `stop` before its iteration ended.
     std::optional<PlanFigures> figures_on(std::size_t w, const PlanLayout& l, bool analytical,
-                                          const Survivor& s,
-                                          std::optional<Time> stop = std::nullopt) const {
+                                          const Survivor& s, RunStop stop = {}) const {
         Worker& worker = workers[w];
         const auto started = std::chrono::steady_clock::now();
         const auto spec = worker.loader.load(l, analytical);
         std::optional<PlanFigures> figures;
-        if (const auto summary = simulate(spec, worker.cache.get(), options.fast_paths, stop))
+        // A moving stop that already holds at the start: stopped before anything is prepared.
+        if (stop.when && stop.when(Time::zero())) {
+            worker.spent.confirm += seconds_since(started);
+            return figures;
+        }
+        if (const auto summary =
+                simulate(spec, worker.cache.get(), options.fast_paths, std::move(stop)))
             figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);
         return figures;
@@ -673,28 +695,56 @@ struct Simulations {
                           return x->figures.objective < y->figures.objective;
                       return x->survivor->index < y->survivor->index;
                   });
-        // Runs under the experiment's network are long: one per thread. Each stops where it can
-        // no longer beat the k-th best confirmed score as it stood at its launch (limit_at: go
-        // runs on this thread before the run is submitted; confirm judges it again at commit).
+        // Runs under the experiment's network are long and uneven: two per thread in flight, so
+        // that a thread whose run ended takes the next while the oldest, which commits first,
+        // goes on (with one per thread it waited: 9.5 of the threads' 75 s on Llama 3 405B at
+        // 16,384 GPUs). Each stops where it can no longer beat the k-th best confirmed score as
+        // it stood at its launch (limit_at: go runs on this thread before the run is
+        // submitted; confirm judges it again at commit), and earlier as that score improves
+        // (moving_stop, checked 128 times a run), so a run launched ahead stops about where one
+        // launched at its turn would.
         // The runs in flight count against the limit: one launched past it would only be
         // dropped once it ended, the threads waiting for it.
         std::vector<double> limit_at(order.size(), std::numeric_limits<double>::infinity());
+        kth_now.store(nth_of(best_confirmed, options.top));
         run_ahead(
-            pool, pool.size(), 0, order.size(),
+            pool, 2 * pool.size(), 0, order.size(),
             [&](std::size_t i, std::size_t in_flight) {
                 limit_at[i] = nth_of(best_confirmed, options.top);
-                return order[i]->figures.objective <= limit_at[i] &&
-                       (limit_confirm == 0 || confirm_runs + in_flight < limit_confirm);
+                const bool go = order[i]->figures.objective <= limit_at[i] &&
+                                (limit_confirm == 0 || confirm_runs + in_flight < limit_confirm);
+                // Nothing in flight is committed once the loop ends: stop it.
+                if (!go && in_flight == 0) kth_now.store(-std::numeric_limits<double>::infinity());
+                return go;
             },
             [&](std::size_t i, std::size_t w) -> std::optional<PlanFigures> {
                 const SimulatedSurvivor& x = *order[i];
                 if (same_network) return x.figures;
+                // Launched ahead, not started before the loop ended: it would be dropped.
+                if (kth_now.load() == -std::numeric_limits<double>::infinity()) return std::nullopt;
                 return figures_on(w, x.survivor->layout, false, *x.survivor,
-                                  stop_for(*x.survivor, limit_at[i]));
+                                  moving_stop(x, limit_at[i]));
             },
             [&](std::size_t i, std::optional<PlanFigures> figures) {
                 confirm(*order[i], std::move(figures));
             });
+    }
+
+    // Where a confirming run of `x` launched against the k-th best `limit` stops: at
+    // stop_for(limit) (none while fewer than k are confirmed), and earlier at a check (128 a run,
+    // by its analytical time) once its score at that instant is above the k-th best as it stands
+    // then (kth_now).
+    RunStop moving_stop(const SimulatedSurvivor& x, double limit) const {
+        RunStop stop;
+        stop.at = stop_for(*x.survivor, limit);
+        const Survivor& s = *x.survivor;
+        stop.when = [this, &s](Time now) {
+            return scorer.score(now.seconds(), s.flops, s.peak, s.tokens, s.layout.gpus()) >
+                   kth_now.load();
+        };
+        stop.every =
+            std::max(Time::ps(1), Time::from_seconds_ceil(x.figures.iteration_time_s / 128));
+        return stop;
     }
 
     // Step 5's result for `x`: its figures under the experiment's network, or none when its run
@@ -728,6 +778,7 @@ struct Simulations {
         if (c.figures.objective < c.analytical.objective - 1e-9 * std::abs(c.analytical.objective))
             ++faster_than_analytical;
         keep_best(best_confirmed, c.figures.objective, options.top);
+        kth_now.store(nth_of(best_confirmed, options.top));
         if (options.keep_entries) confirmed_of[c.index] = c.figures;
         confirmed.push_back(std::move(c));
     }

@@ -494,11 +494,15 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     }
     // The caller's stop, when it comes first (before a failure at the same instant: a stop at
     // t means only that the iteration did not end before t).
-    if (options.stop_at && (options.trace || options.detail))
+    if ((options.stop_at || options.stop_when) && (options.trace || options.detail))
         throw SimulationError("run", "a run stopped early writes no trace or report detail",
                               Time::zero());
     const bool own_stop = options.stop_at && (!gpu_failure || *options.stop_at <= *gpu_failure);
+    // A moving stop beside a GPU failure only with a fixed stop before it: else it could end
+    // the run after the failure, which is the failure's to report.
+    const bool moving_stop = options.stop_when && (!gpu_failure || own_stop);
     if (own_stop) replay.stop_at(*options.stop_at);
+    if (moving_stop) replay.stop_when(options.stop_when, options.stop_check_every);
     report::MetricsObserver metrics(replay.workers().size());
     replay.add_observer(metrics);
     const auto link_mode = kept ? cache->links : SweepCache::Links::Listed;
@@ -515,7 +519,7 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (options.attach) options.attach(replay);
     const replay::ReplayResult result = replay.run();
     out.solver = replay.network().solver_stats();
-    if (result.stopped && own_stop) {
+    if (result.stopped && (own_stop || moving_stop)) {
         out.stopped = true;
         return out;
     }

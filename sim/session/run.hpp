@@ -58,6 +58,14 @@ struct RunOptions {
     // with a trace or `detail` (refused: they would be left unfinished); the clean runs of
     // `variability` and `faults` still run whole before it.
     std::optional<Time> stop_at;
+    // Ends the run, as stop_at does, at the first check (every stop_check_every of simulated
+    // time) at which its iteration is still going and stop_when(now) holds (replay::Replay::
+    // stop_when), for a caller whose limit improves while the run goes on. stop_when must be
+    // monotone in time and, to keep results exact, hold only where the caller would discard the
+    // run's figures anyway (plan: its score above a k-th best that only improves). Not with a
+    // trace or `detail`, as stop_at.
+    std::function<bool(Time)> stop_when;
+    Time stop_check_every;
 };
 
 struct RunResult {

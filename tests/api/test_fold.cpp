@@ -486,3 +486,66 @@ TEST_CASE("fold: a stop after the iteration's end changes nothing, even with rep
     before.detail = true;
     CHECK_THROWS_AS(cs::api::run(spec, before), cs::SimulationError);
 }
+
+TEST_CASE("fold: a moving stop checks at whole periods and stops at the first check that says so") {
+    // RunOptions::stop_when (plan's confirmations, whose k-th best improves while they run): the
+    // replay asks stop_when(now) at the start and every `every` of simulated time while the
+    // iteration is going. With every = T / 9.5 (T the iteration time, rounded up to a
+    // picosecond) the checks fall at k * every: 9 * every < T < 10 * every, so a test that never
+    // holds is asked at k = 0..9, the check at 10 * every finds the iteration ended and asks
+    // nothing, and the run is the whole run with 11 more events (the checks). A test that holds
+    // from T / 2 on is asked at k = 0..5 (5 * every = 0.526 T is the first multiple past T / 2)
+    // and stops the run there; one that always holds stops it at the start.
+    const auto sets = analytical(layout(16, 4));
+    const auto spec = cs::api::load_experiment({kDefault, sets, ""});
+    const auto whole = cs::api::run(spec);
+    REQUIRE_FALSE(whole.stopped);
+    const auto every = cs::Time::from_seconds_ceil(whole.summary.iteration_time_s / 9.5);
+    const auto multiples = [&](int n) {
+        std::vector<cs::Time> at;
+        for (int k = 0; k <= n; ++k)
+            at.push_back(every * k);
+        return at;
+    };
+
+    std::vector<cs::Time> asked;
+    cs::api::RunOptions never;
+    never.stop_when = [&](cs::Time now) {
+        asked.push_back(now);
+        return false;
+    };
+    never.stop_check_every = every;
+    const auto kept = cs::api::run(spec, never);
+    CHECK_FALSE(kept.stopped);
+    CHECK(asked == multiples(9));
+    CHECK(results_json(kept.summary) == results_json(whole.summary));
+    CHECK(kept.summary.events == whole.summary.events + 11);
+
+    asked.clear();
+    const auto half = cs::Time::from_seconds_ceil(whole.summary.iteration_time_s / 2);
+    cs::api::RunOptions halfway = never;
+    halfway.stop_when = [&](cs::Time now) {
+        asked.push_back(now);
+        return now >= half;
+    };
+    const auto stopped = cs::api::run(spec, halfway);
+    CHECK(stopped.stopped);
+    CHECK(asked == multiples(5));
+    CHECK(stopped.summary.iteration_time_s == 0);  // no summary
+
+    asked.clear();
+    cs::api::RunOptions always = never;
+    always.stop_when = [&](cs::Time now) {
+        asked.push_back(now);
+        return true;
+    };
+    CHECK(cs::api::run(spec, always).stopped);
+    CHECK(asked == multiples(0));
+
+    // As with stop_at: no trace or detail, and the replay refuses a period of zero.
+    halfway.detail = true;
+    CHECK_THROWS_AS(cs::api::run(spec, halfway), cs::SimulationError);
+    halfway.detail = false;
+    halfway.stop_check_every = cs::Time::zero();
+    CHECK_THROWS_AS(cs::api::run(spec, halfway), cs::SimulationError);
+}
