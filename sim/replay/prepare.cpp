@@ -27,8 +27,7 @@ const OrdersMemo::Entry& orders_for(PreparedIteration& it, OrdersMemo* memo,
     if (memo) {
         auto& entries = memo->entries;
         const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& e) {
-            return e.schedule == name && e.shape.devices == shape.devices &&
-                   e.shape.microbatches == shape.microbatches && e.shape.chunks == shape.chunks;
+            return e.schedule == name && e.shape == shape;
         });
         if (found != entries.end()) {
             std::rotate(found, found + 1, entries.end());  // the most recently used last

@@ -62,6 +62,7 @@ struct PipelineShape {
     int devices = 1;       // p
     int microbatches = 1;  // m
     int chunks = 1;        // v, model chunks per device
+    bool operator==(const PipelineShape&) const = default;
 };
 
 struct Placement {

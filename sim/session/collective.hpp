@@ -45,7 +45,7 @@ struct CollectiveRow {
     Time time;
     double algbw_GBps = 0, busbw_GBps = 0;
     network::Algorithm algorithm = network::Algorithm::Auto;  // the one used
-    network::Protocol protocol = network::Protocol::Simple;    // the one used
+    network::Protocol protocol = network::Protocol::Simple;   // the one used
 };
 
 struct CollectiveReport {
