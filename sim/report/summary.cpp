@@ -70,14 +70,10 @@ void MetricsObserver::on_transfer(const replay::TransferRecord& t) {
     }
 }
 
-LinkAccounting::LinkAccounting(std::size_t links)
-    : starts_(links), rates_(links), seen_((links + 63) / 64) {}
+LinkAccounting::LinkAccounting(std::size_t links) : starts_(links), seen_((links + 63) / 64) {}
 
 void LinkAccounting::reset() {
-    for_each_seen([this](topology::LinkId l) {
-        starts_[l] = {};
-        if (shared_) rates_[l] = {};
-    });
+    for_each_seen([this](topology::LinkId l) { starts_[l] = {}; });
     std::fill(seen_.begin(), seen_.end(), 0);
     shared_ = unshared_ = false;
 }
@@ -95,8 +91,7 @@ void LinkAccounting::on_flow_start(const FlowStart& flow) {
             see(l);
             auto& st = starts_[l];
             st.bytes += flow.bytes;
-            const std::int64_t flows = (st.word & 0xffffffff) + 1;
-            st.word = std::max(st.word >> 32, flows) << 32 | flows;
+            count(st, flow.at, 1);
         }
         return;
     }
@@ -120,21 +115,19 @@ void LinkAccounting::on_link_totals(Time, std::span<const LinkTotal> totals, std
     }
 }
 
-void LinkAccounting::on_flow_end(Time, std::span<const topology::LinkId> path) {
+void LinkAccounting::on_flow_end(Time at, std::span<const topology::LinkId> path) {
     for (topology::LinkId l : path)
-        --starts_[l].word;  // one flow fewer: the low 32 bits, never below zero
+        count(starts_[l], at, -1);
 }
 
-void LinkAccounting::on_link_rate(Time at, topology::LinkId l, double, int flows) {
+// Rates come at the instants of flows' starts and ends (the network re-solves then), with the
+// flow counts those notifications keep: nothing to add but that the flows are shared.
+void LinkAccounting::on_link_rate(Time, topology::LinkId, double, int) {
     sharing(true);
-    rate(at, l, flows);
 }
 
-void LinkAccounting::on_link_rates(Time at, std::span<const LinkRate> rates) {
-    if (rates.empty()) return;
-    sharing(true);  // once for the instant's rates
-    for (const LinkRate& r : rates)
-        rate(at, r.link, r.flows);
+void LinkAccounting::on_link_rates(Time, std::span<const LinkRate> rates) {
+    if (!rates.empty()) sharing(true);
 }
 
 void LinkAccounting::on_link_images(std::span<const LinkImage> images) {
@@ -142,18 +135,18 @@ void LinkAccounting::on_link_images(std::span<const LinkImage> images) {
         if (!seen(i.of)) continue;
         see(i.image);
         starts_[i.image] = starts_[i.of];
-        if (shared_) rates_[i.image] = rates_[i.of];
     }
 }
 
-void LinkAccounting::rate(Time at, topology::LinkId l, int flows) {
-    see(l);
-    auto& st = rates_[l];
+void LinkAccounting::count(Starts& st, Time at, std::int64_t delta) {
+    const std::int64_t flows = st.word & 0xffffffff;
     const Time span = at - st.since;
-    if (st.rate_flows >= 1) st.busy += span;
-    if (st.rate_flows >= 2) st.shared += span;
-    st.rate_flows = flows;
+    if (flows >= 1) st.busy += span;
+    if (flows >= 2) st.shared += span;
     st.since = at;
+    // The low 32 bits, never below zero (an end follows its start); the most at once above.
+    const std::int64_t now = flows + delta;
+    st.word = std::max(st.word >> 32, now) << 32 | now;
 }
 
 LinkSketch::LinkSketch(const topology::Cluster& cluster)

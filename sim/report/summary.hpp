@@ -190,8 +190,10 @@ class MetricsObserver final : public replay::ReplayObserver, public replay::Foll
 // accumulated from the network's notifications (attach with Replay::add_network_observer).
 //   bytes                 every flow's bytes, counted when it starts;
 //   busy_s, shared_s      `flow` fidelity: time with at least one / two or more flows (from the
-//                         rate notifications); `analytical`: the sum of its transfers' stand-alone
-//                         times, nothing shared; `ideal`: zero;
+//                         flows' start and end notifications: the network re-solves at the
+//                         instant of each, so the counts are the rate notifications' but for
+//                         spans of zero length); `analytical`: the sum of its transfers'
+//                         stand-alone times, nothing shared; `ideal`: zero;
 //   max_concurrent_flows  `flow` fidelity: the most flows on the link at once, counting a flow
 //                         from its start to its end notification; 0 where nothing is shared.
 class LinkAccounting final : public network::SummingObserver {
@@ -232,8 +234,7 @@ class LinkAccounting final : public network::SummingObserver {
         Link operator[](std::size_t l) const {
             const auto& s = a_->starts_[l];
             if (!a_->shared_) return {s.bytes, Time::ps(s.word), Time::zero(), 0};
-            const auto& r = a_->rates_[l];
-            return {s.bytes, r.busy, r.shared, static_cast<int>(s.word >> 32)};
+            return {s.bytes, s.busy, s.shared, static_cast<int>(s.word >> 32)};
         }
 
       private:
@@ -244,24 +245,20 @@ class LinkAccounting final : public network::SummingObserver {
     Links links() const { return Links(this); }
 
   private:
-    // Split by notification so that each touches one table, one cache line per link: a 131,072-
-    // GPU run keeps millions of links here and the notifications come in random link order.
-    // A network's flows are all shared (`flow`) or all unshared (outside it): unshared flows
-    // touch Starts alone, with their holding times in `word`, and Rates is neither read nor
-    // cleared in a run without shared flows (shared_).
+    // One record per link, touched by each notification that names the link: a 131,072-GPU run
+    // keeps millions of links here and the notifications come in random link order, so a flow's
+    // start or end costs one cache miss per link (rate notifications, which come at the same
+    // instants, are not needed: busy and shared times follow the flow count). A network's flows
+    // are all shared (`flow`) or all unshared (outside it): unshared flows use bytes and `word`.
     struct Starts {  // on_flow_start, on_flow_end, on_link_totals
         double bytes = 0;
         // Unshared flows: their holding times summed, in picoseconds. Shared flows: those
         // started and not ended (low 32 bits) and the most at once (high 32 bits).
         std::int64_t word = 0;
-    };
-    struct Rates {  // on_link_rate
-        Time busy, shared;
-        Time since;                   // rate_flows in force since
-        std::int32_t rate_flows = 0;  // as of the last rate notification
+        // Shared flows: time with at least one / two flows, up to `since` (the last change).
+        Time busy, shared, since;
     };
     std::vector<Starts> starts_;
-    std::vector<Rates> rates_;
     // Since the reset: a shared flow or a rate notification / an unshared flow or link totals.
     bool shared_ = false, unshared_ = false;
     // Records which (a branch on the notification paths; the first of each kind goes to
@@ -270,8 +267,10 @@ class LinkAccounting final : public network::SummingObserver {
         if (!(shared ? shared_ : unshared_)) note_sharing(shared);
     }
     void note_sharing(bool shared);
-    void rate(Time at, topology::LinkId link, int flows);  // on_link_rate without sharing()
-    std::vector<std::uint64_t> seen_;                      // a bit per link a notification named
+    // A shared flow's link: the time since the last change added to busy and shared as the
+    // flow count says, then the count changed by `delta`.
+    static void count(Starts& st, Time at, std::int64_t delta);
+    std::vector<std::uint64_t> seen_;  // a bit per link a notification named
     void see(topology::LinkId l) { seen_[l >> 6] |= std::uint64_t{1} << (l & 63); }
     bool seen(topology::LinkId l) const { return (seen_[l >> 6] >> (l & 63) & 1) != 0; }
 };

@@ -89,8 +89,7 @@ TEST_CASE(
             // (Megatron-LM's cross entropy: the logits' 16-bit gradient, memory.hpp).
             const auto loss = workload::loss_buffer_bytes(spec.model, spec.layout, spec.training,
                                                           workload::Framework::Megatron);
-            const std::int64_t transient =
-                holds(vstages - 1, s) ? loss.transient.value : 0;
+            const std::int64_t transient = holds(vstages - 1, s) ? loss.transient.value : 0;
             CHECK(summary.stages[static_cast<std::size_t>(s)].peak_activation_bytes ==
                   peak + transient);
             CHECK(peak <= largest * inflight);
@@ -153,6 +152,39 @@ TEST_CASE("link accounting from the network's notifications, per fidelity") {
     }
 }
 
+TEST_CASE("link accounting: busy and shared time follow the flows' starts and ends") {
+    // Shared flows on link 3 alone (link 5 carries one of them too): A from 0 to 5 ms, B from
+    // 2 ms to 9 ms, C from 4 ms to 6 ms. Link 3 has at least one flow from 0 to 9 ms (busy 9 ms)
+    // and two or more from 2 to 6 ms (shared 4 ms), three at once from 4 to 5 ms. Link 5
+    // carries B alone: busy 7 ms, nothing shared. Rate notifications in between change nothing
+    // (they come at the same instants in a network; here one comes at 3 ms with a made-up count).
+    report::LinkAccounting acc(8);
+    const std::vector<topology::LinkId> a{3}, b{3, 5}, c{3};
+    using Start = network::NetworkObserver::FlowStart;
+    acc.on_flow_start(Start{Time::zero(), a, 1000, true, Time::zero()});
+    acc.on_flow_start(Start{Time::ms(2), b, 2000, true, Time::zero()});
+    const network::NetworkObserver::LinkRate rate{3, 1e9, 7};
+    acc.on_link_rates(Time::ms(3), std::span(&rate, 1));
+    acc.on_flow_start(Start{Time::ms(4), c, 500, true, Time::zero()});
+    acc.on_flow_end(Time::ms(5), a);
+    acc.on_flow_end(Time::ms(6), c);
+    acc.on_flow_end(Time::ms(9), b);
+    const auto l3 = acc.links()[3];
+    CHECK(l3.bytes == 3500.0);
+    CHECK(l3.busy == Time::ms(9));
+    CHECK(l3.shared == Time::ms(4));
+    CHECK(l3.max_concurrent_flows == 3);
+    const auto l5 = acc.links()[5];
+    CHECK(l5.bytes == 2000.0);
+    CHECK(l5.busy == Time::ms(7));
+    CHECK(l5.shared == Time::zero());
+    CHECK(l5.max_concurrent_flows == 1);
+    // A reset forgets them.
+    acc.reset();
+    CHECK(acc.links()[3].busy == Time::zero());
+    CHECK(acc.links()[3].max_concurrent_flows == 0);
+}
+
 TEST_CASE("the summary's links are the link accounting's") {
     // Two stages, one microbatch on two GPUs joined by a 100 GB/s, 1 us link each way: the
     // activation (b s h = 1 x 1024 x 1024 in 16 bits = 2,097,152 bytes) goes 0 -> 1, its
@@ -177,8 +209,8 @@ TEST_CASE("exposed communication by kind: TP, CP and DP parts add up to the tota
     // tp 2 x cp 2 x dp 2 on 8 fully connected GPUs (pp = 1), roofline compute, flow network: every
     // layer has TP collectives and CP gathers; the replicas wait for their gradient all-reduce
     // at the end (DP). No expert parallelism, no pipeline.
-    auto spec = test::profile_experiment(1, 4, 2, Time::us(1), Time::us(2),
-                                         network::Fidelity::Flow);
+    auto spec =
+        test::profile_experiment(1, 4, 2, Time::us(1), Time::us(2), network::Fidelity::Flow);
     spec.cluster = test::mesh_cluster(8, spec.cluster->gpu_model(0),
                                       [](int, int) { return Bandwidth{100e9}; });
     spec.layout.tp = 2;
