@@ -730,7 +730,7 @@ void Replay::on_event(Simulation& sim, const Event& event) {
 void Replay::check_complete() {
     if (!on_complete_ || completed_) return;
     for (const auto& st : states_)
-        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) return;
+        if (!st.done()) return;
     completed_ = true;
     on_complete_(end_time_);
 }
@@ -751,8 +751,7 @@ void Replay::stop_when(std::function<bool(Time)> past, Time every) {
 bool Replay::iteration_going() const {
     for (std::size_t w = 0; w < states_.size(); ++w) {
         if (follower(static_cast<int>(w))) continue;
-        const auto& st = states_[w];
-        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) return true;
+        if (!states_[w].done()) return true;
     }
     return false;
 }
@@ -838,7 +837,7 @@ ReplayResult Replay::finish() {
     for (std::size_t w = 0; w < workers_.size(); ++w) {
         const auto& st = states_[w];
         if (follower(static_cast<int>(w))) continue;
-        if (!st.finished_ops || !st.optimizer_done || !st.parameters_done) {
+        if (!st.done()) {
             const auto& order = orders_[static_cast<std::size_t>(workers_[w].stage)];
             std::string what =
                 "deadlock: pipeline stage " + std::to_string(workers_[w].stage) + " stopped";

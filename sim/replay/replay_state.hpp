@@ -26,6 +26,8 @@ struct WorkerScalars {
     bool optimizer_started = false;
     bool optimizer_done = false;
     bool parameters_done = false;  // distributed optimizer: updated parameters gathered back
+    // Its part of the iteration ended: every op, the optimizer step and the parameters' gather.
+    bool done() const { return finished_ops && optimizer_done && parameters_done; }
     Time last_compute_end = Time::zero();
     // The host model: when the worker's host thread is free to start issuing its next pass (and
     // arrived_at below: when each pass's input arrived; the host waits for it before issuing).

@@ -621,16 +621,15 @@ struct Simulations {
                                           const Survivor& s, RunStop stop = {}) const {
         Worker& worker = workers[w];
         const auto started = std::chrono::steady_clock::now();
-        const auto spec = worker.loader.load(l, analytical);
         std::optional<PlanFigures> figures;
-        // A moving stop that already holds at the start: stopped before anything is prepared.
-        if (stop.when && stop.when(Time::zero())) {
-            worker.spent.confirm += seconds_since(started);
-            return figures;
+        // A moving stop that already holds at the start (the loop that launched the run has
+        // ended): stopped before anything is loaded.
+        if (!stop.when || !stop.when(Time::zero())) {
+            const auto spec = worker.loader.load(l, analytical);
+            if (const auto summary =
+                    simulate(spec, worker.cache.get(), options.fast_paths, std::move(stop)))
+                figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         }
-        if (const auto summary =
-                simulate(spec, worker.cache.get(), options.fast_paths, std::move(stop)))
-            figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);
         return figures;
     }
@@ -720,8 +719,6 @@ struct Simulations {
             [&](std::size_t i, std::size_t w) -> std::optional<PlanFigures> {
                 const SimulatedSurvivor& x = *order[i];
                 if (same_network) return x.figures;
-                // Launched ahead, not started before the loop ended: it would be dropped.
-                if (kth_now.load() == -std::numeric_limits<double>::infinity()) return std::nullopt;
                 return figures_on(w, x.survivor->layout, false, *x.survivor,
                                   moving_stop(x, limit_at[i]));
             },

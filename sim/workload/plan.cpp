@@ -349,6 +349,12 @@ std::vector<int> devices_of(int vstages, const std::function<int(int)>& device_o
     return device;
 }
 
+// Whether pipeline device `s` of `stages` holds a virtual stage placed on device `on`: its own,
+// and with two model copies (DualPipe) the mirrored device's too.
+bool holds_stage(int on, int s, int stages, int copies) {
+    return on == s || (copies == 2 && on == stages - 1 - s);
+}
+
 // Pipeline device `s`: the parameters of the chunks it holds (`device`, by virtual stage; with
 // two copies, the mirrored device's too), their data-parallel sizes and the optimizer step.
 StagePlan plan_device(const ExperimentSpec& spec, const IterationPlan& plan, int s, int chunks,
@@ -360,8 +366,7 @@ StagePlan plan_device(const ExperimentSpec& spec, const IterationPlan& plan, int
     StagePlan d;
     std::int64_t params = 0, owned = 0;
     const auto holds = [&](int vs) {
-        const int on = device[static_cast<std::size_t>(vs)];
-        return on == s || (copies == 2 && on == l.pp - 1 - s);
+        return holds_stage(device[static_cast<std::size_t>(vs)], s, l.pp, copies);
     };
     for (int vs = 0; vs < vstages; ++vs)
         if (holds(vs)) {
@@ -487,8 +492,8 @@ void fill_memory(const ExperimentSpec& spec, IterationPlan& plan,
         std::int64_t chunk_activation = 0;
         std::vector<LayerRange> chunks;
         for (int vs = 0; vs < vstages; ++vs) {
-            const int on = device[static_cast<std::size_t>(vs)];
-            if (on != s && !(copies == 2 && on == plan.stages - 1 - s)) continue;
+            if (!holds_stage(device[static_cast<std::size_t>(vs)], s, plan.stages, copies))
+                continue;
             const ChunkPlan& c = plan.virtual_stages[static_cast<std::size_t>(vs)];
             emb |= vs == 0;
             out |= vs == vstages - 1;
