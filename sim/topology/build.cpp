@@ -175,7 +175,7 @@ class Builder {
                                               "' is also the name of a generated device; "
                                               "generated names are n<node>.gpu<i>, "
                                               "n<node>.nic<i>, n<node>.nvswitch, leaf<i>, "
-                                              "spine<i>, core<i>...");
+                                              "spine<i>, core<i>, spines, cores...");
             throw ConfigError(*where, "duplicate device id '" + d.id + "' (first defined at " +
                                           first->render() + ")");
         }
@@ -321,14 +321,19 @@ class Builder {
         }
     }
 
-    DeviceIndex add_switch(const std::string& id, int tier) {
+    DeviceIndex add_switch(const std::string& id, int tier, int stands_for = 1) {
         Device d;
         d.id = id;
         d.kind = DeviceKind::Switch;
         d.node = -1;
         d.tier = tier;
+        d.stands_for = stands_for;
         return add(std::move(d), true);
     }
+    // routing: adaptive spreads every flow over all equal-cost paths in proportion (cluster.hpp,
+    // Routing), so each tier above the leaves is built as one switch per pod, its links to a leaf
+    // (pod) bundling the physical ones: same capacity, hops and latency.
+    bool merged_tiers() const { return spec_.routing == Routing::Adaptive; }
 
     // Connects the nodes' NICs with the fabric of spec_.fabric->kind (kFabricBuilders).
     void add_fabric();
@@ -436,6 +441,13 @@ class Builder {
                                   " leaves exceed the spine radix " +
                                   std::to_string(*f.spine.radix));
         if (leaf_count == 1) return;  // one leaf needs no spines
+        if (merged_tiers()) {
+            const DeviceIndex spines = add_switch("spines", 2, t.up.up);
+            for (DeviceIndex leaf : t.leaves)
+                b_.add_link(leaf, spines, spec_.node->nics.kind, t.up.bandwidth, f.latency,
+                            t.up.up);
+            return;
+        }
         for (int j = 0; j < t.up.up; ++j) {
             const DeviceIndex spine = add_switch("spine" + std::to_string(j), 2);
             for (DeviceIndex leaf : t.leaves)
@@ -463,6 +475,10 @@ class Builder {
         shape_.spine_up_bandwidth = spine_up.bandwidth;
         shape_.cores = pods > 1 ? t.up.up * spine_up.up : 0;
         if (leaf_count == 1) return;  // one leaf needs no spines
+        if (merged_tiers()) {
+            add_merged_pods(t, pods, leaves_per_pod, spine_up);
+            return;
+        }
         // Planes: spine j of every pod connects to the spine_up.up cores of plane j. A fabric that
         // fits in one pod needs no cores.
         std::vector<DeviceIndex> cores;
@@ -482,6 +498,27 @@ class Builder {
                     b_.add_link(spine, cores[static_cast<std::size_t>(j * spine_up.up + c)], kind,
                                 spine_up.bandwidth, f.latency);
             }
+        }
+    }
+
+    // fat_tree under merged_tiers(): the cores as one switch, each pod's spines as one, a leaf's
+    // up-links to its pod's spines as one bundle, and a pod's spines' up-links to the cores as one.
+    void add_merged_pods(const LeafTier& t, int pods, int leaves_per_pod, const Uplinks& spine_up) {
+        const LinkKind kind = spec_.node->nics.kind;
+        const Time latency = spec_.fabric->latency;
+        const int leaf_count = static_cast<int>(t.leaves.size());
+        const DeviceIndex cores =
+            pods > 1 ? add_switch("cores", 3, t.up.up * spine_up.up) : DeviceIndex{kNone};
+        for (int p = 0; p < pods; ++p) {
+            const DeviceIndex spines =
+                add_switch("pod" + std::to_string(p) + ".spines", 2, t.up.up);
+            for (int l = p * leaves_per_pod; l < std::min(leaf_count, (p + 1) * leaves_per_pod);
+                 ++l)
+                b_.add_link(t.leaves[static_cast<std::size_t>(l)], spines, kind, t.up.bandwidth,
+                            latency, t.up.up);
+            if (pods > 1)
+                b_.add_link(spines, cores, kind, spine_up.bandwidth, latency,
+                            t.up.up * spine_up.up);
         }
     }
 

@@ -119,7 +119,8 @@ class Chooser {
                 static_cast<std::uint32_t>(dst)),
           flow_id_(flow_id),
           rest_(static_cast<std::uint32_t>(dst)) {}
-    // The index, below k, of the next hop taken at switch `at` among k candidates.
+    // The index, below k, of the next hop taken at switch `at` among k candidates (adaptive:
+    // as d_mod_k; its fabric has no choices, cluster.hpp).
     std::size_t operator()(std::size_t k, DeviceIndex at) {
         if (routing_ == Routing::Ecmp) return hash3(pair_, flow_id_, at) % k;
         if (k <= 1) return 0;

@@ -113,6 +113,9 @@ struct Device {
     std::int32_t gpu = -1;    // global GPU number for GPUs, else -1
     std::int32_t model = -1;  // index into Cluster::gpu_models() for GPUs
     std::int32_t tier = 0;    // fabric tier for switches (1 = leaf), 0 otherwise
+    // Switches: how many physical switches of its tier it stands for (routing: adaptive builds
+    // a pod's spines, or the cores, as one); 1 otherwise.
+    std::int32_t stands_for = 1;
 };
 
 struct Link {
@@ -160,10 +163,20 @@ inline constexpr std::array<Named<FabricKind>, 3> kFabricNames{{
 //    number (dst / (k_1 x ... x k_{i-1})) mod k, the hops in link order. Flows to one GPU share
 //    their path; GPUs that differ only in their rail take images of each other's paths, which is
 //    what lets the network fold a worker's tensor-parallel members on large fabrics.
-enum class Routing : std::uint8_t { Ecmp, DModK };
-inline constexpr std::array<Named<Routing>, 2> kRoutingNames{{
+//  - adaptive: every flow spread over all of its equal-cost fabric paths in proportion to their
+//    capacity, the balance adaptive routing (and packet spraying) converges to. Under that
+//    spreading a flow leaving a leaf (a pod) loads each of its up-links by the same share, and a
+//    flow entering one each of its down-links, so a tier of parallel switches carries traffic as
+//    one switch whose link to each leaf (pod) bundles the physical ones: build.cpp builds the
+//    generated fabric's spine (and core) tiers that way under this routing, one switch per pod
+//    and tier (Device::stands_for), and max-min sharing over the bundles is exact for the
+//    spreading. Generated fabrics only (a hand-written fabric is refused when read); choices
+//    left inside nodes are made as under d_mod_k.
+enum class Routing : std::uint8_t { Ecmp, DModK, Adaptive };
+inline constexpr std::array<Named<Routing>, 3> kRoutingNames{{
     {"ecmp", Routing::Ecmp},
     {"d_mod_k", Routing::DModK},
+    {"adaptive", Routing::Adaptive},
 }};
 
 struct GeneratedShape {
@@ -216,7 +229,8 @@ class Cluster {
     // one node stays inside the node when the node connects them (NVLink, NVSwitch, PCIe), and
     // traffic between nodes never transits a third node. Among equal-cost paths the choice at
     // each hop follows routing(): under ecmp a deterministic hash of (src, dst, flow_id), so
-    // different flow ids spread over all equal-cost paths; under d_mod_k the destination alone.
+    // different flow ids spread over all equal-cost paths; under d_mod_k the destination alone,
+    // and so under adaptive (whose generated fabric leaves no choice between nodes).
     // Throws SimulationError if no path exists.
     //
     // Cost: when every link is inside a node, inside the fabric (devices with node -1) or joins

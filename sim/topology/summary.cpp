@@ -93,14 +93,18 @@ TopologySummary summarize(const Cluster& c) {
     s.nodes = c.node_count();
     const auto& devs = c.devices();
     for (const auto& d : devs) {
-        ++s.devices_by_kind[device_kind_name(d.kind)];
-        if (d.kind == DeviceKind::Switch) ++s.switches_by_tier[d.tier];
+        // A switch that stands for its tier's parallel switches (routing: adaptive) counts as
+        // them, and so do its links: the report describes the physical cluster.
+        s.devices_by_kind[device_kind_name(d.kind)] += d.stands_for;
+        if (d.kind == DeviceKind::Switch) s.switches_by_tier[d.tier] += d.stands_for;
     }
     std::vector<double> intra(static_cast<std::size_t>(s.gpus), 0.0);
     std::vector<double> exits(static_cast<std::size_t>(std::max(s.nodes, 1)), 0.0);
     for (std::size_t i = 0; i < c.links().size(); ++i) {
         const Link& l = c.links()[i];
-        if (i < l.reverse) ++s.links_by_kind[link_kind_name(l.kind)];
+        if (i < l.reverse)
+            s.links_by_kind[link_kind_name(l.kind)] +=
+                devs[l.from].stands_for > 1 || devs[l.to].stands_for > 1 ? l.count : 1;
         const Device& from = devs[l.from];
         const Device& to = devs[l.to];
         if (from.kind == DeviceKind::Gpu && to.kind != DeviceKind::Nic && from.node == to.node &&

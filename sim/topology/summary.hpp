@@ -13,10 +13,12 @@ struct TopologySummary {
     int gpus = 0;
     int nodes = 0;
     std::map<std::string, int> devices_by_kind;  // device_kind_name -> count
-    std::map<std::string, int> links_by_kind;    // link_kind_name -> physical links (bonded = 1)
-    std::map<int, int> switches_by_tier;         // fabric tier (1 = leaf) -> switches
-    std::string fabric = "explicit";             // explicit | none | single_switch | leaf_spine |
-                                                 // fat_tree
+    // link_kind_name -> physical links (bonded = 1; a bundle of routing: adaptive's tiers counts
+    // its links)
+    std::map<std::string, int> links_by_kind;
+    std::map<int, int> switches_by_tier;  // fabric tier (1 = leaf) -> switches
+    std::string fabric = "explicit";      // explicit | none | single_switch | leaf_spine |
+                                          // fat_tree
     // Smallest over GPUs of the capacity (one direction) of a GPU's links to its own node's
     // NVLink/NVSwitch/PCIe devices (NICs excluded).
     Bandwidth intra_node_bandwidth_per_gpu;
@@ -32,7 +34,7 @@ struct TopologySummary {
     // every GPU of the first node to every GPU of the second and the last node and to one GPU of
     // each node (exact for generated clusters, whose nodes are alike).
     int diameter_hops = 0;
-    std::string routing = "ecmp";  // the `routing` key: ecmp | d_mod_k
+    std::string routing = "ecmp";  // the `routing` key: ecmp | d_mod_k | adaptive
 };
 
 TopologySummary summarize(const Cluster& cluster);

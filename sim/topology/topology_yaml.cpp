@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "topology/topology_spec.hpp"
 
@@ -359,6 +360,35 @@ std::vector<std::string> catalog_names() {
     return out;
 }
 
+namespace {
+// routing: adaptive builds a generated fabric's tiers as bundles (cluster.hpp, Routing): a
+// hand-written fabric (switches outside the nodes, or cables between nodes) has no tiers to
+// build that way, and choosing one path there would not be adaptive routing.
+void check_adaptive(const config::Reader& root, const TopologySpec& spec) {
+    std::unordered_map<std::string, int> node_of;
+    for (const DeviceSpec& d : spec.devices) {
+        node_of.emplace(d.id, d.node);
+        if (d.node < 0)
+            root.fail("routing",
+                      "'adaptive' spreads flows over a generated fabric's tiers (fabric: "
+                      "leaf_spine or fat_tree), and switch '" +
+                          d.id +
+                          "' is written by hand outside the nodes; use ecmp or d_mod_k for a "
+                          "hand-written fabric");
+    }
+    for (const LinkSpec& l : spec.links) {
+        const auto a = node_of.find(l.from), b = node_of.find(l.to);
+        if (a != node_of.end() && b != node_of.end() && a->second != b->second)
+            root.fail("routing",
+                      "'adaptive' spreads flows over a generated fabric's tiers "
+                      "(fabric: leaf_spine or fat_tree), and the link " +
+                          l.from + " - " + l.to +
+                          " joins two nodes by hand; use ecmp or d_mod_k for "
+                          "hand-written links between nodes");
+    }
+}
+}  // namespace
+
 TopologySpec parse_topology(const config::Document& doc) {
     const config::Reader root = config::root_reader(doc);
     TopologySpec spec;
@@ -387,6 +417,7 @@ TopologySpec parse_topology(const config::Document& doc) {
         spec.fabric = parse_fabric(*fabric);
     }
     spec.routing = root.choice("routing", kRoutingNames, std::optional<Routing>{Routing::Ecmp});
+    if (spec.routing == Routing::Adaptive) check_adaptive(root, spec);
     if (spec.devices.empty() && !spec.node) {
         // An experiment (or jobs file) where a topology was expected: say so, not what it lacks.
         const auto keys = root.keys();

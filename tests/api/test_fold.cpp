@@ -431,6 +431,25 @@ TEST_CASE("fold: destination-mod-k routing folds members across spines, exactly"
     CHECK(spine);
 }
 
+TEST_CASE("fold: adaptive routing folds members across the spines' bundles, exactly") {
+    // The same 64 nodes under routing: adaptive (docs/yaml/topology.md, "Routing"): the pod's 32
+    // spines are one switch (pod0.spines) and each rail's leaf has one 32-link bundle up to it,
+    // so member m's routes are member 0's with rail m's leaves: disjoint links, images of each
+    // other. Folding by 8 is accepted and gives the unfolded summary; the bundles carry traffic.
+    const auto sets = layout(64, 8, {"topology.routing=adaptive"});
+    const auto folded = run(sets, true);
+    const auto full = run(sets, false);
+    CHECK(folded.summary.fold_copies == 8);
+    CHECK(folded.summary.fold_refused.empty());
+    CHECK(full.summary.fold_copies == 1);
+    CHECK(folded.summary.events < full.summary.events);
+    CHECK(results_json(folded.summary) == results_json(full.summary));
+    bool spines = false;
+    for (const auto& l : folded.summary.links)
+        spines = spines || l.name.find(".spines") != std::string::npos;
+    CHECK(spines);
+}
+
 TEST_CASE("fold: an observer that copies link images and one told every member agree") {
     // Under member folding the summary's link accounting (copies_link_images) hears of member
     // 0's flows alone and copies its records onto the other members' links at the end; a plain

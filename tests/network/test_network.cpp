@@ -9,10 +9,12 @@
 #include <span>
 #include <vector>
 
+#include "config/document.hpp"
 #include "core/errors.hpp"
 #include "network/accelerator.hpp"
 #include "network/network.hpp"
 #include "network/plan_size_map.hpp"
+#include "topology/topology_yaml.hpp"
 
 using namespace cs;
 using namespace cs::network;
@@ -1412,4 +1414,41 @@ TEST_CASE("send_together's memo keys a message by its parts' contents") {
     }
     CHECK(all);
     CHECK(memo.size() == 2000);
+}
+
+TEST_CASE("adaptive routing: a flow spreads over its leaf's spine links, and flows share them") {
+    // 4 nodes of 1 GPU with one 400 Gbps NIC (50 GB/s; GPU to NIC over 64 GB/s of PCIe), 2 nodes
+    // per leaf, each leaf with 2 up-links of 100 Gbps (12.5 GB/s) to 2 spines: between leaves
+    // the up-links bind (efficiencies 1 here). A 2-rank ring all-reduce {0, 2} sends S / 2 twice
+    // each way, one flow per direction, so its time is fixed costs + S / rate and the slope over
+    // two sizes is 1 / rate. Under d_mod_k (one path per flow) a flow crosses one up-link:
+    // 12.5 GB/s. Under adaptive it spreads over both, the bundle's 25 GB/s (the NIC's 50 does
+    // not bind): the slopes differ by 2 exactly.
+    // The ring {0, 2, 1, 3} puts two flows up each leaf (0 -> 2 and 1 -> 3 up leaf0): d_mod_k
+    // sends them over spines 2 mod 2 = 0 and 3 mod 2 = 1, 12.5 GB/s each; adaptive shares the
+    // 25 GB/s bundle between them, 12.5 GB/s each. Spreading adds no capacity: equal times.
+    const std::string fabric =
+        "node: {gpus: 1, gpu_model: H100, nics: {count: 1, bandwidth: 400Gbps}}\n"
+        "nodes: 4\n"
+        "fabric: {kind: leaf_spine, leaf: {down: 2, up: 2, bandwidth: 100Gbps}}\n";
+    auto load = [&](const char* routing) {
+        return topology::load_cluster(
+            config::parse_document(fabric + "routing: " + routing + "\n", "adaptive.yaml"));
+    };
+    const Cluster single = load("d_mod_k"), spread = load("adaptive");
+    NetworkConfig config;
+    auto time = [&](const Cluster& c, const std::vector<int>& ring, std::int64_t bytes) {
+        return isolated_collective_time(c, config, CollectiveKind::AllReduce, ring, Bytes{bytes},
+                                        Algorithm::Ring)
+            .seconds();
+    };
+    const std::int64_t s1 = 1'000'000'000, s2 = 2'000'000'000;
+    auto slope = [&](const Cluster& c, const std::vector<int>& ring) {
+        return (time(c, ring, s2) - time(c, ring, s1)) / static_cast<double>(s2 - s1);
+    };
+    CHECK(slope(single, {0, 2}) == doctest::Approx(1 / 12.5e9).epsilon(1e-6));
+    CHECK(slope(spread, {0, 2}) == doctest::Approx(1 / 25e9).epsilon(1e-6));
+    // ring of 4: 2 (n - 1) / n x S = 1.5 S per flow at 12.5 GB/s.
+    CHECK(slope(single, {0, 2, 1, 3}) == doctest::Approx(1.5 / 12.5e9).epsilon(1e-6));
+    CHECK(slope(spread, {0, 2, 1, 3}) == doctest::Approx(1.5 / 12.5e9).epsilon(1e-6));
 }

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -8,6 +9,7 @@
 #include "bundled.hpp"
 #include "config/document.hpp"
 #include "core/errors.hpp"
+#include "topology/summary.hpp"
 #include "topology/topology_yaml.hpp"
 
 using namespace cs;
@@ -304,12 +306,13 @@ TEST_CASE("d_mod_k: the destination's digits choose the spine and the core, what
     // The default is hashed ECMP, and an unknown policy is refused with the accepted ones.
     CHECK(load_text("node: {gpus: 1, gpu_model: H100}\nnodes: 1\n").routing() == Routing::Ecmp);
     try {
-        (void)load_text("node: {gpus: 1, gpu_model: H100}\nnodes: 1\nrouting: adaptive\n");
+        (void)load_text("node: {gpus: 1, gpu_model: H100}\nnodes: 1\nrouting: random\n");
         FAIL("an unknown routing was accepted");
     } catch (const ConfigError& e) {
         const std::string what = e.what();
         CHECK(what.find("ecmp") != std::string::npos);
         CHECK(what.find("d_mod_k") != std::string::npos);
+        CHECK(what.find("adaptive") != std::string::npos);
     }
 }
 
@@ -332,5 +335,101 @@ TEST_CASE("d_mod_k: GPUs that differ only in their rail take images of each othe
         CHECK(h[2] == "spine" + std::to_string(r));
         for (LinkId l : route)
             CHECK(used.insert(l).second);
+    }
+}
+
+TEST_CASE("adaptive: each tier above the leaves is one switch per pod, its links bundles") {
+    // The fat tree of the d_mod_k test above (4 nodes of 1 GPU, one node per leaf, 2 leaves per
+    // pod, 2 spines per pod with 2 up-links each at 200 Gbps = 25 GB/s). Under adaptive routing
+    // a flow leaving leaf0 spreads over both its spine links, and one leaving pod 0 over all
+    // 2 x 2 spine-to-core links, so the spines of a pod are one switch standing for 2, the cores
+    // one standing for 4, a leaf's link up a bundle of 2 (50 GB/s) and a pod's link to the
+    // cores a bundle of 4 (100 GB/s). Routes keep their hops: nic, leaf, spines, cores, spines,
+    // leaf, nic, gpu.
+    const std::string fabric =
+        "node: {gpus: 1, gpu_model: H100, nics: {count: 1, bandwidth: 400Gbps}}\n"
+        "nodes: 4\n"
+        "fabric: {kind: fat_tree, leaf: {down: 1, up: 2, bandwidth: 200Gbps},\n"
+        "         spine: {down: 2, up: 2, bandwidth: 200Gbps}}\n";
+    const Cluster c = load_text(fabric + "routing: adaptive\n");
+    CHECK(c.routing() == Routing::Adaptive);
+    for (std::uint64_t flow : {0u, 1u, 77u}) {
+        const auto r = route_of(c, 0, 2, flow);
+        const auto h = hops_of(c, r);
+        REQUIRE(h.size() == 8);
+        CHECK(h[1] == "leaf0");
+        CHECK(h[2] == "pod0.spines");
+        CHECK(h[3] == "cores");
+        CHECK(h[4] == "pod1.spines");
+        CHECK(h[5] == "leaf2");
+        const Link& up = c.links()[r[2]];
+        CHECK(up.count == 2);
+        CHECK(up.bandwidth.bytes_per_s == doctest::Approx(50e9));
+        const Link& pod_up = c.links()[r[3]];
+        CHECK(pod_up.count == 4);
+        CHECK(pod_up.bandwidth.bytes_per_s == doctest::Approx(100e9));
+        // Inside the pod: leaf0 -> pod0.spines -> leaf1, no core.
+        CHECK(hops_of(c, route_of(c, 0, 1, flow))[2] == "pod0.spines");
+        CHECK(hops_of(c, route_of(c, 0, 1, flow)).size() == 6);
+    }
+    const auto& devices = c.devices();
+    const auto spines = std::find_if(devices.begin(), devices.end(),
+                                     [](const Device& d) { return d.id == "pod0.spines"; });
+    REQUIRE(spines != devices.end());
+    CHECK(spines->stands_for == 2);
+    // `clustersim topology` describes the physical cluster: the same switches, links,
+    // bandwidths and diameter as the fabric routed by ECMP; only the routing differs.
+    const TopologySummary merged = summarize(c);
+    const TopologySummary physical = summarize(load_text(fabric));
+    CHECK(merged.switches_by_tier == physical.switches_by_tier);
+    CHECK(merged.switches_by_tier.at(3) == 4);
+    CHECK(merged.devices_by_kind == physical.devices_by_kind);
+    CHECK(merged.links_by_kind == physical.links_by_kind);
+    CHECK(merged.diameter_hops == physical.diameter_hops);
+    CHECK(merged.inter_node_bandwidth_per_gpu.bytes_per_s ==
+          physical.inter_node_bandwidth_per_gpu.bytes_per_s);
+    CHECK(merged.routing == "adaptive");
+    CHECK(physical.routing == "ecmp");
+}
+
+TEST_CASE("adaptive: a leaf-spine's spines are one switch; a hand-written fabric is refused") {
+    // leaf_spine, 64 nodes of 8 rails, leaf down 32 up 32: 32 spines, joined as "spines" with a
+    // 32-link bundle from every leaf (2 leaf groups x 8 rails = 16 leaves).
+    const Cluster c = load_text(
+        "node: {gpus: 8, gpu_model: H100, intra: {kind: nvswitch, bandwidth: 450GB/s},\n"
+        "       nics: {count: 8, bandwidth: 400Gbps, rail_optimized: true}}\n"
+        "nodes: 64\n"
+        "routing: adaptive\n"
+        "fabric: {kind: leaf_spine, leaf: {down: 32, up: 32}}\n");
+    const auto h = hops_of(c, route_of(c, 3, 8 * 40 + 3, 0));
+    REQUIRE(h.size() == 6);  // nic, leaf, spines, leaf, nic, gpu
+    CHECK(h[2] == "spines");
+    CHECK(summarize(c).switches_by_tier.at(2) == 32);
+    CHECK(summarize(c).switches_by_tier.at(1) == 16);
+    // Switches outside the nodes or cables between nodes written by hand have no tiers to
+    // spread over: refused at the routing key, naming the device or the link.
+    const std::string nodes =
+        "devices:\n"
+        "  - {id: a, type: gpu, model: H100, node: 0}\n"
+        "  - {id: b, type: gpu, model: H100, node: 1}\n";
+    for (const auto& [text, named] : std::vector<std::pair<std::string, std::string>>{
+             {nodes + "  - {id: sw, type: switch}\n"
+                      "links:\n"
+                      "  - {from: a, to: sw, kind: infiniband, bandwidth: 400Gbps}\n"
+                      "  - {from: b, to: sw, kind: infiniband, bandwidth: 400Gbps}\n"
+                      "routing: adaptive\n",
+              "switch 'sw'"},
+             {nodes + "links:\n  - {from: a, to: b, kind: infiniband, bandwidth: 400Gbps}\n"
+                      "routing: adaptive\n",
+              "a - b"}}) {
+        try {
+            (void)load_text(text);
+            FAIL("adaptive routing over a hand-written fabric was accepted");
+        } catch (const ConfigError& e) {
+            const std::string what = e.what();
+            CHECK(what.find("route.yaml:") != std::string::npos);
+            CHECK(what.find(named) != std::string::npos);
+            CHECK(what.find("ecmp or d_mod_k") != std::string::npos);
+        }
     }
 }
