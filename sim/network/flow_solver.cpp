@@ -160,10 +160,14 @@ void FlowSolver::remove(FlowId id) {
         const LinkId l = path[i].link;
         const std::uint32_t s = path[i].slot;
         const FlowId moved = pop_flow(links_[l], s);
-        if (moved != id) {
+        // The hop that sat in the link's last slot now sits in s: found by its slot, since a
+        // flow may cross a link more than once (add), this one included (among its hops not
+        // yet removed: those removed keep slots that no longer mean anything).
+        const std::uint32_t last = links_[l].count;
+        if (s != last) {
             Hop* moved_path = path_of(moved);
-            for (std::uint32_t j = 0; j < state_[moved].hops; ++j)
-                if (moved_path[j].link == l) {
+            for (std::uint32_t j = moved == id ? i + 1 : 0; j < state_[moved].hops; ++j)
+                if (moved_path[j].link == l && moved_path[j].slot == last) {
                     moved_path[j].slot = s;
                     break;
                 }

@@ -61,8 +61,10 @@ class FlowSolver {
     // Links known to the solver: those given to the constructor plus those added.
     std::size_t link_count() const { return links_.size(); }
 
-    // Adds a flow of `bytes` (> 0) over `path` (non-empty, at most 65,535 links, no link twice).
-    // `owner` is returned by owner().
+    // Adds a flow of `bytes` (> 0) over `path` (non-empty, at most 65,535 links). A link given k
+    // times counts the flow k times on it, as k flows at its rate: member folding's links that
+    // every member crosses (Network::fold) carry the members' flows that way. `owner` is
+    // returned by owner().
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
                Time now);
     // Removes a flow (finished or not).

@@ -36,12 +36,25 @@ std::string FoldCheck::match(const Plan& a, const Plan& b, int m) {
             for (std::size_t h = 0; h < fa.path.size(); ++h) {
                 const LinkId la = fa.path[h], lb = fb.path[h];
                 if (capacity_[la] != capacity_[lb]) return "links of different capacity";
-                if (!claim(la, 0) || !claim(lb, m))
+                if (m > 0 && la == lb && claim(la, 0)) {
+                    maps_.share(la);
+                } else if (!claim(la, 0) || !claim(lb, m)) {
                     return "members share link " + std::to_string(la < real_links_ ? la : lb);
+                }
                 if (!maps_.set(la, lb, static_cast<std::size_t>(m)))
                     return "routes that no link map carries onto each other (ECMP)";
             }
         }
+    }
+    return {};
+}
+
+std::string FoldCheck::shared_by_all() const {
+    for (LinkId l = 0; l < maps_.shared.size(); ++l) {
+        if (maps_.shared[l] == 0) continue;
+        for (std::size_t m = 1; m < maps_.size(); ++m)
+            if (maps_.find(l, m) != l)
+                return "link " + std::to_string(l) + " shared by some members, not all";
     }
     return {};
 }

@@ -19,10 +19,16 @@ class FoldCheck {
     FoldCheck(int copies, std::size_t real_links, const double* capacity);
     // Whether member m's plan `b` is member 0's plan `a` carried onto links of member m's own
     // (same shape, sizes, rate caps and capacities; the link maps extended): empty if so, else
-    // why not. Member 0's own plans are matched against themselves first (m = 0), so that
-    // its links are claimed.
+    // why not. A hop where b crosses a's own link is a link the members share (a bundle of
+    // routing: adaptive's tiers that every rail's flows spread over), accepted if every member
+    // crosses it there (shared_by_all). Member 0's own plans are matched against themselves
+    // first (m = 0), so that its links are claimed.
     std::string match(const Plan& a, const Plan& b, int m);
-    // The link maps built: member 0's solver links -> member m's.
+    // After every match: empty if each shared link is every member's image of itself (then
+    // member 0's flow on it stands for all members' flows there, counted `copies` times), else
+    // why not.
+    std::string shared_by_all() const;
+    // The link maps built: member 0's solver links -> member m's, the shared links marked.
     LinkMaps take_maps() { return std::move(maps_); }
 
   private:

@@ -196,7 +196,12 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             }
         }
         // Member 0's own links must be claimed by member 0 alone (checked by claim above, in
-        // both orders). Observers get every member's real links.
+        // both orders), and a link one member shares with member 0 shared by all. Observers get
+        // every member's real links.
+        if (auto problem = check.shared_by_all(); !problem.empty()) {
+            why = problem;
+            return false;
+        }
         real_links_.maps = check.take_maps();
         folded_ = copies;
         return true;
@@ -221,15 +226,23 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // chain's link of least capacity), and its chain as a circular list; empty without.
     std::vector<LinkId> chain_of_, twin_;
     // The solver path of a planned path: each link on its chain's solver link, a chain once (a
-    // route crosses a chain's links one after another, so repeats are adjacent).
+    // route crosses a chain's links one after another, so repeats are adjacent), and a link
+    // every folded member crosses given once per member (the solver counts the flow that many
+    // times on it: the members' flows there, LinkMaps::shared).
     const std::vector<LinkId>& solver_path(const std::vector<LinkId>& path) {
         merged_path_.clear();
+        LinkId previous = LinkMaps::kNone;
         for (LinkId l : path) {
             const LinkId s = l < chain_of_.size() ? chain_of_[l] : l;
-            if (merged_path_.empty() || merged_path_.back() != s) merged_path_.push_back(s);
+            if (s == previous) continue;
+            previous = s;
+            const auto times = real_links_.maps.is_shared(l) ? static_cast<std::size_t>(folded_) : 1;
+            merged_path_.insert(merged_path_.end(), times, s);
         }
         return merged_path_;
     }
+    // Whether solver paths differ from planned ones (solver_path).
+    bool merged_paths() const { return !chain_of_.empty() || !real_links_.maps.shared.empty(); }
     std::vector<LinkId> merged_path_;  // scratch of solver_path
 
     RouteCost p2p_cost(int src, int dst) override {
@@ -682,7 +695,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     free_caps_.pop_back();
                     solver_->set_capacity(cap, f.rate_cap);
                 }
-                if (chain_of_.empty()) {
+                if (!merged_paths()) {
                     capped_path_.assign(f.path.begin(), f.path.end());
                 } else {
                     const auto& merged = solver_path(f.path);
@@ -702,9 +715,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     for (LinkId l : f.path)
                         capped_path_.push_back(compact_id_.at(l));
                 }
-                const auto flow = solver_->add(compact_            ? capped_path_
-                                               : chain_of_.empty() ? f.path
-                                                                   : solver_path(f.path),
+                const auto flow = solver_->add(compact_           ? capped_path_
+                                               : !merged_paths() ? f.path
+                                                                 : solver_path(f.path),
                                                bytes, id, sim_.now());
                 if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
                 note_start(flow, f, bytes);

@@ -11,6 +11,7 @@ void RealLinksOnly::on_link_rate(Time at, LinkId link, double bytes_per_s, int f
     }
     for (NetworkObserver* o : targets)
         o->on_link_rate(at, link, bytes_per_s, flows);
+    if (maps.is_shared(link)) return;  // every member's: told once
     for (std::size_t m = 1; m < maps.size(); ++m)
         for (NetworkObserver* o : repeated)
             o->on_link_rate(at, image(link, m), bytes_per_s, flows);
@@ -48,6 +49,7 @@ void RealLinksOnly::on_link_rates(Time at, std::span<const LinkRate> rates) {
         for (std::size_t m = 1; m < maps.size(); ++m)
             for (std::size_t i = 0; i < n; ++i) {
                 LinkRate r = real_rates[i];
+                if (maps.is_shared(r.link)) continue;  // every member's: told once
                 r.link = image(r.link, m);
                 real_rates.push_back(r);
             }
@@ -66,7 +68,8 @@ void RealLinksOnly::tell_images() {
     const auto& own = maps.image[0];
     for (std::size_t m = 1; m < maps.size(); ++m)
         for (std::size_t k = 0; k < own.size(); ++k)
-            if (own[k] < links && k < maps.image[m].size() && maps.image[m][k] != LinkMaps::kNone)
+            if (own[k] < links && k < maps.image[m].size() &&
+                maps.image[m][k] != LinkMaps::kNone && maps.image[m][k] != own[k])
                 images.push_back({own[k], maps.image[m][k]});
     std::sort(images.begin(), images.end(),
               [](const SummingObserver::LinkImage& a, const SummingObserver::LinkImage& b) {

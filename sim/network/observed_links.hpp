@@ -49,8 +49,16 @@ struct LinkMaps {
     static constexpr LinkId kNone = ~LinkId{0};
     std::vector<std::int32_t> number;        // per solver link: its number, -1 if not member 0's
     std::vector<std::vector<LinkId>> image;  // image[m][k]: member m's link for number k
+    // Per solver link, 1 where every member crosses it (its own image): member 0's flows count
+    // size() times there (FoldCheck::shared_by_all). Empty when no link is shared.
+    std::vector<std::uint8_t> shared;
     std::size_t size() const { return image.size(); }
     bool empty() const { return image.empty(); }
+    void share(LinkId l) {
+        if (l >= shared.size()) shared.resize(std::size_t{l} + 1, 0);
+        shared[l] = 1;
+    }
+    bool is_shared(LinkId l) const { return l < shared.size() && shared[l] != 0; }
     // Records that member m's link for member 0's `of` is `to`; member 0 first (m = 0, to =
     // of). False when member m already had another image of `of`.
     bool set(LinkId of, LinkId to, std::size_t m) {
@@ -160,11 +168,26 @@ struct RealLinksOnly final : NetworkObserver {
                 "network", "a flow outside the folded transfers (link " + std::to_string(l) + ")");
         return i;
     }
+    // Member m's copy of member 0's path (a link every member shares is its own image).
     std::span<const LinkId> copy(std::span<const LinkId> path, std::size_t m) {
         copy_path.clear();
         for (LinkId l : path)
             copy_path.push_back(image(l, m));
         return copy_path;
+    }
+    // For the copiers, which hear of member 0's flows alone and copy its links' records onto
+    // the images at the end: member 0's path with each link every member shares given once per
+    // member, as the solver counts it (Network's solver_path), since those links have no image
+    // to copy onto. `path` itself when none is shared.
+    std::vector<LinkId> shared_path;  // scratch, reused
+    std::span<const LinkId> shared(std::span<const LinkId> path) {
+        if (maps.shared.empty() ||
+            std::none_of(path.begin(), path.end(), [this](LinkId l) { return maps.is_shared(l); }))
+            return path;
+        shared_path.clear();
+        for (LinkId l : path)
+            shared_path.insert(shared_path.end(), maps.is_shared(l) ? maps.size() : 1, l);
+        return shared_path;
     }
     void on_flow_start(const FlowStart& flow) override {
         // Unfolded (every run outside `flow`) and on real links only: as it is.
@@ -178,7 +201,13 @@ struct RealLinksOnly final : NetworkObserver {
         FlowStart f = flow;
         f.path = real(flow.path);
         if (f.path.empty()) return;
-        for (NetworkObserver* o : targets)
+        if (!copiers.empty()) {
+            FlowStart told = f;
+            told.path = shared(f.path);
+            for (NetworkObserver* o : copiers)
+                o->on_flow_start(told);
+        }
+        for (NetworkObserver* o : repeated)
             o->on_flow_start(f);
         if (maps.size() < 2) return;
         if (repeated.empty()) {
@@ -197,7 +226,12 @@ struct RealLinksOnly final : NetworkObserver {
     void on_flow_end(Time at, std::span<const LinkId> path) override {
         const auto p = real(path);
         if (p.empty()) return;
-        for (NetworkObserver* o : targets)
+        if (!copiers.empty()) {
+            const auto told = shared(p);
+            for (NetworkObserver* o : copiers)
+                o->on_flow_end(at, told);
+        }
+        for (NetworkObserver* o : repeated)
             o->on_flow_end(at, p);
         if (repeated.empty()) return;
         for (std::size_t m = 1; m < maps.size(); ++m) {

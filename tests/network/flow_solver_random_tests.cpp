@@ -70,6 +70,7 @@ struct Scenario {
     int steps;
     bool few_capacities;  // capacities from a short list: many exact ties between fair shares
     bool capacity_changes = false;  // steps may also change a link's capacity (links in use too)
+    bool repeats = false;  // paths may give a link more than once (the flow counts that often)
 };
 
 // Runs one random add/remove sequence on both strategies and checks them against the reference
@@ -96,6 +97,13 @@ double run(const Scenario& sc, std::uint64_t seed) {
             const auto l = static_cast<LinkId>(rng.below(capacity.size()));
             if (std::find(path.begin(), path.end(), l) == path.end()) path.push_back(l);
             if (path.size() == capacity.size()) break;
+        }
+        // A link again, 1 to 3 more times, in one place or apart.
+        if (sc.repeats && rng.below(2) == 0) {
+            const LinkId l = path[rng.below(path.size())];
+            for (auto times = 1 + rng.below(3); times > 0; --times)
+                path.insert(path.begin() + static_cast<std::ptrdiff_t>(rng.below(path.size() + 1)),
+                            l);
         }
         const double bytes = 1e6 * static_cast<double>(1 + rng.below(1000));
         live.push_back(
@@ -192,6 +200,43 @@ TEST_CASE("capacity changes on links in use: incremental max-min still matches t
     }
     CHECK(worst <= 1e-9);
     MESSAGE("largest relative difference from the reference: " << worst);
+}
+
+TEST_CASE("a link given more than once in a path counts the flow that many times") {
+    // Member folding gives a link every member shares once per member (Network::fold): the
+    // flow stands for that many flows there. The reference counts each path entry, so a flow
+    // with link l twice is two flows on l at one rate. Half the flows repeat a link 1-3 times;
+    // removals then move hops of the same flow between slots of one link's list.
+    Scenario scenarios[] = {
+        {3, 2, 4, 40, true},   {6, 3, 10, 60, true},    {8, 4, 20, 60, false},
+        {12, 3, 30, 80, true}, {20, 6, 40, 80, false},  {40, 4, 120, 60, true},
+    };
+    double worst = 0;
+    for (Scenario& sc : scenarios) {
+        sc.repeats = true;
+        sc.capacity_changes = sc.links % 2 == 0;
+        for (std::uint64_t seed = 1; seed <= 60; ++seed)
+            worst = std::max(worst, run(sc, seed * 15485863 + static_cast<std::uint64_t>(sc.links)));
+    }
+    CHECK(worst <= 1e-9);
+    MESSAGE("largest relative difference from the reference: " << worst);
+    // By hand: link 0 of 90 GB/s; flow a over (0, 0), flow b over (0): three shares of 30.
+    FlowSolver solver({90e9});
+    const auto a = solver.add({0, 0}, 1e9, 0, Time::zero());
+    const auto b = solver.add({0}, 1e9, 0, Time::zero());
+    solver.recompute(Time::zero(), kNoObservers);
+    CHECK(solver.rate(a) == doctest::Approx(30e9));
+    CHECK(solver.rate(b) == doctest::Approx(30e9));
+    CHECK(solver.link_rate(0) == doctest::Approx(90e9));
+    // a leaves: b alone gets 90; a back with b gone would get 45 (two shares).
+    solver.remove(a);
+    solver.recompute(Time::ns(1), kNoObservers);
+    CHECK(solver.rate(b) == doctest::Approx(90e9));
+    const auto c = solver.add({0, 0}, 1e9, 0, Time::ns(2));
+    solver.remove(b);
+    solver.recompute(Time::ns(2), kNoObservers);
+    CHECK(solver.rate(c) == doctest::Approx(45e9));
+    CHECK(solver.flows_on(0).size() == 2);
 }
 
 TEST_CASE("incremental solve re-rates a change on a shared link only as far as it spreads") {

@@ -1049,8 +1049,8 @@ TEST_CASE("link capacity changes: bad input") {
     CHECK_THROWS_AS(net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{GB}), SimulationError);
 }
 
-TEST_CASE(
-    "fold: member 0's transfer stands for its copies; shared links or capacity changes refuse") {
+TEST_CASE("fold: member 0's transfer stands for its copies; links shared by some members, or "
+          "capacity changes, refuse") {
     // Four GPUs on one NVSwitch (100 GB/s per GPU link). Member m of the "workers" {0, 1} and
     // {2, 3} sends GPU m -> GPU m + 2: routes gpu0 -> sw -> gpu2 and gpu1 -> sw -> gpu3, images of
     // each other on disjoint links, so the fold is accepted. 1 GB at 100 GB/s takes 10 ms alone.
@@ -1092,14 +1092,50 @@ TEST_CASE(
         CHECK(starts[1] == r1);
     }
     {
-        // Member 1 sends 1 -> 2: both members would cross sw -> gpu2, and share its capacity.
-        Simulation sim;
-        auto net = make_network(sim, c, NetworkConfig{}, &kept);
+        // Member 1 sends 1 -> 2: both members cross sw -> gpu2 at the same hop and share its
+        // 100 GB/s, 50 GB/s each: 1 GB in 20 ms. Swapping the members' own links maps the
+        // network onto itself, so member 0's flow, counted twice on the shared link, is exact:
+        // folded, it also takes 20 ms, and an observer still hears of both members' flows as
+        // they are (sw -> gpu2 in each).
         FoldClass shared = p2p;
         shared.dst = {2, 2};
+        std::vector<topology::LinkId> r0, r1;
+        c.route(0, 2, static_cast<std::uint64_t>(0) << 32 | 2, r0);
+        c.route(1, 2, static_cast<std::uint64_t>(1) << 32 | 2, r1);
+        REQUIRE(r0.back() == r1.back());
+        for (const bool fold : {true, false}) {
+            Simulation sim;
+            auto net = make_network(sim, c, NetworkConfig{}, &kept);
+            Recorder rec;
+            net->set_client(&rec);
+            FlowLog log;
+            net->add_observer(&log);
+            std::string why;
+            if (fold) {
+                REQUIRE(net->accelerator()->fold(2, {shared}, why));
+                CHECK(net->accelerator()->fold_copies() == 2);
+            } else {
+                net->send(1, 2, Bytes{1'000'000'000}, 2);
+            }
+            net->send(0, 2, Bytes{1'000'000'000}, 1);
+            sim.run();
+            CHECK(rec.done[1] == Time::ms(20));
+            std::vector<std::vector<topology::LinkId>> starts;
+            for (const auto& e : log.seen)
+                if (e.start) starts.push_back(e.path);
+            std::sort(starts.begin(), starts.end());
+            CHECK(starts == std::vector<std::vector<topology::LinkId>>{r0, r1});
+        }
+        // A link that members 0 and 1 share but member 2 does not (3 -> 1 crosses sw -> gpu1):
+        // member 0's flow cannot stand for a number of flows there. Refused.
+        Simulation sim;
+        auto net = make_network(sim, c, NetworkConfig{}, &kept);
+        FoldClass partly;
+        partly.src = {0, 1, 3};
+        partly.dst = {2, 2, 1};
         std::string why;
-        CHECK_FALSE(net->accelerator()->fold(2, {shared}, why));
-        CHECK(why.find("share link") != std::string::npos);
+        CHECK_FALSE(net->accelerator()->fold(3, {partly}, why));
+        CHECK(why.find("some members, not all") != std::string::npos);
         CHECK(net->accelerator()->fold_copies() == 1);
     }
     {
