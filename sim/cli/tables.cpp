@@ -129,10 +129,10 @@ void print_topology(std::ostream& out, const std::string& display_path,
                                   : std::string("not derived (explicit topology)"))
         << "\n"
         << "diameter: " << s.diameter_hops << (s.diameter_hops == 1 ? " hop" : " hops") << "\n"
-        << "routing: " << s.routing
-        << (s.routing == "ecmp" ? " (a hash of each flow picks among equal-cost paths)"
-                                : " (the destination GPU picks among equal-cost paths)")
-        << "\n";
+        << "routing: " << s.routing;
+    if (const auto routing = find_named(topology::kRoutingNames, s.routing))
+        out << " (" << topology::routing_rule(*routing) << ")";
+    out << "\n";
 }
 
 void print_compare_table(std::ostream& out, const std::vector<report::Summary>& results) {

@@ -236,7 +236,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             const LinkId s = l < chain_of_.size() ? chain_of_[l] : l;
             if (s == previous) continue;
             previous = s;
-            const auto times = real_links_.maps.is_shared(l) ? static_cast<std::size_t>(folded_) : 1;
+            const auto times =
+                real_links_.maps.is_shared(l) ? static_cast<std::size_t>(folded_) : 1;
             merged_path_.insert(merged_path_.end(), times, s);
         }
         return merged_path_;
@@ -715,7 +716,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     for (LinkId l : f.path)
                         capped_path_.push_back(compact_id_.at(l));
                 }
-                const auto flow = solver_->add(compact_           ? capped_path_
+                const auto flow = solver_->add(compact_          ? capped_path_
                                                : !merged_paths() ? f.path
                                                                  : solver_path(f.path),
                                                bytes, id, sim_.now());

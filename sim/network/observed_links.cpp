@@ -68,8 +68,8 @@ void RealLinksOnly::tell_images() {
     const auto& own = maps.image[0];
     for (std::size_t m = 1; m < maps.size(); ++m)
         for (std::size_t k = 0; k < own.size(); ++k)
-            if (own[k] < links && k < maps.image[m].size() &&
-                maps.image[m][k] != LinkMaps::kNone && maps.image[m][k] != own[k])
+            if (own[k] < links && k < maps.image[m].size() && maps.image[m][k] != LinkMaps::kNone &&
+                maps.image[m][k] != own[k])
                 images.push_back({own[k], maps.image[m][k]});
     std::sort(images.begin(), images.end(),
               [](const SummingObserver::LinkImage& a, const SummingObserver::LinkImage& b) {

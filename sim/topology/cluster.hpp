@@ -179,6 +179,20 @@ inline constexpr std::array<Named<Routing>, 3> kRoutingNames{{
     {"adaptive", Routing::Adaptive},
 }};
 
+// One line on how `routing` picks paths, for people (`clustersim topology`).
+constexpr std::string_view routing_rule(Routing routing) {
+    switch (routing) {
+        case Routing::Ecmp:
+            return "a hash of each flow picks among equal-cost paths";
+        case Routing::DModK:
+            return "the destination GPU picks among equal-cost paths";
+        case Routing::Adaptive:
+            return "every flow spread over all equal-cost paths; each tier above the leaves is "
+                   "one switch per pod, its links bundles";
+    }
+    return "";
+}
+
 struct GeneratedShape {
     std::optional<FabricKind> fabric;  // none when the nodes have no fabric
     std::optional<IntraKind> intra;    // none for single-GPU nodes without PCIe switches

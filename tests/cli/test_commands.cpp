@@ -52,6 +52,24 @@ TEST_CASE("topology: the GPU count on its own line; --json and --dot") {
     CHECK(run_binary({"topology", kRoot + "/topologies/no-such.yaml"}).status == 2);
 }
 
+TEST_CASE("topology: each routing says how it picks paths; adaptive counts physical switches") {
+    // The superpod at 256 nodes: 2 pods of 32 leaves, 32 spines each, 32 x 32 cores. Under
+    // adaptive the fabric is built with one switch per pod and tier, but the report counts the
+    // switches it stands for: 64 + 64 + 1024 = 1152, as under ECMP.
+    const std::string superpod = kRoot + "/topologies/dgx-h100-superpod.yaml";
+    for (const auto& [routing, rule] : std::vector<std::pair<std::string, std::string>>{
+             {"ecmp", "a hash of each flow"},
+             {"d_mod_k", "the destination GPU picks"},
+             {"adaptive", "every flow spread over all equal-cost paths"}}) {
+        const auto r = run_binary(
+            {"topology", superpod, "--set", "nodes=256", "--set", "routing=" + routing});
+        REQUIRE(r.status == 0);
+        CHECK(r.out.find("routing: " + routing + " (" + rule) != std::string::npos);
+        CHECK(r.out.find("1152 switch (switches: 64 tier 1, 64 tier 2, 1024 tier 3)") !=
+              std::string::npos);
+    }
+}
+
 TEST_CASE("collective: nccl-tests rows and JSON; a rank outside the cluster is exit 2") {
     const fs::path json = cs::test::scratch("collective") / "c.json";
     const auto r = run_binary({"collective", "--topology", kTwoGpus, "--op", "all_reduce",

@@ -208,15 +208,16 @@ TEST_CASE("a link given more than once in a path counts the flow that many times
     // with link l twice is two flows on l at one rate. Half the flows repeat a link 1-3 times;
     // removals then move hops of the same flow between slots of one link's list.
     Scenario scenarios[] = {
-        {3, 2, 4, 40, true},   {6, 3, 10, 60, true},    {8, 4, 20, 60, false},
-        {12, 3, 30, 80, true}, {20, 6, 40, 80, false},  {40, 4, 120, 60, true},
+        {3, 2, 4, 40, true},   {6, 3, 10, 60, true},   {8, 4, 20, 60, false},
+        {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
     for (Scenario& sc : scenarios) {
         sc.repeats = true;
         sc.capacity_changes = sc.links % 2 == 0;
         for (std::uint64_t seed = 1; seed <= 60; ++seed)
-            worst = std::max(worst, run(sc, seed * 15485863 + static_cast<std::uint64_t>(sc.links)));
+            worst =
+                std::max(worst, run(sc, seed * 15485863 + static_cast<std::uint64_t>(sc.links)));
     }
     CHECK(worst <= 1e-9);
     MESSAGE("largest relative difference from the reference: " << worst);

@@ -1049,8 +1049,9 @@ TEST_CASE("link capacity changes: bad input") {
     CHECK_THROWS_AS(net->schedule_link_capacity(Time::ms(1), 0, Bandwidth{GB}), SimulationError);
 }
 
-TEST_CASE("fold: member 0's transfer stands for its copies; links shared by some members, or "
-          "capacity changes, refuse") {
+TEST_CASE(
+    "fold: member 0's transfer stands for its copies; links shared by some members, or "
+    "capacity changes, refuse") {
     // Four GPUs on one NVSwitch (100 GB/s per GPU link). Member m of the "workers" {0, 1} and
     // {2, 3} sends GPU m -> GPU m + 2: routes gpu0 -> sw -> gpu2 and gpu1 -> sw -> gpu3, images of
     // each other on disjoint links, so the fold is accepted. 1 GB at 100 GB/s takes 10 ms alone.
