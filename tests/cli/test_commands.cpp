@@ -61,8 +61,8 @@ TEST_CASE("topology: each routing says how it picks paths; adaptive counts physi
              {"ecmp", "a hash of each flow"},
              {"d_mod_k", "the destination GPU picks"},
              {"adaptive", "every flow spread over all equal-cost paths"}}) {
-        const auto r = run_binary(
-            {"topology", superpod, "--set", "nodes=256", "--set", "routing=" + routing});
+        const auto r =
+            run_binary({"topology", superpod, "--set", "nodes=256", "--set", "routing=" + routing});
         REQUIRE(r.status == 0);
         CHECK(r.out.find("routing: " + routing + " (" + rule) != std::string::npos);
         CHECK(r.out.find("1152 switch (switches: 64 tier 1, 64 tier 2, 1024 tier 3)") !=
