@@ -11,7 +11,7 @@ using namespace api;
 
 namespace {
 
-std::string counts_text(const std::map<std::string, int>& counts) {
+std::string counts_text(const std::map<std::string, std::int64_t>& counts) {
     std::string out;
     for (const auto& [kind, n] : counts)
         out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + kind;

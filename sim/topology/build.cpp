@@ -5,8 +5,10 @@
 #include <boost/graph/connected_components.hpp>
 #include <boost/graph/filtered_graph.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -334,6 +336,18 @@ class Builder {
     // Routing), so each tier above the leaves is built as one switch per pod, its links to a leaf
     // (pod) bundling the physical ones: same capacity, hops and latency.
     bool merged_tiers() const { return spec_.routing == Routing::Adaptive; }
+    // The physical links (or switches) a merged tier stands for, counted in 32 bits like every
+    // count of the cluster: refused at the tier's `up` when more.
+    static int physical_count(std::int64_t n, const TierSpec& tier) {
+        if (n > std::numeric_limits<std::int32_t>::max())
+            throw ConfigError(tier.up ? tier.up_where : tier.where,
+                              "routing: adaptive builds this tier as bundles that would stand "
+                              "for " +
+                                  std::to_string(n) +
+                                  " physical links or switches, more than 2147483647; use "
+                                  "fewer up-links");
+        return static_cast<int>(n);
+    }
 
     // Connects the nodes' NICs with the fabric of spec_.fabric->kind (kFabricBuilders).
     void add_fabric();
@@ -442,6 +456,7 @@ class Builder {
                                   std::to_string(*f.spine.radix));
         if (leaf_count == 1) return;  // one leaf needs no spines
         if (merged_tiers()) {
+            (void)physical_count(std::int64_t{leaf_count} * t.up.up, f.leaf);
             const DeviceIndex spines = add_switch("spines", 2, t.up.up);
             for (DeviceIndex leaf : t.leaves)
                 b_.add_link(leaf, spines, spec_.node->nics.kind, t.up.bandwidth, f.latency,
@@ -504,21 +519,22 @@ class Builder {
     // fat_tree under merged_tiers(): the cores as one switch, each pod's spines as one, a leaf's
     // up-links to its pod's spines as one bundle, and a pod's spines' up-links to the cores as one.
     void add_merged_pods(const LeafTier& t, int pods, int leaves_per_pod, const Uplinks& spine_up) {
+        const FabricSpec& f = *spec_.fabric;
         const LinkKind kind = spec_.node->nics.kind;
-        const Time latency = spec_.fabric->latency;
         const int leaf_count = static_cast<int>(t.leaves.size());
-        const DeviceIndex cores =
-            pods > 1 ? add_switch("cores", 3, t.up.up * spine_up.up) : DeviceIndex{kNone};
+        (void)physical_count(std::int64_t{leaf_count} * t.up.up, f.leaf);
+        // Cores, and each pod's links to them: spines per pod x up-links per spine.
+        const int to_cores = physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine);
+        (void)physical_count(std::int64_t{pods} * to_cores, f.spine);
+        const DeviceIndex cores = pods > 1 ? add_switch("cores", 3, to_cores) : DeviceIndex{kNone};
         for (int p = 0; p < pods; ++p) {
             const DeviceIndex spines =
                 add_switch("pod" + std::to_string(p) + ".spines", 2, t.up.up);
             for (int l = p * leaves_per_pod; l < std::min(leaf_count, (p + 1) * leaves_per_pod);
                  ++l)
                 b_.add_link(t.leaves[static_cast<std::size_t>(l)], spines, kind, t.up.bandwidth,
-                            latency, t.up.up);
-            if (pods > 1)
-                b_.add_link(spines, cores, kind, spine_up.bandwidth, latency,
-                            t.up.up * spine_up.up);
+                            f.latency, t.up.up);
+            if (pods > 1) b_.add_link(spines, cores, kind, spine_up.bandwidth, f.latency, to_cores);
         }
     }
 

@@ -1,6 +1,7 @@
 // A description of a built cluster for people and scripts: what `clustersim topology` prints.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,13 +13,13 @@ namespace cs::topology {
 struct TopologySummary {
     int gpus = 0;
     int nodes = 0;
-    std::map<std::string, int> devices_by_kind;  // device_kind_name -> count
+    std::map<std::string, std::int64_t> devices_by_kind;  // device_kind_name -> count
     // link_kind_name -> physical links (bonded = 1; a bundle of routing: adaptive's tiers counts
     // its links)
-    std::map<std::string, int> links_by_kind;
-    std::map<int, int> switches_by_tier;  // fabric tier (1 = leaf) -> switches
-    std::string fabric = "explicit";      // explicit | none | single_switch | leaf_spine |
-                                          // fat_tree
+    std::map<std::string, std::int64_t> links_by_kind;
+    std::map<int, std::int64_t> switches_by_tier;  // fabric tier (1 = leaf) -> switches
+    std::string fabric = "explicit";               // explicit | none | single_switch | leaf_spine |
+                                                   // fat_tree
     // Smallest over GPUs of the capacity (one direction) of a GPU's links to its own node's
     // NVLink/NVSwitch/PCIe devices (NICs excluded).
     Bandwidth intra_node_bandwidth_per_gpu;
