@@ -86,7 +86,8 @@ class FlowSolver {
     // The most flows active at once so far.
     std::size_t peak_flows() const { return peak_; }
 
-    // The flows crossing link `l`, in no particular order (invalidated by add() and remove()).
+    // The flows crossing link `l`, in no particular order, a flow once per time its path gives
+    // the link (invalidated by add() and remove()).
     std::span<const FlowId> flows_on(topology::LinkId l) const { return flows_of(links_[l]); }
     // The links flow f crosses, as given to add().
     std::vector<topology::LinkId> path(FlowId f) const {

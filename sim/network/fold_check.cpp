@@ -9,6 +9,16 @@ FoldCheck::FoldCheck(int copies, std::size_t real_links, const double* capacity)
     maps_.image.resize(static_cast<std::size_t>(copies));
 }
 
+bool FoldCheck::preimage(LinkId image, LinkId of) {
+    if (image >= preimage_.size())
+        preimage_.resize(
+            std::max<std::size_t>({std::size_t{image} + 1, 2 * preimage_.size(), real_links_}),
+            LinkMaps::kNone);
+    LinkId& p = preimage_[image];
+    if (p == LinkMaps::kNone) p = of;
+    return p == of;
+}
+
 bool FoldCheck::claim(LinkId l, int m) {
     if (l >= owner_.size())
         owner_.resize(std::max<std::size_t>({std::size_t{l} + 1, 2 * owner_.size(), real_links_}),
@@ -43,6 +53,11 @@ std::string FoldCheck::match(const Plan& a, const Plan& b, int m) {
                 }
                 if (!maps_.set(la, lb, static_cast<std::size_t>(m)))
                     return "routes that no link map carries onto each other (ECMP)";
+                // One to one: two of member 0's links carried onto one of member m's would let
+                // member m's flows meet where member 0's do not.
+                if (!preimage(lb, la))
+                    return "routes that no link map carries one to one (link " +
+                           std::to_string(lb) + " is the image of two)";
             }
         }
     }

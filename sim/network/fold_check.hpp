@@ -34,11 +34,15 @@ class FoldCheck {
   private:
     // Whether link l belongs to member m: claimed for it if no member had it.
     bool claim(topology::LinkId l, int m);
+    // Whether `image` is the image of member 0's link `of` alone: recorded if it had none.
+    bool preimage(topology::LinkId image, topology::LinkId of);
 
     LinkMaps maps_;
     // Which member each solver link belongs to (dense: the classes' plans may add rate-cap
     // links as they are made), -1 for none yet.
     std::vector<std::int32_t> owner_;
+    // Per solver link, the link of member 0's it is the image of (kNone: none yet).
+    std::vector<topology::LinkId> preimage_;
     std::size_t real_links_;
     const double* capacity_;
 };

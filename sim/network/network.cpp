@@ -162,6 +162,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             why = "a link capacity was changed";
             return false;
         }
+        if (!routings_.empty()) {
+            // A flow moved by a routing change would be re-added without the fold's counts.
+            why = "routes change during the run";
+            return false;
+        }
         if (folded_ > 1) {
             why = "already folded";
             return false;

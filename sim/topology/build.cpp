@@ -144,6 +144,14 @@ class Builder {
             const DeviceIndex from = resolve(l.from, l.from_where);
             const DeviceIndex to = resolve(l.to, l.to_where);
             if (from == to) throw ConfigError(l.where, "a link joins '" + l.from + "' to itself");
+            const std::int32_t a = node_of_[from], b = node_of_[to];
+            if (merged_tiers() && (a < 0 || b < 0 || a != b))
+                throw ConfigError(
+                    l.where, "the link " + l.from + " - " + l.to +
+                                 (a < 0 || b < 0 ? " reaches the fabric" : " joins two nodes") +
+                                 " by hand, and routing: adaptive spreads flows over a "
+                                 "generated fabric's tiers alone; use ecmp or d_mod_k for "
+                                 "hand-written links between nodes or into the fabric");
             b_.add_link(from, to, l.kind, l.bandwidth, l.latency, l.count);
         }
     }
@@ -182,6 +190,7 @@ class Builder {
                                           first->render() + ")");
         }
         where_of_.push_back(where);
+        node_of_.push_back(d.node);
         return b_.add_device(std::move(d));
     }
 
@@ -524,7 +533,8 @@ class Builder {
         const int leaf_count = static_cast<int>(t.leaves.size());
         (void)physical_count(std::int64_t{leaf_count} * t.up.up, f.leaf);
         // Cores, and each pod's links to them: spines per pod x up-links per spine.
-        const int to_cores = physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine);
+        const int to_cores =
+            pods > 1 ? physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine) : 0;
         (void)physical_count(std::int64_t{pods} * to_cores, f.spine);
         const DeviceIndex cores = pods > 1 ? add_switch("cores", 3, to_cores) : DeviceIndex{kNone};
         for (int p = 0; p < pods; ++p) {
@@ -565,6 +575,7 @@ class Builder {
     std::unordered_map<std::string, GpuModel> file_models_;
     std::unordered_map<std::string, DeviceIndex> index_of_;
     std::vector<const SourceLocation*> where_of_;        // per device; nullptr when generated
+    std::vector<std::int32_t> node_of_;                  // per device: its node, -1 for the fabric
     std::vector<std::vector<DeviceIndex>> nic_devices_;  // per generated node
     GeneratedShape shape_;
     int first_generated_node_ = 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <unordered_map>
 
 #include "topology/topology_spec.hpp"
 
@@ -362,30 +361,18 @@ std::vector<std::string> catalog_names() {
 
 namespace {
 // routing: adaptive builds a generated fabric's tiers as bundles (cluster.hpp, Routing): a
-// hand-written fabric (switches outside the nodes, or cables between nodes) has no tiers to
-// build that way, and choosing one path there would not be adaptive routing.
+// hand-written fabric has no tiers to build that way, and choosing one path there would not be
+// adaptive routing. Switches outside the nodes are refused here; hand-written links between
+// nodes or into the fabric where the builder resolves their ends (build.cpp).
 void check_adaptive(const config::Reader& root, const TopologySpec& spec) {
-    std::unordered_map<std::string, int> node_of;
-    for (const DeviceSpec& d : spec.devices) {
-        node_of.emplace(d.id, d.node);
+    for (const DeviceSpec& d : spec.devices)
         if (d.node < 0)
             root.fail("routing",
                       "'adaptive' spreads flows over a generated fabric's tiers (fabric: "
-                      "leaf_spine or fat_tree), and switch '" +
+                      "leaf_spine, fat_tree or single_switch), and switch '" +
                           d.id +
                           "' is written by hand outside the nodes; use ecmp or d_mod_k for a "
                           "hand-written fabric");
-    }
-    for (const LinkSpec& l : spec.links) {
-        const auto a = node_of.find(l.from), b = node_of.find(l.to);
-        if (a != node_of.end() && b != node_of.end() && a->second != b->second)
-            root.fail("routing",
-                      "'adaptive' spreads flows over a generated fabric's tiers "
-                      "(fabric: leaf_spine or fat_tree), and the link " +
-                          l.from + " - " + l.to +
-                          " joins two nodes by hand; use ecmp or d_mod_k for "
-                          "hand-written links between nodes");
-    }
 }
 }  // namespace
 
@@ -493,10 +480,14 @@ TopologySize estimate_size(const TopologySpec& spec) {
                                         ? std::ceil(leaves / std::max(1, f.spine.down.value_or(1)))
                                         : 1;
                 const double u2 = f.kind == FabricKind::FatTree ? ups(f.spine) : 0;
-                t.devices += pods * u1 + u1 * u2;
-                links += leaves * u1 + pods * u1 * u2;
-                t.fabric_tier_bytes = (pods * u1 + u1 * u2) * kPerDevice +
-                                      2 * (leaves * u1 + pods * u1 * u2) * kPerDirectedLink;
+                // routing: adaptive builds each pod's spines and the cores as one switch, a
+                // leaf's or a pod's up-links as one link (build.cpp merged_tiers).
+                const bool merged = spec.routing == Routing::Adaptive;
+                const double tier_devices = merged ? pods + 1 : pods * u1 + u1 * u2;
+                const double tier_links = merged ? leaves + pods : leaves * u1 + pods * u1 * u2;
+                t.devices += tier_devices;
+                links += tier_links;
+                t.fabric_tier_bytes = tier_devices * kPerDevice + 2 * tier_links * kPerDirectedLink;
                 t.fabric_tier_where = u2 > u1 ? f.spine.up_where : f.leaf.up_where;
             }
         }

@@ -1140,6 +1140,24 @@ TEST_CASE(
         CHECK(net->accelerator()->fold_copies() == 1);
     }
     {
+        // Eight GPUs on one switch. Member 0 sends 0 -> 2 and 1 -> 3 (four links of its own);
+        // member 1 sends 5 -> 7 and 6 -> 7, both into sw -> gpu7: its map would carry two of
+        // member 0's links onto one, and its two flows would share 100 GB/s where member 0's
+        // run at 100 each. Refused.
+        const Cluster eight = switch_node(8, 100 * GB, Time::zero());
+        KeptState kept_eight(eight);
+        Simulation sim;
+        auto net = make_network(sim, eight, NetworkConfig{}, &kept_eight);
+        FoldClass a, b;
+        a.src = {0, 5};
+        a.dst = {2, 7};
+        b.src = {1, 6};
+        b.dst = {3, 7};
+        std::string why;
+        CHECK_FALSE(net->accelerator()->fold(2, {a, b}, why));
+        CHECK(why.find("one to one") != std::string::npos);
+    }
+    {
         // A capacity changed before the fold: refused; after an accepted fold: an error.
         Simulation sim;
         auto net = make_network(sim, c, NetworkConfig{}, &kept);

@@ -10,6 +10,7 @@
 #include "config/document.hpp"
 #include "core/errors.hpp"
 #include "topology/summary.hpp"
+#include "topology/topology_spec.hpp"
 #include "topology/topology_yaml.hpp"
 
 using namespace cs;
@@ -390,6 +391,17 @@ TEST_CASE("adaptive: each tier above the leaves is one switch per pod, its links
           physical.inter_node_bandwidth_per_gpu.bytes_per_s);
     CHECK(merged.routing == "adaptive");
     CHECK(physical.routing == "ecmp");
+    // The memory estimate counts what is built. Its fabric term (estimate_size): leaves =
+    // ceil(4 NIC ports / 1 down) + 1 NIC per node = 5, u1 = 2 spines per pod, pods = ceil(5 / 2)
+    // = 3, u2 = 2 cores per spine plane. Physical: 3 x 2 + 2 x 2 = 10 switches and 5 x 2 + 3 x 2
+    // x 2 = 22 links; adaptive: 3 pods' spines + the cores = 4 switches, 5 + 3 = 8 links. So 6
+    // devices and 2 x 14 = 28 directed links fewer.
+    const auto estimate = [](const std::string& text) {
+        return estimate_size(parse_topology(config::parse_document(text, "route.yaml")));
+    };
+    const TopologySize ecmp = estimate(fabric), adaptive = estimate(fabric + "routing: adaptive\n");
+    CHECK(ecmp.devices - adaptive.devices == doctest::Approx(6));
+    CHECK(ecmp.directed_links - adaptive.directed_links == doctest::Approx(28));
 }
 
 TEST_CASE("adaptive: a leaf-spine's spines are one switch; a hand-written fabric is refused") {
@@ -407,7 +419,14 @@ TEST_CASE("adaptive: a leaf-spine's spines are one switch; a hand-written fabric
     CHECK(summarize(c).switches_by_tier.at(2) == 32);
     CHECK(summarize(c).switches_by_tier.at(1) == 16);
     // Switches outside the nodes or cables between nodes written by hand have no tiers to
-    // spread over: refused at the routing key, naming the device or the link.
+    // spread over: refused at the routing key naming the switch, or at the link, also when the
+    // link names generated devices (a cable between two generated nodes, or into the merged
+    // spines).
+    const std::string generated =
+        "node: {gpus: 1, gpu_model: H100, nics: {count: 1, bandwidth: 400Gbps}}\n"
+        "nodes: 4\n"
+        "routing: adaptive\n"
+        "fabric: {kind: leaf_spine, leaf: {down: 2, up: 2}}\n";
     const std::string nodes =
         "devices:\n"
         "  - {id: a, type: gpu, model: H100, node: 0}\n"
@@ -421,7 +440,13 @@ TEST_CASE("adaptive: a leaf-spine's spines are one switch; a hand-written fabric
               "switch 'sw'"},
              {nodes + "links:\n  - {from: a, to: b, kind: infiniband, bandwidth: 400Gbps}\n"
                       "routing: adaptive\n",
-              "a - b"}}) {
+              "the link a - b joins two nodes"},
+             {generated + "links:\n  - {from: n1.nic0, to: n3.nic0, kind: infiniband, "
+                          "bandwidth: 400Gbps}\n",
+              "the link n1.nic0 - n3.nic0 joins two nodes"},
+             {generated + "links:\n  - {from: n0.nic0, to: spines, kind: infiniband, "
+                          "bandwidth: 400Gbps}\n",
+              "the link n0.nic0 - spines reaches the fabric"}}) {
         try {
             (void)load_text(text);
             FAIL("adaptive routing over a hand-written fabric was accepted");
