@@ -417,45 +417,33 @@ TEST_CASE("fold: followers' metrics copied at the end equal the notifications re
     CHECK(counter.passes > 0);
 }
 
-TEST_CASE("fold: destination-mod-k routing folds members across spines, exactly") {
+TEST_CASE("fold: destination-mod-k and adaptive routing fold members across spines, exactly") {
     // The 64 nodes of the ECMP case above, routed d_mod_k (docs/network.md, "Routing"): a
     // route's spine is a function of its destination GPU, and GPUs of one node differ only in
     // their rail, so member m's routes are member 0's shifted by m spines and share no link
-    // with them. Folding by 8 is accepted, and gives the unfolded summary.
-    const auto sets = layout(64, 8, {"topology.routing=d_mod_k"});
-    const auto folded = run(sets, true);
-    const auto full = run(sets, false);
-    CHECK(folded.summary.fold_copies == 8);
-    CHECK(folded.summary.fold_refused.empty());
-    CHECK(full.summary.fold_copies == 1);
-    CHECK(folded.summary.events < full.summary.events);
-    CHECK(results_json(folded.summary) == results_json(full.summary));
-    // Some link carries traffic over a spine: the fold is not the trivial one-leaf case.
-    bool spine = false;
-    for (const auto& l : folded.summary.links)
-        spine = spine || l.name.find("spine") != std::string::npos;
-    CHECK(spine);
-}
-
-TEST_CASE("fold: adaptive routing folds members across the spines' bundles, exactly") {
+    // with them. Some link carries traffic over a spine: not the trivial one-leaf case.
     // The same 64 nodes under routing: adaptive (docs/yaml/topology.md, "Routing"), in two pods of
     // 8 leaves (spine.down 8): each pod's 32 spines are one switch (pod<p>.spines) and each rail's
     // leaf has one 32-link bundle up to it, so member m's routes are member 0's with rail m's
     // leaves, except for the pods' bundles to the cores, which every rail's flows cross at the
-    // same hop: shared, counted once per member. Folding by 8 is accepted and gives the
-    // unfolded summary; the bundles to the cores carry traffic.
-    const auto sets = adaptive_two_pods();
-    const auto folded = run(sets, true);
-    const auto full = run(sets, false);
-    CHECK(folded.summary.fold_copies == 8);
-    CHECK(folded.summary.fold_refused.empty());
-    CHECK(full.summary.fold_copies == 1);
-    CHECK(folded.summary.events < full.summary.events);
-    CHECK(results_json(folded.summary) == results_json(full.summary));
-    bool cores = false;
-    for (const auto& l : folded.summary.links)
-        cores = cores || (l.name.find(".spines->cores") != std::string::npos && l.bytes > 0);
-    CHECK(cores);
+    // same hop: shared, counted once per member; they carry traffic.
+    // Either way folding by 8 is accepted and gives the unfolded summary.
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {layout(64, 8, {"topology.routing=d_mod_k"}), "spine"},
+        {adaptive_two_pods(), ".spines->cores"}};
+    for (const auto& [sets, crossed] : cases) {
+        const auto folded = run(sets, true);
+        const auto full = run(sets, false);
+        CHECK(folded.summary.fold_copies == 8);
+        CHECK(folded.summary.fold_refused.empty());
+        CHECK(full.summary.fold_copies == 1);
+        CHECK(folded.summary.events < full.summary.events);
+        CHECK(results_json(folded.summary) == results_json(full.summary));
+        bool carried = false;
+        for (const auto& l : folded.summary.links)
+            carried = carried || (l.name.find(crossed) != std::string::npos && l.bytes > 0);
+        CHECK(carried);
+    }
 }
 
 TEST_CASE("fold: an observer that copies link images and one told every member agree") {

@@ -1060,37 +1060,44 @@ TEST_CASE(
     p2p.src = {0, 1};
     p2p.dst = {2, 3};
     KeptState kept(c);  // folding is a fast path: an accelerator's
-    for (const bool fold : {true, false}) {
+    // Member 0's 1 GB send with the class folded, or both members' sends unfolded: member 0's
+    // finish time and the paths of the flow starts an observer heard, sorted.
+    const auto run_pair = [&](const FoldClass& cls, bool fold) {
         Simulation sim;
-        auto made = make_network(sim, c, NetworkConfig{}, &kept);
-        Network* net = made.get();
+        auto net = make_network(sim, c, NetworkConfig{}, &kept);
         Recorder rec;
         net->set_client(&rec);
         FlowLog log;
         net->add_observer(&log);
         std::string why;
         if (fold) {
-            REQUIRE(made->accelerator()->fold(2, {p2p}, why));
-            CHECK(made->accelerator()->fold_copies() == 2);
-            net->send(0, 2, Bytes{1'000'000'000}, 1);
+            REQUIRE(net->accelerator()->fold(2, {cls}, why));
+            CHECK(net->accelerator()->fold_copies() == 2);
         } else {
-            net->send(0, 2, Bytes{1'000'000'000}, 1);
-            net->send(1, 3, Bytes{1'000'000'000}, 2);
+            net->send(cls.src[1], cls.dst[1], Bytes{1'000'000'000}, 2);
         }
+        net->send(cls.src[0], cls.dst[0], Bytes{1'000'000'000}, 1);
         sim.run();
-        CHECK(rec.done[1] == Time::ms(10));
-        // Observers see both members' flows either way: two starts, two ends, and the second
-        // start's path is member 1's links.
-        REQUIRE(log.seen.size() == 4);
+        CHECK(log.seen.size() == 4);  // two starts, two ends
         std::vector<std::vector<topology::LinkId>> starts;
         for (const auto& e : log.seen)
             if (e.start) starts.push_back(e.path);
+        std::sort(starts.begin(), starts.end());
+        return std::pair{rec.done[1], starts};
+    };
+    const auto routes = [&](int a, int b) {
         std::vector<topology::LinkId> r0, r1;
-        c.route(0, 2, static_cast<std::uint64_t>(0) << 32 | 2, r0);
-        c.route(1, 3, static_cast<std::uint64_t>(1) << 32 | 3, r1);
-        REQUIRE(starts.size() == 2);
-        CHECK(starts[0] == r0);
-        CHECK(starts[1] == r1);
+        c.route(0, a, static_cast<std::uint64_t>(0) << 32 | static_cast<std::uint64_t>(a), r0);
+        c.route(1, b, static_cast<std::uint64_t>(1) << 32 | static_cast<std::uint64_t>(b), r1);
+        std::vector<std::vector<topology::LinkId>> both{r0, r1};
+        std::sort(both.begin(), both.end());
+        return both;
+    };
+    // Observers see both members' flows either way: member 1's start has member 1's links.
+    for (const bool fold : {true, false}) {
+        const auto [done, starts] = run_pair(p2p, fold);
+        CHECK(done == Time::ms(10));
+        CHECK(starts == routes(2, 3));
     }
     {
         // Member 1 sends 1 -> 2: both members cross sw -> gpu2 at the same hop and share its
@@ -1100,32 +1107,11 @@ TEST_CASE(
         // they are (sw -> gpu2 in each).
         FoldClass shared = p2p;
         shared.dst = {2, 2};
-        std::vector<topology::LinkId> r0, r1;
-        c.route(0, 2, static_cast<std::uint64_t>(0) << 32 | 2, r0);
-        c.route(1, 2, static_cast<std::uint64_t>(1) << 32 | 2, r1);
-        REQUIRE(r0.back() == r1.back());
+        REQUIRE(routes(2, 2)[0].back() == routes(2, 2)[1].back());
         for (const bool fold : {true, false}) {
-            Simulation sim;
-            auto net = make_network(sim, c, NetworkConfig{}, &kept);
-            Recorder rec;
-            net->set_client(&rec);
-            FlowLog log;
-            net->add_observer(&log);
-            std::string why;
-            if (fold) {
-                REQUIRE(net->accelerator()->fold(2, {shared}, why));
-                CHECK(net->accelerator()->fold_copies() == 2);
-            } else {
-                net->send(1, 2, Bytes{1'000'000'000}, 2);
-            }
-            net->send(0, 2, Bytes{1'000'000'000}, 1);
-            sim.run();
-            CHECK(rec.done[1] == Time::ms(20));
-            std::vector<std::vector<topology::LinkId>> starts;
-            for (const auto& e : log.seen)
-                if (e.start) starts.push_back(e.path);
-            std::sort(starts.begin(), starts.end());
-            CHECK(starts == std::vector<std::vector<topology::LinkId>>{r0, r1});
+            const auto [done, starts] = run_pair(shared, fold);
+            CHECK(done == Time::ms(20));
+            CHECK(starts == routes(2, 2));
         }
         // A link that members 0 and 1 share but member 2 does not (3 -> 1 crosses sw -> gpu1):
         // member 0's flow cannot stand for a number of flows there. Refused.
