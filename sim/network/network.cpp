@@ -115,7 +115,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (summing)
             (summing->sketch_keys() ? real_links_.sketches : real_links_.tables).push_back(summing);
         if (summing && summing->sketch_keys()) real_links_.keys = summing->sketch_keys();
-        observers_.assign(1, &real_links_);
+        // The solver's rate notifications only when some observer reads them.
+        observers_.clear();
+        if (real_links_.wants_link_rates()) observers_.push_back(&real_links_);
     }
     Accelerator* accelerator() override { return kept_ && !compact_ ? this : nullptr; }
     SolverStats solver_stats() const override {

@@ -252,6 +252,10 @@ struct RealLinksOnly final : NetworkObserver {
     // member's images, in increasing image order).
     void tell_images();
     bool wants_ordered_link_rates() const override;
+    bool wants_link_rates() const override {
+        return std::any_of(targets.begin(), targets.end(),
+                           [](const NetworkObserver* o) { return o->wants_link_rates(); });
+    }
     // Whether a target needs each flow's own start time: one that is not told sums.
     bool wants_flow_times() const {
         return std::any_of(summing.begin(), summing.end(),

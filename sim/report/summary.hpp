@@ -217,6 +217,9 @@ class LinkAccounting final : public network::SummingObserver {
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }  // sums per link
+    // Busy and shared times come from the flows' starts and ends (on_flow_start says they are
+    // shared): the rates add nothing.
+    bool wants_link_rates() const override { return false; }
     // Each link's records come from its own notifications alone: under member folding it takes
     // the folded members' links as copies of member 0's.
     bool copies_link_images() const override { return true; }
@@ -298,6 +301,7 @@ class LinkSketch final : public network::SummingObserver {
     void on_link_rates(Time at, std::span<const LinkRate> rates) override;
     void on_link_totals(Time at, std::span<const LinkTotal> totals, std::int64_t count) override;
     bool wants_ordered_link_rates() const override { return false; }
+    bool wants_link_rates() const override { return false; }  // an analytical digest
     const std::vector<std::uint64_t>* sketch_keys() const override { return &keys_; }
     void on_link_sketch(std::uint64_t term) override { value_ = modp::add(value_, term); }
 

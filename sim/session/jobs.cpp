@@ -352,6 +352,7 @@ class JobBytes final : public network::NetworkObserver {
         for (topology::LinkId l : flow.path)
             bytes_[l * jobs_ + static_cast<std::size_t>(job)] += flow.bytes;
     }
+    bool wants_link_rates() const override { return false; }
     double bytes(topology::LinkId link, std::size_t job) const {
         return bytes_[link * jobs_ + job];
     }

@@ -497,7 +497,9 @@ class Builder {
         shape_.spines_per_pod = shape_.leaf_up;
         shape_.spine_up = pods > 1 ? spine_up.up : 0;
         shape_.spine_up_bandwidth = spine_up.bandwidth;
-        shape_.cores = pods > 1 ? t.up.up * spine_up.up : 0;
+        // Counted in 64 bits: under routing: adaptive the memory estimate charges one merged
+        // core switch, so up x up is not bounded by it (physical_count refuses what overflows).
+        shape_.cores = pods > 1 ? physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine) : 0;
         if (leaf_count == 1) return;  // one leaf needs no spines
         if (merged_tiers()) {
             add_merged_pods(t, pods, leaves_per_pod, spine_up);

@@ -173,6 +173,43 @@ TEST_CASE("a send takes latency plus size over bandwidth, both directions at ful
     CHECK(rec.done[2] == Time::ms(10) + Time::us(1));
 }
 
+TEST_CASE("link rates are gathered only when an observer reads them") {
+    // Two sends sharing one link under `flow`: three re-solves change its rate (both start,
+    // one ends, the other ends). An observer that says it reads no rates
+    // (wants_link_rates(): the link accounting, whose busy and shared times come from the
+    // flows' starts and ends) hears of none when it is alone, and the times are the same; with
+    // an observer that reads them beside it, rates flow again.
+    struct Rates final : NetworkObserver {
+        bool wants = false;
+        int told = 0, starts = 0;
+        bool wants_link_rates() const override { return wants; }
+        void on_flow_start(const FlowStart&) override { ++starts; }
+        void on_link_rates(Time, std::span<const LinkRate> rates) override {
+            told += static_cast<int>(rates.size());
+        }
+    };
+    const Cluster c = pair(100 * GB, Time::us(1));
+    for (const bool second : {false, true}) {
+        Simulation sim;
+        auto net = make_network(sim, c, flow_config());
+        Recorder rec;
+        net->set_client(&rec);
+        Rates quiet, reader;
+        reader.wants = true;
+        net->add_observer(&quiet);
+        if (second) net->add_observer(&reader);
+        net->send(0, 1, Bytes{500'000'000}, 1);
+        net->send(0, 1, Bytes{1'000'000'000}, 2);
+        sim.run();
+        // 0.5 GB at 50 GB/s each (10 ms), then the last 0.5 GB alone at 100 GB/s (5 ms).
+        CHECK(rec.done[1] == Time::ms(10) + Time::us(1));
+        CHECK(rec.done[2] == Time::ms(15) + Time::us(1));
+        CHECK(quiet.starts == 2);
+        CHECK((quiet.told > 0) == second);
+        CHECK((reader.told > 0) == second);
+    }
+}
+
 TEST_CASE("two sends on one link share it; a finished one hands over its bandwidth") {
     const Cluster c = pair(100 * GB, Time::us(1));
     Simulation sim;

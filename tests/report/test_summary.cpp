@@ -179,6 +179,8 @@ TEST_CASE("link accounting: busy and shared time follow the flows' starts and en
     CHECK(l5.busy == Time::ms(7));
     CHECK(l5.shared == Time::zero());
     CHECK(l5.max_concurrent_flows == 1);
+    // It reads no rates, so a network whose observers are all like it gathers none.
+    CHECK_FALSE(acc.wants_link_rates());
     // A reset forgets them.
     acc.reset();
     CHECK(acc.links()[3].busy == Time::zero());
