@@ -1,6 +1,8 @@
 #include "network/fold_check.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 namespace cs::network::detail {
 
@@ -9,23 +11,26 @@ FoldCheck::FoldCheck(int copies, std::size_t real_links, const double* capacity)
     maps_.image.resize(static_cast<std::size_t>(copies));
 }
 
+namespace {
+// Records `value` for link l unless it has another (`none`: nothing yet); whether l's is `value`.
+// The table is dense over solver links, grown as links are met (rate-cap links come after the
+// cluster's `real` ones).
+template <typename T>
+bool record(std::vector<T>& table, LinkId l, T value, T none, std::size_t real) {
+    if (l >= table.size())
+        table.resize(std::max<std::size_t>({std::size_t{l} + 1, 2 * table.size(), real}), none);
+    T& at = table[l];
+    if (at == none) at = value;
+    return at == value;
+}
+}  // namespace
+
 bool FoldCheck::preimage(LinkId image, LinkId of) {
-    if (image >= preimage_.size())
-        preimage_.resize(
-            std::max<std::size_t>({std::size_t{image} + 1, 2 * preimage_.size(), real_links_}),
-            LinkMaps::kNone);
-    LinkId& p = preimage_[image];
-    if (p == LinkMaps::kNone) p = of;
-    return p == of;
+    return record(preimage_, image, of, LinkMaps::kNone, real_links_);
 }
 
 bool FoldCheck::claim(LinkId l, int m) {
-    if (l >= owner_.size())
-        owner_.resize(std::max<std::size_t>({std::size_t{l} + 1, 2 * owner_.size(), real_links_}),
-                      -1);
-    std::int32_t& o = owner_[l];
-    if (o < 0) o = m;
-    return o == m;
+    return record(owner_, l, std::int32_t{m}, std::int32_t{-1}, real_links_);
 }
 
 std::string FoldCheck::match(const Plan& a, const Plan& b, int m) {

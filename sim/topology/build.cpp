@@ -345,8 +345,9 @@ class Builder {
     // Routing), so each tier above the leaves is built as one switch per pod, its links to a leaf
     // (pod) bundling the physical ones: same capacity, hops and latency.
     bool merged_tiers() const { return spec_.routing == Routing::Adaptive; }
-    // The physical links (or switches) a merged tier stands for, counted in 32 bits like every
-    // count of the cluster: refused at the tier's `up` when more.
+    // The physical links (or switches) one merged link (or switch) stands for, a 32-bit count
+    // like every count of the cluster: refused at the tier's `up` when more. (Sums of them, in
+    // clustersim topology's report, are 64-bit.)
     static int physical_count(std::int64_t n, const TierSpec& tier) {
         if (n > std::numeric_limits<std::int32_t>::max())
             throw ConfigError(tier.up ? tier.up_where : tier.where,
@@ -465,7 +466,6 @@ class Builder {
                                   std::to_string(*f.spine.radix));
         if (leaf_count == 1) return;  // one leaf needs no spines
         if (merged_tiers()) {
-            (void)physical_count(std::int64_t{leaf_count} * t.up.up, f.leaf);
             const DeviceIndex spines = add_switch("spines", 2, t.up.up);
             for (DeviceIndex leaf : t.leaves)
                 b_.add_link(leaf, spines, spec_.node->nics.kind, t.up.bandwidth, f.latency,
@@ -499,6 +499,7 @@ class Builder {
         shape_.spine_up_bandwidth = spine_up.bandwidth;
         // Counted in 64 bits: under routing: adaptive the memory estimate charges one merged
         // core switch, so up x up is not bounded by it (physical_count refuses what overflows).
+        // The merged cores and each pod's bundle to them stand for this many.
         shape_.cores = pods > 1 ? physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine) : 0;
         if (leaf_count == 1) return;  // one leaf needs no spines
         if (merged_tiers()) {
@@ -533,11 +534,7 @@ class Builder {
         const FabricSpec& f = *spec_.fabric;
         const LinkKind kind = spec_.node->nics.kind;
         const int leaf_count = static_cast<int>(t.leaves.size());
-        (void)physical_count(std::int64_t{leaf_count} * t.up.up, f.leaf);
-        // Cores, and each pod's links to them: spines per pod x up-links per spine.
-        const int to_cores =
-            pods > 1 ? physical_count(std::int64_t{t.up.up} * spine_up.up, f.spine) : 0;
-        (void)physical_count(std::int64_t{pods} * to_cores, f.spine);
+        const int to_cores = shape_.cores;  // spines per pod x up-links per spine, 0 in one pod
         const DeviceIndex cores = pods > 1 ? add_switch("cores", 3, to_cores) : DeviceIndex{kNone};
         for (int p = 0; p < pods; ++p) {
             const DeviceIndex spines =
