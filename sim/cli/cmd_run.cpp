@@ -207,7 +207,13 @@ void run(const RunArgs& a) {
     for (const auto& w : result.warnings)
         if (!said.contains(w)) spdlog::warn("{}", w);
     write_run_files(a, spec, result, writers, outputs);
-    std::cout << "experiment            " << spec.source << "\n";
+    std::cout << "experiment            " << spec.source << "\n"
+              << "network               " << network::fidelity_name(spec.network.fidelity);
+    // Routing only chooses among paths between nodes.
+    if (spec.cluster->node_count() > 1)
+        std::cout << ", routing "
+                  << name_of(topology::kRoutingNames, spec.cluster->routing());
+    std::cout << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
     if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
     if (!a.trace.empty())
