@@ -51,6 +51,11 @@ static std::string parse_error_text(const CLI::App& app, int argc, char** argv,
             list += (n == 0 ? "" : n + 1 == names.size() ? " or " : ", ") + names[n];
         return "unknown command '" + std::string(word) + "'; expected " + list;
     }
+    // CLI11 says "Could not convert: --gpus = 2147483648" without saying what it takes.
+    if (dynamic_cast<const CLI::ConversionError*>(&e))
+        return std::string(e.what()) +
+               ": not a value of the option's type (counts and sizes are whole numbers up to "
+               "2147483647, fractions and prices are decimal numbers; its --help gives the form)";
     return e.what();
 }
 
@@ -114,6 +119,15 @@ int main(int argc, char** argv) {
         return e.status;
     } catch (const cs::ConfigError& e) {
         cs::cli::print_error("error", e.what(), 2, &e.where());
+        return 2;
+    } catch (const cs::ClockOverflow& e) {
+        // Every time is derived from the input's sizes, rates and durations: one beyond the
+        // clock is an input out of range (the commands that can name the input do so first).
+        cs::cli::print_error("error",
+                             std::string("a time derived from the input is longer than the "
+                                         "simulator's clock can hold (2^63 ps, about 106 days): ") +
+                                 e.what() + "; check the sizes, durations and rates given",
+                             2);
         return 2;
     } catch (const cs::SimulationError& e) {
         cs::cli::print_error("internal error", e.what(), 1);

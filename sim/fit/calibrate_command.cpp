@@ -152,7 +152,17 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
     context.experiment = spec ? &*spec : nullptr;
     context.iteration_time_s = options.iteration_time_s;
     context.iterations = options.iterations;
-    auto r = calibrate_traces(traces, *gpu, context);
+    auto r = [&] {
+        try {
+            return calibrate_traces(traces, *gpu, context);
+        } catch (const ClockOverflow&) {
+            // The model's time of a kernel comes from its shapes alone.
+            throw ConfigError(SourceLocation{"--torch-trace"},
+                              "a kernel's shapes (\"Input Dims\" of its operator) give a time "
+                              "longer than the simulator's clock can hold (2^63 ps, about 106 "
+                              "days); expected the shapes of a real training step");
+        }
+    }();
     for (std::size_t i = 0; i < traces.size(); ++i)
         r.file.sources[i] = std::filesystem::path(options.traces[i]).filename().string();
     r.compute = true;

@@ -174,7 +174,6 @@ class EntryFields {
         return *it;
     }
 
-  private:
     [[noreturn]] void fail(const char* key, const std::string& expected) const {
         throw ConfigError(SourceLocation{file_},
                           "traceEvents entry " + std::to_string(index_) + ": \"" + key +
@@ -182,6 +181,7 @@ class EntryFields {
                               "; give the file `clustersim run --trace F.json` wrote");
     }
 
+  private:
     const nlohmann::json& e_;
     const std::string& file_;
     std::size_t index_;
@@ -653,6 +653,7 @@ SimulatedTrack read_track(const nlohmann::json& events, const std::string& file,
             f.whole(e, "tid", -2, -2, kIdMax) != id.tid)
             continue;
         const double ts = f.real(e, "ts"), dur = f.real(e, "dur");
+        if (dur < 0) f.fail("dur", "a duration of 0 microseconds or more");
         const auto& args = f.args();
         Slice s{ts, ts + dur, f.text(e, "name"), args.contains("microbatch")};
         s.first_layer = static_cast<int>(f.whole(args, "first_layer", 0, 0, kMaxTraceLayers));

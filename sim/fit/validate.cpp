@@ -523,6 +523,8 @@ std::vector<int> case_ranks(const config::Reader& r, const topology::Cluster& cl
     } catch (const ConfigError& e) {
         r.fail("ranks", e.message());
     }
+    if (ranks.size() < 2)
+        r.fail("ranks", "a collective needs two ranks or more; expected a list such as \"0-7\"");
     for (int g : ranks)
         if (g >= cluster.gpu_count())
             r.fail("ranks", "GPU " + std::to_string(g) + " does not exist; " +
@@ -633,10 +635,26 @@ std::vector<ValidationFamily> read_families(const config::Reader& root) {
     return families;
 }
 
+void run_case_kind(const config::Reader& c, const std::string& kind, const ValidateOptions& a,
+                   const std::vector<std::string>& sets, ValidationCase& res);
+
 // Runs case `c` of kind `kind` (any but not_reproduced): its prediction into `res`.
 void run_case(const config::Reader& c, const std::string& kind, const ValidateOptions& a,
               ValidationCase& res) {
     const auto sets = string_list(c, "set");
+    // Every time a case predicts is derived from its sizes, rates and durations: one beyond the
+    // clock is a case out of range, not a bug.
+    try {
+        run_case_kind(c, kind, a, sets, res);
+    } catch (const ClockOverflow&) {
+        c.fail_here(
+            "the case's sizes give a time longer than the simulator's clock can hold "
+            "(2^63 ps, about 106 days); expected sizes of a real kernel or collective");
+    }
+}
+
+void run_case_kind(const config::Reader& c, const std::string& kind, const ValidateOptions& a,
+                   const std::vector<std::string>& sets, ValidationCase& res) {
     if (kind == "experiment")
         run_experiment(c, sets, a, res);
     else if (kind == "layer")
@@ -739,9 +757,18 @@ ValidationReport validate(const ValidateOptions& a) {
         res.published = c.number("published");
         res.unit = c.string_or("unit", "");
         res.fitted = c.boolean_or("fitted", false);
+        if (!std::isfinite(res.published) || (!fam->absolute && res.published <= 0))
+            c.fail("published", "expected the measured or published value in the case's unit, " +
+                                    std::string(fam->absolute ? "a finite number"
+                                                              : "above 0 (the error is predicted "
+                                                                "/ published - 1)"));
         run_case(c, kind, a, res);
         c.finish();
         judge(res, *fam, gaps);
+        if (!std::isfinite(res.error) || !std::isfinite(res.predicted))
+            c.fail("published", "the error predicted / published - 1 is not finite (predicted " +
+                                    number(res.predicted) + ", published " + number(res.published) +
+                                    "); expected the measured value in the case's unit");
         if (a.on_case) a.on_case(res, *fam);
         results.push_back(res);
     }

@@ -240,6 +240,13 @@ class NcclTestsReader {
                     fail(tok.column, std::string("the ") + (g ? "in-place " : "out-of-place ") +
                                          names[k] + " must be a number from 0 to 1e12, got '" +
                                          tok.text + "'");
+                // nccl-tests prints times in microseconds to two decimals: a time below 0.01
+                // (which would print as 0.00) is not one of its rows.
+                if (k == 0 && *v > 0 && *v < 0.01)
+                    fail(tok.column, std::string("the ") + (g ? "in-place " : "out-of-place ") +
+                                         "time is below 0.01 us, the smallest time nccl-tests "
+                                         "prints, got '" +
+                                         tok.text + "'");
                 *into[k] = *v;
             }
             row.wrong[g] = t[base + 3].text;

@@ -487,6 +487,12 @@ class Handler {
         if (!ev_.has_ts) fail_event("no numeric \"ts\" (start, microseconds)");
         if (!ev_.has_dur) fail_event("no numeric \"dur\" (duration, microseconds)");
         if (ev_.dur < 0) fail_event("negative \"dur\"");
+        // PyTorch's profiler times events to the nanosecond: a shorter non-zero duration is not
+        // one it wrote (and would give relative residuals of hundreds of digits).
+        if (ev_.dur > 0 && ev_.dur < 1e-3)
+            fail_event(
+                "\"dur\" below a nanosecond (0.001 microseconds), the profiler's "
+                "resolution; expected 0 or at least 0.001");
         if (!std::isfinite(ev_.ts) || std::abs(ev_.ts) > 1e18)
             fail_event("\"ts\" is not a finite number of microseconds within 1e18");
         if (!std::isfinite(ev_.dur) || ev_.dur > kMaxTraceDurationUs)

@@ -31,23 +31,32 @@ const OrdersMemo::Entry& orders_for(PreparedIteration& it, OrdersMemo* memo,
         });
         if (found != entries.end()) {
             std::rotate(found, found + 1, entries.end());  // the most recently used last
+            memo->last_kept = true;
             it.orders = entries.back().orders;
             it.peak_inflight = entries.back().peak_inflight;
             return entries.back();
         }
     }
     const auto& sched = *it.schedule;
-    made = {name, shape, sched.orders(shape), {}, {}, nullptr};
+    made = {name, shape, sched.orders(shape), {}, {}, nullptr, 0};
     for (int s = 0; s < shape.devices; ++s) {
         const auto& order = made.orders[static_cast<std::size_t>(s)];
+        made.ops += order.size();
         made.peak_inflight.push_back(schedule::peak_inflight_microbatches(sched, order));
         made.peak_states.push_back(schedule::peak_held_states(sched, shape, s, order));
     }
     it.orders = made.orders;
     it.peak_inflight = made.peak_inflight;
-    if (!memo) return made;
+    if (memo) memo->last_kept = made.ops <= OrdersMemo::kOps;
+    if (!memo || !memo->last_kept) return made;
     auto& entries = memo->entries;
-    if (entries.size() >= OrdersMemo::kEntries) entries.erase(entries.begin());
+    std::size_t kept = made.ops;
+    for (const auto& e : entries)
+        kept += e.ops;
+    auto oldest = entries.begin();
+    for (std::size_t n = entries.size(); n >= OrdersMemo::kEntries || kept > OrdersMemo::kOps; --n)
+        kept -= (oldest++)->ops;
+    entries.erase(entries.begin(), oldest);
     entries.push_back(std::move(made));
     return entries.back();
 }

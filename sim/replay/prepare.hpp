@@ -97,13 +97,19 @@ struct OrdersMemo {
         std::vector<std::vector<schedule::HeldState>> peak_states;
         // The orders' op_census, once a caller has made it (prepare leaves it).
         std::shared_ptr<const OpCensus> census;
+        std::size_t ops = 0;  // in `orders`, every device's
     };
     // At most this many, the most recently used last (16 orders of a 16,384-GPU zb-v layout
-    // take about 10 MB).
+    // take about 10 MB), holding at most kOps ops between them (an entry of more is not kept):
+    // orders grow with the microbatches, and a plan over a batch of millions of sequences
+    // would otherwise keep gigabytes of them between layouts.
     static constexpr std::size_t kEntries = 16;
+    static constexpr std::size_t kOps = std::size_t{1} << 21;
     std::vector<Entry> entries;
-    // The entry of the last prepare that made or reused orders.
-    Entry& current() { return entries.back(); }
+    // The entry of the last prepare that made or reused orders; none when they were too many to
+    // keep.
+    Entry* current() { return last_kept ? &entries.back() : nullptr; }
+    bool last_kept = false;
 };
 
 struct PrepareOptions {

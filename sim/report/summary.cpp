@@ -643,9 +643,11 @@ void print_headline(std::ostream& out, const Summary& s) {
 void print_variability(std::ostream& out, const Summary& s) {
     if (!s.variability.present) return;
     const auto& v = s.variability;
-    out << "variability           " << format_time(Time::from_seconds_ceil(std::max(0.0, v.cost_s)))
-        << " slower than " << format_time(Time::from_seconds_ceil(v.clean_iteration_time_s))
-        << " without it (" << pct(s.iteration_time_s / v.clean_iteration_time_s - 1) << ")\n";
+    // Factors below 1 make GPUs faster than planned: a cost below zero.
+    out << "variability           " << format_time(Time::from_seconds_ceil(std::abs(v.cost_s)))
+        << (v.cost_s >= 0 ? " slower than " : " faster than ")
+        << format_time(Time::from_seconds_ceil(v.clean_iteration_time_s)) << " without it ("
+        << pct(s.iteration_time_s / v.clean_iteration_time_s - 1) << ")\n";
     if (v.critical_worker >= 0) {
         out << "critical path         stage " << v.critical_stage << " of replica " << v.critical_dp
             << " (GPU" << (v.critical_gpus.size() > 1 ? "s " : " ");

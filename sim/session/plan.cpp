@@ -36,6 +36,7 @@ using plan_search::Search;
 using plan_search::Survivor;
 using plan_space::batches_of;
 using plan_space::board_power;
+using plan_space::check_profile_fixes;
 using plan_space::derived_split;
 using plan_space::enumerate;
 using plan_space::Extras;
@@ -43,6 +44,7 @@ using plan_space::Fixes;
 using plan_space::node_counts_of;
 using plan_space::parse_fixes;
 using plan_space::peak_flops;
+using plan_space::result_header;
 using plan_space::same_shape;
 using plan_space::searched_schedules;
 using plan_space::shape_refusal;
@@ -117,10 +119,21 @@ struct Loader {
         overrides.insert(overrides.end(), more.begin(), more.end());
         auto* clusters = cache ? &cache->clusters : nullptr;
         auto* documents = cache ? &cache->documents : nullptr;
-        return options.text ? workload::load_experiment(*options.text, overrides,
-                                                        options.max_memory, clusters, documents)
-                            : workload::load_experiment(options.experiment, overrides,
-                                                        options.max_memory, clusters, documents);
+        try {
+            return options.text
+                       ? workload::load_experiment(*options.text, overrides, options.max_memory,
+                                                   clusters, documents)
+                       : workload::load_experiment(options.experiment, overrides,
+                                                   options.max_memory, clusters, documents);
+        } catch (const ConfigError& e) {
+            // The loader names every override "--set"; a --fix value is named as given.
+            for (std::size_t i = options.sets.size(); i < base.size(); ++i)
+                if (e.where().file == "--set " + base[i])
+                    throw ConfigError(
+                        SourceLocation{"--fix " + base[i], e.where().line, e.where().column},
+                        e.message());
+            throw;
+        }
     }
 };
 
@@ -134,9 +147,10 @@ struct RunStop {
 
 // The run's summary, or none when `stop` ended it before its iteration ended.
 std::optional<report::Summary> simulate(const workload::ExperimentSpec& spec, SweepCache* cache,
-                                        bool fast_paths, RunStop stop = {}) {
+                                        const PlanOptions& options, RunStop stop = {}) {
     RunOptions run_options;
-    run_options.fast_paths = fast_paths;
+    run_options.fast_paths = options.fast_paths;
+    run_options.max_memory = options.max_memory;
     run_options.stop_at = stop.at;
     run_options.stop_when = std::move(stop.when);
     run_options.stop_check_every = stop.every;
@@ -218,6 +232,9 @@ struct SearchStep {
             replay::PrepareOptions prepare_options;
             prepare_options.orders = &w.orders;
             prepare_options.admit = [&](const replay::PreparedIteration& it) {
+                // What the simulator itself would need (its op orders grow with the
+                // microbatches): refused as `run` refuses it, before anything is built.
+                check_run_memory(it.spec, it.shape, options.max_memory);
                 const std::int64_t floor = worst_memory(it);
                 if (gpu.hbm.value > 0 && static_cast<double>(floor) > limit) {
                     memory = floor;
@@ -241,8 +258,10 @@ struct SearchStep {
                 Survivor s;
                 s.layout = l;
                 s.index = index;
-                // The census of these orders, made once for the layouts that share them.
-                auto& census = w.orders.current().census;
+                // The census of these orders, made once for the layouts that share them (when
+                // the memo kept them).
+                std::shared_ptr<const replay::OpCensus> own;
+                auto& census = w.orders.current() ? w.orders.current()->census : own;
                 if (!census)
                     census = std::make_shared<const replay::OpCensus>(replay::op_census(*prepared));
                 s.bound_s =
@@ -302,8 +321,20 @@ std::vector<Count> counts_of(const Loader& loader, const workload::ExperimentSpe
                              const std::vector<std::int64_t>& batches, const Fixes& fixes) {
     std::vector<Count> counts;
     for (const int nodes : node_counts) {
-        const auto at_nodes =
-            nodes > 0 ? loader.load({"topology.nodes=" + std::to_string(nodes)}) : base;
+        const auto at_nodes = [&] {
+            if (nodes == 0) return base;
+            try {
+                return loader.load({"topology.nodes=" + std::to_string(nodes)});
+            } catch (const ConfigError& e) {
+                // The user gave --gpus, not the override it is loaded as.
+                throw ConfigError(
+                    SourceLocation{"--gpus " +
+                                   std::to_string(nodes * base.cluster->gpu_count() /
+                                                  std::max(1, base.cluster->node_count()))},
+                    "the topology at " + std::to_string(nodes) +
+                        " nodes (topology.nodes) is refused: " + e.message());
+            }
+        }();
         for (const auto batch : batches) {
             // What the enumeration reads of the batch is its size (the micro-batch sizes divide
             // it over dp); the experiment's own layout need not divide it, so it is not loaded.
@@ -321,31 +352,6 @@ std::vector<Count> counts_of(const Loader& loader, const workload::ExperimentSpe
                     "does not divide the " + std::string(c.nodes ? "" : "experiment's ") +
                         std::to_string(c.base.layout.world_size()) + " GPUs");
     return counts;
-}
-
-// The result's headline: what is searched, the memory a layout must fit in, and what is ranked
-// under which network.
-PlanResult result_header(const PlanOptions& options, const workload::ExperimentSpec& base,
-                         const std::vector<int>& node_counts, int per_node,
-                         const std::vector<std::int64_t>& batches, double limit) {
-    PlanResult result;
-    result.source = base.source;
-    result.gpus = base.layout.world_size();
-    for (const int nodes : node_counts)
-        if (nodes > 0) result.gpu_counts.push_back(nodes * per_node);
-    for (const auto batch : batches)
-        if (batch > 0) result.global_batches.push_back(batch);
-    result.hbm_bytes = base.cluster->gpu_model(0).hbm.value;
-    result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
-    result.objective = options.objective;
-    result.objective_unit = options.objective == PlanObjective::Mfu      ? "MFU"
-                            : options.objective == PlanObjective::Cost   ? "per 1M tokens"
-                            : options.objective == PlanObjective::Energy ? "J per token"
-                            : batches.size() > 1                         ? "s per 1M tokens"
-                                                                         : "s";
-    result.margin = options.margin;
-    result.limit_bytes = static_cast<std::int64_t>(limit);
-    return result;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -486,6 +492,7 @@ struct Simulations {
 
     std::size_t faster_than_analytical = 0;
     std::size_t next = 0, step = 0, confirm_step = 0;
+    mutable MemoryBudget budget;
 
     Simulations(const PlanOptions& o, const Scorer& s, std::vector<Worker>& w, WorkerPool& p,
                 std::vector<Survivor>& sorted, bool analytical)
@@ -497,7 +504,8 @@ struct Simulations {
           by_bound(sorted.size(), nullptr),
           floored_at(sorted.size(), 0),
           same_network(analytical),
-          limit_confirm(analytical ? 0 : o.confirm.value_or(3 * o.top)) {}
+          limit_confirm(analytical ? 0 : o.confirm.value_or(3 * o.top)),
+          budget(static_cast<double>(o.max_memory)) {}
 
     // Until neither step has a layout left that could enter the top k. Before the first
     // confirmation step 4 runs while a survivor's bound, shortened by the margin, beats the k-th
@@ -626,8 +634,11 @@ struct Simulations {
         // ended): stopped before anything is loaded.
         if (!stop.when || !stop.when(Time::zero())) {
             const auto spec = worker.loader.load(l, analytical);
-            if (const auto summary =
-                    simulate(spec, worker.cache.get(), options.fast_paths, std::move(stop)))
+            const MemoryBudget::Hold hold(
+                budget,
+                estimate_run_bytes(
+                    spec, schedule::make_schedule(spec.schedule)->chunks_for(spec.layout.vpp)));
+            if (const auto summary = simulate(spec, worker.cache.get(), options, std::move(stop)))
                 figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         }
         (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);
@@ -833,7 +844,7 @@ std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t to
 // --guide: the guide's layouts, simulated under the experiment's network on `worker` (the
 // calling thread's) and placed among the top k.
 void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const Worker& worker,
-               const Scorer& scorer, bool fast_paths, double limit, bool per_token) {
+               const Scorer& scorer, const PlanOptions& options, double limit, bool per_token) {
     auto advice = guide_advice(base);
     result.guide_reasoning = std::move(advice.reasoning);
     result.guide_not_dividing = std::move(advice.not_dividing);
@@ -850,10 +861,14 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
         g.layout = l;
         try {
             const auto spec = worker.loader.load(l, false);
-            const auto prepared = replay::prepare(spec, "");
+            replay::PrepareOptions how;
+            how.admit = [&options](const replay::PreparedIteration& it) {
+                check_run_memory(it.spec, it.shape, options.max_memory);
+            };
+            const auto prepared = replay::prepare(spec, "", how);
             const double flops = prepared.plan.model_flops_per_iteration.value;
             const double tokens = static_cast<double>(prepared.plan.tokens_per_iteration);
-            g.figures = figures_of(*simulate(spec, worker.cache.get(), fast_paths), scorer, flops,
+            g.figures = figures_of(*simulate(spec, worker.cache.get(), options), scorer, flops,
                                    peak_flops(spec), tokens, l.gpus());
             g.rank = 1;
             for (const auto& c : result.top)
@@ -903,6 +918,12 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
     // batch. Its errors are the plan's.
     const auto base = loader.load(std::vector<std::string>{});
+    if (!base.faults.gpus.empty())
+        throw ConfigError(base.faults.gpus.front().where,
+                          "plan ranks layouts by the time of a whole iteration, which a GPU or "
+                          "node failure ends (every layout would fail); remove faults.gpus "
+                          "(link faults are kept), or see a failure's cost with clustersim run");
+    check_profile_fixes(base, fixes);
     const double board_power_w = board_power(options, base);
     const auto schedules = searched_schedules(options, fixes);
     const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
@@ -959,8 +980,7 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // The ranking, the guide's layouts placed in it, and every layout looked at.
     result.top =
         top_of(std::move(sims.confirmed), options.top, loader, per_token, options.objective);
-    if (options.guide)
-        add_guide(result, base, workers[0], scorer, options.fast_paths, limit, per_token);
+    if (options.guide) add_guide(result, base, workers[0], scorer, options, limit, per_token);
     if (options.keep_entries) result.entries = entries_of(std::move(search.entries), sims, result);
     return result;
 }

@@ -274,6 +274,7 @@ struct PlanOptions {
     // where the ranks share the cores). Changes no result: every layout is evaluated alone with
     // caches that change none, and the simulations committed are those of one thread
     // (worker_pool.hpp, run_ahead).
+    static constexpr int kMostThreads = 256;
     int threads = 0;
     // Progress: (phase, done, total), called on the calling thread; phase is "search" (load,
     // memory, bound), "simulate" (analytical) or "confirm" (the experiment's network).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -18,11 +19,17 @@ namespace plan_space {
 
 namespace {
 
-std::vector<int> divisors(int n) {
-    std::vector<int> out;
-    for (int d = 1; d <= n; ++d)
-        if (n % d == 0) out.push_back(d);
-    return out;
+// The divisors of n >= 1 in increasing order, up to `most`: by the pairs (d, n / d) with
+// d <= sqrt(n), so that a global batch of 2^40 sequences takes a million steps, not 2^40.
+std::vector<int> divisors(std::int64_t n, std::int64_t most = std::numeric_limits<int>::max()) {
+    std::vector<int> low, high;
+    for (std::int64_t d = 1; d <= n / d; ++d) {
+        if (n % d) continue;
+        if (d <= most) low.push_back(static_cast<int>(d));
+        if (const std::int64_t e = n / d; e != d && e <= most) high.push_back(static_cast<int>(e));
+    }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
 }
 
 // The axes plan enumerates, by their --set key.
@@ -211,8 +218,7 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                         for (const int vpp : only_or(fixed_vpp, vpps)) {
                             std::vector<int> mbss;
                             if (gbs % dp == 0) {
-                                for (const int m : divisors(static_cast<int>(gbs / dp)))
-                                    if (m <= max_mbs) mbss.push_back(m);
+                                mbss = divisors(gbs / dp, max_mbs);
                             } else {
                                 mbss.push_back(1);  // refused by the loader: said so
                             }
@@ -311,6 +317,57 @@ std::vector<int> node_counts_of(const std::vector<int>& gpus, int per_node) {
     return node_counts;
 }
 
+void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes) {
+    // A measured layer time holds for the shape it was measured at: at another tp, cp, ep or
+    // micro-batch size the profile model would charge the same time for different work (an MFU
+    // above 100% at a larger micro-batch).
+    if (base.compute.kind == workload::ComputeSpec::Kind::Profile) {
+        const std::pair<const char*, int> held[] = {
+            {"parallelism.tp", base.layout.tp},
+            {"parallelism.cp", base.layout.cp},
+            {"parallelism.ep", base.layout.ep},
+            {"training.micro_batch_size", static_cast<int>(base.training.micro_batch_size)}};
+        std::string missing;
+        for (const auto& [key, value] : held)
+            if (!fixes.axes.contains(key))
+                missing += " --fix " + std::string(key) + "=" + std::to_string(value);
+        // The profiled backward is charged whatever is recomputed: it holds the run's own.
+        if (!fixes.axes.contains("training.recompute"))
+            missing += " --fix training.recompute=" +
+                       std::string(name_of(workload::kRecomputeNames, base.training.recompute));
+        if (!missing.empty())
+            throw ConfigError(SourceLocation{base.source},
+                              "compute.model: profile gives each layer the time measured at one "
+                              "tp, cp, ep, micro-batch size and recomputation, so plan cannot "
+                              "compare layouts that change them; hold them at the experiment's "
+                              "with" +
+                                  missing + ", or use compute.model: roofline");
+    }
+}
+
+PlanResult result_header(const PlanOptions& options, const workload::ExperimentSpec& base,
+                         const std::vector<int>& node_counts, int per_node,
+                         const std::vector<std::int64_t>& batches, double limit) {
+    PlanResult result;
+    result.source = base.source;
+    result.gpus = base.layout.world_size();
+    for (const int nodes : node_counts)
+        if (nodes > 0) result.gpu_counts.push_back(nodes * per_node);
+    for (const auto batch : batches)
+        if (batch > 0) result.global_batches.push_back(batch);
+    result.hbm_bytes = base.cluster->gpu_model(0).hbm.value;
+    result.network = std::string(name_of(network::kFidelityNames, base.network.fidelity));
+    result.objective = options.objective;
+    result.objective_unit = options.objective == PlanObjective::Mfu      ? "MFU"
+                            : options.objective == PlanObjective::Cost   ? "per 1M tokens"
+                            : options.objective == PlanObjective::Energy ? "J per token"
+                            : batches.size() > 1                         ? "s per 1M tokens"
+                                                                         : "s";
+    result.margin = options.margin;
+    result.limit_bytes = static_cast<std::int64_t>(limit);
+    return result;
+}
+
 std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes) {
     std::vector<std::int64_t> batches;
     if (!options.global_batches.empty())
@@ -331,9 +388,12 @@ std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fi
 
 void check_options(const PlanOptions& options) {
     if (options.top == 0) throw ConfigError(SourceLocation{"--top"}, "expected 1 or more");
-    if (options.threads < 0)
+    // Each thread keeps its own caches (a cluster's routes, op orders): past a few hundred they
+    // only cost memory, and the system refuses to start many thousands.
+    if (options.threads < 0 || options.threads > PlanOptions::kMostThreads)
         throw ConfigError(SourceLocation{"--threads " + std::to_string(options.threads)},
-                          "expected a number of threads, 1 or more (or 0: one per core)");
+                          "expected a number of threads from 1 to " +
+                              std::to_string(PlanOptions::kMostThreads) + " (or 0: one per core)");
     if (!(options.headroom >= 0 && options.headroom < 1))
         throw ConfigError(SourceLocation{"--headroom"},
                           "expected a fraction of HBM to keep free, at least 0 and below 1");
@@ -349,6 +409,11 @@ void check_options(const PlanOptions& options) {
         throw ConfigError(SourceLocation{"--objective cost"},
                           "needs --gpu-hour-price PRICE (a positive price of one GPU for an "
                           "hour)");
+    // Far above any price, the cost per token of a large layout would not be finite.
+    if (options.gpu_hour_price != 0 &&
+        !(options.gpu_hour_price > 0 && options.gpu_hour_price <= 1e9))
+        throw ConfigError(SourceLocation{"--gpu-hour-price"},
+                          "expected the price of one GPU for an hour, above 0 and at most 1e9");
 }
 
 double peak_flops(const workload::ExperimentSpec& spec) {
@@ -431,8 +496,8 @@ std::vector<std::int64_t> parse_global_batches(const std::string& text) {
                               "; expected sizes N, ranges MIN..MAX (the multiples of MIN up to "
                               "MAX) or MIN..MAX:STEP, comma-separated, in sequences");
     };
-    // A whole number of sequences, 1 .. 2^40 (far above any batch, far below overflow).
-    constexpr std::int64_t kMax = std::int64_t{1} << 40;
+    // A whole number of sequences, 1 .. 2^31 - 1: training.global_batch_size's range (a count).
+    constexpr std::int64_t kMax = std::numeric_limits<int>::max();
     const auto number = [&](const std::string& item, const std::string& digits) {
         if (digits.empty() || digits.size() > 13 ||
             digits.find_first_not_of("0123456789") != std::string::npos)

@@ -57,6 +57,16 @@ std::vector<std::string> searched_schedules(const PlanOptions& options, const Fi
 // without it.
 std::vector<int> node_counts_of(const std::vector<int>& gpus, int per_node);
 
+// Refuses a profile compute model (compute.model: profile) unless --fix holds tp, cp, ep, the
+// micro-batch size and recomputation: its layer times were measured at one of each.
+void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes);
+
+// The result's headline: what is searched, the memory a layout must fit in (`limit` bytes per
+// GPU), and what is ranked under which network.
+PlanResult result_header(const PlanOptions& options, const workload::ExperimentSpec& base,
+                         const std::vector<int>& node_counts, int per_node,
+                         const std::vector<std::int64_t>& batches, double limit);
+
 // --global-batch's sizes; {0} (the experiment's) without it.
 std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes);
 

@@ -9,6 +9,7 @@
 #include "config/document.hpp"
 #include "replay/durations/variability.hpp"
 #include "replay/prepare.hpp"
+#include "replay/replay.hpp"
 #include "report/critical_path.hpp"
 #include "schedule/schedule.hpp"
 #include "session/sweep_cache.hpp"
@@ -217,12 +218,22 @@ double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
         static_cast<double>(std::unique(times.begin(), times.end()) - times.begin());
     const double cluster_bytes = 512.0 * static_cast<double>(spec.cluster->devices().size()) +
                                  320.0 * static_cast<double>(spec.cluster->links().size());
-    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes + copies * cluster_bytes;
+    // Sharded gradients and parameters (ZeRO-2/3, FSDP) run passes unit by unit: each layer's
+    // gradient shard is reduced per microbatch (ZeRO-3 also gathers its parameters in the forward
+    // and the backward), a message kept for the whole run each. Measured 137 bytes (ZeRO-2) and
+    // 163 (ZeRO-3) per layer, microbatch, sharding group and message at dp 2 (8 and 16 layers,
+    // 65,536 to 1,048,576 microbatches), rounded up.
+    constexpr double kPerUnitMessage = 256;
+    double unit_messages = 0;
+    if (const auto mode = replay::DataParallelMode::of(l); mode.sharded_units)
+        unit_messages = static_cast<double>(spec.model.layers) *
+                        static_cast<double>(spec.training.microbatches(l)) *
+                        (l.dp / mode.shard_size) *
+                        (l.sharding == workload::Sharding::Parameters ? 3 : 1);
+    return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes +
+           kPerUnitMessage * unit_messages + copies * cluster_bytes;
 }
 
-namespace {
-
-// Refuses a run whose estimate_run_bytes is above `max_memory` (--max-memory).
 void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
                       std::int64_t max_memory) {
     const double need = estimate_run_bytes(spec, shape.chunks);
@@ -238,6 +249,8 @@ void check_run_memory(const workload::ExperimentSpec& spec, const schedule::Pipe
                           "; use fewer microbatches or GPUs, or raise the limit with "
                           "--max-memory");
 }
+
+namespace {
 
 // The iteration time of `experiment` with `strip` applied (its variability or faults removed),
 // run first as a baseline (which makes no clean runs of its own): what a variability or fault
@@ -532,6 +545,20 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
         summarize_faults(out, prepared, replay, result, gpu_failure, passes.passes,
                          unfaulted_time_s);
     if (critical) summarize_variability(out.summary, spec, replay, *critical, clean_time_s);
+    // Above the GPU's peak: only times given for another shape do that (a profile's layer times
+    // at another micro-batch size, tp or sequence length, which it charges as given).
+    if (out.summary.mfu > 1) {
+        char mfu[32];
+        std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * out.summary.mfu);
+        out.warnings.push_back(
+            "MFU " + std::string(mfu) +
+            " is above 100%: the compute times are faster than the GPU's peak for this layout" +
+            (spec.compute.kind == workload::ComputeSpec::Kind::Profile
+                 ? std::string("; compute.model: profile charges the times given whatever the "
+                               "layout, so they hold only for the micro-batch size, tp, cp and "
+                               "sequence length they were measured at")
+                 : std::string()));
+    }
     if (trace) trace->finish(report::trace_summary(out.summary));
     if (options.detail)
         out.detail = detail.finish(prepared, out.summary, result.iteration_time, listed);

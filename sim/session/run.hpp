@@ -86,6 +86,10 @@ struct RunResult {
 // model chunks per device. A double, so that absurd layouts cannot wrap. Each distinct time at
 // which links fail later in the run adds a copy of the cluster's routing (Cluster::with_faults).
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
+// Refuses (ConfigError at the layout) a run of `spec` in `shape` whose estimate_run_bytes is above
+// `max_memory` (--max-memory), saying what it would need.
+void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
+                      std::int64_t max_memory);
 
 // The input error for a route the topology lacks (no link fault involved): `where` names the
 // input, `between` what sends data between the two GPUs ("this run", "a job"). Topologies of up

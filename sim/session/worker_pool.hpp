@@ -6,6 +6,10 @@
 // a lock. A task's exception reaches whoever waits on its future.
 #pragma once
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
@@ -14,6 +18,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -23,12 +28,20 @@ namespace cs::api {
 
 class WorkerPool {
   public:
-    // `workers` threads (at least one).
+    // `workers` threads (at least one); as many as the system starts when it refuses more (a
+    // pool's callers get the same results from any number), and the system's error when it
+    // starts none.
     explicit WorkerPool(std::size_t workers) {
         if (workers == 0) workers = 1;
         threads_.reserve(workers);
-        for (std::size_t w = 0; w < workers; ++w)
-            threads_.emplace_back([this, w] { work(w); });
+        for (std::size_t w = 0; w < workers; ++w) {
+            try {
+                threads_.emplace_back([this, w] { work(w); });
+            } catch (const std::system_error&) {
+                if (threads_.empty()) throw;
+                break;
+            }
+        }
     }
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
@@ -123,5 +136,51 @@ std::size_t run_ahead(WorkerPool& pool, std::size_t ahead, std::size_t first, st
         commit(i, std::move(result));
     }
 }
+
+// What the runs in flight on every thread may hold between them: --max-memory, as each run's
+// estimate_run_bytes (which one run may not pass, as `run` checks). A run waits to start until
+// its estimate fits beside those running; the threads only change when a run starts, not what
+// it gives, so the results stay those of one thread.
+class MemoryBudget {
+  public:
+    explicit MemoryBudget(double bytes) : free_(bytes) {}
+    class Hold {
+      public:
+        Hold(MemoryBudget& budget, double bytes) : budget_(budget), bytes_(bytes) {
+            std::unique_lock lock(budget_.mutex_);
+            // One alone always starts (what `run` refuses is refused before, by its estimate).
+            budget_.released_.wait(
+                lock, [&] { return budget_.holders_ == 0 || budget_.free_ >= bytes_; });
+            budget_.free_ -= bytes_;
+            ++budget_.holders_;
+        }
+        ~Hold() {
+#ifdef __GLIBC__
+            // A large run's memory goes back to the system, not to this thread's malloc arena,
+            // where the run after it, on another thread, could not use it.
+            if (bytes_ > kTrimAbove) malloc_trim(0);
+#endif
+            {
+                std::lock_guard lock(budget_.mutex_);
+                budget_.free_ += bytes_;
+                --budget_.holders_;
+            }
+            budget_.released_.notify_all();
+        }
+        Hold(const Hold&) = delete;
+        Hold& operator=(const Hold&) = delete;
+
+      private:
+        MemoryBudget& budget_;
+        double bytes_;
+    };
+
+  private:
+    static constexpr double kTrimAbove = 256.0 * (1 << 20);
+    std::mutex mutex_;
+    std::condition_variable released_;
+    double free_;
+    int holders_ = 0;
+};
 
 }  // namespace cs::api

@@ -261,9 +261,11 @@ TierSpec parse_tier(const config::Reader& r) {
     }
     if (r.has("oversubscription")) {
         const double o = r.number("oversubscription");
-        if (!(o >= 1.0))
+        // Real fabrics are oversubscribed a few times at most; far beyond, the derived up-links'
+        // capacity would round to nothing.
+        if (!(o >= 1.0 && o <= 1000.0))
             r.fail("oversubscription",
-                   "must be at least 1 (down capacity : up capacity, 1 = full bisection)");
+                   "must be from 1 to 1000 (down capacity : up capacity, 1 = full bisection)");
         t.oversubscription = o;
     }
     t.bandwidth = r.bandwidth_opt("bandwidth");

@@ -354,8 +354,8 @@ struct Slowdown {
     double factor = 1;
     double spread = 0;
 };
-// Drawn factors are kept in [kMinSlowdown, kMaxSlowdown]; written ones must be in (0,
-// kMaxSlowdown].
+// Drawn factors are kept in [kMinSlowdown, kMaxSlowdown]; written factors, means and medians
+// must be in that range too (and a GPU's product of fixed factors), spreads in (0, kMaxSlowdown].
 inline constexpr double kMinSlowdown = 0.05;
 inline constexpr double kMaxSlowdown = 1000;
 struct HostSlowdown {

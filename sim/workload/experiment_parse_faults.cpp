@@ -1,6 +1,7 @@
 // The parsers of an experiment's `variability`, `faults` and `goodput` sections, and gpu_set
 // (the GPU and node numbers they and jobs' placements name).
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,11 +119,14 @@ std::vector<int> variability_gpus(const config::Reader& r, const topology::Clust
     return gpus;
 }
 
-// A factor of `variability`: finite and > 0 (1.2 is 20% slower).
-double slowdown_factor(const config::Reader& r, const std::string& key, double fallback) {
+// A factor of `variability`: finite, in (0, kMaxSlowdown] for a spread (sd, sigma), else in
+// [kMinSlowdown, kMaxSlowdown] as the drawn factors are kept (1.2 is 20% slower).
+double slowdown_factor(const config::Reader& r, const std::string& key, double fallback,
+                       bool spread = false) {
     const double f = r.number_or(key, fallback);
-    if (!(f > 0 && f <= kMaxSlowdown))
-        r.fail(key, "must be in (0, " + std::to_string(static_cast<int>(kMaxSlowdown)) +
+    if (spread ? !(f > 0 && f <= kMaxSlowdown) : !(f >= kMinSlowdown && f <= kMaxSlowdown))
+        r.fail(key, std::string("must be in ") + (spread ? "(0" : "[0.05") + ", " +
+                        std::to_string(static_cast<int>(kMaxSlowdown)) +
                         "] (1 is the plan's time, 1.2 is 20% slower)");
     return f;
 }
@@ -199,6 +203,7 @@ namespace detail {
 
 VariabilitySpec parse_variability(const config::Reader& r, const topology::Cluster& cluster) {
     VariabilitySpec v;
+    std::vector<double> fixed;  // per GPU: the product of its fixed factors so far
     if (r.has("gpus"))
         for (const auto& e : r.list_of_maps("gpus")) {
             Slowdown s;
@@ -212,18 +217,35 @@ VariabilitySpec parse_variability(const config::Reader& r, const topology::Clust
                     break;
                 case SlowdownKind::Normal:
                     s.factor = slowdown_factor(e, "mean", 1);
-                    s.spread = slowdown_factor(e, "sd", 1);
+                    s.spread = slowdown_factor(e, "sd", 1, true);
                     if (!e.has("sd")) e.fail_here("a normal slowdown needs sd (e.g. 0.05)");
                     break;
                 case SlowdownKind::Lognormal:
                     s.factor = slowdown_factor(e, "median", 1);
-                    s.spread = slowdown_factor(e, "sigma", 1);
+                    s.spread = slowdown_factor(e, "sigma", 1, true);
                     if (!e.has("sigma"))
                         e.fail_here("a lognormal slowdown needs sigma (e.g. 0.05)");
                     break;
             }
             e.finish();
             v.gpus.push_back(std::move(s));
+            // A GPU under several fixed entries runs the product of their factors: kept in
+            // the range of one.
+            if (v.gpus.back().kind == SlowdownKind::Fixed) {
+                fixed.resize(static_cast<std::size_t>(cluster.gpu_count()), 1.0);
+                for (int g : v.gpus.back().gpus) {
+                    double& f = fixed[static_cast<std::size_t>(g)];
+                    f *= v.gpus.back().factor;
+                    if (!(f >= kMinSlowdown && f <= kMaxSlowdown)) {
+                        char text[32];
+                        std::snprintf(text, sizeof text, "%.6g", f);
+                        e.fail("factor", "makes GPU " + std::to_string(g) +
+                                             "'s factor (the product of its entries' factors) " +
+                                             text + "; expected it in [0.05, " +
+                                             std::to_string(static_cast<int>(kMaxSlowdown)) + "]");
+                    }
+                }
+            }
         }
     if (r.has("hosts"))
         for (const auto& e : r.list_of_maps("hosts")) {
@@ -301,7 +323,13 @@ GoodputSpec parse_goodput(const config::Reader& r) {
     g.restart = r.time_opt("restart").value_or(Time::zero());
     if (auto c = r.map_opt("checkpoint")) {
         g.write_time = c->time_opt("write_time");
-        if (c->has("bytes") && c->string("bytes") != "auto") g.checkpoint_bytes = c->bytes("bytes");
+        if (c->has("bytes") && c->string("bytes") != "auto") {
+            g.checkpoint_bytes = c->bytes("bytes");
+            if (g.checkpoint_bytes.value <= 0)
+                c->fail("bytes",
+                        "a checkpoint holds more than 0 bytes; give its size (e.g. "
+                        "2.5TB) or auto (the model and optimizer states)");
+        }
         if (auto bw = c->bandwidth_opt("write_bandwidth")) g.write_bandwidth = *bw;
         if (g.write_time && c->has("write_bandwidth"))
             c->fail("write_time", "give write_time or write_bandwidth, not both");
@@ -329,6 +357,12 @@ GoodputSpec parse_goodput(const config::Reader& r) {
         if (g.monte_carlo_runs > 100000) mc->fail("runs", "must be at most 100000");
         g.monte_carlo_segments = static_cast<int>(mc->count_or("segments", 1000, 1));
         if (g.monte_carlo_segments > 100000) mc->fail("segments", "must be at most 100000");
+        // Each segment draws its own failures: 10^8 segments take about 0.6 s.
+        if (static_cast<std::int64_t>(g.monte_carlo_runs) * g.monte_carlo_segments > 100000000)
+            mc->fail("segments", "runs x segments = " +
+                                     std::to_string(static_cast<std::int64_t>(g.monte_carlo_runs) *
+                                                    g.monte_carlo_segments) +
+                                     " must be at most 100,000,000 (each segment is drawn)");
         g.monte_carlo_seed = static_cast<std::uint64_t>(mc->count_or("seed", 1, 0));
         mc->finish();
     }

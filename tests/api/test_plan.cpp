@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -900,6 +902,30 @@ TEST_CASE("run_ahead commits what the sequential loop commits, for any number of
     }
 }
 
+TEST_CASE("MemoryBudget: a hold waits until it fits beside those held, one alone always starts") {
+    api::MemoryBudget budget(10);
+    {
+        // Above the whole budget, alone: starts (run() refuses what is above the limit).
+        const api::MemoryBudget::Hold big(budget, 25);
+    }
+    std::atomic<bool> first_released{false};
+    std::atomic<bool> second_started_early{false};
+    std::optional<api::MemoryBudget::Hold> first(std::in_place, budget, 6);
+    std::thread second([&] {
+        // 6 + 6 > 10: waits for the first to be released.
+        const api::MemoryBudget::Hold hold(budget, 6);
+        second_started_early = !first_released.load();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first_released = true;
+    first.reset();
+    second.join();
+    CHECK(!second_started_early);
+    // 4 + 6 = 10 fit together: the second does not wait.
+    const api::MemoryBudget::Hold four(budget, 4);
+    const api::MemoryBudget::Hold six(budget, 6);
+}
+
 TEST_CASE("run_ahead passes an evaluation's exception on and leaves nothing running") {
     api::WorkerPool pool(2);
     std::vector<std::size_t> committed;
@@ -1110,6 +1136,52 @@ TEST_CASE("plan --global-batch: the option's sizes and ranges") {
     // 1..1000 is a thousand sizes: refused before any is made.
     CHECK(bad("1..1000:1").find("more than 256 sizes") != std::string::npos);
     CHECK(bad("1..99999999999999999999").find("is not a whole number") != std::string::npos);
+    // training.global_batch_size is a count (an int): 2^31 wrapped to -2^31 and searched nothing.
+    CHECK(api::parse_global_batches("2147483647") == V{2147483647});
+    CHECK(bad("2147483648").find("sizes go from 1 to 2147483647") != std::string::npos);
+}
+
+TEST_CASE("plan counts the simulator's own memory against --max-memory, layout by layout") {
+    // A batch of 2^24 sequences on plan-small's 8 GPUs: at dp 8 and micro-batch 2, 2^20
+    // microbatches per replica, 8 workers x 2^20 x 3 passes x 128 bytes = 3.2 GB by
+    // estimate_run_bytes, above 1 GiB; every layout has at least 2^20 microbatches per replica
+    // (2^24 / (dp x mbs) with dp x mbs <= 16) and at least 8 x 2^20 x 3 passes in all, so all are
+    // refused for it, each before its op orders are made (it reached 11.5 GB and bad_alloc).
+    auto o = small_options();
+    o.global_batches = {std::int64_t{1} << 24};
+    o.max_memory = std::int64_t{1} << 30;
+    const auto error = error_of([&] { api::plan(o, api::SweepRanks{}); });
+    CHECK(error.find("none of the") != std::string::npos);
+    CHECK(error.find("this run would need about") != std::string::npos);
+    CHECK(error.find("more than the limit of 1.074 GB") != std::string::npos);
+}
+
+TEST_CASE("plan refuses thread counts beyond 256, a failed job and a profile model's shapes") {
+    const api::SweepRanks ranks;
+    auto o = small_options();
+    o.threads = 257;
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--threads 257: expected a number of threads from 1 to 256 (or 0: one per core)");
+    o = small_options();
+    o.sets.push_back("faults={gpus: [{gpus: 0, at: 0s}]}");
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("a GPU or node failure ends") !=
+          std::string::npos);
+    o = small_options();
+    o.objective = api::PlanObjective::Cost;
+    o.gpu_hour_price = 2e9;
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("--gpu-hour-price: expected the price") == 0);
+    o = small_options();
+    o.sets.push_back("compute={model: profile, layer_forward: 1ms, layer_backward: 2ms}");
+    // --fix holds cp and sharding only: tp, ep, micro-batch size and recompute are named, each
+    // with the experiment's value.
+    const auto profile = error_of([&] { api::plan(o, ranks); });
+    CHECK(profile.find("--fix parallelism.tp=") != std::string::npos);
+    CHECK(profile.find("--fix parallelism.cp=") == std::string::npos);
+    CHECK(profile.find("--fix training.micro_batch_size=1 --fix training.recompute=none") !=
+          std::string::npos);
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1",  "parallelism.tp=2",
+               "parallelism.ep=1", "training.micro_batch_size=1", "training.recompute=none"};
+    CHECK(!api::plan(o, ranks)->top.empty());
 }
 
 TEST_CASE("plan --uneven-stages: a first/last split where the layers do not divide") {

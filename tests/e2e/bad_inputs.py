@@ -455,6 +455,115 @@ check_chakra("comm_groups.json with a number beyond a double",
                        {"w.0.et": bytes([2, 0x0a, 0]), "comm_groups.json": '{"0": [1e999]}'}),
              "comm_groups.json: not valid JSON: ")
 
+# A hostile re-audit at stop 59 (issue 40), one check per defect found.
+# Times below the resolution of the tool that wrote them gave residuals of 300 digits.
+check_trace("kernel duration below a nanosecond",
+            hostile_file("tiny-kernel.json", kernel_trace(
+                {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2000,
+                 "dur": 1e-300, "args": {"stream": 7}})),
+            "\"dur\" below a nanosecond (0.001 microseconds), the profiler's resolution")
+# Each dimension within 2^40 and the shape within 2^50 elements, but a GEMM of 2^91 FLOPs: its
+# time beyond the clock was an internal error.
+check_trace("shapes whose time is beyond the clock",
+            hostile_file("dims-clock.json", kernel_trace(
+                extra_args={"Input Dims": [[2 ** 40, 1024], [1024, 2 ** 40]]})),
+            "--torch-trace: a kernel's shapes (\"Input Dims\" of its operator) give a time longer "
+            "than the simulator's clock can hold")
+seed = open(os.path.join(here, "..", "fuzz", "corpus", "nccl-seed-ag2.nccl.txt")).read()
+check("nccl-tests time below 0.01 us",
+      ["calibrate", "--nccl-tests",
+       hostile_file("nccl-tiny.txt", seed.replace("    29.57   35.46", "    1e-300   35.46", 1)),
+       "--topology", topology2],
+      "nccl-tiny.txt:12:57: the out-of-place time is below 0.01 us, the smallest time nccl-tests "
+      "prints", corpus, outputs=("--out",))
+check_diff("diff: negative duration",
+           hostile_file("sim-dur.json", simulated_trace({"dur": -5})),
+           "sim-dur.json: traceEvents entry 1: \"dur\" is not a duration of 0 microseconds or more")
+# validate: a case whose sizes overflow the clock, a published value the relative error cannot
+# divide by, a collective of one rank (exit 1, +inf%, inf busbw before).
+def validate_case(name, case, expect):
+    folder = os.path.join(hostile, name)
+    os.mkdir(folder)
+    with open(os.path.join(folder, "cases.yaml"), "w") as fh:
+        fh.write("families:\n  - {id: f, tolerance: 0.10, error: relative, mode: x, title: t}\n"
+                 "cases:\n  - {id: a, family: f, topology: " + os.path.abspath(topology2) + ", "
+                 + case + ", source: s}\n")
+    check(name, ["validate", folder], expect, corpus, outputs=())
+validate_case("validate-clock", 'kind: gemm, gemm: {m: 2147483647, n: 2147483647, k: 2147483647}, '
+              'launch_overhead: 16us, published: 1.4, unit: ms',
+              "cases.yaml:4:5: 'cases.0': the case's sizes give a time longer than the simulator's "
+              "clock can hold")
+validate_case("validate-zero", "kind: gemm, gemm: {m: 8, n: 8, k: 8}, published: 1e-320, unit: ms",
+              "'cases.0.published': the error predicted / published - 1 is not finite")
+validate_case("validate-negative", "kind: gemm, gemm: {m: 8, n: 8, k: 8}, published: -1, unit: ms",
+              "'cases.0.published': expected the measured or published value in the case's unit, "
+              "above 0")
+validate_case("validate-one-rank", 'kind: collective, op: all_reduce, size: 1MiB, ranks: "0-0", '
+              "published: 10, unit: GB/s",
+              "'cases.0.ranks': a collective needs two ranks or more")
+# Experiment values in range that made nonsense or a hang: 10^10 Monte Carlo segments (60 s), a
+# fabric oversubscribed 1e308 times (a link of no capacity, exit 1), a checkpoint of 0 bytes
+# (written in 22.6 s), factors whose product is 1e21.
+profile_run = """topology: """ + os.path.abspath(topology2) + """
+model: {layers: 8, hidden_size: 4096, attention_heads: 32, vocab_size: 0}
+parallelism: {tp: 1, pp: 2, dp: 1}
+training: {micro_batch_size: 1, global_batch_size: 8, seq_length: 2048}
+compute: {model: profile, layer_forward: 1ms, layer_backward: 2ms}
+"""
+check("Monte Carlo of 10^10 segments",
+      ["run", hostile_file("mc.yaml", profile_run + "goodput: {failures_per_gpu_hour: 1e-3, "
+                           "checkpoint: {write_time: 1s}, monte_carlo: {runs: 100000, "
+                           "segments: 100000}}\n")],
+      "'goodput.monte_carlo.segments': runs x segments = 10000000000 must be at most 100,000,000",
+      corpus)
+check("checkpoint of 0 bytes",
+      ["run", hostile_file("ckpt.yaml", profile_run + "goodput: {failures_per_gpu_hour: 1e-3, "
+                           "checkpoint: {bytes: 0B, write_bandwidth: 1GB/s}}\n")],
+      "'goodput.checkpoint.bytes': a checkpoint holds more than 0 bytes", corpus)
+check("a GPU's factors multiplying past 1000",
+      ["run", hostile_file("factors.yaml", profile_run + "variability: {gpus: [{gpus: all, "
+                           "factor: 100}, {gpus: 1, factor: 20}]}\n")],
+      "'variability.gpus.1.factor': makes GPU 1's factor (the product of its entries' factors) "
+      "2000; expected it in [0.05, 1000]", corpus)
+check("fabric oversubscribed 1e308 times",
+      ["topology", superpod, "--set", "fabric.leaf.oversubscription=1e308"],
+      "'fabric.leaf.oversubscription': must be from 1 to 1000", corpus, outputs=("--json",))
+# plan: the simulator's own memory per layout (a batch of 16M sequences reached 11.5 GB and
+# bad_alloc under --max-memory 1GiB), thread counts the system cannot start (SIGABRT), a failed
+# job ranked first, a price whose cost is not finite, a profile's times compared at other shapes
+# (MFU 234%), errors naming what the user typed.
+pipeline = os.path.join(here, "..", "..", "workloads", "h200-2gpu-pipeline.yaml")
+profile_fixes = ["--fix", "parallelism.tp=1", "--fix", "parallelism.cp=1", "--fix",
+                 "parallelism.ep=1", "--fix", "training.micro_batch_size=1", "--fix",
+                 "training.recompute=none"]
+check("plan --threads 100000", plan + ["--threads", "100000"],
+      "--threads 100000: expected a number of threads from 1 to 256", corpus, outputs=("--json",))
+check("plan with a GPU failure",
+      plan + ["--set", "faults={gpus: [{gpus: 0, at: 0s}]}"],
+      "plan ranks layouts by the time of a whole iteration, which a GPU or node failure ends",
+      corpus, outputs=("--json",))
+check("plan --gpu-hour-price 1e308", plan + ["--objective", "cost", "--gpu-hour-price", "1e308"],
+      "--gpu-hour-price: expected the price of one GPU for an hour, above 0 and at most 1e9",
+      corpus, outputs=("--json",))
+check("plan of a profile model over its measured shape", ["plan", pipeline],
+      "compute.model: profile gives each layer the time measured at one tp, cp, ep, micro-batch "
+      "size and recomputation", corpus, outputs=("--json",))
+check("plan --global-batch beyond training.global_batch_size's range",
+      plan + ["--global-batch", "2147483648"], "'2147483648': sizes go from 1 to 2147483647",
+      corpus, outputs=("--json",))
+check("plan --gpus whose topology is refused names --gpus",
+      ["plan", pipeline, "--gpus", "4"] + profile_fixes, "--gpus 4: the topology at 2 nodes",
+      corpus, outputs=("--json",))
+check("plan --fix refused by the loader names --fix",
+      plan + ["--fix", "parallelism.cp_a2a_size=2"], "--fix parallelism.cp_a2a_size=2: ", corpus,
+      outputs=("--json",))
+check("plan --gpus beyond an int", plan + ["--gpus", "2147483648"],
+      "--gpus = 2147483648: not a value of the option's type", corpus, outputs=("--json",))
+# A 10 MB value quoted in a message is cut to its first 2,000 characters.
+check("10 MB YAML value in a message",
+      ["run", hostile_file("long-value.yaml", profile_run + "schedule: " + "a" * 10_000_000 + "\n")],
+      " more characters)", corpus)
+
 shutil.rmtree(hostile, ignore_errors=True)
 for f in failures:
     print("FAIL", f)
