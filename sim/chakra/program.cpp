@@ -776,12 +776,26 @@ std::map<std::string, std::vector<int>> read_comm_groups(const std::filesystem::
     const std::string text =
         read_regular_file(groups_file, label, "comm_groups.json", kMaxCommGroupsBytes);
     nlohmann::json j;
+    // JSON keeps the last of a key given twice: a communicator named twice is an error here, as
+    // a duplicated YAML key is.
+    std::set<std::string> names;
+    std::string twice;
+    const auto note_key = [&](int depth, nlohmann::json::parse_event_t event,
+                              nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 && twice.empty() &&
+            !names.insert(parsed.get<std::string>()).second)
+            twice = parsed.get<std::string>();
+        return true;
+    };
     try {
-        j = nlohmann::json::parse(text);
+        j = nlohmann::json::parse(text, note_key);
     } catch (const nlohmann::json::exception& e) {
         // A syntax error, or a number beyond a double (out_of_range 406).
         throw ConfigError(SourceLocation{label, 0, 0}, std::string("not valid JSON: ") + e.what());
     }
+    if (!twice.empty())
+        throw ConfigError(SourceLocation{label, 0, 0},
+                          "communicator \"" + twice + "\" is given twice; expected each once");
     const std::string expected =
         "expected {\"<pg_name>\": [rank, ...], ...} (ASTRA-sim's communicator groups)";
     if (!j.is_object()) throw ConfigError(SourceLocation{label, 0, 0}, expected);

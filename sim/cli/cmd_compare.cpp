@@ -25,6 +25,7 @@ struct CompareArgs {
     std::string json;
     std::string svg;
     std::string html;
+    std::string max_memory;
     bool no_fast_paths = false;
 };
 
@@ -38,7 +39,8 @@ void compare(const CompareArgs& a) {
     options.timelines = !a.svg.empty();
     options.details = !a.html.empty();
     options.fast_paths = !a.no_fast_paths;
-    auto spec = api::load_experiment({a.experiment, a.sets, ""});
+    options.max_memory = api::parse_max_memory(a.max_memory);
+    auto spec = api::load_experiment({a.experiment, a.sets, "", options.max_memory});
     api::guard_experiment_inputs(outputs, spec);
     // Every schedule run comes from --schedules: messages about one name the option, not the
     // file's `schedule:` line.
@@ -113,6 +115,11 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--html", args->html,
                     "Write a self-contained HTML report comparing the schedules")
         ->type_name("FILE");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "The memory the runs may take (default 16GiB, as run; with --html shared by "
+                    "the schedules, whose report detail is kept); larger runs are refused "
+                    "before they start")
+        ->type_name("SIZE");
     cmd->add_flag("--no-fast-paths", args->no_fast_paths,
                   "Turn off every fast path (folding, kept plans and capacities, batched sends "
                   "and link sums, caches across runs): the same results, computed the plain "

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <new>
 #include <set>
 #include <string>
 #include <string_view>
@@ -119,6 +120,15 @@ int main(int argc, char** argv) {
         return e.status;
     } catch (const cs::ConfigError& e) {
         cs::cli::print_error("error", e.what(), 2, &e.where());
+        return 2;
+    } catch (const std::bad_alloc&) {
+        // Every memory-hungry step is estimated against --max-memory first: one that still runs
+        // out found a machine with less memory than the limit allows (16 GiB by default).
+        cs::cli::print_error("error",
+                             "out of memory: this machine could not give what the input needs; "
+                             "give smaller sizes, or a --max-memory this machine has so that "
+                             "the estimate refuses it before it starts",
+                             2);
         return 2;
     } catch (const cs::ClockOverflow& e) {
         // Every time is derived from the input's sizes, rates and durations: one beyond the

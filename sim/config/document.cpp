@@ -741,7 +741,9 @@ std::optional<Bandwidth> Reader::bandwidth_opt(const std::string& key) const {
 FlopRate Reader::flop_rate(const std::string& key) const {
     auto r = parse_with_unit<FlopRate>(*this, key, parse_flop_rate, kFlopRateUnits,
                                        "a compute rate", "a finite number of FLOP/s");
-    if (!(r.flops_per_s > 0)) fail(key, "a compute rate must be greater than zero");
+    // Below a megaFLOP/s no processor computes: 1e-300 FLOP/s gave an MFU of inf%.
+    if (!(r.flops_per_s >= 1e6))
+        fail(key, "a compute rate must be at least 1 MFLOP/s (1e6 FLOP/s)");
     return r;
 }
 

@@ -150,8 +150,9 @@ AtomicFile::~AtomicFile() {
     if (committed_) return;
     out_.reset();
     if (tmp_.empty()) return;
-    std::error_code ec;
-    fs::remove(tmp_, ec);
+    // unlink, not fs::remove: this runs while an exception unwinds, out of memory among them,
+    // where fs::remove's allocations would end the process (noexcept) with the file left.
+    ::unlink(tmp_.c_str());
 }
 
 std::ostream& AtomicFile::stream() {

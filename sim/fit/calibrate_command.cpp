@@ -160,7 +160,8 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
             throw ConfigError(SourceLocation{"--torch-trace"},
                               "a kernel's shapes (\"Input Dims\" of its operator) give a time "
                               "longer than the simulator's clock can hold (2^63 ps, about 106 "
-                              "days); expected the shapes of a real training step");
+                              "days) or 2^63 bytes or more; expected the shapes of a real "
+                              "training step");
         }
     }();
     for (std::size_t i = 0; i < traces.size(); ++i)

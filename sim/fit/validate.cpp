@@ -649,7 +649,8 @@ void run_case(const config::Reader& c, const std::string& kind, const ValidateOp
     } catch (const ClockOverflow&) {
         c.fail_here(
             "the case's sizes give a time longer than the simulator's clock can hold "
-            "(2^63 ps, about 106 days); expected sizes of a real kernel or collective");
+            "(2^63 ps, about 106 days) or 2^63 bytes or more; expected sizes of a real "
+            "kernel or collective");
     }
 }
 

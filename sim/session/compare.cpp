@@ -42,6 +42,11 @@ CompareResult compare(const workload::ExperimentSpec& spec, const CompareOptions
         opt.schedule = n;
         opt.detail = options.details;
         opt.fast_paths = options.fast_paths;
+        // Each schedule's report detail is kept until the report is written: the schedules
+        // share the limit.
+        opt.max_memory = options.details ? options.max_memory /
+                                               static_cast<std::int64_t>(options.schedules.size())
+                                         : options.max_memory;
         std::unique_ptr<report::TimelineRecorder> recorder;
         if (options.on_prepared)
             opt.on_prepared = [&options, i](const replay::PreparedIteration& it) {

@@ -23,6 +23,7 @@ struct CompareOptions {
     bool timelines = false;              // record data-parallel replica 0's passes per schedule
     bool details = false;                // RunOptions::detail per schedule
     bool fast_paths = true;              // RunOptions::fast_paths per schedule
+    std::int64_t max_memory = topology::kDefaultMaxMemory;  // RunOptions::max_memory per schedule
     // RunOptions::on_prepared and ::attach of each schedule's run, with the schedule's index in
     // `schedules`: a progress display or another observer (which must outlive compare()).
     std::function<void(std::size_t, const replay::PreparedIteration&)> on_prepared;

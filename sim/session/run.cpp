@@ -200,7 +200,7 @@ ConfigError unreachable_gpu_error(const NoPathError& e, const SourceLocation& wh
                                   "GPU (link them directly or through a switch or NIC)");
 }
 
-double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks, bool detail) {
     // Measured (Release, docs/limits.md): the default experiment at 16,384 GPUs peaks at 160 MiB,
     // about 10 KiB per GPU with its cluster; a pipeline of two workers grows by about 150 bytes
     // per microbatch and worker. Both rounded up to leave room.
@@ -230,13 +230,22 @@ double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks) {
                         static_cast<double>(spec.training.microbatches(l)) *
                         (l.dp / mode.shard_size) *
                         (l.sharding == workload::Sharding::Parameters ? 3 : 1);
+    // An all-to-all over ep GPUs (each MoE layer's dispatch and combine) is ep (ep - 1) flows
+    // at once: measured about 200 bytes each (ep 512: 60 MB, ep 1,024: 206 MB), rounded up.
+    constexpr double kPerAllToAllFlow = 256;
+    const double ep = spec.model.experts > 0 ? l.ep : 1;
+    // The HTML report's detail (replica 0's timeline, link use and memory over time) grows with
+    // the passes: measured about 710 bytes a pass (two-GPU pipeline, 100,000 microbatches:
+    // 962 MB with --html, 108 MB without), rounded up.
+    constexpr double kDetailPerPass = 1024;
     return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes +
-           kPerUnitMessage * unit_messages + copies * cluster_bytes;
+           kPerUnitMessage * unit_messages + copies * cluster_bytes +
+           kPerAllToAllFlow * ep * (ep - 1) + (detail ? kDetailPerPass * passes : 0);
 }
 
 void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
-                      std::int64_t max_memory) {
-    const double need = estimate_run_bytes(spec, shape.chunks);
+                      std::int64_t max_memory, bool detail) {
+    const double need = estimate_run_bytes(spec, shape.chunks, detail);
     if (need <= static_cast<double>(max_memory)) return;
     char text[32];
     std::snprintf(text, sizeof text, "%.3g", need / 1e9);
@@ -277,7 +286,7 @@ replay::PreparedIteration prepare_run(const workload::ExperimentSpec& experiment
     // The plan is small (a few passes per model chunk, at most one chunk per layer); what grows
     // with the microbatches and GPUs is checked before it is built.
     how.admit = [&options](const replay::PreparedIteration& it) {
-        check_run_memory(it.spec, it.shape, options.max_memory);
+        check_run_memory(it.spec, it.shape, options.max_memory, options.detail);
     };
     return replay::prepare(std::move(faulted), options.schedule, how);
 }
@@ -559,7 +568,12 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
                                "sequence length they were measured at")
                  : std::string()));
     }
-    if (trace) trace->finish(report::trace_summary(out.summary));
+    if (trace) {
+        // A job that failed ends where it failed: what ran until then is the trace (the
+        // replay, stopped there, ended no iteration).
+        if (result.stopped) trace->on_iteration_end(result.iteration_time);
+        trace->finish(report::trace_summary(out.summary));
+    }
     if (options.detail)
         out.detail = detail.finish(prepared, out.summary, result.iteration_time, listed);
     out.summary.wall_time_s =

@@ -83,13 +83,14 @@ struct RunResult {
 
 // An upper estimate of the memory a run of `spec` takes, its cluster included, from per-GPU and
 // per-pass costs measured on the Release build (docs/limits.md); `chunks` is the schedule's
-// model chunks per device. A double, so that absurd layouts cannot wrap. Each distinct time at
-// which links fail later in the run adds a copy of the cluster's routing (Cluster::with_faults).
-double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks);
+// model chunks per device; `detail`: the HTML report's detail is recorded (RunOptions::detail). A
+// double, so that absurd layouts cannot wrap. Each distinct time at which links fail later in the
+// run adds a copy of the cluster's routing (Cluster::with_faults).
+double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks, bool detail = false);
 // Refuses (ConfigError at the layout) a run of `spec` in `shape` whose estimate_run_bytes is above
 // `max_memory` (--max-memory), saying what it would need.
 void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
-                      std::int64_t max_memory);
+                      std::int64_t max_memory, bool detail = false);
 
 // The input error for a route the topology lacks (no link fault involved): `where` names the
 // input, `between` what sends data between the two GPUs ("this run", "a job"). Topologies of up

@@ -192,8 +192,9 @@ NicSpec parse_nics(const config::Reader& r, int gpus) {
                 " NICs");
         for (std::size_t i = 0; i < list.size(); ++i) {
             const YAML::Node item = list[i];
-            if (!item.IsSequence() || item.size() == 0)
-                bad("entry " + std::to_string(i) + " is not a list");
+            if (!item.IsSequence()) bad("entry " + std::to_string(i) + " is not a list");
+            if (item.size() == 0)
+                bad("entry " + std::to_string(i) + " is empty (every NIC serves a GPU)");
             std::vector<int> gpus_of_nic;
             for (std::size_t j = 0; j < item.size(); ++j) {
                 const YAML::Node g = item[j];

@@ -750,15 +750,21 @@ void check_sections(const config::Reader& root, const ExperimentSpec& spec) {
     // Byte and FLOP counts of one microbatch multiply these (tokens x width x top_k x ep, in
     // 64-bit integers): sizes whose product leaves no headroom below 2^63 are refused here
     // rather than wrapping later.
+    // A token passes through top_k routed and every shared expert.
     const std::int64_t width = std::max({m.hidden_size, m.ffn_hidden_size, m.moe_ffn_hidden_size});
+    const std::int64_t experts_per_token =
+        std::max<std::int64_t>(1, std::int64_t{m.top_k} + m.shared_experts);
     const auto activations =
-        checked_product({t.micro_batch_size, t.seq_length, width, std::max(1, m.top_k), l.ep, 64});
+        checked_product({t.micro_batch_size, t.seq_length, width, experts_per_token, l.ep, 64});
     if (!activations || *activations > (std::int64_t{1} << 62))
         tr.fail("micro_batch_size",
                 "micro_batch_size x seq_length x the model's width (" +
                     std::to_string(t.micro_batch_size) + " x " + std::to_string(t.seq_length) +
                     " x " + std::to_string(width) +
-                    (m.top_k > 0 ? " x top_k " + std::to_string(m.top_k) : std::string()) +
+                    (m.shared_experts > 0
+                         ? " x top_k + shared_experts " + std::to_string(experts_per_token)
+                     : m.top_k > 0 ? " x top_k " + std::to_string(m.top_k)
+                                   : std::string()) +
                     ") is too large to simulate; reduce seq_length or micro_batch_size");
     const std::int64_t per_step = std::int64_t{t.micro_batch_size} * l.dp;
     if (t.global_batch_size % per_step != 0)

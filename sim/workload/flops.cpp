@@ -92,7 +92,7 @@ std::int64_t layer_matmul_weights_per_token(const ModelSpec& m, bool moe_layer) 
     const I attention = h * (q_width(m) + 2 * kv_width(m)) + q_width(m) * h;
     if (!moe_layer) return attention + mlp_matmul_weights(m, m.ffn_hidden_size);
     return attention + h * m.experts +
-           I{m.top_k + m.shared_experts} * mlp_matmul_weights(m, m.moe_ffn_hidden_size);
+           (I{m.top_k} + m.shared_experts) * mlp_matmul_weights(m, m.moe_ffn_hidden_size);
 }
 
 Flops attention_core_forward_flops(const ModelSpec& m, std::int64_t sequences,

@@ -77,8 +77,17 @@ FlopRate gemm_rate(const GemmShape& shape, Precision precision, const topology::
 Time gemm_time(const GemmShape& shape, Precision precision, const topology::GpuModel& gpu,
                const RooflineCompute& compute, int element_bytes, Fp8Recipe recipe) {
     const FlopRate rate = gemm_rate(shape, precision, gpu, compute, recipe);
-    const Bytes bytes{element_bytes * (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n)};
-    return detail::roofline_time(shape.flops(), rate, bytes, gpu, compute);
+    // In double first: shapes within their limits (2^40 a side) multiply past 2^63.
+    const double bytes = static_cast<double>(element_bytes) *
+                         (static_cast<double>(shape.m) * static_cast<double>(shape.k) +
+                          static_cast<double>(shape.k) * static_cast<double>(shape.n) +
+                          static_cast<double>(shape.m) * static_cast<double>(shape.n));
+    // Byte counts are 64-bit: a GEMM moving 2^63 bytes or more is beyond what is counted (and
+    // beyond the clock at any HBM bandwidth of a real GPU).
+    if (!(bytes < 0x1p63))
+        throw ClockOverflow("roofline", "a GEMM moving 2^63 bytes or more", Time::zero());
+    return detail::roofline_time(shape.flops(), rate, Bytes{static_cast<std::int64_t>(bytes)}, gpu,
+                                 compute);
 }
 
 GroupedGemmTiling grouped_gemm_tiling(I experts, I tokens, I n, I k, bool tokens_reduce,

@@ -2,7 +2,11 @@
 // failed spine link moves the traffic to the other spine, compare and sweep take the key.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
 #include "ingest/inputs.hpp"
@@ -80,6 +84,34 @@ TEST_CASE("faults: a GPU failing mid-iteration ends the job there, with what was
     CHECK(lr.warnings[1] ==
           "node 0 fails at 1 s, after the iteration ended (166.5 ms): the "
           "iteration is unaffected");
+}
+
+TEST_CASE("faults: a failed job's trace ends at the failure with the passes done") {
+    // The failure of the case above (GPU 1 at 2F + B/2 = 17.085 ms, under 1F1B on the ideal
+    // network): the trace was an internal error ("finish() before the end of the iteration").
+    // It now holds the three passes done (F0, F1 of stage 0, F0 of stage 1) and ends at 17.085 ms.
+    auto spec = cs::api::load_experiment(
+        {kPipeline, {"network.model=ideal", "faults={gpus: [{gpus: 1, at: 17.085ms}]}"}, ""});
+    const auto path = std::filesystem::temp_directory_path() / "clustersim-failed-trace.json";
+    cs::api::RunOptions options;
+    options.schedule = "1f1b";
+    options.trace = path;
+    const auto r = cs::api::run(spec, options);
+    CHECK(r.summary.faults.job_failed);
+    std::ifstream in(path);
+    const auto trace = nlohmann::json::parse(in);
+    int forwards = 0;
+    double end_us = -1;
+    for (const auto& e : trace["traceEvents"]) {
+        const auto name = e.value("name", std::string());
+        if (e.value("ph", "") == "X" && name.rfind("F", 0) == 0 && e.contains("args") &&
+            e["args"].contains("microbatch"))
+            ++forwards;
+        if (name == "iteration end") end_us = e["ts"].get<double>();
+    }
+    CHECK(forwards == 3);
+    CHECK(end_us == doctest::Approx(17085).epsilon(1e-9));
+    std::filesystem::remove(path);
 }
 
 TEST_CASE("faults: a failed spine link carries nothing; its traffic takes the other spine") {

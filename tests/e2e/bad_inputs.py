@@ -564,6 +564,59 @@ check("10 MB YAML value in a message",
       ["run", hostile_file("long-value.yaml", profile_run + "schedule: " + "a" * 10_000_000 + "\n")],
       " more characters)", corpus)
 
+# A second audit at stop 59: memory the run estimate did not count (the HTML report's detail,
+# compare's reports kept side by side, all-to-all flows), a hang in `topology`'s diameter, and
+# values accepted that printed inf or a misleading message.
+check("run --html above --max-memory",
+      ["run", pipeline, "--set", "training.global_batch_size=1000000", "--max-memory", "4GiB"],
+      "this run would need about 13.9 GB", corpus, outputs=("--html",))
+check("compare --html above --max-memory",
+      ["compare", pipeline, "--set", "training.global_batch_size=1000000", "--schedules",
+       "1f1b,gpipe", "--max-memory", "7GiB"],
+      "more than the limit of 3.758 GB", corpus, outputs=("--html",))
+check("all-to-all of 4,096 ranks above --max-memory",
+      ["collective", "--topology", superpod, "--set", "nodes=512", "--sizes", "1MiB", "--op",
+       "all_to_all", "--max-memory", "1GiB"],
+      "--op all_to_all: an all-to-all of 4096 ranks is 4096 x 4095 flows", corpus,
+      outputs=("--json",))
+check("expert parallelism over 4,096 GPUs above --max-memory",
+      ["run", hostile_file("ep4096.yaml", "topology: " + os.path.abspath(superpod) + """
+model: {family: moe, layers: 2, hidden_size: 1024, attention_heads: 16, ffn_hidden_size: 2048,
+        moe_ffn_hidden_size: 512, experts: 4096, top_k: 2, vocab_size: 1000}
+parallelism: {tp: 1, pp: 1, dp: 4096, ep: 4096}
+training: {micro_batch_size: 1, global_batch_size: 4096, seq_length: 1024}
+"""), "--set", "topology.nodes=512", "--max-memory", "1GiB"],
+      "this run would need about", corpus)
+check("a GPU model of 1e-300 FLOP/s",
+      ["topology", hostile_file("slow-gpu.yaml", """gpu_models:
+  X: {peak: {bf16: 1TFLOPS, fp8: 1e-300FLOPS}, hbm: 80GB, hbm_bandwidth: 1TB/s}
+devices:
+  - {id: gpu0, type: gpu, model: X}
+  - {id: gpu1, type: gpu, model: X}
+links:
+  - {from: gpu0, to: gpu1, kind: nvlink, bandwidth: 25GB/s, latency: 1us}
+""")],
+      "slow-gpu.yaml:2:34: 'gpu_models.X.peak.fp8': a compute rate must be at least 1 MFLOP/s",
+      corpus, outputs=("--json",))
+check("a NIC that serves no GPU",
+      ["topology", hostile_file("serves.yaml", """node:
+  gpus: 4
+  gpu_model: H100-SXM
+  intra: {kind: nvswitch, bandwidth: 450GB/s}
+  nics: {count: 4, bandwidth: 400Gbps, serves: [[0, 1, 2, 3], [], [], []]}
+nodes: 2
+fabric: {kind: single_switch}
+""")],
+      "'node.nics.serves': entry 1 is empty (every NIC serves a GPU)", corpus, outputs=("--json",))
+check_chakra("comm_groups.json naming a communicator twice",
+             et_folder("et-groups-twice", {"w.0.et": bytes([2, 0x0a, 0]),
+                                           "comm_groups.json": '{"1": [0], "1": [0]}'}),
+             "comm_groups.json: communicator \"1\" is given twice")
+check("collective beyond the clock by the topology's bandwidth",
+      ["collective", "--topology", superpod, "--sizes", "8", "--ranks", "0-1",
+       "--set", "nodes=2", "--set", "node.intra.bandwidth=1e-300B/s"],
+      "check the topology's bandwidths and latencies", corpus, outputs=("--json",))
+
 shutil.rmtree(hostile, ignore_errors=True)
 for f in failures:
     print("FAIL", f)

@@ -28,6 +28,19 @@ TEST_CASE("summary of the two-GPU H200 box") {
     CHECK(s.diameter_hops == 1);
 }
 
+TEST_CASE("summary of one node of 4,096 GPUs: every GPU two hops from every other") {
+    // GPU -> NVSwitch -> GPU. The diameter searched from each of the 4,096 GPUs to each (minutes,
+    // issue 40's second audit); it now searches from 64 of them, evenly spaced, to 64 and the
+    // other nodes' targets, and finds the same 2 hops (any two GPUs are two hops apart here).
+    const auto doc = config::parse_document(
+        "node: {gpus: 4096, gpu_model: H100-SXM, intra: {kind: nvswitch, bandwidth: 450GB/s}}\n"
+        "nodes: 1\n",
+        "big-node.yaml");
+    const TopologySummary s = summarize(topology::load_cluster(doc));
+    CHECK(s.gpus == 4096);
+    CHECK(s.diameter_hops == 2);
+}
+
 TEST_CASE("summary of the DGX H100 SuperPOD") {
     const TopologySummary s = summarize(load_bundled("dgx-h100-superpod.yaml"));
     CHECK(s.gpus == 256);

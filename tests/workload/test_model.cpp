@@ -181,4 +181,10 @@ TEST_CASE("MoE FLOPs count top_k routed plus shared experts") {
     CHECK(layer_matmul_weights_per_token(m, true) == 35328);
     // 3 sequences of 16 tokens: 2*35328*48 + attention core 4*3*16^2*64 = 3,391,488 + 196,608.
     CHECK(layer_forward_flops(m, true, 3, 16).value == doctest::Approx(3391488.0 + 196608.0));
+    // top_k + shared_experts added in int wrapped past 2^31 (MFU -13.23%): with 2^31 - 1 shared
+    // experts, (2 + 2147483647) x 6144 + 16384 + 512 = 13,194,139,539,456 + 16,896.
+    const auto many = model_of(
+        "model: {family: moe, layers: 2, hidden_size: 64, attention_heads: 4, "
+        "moe_ffn_hidden_size: 32, experts: 8, top_k: 2, shared_experts: 2147483647}\n");
+    CHECK(layer_matmul_weights_per_token(many, true) == 13194139539456 + 16896);
 }
