@@ -145,6 +145,11 @@ config::Document job_experiment_document(const config::Document& doc, const conf
                                  " the path of an experiment file or an inline experiment mapping");
     }
     const YAML::Node& eroot = edoc.root;
+    // A jobs file (or mapping) as a job's experiment: jobs do not nest.
+    if (eroot.IsMap() && eroot["jobs"].IsDefined())
+        j.fail("experiment",
+               "is a jobs file (it has a 'jobs' key); a job's experiment is one "
+               "experiment: list its jobs in this file instead");
     const YAML::Node et = eroot["topology"];
     if (et.IsDefined() && !et.IsNull()) {
         const bool same = et.IsScalar() &&
@@ -559,10 +564,11 @@ std::vector<int> jobs_by_gpu(const JobsSpec& spec, const std::vector<std::size_t
 // A job runs on while the others finish theirs; its tokens hold 256 iterations (and each
 // iteration keeps its replay). Iteration times that far apart overflowed the token and crashed
 // (found by fuzzing, issue 40): refused, with this error.
-ConfigError too_many_iterations(const JobsSpec& spec, const std::string& job, std::size_t i,
+ConfigError too_many_iterations(const JobSpec& job_spec, const std::string& job, std::size_t i,
                                 int iterations) {
+    // At the job's entry (the file's name alone said no line).
     return ConfigError(
-        SourceLocation{spec.source},
+        job_spec.where,
         "job '" + job + "' would start its " + std::to_string(i + 1) +
             "th iteration before the others end their " + std::to_string(iterations) +
             ": the jobs' iteration times differ by more than " + std::to_string(kIterationTokens) +
@@ -639,7 +645,7 @@ Simulated simulate(const JobsSpec& spec, const std::vector<replay::PreparedItera
         auto& run = runs[k];
         const auto i = run.replays.size();
         if (i >= kIterationTokens)
-            throw too_many_iterations(spec, spec.jobs[which[k]].name, i, iterations);
+            throw too_many_iterations(spec.jobs[which[k]], spec.jobs[which[k]].name, i, iterations);
         replay::SharedFabric fabric;
         fabric.sim = &sim;
         fabric.network = network.get();

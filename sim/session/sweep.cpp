@@ -225,6 +225,7 @@ void simulate_row(const Source& experiment, const std::vector<std::string>& base
         SweepCache* cache = experiment.cache.get();
         RunOptions options;
         options.fast_paths = cache != nullptr;
+        options.max_memory = experiment.max_memory;  // --max-memory, for each combination
         // The digest reads the links from the sketch (outside `flow`) or the accounting kept
         // for the run's cluster: the experiment's own unless link faults from the start change
         // its capacities. Without a cache (no fast paths) from the summary's own list.

@@ -130,14 +130,15 @@ check("--max-memory below the run's estimate",
       ["run", valid, "--set", "parallelism.tp=1", "--set", "training.global_batch_size=100000000",
        "--max-memory", "1GiB"],
       "microbatches per replica), more than the limit of 1.074 GB", corpus)
-# 128 combinations of the default experiment, each summary about 190 kB (it lists every link):
-# about 24 MB kept for --json, above a 20 MiB limit that the topology itself (about 18 MB) fits.
-# Refused after the first combination, with nothing written.
+# 256 combinations of the default experiment, each summary about 190 kB (it lists every link):
+# about 49 MB kept for --json, above a 40 MiB limit that the topology itself (about 18 MB) and
+# the first combination's run (estimated at 39.3 MB: each combination's run counts against the
+# limit too) fit. Refused after the first combination, with nothing written.
 default = os.path.join(here, "..", "..", "workloads", "default.yaml")
 check("sweep --json summaries above --max-memory",
       ["sweep", default, "--vary",
-       "training.global_batch_size=" + ",".join(str(256 * k) for k in range(1, 129)),
-       "--set", "network.model=analytical", "--max-memory", "20MiB"],
+       "training.global_batch_size=" + ",".join(str(256 * k) for k in range(1, 257)),
+       "--set", "network.model=analytical", "--max-memory", "40MiB"],
       "--json: keeping every combination's summary would take about", corpus, outputs=("--json",))
 check("--max-memory unreadable", ["run", valid, "--max-memory", "lots"],
       "--max-memory lots: expected a positive size", corpus)
@@ -616,6 +617,26 @@ check("collective beyond the clock by the topology's bandwidth",
       ["collective", "--topology", superpod, "--sizes", "8", "--ranks", "0-1",
        "--set", "nodes=2", "--set", "node.intra.bandwidth=1e-300B/s"],
       "check the topology's bandwidths and latencies", corpus, outputs=("--json",))
+
+# A third audit at stop 59: sweep's --max-memory was not applied to each combination (its
+# message said to raise a limit that did nothing), a job's refusal had no line, and a jobs file
+# given as a job's experiment was told to use `clustersim run`.
+oversub = os.path.join(here, "..", "..", "topologies", "h100-4node-oversubscribed.yaml")
+gpt_1b = hostile_file("gpt-1b.yaml", "topology: " + os.path.abspath(oversub) + """
+model: {layers: 24, hidden_size: 2048, attention_heads: 16, vocab_size: 50304}
+parallelism: {tp: 4, pp: 1, dp: 4}
+training: {micro_batch_size: 4, global_batch_size: 16, seq_length: 2048}
+schedule: 1f1b
+""")
+check("sweep --max-memory applies to every combination",
+      ["sweep", gpt_1b, "--vary", "training.global_batch_size=20000000,40000000",
+       "--max-memory", "1GiB"],
+      "more than the limit of 1.074 GB", corpus, outputs=("--json",))
+check("a jobs file as a job's experiment",
+      ["run", hostile_file("nested-jobs.yaml", "topology: " + os.path.abspath(oversub) +
+                           "\njobs:\n  - name: job-a\n    experiment: " + os.path.abspath(two_jobs) +
+                           "\n")],
+      "nested-jobs.yaml:4:17: 'jobs.0.experiment': is a jobs file (it has a 'jobs' key)", corpus)
 
 shutil.rmtree(hostile, ignore_errors=True)
 for f in failures:

@@ -164,9 +164,11 @@ same_as_serial("2 shapes, unequal", [experiment, "--vary", "parallelism.tp=3,8",
                                      "--vary", "training.micro_batch_size=1,2",
                                      "--set", "network.model=analytical"],
                ["not valid:", "512"])
-# A failure while running, on a rank other than 0: --json keeps every summary, and 192
-# combinations of about 171 KB each are more than --max-memory (20 MiB; the topology needs 18.4
-# MB), found at the first valid combination, index 1 (tp 8; index 0 has tp 3). Index 1 opens the
+# A failure while running, on a rank other than 0: --json keeps every summary, and 384
+# combinations of about 171 KB each (66 MB) are more than --max-memory (50 MiB, 52.4 MB; the
+# topology needs 18.4 MB, and each combination's run is estimated at 50.3 MB at most, which
+# counts against the limit too), found at the first valid combination, index 1 (tp 8; index 0
+# has tp 3). Index 1 opens the
 # tp 8 shape, which rank 1 starts with. The other ranks find the same error at later indices,
 # each with its own combination's summary size in the message: the earliest must be reported.
 fails_as_serial("summaries above --max-memory",
@@ -174,8 +176,9 @@ fails_as_serial("summaries above --max-memory",
                                        "1792,2048",
                  "--vary", "training.micro_batch_size=1,2",
                  "--vary", "training.recompute=none,selective,full",
-                 "--vary", "training.seq_length=1024,2048", "--vary", "parallelism.tp=3,8",
-                 "--set", "network.model=analytical", "--max-memory", "20MiB"],
+                 "--vary", "training.seq_length=1024,2048",
+                 "--vary", "parallelism.sequence_parallel=false,true", "--vary", "parallelism.tp=3,8",
+                 "--set", "network.model=analytical", "--max-memory", "50MiB"],
                 "more than --max-memory")
 # Refused by rank 0 at its first combination (SweepOptions::on_loaded): --json names the model
 # file every combination reads. The other two ranks are told to stop and still reach the gather;
