@@ -211,8 +211,7 @@ void run(const RunArgs& a) {
               << "network               " << network::fidelity_name(spec.network.fidelity);
     // Routing only chooses among paths between nodes.
     if (spec.cluster->node_count() > 1)
-        std::cout << ", routing "
-                  << name_of(topology::kRoutingNames, spec.cluster->routing());
+        std::cout << ", routing " << name_of(topology::kRoutingNames, spec.cluster->routing());
     std::cout << "\n";
     report::summary_writer("text").write(std::cout, result.summary);
     if (!a.html.empty()) std::cout << "\nreport written to " << a.html << "\n";
