@@ -4,6 +4,7 @@
 
 #include "cli/tables.hpp"
 #include "cli/text.hpp"
+#include "session/run.hpp"
 
 namespace cs::cli {
 
@@ -280,16 +281,13 @@ void print_sweep(std::ostream& out, const std::vector<SweepAxis>& axes, const Sw
     const auto rows = tally.top_rows();
     print_table(out, axes, rows, top);
     if (listed > top) out << "(" << listed - top << " more; --top N to show them)\n";
-    // An MFU above 100% is no real run: times given for another shape (a profile's layer times,
-    // charged as given at any micro-batch size, tp or sequence length), as `run` warns.
+    // An MFU above 100% is no real run, as `run` warns (its warnings are not kept per row).
     std::size_t above = 0;
     for (const SweepRow* r : rows)
         if (r->result && r->result->figure("mfu").get<double>() > 1) ++above;
     if (above > 0)
-        out << "warning: " << above << " of the rows listed show an MFU above 100%: their compute "
-            << "times are faster than the GPU's peak (compute.model: profile charges the times "
-               "given whatever the layout, so they hold only for the shape they were measured "
-               "at)\n";
+        out << "warning: " << above
+            << " of the rows listed show an MFU above 100%: " << api::above_peak_reason() << "\n";
     // Reasons of the invalid combinations, each reason once with how often it occurred.
     const auto reasons = tally.reasons();
     if (!reasons.empty()) out << "\nnot valid:\n";

@@ -31,11 +31,9 @@ CollectiveReport run_collective(const CollectiveRequest& request) {
                                          std::to_string(cluster.gpu_count() - 1));
     if (ranks.size() < 2 && request.kind != CollectiveKind::Broadcast)
         throw ConfigError(where, "a collective needs two ranks");
-    // An all-to-all is n (n - 1) flows at once, about 200 bytes each (rounded up as the run's
-    // estimate counts an expert-parallel one): 4,096 ranks held 3.7 GB and growing.
+    // 4,096 ranks held 3.7 GB and growing.
     if (request.kind == CollectiveKind::AllToAll) {
-        const double n = static_cast<double>(ranks.size());
-        const double need = 256 * n * (n - 1);
+        const double need = all_to_all_bytes(static_cast<double>(ranks.size()));
         if (need > static_cast<double>(request.max_memory)) {
             char text[32];
             std::snprintf(text, sizeof text, "%.3g", need / 1e9);

@@ -10,6 +10,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "core/errors.hpp"
@@ -145,10 +146,18 @@ struct RunStop {
     Time every;
 };
 
-// The run's summary, or none when `stop` ended it before its iteration ended.
+// The run's summary, or none when `stop` ended it before its iteration ended. With a `budget`,
+// the run holds its estimate (estimate_run_bytes of the prepared shape) against it from the end
+// of its preparation to its end.
 std::optional<report::Summary> simulate(const workload::ExperimentSpec& spec, SweepCache* cache,
-                                        const PlanOptions& options, RunStop stop = {}) {
+                                        const PlanOptions& options, RunStop stop = {},
+                                        MemoryBudget* budget = nullptr) {
     RunOptions run_options;
+    std::optional<MemoryBudget::Hold> hold;
+    if (budget)
+        run_options.on_prepared = [&hold, budget](const replay::PreparedIteration& it) {
+            hold.emplace(*budget, estimate_run_bytes(it.spec, it.shape.chunks));
+        };
     run_options.fast_paths = options.fast_paths;
     run_options.max_memory = options.max_memory;
     run_options.stop_at = stop.at;
@@ -634,11 +643,8 @@ struct Simulations {
         // ended): stopped before anything is loaded.
         if (!stop.when || !stop.when(Time::zero())) {
             const auto spec = worker.loader.load(l, analytical);
-            const MemoryBudget::Hold hold(
-                budget,
-                estimate_run_bytes(
-                    spec, schedule::make_schedule(spec.schedule)->chunks_for(spec.layout.vpp)));
-            if (const auto summary = simulate(spec, worker.cache.get(), options, std::move(stop)))
+            if (const auto summary =
+                    simulate(spec, worker.cache.get(), options, std::move(stop), &budget))
                 figures = figures_of(*summary, scorer, s.flops, s.peak, s.tokens, l.gpus());
         }
         (analytical ? worker.spent.analytical : worker.spent.confirm) += seconds_since(started);

@@ -230,17 +230,26 @@ double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks, bool
                         static_cast<double>(spec.training.microbatches(l)) *
                         (l.dp / mode.shard_size) *
                         (l.sharding == workload::Sharding::Parameters ? 3 : 1);
-    // An all-to-all over ep GPUs (each MoE layer's dispatch and combine) is ep (ep - 1) flows
-    // at once: measured about 200 bytes each (ep 512: 60 MB, ep 1,024: 206 MB), rounded up.
-    constexpr double kPerAllToAllFlow = 256;
+    // Each MoE layer's dispatch and combine: an all-to-all over ep GPUs.
     const double ep = spec.model.experts > 0 ? l.ep : 1;
     // The HTML report's detail (replica 0's timeline, link use and memory over time) grows with
     // the passes: measured about 710 bytes a pass (two-GPU pipeline, 100,000 microbatches:
     // 962 MB with --html, 108 MB without), rounded up.
     constexpr double kDetailPerPass = 1024;
     return kBase + kPerGpu * spec.cluster->gpu_count() + kPerPass * passes +
-           kPerUnitMessage * unit_messages + copies * cluster_bytes +
-           kPerAllToAllFlow * ep * (ep - 1) + (detail ? kDetailPerPass * passes : 0);
+           kPerUnitMessage * unit_messages + copies * cluster_bytes + all_to_all_bytes(ep) +
+           (detail ? kDetailPerPass * passes : 0);
+}
+
+double all_to_all_bytes(double ranks) {
+    constexpr double kPerFlow = 256;
+    return kPerFlow * ranks * (ranks - 1);
+}
+
+std::string above_peak_reason() {
+    return "the compute times are faster than the GPU's peak, as times given for another shape "
+           "are (compute.model: profile charges the times given whatever the layout, so they hold "
+           "only for the micro-batch size, tp, cp and sequence length they were measured at)";
 }
 
 void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
@@ -559,14 +568,8 @@ RunResult run_unchecked(const workload::ExperimentSpec& experiment, const RunOpt
     if (out.summary.mfu > 1) {
         char mfu[32];
         std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * out.summary.mfu);
-        out.warnings.push_back(
-            "MFU " + std::string(mfu) +
-            " is above 100%: the compute times are faster than the GPU's peak for this layout" +
-            (spec.compute.kind == workload::ComputeSpec::Kind::Profile
-                 ? std::string("; compute.model: profile charges the times given whatever the "
-                               "layout, so they hold only for the micro-batch size, tp, cp and "
-                               "sequence length they were measured at")
-                 : std::string()));
+        out.warnings.push_back("MFU " + std::string(mfu) +
+                               " is above 100%: " + above_peak_reason());
     }
     if (trace) {
         // A job that failed ends where it failed: what ran until then is the trace (the

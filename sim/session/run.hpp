@@ -87,6 +87,13 @@ struct RunResult {
 // double, so that absurd layouts cannot wrap. Each distinct time at which links fail later in the
 // run adds a copy of the cluster's routing (Cluster::with_faults).
 double estimate_run_bytes(const workload::ExperimentSpec& spec, int chunks, bool detail = false);
+// What an all-to-all of `ranks` GPUs holds while it runs: ranks (ranks - 1) flows at once,
+// about 200 bytes each (measured: ep 512, 60 MB; ep 1,024, 206 MB), rounded up to 256. Counted
+// by estimate_run_bytes for expert parallelism and by `collective --op all_to_all`.
+double all_to_all_bytes(double ranks);
+// Why an MFU above 100% is no real run, for the warnings of `run` and `sweep`: times given for
+// another shape, as a profile's layer times charged at any layout.
+std::string above_peak_reason();
 // Refuses (ConfigError at the layout) a run of `spec` in `shape` whose estimate_run_bytes is above
 // `max_memory` (--max-memory), saying what it would need.
 void check_run_memory(const workload::ExperimentSpec& spec, const schedule::PipelineShape& shape,
