@@ -331,10 +331,14 @@ void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixe
         for (const auto& [key, value] : held)
             if (!fixes.axes.contains(key))
                 missing += " --fix " + std::string(key) + "=" + std::to_string(value);
-        // The profiled backward is charged whatever is recomputed: it holds the run's own.
-        if (!fixes.axes.contains("training.recompute"))
+        // Without compute.profiled_recompute the profiled backward is charged whatever is
+        // recomputed (it holds the run's own); with it, each recomputation is charged its
+        // difference from the measured one, and plan searches them.
+        if (!base.compute.profile.measured_recompute && !fixes.axes.contains("training.recompute"))
             missing += " --fix training.recompute=" +
-                       std::string(name_of(workload::kRecomputeNames, base.training.recompute));
+                       std::string(name_of(workload::kRecomputeNames, base.training.recompute)) +
+                       " (or give compute.profiled_recompute, the recomputation the backward "
+                       "was measured with)";
         if (!missing.empty())
             throw ConfigError(SourceLocation{base.source},
                               "compute.model: profile gives each layer the time measured at one "

@@ -426,6 +426,10 @@ void read_profile(const config::Reader& r, ProfileCompute& p) {
     p.embedding_given = r.has("embedding_forward") || r.has("embedding_backward");
     p.output_given = r.has("output_forward") || r.has("output_backward");
     p.optimizer_given = r.has("optimizer_step");
+    if (r.has("profiled_recompute")) {
+        p.measured_recompute = r.choice("profiled_recompute", kRecomputeNames);
+        p.recompute_where = r.location("profiled_recompute");
+    }
     const bool per_layer = p.layer_forward.has_value();
     const bool per_stage = p.stage_forward.has_value();
     if (per_layer == per_stage)

@@ -194,7 +194,8 @@ inline constexpr std::array<Named<Framework>, 2> kFrameworkNames{{
     {"pytorch", Framework::Pytorch},
 }};
 
-// compute: {model: profile, ...}: measured times; nothing is added beyond them.
+// compute: {model: profile, ...}: measured times; nothing is added beyond them (but for a
+// recomputation other than the one measured: measured_recompute).
 struct ProfileCompute {
     std::optional<Time> layer_forward, layer_backward, layer_backward_input, layer_backward_weight;
     std::optional<Time> stage_forward, stage_backward;
@@ -206,6 +207,12 @@ struct ProfileCompute {
     // nothing, or the roofline model's estimate (`unprofiled: roofline`).
     bool estimate_unprofiled = false;
     bool embedding_given = false, output_given = false, optimizer_given = false;
+    // The recomputation the backward times were measured with (`profiled_recompute`; full: every
+    // layer). None: the experiment's own (training.recompute), charged as given; otherwise a run
+    // whose recomputation differs has each layer's backward adjusted by the difference
+    // (docs/compute-model.md, "Profiled recomputation"). `recompute_where` locates the key.
+    std::optional<Recompute> measured_recompute;
+    SourceLocation recompute_where;
 };
 
 // Where the gradients of a microbatch accumulate (compute.main_grads): Megatron-style fp32 main

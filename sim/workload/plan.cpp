@@ -1,6 +1,7 @@
 #include "workload/plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string_view>
 
@@ -152,6 +153,72 @@ void append_passes(ChunkPlan& c, const LayerPasses& lp, int layers) {
     c.activation_memory += Bytes{lp.activation_memory.value * layers};
 }
 
+// What one layer's backward spends recomputing under `kind` (full: every layer), by the
+// profile: a full recomputation runs the layer's forward again (`layer_forward`, the profiled
+// time); a selective one its attention core, which a profile does not time, so the roofline
+// model's estimate of it (its backward with selective recomputation less its backward without),
+// averaged over the chunk's layers (dense and MoE layers differ).
+Time layer_recompute_time(const ExperimentSpec& spec, const ChunkPlan& c, Recompute kind,
+                          Time layer_forward) {
+    if (kind == Recompute::None || c.layers == 0) return Time::zero();
+    if (kind == Recompute::Full) return layer_forward;
+    const auto& gpu = spec.cluster->gpu_model(0);
+    TrainingSpec with = spec.training, without = spec.training;
+    with.recompute = Recompute::Selective;
+    without.recompute = Recompute::None;
+    std::optional<Time> per_kind[2];  // [moe]
+    std::int64_t sum = 0;
+    for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
+        const bool moe = is_moe_layer(spec.model, layer);
+        auto& t = per_kind[moe ? 1 : 0];
+        if (!t) {
+            const auto time = [&](const TrainingSpec& training) {
+                return roofline_layer(spec.model, spec.layout, training, gpu, spec.compute.roofline,
+                                      moe)
+                    .backward_input.compute_time();
+            };
+            t = time(with) - time(without);
+        }
+        sum += t->count_ps();
+    }
+    return Time::ps(sum / c.layers);
+}
+
+// The change to each layer step's backward (its input-gradient part when split) when the run
+// recomputes other than what the profile measured (ProfileCompute::measured_recompute): what
+// the run recomputes, averaged over the chunk's layers (block: the first recompute_layers of
+// them), less what the measured backward holds. Zero when the profile measured the run's own.
+Time profile_recompute_change(const ExperimentSpec& spec, const ChunkPlan& c, Time layer_forward) {
+    const auto& p = spec.compute.profile;
+    const auto& t = spec.training;
+    if (!p.measured_recompute || c.layers == 0) return Time::zero();
+    const Recompute measured = *p.measured_recompute;
+    const int recomputed = recomputed_layers(t, c.layers);
+    // The run's own recomputation was measured (full: on every layer of the chunk).
+    if (measured == t.recompute && (measured != Recompute::Full || recomputed == c.layers))
+        return Time::zero();
+    const Time run = t.recompute == Recompute::Full
+                         ? Time::ps(std::llround(static_cast<double>(layer_forward.count_ps()) *
+                                                 recomputed / c.layers))
+                         : layer_recompute_time(spec, c, t.recompute, layer_forward);
+    return run - layer_recompute_time(spec, c, measured, layer_forward);
+}
+
+// `backward` changed by `change` (profile_recompute_change), refused below zero: the profile
+// says its backward holds more recomputation than its own time.
+Time changed_backward(const ExperimentSpec& spec, Time backward, Time change, const char* key) {
+    const Time changed = backward + change;
+    if (changed < Time::zero())
+        throw ConfigError(spec.compute.profile.recompute_where,
+                          std::string("'compute.profiled_recompute': ") + key + " (" +
+                              format_time(backward) + ") is shorter than the recomputation " +
+                              "this run would take out of it (" +
+                              format_time(Time::zero() - change) +
+                              "); give the recomputation the backward was measured with: none, "
+                              "selective or full");
+    return changed;
+}
+
 // The profiled layer (or stage) steps of a chunk: `per_layer` forward FLOPs a layer (the
 // chunk's `fwd_flops` in all), `recompute` recomputed FLOPs a layer step.
 void add_profile_layer_steps(const ExperimentSpec& spec, ChunkPlan& c, double per_layer,
@@ -170,7 +237,10 @@ void add_profile_layer_steps(const ExperimentSpec& spec, ChunkPlan& c, double pe
     if (p.layer_forward && c.layers > 0) {
         c.forward.steps.push_back(
             compute_step("layer", *p.layer_forward + oh, per_layer, per_layer, c.layers));
-        const Time bi = p.layer_backward ? *p.layer_backward : *p.layer_backward_input;
+        const Time bi =
+            changed_backward(spec, p.layer_backward ? *p.layer_backward : *p.layer_backward_input,
+                             profile_recompute_change(spec, c, *p.layer_forward),
+                             p.layer_backward ? "layer_backward" : "layer_backward_input");
         // The weight gradient GEMMs carry half of the backward's 2x-forward FLOPs.
         if (p.layer_backward) {
             c.backward.steps.push_back(
@@ -194,7 +264,13 @@ void add_profile_layer_steps(const ExperimentSpec& spec, ChunkPlan& c, double pe
                                   "profiles cannot express; give layer_forward, "
                                   "layer_backward_input and layer_backward_weight");
         const auto fwd = Time::ps(p.stage_forward->count_ps() / chunks);
-        const auto bwd = Time::ps(p.stage_backward->count_ps() / chunks);
+        // The stage's forward stands for its layers' (a layer: fwd / layers) when the run
+        // recomputes other than what was measured.
+        const Time change =
+            c.layers > 0 ? profile_recompute_change(spec, c, Time::ps(fwd.count_ps() / c.layers))
+                         : Time::zero();
+        const auto bwd = changed_backward(spec, Time::ps(p.stage_backward->count_ps() / chunks),
+                                          change * c.layers, "stage_backward");
         c.forward.steps.push_back(compute_step("stage", fwd + oh, fwd_flops, fwd_flops));
         c.backward.steps.push_back(
             compute_step("stage", bwd + oh, 2 * fwd_flops, 2 * fwd_flops + recompute * c.layers));

@@ -1177,11 +1177,36 @@ TEST_CASE("plan refuses thread counts beyond 256, a failed job and a profile mod
     const auto profile = error_of([&] { api::plan(o, ranks); });
     CHECK(profile.find("--fix parallelism.tp=") != std::string::npos);
     CHECK(profile.find("--fix parallelism.cp=") == std::string::npos);
-    CHECK(profile.find("--fix training.micro_batch_size=1 --fix training.recompute=none") !=
-          std::string::npos);
+    CHECK(profile.find("--fix training.micro_batch_size=1 --fix training.recompute=none (or "
+                       "give compute.profiled_recompute") != std::string::npos);
     o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1",  "parallelism.tp=2",
                "parallelism.ep=1", "training.micro_batch_size=1", "training.recompute=none"};
     CHECK(!api::plan(o, ranks)->top.empty());
+}
+
+TEST_CASE("plan searches recomputation under a profile that says what it measured") {
+    // compute.profiled_recompute: none says the profiled backward holds no recomputation, so
+    // plan needs no --fix of training.recompute: each recomputation is charged its difference
+    // (full: the profiled 1 ms forward again per layer; workload/test_plan.cpp checks the
+    // times) and searched. On this small model no recomputation fits and costs nothing extra,
+    // so it ranks first; layouts with full recomputation are evaluated, not refused.
+    const api::SweepRanks ranks;
+    auto o = small_options();
+    o.sets.push_back(
+        "compute={model: profile, layer_forward: 1ms, layer_backward: 2ms, "
+        "profiled_recompute: none}");
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "parallelism.tp=2",
+               "parallelism.ep=1", "training.micro_batch_size=1"};
+    o.keep_entries = true;
+    const auto result = api::plan(o, ranks);
+    REQUIRE(result);
+    REQUIRE(!result->top.empty());
+    CHECK(result->top.front().layout.recompute == workload::Recompute::None);
+    bool full_seen = false;
+    for (const auto& e : result->entries)
+        full_seen |= e.layout.recompute == workload::Recompute::Full &&
+                     e.status != api::PlanEntry::Status::Invalid;
+    CHECK(full_seen);
 }
 
 TEST_CASE("plan --uneven-stages: a first/last split where the layers do not divide") {

@@ -14,6 +14,7 @@
 #include "workload/experiment.hpp"
 #include "workload/pipeline_split.hpp"
 #include "workload/plan.hpp"
+#include "workload/roofline.hpp"
 
 using namespace cs;
 using namespace cs::workload;
@@ -639,6 +640,55 @@ TEST_CASE("uneven split keys: stage profiles and mixed keys are refused") {
     CHECK(error_of([&] {
               plan_iteration(stage, 1, false, one_chunk());
           }).find("an uneven pipeline split needs per-layer profile times") != std::string::npos);
+}
+
+TEST_CASE("a profile's measured recomputation: other recomputations charged by difference") {
+    const Loaded l("plan_profiled_recompute");
+    // kSmallGpt: 2 layers a chunk on pp 2, each profiled at 1 ms forward and 2 ms backward.
+    const auto bwd = [&](std::vector<std::string> sets, int chunk = 0) {
+        const auto plan = plan_iteration(l.spec(std::move(sets)), 1, false, one_chunk());
+        return plan.virtual_stages[static_cast<std::size_t>(chunk)].backward.compute_time();
+    };
+    // Without profiled_recompute the backward is charged as given, whatever is recomputed.
+    CHECK(bwd({"training.recompute=full"}) == Time::ms(4));
+    // Measured without recomputation: full recomputation runs each layer's 1 ms forward again,
+    // 2 x (2 + 1) = 6 ms a chunk; block 1 of the chunk's 2 layers once, 4 + 1 = 5 ms.
+    const std::string none = "compute.profiled_recompute=none";
+    CHECK(bwd({none}) == Time::ms(4));
+    CHECK(bwd({none, "training.recompute=full"}) == Time::ms(6));
+    CHECK(bwd({none, "training.recompute=full", "training.recompute_method=block",
+               "training.recompute_layers=1"}) == Time::ms(5));
+    // Measured with full recomputation: the 2 ms backward holds a 1 ms forward, so without
+    // recomputation a layer's backward is 1 ms (2 ms a chunk) and with full it is as given.
+    const std::string full = "compute.profiled_recompute=full";
+    CHECK(bwd({full}) == Time::ms(2));
+    CHECK(bwd({full, "training.recompute=full"}) == Time::ms(4));
+    // Selective: the profile has no time for the attention core, so the roofline model's
+    // estimate, its layer backward with selective recomputation less the one without, is added
+    // per layer (the same model, shape and GPU, at the default sustained clocks).
+    const std::vector<std::string> roofline = {"compute={model: roofline}"};
+    const auto roof = [&](const char* recompute) {
+        const auto spec = l.spec({std::string("training.recompute=") + recompute}, roofline);
+        return roofline_layer(spec.model, spec.layout, spec.training, spec.cluster->gpu_model(0),
+                              spec.compute.roofline, false)
+            .backward_input.compute_time();
+    };
+    const Time selective = roof("selective") - roof("none");
+    CHECK(selective > Time::zero());
+    CHECK(bwd({none, "training.recompute=selective"}) == Time::ms(4) + selective * 2);
+    // A backward shorter than the recomputation taken out of it is refused at the key: measured
+    // with full recomputation, a 0.5 ms backward cannot hold a 1 ms forward.
+    CHECK(error_of([&] {
+              bwd({full, "compute.layer_backward=0.5ms"});
+          }) ==
+          "--set compute.profiled_recompute=full: 'compute.profiled_recompute': layer_backward "
+          "(500 us) is shorter than the recomputation this run would take out of it (1 ms); give "
+          "the recomputation the backward was measured with: none, selective or full");
+    // Stage profiles: the stage's forward stands for its layers (2 ms a stage of 2 layers, so
+    // 1 ms a layer): measured without, full recomputation adds it, 4 + 2 = 6 ms.
+    CHECK(bwd({"compute={model: profile, stage_forward: 2ms, stage_backward: 4ms, "
+               "profiled_recompute: none}",
+               "training.recompute=full"}) == Time::ms(6));
 }
 
 TEST_CASE("partial recomputation: block recomputes the first N layers of each chunk") {
