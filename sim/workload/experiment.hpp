@@ -510,8 +510,9 @@ ExperimentSpec load_job_experiment(const config::Document& doc,
                                    std::int64_t max_memory = topology::kDefaultMaxMemory);
 
 // The GPUs a mapping names by `gpus:` (a number, "all", numbers and ranges such as "0-3,8", or a
-// list) or `nodes:` (the same forms, by node): sorted, unique, checked against the cluster. The
-// parser of variability.gpus, faults.gpus and explicit job placements.
+// list) or `nodes:` (the same forms, by node): sorted, unique, checked against the cluster, each
+// named once (a GPU or node named twice is an error at the key). The parser of explicit job
+// placements (variability.gpus and faults.gpus read the same forms, repeats allowed).
 std::vector<int> gpu_set(const config::Reader& r, const topology::Cluster& cluster);
 
 // GPU (or node) numbers as ranges, for messages and summaries: {0, 1, 2, 3, 8} -> "0-3,8".

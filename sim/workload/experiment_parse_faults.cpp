@@ -25,17 +25,26 @@ struct NumberRanges {
     bool by_gpu;
     int limit;
     std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    // The smallest number named more than once, -1 if none (found by merge()).
+    std::int64_t repeated = -1;
 
     // Sorted and merged, overlapping or adjacent ranges joined; done whenever the list grows long
-    // too, so that it never holds more than about as many ranges as the cluster has numbers.
+    // too, so that it never holds more than about as many ranges as the cluster has numbers. A
+    // range that overlaps the ones before it names its first number twice: sorted by start, the
+    // first such overlap gives the smallest repeated number (and a merge part-way keeps every
+    // number, so a later repeat of it still overlaps).
     void merge() {
         std::sort(ranges.begin(), ranges.end());
         std::size_t kept = 0;
         for (const auto& range : ranges)
-            if (kept > 0 && range.first <= ranges[kept - 1].second + 1)
+            if (kept > 0 && range.first <= ranges[kept - 1].second + 1) {
+                if (range.first <= ranges[kept - 1].second &&
+                    (repeated < 0 || range.first < repeated))
+                    repeated = range.first;
                 ranges[kept - 1].second = std::max(ranges[kept - 1].second, range.second);
-            else
+            } else {
                 ranges[kept++] = range;
+            }
         ranges.resize(kept);
     }
     void check(std::int64_t v) const {
@@ -81,8 +90,10 @@ struct NumberRanges {
 
 // The GPUs an entry of `variability` names: `gpus:` (a number, "all", a string of numbers and
 // ranges such as "0-3,8", or a list of numbers) or `nodes:` (the same forms, by node), one of the
-// two. Sorted and unique; every number checked against the cluster.
-std::vector<int> variability_gpus(const config::Reader& r, const topology::Cluster& cluster) {
+// two. Sorted and unique; every number checked against the cluster. With `once`, a number named
+// twice is refused (a job's placement runs a rank per GPU named).
+std::vector<int> variability_gpus(const config::Reader& r, const topology::Cluster& cluster,
+                                  bool once = false) {
     const bool by_gpu = r.has("gpus"), by_node = r.has("nodes");
     if (by_gpu == by_node)
         r.fail_here(by_gpu ? "give gpus or nodes, not both"
@@ -106,6 +117,10 @@ std::vector<int> variability_gpus(const config::Reader& r, const topology::Clust
     }
     if (set.ranges.empty()) r.fail(key, "names no GPU");
     set.merge();
+    if (once && set.repeated >= 0)
+        r.fail(key, std::string(by_gpu ? "GPU " : "node ") + std::to_string(set.repeated) +
+                        " is named more than once; name each " + (by_gpu ? "GPU" : "node") +
+                        " once (a rank runs on each GPU named)");
     std::vector<int> picked;
     for (const auto& [a, b] : set.ranges)
         for (std::int64_t i = a; i <= b; ++i)
@@ -373,7 +388,7 @@ GoodputSpec parse_goodput(const config::Reader& r) {
 }  // namespace detail
 
 std::vector<int> gpu_set(const config::Reader& r, const topology::Cluster& cluster) {
-    return variability_gpus(r, cluster);
+    return variability_gpus(r, cluster, true);
 }
 
 }  // namespace cs::workload

@@ -207,6 +207,17 @@ TEST_CASE("jobs: bad jobs files are refused with the place and what is accepted"
                 ", placement: {gpus: \"0-1\"}}\n  - {name: b, experiment: " + dp_job(2) +
                 ", placement: {gpus: \"1-2\"}}\n")
               .find("GPU 1 already belongs to job 'a'") != std::string::npos);
+    // A GPU named twice (it was merged away, and the count came out one short): named as such,
+    // by GPU or by node, the smallest repeated number.
+    CHECK(
+        error(head + "  - {name: a, experiment: " + dp_job(2) + ", placement: {gpus: \"3,1,1\"}}\n")
+            .find("'jobs.0.placement.gpus': GPU 1 is named more than once") != std::string::npos);
+    CHECK(error(head + "  - {name: a, experiment: " + dp_job(8) +
+                ", placement: {gpus: [\"4-7\", \"0-5\"]}}\n")
+              .find("GPU 4 is named more than once") != std::string::npos);
+    CHECK(
+        error(head + "  - {name: a, experiment: " + dp_job(4) + ", placement: {nodes: \"1,1\"}}\n")
+            .find("node 1 is named more than once; name each node once") != std::string::npos);
     CHECK(error(head + "  - {name: a, experiment: " + dp_job(2) + ", gpus: 2}\n").find("gpus") !=
           std::string::npos);
 }
