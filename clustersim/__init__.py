@@ -373,7 +373,9 @@ class Experiment:
              global_batch: Union[None, int, str, Sequence[int]] = None, threads: int = 0,
              progress: Progress = None) -> Dict[str, Any]:
         """Searches every layout of this experiment's model on its GPUs, as `clustersim plan`
-        does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}).
+        does (docs/plan.md). `fix` holds keys at one value ({"parallelism.tp": 8, ...}) or
+        bounds a searched axis to a set (a list: {"parallelism.tp": [4, 8]}) or, for a
+        whole-number axis, a range (plan --fix's text: {"parallelism.pp": "4..16"}).
         Returns the dict `plan --json` writes: the counts, `top` (best first, each with its
         `layout`, `figures`, `megatron_args` for the best and `why_lost` for the others) and
         `layouts_evaluated` (every layout with its status and figures or reason); with
@@ -392,6 +394,10 @@ class Experiment:
         same for any number. `progress(done, total, phase)` is called as each phase ("search", "simulate",
         "confirm") advances, at most ten times a second and at its first and last step.
         Ctrl-C stops the plan at its next progress step (KeyboardInterrupt)."""
+        # A list of values is the set --fix takes (V1,V2,...); anything else as --set has it.
+        if isinstance(fix, Mapping):
+            fix = {k: ",".join(_yaml_value(x) for x in v) if isinstance(v, (list, tuple)) else v
+                   for k, v in fix.items()}
         fixes = _overrides(fix, "fix")
         names = _schedule_names("schedules", schedules) if schedules is not None else []
         text = _core.plan(self._source, self.overrides, fixes, names,

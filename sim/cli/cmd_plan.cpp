@@ -1,4 +1,5 @@
-// clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE]... [--schedules a,b] [--headroom FRACTION]
+// clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE|VALUES]... [--schedules a,b] [--headroom
+// FRACTION]
 //                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
 //                 [--margin FRACTION] [--set k=v]... [--json FILE] [--html FILE] [--guide] [--hsdp]
 //                 [--partial-recompute] [--uneven-stages] [--gpus N,N,...]
@@ -121,9 +122,10 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
         page.experiment = result->source;
         page.plan = api::plan_html_data(*result);
         // --fix keys as --set: a fixed axis is set again, to the same value, by each layout's
-        // overrides.
+        // overrides (a bounded one is not: each layout sets its own value).
         auto sets = a.sets;
-        sets.insert(sets.end(), a.fixes.begin(), a.fixes.end());
+        const auto fixed = api::plan_fixes_as_sets(a.fixes);
+        sets.insert(sets.end(), fixed.begin(), fixed.end());
         page.command = run_command(a.experiment, sets);
         api::write_html(a.html, page, &outputs);
     }
@@ -176,8 +178,10 @@ void register_plan(CLI::App& app) {
                     "Experiment YAML: model, topology, sequence length, global batch")
         ->required();
     cmd->add_option("--fix", args->fixes,
-                    "Hold a key at one value: parallelism.tp=8, schedule=1f1b, "
-                    "training.recompute=selective, or any parallelism./training. key")
+                    "Hold a key at one value (parallelism.tp=8, schedule=1f1b, "
+                    "training.recompute=selective, or any parallelism./training. key), or bound a "
+                    "searched one to a set or range: parallelism.tp=4,8, parallelism.pp=4..16, "
+                    "parallelism.tp=..8, training.recompute=none,full")
         ->type_name("KEY=VALUE");
     cmd->add_option("--schedules", args->schedules,
                     "Schedules to search (default: every registered one)")

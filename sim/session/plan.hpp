@@ -225,7 +225,9 @@ struct PlanOptions {
     std::optional<workload::ExperimentText> text;  // the experiment itself instead of a path
     std::vector<std::string> sets;                 // --set: applied to every layout first
     // --fix key=value: an axis held at one value (parallelism.tp, training.micro_batch_size,
-    // schedule, ...), or any other parallelism./training. key applied to every layout.
+    // schedule, ...) or bounded to a set (parallelism.tp=4,8, training.recompute=none,full) or,
+    // for a whole-number axis, a range (parallelism.pp=4..16, parallelism.tp=..8); or any other
+    // parallelism./training. key applied to every layout.
     std::vector<std::string> fixes;
     std::vector<std::string> schedules;  // empty: every registered schedule
     double headroom = 0;                 // fraction of HBM kept free
@@ -354,6 +356,11 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
 // looked up in the registry; an unknown schedule throws ConfigError.
 std::string megatron_args_for(const workload::ExperimentSpec& spec,
                               std::vector<std::string>* notes = nullptr);
+
+// The --fix values that are plain --set overrides of the experiment: every one but an axis
+// bounded to a set or range (`parallelism.tp=4,8`, `parallelism.pp=4..16`), which no single
+// experiment holds (the HTML report's command line).
+std::vector<std::string> plan_fixes_as_sets(const std::vector<std::string>& fixes);
 
 // Throws ConfigError for bad options (an unknown --fix key, a bad objective or price), for an
 // experiment that does not load, and when no layout is valid and fits.

@@ -38,12 +38,6 @@ constexpr std::array<std::string_view, 10> kAxisKeys{
     "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
     "training.recompute", "schedule"};
 
-template <typename T>
-std::vector<T> only_or(const std::optional<T>& fixed, std::vector<T> all) {
-    if (!fixed) return all;
-    return {*fixed};
-}
-
 // A first/last split of `layers` over `pp` stages of `chunks` chunks each, as Megatron-LM's
 // --decoder-first/last-pipeline-num-layers take it: the pp - 2 middle stages hold m layers each,
 // stage 0 and stage pp - 1 the rest, every count a multiple of the chunks and at least one per
@@ -121,21 +115,96 @@ void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& s
 
 }  // namespace
 
-std::optional<int> Fixes::number(const std::string& key) const {
-    const auto at = axes.find(key);
-    if (at == axes.end()) return std::nullopt;
-    const std::string& v = at->second;
-    int n = 0;
-    std::size_t used = 0;
-    try {
-        n = std::stoi(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
+namespace {
+
+// The axes whose values are whole numbers (the others are choices).
+constexpr std::array<std::string_view, 7> kNumberAxes{
+    "parallelism.tp", "parallelism.pp",  "parallelism.dp",           "parallelism.cp",
+    "parallelism.ep", "parallelism.vpp", "training.micro_batch_size"};
+
+// A whole number of `text`, 1 .. 2^31 - 1, or none.
+std::optional<int> whole_number(const std::string& text) {
+    if (text.empty() || text.size() > 10 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+    const long long n = std::stoll(text);
+    if (n < 1 || n > 2147483647) return std::nullopt;
+    return static_cast<int>(n);
+}
+
+// A whole-number axis's --fix value: N, V1,V2,... or MIN..MAX (either end open).
+Fixes::Bound read_bound(const std::string& key, const std::string& value) {
+    const SourceLocation where{"--fix " + key + "=" + value};
+    const std::string forms =
+        "expected a positive whole number N, a set N1,N2,... or a range MIN..MAX (MIN.. or "
+        "..MAX leave an end open)";
+    Fixes::Bound b;
+    if (const auto dots = value.find(".."); dots != std::string::npos) {
+        const std::string low = value.substr(0, dots), high = value.substr(dots + 2);
+        const auto lo = low.empty() ? std::optional<int>{1} : whole_number(low);
+        const auto hi = high.empty() ? std::optional<int>{2147483647} : whole_number(high);
+        if (!lo || !hi || (low.empty() && high.empty())) throw ConfigError(where, forms);
+        if (*hi < *lo) throw ConfigError(where, "the range runs backwards (" + forms + ")");
+        b.low = *lo;
+        b.high = *hi;
+        return b;
     }
-    if (used != v.size() || v.empty() || n < 1)
-        throw ConfigError(SourceLocation{"--fix " + key + "=" + v},
-                          "expected a positive whole number");
-    return n;
+    for (const auto& v : Fixes::split_values(key, value)) {
+        const auto n = whole_number(v);
+        if (!n) throw ConfigError(where, forms);
+        b.values.push_back(*n);
+    }
+    return b;
+}
+
+}  // namespace
+
+std::vector<std::string> Fixes::split_values(const std::string& key, const std::string& value) {
+    const SourceLocation where{"--fix " + key + "=" + value};
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    for (;;) {
+        const std::size_t comma = std::min(value.find(',', pos), value.size());
+        std::string v = value.substr(pos, comma - pos);
+        if (v.empty()) throw ConfigError(where, "an empty value in the list");
+        if (std::find(out.begin(), out.end(), v) != out.end())
+            throw ConfigError(where, "\"" + v + "\" is given twice");
+        out.push_back(std::move(v));
+        if (comma == value.size()) break;
+        pos = comma + 1;
+    }
+    return out;
+}
+
+bool Fixes::held(const std::string& key) const {
+    const auto at = axes.find(key);
+    if (at == axes.end()) return false;
+    const auto b = bounds.find(key);
+    if (b != bounds.end()) return b->second.values.size() == 1;
+    return at->second.find(',') == std::string::npos;
+}
+
+std::optional<int> Fixes::number(const std::string& key) const {
+    const auto b = bounds.find(key);
+    if (b == bounds.end() || b->second.values.size() != 1) return std::nullopt;
+    return b->second.values.front();
+}
+
+std::optional<int> Fixes::most(const std::string& key) const {
+    const auto b = bounds.find(key);
+    if (b == bounds.end()) return std::nullopt;
+    if (!b->second.values.empty())
+        return *std::max_element(b->second.values.begin(), b->second.values.end());
+    if (b->second.high == 2147483647) return std::nullopt;
+    return b->second.high;
+}
+
+std::vector<int> Fixes::allowed(const std::string& key, std::vector<int> candidates) const {
+    if (const auto one = number(key)) return {*one};
+    const auto b = bounds.find(key);
+    if (b == bounds.end()) return candidates;
+    std::erase_if(candidates, [&](int v) { return !b->second.allows(v); });
+    return candidates;
 }
 
 Fixes parse_fixes(const std::vector<std::string>& fixes) {
@@ -150,6 +219,8 @@ Fixes parse_fixes(const std::vector<std::string>& fixes) {
         if (!seen.insert(key).second) throw ConfigError(where, "'" + key + "' is fixed twice");
         if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) != kAxisKeys.end()) {
             out.axes[key] = value;
+            if (std::find(kNumberAxes.begin(), kNumberAxes.end(), key) != kNumberAxes.end())
+                out.bounds[key] = read_bound(key, value);
         } else if (key.rfind("parallelism.", 0) == 0 || key.rfind("training.", 0) == 0) {
             out.others.push_back(f);  // the loader checks the key and value
         } else {
@@ -165,6 +236,25 @@ Fixes parse_fixes(const std::vector<std::string>& fixes) {
     return out;
 }
 
+}  // namespace plan_space
+
+std::vector<std::string> plan_fixes_as_sets(const std::vector<std::string>& fixes) {
+    std::vector<std::string> sets;
+    for (const auto& f : fixes) {
+        const auto eq = f.find('=');
+        const std::string key = f.substr(0, eq);
+        const bool axis = std::find(plan_space::kAxisKeys.begin(), plan_space::kAxisKeys.end(),
+                                    key) != plan_space::kAxisKeys.end();
+        const std::string value = eq == std::string::npos ? "" : f.substr(eq + 1);
+        if (axis && (value.find(',') != std::string::npos || value.find("..") != std::string::npos))
+            continue;
+        sets.push_back(f);
+    }
+    return sets;
+}
+
+namespace plan_space {
+
 std::optional<std::pair<int, int>> derived_split(const workload::ExperimentSpec& base, int pp,
                                                  const schedule::Schedule& sched, int vpp) {
     const int per_stage = chunks_per_stage(sched, vpp);
@@ -178,27 +268,27 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                const std::function<void(const PlanLayout&)>& f) {
     const int n = base.layout.world_size();
     const auto fixed_dp = fixes.number("parallelism.dp");
-    const auto fixed_ep = fixes.number("parallelism.ep");
-    const auto fixed_vpp = fixes.number("parallelism.vpp");
-    const auto fixed_mbs = fixes.number("training.micro_batch_size");
-    const auto recomputes = only_or(
-        fixes.choice("training.recompute", workload::kRecomputeNames),
+    // Micro-batch sizes up to --max-micro-batch, or up to the largest a bound names.
+    const int most_mbs = fixes.most("training.micro_batch_size").value_or(max_mbs);
+    const auto recomputes = fixes.choices(
+        "training.recompute", workload::kRecomputeNames,
         {workload::Recompute::None, workload::Recompute::Selective, workload::Recompute::Full});
-    const auto shardings = only_or(fixes.choice("parallelism.sharding", workload::kShardingNames),
-                                   {workload::Sharding::None, workload::Sharding::Optimizer,
-                                    workload::Sharding::Gradients, workload::Sharding::Parameters});
+    const auto shardings =
+        fixes.choices("parallelism.sharding", workload::kShardingNames,
+                      {workload::Sharding::None, workload::Sharding::Optimizer,
+                       workload::Sharding::Gradients, workload::Sharding::Parameters});
     const int layers = base.model.layers;
     const std::int64_t gbs = base.training.global_batch_size;
-    for (const int tp : only_or(fixes.number("parallelism.tp"), divisors(n))) {
+    for (const int tp : fixes.allowed("parallelism.tp", divisors(n))) {
         if (n % tp) continue;
-        for (const int pp : only_or(fixes.number("parallelism.pp"), divisors(n / tp))) {
+        for (const int pp : fixes.allowed("parallelism.pp", divisors(n / tp))) {
             if ((n / tp) % pp) continue;
-            for (const int cp : only_or(fixes.number("parallelism.cp"), divisors(n / tp / pp))) {
+            for (const int cp : fixes.allowed("parallelism.cp", divisors(n / tp / pp))) {
                 if ((n / tp / pp) % cp) continue;
                 const int dp = n / tp / pp / cp;
-                if (fixed_dp && *fixed_dp != dp) continue;
+                if ((fixed_dp && *fixed_dp != dp) || !fixes.allows("parallelism.dp", dp)) continue;
                 const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
-                for (const int ep : only_or(fixed_ep, eps)) {
+                for (const int ep : fixes.allowed("parallelism.ep", eps)) {
                     for (const auto& schedule : schedules) {
                         // Virtual stages only where the schedule takes a vpp (chunks_for(v) = v):
                         // v >= 2 dividing the stage's layers.
@@ -215,10 +305,10 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                                     if (v >= 2) vpps.push_back(v);
                             if (vpps.empty()) vpps.push_back(2);  // refused: said so
                         }
-                        for (const int vpp : only_or(fixed_vpp, vpps)) {
+                        for (const int vpp : fixes.allowed("parallelism.vpp", vpps)) {
                             std::vector<int> mbss;
                             if (gbs % dp == 0) {
-                                mbss = divisors(gbs / dp, max_mbs);
+                                mbss = divisors(gbs / dp, most_mbs);
                             } else {
                                 mbss.push_back(1);  // refused by the loader: said so
                             }
@@ -231,9 +321,9 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             const int chunks = pp * sched->chunks_for(vpp);
                             const int chunk_layers = (layers + chunks - 1) / chunks;
                             variants(PlanLayout{tp, pp, dp, cp, ep, vpp, 1, {}, {}, schedule},
-                                     splits, only_or(fixed_mbs, mbss), recomputes, shardings,
-                                     fixes.axes.count("parallelism.sharding") > 0, chunk_layers,
-                                     extras, f);
+                                     splits, fixes.allowed("training.micro_batch_size", mbss),
+                                     recomputes, shardings, fixes.held("parallelism.sharding"),
+                                     chunk_layers, extras, f);
                         }
                     }
                 }
@@ -292,11 +382,17 @@ std::vector<std::string> searched_schedules(const PlanOptions& options, const Fi
     for (const auto& s : schedules)
         schedule::require_schedule(s, SourceLocation{"--schedules"});
     if (const auto at = fixes.axes.find("schedule"); at != fixes.axes.end()) {
-        schedule::require_schedule(at->second, SourceLocation{"--fix schedule=" + at->second});
-        if (std::find(schedules.begin(), schedules.end(), at->second) == schedules.end())
-            throw ConfigError(SourceLocation{"--fix schedule=" + at->second},
-                              "the schedule is not among --schedules");
-        schedules = {at->second};
+        // One schedule, or a set: those of --schedules it names, in --schedules' order.
+        const SourceLocation where{"--fix schedule=" + at->second};
+        const auto named = Fixes::split_values("schedule", at->second);
+        for (const auto& s : named) {
+            schedule::require_schedule(s, where);
+            if (std::find(schedules.begin(), schedules.end(), s) == schedules.end())
+                throw ConfigError(where, "the schedule " + s + " is not among --schedules");
+        }
+        std::erase_if(schedules, [&](const std::string& s) {
+            return std::find(named.begin(), named.end(), s) == named.end();
+        });
     }
     return schedules;
 }
@@ -329,12 +425,12 @@ void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixe
             {"training.micro_batch_size", static_cast<int>(base.training.micro_batch_size)}};
         std::string missing;
         for (const auto& [key, value] : held)
-            if (!fixes.axes.contains(key))
+            if (!fixes.held(key))
                 missing += " --fix " + std::string(key) + "=" + std::to_string(value);
         // Without compute.profiled_recompute the profiled backward is charged whatever is
         // recomputed (it holds the run's own); with it, each recomputation is charged its
         // difference from the measured one, and plan searches them.
-        if (!base.compute.profile.measured_recompute && !fixes.axes.contains("training.recompute"))
+        if (!base.compute.profile.measured_recompute && !fixes.held("training.recompute"))
             missing += " --fix training.recompute=" +
                        std::string(name_of(workload::kRecomputeNames, base.training.recompute)) +
                        " (or give compute.profiled_recompute, the recomputation the backward "

@@ -4,6 +4,7 @@
 // The search over it is plan.cpp's.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -22,27 +23,68 @@
 
 namespace cs::api::plan_space {
 
-// --fix values: an axis held at one value, or another key applied to every layout.
+// --fix values: an axis held at one value or bounded to some (a set V1,V2,... of values, or for a
+// whole-number axis a range MIN..MAX with either end left open), or another key applied to every
+// layout.
 struct Fixes {
-    std::map<std::string, std::string> axes;
-    std::vector<std::string> others;  // key=value, in the order given
+    std::map<std::string, std::string> axes;  // the value as given
+    std::vector<std::string> others;          // key=value, in the order given
 
-    // The axis `key` as a positive whole number; none when not fixed.
-    std::optional<int> number(const std::string& key) const;
-    template <typename E, std::size_t N>
-    std::optional<E> choice(const std::string& key, const std::array<Named<E>, N>& table) const {
-        const auto at = axes.find(key);
-        if (at == axes.end()) return std::nullopt;
-        const auto found = find_named(table, at->second);
-        if (!found) {
-            std::string names;
-            for (const auto& row : table)
-                names += (names.empty() ? "" : ", ") + std::string(row.name);
-            throw ConfigError(SourceLocation{"--fix " + key + "=" + at->second},
-                              "unknown value \"" + at->second + "\"; expected " + names);
+    // A whole-number axis's bound: its values (a set or one value), or its range.
+    struct Bound {
+        std::vector<int> values;  // empty: the range
+        int low = 1, high = 2147483647;
+        bool allows(int v) const {
+            return values.empty() ? v >= low && v <= high
+                                  : std::find(values.begin(), values.end(), v) != values.end();
         }
-        return *found;
+    };
+    std::map<std::string, Bound> bounds;  // of whole-number axes, read by parse_fixes
+
+    // The axis `key` held at one value; none when not fixed or bounded to several.
+    std::optional<int> number(const std::string& key) const;
+    // Of `candidates`, those --fix allows, in their order: all without a --fix of `key`; the
+    // fixed value alone when held at one (the loader or the shape rules then say why it cannot
+    // run, as for any fixed value).
+    std::vector<int> allowed(const std::string& key, std::vector<int> candidates) const;
+    bool allows(const std::string& key, int v) const {
+        const auto at = bounds.find(key);
+        return at == bounds.end() || at->second.allows(v);
     }
+    // The largest value a bound of `key` allows (its set's largest or its range's high), none
+    // without a bound or with a range open above.
+    std::optional<int> most(const std::string& key) const;
+    // Held at one value: a single value given (not a set or a range).
+    bool held(const std::string& key) const;
+
+    // A choice axis's values: `all` (in that order) without a --fix of `key`, else those named
+    // (one, or a set V1,V2,...; `all` holds every name of `table`), in the order of `all`; an
+    // unknown name is refused.
+    template <typename E, std::size_t N>
+    std::vector<E> choices(const std::string& key, const std::array<Named<E>, N>& table,
+                           const std::vector<E>& all) const {
+        const auto at = axes.find(key);
+        if (at == axes.end()) return all;
+        std::vector<E> named;
+        for (const auto& name : split_values(key, at->second)) {
+            const auto found = find_named(table, name);
+            if (!found) {
+                std::string names;
+                for (const auto& row : table)
+                    names += (names.empty() ? "" : ", ") + std::string(row.name);
+                throw ConfigError(SourceLocation{"--fix " + key + "=" + at->second},
+                                  "unknown value \"" + name + "\"; expected " + names +
+                                      " (one, or several separated by commas)");
+            }
+            named.push_back(*found);
+        }
+        std::vector<E> out;
+        for (const E e : all)
+            if (std::find(named.begin(), named.end(), e) != named.end()) out.push_back(e);
+        return out;
+    }
+    // A set's values, split at commas (each non-empty, none twice).
+    static std::vector<std::string> split_values(const std::string& key, const std::string& value);
 };
 
 Fixes parse_fixes(const std::vector<std::string>& fixes);

@@ -704,6 +704,79 @@ TEST_CASE("plan --guide: the guide's row, its topology and sequence rules, its l
     }
 }
 
+TEST_CASE("plan --fix bounds an axis to a set or a range: exactly the layouts inside it") {
+    // The space of small_options() searched whole, and again with tp at most 2 (an open range),
+    // pp 2 or 4 (a set), recomputation none or full (a set of choices) and the schedule one of
+    // --schedules (named in the other order: the order stays --schedules'). The bounded search
+    // must enumerate exactly the whole one's layouts that satisfy every bound, in the same
+    // order, and rank only such layouts.
+    const api::SweepRanks ranks;
+    auto whole = small_options();
+    auto bounded = small_options();
+    bounded.fixes.insert(bounded.fixes.end(),
+                         {"parallelism.tp=..2", "parallelism.pp=2,4",
+                          "training.recompute=full,none", "schedule=interleaved,1f1b"});
+    const auto all = api::plan(whole, ranks);
+    const auto some = api::plan(bounded, ranks);
+    REQUIRE(all);
+    REQUIRE(some);
+    const auto inside = [](const api::PlanLayout& l) {
+        return l.tp <= 2 && (l.pp == 2 || l.pp == 4) &&
+               l.recompute != workload::Recompute::Selective;
+    };
+    std::vector<std::string> expected, got;
+    for (const auto& e : all->entries)
+        if (inside(e.layout)) expected.push_back(e.layout.text());
+    for (const auto& e : some->entries)
+        got.push_back(e.layout.text());
+    CHECK(!expected.empty());
+    CHECK(expected.size() < all->layouts);
+    CHECK(got == expected);
+    REQUIRE(!some->top.empty());
+    for (const auto& c : some->top)
+        CHECK(inside(c.layout));
+    // A range closed at both ends and a one-sided one from below: tp=2..2 is tp=2.
+    bounded.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1", "parallelism.tp=2..2",
+                     "parallelism.pp=2.."};
+    const auto narrow = api::plan(bounded, ranks);
+    REQUIRE(narrow);
+    for (const auto& e : narrow->entries) {
+        CHECK(e.layout.tp == 2);
+        CHECK(e.layout.pp >= 2);
+    }
+}
+
+TEST_CASE("plan --fix: bad sets and ranges are refused at the option") {
+    const api::SweepRanks ranks;
+    const auto refused = [&](const std::string& fix) {
+        auto o = small_options();
+        o.fixes.push_back(fix);
+        return error_of([&] { api::plan(o, ranks); });
+    };
+    const std::string forms =
+        "expected a positive whole number N, a set N1,N2,... or a range MIN..MAX (MIN.. or ..MAX "
+        "leave an end open)";
+    CHECK(refused("parallelism.tp=4..2") ==
+          "--fix parallelism.tp=4..2: the range runs backwards (" + forms + ")");
+    CHECK(refused("parallelism.tp=0..2") == "--fix parallelism.tp=0..2: " + forms);
+    CHECK(refused("parallelism.tp=..") == "--fix parallelism.tp=..: " + forms);
+    CHECK(refused("parallelism.pp=2,x") == "--fix parallelism.pp=2,x: " + forms);
+    CHECK(refused("parallelism.pp=2,,4") ==
+          "--fix parallelism.pp=2,,4: an empty value in the list");
+    CHECK(refused("parallelism.pp=2,2") == "--fix parallelism.pp=2,2: \"2\" is given twice");
+    CHECK(refused("training.recompute=none,bogus") ==
+          "--fix training.recompute=none,bogus: unknown value \"bogus\"; expected none, selective, "
+          "full (one, or several separated by commas)");
+    CHECK(refused("schedule=1f1b,gpipe") ==
+          "--fix schedule=1f1b,gpipe: the schedule gpipe is not among --schedules");
+    // The HTML report's command line keeps what a single experiment can hold.
+    CHECK(
+        api::plan_fixes_as_sets({"parallelism.tp=4,8", "parallelism.pp=2",
+                                 "training.recompute=none,full", "parallelism.vpp=2..",
+                                 "training.seq_length=2048", "schedule=1f1b"}) ==
+        std::vector<std::string>{"parallelism.pp=2", "training.seq_length=2048", "schedule=1f1b"});
+}
+
 TEST_CASE("plan refuses bad input with a clear message") {
     const api::SweepRanks ranks;
     auto o = small_options();

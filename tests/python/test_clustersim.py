@@ -549,6 +549,18 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(g["rank"], better + 1)
 
 
+    def test_plan_fix_bounds(self):
+        # A list bounds an axis to those values and a "MIN..MAX" text to a range (plan --fix
+        # parallelism.tp=1,2 --fix parallelism.pp=2..): every layout looked at is inside both.
+        small = os.path.join(ROOT, "tests", "api", "data", "plan-small.yaml")
+        p = clustersim.plan(small, {"parallelism.cp": 1, "parallelism.sharding": "zero1",
+                                    "parallelism.tp": [1, 2], "parallelism.pp": "2.."},
+                            {"topology.nodes": 2}, schedules="1f1b", top=3, max_micro_batch=1)
+        layouts = [e["layout"] for e in p["layouts_evaluated"]]
+        self.assertTrue(layouts)
+        self.assertTrue(all(l["tp"] in (1, 2) and l["pp"] >= 2 for l in layouts))
+        self.assertEqual({l["tp"] for l in layouts}, {1, 2})
+
     def test_plan_threads(self):
         # The answer does not depend on the number of worker threads (docs/plan.md, Threads):
         # the same dict, every layout's entry included, with one and with two.
