@@ -100,6 +100,11 @@ check("plan cost without price", plan + ["--objective", "cost"],
 check("plan --fix that does not divide", plan + ["--fix", "parallelism.tp=3"],
       "--fix parallelism.tp=3: does not divide the experiment's 8 GPUs", corpus,
       outputs=("--json",))
+check("plan --fix range backwards", plan + ["--fix", "parallelism.pp=8..2"],
+      "--fix parallelism.pp=8..2: the range runs backwards", corpus, outputs=("--json", "--html"))
+check("plan --fix set with an unknown choice", plan + ["--fix", "parallelism.sharding=zero1,zero4"],
+      "--fix parallelism.sharding=zero1,zero4: unknown value \"zero4\"", corpus,
+      outputs=("--json",))
 check("plan no layout fits", plan + ["--headroom", "0.999"],
       "layouts searched is valid and fits in 80 MB per GPU", corpus, outputs=("--json",))
 topology = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
