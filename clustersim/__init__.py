@@ -368,7 +368,7 @@ class Experiment:
              margin: float = 0.1, confirm: Union[None, int, str] = None,
              max_micro_batch: int = 8, fast_paths: bool = True,
              guide: bool = False, hsdp: bool = False, partial_recompute: bool = False,
-             uneven_stages: bool = False,
+             uneven_stages: bool = False, cp_comm: bool = False,
              gpus: Optional[Sequence[int]] = None,
              global_batch: Union[None, int, str, Sequence[int]] = None, threads: int = 0,
              progress: Progress = None) -> Dict[str, Any]:
@@ -382,7 +382,8 @@ class Experiment:
         `guide=True` also `guide`: the parallelism guide's layouts, simulated and ranked.
         `hsdp` and `partial_recompute` add HSDP shard sizes and block recomputation to the
         space (plan --hsdp, --partial-recompute), `uneven_stages` first/last pipeline splits where
-        the layers do not divide (--uneven-stages); `gpus` searches these GPU counts instead of the
+        the layers do not divide (--uneven-stages), `cp_comm` the other ways context
+        parallelism exchanges at cp > 1 (--cp-comm: parallelism.cp_comm_type); `gpus` searches these GPU counts instead of the
         experiment's (plan --gpus: whole nodes; compare them by cost, energy or mfu);
         `global_batch` these global batch sizes in sequences (plan --global-batch: an int, a list,
         or the option's text "MIN..MAX[:STEP]"; with several, time ranks seconds per 1M tokens).
@@ -408,7 +409,7 @@ class Experiment:
                           _count("max_micro_batch", max_micro_batch),
                           _bool("fast_paths", fast_paths), _bool("guide", guide),
                           _bool("hsdp", hsdp), _bool("partial_recompute", partial_recompute),
-                          _bool("uneven_stages", uneven_stages),
+                          _bool("uneven_stages", uneven_stages), _bool("cp_comm", cp_comm),
                           _gpu_counts(gpus), _global_batches(global_batch),
                           _threads(threads), _callback("progress", progress))
         return json.loads(text)

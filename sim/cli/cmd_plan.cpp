@@ -1,9 +1,9 @@
-// clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE|VALUES]... [--schedules a,b] [--headroom
-// FRACTION]
-//                 [--top K] [--objective time|mfu|cost|energy] [--gpu-hour-price PRICE]
-//                 [--margin FRACTION] [--set k=v]... [--json FILE] [--html FILE] [--guide] [--hsdp]
-//                 [--partial-recompute] [--uneven-stages] [--gpus N,N,...]
-//                 [--global-batch N|MIN..MAX[:STEP],...] [--threads N]
+// clustersim plan EXPERIMENT.yaml [--fix KEY=VALUE|V1,V2|MIN..MAX]... [--schedules a,b]
+//                 [--headroom FRACTION] [--top K] [--objective time|mfu|cost|energy]
+//                 [--gpu-hour-price PRICE] [--margin FRACTION] [--set k=v]... [--json FILE]
+//                 [--html FILE] [--guide] [--hsdp] [--partial-recompute] [--uneven-stages]
+//                 [--cp-comm] [--gpus N,N,...] [--global-batch N|MIN..MAX[:STEP],...]
+//                 [--threads N]
 // The search itself is api::plan (sim/session/plan.hpp), MPI sharding included.
 #include <iostream>
 #include <memory>
@@ -41,7 +41,7 @@ struct PlanArgs {
     std::string max_memory;
     bool no_fast_paths = false;
     bool guide = false;
-    bool hsdp = false, partial_recompute = false, uneven_stages = false;
+    bool hsdp = false, partial_recompute = false, uneven_stages = false, cp_comm = false;
     std::vector<int> gpus;
     std::string global_batch;
     int threads = 0;
@@ -81,6 +81,7 @@ void run_plan(const PlanArgs& a, const api::SweepRanks& ranks) {
     options.fast_paths = !a.no_fast_paths;
     options.guide = a.guide;
     options.hsdp = a.hsdp;
+    options.cp_comm = a.cp_comm;
     options.gpus = a.gpus;
     if (!a.global_batch.empty()) options.global_batches = api::parse_global_batches(a.global_batch);
     options.partial_recompute = a.partial_recompute;
@@ -162,6 +163,10 @@ void add_searched_axes(CLI::App& cmd, PlanArgs& args) {
     cmd.add_flag("--partial-recompute", args.partial_recompute,
                  "Also search partial recomputation: full recomputation of the first N layers of "
                  "each chunk (Megatron-LM's block method), for every N below the chunk's layers");
+    cmd.add_flag("--cp-comm", args.cp_comm,
+                 "Also search how context parallelism exchanges (parallelism.cp_comm_type): each "
+                 "layout with cp > 1 also with p2p, a2a, allgather and a2a+p2p at every "
+                 "all-to-all group size (those the experiment does not use already)");
     cmd.add_flag("--uneven-stages", args.uneven_stages,
                  "Also search uneven pipeline splits: where a pp does not split the layers "
                  "evenly, the first and last stages take the rest (Megatron-LM's "

@@ -250,9 +250,9 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
                  double headroom, std::size_t top, const std::string& objective,
                  double gpu_hour_price, double margin, const std::string& confirm,
                  int max_micro_batch, bool fast_paths, bool guide, bool hsdp,
-                 bool partial_recompute, bool uneven_stages, const std::vector<int>& gpus,
-                 const std::vector<std::int64_t>& global_batches, int threads,
-                 py::object progress) {
+                 bool partial_recompute, bool uneven_stages, bool cp_comm,
+                 const std::vector<int>& gpus, const std::vector<std::int64_t>& global_batches,
+                 int threads, py::object progress) {
     Hooks hooks(std::move(progress));
     return without_gil(hooks, [&] {
         api::PlanOptions options;
@@ -279,6 +279,7 @@ std::string plan(const Source& source, const std::vector<std::string>& sets,
         options.hsdp = hsdp;
         options.partial_recompute = partial_recompute;
         options.uneven_stages = uneven_stages;
+        options.cp_comm = cp_comm;
         options.gpus = gpus;  // each >= 0 (the caller); plan refuses what is not whole nodes
         options.global_batches = global_batches;  // parse_global_batches's (the caller)
         options.threads = threads;  // checked by the caller (clustersim/__init__.py): >= 0
@@ -477,7 +478,8 @@ PYBIND11_MODULE(_clustersim, m) {
           py::arg("headroom"), py::arg("top"), py::arg("objective"), py::arg("gpu_hour_price"),
           py::arg("margin"), py::arg("confirm"), py::arg("max_micro_batch"), py::arg("fast_paths"),
           py::arg("guide"), py::arg("hsdp"), py::arg("partial_recompute"), py::arg("uneven_stages"),
-          py::arg("gpus"), py::arg("global_batches"), py::arg("threads"), py::arg("progress"));
+          py::arg("cp_comm"), py::arg("gpus"), py::arg("global_batches"), py::arg("threads"),
+          py::arg("progress"));
     m.def("html_report", &html_report, py::arg("source"), py::arg("sets"), py::arg("schedules"),
           py::arg("path"), py::arg("progress"));
     m.def("run_jobs", &run_jobs, py::arg("path"), py::arg("trace"), py::arg("fast_paths"),

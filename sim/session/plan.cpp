@@ -384,7 +384,8 @@ Search search_layouts(const PlanOptions& options, const Fixes& fixes,
     Search search;
     std::size_t n = 0;
     std::size_t total = 0;
-    const Extras extras{options.hsdp, options.partial_recompute, options.uneven_stages};
+    const Extras extras{options.hsdp, options.partial_recompute, options.uneven_stages,
+                        options.cp_comm};
     for (const auto& c : counts)
         enumerate(c.base, fixes, schedules, options.max_micro_batch_size, extras,
                   [&](const PlanLayout&) { ++total; });

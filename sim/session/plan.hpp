@@ -71,6 +71,11 @@ struct PlanLayout {
     // Partial recomputation (PlanOptions::partial_recompute): with recompute full, Megatron-LM's
     // block method on the first N layers of each chunk; 0: its uniform method, every layer.
     int recompute_layers = 0;
+    // --cp-comm: context parallelism's exchange (parallelism.cp_comm_type) when not the
+    // experiment's own, and with a2a+p2p its all-to-all group size (cp_a2a_size); none: the
+    // experiment's.
+    std::optional<workload::CpCommType> cp_comm;
+    int cp_a2a_size = 0;
     // --gpus: the topology's node count (topology.nodes); 0: the experiment's.
     int nodes = 0;
     // --uneven-stages: a first/last stage split plan derived (Megatron-LM's
@@ -259,6 +264,10 @@ struct PlanOptions {
     // recompute_layers=N). Both multiply the layouts searched, so they are asked for.
     bool hsdp = false;
     bool partial_recompute = false;
+    // --cp-comm: every layout with cp > 1 also with each other way context parallelism exchanges
+    // (parallelism.cp_comm_type p2p, a2a, allgather, and a2a+p2p with each all-to-all group size
+    // s, 2 <= s < cp dividing cp), unless --fix holds it. Multiplies the cp > 1 layouts.
+    bool cp_comm = false;
     // --uneven-stages: where a layout's pp does not split the layers evenly (and is not the
     // experiment's own pp, whose split the experiment gives), also a first/last split: the middle
     // stages even, stage 0 and the last the rest (plan.cpp first_last_split).

@@ -46,7 +46,8 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         {"recompute", std::string(name_of(workload::kRecomputeNames, l.recompute))},
         {"sharding", std::string(name_of(workload::kShardingNames, l.sharding))},
         {"schedule", l.schedule}};
-    // Only where searched (--gpus, --uneven-stages, --hsdp, --partial-recompute) and set.
+    // Only where searched (--gpus, --uneven-stages, --hsdp, --partial-recompute, --cp-comm) and
+    // set.
     if (l.nodes > 0) {
         j["gpus"] = l.gpus();
         j["nodes"] = l.nodes;
@@ -61,6 +62,10 @@ nlohmann::ordered_json layout_json(const PlanLayout& l) {
         j["recompute_layers"] = l.recompute_layers;
     }
     if (l.global_batch > 0) j["global_batch_size"] = l.global_batch;
+    if (l.cp_comm) {
+        j["cp_comm_type"] = std::string(name_of(workload::kCpCommTypeNames, *l.cp_comm));
+        if (l.cp_a2a_size > 0) j["cp_a2a_size"] = l.cp_a2a_size;
+    }
     return j;
 }
 

@@ -78,8 +78,20 @@ template <typename F>
 void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& splits,
               const std::vector<int>& mbss, const std::vector<workload::Recompute>& recomputes,
               const std::vector<workload::Sharding>& shardings, bool any_sharding, int chunk_layers,
-              const Extras& extras, F&& f) {
+              const Extras& extras, const std::vector<std::pair<workload::CpCommType, int>>& cps,
+              F&& f) {
     PlanLayout l = shape;
+    // The layout as it stands, then with each other exchange of context parallelism (--cp-comm).
+    const auto emit = [&] {
+        f(l);
+        for (const auto& [type, size] : cps) {
+            l.cp_comm = type;
+            l.cp_a2a_size = size;
+            f(l);
+        }
+        l.cp_comm.reset();
+        l.cp_a2a_size = 0;
+    };
     for (const auto& [first, last] : splits) {
         l.first_stage_layers = first;
         l.last_stage_layers = last;
@@ -99,12 +111,12 @@ void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& s
                             continue;
                         l.sharding = sharding;
                         l.shard_size = 0;
-                        f(l);
+                        emit();
                         if (!extras.hsdp || sharding == workload::Sharding::None) continue;
                         for (const int s : divisors(l.dp))
                             if (s >= 2 && s < l.dp) {
                                 l.shard_size = s;
-                                f(l);
+                                emit();
                             }
                     }
                 }
@@ -255,6 +267,29 @@ std::vector<std::string> plan_fixes_as_sets(const std::vector<std::string>& fixe
 
 namespace plan_space {
 
+// The exchanges of context parallelism --cp-comm adds to a layout of `cp`: every
+// parallelism.cp_comm_type but the experiment's own, a2a+p2p once per all-to-all group size s
+// (2 <= s < cp, dividing cp); none at cp 1, without --cp-comm, or when --fix holds the type or
+// the group size (applied to every layout, as --set).
+std::vector<std::pair<workload::CpCommType, int>> cp_comm_variants(
+    const workload::ExperimentSpec& base, const Fixes& fixes, const Extras& extras, int cp) {
+    std::vector<std::pair<workload::CpCommType, int>> out;
+    const bool held = std::any_of(fixes.others.begin(), fixes.others.end(), [](const auto& o) {
+        return o.rfind("parallelism.cp_comm_type=", 0) == 0 ||
+               o.rfind("parallelism.cp_a2a_size=", 0) == 0;
+    });
+    if (!extras.cp_comm || cp < 2 || held) return out;
+    const auto own = base.layout.cp_comm_type;
+    for (const auto type :
+         {workload::CpCommType::P2p, workload::CpCommType::A2a, workload::CpCommType::AllGather})
+        if (type != own) out.emplace_back(type, 0);
+    for (const int s : divisors(cp))
+        if (s >= 2 && s < cp &&
+            !(own == workload::CpCommType::A2aP2p && base.layout.cp_a2a_size == s))
+            out.emplace_back(workload::CpCommType::A2aP2p, s);
+    return out;
+}
+
 std::optional<std::pair<int, int>> derived_split(const workload::ExperimentSpec& base, int pp,
                                                  const schedule::Schedule& sched, int vpp) {
     const int per_stage = chunks_per_stage(sched, vpp);
@@ -288,6 +323,7 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                 const int dp = n / tp / pp / cp;
                 if ((fixed_dp && *fixed_dp != dp) || !fixes.allows("parallelism.dp", dp)) continue;
                 const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
+                const auto cps = cp_comm_variants(base, fixes, extras, cp);
                 for (const int ep : fixes.allowed("parallelism.ep", eps)) {
                     for (const auto& schedule : schedules) {
                         // Virtual stages only where the schedule takes a vpp (chunks_for(v) = v):
@@ -320,10 +356,18 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             // schedule's chunks per stage, both copies of DualPipe's counted).
                             const int chunks = pp * sched->chunks_for(vpp);
                             const int chunk_layers = (layers + chunks - 1) / chunks;
-                            variants(PlanLayout{tp, pp, dp, cp, ep, vpp, 1, {}, {}, schedule},
-                                     splits, fixes.allowed("training.micro_batch_size", mbss),
-                                     recomputes, shardings, fixes.held("parallelism.sharding"),
-                                     chunk_layers, extras, f);
+                            PlanLayout shape;
+                            shape.tp = tp;
+                            shape.pp = pp;
+                            shape.dp = dp;
+                            shape.cp = cp;
+                            shape.ep = ep;
+                            shape.vpp = vpp;
+                            shape.schedule = schedule;
+                            variants(shape, splits,
+                                     fixes.allowed("training.micro_batch_size", mbss), recomputes,
+                                     shardings, fixes.held("parallelism.sharding"), chunk_layers,
+                                     extras, cps, f);
                         }
                     }
                 }
@@ -569,6 +613,13 @@ std::vector<std::string> PlanLayout::overrides() const {
     }
     if (global_batch > 0)
         out.push_back("training.global_batch_size=" + std::to_string(global_batch));
+    if (cp_comm) {
+        out.push_back("parallelism.cp_comm_type=" +
+                      std::string(name_of(workload::kCpCommTypeNames, *cp_comm)));
+        // The experiment's group size, if it gave one, goes with its own a2a+p2p only.
+        out.push_back("parallelism.cp_a2a_size=" +
+                      (cp_a2a_size > 0 ? std::to_string(cp_a2a_size) : std::string("~")));
+    }
     return out;
 }
 
@@ -584,6 +635,10 @@ std::string PlanLayout::text() const {
     if (first_stage_layers > 0)
         o << " stages " << first_stage_layers << "/../" << last_stage_layers;
     if (global_batch > 0) o << " batch " << global_batch;
+    if (cp_comm) {
+        o << " cp_comm " << name_of(workload::kCpCommTypeNames, *cp_comm);
+        if (cp_a2a_size > 0) o << " " << cp_a2a_size;
+    }
     if (nodes > 0) o << " on " << gpus() << " GPUs";
     return o.str();
 }

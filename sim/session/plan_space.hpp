@@ -114,7 +114,7 @@ std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fi
 
 // The axes searched only when asked for (PlanOptions).
 struct Extras {
-    bool hsdp = false, partial_recompute = false, uneven = false;
+    bool hsdp = false, partial_recompute = false, uneven = false, cp_comm = false;
 };
 
 // The first/last split plan derives for `pp` stages (--uneven-stages, and the guide's layouts):

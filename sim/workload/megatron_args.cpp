@@ -715,6 +715,13 @@ std::string megatron_args_for(const ExperimentSpec& spec, MegatronSchedule sched
     add("--tensor-model-parallel-size", l.tp);
     add("--pipeline-model-parallel-size", l.pp);
     if (l.cp > 1) add("--context-parallel-size", l.cp);
+    // Context parallelism's exchange (Transformer Engine's; p2p is its default), with a2a+p2p's
+    // group sizes: the all-to-all's first, the ring's second.
+    if (l.cp > 1 && l.cp_comm_type != CpCommType::P2p)
+        flags.push_back("--cp-comm-type " + std::string(name_of(kCpCommTypeNames, l.cp_comm_type)));
+    if (l.cp > 1 && l.cp_comm_type == CpCommType::A2aP2p && l.cp_a2a_size > 0)
+        flags.push_back("--hierarchical-context-parallel-sizes " + std::to_string(l.cp_a2a_size) +
+                        " " + std::to_string(l.cp / l.cp_a2a_size));
     if (l.ep > 1) add("--expert-model-parallel-size", l.ep);
     if (schedule.in_megatron_lm && schedule.chunks > 1)
         add("--num-virtual-stages-per-pipeline-rank", schedule.chunks);
@@ -754,6 +761,11 @@ std::string megatron_args_for(const ExperimentSpec& spec, MegatronSchedule sched
     }
     if (l.hsdp() && l.sharding != Sharding::None)
         add("--num-distributed-optimizer-instances", l.dp / l.shard_size);
+    // The overlaps the run models, each as its flag turns it on.
+    if (l.overlap_grad_reduce) flags.push_back("--overlap-grad-reduce");
+    if (l.overlap_param_gather) flags.push_back("--overlap-param-gather");
+    if (l.tp_comm_overlap) flags.push_back("--tp-comm-overlap");
+    if (l.overlap_p2p_comm) flags.push_back("--overlap-p2p-communication");
     if (notes && !schedule.in_megatron_lm)
         notes->push_back("Megatron-LM has no flag for the " + spec.schedule +
                          " schedule; the flags give its layout");

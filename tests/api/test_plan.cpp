@@ -746,6 +746,45 @@ TEST_CASE("plan --fix bounds an axis to a set or a range: exactly the layouts in
     }
 }
 
+TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, right after it") {
+    // The small space with cp searched (cp 1, 2, 4, 8 on 8 GPUs), 1f1b, zero1. With --cp-comm a
+    // layout of cp > 1 (the experiment's p2p ring) is followed by a2a, allgather and a2a+p2p at
+    // each all-to-all group size s, 2 <= s < cp dividing cp: cp 2 gets 2 more, cp 4 3 (s = 2),
+    // cp 8 4 (s = 2, 4); cp 1 none. Nothing else changes.
+    const api::SweepRanks ranks;
+    auto plain = small_options();
+    plain.fixes = {"parallelism.sharding=zero1"};
+    plain.schedules = {"1f1b"};
+    plain.max_micro_batch_size = 1;
+    auto more = plain;
+    more.cp_comm = true;
+    const auto a = api::plan(plain, ranks);
+    const auto b = api::plan(more, ranks);
+    REQUIRE(a);
+    REQUIRE(b);
+    std::vector<std::string> expected;
+    for (const auto& e : a->entries) {
+        expected.push_back(e.layout.text());
+        const int cp = e.layout.cp;
+        if (cp < 2) continue;
+        expected.push_back(e.layout.text() + " cp_comm a2a");
+        expected.push_back(e.layout.text() + " cp_comm allgather");
+        for (int s = 2; s < cp; ++s)
+            if (cp % s == 0)
+                expected.push_back(e.layout.text() + " cp_comm a2a+p2p " + std::to_string(s));
+    }
+    std::vector<std::string> got;
+    for (const auto& e : b->entries)
+        got.push_back(e.layout.text());
+    CHECK(got == expected);
+    CHECK(got.size() > a->layouts);
+    // Held by --fix, the exchange is the experiment's for every layout: no variants.
+    more.fixes.push_back("parallelism.cp_comm_type=a2a");
+    const auto held = api::plan(more, ranks);
+    REQUIRE(held);
+    CHECK(held->layouts == a->layouts);
+}
+
 TEST_CASE("plan --fix: bad sets and ranges are refused at the option") {
     const api::SweepRanks ranks;
     const auto refused = [&](const std::string& fix) {
@@ -876,6 +915,14 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "training.precision=fp8",
          "training.fp8_recipe=blockwise"},
         {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2", "training.precision=fp8"},
+        // Context parallelism's exchange (plan --cp-comm) and the overlaps, each a flag.
+        {"parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=2", "parallelism.cp=4",
+         "parallelism.cp_comm_type=a2a+p2p", "parallelism.cp_a2a_size=2",
+         "parallelism.overlap_grad_reduce=true", "parallelism.sharding=zero1",
+         "parallelism.overlap_param_gather=true"},
+        {"parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=1", "parallelism.cp=2",
+         "parallelism.cp_comm_type=allgather", "parallelism.sequence_parallel=true",
+         "parallelism.tp_comm_overlap=true", "parallelism.overlap_p2p_comm=true"},
     };
     for (const auto& layout : layouts) {
         std::vector<std::string> sets{"topology.nodes=2"};
@@ -907,6 +954,12 @@ TEST_CASE("megatron_args_for reads back through the Megatron-LM flag parser") {
         CHECK_MESSAGE(spec.training.recompute == again.training.recompute, flags);
         CHECK_MESSAGE(spec.training.precision == again.training.precision, flags);
         CHECK_MESSAGE(spec.training.fp8_recipe == again.training.fp8_recipe, flags);
+        CHECK_MESSAGE(a.cp_comm_type == b.cp_comm_type, flags);
+        CHECK_MESSAGE(a.cp_a2a_size == b.cp_a2a_size, flags);
+        CHECK_MESSAGE(a.overlap_grad_reduce == b.overlap_grad_reduce, flags);
+        CHECK_MESSAGE(a.overlap_param_gather == b.overlap_param_gather, flags);
+        CHECK_MESSAGE(a.tp_comm_overlap == b.tp_comm_overlap, flags);
+        CHECK_MESSAGE(a.overlap_p2p_comm == b.overlap_p2p_comm, flags);
     }
 }
 
