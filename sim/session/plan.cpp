@@ -955,6 +955,19 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     result.invalid = search.invalid;
     result.pruned_memory = search.pruned_memory;
     result.invalid_reasons = std::move(search.invalid_reasons);
+    if (search.layouts == 0) {
+        // Only --fix bounds leave nothing to enumerate (every GPU count has tp = pp = cp = 1).
+        std::string bounds;
+        for (const auto& [key, value] : fixes.axes)
+            bounds += (bounds.empty() ? "" : " ") + ("--fix " + key + "=" + value);
+        throw ConfigError(SourceLocation{bounds},
+                          "no layout is inside these bounds: tp x pp x cp x dp must make the " +
+                              (result.gpu_counts.empty() ? std::to_string(result.gpus)
+                                                         : std::string("searched")) +
+                              " GPUs, each value one the search takes (a divisor of the GPUs "
+                              "left, a vpp dividing the layers of a stage, a micro-batch size "
+                              "dividing the global batch over dp)");
+    }
     if (search.survivors.empty()) throw nothing_fits(result);
     result.seconds.search = seconds_since(started);
 

@@ -105,6 +105,9 @@ check("plan --fix range backwards", plan + ["--fix", "parallelism.pp=8..2"],
 check("plan --fix set with an unknown choice", plan + ["--fix", "parallelism.sharding=zero1,zero4"],
       "--fix parallelism.sharding=zero1,zero4: unknown value \"zero4\"", corpus,
       outputs=("--json",))
+check("plan --fix bounds that leave no layout", plan + ["--fix", "parallelism.tp=16.."],
+      "--fix parallelism.tp=16..: no layout is inside these bounds: tp x pp x cp x dp must make "
+      "the 8 GPUs", corpus, outputs=("--json",))
 check("plan no layout fits", plan + ["--headroom", "0.999"],
       "layouts searched is valid and fits in 80 MB per GPU", corpus, outputs=("--json",))
 topology = os.path.join(here, "..", "..", "topologies", "h200-2gpu-nvlink.yaml")
