@@ -38,6 +38,9 @@ using plan_search::Survivor;
 using plan_space::batches_of;
 using plan_space::board_power;
 using plan_space::check_profile_fixes;
+using plan_space::Count;
+using plan_space::counts_of;
+using plan_space::cp_exchange_fix;
 using plan_space::derived_split;
 using plan_space::enumerate;
 using plan_space::Extras;
@@ -45,34 +48,12 @@ using plan_space::Fixes;
 using plan_space::node_counts_of;
 using plan_space::parse_fixes;
 using plan_space::peak_flops;
+using plan_space::profile_mismatch;
 using plan_space::result_header;
 using plan_space::same_shape;
+using plan_space::Scorer;
 using plan_space::searched_schedules;
 using plan_space::shape_refusal;
-
-// The objective of a layout whose iteration takes `T` (lower is better): what is ranked, and,
-// with the bound for T, the bound of the objective.
-struct Scorer {
-    PlanObjective objective = PlanObjective::Time;
-    double price = 0;
-    double watts = 0;  // energy: a GPU's board power times the PUE
-    // Time over several global batches (--global-batch): seconds per 1M tokens, not per
-    // iteration.
-    bool per_token = false;
-    // For a layout of `gpus` GPUs (PlanLayout::gpus: they differ with --gpus).
-    double score(double T, double flops, double peak, double tokens, double gpus) const {
-        switch (objective) {
-            case PlanObjective::Mfu:
-                return -(flops / (T * gpus * peak));
-            case PlanObjective::Cost:
-                return price * gpus * T / 3600.0 / tokens * 1e6;
-            case PlanObjective::Energy:
-                return watts * gpus * T / tokens;
-            default:
-                return per_token ? T / tokens * 1e6 : T;
-        }
-    }
-};
 
 PlanFigures figures_of(const report::Summary& s, const Scorer& scorer, double flops, double peak,
                        double tokens, double gpus) {
@@ -101,16 +82,23 @@ std::int64_t worst_memory(const replay::PreparedIteration& p) {
 // Thrown by plan's admit hook: the layout's memory floor is above the limit.
 struct OverMemory {};
 
-}  // namespace
-
-namespace {
-
 struct Loader {
     const PlanOptions& options;
     std::vector<std::string> base;  // --set, then the --fix keys that are not axes
     SweepCache* cache = nullptr;
+    // --fix parallelism.cp_comm_type / cp_a2a_size: a layout's own (a group size is checked
+    // against the layout's cp, not the experiment's), after its overrides.
+    std::vector<std::string> cp_exchange;
+    // The experiment or --fix gives an a2a+p2p group size (set after the experiment is loaded):
+    // a layout of cp 1, which exchanges nothing, runs without it (it would be refused there).
+    bool group_size = false;
     workload::ExperimentSpec load(const PlanLayout& l, bool analytical) const {
         std::vector<std::string> more = l.overrides();
+        more.insert(more.end(), cp_exchange.begin(), cp_exchange.end());
+        if (l.cp < 2 && group_size) {
+            more.emplace_back("parallelism.cp_comm_type=p2p");
+            more.emplace_back("parallelism.cp_a2a_size=~");
+        }
         if (analytical) more.emplace_back("network.model=analytical");
         return load(more);
     }
@@ -128,10 +116,13 @@ struct Loader {
                                                    options.max_memory, clusters, documents);
         } catch (const ConfigError& e) {
             // The loader names every override "--set"; a --fix value is named as given.
-            for (std::size_t i = options.sets.size(); i < base.size(); ++i)
-                if (e.where().file == "--set " + base[i])
+            std::vector<std::string> fixed(
+                base.begin() + static_cast<std::ptrdiff_t>(options.sets.size()), base.end());
+            fixed.insert(fixed.end(), cp_exchange.begin(), cp_exchange.end());
+            for (const auto& f : fixed)
+                if (e.where().file == "--set " + f)
                     throw ConfigError(
-                        SourceLocation{"--fix " + base[i], e.where().line, e.where().column},
+                        SourceLocation{"--fix " + f, e.where().line, e.where().column},
                         e.message());
             throw;
         }
@@ -307,60 +298,21 @@ std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
     workers.reserve(threads);
     for (std::size_t t = 0; t < threads; ++t) {
         auto cache = options.fast_paths ? std::make_shared<SweepCache>() : nullptr;
-        Loader loader{options, options.sets, cache.get()};
+        Loader loader{options, options.sets, cache.get(), {}, false};
         for (const auto& o : fixes.others)
-            loader.base.push_back(o);
+            (cp_exchange_fix(o) ? loader.cp_exchange : loader.base).push_back(o);
+        // A held exchange other than a2a+p2p drops the experiment's group size, which goes
+        // with a2a+p2p only (unless --fix gives one).
+        const auto held = [&](const char* key) {
+            return std::any_of(loader.cp_exchange.begin(), loader.cp_exchange.end(),
+                               [&](const std::string& o) { return o.rfind(key, 0) == 0; });
+        };
+        if (held("parallelism.cp_comm_type=") && !held("parallelism.cp_comm_type=a2a+p2p") &&
+            !held("parallelism.cp_a2a_size="))
+            loader.cp_exchange.emplace_back("parallelism.cp_a2a_size=~");
         workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}, {}});
     }
     return workers;
-}
-
-// One pair of --gpus and --global-batch: the experiment's topology at the count's node count
-// (topology.nodes) and that global batch, searched as the experiment is without them.
-struct Count {
-    int nodes = 0;                  // 0: the experiment's
-    std::int64_t global_batch = 0;  // 0: the experiment's
-    workload::ExperimentSpec base;
-};
-
-// Every pair of a node count and a batch, in that order; a fixed tp, pp, cp or dp must divide
-// each one's GPUs.
-std::vector<Count> counts_of(const Loader& loader, const workload::ExperimentSpec& base,
-                             const std::vector<int>& node_counts,
-                             const std::vector<std::int64_t>& batches, const Fixes& fixes) {
-    std::vector<Count> counts;
-    for (const int nodes : node_counts) {
-        const auto at_nodes = [&] {
-            if (nodes == 0) return base;
-            try {
-                return loader.load({"topology.nodes=" + std::to_string(nodes)});
-            } catch (const ConfigError& e) {
-                // The user gave --gpus, not the override it is loaded as.
-                throw ConfigError(
-                    SourceLocation{"--gpus " +
-                                   std::to_string(nodes * base.cluster->gpu_count() /
-                                                  std::max(1, base.cluster->node_count()))},
-                    "the topology at " + std::to_string(nodes) +
-                        " nodes (topology.nodes) is refused: " + e.message());
-            }
-        }();
-        for (const auto batch : batches) {
-            // What the enumeration reads of the batch is its size (the micro-batch sizes divide
-            // it over dp); the experiment's own layout need not divide it, so it is not loaded.
-            Count c{nodes, batch, at_nodes};
-            if (batch > 0) c.base.training.global_batch_size = batch;
-            counts.push_back(std::move(c));
-        }
-    }
-    for (const auto& c : counts)
-        for (const char* key :
-             {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
-            if (const auto v = fixes.number(key); v && c.base.layout.world_size() % *v != 0)
-                throw ConfigError(
-                    SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
-                    "does not divide the " + std::string(c.nodes ? "" : "experiment's ") +
-                        std::to_string(c.base.layout.world_size()) + " GPUs");
-    return counts;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -851,7 +803,8 @@ std::vector<PlanChoice> top_of(std::vector<PlanChoice> confirmed, std::size_t to
 // --guide: the guide's layouts, simulated under the experiment's network on `worker` (the
 // calling thread's) and placed among the top k.
 void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const Worker& worker,
-               const Scorer& scorer, const PlanOptions& options, double limit, bool per_token) {
+               const Scorer& scorer, const PlanOptions& options, const Fixes& fixes, double limit,
+               bool per_token) {
     auto advice = guide_advice(base);
     result.guide_reasoning = std::move(advice.reasoning);
     result.guide_not_dividing = std::move(advice.not_dividing);
@@ -866,6 +819,10 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
         }
         PlanGuideEntry g;
         g.layout = l;
+        if (g.reason = profile_mismatch(base, fixes, l); !g.reason.empty()) {
+            result.guide.push_back(std::move(g));
+            continue;
+        }
         try {
             const auto spec = worker.loader.load(l, false);
             replay::PrepareOptions how;
@@ -881,8 +838,8 @@ void add_guide(PlanResult& result, const workload::ExperimentSpec& base, const W
             for (const auto& c : result.top)
                 if (c.figures.objective <= g.figures->objective) ++g.rank;
             if (!result.top.empty()) {
-                g.versus =
-                    why_lost(*g.figures, result.top.front().figures, per_token, scorer.objective);
+                g.versus = guide_versus(*g.figures, result.top.front().figures, per_token,
+                                        scorer.objective);
                 if (static_cast<double>(g.figures->memory_bytes) > limit)
                     g.versus += "; needs " + format_bytes(Bytes{g.figures->memory_bytes}) +
                                 " per GPU, above the limit of " +
@@ -925,18 +882,44 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
     // batch. Its errors are the plan's.
     const auto base = loader.load(std::vector<std::string>{});
+    const bool group_size =
+        base.layout.cp_a2a_size > 0 ||
+        std::any_of(fixes.others.begin(), fixes.others.end(), [](const std::string& o) {
+            return o.rfind("parallelism.cp_a2a_size=", 0) == 0;
+        });
+    for (auto& w : workers)
+        w.loader.group_size = group_size;
+    // A group size goes with a2a+p2p (the loader's rule, checked here once: each layout applies
+    // the --fix after its own cp, so the experiment as loaded above has not seen it).
+    for (const auto& o : fixes.others)
+        if (o.rfind("parallelism.cp_a2a_size=", 0) == 0) {
+            const bool a2a_p2p =
+                std::any_of(
+                    fixes.others.begin(), fixes.others.end(),
+                    [](const std::string& f) { return f == "parallelism.cp_comm_type=a2a+p2p"; }) ||
+                (base.layout.cp_comm_type == workload::CpCommType::A2aP2p &&
+                 std::none_of(fixes.others.begin(), fixes.others.end(), [](const std::string& f) {
+                     return f.rfind("parallelism.cp_comm_type=", 0) == 0;
+                 }));
+            if (!a2a_p2p)
+                throw ConfigError(SourceLocation{"--fix " + o},
+                                  "'parallelism.cp_a2a_size': applies only with cp_comm_type: "
+                                  "a2a+p2p");
+        }
     if (!base.faults.gpus.empty())
         throw ConfigError(base.faults.gpus.front().where,
                           "plan ranks layouts by the time of a whole iteration, which a GPU or "
                           "node failure ends (every layout would fail); remove faults.gpus "
                           "(link faults are kept), or see a failure's cost with clustersim run");
-    check_profile_fixes(base, fixes);
+    check_profile_fixes(base, fixes, options.partial_recompute);
     const double board_power_w = board_power(options, base);
     const auto schedules = searched_schedules(options, fixes);
     const int per_node = base.cluster->gpu_count() / std::max(1, base.cluster->node_count());
     const auto node_counts = node_counts_of(options.gpus, per_node);
     const auto batches = batches_of(options, fixes);
-    const auto counts = counts_of(loader, base, node_counts, batches, fixes);
+    const auto counts = counts_of(
+        [&](int nodes) { return loader.load({"topology.nodes=" + std::to_string(nodes)}); }, base,
+        node_counts, batches, fixes);
 
     const auto& gpu = base.cluster->gpu_model(0);
     const double limit = static_cast<double>(gpu.hbm.value) * (1 - options.headroom);
@@ -1000,7 +983,8 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // The ranking, the guide's layouts placed in it, and every layout looked at.
     result.top =
         top_of(std::move(sims.confirmed), options.top, loader, per_token, options.objective);
-    if (options.guide) add_guide(result, base, workers[0], scorer, options, limit, per_token);
+    if (options.guide)
+        add_guide(result, base, workers[0], scorer, options, fixes, limit, per_token);
     if (options.keep_entries) result.entries = entries_of(std::move(search.entries), sims, result);
     return result;
 }

@@ -361,6 +361,12 @@ ConfigError nothing_fits(const PlanResult& result);
 std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool per_token,
                      PlanObjective objective);
 
+// A guide layout against the best (PlanGuideEntry::versus): why_lost's, or for one that scores
+// better than the best, which only a layout outside the space searched can (left out by --fix,
+// --schedules or --max-micro-batch), its score against the best's and that it was not searched.
+std::string guide_versus(const PlanFigures& guide, const PlanFigures& best, bool per_token,
+                         PlanObjective objective);
+
 // The Megatron-LM flags that run `spec` (workload::megatron_args_for), with its schedule's traits
 // looked up in the registry; an unknown schedule throws ConfigError.
 std::string megatron_args_for(const workload::ExperimentSpec& spec,

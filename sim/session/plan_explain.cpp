@@ -102,6 +102,14 @@ std::string why_lost(const PlanFigures& loser, const PlanFigures& winner, bool p
            " against " + time_text(worst->value(winner) * span(winner)) + ")";
 }
 
+std::string guide_versus(const PlanFigures& guide, const PlanFigures& best, bool per_token,
+                         PlanObjective objective) {
+    if (!(guide.objective < best.objective)) return why_lost(guide, best, per_token, objective);
+    return "scores better than #1 (" + objective_text(objective, guide.objective) + " against " +
+           objective_text(objective, best.objective) +
+           "): outside the space searched (left out by --fix, --schedules or --max-micro-batch)";
+}
+
 std::string megatron_args_for(const workload::ExperimentSpec& spec,
                               std::vector<std::string>* notes) {
     const auto schedule = schedule::require_schedule(spec.schedule, SourceLocation{});

@@ -81,9 +81,10 @@ void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& s
               const Extras& extras, const std::vector<std::pair<workload::CpCommType, int>>& cps,
               F&& f) {
     PlanLayout l = shape;
-    // The layout as it stands, then with each other exchange of context parallelism (--cp-comm).
+    // The layout as it stands, or with --cp-comm once per exchange of context parallelism (the
+    // experiment's own first).
     const auto emit = [&] {
-        f(l);
+        if (cps.empty()) f(l);
         for (const auto& [type, size] : cps) {
             l.cp_comm = type;
             l.cp_a2a_size = size;
@@ -164,6 +165,9 @@ Fixes::Bound read_bound(const std::string& key, const std::string& value) {
     for (const auto& v : Fixes::split_values(key, value)) {
         const auto n = whole_number(v);
         if (!n) throw ConfigError(where, forms);
+        // "2" and "02" are one value.
+        if (std::find(b.values.begin(), b.values.end(), *n) != b.values.end())
+            throw ConfigError(where, std::to_string(*n) + " is given twice");
         b.values.push_back(*n);
     }
     return b;
@@ -207,7 +211,6 @@ std::optional<int> Fixes::most(const std::string& key) const {
     if (b == bounds.end()) return std::nullopt;
     if (!b->second.values.empty())
         return *std::max_element(b->second.values.begin(), b->second.values.end());
-    if (b->second.high == 2147483647) return std::nullopt;
     return b->second.high;
 }
 
@@ -267,10 +270,11 @@ std::vector<std::string> plan_fixes_as_sets(const std::vector<std::string>& fixe
 
 namespace plan_space {
 
-// The exchanges of context parallelism --cp-comm adds to a layout of `cp`: every
-// parallelism.cp_comm_type but the experiment's own, a2a+p2p once per all-to-all group size s
-// (2 <= s < cp, dividing cp); none at cp 1, without --cp-comm, or when --fix holds the type or
-// the group size (applied to every layout, as --set).
+// The exchanges of context parallelism --cp-comm searches for a layout of `cp`: the experiment's
+// own first (named, so that every cp > 1 layout says which it runs), then every other
+// parallelism.cp_comm_type, a2a+p2p once per all-to-all group size s (2 <= s < cp, dividing cp);
+// none at cp 1, without --cp-comm, or when --fix holds the type or the group size (applied to
+// every layout, as --set).
 std::vector<std::pair<workload::CpCommType, int>> cp_comm_variants(
     const workload::ExperimentSpec& base, const Fixes& fixes, const Extras& extras, int cp) {
     std::vector<std::pair<workload::CpCommType, int>> out;
@@ -280,6 +284,7 @@ std::vector<std::pair<workload::CpCommType, int>> cp_comm_variants(
     });
     if (!extras.cp_comm || cp < 2 || held) return out;
     const auto own = base.layout.cp_comm_type;
+    out.emplace_back(own, own == workload::CpCommType::A2aP2p ? base.layout.cp_a2a_size : 0);
     for (const auto type :
          {workload::CpCommType::P2p, workload::CpCommType::A2a, workload::CpCommType::AllGather})
         if (type != own) out.emplace_back(type, 0);
@@ -303,7 +308,8 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                const std::function<void(const PlanLayout&)>& f) {
     const int n = base.layout.world_size();
     const auto fixed_dp = fixes.number("parallelism.dp");
-    // Micro-batch sizes up to --max-micro-batch, or up to the largest a bound names.
+    // Micro-batch sizes up to --max-micro-batch, or up to the largest a bound allows (every
+    // divisor for a range open above).
     const int most_mbs = fixes.most("training.micro_batch_size").value_or(max_mbs);
     const auto recomputes = fixes.choices(
         "training.recompute", workload::kRecomputeNames,
@@ -330,7 +336,12 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                         // v >= 2 dividing the stage's layers.
                         std::vector<int> vpps{1};
                         const auto sched = schedule::make_schedule(schedule);
-                        if (sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4) {
+                        const bool takes_vpp =
+                            sched->chunks_for(3) == 3 && sched->chunks_for(4) == 4;
+                        // A vpp held or bounded above 1 asks for virtual stages: not a schedule
+                        // without them (it was searched labelled with a vpp it ignores).
+                        if (!takes_vpp && !fixes.allows("parallelism.vpp", 1)) continue;
+                        if (takes_vpp) {
                             // Virtual stages on one pipeline stage: refused by the schedule's
                             // check as Megatron-Core refuses them, and not enumerated at all
                             // (rather than listed as invalid once per pp-1 variant).
@@ -457,7 +468,8 @@ std::vector<int> node_counts_of(const std::vector<int>& gpus, int per_node) {
     return node_counts;
 }
 
-void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes) {
+void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes,
+                         bool partial_recompute) {
     // A measured layer time holds for the shape it was measured at: at another tp, cp, ep or
     // micro-batch size the profile model would charge the same time for different work (an MFU
     // above 100% at a larger micro-batch).
@@ -479,6 +491,11 @@ void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixe
                        std::string(name_of(workload::kRecomputeNames, base.training.recompute)) +
                        " (or give compute.profiled_recompute, the recomputation the backward "
                        "was measured with)";
+        // A stage's profiled time is that of the experiment's stage: at another pp a stage
+        // holds other layers.
+        if (base.compute.profile.stage_forward && !fixes.held("parallelism.pp"))
+            missing += " --fix parallelism.pp=" + std::to_string(base.layout.pp) +
+                       " (stage_forward and stage_backward time one stage of that pipeline)";
         if (!missing.empty())
             throw ConfigError(SourceLocation{base.source},
                               "compute.model: profile gives each layer the time measured at one "
@@ -486,6 +503,13 @@ void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixe
                               "compare layouts that change them; hold them at the experiment's "
                               "with" +
                                   missing + ", or use compute.model: roofline");
+        // Block recomputation of N layers charges the measured backward for each N alike.
+        if (partial_recompute && !base.compute.profile.measured_recompute)
+            throw ConfigError(SourceLocation{"--partial-recompute"},
+                              "compute.model: profile charges each layer's measured backward "
+                              "whatever is recomputed, so the layers recomputed cannot be "
+                              "compared; give compute.profiled_recompute (the recomputation the "
+                              "backward was measured with) or leave --partial-recompute out");
     }
 }
 
@@ -510,6 +534,87 @@ PlanResult result_header(const PlanOptions& options, const workload::ExperimentS
     result.margin = options.margin;
     result.limit_bytes = static_cast<std::int64_t>(limit);
     return result;
+}
+
+std::vector<Count> counts_of(const std::function<workload::ExperimentSpec(int nodes)>& load_at,
+                             const workload::ExperimentSpec& base,
+                             const std::vector<int>& node_counts,
+                             const std::vector<std::int64_t>& batches, const Fixes& fixes) {
+    std::vector<Count> counts;
+    for (const int nodes : node_counts) {
+        const auto at_nodes = [&] {
+            if (nodes == 0) return base;
+            try {
+                return load_at(nodes);
+            } catch (const ConfigError& e) {
+                // The user gave --gpus, not the override it is loaded as.
+                throw ConfigError(
+                    SourceLocation{"--gpus " +
+                                   std::to_string(nodes * base.cluster->gpu_count() /
+                                                  std::max(1, base.cluster->node_count()))},
+                    "the topology at " + std::to_string(nodes) +
+                        " nodes (topology.nodes) is refused: " + e.message());
+            }
+        }();
+        for (const auto batch : batches) {
+            // What the enumeration reads of the batch is its size (the micro-batch sizes divide
+            // it over dp); the experiment's own layout need not divide it, so it is not loaded.
+            Count c{nodes, batch, at_nodes};
+            if (batch > 0) c.base.training.global_batch_size = batch;
+            counts.push_back(std::move(c));
+        }
+    }
+    // A held value must divide some count's GPUs (the others have no layout with it).
+    for (const char* key : {"parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp"})
+        if (const auto v = fixes.number(key);
+            v && std::none_of(counts.begin(), counts.end(), [&](const Count& c) {
+                return c.base.layout.world_size() % *v == 0;
+            })) {
+            std::vector<int> gpus;  // each count's, once
+            for (const auto& c : counts)
+                if (std::find(gpus.begin(), gpus.end(), c.base.layout.world_size()) == gpus.end())
+                    gpus.push_back(c.base.layout.world_size());
+            std::string sizes;
+            for (const int g : gpus)
+                sizes += (sizes.empty() ? "" : ", ") + std::to_string(g);
+            const bool own = counts.size() == 1 && counts.front().nodes == 0;
+            throw ConfigError(
+                SourceLocation{"--fix " + std::string(key) + "=" + std::to_string(*v)},
+                gpus.size() > 1 ? "divides none of the GPU counts searched (" + sizes + ")"
+                                : "does not divide the " + std::string(own ? "experiment's " : "") +
+                                      sizes + " GPUs");
+        }
+    return counts;
+}
+
+std::string profile_mismatch(const workload::ExperimentSpec& base, const Fixes& fixes,
+                             const PlanLayout& l) {
+    if (base.compute.kind != workload::ComputeSpec::Kind::Profile) return {};
+    const std::pair<const char*, int> shape[] = {{"parallelism.tp", l.tp},
+                                                 {"parallelism.cp", l.cp},
+                                                 {"parallelism.ep", l.ep},
+                                                 {"parallelism.pp", l.pp},
+                                                 {"training.micro_batch_size", l.micro_batch_size}};
+    for (const auto& [key, value] : shape)
+        if (const auto held = fixes.number(key); held && *held != value)
+            return std::string("compute.model: profile: its times were measured at ") + key + " " +
+                   std::to_string(*held) + " (--fix), not this layout's " + std::to_string(value) +
+                   "; not timed";
+    if (!base.compute.profile.measured_recompute)
+        if (const auto held =
+                fixes.choices("training.recompute", workload::kRecomputeNames,
+                              {workload::Recompute::None, workload::Recompute::Selective,
+                               workload::Recompute::Full});
+            held.size() == 1 && held.front() != l.recompute)
+            return "compute.model: profile: its backward was measured at recompute " +
+                   std::string(name_of(workload::kRecomputeNames, held.front())) +
+                   " (--fix), not this layout's; not timed";
+    return {};
+}
+
+bool cp_exchange_fix(const std::string& fix) {
+    return fix.rfind("parallelism.cp_comm_type=", 0) == 0 ||
+           fix.rfind("parallelism.cp_a2a_size=", 0) == 0;
 }
 
 std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes) {

@@ -23,6 +23,30 @@
 
 namespace cs::api::plan_space {
 
+// The objective of a layout whose iteration takes `T` (lower is better): what is ranked, and,
+// with the bound for T, the bound of the objective.
+struct Scorer {
+    PlanObjective objective = PlanObjective::Time;
+    double price = 0;
+    double watts = 0;  // energy: a GPU's board power times the PUE
+    // Time over several global batches (--global-batch): seconds per 1M tokens, not per
+    // iteration.
+    bool per_token = false;
+    // For a layout of `gpus` GPUs (PlanLayout::gpus: they differ with --gpus).
+    double score(double T, double flops, double peak, double tokens, double gpus) const {
+        switch (objective) {
+            case PlanObjective::Mfu:
+                return -(flops / (T * gpus * peak));
+            case PlanObjective::Cost:
+                return price * gpus * T / 3600.0 / tokens * 1e6;
+            case PlanObjective::Energy:
+                return watts * gpus * T / tokens;
+            default:
+                return per_token ? T / tokens * 1e6 : T;
+        }
+    }
+};
+
 // --fix values: an axis held at one value or bounded to some (a set V1,V2,... of values, or for a
 // whole-number axis a range MIN..MAX with either end left open), or another key applied to every
 // layout.
@@ -51,8 +75,8 @@ struct Fixes {
         const auto at = bounds.find(key);
         return at == bounds.end() || at->second.allows(v);
     }
-    // The largest value a bound of `key` allows (its set's largest or its range's high), none
-    // without a bound or with a range open above.
+    // The largest value a bound of `key` allows (its set's largest or its range's high,
+    // 2^31 - 1 for a range open above), none without a bound.
     std::optional<int> most(const std::string& key) const;
     // Held at one value: a single value given (not a set or a range).
     bool held(const std::string& key) const;
@@ -68,6 +92,10 @@ struct Fixes {
         std::vector<E> named;
         for (const auto& name : split_values(key, at->second)) {
             const auto found = find_named(table, name);
+            // Two names of one value (an alias: zero1 and optim) are one value given twice.
+            if (found && std::find(named.begin(), named.end(), *found) != named.end())
+                throw ConfigError(SourceLocation{"--fix " + key + "=" + at->second},
+                                  "\"" + name + "\" names a value given already");
             if (!found) {
                 std::string names;
                 for (const auto& row : table)
@@ -101,13 +129,40 @@ std::vector<int> node_counts_of(const std::vector<int>& gpus, int per_node);
 
 // Refuses a profile compute model (compute.model: profile) unless --fix holds tp, cp, ep, the
 // micro-batch size and recomputation: its layer times were measured at one of each.
-void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes);
+// A stage profile needs pp held too; --partial-recompute needs compute.profiled_recompute.
+void check_profile_fixes(const workload::ExperimentSpec& base, const Fixes& fixes,
+                         bool partial_recompute);
 
 // The result's headline: what is searched, the memory a layout must fit in (`limit` bytes per
 // GPU), and what is ranked under which network.
 PlanResult result_header(const PlanOptions& options, const workload::ExperimentSpec& base,
                          const std::vector<int>& node_counts, int per_node,
                          const std::vector<std::int64_t>& batches, double limit);
+
+// One pair of --gpus and --global-batch: the experiment's topology at the count's node count
+// (topology.nodes) and that global batch, searched as the experiment is without them.
+struct Count {
+    int nodes = 0;                  // 0: the experiment's
+    std::int64_t global_batch = 0;  // 0: the experiment's
+    workload::ExperimentSpec base;
+};
+
+// Every pair of a node count and a batch, in that order (`load_at(nodes)`: the experiment at
+// that node count); a tp, pp, cp or dp --fix holds must divide some pair's GPUs.
+std::vector<Count> counts_of(const std::function<workload::ExperimentSpec(int nodes)>& load_at,
+                             const workload::ExperimentSpec& base,
+                             const std::vector<int>& node_counts,
+                             const std::vector<std::int64_t>& batches, const Fixes& fixes);
+
+// Under compute.model: profile, why a layout cannot be timed (the guide's): a shape other than
+// the one the profile was measured at (the values --fix holds; check_profile_fixes); empty
+// otherwise.
+std::string profile_mismatch(const workload::ExperimentSpec& base, const Fixes& fixes,
+                             const PlanLayout& l);
+
+// A --fix of context parallelism's exchange (cp_comm_type, cp_a2a_size), which each layout
+// applies after its own cp.
+bool cp_exchange_fix(const std::string& fix);
 
 // --global-batch's sizes; {0} (the experiment's) without it.
 std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes);

@@ -93,6 +93,9 @@ std::pair<std::string, std::string> model_split_refusal(const ModelSpec& m, std:
     if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
         return {"tp", "kv_heads (" + std::to_string(m.kv_heads) + ") and tp (" +
                           std::to_string(tp) + ") must divide one another"};
+    if (m.experts == 0 && ep > 1)
+        return {"ep", "the model has no experts, so no expert parallelism: ep must be 1 (ep " +
+                          std::to_string(ep) + " given)"};
     if (m.experts > 0 && m.experts % ep != 0)
         return {"ep", "experts (" + std::to_string(m.experts) + ") must be divisible by ep (" +
                           std::to_string(ep) + ")"};

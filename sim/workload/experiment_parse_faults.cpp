@@ -48,15 +48,18 @@ struct NumberRanges {
         ranges.resize(kept);
     }
     void check(std::int64_t v) const {
-        if (v < 0 || v >= limit)
-            r.fail(key, (by_gpu ? "GPU " : "node ") + std::to_string(v) +
-                            " is not in the cluster, whose " + (by_gpu ? "GPUs" : "nodes") +
-                            " are numbered " +
-                            (limit == 1 ? std::string("0") : "0-" + std::to_string(limit - 1)));
+        if (v < 0 || v >= limit) outside(std::to_string(v));
+    }
+    [[noreturn]] void outside(const std::string& number) const {
+        r.fail(key, (by_gpu ? "GPU " : "node ") + number + " is not in the cluster, whose " +
+                        (by_gpu ? "GPUs" : "nodes") + " are numbered " +
+                        (limit == 1 ? std::string("0") : "0-" + std::to_string(limit - 1)));
     }
     std::int64_t number(const std::string& t) const {
-        if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+        if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
             r.fail(key, std::string("expected ") + kGpuSetForms + ", cannot read \"" + t + "\"");
+        // Past nine digits no number is in a cluster (and none overflows the conversion).
+        if (t.size() > 9) outside(t);
         return std::stoll(t);
     }
     // "all", or numbers and ranges separated by commas.
@@ -69,6 +72,9 @@ struct NumberRanges {
         while (pos <= text.size()) {
             const std::size_t comma = std::min(text.find(',', pos), text.size());
             const std::string part = text.substr(pos, comma - pos);
+            if (!part.empty() && part.front() == '-')
+                r.fail(key, std::string("\"") + part + "\": " + (by_gpu ? "GPU" : "node") +
+                                " numbers are 0 or more (" + kGpuSetForms + ")");
             const std::size_t dash = part.find('-');
             if (dash == std::string::npos) {
                 const std::int64_t a = number(part);

@@ -748,9 +748,9 @@ TEST_CASE("plan --fix bounds an axis to a set or a range: exactly the layouts in
 
 TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, right after it") {
     // The small space with cp searched (cp 1, 2, 4, 8 on 8 GPUs), 1f1b, zero1. With --cp-comm a
-    // layout of cp > 1 (the experiment's p2p ring) is followed by a2a, allgather and a2a+p2p at
-    // each all-to-all group size s, 2 <= s < cp dividing cp: cp 2 gets 2 more, cp 4 3 (s = 2),
-    // cp 8 4 (s = 2, 4); cp 1 none. Nothing else changes.
+    // layout of cp > 1 is named with the experiment's exchange (the p2p ring) and followed by
+    // a2a, allgather and a2a+p2p at each all-to-all group size s, 2 <= s < cp dividing cp: cp 2
+    // gets 2 more, cp 4 3 (s = 2), cp 8 4 (s = 2, 4); cp 1 none. Nothing else changes.
     const api::SweepRanks ranks;
     auto plain = small_options();
     plain.fixes = {"parallelism.sharding=zero1"};
@@ -764,9 +764,12 @@ TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, ri
     REQUIRE(b);
     std::vector<std::string> expected;
     for (const auto& e : a->entries) {
-        expected.push_back(e.layout.text());
         const int cp = e.layout.cp;
-        if (cp < 2) continue;
+        if (cp < 2) {
+            expected.push_back(e.layout.text());
+            continue;
+        }
+        expected.push_back(e.layout.text() + " cp_comm p2p");
         expected.push_back(e.layout.text() + " cp_comm a2a");
         expected.push_back(e.layout.text() + " cp_comm allgather");
         for (int s = 2; s < cp; ++s)
@@ -783,6 +786,120 @@ TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, ri
     const auto held = api::plan(more, ranks);
     REQUIRE(held);
     CHECK(held->layouts == a->layouts);
+}
+
+TEST_CASE("plan: what a hostile audit of bounds, --cp-comm and profiles found (stop 60)") {
+    const api::SweepRanks ranks;
+    // An experiment of cp 4 with a2a+p2p in groups of 2: a cp 1 layout exchanges nothing and
+    // is not refused for the group size (every cp 1 layout was); cp 2, where a group of 2 is
+    // not strictly inside cp, is refused with the loader's reason.
+    auto o = small_options();
+    o.fixes = {"parallelism.sharding=zero1"};
+    o.schedules = {"1f1b"};
+    o.max_micro_batch_size = 1;
+    o.sets = {"topology.nodes=2",         "parallelism.tp=1", "parallelism.pp=2",
+              "parallelism.cp=4",         "parallelism.dp=1", "parallelism.cp_comm_type=a2a+p2p",
+              "parallelism.cp_a2a_size=2"};
+    const auto grouped = api::plan(o, ranks);
+    REQUIRE(grouped);
+    int cp1 = 0, cp1_refused = 0, cp2_refused = 0;
+    for (const auto& e : grouped->entries) {
+        const bool invalid = e.status == api::PlanEntry::Status::Invalid;
+        if (e.layout.cp == 1) ++cp1;
+        if (e.layout.cp == 1 && invalid) ++cp1_refused;
+        if (e.layout.cp == 2 && invalid) ++cp2_refused;
+    }
+    CHECK(cp1 > 0);
+    CHECK(cp1_refused == 0);
+    CHECK(cp2_refused > 0);
+    // A held group size is checked against each layout's cp, not the experiment's (cp 1 here).
+    o = small_options();
+    o.fixes = {"parallelism.sharding=zero1", "parallelism.cp=8", "parallelism.cp_comm_type=a2a+p2p",
+               "parallelism.cp_a2a_size=4"};
+    o.schedules = {"1f1b"};
+    o.sets = {"topology.nodes=2", "training.seq_length=2048"};
+    const auto held = api::plan(o, ranks);
+    REQUIRE(held);
+    REQUIRE(!held->top.empty());
+    CHECK(held->top.front().layout.cp == 8);
+    // Aliases and spellings of one value are one value given twice.
+    o = small_options();
+    o.fixes.push_back("parallelism.tp=2,02");
+    CHECK(error_of([&] { api::plan(o, ranks); }) == "--fix parallelism.tp=2,02: 2 is given twice");
+    o = small_options();
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1,optim"};
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--fix parallelism.sharding=zero1,optim: \"optim\" names a value given already");
+    // A micro-batch range open above lifts --max-micro-batch's cap of 2: 16 divides 16 / dp
+    // for dp 1.
+    o = small_options();
+    o.fixes.push_back("training.micro_batch_size=16..");
+    o.schedules = {"1f1b"};
+    const auto big = api::plan(o, ranks);
+    REQUIRE(big);
+    REQUIRE(!big->entries.empty());
+    for (const auto& e : big->entries)
+        CHECK(e.layout.micro_batch_size >= 16);
+    // A vpp held above 1 asks for virtual stages: schedules without them are not searched.
+    o = small_options();
+    o.fixes.push_back("parallelism.vpp=2");
+    const auto virtual_stages = api::plan(o, ranks);
+    REQUIRE(virtual_stages);
+    for (const auto& e : virtual_stages->entries)
+        CHECK(e.layout.schedule == "interleaved");
+    // A held dp needs to divide one of the GPU counts searched, not each.
+    o = small_options();
+    o.gpus = {4, 8};
+    o.objective = api::PlanObjective::Mfu;
+    o.fixes.push_back("parallelism.dp=8");
+    const auto counts = api::plan(o, ranks);
+    REQUIRE(counts);
+    for (const auto& e : counts->entries)
+        CHECK(e.layout.gpus() == 8);
+    o.fixes.back() = "parallelism.dp=16";
+    CHECK(error_of([&] { api::plan(o, ranks); }) ==
+          "--fix parallelism.dp=16: divides none of the GPU counts searched (4, 8)");
+    // A guide layout outside the space (tp 1 when --fix holds tp 8) scores better than #1: said
+    // so, not "ranks lower".
+    o = small_options();
+    o.fixes.push_back("parallelism.tp=8");
+    o.guide = true;
+    const auto guided = api::plan(o, ranks);
+    REQUIRE(guided);
+    REQUIRE(guided->guide.size() == 1);
+    CHECK(guided->guide.front().versus.find("scores better than #1") == 0);
+    CHECK(guided->guide.front().versus.find("outside the space searched") != std::string::npos);
+    // Under a profile, the guide's layout at another tp than the profiled one is not timed; a
+    // stage profile needs pp held; block recomputation needs the measured recomputation.
+    o = small_options();
+    o.sets.push_back("compute={model: profile, layer_forward: 1ms, layer_backward: 2ms}");
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1",  "parallelism.tp=2",
+               "parallelism.ep=1", "training.micro_batch_size=1", "training.recompute=none"};
+    o.guide = true;
+    const auto profiled = api::plan(o, ranks);
+    REQUIRE(profiled);
+    REQUIRE(profiled->guide.size() == 1);
+    CHECK(!profiled->guide.front().figures);
+    CHECK(profiled->guide.front().reason ==
+          "compute.model: profile: its times were measured at parallelism.tp 2 (--fix), not this "
+          "layout's 1; not timed");
+    o.guide = false;
+    o.partial_recompute = true;
+    o.fixes.back() = "training.recompute=full";
+    CHECK(error_of([&] { api::plan(o, ranks); })
+              .find("--partial-recompute: compute.model: profile "
+                    "charges each layer's measured backward") == 0);
+    o.partial_recompute = false;
+    o.sets.back() = "compute={model: profile, stage_forward: 4ms, stage_backward: 8ms}";
+    CHECK(error_of([&] { api::plan(o, ranks); }).find("--fix parallelism.pp=2 (stage_forward") !=
+          std::string::npos);
+    // A dense model has no expert parallelism: ep 2 is refused (it ran, labelled ep 2).
+    o = small_options();
+    o.fixes.push_back("parallelism.ep=2");
+    CHECK(error_of([&] {
+              api::plan(o, ranks);
+          }).find("the model has no experts, so no expert parallelism: ep must be 1") !=
+          std::string::npos);
 }
 
 TEST_CASE("plan --fix: bad sets and ranges are refused at the option") {
