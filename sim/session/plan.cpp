@@ -118,7 +118,9 @@ struct Loader {
             // The loader names every override "--set"; a --fix value is named as given.
             std::vector<std::string> fixed(
                 base.begin() + static_cast<std::ptrdiff_t>(options.sets.size()), base.end());
-            fixed.insert(fixed.end(), cp_exchange.begin(), cp_exchange.end());
+            // The group size plan drops beside a held exchange is no --fix of the user's.
+            for (const auto& f : cp_exchange)
+                if (f != "parallelism.cp_a2a_size=~") fixed.push_back(f);
             for (const auto& f : fixed)
                 if (e.where().file == "--set " + f)
                     throw ConfigError(

@@ -595,8 +595,11 @@ std::string profile_mismatch(const workload::ExperimentSpec& base, const Fixes& 
                                                  {"parallelism.ep", l.ep},
                                                  {"parallelism.pp", l.pp},
                                                  {"training.micro_batch_size", l.micro_batch_size}};
+    // A layer's profiled time holds at any pp; a stage's only at the experiment's.
+    const bool stage = base.compute.profile.stage_forward.has_value();
     for (const auto& [key, value] : shape)
-        if (const auto held = fixes.number(key); held && *held != value)
+        if (const auto held = fixes.number(key);
+            held && *held != value && (stage || std::string_view(key) != "parallelism.pp"))
             return std::string("compute.model: profile: its times were measured at ") + key + " " +
                    std::to_string(*held) + " (--fix), not this layout's " + std::to_string(value) +
                    "; not timed";

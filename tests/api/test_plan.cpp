@@ -883,6 +883,18 @@ TEST_CASE("plan: what a hostile audit of bounds, --cp-comm and profiles found (s
     CHECK(profiled->guide.front().reason ==
           "compute.model: profile: its times were measured at parallelism.tp 2 (--fix), not this "
           "layout's 1; not timed");
+    // A layer's profiled time holds at any pp: with pp held at 2 and tp at the guide's 1, the
+    // guide's pp 1 layout is timed.
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1",  "parallelism.tp=1",
+               "parallelism.ep=1", "training.micro_batch_size=1", "training.recompute=none",
+               "parallelism.pp=2"};
+    const auto layer_profile = api::plan(o, ranks);
+    REQUIRE(layer_profile);
+    REQUIRE(layer_profile->guide.size() == 1);
+    CHECK(layer_profile->guide.front().layout.pp == 1);
+    CHECK(layer_profile->guide.front().figures.has_value());
+    o.fixes = {"parallelism.cp=1", "parallelism.sharding=zero1",  "parallelism.tp=2",
+               "parallelism.ep=1", "training.micro_batch_size=1", "training.recompute=none"};
     o.guide = false;
     o.partial_recompute = true;
     o.fixes.back() = "training.recompute=full";

@@ -560,6 +560,17 @@ class PlanTest(unittest.TestCase):
         self.assertTrue(layouts)
         self.assertTrue(all(l["tp"] in (1, 2) and l["pp"] >= 2 for l in layouts))
         self.assertEqual({l["tp"] for l in layouts}, {1, 2})
+        # cp_comm=True (plan --cp-comm): every layout of cp > 1 names its exchange, and the
+        # four exchanges appear (p2p, a2a, allgather, a2a+p2p).
+        p = clustersim.plan(small, {"parallelism.sharding": "zero1", "parallelism.tp": 1,
+                                    "parallelism.pp": 1},
+                            {"topology.nodes": 2}, schedules="1f1b", top=3, max_micro_batch=1,
+                            cp_comm=True)
+        cp_layouts = [e["layout"] for e in p["layouts_evaluated"] if e["layout"]["cp"] > 1]
+        self.assertTrue(cp_layouts)
+        self.assertTrue(all("cp_comm_type" in l for l in cp_layouts))
+        self.assertEqual({l["cp_comm_type"] for l in cp_layouts},
+                         {"p2p", "a2a", "allgather", "a2a+p2p"})
 
     def test_plan_threads(self):
         # The answer does not depend on the number of worker threads (docs/plan.md, Threads):
