@@ -38,6 +38,11 @@ constexpr std::array<std::string_view, 10> kAxisKeys{
     "parallelism.ep",     "parallelism.vpp", "parallelism.sharding", "training.micro_batch_size",
     "training.recompute", "schedule"};
 
+// The axes whose values are whole numbers (the others are choices).
+constexpr std::array<std::string_view, 7> kNumberAxes{
+    "parallelism.tp", "parallelism.pp",  "parallelism.dp",           "parallelism.cp",
+    "parallelism.ep", "parallelism.vpp", "training.micro_batch_size"};
+
 // A first/last split of `layers` over `pp` stages of `chunks` chunks each, as Megatron-LM's
 // --decoder-first/last-pipeline-num-layers take it: the pp - 2 middle stages hold m layers each,
 // stage 0 and stage pp - 1 the rest, every count a multiple of the chunks and at least one per
@@ -129,11 +134,6 @@ void variants(const PlanLayout& shape, const std::vector<std::pair<int, int>>& s
 }  // namespace
 
 namespace {
-
-// The axes whose values are whole numbers (the others are choices).
-constexpr std::array<std::string_view, 7> kNumberAxes{
-    "parallelism.tp", "parallelism.pp",  "parallelism.dp",           "parallelism.cp",
-    "parallelism.ep", "parallelism.vpp", "training.micro_batch_size"};
 
 // A whole number of `text`, 1 .. 2^31 - 1, or none.
 std::optional<int> whole_number(const std::string& text) {
@@ -254,16 +254,11 @@ Fixes parse_fixes(const std::vector<std::string>& fixes) {
 }  // namespace plan_space
 
 std::vector<std::string> plan_fixes_as_sets(const std::vector<std::string>& fixes) {
+    const plan_space::Fixes parsed = plan_space::parse_fixes(fixes);
     std::vector<std::string> sets;
     for (const auto& f : fixes) {
-        const auto eq = f.find('=');
-        const std::string key = f.substr(0, eq);
-        const bool axis = std::find(plan_space::kAxisKeys.begin(), plan_space::kAxisKeys.end(),
-                                    key) != plan_space::kAxisKeys.end();
-        const std::string value = eq == std::string::npos ? "" : f.substr(eq + 1);
-        if (axis && (value.find(',') != std::string::npos || value.find("..") != std::string::npos))
-            continue;
-        sets.push_back(f);
+        const std::string key = f.substr(0, f.find('='));
+        if (!parsed.axes.contains(key) || parsed.held(key)) sets.push_back(f);
     }
     return sets;
 }
@@ -278,11 +273,9 @@ namespace plan_space {
 std::vector<std::pair<workload::CpCommType, int>> cp_comm_variants(
     const workload::ExperimentSpec& base, const Fixes& fixes, const Extras& extras, int cp) {
     std::vector<std::pair<workload::CpCommType, int>> out;
-    const bool held = std::any_of(fixes.others.begin(), fixes.others.end(), [](const auto& o) {
-        return o.rfind("parallelism.cp_comm_type=", 0) == 0 ||
-               o.rfind("parallelism.cp_a2a_size=", 0) == 0;
-    });
-    if (!extras.cp_comm || cp < 2 || held) return out;
+    if (!extras.cp_comm || cp < 2 ||
+        std::any_of(fixes.others.begin(), fixes.others.end(), cp_exchange_fix))
+        return out;
     const auto own = base.layout.cp_comm_type;
     out.emplace_back(own, own == workload::CpCommType::A2aP2p ? base.layout.cp_a2a_size : 0);
     for (const auto type :
@@ -307,7 +300,6 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                const std::vector<std::string>& schedules, int max_mbs, const Extras& extras,
                const std::function<void(const PlanLayout&)>& f) {
     const int n = base.layout.world_size();
-    const auto fixed_dp = fixes.number("parallelism.dp");
     // Micro-batch sizes up to --max-micro-batch, or up to the largest a bound allows (every
     // divisor for a range open above).
     const int most_mbs = fixes.most("training.micro_batch_size").value_or(max_mbs);
@@ -327,7 +319,7 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
             for (const int cp : fixes.allowed("parallelism.cp", divisors(n / tp / pp))) {
                 if ((n / tp / pp) % cp) continue;
                 const int dp = n / tp / pp / cp;
-                if ((fixed_dp && *fixed_dp != dp) || !fixes.allows("parallelism.dp", dp)) continue;
+                if (!fixes.allows("parallelism.dp", dp)) continue;
                 const auto eps = base.model.experts > 0 ? divisors(dp * cp) : std::vector<int>{1};
                 const auto cps = cp_comm_variants(base, fixes, extras, cp);
                 for (const int ep : fixes.allowed("parallelism.ep", eps)) {
@@ -367,7 +359,7 @@ void enumerate(const workload::ExperimentSpec& base, const Fixes& fixes,
                             // schedule's chunks per stage, both copies of DualPipe's counted).
                             const int chunks = pp * sched->chunks_for(vpp);
                             const int chunk_layers = (layers + chunks - 1) / chunks;
-                            PlanLayout shape;
+                            PlanLayout shape;  // the shape's fields; variants() sets the rest
                             shape.tp = tp;
                             shape.pp = pp;
                             shape.dp = dp;

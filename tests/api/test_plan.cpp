@@ -76,6 +76,24 @@ api::PlanOptions small_options() {
     return o;
 }
 
+// small_options() on one schedule (1f1b), zero1 and micro-batch 1, cp searched: the space of
+// the --cp-comm tests.
+api::PlanOptions one_schedule_options() {
+    auto o = small_options();
+    o.fixes = {"parallelism.sharding=zero1"};
+    o.schedules = {"1f1b"};
+    o.max_micro_batch_size = 1;
+    return o;
+}
+
+// Every layout a plan looked at (PlanOptions::keep_entries), as text, in enumeration order.
+std::vector<std::string> layout_texts(const api::PlanResult& r) {
+    std::vector<std::string> texts;
+    for (const auto& e : r.entries)
+        texts.push_back(e.layout.text());
+    return texts;
+}
+
 // The space of the flow tests: 1f1b, no recompute, zero1, cp 1, micro-batch 1 or 2, tp x pp x
 // dp of 16 GPUs on four nodes of the oversubscribed cluster under flow, the top 3.
 api::PlanOptions flow_space_options() {
@@ -724,11 +742,10 @@ TEST_CASE("plan --fix bounds an axis to a set or a range: exactly the layouts in
         return l.tp <= 2 && (l.pp == 2 || l.pp == 4) &&
                l.recompute != workload::Recompute::Selective;
     };
-    std::vector<std::string> expected, got;
+    std::vector<std::string> expected;
     for (const auto& e : all->entries)
         if (inside(e.layout)) expected.push_back(e.layout.text());
-    for (const auto& e : some->entries)
-        got.push_back(e.layout.text());
+    const auto got = layout_texts(*some);
     CHECK(!expected.empty());
     CHECK(expected.size() < all->layouts);
     CHECK(got == expected);
@@ -752,10 +769,7 @@ TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, ri
     // a2a, allgather and a2a+p2p at each all-to-all group size s, 2 <= s < cp dividing cp: cp 2
     // gets 2 more, cp 4 3 (s = 2), cp 8 4 (s = 2, 4); cp 1 none. Nothing else changes.
     const api::SweepRanks ranks;
-    auto plain = small_options();
-    plain.fixes = {"parallelism.sharding=zero1"};
-    plain.schedules = {"1f1b"};
-    plain.max_micro_batch_size = 1;
+    const auto plain = one_schedule_options();
     auto more = plain;
     more.cp_comm = true;
     const auto a = api::plan(plain, ranks);
@@ -776,9 +790,7 @@ TEST_CASE("plan --cp-comm: each cp > 1 layout also with every other exchange, ri
             if (cp % s == 0)
                 expected.push_back(e.layout.text() + " cp_comm a2a+p2p " + std::to_string(s));
     }
-    std::vector<std::string> got;
-    for (const auto& e : b->entries)
-        got.push_back(e.layout.text());
+    const auto got = layout_texts(*b);
     CHECK(got == expected);
     CHECK(got.size() > a->layouts);
     // Held by --fix, the exchange is the experiment's for every layout: no variants.
@@ -793,10 +805,7 @@ TEST_CASE("plan: what a hostile audit of bounds, --cp-comm and profiles found (s
     // An experiment of cp 4 with a2a+p2p in groups of 2: a cp 1 layout exchanges nothing and
     // is not refused for the group size (every cp 1 layout was); cp 2, where a group of 2 is
     // not strictly inside cp, is refused with the loader's reason.
-    auto o = small_options();
-    o.fixes = {"parallelism.sharding=zero1"};
-    o.schedules = {"1f1b"};
-    o.max_micro_batch_size = 1;
+    auto o = one_schedule_options();
     o.sets = {"topology.nodes=2",         "parallelism.tp=1", "parallelism.pp=2",
               "parallelism.cp=4",         "parallelism.dp=1", "parallelism.cp_comm_type=a2a+p2p",
               "parallelism.cp_a2a_size=2"};
