@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
                 const Time now = solver.finish_time(f);
                 pick();
                 const Stopwatch clock;
-                solver.remove(f);
+                solver.remove(f, now);
                 path_of[f].clear();
                 add_picked(now);
                 solver.recompute(now, no_observers);

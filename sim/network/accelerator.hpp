@@ -157,11 +157,14 @@ class Accelerator {
     // transfers it stands for, at flush_link_totals(); the sums are the same (whole bytes and
     // picoseconds). Whoever calls it must flush before the observers are read (replay::Replay
     // does, at the end of the iteration, for a network of its own). Without it the totals are
-    // told as each transfer starts.
+    // told as each transfer starts. Under `flow` it also lets observers added after it that take
+    // link tallies (SummingObserver::takes_link_tallies) be told their shared flows as
+    // per-link tallies at the flush instead of flow by flow.
     virtual void hold_link_totals() = 0;
-    // Tells the held totals, and under member folding tells the observers that copy link images
-    // (SummingObserver::copies_link_images) which links mirror member 0's. Called at the end of
-    // every iteration whether totals are held or not.
+    // Tells the held totals and the link tallies since the last flush, and under member folding
+    // tells the observers that copy link images (SummingObserver::copies_link_images) which
+    // links mirror member 0's. Called at the end of every iteration whether totals are held or
+    // not.
     virtual void flush_link_totals() = 0;
 };
 

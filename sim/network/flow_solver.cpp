@@ -106,8 +106,37 @@ void FlowSolver::mark_dirty(LinkId l) {
     dirty_links_.push_back(l);
 }
 
+void FlowSolver::keep_tallies() {
+    if (added_) throw SimulationError("network", "link tallies kept after flows were added");
+    tallies_ = true;
+}
+
+void FlowSolver::count_span(Link& link, Time now) {
+    const std::int64_t at = now.count_ps();
+    const std::int64_t span = at - link.since_ps;
+    if (link.count >= 1) link.busy_ps += span;
+    if (link.count >= 2) link.shared_ps += span;
+    link.since_ps = at;
+}
+
+FlowSolver::Tally FlowSolver::tally(LinkId l) const {
+    const Link& link = links_[l];
+    return {
+        link.tally_bytes, Time::ps(link.busy_ps), Time::ps(link.shared_ps), link.peak, link.count,
+        link.counted};
+}
+
+void FlowSolver::take_tallies() {
+    for (Link& link : links_) {
+        link.tally_bytes = 0;
+        link.busy_ps = link.shared_ps = 0;
+        link.peak = link.count;
+        link.counted = false;
+    }
+}
+
 FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes,
-                                   std::uint32_t owner, Time now) {
+                                   std::uint32_t owner, Time now, double tallied) {
     if (path.empty() || !(bytes > 0))
         throw SimulationError("network", "a flow needs a non-empty route and a positive size", now);
     if (path.size() > 0xffff)
@@ -139,8 +168,20 @@ FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes
     // The links of a route lie far apart: ask for all of them before the first is needed.
     for (const LinkId l : path)
         __builtin_prefetch(&links_[l]);
-    for (std::size_t i = 0; i < path.size(); ++i)
-        hops[i] = {path[i], push_flow(links_[path[i]], id)};
+    if (tallies_) {
+        for (std::size_t i = 0; i < path.size(); ++i) {
+            Link& link = links_[path[i]];
+            count_span(link, now);
+            hops[i] = {path[i], push_flow(link, id)};
+            link.tally_bytes += tallied;
+            link.peak = std::max(link.peak, link.count);
+            link.counted = true;
+        }
+    } else {
+        for (std::size_t i = 0; i < path.size(); ++i)
+            hops[i] = {path[i], push_flow(links_[path[i]], id)};
+    }
+    added_ = true;
     peak_ = std::max(peak_, ++active_);
     return id;
 }
@@ -152,13 +193,17 @@ double FlowSolver::remaining(FlowId id, Time now) const {
     return std::max(0.0, f.remaining - state_[id].rate * (now - f.updated).seconds());
 }
 
-void FlowSolver::remove(FlowId id) {
+void FlowSolver::remove(FlowId id, Time now) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");
     const Hop* path = path_of(id);
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
         const LinkId l = path[i].link;
         const std::uint32_t s = path[i].slot;
+        if (tallies_) {
+            count_span(links_[l], now);
+            links_[l].counted = true;
+        }
         const FlowId moved = pop_flow(links_[l], s);
         // The hop that sat in the link's last slot now sits in s: found by its slot, since a
         // flow may cross a link more than once (add), this one included (among its hops not

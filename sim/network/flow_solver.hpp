@@ -65,10 +65,12 @@ class FlowSolver {
     // times counts the flow k times on it, as k flows at its rate: member folding's links that
     // every member crosses (Network::fold) carry the members' flows that way. `owner` is
     // returned by owner().
+    // `tallied`: the bytes the link tallies count for it (keep_tallies; the owner's rounding of
+    // `bytes`, which observers are told), ignored without tallies.
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
-               Time now);
-    // Removes a flow (finished or not).
-    void remove(FlowId flow);
+               Time now, double tallied = 0);
+    // Removes a flow (finished or not) at `now` (read by the link tallies only).
+    void remove(FlowId flow, Time now);
     // Re-solves max-min fair rates after the adds and removes since the last call, updating the
     // finish times of flows whose rate changed. Reports links whose total rate or flow count
     // changed to `observers`, in increasing link order.
@@ -102,6 +104,27 @@ class FlowSolver {
     // A link's total rate as last reported to observers.
     double link_rate(topology::LinkId l) const { return links_[l].acct_rate; }
 
+    // Link tallies: per link, what its flows add up to since the last take_tallies(), counted
+    // by add() and remove() on the link's own record (which they touch anyway) so that an
+    // owner summing flows per link (report::LinkAccounting, through Network) need not walk
+    // every flow's path again at its start and end. Off until keep_tallies(), which must come
+    // before the first flow.
+    struct Tally {
+        double bytes = 0;         // `tallied` bytes of the flows added
+        Time busy;                // time with at least one flow (up to the last add or remove)
+        Time shared;              // ... with two or more
+        std::uint32_t peak = 0;   // the most flows at once (a flow once per time it crosses)
+        std::uint32_t flows = 0;  // flows on it now
+        bool counted = false;     // a flow was added or removed since the last take_tallies()
+    };
+    void keep_tallies();
+    bool keeps_tallies() const { return tallies_; }
+    // Link l's tally since the last take_tallies().
+    Tally tally(topology::LinkId l) const;
+    // Starts every link's tally again from nothing (the flows on it kept, and counted as the
+    // most at once so far).
+    void take_tallies();
+
     // Work counters for benchmarks: recompute() calls, flows re-rated (summed over every
     // progressive filling, so a flow re-solved twice in one recompute counts twice), and flows
     // whose bottleneck was checked.
@@ -132,10 +155,11 @@ class FlowSolver {
         std::uint8_t frozen = 1;  // outside fill() every flow is frozen
     };
     // Everything a recompute reads or writes of a link, its flows included while they are few,
-    // in one 128-byte record: a re-solve visits links scattered over the whole cluster (hundreds
-    // of thousands of them at 16,384 GPUs), and each record is one or two cache misses where
-    // five arrays of per-link fields and a list on the heap were five or six.
-    static constexpr std::uint32_t kInlineFlows = 14;
+    // and its tally, in one 128-byte record: a re-solve visits links scattered over the whole
+    // cluster (hundreds of thousands of them at 16,384 GPUs), and each record is one or two
+    // cache misses where five arrays of per-link fields and a list on the heap were five or six
+    // (and a tally kept by the observers another per link at each flow's start and end).
+    static constexpr std::uint32_t kInlineFlows = 5;
     static constexpr std::uint32_t kNoSpill = 0xffffffffu;
     struct alignas(64) Link {
         double capacity = 0;
@@ -143,6 +167,10 @@ class FlowSolver {
         double max_rate = 0;   // largest rate of its flows, as of the last solve
         double remaining = 0;  // progressive-filling scratch
         double acct_rate = 0;  // values last reported to observers
+        // The tally (Tally; since: the time of its last count)
+        double tally_bytes = 0;
+        std::int64_t busy_ps = 0, shared_ps = 0, since_ps = 0;
+        std::uint32_t peak = 0;
         std::uint32_t acct_flows = 0;
         std::uint32_t unfrozen = 0;
         std::uint32_t members = 0;  // flows of A on the link
@@ -153,6 +181,7 @@ class FlowSolver {
         std::uint32_t spill = kNoSpill;
         bool queued = false;            // in dirty_links_
         bool capacity_changed = false;  // its flows join the re-solved set at the next recompute
+        bool counted = false;           // Tally::counted
         FlowId inline_flows[kInlineFlows] = {};
     };
     static_assert(sizeof(Link) == 128);
@@ -175,6 +204,8 @@ class FlowSolver {
                 link.count};
     }
     std::uint32_t push_flow(Link& link, FlowId f);
+    // The tally's busy and shared time up to `now` (before a change of the link's flows).
+    static void count_span(Link& link, Time now);
     FlowId pop_flow(Link& link, std::uint32_t slot);
     void mark_dirty(topology::LinkId l);
     void take_flow(FlowId f);
@@ -219,6 +250,8 @@ class FlowSolver {
     std::uint32_t check_round_ = 0;
     std::size_t active_ = 0;
     std::size_t peak_ = 0;
+    bool tallies_ = false;
+    bool added_ = false;  // a flow was ever added (keep_tallies comes before)
     std::uint64_t recomputes_ = 0;
     std::uint64_t rerated_ = 0;
     std::uint64_t checked_ = 0;

@@ -106,15 +106,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void add_observer(NetworkObserver* observer) override {
         if (compact_) throw SimulationError("network", "a compact network takes no observers");
         SummingObserver* summing = kept_ ? dynamic_cast<SummingObserver*>(observer) : nullptr;
-        real_links_.targets.push_back(observer);
-        if (summing && summing->copies_link_images())
-            real_links_.copiers.push_back(summing);
-        else
-            real_links_.repeated.push_back(observer);
-        real_links_.summing.push_back(summing);
-        if (summing)
-            (summing->sketch_keys() ? real_links_.sketches : real_links_.tables).push_back(summing);
-        if (summing && summing->sketch_keys()) real_links_.keys = summing->sketch_keys();
+        // Link tallies: its shared flows counted on the solver's links, told at flush.
+        const bool tallied = summing && hold_totals_ && solver_ && summing->copies_link_images() &&
+                             summing->takes_link_tallies();
+        if (tallied) solver_->keep_tallies();
+        real_links_.add(observer, summing, tallied);
         // The solver's rate notifications only when some observer reads them.
         observers_.clear();
         if (real_links_.wants_link_rates()) observers_.push_back(&real_links_);
@@ -347,9 +343,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             real_links_.tell_cost(sim_.now(), cluster_, *cost, count);
         held_.clear();
         held_of_.clear();
+        if (solver_) real_links_.tell_tallies(*solver_, chain_of_);
         real_links_.tell_images();
     }
-
     void account_sends(const SendRoutes& routes, Bytes size, std::int64_t count) override {
         check_accounted_sends(count);
         if (!observed()) return;
@@ -433,6 +429,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // The plans `kept` keeps (made on first use); defined after KeptPlans, below.
     static std::shared_ptr<SharedPlans> kept_plans(KeptState& kept);
     bool observed() const { return !real_links_.targets.empty(); }
+    // Whether an observer is told shared flows' starts and ends (not all are counted in link
+    // tallies).
+    bool flows_observed() const { return !real_links_.flow_targets.empty(); }
 
     struct Op {
         const Plan* plan = nullptr;
@@ -713,7 +712,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                     for (LinkId& l : capped_path_)
                         l = compact_id_.at(l);
                 capped_path_.push_back(cap);
-                const auto flow = solver_->add(capped_path_, bytes, id, sim_.now());
+                const auto flow =
+                    solver_->add(capped_path_, bytes, id, sim_.now(), tallied_bytes(bytes));
                 if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
                 cap_of_flow_[flow] = cap;
                 note_start(flow, f, bytes);
@@ -726,7 +726,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 const auto flow = solver_->add(compact_          ? capped_path_
                                                : !merged_paths() ? f.path
                                                                  : solver_path(f.path),
-                                               bytes, id, sim_.now());
+                                               bytes, id, sim_.now(), tallied_bytes(bytes));
                 if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
                 note_start(flow, f, bytes);
             }
@@ -741,8 +741,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void note_start(FlowSolver::FlowId flow, const FlowTemplate& f, double bytes) {
         if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
         flow_template_[flow] = &f;
-        if (!observed()) return;
+        if (!flows_observed()) return;
         real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(bytes), true, Time::zero()});
+    }
+
+    // The bytes a flow of `bytes` adds to link tallies: those observers are told of it.
+    double tallied_bytes(double bytes) const {
+        return solver_->keeps_tallies() ? whole_bytes(bytes) : 0;
     }
 
     void advance(std::uint32_t id) {
@@ -767,8 +772,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             const auto f = solver_->next_finishing();
             if (f == FlowSolver::kNoFlow || solver_->finish_time(f) > now) break;
             const std::uint32_t id = solver_->owner(f);
-            solver_->remove(f);
-            if (observed()) real_links_.on_flow_end(now, observed_path(f));
+            solver_->remove(f, now);
+            if (flows_observed()) real_links_.on_flow_end(now, observed_path(f));
             if (f < cap_of_flow_.size() && cap_of_flow_[f] != kNoCap) {
                 // Reusable once the solver has re-solved without the flow.
                 retired_caps_.push_back(cap_of_flow_[f]);
@@ -836,11 +841,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             const FlowTemplate& moved = detour(*planned);
             const std::uint32_t owner = solver_->owner(f);
             const LinkId cap = f < cap_of_flow_.size() ? cap_of_flow_[f] : kNoCap;
-            solver_->remove(f);
-            if (observed()) real_links_.on_flow_end(now, observed_path(f));
+            solver_->remove(f, now);
+            if (flows_observed()) real_links_.on_flow_end(now, observed_path(f));
             capped_path_.assign(moved.path.begin(), moved.path.end());
             if (cap != kNoCap) capped_path_.push_back(cap);
-            const auto g = solver_->add(capped_path_, left, owner, now);
+            const auto g = solver_->add(capped_path_, left, owner, now, tallied_bytes(left));
             if (g != f && f < cap_of_flow_.size()) cap_of_flow_[f] = kNoCap;
             if (g >= cap_of_flow_.size()) cap_of_flow_.resize(g + 1, kNoCap);
             cap_of_flow_[g] = cap;

@@ -62,6 +62,39 @@ void RealLinksOnly::on_link_rates(Time at, std::span<const LinkRate> rates) {
         o->on_link_rates(at, real_rates);
 }
 
+void RealLinksOnly::add(NetworkObserver* target, SummingObserver* summer, bool tallied) {
+    targets.push_back(target);
+    const bool copier = summer && summer->copies_link_images();
+    if (copier)
+        copiers.push_back(summer);
+    else
+        repeated.push_back(target);
+    if (tallied) {
+        tallied_targets.push_back(summer);
+    } else {
+        flow_targets.push_back(target);
+        if (copier) flow_copiers.push_back(summer);
+    }
+    summing.push_back(summer);
+    if (summer) (summer->sketch_keys() ? sketches : tables).push_back(summer);
+    if (summer && summer->sketch_keys()) keys = summer->sketch_keys();
+}
+
+void RealLinksOnly::tell_tallies(FlowSolver& solver, const std::vector<LinkId>& chain_of) {
+    if (tallied_targets.empty()) return;
+    std::vector<SummingObserver::LinkTally> told;
+    for (LinkId l = 0; l < links; ++l) {
+        const auto t = solver.tally(l < chain_of.size() ? chain_of[l] : l);
+        if (!t.counted) continue;
+        told.push_back(
+            {l, t.bytes, t.busy, t.shared, static_cast<int>(t.peak), static_cast<int>(t.flows)});
+    }
+    solver.take_tallies();
+    if (told.empty()) return;
+    for (SummingObserver* o : tallied_targets)
+        o->on_link_tallies(told);
+}
+
 void RealLinksOnly::tell_images() {
     if (maps.size() < 2 || copiers.empty()) return;
     std::vector<SummingObserver::LinkImage> images;

@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "core/modp.hpp"
 #include "network/accelerator.hpp"
+#include "network/flow_solver.hpp"
 #include "network/network.hpp"
 #include "topology/cluster.hpp"
 
@@ -151,6 +152,19 @@ struct RealLinksOnly final : NetworkObserver {
     const std::vector<LinkId>* twins = nullptr;
     std::vector<NetworkObserver*> repeated;
     std::vector<SummingObserver*> copiers;
+    // Adds a target: `summer`, itself as a SummingObserver when the network tells it sums (fast
+    // paths), else null; `tallied`, whether its shared flows are counted in link tallies
+    // (SummingObserver::takes_link_tallies; a copier) instead of told it one by one.
+    void add(NetworkObserver* target, SummingObserver* summer, bool tallied);
+    // The flow solver's link tallies since the last call, per real link (each link of a chain,
+    // `chain_of`, its solver link's: empty without chains), to the tallied targets; the
+    // solver's start again.
+    void tell_tallies(FlowSolver& solver, const std::vector<LinkId>& chain_of);
+    // Link tallies (SummingObserver::takes_link_tallies): the copiers the network counts shared
+    // flows for; the targets and the copiers told shared flows' starts and ends are the others.
+    std::vector<SummingObserver*> tallied_targets;
+    std::vector<NetworkObserver*> flow_targets;
+    std::vector<SummingObserver*> flow_copiers;
     std::vector<LinkId> copy_path;  // scratch, reused
     std::span<const LinkId> real(std::span<const LinkId> path) {
         // Mostly every link is real: the path as it is, no copy.
@@ -190,21 +204,23 @@ struct RealLinksOnly final : NetworkObserver {
         return shared_path;
     }
     void on_flow_start(const FlowStart& flow) override {
+        const auto& told_targets = flow.shared ? flow_targets : targets;
+        const auto& told_copiers = flow.shared ? flow_copiers : copiers;
         // Unfolded (every run outside `flow`) and on real links only: as it is.
         if (maps.empty() && std::all_of(flow.path.begin(), flow.path.end(),
                                         [this](LinkId l) { return l < links; })) {
             if (flow.path.empty()) return;
-            for (NetworkObserver* o : targets)
+            for (NetworkObserver* o : told_targets)
                 o->on_flow_start(flow);
             return;
         }
         FlowStart f = flow;
         f.path = real(flow.path);
         if (f.path.empty()) return;
-        if (!copiers.empty()) {
+        if (!told_copiers.empty()) {
             FlowStart told = f;
             told.path = shared(f.path);
-            for (NetworkObserver* o : copiers)
+            for (NetworkObserver* o : told_copiers)
                 o->on_flow_start(told);
         }
         for (NetworkObserver* o : repeated)
@@ -226,9 +242,9 @@ struct RealLinksOnly final : NetworkObserver {
     void on_flow_end(Time at, std::span<const LinkId> path) override {
         const auto p = real(path);
         if (p.empty()) return;
-        if (!copiers.empty()) {
+        if (!flow_copiers.empty()) {
             const auto told = shared(p);
-            for (NetworkObserver* o : copiers)
+            for (NetworkObserver* o : flow_copiers)
                 o->on_flow_end(at, told);
         }
         for (NetworkObserver* o : repeated)

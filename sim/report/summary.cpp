@@ -138,6 +138,20 @@ void LinkAccounting::on_link_images(std::span<const LinkImage> images) {
     }
 }
 
+void LinkAccounting::on_link_tallies(std::span<const LinkTally> tallies) {
+    sharing(true);
+    for (const LinkTally& t : tallies) {
+        see(t.link);
+        auto& st = starts_[t.link];
+        st.bytes += t.bytes;
+        st.busy += t.busy;
+        st.shared += t.shared;
+        // As count() keeps them: the flows on the link (low 32 bits), the most at once above.
+        const std::int64_t flows = t.flows;
+        st.word = std::max(st.word >> 32, std::int64_t{t.peak}) << 32 | flows;
+    }
+}
+
 void LinkAccounting::count(Starts& st, Time at, std::int64_t delta) {
     const std::int64_t flows = st.word & 0xffffffff;
     const Time span = at - st.since;

@@ -224,6 +224,11 @@ class LinkAccounting final : public network::SummingObserver {
     // the folded members' links as copies of member 0's.
     bool copies_link_images() const override { return true; }
     void on_link_images(std::span<const LinkImage> images) override;
+    // Under `flow` a network with fast paths may count its shared flows per link itself and
+    // tell the sums at the end of the iteration: the same records as from each flow's start
+    // and end.
+    bool takes_link_tallies() const override { return true; }
+    void on_link_tallies(std::span<const LinkTally> tallies) override;
 
     struct Link {
         double bytes = 0;

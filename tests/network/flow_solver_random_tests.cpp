@@ -84,13 +84,41 @@ double run(const Scenario& sc, std::uint64_t seed) {
                               : 1e9 * (1 + static_cast<double>(rng.below(1000)));
     FlowSolver incremental(capacity);
     FlowSolver component(capacity, FlowSolver::Strategy::Component);
+    // The incremental solver also keeps link tallies, checked at the end against sums made here
+    // from the flow counts per step (Tallies below).
+    incremental.keep_tallies();
 
     struct Live {
         FlowSolver::FlowId inc, comp;
         std::vector<LinkId> path;
     };
     std::vector<Live> live;
-    auto add = [&](Time now) {
+    // The expected tallies, from scratch: per link its flows now (a flow once per time its path
+    // gives the link), the most at once after any single add or remove, the bytes added, and
+    // the time with one / two or more flows summed over the steps (the counts only change at
+    // a step's instant).
+    struct Tallies {
+        std::vector<std::uint32_t> flows, peak;
+        std::vector<double> bytes;
+        std::vector<std::int64_t> busy, shared;
+    } want{std::vector<std::uint32_t>(capacity.size()), std::vector<std::uint32_t>(capacity.size()),
+           std::vector<double>(capacity.size()), std::vector<std::int64_t>(capacity.size()),
+           std::vector<std::int64_t>(capacity.size())};
+    auto count = [&](const std::vector<LinkId>& path, int delta, double bytes) {
+        for (LinkId l : path) {
+            want.flows[l] = static_cast<std::uint32_t>(static_cast<int>(want.flows[l]) + delta);
+            want.peak[l] = std::max(want.peak[l], want.flows[l]);
+            want.bytes[l] += bytes;
+        }
+    };
+    auto elapse = [&](Time from, Time to) {
+        for (std::size_t l = 0; l < capacity.size(); ++l) {
+            if (want.flows[l] >= 1) want.busy[l] += (to - from).count_ps();
+            if (want.flows[l] >= 2) want.shared[l] += (to - from).count_ps();
+        }
+    };
+    Time now = Time::zero();
+    auto add = [&](Time at) {
         std::vector<LinkId> path;
         const auto hops = 1 + rng.below(static_cast<std::uint64_t>(sc.max_hops));
         while (path.size() < hops) {
@@ -107,17 +135,19 @@ double run(const Scenario& sc, std::uint64_t seed) {
         }
         const double bytes = 1e6 * static_cast<double>(1 + rng.below(1000));
         live.push_back(
-            {incremental.add(path, bytes, 0, now), component.add(path, bytes, 0, now), path});
+            {incremental.add(path, bytes, 0, at, bytes), component.add(path, bytes, 0, at), path});
+        count(path, 1, bytes);
     };
     auto remove_at = [&](std::size_t i) {
-        incremental.remove(live[i].inc);
-        component.remove(live[i].comp);
+        incremental.remove(live[i].inc, now);
+        component.remove(live[i].comp, now);
+        count(live[i].path, -1, 0);
         live[i] = live.back();
         live.pop_back();
     };
 
     double worst = 0;
-    Time now = Time::zero();
+    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (int i = 0; i < sc.initial_flows; ++i)
         add(now);
     for (int step = 0; step <= sc.steps; ++step) {
@@ -143,8 +173,17 @@ double run(const Scenario& sc, std::uint64_t seed) {
                 worst, std::abs(incremental.link_rate(static_cast<LinkId>(l)) - link_total[l]) /
                            capacity[l]);
 
+        // Halfway, the tallies so far are taken and start again: the two add up to the whole
+        // (a span that runs across the take is counted in the second, at its end).
+        if (step == sc.steps / 2) {
+            for (std::size_t l = 0; l < capacity.size(); ++l)
+                first.push_back(incremental.tally(static_cast<LinkId>(l)));
+            incremental.take_tallies();
+        }
         // Next step: some flows end, some start; sometimes several changes at once.
+        const Time before = now;
         now = now + Time::ns(1 + static_cast<std::int64_t>(rng.below(1000)));
+        elapse(before, now);
         const auto changes = 1 + rng.below(3);
         for (std::uint64_t c = 0; c < changes; ++c) {
             const bool removing =
@@ -165,6 +204,21 @@ double run(const Scenario& sc, std::uint64_t seed) {
         }
     }
     CHECK(incremental.active_flows() == live.size());
+    // Every flow ends 1 us after the last step: each link's tally then runs to its last change.
+    const Time last = now;
+    now = now + Time::us(1);
+    elapse(last, now);
+    while (!live.empty())
+        remove_at(live.size() - 1);
+    REQUIRE(first.size() == capacity.size());
+    for (std::size_t l = 0; l < capacity.size(); ++l) {
+        const auto t = incremental.tally(static_cast<LinkId>(l));
+        CHECK(t.flows == 0);
+        CHECK(std::max(first[l].peak, t.peak) == want.peak[l]);
+        CHECK(first[l].bytes + t.bytes == want.bytes[l]);
+        CHECK((first[l].busy + t.busy).count_ps() == want.busy[l]);
+        CHECK((first[l].shared + t.shared).count_ps() == want.shared[l]);
+    }
     return worst;
 }
 }  // namespace
@@ -177,6 +231,7 @@ TEST_CASE("incremental max-min matches a from-scratch solve on random flow sets"
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
+    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (const Scenario& sc : scenarios)
         for (std::uint64_t seed = 1; seed <= 60; ++seed)
             worst = std::max(worst, run(sc, seed * 7919 + static_cast<std::uint64_t>(sc.links)));
@@ -193,6 +248,7 @@ TEST_CASE("capacity changes on links in use: incremental max-min still matches t
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
+    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (Scenario& sc : scenarios) {
         sc.capacity_changes = true;
         for (std::uint64_t seed = 1; seed <= 60; ++seed)
@@ -212,6 +268,7 @@ TEST_CASE("a link given more than once in a path counts the flow that many times
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
+    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (Scenario& sc : scenarios) {
         sc.repeats = true;
         sc.capacity_changes = sc.links % 2 == 0;
@@ -230,11 +287,11 @@ TEST_CASE("a link given more than once in a path counts the flow that many times
     CHECK(solver.rate(b) == doctest::Approx(30e9));
     CHECK(solver.link_rate(0) == doctest::Approx(90e9));
     // a leaves: b alone gets 90; a back with b gone would get 45 (two shares).
-    solver.remove(a);
+    solver.remove(a, Time::ns(1));
     solver.recompute(Time::ns(1), kNoObservers);
     CHECK(solver.rate(b) == doctest::Approx(90e9));
     const auto c = solver.add({0, 0}, 1e9, 0, Time::ns(2));
-    solver.remove(b);
+    solver.remove(b, Time::ns(2));
     solver.recompute(Time::ns(2), kNoObservers);
     CHECK(solver.rate(c) == doctest::Approx(45e9));
     CHECK(solver.flows_on(0).size() == 2);

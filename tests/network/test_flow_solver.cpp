@@ -61,7 +61,7 @@ TEST_CASE("links added later: a private link caps one flow, and is reused with a
     CHECK(s.rate(f2) == doctest::Approx(30e9));
     CHECK_THROWS_AS(s.set_capacity(cap, -1), SimulationError);
     CHECK_THROWS_AS(s.set_capacity(7, 50e9), SimulationError);  // no such link
-    s.remove(f2);
+    s.remove(f2, Time::zero());
     s.recompute(Time::zero(), kNoObservers);
     CHECK(s.rate(f1) == doctest::Approx(100e9));
     s.set_capacity(cap, 50e9);
@@ -82,10 +82,65 @@ TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is ke
     s.recompute(Time::zero(), kNoObservers);
     CHECK(s.next_finishing() == small);
     CHECK(s.finish_time(small) == Time::ms(10));
-    s.remove(small);
+    s.remove(small, Time::ms(10));
     s.recompute(Time::ms(10), kNoObservers);
     CHECK(s.rate(big) == doctest::Approx(100e9));
     CHECK(s.finish_time(big) == Time::ms(15));
+}
+
+TEST_CASE("link tallies: bytes, time with one and with two flows, the most at once") {
+    // Link 0 (100 GB/s) and link 1 (50 GB/s). Flow a (1 GB) on 0 and 1 from 0 to 20 ms; flow b
+    // (0.5 GB) on 0 alone from 5 to 10 ms; flow c on 1 twice (counted two times there) from 10
+    // to 12 ms. Link 0: busy 0-20 = 20 ms, shared 5-10 = 5 ms, at most 2, 1.5 GB told. Link 1:
+    // busy 0-20 = 20 ms, shared 10-12 = 2 ms (a and c's two), at most 3, 1 GB + twice c's 7 bytes.
+    // The times are the adds' and removes' own: the rates play no part.
+    FlowSolver s({100e9, 50e9});
+    s.keep_tallies();
+    const auto a = s.add({0, 1}, 1e9, 0, Time::zero(), 1e9);
+    s.recompute(Time::zero(), kNoObservers);
+    const auto b = s.add({0}, 0.5e9, 1, Time::ms(5), 0.5e9);
+    s.recompute(Time::ms(5), kNoObservers);
+    s.remove(b, Time::ms(10));
+    const auto c = s.add({1, 1}, 7, 2, Time::ms(10), 7);
+    s.recompute(Time::ms(10), kNoObservers);
+    s.remove(c, Time::ms(12));
+    s.recompute(Time::ms(12), kNoObservers);
+    const auto mid = s.tally(0);
+    CHECK(mid.busy == Time::ms(10));  // up to b's end, its last change so far
+    CHECK(mid.flows == 1);
+    s.remove(a, Time::ms(20));
+    const auto l0 = s.tally(0), l1 = s.tally(1);
+    CHECK(l0.bytes == 1.5e9);
+    CHECK(l0.busy == Time::ms(20));
+    CHECK(l0.shared == Time::ms(5));
+    CHECK(l0.peak == 2);
+    CHECK(l0.flows == 0);
+    CHECK(l1.bytes == 1e9 + 14);
+    CHECK(l1.busy == Time::ms(20));
+    CHECK(l1.shared == Time::ms(2));
+    CHECK(l1.peak == 3);
+    // Started again: nothing counted, the most at once the flows on it now.
+    s.take_tallies();
+    CHECK_FALSE(s.tally(0).counted);
+    CHECK(s.tally(0).peak == 0);
+    CHECK(s.tally(0).busy == Time::zero());
+    // A flow across a take: d on link 0 from 25 to 40 ms, tallies taken at 30 ms. Its time is
+    // counted at its end, in the tally after the take, which no flow was added to: still told.
+    const auto d = s.add({0}, 1e9, 3, Time::ms(25), 1e9);
+    const auto before = s.tally(0);
+    CHECK(before.counted);
+    CHECK(before.busy == Time::zero());  // nothing on link 0 between a's end and d's start
+    s.take_tallies();
+    CHECK(s.tally(0).peak == 1);  // d, on it at the take
+    s.remove(d, Time::ms(40));
+    const auto after = s.tally(0);
+    CHECK(after.counted);
+    CHECK(after.bytes == 0);
+    CHECK(after.busy == Time::ms(15));
+    // Tallies are kept from the first flow or not at all.
+    FlowSolver late({100e9});
+    late.add({0}, 1e9, 0, Time::zero());
+    CHECK_THROWS_AS(late.keep_tallies(), SimulationError);
 }
 
 TEST_CASE("the component strategy re-rates only the connected set of flows") {
@@ -113,9 +168,9 @@ TEST_CASE("rate notifications") {
     const auto small = s.add({0}, 0.5e9, 0, Time::zero());
     const auto big = s.add({0}, 1e9, 1, Time::zero());
     s.recompute(Time::zero(), obs);
-    s.remove(small);
+    s.remove(small, Time::ms(10));
     s.recompute(Time::ms(10), obs);
-    s.remove(big);
+    s.remove(big, Time::ms(15));
     s.recompute(Time::ms(15), obs);
     REQUIRE(log.seen.size() == 3);
     CHECK(std::get<0>(log.seen[0]) == 0);
@@ -187,7 +242,7 @@ TEST_CASE("capacity changes spread max-min through shared links; a failed link s
         CHECK(std::abs((s.finish_time(a) - Time::ps(14'888'888'889)).count_ps()) <= 1);
         CHECK(s.next_finishing() == a);
         const Time a_end = s.finish_time(a);
-        s.remove(a);
+        s.remove(a, a_end);
         s.recompute(a_end, kNoObservers);
         CHECK(s.rate(b) == doctest::Approx(10e9));
         CHECK(std::abs((s.finish_time(b) - Time::ms(86)).count_ps()) <= 1);
@@ -195,7 +250,7 @@ TEST_CASE("capacity changes spread max-min through shared links; a failed link s
 }
 
 TEST_CASE("a link with more flows than its record holds: lists spill, shrink, grow; slots stay") {
-    // A link keeps up to 14 flows in its own record and moves the list out past that. 40 flows
+    // A link keeps up to 5 flows in its own record and moves the list out past that. 40 flows
     // on link 0 (100 GB/s), every other one also on link 1 (10 GB/s). Link 1 saturates first:
     // 20 flows at 10/20 = 0.5 GB/s; link 0 then has 100 - 10 = 90 for the other 20: 4.5 each.
     // With the even flows removed (the ones on link 1 stay), link 0 carries 20 flows of which 10
@@ -213,9 +268,9 @@ TEST_CASE("a link with more flows than its record holds: lists spill, shrink, gr
     for (int i = 0; i < 40; ++i)
         CHECK(s.rate(id[i]) == doctest::Approx(i % 2 == 0 ? 4.5e9 : 0.5e9));
     for (int i = 0; i < 40; i += 4)  // half the flows on link 0 alone go
-        s.remove(id[i]);
+        s.remove(id[i], Time::ms(1));
     for (int i = 3; i < 40; i += 4)  // and half of those on link 1
-        s.remove(id[i]);
+        s.remove(id[i], Time::ms(1));
     s.recompute(Time::ms(1), kNoObservers);
     CHECK(s.flows_on(0).size() == 20);
     CHECK(s.flows_on(1).size() == 10);
@@ -225,7 +280,7 @@ TEST_CASE("a link with more flows than its record holds: lists spill, shrink, gr
         CHECK(s.owner(id[i]) == static_cast<std::uint32_t>(i));
     }
     for (int i = 0; i < 40; ++i)  // all but flow 37 (odd: on links 0 and 1)
-        if ((i % 4 == 1 || i % 4 == 2) && i != 37) s.remove(id[i]);
+        if ((i % 4 == 1 || i % 4 == 2) && i != 37) s.remove(id[i], Time::ms(2));
     s.recompute(Time::ms(2), kNoObservers);
     CHECK(s.flows_on(0).size() == 1);
     CHECK(s.flows_on(1).size() == 1);
