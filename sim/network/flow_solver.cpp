@@ -135,8 +135,8 @@ void FlowSolver::take_tallies() {
     }
 }
 
-FlowSolver::FlowId FlowSolver::add(const std::vector<LinkId>& path, double bytes,
-                                   std::uint32_t owner, Time now, double tallied) {
+FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double bytes, std::uint32_t owner,
+                                   Time now, double tallied) {
     if (path.empty() || !(bytes > 0))
         throw SimulationError("network", "a flow needs a non-empty route and a positive size", now);
     if (path.size() > 0xffff)

@@ -67,8 +67,12 @@ class FlowSolver {
     // returned by owner().
     // `tallied`: the bytes the link tallies count for it (keep_tallies; the owner's rounding of
     // `bytes`, which observers are told), ignored without tallies.
+    FlowId add(std::span<const topology::LinkId> path, double bytes, std::uint32_t owner, Time now,
+               double tallied = 0);
     FlowId add(const std::vector<topology::LinkId>& path, double bytes, std::uint32_t owner,
-               Time now, double tallied = 0);
+               Time now, double tallied = 0) {
+        return add(std::span<const topology::LinkId>(path), bytes, owner, now, tallied);
+    }
     // Removes a flow (finished or not) at `now` (read by the link tallies only).
     void remove(FlowId flow, Time now);
     // Re-solves max-min fair rates after the adds and removes since the last call, updating the

@@ -33,6 +33,33 @@ bool FoldCheck::claim(LinkId l, int m) {
     return record(owner_, l, std::int32_t{m}, std::int32_t{-1}, real_links_);
 }
 
+std::string FoldCheck::match_classes(PlanBook& book, const std::vector<FoldClass>& classes) {
+    const std::size_t copies = maps_.image.size();
+    for (const FoldClass& c : classes) {
+        const std::size_t n = c.collective ? c.groups.size() : c.src.size();
+        if (n != copies || (!c.collective && c.dst.size() != n))
+            return "a class without one transfer per member";
+        const auto plan = [&](std::size_t m) -> const Plan& {
+            return c.collective ? book.collective_plan(c.kind, c.groups[m], c.size, Algorithm::Auto)
+                                : book.p2p_plan(c.src[m], c.dst[m]);
+        };
+        for (std::size_t m = 0; m < copies; ++m) {
+            const Plan& a = plan(0);
+            const Plan& b = plan(m);
+            if (m > 0 && a.algorithm != b.algorithm) return "members run different algorithms";
+            if (m == 0) {
+                (void)match(a, a, 0);
+                continue;
+            }
+            if (auto problem = match(a, b, static_cast<int>(m)); !problem.empty()) return problem;
+        }
+    }
+    // Member 0's own links must be claimed by member 0 alone (checked by claim, in both orders),
+    // and a link one member shares with member 0 shared by all. Observers get every member's
+    // real links.
+    return shared_by_all();
+}
+
 std::string FoldCheck::match(const Plan& a, const Plan& b, int m) {
     if (a.fixed_latency != b.fixed_latency || a.phases.size() != b.phases.size() ||
         a.protocol != b.protocol || a.protocol_step != b.protocol_step)

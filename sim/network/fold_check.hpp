@@ -9,6 +9,7 @@
 
 #include "network/collectives.hpp"
 #include "network/observed_links.hpp"
+#include "network/plan_book.hpp"
 
 namespace cs::network::detail {
 
@@ -28,6 +29,9 @@ class FoldCheck {
     // member 0's flow on it stands for all members' flows there, counted `copies` times), else
     // why not.
     std::string shared_by_all() const;
+    // Every class's members' plans (from `book`) matched as match() does, then
+    // shared_by_all(): empty if the classes fold, else why not.
+    std::string match_classes(PlanBook& book, const std::vector<FoldClass>& classes);
     // The link maps built: member 0's solver links -> member m's, the shared links marked.
     LinkMaps take_maps() { return std::move(maps_); }
 

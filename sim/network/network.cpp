@@ -21,6 +21,7 @@
 #include "network/plan_book.hpp"
 #include "network/plan_calibration.hpp"
 #include "network/plan_size_map.hpp"
+#include "network/ready_p2p.hpp"
 
 namespace cs::network {
 
@@ -128,6 +129,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void reuse_groups() override { book_.reuse_groups(); }
 
     void send(int src, int dst, Bytes size, std::uint64_t token) override {
+        if (solver_ && !compact_ && book_.own_routes()) {
+            book_.check_gpu(src);
+            book_.check_gpu(dst);
+            std::uint32_t r = ready_.find(src, dst);
+            if (r == detail::ReadyP2ps::kUnknown) r = make_ready(src, dst);
+            if (r != detail::ReadyP2ps::kNone) return start_ready(r, size, token);
+        }
         bool kept = false;
         const Plan& plan = book_.p2p_plan(src, dst, &kept);
         start(plan, size, token, kept);
@@ -170,43 +178,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             return false;
         }
         detail::FoldCheck check(copies, real_links_.links, capacity_);
-        for (const FoldClass& c : classes) {
-            const std::size_t n = c.collective ? c.groups.size() : c.src.size();
-            if (n != static_cast<std::size_t>(copies) || (!c.collective && c.dst.size() != n)) {
-                why = "a class without one transfer per member";
-                return false;
-            }
-            for (int m = 0; m < copies; ++m) {
-                const auto i = static_cast<std::size_t>(m);
-                const Plan& a = c.collective ? book_.collective_plan(c.kind, c.groups[0], c.size,
-                                                                     Algorithm::Auto)
-                                             : book_.p2p_plan(c.src[0], c.dst[0]);
-                const Plan& b = c.collective ? book_.collective_plan(c.kind, c.groups[i], c.size,
-                                                                     Algorithm::Auto)
-                                             : book_.p2p_plan(c.src[i], c.dst[i]);
-                if (m > 0 && a.algorithm != b.algorithm) {
-                    why = "members run different algorithms";
-                    return false;
-                }
-                if (m == 0) {
-                    (void)check.match(a, a, 0);
-                    continue;
-                }
-                if (auto problem = check.match(a, b, m); !problem.empty()) {
-                    why = problem;
-                    return false;
-                }
-            }
-        }
-        // Member 0's own links must be claimed by member 0 alone (checked by claim above, in
-        // both orders), and a link one member shares with member 0 shared by all. Observers get
-        // every member's real links.
-        if (auto problem = check.shared_by_all(); !problem.empty()) {
+        if (auto problem = check.match_classes(book_, classes); !problem.empty()) {
             why = problem;
             return false;
         }
         real_links_.maps = check.take_maps();
         folded_ = copies;
+        ready_.clear();  // solver paths now repeat the shared links
         return true;
     }
 
@@ -223,6 +201,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         twin_ = std::move(chains.twin);
         real_links_.longest_chain = std::max(real_links_.longest_chain, chains.longest);
         real_links_.twins = &twin_;
+        ready_.clear();  // solver paths now merge the chains
         return true;
     }
     // merge_link_chains: per cluster link, the solver link it is carried on (itself, or its
@@ -400,7 +379,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 release(static_cast<std::uint32_t>(e.a));
                 break;
             case kPhaseStart:
-                start_phase(static_cast<std::uint32_t>(e.a));
+                if (e.b == 0)
+                    start_phase(static_cast<std::uint32_t>(e.a));
+                else
+                    start_ready_phase(static_cast<std::uint32_t>(e.a),
+                                      static_cast<std::uint32_t>(e.b - 1));
                 break;
             case kRecompute:
                 recompute_scheduled_ = false;
@@ -585,7 +568,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         return &shared.costs.emplace(k, std::move(cost)).first->second;
     }
 
-    std::uint32_t allocate(const Plan& plan, Bytes size, std::uint64_t token) {
+    // `plan` null: a ready message (start_ready).
+    std::uint32_t allocate(const Plan* plan, Bytes size, std::uint64_t token) {
         std::uint32_t id;
         if (!free_ops_.empty()) {
             id = free_ops_.back();
@@ -594,7 +578,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             id = static_cast<std::uint32_t>(ops_.size());
             ops_.emplace_back();
         }
-        ops_[id] = Op{&plan, static_cast<double>(size.value), token, 0, 0};
+        ops_[id] = Op{plan, static_cast<double>(size.value), token, 0, 0};
         return id;
     }
 
@@ -603,7 +587,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void start(const Plan& plan, Bytes size, std::uint64_t token, bool kept = false) {
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
-        const std::uint32_t op = allocate(plan, size, token);
+        const std::uint32_t op = allocate(&plan, size, token);
         if (config_.fidelity == Fidelity::Flow && !plan.phases.empty()) {
             sim_.schedule_in(
                 plan.fixed_latency + calibration_.phase_delay(plan, plan.phases.front()), handler_,
@@ -632,7 +616,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         const bool pure = own_capacity_.empty() && !observed();
         if (pure)
             if (const GroupSend* found = group_sends_.find(srcs, dsts, size.value)) {
-                sim_.schedule_in(found->time, handler_, kDone, allocate(*found->plan, size, token));
+                sim_.schedule_in(found->time, handler_, kDone, allocate(found->plan, size, token));
                 return 1;
             }
         Time last = Time::zero();
@@ -643,7 +627,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             last = std::max(last, unshared_start(*plan, size, kept));
         }
         if (pure) *group_sends_.try_emplace(srcs, dsts, size.value).first = GroupSend{last, plan};
-        sim_.schedule_in(last, handler_, kDone, allocate(*plan, size, token));
+        sim_.schedule_in(last, handler_, kDone, allocate(plan, size, token));
         return 1;
     }
 
@@ -685,55 +669,104 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     }
 
     void start_phase(std::uint32_t id) {
-        Op& op = ops_[id];
-        const Phase& p = op.plan->phases[op.phase];
-        for (const FlowTemplate& planned : p.flows) {
-            const double bytes = planned.bytes_per_size * op.size;
-            if (bytes <= 0) continue;
-            // A plan made before links failed: the flow takes a route around them.
-            const FlowTemplate& f = crosses_failed(planned.path) ? detour(planned) : planned;
-            if (f.rate_cap > 0) {
-                // The flow's own rate limit: a link of its own with that capacity.
-                LinkId cap;
-                if (free_caps_.empty()) {
-                    cap = solver_->add_link(f.rate_cap);
-                } else {
-                    cap = free_caps_.back();
-                    free_caps_.pop_back();
-                    solver_->set_capacity(cap, f.rate_cap);
-                }
-                if (!merged_paths()) {
-                    capped_path_.assign(f.path.begin(), f.path.end());
-                } else {
-                    const auto& merged = solver_path(f.path);
-                    capped_path_.assign(merged.begin(), merged.end());
-                }
-                if (compact_)
-                    for (LinkId& l : capped_path_)
-                        l = compact_id_.at(l);
-                capped_path_.push_back(cap);
-                const auto flow =
-                    solver_->add(capped_path_, bytes, id, sim_.now(), tallied_bytes(bytes));
-                if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
-                cap_of_flow_[flow] = cap;
-                note_start(flow, f, bytes);
-            } else {
-                if (compact_) {
-                    capped_path_.clear();
-                    for (LinkId l : f.path)
-                        capped_path_.push_back(compact_id_.at(l));
-                }
-                const auto flow = solver_->add(compact_          ? capped_path_
-                                               : !merged_paths() ? f.path
-                                                                 : solver_path(f.path),
-                                               bytes, id, sim_.now(), tallied_bytes(bytes));
-                if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
-                note_start(flow, f, bytes);
+        const Op& op = ops_[id];
+        for (const FlowTemplate& planned : op.plan->phases[op.phase].flows)
+            start_flow(id, planned);
+        if (ops_[id].outstanding == 0) advance(id);
+        ensure_recompute();
+    }
+
+    // A point-to-point message on the fast path (detail::ReadyP2ps): its op has no plan, its
+    // kPhaseStart event carries its record.
+    std::uint32_t make_ready(int src, int dst) {
+        const Plan& plan = book_.p2p_plan(src, dst);
+        detail::ReadyP2p ready;
+        bool made = false;
+        if (plan.phases.size() == 1 && plan.phases[0].flows.size() == 1) {
+            const FlowTemplate& f = plan.phases[0].flows[0];
+            const auto& path = merged_paths() ? solver_path(f.path) : f.path;
+            if (f.bytes_per_size == 1.0 && f.rate_cap == 0 && !path.empty() &&
+                path.size() <= detail::ReadyP2p::kMaxHops) {
+                ready.delay = plan.fixed_latency + calibration_.phase_delay(plan, plan.phases[0]);
+                ready.flow = &f;
+                ready.hops = static_cast<std::uint32_t>(path.size());
+                std::copy(path.begin(), path.end(), ready.path);
+                made = true;
             }
+        }
+        return ready_.remember(src, dst, made ? &ready : nullptr, cluster_.gpu_count());
+    }
+    void start_ready(std::uint32_t ready, Bytes size, std::uint64_t token) {
+        if (size.value < 0)
+            throw SimulationError("network", "a transfer of negative size", sim_.now());
+        const detail::ReadyP2p& r = ready_[ready];
+        sim_.schedule_in(r.delay, handler_, kPhaseStart, allocate(nullptr, size, token),
+                         std::uint64_t{ready} + 1);
+    }
+    void start_ready_phase(std::uint32_t id, std::uint32_t ready) {
+        const detail::ReadyP2p& r = ready_[ready];
+        Op& op = ops_[id];
+        if (!ready_.current(r)) {
+            // Routes, chains or the fold changed since the send: as any plan's flow.
+            start_flow(id, *r.flow);
+        } else if (op.size > 0) {
+            const auto flow =
+                solver_->add(r.solver_path(), op.size, id, sim_.now(), tallied_bytes(op.size));
+            if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
+            note_start(flow, *r.flow, op.size);
             ++op.outstanding;
         }
         if (op.outstanding == 0) advance(id);
         ensure_recompute();
+    }
+
+    // Adds the flow of `planned` for op `id` (none without bytes).
+    void start_flow(std::uint32_t id, const FlowTemplate& planned) {
+        Op& op = ops_[id];
+        const double bytes = planned.bytes_per_size * op.size;
+        if (bytes <= 0) return;
+        // A plan made before links failed: the flow takes a route around them.
+        const FlowTemplate& f =
+            book_.crosses_failed(planned.path) ? book_.detour(planned) : planned;
+        if (f.rate_cap > 0) {
+            // The flow's own rate limit: a link of its own with that capacity.
+            LinkId cap;
+            if (free_caps_.empty()) {
+                cap = solver_->add_link(f.rate_cap);
+            } else {
+                cap = free_caps_.back();
+                free_caps_.pop_back();
+                solver_->set_capacity(cap, f.rate_cap);
+            }
+            if (!merged_paths()) {
+                capped_path_.assign(f.path.begin(), f.path.end());
+            } else {
+                const auto& merged = solver_path(f.path);
+                capped_path_.assign(merged.begin(), merged.end());
+            }
+            if (compact_)
+                for (LinkId& l : capped_path_)
+                    l = compact_id_.at(l);
+            capped_path_.push_back(cap);
+            const auto flow =
+                solver_->add(capped_path_, bytes, id, sim_.now(), tallied_bytes(bytes));
+            if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
+            cap_of_flow_[flow] = cap;
+            note_start(flow, f, bytes);
+        } else {
+            if (compact_) {
+                capped_path_.clear();
+                for (LinkId l : f.path)
+                    capped_path_.push_back(compact_id_.at(l));
+            }
+            const auto flow = solver_->add(compact_          ? capped_path_
+                                           : !merged_paths() ? f.path
+                                                             : solver_path(f.path),
+                                           bytes, id, sim_.now(), tallied_bytes(bytes));
+            if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
+            note_start(flow, f, bytes);
+        }
+        ++op.outstanding;
     }
 
     // Every solver flow's template is kept: its GPUs should a failed link move it, and the path
@@ -752,7 +785,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
 
     void advance(std::uint32_t id) {
         Op& op = ops_[id];
-        if (++op.phase < op.plan->phases.size()) {
+        if (op.plan && ++op.phase < op.plan->phases.size()) {
             sim_.schedule_in(calibration_.phase_delay(*op.plan, op.plan->phases[op.phase]),
                              handler_, kPhaseStart, id);
             return;
@@ -785,33 +818,6 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (!solver_->dirty()) schedule_next_completion();
     }
 
-    bool crosses_failed(const std::vector<LinkId>& path) const {
-        if (book_.own_routes()) return false;
-        const std::size_t real = cluster_.links().size();
-        return std::any_of(path.begin(), path.end(),
-                           [&](LinkId l) { return l < real && book_.routing().link_failed(l); });
-    }
-
-    // The template `f` on a route of the current routing between the GPUs its path joins. Kept
-    // until the network ends (flows and observers point to it).
-    const FlowTemplate& detour(const FlowTemplate& f) {
-        const auto& links = cluster_.links();
-        const auto& devices = cluster_.devices();
-        const int src = devices[links[f.path.front()].from].gpu;
-        const int dst = devices[links[f.path.back()].to].gpu;
-        if (src < 0 || dst < 0)
-            throw ConfigError("a flow from " + devices[links[f.path.front()].from].id + " to " +
-                              devices[links[f.path.back()].to].id +
-                              " crosses a failed link and does not join two GPUs (an NVLS "
-                              "collective), so it cannot be re-routed; fail the link from the "
-                              "start (at: 0) or use another collective algorithm");
-        auto t = std::make_unique<FlowTemplate>(f);
-        t->path.clear();
-        book_.routing().route(src, dst, ++detours_made_, t->path);
-        detours_.push_back(std::move(t));
-        return *detours_.back();
-    }
-
     // The links of flow f as observers were told when it started.
     const std::vector<LinkId>& observed_path(FlowSolver::FlowId f) const {
         return flow_template_[f]->path;
@@ -824,6 +830,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             throw SimulationError("network", "routes changed after link chains merged", sim_.now());
         book_.change_routing(routing);
         group_sends_.clear();  // their plans were the old routes'
+        ready_.clear();
         if (!solver_) return;
         const Time now = sim_.now();
         std::vector<FlowSolver::FlowId> moving;
@@ -838,7 +845,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             if (left <= 0) continue;  // its last byte arrives now
             // The flow's template gives its GPUs; its path in the solver may end in its rate cap.
             const FlowTemplate* planned = flow_template_[f];
-            const FlowTemplate& moved = detour(*planned);
+            const FlowTemplate& moved = book_.detour(*planned);
             const std::uint32_t owner = solver_->owner(f);
             const LinkId cap = f < cap_of_flow_.size() ? cap_of_flow_[f] : kNoCap;
             solver_->remove(f, now);
@@ -922,15 +929,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     std::vector<LinkId> free_caps_;
     std::vector<LinkId> retired_caps_;
     std::vector<LinkId> capped_path_;
-    // Routes (schedule_routing): the current one (the cluster's own until a change), those
-    // scheduled, the plans made under earlier ones (operations in flight still point into them),
-    // the templates of flows moved around failed links, and each solver flow's template (by
-    // solver flow id).
+    // Routes (schedule_routing): those scheduled (the plans made under earlier ones and the
+    // templates of flows moved around failed links live in the book: operations in flight still
+    // point into them), and each solver flow's template (by solver flow id).
     std::vector<const Cluster*> routings_;
-    std::vector<std::unique_ptr<FlowTemplate>> detours_;
-    std::uint64_t detours_made_ = 0;
     std::vector<const FlowTemplate*> flow_template_;
     RealLinksOnly real_links_;
+    detail::ReadyP2ps ready_;  // point-to-point messages' fast path
     std::vector<std::uint64_t> done_tokens_;
     std::vector<std::uint64_t> callback_batch_;
     bool recompute_scheduled_ = false;

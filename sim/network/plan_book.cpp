@@ -87,6 +87,31 @@ const Plan& PlanBook::own_p2p_plan(std::uint64_t key, int src, int dst) {
     return it->second;
 }
 
+bool PlanBook::crosses_failed(const std::vector<LinkId>& path) const {
+    if (own_routes()) return false;
+    const std::size_t real = cluster_.links().size();
+    return std::any_of(path.begin(), path.end(),
+                       [&](LinkId l) { return l < real && routing_->link_failed(l); });
+}
+
+const FlowTemplate& PlanBook::detour(const FlowTemplate& f) {
+    const auto& links = cluster_.links();
+    const auto& devices = cluster_.devices();
+    const int src = devices[links[f.path.front()].from].gpu;
+    const int dst = devices[links[f.path.back()].to].gpu;
+    if (src < 0 || dst < 0)
+        throw ConfigError("a flow from " + devices[links[f.path.front()].from].id + " to " +
+                          devices[links[f.path.back()].to].id +
+                          " crosses a failed link and does not join two GPUs (an NVLS "
+                          "collective), so it cannot be re-routed; fail the link from the "
+                          "start (at: 0) or use another collective algorithm");
+    auto t = std::make_unique<FlowTemplate>(f);
+    t->path.clear();
+    routing_->route(src, dst, ++detours_made_, t->path);
+    detours_.push_back(std::move(t));
+    return *detours_.back();
+}
+
 Plan PlanBook::make_p2p_plan(int src, int dst, std::uint64_t key) const {
     Plan plan;
     plan.algorithm = Algorithm::Direct;

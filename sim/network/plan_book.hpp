@@ -82,6 +82,12 @@ class PlanBook {
     // Makes `routing` the routes of the plans made from now on (Network::schedule_routing):
     // plans made so far stay alive for the operations using them but are no longer found.
     void change_routing(const Cluster& routing);
+    // Whether `path` crosses a link the current routes have failed (never on the cluster's own).
+    bool crosses_failed(const std::vector<topology::LinkId>& path) const;
+    // The template `f` on a route of the current routes between the GPUs its path joins, kept
+    // while the book lives (flows and observers point to it); a ConfigError for a flow that does
+    // not join two GPUs.
+    const FlowTemplate& detour(const FlowTemplate& f);
     void check_gpu(int gpu) const {
         if (gpu < 0 || gpu >= cluster_.gpu_count()) [[unlikely]]
             no_such_gpu(gpu);
@@ -105,7 +111,9 @@ class PlanBook {
         std::int32_t dst[kWays] = {};
         bool kept[kWays] = {};
     };
-    std::vector<PlanMemo> plan_memo_;  // per source GPU; empty until a p2p plan is asked for
+    std::vector<PlanMemo> plan_memo_;
+    std::vector<std::unique_ptr<FlowTemplate>> detours_;
+    std::uint64_t detours_made_ = 0;  // per source GPU; empty until a p2p plan is asked for
     const Plan& find_p2p_plan(int src, int dst, std::uint64_t key, bool* kept);
     const Plan& own_p2p_plan(std::uint64_t key, int src, int dst);
     // One message's plan: its route (flow id `key`) and the route's latency; none from a GPU to

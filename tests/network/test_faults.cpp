@@ -286,3 +286,45 @@ TEST_CASE("a link failing during the run: flows in flight move with the bytes th
         CHECK_THROWS_AS(sim.run(), NoPathError);
     }
 }
+
+TEST_CASE("a message sent before a routing change starts its flow on the new routes") {
+    // A point-to-point message keeps its route ready from the send (network/ready_p2p.hpp); one
+    // whose flow starts after a routing change must take the new routes instead. With a step
+    // overhead of 1 ms, 1 GB sent from GPU 0 to GPU 2 at t = 0 starts its flow at 1 ms; the
+    // leaf0 cable of its spine fails at 0.5 ms. The flow crosses the other spine (no link of the
+    // failed cable) and, alone at 100 GB/s, ends at 1 + 10 = 11 ms. The same message without the
+    // failure keeps its spine and also ends at 11 ms.
+    const LeafSpine ls = leaf_spine(2);
+    std::vector<LinkId> planned;
+    ls.cluster.route(0, 2, (std::uint64_t{0} << 32) | 2, planned);
+    const int spine = spine_of(ls, planned);
+    REQUIRE(spine >= 0);
+    const LinkId fails = ls.up[0][static_cast<std::size_t>(spine)];
+    const Cluster after = ls.cluster.with_faults({fails, fails + 1}, {});
+    struct Paths final : NetworkObserver {
+        std::vector<std::vector<LinkId>> started;
+        void on_flow_start(const FlowStart& f) override {
+            started.emplace_back(f.path.begin(), f.path.end());
+        }
+    };
+    for (const bool failing : {false, true}) {
+        CAPTURE(failing);
+        NetworkConfig cfg = nominal_flow();
+        cfg.step_overhead = Time::ms(1);
+        Simulation sim;
+        auto net = make_network(sim, ls.cluster, cfg);
+        Recorder rec;
+        Paths paths;
+        net->set_client(&rec);
+        net->add_observer(&paths);
+        net->send(0, 2, Bytes{1'000'000'000}, 1);
+        if (failing) net->schedule_routing(Time::us(500), after);
+        sim.run();
+        CHECK(rec.done[1] == Time::ms(11));
+        REQUIRE(paths.started.size() == 1);
+        const auto& path = paths.started[0];
+        const bool crosses = std::find(path.begin(), path.end(), fails) != path.end();
+        CHECK(crosses == !failing);
+        CHECK(spine_of(ls, path) == (failing ? 1 - spine : spine));
+    }
+}

@@ -625,6 +625,13 @@ TEST_CASE("bad input is reported") {
     Simulation sim;
     auto net = make_network(sim, c, flow_config());
     CHECK_THROWS_AS(net->send(0, 5, Bytes{1}, 1), ConfigError);
+    // Once a message has gone (its route kept ready per source GPU), a source or destination
+    // that does not exist is still refused, not looked up.
+    net->send(0, 1, Bytes{1}, 2);
+    CHECK_THROWS_AS(net->send(7, 0, Bytes{1}, 3), ConfigError);
+    CHECK_THROWS_AS(net->send(-1, 0, Bytes{1}, 3), ConfigError);
+    CHECK_THROWS_AS(net->send(0, 2, Bytes{1}, 3), ConfigError);
+    CHECK_THROWS_AS(net->send(0, 1, Bytes{-1}, 3), SimulationError);
     CHECK_THROWS_AS(net->register_group({0, 0}), ConfigError);
     CHECK_THROWS_AS(net->collective(CollectiveKind::AllReduce, net->register_group({0, 1}),
                                     Bytes{1}, Algorithm::Pairwise, 1),
