@@ -700,6 +700,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         const detail::ReadyP2p& r = ready_[ready];
+        solver_->prefetch(r.solver_path());
         sim_.schedule_in(r.delay, handler_, kPhaseStart, allocate(nullptr, size, token),
                          std::uint64_t{ready} + 1);
     }
