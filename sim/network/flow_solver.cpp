@@ -260,11 +260,15 @@ void FlowSolver::take_component() {
 // Returns whether any held flow crosses a link of L (if none, A is a union of connected sets and
 // the result needs no check).
 bool FlowSolver::fill() {
+    if (set_flows_.empty()) {
+        // Only flows removed: nothing to fill; a link with flows left holds them.
+        return std::any_of(set_links_.begin(), set_links_.end(),
+                           [this](LinkId l) { return links_[l].count > 0; });
+    }
     rerated_ += set_flows_.size();
     for (FlowId g : set_flows_)
         state_[g].frozen = 0;
     bool holds = false;
-    share_queue_.clear();
     for (LinkId l : set_links_) {
         Link& link = links_[l];
         link.remaining = link.capacity;
@@ -276,6 +280,43 @@ bool FlowSolver::fill() {
                 for (FlowId g : flows_of(link))
                     if (state_[g].mark != epoch_) link.remaining -= state_[g].rate;
         }
+    }
+    std::size_t unfrozen = set_flows_.size();
+    const auto freeze = [&](FlowId g, double rate) {
+        FlowState& st = state_[g];
+        st.frozen = 1;
+        --unfrozen;
+        const bool changed = st.rate != rate;
+        st.rate = rate;
+        const Hop* path = path_of(g);
+        for (std::uint32_t i = 0; i < st.hops; ++i) {
+            Link& link = links_[path[i].link];
+            link.remaining -= rate;
+            --link.unfrozen;
+            if (changed && link.noted != check_round_ + 1) {
+                link.noted = check_round_ + 1;
+                changed_links_.push_back(path[i].link);
+            }
+        }
+    };
+    // A flow of A that is the only flow, once, on every link it crosses gets its route's least
+    // capacity whatever the others do: filling would freeze it at that share (capacity / 1,
+    // exact) when its narrowest link is popped, and nothing else moves its links. Frozen first,
+    // its links never enter the queue (under hashed ECMP at 16,384 GPUs, 44% of the flows filled).
+    for (FlowId g : set_flows_) {
+        const Hop* path = path_of(g);
+        double least = std::numeric_limits<double>::infinity();
+        std::uint32_t i = 0;
+        for (; i < state_[g].hops; ++i) {
+            const Link& link = links_[path[i].link];
+            if (link.count != 1) break;
+            least = std::min(least, link.capacity);
+        }
+        if (i == state_[g].hops) freeze(g, least);
+    }
+    share_queue_.clear();
+    for (LinkId l : set_links_) {
+        const Link& link = links_[l];
         if (link.unfrozen > 0)
             share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
     }
@@ -294,7 +335,6 @@ bool FlowSolver::fill() {
     };
     auto& queue = share_queue_;
     std::make_heap(queue.begin(), queue.end(), share_after);
-    std::size_t unfrozen = set_flows_.size();
     while (unfrozen > 0 && !queue.empty()) {
         std::pop_heap(queue.begin(), queue.end(), share_after);
         const Share top = queue.back();
@@ -307,24 +347,8 @@ bool FlowSolver::fill() {
             std::push_heap(queue.begin(), queue.end(), share_after);
             continue;
         }
-        for (FlowId g : flows_of(bottleneck)) {
-            FlowState& st = state_[g];
-            if (st.frozen) continue;
-            st.frozen = 1;
-            --unfrozen;
-            const bool changed = state_[g].rate != rate;
-            state_[g].rate = rate;
-            const Hop* path = path_of(g);
-            for (std::uint32_t i = 0; i < st.hops; ++i) {
-                Link& link = links_[path[i].link];
-                link.remaining -= rate;
-                --link.unfrozen;
-                if (changed && link.noted != check_round_ + 1) {
-                    link.noted = check_round_ + 1;
-                    changed_links_.push_back(path[i].link);
-                }
-            }
-        }
+        for (FlowId g : flows_of(bottleneck))
+            if (!state_[g].frozen) freeze(g, rate);
     }
     return holds;
 }
