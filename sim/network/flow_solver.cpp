@@ -197,6 +197,9 @@ void FlowSolver::remove(FlowId id, Time now) {
     Flow& f = flows_[id];
     if (!f.active) throw SimulationError("network", "removing a flow that is not active");
     const Hop* path = path_of(id);
+    // The links lie far apart: ask for all of them before the first is needed.
+    for (std::uint32_t i = 0; i < state_[id].hops; ++i)
+        __builtin_prefetch(&links_[path[i].link]);
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
         const LinkId l = path[i].link;
         const std::uint32_t s = path[i].slot;
