@@ -167,7 +167,7 @@ FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double bytes, s
     Hop* hops = path_of(id);
     // The links of a route lie far apart: ask for all of them before the first is needed.
     for (const LinkId l : path)
-        __builtin_prefetch(&links_[l]);
+        prefetch_link(l);
     if (tallies_) {
         for (std::size_t i = 0; i < path.size(); ++i) {
             Link& link = links_[path[i]];
@@ -199,7 +199,7 @@ void FlowSolver::remove(FlowId id, Time now) {
     const Hop* path = path_of(id);
     // The links lie far apart: ask for all of them before the first is needed.
     for (std::uint32_t i = 0; i < state_[id].hops; ++i)
-        __builtin_prefetch(&links_[path[i].link]);
+        prefetch_link(path[i].link);
     for (std::uint32_t i = 0; i < state_[id].hops; ++i) {
         const LinkId l = path[i].link;
         const std::uint32_t s = path[i].slot;
