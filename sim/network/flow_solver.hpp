@@ -116,8 +116,8 @@ class FlowSolver {
     // Link tallies: per link, what its flows add up to since the last take_tallies(), counted
     // by add() and remove() on the link's own record (which they touch anyway) so that an
     // owner summing flows per link (report::LinkAccounting, through Network) need not walk
-    // every flow's path again at its start and end. Off until keep_tallies(), which must come
-    // before the first flow.
+    // every flow's path again at its start and end. Off until keep_tallies(), which takes
+    // effect only before the first flow.
     struct Tally {
         double bytes = 0;         // `tallied` bytes of the flows added
         Time busy;                // time with at least one flow (up to the last add or remove)
@@ -126,7 +126,8 @@ class FlowSolver {
         std::uint32_t flows = 0;  // flows on it now
         bool counted = false;     // a flow was added or removed since the last take_tallies()
     };
-    void keep_tallies();
+    // Whether tallies are kept from now: false once a flow was added (they would miss it).
+    bool keep_tallies();
     bool keeps_tallies() const { return tallies_; }
     // Link l's tally since the last take_tallies().
     Tally tally(topology::LinkId l) const;
@@ -227,6 +228,10 @@ class FlowSolver {
     void take_link(topology::LinkId l);
     void take_component();
     bool fill();
+    // fill(): freezes flow g of A at `rate`; freezes the flows of A alone on every link they
+    // cross at their route's least capacity and returns how many.
+    void freeze(FlowId g, double rate);
+    std::size_t freeze_isolated();
     void refresh_links(bool all);
     bool grow(bool all);
     bool has_bottleneck(FlowId f);

@@ -109,8 +109,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         SummingObserver* summing = kept_ ? dynamic_cast<SummingObserver*>(observer) : nullptr;
         // Link tallies: its shared flows counted on the solver's links, told at flush.
         const bool tallied = summing && hold_totals_ && solver_ && summing->copies_link_images() &&
-                             summing->takes_link_tallies();
-        if (tallied) solver_->keep_tallies();
+                             summing->takes_link_tallies() && solver_->keep_tallies();
         real_links_.add(observer, summing, tallied);
         // The solver's rate notifications only when some observer reads them.
         observers_.clear();
@@ -775,7 +774,10 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void note_start(FlowSolver::FlowId flow, const FlowTemplate& f, double bytes) {
         if (flow >= flow_template_.size()) flow_template_.resize(flow + 1, nullptr);
         flow_template_[flow] = &f;
-        if (!flows_observed()) return;
+        if (!flows_observed()) {
+            if (folded_ > 1) real_links_.check_folded(f.path);  // a flow outside the fold throws
+            return;
+        }
         real_links_.on_flow_start({sim_.now(), f.path, whole_bytes(bytes), true, Time::zero()});
     }
 

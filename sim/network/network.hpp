@@ -280,7 +280,8 @@ class SummingObserver : public NetworkObserver {
     // shared flows only, per link, their bytes, the time with at least one and with two or more
     // of them, and the most at once (report::LinkAccounting) may say so. A network with fast
     // paths whose link totals are held (Accelerator::hold_link_totals, before the observer is
-    // added) then counts those on the flow solver's own link records and tells them at
+    // added, itself before the first flow; an observer added later is told flow by flow) then
+    // counts those on the flow solver's own link records and tells them at
     // flush_link_totals(), before the images, instead of telling the observer each shared
     // flow's start and end: the same sums (whole bytes and picoseconds), without a second walk
     // over every flow's links at its start and at its end (about a fifth of a 16,384-GPU

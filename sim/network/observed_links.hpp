@@ -182,6 +182,12 @@ struct RealLinksOnly final : NetworkObserver {
                 "network", "a flow outside the folded transfers (link " + std::to_string(l) + ")");
         return i;
     }
+    // Throws unless every real link of `path` has an image in member 1 (a flow of the folded
+    // transfers).
+    void check_folded(std::span<const LinkId> path) const {
+        for (LinkId l : path)
+            if (l < links) (void)image(l, 1);
+    }
     // Member m's copy of member 0's path (a link every member shares is its own image).
     std::span<const LinkId> copy(std::span<const LinkId> path, std::size_t m) {
         copy_path.clear();

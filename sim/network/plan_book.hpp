@@ -111,9 +111,10 @@ class PlanBook {
         std::int32_t dst[kWays] = {};
         bool kept[kWays] = {};
     };
-    std::vector<PlanMemo> plan_memo_;
+    std::vector<PlanMemo> plan_memo_;  // per source GPU; empty until a p2p plan is asked for
+    // detour(): the templates made (flows and observers point to them) and their route keys.
     std::vector<std::unique_ptr<FlowTemplate>> detours_;
-    std::uint64_t detours_made_ = 0;  // per source GPU; empty until a p2p plan is asked for
+    std::uint64_t detours_made_ = 0;
     const Plan& find_p2p_plan(int src, int dst, std::uint64_t key, bool* kept);
     const Plan& own_p2p_plan(std::uint64_t key, int src, int dst);
     // One message's plan: its route (flow id `key`) and the route's latency; none from a GPU to

@@ -829,6 +829,9 @@ void Replay::start() {
 ReplayResult Replay::finish() {
     ReplayResult result = started_;
     if (stopped_) {
+        // What the network holds for its observers (totals, link tallies, fold images) is told
+        // for the part that ran: a run stopped by a GPU failure is still summarised.
+        if (accel_ && !shared_) accel_->flush_link_totals();
         result.iteration_time = sim_.now() - origin_;
         result.events = sim_.events_processed();
         result.stopped = true;

@@ -261,3 +261,36 @@ TEST_CASE("faults: each distinct failure time counts a copy of the cluster in th
     CHECK(cs::api::estimate_run_bytes(timed, 1) - cs::api::estimate_run_bytes(clean, 1) ==
           doctest::Approx(3 * copy));
 }
+
+TEST_CASE("faults: a run stopped by a GPU failure under flow lists the links it used") {
+    // Under `flow` a network with fast paths counts the summary's link figures itself and tells
+    // them at the end of the iteration (link tallies, docs/network.md); a run that a GPU failure
+    // stops ends early and must still tell them. The DP all-reduce between the two nodes starts
+    // after the backward passes, 4 layers x (1 + 2) ms x 2 microbatches = 24 ms; GPU 1 fails at
+    // 24.5 ms, during it. The links listed, with their bytes, busy and shared times and flow
+    // counts, are those of the same run told flow by flow (without fast paths), and the
+    // all-reduce's links are among them.
+    const auto spec = cs::api::load_experiment(
+        cs::workload::ExperimentText{kTwoLeaves + "network: {model: flow}\n"
+                                                  "faults: {gpus: [{gpus: 1, at: 24.5ms}]}\n"},
+        {});
+    const auto fast = cs::api::run(spec);
+    cs::api::RunOptions slow_options;
+    slow_options.fast_paths = false;
+    const auto slow = cs::api::run(spec, slow_options);
+    REQUIRE(fast.summary.faults.job_failed);
+    REQUIRE(slow.summary.faults.job_failed);
+    CHECK(link_bytes(fast.summary, "leaf0->spine0") + link_bytes(fast.summary, "leaf0->spine1") >
+          0);
+    REQUIRE(fast.summary.links.size() == slow.summary.links.size());
+    for (std::size_t i = 0; i < fast.summary.links.size(); ++i) {
+        const auto& a = fast.summary.links[i];
+        const auto& b = slow.summary.links[i];
+        CAPTURE(a.name);
+        CHECK(a.name == b.name);
+        CHECK(a.bytes == b.bytes);
+        CHECK(a.busy_s == b.busy_s);
+        CHECK(a.shared_s == b.shared_s);
+        CHECK(a.max_concurrent_flows == b.max_concurrent_flows);
+    }
+}

@@ -231,7 +231,6 @@ TEST_CASE("incremental max-min matches a from-scratch solve on random flow sets"
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
-    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (const Scenario& sc : scenarios)
         for (std::uint64_t seed = 1; seed <= 60; ++seed)
             worst = std::max(worst, run(sc, seed * 7919 + static_cast<std::uint64_t>(sc.links)));
@@ -248,7 +247,6 @@ TEST_CASE("capacity changes on links in use: incremental max-min still matches t
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
-    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (Scenario& sc : scenarios) {
         sc.capacity_changes = true;
         for (std::uint64_t seed = 1; seed <= 60; ++seed)
@@ -268,7 +266,6 @@ TEST_CASE("a link given more than once in a path counts the flow that many times
         {12, 3, 30, 80, true}, {20, 6, 40, 80, false}, {40, 4, 120, 60, true},
     };
     double worst = 0;
-    std::vector<FlowSolver::Tally> first;  // the tallies taken halfway
     for (Scenario& sc : scenarios) {
         sc.repeats = true;
         sc.capacity_changes = sc.links % 2 == 0;

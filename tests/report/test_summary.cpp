@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "../replay/test_support.hpp"
+#include "network/accelerator.hpp"
 #include "replay/replay.hpp"
 #include "report/summary.hpp"
 #include "schedule/schedule.hpp"
@@ -150,6 +151,56 @@ TEST_CASE("link accounting from the network's notifications, per fidelity") {
         CHECK(l.shared == e.shared);
         CHECK(l.max_concurrent_flows == e.max_flows);
     }
+}
+
+TEST_CASE(
+    "link accounting from link tallies: the same sums, told at the flush; late ones hear flows") {
+    // The flow case above's link 0 (100 GB/s, 1 us) on a network with fast paths whose totals
+    // are held, as the replay's own network: an accounting added before any flow is told link
+    // tallies at flush_link_totals() and nothing before. A (0.5 GB) alone: 5 ms; then, with a
+    // second accounting added (flows were added, so it is told flow by flow), B (1 GB) alone:
+    // 10 ms. First flush: the first has 1.5 GB, busy 15 ms, nothing shared, one flow at most;
+    // the late one B's 1 GB, busy 10 ms. Then C (0.25 GB, 2.5 ms) and a second flush: the
+    // tallies since the first are added, 1.75 GB and 17.5 ms.
+    const auto cluster = test::chain_cluster(2);
+    Simulation sim;
+    network::NetworkConfig config;
+    config.fidelity = network::Fidelity::Flow;
+    network::KeptState kept(*cluster);
+    auto net = network::make_network(sim, *cluster, config, &kept);
+    network::Accelerator* accel = net->accelerator();
+    REQUIRE(accel != nullptr);
+    accel->hold_link_totals();
+    struct Ignore final : network::TransferClient {
+        void on_transfer_done(Simulation&, std::uint64_t) override {}
+    } client;
+    net->set_client(&client);
+    report::LinkAccounting tallied(cluster->links().size()), late(cluster->links().size());
+    net->add_observer(&tallied);
+    net->send(0, 1, Bytes{500'000'000}, 1);
+    sim.run();
+    net->add_observer(&late);
+    net->send(0, 1, Bytes{1'000'000'000}, 2);
+    sim.run();
+    CHECK(tallied.links()[0].bytes == 0.0);  // nothing told before the flush
+    CHECK(late.links()[0].bytes == 1e9);
+    accel->flush_link_totals();
+    const auto first = tallied.links()[0];
+    CHECK(first.bytes == 1.5e9);
+    CHECK(first.busy == Time::ms(15));
+    CHECK(first.shared == Time::zero());
+    CHECK(first.max_concurrent_flows == 1);
+    CHECK(tallied.links()[1].bytes == 0.0);
+    const auto told = late.links()[0];
+    CHECK(told.bytes == 1e9);
+    CHECK(told.busy == Time::ms(10));
+    CHECK(told.max_concurrent_flows == 1);
+    net->send(0, 1, Bytes{250'000'000}, 3);
+    sim.run();
+    accel->flush_link_totals();
+    CHECK(tallied.links()[0].bytes == 1.75e9);
+    CHECK(tallied.links()[0].busy == Time::us(17'500));
+    CHECK(late.links()[0].bytes == 1.25e9);
 }
 
 TEST_CASE("link accounting: busy and shared time follow the flows' starts and ends") {
