@@ -705,18 +705,12 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     }
     void start_ready_phase(std::uint32_t id, std::uint32_t ready) {
         const detail::ReadyP2p& r = ready_[ready];
-        Op& op = ops_[id];
-        if (!ready_.current(r)) {
-            // Routes, chains or the fold changed since the send: as any plan's flow.
+        const double bytes = ops_[id].size;
+        if (!ready_.current(r))  // routes, chains or the fold changed since: as any plan's flow
             start_flow(id, *r.flow);
-        } else if (op.size > 0) {
-            const auto flow =
-                solver_->add(r.solver_path(), op.size, id, sim_.now(), tallied_bytes(op.size));
-            if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
-            note_start(flow, *r.flow, op.size);
-            ++op.outstanding;
-        }
-        if (op.outstanding == 0) advance(id);
+        else if (bytes > 0)
+            add_uncapped(id, *r.flow, r.solver_path(), bytes);
+        if (ops_[id].outstanding == 0) advance(id);
         ensure_recompute();
     }
 
@@ -753,20 +747,27 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             if (flow >= cap_of_flow_.size()) cap_of_flow_.resize(flow + 1, kNoCap);
             cap_of_flow_[flow] = cap;
             note_start(flow, f, bytes);
-        } else {
-            if (compact_) {
-                capped_path_.clear();
-                for (LinkId l : f.path)
-                    capped_path_.push_back(compact_id_.at(l));
-            }
-            const auto flow = solver_->add(compact_          ? capped_path_
-                                           : !merged_paths() ? f.path
-                                                             : solver_path(f.path),
-                                           bytes, id, sim_.now(), tallied_bytes(bytes));
-            if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
-            note_start(flow, f, bytes);
+            ++op.outstanding;
+            return;
         }
-        ++op.outstanding;
+        if (compact_) {
+            capped_path_.clear();
+            for (LinkId l : f.path)
+                capped_path_.push_back(compact_id_.at(l));
+        }
+        add_uncapped(id, f,
+                     compact_          ? capped_path_
+                     : !merged_paths() ? f.path
+                                       : solver_path(f.path),
+                     bytes);
+    }
+    // Adds op `id`'s flow of `bytes`, template `f`, on the solver links `path` (no rate cap).
+    void add_uncapped(std::uint32_t id, const FlowTemplate& f, std::span<const LinkId> path,
+                      double bytes) {
+        const auto flow = solver_->add(path, bytes, id, sim_.now(), tallied_bytes(bytes));
+        if (flow < cap_of_flow_.size()) cap_of_flow_[flow] = kNoCap;
+        note_start(flow, f, bytes);
+        ++ops_[id].outstanding;
     }
 
     // Every solver flow's template is kept: its GPUs should a failed link move it, and the path

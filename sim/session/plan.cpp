@@ -305,12 +305,8 @@ std::vector<Worker> make_workers(const PlanOptions& options, const Fixes& fixes,
             (cp_exchange_fix(o) ? loader.cp_exchange : loader.base).push_back(o);
         // A held exchange other than a2a+p2p drops the experiment's group size, which goes
         // with a2a+p2p only (unless --fix gives one).
-        const auto held = [&](const char* key) {
-            return std::any_of(loader.cp_exchange.begin(), loader.cp_exchange.end(),
-                               [&](const std::string& o) { return o.rfind(key, 0) == 0; });
-        };
-        if (held("parallelism.cp_comm_type=") && !held("parallelism.cp_comm_type=a2a+p2p") &&
-            !held("parallelism.cp_a2a_size="))
+        const char* type = fixes.other("parallelism.cp_comm_type");
+        if (type && std::string_view(type) != "a2a+p2p" && !fixes.other("parallelism.cp_a2a_size"))
             loader.cp_exchange.emplace_back("parallelism.cp_a2a_size=~");
         workers.push_back(Worker{std::move(cache), std::move(loader), nullptr, nullptr, {}, {}});
     }
@@ -884,30 +880,19 @@ std::optional<PlanResult> plan(const PlanOptions& options, const SweepRanks& ran
     // The experiment as given (with --set and the fixed keys): the GPU count, the model, the
     // batch. Its errors are the plan's.
     const auto base = loader.load(std::vector<std::string>{});
-    const bool group_size =
-        base.layout.cp_a2a_size > 0 ||
-        std::any_of(fixes.others.begin(), fixes.others.end(), [](const std::string& o) {
-            return o.rfind("parallelism.cp_a2a_size=", 0) == 0;
-        });
+    const char* size = fixes.other("parallelism.cp_a2a_size");
     for (auto& w : workers)
-        w.loader.group_size = group_size;
+        w.loader.group_size = base.layout.cp_a2a_size > 0 || size;
     // A group size goes with a2a+p2p (the loader's rule, checked here once: each layout applies
     // the --fix after its own cp, so the experiment as loaded above has not seen it).
-    for (const auto& o : fixes.others)
-        if (o.rfind("parallelism.cp_a2a_size=", 0) == 0) {
-            const bool a2a_p2p =
-                std::any_of(
-                    fixes.others.begin(), fixes.others.end(),
-                    [](const std::string& f) { return f == "parallelism.cp_comm_type=a2a+p2p"; }) ||
-                (base.layout.cp_comm_type == workload::CpCommType::A2aP2p &&
-                 std::none_of(fixes.others.begin(), fixes.others.end(), [](const std::string& f) {
-                     return f.rfind("parallelism.cp_comm_type=", 0) == 0;
-                 }));
-            if (!a2a_p2p)
-                throw ConfigError(SourceLocation{"--fix " + o},
-                                  "'parallelism.cp_a2a_size': applies only with cp_comm_type: "
-                                  "a2a+p2p");
-        }
+    if (size) {
+        const char* type = fixes.other("parallelism.cp_comm_type");
+        if (type ? std::string_view(type) != "a2a+p2p"
+                 : base.layout.cp_comm_type != workload::CpCommType::A2aP2p)
+            throw ConfigError(SourceLocation{"--fix parallelism.cp_a2a_size=" + std::string(size)},
+                              "'parallelism.cp_a2a_size': applies only with cp_comm_type: "
+                              "a2a+p2p");
+    }
     if (!base.faults.gpus.empty())
         throw ConfigError(base.faults.gpus.front().where,
                           "plan ranks layouts by the time of a whole iteration, which a GPU or "

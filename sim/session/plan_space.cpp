@@ -200,6 +200,13 @@ bool Fixes::held(const std::string& key) const {
     return at->second.find(',') == std::string::npos;
 }
 
+const char* Fixes::other(std::string_view key) const {
+    for (const auto& o : others)
+        if (o.size() > key.size() && o.compare(0, key.size(), key) == 0 && o[key.size()] == '=')
+            return o.c_str() + key.size() + 1;
+    return nullptr;
+}
+
 std::optional<int> Fixes::number(const std::string& key) const {
     const auto b = bounds.find(key);
     if (b == bounds.end() || b->second.values.size() != 1) return std::nullopt;
@@ -615,10 +622,9 @@ bool cp_exchange_fix(const std::string& fix) {
 std::vector<std::int64_t> batches_of(const PlanOptions& options, const Fixes& fixes) {
     std::vector<std::int64_t> batches;
     if (!options.global_batches.empty())
-        for (const auto& o : fixes.others)
-            if (o.rfind("training.global_batch_size=", 0) == 0)
-                throw ConfigError(SourceLocation{"--fix " + o},
-                                  "the global batch is searched (--global-batch): fix it there");
+        if (const char* b = fixes.other("training.global_batch_size"))
+            throw ConfigError(SourceLocation{"--fix training.global_batch_size=" + std::string(b)},
+                              "the global batch is searched (--global-batch): fix it there");
     std::set<std::int64_t> seen;
     for (const auto b : options.global_batches) {
         const SourceLocation where{"--global-batch " + std::to_string(b)};

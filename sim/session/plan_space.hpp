@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,8 @@ struct Fixes {
     std::optional<int> most(const std::string& key) const;
     // Held at one value: a single value given (not a set or a range).
     bool held(const std::string& key) const;
+    // The value of a --fix of `key` that is not an axis (one of `others`), null when none.
+    const char* other(std::string_view key) const;
 
     // A choice axis's values: `all` (in that order) without a --fix of `key`, else those named
     // (one, or a set V1,V2,...; `all` holds every name of `table`), in the order of `all`; an
