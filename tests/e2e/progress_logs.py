@@ -14,8 +14,10 @@ import json
 import os
 import pty
 import re
+import select
 import subprocess
 import sys
+import threading
 
 binary = os.path.abspath(sys.argv[1])
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -30,23 +32,33 @@ def check(ok, what):
 
 
 def on_terminal(args):
-    """(exit status, stdout, what the terminal got on stderr)."""
+    """(exit status, stdout, what the terminal got on stderr).
+
+    The parent keeps its own copy of the terminal's slave side open until the child has exited
+    and the terminal has been quiet for half a second: closing it at once and reading until EIO
+    loses what the child wrote last on some kernels (the master reports the hang-up before the
+    last writes have been moved to its side), which is how a run's final lines went missing
+    once in CI."""
     master, slave = pty.openpty()
     p = subprocess.Popen([binary] + args, cwd=root, stdout=subprocess.PIPE, stderr=slave)
-    os.close(slave)
+    out = []
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()))
+    reader.start()
     seen = b""
+    exited = False
     while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
+        ready, _, _ = select.select([master], [], [], 0.5 if exited else 0.05)
+        if ready:
+            seen += os.read(master, 65536)
+        elif exited:
             break
-        if not chunk:
-            break
-        seen += chunk
-    out = p.stdout.read()
+        else:
+            exited = p.poll() is not None
     status = p.wait(timeout=600)
+    reader.join()
+    os.close(slave)
     os.close(master)
-    return status, out.decode(), seen.decode(errors="replace")
+    return status, out[0].decode(), seen.decode(errors="replace")
 
 
 def piped(args):
@@ -67,7 +79,7 @@ check(out == out2, "sweep: stdout differs between a terminal and a pipe")
 run = ["run", PIPELINE, "--schedule", "interleaved"]
 # 2 workers x 8 microbatches x 2 chunks x 2 passes = 64 passes.
 status, out, tty = on_terminal(run)
-check(status == 0 and "simulating: 64/64 (100%)" in tty, "run on a terminal: %r" % tty)
+check(status == 0 and "simulating: 64/64 (100%)" in tty, "run on a terminal: exit %d, %r" % (status, tty))
 status2, out2, err2 = piped(run)
 check(status2 == 0 and "simulating" not in err2 and "\r" not in err2, "run piped: %r" % err2)
 check(out == out2, "run: stdout differs between a terminal and a pipe")
@@ -77,7 +89,8 @@ check(out == out2, "run: stdout differs between a terminal and a pipe")
 # and the MFU one: the profile's layer times, measured at a micro-batch of 1, charged at 64).
 status, out, tty = on_terminal(run + ["--set", "training.micro_batch_size=64",
                                       "--set", "training.global_batch_size=512"])
-check(status == 0 and "simulating: 64/64 (100%)" in tty, "run with a warning on a terminal: %r" % tty)
+check(status == 0 and "simulating: 64/64 (100%)" in tty,
+      "run with a warning on a terminal: exit %d, %r" % (status, tty))
 warned = [m.start() for m in re.finditer("warning", tty)]
 check(len(warned) == 2, "run with a warning on a terminal: %d warnings in %r" % (len(warned), tty))
 for at in warned:
