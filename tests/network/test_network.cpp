@@ -1157,6 +1157,24 @@ TEST_CASE(
             CHECK(done == Time::ms(20));
             CHECK(starts == routes(2, 2));
         }
+        // A message's ready record (network/ready_p2p.hpp) made before the fold has the unfolded
+        // solver path; the fold must forget it. Member 0's 1 GB alone before the fold takes
+        // 10 ms; the same send after it stands for both members on sw -> gpu2, 20 ms more: done
+        // at 30 ms (a stale record, without the shared link repeated, would end it at 20 ms).
+        {
+            Simulation sim;
+            auto net = make_network(sim, c, NetworkConfig{}, &kept);
+            Recorder rec;
+            net->set_client(&rec);
+            net->send(0, 2, Bytes{1'000'000'000}, 1);
+            sim.run();
+            CHECK(rec.done[1] == Time::ms(10));
+            std::string why;
+            REQUIRE(net->accelerator()->fold(2, {shared}, why));
+            net->send(0, 2, Bytes{1'000'000'000}, 2);
+            sim.run();
+            CHECK(rec.done[2] == Time::ms(30));
+        }
         // A link that members 0 and 1 share but member 2 does not (3 -> 1 crosses sw -> gpu1):
         // member 0's flow cannot stand for a number of flows there. Refused.
         Simulation sim;
