@@ -287,10 +287,6 @@ void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     if (msg < 0) return;
     auto& rec = messages_[static_cast<std::size_t>(msg)].record;
     rec.to_pass = pass_id;
-    // The receiving pass has started: nothing reads the message again, and its slot takes the
-    // next pipeline message (the table stays the size of the messages in flight).
-    states_[static_cast<std::size_t>(worker)].pending_message[static_cast<std::size_t>(need)] = -1;
-    free_messages_.push_back(msg);
     for (auto* o : observers_)
         o->on_transfer(rec);
     // The same message of every replica the receiver stands for (the sender is of its replica).
@@ -555,17 +551,21 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
         msg.record.start = now;
         msg.record.from_pass = r.id;
         msg.purpose = PipelineDelivery{key};
-        if (dst == worker) msg.record.end = now;
-        // Sent with the round's exchange (post_exchange).
-        if (dst != worker && batched_) msg.posted = false;
-        const std::int32_t id = new_message(msg);
+        const auto id = static_cast<std::int32_t>(messages_.size());
         states_[static_cast<std::size_t>(dst)].pending_message[static_cast<std::size_t>(key)] = id;
-        if (dst == worker)
+        if (dst == worker) {
+            msg.record.end = now;
+            messages_.push_back(msg);
             sim_.schedule_at(now, handler_, kLocalDelivery, static_cast<std::uint64_t>(id));
-        else if (batched_)
+        } else if (batched_) {
+            // Sent with the round's exchange (post_exchange).
+            msg.posted = false;
+            messages_.push_back(msg);
             st.held_sends.push_back(id);
-        else
+        } else {
+            messages_.push_back(msg);
             start_message(static_cast<std::size_t>(id));
+        }
     }
 
     const bool completes_gradients = (r.pass == Pass::Backward || r.pass == Pass::BackwardWeight);
@@ -582,17 +582,6 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
             start_dp_sync(worker, 0);
         }
     }
-}
-
-std::int32_t Replay::new_message(const Message& msg) {
-    if (free_messages_.empty()) {
-        messages_.push_back(msg);
-        return static_cast<std::int32_t>(messages_.size() - 1);
-    }
-    const std::int32_t id = free_messages_.back();
-    free_messages_.pop_back();
-    messages_[static_cast<std::size_t>(id)] = msg;
-    return id;
 }
 
 void Replay::start_message(std::size_t id) {

@@ -490,8 +490,6 @@ class Replay final : public EventHandler, public network::TransferClient {
     // A pipeline message of `worker`'s onto the network (its member transfers, the followers'
     // accounting).
     void start_message(std::size_t id);
-    // A pipeline message into a free slot of messages_ (or a new one): its id.
-    std::int32_t new_message(const Message& msg);
     // One transfer of `worker`'s exchange is done; the exchange ends with its last.
     void exchange_transfer_done(int worker);
     // The worker that sends the input `op` at virtual stage `vs` needs, or -1 (none, or itself).
@@ -675,9 +673,6 @@ class Replay final : public EventHandler, public network::TransferClient {
     std::shared_ptr<ReplayScratch::Placement> placement_;
     bool fold_kept_ = false;
     std::vector<Message> messages_;
-    // Slots of pipeline messages whose receiving pass has started, reused by new_message (DP
-    // collectives' messages are never released).
-    std::vector<std::int32_t> free_messages_;
     std::vector<ReplayObserver*> observers_;
     std::vector<FollowerCopier*> copiers_;     // per observer: itself as a FollowerCopier, or null
     std::vector<PassCost> pass_costs_;         // [virtual stage * kPassKinds + pass]
