@@ -455,9 +455,17 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
     ++epoch_;
     set_links_.clear();
     set_flows_.clear();
+    settled_.clear();
+    emptied_.clear();
+    const bool incremental = strategy_ == Strategy::Incremental;
     for (LinkId l : dirty_links_) {
         Link& link = links_[l];
         link.queued = false;
+        if (incremental && link.count == 0 && !link.capacity_changed) {
+            // Its flows all removed: nothing crosses it, so the solve has nothing to do there.
+            emptied_.push_back(l);
+            continue;
+        }
         take_link(l);
         if (link.capacity_changed) {
             link.capacity_changed = false;
@@ -466,8 +474,11 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         }
     }
     dirty_links_.clear();
-    for (FlowId g : new_flows_)
-        if (flows_[g].pending) take_flow(g);
+    for (FlowId g : new_flows_) {
+        if (!flows_[g].pending) continue;
+        if (incremental && settle_isolated(g)) continue;
+        take_flow(g);
+    }
     new_flows_.clear();
     if (strategy_ == Strategy::Component) take_component();
 
@@ -478,7 +489,51 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         refresh_links(first);
         if (!holds || !grow(first)) break;
     }
+    // The links emptied and the settled flows get what the solve would have given them (an
+    // emptied link's totals as refresh_links sets them), and finish() their finish times and
+    // rates as A's and L's.
+    for (LinkId l : emptied_) {
+        links_[l].total = 0;
+        links_[l].max_rate = 0;
+        take_link(l);
+    }
+    rerated_ += settled_.size();
+    for (FlowId g : settled_) {
+        set_flows_.push_back(g);
+        const Hop* path = path_of(g);
+        for (std::uint32_t i = 0; i < state_[g].hops; ++i)
+            take_link(path[i].link);
+    }
     finish(now, observers);
+}
+
+// A new flow that is the only flow, once, on every link it crosses at the re-solve: whatever the
+// others do, progressive filling would freeze it at its route's least capacity (capacity / 1,
+// exact; freeze_isolated) and leave every other flow's rate as it is (no other flow crosses its
+// links). It is rated here, outside A and L, with the totals refresh_links would give its links
+// (its rate, the sum and the largest of one rate), so the solve's loops never see it; a link of
+// it that a removal made dirty holds it at that rate like any held flow. finish() then treats it
+// as a flow of A.
+bool FlowSolver::settle_isolated(FlowId g) {
+    FlowState& st = state_[g];
+    const Hop* path = path_of(g);
+    double least = std::numeric_limits<double>::infinity();
+    for (std::uint32_t i = 0; i < st.hops; ++i) {
+        const Link& link = links_[path[i].link];
+        if (link.count != 1) return false;
+        least = std::min(least, link.capacity);
+    }
+    Flow& f = flows_[g];
+    f.previous_rate = -1.0;  // as take_flow: a new flow always gets a finish time
+    f.pending = false;
+    st.rate = least;
+    for (std::uint32_t i = 0; i < st.hops; ++i) {
+        Link& link = links_[path[i].link];
+        link.total = least;
+        link.max_rate = least;
+    }
+    settled_.push_back(g);
+    return true;
 }
 
 void FlowSolver::finish(Time now, const std::vector<NetworkObserver*>& observers) {

@@ -232,6 +232,7 @@ class FlowSolver {
     // cross at their route's least capacity and returns how many.
     void freeze(FlowId g, double rate);
     std::size_t freeze_isolated();
+    bool settle_isolated(FlowId g);
     void refresh_links(bool all);
     bool grow(bool all);
     bool has_bottleneck(FlowId f);
@@ -266,6 +267,8 @@ class FlowSolver {
     std::vector<std::uint32_t> heap_pos_;  // per flow: its index in heap_, kNoFlow if none
     std::vector<topology::LinkId> dirty_links_;
     std::vector<FlowId> new_flows_;
+    std::vector<FlowId> settled_;  // recompute(): new flows alone on their links, rated outside A
+    std::vector<topology::LinkId> emptied_;  // ... dirty links without flows, kept out of L
     std::uint32_t epoch_ = 0;
     std::uint32_t check_round_ = 0;
     std::size_t active_ = 0;

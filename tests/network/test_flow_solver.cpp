@@ -186,6 +186,51 @@ TEST_CASE("rate notifications") {
     CHECK(std::get<3>(log.seen[2]) == 0);
 }
 
+TEST_CASE("a new flow alone on its links is rated outside the solve; emptied links report zero") {
+    // Links 0: 100 GB/s, 1: 40, 2: 100, 3: 25, 4: 100. At t = 0: x on {0} (1 GB), y on {0, 1}
+    // (1 GB), v on {2} (0.5 GB), u on {4} (0.5 GB). Link 1 saturates first (40 / 1 < 100 / 2):
+    // y = 40 GB/s, x takes the rest of link 0, 60; v and u are alone, 100 each, and end at
+    // 0.5 GB / 100 GB/s = 5 ms. At 5 ms v and u are removed and w starts on {2, 3} (0.5 GB) in
+    // the same re-solve: w is then the only flow on links 2 and 3 (settle_isolated), so it runs
+    // at the least capacity of its route, 25 GB/s, and ends at 5 + 0.5 / 25 s = 25 ms; link 4 is
+    // left without flows (kept out of L, its rate told as 0 with 0 flows); x and y keep 60 and
+    // 40 (x: 1 - 0.3 GB left at 5 ms, ends at 5 + 0.7 / 60 s = 16.667 ms). The component strategy,
+    // which re-solves every flow connected to a change and settles none outside, gives the same
+    // rates and times; the observer hears links 2, 3 and 4 at 5 ms in link order.
+    for (const auto strategy :
+         {FlowSolver::Strategy::Incremental, FlowSolver::Strategy::Component}) {
+        CAPTURE(static_cast<int>(strategy));
+        FlowSolver s({100e9, 40e9, 100e9, 25e9, 100e9}, strategy);
+        RateLog log;
+        const std::vector<network::NetworkObserver*> obs{&log};
+        const auto x = s.add({0}, 1e9, 0, Time::zero());
+        const auto y = s.add({0, 1}, 1e9, 1, Time::zero());
+        const auto v = s.add({2}, 0.5e9, 2, Time::zero());
+        const auto u = s.add({4}, 0.5e9, 3, Time::zero());
+        s.recompute(Time::zero(), obs);
+        CHECK(s.rate(y) == doctest::Approx(40e9));
+        CHECK(s.rate(x) == doctest::Approx(60e9));
+        CHECK(s.finish_time(v) == Time::ms(5));
+        CHECK(s.finish_time(u) == Time::ms(5));
+        log.seen.clear();
+        s.remove(v, Time::ms(5));
+        s.remove(u, Time::ms(5));
+        const auto w = s.add({2, 3}, 0.5e9, 4, Time::ms(5));
+        s.recompute(Time::ms(5), obs);
+        CHECK(s.rate(w) == 25e9);
+        CHECK(s.finish_time(w) == Time::ms(25));
+        CHECK(s.rate(x) == doctest::Approx(60e9));
+        CHECK(s.rate(y) == doctest::Approx(40e9));
+        CHECK(s.next_finishing() == x);
+        CHECK(s.finish_time(x) == Time::ps(16'666'666'667));
+        REQUIRE(log.seen.size() == 3);
+        const std::int64_t at = Time::ms(5).count_ps();
+        CHECK(log.seen[0] == std::tuple{at, topology::LinkId{2}, 25e9, 1});
+        CHECK(log.seen[1] == std::tuple{at, topology::LinkId{3}, 25e9, 1});
+        CHECK(log.seen[2] == std::tuple{at, topology::LinkId{4}, 0.0, 0});
+    }
+}
+
 TEST_CASE("a link halved mid-transfer: progress at the old rate, the rest at the new one") {
     // One 1 GB flow on a 100 GB/s link from t = 0 would end at 10 ms. At 5 ms the link drops to
     // 50 GB/s: 0.5 GB is done, the remaining 0.5 GB at 50 GB/s takes 10 ms: end = 15 ms.
