@@ -299,6 +299,37 @@ std::size_t FlowSolver::freeze_isolated() {
     return frozen;
 }
 
+// fill()'s queue of shares: every link with two or more unfrozen flows, and of each unfrozen
+// flow's links with no other unfrozen flow only the one of least (share, link). Such a link's
+// share stays as it is until its one flow freezes, so the least of them is popped before the
+// others of that flow, which would find no unfrozen flow left when popped: leaving them out pops
+// the same links in the same order (at 16,384 GPUs under hashed ECMP most of the queue was such
+// links).
+void FlowSolver::queue_shares() {
+    share_queue_.clear();
+    for (LinkId l : set_links_) {
+        const Link& link = links_[l];
+        if (link.unfrozen > 1)
+            share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
+    }
+    for (FlowId g : set_flows_) {
+        if (state_[g].frozen) continue;
+        const Hop* path = path_of(g);
+        Share least{std::numeric_limits<double>::infinity(), 0};
+        bool any = false;
+        for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
+            const LinkId l = path[i].link;
+            const Link& link = links_[l];
+            if (link.unfrozen != 1) continue;
+            const double share = std::max(0.0, link.remaining);
+            if (!any || share < least.share || (share == least.share && l < least.link))
+                least = {share, l};
+            any = true;
+        }
+        if (any) share_queue_.push_back(least);
+    }
+}
+
 // Progressive filling of the flows of A over the links of L, the other flows held at their rates.
 // Returns whether any held flow crosses a link of L (if none, A is a union of connected sets and
 // the result needs no check).
@@ -325,34 +356,7 @@ bool FlowSolver::fill() {
         }
     }
     std::size_t unfrozen = set_flows_.size() - freeze_isolated();
-    // The queue: every link with two or more unfrozen flows, and of each unfrozen flow's links
-    // with no other unfrozen flow only the one of least (share, link). Such a link's share stays
-    // as it is until its one flow freezes, so the least of them is popped before the others of
-    // that flow, which would find no unfrozen flow left when popped: leaving them out pops the
-    // same links in the same order (at 16,384 GPUs under hashed ECMP most of the queue was such
-    // links).
-    share_queue_.clear();
-    for (LinkId l : set_links_) {
-        const Link& link = links_[l];
-        if (link.unfrozen > 1)
-            share_queue_.push_back({std::max(0.0, link.remaining) / link.unfrozen, l});
-    }
-    for (FlowId g : set_flows_) {
-        if (state_[g].frozen) continue;
-        const Hop* path = path_of(g);
-        Share least{std::numeric_limits<double>::infinity(), 0};
-        bool any = false;
-        for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
-            const LinkId l = path[i].link;
-            const Link& link = links_[l];
-            if (link.unfrozen != 1) continue;
-            const double share = std::max(0.0, link.remaining);
-            if (!any || share < least.share || (share == least.share && l < least.link))
-                least = {share, l};
-            any = true;
-        }
-        if (any) share_queue_.push_back(least);
-    }
+    queue_shares();
 
     // Repeatedly saturate the link with the smallest fair share (ties: lowest link id). Freezing
     // a flow at the current minimum share r can only raise the share (c - r) / (n - 1) of the

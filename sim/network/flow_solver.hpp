@@ -228,6 +228,7 @@ class FlowSolver {
     void take_link(topology::LinkId l);
     void take_component();
     bool fill();
+    void queue_shares();
     // fill(): freezes flow g of A at `rate`; freezes the flows of A alone on every link they
     // cross at their route's least capacity and returns how many.
     void freeze(FlowId g, double rate);
