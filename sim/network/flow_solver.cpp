@@ -523,8 +523,12 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
         links_[l].max_rate = 0;
         take_link(l);
     }
-    rerated_ += settled_.size();
     for (FlowId g : settled_) {
+        // Still pending: had the check taken it into A (it cannot fail a flow alone on its
+        // links, but if it did), take_flow would have treated it as the new flow it is.
+        if (state_[g].mark == epoch_) continue;
+        flows_[g].pending = false;
+        ++rerated_;
         set_flows_.push_back(g);
         const Hop* path = path_of(g);
         for (std::uint32_t i = 0; i < state_[g].hops; ++i)
@@ -538,8 +542,8 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
 // exact; freeze_isolated) and leave every other flow's rate as it is (no other flow crosses its
 // links). It is rated here, outside A and L, with the totals refresh_links would give its links
 // (its rate, the sum and the largest of one rate), so the solve's loops never see it; a link of
-// it that a removal made dirty holds it at that rate like any held flow. finish() then treats it
-// as a flow of A.
+// it that a removal made dirty holds it at that rate like any held flow. It stays pending (new)
+// until recompute() hands it to finish() as a flow of A.
 bool FlowSolver::settle_isolated(FlowId g) {
     FlowState& st = state_[g];
     const Hop* path = path_of(g);
@@ -549,9 +553,7 @@ bool FlowSolver::settle_isolated(FlowId g) {
         if (link.count != 1) return false;
         least = std::min(least, link.capacity);
     }
-    Flow& f = flows_[g];
-    f.previous_rate = -1.0;  // as take_flow: a new flow always gets a finish time
-    f.pending = false;
+    flows_[g].previous_rate = -1.0;  // as take_flow: a new flow always gets a finish time
     st.rate = least;
     for (std::uint32_t i = 0; i < st.hops; ++i) {
         Link& link = links_[path[i].link];
