@@ -283,20 +283,24 @@ void FlowSolver::freeze(FlowId g, double rate) {
 // built, its links never enter it (under hashed ECMP at 16,384 GPUs, 44% of the flows filled).
 std::size_t FlowSolver::freeze_isolated() {
     std::size_t frozen = 0;
-    for (FlowId g : set_flows_) {
-        const Hop* path = path_of(g);
-        double least = std::numeric_limits<double>::infinity();
-        std::uint32_t i = 0;
-        for (; i < state_[g].hops; ++i) {
-            const Link& link = links_[path[i].link];
-            if (link.count != 1) break;
-            least = std::min(least, link.capacity);
+    double least = 0;
+    for (FlowId g : set_flows_)
+        if (alone(g, least)) {
+            freeze(g, least);
+            ++frozen;
         }
-        if (i < state_[g].hops) continue;
-        freeze(g, least);
-        ++frozen;
-    }
     return frozen;
+}
+
+bool FlowSolver::alone(FlowId g, double& least) const {
+    const Hop* path = path_of(g);
+    least = std::numeric_limits<double>::infinity();
+    for (std::uint32_t i = 0; i < state_[g].hops; ++i) {
+        const Link& link = links_[path[i].link];
+        if (link.count != 1) return false;
+        least = std::min(least, link.capacity);
+    }
+    return true;
 }
 
 // fill()'s queue of shares: every link with two or more unfrozen flows, and of each unfrozen
@@ -545,14 +549,10 @@ void FlowSolver::recompute(Time now, const std::vector<NetworkObserver*>& observ
 // it that a removal made dirty holds it at that rate like any held flow. It stays pending (new)
 // until recompute() hands it to finish() as a flow of A.
 bool FlowSolver::settle_isolated(FlowId g) {
+    double least = 0;
+    if (!alone(g, least)) return false;
     FlowState& st = state_[g];
     const Hop* path = path_of(g);
-    double least = std::numeric_limits<double>::infinity();
-    for (std::uint32_t i = 0; i < st.hops; ++i) {
-        const Link& link = links_[path[i].link];
-        if (link.count != 1) return false;
-        least = std::min(least, link.capacity);
-    }
     flows_[g].previous_rate = -1.0;  // as take_flow: a new flow always gets a finish time
     st.rate = least;
     for (std::uint32_t i = 0; i < st.hops; ++i) {

@@ -234,6 +234,9 @@ class FlowSolver {
     void freeze(FlowId g, double rate);
     std::size_t freeze_isolated();
     bool settle_isolated(FlowId g);
+    // Whether flow g is the only flow, once, on every link it crosses; `least` its route's least
+    // capacity then (the rate max-min gives it whatever the others do).
+    bool alone(FlowId g, double& least) const;
     void refresh_links(bool all);
     bool grow(bool all);
     bool has_bottleneck(FlowId f);

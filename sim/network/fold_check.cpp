@@ -43,14 +43,11 @@ std::string FoldCheck::match_classes(PlanBook& book, const std::vector<FoldClass
             return c.collective ? book.collective_plan(c.kind, c.groups[m], c.size, Algorithm::Auto)
                                 : book.p2p_plan(c.src[m], c.dst[m]);
         };
-        for (std::size_t m = 0; m < copies; ++m) {
-            const Plan& a = plan(0);
+        const Plan& a = plan(0);  // plans are never erased while the book lives
+        (void)match(a, a, 0);
+        for (std::size_t m = 1; m < copies; ++m) {
             const Plan& b = plan(m);
-            if (m > 0 && a.algorithm != b.algorithm) return "members run different algorithms";
-            if (m == 0) {
-                (void)match(a, a, 0);
-                continue;
-            }
+            if (a.algorithm != b.algorithm) return "members run different algorithms";
             if (auto problem = match(a, b, static_cast<int>(m)); !problem.empty()) return problem;
         }
     }
