@@ -1,5 +1,11 @@
 #include "network/accelerator.hpp"
 
+#include <algorithm>
+#include <iterator>
+#include <string>
+
+#include "core/errors.hpp"
+
 namespace cs::network {
 
 KeptState::KeptState(const topology::Cluster& cluster) : cluster_(cluster) {}
@@ -39,6 +45,31 @@ std::shared_ptr<const KeptState::ScaledCapacities> KeptState::scaled_capacities(
     if (capacities_.size() >= kKeptCapacities) capacities_.erase(capacities_.begin());
     capacities_.push_back(made);
     return made;
+}
+
+std::shared_ptr<const KeptState::ScaledCapacities> KeptState::network_capacities(
+    KeptState* kept, const topology::Cluster& cluster, const NetworkConfig& config) {
+    std::array<double, kLinkKinds> per_kind{};
+    std::copy(std::begin(config.link_efficiency), std::end(config.link_efficiency),
+              per_kind.begin());
+    for (const auto& row : config.op_efficiency)
+        for (double eff : row)
+            if (!(eff > 0 && eff <= 1))
+                throw ConfigError("network: operation efficiency must be in (0, 1], got " +
+                                  std::to_string(eff));
+    if (!(config.nvls_efficiency > 0 && config.nvls_efficiency <= 1))
+        throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
+                          std::to_string(config.nvls_efficiency));
+    const auto check = [&per_kind](unsigned kinds) {
+        for (int k = 0; k < kLinkKinds; ++k) {
+            const double eff = per_kind[static_cast<std::size_t>(k)];
+            if ((kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
+                throw ConfigError("network: link efficiency must be in (0, 1], got " +
+                                  std::to_string(eff));
+        }
+    };
+    return kept ? kept->scaled_capacities(per_kind, config.nvls_efficiency, check)
+                : make_scaled_capacities(cluster, per_kind, config.nvls_efficiency, check);
 }
 
 }  // namespace cs::network

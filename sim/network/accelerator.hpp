@@ -67,6 +67,15 @@ class KeptState {
         const topology::Cluster& cluster, const std::array<double, 5>& per_kind, double nvls,
         const std::function<void(unsigned kinds)>& check = {});
 
+    // The capacities a network of `config` on `cluster` starts from (kept by `kept` when not
+    // null): each link's bandwidth times its kind's efficiency, then one virtual link per real one
+    // after them (nvls_virtual_link: the NVLS rate cap of a GPU-NVSwitch link, unused but positive
+    // for the others). Throws ConfigError for an operation, NVLS or (occurring) link kind's
+    // efficiency outside (0, 1], before a set is kept (a kept set would be found, unchecked, by
+    // the next network).
+    static std::shared_ptr<const ScaledCapacities> network_capacities(
+        KeptState* kept, const topology::Cluster& cluster, const NetworkConfig& config);
+
     // The kept plans, made by the first network that asks (network.cpp).
     std::shared_ptr<KeptPlans>& plans() { return plans_; }
 
@@ -85,8 +94,11 @@ class Accelerator {
     // `flow` nothing is shared, so each message's time is its own and the network tells the
     // client once, when the last has arrived: the times, link notifications (pair by pair, as
     // send() makes them) and that last completion are those of one send() per pair, with one
-    // event instead of one per pair. Under `flow` (and here by default) it is one send() per
-    // pair, each told.
+    // event instead of one per pair. Under `flow`, when every pair's message is a single flow
+    // that starts after one delay (the network's ready point-to-point records), the flows start
+    // as one send() per pair would start them (in pair order, at one instant) from one event, and
+    // the client is told once, when the last ends; otherwise (and here by default) it is one
+    // send() per pair, each told.
     virtual int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                               std::uint64_t token) = 0;
     // Member folding (docs/network.md, "Folding"). The caller promises to start every transfer

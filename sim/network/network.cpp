@@ -36,7 +36,8 @@ enum EventKind : std::uint32_t {
     kRecompute,
     kCompletion,
     kSetCapacity,
-    kRouting
+    kRouting,
+    kGroupStart
 };
 
 using detail::kNoCommunicator;
@@ -64,36 +65,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             throw SimulationError("network", "kept state of another cluster");
         if (!config_.algorithms) throw ConfigError("network: no collective algorithm registry");
         handler_ = sim_.add_handler(*this);
-        const auto& links = cluster_.links();
-        real_links_.links = links.size();
-        std::array<double, kLinkKinds> per_kind{};
-        std::copy(std::begin(config_.link_efficiency), std::end(config_.link_efficiency),
-                  per_kind.begin());
-        for (const auto& row : config_.op_efficiency)
-            for (double eff : row)
-                if (!(eff > 0 && eff <= 1))
-                    throw ConfigError("network: operation efficiency must be in (0, 1], got " +
-                                      std::to_string(eff));
-        if (!(config_.nvls_efficiency > 0 && config_.nvls_efficiency <= 1))
-            throw ConfigError("network: NVLS efficiency must be in (0, 1], got " +
-                              std::to_string(config_.nvls_efficiency));
-        // Per real link its bandwidth times its kind's efficiency, then one virtual link per
-        // real one after them (nvls_virtual_link): the NVLS rate cap of a GPU-NVSwitch link;
-        // unused (but positive) for the others. The kept state keeps them for the next network
-        // (KeptState::scaled_capacities); copied only if a capacity changes (own_capacity_).
-        // The efficiencies of the link kinds the cluster has are checked before a set is kept
-        // (a kept set would be found, unchecked, by the next network).
-        const auto check = [&per_kind](unsigned kinds) {
-            for (int k = 0; k < kLinkKinds; ++k) {
-                const double eff = per_kind[static_cast<std::size_t>(k)];
-                if ((kinds >> k & 1u) != 0 && !(eff > 0 && eff <= 1))
-                    throw ConfigError("network: link efficiency must be in (0, 1], got " +
-                                      std::to_string(eff));
-            }
-        };
-        base_capacity_ = kept_ ? kept_->scaled_capacities(per_kind, config_.nvls_efficiency, check)
-                               : KeptState::make_scaled_capacities(cluster_, per_kind,
-                                                                   config_.nvls_efficiency, check);
+        real_links_.links = cluster_.links().size();
+        base_capacity_ = KeptState::network_capacities(kept_, cluster_, config_);
         capacity_ = base_capacity_->capacity.data();
         if (!compact_ && kept_) book_.share(kept_plans(*kept_));
         if (config_.fidelity == Fidelity::Flow)
@@ -155,27 +128,14 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     }
 
     bool fold(int copies, const std::vector<FoldClass>& classes, std::string& why) override {
-        if (copies < 2) {
-            why = "nothing to fold";
-            return false;
-        }
-        if (config_.fidelity != Fidelity::Flow) {
-            why = "the network is not flow-level";
-            return false;
-        }
-        if (capacity_changed_) {
-            why = "a link capacity was changed";
-            return false;
-        }
-        if (!routings_.empty()) {
-            // A flow moved by a routing change would be re-added without the fold's counts.
-            why = "routes change during the run";
-            return false;
-        }
-        if (folded_ > 1) {
-            why = "already folded";
-            return false;
-        }
+        // (Routes that change: a flow moved would be re-added without the fold's counts.)
+        why = copies < 2                           ? "nothing to fold"
+              : config_.fidelity != Fidelity::Flow ? "the network is not flow-level"
+              : capacity_changed_                  ? "a link capacity was changed"
+              : !routings_.empty()                 ? "routes change during the run"
+              : folded_ > 1                        ? "already folded"
+                                                   : "";
+        if (!why.empty()) return false;
         detail::FoldCheck check(copies, real_links_.links, capacity_);
         if (auto problem = check.match_classes(book_, classes); !problem.empty()) {
             why = problem;
@@ -400,6 +360,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
             case kRouting:
                 change_routing(*routings_[e.a]);
                 break;
+            case kGroupStart:
+                start_group_phase(static_cast<std::uint32_t>(e.a), static_cast<std::uint32_t>(e.b));
+                break;
             default:
                 throw SimulationError("network", "unknown event kind", sim.now());
         }
@@ -597,16 +560,14 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         sim_.schedule_in(unshared_start(plan, size, kept), handler_, kDone, op);
     }
 
-    int send_each(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
-                  std::uint64_t token) {
-        for (std::size_t i = 0; i < srcs.size(); ++i)
-            send(srcs[i], dsts[i], size, token);
-        return static_cast<int>(srcs.size());
-    }
     int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                       std::uint64_t token) override {
-        if (config_.fidelity == Fidelity::Flow || srcs.empty())
-            return send_each(srcs, dsts, size, token);
+        if (config_.fidelity == Fidelity::Flow || srcs.empty()) {
+            if (start_group(srcs, dsts, size, token)) return 1;
+            for (std::size_t i = 0; i < srcs.size(); ++i)  // each part on its own
+                send(srcs[i], dsts[i], size, token);
+            return static_cast<int>(srcs.size());
+        }
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
         // Nothing observing and the capacities the cluster's: each part's time is a function
@@ -704,12 +665,51 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                          std::uint64_t{ready} + 1);
     }
     void start_ready_phase(std::uint32_t id, std::uint32_t ready) {
+        add_ready(id, ready);
+        if (ops_[id].outstanding == 0) advance(id);
+        ensure_recompute();
+    }
+    void add_ready(std::uint32_t id, std::uint32_t ready) {
         const detail::ReadyP2p& r = ready_[ready];
         const double bytes = ops_[id].size;
         if (!ready_.current(r))  // routes, chains or the fold changed since: as any plan's flow
             start_flow(id, *r.flow);
         else if (bytes > 0)
             add_uncapped(id, *r.flow, r.solver_path(), bytes);
+    }
+    // Under `flow`, a message whose parts are all on the fast path with one delay: one op for
+    // their flows and one event that starts them, in part order at one instant as one event per
+    // part would (those events' places in the queue are consecutive), and the client told once,
+    // when the last flow ends (the parts' other completions change nothing in it).
+    bool start_group(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
+                     std::uint64_t token) {
+        if (srcs.size() < 2 || !solver_ || compact_ || !book_.own_routes()) return false;
+        if (size.value < 0)
+            throw SimulationError("network", "a transfer of negative size", sim_.now());
+        const std::uint32_t g = ready_.open_group();
+        auto& parts = ready_.group(g);
+        for (std::size_t i = 0; i < srcs.size(); ++i) {
+            book_.check_gpu(srcs[i]);
+            book_.check_gpu(dsts[i]);
+            std::uint32_t r = ready_.find(srcs[i], dsts[i]);
+            if (r == detail::ReadyP2ps::kUnknown) r = make_ready(srcs[i], dsts[i]);
+            if (r == detail::ReadyP2ps::kNone ||
+                (!parts.empty() && ready_[r].delay != ready_[parts[0]].delay)) {
+                ready_.close_group(g);
+                return false;
+            }
+            parts.push_back(r);
+        }
+        for (std::uint32_t r : parts)
+            solver_->prefetch(ready_[r].solver_path());
+        sim_.schedule_in(ready_[parts[0]].delay, handler_, kGroupStart,
+                         allocate(nullptr, size, token), g);
+        return true;
+    }
+    void start_group_phase(std::uint32_t id, std::uint32_t g) {
+        for (std::uint32_t r : ready_.group(g))
+            add_ready(id, r);
+        ready_.close_group(g);
         if (ops_[id].outstanding == 0) advance(id);
         ensure_recompute();
     }

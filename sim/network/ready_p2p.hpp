@@ -75,6 +75,22 @@ class ReadyP2ps {
         ++generation_;
     }
 
+    // Groups: the records of a message's parts whose flows all start after one delay
+    // (Network's send_together under `flow`), held from the send to that start. open_group()
+    // gives an empty list to fill; close_group() gives it back once read.
+    std::uint32_t open_group() {
+        if (free_groups_.empty()) {
+            groups_.emplace_back();
+            return static_cast<std::uint32_t>(groups_.size() - 1);
+        }
+        const std::uint32_t g = free_groups_.back();
+        free_groups_.pop_back();
+        groups_[g].clear();
+        return g;
+    }
+    std::vector<std::uint32_t>& group(std::uint32_t g) { return groups_[g]; }
+    void close_group(std::uint32_t g) { free_groups_.push_back(g); }
+
   private:
     static constexpr std::uint32_t kWays = 4;
     struct Memo {  // the newest first
@@ -97,6 +113,8 @@ class ReadyP2ps {
     std::vector<ReadyP2p> records_;
     std::uint32_t generation_ = 0;
     std::unordered_map<std::uint64_t, std::uint32_t> index_of_;  // every pair seen
+    std::vector<std::vector<std::uint32_t>> groups_;
+    std::vector<std::uint32_t> free_groups_;
 };
 
 }  // namespace cs::network::detail

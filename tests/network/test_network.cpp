@@ -108,7 +108,7 @@ Cluster switch_node(int n, double bw, Time lat) {
 
 // Two nodes of two GPUs. Inside a node the GPUs share an NVLink of `nv` each way. GPU g has its
 // own NIC (rail) behind a `pcie` link; every NIC has an `ib` link to one fabric switch. No latency.
-Cluster two_nodes(double nv, double pcie, double ib) {
+Cluster two_nodes(double nv, double pcie, double ib, Time ib_latency = Time::zero()) {
     ClusterBuilder b;
     add_model(b);
     std::vector<topology::DeviceIndex> g, nic;
@@ -121,7 +121,7 @@ Cluster two_nodes(double nv, double pcie, double ib) {
     b.add_link(g[2], g[3], LinkKind::NvLink, Bandwidth{nv}, Time::zero());
     for (int i = 0; i < 4; ++i) {
         b.add_link(g[i], nic[i], LinkKind::Pcie, Bandwidth{pcie}, Time::zero());
-        b.add_link(nic[i], sw, LinkKind::InfiniBand, Bandwidth{ib}, Time::zero());
+        b.add_link(nic[i], sw, LinkKind::InfiniBand, Bandwidth{ib}, ib_latency);
     }
     return b.build();
 }
@@ -1008,17 +1008,18 @@ TEST_CASE("send routes: account_sends tells observers what account_send does pai
 }
 
 TEST_CASE(
-    "send_together: one completion at the last pair's arrival outside flow, one per pair under "
-    "flow") {
-    // Two nodes (two_nodes: NVLink 100 GB/s, PCIe 50 GB/s, IB 25 GB/s, no latency), 1 GB from
-    // GPU 0 to GPU 1 (NVLink: 10 ms) and from GPU 1 to GPU 3 (PCIe, IB, IB, PCIe: the IB links
-    // the slowest, 40 ms). Outside `flow` the pair costs are their own: the client hears of
-    // token 5 once, at 40 ms, and the observers get the flows send() gives pair by pair (the
-    // same log). Under `flow` it is one send() per pair: two completions, at 10 and 40 ms (the
-    // two share no link).
-    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
-    const std::vector<int> srcs = {0, 1}, dsts = {1, 3};
-    const auto run = [&](Fidelity fidelity, bool together) {
+    "send_together: one completion at the last pair's arrival; under flow when the parts start "
+    "together") {
+    // Two nodes (two_nodes: NVLink 100 GB/s, PCIe 50 GB/s, IB 25 GB/s), 1 GB from GPU 0 to GPU 1
+    // (NVLink: 10 ms) and from GPU 1 to GPU 3 (PCIe, IB, IB, PCIe: the IB links the slowest,
+    // 40 ms). Outside `flow` the pair costs are their own: the client hears of token 5 once, at
+    // 40 ms, and the observers get the flows send() gives pair by pair (the same log). Under
+    // `flow` without latency both parts' flows start after the same delay: one completion, at the
+    // later part's end (40 ms: the two share no link), and the flows of one send() per pair. With
+    // 1 us on each IB link the second part starts 2 us later than the first: one send() per pair,
+    // two completions, at the times of two send()s.
+    const auto run = [&](const Cluster& c, Fidelity fidelity, bool together) {
+        const std::vector<int> srcs = {0, 1}, dsts = {1, 3};
         NetworkConfig cfg;
         cfg.fidelity = fidelity;
         Simulation sim;
@@ -1044,24 +1045,32 @@ TEST_CASE(
         CHECK(static_cast<int>(calls.at.size()) == told);
         return std::make_pair(calls.at, log.seen);
     };
-    for (const auto fidelity : {Fidelity::Analytical, Fidelity::Ideal}) {
+    const auto same_flows = [](const auto& a, const auto& b) {
+        REQUIRE(a.size() == b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            CHECK(a[i].path == b[i].path);
+            CHECK(a[i].bytes == b[i].bytes);
+            CHECK(a[i].holds == b[i].holds);
+        }
+    };
+    const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    for (const auto fidelity : {Fidelity::Analytical, Fidelity::Ideal, Fidelity::Flow}) {
         CAPTURE(static_cast<int>(fidelity));
-        const auto [apart_at, apart_log] = run(fidelity, false);
-        const auto [together_at, together_log] = run(fidelity, true);
+        const auto [apart_at, apart_log] = run(c, fidelity, false);
+        const auto [together_at, together_log] = run(c, fidelity, true);
+        REQUIRE(apart_at.size() == 2);
         REQUIRE(together_at.size() == 1);
         CHECK(together_at[0] == apart_at.back());
-        if (fidelity == Fidelity::Analytical) CHECK(together_at[0] == Time::ms(40));
-        REQUIRE(together_log.size() == apart_log.size());
-        for (std::size_t i = 0; i < apart_log.size(); ++i) {
-            CHECK(together_log[i].path == apart_log[i].path);
-            CHECK(together_log[i].bytes == apart_log[i].bytes);
-            CHECK(together_log[i].holds == apart_log[i].holds);
-        }
+        if (fidelity != Fidelity::Ideal) CHECK(together_at[0] == Time::ms(40));
+        same_flows(together_log, apart_log);
     }
-    const auto [flow_at, flow_log] = run(Fidelity::Flow, true);
-    REQUIRE(flow_at.size() == 2);
-    CHECK(flow_at[0] == Time::ms(10));
-    CHECK(flow_at[1] == Time::ms(40));
+    const Cluster late = two_nodes(100 * GB, 50 * GB, 25 * GB, Time::us(1));
+    const auto [apart_at, apart_log] = run(late, Fidelity::Flow, false);
+    const auto [together_at, together_log] = run(late, Fidelity::Flow, true);
+    REQUIRE(together_at.size() == 2);
+    CHECK(together_at == apart_at);
+    CHECK(apart_at[1] - apart_at[0] >= Time::ms(30));  // the parts' own ends, 10 and 40 ms on
+    same_flows(together_log, apart_log);
 }
 
 TEST_CASE("send_together: a part to a GPU that does not exist throws, every time") {
