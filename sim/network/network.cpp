@@ -686,24 +686,22 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         if (srcs.size() < 2 || !solver_ || compact_ || !book_.own_routes()) return false;
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
-        const std::uint32_t g = ready_.open_group();
-        auto& parts = ready_.group(g);
+        auto& parts = ready_.begin_group();
         for (std::size_t i = 0; i < srcs.size(); ++i) {
             book_.check_gpu(srcs[i]);
             book_.check_gpu(dsts[i]);
             std::uint32_t r = ready_.find(srcs[i], dsts[i]);
             if (r == detail::ReadyP2ps::kUnknown) r = make_ready(srcs[i], dsts[i]);
             if (r == detail::ReadyP2ps::kNone ||
-                (!parts.empty() && ready_[r].delay != ready_[parts[0]].delay)) {
-                ready_.close_group(g);
+                (!parts.empty() && ready_[r].delay != ready_[parts[0]].delay))
                 return false;
-            }
             parts.push_back(r);
         }
         for (std::uint32_t r : parts)
             solver_->prefetch(ready_[r].solver_path());
-        sim_.schedule_in(ready_[parts[0]].delay, handler_, kGroupStart,
-                         allocate(nullptr, size, token), g);
+        const Time delay = ready_[parts[0]].delay;
+        const std::uint32_t id = allocate(nullptr, size, token);
+        sim_.schedule_in(delay, handler_, kGroupStart, id, ready_.keep_group());
         return true;
     }
     void start_group_phase(std::uint32_t id, std::uint32_t g) {

@@ -76,19 +76,26 @@ class ReadyP2ps {
     }
 
     // Groups: the records of a message's parts whose flows all start after one delay
-    // (Network's send_together under `flow`), held from the send to that start. open_group()
-    // gives an empty list to fill; close_group() gives it back once read.
-    std::uint32_t open_group() {
+    // (Network's send_together under `flow`), held from the send to that start. begin_group()
+    // gives an empty list to fill (a group given up needs nothing more), keep_group() keeps it
+    // and returns its number for group(), and close_group() frees it once read.
+    std::vector<std::uint32_t>& begin_group() {
+        forming_.clear();
+        return forming_;
+    }
+    std::uint32_t keep_group() {
+        std::uint32_t g;
         if (free_groups_.empty()) {
+            g = static_cast<std::uint32_t>(groups_.size());
             groups_.emplace_back();
-            return static_cast<std::uint32_t>(groups_.size() - 1);
+        } else {
+            g = free_groups_.back();
+            free_groups_.pop_back();
         }
-        const std::uint32_t g = free_groups_.back();
-        free_groups_.pop_back();
-        groups_[g].clear();
+        groups_[g].swap(forming_);  // the lists' storage goes round: nothing allocated once warm
         return g;
     }
-    std::vector<std::uint32_t>& group(std::uint32_t g) { return groups_[g]; }
+    const std::vector<std::uint32_t>& group(std::uint32_t g) const { return groups_[g]; }
     void close_group(std::uint32_t g) { free_groups_.push_back(g); }
 
   private:
@@ -113,6 +120,7 @@ class ReadyP2ps {
     std::vector<ReadyP2p> records_;
     std::uint32_t generation_ = 0;
     std::unordered_map<std::uint64_t, std::uint32_t> index_of_;  // every pair seen
+    std::vector<std::uint32_t> forming_;                         // begin_group()'s list
     std::vector<std::vector<std::uint32_t>> groups_;
     std::vector<std::uint32_t> free_groups_;
 };
