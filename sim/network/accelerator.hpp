@@ -94,10 +94,11 @@ class Accelerator {
     // `flow` nothing is shared, so each message's time is its own and the network tells the
     // client once, when the last has arrived: the times, link notifications (pair by pair, as
     // send() makes them) and that last completion are those of one send() per pair, with one
-    // event instead of one per pair. Under `flow`, when every pair's message is a single flow
-    // that starts after one delay (the network's ready point-to-point records), the flows start
-    // as one send() per pair would start them (in pair order, at one instant) from one event, and
-    // the client is told once, when the last ends; otherwise (and here by default) it is one
+    // event instead of one per pair. Under `flow`, when there are two pairs or more, the routes
+    // are the cluster's own, and every pair's message is a single flow that starts after one
+    // delay (the network's ready point-to-point records), the flows start from one event as one
+    // send() per pair would start them (in pair order, at one instant), and the client is told
+    // once, when the last ends (at the start for a message of no bytes); otherwise it is one
     // send() per pair, each told.
     virtual int send_together(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                               std::uint64_t token) = 0;

@@ -1014,14 +1014,17 @@ TEST_CASE(
     // (NVLink: 10 ms) and from GPU 1 to GPU 3 (PCIe, IB, IB, PCIe: the IB links the slowest,
     // 40 ms). Outside `flow` the pair costs are their own: the client hears of token 5 once, at
     // 40 ms, and the observers get the flows send() gives pair by pair (the same log). Under
-    // `flow` without latency both parts' flows start after the same delay: one completion, at the
-    // later part's end (40 ms: the two share no link), and the flows of one send() per pair. With
-    // 1 us on each IB link the second part starts 2 us later than the first: one send() per pair,
-    // two completions, at the times of two send()s.
-    const auto run = [&](const Cluster& c, Fidelity fidelity, bool together) {
+    // `flow` a flow starts after steps x (step_overhead + route latency), one step for a send:
+    // with a step overhead of 5 us and no latency both parts start at 5 us, so their flows start
+    // from one event and the client is told once, at the later part's end, 40 ms + 5 us (the two
+    // share no link), with the flows (and their times) of two send()s. With no step overhead and
+    // 1 us on each IB link the first part starts at once and the second after its two IB links,
+    // 2 us: one send() per pair, two completions, at 10 ms and 40 ms + 2 us.
+    const auto run = [&](const Cluster& c, Fidelity fidelity, bool together, Time step) {
         const std::vector<int> srcs = {0, 1}, dsts = {1, 3};
         NetworkConfig cfg;
         cfg.fidelity = fidelity;
+        cfg.step_overhead = step;
         Simulation sim;
         KeptState kept(c);  // send_together is a fast path: an accelerator's
         auto net = make_network(sim, c, cfg, together ? &kept : nullptr);
@@ -1048,28 +1051,36 @@ TEST_CASE(
     const auto same_flows = [](const auto& a, const auto& b) {
         REQUIRE(a.size() == b.size());
         for (std::size_t i = 0; i < a.size(); ++i) {
+            CHECK(a[i].start == b[i].start);
+            CHECK(a[i].at == b[i].at);
             CHECK(a[i].path == b[i].path);
             CHECK(a[i].bytes == b[i].bytes);
+            CHECK(a[i].shared == b[i].shared);
             CHECK(a[i].holds == b[i].holds);
         }
     };
     const Cluster c = two_nodes(100 * GB, 50 * GB, 25 * GB);
+    const Time step = Time::us(5);
     for (const auto fidelity : {Fidelity::Analytical, Fidelity::Ideal, Fidelity::Flow}) {
         CAPTURE(static_cast<int>(fidelity));
-        const auto [apart_at, apart_log] = run(c, fidelity, false);
-        const auto [together_at, together_log] = run(c, fidelity, true);
+        const auto [apart_at, apart_log] = run(c, fidelity, false, step);
+        const auto [together_at, together_log] = run(c, fidelity, true, step);
         REQUIRE(apart_at.size() == 2);
         REQUIRE(together_at.size() == 1);
         CHECK(together_at[0] == apart_at.back());
-        if (fidelity != Fidelity::Ideal) CHECK(together_at[0] == Time::ms(40));
+        if (fidelity == Fidelity::Flow) {
+            CHECK(apart_at[0] == Time::ms(10) + step);
+            CHECK(together_at[0] == Time::ms(40) + step);
+        }
         same_flows(together_log, apart_log);
     }
     const Cluster late = two_nodes(100 * GB, 50 * GB, 25 * GB, Time::us(1));
-    const auto [apart_at, apart_log] = run(late, Fidelity::Flow, false);
-    const auto [together_at, together_log] = run(late, Fidelity::Flow, true);
+    const auto [apart_at, apart_log] = run(late, Fidelity::Flow, false, Time::zero());
+    const auto [together_at, together_log] = run(late, Fidelity::Flow, true, Time::zero());
     REQUIRE(together_at.size() == 2);
     CHECK(together_at == apart_at);
-    CHECK(apart_at[1] - apart_at[0] >= Time::ms(30));  // the parts' own ends, 10 and 40 ms on
+    CHECK(apart_at[0] == Time::ms(10));
+    CHECK(apart_at[1] == Time::ms(40) + Time::us(2));
     same_flows(together_log, apart_log);
 }
 
