@@ -1084,6 +1084,66 @@ TEST_CASE(
     same_flows(together_log, apart_log);
 }
 
+TEST_CASE(
+    "send_together under flow: grouped parts end at one send per part's times, whatever the order "
+    "of same-time events") {
+    // two_nodes (NVLink 200 GB/s, PCIe 300 GB/s, IB 50 GB/s, no latency), a 2 us step overhead:
+    // four messages of two parts each between the nodes, sent at once with a ring all-reduce of
+    // GPUs 0 and 2, so that the parts share NIC and IB links with each other and with the
+    // all-reduce (GPU 0 sends on three of them) and each rate depends on the others'. Sent part
+    // by part (no fast paths) a message completes once per part; grouped (a KeptState) once, at
+    // its last part's time, which is the same: the same flows join at the same instants. With
+    // same-time events shuffled the grouped times are the same again (max-min rates do not
+    // depend on the order in which flows join at one instant).
+    const Cluster c = two_nodes(200 * GB, 300 * GB, 50 * GB);
+    struct Outcome {
+        std::map<std::uint64_t, Time> last;
+        std::map<std::uint64_t, int> told;
+    };
+    const auto run = [&](bool grouped, bool shuffle) {
+        Simulation sim;
+        if (shuffle) sim.set_tie_shuffle(777);
+        KeptState kept(c);
+        auto net = make_network(sim, c, flow_config(Time::us(2)), grouped ? &kept : nullptr);
+        struct Counting : TransferClient {
+            Outcome out;
+            void on_transfer_done(Simulation& s, std::uint64_t token) override {
+                out.last[token] = s.now();
+                ++out.told[token];
+            }
+        } calls;
+        net->set_client(&calls);
+        const std::vector<std::vector<int>> srcs = {{0, 1}, {0, 1}, {2, 3}, {1, 0}};
+        const std::vector<std::vector<int>> dsts = {{2, 3}, {3, 2}, {0, 1}, {2, 3}};
+        net->collective(CollectiveKind::AllReduce, net->register_group({0, 2}), Bytes{400'000'000},
+                        Algorithm::Ring, 1);
+        for (std::size_t m = 0; m < srcs.size(); ++m) {
+            const Bytes size{100'000'000 * static_cast<std::int64_t>(m + 1)};
+            const std::uint64_t token = 10 + m;
+            if (grouped)
+                CHECK(net->accelerator()->send_together(srcs[m], dsts[m], size, token) == 1);
+            else
+                for (std::size_t i = 0; i < srcs[m].size(); ++i)
+                    net->send(srcs[m][i], dsts[m][i], size, token);
+        }
+        sim.run();
+        return calls.out;
+    };
+    const Outcome apart = run(false, false), grouped = run(true, false), shuffled = run(true, true);
+    REQUIRE(apart.last.size() == 5);
+    CHECK(grouped.last == apart.last);
+    CHECK(shuffled.last == apart.last);
+    for (std::uint64_t token = 10; token < 14; ++token) {
+        CHECK(apart.told.at(token) == 2);
+        CHECK(grouped.told.at(token) == 1);
+        CHECK(shuffled.told.at(token) == 1);
+    }
+    // The parts did contend: the first message's two parts alone would take 100 MB / 50 GB/s =
+    // 2 ms after the 2 us step; sharing GPU 0's NIC with the all-reduce and the second message
+    // makes it later.
+    CHECK(apart.last.at(10) > Time::ms(2) + Time::us(2));
+}
+
 TEST_CASE("send_together: a part to a GPU that does not exist throws, every time") {
     // The analytical network keeps a message's time once worked out (nothing observes it here):
     // a message that failed must not be kept, or the same parts again would complete as if
