@@ -49,8 +49,6 @@ std::shared_ptr<const KeptState::ScaledCapacities> KeptState::scaled_capacities(
 
 std::shared_ptr<const KeptState::ScaledCapacities> KeptState::network_capacities(
     KeptState* kept, const topology::Cluster& cluster, const NetworkConfig& config) {
-    if (kept && &kept->cluster() != &cluster)
-        throw SimulationError("network", "kept state of another cluster");
     std::array<double, kLinkKinds> per_kind{};
     std::copy(std::begin(config.link_efficiency), std::end(config.link_efficiency),
               per_kind.begin());

@@ -67,12 +67,13 @@ class KeptState {
         const topology::Cluster& cluster, const std::array<double, 5>& per_kind, double nvls,
         const std::function<void(unsigned kinds)>& check = {});
 
-    // The capacities a network of `config` on `cluster` starts from (kept by `kept` when not
-    // null): each link's bandwidth times its kind's efficiency, then one virtual link per real one
-    // after them (nvls_virtual_link: the NVLS rate cap of a GPU-NVSwitch link, unused but positive
-    // for the others). Throws ConfigError for an operation, NVLS or (occurring) link kind's
-    // efficiency outside (0, 1], before a set is kept (a kept set would be found, unchecked, by
-    // the next network).
+    // The capacities a network of `config` on `cluster` starts from (kept by `kept`, the
+    // cluster's own KeptState, when not null; the network checks that it is): each link's bandwidth
+    // times its kind's efficiency, then one virtual link per real one after them
+    // (nvls_virtual_link: the NVLS rate cap of a GPU-NVSwitch link, unused but positive for the
+    // others). Throws ConfigError for an operation, NVLS or (occurring) link kind's efficiency
+    // outside (0, 1], before a set is kept (a kept set would be found, unchecked, by the next
+    // network).
     static std::shared_ptr<const ScaledCapacities> network_capacities(
         KeptState* kept, const topology::Cluster& cluster, const NetworkConfig& config);
 

@@ -101,13 +101,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     void reuse_groups() override { book_.reuse_groups(); }
 
     void send(int src, int dst, Bytes size, std::uint64_t token) override {
-        if (solver_ && !compact_ && book_.own_routes()) {
-            book_.check_gpu(src);
-            book_.check_gpu(dst);
-            std::uint32_t r = ready_.find(src, dst);
-            if (r == detail::ReadyP2ps::kUnknown) r = make_ready(src, dst);
-            if (r != detail::ReadyP2ps::kNone) return start_ready(r, size, token);
-        }
+        if (const std::uint32_t r = ready_of(src, dst); r != detail::ReadyP2ps::kNone)
+            return start_ready(r, size, token);
         bool kept = false;
         const Plan& plan = book_.p2p_plan(src, dst, &kept);
         start(plan, size, token, kept);
@@ -530,6 +525,16 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         return &shared.costs.emplace(k, std::move(cost)).first->second;
     }
 
+    // The ready record of src -> dst (both GPUs checked), made on first use; kNone when the pair
+    // has none or the network keeps none (no solver, compact, routes not the cluster's own).
+    std::uint32_t ready_of(int src, int dst) {
+        if (!solver_ || compact_ || !book_.own_routes()) return detail::ReadyP2ps::kNone;
+        book_.check_gpu(src);
+        book_.check_gpu(dst);
+        const std::uint32_t r = ready_.find(src, dst);
+        return r == detail::ReadyP2ps::kUnknown ? make_ready(src, dst) : r;
+    }
+
     // `plan` null: a ready message (start_ready).
     std::uint32_t allocate(const Plan* plan, Bytes size, std::uint64_t token) {
         std::uint32_t id;
@@ -683,20 +688,17 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     // when the last flow ends (the parts' other completions change nothing in it).
     bool start_group(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                      std::uint64_t token) {
-        if (srcs.size() < 2 || !solver_ || compact_ || !book_.own_routes()) return false;
-        if (size.value < 0)
-            throw SimulationError("network", "a transfer of negative size", sim_.now());
+        if (srcs.size() < 2) return false;
         auto& parts = ready_.begin_group();
         for (std::size_t i = 0; i < srcs.size(); ++i) {
-            book_.check_gpu(srcs[i]);
-            book_.check_gpu(dsts[i]);
-            std::uint32_t r = ready_.find(srcs[i], dsts[i]);
-            if (r == detail::ReadyP2ps::kUnknown) r = make_ready(srcs[i], dsts[i]);
+            const std::uint32_t r = ready_of(srcs[i], dsts[i]);
             if (r == detail::ReadyP2ps::kNone ||
                 (!parts.empty() && ready_[r].delay != ready_[parts[0]].delay))
                 return false;
             parts.push_back(r);
         }
+        if (size.value < 0)
+            throw SimulationError("network", "a transfer of negative size", sim_.now());
         for (std::uint32_t r : parts)
             solver_->prefetch(ready_[r].solver_path());
         const Time delay = ready_[parts[0]].delay;
