@@ -707,8 +707,11 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         return true;
     }
     void start_group_phase(std::uint32_t id, std::uint32_t g) {
-        for (std::uint32_t r : ready_.group(g))
-            add_ready(id, r);
+        const auto& parts = ready_.group(g);
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+            if (i + 1 < parts.size()) solver_->prefetch(ready_[parts[i + 1]].solver_path());
+            add_ready(id, parts[i]);
+        }
         ready_.close_group(g);
         if (ops_[id].outstanding == 0) advance(id);
         ensure_recompute();
