@@ -699,8 +699,6 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
-        for (std::uint32_t r : parts)
-            solver_->prefetch(ready_[r].solver_path());
         const Time delay = ready_[parts[0]].delay;
         const std::uint32_t id = allocate(nullptr, size, token);
         sim_.schedule_in(delay, handler_, kGroupStart, id, ready_.keep_group());
@@ -708,6 +706,8 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
     }
     void start_group_phase(std::uint32_t id, std::uint32_t g) {
         const auto& parts = ready_.group(g);
+        // The parts' link records lie far apart and add() waits on each: the next part's are
+        // asked for while this part's flow is added (asking at the send instead gains nothing).
         for (std::size_t i = 0; i < parts.size(); ++i) {
             if (i + 1 < parts.size()) solver_->prefetch(ready_[parts[i + 1]].solver_path());
             add_ready(id, parts[i]);
