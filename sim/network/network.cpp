@@ -682,10 +682,9 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         else if (bytes > 0)
             add_uncapped(id, *r.flow, r.solver_path(), bytes);
     }
-    // Under `flow`, a message whose parts are all on the fast path with one delay: one op for
-    // their flows and one event that starts them, in part order at one instant as one event per
-    // part would (those events' places in the queue are consecutive), and the client told once,
-    // when the last flow ends (the parts' other completions change nothing in it).
+    // Under `flow`, a message whose parts are all on the fast path with one delay: one op and one
+    // event that starts their flows in part order at one instant, as one event per part would
+    // (their places in the queue are consecutive); the client told once, when the last one ends.
     bool start_group(std::span<const int> srcs, std::span<const int> dsts, Bytes size,
                      std::uint64_t token) {
         if (srcs.size() < 2) return false;
@@ -699,15 +698,14 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         }
         if (size.value < 0)
             throw SimulationError("network", "a transfer of negative size", sim_.now());
-        const Time delay = ready_[parts[0]].delay;
-        const std::uint32_t id = allocate(nullptr, size, token);
-        sim_.schedule_in(delay, handler_, kGroupStart, id, ready_.keep_group());
+        const Time delay = ready_[parts[0]].delay;  // read before keep_group() takes `parts`
+        sim_.schedule_in(delay, handler_, kGroupStart, allocate(nullptr, size, token),
+                         ready_.keep_group());
         return true;
     }
     void start_group_phase(std::uint32_t id, std::uint32_t g) {
         const auto& parts = ready_.group(g);
-        // The parts' link records lie far apart and add() waits on each: the next part's are
-        // asked for while this part's flow is added (asking at the send instead gains nothing).
+        // add() waits on a part's link records (far apart): the next part's are asked for first.
         for (std::size_t i = 0; i < parts.size(); ++i) {
             if (i + 1 < parts.size()) solver_->prefetch(ready_[parts[i + 1]].solver_path());
             add_ready(id, parts[i]);
