@@ -619,7 +619,7 @@ void FlowSolver::heap_down(std::uint32_t i) {
     for (;;) {
         std::uint32_t child = 2 * i + 1;
         if (child >= n) break;
-        if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
+        if (child + 1 < n) child += heap_less_bit(heap_[child + 1], heap_[child]);
         if (!heap_less(heap_[child], e)) break;
         heap_[i] = heap_[child];
         heap_pos_[heap_[i].flow] = i;
@@ -656,7 +656,7 @@ void FlowSolver::heap_erase(FlowId f) {
     for (;;) {
         std::uint32_t child = 2 * i + 1;
         if (child >= n) break;
-        if (child + 1 < n && heap_less(heap_[child + 1], heap_[child])) ++child;
+        if (child + 1 < n) child += heap_less_bit(heap_[child + 1], heap_[child]);
         heap_[i] = heap_[child];
         heap_pos_[heap_[i].flow] = i;
         i = child;

@@ -252,6 +252,13 @@ class FlowSolver {
     static bool heap_less(const HeapEntry& a, const HeapEntry& b) {
         return a.finish < b.finish || (a.finish == b.finish && a.flow < b.flow);
     }
+    // heap_less without branches, for choosing between two children: which one is earlier is a
+    // coin toss to the branch predictor.
+    static std::uint32_t heap_less_bit(const HeapEntry& a, const HeapEntry& b) {
+        return static_cast<std::uint32_t>(a.finish < b.finish) |
+               (static_cast<std::uint32_t>(a.finish == b.finish) &
+                static_cast<std::uint32_t>(a.flow < b.flow));
+    }
     void heap_up(std::uint32_t i);
     void heap_down(std::uint32_t i);
     void heap_update(FlowId f);

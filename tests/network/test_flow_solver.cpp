@@ -1,6 +1,7 @@
 // Max-min fair sharing in the flow solver, on bare links (no topology, no engine).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -86,6 +87,38 @@ TEST_CASE("a finishing flow hands its bandwidth to the survivors, progress is ke
     s.recompute(Time::ms(10), kNoObservers);
     CHECK(s.rate(big) == doctest::Approx(100e9));
     CHECK(s.finish_time(big) == Time::ms(15));
+}
+
+TEST_CASE("flows finish earliest first, equal times by lowest id, after removals anywhere") {
+    // 64 links of 1 GB/s, flow i alone on link i with ((7 i) mod 16 + 1) MB: it ends at that many
+    // ms (i = 0..63, ids given in order), so every finish time from 1 to 16 ms is four flows'.
+    // Flows with i mod 5 = 2 are removed first, wherever they sit in the finish-time heap. The
+    // rest must come out of next_finishing() sorted by (time, id): each removed at its time.
+    constexpr int kFlows = 64;
+    FlowSolver s(std::vector<double>(kFlows, 1e9));
+    std::vector<FlowSolver::FlowId> id;
+    std::vector<std::pair<std::int64_t, FlowSolver::FlowId>> expected;
+    for (int i = 0; i < kFlows; ++i) {
+        const int ms = (7 * i) % 16 + 1;
+        id.push_back(s.add({static_cast<topology::LinkId>(i)}, ms * 1e6,
+                           static_cast<std::uint32_t>(i), Time::zero()));
+        CHECK(id.back() == static_cast<FlowSolver::FlowId>(i));
+        if (i % 5 != 2) expected.emplace_back(Time::ms(ms).count_ps(), id.back());
+    }
+    s.recompute(Time::zero(), kNoObservers);
+    for (int i = 2; i < kFlows; i += 5)
+        s.remove(id[static_cast<std::size_t>(i)], Time::zero());
+    s.recompute(Time::zero(), kNoObservers);
+    std::sort(expected.begin(), expected.end());
+    std::vector<std::pair<std::int64_t, FlowSolver::FlowId>> seen;
+    while (s.next_finishing() != FlowSolver::kNoFlow) {
+        const auto f = s.next_finishing();
+        const Time at = s.finish_time(f);
+        seen.emplace_back(at.count_ps(), f);
+        s.remove(f, at);
+        s.recompute(at, kNoObservers);
+    }
+    CHECK(seen == expected);
 }
 
 TEST_CASE("link tallies: bytes, time with one and with two flows, the most at once") {
