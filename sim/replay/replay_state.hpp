@@ -4,13 +4,14 @@
 #pragma once
 
 #include <algorithm>
-#include <deque>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "replay/replay.hpp"
 
 namespace cs::replay {
@@ -53,10 +54,39 @@ struct WorkerScalars {
     bool waiting_parameters = false;
 };
 
+// The passes a worker runs at once, at most an overlapped group's: a ring in the worker's state
+// (a deque kept them in blocks of their own, one more dependent load for each pass's end, and
+// blocks that wander through the heap as passes come and go).
+class RunningPasses {
+  public:
+    static constexpr std::size_t kCapacity = schedule::kMaxOverlapGroup;
+    bool empty() const { return count_ == 0; }
+    std::size_t size() const { return count_; }
+    PassRecord& front() { return slots_[head_]; }
+    PassRecord& operator[](std::size_t k) { return slots_[(head_ + k) % kCapacity]; }
+    // A new record at the back, as default-constructed.
+    PassRecord& emplace_back() {
+        if (count_ == kCapacity)
+            throw SimulationError("replay", "more passes running at once than a group holds");
+        PassRecord& r = slots_[(head_ + count_++) % kCapacity];
+        r = PassRecord{};
+        return r;
+    }
+    void pop_front() {
+        head_ = (head_ + 1) % kCapacity;
+        --count_;
+    }
+    void clear() { head_ = count_ = 0; }
+
+  private:
+    std::array<PassRecord, kCapacity> slots_{};
+    std::size_t head_ = 0, count_ = 0;
+};
+
 struct Replay::WorkerState : WorkerScalars {
     // The passes running: one, or an overlapped group (PipelineOp::overlap) laid back to back;
     // each ends in turn. `held`: the group's finished passes, whose outputs leave with the last.
-    std::deque<PassRecord> running;
+    RunningPasses running;
     std::vector<PassRecord> held;
     std::vector<std::uint8_t> arrived;          // [arrival_key]
     std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1

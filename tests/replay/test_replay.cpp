@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "replay/replay.hpp"
+#include "replay/replay_state.hpp"
 #include "schedule/schedule.hpp"
 #include "session/run.hpp"
 #include "test_support.hpp"
@@ -314,4 +315,36 @@ TEST_CASE("exposed_by_kind: a pass's collectives by kind, summing to its exposed
     got = replay::exposed_by_kind(r);
     CHECK(of(got, workload::CommKind::Dp) == 9);
     CHECK(of(got, workload::CommKind::Tp) == 0);
+}
+
+TEST_CASE("a worker's running passes: first in, first out through the ring, fresh records") {
+    // Capacity 4 (an overlapped group's most). Passes 1, 2, 3 in, 1 out, 4 and 5 in: the ring
+    // holds 2, 3, 4, 5 from its second slot round to its first; a fifth is refused. A record
+    // taken into a slot that held pass 1 comes back default-constructed, not as pass 1.
+    replay::RunningPasses running;
+    static_assert(replay::RunningPasses::kCapacity == 4);
+    CHECK(running.empty());
+    for (std::uint64_t id : {1, 2, 3}) {
+        auto& r = running.emplace_back();
+        CHECK(r.id == 0);
+        r.id = id;
+        r.microbatch = 7;
+    }
+    CHECK(running.front().id == 1);
+    running.pop_front();
+    for (std::uint64_t id : {4, 5}) {
+        auto& r = running.emplace_back();
+        CHECK(r.microbatch == 0);  // slot 0 held pass 1 (microbatch 7) before pass 5
+        r.id = id;
+    }
+    REQUIRE(running.size() == 4);
+    for (std::size_t k = 0; k < 4; ++k)
+        CHECK(running[k].id == k + 2);
+    CHECK_THROWS_AS(running.emplace_back(), SimulationError);
+    while (!running.empty())
+        running.pop_front();
+    running.emplace_back().id = 6;
+    CHECK(running.front().id == 6);
+    running.clear();
+    CHECK(running.size() == 0);
 }
