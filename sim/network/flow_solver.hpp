@@ -249,16 +249,14 @@ class FlowSolver {
         Time finish;
         FlowId flow;
     };
-    static bool heap_less(const HeapEntry& a, const HeapEntry& b) {
-        return a.finish < b.finish || (a.finish == b.finish && a.flow < b.flow);
-    }
-    // heap_less without branches, for choosing between two children: which one is earlier is a
-    // coin toss to the branch predictor.
+    // Whether a finishes before b (ties: lower flow id), as 1 or 0 and without branches: which of
+    // two children is earlier is a coin toss to the branch predictor.
     static std::uint32_t heap_less_bit(const HeapEntry& a, const HeapEntry& b) {
         return static_cast<std::uint32_t>(a.finish < b.finish) |
                (static_cast<std::uint32_t>(a.finish == b.finish) &
                 static_cast<std::uint32_t>(a.flow < b.flow));
     }
+    static bool heap_less(const HeapEntry& a, const HeapEntry& b) { return heap_less_bit(a, b); }
     void heap_up(std::uint32_t i);
     void heap_down(std::uint32_t i);
     void heap_update(FlowId f);
