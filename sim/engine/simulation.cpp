@@ -378,18 +378,40 @@ void Simulation::finish_event() {
     }
 }
 
+void Simulation::hint_next(bool from_run) const {
+    const Key* next = run_.size > 0 ? &run_.keys[run_.size - 1] : nullptr;
+    auto consider = [&next](const Key& k) {
+        if (!next || before(k, *next)) next = &k;
+    };
+    if (from_run) {
+        if (size_ > 0) consider(keys_[0]);
+    } else {
+        // The current event is the heap's root: the next of the heap is among its children.
+        for (std::size_t c = 1; c <= 4 && c < size_; ++c)
+            consider(keys_[c]);
+    }
+    if (!next) return;
+    const Payload& p = payloads_[static_cast<std::size_t>(next->order_slot & kSlotMask)];
+    handlers_[p.handler]->prefetch(Event{Time::ps(static_cast<std::int64_t>(next->at_ps)),
+                                         next->order_slot >> kSlotBits, p.handler, p.kind, p.a,
+                                         p.b});
+}
+
 bool Simulation::step() {
     finish_event();
     Key k;
+    bool from_run = true;
     if (run_.size > 0 && (size_ == 0 || before(run_.keys[run_.size - 1], keys_[0]))) {
         k = run_.keys[--run_.size];
     } else if (size_ > 0) {
         k = keys_[0];
         root_taken_ = true;  // stays at the root for the handler's first successor
+        from_run = false;
     } else {
         if (!advance()) return false;
         k = run_.keys[--run_.size];
     }
+    hint_next(from_run);
     const auto slot = static_cast<std::uint32_t>(k.order_slot & kSlotMask);
     const Payload& p = payloads_[slot];
     // A copy: the handler's first schedule_at() may overwrite the root and the slot.

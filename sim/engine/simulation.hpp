@@ -54,6 +54,11 @@ class EventHandler {
   public:
     virtual ~EventHandler() = default;
     virtual void on_event(Simulation& sim, const Event& event) = 0;
+    // A hint, called before the engine hands out the event before it: `event` (its time, kind
+    // and payload words) is likely the next one this handler gets. A handler may ask for the
+    // memory that event will read (__builtin_prefetch), so that the misses overlap the work in
+    // between; it must change nothing (the event may come later, or its data change first).
+    virtual void prefetch(const Event& event) const { (void)event; }
 };
 
 class Simulation {
@@ -149,6 +154,9 @@ class Simulation {
     [[gnu::noinline, gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
                                                     std::uint64_t a, std::uint64_t b);
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
+    // step(): tells the handler of the key likely to be next (`from_run`: the current event came
+    // from the run, so the heap's root is a candidate too) to prefetch it.
+    void hint_next(bool from_run) const;
 
     // The near heap: a 4-ary min-heap of the keys scheduled before near_end_ since the run was
     // taken (with the run, every pending key before near_end_). keys_ points 3 entries into a

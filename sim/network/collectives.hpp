@@ -14,6 +14,7 @@
 // copy to the network through NetworkConfig::algorithms.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -86,6 +87,14 @@ struct FlowTemplate {
     // (NetworkConfig::op_efficiency; set by the network, not by build_plan).
     double rate_cap = 0;
 };
+// A flow's stand-alone rate: the least capacity along its route (`capacity`: bytes per second by
+// link), or its own rate cap if lower.
+inline double flow_rate(const FlowTemplate& f, const double* capacity) {
+    double bw = capacity[f.path.front()];
+    for (const topology::LinkId l : f.path)
+        bw = std::min(bw, capacity[l]);
+    return f.rate_cap > 0 ? std::min(f.rate_cap, bw) : bw;
+}
 
 struct Phase {
     int steps = 1;  // pipeline steps (each pays step_overhead + latency)

@@ -78,6 +78,12 @@ class FlowSolver {
         for (const topology::LinkId l : path)
             prefetch_link(l);
     }
+    // Asks for flow f's link records ahead of its remove() (a hint: nothing changes).
+    void prefetch_flow(FlowId f) const {
+        const Hop* hops = path_of(f);
+        for (std::uint32_t i = 0; i < state_[f].hops; ++i)
+            prefetch_link(hops[i].link);
+    }
     // Removes a flow (finished or not) at `now` (read by the link tallies only).
     void remove(FlowId flow, Time now);
     // Re-solves max-min fair rates after the adds and removes since the last call, updating the

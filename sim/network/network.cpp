@@ -40,22 +40,15 @@ enum EventKind : std::uint32_t {
     kGroupStart
 };
 
-using detail::kNoCommunicator;
-using detail::LinkMaps;
-using detail::PlanCost;
-using detail::PlanWords;
-using detail::RealLinksOnly;
-using detail::Routes;
-using detail::whole_bytes;
+using detail::kNoCommunicator, detail::LinkMaps, detail::PlanCost, detail::PlanWords,
+    detail::RealLinksOnly, detail::Routes, detail::whole_bytes;
 
 class NetworkImpl final : public Network, public Accelerator, public EventHandler {
   public:
     // `compact`: for isolated_collective_time only (one collective, no observers, no capacity
-    // changes): the solver knows only the links of the collective's plan, numbered in increasing
-    // cluster order (so every tie the solver breaks by link number falls the same way and the
-    // times are those of a full network), instead of per-link state for every link of a cluster
-    // of millions (profiled at 16,384 GPUs: 4% of a run plus page faults, one such network per
-    // distinct TP/CP/EP collective).
+    // changes): the solver knows only the plan's links, in increasing cluster order (ties broken
+    // by link number fall as in a full network), not every link of a cluster of millions (4% of a
+    // 16,384-GPU run plus page faults, one such network per distinct TP/CP/EP collective).
     // `kept`: what the networks on the cluster keep for each other (accelerator.hpp); null: none,
     // and no fast path.
     NetworkImpl(Simulation& sim, const Cluster& cluster, const NetworkConfig& config,
@@ -327,6 +320,19 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
         sim_.schedule_at(at, handler_, kRouting, routings_.size() - 1);
     }
 
+    // The next event's memory asked for ahead (Simulation::hint_next): the flow a completion
+    // removes, a group's ready records and first part's links, a ready message's links.
+    void prefetch(const Event& e) const override {
+        std::uint32_t first = detail::ReadyP2ps::kNone;
+        if (e.kind == kCompletion && solver_->next_finishing() != FlowSolver::kNoFlow)
+            solver_->prefetch_flow(solver_->next_finishing());
+        else if (e.kind == kGroupStart)
+            first = ready_.prefetch_group(static_cast<std::uint32_t>(e.b));
+        else if (e.kind == kPhaseStart && e.b > 0)
+            first = static_cast<std::uint32_t>(e.b - 1);
+        if (first != detail::ReadyP2ps::kNone) solver_->prefetch(ready_[first].solver_path());
+    }
+
     void on_event(Simulation& sim, const Event& e) override {
         switch (e.kind) {
             case kDone:
@@ -423,16 +429,7 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
                 sim_.now());
     }
 
-    double bottleneck(const std::vector<LinkId>& path) const {
-        double bw = capacity_[path.front()];
-        for (LinkId l : path)
-            bw = std::min(bw, capacity_[l]);
-        return bw;
-    }
-
-    double flow_rate(const FlowTemplate& f) const {
-        return f.rate_cap > 0 ? std::min(f.rate_cap, bottleneck(f.path)) : bottleneck(f.path);
-    }
+    double flow_rate(const FlowTemplate& f) const { return network::flow_rate(f, capacity_); }
 
     // A transfer of `bytes` on `plan` outside `flow`: its time (analytical: the fixed latency,
     // then per phase its delay and its longest flow; ideal: zero), calling each(flow, its

@@ -200,8 +200,9 @@ void Replay::start_on_host(int worker, PassRecord& r, const PassCost& cost, int 
     Time h = st.host_free;
     Time arrival = Time::zero();
     if (need >= 0) {
-        arrival = st.arrived_at[static_cast<std::size_t>(need)];
-        const int msg = st.pending_message[static_cast<std::size_t>(need)];
+        const auto& in = input(worker, need);
+        arrival = in.arrived_at;
+        const int msg = in.message;
         // A receive from another worker is posted first (a local hand-over is no p2p operation).
         if (msg >= 0 && messages_[static_cast<std::size_t>(msg)].record.src_worker != worker) {
             emit_host(worker, h, h + p2p, HostWork::P2p, 0);
@@ -282,8 +283,7 @@ bool Replay::begin_record(int worker, const schedule::PipelineOp& op, int vs, Ti
 
 void Replay::announce_input(int worker, int need, std::uint64_t pass_id) {
     if (need < 0) return;
-    const int msg =
-        states_[static_cast<std::size_t>(worker)].pending_message[static_cast<std::size_t>(need)];
+    const int msg = input(worker, need).message;
     if (msg < 0) return;
     auto& rec = messages_[static_cast<std::size_t>(msg)].record;
     rec.to_pass = pass_id;
@@ -360,8 +360,7 @@ void Replay::try_start(int worker) {
         const auto& op = order[st.cursor + k];
         vs[k] = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
         need[k] = input_key(op, vs[k]);
-        if (need[k] >= 0 && !st.arrived[static_cast<std::size_t>(need[k])])
-            return;  // woken by deliver()
+        if (need[k] >= 0 && !input(worker, need[k]).arrived) return;  // woken by deliver()
     }
 
     const Time now = sim_.now();
@@ -493,9 +492,9 @@ std::span<const Time> Replay::overlapped_steps(const PassRecord& r, Time compute
 }
 
 void Replay::deliver(int worker, int key) {
-    auto& st = states_[static_cast<std::size_t>(worker)];
-    st.arrived[static_cast<std::size_t>(key)] = 1;
-    if (!st.arrived_at.empty()) st.arrived_at[static_cast<std::size_t>(key)] = sim_.now();
+    auto& in = input(worker, key);
+    in.arrived = 1;
+    in.arrived_at = sim_.now();
     try_start(worker);
 }
 
@@ -552,7 +551,7 @@ void Replay::complete_pass(int worker, const PassRecord& r) {
         msg.record.from_pass = r.id;
         msg.purpose = PipelineDelivery{key};
         const auto id = static_cast<std::int32_t>(messages_.size());
-        states_[static_cast<std::size_t>(dst)].pending_message[static_cast<std::size_t>(key)] = id;
+        input(dst, key).message = id;
         if (dst == worker) {
             msg.record.end = now;
             messages_.push_back(msg);
@@ -638,8 +637,7 @@ bool Replay::post_exchange(int worker, int next_round) {
         msg.posted = true;
         ++pending;
         const auto key = std::get<PipelineDelivery>(msg.purpose).arrival_key;
-        if (states_[static_cast<std::size_t>(msg.record.dst_worker)]
-                .recv_posted[static_cast<std::size_t>(key)])
+        if (input(msg.record.dst_worker, key).recv_posted)
             start_message(static_cast<std::size_t>(id));
     }
     st.held_sends.clear();
@@ -648,9 +646,10 @@ bool Replay::post_exchange(int worker, int next_round) {
         const int vs = schedule_.virtual_stage(shape_, w.stage, op.chunk, op.microbatch);
         if (input_sender(worker, op, vs) < 0) continue;
         const int key = input_key(op, vs);
-        st.recv_posted[static_cast<std::size_t>(key)] = 1;
+        auto& in = input(worker, key);
+        in.recv_posted = 1;
         ++pending;
-        const int id = st.pending_message[static_cast<std::size_t>(key)];
+        const int id = in.message;
         if (id >= 0 && messages_[static_cast<std::size_t>(id)].posted)
             start_message(static_cast<std::size_t>(id));
     }
@@ -670,6 +669,15 @@ void Replay::exchange_transfer_done(int worker) {
     // The host synchronised with the device: it issues nothing before the exchange is done.
     if (spec_.compute.host.enabled) st.host_free = std::max(st.host_free, sim_.now());
     try_start(worker);
+}
+
+void Replay::prefetch(const Event& event) const {
+    // A pass's end reads its worker's state first (scalars and running passes), far from the
+    // state of the worker whose event came before.
+    if (event.kind != kPassDone) return;
+    const char* st = reinterpret_cast<const char*>(&states_[static_cast<std::size_t>(event.a)]);
+    for (std::size_t at = 0; at < sizeof(WorkerState); at += 64)
+        __builtin_prefetch(st + at);
 }
 
 void Replay::on_event(Simulation& sim, const Event& event) {
@@ -802,8 +810,9 @@ void Replay::start() {
         st.idle_since = origin_;
         st.last_compute_end = origin_;
         st.host_free = origin_;
-        std::fill(st.arrived_at.begin(), st.arrived_at.end(), origin_);
     }
+    for (auto& in : inputs_)
+        in.arrived_at = origin_;
     decide_fold(started_);
     decide_replica_fold(started_);
     // Link chains carried as one solver link (exact; refused with faults or capacity changes).

@@ -394,11 +394,27 @@ class Replay final : public EventHandler, public network::TransferClient {
     Simulation& simulation() { return sim_; }
 
     void on_event(Simulation& sim, const Event& event) override;
+    void prefetch(const Event& event) const override;
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
     struct WorkerState;  // defined in replay_state.hpp
+    // Per worker and arrival key (an input a pass waits for), what the worker knows of it, in one
+    // record, and every worker's records in one array: a message's delivery, its receiver's pass
+    // start and a batched exchange each read or write several fields of one key of another
+    // worker, one cache line where a worker's state and four arrays of its own were five.
+    struct Input {
+        Time arrived_at;               // when it arrived (read by the host model only)
+        std::int32_t message = -1;     // the message carrying it, or -1
+        std::uint8_t arrived = 0;      // it has arrived
+        std::uint8_t recv_posted = 0;  // batched exchanges: the worker has posted its receive
+    };
+    static_assert(sizeof(Input) == 16);
 
   private:
+    // Worker `worker`'s record of arrival key `key`.
+    Input& input(int worker, int key) {
+        return inputs_[static_cast<std::size_t>(worker) * keys_ + static_cast<std::size_t>(key)];
+    }
     // The replay's own engine events (Event::kind).
     enum EventKind : std::uint32_t {
         kPassDone = 1,
@@ -667,6 +683,8 @@ class Replay final : public EventHandler, public network::TransferClient {
     bool reduce_after_backward_ = false;
     std::vector<Worker> workers_;
     std::vector<WorkerState> states_;
+    std::vector<Input> inputs_;         // [worker * keys_ + arrival key]
+    std::size_t keys_ = 0;              // arrival keys per worker
     ReplayScratch* scratch_ = nullptr;  // where workers_ and states_ go back, or null
     // The scratch's entry for this run's placement (own runs with a scratch only), and whether
     // this run's fold is the one kept there (follower_routes_ goes back to it at the end).

@@ -175,6 +175,7 @@ void Replay::take_scratch(ReplayScratch* scratch, bool shared) {
         if (it->workers.size() == worker_count) {
             workers_.swap(it->workers);
             states_.swap(it->states);
+            inputs_.swap(it->inputs);
             entries.erase(it);
             break;
         }
@@ -230,10 +231,11 @@ void Replay::read_schedule() {
 }
 
 void Replay::reset_states() {
-    const std::size_t keys = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
+    keys_ = static_cast<std::size_t>(shape_.chunks * shape_.microbatches * 2);
     states_.resize(workers_.size());
     for (auto& st : states_)
-        st.reset(keys, static_cast<std::size_t>(shape_.chunks), spec_.compute.host.enabled);
+        st.reset(static_cast<std::size_t>(shape_.chunks));
+    inputs_.assign(workers_.size() * keys_, Input{});
     for (const auto& slow : spec_.variability.hosts)
         for (std::size_t w = 0; w < workers_.size(); ++w)
             for (int g : workers_[w].gpus)
@@ -305,6 +307,7 @@ Replay::~Replay() {
     entries.emplace_back();
     entries.back().workers.swap(workers_);
     entries.back().states.swap(states_);
+    entries.back().inputs.swap(inputs_);
 }
 
 Replay::PassCost Replay::cost_pass(const workload::PassPlan& plan, bool backward) {

@@ -31,7 +31,8 @@ struct WorkerScalars {
     bool done() const { return finished_ops && optimizer_done && parameters_done; }
     Time last_compute_end = Time::zero();
     // The host model: when the worker's host thread is free to start issuing its next pass (and
-    // arrived_at below: when each pass's input arrived; the host waits for it before issuing).
+    // Replay::Input::arrived_at: when each pass's input arrived; the host waits for it before
+    // issuing).
     Time host_free = Time::zero();
     // variability.hosts: every host cost of this worker times this (the slowest of its GPUs).
     double host_factor = 1;
@@ -88,32 +89,20 @@ struct Replay::WorkerState : WorkerScalars {
     // each ends in turn. `held`: the group's finished passes, whose outputs leave with the last.
     RunningPasses running;
     std::vector<PassRecord> held;
-    std::vector<std::uint8_t> arrived;          // [arrival_key]
-    std::vector<std::int32_t> pending_message;  // [arrival_key] -> message carrying it, or -1
-    std::vector<int> backward_done;             // per chunk
-    std::vector<Time> arrived_at;               // [arrival_key], filled only with a host model
+    std::vector<int> backward_done;         // per chunk
     std::vector<std::int64_t> unit_gather;  // [k]: the all-gather unit k waits for, -1: not issued
-    // Batched exchanges: messages of this round's passes not posted yet, and per arrival key
-    // whether the worker has posted its receive.
+    // Batched exchanges: messages of this round's passes not posted yet.
     std::vector<std::int32_t> held_sends;
-    std::vector<std::uint8_t> recv_posted;
 
-    // The state of a new run, every container sized as in a newly built state (`keys` arrival
-    // keys, `chunks` chunks; arrived_at only with a host model), keeping their storage.
-    void reset(std::size_t keys, std::size_t chunks, bool host) {
+    // The state of a new run, every container sized as in a newly built state (`chunks`
+    // chunks), keeping their storage.
+    void reset(std::size_t chunks) {
         static_cast<WorkerScalars&>(*this) = WorkerScalars{};
         running.clear();
         held.clear();
-        arrived.assign(keys, 0);
-        pending_message.assign(keys, -1);
         backward_done.assign(chunks, 0);
-        if (host)
-            arrived_at.assign(keys, Time::zero());
-        else
-            arrived_at.clear();
         unit_gather.clear();
         held_sends.clear();
-        recv_posted.assign(keys, 0);
     }
 };
 
@@ -121,6 +110,7 @@ struct ReplayScratch::Parts {
     struct Entry {
         std::vector<Worker> workers;
         std::vector<Replay::WorkerState> states;
+        std::vector<Replay::Input> inputs;
     };
     std::vector<Entry> entries;  // the most recently used last, each a distinct worker count
     std::vector<std::shared_ptr<Placement>> placements;  // the most recently used last

@@ -415,3 +415,77 @@ TEST_CASE("stop() mid-run, then a schedule from outside and run() again") {
     CHECK(ref.mismatches == 0);
     CHECK(ref.pending_mismatches == 0);
 }
+
+namespace {
+// Records each event with the hint the engine gave just before handing it out, and schedules
+// successors at random (some at the same time, most within a few ps, a few far ahead), so that
+// events come both from the calendar's run and from the near heap.
+struct Hinted : EventHandler {
+    std::uint64_t x = 7;
+    std::uint64_t budget = 0;
+    std::uint64_t next_a = 0;
+    struct Seen {
+        std::int64_t at;
+        std::uint64_t order, a;
+        bool scheduled;  // its handler scheduled a successor
+        bool hinted;     // a hint came before its handler ran
+        std::int64_t hint_at;
+        std::uint64_t hint_order, hint_a;
+    };
+    std::vector<Seen> seen;
+    mutable bool have_hint = false;
+    mutable Event hint;
+    void prefetch(const Event& e) const override {
+        have_hint = true;
+        hint = e;
+    }
+    void on_event(Simulation& sim, const Event& e) override {
+        seen.push_back({e.at.count_ps(), e.order, e.a, false, have_hint, hint.at.count_ps(),
+                        hint.order, hint.a});
+        have_hint = false;
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const auto fanout = static_cast<int>(x >> 62);
+        for (int k = 0; k < fanout && budget > 0; ++k, --budget) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            const std::uint64_t r = (x >> 33) % 8;
+            const auto delay = static_cast<std::int64_t>(r == 0   ? 0
+                                                         : r == 1 ? 1'000'000 + (x >> 40) % 999
+                                                                  : (x >> 40) % 50);
+            sim.schedule_in(Time::ps(delay), e.handler, 0, ++next_a);
+            seen.back().scheduled = true;
+        }
+    }
+};
+}  // namespace
+
+TEST_CASE("a hint before an event names the next one whenever its handler schedules nothing") {
+    // hint_next() looks at the run's earliest key and the near heap's root (or, when the event
+    // handed out is the root itself, the root's four children); it does not look into the
+    // calendar's buckets, so when both are empty there is no hint. If there is one and the
+    // handler then schedules nothing, the next event is the earliest of exactly those keys, so
+    // the hint must be it (time, order and payload); if the handler schedules something earlier
+    // the hint may be stale, which a hint is allowed to be.
+    Simulation sim;
+    Hinted hinted;
+    const auto h = sim.add_handler(hinted);
+    hinted.budget = 40'000;
+    for (int i = 0; i < 200; ++i)
+        sim.schedule_at(Time::ps(i % 7), h, 0, ++hinted.next_a);
+    sim.run();
+    const auto& seen = hinted.seen;
+    REQUIRE(seen.size() == hinted.next_a);
+    std::size_t checked = 0, wrong = 0, hints = 0;
+    for (std::size_t i = 0; i + 1 < seen.size(); ++i) {
+        if (!seen[i].hinted) continue;
+        ++hints;
+        if (seen[i].scheduled) continue;
+        ++checked;
+        const auto& n = seen[i + 1];
+        if (seen[i].hint_at != n.at || seen[i].hint_order != n.order || seen[i].hint_a != n.a)
+            ++wrong;
+    }
+    CHECK(checked > 5'000);
+    CHECK(wrong == 0);
+    CHECK(hints > seen.size() * 9 / 10);  // only a bucket's first event comes unhinted
+    CHECK_FALSE(seen.back().hinted);      // nothing pending then: no hint
+}
