@@ -63,6 +63,7 @@ void Simulation::AlignedDelete::operator()(Key* p) const {
 HandlerId Simulation::add_handler(EventHandler& handler) {
     handlers_.push_back(&handler);
     handler_count_ = handlers_.size();
+    hinting_ = hinting_ || handler.wants_hints();
     return static_cast<HandlerId>(handlers_.size() - 1);
 }
 
@@ -378,12 +379,12 @@ void Simulation::finish_event() {
     }
 }
 
-void Simulation::hint_next(bool from_run) const {
+void Simulation::hint_next() const {
     const Key* next = run_.size > 0 ? &run_.keys[run_.size - 1] : nullptr;
     auto consider = [&next](const Key& k) {
         if (!next || before(k, *next)) next = &k;
     };
-    if (from_run) {
+    if (!root_taken_) {
         if (size_ > 0) consider(keys_[0]);
     } else {
         // The current event is the heap's root: the next of the heap is among its children.
@@ -398,20 +399,23 @@ void Simulation::hint_next(bool from_run) const {
 }
 
 bool Simulation::step() {
+    return hinting_ ? step_as<true>() : step_as<false>();
+}
+
+template <bool kHint>
+bool Simulation::step_as() {
     finish_event();
     Key k;
-    bool from_run = true;
     if (run_.size > 0 && (size_ == 0 || before(run_.keys[run_.size - 1], keys_[0]))) {
         k = run_.keys[--run_.size];
     } else if (size_ > 0) {
         k = keys_[0];
         root_taken_ = true;  // stays at the root for the handler's first successor
-        from_run = false;
     } else {
         if (!advance()) return false;
         k = run_.keys[--run_.size];
     }
-    hint_next(from_run);
+    if constexpr (kHint) hint_next();
     const auto slot = static_cast<std::uint32_t>(k.order_slot & kSlotMask);
     const Payload& p = payloads_[slot];
     // A copy: the handler's first schedule_at() may overwrite the root and the slot.
@@ -433,8 +437,14 @@ bool Simulation::step() {
 
 void Simulation::run() {
     stopped_ = false;
-    while (!stopped_ && step()) {
-    }
+    // The choice made once, outside the loop: without hints the loop is the one it was before
+    // them (no call in it to save registers around).
+    if (hinting_)
+        while (!stopped_ && step_as<true>()) {
+        }
+    else
+        while (!stopped_ && step_as<false>()) {
+        }
 }
 
 void Simulation::run_until(Time limit) {

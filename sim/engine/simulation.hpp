@@ -58,7 +58,10 @@ class EventHandler {
     // and payload words) is likely the next one this handler gets. A handler may ask for the
     // memory that event will read (__builtin_prefetch), so that the misses overlap the work in
     // between; it must change nothing (the event may come later, or its data change first).
+    // Given only when some handler of the simulation wants_hints() (asked at add_handler); a
+    // simulation without one runs the engine loop it had before hints.
     virtual void prefetch(const Event& event) const { (void)event; }
+    virtual bool wants_hints() const { return false; }
 };
 
 class Simulation {
@@ -154,9 +157,11 @@ class Simulation {
     [[gnu::noinline, gnu::cold]] void schedule_rare(Time at, HandlerId handler, std::uint32_t kind,
                                                     std::uint64_t a, std::uint64_t b);
     [[noreturn, gnu::cold]] void throw_time_went_backwards() const;
-    // step(): tells the handler of the key likely to be next (`from_run`: the current event came
-    // from the run, so the heap's root is a candidate too) to prefetch it.
-    void hint_next(bool from_run) const;
+    // step(), when hinting_: tells the handler of the key likely to be next to prefetch it.
+    void hint_next() const;
+    // step() with or without hint_next() (run() chooses once, outside its loop).
+    template <bool kHint>
+    bool step_as();
 
     // The near heap: a 4-ary min-heap of the keys scheduled before near_end_ since the run was
     // taken (with the run, every pending key before near_end_). keys_ points 3 entries into a
@@ -201,6 +206,7 @@ class Simulation {
     std::uint64_t next_seq_ = 0;
     std::uint64_t processed_ = 0;
     bool stopped_ = false;
+    bool hinting_ = false;  // a handler wants_hints()
     bool shuffle_ = false;
     std::uint32_t shuffle_key_ = 0;
     std::uint64_t seed_ = 0;

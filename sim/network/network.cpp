@@ -322,11 +322,13 @@ class NetworkImpl final : public Network, public Accelerator, public EventHandle
 
     // The next event's memory asked for ahead (Simulation::hint_next): the flow a completion
     // removes, a group's ready records and first part's links, a ready message's links.
+    bool wants_hints() const override { return true; }
     void prefetch(const Event& e) const override {
         std::uint32_t first = detail::ReadyP2ps::kNone;
-        if (e.kind == kCompletion && solver_->next_finishing() != FlowSolver::kNoFlow)
-            solver_->prefetch_flow(solver_->next_finishing());
-        else if (e.kind == kGroupStart)
+        if (e.kind == kCompletion) {
+            if (const auto f = solver_->next_finishing(); f != FlowSolver::kNoFlow)
+                solver_->prefetch_flow(f);
+        } else if (e.kind == kGroupStart)
             first = ready_.prefetch_group(static_cast<std::uint32_t>(e.b));
         else if (e.kind == kPhaseStart && e.b > 0)
             first = static_cast<std::uint32_t>(e.b - 1);

@@ -395,6 +395,7 @@ class Replay final : public EventHandler, public network::TransferClient {
 
     void on_event(Simulation& sim, const Event& event) override;
     void prefetch(const Event& event) const override;
+    bool wants_hints() const override { return true; }
     void on_transfer_done(Simulation& sim, std::uint64_t token) override;
 
     struct WorkerState;  // defined in replay_state.hpp

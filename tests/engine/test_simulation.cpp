@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
 #include <set>
 #include <vector>
@@ -435,6 +436,7 @@ struct Hinted : EventHandler {
     std::vector<Seen> seen;
     mutable bool have_hint = false;
     mutable Event hint;
+    bool wants_hints() const override { return true; }
     void prefetch(const Event& e) const override {
         have_hint = true;
         hint = e;
@@ -488,4 +490,30 @@ TEST_CASE("a hint before an event names the next one whenever its handler schedu
     CHECK(wrong == 0);
     CHECK(hints > seen.size() * 9 / 10);  // only a bucket's first event comes unhinted
     CHECK_FALSE(seen.back().hinted);      // nothing pending then: no hint
+}
+
+TEST_CASE("no hints for handlers that do not want them") {
+    // A handler that overrides prefetch() but not wants_hints(): the simulation has no handler
+    // wanting hints, so hint_next() never runs (the engine loop's cost for such simulations is
+    // one branch); the same workload with wants_hints() gets a hint before nearly every event.
+    struct Counting : Hinted {
+        bool wants = false;
+        bool wants_hints() const override { return wants; }
+    };
+    for (const bool wants : {false, true}) {
+        Simulation sim;
+        Counting c;
+        c.wants = wants;
+        const auto h = sim.add_handler(c);
+        c.budget = 2'000;
+        for (int i = 0; i < 20; ++i)
+            sim.schedule_at(Time::ps(i), h, 0, ++c.next_a);
+        sim.run();
+        const auto hinted =
+            std::count_if(c.seen.begin(), c.seen.end(), [](const auto& s) { return s.hinted; });
+        if (wants)
+            CHECK(hinted > static_cast<std::ptrdiff_t>(c.seen.size() / 2));
+        else
+            CHECK(hinted == 0);
+    }
 }
