@@ -84,6 +84,10 @@ void register_calibrate(CLI::App& app) {
     cmd->add_option("--nccl-sizes", args->options.nccl_sizes,
                     "Fit only nccl-tests rows whose size is in FIRST:LAST (e.g. 16M:1G)")
         ->type_name("FIRST:LAST");
+    cmd->add_option("--nccl-fit", args->options.nccl_fit,
+                    "What the nccl-tests fit minimises: worst (the largest relative residual, "
+                    "the default) or rms (their squares' sum)")
+        ->type_name("worst|rms");
     cmd->add_option("--topology", args->options.topology,
                     "The cluster the nccl-tests ran on (required with --nccl-tests); its "
                     "gpu_models also define --gpu-model");

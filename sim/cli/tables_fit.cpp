@@ -232,7 +232,9 @@ void print_calibration(std::ostream& out, const CalibrationResult& r) {
 
 void print_network_fit(std::ostream& out, const NetworkFitResult& r) {
     out << "network calibration on " << r.topology << " from " << r.sources.size()
-        << " nccl-tests file(s)\n\n";
+        << " nccl-tests file(s), fitted to the least "
+        << (r.objective == NetworkFitObjective::Worst ? "worst residual" : "rms residual")
+        << "\n\n";
     char line[512];
     std::snprintf(line, sizeof line, "%-15s %-9s %-6s %7s %5s %11s %11s %10s %8s %8s %8s %8s  %s\n",
                   "operation", "link", "ranks", "samples", "left", "meas us", "fit us",

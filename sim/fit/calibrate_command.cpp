@@ -125,8 +125,9 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
                           "describes the configuration of --torch-trace; give the traces");
     std::optional<NetworkFitResult> network;
     if (!options.nccl_tests.empty())
-        network = calibrate_network(
-            {options.nccl_tests, options.topology, options.sets, options.nccl_sizes});
+        network =
+            calibrate_network({options.nccl_tests, options.topology, options.sets,
+                               options.nccl_sizes, parse_network_fit_objective(options.nccl_fit)});
     if (options.traces.empty()) {
         CalibrationResult r;
         r.file.gpu_model = options.gpu_model;
@@ -269,7 +270,8 @@ std::string calibration_text_unchecked(const CalibrationResult& r) {
     }
     if (r.network) {
         header.push_back("Network: network: {calibration: THIS_FILE}; fitted on " +
-                         r.network->topology + ".");
+                         r.network->topology + " to the least " +
+                         network_fit_objective_name(r.network->objective) + " residual.");
         for (const auto& f : r.network->ops)
             if (!f.link.empty())
                 header.push_back("  " + std::string(network::collective_name(f.op)) + " on " +

@@ -60,20 +60,70 @@ std::set<int> link_kinds(const topology::Cluster& cluster, CollectiveKind op, co
     return kinds;
 }
 
-// The best fixed cost for the current base times, and the objective it gives.
-std::pair<double, double> best_latency(const std::vector<Sample>& samples) {
+// The fixed cost L >= 0 that makes the largest |(base + L) / measured - 1| least, and that value.
+// Each residual rises linearly in L (slope 1 / measured), so the largest residual above zero,
+// U(L), rises and the largest below, D(L) (as a magnitude), falls: the least of max(U, D) is
+// where they meet, or L = 0 when U(0) >= D(0). Bisection finds the two rows that meet; their
+// crossing is then solved exactly: (b_i + L) / m_i - 1 = 1 - (b_j + L) / m_j.
+std::pair<double, double> least_worst_latency(const std::vector<Sample>& samples) {
+    struct Extremes {
+        double up = -HUGE_VAL, down = -HUGE_VAL;  // max r, max -r
+        std::size_t at_up = 0, at_down = 0;
+    };
+    const auto extremes = [&](double latency) {
+        Extremes e;
+        for (std::size_t i = 0; i < samples.size(); ++i) {
+            const double r = (samples[i].base_us + latency) / samples[i].measured_us - 1;
+            if (r > e.up) {
+                e.up = r;
+                e.at_up = i;
+            }
+            if (-r > e.down) {
+                e.down = -r;
+                e.at_down = i;
+            }
+        }
+        return e;
+    };
+    Extremes at = extremes(0);
+    double latency = 0;
+    if (at.up < at.down) {
+        // At L = max(m_i - b_i) every residual is >= 0: U >= D there.
+        double lo = 0, hi = 0;
+        for (const auto& s : samples)
+            hi = std::max(hi, s.measured_us - s.base_us);
+        for (int it = 0; it < 200 && lo < hi; ++it) {
+            const double mid = lo + (hi - lo) / 2;
+            if (mid <= lo || mid >= hi) break;
+            const Extremes e = extremes(mid);
+            (e.up < e.down ? lo : hi) = mid;
+        }
+        at = extremes(hi);
+        const Sample& i = samples[at.at_up];
+        const Sample& j = samples[at.at_down];
+        latency = std::max(0.0, (2 - i.base_us / i.measured_us - j.base_us / j.measured_us) /
+                                    (1 / i.measured_us + 1 / j.measured_us));
+        at = extremes(latency);
+    }
+    return {latency, std::max(at.up, at.down)};
+}
+
+// The best fixed cost for the current base times under `objective`, and the objective it gives.
+std::pair<double, double> best_latency(const std::vector<Sample>& samples,
+                                       NetworkFitObjective objective) {
+    if (objective == NetworkFitObjective::Worst) return least_worst_latency(samples);
     double num = 0, den = 0;
     for (const auto& s : samples) {
         num += (1 - s.base_us / s.measured_us) / s.measured_us;
         den += 1 / (s.measured_us * s.measured_us);
     }
     const double latency = std::max(0.0, num / den);
-    double objective = 0;
+    double squares = 0;
     for (const auto& s : samples) {
         const double r = (s.base_us + latency) / s.measured_us - 1;
-        objective += r * r;
+        squares += r * r;
     }
-    return {latency, objective};
+    return {latency, squares};
 }
 
 // The minimum of f on [lo, hi] by golden section (40 steps), or `start` (with f(start) =
@@ -168,17 +218,18 @@ struct FittedConstants {
 };
 
 // The op's efficiency, fixed cost and protocol latency factor on link kind `kind` that fit the
-// samples best (least squares on relative error; the fixed cost in closed form for each trial).
-// Leaves each sample's base_us at the fitted efficiency and factor.
+// samples best under `objective` (the fixed cost solved for each trial). Leaves each sample's
+// base_us at the fitted efficiency and factor.
 FittedConstants fit_constants(CollectiveKind op, int kind, std::vector<Sample>& samples,
-                              const topology::Cluster& cluster, const NetworkConfig& base) {
+                              const topology::Cluster& cluster, const NetworkConfig& base,
+                              NetworkFitObjective objective) {
     const bool protocols = has_low_latency_protocols(base);
     double factor = 1;
     const auto evaluate = [&](double e) {
         const NetworkConfig config = with_constants(base, op, kind, e, Time::zero(), factor);
         for (auto& s : samples)
             s.base_us = simulate_us(cluster, config, op, s);
-        return best_latency(samples);
+        return best_latency(samples, objective);
     };
     // The efficiency for the current factor: a grid of 0.01, then golden section around the
     // best grid point; returns it and its objective (the fixed cost in closed form).
@@ -303,12 +354,12 @@ void warn_unreachable(CollectiveKind op, int kind, const std::vector<Sample>& sa
 }
 
 void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Cluster& cluster,
-            NetworkFitResult& result) {
+            NetworkFitResult& result, NetworkFitObjective objective) {
     const CollectiveKind op = fit.op;
     const NetworkConfig base = NetworkConfig::calibrated(network::Fidelity::Flow);
     const int kind = bottleneck_kind(fit, samples, cluster, base, result);
     if (kind < 0) return;
-    const FittedConstants c = fit_constants(op, kind, samples, cluster, base);
+    const FittedConstants c = fit_constants(op, kind, samples, cluster, base, objective);
     fit.efficiency = c.efficiency;
     fit.latency = Time::ps(std::llround(c.latency_us * 1e6));
     fit.protocol_latency = c.protocol_factor;
@@ -324,9 +375,11 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
 
 NetworkFitResult fit_network(const std::vector<NcclTestsFile>& files,
                              const topology::Cluster& cluster, const std::string& topology_name,
-                             std::optional<std::pair<std::int64_t, std::int64_t>> size_range) {
+                             std::optional<std::pair<std::int64_t, std::int64_t>> size_range,
+                             NetworkFitObjective objective) {
     NetworkFitResult result;
     result.topology = topology_name;
+    result.objective = objective;
     std::map<int, NetworkOpFit> fits;
     std::map<int, std::vector<Sample>> samples;
     for (const auto& f : files) {
@@ -378,7 +431,7 @@ NetworkFitResult fit_network(const std::vector<NcclTestsFile>& files,
             fit.note = "no rows to fit (all left out by the size range or for wrong elements)";
             result.unfitted.push_back({network::collective_name(fit.op), fit.note});
         } else {
-            fit_op(fit, list, cluster, result);
+            fit_op(fit, list, cluster, result, objective);
         }
         result.ops.push_back(fit);
     }
@@ -406,12 +459,26 @@ NetworkFitResult calibrate_network(const NetworkFitOptions& options) {
     for (const auto& spec : options.files)
         files.push_back(read_nccl_tests(spec));
     const auto topo = load_topology(options.topology, options.sets);
-    return fit_network(files, topo.cluster, topo.display_path, range);
+    return fit_network(files, topo.cluster, topo.display_path, range, options.objective);
+}
+
+NetworkFitObjective parse_network_fit_objective(const std::string& name) {
+    if (name == "worst") return NetworkFitObjective::Worst;
+    if (name == "rms") return NetworkFitObjective::Rms;
+    throw ConfigError(SourceLocation{"--nccl-fit"},
+                      "expected worst (the largest residual made least) or rms (least squares), "
+                      "got \"" +
+                          name + "\"");
+}
+
+const char* network_fit_objective_name(NetworkFitObjective objective) {
+    return objective == NetworkFitObjective::Worst ? "worst" : "rms";
 }
 
 nlohmann::json network_fit_json(const NetworkFitResult& r) {
     nlohmann::json j;
     j["topology"] = r.topology;
+    j["objective"] = network_fit_objective_name(r.objective);
     j["sources"] = r.sources;
     nlohmann::json ops = nlohmann::json::array();
     for (const auto& f : r.ops) {

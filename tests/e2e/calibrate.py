@@ -11,7 +11,8 @@
    is not JSON, a JSON file that is not a trace; an unknown GPU model. Unknown kernels are listed
    as unmapped, with their time, in the residual.
 4. Bad nccl-tests files (real pastes cut short, a file of another format, a file given as the
-   wrong operation, a table without device lines) exit 2 with file:line:column and write neither
+   wrong operation, a table without device lines; an unknown --nccl-fit) exit 2 with
+   file:line:column (or the option) and write neither
    --out nor --json; a file cut before its footer is fitted with a warning naming what was read.
 5. `clustersim diff` with a truncated profile exits 2 and writes no --json.
 
@@ -162,6 +163,14 @@ def main():
                 if os.path.exists(written):
                     failures.append(f"nccl-tests {spec}: {written} was written")
                     os.remove(written)
+        # An unknown fit measure: exit 2 naming the accepted ones, nothing written.
+        bad_out = os.path.join(tmp, "net.yaml")
+        r = run([exe, "calibrate", "--nccl-tests",
+                 os.path.join(public, "all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt"),
+                 "--topology", topo, "--nccl-fit", "max", "--out", bad_out])
+        if r.returncode != 2 or "--nccl-fit: expected worst" not in r.stderr \
+                or "or rms" not in r.stderr or os.path.exists(bad_out):
+            failures.append(f"--nccl-fit max: exit {r.returncode}, stderr {r.stderr.strip()!r}")
         # Cut before the footer, two ranks on two hosts: read, with a warning saying so; the
         # 2-GPU topology takes its two ranks (the fit itself means nothing for these hosts).
         cut = os.path.join(public, "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt")
