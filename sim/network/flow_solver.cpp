@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/errors.hpp"
+#include "core/huge_pages.hpp"
 #include "network/network.hpp"
 
 namespace cs::network {
@@ -19,6 +20,10 @@ constexpr double kSlack = 1e-10;
 }  // namespace
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
+    // Room for links added later (rate caps) without moving the records, on 2 MiB pages: a
+    // route's records lie far apart (core/huge_pages.hpp).
+    links_.reserve(capacity.size() + 4096);
+    advise_huge_pages(links_.data(), links_.capacity() * sizeof(Link));
     links_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))

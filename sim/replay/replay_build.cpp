@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/huge_pages.hpp"
 #include "core/errors.hpp"
 #include "replay/pass_cost.hpp"
 #include "replay/replay.hpp"
@@ -235,6 +236,12 @@ void Replay::reset_states() {
     states_.resize(workers_.size());
     for (auto& st : states_)
         st.reset(static_cast<std::size_t>(shape_.chunks));
+    if (inputs_.capacity() < workers_.size() * keys_) {
+        inputs_.clear();
+        inputs_.shrink_to_fit();
+        inputs_.reserve(workers_.size() * keys_);
+        advise_huge_pages(inputs_.data(), inputs_.capacity() * sizeof(Input));
+    }
     inputs_.assign(workers_.size() * keys_, Input{});
     for (const auto& slow : spec_.variability.hosts)
         for (std::size_t w = 0; w < workers_.size(); ++w)
