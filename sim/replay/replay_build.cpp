@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/huge_pages.hpp"
 #include "core/errors.hpp"
+#include "core/huge_pages.hpp"
 #include "replay/pass_cost.hpp"
 #include "replay/replay.hpp"
 #include "replay/replay_state.hpp"
