@@ -123,11 +123,12 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
     if (options.traces.empty() && !options.experiment.empty())
         throw ConfigError(SourceLocation{"--experiment"},
                           "describes the configuration of --torch-trace; give the traces");
+    // Checked with or without nccl-tests files: a misspelt measure is a mistake either way.
+    const NetworkFitObjective objective = parse_network_fit_objective(options.nccl_fit);
     std::optional<NetworkFitResult> network;
     if (!options.nccl_tests.empty())
-        network =
-            calibrate_network({options.nccl_tests, options.topology, options.sets,
-                               options.nccl_sizes, parse_network_fit_objective(options.nccl_fit)});
+        network = calibrate_network(
+            {options.nccl_tests, options.topology, options.sets, options.nccl_sizes, objective});
     if (options.traces.empty()) {
         CalibrationResult r;
         r.file.gpu_model = options.gpu_model;

@@ -232,7 +232,7 @@ FittedConstants fit_constants(CollectiveKind op, int kind, std::vector<Sample>& 
         return best_latency(samples, objective);
     };
     // The efficiency for the current factor: a grid of 0.01, then golden section around the
-    // best grid point; returns it and its objective (the fixed cost in closed form).
+    // best grid point; returns it and its objective (each trial with its best fixed cost).
     const auto best_efficiency = [&](int grid) {
         double best_e = 1, best_obj = HUGE_VAL;
         for (int i = 1; i <= grid; ++i) {
