@@ -6,8 +6,10 @@
 // of the array do not fit the TLB, and in a virtual machine each miss walks two page tables. On
 // 2 MiB pages the whole array needs a few dozen translations. The advice must come before the
 // pages are first written (pages already present stay 4 KiB); only the whole 2 MiB pages inside
-// the range are advised. A hint: nothing changes where the kernel does not support or allow it,
-// and results never depend on it.
+// the range are advised. A hint: nothing changes where the kernel does not support or allow it
+// (madvise's result is not checked), and results never depend on it. The advice stays with the
+// address range after the array is freed; an allocation the allocator later places there may get
+// 2 MiB pages too (memory and speed only). Callers advise arrays of 4 MiB and more.
 #pragma once
 
 #include <cstddef>

@@ -105,7 +105,7 @@ std::pair<double, double> least_worst_latency(const std::vector<Sample>& samples
                                     (1 / i.measured_us + 1 / j.measured_us));
         at = extremes(latency);
     }
-    return {latency, std::max(at.up, at.down)};
+    return {latency, samples.empty() ? 0.0 : std::max(at.up, at.down)};
 }
 
 // The best fixed cost for the current base times under `objective`, and the objective it gives.
@@ -362,10 +362,16 @@ void fit_op(NetworkOpFit& fit, std::vector<Sample>& samples, const topology::Clu
     const FittedConstants c = fit_constants(op, kind, samples, cluster, base, objective);
     fit.efficiency = c.efficiency;
     fit.latency = Time::ps(std::llround(c.latency_us * 1e6));
+    // Below the nanosecond the written file keeps, the fixed cost is at its bound: the search
+    // for the least largest residual approaches L = 0 from one side and can stop a few
+    // picoseconds above it. Kept as 0, so that the report and the file agree.
+    if (fit.latency < Time::ns(1)) {
+        fit.latency = Time::zero();
+        fit.note = "the fixed cost fitted at its lower bound, 0";
+    }
     fit.protocol_latency = c.protocol_factor;
     add_points(fit, samples, cluster,
                with_constants(base, op, kind, c.efficiency, fit.latency, c.protocol_factor));
-    if (c.latency_us == 0) fit.note = "the fixed cost fitted at its lower bound, 0";
     warn_unreachable(op, kind, samples, cluster, base, result);
     result.constants.push_back(
         {op, static_cast<topology::LinkKind>(kind), c.efficiency, fit.latency, c.protocol_factor});

@@ -236,7 +236,9 @@ void Replay::reset_states() {
     states_.resize(workers_.size());
     for (auto& st : states_)
         st.reset(static_cast<std::size_t>(shape_.chunks));
-    if (inputs_.capacity() < workers_.size() * keys_) {
+    // On 2 MiB pages when large (core/huge_pages.hpp): a delivery reads another worker's inputs.
+    if (inputs_.capacity() < workers_.size() * keys_ &&
+        workers_.size() * keys_ * sizeof(Input) >= (std::size_t{4} << 20)) {
         inputs_.clear();
         inputs_.shrink_to_fit();
         inputs_.reserve(workers_.size() * keys_);
