@@ -9,11 +9,13 @@
 // the range are advised. A hint: nothing changes where the kernel does not support or allow it
 // (madvise's result is not checked), and results never depend on it. The advice stays with the
 // address range after the array is freed; an allocation the allocator later places there may get
-// 2 MiB pages too (memory and speed only). Callers advise arrays of 4 MiB and more.
+// 2 MiB pages too (memory and speed only). reserve_on_huge_pages() does this for a vector of 4 MiB
+// and more (smaller ones keep the allocator's pages).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -32,6 +34,17 @@ inline void advise_huge_pages(const void* data, std::size_t bytes) {
     (void)data;
     (void)bytes;
 #endif
+}
+
+// Gives `v` room for `count` elements on 2 MiB pages when that is 4 MiB or more and it has less
+// room now: its storage is replaced (its elements dropped), so call it before filling `v`.
+template <typename T>
+void reserve_on_huge_pages(std::vector<T>& v, std::size_t count) {
+    constexpr std::size_t kWorthIt = std::size_t{4} << 20;
+    if (count * sizeof(T) < kWorthIt || v.capacity() >= count) return;
+    std::vector<T>().swap(v);
+    v.reserve(count);
+    advise_huge_pages(v.data(), v.capacity() * sizeof(T));
 }
 
 }  // namespace cs

@@ -20,14 +20,12 @@ constexpr double kSlack = 1e-10;
 }  // namespace
 
 FlowSolver::FlowSolver(std::vector<double> capacity, Strategy strategy) : strategy_(strategy) {
-    // A cluster's worth of records (4 MiB and more: 32,768 links) on 2 MiB pages, with room for
-    // links added later (rate caps, a compact network's links) before the array moves and
-    // loses the advice: a route's records lie far apart (core/huge_pages.hpp). Small solvers,
-    // such as the one per isolated collective, keep the allocator's pages.
-    if (capacity.size() * sizeof(Link) >= (std::size_t{4} << 20)) {
-        links_.reserve(capacity.size() + 4096);
-        advise_huge_pages(links_.data(), links_.capacity() * sizeof(Link));
-    }
+    // A cluster's worth of records on 2 MiB pages (4 MiB and more, room for 4,096 added links
+    // included), with that room for links added later (rate caps, a compact network's links)
+    // before the array moves and loses the advice: a route's records lie far apart
+    // (core/huge_pages.hpp). Small solvers, such as the one per isolated collective, keep the
+    // allocator's pages.
+    reserve_on_huge_pages(links_, capacity.size() + 4096);
     links_.resize(capacity.size());
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l] > 0))

@@ -237,13 +237,7 @@ void Replay::reset_states() {
     for (auto& st : states_)
         st.reset(static_cast<std::size_t>(shape_.chunks));
     // On 2 MiB pages when large (core/huge_pages.hpp): a delivery reads another worker's inputs.
-    if (inputs_.capacity() < workers_.size() * keys_ &&
-        workers_.size() * keys_ * sizeof(Input) >= (std::size_t{4} << 20)) {
-        inputs_.clear();
-        inputs_.shrink_to_fit();
-        inputs_.reserve(workers_.size() * keys_);
-        advise_huge_pages(inputs_.data(), inputs_.capacity() * sizeof(Input));
-    }
+    reserve_on_huge_pages(inputs_, workers_.size() * keys_);
     inputs_.assign(workers_.size() * keys_, Input{});
     for (const auto& slow : spec_.variability.hosts)
         for (std::size_t w = 0; w < workers_.size(); ++w)
