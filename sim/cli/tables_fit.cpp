@@ -187,7 +187,7 @@ void print_compute(std::ostream& out, const CalibrationResult& r) {
     }
     out << "\nlaunch gap (GPU side): ";
     if (r.file.launch_overhead)
-        out << format_time(*r.file.launch_overhead) << ", median of " << r.gap_samples
+        out << format_time(*r.file.launch_overhead) << ", mean of " << r.gap_samples
             << " back-to-back gaps\n";
     else
         out << "unfitted\n";

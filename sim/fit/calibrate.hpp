@@ -15,7 +15,7 @@
 // - each memory-bound kind's HBM fraction: with --experiment (the configuration the trace ran),
 //   the model's own bytes for the kind per iteration over the kind's measured time per
 //   iteration; without, the operators' bytes from their recorded shapes (a warning says so);
-// - the GPU-side launch gap: the median gap between back-to-back kernels of one stream where the
+// - the GPU-side launch gap: the mean gap between back-to-back kernels of one stream where the
 //   second was queued before the first ended;
 // - the host's per-kernel cost: the median interval between the launch calls of kernels the GPU
 //   waited for, corrected for the profiler's own overhead when the iteration time measured

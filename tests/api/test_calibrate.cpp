@@ -402,6 +402,37 @@ TEST_CASE("calibrate: the host's launch cost where the GPU waited for it") {
     CHECK_FALSE(hidden.file.host_launch.has_value());
 }
 
+TEST_CASE("calibrate: the launch gap is the gaps' mean, which gives back their total") {
+    // Eleven kernels of 10 us on one stream, all launched at t = 0 (each queued before its
+    // predecessor ends), started after gaps of 1 us six times and 2 us four times, the two modes
+    // of a real trace (elementwise kernels against GEMMs and memsets). Median of the ten gaps:
+    // 1 us (the sixth and fifth are both 1); mean: (6 x 1 + 4 x 2) / 10 = 1.4 us. The model
+    // charges the constant once per kernel, so only the mean gives back the 14 us of gaps.
+    const int gaps[] = {1, 2, 1, 1, 2, 1, 2, 1, 2, 1};
+    std::string json = R"({"traceEvents": [)";
+    int ts = 100;
+    for (int i = 0; i < 11; ++i) {
+        if (i > 0) {
+            json += ",";
+            ts += 10 + gaps[i - 1];
+        }
+        json += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, )"
+                R"("ts": 0, "dur": 1, "args": {"correlation": )" +
+                std::to_string(i) + "}},";
+        json += R"({"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": )" +
+                std::to_string(ts) + R"(, "dur": 10, "args": {"stream": 7, "correlation": )" +
+                std::to_string(i) + "}}";
+    }
+    json += "]}";
+    const auto r =
+        cs::api::calibrate_traces({cs::api::parse_torch_trace(json, "gaps.json")}, h200());
+    CHECK(r.gap_samples == 10);
+    REQUIRE(r.file.launch_overhead.has_value());
+    CHECK(*r.file.launch_overhead == cs::Time::ns(1400));
+    // The GPU's own time: 11 kernels of 10 us and a gap before each at 1.4 us = 125.4 us.
+    CHECK(r.busy_ms == doctest::Approx(0.1254));
+}
+
 TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {
     const auto t = cs::api::parse_torch_trace(
         R"([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "args": {"stream": 7,
