@@ -113,6 +113,38 @@ void add_gemm_json(nlohmann::json& j, const CalibrationResult& r) {
                      {"exponent", r.file.gemm->exponent}};
 }
 
+// An option that only shapes a fit the command was not asked for is a mistake (a forgotten
+// --torch-trace or --nccl-tests, or an override of a file not given): refused, not ignored.
+void check_options_apply(const CalibrateOptions& options) {
+    // A misspelt measure is reported as such, with or without nccl-tests files.
+    if (!options.nccl_fit.empty()) parse_network_fit_objective(options.nccl_fit);
+    const auto refuse = [](const char* option, const std::string& what) {
+        throw ConfigError(SourceLocation{option}, what);
+    };
+    if (options.traces.empty()) {
+        if (!options.experiment.empty())
+            refuse("--experiment", "describes the configuration of --torch-trace; give the traces");
+        if (options.iteration_time_s != 0)
+            refuse("--iteration-time",
+                   "corrects the host's cost fitted on --torch-trace; give the traces");
+        if (options.iterations != 0)
+            refuse("--iterations",
+                   "counts the training iterations of --torch-trace; give the traces");
+    }
+    if (options.nccl_tests.empty()) {
+        if (!options.nccl_fit.empty())
+            refuse("--nccl-fit",
+                   "chooses how the --nccl-tests rows are fitted; give the nccl-tests files");
+        if (!options.nccl_sizes.empty())
+            refuse("--nccl-sizes",
+                   "chooses which --nccl-tests rows are fitted; give the nccl-tests files");
+    }
+    if (options.experiment.empty() && !options.experiment_sets.empty())
+        refuse("--experiment-set", "overrides a key of --experiment; give the experiment");
+    if (options.topology.empty() && !options.sets.empty())
+        refuse("--set", "overrides a key of --topology; give the topology");
+}
+
 }  // namespace
 
 CalibrationResult calibrate(const CalibrateOptions& options) {
@@ -120,11 +152,10 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
         throw ConfigError(
             "calibrate: no measurement given; pass --torch-trace FILE and/or "
             "--nccl-tests FILE");
-    if (options.traces.empty() && !options.experiment.empty())
-        throw ConfigError(SourceLocation{"--experiment"},
-                          "describes the configuration of --torch-trace; give the traces");
-    // Checked with or without nccl-tests files: a misspelt measure is a mistake either way.
-    const NetworkFitObjective objective = parse_network_fit_objective(options.nccl_fit);
+    check_options_apply(options);
+    const NetworkFitObjective objective = options.nccl_fit.empty()
+                                              ? NetworkFitObjective::Worst
+                                              : parse_network_fit_objective(options.nccl_fit);
     std::optional<NetworkFitResult> network;
     if (!options.nccl_tests.empty())
         network = calibrate_network(

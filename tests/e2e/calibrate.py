@@ -171,6 +171,27 @@ def main():
         if r.returncode != 2 or "--nccl-fit: expected worst" not in r.stderr \
                 or "or rms" not in r.stderr or os.path.exists(bad_out):
             failures.append(f"--nccl-fit max: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+        # An option for a fit the command was not asked for: refused at the option, not ignored,
+        # and nothing written.
+        trace = os.path.join(ROOT, "tests", "validation", "data", "gpt-h3072-profile.json.gz")
+        nccl = ["--nccl-tests", os.path.join(public, "all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt"),
+                "--topology", topo]
+        torch = ["--torch-trace", trace, "--gpu-model", "H200"]
+        unused = [
+            (torch + ["--nccl-fit", "rms"], "--nccl-fit: chooses how the --nccl-tests rows"),
+            (torch + ["--nccl-sizes", "16M:1G"], "--nccl-sizes: chooses which --nccl-tests rows"),
+            (torch + ["--experiment-set", "training.micro_batch_size=2"],
+             "--experiment-set: overrides a key of --experiment"),
+            (torch + ["--set", "nodes=2"], "--set: overrides a key of --topology"),
+            (nccl + ["--iteration-time", "63.3ms"], "--iteration-time: corrects the host's cost"),
+            (nccl + ["--iterations", "2"], "--iterations: counts the training iterations"),
+        ]
+        for args, expected in unused:
+            bad_out = os.path.join(tmp, "unused.yaml")
+            r = run([exe, "calibrate"] + args + ["--out", bad_out])
+            if r.returncode != 2 or expected not in r.stderr or os.path.exists(bad_out):
+                failures.append(f"calibrate {' '.join(args[-2:])} unused: exit {r.returncode}, "
+                                f"stderr {r.stderr.strip()!r}")
         # Cut before the footer, two ranks on two hosts: read, with a warning saying so; the
         # 2-GPU topology takes its two ranks (the fit itself means nothing for these hosts).
         cut = os.path.join(public, "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt")
