@@ -354,10 +354,17 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
         r.fail("experiment", "layer cases need a roofline experiment");
     const auto& gpu = spec.cluster->gpu_model(0);
     const bool moe = workload::is_moe_layer(spec.model, 0);
-    const auto passes = workload::roofline_layer(spec.model, spec.layout, spec.training, gpu,
-                                                 spec.compute.roofline, moe);
-    const std::string which = r.string("layer_pass");
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
+    // A profiler's kernel sum is the kernels' own time: no launch gap between them (the steps
+    // carry one per launch for the wall clock) and no per-op overhead.
+    workload::RooflineCompute compute = spec.compute.roofline;
+    if (kernels) {
+        compute.launch_overhead = Time::zero();
+        compute.op_overhead = Time::zero();
+    }
+    const auto passes =
+        workload::roofline_layer(spec.model, spec.layout, spec.training, gpu, compute, moe);
+    const std::string which = r.string("layer_pass");
     const bool attention_only = r.choice("part", {"layer", "attention"}, "layer") == "attention";
     if (attention_only) {
         if (!kernels) r.fail("part", "part: attention needs time: kernels");

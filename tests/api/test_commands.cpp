@@ -315,7 +315,13 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
     // h = 8192: the forward's 4.6 ms of kernels outlast the host's 15 launches and its 0.4 ms
     // lead, which are hidden. h = 256, s = 128 with 100 us launches: every kernel is far shorter
     // than a launch, so the host sets both calls.
-    const std::string big = "\"model.hidden_size=8192\", \"model.attention_heads=64\"";
+    // The wall rows' GPU time holds a launch gap per kernel and the kernel sums none (a
+    // profiler's kernel sum has no gaps): with launch_overhead at 0 the two agree, so the closed
+    // forms below are exact; the `-gap` rows then take 5 us gaps.
+    const std::string big =
+        "\"model.hidden_size=8192\", \"model.attention_heads=64\", \"compute.launch_overhead=0us\"";
+    const std::string big_gap =
+        "\"model.hidden_size=8192\", \"model.attention_heads=64\", \"compute.launch_overhead=5us\"";
     const std::string tiny =
         "\"model.hidden_size=256\", \"model.attention_heads=4\", \"training.seq_length=128\", "
         "\"compute.host.launch=100us\"";
@@ -331,9 +337,11 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
         << row("bwd-sus", "layer_pass: backward, fwd_bwd_clocks: sustained", big)
         << row("tiny-fwd", "layer_pass: forward", tiny)
         << row("tiny-bwd", "layer_pass: backward", tiny)
-        << row("tiny-kfb", "layer_pass: forward_backward, time: kernels", tiny);
+        << row("tiny-kfb", "layer_pass: forward_backward, time: kernels", tiny)
+        << row("kf-gap", "layer_pass: forward, time: kernels", big_gap)
+        << row("bwd-gap", "layer_pass: backward", big_gap);
     const auto report = cs::api::validate({dir, "", {}, {}});
-    REQUIRE(report.cases.size() == 8);
+    REQUIRE(report.cases.size() == 10);
     for (const auto& c : report.cases)
         INFO(c.id << ": " << c.note);
     const double kf = report.cases[0].predicted, kfb = report.cases[1].predicted,
@@ -354,6 +362,11 @@ TEST_CASE("api::validate: a layer's backward row is (forward + backward) - forwa
     CHECK(report.cases[5].predicted == doctest::Approx(1.62).epsilon(0.01));
     CHECK(report.cases[6].predicted == doctest::Approx(4.9).epsilon(0.01));
     CHECK(report.cases[7].predicted < 0.5);  // all 60 kernels: the host, not the GPU, sets it
+    // The kernel sum does not move with the gap; the backward's wall takes one per kernel, 45 x
+    // 5 us = 0.225 ms more (its lead stays hidden behind the forward's 4.6 ms).
+    CHECK(report.cases[8].predicted == doctest::Approx(kf).epsilon(1e-9));
+    CHECK(report.cases[9].predicted ==
+          doctest::Approx(report.cases[3].predicted + 0.225).epsilon(1e-6));
     // fwd_bwd_clocks on a forward row is refused at its key.
     std::ofstream(dir / "cases.yaml")
         << "families:\n"
