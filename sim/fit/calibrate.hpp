@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -44,7 +45,8 @@ struct CalibrateOptions {
     std::vector<std::string> sets;        // overrides of the topology (nodes=4)
     std::vector<std::string> nccl_tests;  // nccl-tests output files, "FILE" or "OP=FILE"
     std::string nccl_sizes;               // "FIRST:LAST": the rows fitted ("" = all)
-    std::string nccl_fit;  // what the network fit minimises: worst | rms ("" = worst, not given)
+    // What the network fit minimises: worst | rms (absent: not given, worst).
+    std::optional<std::string> nccl_fit;
     // The experiment the traces ran (model, layout, microbatches): the model's bytes per kind,
     // and the checks that the trace's model is this one. Empty: bytes from recorded shapes.
     std::string experiment;

@@ -40,7 +40,7 @@ const topology::GpuModel* traces_gpu(const CalibrateOptions& options,
                               ", or give --topology with a gpu_models entry of that name");
         return gpu;
     }
-    topo = load_topology(options.topology, {});
+    topo = load_topology(options.topology, options.sets);
     for (const auto& m : topo->cluster.gpu_models())
         if (m.name == options.gpu_model) gpu = &m;
     if (gpu) return gpu;
@@ -117,7 +117,7 @@ void add_gemm_json(nlohmann::json& j, const CalibrationResult& r) {
 // --torch-trace or --nccl-tests, or an override of a file not given): refused, not ignored.
 void check_options_apply(const CalibrateOptions& options) {
     // A misspelt measure is reported as such, with or without nccl-tests files.
-    if (!options.nccl_fit.empty()) parse_network_fit_objective(options.nccl_fit);
+    if (options.nccl_fit) parse_network_fit_objective(*options.nccl_fit);
     const auto refuse = [](const char* option, const std::string& what) {
         throw ConfigError(SourceLocation{option}, what);
     };
@@ -132,7 +132,7 @@ void check_options_apply(const CalibrateOptions& options) {
                    "counts the training iterations of --torch-trace; give the traces");
     }
     if (options.nccl_tests.empty()) {
-        if (!options.nccl_fit.empty())
+        if (options.nccl_fit)
             refuse("--nccl-fit",
                    "chooses how the --nccl-tests rows are fitted; give the nccl-tests files");
         if (!options.nccl_sizes.empty())
@@ -153,9 +153,9 @@ CalibrationResult calibrate(const CalibrateOptions& options) {
             "calibrate: no measurement given; pass --torch-trace FILE and/or "
             "--nccl-tests FILE");
     check_options_apply(options);
-    const NetworkFitObjective objective = options.nccl_fit.empty()
-                                              ? NetworkFitObjective::Worst
-                                              : parse_network_fit_objective(options.nccl_fit);
+    const NetworkFitObjective objective = options.nccl_fit
+                                              ? parse_network_fit_objective(*options.nccl_fit)
+                                              : NetworkFitObjective::Worst;
     std::optional<NetworkFitResult> network;
     if (!options.nccl_tests.empty())
         network = calibrate_network(

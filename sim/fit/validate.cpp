@@ -332,8 +332,8 @@ void run_layer_wall(const config::Reader& r, const workload::ExperimentSpec& spe
     const Time comm = which == "forward" ? alone.comm_fwd : both.comm_bwd;
     out.predicted = total.seconds() * 1e3;
     out.inputs = layout_text(spec) + "; " + which;
-    out.note = "kernels " + number(pass.compute_time().seconds() * 1e3) + " ms in " +
-               std::to_string(pass.launches()) + " launches + collectives " +
+    out.note = "kernels and launch gaps " + number(pass.compute_time().seconds() * 1e3) +
+               " ms in " + std::to_string(pass.launches()) + " launches + collectives " +
                number(comm.seconds() * 1e3) + " ms";
     if (which == "backward")
         out.note += "; (forward + backward) " + number(call_end(host, both).seconds() * 1e3) +
@@ -356,7 +356,9 @@ void run_layer(const config::Reader& r, const std::vector<std::string>& sets, Va
     const bool moe = workload::is_moe_layer(spec.model, 0);
     const bool kernels = r.choice("time", {"wall", "kernels"}, "wall") == "kernels";
     // A profiler's kernel sum is the kernels' own time: no launch gap between them (the steps
-    // carry one per launch for the wall clock) and no per-op overhead.
+    // carry one per launch for the wall clock) and no per-op overhead. (Under sustained clocks
+    // the tensor-core duty is then taken over the kernels alone; every kernel-sum case runs at
+    // burst clocks.)
     workload::RooflineCompute compute = spec.compute.roofline;
     if (kernels) {
         compute.launch_overhead = Time::zero();

@@ -275,7 +275,8 @@ inline constexpr std::size_t kMemKindCount = kMemKindNames.size();
 // compute: {model: roofline, ...}: times from FLOPs and bytes on the GPU's peaks.
 struct RooflineCompute {
     double efficiency_scale = 1.0;  // multiplies the calibrated GEMM efficiency curve
-    // GPU time between two kernels issued back to back (the public H200 trace's median gap).
+    // GPU time between two kernels issued back to back (near the public H200 traces' mean gaps,
+    // 1.49-1.64 us).
     Time launch_overhead = Time::ns(1500);
     Time op_overhead;  // extra fixed cost per compute op (default 0)
     // The kernels a pass runs (never None here: a profile run estimates unprofiled parts with

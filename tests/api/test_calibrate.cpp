@@ -407,7 +407,8 @@ TEST_CASE("calibrate: the launch gap is the gaps' mean, which gives back their t
     // predecessor ends), started after gaps of 1 us six times and 2 us four times, the two modes
     // of a real trace (elementwise kernels against GEMMs and memsets). Median of the ten gaps:
     // 1 us (the sixth and fifth are both 1); mean: (6 x 1 + 4 x 2) / 10 = 1.4 us. The model
-    // charges the constant once per kernel, so only the mean gives back the 14 us of gaps.
+    // charges the constant once per kernel, so only the mean, ten times over, gives back the
+    // 14 us the ten gaps took.
     const int gaps[] = {1, 2, 1, 1, 2, 1, 2, 1, 2, 1};
     std::string json = R"({"traceEvents": [)";
     int ts = 100;
@@ -431,6 +432,33 @@ TEST_CASE("calibrate: the launch gap is the gaps' mean, which gives back their t
     CHECK(*r.file.launch_overhead == cs::Time::ns(1400));
     // The GPU's own time: 11 kernels of 10 us and a gap before each at 1.4 us = 125.4 us.
     CHECK(r.busy_ms == doctest::Approx(0.1254));
+}
+
+TEST_CASE("calibrate: a gap in which another stream's event ended is no launch gap") {
+    // Stream 7: five 10 us kernels, all launched at t = 0, starting at 100, 111, 122, 183 and
+    // 194: gaps of 1, 1, 51 and 1 us. Stream 20: one 82 us kernel from 100 to 182, which ends
+    // inside the 51 us gap (132 to 183): the third kernel waited for it (an NCCL kernel, say),
+    // so that gap is left out and the launch gap is the mean of 1, 1, 1: 1 us (with it, 54 / 4
+    // = 13.5 us).
+    const int starts[] = {100, 111, 122, 183, 194};
+    std::string json = R"({"traceEvents": [)";
+    for (int i = 0; i < 5; ++i) {
+        json += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, )"
+                R"("ts": 0, "dur": 1, "args": {"correlation": )" +
+                std::to_string(i) + "}},";
+        json += R"({"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": )" +
+                std::to_string(starts[i]) +
+                R"(, "dur": 10, "args": {"stream": 7, "correlation": )" + std::to_string(i) + "}},";
+    }
+    json += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 0, )"
+            R"("dur": 1, "args": {"correlation": 9}},)"
+            R"({"ph": "X", "cat": "kernel", "name": "ncclKernel", "tid": 20, "ts": 100, )"
+            R"("dur": 82, "args": {"stream": 20, "correlation": 9}}]})";
+    const auto r =
+        cs::api::calibrate_traces({cs::api::parse_torch_trace(json, "streams.json")}, h200());
+    CHECK(r.gap_samples == 3);
+    REQUIRE(r.file.launch_overhead.has_value());
+    CHECK(*r.file.launch_overhead == cs::Time::us(1));
 }
 
 TEST_CASE("torch trace reader: the JSON Array Format (a bare list of events)") {

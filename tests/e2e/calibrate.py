@@ -174,8 +174,9 @@ def main():
         # An option for a fit the command was not asked for: refused at the option, not ignored,
         # and nothing written.
         trace = os.path.join(ROOT, "tests", "validation", "data", "gpt-h3072-profile.json.gz")
+        dgx = os.path.join(ROOT, "tests", "api", "data", "dgx-a100-40gb-1node.yaml")
         nccl = ["--nccl-tests", os.path.join(public, "all_reduce_perf-8xA100-SXM4-40GB-galvatron.txt"),
-                "--topology", topo]
+                "--topology", dgx]
         torch = ["--torch-trace", trace, "--gpu-model", "H200"]
         unused = [
             (torch + ["--nccl-fit", "rms"], "--nccl-fit: chooses how the --nccl-tests rows"),
@@ -185,13 +186,21 @@ def main():
             (torch + ["--set", "nodes=2"], "--set: overrides a key of --topology"),
             (nccl + ["--iteration-time", "63.3ms"], "--iteration-time: corrects the host's cost"),
             (nccl + ["--iterations", "2"], "--iterations: counts the training iterations"),
+            (nccl + ["--max-memory", "1GiB"], "--max-memory: bounds the memory of --torch-trace"),
+            # Given, the measure is checked even when empty; --set applies to the topology that
+            # names the GPU model, with or without nccl-tests.
+            (nccl + ["--nccl-fit", ""], "--nccl-fit: expected worst"),
+            (["--torch-trace", trace, "--gpu-model", "A100", "--topology", dgx,
+              "--set", "nodes=banana"], "--set nodes=banana: 'nodes': expected a whole number"),
         ]
         for args, expected in unused:
             bad_out = os.path.join(tmp, "unused.yaml")
             r = run([exe, "calibrate"] + args + ["--out", bad_out])
             if r.returncode != 2 or expected not in r.stderr or os.path.exists(bad_out):
-                failures.append(f"calibrate {' '.join(args[-2:])} unused: exit {r.returncode}, "
+                failures.append(f"calibrate {' '.join(args[-2:])}: exit {r.returncode}, "
                                 f"stderr {r.stderr.strip()!r}")
+            if os.path.exists(bad_out):
+                os.remove(bad_out)
         # Cut before the footer, two ranks on two hosts: read, with a warning saying so; the
         # 2-GPU topology takes its two ranks (the fit itself means nothing for these hosts).
         cut = os.path.join(public, "all_reduce_perf-2xGB10-dgx-spark-playbooks-pr103.txt")
