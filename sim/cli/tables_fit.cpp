@@ -287,7 +287,7 @@ void print_diff(std::ostream& out, const DiffResult& r) {
         << " microbatch(es) x " << r.layers << " layers) against measured " << r.measured << " ("
         << r.iterations << " iteration(s), per iteration below)\n";
     out << "compute busy: simulated " << fmt("%.3f", r.simulated_busy_ms) << " ms, measured "
-        << fmt("%.3f", r.measured_busy_ms) << " ms of kernels ("
+        << fmt("%.3f", r.measured_busy_ms) << " ms of kernels and launch gaps ("
         << fmt("%+.1f%%",
                100 * (r.measured_busy_ms > 0 ? r.simulated_busy_ms / r.measured_busy_ms - 1 : 0))
         << "); simulated iteration " << fmt("%.3f", r.simulated_iteration_ms) << " ms\n";

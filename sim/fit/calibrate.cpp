@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -12,6 +11,7 @@
 #include "core/errors.hpp"
 #include "fit/format.hpp"
 #include "fit/kernel_table.hpp"
+#include "fit/stream_gaps.hpp"
 #include "workload/memory.hpp"
 #include "workload/plan.hpp"
 #include "workload/roofline.hpp"
@@ -444,55 +444,13 @@ void add_operator_samples(TraceSamples& s, const TorchTrace& t, const OperatorTi
     }
 }
 
-// Whether an event of another stream of the device ends in (from, to]: the later kernel of a
-// gap from `from` to `to` may have waited for it (an event or NCCL kernel it depends on), so
-// the gap is no launch gap. `ends` holds the device's (end, stream) pairs, sorted.
-bool other_stream_ends_in(const std::vector<std::pair<double, std::int64_t>>& ends,
-                          std::int64_t stream, double from, double to) {
-    auto it = std::upper_bound(ends.begin(), ends.end(),
-                               std::make_pair(from, std::numeric_limits<std::int64_t>::max()));
-    for (; it != ends.end() && it->first <= to; ++it)
-        if (it->second != stream) return true;
-    return false;
-}
-
-// Stream timelines: gaps between back-to-back GPU events, and where the GPU waited for the host,
-// the host's interval between the two launches.
+// Stream timelines (fit/stream_gaps.hpp): the launch gaps, and where the GPU waited for the
+// host, the host's interval between the two launches.
 void add_stream_gaps(TraceSamples& s, const TorchTrace& t) {
-    std::unordered_map<std::int64_t, const TraceRuntimeCall*> calls;
-    for (const auto& c : t.runtime)
-        if (c.correlation >= 0) calls.emplace(c.correlation, &c);
-    // Keyed by (device, stream): a trace may hold several GPUs with the same stream numbers.
-    std::map<std::pair<std::int64_t, std::int64_t>, std::vector<const TraceGpuEvent*>> streams;
-    std::map<std::int64_t, std::vector<std::pair<double, std::int64_t>>> ends;  // per device
-    for (const auto& g : t.gpu) {
-        streams[{g.device, g.stream}].push_back(&g);
-        ends[g.device].emplace_back(g.end_us(), g.stream);
-    }
-    for (auto& [device, e] : ends)
-        std::sort(e.begin(), e.end());
-    for (auto& [stream, evs] : streams) {
-        std::stable_sort(evs.begin(), evs.end(),
-                         [](const auto* a, const auto* b) { return a->ts_us < b->ts_us; });
-        const auto& device_ends = ends[stream.first];
-        for (std::size_t i = 1; i < evs.size(); ++i) {
-            const auto& a = *evs[i - 1];
-            const auto& b = *evs[i];
-            const auto ca = calls.find(a.correlation);
-            const auto cb = calls.find(b.correlation);
-            if (cb == calls.end()) continue;
-            const double gap = b.ts_us - a.end_us();
-            if (gap < 0) continue;
-            if (cb->second->ts_us < a.end_us()) {
-                if (other_stream_ends_in(device_ends, stream.second, a.end_us(), b.ts_us)) continue;
-                s.gaps.push_back(gap);
-            } else if (ca != calls.end() && ca->second->tid == cb->second->tid &&
-                       cb->second->ts_us >= ca->second->ts_us) {
-                // Launch calls out of order (a hand-edited trace) give no interval.
-                s.host.push_back(cb->second->ts_us - ca->second->ts_us);
-            }
-        }
-    }
+    const StreamGaps g = stream_gaps(t);
+    for (double gap : g.launch_gap_us)
+        if (gap >= 0) s.gaps.push_back(gap);
+    s.host.insert(s.host.end(), g.host_us.begin(), g.host_us.end());
 }
 
 // Reads every trace into the samples; fills the result's counts, sources and the profiled
@@ -876,8 +834,8 @@ void fit_residual(CalibrationResult& r, const TraceSamples& s, double residual_u
 // The GPU-side launch gap and the GPU's own time per iteration: its kernels and a launch gap
 // before each. The model charges the gap once per kernel, so the constant is the gaps' mean: it
 // gives back their total. A gap in which another stream's event ended is not counted
-// (add_stream_gaps): the kernel may have waited for it (an NCCL kernel, an event), and such waits
-// would swell a mean. Not their median: the gaps are bimodal (about 1.0-1.2 us between
+// (fit/stream_gaps.hpp): the kernel may have waited for it (an NCCL kernel, an event), and such
+// waits would swell a mean. Not their median: the gaps are bimodal (about 1.0-1.2 us between
 // elementwise kernels, 1.5-2 us next to GEMMs and memsets), and the median falls in whichever
 // mode the model's kernel mix makes the larger (docs/calibrate.md, "Launch gap").
 void fit_launch_gap(CalibrationResult& r, const TraceSamples& s, std::size_t traces) {

@@ -10,6 +10,7 @@
 #include "core/errors.hpp"
 #include "core/input_file.hpp"
 #include "fit/kernel_table.hpp"
+#include "fit/stream_gaps.hpp"
 #include "ingest/torch_trace.hpp"
 #include "schedule/schedule.hpp"
 #include "workload/plan.hpp"
@@ -503,7 +504,8 @@ std::string ms_text(double ms) {
 // - a different number of norm operators per forward pass than the simulated layers hold:
 //   another layer count or pipeline stage;
 // - compute time off by more than 2x either way: the uncalibrated roofline's compute time is
-//   within 6% of each bundled profile's kernel time (GPT +0.3%, Llama +3.1%, MoE +6.0%), and a
+//   within 4% of each bundled profile's kernel and launch-gap time (GPT -1.4%, Llama -0.3%, MoE
+//   +3.6%), and a
 //   model error of 2x would be out of all proportion with that, so it is other work (another
 //   hidden size, sequence length or micro-batch size).
 std::string mismatch_warning(const DiffResult& r, const NormCounts& norms) {
@@ -763,32 +765,62 @@ MeasuredOps measured_ops(DiffResult& r, const TorchTrace& t) {
     return ops;
 }
 
+// The optimizer step's ranges on the host: torch.optim's "Optimizer.step#..." and a range the
+// program named "optimizer" (record_function), which also holds what the simulated optimizer
+// step holds beyond the update (the 16-bit copy of the master weights, the gradients zeroed).
+std::vector<std::pair<double, double>> optimizer_ranges(const TorchTrace& t) {
+    std::vector<std::pair<double, double>> ranges;
+    for (const auto& a : t.annotations)
+        if (a.name == "optimizer" || a.name.rfind("Optimizer.step#", 0) == 0)
+            ranges.emplace_back(a.ts_us, a.ts_us + a.dur_us);
+    return ranges;
+}
+
 // Adds the measured kernels to the kinds and passes, per iteration (see diff.hpp for the
 // passes), and returns them for the layer rows.
 std::vector<MeasuredKernel> add_measured(DiffResult& r, Tally& tally, const TorchTrace& t,
                                          const MeasuredOps& ops, const MeasuredKinds& kinds,
                                          int iterations) {
     const double per = 1.0 / iterations;
+    // Each kernel with the launch gap before it (fit/stream_gaps.hpp), as a simulated step
+    // carries one per launch.
+    const StreamGaps gaps = stream_gaps(t);
+    std::unordered_map<std::int64_t, double> launched_at;  // runtime call by correlation
+    for (const auto& c : t.runtime)
+        if (c.correlation >= 0) launched_at.emplace(c.correlation, c.ts_us);
+    const auto ranges = optimizer_ranges(t);
+    const auto in_optimizer = [&](const TraceGpuEvent& g) {
+        const auto at = launched_at.find(g.correlation);
+        if (at == launched_at.end()) return false;
+        for (const auto& [from, to] : ranges)
+            if (at->second >= from && at->second <= to) return true;
+        return false;
+    };
     std::vector<MeasuredKernel> measured;
     measured.reserve(t.gpu.size());
     for (std::size_t gi = 0; gi < t.gpu.size(); ++gi) {
         const auto& g = t.gpu[gi];
         const auto it = ops.by_id.find(g.external_id);
         const TraceCpuOp* op = it == ops.by_id.end() ? nullptr : it->second;
-        const KernelKind kind = kinds.of_kernel[gi];
-        const double ms = g.dur_us / 1000 * per;
+        // The simulated optimizer step is one op of kind optimizer: every kernel launched in
+        // the step's ranges counts as its kind and in its pass.
+        const bool optimizer = kinds.of_kernel[gi] == KernelKind::Optimizer || in_optimizer(g);
+        const KernelKind kind = optimizer ? KernelKind::Optimizer : kinds.of_kernel[gi];
+        const double gap_us = std::max(0.0, gaps.launch_gap_us[gi]);
+        const double ms = (g.dur_us + gap_us) / 1000 * per;
         auto& k = tally.kinds[static_cast<std::size_t>(kind)];
         k.measured_ms += ms;
         ++k.measured_kernels;
         int pass = op ? (ops.autograd_threads.count(op->tid) ? 1 : 0) : 3;
-        if (kind == KernelKind::Optimizer) pass = 2;
+        if (optimizer) pass = 2;
         // Gradient accumulation into the main gradients belongs to the backward (the model puts
         // it there), whichever thread launched it (Megatron-style hooks run on the main one).
         if (kind == KernelKind::MixedAccumulate) pass = 1;
         tally.passes[static_cast<std::size_t>(pass)].measured_ms += ms;
         ++tally.passes[static_cast<std::size_t>(pass)].measured_kernels;
         r.measured_busy_ms += ms;
-        measured.push_back({g.ts_us, g.dur_us / 1000, pass, kind, op ? g.external_id : -1});
+        measured.push_back(
+            {g.ts_us, (g.dur_us + gap_us) / 1000, pass, kind, op ? g.external_id : -1});
     }
     return measured;
 }

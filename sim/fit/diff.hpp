@@ -10,8 +10,10 @@
 // Passes: simulated steps belong to the pass slice that contains them (its "pass" argument says
 // which pass it is; its name is not read), or are the optimizer step; measured kernels belong to
 // the backward when their operator ran on the autograd engine's thread, to the optimizer when they
-// are optimizer kernels, else to the forward. Measured times are GPU kernel time divided by the
-// number of iterations the profile holds.
+// are optimizer kernels, else to the forward. Measured times are GPU kernel time, each kernel
+// with the launch gap before it (fit/stream_gaps.hpp: the GPU's own gap when the kernel was
+// queued before the previous one ended), as a simulated step carries one per launch, divided by
+// the number of iterations the profile holds.
 //
 // Layer passes. A simulated step is the embedding's, the head's (final norm, logits, loss) or the
 // layers', as its "part" argument says (workload::ModelPart): a layer's share of the layers' steps

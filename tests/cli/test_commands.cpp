@@ -251,8 +251,8 @@ TEST_CASE("diff: the bundled H200 profile against a simulated trace of its confi
     const auto j = nlohmann::json::parse(cs::test::slurp(json));
     CHECK(j["microbatches"] == 2);
     CHECK(j["layers"] == 12);
-    // The calibrated model reproduces the profiled iteration's kernel time within 3% (170.8 ms
-    // simulated, 167.6 ms of kernels per iteration measured).
+    // The calibrated model reproduces the profiled iteration's kernel time within 3% (171.6 ms
+    // simulated, 170.6 ms of kernels and launch gaps per iteration measured).
     CHECK(j["simulated_busy_ms"].get<double>() / j["measured_busy_ms"].get<double>() ==
           doctest::Approx(1).epsilon(0.03));
     bool gemm = false;
