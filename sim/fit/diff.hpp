@@ -10,10 +10,15 @@
 // Passes: simulated steps belong to the pass slice that contains them (its "pass" argument says
 // which pass it is; its name is not read), or are the optimizer step; measured kernels belong to
 // the backward when their operator ran on the autograd engine's thread, to the optimizer when they
-// are optimizer kernels, else to the forward. Measured times are GPU kernel time, each kernel
-// with the launch gap before it (fit/stream_gaps.hpp: the GPU's own gap when the kernel was
-// queued before the previous one ended), as a simulated step carries one per launch, divided by
-// the number of iterations the profile holds.
+// are optimizer kernels or were launched in the optimizer's ranges ("Optimizer.step#...", or a
+// range named "optimizer"), else to the forward. A measured kernel is booked as the simulation
+// books its work: a memset as its operator's other kernels (the workspace of a cuBLAS or cuDNN
+// call, whose launch that call's simulated step carries), a kernel of the optimizer's ranges as
+// the optimizer (one simulated op). Measured times are GPU kernel time, each kernel with the
+// launch gap before it (fit/stream_gaps.hpp: the GPU's own gap when the kernel was queued before
+// the previous one ended; a kernel the GPU waited for, or the first of its stream, has none
+// while the simulation charges one for every launch), divided by the number of iterations the
+// profile holds.
 //
 // Layer passes. A simulated step is the embedding's, the head's (final norm, logits, loss) or the
 // layers', as its "part" argument says (workload::ModelPart): a layer's share of the layers' steps
@@ -29,8 +34,8 @@
 // (so the residual add just after it falls to the layer below), then the embedding's. Gradient
 // accumulation (mixed_accumulate) is its own row on both sides, since the profile does not say
 // which layer a main-grad add is for. Instances whose norm count differs from the common one (e.g.
-// main-thread work between the backward and the optimizer) are left out of the layer rows and
-// counted in a warning.
+// main-thread kernels between the passes that no optimizer range holds) are left out of the layer
+// rows and counted in a warning.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -76,7 +81,8 @@ struct DiffResult {
     int rank = 0, iterations = 1;
     int microbatches = 0, layers = 0;  // from the simulated forward passes
     double simulated_iteration_ms = 0;
-    double simulated_busy_ms = 0, measured_busy_ms = 0;  // compute steps; kernels per iteration
+    // Compute steps; kernels and their launch gaps, per iteration.
+    double simulated_busy_ms = 0, measured_busy_ms = 0;
     std::vector<DiffLine> kinds;    // in KernelKind order, kinds present on either side
     std::vector<DiffLine> passes;   // forward, backward, optimizer, other
     std::vector<DiffLine> largest;  // kinds by |difference|, the largest first (at most 5)

@@ -398,43 +398,55 @@ TEST_CASE("diff: a pid or tid beyond int64 is refused, never wrapped or cast") {
 }
 
 TEST_CASE("diff: a measured kernel carries its launch gap, and the optimizer's range is its pass") {
-    // Three kernels on stream 7, each launched (cudaLaunchKernel) before the previous one ends:
-    // a GEMM at 10-30 us, a GEMM at 32-52 us (a 2 us launch gap before it), and an add at 55-65
-    // us (3 us) launched at 3 us, inside a range the program named "optimizer" (2.5-4 us), where
-    // its master-weight copy runs. A simulated step carries its launch gaps, so the measured
-    // side counts each kernel with the gap before it: gemm 20 + 22 = 42 us (forward, main
-    // thread); the add 13 us, of kind optimizer in the optimizer pass (the simulated optimizer
-    // step is one op of that kind). One iteration: 0.055 ms busy.
+    // Stream 7, events listed in reverse time order (the reading sorts them): a memset at 5-7 us
+    // and a GEMM at 10-30 us, both of aten::mm #1 (the memset counts as gemm: the simulated
+    // GEMM step carries its launch); a GEMM at 32-52 us; an add at 55-65 us launched inside a
+    // range the program named "optimizer" (2.5-4 us); a multiply at 90-100 us launched at 80
+    // us, after the add ended, inside torch.optim's "Optimizer.step#AdamW.step" range (79-81
+    // us). Neither is an optimizer kernel by itself: only the ranges make them so. Every other
+    // launch is queued before the previous kernel ends. Launch gaps: none for the memset (first on
+    // its stream), 3 us before the first GEMM, 2 before the second, 3 before the add; none before
+    // the multiply (the GPU waited for the host). So gemm = 2 + (3 + 20) + (2 + 20) = 47 us in 3
+    // kernels (forward, main thread); the optimizer kind and pass 13 + 10 = 23 us in 2 kernels (the
+    // add counts as the simulated optimizer step's kind). One iteration: 0.070 ms busy.
     const char* measured = R"json({"traceEvents": [
+  {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "pid": 1, "tid": 1, "ts": 79, "dur": 2},
   {"ph": "X", "cat": "user_annotation", "name": "optimizer", "pid": 1, "tid": 1, "ts": 2.5, "dur": 1.5},
-  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.5, "dur": 0.8, "args": {"External id": 1}},
-  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.5, "dur": 0.8, "args": {"External id": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mul_", "pid": 1, "tid": 1, "ts": 79.5, "dur": 1, "args": {"External id": 4}},
   {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 2.6, "dur": 0.8, "args": {"External id": 3}},
-  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 0.1, "args": {"correlation": 1}},
-  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 0.1, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.5, "dur": 0.8, "args": {"External id": 2}},
+  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.2, "dur": 1.2, "args": {"External id": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 80, "dur": 0.1, "args": {"correlation": 4}},
   {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 3, "dur": 0.1, "args": {"correlation": 3}},
-  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 10, "dur": 20, "args": {"External id": 1, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 0.1, "args": {"correlation": 2}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 0.1, "args": {"correlation": 1}},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync", "pid": 1, "tid": 1, "ts": 0.5, "dur": 0.1, "args": {"correlation": 0}},
+  {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 90, "dur": 10, "args": {"External id": 4, "stream": 7, "correlation": 4}},
+  {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 55, "dur": 10, "args": {"External id": 3, "stream": 7, "correlation": 3}},
   {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 32, "dur": 20, "args": {"External id": 2, "stream": 7, "correlation": 2}},
-  {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 55, "dur": 10, "args": {"External id": 3, "stream": 7, "correlation": 3}}
+  {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "pid": 0, "tid": 7, "ts": 10, "dur": 20, "args": {"External id": 1, "stream": 7, "correlation": 1}},
+  {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "args": {"External id": 1, "stream": 7, "correlation": 0}}
 ]})json";
     const fs::path dir = fs::temp_directory_path() / "cs_diff_gaps";
     cs::api::DiffOptions o = write_traces(dir, kSimulated, measured);
     o.iterations = 1;
     const auto r = cs::api::diff_traces(o);
-    CHECK(r.measured_busy_ms == doctest::Approx(0.055));
+    CHECK(r.measured_busy_ms == doctest::Approx(0.070));
     const auto kind = [&](const std::string& name) {
         for (const auto& k : r.kinds)
             if (k.name == name) return k;
         FAIL("no kind " << name);
         return cs::api::DiffLine{};
     };
-    CHECK(kind("gemm").measured_ms == doctest::Approx(0.042));
-    CHECK(kind("gemm").measured_kernels == 2);
-    CHECK(kind("optimizer").measured_ms == doctest::Approx(0.013));
-    CHECK(kind("optimizer").measured_kernels == 1);
+    CHECK(kind("gemm").measured_ms == doctest::Approx(0.047));
+    CHECK(kind("gemm").measured_kernels == 3);
+    CHECK(kind("optimizer").measured_ms == doctest::Approx(0.023));
+    CHECK(kind("optimizer").measured_kernels == 2);
+    for (const auto& k : r.kinds)
+        CHECK(k.name != "memset");
     REQUIRE(r.passes.size() == 3);
-    CHECK(r.passes[0].measured_ms == doctest::Approx(0.042));
+    CHECK(r.passes[0].measured_ms == doctest::Approx(0.047));
     CHECK(r.passes[2].name == "optimizer");
-    CHECK(r.passes[2].measured_ms == doctest::Approx(0.013));
+    CHECK(r.passes[2].measured_ms == doctest::Approx(0.023));
     fs::remove_all(dir);
 }
