@@ -26,8 +26,6 @@ struct CalibrateArgs {
     std::string json;
     std::string iteration_time;
     std::string max_memory;
-    std::string nccl_fit;
-    bool nccl_fit_given = false;
 };
 
 void run(const CalibrateArgs& a) {
@@ -42,7 +40,6 @@ void run(const CalibrateArgs& a) {
     outputs.guard_input("--topology", a.options.topology);
     outputs.guard_input("--experiment", a.options.experiment);
     api::CalibrateOptions options = a.options;
-    if (a.nccl_fit_given) options.nccl_fit = a.nccl_fit;
     if (!a.max_memory.empty() && options.traces.empty())
         throw ConfigError(SourceLocation{"--max-memory"},
                           "bounds the memory of --torch-trace's events; give the traces");
@@ -90,11 +87,10 @@ void register_calibrate(CLI::App& app) {
     cmd->add_option("--nccl-sizes", args->options.nccl_sizes,
                     "Fit only nccl-tests rows whose size is in FIRST:LAST (e.g. 16M:1G)")
         ->type_name("FIRST:LAST");
-    cmd->add_option("--nccl-fit", args->nccl_fit,
+    cmd->add_option("--nccl-fit", args->options.nccl_fit,
                     "What the nccl-tests fit minimises: worst (the largest relative residual, "
                     "the default) or rms (their squares' sum)")
-        ->type_name("worst|rms")
-        ->each([args](const std::string&) { args->nccl_fit_given = true; });
+        ->type_name("worst|rms");
     cmd->add_option("--topology", args->options.topology,
                     "The cluster the nccl-tests ran on (required with --nccl-tests); its "
                     "gpu_models also define --gpu-model");

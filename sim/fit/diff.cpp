@@ -788,8 +788,9 @@ std::vector<std::pair<double, double>> optimizer_ranges(const TorchTrace& t) {
     return merged;
 }
 
-// Whether `at` lies in one of the sorted, disjoint `ranges`.
+// Whether `at` lies in one of the sorted, disjoint `ranges` (NaN, no time, in none).
 bool in_ranges(const std::vector<std::pair<double, double>>& ranges, double at) {
+    if (std::isnan(at)) return false;
     auto it = std::upper_bound(ranges.begin(), ranges.end(),
                                std::make_pair(at, std::numeric_limits<double>::infinity()));
     return it != ranges.begin() && at <= std::prev(it)->second;
@@ -799,16 +800,14 @@ bool in_ranges(const std::vector<std::pair<double, double>>& ranges, double at) 
 // kernels (the workspace a cuBLAS or cuDNN call clears, whose launch the simulated step of that
 // call carries), and a kernel launched in the optimizer's ranges as the optimizer (the simulated
 // step is one op of that kind); communication and other unmapped kernels stay unmapped.
-std::vector<KernelKind> booked_kinds(const TorchTrace& t, const MeasuredKinds& kinds) {
+std::vector<KernelKind> booked_kinds(const TorchTrace& t, const MeasuredKinds& kinds,
+                                     const StreamGaps& gaps) {
     std::unordered_map<std::int64_t, KernelKind> op_kind;  // an operator's first other kind
     for (std::size_t gi = 0; gi < t.gpu.size(); ++gi) {
         const KernelKind k = kinds.of_kernel[gi];
         if (t.gpu[gi].external_id >= 0 && k != KernelKind::Memset && k != KernelKind::Unmapped)
             op_kind.emplace(t.gpu[gi].external_id, k);
     }
-    std::unordered_map<std::int64_t, double> launched_at;  // runtime call by correlation
-    for (const auto& c : t.runtime)
-        if (c.correlation >= 0) launched_at.emplace(c.correlation, c.ts_us);
     const auto ranges = optimizer_ranges(t);
     std::vector<KernelKind> out(t.gpu.size());
     for (std::size_t gi = 0; gi < t.gpu.size(); ++gi) {
@@ -818,8 +817,7 @@ std::vector<KernelKind> booked_kinds(const TorchTrace& t, const MeasuredKinds& k
             const auto op = op_kind.find(g.external_id);
             if (g.external_id >= 0 && op != op_kind.end()) k = op->second;
         }
-        const auto at = launched_at.find(g.correlation);
-        if (k != KernelKind::Unmapped && at != launched_at.end() && in_ranges(ranges, at->second))
+        if (k != KernelKind::Unmapped && in_ranges(ranges, gaps.launched_us[gi]))
             k = KernelKind::Optimizer;
         out[gi] = k;
     }
@@ -835,7 +833,7 @@ std::vector<MeasuredKernel> add_measured(DiffResult& r, Tally& tally, const Torc
     // Each kernel with the launch gap before it (fit/stream_gaps.hpp), as a simulated step
     // carries one per launch.
     const StreamGaps gaps = stream_gaps(t);
-    const std::vector<KernelKind> booked = booked_kinds(t, kinds);
+    const std::vector<KernelKind> booked = booked_kinds(t, kinds, gaps);
     std::vector<MeasuredKernel> measured;
     measured.reserve(t.gpu.size());
     for (std::size_t gi = 0; gi < t.gpu.size(); ++gi) {

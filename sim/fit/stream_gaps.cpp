@@ -30,6 +30,10 @@ StreamGaps stream_gaps(const TorchTrace& t) {
     std::unordered_map<std::int64_t, const TraceRuntimeCall*> calls;
     for (const auto& c : t.runtime)
         if (c.correlation >= 0) calls.emplace(c.correlation, &c);
+    out.launched_us.assign(t.gpu.size(), std::numeric_limits<double>::quiet_NaN());
+    for (std::size_t i = 0; i < t.gpu.size(); ++i)
+        if (const auto c = calls.find(t.gpu[i].correlation); c != calls.end())
+            out.launched_us[i] = c->second->ts_us;
     // Keyed by (device, stream): a trace may hold several GPUs with the same stream numbers.
     std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::size_t>> streams;
     std::map<std::int64_t, std::vector<std::pair<double, std::int64_t>>> ends;  // per device

@@ -22,6 +22,8 @@ struct StreamGaps {
     // Per event of TorchTrace::gpu (same order): the launch gap before it in us, or -1 when it
     // has none.
     std::vector<double> launch_gap_us;
+    // Per event: when its runtime call ran (us), or NaN when the trace has none for it.
+    std::vector<double> launched_us;
     std::vector<double> host_us;  // every host interval, in the streams' order
 };
 
